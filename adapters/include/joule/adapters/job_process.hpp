@@ -1,0 +1,87 @@
+#pragma once
+// Running a job's command as a real process that can outlive the daemon and be re-adopted.
+//
+// jouled starts every job through a small runner (the jouled binary itself, called with
+// `--job-runner`): the runner leads a new process group, starts the command, waits for it and
+// writes its exit status to a file. The file is what lets a restarted daemon (after kill -9 or
+// an upgrade) learn how a job ended that it could not wait for itself.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "joule/common/result.hpp"
+
+namespace joule::adapters {
+
+/// What to start and where its output and status go.
+struct LaunchSpec {
+  std::vector<std::string> argv;
+  std::filesystem::path workdir;
+  std::vector<std::string> env;  ///< the complete environment, "NAME=value"
+  std::filesystem::path stdout_path;
+  std::filesystem::path stderr_path;
+  std::filesystem::path status_path;
+  std::filesystem::path runner;  ///< the executable that understands --job-runner
+};
+
+/// A process named so that a recycled pid is never mistaken for it: pid plus its start time
+/// in clock ticks since boot (field 22 of /proc/PID/stat).
+struct ProcessIdentity {
+  pid_t pid = 0;
+  std::uint64_t start_ticks = 0;
+};
+
+/// How a job's command ended.
+struct ExitStatus {
+  bool signaled = false;
+  int value = 0;  ///< exit code, or the signal number when `signaled`
+  bool success() const { return !signaled && value == 0; }
+  /// "exit code 3", "killed by signal 9 (Killed)".
+  std::string describe() const;
+};
+
+/// Starts the runner in a new process group (pgid = pid), stdin from /dev/null, stdout and
+/// stderr appended to their files, in `workdir`, with no descriptor of the daemon inherited.
+Result<ProcessIdentity> launch_job(const LaunchSpec& spec);
+
+/// The start time of a live process, or nothing if there is no such process.
+std::optional<std::uint64_t> process_start_ticks(pid_t pid, const std::filesystem::path& proc_root = "/proc");
+
+/// Whether `identity` still names a live process (same pid and same start time).
+bool is_alive(const ProcessIdentity& identity, const std::filesystem::path& proc_root = "/proc");
+
+/// A pidfd (Linux >= 5.3) that becomes readable when the process ends; the caller owns it.
+Result<int> open_pidfd(pid_t pid);
+
+/// Sends `signal` to the process group led by `pgid`; a group already gone is not an error.
+Status signal_process_group(pid_t pgid, int signal);
+
+/// Collects a child of this process without blocking; nothing if it has not ended yet or is
+/// not our child (an adopted job).
+std::optional<ExitStatus> reap_child(pid_t pid);
+
+/// The status the runner wrote, if it did.
+std::optional<ExitStatus> read_status_file(const std::filesystem::path& path);
+
+/// The runner's own main: `STATUS_PATH -- ARGV...`. Returns the process exit code.
+int job_runner_main(int argc, char** argv);
+
+}  // namespace joule::adapters
+
+namespace joule::adapters {
+
+/// Finds a live runner started for `status_path` by scanning `<proc_root>/*/cmdline`: how a
+/// restarted daemon re-finds a job whose pid it never got to store.
+std::optional<ProcessIdentity> find_job_runner(const std::filesystem::path& status_path,
+                                               const std::filesystem::path& proc_root = "/proc");
+
+/// The kernel's boot id (`<proc_root>/sys/kernel/random/boot_id`); pids and start times are
+/// only comparable within one boot.
+std::string read_boot_id(const std::filesystem::path& proc_root = "/proc");
+
+}  // namespace joule::adapters

@@ -1,0 +1,293 @@
+#include "joule/adapters/database.hpp"
+
+#include <sqlite3.h>
+
+#include <array>
+
+#include <fmt/format.h>
+
+namespace joule::adapters {
+namespace {
+
+// Each entry moves the schema from version i to i + 1. Never edit a released entry: add one.
+constexpr std::array<const char*, 1> kMigrations = {
+    R"sql(
+CREATE TABLE jobs (
+  id              TEXT PRIMARY KEY,
+  sequence        INTEGER NOT NULL UNIQUE,
+  name            TEXT NOT NULL,
+  spec            TEXT NOT NULL,
+  state           TEXT NOT NULL,
+  priority        INTEGER NOT NULL,
+  device          TEXT NOT NULL DEFAULT '',
+  submitted_ms    INTEGER NOT NULL,
+  started_ms      INTEGER,
+  finished_ms     INTEGER,
+  exit_code       INTEGER,
+  reason          TEXT NOT NULL DEFAULT '',
+  energy_joules   REAL,
+  energy_source   TEXT NOT NULL DEFAULT '',
+  pid             INTEGER NOT NULL DEFAULT 0,
+  pid_start_ticks INTEGER NOT NULL DEFAULT 0,
+  boot_id         TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX jobs_by_state ON jobs(state);
+CREATE TABLE job_events (
+  id      INTEGER PRIMARY KEY,
+  job_id  TEXT NOT NULL REFERENCES jobs(id),
+  at_ms   INTEGER NOT NULL,
+  state   TEXT NOT NULL,
+  message TEXT NOT NULL
+);
+CREATE INDEX job_events_by_job ON job_events(job_id, id);
+)sql",
+};
+
+constexpr const char* kInsertJob =
+    "INSERT INTO jobs (id, sequence, name, spec, state, priority, device, submitted_ms, started_ms,"
+    " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
+constexpr const char* kUpdateJob =
+    "UPDATE jobs SET sequence = ?2, name = ?3, spec = ?4, state = ?5, priority = ?6, device = ?7,"
+    " submitted_ms = ?8, started_ms = ?9, finished_ms = ?10, exit_code = ?11, reason = ?12,"
+    " energy_joules = ?13, energy_source = ?14, pid = ?15, pid_start_ticks = ?16, boot_id = ?17"
+    " WHERE id = ?1";
+constexpr const char* kSelectJobs =
+    "SELECT id, sequence, name, spec, state, priority, device, submitted_ms, started_ms,"
+    " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id"
+    " FROM jobs ORDER BY sequence";
+constexpr const char* kInsertEvent =
+    "INSERT INTO job_events (job_id, at_ms, state, message) VALUES (?1, ?2, ?3, ?4)";
+constexpr const char* kSelectEvents =
+    "SELECT job_id, at_ms, state, message FROM job_events ORDER BY id";
+
+void bind_text(sqlite3_stmt* stmt, int index, const std::string& text) {
+  sqlite3_bind_text(stmt, index, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
+}
+
+template <class T>
+void bind_optional(sqlite3_stmt* stmt, int index, const std::optional<T>& value) {
+  if (!value) {
+    sqlite3_bind_null(stmt, index);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    sqlite3_bind_double(stmt, index, *value);
+  } else {
+    sqlite3_bind_int64(stmt, index, static_cast<sqlite3_int64>(*value));
+  }
+}
+
+void bind_job(sqlite3_stmt* stmt, const StoredJob& job) {
+  bind_text(stmt, 1, job.id);
+  sqlite3_bind_int64(stmt, 2, job.sequence);
+  bind_text(stmt, 3, job.name);
+  bind_text(stmt, 4, job.spec_json);
+  bind_text(stmt, 5, job.state);
+  sqlite3_bind_int(stmt, 6, job.priority);
+  bind_text(stmt, 7, job.device);
+  sqlite3_bind_int64(stmt, 8, job.submitted_ms);
+  bind_optional(stmt, 9, job.started_ms);
+  bind_optional(stmt, 10, job.finished_ms);
+  bind_optional(stmt, 11, job.exit_code);
+  bind_text(stmt, 12, job.reason);
+  bind_optional(stmt, 13, job.energy_joules);
+  bind_text(stmt, 14, job.energy_source);
+  sqlite3_bind_int64(stmt, 15, job.pid);
+  sqlite3_bind_int64(stmt, 16, static_cast<sqlite3_int64>(job.pid_start_ticks));
+  bind_text(stmt, 17, job.boot_id);
+}
+
+std::string column_text(sqlite3_stmt* stmt, int column) {
+  const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt, column));
+  return text ? std::string(text, static_cast<std::size_t>(sqlite3_column_bytes(stmt, column))) : std::string();
+}
+
+template <class T>
+std::optional<T> column_optional(sqlite3_stmt* stmt, int column) {
+  if (sqlite3_column_type(stmt, column) == SQLITE_NULL) return std::nullopt;
+  if constexpr (std::is_floating_point_v<T>) {
+    return sqlite3_column_double(stmt, column);
+  } else {
+    return static_cast<T>(sqlite3_column_int64(stmt, column));
+  }
+}
+
+// Resets a cached statement however the step ended, so the next use starts clean.
+struct StatementReset {
+  sqlite3_stmt* stmt;
+  ~StatementReset() {
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
+  }
+};
+
+}  // namespace
+
+Database::Database(sqlite3* db, std::filesystem::path path) : db_(db), path_(std::move(path)) {}
+
+Database::~Database() {
+  for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
+  sqlite3_close_v2(db_);
+}
+
+int Database::latest_schema_version() { return static_cast<int>(kMigrations.size()); }
+
+Result<std::unique_ptr<Database>> Database::open(const std::filesystem::path& path, bool full_sync) {
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &raw,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string message = raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc);
+    sqlite3_close_v2(raw);
+    return make_error(ErrorCode::unavailable, fmt::format("cannot open {}: {}", path.string(), message));
+  }
+  std::unique_ptr<Database> db(new Database(raw, path));
+  sqlite3_busy_timeout(raw, 5000);
+  if (auto s = db->exec("PRAGMA journal_mode=WAL"); !s) return s.error();
+  if (auto s = db->exec(full_sync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"); !s)
+    return s.error();
+  if (auto s = db->exec("PRAGMA foreign_keys=ON"); !s) return s.error();
+  if (auto s = db->migrate(); !s) return s.error();
+  return db;
+}
+
+Error Database::sqlite_error(const std::string& what) const {
+  return make_error(ErrorCode::io, fmt::format("{}: {}: {}", path_.string(), what, sqlite3_errmsg(db_)));
+}
+
+Status Database::exec(const char* sql) {
+  char* message = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+    std::string text = message ? message : "unknown error";
+    sqlite3_free(message);
+    return make_error(ErrorCode::io, fmt::format("{}: {}", path_.string(), text));
+  }
+  return {};
+}
+
+int Database::schema_version() {
+  auto stmt = prepare("PRAGMA user_version");
+  if (!stmt) return -1;
+  StatementReset reset{*stmt};
+  return sqlite3_step(*stmt) == SQLITE_ROW ? sqlite3_column_int(*stmt, 0) : -1;
+}
+
+Status Database::migrate() {
+  const int current = schema_version();
+  if (current < 0) return sqlite_error("reading the schema version");
+  if (current > latest_schema_version()) {
+    return make_error(ErrorCode::unavailable,
+                      fmt::format("{} has schema version {}, newer than this jouled knows ({}); "
+                                  "run the newer jouled or restore a backup",
+                                  path_.string(), current, latest_schema_version()));
+  }
+  for (int version = current; version < latest_schema_version(); ++version) {
+    if (auto s = exec("BEGIN IMMEDIATE"); !s) return s;
+    auto step = exec(kMigrations[static_cast<std::size_t>(version)]);
+    if (step) step = exec(fmt::format("PRAGMA user_version = {}", version + 1).c_str());
+    if (!step) {
+      (void)exec("ROLLBACK");
+      return make_error(ErrorCode::io, fmt::format("migrating to schema {}: {}", version + 1, step.error().message));
+    }
+    if (auto s = exec("COMMIT"); !s) return s;
+  }
+  return {};
+}
+
+Result<sqlite3_stmt*> Database::prepare(const char* sql) {
+  if (auto it = statements_.find(sql); it != statements_.end()) return it->second;
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr) != SQLITE_OK)
+    return sqlite_error("preparing a statement");
+  statements_.emplace(sql, stmt);
+  return stmt;
+}
+
+Status Database::begin() { return exec("BEGIN IMMEDIATE"); }
+Status Database::commit() { return exec("COMMIT"); }
+Status Database::rollback() { return exec("ROLLBACK"); }
+Status Database::savepoint() { return exec("SAVEPOINT one_write"); }
+Status Database::release_savepoint() { return exec("RELEASE one_write"); }
+Status Database::rollback_to_savepoint() {
+  auto s = exec("ROLLBACK TO one_write");
+  if (!s) return s;
+  return exec("RELEASE one_write");
+}
+
+Status Database::insert_job(const StoredJob& job) {
+  auto stmt = prepare(kInsertJob);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  bind_job(*stmt, job);
+  if (sqlite3_step(*stmt) != SQLITE_DONE) return sqlite_error(fmt::format("inserting job {}", job.id));
+  return {};
+}
+
+Status Database::update_job(const StoredJob& job) {
+  auto stmt = prepare(kUpdateJob);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  bind_job(*stmt, job);
+  if (sqlite3_step(*stmt) != SQLITE_DONE) return sqlite_error(fmt::format("updating job {}", job.id));
+  if (sqlite3_changes(db_) != 1)
+    return make_error(ErrorCode::not_found, fmt::format("job {} is not stored", job.id));
+  return {};
+}
+
+Status Database::insert_event(const StoredEvent& event) {
+  auto stmt = prepare(kInsertEvent);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  bind_text(*stmt, 1, event.job_id);
+  sqlite3_bind_int64(*stmt, 2, event.at_ms);
+  bind_text(*stmt, 3, event.state);
+  bind_text(*stmt, 4, event.message);
+  if (sqlite3_step(*stmt) != SQLITE_DONE) return sqlite_error(fmt::format("recording an event of job {}", event.job_id));
+  return {};
+}
+
+Result<std::vector<StoredJob>> Database::load_jobs() {
+  auto stmt = prepare(kSelectJobs);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  std::vector<StoredJob> jobs;
+  int rc = 0;
+  while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) {
+    StoredJob job;
+    job.id = column_text(*stmt, 0);
+    job.sequence = sqlite3_column_int64(*stmt, 1);
+    job.name = column_text(*stmt, 2);
+    job.spec_json = column_text(*stmt, 3);
+    job.state = column_text(*stmt, 4);
+    job.priority = sqlite3_column_int(*stmt, 5);
+    job.device = column_text(*stmt, 6);
+    job.submitted_ms = sqlite3_column_int64(*stmt, 7);
+    job.started_ms = column_optional<std::int64_t>(*stmt, 8);
+    job.finished_ms = column_optional<std::int64_t>(*stmt, 9);
+    job.exit_code = column_optional<int>(*stmt, 10);
+    job.reason = column_text(*stmt, 11);
+    job.energy_joules = column_optional<double>(*stmt, 12);
+    job.energy_source = column_text(*stmt, 13);
+    job.pid = sqlite3_column_int64(*stmt, 14);
+    job.pid_start_ticks = static_cast<std::uint64_t>(sqlite3_column_int64(*stmt, 15));
+    job.boot_id = column_text(*stmt, 16);
+    jobs.push_back(std::move(job));
+  }
+  if (rc != SQLITE_DONE) return sqlite_error("loading jobs");
+  return jobs;
+}
+
+Result<std::vector<StoredEvent>> Database::load_events() {
+  auto stmt = prepare(kSelectEvents);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  std::vector<StoredEvent> events;
+  int rc = 0;
+  while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) {
+    events.push_back(StoredEvent{column_text(*stmt, 0), sqlite3_column_int64(*stmt, 1),
+                                 column_text(*stmt, 2), column_text(*stmt, 3)});
+  }
+  if (rc != SQLITE_DONE) return sqlite_error("loading job events");
+  return events;
+}
+
+}  // namespace joule::adapters

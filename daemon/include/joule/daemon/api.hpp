@@ -1,0 +1,45 @@
+#pragma once
+// The REST API v1 of ARCHITECTURE.md as one request handler: routing, bearer-token checks,
+// JSON decoding, and every error as RFC 9457 problem+json. No sockets in here: tests call
+// handle() directly with a request and read the response.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "joule/common/result.hpp"
+#include "joule/daemon/http_server.hpp"
+#include "joule/daemon/job_service.hpp"
+#include "joule/daemon/metrics.hpp"
+
+namespace joule::daemon {
+
+/// The HTTP status and problem+json body for an error; the one place errors meet HTTP.
+HttpResponse problem_response(const Error& error, const std::string& instance);
+
+/// Hex SHA-256 of a token, as stored in jouled.toml's auth.token_sha256.
+std::string sha256_hex(const std::string& text);
+
+class Api {
+ public:
+  Api(JobService& jobs, Metrics& metrics);
+
+  /// Replaces the accepted token hashes (on start and reload). Empty: no authentication.
+  void set_token_hashes(std::vector<std::string> hashes) { token_hashes_ = std::move(hashes); }
+  /// /readyz answers 200 only after this is set (recovery done and listening).
+  void set_ready(bool ready) { ready_ = ready; }
+
+  void handle(HttpRequest&& request, Reply reply);
+
+ private:
+  bool authorized(const HttpRequest& request) const;
+
+  JobService& jobs_;
+  Metrics& metrics_;
+  std::vector<std::string> token_hashes_;
+  bool ready_ = false;
+};
+
+}  // namespace joule::daemon

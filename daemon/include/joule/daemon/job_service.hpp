@@ -1,0 +1,121 @@
+#pragma once
+// The jobs of one node: accepted durably, queued, started one per device as real processes,
+// metered, finished, cancelled, and reconciled after a restart. Lives on the daemon's
+// io_context thread; every state change is persisted through the group-commit writer.
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <nlohmann/json.hpp>
+
+#include "joule/adapters/database.hpp"
+#include "joule/adapters/energy_meter.hpp"
+#include "joule/adapters/job_process.hpp"
+#include "joule/adapters/storage_writer.hpp"
+#include "joule/common/result.hpp"
+#include "joule/daemon/metrics.hpp"
+#include "joule/schedulers/job.hpp"
+#include "joule/schedulers/job_queue.hpp"
+
+namespace joule::daemon {
+
+/// A device of this node with its meter and what it is doing.
+struct Device {
+  std::string name;
+  std::unique_ptr<adapters::EnergyMeter> meter;
+  std::string meter_note;  ///< why this meter was chosen, shown in GET /v1/devices
+  std::optional<std::string> job;  ///< the job placed or running on it
+  double energy_joules = 0.0;      ///< metered since start
+  double power_watts = 0.0;
+  std::optional<std::string> meter_error;
+  std::optional<std::chrono::steady_clock::time_point> last_sample;
+};
+
+struct JobServiceOptions {
+  std::filesystem::path state_directory;
+  std::filesystem::path runner;  ///< executable that understands --job-runner (jouled itself)
+  double kill_grace_seconds = 10.0;
+  std::size_t max_queued_jobs = 10000;
+  std::string boot_id;
+  std::filesystem::path proc_root = "/proc";
+};
+
+class JobService {
+ public:
+  using Done = std::function<void(Result<nlohmann::json>)>;
+
+  JobService(boost::asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
+             std::vector<Device> devices, JobServiceOptions options);
+  ~JobService();
+
+  /// Loads the stored jobs and reconciles those that were placed or running when the last
+  /// daemon stopped: finished ones get their recorded exit status, live ones are adopted,
+  /// never-started ones are queued again, lost ones fail with the reason. Then schedules.
+  Status recover(std::vector<adapters::StoredJob> jobs, std::vector<adapters::StoredEvent> events);
+
+  /// Validates and stores a submission; `done` gets the job (201) once it is committed.
+  void submit(const nlohmann::json& body, Done done);
+  /// Cancels: a queued job at once; a running one by TERM then KILL after the grace period.
+  void cancel(const std::string& id, Done done);
+  Result<nlohmann::json> job(const std::string& id) const;
+  /// Jobs in submission order, optionally only those in `state`; at most `limit`.
+  Result<nlohmann::json> jobs(const std::optional<std::string>& state, std::size_t limit) const;
+  /// The file holding a job's "stdout" or "stderr".
+  Result<std::filesystem::path> log_path(const std::string& id, const std::string& stream) const;
+  nlohmann::json devices() const;
+
+  /// Reads every device's meter and updates power and energy metrics.
+  void sample_meters();
+  /// Stops starting new jobs (running ones go on and are adopted by the next daemon).
+  void stop_scheduling();
+  std::size_t writes_in_flight() const { return writes_in_flight_; }
+
+ private:
+  struct Job;
+  using Write = adapters::StorageWriter::Write;
+
+  Status check_runnable(const schedulers::JobSpec& spec) const;
+  void persist(Write write, std::function<void(Status)> done = {});
+  void transition(Job& job, schedulers::JobState to, const std::string& message,
+                  std::function<void(Status)> done = {});
+  void schedule();
+  void place(Job& job, Device& device);
+  void launch(const std::string& id);
+  void watch_exit(const std::string& id);
+  void on_exit(const std::string& id);
+  void finish(Job& job, schedulers::JobState state, const std::string& reason,
+              std::optional<adapters::ExitStatus> exit);
+  void send_kill(const std::string& id);
+  void release_device(Job& job);
+  void refresh_state_metrics();
+  std::optional<double> read_device_energy(Device& device);
+  Device* find_device(const std::string& name);
+  std::filesystem::path job_directory(const std::string& id) const;
+  std::vector<std::string> job_environment(const Job& job, const std::string& device) const;
+  nlohmann::json to_json(const Job& job, bool with_events) const;
+  std::int64_t now_ms() const;
+
+  boost::asio::io_context& io_;
+  adapters::StorageWriter& storage_;
+  Metrics& metrics_;
+  std::vector<Device> devices_;
+  JobServiceOptions options_;
+  std::map<std::string, std::unique_ptr<Job>> jobs_;
+  schedulers::JobQueue queue_;
+  std::int64_t next_sequence_ = 1;
+  std::size_t submissions_in_flight_ = 0;
+  std::size_t writes_in_flight_ = 0;
+  bool scheduling_ = true;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace joule::daemon

@@ -1,0 +1,47 @@
+#pragma once
+// jouled's Prometheus metrics (names fixed by ARCHITECTURE.md), kept in one prometheus-cpp
+// Registry and served by our own HTTP server through the TextSerializer, so the daemon needs
+// no second listener. No per-job labels: label values are bounded (devices, states, routes).
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+namespace joule::daemon {
+
+class Metrics {
+ public:
+  Metrics();
+
+  /// The text exposition format (version 0.0.4) of everything registered.
+  std::string serialize() const;
+
+  /// Adds metered energy of a device; `source` is the meter's ("modelled", "rapl"...).
+  void add_device_energy(const std::string& device, const std::string& source, double joules);
+  void set_device_power(const std::string& device, const std::string& source, double watts);
+  void set_jobs_in_state(std::string_view state, double count);
+  void count_submission();
+  void add_job_energy(const std::string& device, const std::string& source, double joules);
+  /// One answered HTTP request; `route` is the route template, never the raw path.
+  void observe_request(const std::string& route, unsigned status, double seconds);
+  void set_up_info(const std::string& version);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& device_energy_;
+  prometheus::Family<prometheus::Gauge>& device_power_;
+  prometheus::Family<prometheus::Gauge>& jobs_;
+  prometheus::Family<prometheus::Counter>& submitted_;
+  prometheus::Family<prometheus::Counter>& job_energy_;
+  prometheus::Family<prometheus::Counter>& http_requests_;
+  prometheus::Family<prometheus::Histogram>& http_duration_;
+  prometheus::Family<prometheus::Gauge>& build_info_;
+};
+
+}  // namespace joule::daemon

@@ -1,0 +1,300 @@
+#include "joule/daemon/api.hpp"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include <chrono>
+#include <fstream>
+
+#include <boost/beast/http/verb.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace joule::daemon {
+
+namespace http = boost::beast::http;
+using nlohmann::json;
+
+namespace {
+
+struct ProblemKind {
+  http::status status;
+  const char* slug;
+};
+
+ProblemKind kind_of(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::invalid_argument: return {http::status::bad_request, "invalid-argument"};
+    case ErrorCode::not_found: return {http::status::not_found, "not-found"};
+    case ErrorCode::conflict: return {http::status::conflict, "conflict"};
+    case ErrorCode::too_many: return {http::status::too_many_requests, "too-many-jobs"};
+    case ErrorCode::payload_too_large: return {http::status::payload_too_large, "payload-too-large"};
+    case ErrorCode::unauthorized: return {http::status::unauthorized, "unauthorized"};
+    case ErrorCode::unavailable: return {http::status::service_unavailable, "unavailable"};
+    case ErrorCode::permission_denied: return {http::status::forbidden, "permission-denied"};
+    case ErrorCode::io: return {http::status::internal_server_error, "io-error"};
+    case ErrorCode::internal: return {http::status::internal_server_error, "internal"};
+  }
+  return {http::status::internal_server_error, "internal"};
+}
+
+HttpResponse json_response(http::status status, const json& body) {
+  HttpResponse response{status, 11};
+  response.set(http::field::content_type, static_cast<unsigned>(status) >= 400 ? "application/problem+json" : "application/json");
+  response.body() = body.dump() + "\n";
+  return response;
+}
+
+// Splits "/v1/jobs/abc/log?x=1" into path segments and query parameters.
+struct Target {
+  std::vector<std::string> segments;
+  std::map<std::string, std::string> query;
+};
+
+std::string percent_decode(std::string_view text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() && std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+      out.push_back(static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16)));
+      i += 2;
+    } else {
+      out.push_back(text[i] == '+' ? ' ' : text[i]);
+    }
+  }
+  return out;
+}
+
+Target parse_target(std::string_view target) {
+  Target out;
+  const auto question = target.find('?');
+  const std::string_view path = target.substr(0, question);
+  std::size_t start = 0;
+  while (start < path.size()) {
+    const auto slash = path.find('/', start);
+    const auto piece = path.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    if (!piece.empty()) out.segments.push_back(percent_decode(piece));
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  if (question != std::string_view::npos) {
+    std::string_view query = target.substr(question + 1);
+    while (!query.empty()) {
+      const auto amp = query.find('&');
+      const auto pair = query.substr(0, amp);
+      const auto eq = pair.find('=');
+      out.query[percent_decode(pair.substr(0, eq))] =
+          eq == std::string_view::npos ? "" : percent_decode(pair.substr(eq + 1));
+      if (amp == std::string_view::npos) break;
+      query = query.substr(amp + 1);
+    }
+  }
+  return out;
+}
+
+std::optional<std::size_t> parse_count(const std::string& text) {
+  if (text.empty() || text.size() > 12 || text.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return static_cast<std::size_t>(std::stoull(text));
+}
+
+}  // namespace
+
+HttpResponse problem_response(const Error& error, const std::string& instance) {
+  const auto kind = kind_of(error.code);
+  json body = {{"type", fmt::format("urn:joule:problem:{}", kind.slug)},
+               {"title", std::string(http::obsolete_reason(kind.status))},
+               {"status", static_cast<unsigned>(kind.status)},
+               {"detail", error.message},
+               {"instance", instance}};
+  if (!error.where.empty()) {
+    // RFC 9457 §3.2 style extension: which member of the request is wrong, as a JSON pointer.
+    const bool pointer = error.where.front() == '/';
+    body["errors"] = json::array({{{"detail", error.message}, {pointer ? "pointer" : "parameter", error.where}}});
+  }
+  HttpResponse response{kind.status, 11};
+  response.set(http::field::content_type, "application/problem+json");
+  if (error.code == ErrorCode::too_many) response.set(http::field::retry_after, "10");
+  if (error.code == ErrorCode::unauthorized) response.set(http::field::www_authenticate, "Bearer realm=\"jouled\"");
+  response.body() = body.dump() + "\n";
+  return response;
+}
+
+std::string sha256_hex(const std::string& text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_Digest(text.data(), text.size(), digest, &length, EVP_sha256(), nullptr);
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
+  return hex;
+}
+
+Api::Api(JobService& jobs, Metrics& metrics) : jobs_(jobs), metrics_(metrics) {}
+
+bool Api::authorized(const HttpRequest& request) const {
+  if (token_hashes_.empty()) return true;
+  const auto header = request[http::field::authorization];
+  constexpr std::string_view kBearer = "Bearer ";
+  if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer) return false;
+  const std::string presented = sha256_hex(std::string(header.substr(kBearer.size())));
+  bool match = false;
+  for (const auto& hash : token_hashes_) {
+    // Constant-time comparison: how much of a hash matched must not leak through timing.
+    if (hash.size() == presented.size() && CRYPTO_memcmp(hash.data(), presented.data(), hash.size()) == 0) match = true;
+  }
+  return match;
+}
+
+void Api::handle(HttpRequest&& request, Reply reply) {
+  const auto started = std::chrono::steady_clock::now();
+  const std::string target(request.target());
+  const Target parsed = parse_target(target);
+  const auto& seg = parsed.segments;
+  const http::verb method = request.method();
+  std::string route = "unmatched";
+
+  // Wraps the reply so every answer is counted with its route template and latency.
+  auto answer = [this, reply, started, &route](HttpResponse response) {
+    metrics_.observe_request(route, static_cast<unsigned>(response.result_int()),
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    reply(std::move(response));
+  };
+  auto answer_later = [this, reply, started](std::string route_name) {
+    return [this, reply, started, route_name](HttpResponse response) {
+      metrics_.observe_request(route_name, static_cast<unsigned>(response.result_int()),
+                               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      reply(std::move(response));
+    };
+  };
+  auto fail = [&](const Error& error) { answer(problem_response(error, target)); };
+  auto wrong_method = [&](const char* allow) {
+    HttpResponse response = json_response(
+        http::status::method_not_allowed,
+        {{"type", "urn:joule:problem:method-not-allowed"},
+         {"title", "Method Not Allowed"},
+         {"status", 405},
+         {"detail", fmt::format("{} is not allowed here; use {}", std::string(request.method_string()), allow)},
+         {"instance", target}});
+    response.set(http::field::allow, allow);
+    answer(std::move(response));
+  };
+
+  if (seg.size() == 1 && (seg[0] == "healthz" || seg[0] == "readyz" || seg[0] == "metrics")) {
+    route = "/" + seg[0];
+    if (method != http::verb::get && method != http::verb::head) return wrong_method("GET");
+    if (seg[0] == "healthz") return answer(json_response(http::status::ok, {{"status", "ok"}}));
+    if (seg[0] == "readyz") {
+      if (!ready_) return fail(make_error(ErrorCode::unavailable, "jouled is starting"));
+      return answer(json_response(http::status::ok, {{"status", "ready"}}));
+    }
+    HttpResponse response{http::status::ok, 11};
+    response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+    response.body() = metrics_.serialize();
+    return answer(std::move(response));
+  }
+
+  if (seg.empty() || seg[0] != "v1") return fail(make_error(ErrorCode::not_found, fmt::format("no route {}", target)));
+  if (!authorized(request)) {
+    route = "/v1 (unauthorized)";
+    return fail(make_error(ErrorCode::unauthorized, "a valid bearer token is required (Authorization: Bearer TOKEN)"));
+  }
+
+  auto parse_body = [&](json& out) -> bool {
+    // Any Content-Type is accepted (curl -d sends a form type): the body must parse as JSON.
+    try {
+      out = json::parse(request.body());
+    } catch (const json::parse_error& error) {
+      fail(make_error(ErrorCode::invalid_argument, fmt::format("malformed JSON at byte {}: {}", error.byte, error.what()), ""));
+      return false;
+    }
+    return true;
+  };
+  auto send_result = [&target](auto respond, http::status ok_status) {
+    return [respond, ok_status, target](Result<json> result) {
+      if (!result) return respond(problem_response(result.error(), target));
+      respond(json_response(ok_status, *result));
+    };
+  };
+
+  if (seg.size() == 2 && seg[1] == "jobs") {
+    route = "/v1/jobs";
+    if (method == http::verb::post) {
+      json body;
+      if (!parse_body(body)) return;
+      auto respond = answer_later(route);
+      return jobs_.submit(body, [respond, target](Result<json> result) {
+        if (!result) return respond(problem_response(result.error(), target));
+        HttpResponse response = json_response(http::status::created, *result);
+        response.set(http::field::location, "/v1/jobs/" + (*result)["id"].get<std::string>());
+        respond(std::move(response));
+      });
+    }
+    if (method != http::verb::get) return wrong_method("GET, POST");
+    std::optional<std::string> state;
+    if (auto it = parsed.query.find("state"); it != parsed.query.end()) state = it->second;
+    std::size_t limit = 1000;
+    if (auto it = parsed.query.find("limit"); it != parsed.query.end()) {
+      auto count = parse_count(it->second);
+      if (!count || *count == 0) return fail(make_error(ErrorCode::invalid_argument, "limit must be a positive integer", "limit"));
+      limit = *count;
+    }
+    return send_result(answer, http::status::ok)(jobs_.jobs(state, limit));
+  }
+  if (seg.size() == 3 && seg[1] == "jobs") {
+    route = "/v1/jobs/{id}";
+    if (method == http::verb::get) return send_result(answer, http::status::ok)(jobs_.job(seg[2]));
+    if (method == http::verb::delete_) {
+      return jobs_.cancel(seg[2], [respond = answer_later(route), target](Result<json> result) {
+        if (!result) return respond(problem_response(result.error(), target));
+        const bool done = (*result)["state"] == "cancelled";
+        respond(json_response(done ? http::status::ok : http::status::accepted, *result));
+      });
+    }
+    return wrong_method("GET, DELETE");
+  }
+  if (seg.size() == 4 && seg[1] == "jobs" && seg[3] == "log") {
+    route = "/v1/jobs/{id}/log";
+    if (method != http::verb::get) return wrong_method("GET");
+    std::string stream = "stdout";
+    if (auto it = parsed.query.find("stream"); it != parsed.query.end()) stream = it->second;
+    auto path = jobs_.log_path(seg[2], stream);
+    if (!path) return fail(path.error());
+    std::size_t tail = 1 << 20;
+    if (auto it = parsed.query.find("tail_bytes"); it != parsed.query.end()) {
+      auto count = parse_count(it->second);
+      if (!count) return fail(make_error(ErrorCode::invalid_argument, "tail_bytes must be a non-negative integer", "tail_bytes"));
+      tail = *count;
+    }
+    std::ifstream in(*path, std::ios::binary);
+    std::string text;
+    if (in) {
+      in.seekg(0, std::ios::end);
+      const auto size = static_cast<std::size_t>(in.tellg());
+      const std::size_t from = size > tail ? size - tail : 0;
+      in.seekg(static_cast<std::streamoff>(from));
+      text.resize(size - from);
+      in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    }
+    HttpResponse response{http::status::ok, 11};
+    response.set(http::field::content_type, "text/plain; charset=utf-8");
+    response.body() = std::move(text);
+    return answer(std::move(response));
+  }
+  if (seg.size() == 2 && seg[1] == "devices") {
+    route = "/v1/devices";
+    if (method != http::verb::get) return wrong_method("GET");
+    return answer(json_response(http::status::ok, jobs_.devices()));
+  }
+  if (seg.size() == 2 && (seg[1] == "estimate" || seg[1] == "probes" || seg[1] == "budgets")) {
+    route = "/v1/" + seg[1];
+    return answer(json_response(
+        http::status::not_implemented,
+        {{"type", "urn:joule:problem:not-implemented"},
+         {"title", "Not Implemented"},
+         {"status", 501},
+         {"detail", fmt::format("/v1/{} is part of the API but not implemented in this version of jouled", seg[1])},
+         {"instance", target}}));
+  }
+  fail(make_error(ErrorCode::not_found, fmt::format("no route {}", target)));
+}
+
+}  // namespace joule::daemon

@@ -1,0 +1,253 @@
+#include "joule/daemon/daemon_app.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <stdexcept>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <fmt/format.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "joule/adapters/database.hpp"
+#include "joule/adapters/job_process.hpp"
+#include "joule/adapters/modelled_cpu_meter.hpp"
+#include "joule/adapters/storage_writer.hpp"
+#include "joule/daemon/api.hpp"
+#include "joule/daemon/http_server.hpp"
+#include "joule/daemon/job_service.hpp"
+#include "joule/daemon/metrics.hpp"
+#include "joule/daemon/systemd_notify.hpp"
+
+#ifndef JOULE_VERSION
+#define JOULE_VERSION "0.0.0"
+#endif
+
+namespace joule::daemon {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::filesystem::path default_state_directory() {
+  // systemd's StateDirectory= hands us the path (several, colon-separated, take the first).
+  if (const char* from_systemd = std::getenv("STATE_DIRECTORY"); from_systemd && *from_systemd) {
+    const std::string all = from_systemd;
+    return all.substr(0, all.find(':'));
+  }
+  if (::geteuid() == 0) return "/var/lib/jouled";
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg && *xdg) return std::filesystem::path(xdg) / "jouled";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::filesystem::path(home) / ".local/state/jouled";
+  return "/var/lib/jouled";
+}
+
+std::chrono::steady_clock::duration seconds(double value) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(value));
+}
+
+}  // namespace
+
+config::DaemonConfig resolve_config(const CommandLine& command_line, std::vector<config::ConfigProblem>* warnings) {
+  config::DaemonConfig defaults;
+  defaults.state_directory = default_state_directory();
+  config::DaemonConfig resolved = defaults;
+  if (command_line.config_file) {
+    auto loaded = config::load_config_file(*command_line.config_file, defaults);
+    if (!loaded) throw std::runtime_error(loaded.error().message);
+    resolved = loaded->config;
+    if (warnings) *warnings = loaded->warnings;
+  }
+  if (command_line.listen) {
+    auto address = config::parse_listen_address(*command_line.listen);
+    if (!address) throw std::runtime_error("--listen: " + address.error().message);
+    resolved.server.host = address->first;
+    resolved.server.port = address->second;
+  }
+  if (command_line.state_directory) resolved.state_directory = std::filesystem::absolute(*command_line.state_directory);
+  if (command_line.log_level) {
+    if (!config::is_valid_log_level(*command_line.log_level))
+      throw std::runtime_error(fmt::format("--log-level {}: use trace, debug, info, warn, error, critical or off", *command_line.log_level));
+    resolved.log_level = *command_line.log_level;
+  }
+  if (!config::is_loopback_host(resolved.server.host) && resolved.token_sha256.empty()) {
+    throw std::runtime_error(fmt::format(
+        "refusing to listen on {} (not loopback) without API tokens: add [auth] token_sha256 to the config "
+        "(joulectl token new prints a token and its hash)",
+        resolved.server.host));
+  }
+  return resolved;
+}
+
+namespace {
+
+std::vector<Device> open_devices(const config::DaemonConfig& config) {
+  std::vector<Device> devices;
+  for (const auto& device_config : config.devices) {
+    Device device;
+    device.name = device_config.name;
+    const adapters::ModelledCpuParams params{device_config.idle_watts, device_config.watts_per_busy_core};
+    device.meter = std::make_unique<adapters::ModelledCpuMeter>(params, "/proc", ::sysconf(_SC_CLK_TCK));
+    device.meter_note =
+        device_config.meter == "modelled"
+            ? fmt::format("modelled as configured: {} W idle + {} W per busy core, from CPU time in /proc/stat",
+                          params.idle_watts, params.watts_per_busy_core)
+            : fmt::format("modelled: this build has no hardware meter yet (RAPL comes with the probing work); "
+                          "{} W idle + {} W per busy core, from CPU time in /proc/stat",
+                          params.idle_watts, params.watts_per_busy_core);
+    spdlog::info("device {}: meter {} ({})", device.name, device.meter->source(), device.meter_note);
+    devices.push_back(std::move(device));
+  }
+  return devices;
+}
+
+void apply_log_level(const std::string& level) { spdlog::set_level(spdlog::level::from_str(level)); }
+
+}  // namespace
+
+int run_daemon(const CommandLine& command_line) {
+  auto logger = spdlog::stderr_logger_mt("jouled");
+  spdlog::set_default_logger(logger);
+  // Under systemd the journal stamps time and unit; elsewhere we do.
+  spdlog::set_pattern(std::getenv("JOURNAL_STREAM") ? "%l: %v" : "%Y-%m-%dT%H:%M:%S.%e %l: %v");
+
+  std::vector<config::ConfigProblem> warnings;
+  config::DaemonConfig config = resolve_config(command_line, &warnings);
+  apply_log_level(config.log_level);
+  for (const auto& warning : warnings) spdlog::warn("{}", warning.describe());
+  spdlog::info("jouled {} starting; effective config: {}", JOULE_VERSION, config::to_json(config).dump());
+
+  std::error_code ec;
+  std::filesystem::create_directories(config.state_directory / "jobs", ec);
+  if (ec) throw std::runtime_error(fmt::format("cannot create the state directory {}: {}", config.state_directory.string(), ec.message()));
+  const auto db_path = config.state_directory / "jouled.db";
+  auto database = adapters::Database::open(db_path);
+  if (!database) throw std::runtime_error(database.error().message);
+  auto stored_jobs = (*database)->load_jobs();
+  if (!stored_jobs) throw std::runtime_error(stored_jobs.error().message);
+  auto stored_events = (*database)->load_events();
+  if (!stored_events) throw std::runtime_error(stored_events.error().message);
+  spdlog::info("state: {} (schema {}, {} jobs)", db_path.string(), (*database)->schema_version(), stored_jobs->size());
+  adapters::StorageWriter storage(std::move(database).value());
+
+  asio::io_context io(1);
+  Metrics metrics;
+  metrics.set_up_info(JOULE_VERSION);
+  SystemdNotifier notifier;
+
+  JobServiceOptions job_options;
+  job_options.state_directory = config.state_directory;
+  job_options.runner = std::filesystem::read_symlink("/proc/self/exe", ec);
+  job_options.kill_grace_seconds = config.kill_grace_seconds;
+  job_options.max_queued_jobs = config.server.max_queued_jobs;
+  job_options.boot_id = adapters::read_boot_id();
+  JobService jobs(io, storage, metrics, open_devices(config), job_options);
+
+  Api api(jobs, metrics);
+  api.set_token_hashes(config.token_sha256);
+  HttpServer server(
+      io, [&api](HttpRequest&& request, Reply reply) { api.handle(std::move(request), std::move(reply)); },
+      HttpServerOptions{config.server.max_body_bytes, config.server.request_timeout_seconds, config.server.max_connections},
+      [&metrics](unsigned status) { metrics.observe_request("refused", status, 0.0); });
+
+  auto endpoint = server.listen(config.server.host, config.server.port);
+  if (!endpoint) throw std::runtime_error(endpoint.error().message);
+  const std::string address = fmt::format("{}:{}", endpoint->address().to_string(), endpoint->port());
+  if (auto recovered = jobs.recover(std::move(stored_jobs).value(), std::move(stored_events).value()); !recovered)
+    throw std::runtime_error(recovered.error().message);
+  jobs.sample_meters();
+  api.set_ready(true);
+  spdlog::info("listening on http://{}", address);
+  notifier.ready(fmt::format("listening on {}", address));
+
+  // Meters are sampled on a timer; each sample updates energy and power metrics.
+  asio::steady_timer meter_timer(io);
+  std::function<void()> sample = [&] {
+    meter_timer.expires_after(seconds(config.meter_interval_seconds));
+    meter_timer.async_wait([&](boost::system::error_code ec) {
+      if (ec) return;
+      jobs.sample_meters();
+      sample();
+    });
+  };
+  sample();
+
+  // The watchdog is petted from the event loop itself, so a stuck loop stops the petting.
+  asio::steady_timer watchdog_timer(io);
+  std::function<void()> pet;
+  if (auto period = SystemdNotifier::watchdog_period()) {
+    pet = [&, every = std::chrono::duration_cast<std::chrono::steady_clock::duration>(*period / 4)] {
+      notifier.watchdog();
+      watchdog_timer.expires_after(every);
+      watchdog_timer.async_wait([&](boost::system::error_code ec) {
+        if (!ec) pet();
+      });
+    };
+    pet();
+  }
+
+  asio::steady_timer drain_timer(io);
+  bool stopping = false;
+  const auto drain_deadline = std::make_shared<std::chrono::steady_clock::time_point>();
+  std::function<void()> wait_drained = [&] {
+    if ((jobs.writes_in_flight() == 0 && server.connections() == 0) || std::chrono::steady_clock::now() > *drain_deadline) {
+      io.stop();
+      return;
+    }
+    drain_timer.expires_after(10ms);
+    drain_timer.async_wait([&](boost::system::error_code ec) {
+      if (!ec) wait_drained();
+    });
+  };
+
+  asio::signal_set stop_signals(io, SIGTERM, SIGINT);
+  stop_signals.async_wait([&](boost::system::error_code ec, int signal) {
+    if (ec) return;
+    stopping = true;
+    spdlog::info("{}: draining (running jobs keep running and are adopted at the next start)", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    notifier.stopping("draining");
+    api.set_ready(false);
+    server.stop();
+    jobs.stop_scheduling();
+    meter_timer.cancel();
+    *drain_deadline = std::chrono::steady_clock::now() + 10s;
+    wait_drained();
+  });
+
+  asio::signal_set reload_signal(io, SIGHUP);
+  std::function<void()> on_reload = [&] {
+    reload_signal.async_wait([&](boost::system::error_code ec, int) {
+      if (ec || stopping) return;
+      notifier.reloading();
+      try {
+        config::DaemonConfig next = resolve_config(command_line, &warnings);
+        for (const auto& warning : warnings) spdlog::warn("{}", warning.describe());
+        if (next.server.host != config.server.host || next.server.port != config.server.port ||
+            next.state_directory != config.state_directory)
+          spdlog::warn("reload: the listen address and state directory change only on restart");
+        apply_log_level(next.log_level);
+        api.set_token_hashes(next.token_sha256);
+        config.log_level = next.log_level;
+        config.token_sha256 = next.token_sha256;
+        config.meter_interval_seconds = next.meter_interval_seconds;
+        spdlog::info("reloaded {}", next.source);
+        notifier.ready(fmt::format("listening on {}; config reloaded", address));
+      } catch (const std::exception& error) {
+        spdlog::error("reload refused, the running config stays: {}", error.what());
+        notifier.ready(fmt::format("listening on {}; last reload refused: {}", address, error.what()));
+      }
+      on_reload();
+    });
+  };
+  on_reload();
+
+  io.run();
+  storage.stop();
+  spdlog::info("stopped; {} commits for {} writes", storage.commits(), storage.writes());
+  return 0;
+}
+
+}  // namespace joule::daemon

@@ -1,0 +1,619 @@
+#include "joule/daemon/job_service.hpp"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <boost/uuid/random_generator.hpp>
+#include <boost/uuid/uuid_io.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace joule::daemon {
+
+namespace asio = boost::asio;
+using adapters::StoredEvent;
+using adapters::StoredJob;
+using nlohmann::json;
+using schedulers::JobState;
+
+struct JobService::Job {
+  StoredJob row;  // everything that is persisted
+  schedulers::JobSpec spec;
+  JobState state = JobState::queued;
+  std::vector<StoredEvent> events;
+  // Run-time only:
+  std::optional<double> energy_at_start;
+  std::unique_ptr<asio::posix::stream_descriptor> exit_watch;
+  std::unique_ptr<asio::steady_timer> kill_timer;
+  bool cancel_requested = false;
+  bool energy_partial = false;  // adopted after a restart: energy before it was not metered
+};
+
+namespace {
+
+Error invalid(std::string message, std::string where) {
+  return make_error(ErrorCode::invalid_argument, std::move(message), std::move(where));
+}
+
+bool is_executable_file(const std::filesystem::path& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+std::string daemon_path() {
+  const char* path = std::getenv("PATH");
+  return path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
+}
+
+json optional_json(const std::optional<std::int64_t>& millis) {
+  return millis ? json(schedulers::format_rfc3339(*millis)) : json(nullptr);
+}
+
+}  // namespace
+
+JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
+                       std::vector<Device> devices, JobServiceOptions options)
+    : io_(io), storage_(storage), metrics_(metrics), devices_(std::move(devices)), options_(std::move(options)) {
+  for (auto& device : devices_) {
+    metrics_.add_device_energy(device.name, std::string(device.meter->source()), 0.0);
+    metrics_.set_device_power(device.name, std::string(device.meter->source()), 0.0);
+  }
+}
+
+JobService::~JobService() { *alive_ = false; }
+
+std::int64_t JobService::now_ms() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::filesystem::path JobService::job_directory(const std::string& id) const {
+  return options_.state_directory / "jobs" / id;
+}
+
+Device* JobService::find_device(const std::string& name) {
+  for (auto& device : devices_) {
+    if (device.name == name) return &device;
+  }
+  return nullptr;
+}
+
+void JobService::persist(Write write, std::function<void(Status)> done) {
+  ++writes_in_flight_;
+  storage_.submit(std::move(write), [this, alive = alive_, done = std::move(done)](Status status) mutable {
+    asio::post(io_, [this, alive, done = std::move(done), status = std::move(status)] {
+      if (!*alive) return;
+      --writes_in_flight_;
+      if (!status) spdlog::error("storage: {}", status.error().message);
+      if (done) done(status);
+    });
+  });
+}
+
+void JobService::transition(Job& job, JobState to, const std::string& message, std::function<void(Status)> done) {
+  if (!schedulers::can_transition(job.state, to)) {
+    spdlog::error("job {}: refusing transition {} -> {}", job.row.id, schedulers::to_string(job.state),
+                  schedulers::to_string(to));
+    if (done) done(make_error(ErrorCode::internal, "invalid state transition"));
+    return;
+  }
+  job.state = to;
+  job.row.state = std::string(schedulers::to_string(to));
+  StoredEvent event{job.row.id, now_ms(), job.row.state, message};
+  job.events.push_back(event);
+  spdlog::info("job {} ({}): {}{}", job.row.id, job.row.name, job.row.state, message.empty() ? "" : ": " + message);
+  refresh_state_metrics();
+  persist(
+      [row = job.row, event](adapters::Database& db) -> Status {
+        if (auto s = db.update_job(row); !s) return s;
+        return db.insert_event(event);
+      },
+      std::move(done));
+}
+
+void JobService::refresh_state_metrics() {
+  std::map<std::string_view, double> counts;
+  for (const char* state : {"queued", "placed", "running", "throttled", "succeeded", "failed", "cancelled"})
+    counts[state] = 0;
+  for (const auto& [id, job] : jobs_) counts[schedulers::to_string(job->state)] += 1;
+  for (const auto& [state, count] : counts) metrics_.set_jobs_in_state(state, count);
+}
+
+Status JobService::check_runnable(const schedulers::JobSpec& spec) const {
+  const bool any_device = std::any_of(devices_.begin(), devices_.end(), [&](const Device& d) {
+    return schedulers::device_allowed(spec.constraints, d.name);
+  });
+  if (!any_device) {
+    std::string names;
+    for (const auto& d : devices_) names += (names.empty() ? "" : ", ") + d.name;
+    return invalid(fmt::format("constraints.devices matches no device of this node (it has: {})", names),
+                   "/constraints/devices");
+  }
+  if (spec.constraints.deadline && *spec.constraints.deadline <= now_ms())
+    return invalid("the deadline has already passed", "/constraints/deadline");
+
+  std::filesystem::path workdir = spec.run.workdir;
+  if (!workdir.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(workdir, ec))
+      return invalid(fmt::format("run.workdir {} does not exist or is not a directory", workdir.string()), "/run/workdir");
+    if (::access(workdir.c_str(), X_OK) != 0)
+      return invalid(fmt::format("run.workdir {} is not accessible to jouled", workdir.string()), "/run/workdir");
+  }
+  const std::string& program = spec.run.argv.front();
+  if (program.find('/') != std::string::npos) {
+    std::filesystem::path path = program;
+    if (path.is_relative()) path = (workdir.empty() ? job_directory("_") : workdir) / path;
+    if (workdir.empty() && std::filesystem::path(program).is_relative())
+      return invalid("a relative program path needs run.workdir", "/run/command/0");
+    if (!is_executable_file(path))
+      return invalid(fmt::format("program {} does not exist or is not executable", path.string()), "/run/command/0");
+    return {};
+  }
+  const auto env_path = spec.run.env.find("PATH");
+  const std::string search = env_path != spec.run.env.end() ? env_path->second : daemon_path();
+  std::size_t start = 0;
+  while (start <= search.size()) {
+    const auto end = search.find(':', start);
+    const std::string dir = search.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!dir.empty() && is_executable_file(std::filesystem::path(dir) / program)) return {};
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return invalid(fmt::format("program \"{}\" is not found in PATH ({})", program, search), "/run/command/0");
+}
+
+void JobService::submit(const json& body, Done done) {
+  auto spec = schedulers::parse_job_spec(body);
+  if (!spec) return done(spec.error());
+  if (auto runnable = check_runnable(*spec); !runnable) return done(runnable.error());
+  if (queue_.size() + submissions_in_flight_ >= options_.max_queued_jobs) {
+    return done(make_error(ErrorCode::too_many,
+                           fmt::format("{} jobs are already waiting (the limit is {}); retry later",
+                                       queue_.size() + submissions_in_flight_, options_.max_queued_jobs)));
+  }
+  auto job = std::make_unique<Job>();
+  static thread_local boost::uuids::random_generator make_uuid;
+  job->row.id = boost::uuids::to_string(make_uuid());
+  job->row.sequence = next_sequence_++;
+  job->row.name = spec->name.empty() ? fmt::format("job-{}", job->row.sequence) : spec->name;
+  job->row.spec_json = schedulers::to_json(*spec).dump();
+  job->row.state = "queued";
+  job->row.priority = spec->priority;
+  job->row.submitted_ms = now_ms();
+  job->spec = std::move(spec).value();
+  StoredEvent event{job->row.id, job->row.submitted_ms, "queued", "submitted"};
+  job->events.push_back(event);
+
+  ++submissions_in_flight_;
+  std::shared_ptr<Job> pending = std::move(job);
+  Write write = [row = pending->row, event](adapters::Database& db) -> Status {
+    if (auto s = db.insert_job(row); !s) return s;
+    return db.insert_event(event);
+  };
+  persist(std::move(write),
+      [this, job = std::move(pending), done = std::move(done)](Status status) mutable {
+        --submissions_in_flight_;
+        if (!status) {
+          return done(make_error(ErrorCode::unavailable,
+                                 fmt::format("the job could not be stored, so it was not accepted: {}",
+                                             status.error().message)));
+        }
+        const std::string id = job->row.id;
+        auto owned = std::make_unique<Job>(std::move(*job));
+        queue_.push(id, owned->row.priority, owned->row.sequence);
+        jobs_.emplace(id, std::move(owned));
+        metrics_.count_submission();
+        refresh_state_metrics();
+        spdlog::info("job {} ({}): accepted", id, jobs_.at(id)->row.name);
+        done(to_json(*jobs_.at(id), true));
+        schedule();
+      });
+}
+
+void JobService::schedule() {
+  if (!scheduling_) return;
+  for (auto& device : devices_) {
+    if (device.job) continue;
+    auto next = queue_.next([&](const std::string& id) {
+      return schedulers::device_allowed(jobs_.at(id)->spec.constraints, device.name);
+    });
+    if (!next) continue;
+    place(*jobs_.at(*next), device);
+  }
+}
+
+void JobService::place(Job& job, Device& device) {
+  queue_.erase(job.row.id);
+  device.job = job.row.id;
+  job.row.device = device.name;
+  // The placement is committed before the process starts: a crash in between leaves a
+  // "placed" job that no process ran, which recovery safely queues again.
+  transition(job, JobState::placed, fmt::format("placed on {}", device.name), [this, id = job.row.id](Status status) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return;
+    Job& placed = *it->second;
+    if (placed.cancel_requested) {
+      finish(placed, JobState::cancelled, "cancelled before it started", std::nullopt);
+      return;
+    }
+    if (!status) {
+      finish(placed, JobState::failed, "could not record the placement: " + status.error().message, std::nullopt);
+      return;
+    }
+    if (!scheduling_) return;  // shutting down: the next daemon finds it placed and queues it again
+    launch(id);
+  });
+}
+
+std::vector<std::string> JobService::job_environment(const Job& job, const std::string& device) const {
+  std::map<std::string, std::string> env;
+  // A small, predictable base: what programs need to run, plus the BLAS/OpenMP settings that
+  // decide how (and on some CPUs whether correctly) numerical code runs.
+  for (char** entry = environ; entry && *entry; ++entry) {
+    const std::string text = *entry;
+    const auto eq = text.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string name = text.substr(0, eq);
+    if (name == "PATH" || name == "HOME" || name == "USER" || name == "LOGNAME" || name == "LANG" ||
+        name == "LC_ALL" || name == "TZ" || name.rfind("OPENBLAS_", 0) == 0 || name.rfind("OMP_", 0) == 0 ||
+        name.rfind("MKL_", 0) == 0)
+      env[name] = text.substr(eq + 1);
+  }
+  if (!env.contains("PATH")) env["PATH"] = daemon_path();
+  // systemd removes the service's private /tmp when jouled stops, but jobs outlive it.
+  env["TMPDIR"] = (job_directory(job.row.id) / "tmp").string();
+  for (const auto& [name, value] : job.spec.run.env) env[name] = value;
+  env["JOULE_JOB_ID"] = job.row.id;
+  env["JOULE_DEVICE"] = device;
+  std::vector<std::string> out;
+  for (const auto& [name, value] : env) out.push_back(name + "=" + value);
+  return out;
+}
+
+void JobService::launch(const std::string& id) {
+  Job& job = *jobs_.at(id);
+  Device* device = find_device(job.row.device);
+  const auto dir = job_directory(id);
+  std::error_code ec;
+  std::filesystem::create_directories(dir / "tmp", ec);
+  if (ec) return finish(job, JobState::failed, fmt::format("cannot create {}: {}", dir.string(), ec.message()), std::nullopt);
+
+  adapters::LaunchSpec spec;
+  spec.argv = job.spec.run.argv;
+  spec.workdir = job.spec.run.workdir.empty() ? dir : std::filesystem::path(job.spec.run.workdir);
+  spec.env = job_environment(job, job.row.device);
+  spec.stdout_path = dir / "stdout.log";
+  spec.stderr_path = dir / "stderr.log";
+  spec.status_path = dir / "status";
+  spec.runner = options_.runner;
+  job.energy_at_start = device ? read_device_energy(*device) : std::nullopt;
+  auto process = adapters::launch_job(spec);
+  if (!process) return finish(job, JobState::failed, process.error().message, std::nullopt);
+  job.row.pid = process->pid;
+  job.row.pid_start_ticks = process->start_ticks;
+  job.row.boot_id = options_.boot_id;
+  job.row.started_ms = now_ms();
+  transition(job, JobState::running, fmt::format("started as process group {}", process->pid));
+  watch_exit(id);
+}
+
+void JobService::watch_exit(const std::string& id) {
+  Job& job = *jobs_.at(id);
+  auto pidfd = adapters::open_pidfd(static_cast<pid_t>(job.row.pid));
+  if (!pidfd) {
+    // Already gone (an adopted process that ended in between): handle it now.
+    asio::post(io_, [this, alive = alive_, id] {
+      if (*alive) on_exit(id);
+    });
+    return;
+  }
+  job.exit_watch = std::make_unique<asio::posix::stream_descriptor>(io_, *pidfd);
+  job.exit_watch->async_wait(asio::posix::stream_descriptor::wait_read,
+                             [this, alive = alive_, id](boost::system::error_code ec) {
+                               if (!*alive || ec == asio::error::operation_aborted) return;
+                               on_exit(id);
+                             });
+}
+
+void JobService::on_exit(const std::string& id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || schedulers::is_terminal(it->second->state)) return;
+  Job& job = *it->second;
+  job.exit_watch.reset();
+  if (job.kill_timer) job.kill_timer->cancel();
+  const auto runner_status = adapters::reap_child(static_cast<pid_t>(job.row.pid));
+  auto exit = adapters::read_status_file(job_directory(id) / "status");
+  if (!exit) exit = runner_status;  // the runner itself was killed (KILL after the grace period)
+  if (job.cancel_requested) {
+    finish(job, JobState::cancelled, exit ? "cancelled; the job ended with " + exit->describe() : "cancelled", exit);
+  } else if (!exit) {
+    finish(job, JobState::failed, "the job's process ended but left no exit status", std::nullopt);
+  } else if (exit->success()) {
+    finish(job, JobState::succeeded, "exit code 0", exit);
+  } else {
+    finish(job, JobState::failed, exit->describe(), exit);
+  }
+}
+
+void JobService::finish(Job& job, JobState state, const std::string& reason, std::optional<adapters::ExitStatus> exit) {
+  if (exit) job.row.exit_code = exit->signaled ? 128 + exit->value : exit->value;
+  job.row.reason = reason;
+  job.row.finished_ms = now_ms();
+  queue_.erase(job.row.id);
+  if (Device* device = find_device(job.row.device); device && job.row.started_ms) {
+    if (job.energy_at_start) {
+      if (auto end = read_device_energy(*device)) {
+        job.row.energy_joules = std::max(0.0, *end - *job.energy_at_start);
+        job.row.energy_source = std::string(device->meter->source());
+        metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
+      }
+    }
+  }
+  release_device(job);
+  if (job.kill_timer) job.kill_timer->cancel();
+  job.exit_watch.reset();
+  transition(job, state, reason);
+  schedule();
+}
+
+void JobService::release_device(Job& job) {
+  for (auto& device : devices_) {
+    if (device.job == job.row.id) device.job.reset();
+  }
+}
+
+void JobService::cancel(const std::string& id, Done done) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return done(make_error(ErrorCode::not_found, fmt::format("no job {}", id), "id"));
+  Job& job = *it->second;
+  if (schedulers::is_terminal(job.state)) {
+    return done(make_error(ErrorCode::conflict, fmt::format("job {} has already {}", id, job.row.state)));
+  }
+  if (job.state == JobState::queued) {
+    queue_.erase(id);
+    job.row.finished_ms = now_ms();
+    job.row.reason = "cancelled while queued";
+    transition(job, JobState::cancelled, job.row.reason, [this, id, done = std::move(done)](Status status) {
+      if (!status) return done(status.error());
+      done(to_json(*jobs_.at(id), true));
+    });
+    return;
+  }
+  if (!job.cancel_requested) {
+    job.cancel_requested = true;
+    job.events.push_back(StoredEvent{id, now_ms(), job.row.state, "cancel requested"});
+    if (job.state == JobState::running || job.state == JobState::throttled) {
+      const auto pgid = static_cast<pid_t>(job.row.pid);
+      (void)adapters::signal_process_group(pgid, SIGTERM);
+      (void)adapters::signal_process_group(pgid, SIGCONT);  // a stopped job must run to see TERM
+      job.kill_timer = std::make_unique<asio::steady_timer>(io_);
+      job.kill_timer->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(options_.kill_grace_seconds)));
+      job.kill_timer->async_wait([this, alive = alive_, id](boost::system::error_code ec) {
+        if (*alive && !ec) send_kill(id);
+      });
+    }
+  }
+  done(to_json(job, true));
+}
+
+void JobService::send_kill(const std::string& id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || schedulers::is_terminal(it->second->state)) return;
+  spdlog::warn("job {}: still running {} s after TERM; sending KILL", id, options_.kill_grace_seconds);
+  (void)adapters::signal_process_group(static_cast<pid_t>(it->second->row.pid), SIGKILL);
+}
+
+std::optional<double> JobService::read_device_energy(Device& device) {
+  auto reading = device.meter->read();
+  if (!reading) {
+    device.meter_error = reading.error().message;
+    return std::nullopt;
+  }
+  device.meter_error.reset();
+  return reading->value;
+}
+
+void JobService::sample_meters() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& device : devices_) {
+    const double before = device.energy_joules;
+    auto reading = device.meter->read();
+    const std::string source(device.meter->source());
+    if (!reading) {
+      if (device.meter_error != reading.error().message)
+        spdlog::warn("device {}: meter {} failed: {}", device.name, source, reading.error().message);
+      device.meter_error = reading.error().message;
+      continue;
+    }
+    device.meter_error.reset();
+    device.energy_joules = reading->value;
+    const double delta = device.energy_joules - before;
+    metrics_.add_device_energy(device.name, source, delta);
+    if (device.last_sample) {
+      const double seconds = std::chrono::duration<double>(now - *device.last_sample).count();
+      device.power_watts = seconds > 0 ? delta / seconds : 0.0;
+      metrics_.set_device_power(device.name, source, device.power_watts);
+    }
+    device.last_sample = now;
+  }
+}
+
+void JobService::stop_scheduling() {
+  scheduling_ = false;
+  for (auto& [id, job] : jobs_) {
+    if (job->kill_timer) job->kill_timer->cancel();
+    job->exit_watch.reset();
+  }
+}
+
+Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent> events) {
+  std::map<std::string, std::vector<StoredEvent>> history;
+  for (auto& event : events) history[event.job_id].push_back(std::move(event));
+  std::vector<std::string> to_reconcile;
+  for (auto& row : rows) {
+    auto job = std::make_unique<Job>();
+    auto state = schedulers::job_state_from_string(row.state);
+    if (!state) return make_error(ErrorCode::internal, fmt::format("job {} has unknown state {}", row.id, row.state));
+    json spec_json = json::parse(row.spec_json, nullptr, false);
+    auto spec = schedulers::parse_job_spec(spec_json);
+    if (!spec) {
+      return make_error(ErrorCode::internal,
+                        fmt::format("stored job {} no longer parses: {} at {}", row.id, spec.error().message, spec.error().where));
+    }
+    job->spec = std::move(spec).value();
+    job->state = *state;
+    job->events = std::move(history[row.id]);
+    next_sequence_ = std::max(next_sequence_, row.sequence + 1);
+    const std::string id = row.id;
+    job->row = std::move(row);
+    if (job->state == JobState::queued) queue_.push(id, job->row.priority, job->row.sequence);
+    if (!schedulers::is_terminal(job->state) && job->state != JobState::queued) to_reconcile.push_back(id);
+    jobs_.emplace(id, std::move(job));
+  }
+
+  for (const auto& id : to_reconcile) {
+    Job& job = *jobs_.at(id);
+    const auto status_path = job_directory(id) / "status";
+    std::optional<adapters::ProcessIdentity> process;
+    const adapters::ProcessIdentity stored{static_cast<pid_t>(job.row.pid), job.row.pid_start_ticks};
+    if (job.row.pid > 0 && job.row.boot_id == options_.boot_id && adapters::is_alive(stored, options_.proc_root))
+      process = stored;
+    else
+      process = adapters::find_job_runner(status_path, options_.proc_root);
+
+    if (process) {
+      Device* device = find_device(job.row.device);
+      if (!device || device->job) {
+        spdlog::error("job {}: its process {} lives but device {} is unavailable; cancelling it", id, process->pid,
+                      job.row.device);
+        job.row.pid = process->pid;
+        job.cancel_requested = true;
+        (void)adapters::signal_process_group(process->pid, SIGKILL);
+      }
+      if (device && !device->job) device->job = id;
+      job.row.pid = process->pid;
+      job.row.pid_start_ticks = process->start_ticks;
+      job.row.boot_id = options_.boot_id;
+      if (!job.row.started_ms) job.row.started_ms = now_ms();
+      job.energy_partial = true;
+      job.energy_at_start = device ? read_device_energy(*device) : std::nullopt;
+      const std::string note = fmt::format(
+          "adopted process group {} after a daemon restart; energy is metered from now on only", process->pid);
+      if (job.state == JobState::placed) transition(job, JobState::running, note);
+      else {
+        job.events.push_back(StoredEvent{id, now_ms(), job.row.state, note});
+        persist([event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
+        spdlog::info("job {}: {}", id, note);
+      }
+      watch_exit(id);
+    } else if (auto exit = adapters::read_status_file(status_path)) {
+      const std::string reason = fmt::format("{} (finished while jouled was down; energy not metered)", exit->describe());
+      if (job.state == JobState::placed) job.state = JobState::running;  // it did run
+      finish(job, exit->success() ? JobState::succeeded : JobState::failed, reason, exit);
+    } else if (job.state == JobState::placed) {
+      job.row.device.clear();
+      job.row.pid = 0;
+      transition(job, JobState::queued, "queued again: jouled stopped before starting it");
+      queue_.push(id, job.row.priority, job.row.sequence);
+    } else {
+      finish(job, JobState::failed,
+             "lost: its process was gone after a daemon restart and no exit status was recorded", std::nullopt);
+    }
+  }
+  refresh_state_metrics();
+  schedule();
+  return {};
+}
+
+Result<json> JobService::job(const std::string& id) const {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return make_error(ErrorCode::not_found, fmt::format("no job {}", id), "id");
+  return to_json(*it->second, true);
+}
+
+Result<json> JobService::jobs(const std::optional<std::string>& state, std::size_t limit) const {
+  if (state && !schedulers::job_state_from_string(*state)) {
+    return invalid(fmt::format("unknown state \"{}\"; use queued, placed, running, throttled, succeeded, failed or cancelled", *state),
+                   "state");
+  }
+  std::vector<const Job*> ordered;
+  for (const auto& [id, job] : jobs_) {
+    if (!state || job->row.state == *state) ordered.push_back(job.get());
+  }
+  std::sort(ordered.begin(), ordered.end(), [](const Job* a, const Job* b) { return a->row.sequence < b->row.sequence; });
+  json out = json::array();
+  for (const Job* job : ordered) {
+    if (out.size() >= limit) break;
+    out.push_back(to_json(*job, false));
+  }
+  return json{{"jobs", out}, {"total", ordered.size()}};
+}
+
+Result<std::filesystem::path> JobService::log_path(const std::string& id, const std::string& stream) const {
+  if (!jobs_.contains(id)) return make_error(ErrorCode::not_found, fmt::format("no job {}", id), "id");
+  if (stream != "stdout" && stream != "stderr")
+    return invalid("stream must be stdout or stderr", "stream");
+  return job_directory(id) / (stream + ".log");
+}
+
+json JobService::devices() const {
+  json out = json::array();
+  for (const auto& device : devices_) {
+    const std::string source(device.meter->source());
+    const bool measured = source != "modelled" && source != "simulated";
+    out.push_back({{"name", device.name},
+                   {"meter", {{"source", source}, {"measured", measured}, {"note", device.meter_note}}},
+                   {"energy_joules", device.energy_joules},
+                   {"power_watts", device.power_watts},
+                   {"meter_error", device.meter_error ? json(*device.meter_error) : json(nullptr)},
+                   {"job", device.job ? json(*device.job) : json(nullptr)},
+                   {"model", {{"state", "none"},
+                              {"samples", 0},
+                              {"note", "no energy model yet: probing and the estimator are not in this build"}}}});
+  }
+  return json{{"devices", out}};
+}
+
+json JobService::to_json(const Job& job, bool with_events) const {
+  const auto& row = job.row;
+  json energy = nullptr;
+  if (row.energy_joules) {
+    const bool measured = row.energy_source != "modelled" && row.energy_source != "simulated";
+    energy = {{"joules", *row.energy_joules},
+              {"source", row.energy_source},
+              {"measured", measured},
+              {"scope", "device energy over the job's run"},
+              {"partial", job.energy_partial}};
+  }
+  std::optional<double> seconds;
+  if (row.started_ms) seconds = static_cast<double>(row.finished_ms.value_or(now_ms()) - *row.started_ms) / 1000.0;
+  json out = {{"id", row.id},
+              {"name", row.name},
+              {"state", row.state},
+              {"priority", row.priority},
+              {"device", row.device.empty() ? json(nullptr) : json(row.device)},
+              {"submitted_at", schedulers::format_rfc3339(row.submitted_ms)},
+              {"started_at", optional_json(row.started_ms)},
+              {"finished_at", optional_json(row.finished_ms)},
+              {"seconds", seconds ? json(*seconds) : json(nullptr)},
+              {"exit_code", row.exit_code ? json(*row.exit_code) : json(nullptr)},
+              {"reason", row.reason},
+              {"energy", energy},
+              {"cancel_requested", job.cancel_requested},
+              {"estimate", nullptr}};
+  if (with_events) {
+    out["spec"] = json::parse(row.spec_json, nullptr, false);
+    json events = json::array();
+    for (const auto& event : job.events) {
+      events.push_back({{"at", schedulers::format_rfc3339(event.at_ms)}, {"state", event.state}, {"message", event.message}});
+    }
+    out["events"] = events;
+  }
+  return out;
+}
+
+}  // namespace joule::daemon

@@ -1,0 +1,79 @@
+#include "joule/daemon/metrics.hpp"
+
+#include <prometheus/text_serializer.h>
+
+#include <array>
+
+namespace joule::daemon {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      device_energy_(BuildCounter()
+                         .Name("joule_device_energy_joules_total")
+                         .Help("Energy of each device since jouled started, by meter source (modelled is not a measurement)")
+                         .Register(*registry_)),
+      device_power_(BuildGauge()
+                        .Name("joule_device_power_watts")
+                        .Help("Mean power of each device over the last meter interval, by meter source")
+                        .Register(*registry_)),
+      jobs_(BuildGauge().Name("joule_jobs").Help("Jobs known to this node, by state").Register(*registry_)),
+      submitted_(BuildCounter()
+                     .Name("joule_jobs_submitted_total")
+                     .Help("Jobs accepted by the API (durably stored before acknowledgement)")
+                     .Register(*registry_)),
+      job_energy_(BuildCounter()
+                      .Name("joule_job_energy_joules_total")
+                      .Help("Energy metered over finished jobs' runs, by device and meter source")
+                      .Register(*registry_)),
+      http_requests_(BuildCounter()
+                         .Name("joule_http_requests_total")
+                         .Help("HTTP requests answered, by route template and status code")
+                         .Register(*registry_)),
+      http_duration_(BuildHistogram()
+                         .Name("joule_http_request_duration_seconds")
+                         .Help("Time from a request's arrival to its response, commit included")
+                         .Register(*registry_)),
+      build_info_(BuildGauge().Name("joule_build_info").Help("Version of the running jouled").Register(*registry_)) {
+  for (const char* state : {"queued", "placed", "running", "throttled", "succeeded", "failed", "cancelled"}) {
+    jobs_.Add({{"state", state}}).Set(0);
+  }
+  submitted_.Add({});
+}
+
+std::string Metrics::serialize() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+void Metrics::add_device_energy(const std::string& device, const std::string& source, double joules) {
+  if (joules > 0.0) device_energy_.Add({{"device", device}, {"source", source}}).Increment(joules);
+  else device_energy_.Add({{"device", device}, {"source", source}});
+}
+
+void Metrics::set_device_power(const std::string& device, const std::string& source, double watts) {
+  device_power_.Add({{"device", device}, {"source", source}}).Set(watts);
+}
+
+void Metrics::set_jobs_in_state(std::string_view state, double count) {
+  jobs_.Add({{"state", std::string(state)}}).Set(count);
+}
+
+void Metrics::count_submission() { submitted_.Add({}).Increment(); }
+
+void Metrics::add_job_energy(const std::string& device, const std::string& source, double joules) {
+  if (joules > 0.0) job_energy_.Add({{"device", device}, {"source", source}}).Increment(joules);
+}
+
+void Metrics::observe_request(const std::string& route, unsigned status, double seconds) {
+  http_requests_.Add({{"route", route}, {"code", std::to_string(status)}}).Increment();
+  static const prometheus::Histogram::BucketBoundaries buckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                                   0.05,   0.1,   0.25,   0.5,   1.0,  2.5};
+  http_duration_.Add({{"route", route}}, buckets).Observe(seconds);
+}
+
+void Metrics::set_up_info(const std::string& version) { build_info_.Add({{"version", version}}).Set(1); }
+
+}  // namespace joule::daemon

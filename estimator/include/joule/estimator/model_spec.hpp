@@ -1,0 +1,57 @@
+#pragma once
+// Model specs and training configs: the JSON contract of ARCHITECTURE.md, parsed and checked.
+//
+// This stage checks structure (known layer types, argument types and ranges, a usable input);
+// shape inference and FLOPs counting build on it in the estimator proper.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "joule/common/result.hpp"
+
+namespace joule::estimator {
+
+/// One layer as the user wrote it: its torch.nn-like type and its arguments, kept verbatim.
+struct LayerSpec {
+  std::string type;
+  nlohmann::json args;  ///< the layer object without "type"
+};
+
+/// A network description: per-sample input shape, layers in order, and the loss.
+struct ModelSpec {
+  std::string name;
+  std::vector<std::int64_t> input_shape;
+  std::string input_dtype = "float";  ///< "float" or "token" (ids for an embedding)
+  std::vector<LayerSpec> layers;
+  std::string loss = "cross_entropy";
+};
+
+/// How the network is trained: what turns per-step energy into per-job energy.
+struct TrainingConfig {
+  std::int64_t batch_size = 32;
+  std::int64_t epochs = 1;
+  std::int64_t samples_per_epoch = 0;
+  std::string optimizer = "sgd";
+};
+
+/// The layer types of ARCHITECTURE.md, in the spelling users write.
+const std::vector<std::string>& known_layer_types();
+
+/// Parses and checks a model spec. `pointer` is the JSON pointer of `json` inside the request,
+/// so errors name the exact field (e.g. "/model/layers/3/out_channels").
+Result<ModelSpec> parse_model_spec(const nlohmann::json& json, const std::string& pointer);
+
+/// Parses and checks a training config; see parse_model_spec for `pointer`.
+Result<TrainingConfig> parse_training_config(const nlohmann::json& json,
+                                             const std::string& pointer);
+
+/// Training steps of a job: epochs × ceil(samples_per_epoch / batch_size).
+std::int64_t steps_of(const TrainingConfig& training);
+
+nlohmann::json to_json(const ModelSpec& spec);
+nlohmann::json to_json(const TrainingConfig& training);
+
+}  // namespace joule::estimator

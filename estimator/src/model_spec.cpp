@@ -1,0 +1,231 @@
+#include "joule/estimator/model_spec.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+namespace joule::estimator {
+namespace {
+
+using nlohmann::json;
+
+enum class ArgKind { positive_int, non_negative_int, boolean, probability, positive_number, output_mode };
+
+struct ArgRule {
+  ArgKind kind;
+  bool required;
+};
+
+// Arguments each layer type accepts; anything else is rejected so typos do not pass silently.
+const std::map<std::string, std::map<std::string, ArgRule>>& layer_rules() {
+  static const std::map<std::string, std::map<std::string, ArgRule>> rules = {
+      {"conv2d",
+       {{"out_channels", {ArgKind::positive_int, true}},
+        {"kernel_size", {ArgKind::positive_int, true}},
+        {"stride", {ArgKind::positive_int, false}},
+        {"padding", {ArgKind::non_negative_int, false}},
+        {"bias", {ArgKind::boolean, false}}}},
+      {"linear", {{"out_features", {ArgKind::positive_int, true}}, {"bias", {ArgKind::boolean, false}}}},
+      {"relu", {}},
+      {"gelu", {}},
+      {"tanh", {}},
+      {"sigmoid", {}},
+      {"maxpool2d",
+       {{"kernel_size", {ArgKind::positive_int, true}}, {"stride", {ArgKind::positive_int, false}}}},
+      {"avgpool2d",
+       {{"kernel_size", {ArgKind::positive_int, true}}, {"stride", {ArgKind::positive_int, false}}}},
+      {"batchnorm2d", {}},
+      {"layernorm", {}},
+      {"dropout", {{"p", {ArgKind::probability, false}}}},
+      {"flatten", {}},
+      {"embedding",
+       {{"num_embeddings", {ArgKind::positive_int, true}},
+        {"embedding_dim", {ArgKind::positive_int, true}}}},
+      {"lstm",
+       {{"hidden_size", {ArgKind::positive_int, true}},
+        {"num_layers", {ArgKind::positive_int, false}},
+        {"output", {ArgKind::output_mode, false}}}},
+      {"gru",
+       {{"hidden_size", {ArgKind::positive_int, true}},
+        {"num_layers", {ArgKind::positive_int, false}},
+        {"output", {ArgKind::output_mode, false}}}},
+      {"multihead_attention", {{"num_heads", {ArgKind::positive_int, true}}}},
+      {"transformer_encoder_layer",
+       {{"nhead", {ArgKind::positive_int, true}},
+        {"dim_feedforward", {ArgKind::positive_int, true}}}},
+  };
+  return rules;
+}
+
+Error invalid(std::string message, std::string where) {
+  return make_error(ErrorCode::invalid_argument, std::move(message), std::move(where));
+}
+
+std::optional<Error> check_arg(const json& value, ArgKind kind, const std::string& what,
+                               const std::string& where) {
+  switch (kind) {
+    case ArgKind::positive_int:
+      if (!value.is_number_integer() || value.get<std::int64_t>() < 1)
+        return invalid(fmt::format("{} must be an integer >= 1", what), where);
+      break;
+    case ArgKind::non_negative_int:
+      if (!value.is_number_integer() || value.get<std::int64_t>() < 0)
+        return invalid(fmt::format("{} must be an integer >= 0", what), where);
+      break;
+    case ArgKind::boolean:
+      if (!value.is_boolean()) return invalid(fmt::format("{} must be true or false", what), where);
+      break;
+    case ArgKind::probability:
+      if (!value.is_number() || value.get<double>() < 0.0 || value.get<double>() >= 1.0)
+        return invalid(fmt::format("{} must be a number in [0, 1)", what), where);
+      break;
+    case ArgKind::positive_number:
+      if (!value.is_number() || value.get<double>() <= 0.0)
+        return invalid(fmt::format("{} must be a number > 0", what), where);
+      break;
+    case ArgKind::output_mode:
+      if (!value.is_string() || (value != "last" && value != "sequence"))
+        return invalid(fmt::format("{} must be \"last\" or \"sequence\"", what), where);
+      break;
+  }
+  return std::nullopt;
+}
+
+Result<LayerSpec> parse_layer(const json& layer, std::size_t index, const std::string& where) {
+  if (!layer.is_object())
+    return invalid(fmt::format("layer {}: must be an object with a \"type\"", index), where);
+  const auto type_it = layer.find("type");
+  if (type_it == layer.end() || !type_it->is_string())
+    return invalid(fmt::format("layer {}: \"type\" is missing or not a string", index), where + "/type");
+  const std::string type = type_it->get<std::string>();
+  const auto& rules = layer_rules();
+  const auto rule_it = rules.find(type);
+  if (rule_it == rules.end())
+    return invalid(fmt::format("layer {}: unknown type \"{}\"", index, type), where + "/type");
+
+  LayerSpec spec{type, json::object()};
+  for (const auto& [key, value] : layer.items()) {
+    if (key == "type") continue;
+    const auto arg_it = rule_it->second.find(key);
+    if (arg_it == rule_it->second.end())
+      return invalid(fmt::format("layer {} {}: unknown argument \"{}\"", index, type, key),
+                     where + "/" + key);
+    if (auto error = check_arg(value, arg_it->second.kind,
+                               fmt::format("layer {} {}: {}", index, type, key), where + "/" + key))
+      return *error;
+    spec.args[key] = value;
+  }
+  for (const auto& [key, rule] : rule_it->second) {
+    if (rule.required && !spec.args.contains(key))
+      return invalid(fmt::format("layer {} {}: \"{}\" is required", index, type, key),
+                     where + "/" + key);
+  }
+  return spec;
+}
+
+}  // namespace
+
+const std::vector<std::string>& known_layer_types() {
+  static const std::vector<std::string> types = [] {
+    std::vector<std::string> names;
+    for (const auto& [name, rules] : layer_rules()) names.push_back(name);
+    return names;
+  }();
+  return types;
+}
+
+Result<ModelSpec> parse_model_spec(const json& model, const std::string& pointer) {
+  if (!model.is_object()) return invalid("model must be an object", pointer);
+  ModelSpec spec;
+  if (auto it = model.find("name"); it != model.end()) {
+    if (!it->is_string()) return invalid("model name must be a string", pointer + "/name");
+    spec.name = it->get<std::string>();
+  }
+  const auto input = model.find("input");
+  if (input == model.end() || !input->is_object())
+    return invalid("model input is missing; give {\"shape\": [...]}", pointer + "/input");
+  const auto shape = input->find("shape");
+  if (shape == input->end() || !shape->is_array() || shape->empty())
+    return invalid("input shape must be a non-empty array of integers", pointer + "/input/shape");
+  for (std::size_t i = 0; i < shape->size(); ++i) {
+    const auto& dim = (*shape)[i];
+    if (!dim.is_number_integer() || dim.get<std::int64_t>() < 1)
+      return invalid("input shape dimensions must be integers >= 1",
+                     fmt::format("{}/input/shape/{}", pointer, i));
+    spec.input_shape.push_back(dim.get<std::int64_t>());
+  }
+  if (auto it = input->find("dtype"); it != input->end()) {
+    if (!it->is_string() || (*it != "float" && *it != "token"))
+      return invalid("input dtype must be \"float\" or \"token\"", pointer + "/input/dtype");
+    spec.input_dtype = it->get<std::string>();
+  }
+  const auto layers = model.find("layers");
+  if (layers == model.end() || !layers->is_array() || layers->empty())
+    return invalid("layers must be a non-empty array", pointer + "/layers");
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    auto layer = parse_layer((*layers)[i], i, fmt::format("{}/layers/{}", pointer, i));
+    if (!layer) return layer.error();
+    spec.layers.push_back(std::move(layer).value());
+  }
+  if (auto it = model.find("loss"); it != model.end()) {
+    if (!it->is_string() || (*it != "cross_entropy" && *it != "mse"))
+      return invalid("loss must be \"cross_entropy\" or \"mse\"", pointer + "/loss");
+    spec.loss = it->get<std::string>();
+  }
+  return spec;
+}
+
+Result<TrainingConfig> parse_training_config(const json& training, const std::string& pointer) {
+  if (!training.is_object()) return invalid("training must be an object", pointer);
+  TrainingConfig config;
+  const std::map<std::string, std::int64_t*> counts = {
+      {"batch_size", &config.batch_size},
+      {"epochs", &config.epochs},
+      {"samples_per_epoch", &config.samples_per_epoch}};
+  for (const auto& [key, value] : training.items()) {
+    const std::string where = pointer + "/" + key;
+    if (auto it = counts.find(key); it != counts.end()) {
+      if (!value.is_number_integer() || value.get<std::int64_t>() < 1)
+        return invalid(fmt::format("training {} must be an integer >= 1", key), where);
+      *it->second = value.get<std::int64_t>();
+    } else if (key == "optimizer") {
+      if (!value.is_string() || (value != "sgd" && value != "adam"))
+        return invalid("training optimizer must be \"sgd\" or \"adam\"", where);
+      config.optimizer = value.get<std::string>();
+    } else {
+      return invalid(fmt::format("training: unknown field \"{}\"", key), where);
+    }
+  }
+  if (!training.contains("samples_per_epoch"))
+    return invalid("training samples_per_epoch is required", pointer + "/samples_per_epoch");
+  return config;
+}
+
+std::int64_t steps_of(const TrainingConfig& training) {
+  const std::int64_t per_epoch =
+      (training.samples_per_epoch + training.batch_size - 1) / training.batch_size;
+  return training.epochs * per_epoch;
+}
+
+json to_json(const ModelSpec& spec) {
+  json layers = json::array();
+  for (const auto& layer : spec.layers) {
+    json entry = layer.args;
+    entry["type"] = layer.type;
+    layers.push_back(std::move(entry));
+  }
+  json out = {{"input", {{"shape", spec.input_shape}}}, {"layers", layers}, {"loss", spec.loss}};
+  if (!spec.name.empty()) out["name"] = spec.name;
+  if (spec.input_dtype != "float") out["input"]["dtype"] = spec.input_dtype;
+  return out;
+}
+
+json to_json(const TrainingConfig& training) {
+  return {{"batch_size", training.batch_size},
+          {"epochs", training.epochs},
+          {"samples_per_epoch", training.samples_per_epoch},
+          {"optimizer", training.optimizer}};
+}
+
+}  // namespace joule::estimator

@@ -1,0 +1,72 @@
+#pragma once
+// Jobs: what a user submits (JobSpec, parsed and checked here), and the job's lifecycle state.
+// Pure logic: no file system, no clock. Checks that need the world (does the workdir exist?)
+// are the daemon's.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "joule/common/result.hpp"
+#include "joule/estimator/model_spec.hpp"
+#include "joule/schedulers/time_format.hpp"
+
+namespace joule::schedulers {
+
+/// The program a job runs: argv (no shell), an optional working directory, extra environment.
+struct RunCommand {
+  std::vector<std::string> argv;
+  std::string workdir;  ///< empty: the job's own directory under the state directory
+  std::map<std::string, std::string> env;
+};
+
+/// Where and by when a job may run.
+struct Constraints {
+  std::vector<std::string> devices;  ///< glob patterns ("cuda:*", "cpu"); empty: any device
+  std::optional<UnixMillis> deadline;
+  std::optional<double> max_energy_joules;
+};
+
+/// A job as submitted (POST /v1/jobs). The model spec is kept for estimation.
+struct JobSpec {
+  std::string name;
+  std::optional<estimator::ModelSpec> model;
+  std::optional<estimator::TrainingConfig> training;
+  RunCommand run;
+  Constraints constraints;
+  int priority = 0;  ///< higher runs first; equal priorities run in submission order
+};
+
+/// Limits a submission is checked against.
+struct JobLimits {
+  std::size_t max_argv = 4096;
+  std::size_t max_env = 1024;
+  std::size_t max_name_length = 256;
+  int max_abs_priority = 1000000;
+};
+
+/// Parses a submitted job. Every error names the field by JSON pointer.
+Result<JobSpec> parse_job_spec(const nlohmann::json& body, const JobLimits& limits = {});
+
+/// The canonical JSON form of a spec (what is stored and shown back).
+nlohmann::json to_json(const JobSpec& spec);
+
+/// Whether a device name ("cpu", "cuda:0") satisfies the job's device constraint.
+bool device_allowed(const Constraints& constraints, std::string_view device);
+
+/// queued → placed → running ⇄ throttled → succeeded | failed | cancelled.
+/// A placed or running job whose node is lost goes back to queued.
+enum class JobState { queued, placed, running, throttled, succeeded, failed, cancelled };
+
+std::string_view to_string(JobState state);
+std::optional<JobState> job_state_from_string(std::string_view text);
+bool is_terminal(JobState state);
+/// Whether the lifecycle allows going from `from` to `to`.
+bool can_transition(JobState from, JobState to);
+
+}  // namespace joule::schedulers

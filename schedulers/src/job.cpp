@@ -1,0 +1,194 @@
+#include "joule/schedulers/job.hpp"
+
+#include <fnmatch.h>
+
+#include <array>
+
+#include <fmt/format.h>
+
+namespace joule::schedulers {
+namespace {
+
+using nlohmann::json;
+
+Error invalid(std::string message, std::string where) {
+  return make_error(ErrorCode::invalid_argument, std::move(message), std::move(where));
+}
+
+Result<RunCommand> parse_run(const json& run, const JobLimits& limits) {
+  if (!run.is_object()) return invalid("run must be an object with a \"command\"", "/run");
+  if (run.contains("builtin"))
+    return invalid(
+        "run.builtin (training the spec with joule-worker) is not available in this version; "
+        "give run.command",
+        "/run/builtin");
+  RunCommand command;
+  for (const auto& [key, value] : run.items()) {
+    if (key != "command" && key != "workdir" && key != "env")
+      return invalid(fmt::format("run: unknown field \"{}\"", key), "/run/" + key);
+  }
+  const auto argv = run.find("command");
+  if (argv == run.end()) return invalid("run.command is required", "/run/command");
+  if (!argv->is_array()) return invalid("run.command must be an array of strings (argv)", "/run/command");
+  if (argv->empty()) return invalid("run.command is empty; give at least the program", "/run/command");
+  if (argv->size() > limits.max_argv)
+    return invalid(fmt::format("run.command has more than {} arguments", limits.max_argv), "/run/command");
+  for (std::size_t i = 0; i < argv->size(); ++i) {
+    const auto& arg = (*argv)[i];
+    const std::string where = fmt::format("/run/command/{}", i);
+    if (!arg.is_string()) return invalid("run.command entries must be strings", where);
+    const auto text = arg.get<std::string>();
+    if (text.find('\0') != std::string::npos) return invalid("argument contains a NUL byte", where);
+    if (i == 0 && text.empty()) return invalid("the program name is empty", where);
+    command.argv.push_back(text);
+  }
+  if (auto it = run.find("workdir"); it != run.end()) {
+    if (!it->is_string() || it->get<std::string>().empty() || it->get<std::string>()[0] != '/')
+      return invalid("run.workdir must be an absolute path", "/run/workdir");
+    command.workdir = it->get<std::string>();
+  }
+  if (auto it = run.find("env"); it != run.end()) {
+    if (!it->is_object()) return invalid("run.env must be an object of strings", "/run/env");
+    if (it->size() > limits.max_env)
+      return invalid(fmt::format("run.env has more than {} entries", limits.max_env), "/run/env");
+    for (const auto& [key, value] : it->items()) {
+      const std::string where = "/run/env/" + key;
+      if (key.empty() || key.find('=') != std::string::npos || key.find('\0') != std::string::npos)
+        return invalid("environment names must be non-empty, without '=' or NUL", where);
+      if (!value.is_string()) return invalid("environment values must be strings", where);
+      const auto text = value.get<std::string>();
+      if (text.find('\0') != std::string::npos) return invalid("value contains a NUL byte", where);
+      command.env[key] = text;
+    }
+  }
+  return command;
+}
+
+Result<Constraints> parse_constraints(const json& input) {
+  if (!input.is_object()) return invalid("constraints must be an object", "/constraints");
+  Constraints constraints;
+  for (const auto& [key, value] : input.items()) {
+    const std::string where = "/constraints/" + key;
+    if (key == "devices") {
+      if (!value.is_array()) return invalid("constraints.devices must be an array of patterns", where);
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        if (!value[i].is_string() || value[i].get<std::string>().empty())
+          return invalid("device patterns must be non-empty strings", fmt::format("{}/{}", where, i));
+        constraints.devices.push_back(value[i].get<std::string>());
+      }
+    } else if (key == "deadline") {
+      if (!value.is_string()) return invalid("deadline must be an RFC 3339 time string", where);
+      auto parsed = parse_rfc3339(value.get<std::string>());
+      if (!parsed)
+        return invalid("deadline is not an RFC 3339 time such as 2026-12-01T18:00:00Z", where);
+      constraints.deadline = *parsed;
+    } else if (key == "max_energy_joules") {
+      if (!value.is_number() || value.get<double>() <= 0.0)
+        return invalid("max_energy_joules must be a number > 0", where);
+      constraints.max_energy_joules = value.get<double>();
+    } else {
+      return invalid(fmt::format("constraints: unknown field \"{}\"", key), where);
+    }
+  }
+  return constraints;
+}
+
+constexpr std::array<std::string_view, 7> kStateNames = {
+    "queued", "placed", "running", "throttled", "succeeded", "failed", "cancelled"};
+
+}  // namespace
+
+Result<JobSpec> parse_job_spec(const json& body, const JobLimits& limits) {
+  if (!body.is_object()) return invalid("the job must be a JSON object", "");
+  JobSpec spec;
+  for (const auto& [key, value] : body.items()) {
+    if (key == "name") {
+      if (!value.is_string()) return invalid("name must be a string", "/name");
+      spec.name = value.get<std::string>();
+      if (spec.name.size() > limits.max_name_length)
+        return invalid(fmt::format("name is longer than {} characters", limits.max_name_length), "/name");
+    } else if (key == "model") {
+      auto model = estimator::parse_model_spec(value, "/model");
+      if (!model) return model.error();
+      spec.model = std::move(model).value();
+    } else if (key == "training") {
+      auto training = estimator::parse_training_config(value, "/training");
+      if (!training) return training.error();
+      spec.training = std::move(training).value();
+    } else if (key == "run") {
+      auto run = parse_run(value, limits);
+      if (!run) return run.error();
+      spec.run = std::move(run).value();
+    } else if (key == "constraints") {
+      auto constraints = parse_constraints(value);
+      if (!constraints) return constraints.error();
+      spec.constraints = std::move(constraints).value();
+    } else if (key == "priority") {
+      if (!value.is_number_integer() || value.get<std::int64_t>() > limits.max_abs_priority ||
+          value.get<std::int64_t>() < -limits.max_abs_priority)
+        return invalid(fmt::format("priority must be an integer within ±{}", limits.max_abs_priority),
+                       "/priority");
+      spec.priority = value.get<int>();
+    } else {
+      return invalid(fmt::format("unknown field \"{}\"", key), "/" + key);
+    }
+  }
+  if (!body.contains("run")) return invalid("run is required: {\"command\": [\"program\", ...]}", "/run");
+  if (spec.training && !spec.model)
+    return invalid("training is given without a model to train", "/model");
+  return spec;
+}
+
+json to_json(const JobSpec& spec) {
+  json run = {{"command", spec.run.argv}};
+  if (!spec.run.workdir.empty()) run["workdir"] = spec.run.workdir;
+  if (!spec.run.env.empty()) run["env"] = spec.run.env;
+  json constraints = json::object();
+  if (!spec.constraints.devices.empty()) constraints["devices"] = spec.constraints.devices;
+  if (spec.constraints.deadline) constraints["deadline"] = format_rfc3339(*spec.constraints.deadline);
+  if (spec.constraints.max_energy_joules)
+    constraints["max_energy_joules"] = *spec.constraints.max_energy_joules;
+  json out = {{"name", spec.name}, {"run", run}, {"constraints", constraints}, {"priority", spec.priority}};
+  if (spec.model) out["model"] = estimator::to_json(*spec.model);
+  if (spec.training) out["training"] = estimator::to_json(*spec.training);
+  return out;
+}
+
+bool device_allowed(const Constraints& constraints, std::string_view device) {
+  if (constraints.devices.empty()) return true;
+  const std::string name(device);
+  for (const auto& pattern : constraints.devices) {
+    if (::fnmatch(pattern.c_str(), name.c_str(), 0) == 0) return true;
+  }
+  return false;
+}
+
+std::string_view to_string(JobState state) { return kStateNames[static_cast<std::size_t>(state)]; }
+
+std::optional<JobState> job_state_from_string(std::string_view text) {
+  for (std::size_t i = 0; i < kStateNames.size(); ++i) {
+    if (kStateNames[i] == text) return static_cast<JobState>(i);
+  }
+  return std::nullopt;
+}
+
+bool is_terminal(JobState state) {
+  return state == JobState::succeeded || state == JobState::failed || state == JobState::cancelled;
+}
+
+bool can_transition(JobState from, JobState to) {
+  using S = JobState;
+  if (is_terminal(from)) return false;
+  switch (to) {
+    case S::queued: return from == S::placed || from == S::running || from == S::throttled;
+    case S::placed: return from == S::queued;
+    case S::running: return from == S::placed || from == S::throttled;
+    case S::throttled: return from == S::running;
+    case S::succeeded: return from == S::running || from == S::throttled;
+    case S::failed: return true;     // any live job can fail (spawn error, lost process)
+    case S::cancelled: return true;  // any live job can be cancelled
+  }
+  return false;
+}
+
+}  // namespace joule::schedulers
