@@ -1,0 +1,264 @@
+// joulectl: the command-line client of jouled's REST API.
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "joule/client/http_client.hpp"
+
+namespace {
+
+using nlohmann::json;
+using joule::client::HttpClient;
+
+struct Failure {
+  std::string message;
+};
+
+std::string hex(const unsigned char* data, std::size_t size) {
+  std::string out;
+  for (std::size_t i = 0; i < size; ++i) out += fmt::format("{:02x}", data[i]);
+  return out;
+}
+
+std::string sha256_hex(const std::string& text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_Digest(text.data(), text.size(), digest, &length, EVP_sha256(), nullptr);
+  return hex(digest, length);
+}
+
+// Turns an HTTP answer into JSON, or a Failure carrying the problem's detail and pointer.
+json expect_json(const joule::Result<joule::client::HttpReply>& reply) {
+  if (!reply) throw Failure{reply.error().message};
+  json body = json::parse(reply->body, nullptr, false);
+  if (reply->status >= 400) {
+    std::string message = body.is_object() && body.contains("detail") ? body["detail"].get<std::string>()
+                                                                      : fmt::format("HTTP {}", reply->status);
+    if (body.is_object() && body.contains("errors") && body["errors"].is_array() && !body["errors"].empty()) {
+      const auto& first = body["errors"][0];
+      if (first.contains("pointer")) message += fmt::format(" (at {})", first["pointer"].get<std::string>());
+    }
+    if (reply->status == 429 && reply->headers.contains("retry-after"))
+      message += fmt::format("; retry after {} s", reply->headers.at("retry-after"));
+    throw Failure{message};
+  }
+  if (body.is_discarded()) throw Failure{"jouled answered with something that is not JSON"};
+  return body;
+}
+
+std::string text_or(const json& value, const std::string& fallback = "-") {
+  if (value.is_null()) return fallback;
+  if (value.is_string()) return value.get<std::string>();
+  return value.dump();
+}
+
+std::string energy_text(const json& energy) {
+  if (energy.is_null()) return "-";
+  return fmt::format("{:.1f} J ({}{})", energy["joules"].get<double>(), energy["source"].get<std::string>(),
+                     energy["measured"].get<bool>() ? "" : ", not measured");
+}
+
+std::string seconds_text(const json& seconds) {
+  return seconds.is_null() ? "-" : fmt::format("{:.1f}", seconds.get<double>());
+}
+
+void print_jobs_table(const json& jobs) {
+  fmt::print("{:<36}  {:<20}  {:<10}  {:<6}  {:>9}  {}\n", "ID", "NAME", "STATE", "DEVICE", "SECONDS", "ENERGY");
+  for (const auto& job : jobs) {
+    std::string name = job["name"].get<std::string>();
+    if (name.size() > 20) name = name.substr(0, 19) + "~";
+    fmt::print("{:<36}  {:<20}  {:<10}  {:<6}  {:>9}  {}\n", job["id"].get<std::string>(), name,
+               job["state"].get<std::string>(), text_or(job["device"]), seconds_text(job["seconds"]),
+               energy_text(job["energy"]));
+  }
+}
+
+void print_job(const json& job) {
+  fmt::print("id:        {}\n", job["id"].get<std::string>());
+  fmt::print("name:      {}\n", job["name"].get<std::string>());
+  fmt::print("state:     {}{}\n", job["state"].get<std::string>(),
+             job["cancel_requested"].get<bool>() && job["state"] != "cancelled" ? " (cancel requested)" : "");
+  fmt::print("device:    {}\n", text_or(job["device"]));
+  fmt::print("submitted: {}\n", job["submitted_at"].get<std::string>());
+  fmt::print("started:   {}\n", text_or(job["started_at"]));
+  fmt::print("finished:  {}\n", text_or(job["finished_at"]));
+  fmt::print("seconds:   {}\n", seconds_text(job["seconds"]));
+  fmt::print("exit code: {}\n", text_or(job["exit_code"]));
+  if (!job["reason"].get<std::string>().empty()) fmt::print("reason:    {}\n", job["reason"].get<std::string>());
+  fmt::print("energy:    {}\n", energy_text(job["energy"]));
+  if (!job["energy"].is_null() && !job["energy"]["measured"].get<bool>())
+    fmt::print("           (a model's figure from CPU time, not a meter reading)\n");
+  fmt::print("estimate:  {}\n", job["estimate"].is_null() ? "none (the estimator is not in this version)" : job["estimate"].dump());
+  if (job.contains("events")) {
+    fmt::print("events:\n");
+    for (const auto& event : job["events"]) {
+      fmt::print("  {}  {:<10} {}\n", event["at"].get<std::string>(), event["state"].get<std::string>(),
+                 event["message"].get<std::string>());
+    }
+  }
+}
+
+std::string read_input(const std::string& file) {
+  std::stringstream text;
+  if (file == "-") {
+    text << std::cin.rdbuf();
+  } else {
+    std::ifstream in(file);
+    if (!in) throw Failure{fmt::format("cannot read {}", file)};
+    text << in.rdbuf();
+  }
+  return text.str();
+}
+
+bool is_terminal(const std::string& state) { return state == "succeeded" || state == "failed" || state == "cancelled"; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"joulectl: submit and watch training jobs on a jouled node"};
+  app.require_subcommand(1);
+  std::string server = std::getenv("JOULE_SERVER") ? std::getenv("JOULE_SERVER") : "http://127.0.0.1:8571";
+  std::string token = std::getenv("JOULE_TOKEN") ? std::getenv("JOULE_TOKEN") : "";
+  bool as_json = false;
+  app.add_option("--server", server, "jouled's URL (env JOULE_SERVER; default http://127.0.0.1:8571)");
+  app.add_option("--token", token, "API bearer token (env JOULE_TOKEN)");
+  app.add_flag("--json", as_json, "print the API's JSON instead of tables");
+
+  std::string file;
+  bool wait = false;
+  double wait_timeout = 0;
+  auto* submit = app.add_subcommand("submit", "submit a job file (JSON; - reads stdin)");
+  submit->add_option("FILE", file, "job JSON")->required();
+  submit->add_flag("--wait", wait, "wait until the job ends and print how it went");
+  submit->add_option("--timeout", wait_timeout, "with --wait: give up after this many seconds (0: never)");
+
+  std::string state;
+  std::size_t limit = 0;
+  auto* jobs = app.add_subcommand("jobs", "list jobs");
+  jobs->add_option("--state", state, "only jobs in this state");
+  jobs->add_option("--limit", limit, "at most this many");
+
+  std::string id;
+  auto* job = app.add_subcommand("job", "show one job with its history");
+  job->add_option("ID", id)->required();
+  auto* cancel = app.add_subcommand("cancel", "cancel a job (running ones get TERM, then KILL)");
+  cancel->add_option("ID", id)->required();
+  bool stderr_stream = false;
+  std::size_t tail = 0;
+  auto* logs = app.add_subcommand("logs", "print a job's output");
+  logs->add_option("ID", id)->required();
+  logs->add_flag("--stderr", stderr_stream, "standard error instead of standard output");
+  logs->add_option("--tail", tail, "only the last N bytes");
+  auto* devices = app.add_subcommand("devices", "devices of the node, their meters and power");
+  auto* token_cmd = app.add_subcommand("token", "API tokens");
+  token_cmd->require_subcommand(1);
+  auto* token_new = token_cmd->add_subcommand("new", "print a new random token and the config line with its hash");
+  auto* token_hash = token_cmd->add_subcommand("hash", "print the SHA-256 of a token read from stdin");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (token_new->parsed()) {
+      unsigned char bytes[32];
+      if (RAND_bytes(bytes, sizeof bytes) != 1) throw Failure{"no randomness available"};
+      const std::string fresh = hex(bytes, sizeof bytes);
+      fmt::print("token:  {}\nconfig: [auth] token_sha256 = [\"{}\"]\n", fresh, sha256_hex(fresh));
+      return 0;
+    }
+    if (token_hash->parsed()) {
+      std::string line;
+      std::getline(std::cin, line);
+      fmt::print("{}\n", sha256_hex(line));
+      return 0;
+    }
+    auto url = joule::client::parse_server_url(server);
+    if (!url) throw Failure{url.error().message};
+    const HttpClient client(*url, token);
+
+    if (submit->parsed()) {
+      const std::string text = read_input(file);
+      if (json::parse(text, nullptr, false).is_discarded()) throw Failure{fmt::format("{} is not valid JSON", file)};
+      json accepted = expect_json(client.request("POST", "/v1/jobs", text));
+      const std::string job_id = accepted["id"].get<std::string>();
+      if (!wait) {
+        if (as_json) fmt::print("{}\n", accepted.dump(2));
+        else fmt::print("submitted {} ({}): {}\n", job_id, accepted["name"].get<std::string>(), accepted["state"].get<std::string>());
+        return 0;
+      }
+      const auto started = std::chrono::steady_clock::now();
+      json current = accepted;
+      while (!is_terminal(current["state"].get<std::string>())) {
+        if (wait_timeout > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() > wait_timeout)
+          throw Failure{fmt::format("job {} is still {} after {} s", job_id, current["state"].get<std::string>(), wait_timeout)};
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        current = expect_json(client.request("GET", "/v1/jobs/" + job_id));
+      }
+      if (as_json) fmt::print("{}\n", current.dump(2));
+      else print_job(current);
+      return current["state"] == "succeeded" ? 0 : 1;
+    }
+    if (jobs->parsed()) {
+      std::string target = "/v1/jobs";
+      std::string sep = "?";
+      if (!state.empty()) { target += sep + "state=" + state; sep = "&"; }
+      if (limit > 0) target += sep + "limit=" + std::to_string(limit);
+      json listed = expect_json(client.request("GET", target));
+      if (as_json) fmt::print("{}\n", listed.dump(2));
+      else print_jobs_table(listed["jobs"]);
+      return 0;
+    }
+    if (job->parsed()) {
+      json shown = expect_json(client.request("GET", "/v1/jobs/" + id));
+      if (as_json) fmt::print("{}\n", shown.dump(2));
+      else print_job(shown);
+      return 0;
+    }
+    if (cancel->parsed()) {
+      json cancelled = expect_json(client.request("DELETE", "/v1/jobs/" + id));
+      if (as_json) fmt::print("{}\n", cancelled.dump(2));
+      else fmt::print("{}: {}\n", id, cancelled["state"] == "cancelled" ? "cancelled" : "cancel requested (TERM sent)");
+      return 0;
+    }
+    if (logs->parsed()) {
+      std::string target = "/v1/jobs/" + id + "/log?stream=" + (stderr_stream ? "stderr" : "stdout");
+      if (tail > 0) target += "&tail_bytes=" + std::to_string(tail);
+      auto reply = client.request("GET", target);
+      if (!reply) throw Failure{reply.error().message};
+      if (reply->status >= 400) expect_json(reply);
+      std::cout << reply->body << std::flush;
+      return 0;
+    }
+    if (devices->parsed()) {
+      json listed = expect_json(client.request("GET", "/v1/devices"));
+      if (as_json) {
+        fmt::print("{}\n", listed.dump(2));
+        return 0;
+      }
+      fmt::print("{:<8}  {:<10}  {:>9}  {:>12}  {:<36}  {}\n", "DEVICE", "METER", "POWER W", "ENERGY J", "JOB", "MODEL");
+      for (const auto& device : listed["devices"]) {
+        const auto& meter = device["meter"];
+        fmt::print("{:<8}  {:<10}  {:>9.1f}  {:>12.1f}  {:<36}  {}\n", device["name"].get<std::string>(),
+                   meter["source"].get<std::string>() + (meter["measured"].get<bool>() ? "" : "*"),
+                   device["power_watts"].get<double>(), device["energy_joules"].get<double>(),
+                   text_or(device["job"]), device["model"]["state"].get<std::string>());
+      }
+      fmt::print("* not a measurement: {}\n", listed["devices"].empty() ? "" : listed["devices"][0]["meter"]["note"].get<std::string>());
+      return 0;
+    }
+  } catch (const Failure& failure) {
+    fmt::print(stderr, "joulectl: {}\n", failure.message);
+    return 1;
+  }
+  return 0;
+}
