@@ -69,13 +69,14 @@ Result<ProcessIdentity> launch_job(const LaunchSpec& spec) {
 
   sigset_t all_signals;
   sigfillset(&all_signals);
-  sigset_t no_signals;
-  sigemptyset(&no_signals);
+  sigset_t held_signals;  // see job_runner_main: held until the command can receive them
+  sigemptyset(&held_signals);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&held_signals, sig);
   posix_spawnattr_setflags(&setup.attr,
                            POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   posix_spawnattr_setpgroup(&setup.attr, 0);
   posix_spawnattr_setsigdefault(&setup.attr, &all_signals);
-  posix_spawnattr_setsigmask(&setup.attr, &no_signals);
+  posix_spawnattr_setsigmask(&setup.attr, &held_signals);
 
   std::vector<std::string> args = {"joule-job-runner", "--job-runner", spec.status_path.string(), "--"};
   args.insert(args.end(), spec.argv.begin(), spec.argv.end());
@@ -161,23 +162,31 @@ int job_runner_main(int argc, char** argv) {
     return 2;
   }
   const std::filesystem::path status_path = argv[0];
-  // The runner outlives TERM so it can record how the command answered it; KILL still ends it.
-  std::signal(SIGTERM, SIG_IGN);
-  std::signal(SIGINT, SIG_IGN);
-  std::signal(SIGHUP, SIG_IGN);
+  // launch_job starts us with TERM, INT and HUP blocked, so one sent to the group before the
+  // command exists stays pending here instead of killing the runner; it is forwarded below.
+  sigset_t forwarded;
+  sigemptyset(&forwarded);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&forwarded, sig);
   const pid_t child = ::fork();
   if (child < 0) {
     std::fprintf(stderr, "joule: fork failed: %s\n", std::strerror(errno));
     return 127;
   }
   if (child == 0) {
-    std::signal(SIGTERM, SIG_DFL);  // ignored dispositions survive exec: restore them
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGHUP, SIG_DFL);
+    ::sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);
     ::execvp(argv[2], argv + 2);
     std::fprintf(stderr, "joule: cannot execute %s: %s\n", argv[2], std::strerror(errno));
     ::_exit(127);
   }
+  sigset_t pending;
+  sigemptyset(&pending);
+  ::sigpending(&pending);
+  // The runner outlives TERM so it can record how the command answered it; KILL still ends it.
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    std::signal(sig, SIG_IGN);  // discards the pending one: the command gets it instead
+    if (sigismember(&pending, sig)) ::kill(child, sig);
+  }
+  ::sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);
   int status = 0;
   while (::waitpid(child, &status, 0) < 0) {
     if (errno != EINTR) return 127;

@@ -255,6 +255,8 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
   }
 
   if (!check.problems_.empty()) {
+    std::stable_sort(check.problems_.begin(), check.problems_.end(),
+                     [](const ConfigProblem& a, const ConfigProblem& b) { return a.line < b.line; });
     std::string message;
     for (const auto& problem : check.problems_) {
       if (!message.empty()) message += '\n';
@@ -263,6 +265,8 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
     return make_error(ErrorCode::invalid_argument, message);
   }
   loaded.warnings = std::move(check.warnings_);
+  std::stable_sort(loaded.warnings.begin(), loaded.warnings.end(),
+                   [](const ConfigProblem& a, const ConfigProblem& b) { return a.line < b.line; });
   return loaded;
 }
 

@@ -1,0 +1,114 @@
+#include "joule/adapters/database.hpp"
+
+#include <sqlite3.h>
+
+#include <gtest/gtest.h>
+
+#include "temp_dir.hpp"
+
+using joule::adapters::Database;
+using joule::adapters::StoredEvent;
+using joule::adapters::StoredJob;
+using joule::testing::TempDir;
+
+namespace {
+
+StoredJob sample_job(const std::string& id, std::int64_t sequence) {
+  StoredJob job;
+  job.id = id;
+  job.sequence = sequence;
+  job.name = "name-" + id;
+  job.spec_json = R"({"run":{"command":["true"]}})";
+  job.state = "queued";
+  job.priority = 2;
+  job.submitted_ms = 1000 + sequence;
+  return job;
+}
+
+}  // namespace
+
+TEST(DatabaseTest, fresh_file_is_migrated_to_the_latest_schema_in_wal_mode) {
+  TempDir dir;
+  auto db = Database::open(dir / "jouled.db");
+  ASSERT_TRUE(db) << db.error().message;
+  EXPECT_EQ((*db)->schema_version(), Database::latest_schema_version());
+  sqlite3* raw = nullptr;
+  sqlite3_open((dir / "jouled.db").c_str(), &raw);
+  sqlite3_stmt* stmt = nullptr;
+  sqlite3_prepare_v2(raw, "PRAGMA journal_mode", -1, &stmt, nullptr);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), "wal");
+  sqlite3_finalize(stmt);
+  sqlite3_close(raw);
+}
+
+TEST(DatabaseTest, jobs_and_events_round_trip_across_reopen) {
+  TempDir dir;
+  {
+    auto db = Database::open(dir / "jouled.db");
+    ASSERT_TRUE(db);
+    StoredJob job = sample_job("a", 1);
+    ASSERT_TRUE((*db)->insert_job(job));
+    ASSERT_TRUE((*db)->insert_event(StoredEvent{"a", 1001, "queued", "submitted"}));
+    job.state = "succeeded";
+    job.exit_code = 0;
+    job.energy_joules = 12.5;
+    job.energy_source = "modelled";
+    job.started_ms = 1002;
+    job.finished_ms = 2002;
+    job.pid = 4242;
+    job.pid_start_ticks = 77;
+    ASSERT_TRUE((*db)->update_job(job));
+    ASSERT_TRUE((*db)->insert_job(sample_job("b", 2)));
+  }
+  auto db = Database::open(dir / "jouled.db");
+  ASSERT_TRUE(db);
+  auto jobs = (*db)->load_jobs();
+  ASSERT_TRUE(jobs);
+  ASSERT_EQ(jobs->size(), 2u);
+  const StoredJob& a = (*jobs)[0];
+  EXPECT_EQ(a.id, "a");
+  EXPECT_EQ(a.state, "succeeded");
+  EXPECT_EQ(a.exit_code, 0);
+  EXPECT_DOUBLE_EQ(*a.energy_joules, 12.5);
+  EXPECT_EQ(a.energy_source, "modelled");
+  EXPECT_EQ(a.finished_ms, 2002);
+  EXPECT_EQ(a.pid_start_ticks, 77u);
+  EXPECT_FALSE((*jobs)[1].exit_code);
+  auto events = (*db)->load_events();
+  ASSERT_TRUE(events);
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].message, "submitted");
+}
+
+TEST(DatabaseTest, duplicate_ids_and_unknown_updates_fail_cleanly) {
+  TempDir dir;
+  auto db = Database::open(dir / "jouled.db");
+  ASSERT_TRUE(db);
+  ASSERT_TRUE((*db)->insert_job(sample_job("a", 1)));
+  EXPECT_FALSE((*db)->insert_job(sample_job("a", 2)));
+  auto missing = (*db)->update_job(sample_job("zzz", 9));
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, joule::ErrorCode::not_found);
+}
+
+TEST(DatabaseTest, a_file_from_a_newer_jouled_is_refused) {
+  TempDir dir;
+  {
+    auto db = Database::open(dir / "jouled.db");
+    ASSERT_TRUE(db);
+  }
+  sqlite3* raw = nullptr;
+  sqlite3_open((dir / "jouled.db").c_str(), &raw);
+  sqlite3_exec(raw, "PRAGMA user_version = 999", nullptr, nullptr, nullptr);
+  sqlite3_close(raw);
+  auto db = Database::open(dir / "jouled.db");
+  ASSERT_FALSE(db);
+  EXPECT_NE(db.error().message.find("newer"), std::string::npos);
+}
+
+TEST(DatabaseTest, an_unopenable_path_says_which) {
+  auto db = Database::open("/nonexistent-dir/sub/jouled.db");
+  ASSERT_FALSE(db);
+  EXPECT_NE(db.error().message.find("/nonexistent-dir/sub/jouled.db"), std::string::npos);
+}

@@ -1,0 +1,156 @@
+#include "joule/adapters/job_process.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "temp_dir.hpp"
+
+using joule::adapters::LaunchSpec;
+using joule::testing::TempDir;
+
+namespace {
+
+LaunchSpec spec_in(const TempDir& dir, std::vector<std::string> argv) {
+  LaunchSpec spec;
+  spec.argv = std::move(argv);
+  spec.workdir = dir.path();
+  spec.env = {"PATH=/usr/bin:/bin", "GREETING=hello"};
+  spec.stdout_path = dir / "stdout.log";
+  spec.stderr_path = dir / "stderr.log";
+  spec.status_path = dir / "status";
+  spec.runner = JOULED_BINARY;
+  return spec;
+}
+
+// Waits for the process to end through its pidfd, as the daemon does.
+void wait_for_exit(pid_t pid) {
+  auto fd = joule::adapters::open_pidfd(pid);
+  ASSERT_TRUE(fd) << fd.error().message;
+  pollfd entry{*fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&entry, 1, 20000), 1);
+  ::close(*fd);
+}
+
+std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TEST(JobProcessTest, runs_in_workdir_with_env_and_records_exit_status) {
+  TempDir dir;
+  auto process = joule::adapters::launch_job(spec_in(dir, {"sh", "-c", "pwd; echo $GREETING; echo oops >&2; exit 3"}));
+  ASSERT_TRUE(process) << process.error().message;
+  EXPECT_GT(process->start_ticks, 0u);
+  wait_for_exit(process->pid);
+  auto runner = joule::adapters::reap_child(process->pid);
+  ASSERT_TRUE(runner);
+  EXPECT_EQ(runner->value, 3);
+  auto status = joule::adapters::read_status_file(dir / "status");
+  ASSERT_TRUE(status);
+  EXPECT_FALSE(status->signaled);
+  EXPECT_EQ(status->value, 3);
+  EXPECT_EQ(status->describe(), "exit code 3");
+  EXPECT_EQ(slurp(dir / "stdout.log"), dir.path().string() + "\nhello\n");
+  EXPECT_EQ(slurp(dir / "stderr.log"), "oops\n");
+}
+
+TEST(JobProcessTest, job_leads_its_own_process_group_and_group_signals_reach_the_command) {
+  TempDir dir;
+  auto process = joule::adapters::launch_job(spec_in(dir, {"sleep", "30"}));
+  ASSERT_TRUE(process);
+  EXPECT_EQ(::getpgid(process->pid), process->pid);
+  EXPECT_TRUE(joule::adapters::is_alive(*process));
+  ASSERT_TRUE(joule::adapters::signal_process_group(process->pid, SIGTERM));
+  wait_for_exit(process->pid);
+  (void)joule::adapters::reap_child(process->pid);
+  auto status = joule::adapters::read_status_file(dir / "status");
+  ASSERT_TRUE(status);  // the runner outlived TERM to record how the command ended
+  EXPECT_TRUE(status->signaled);
+  EXPECT_EQ(status->value, SIGTERM);
+  EXPECT_FALSE(joule::adapters::is_alive(*process));
+}
+
+TEST(JobProcessTest, a_missing_program_is_exit_127_with_a_message) {
+  TempDir dir;
+  auto process = joule::adapters::launch_job(spec_in(dir, {"no-such-program-xyz"}));
+  ASSERT_TRUE(process);
+  wait_for_exit(process->pid);
+  (void)joule::adapters::reap_child(process->pid);
+  EXPECT_EQ(joule::adapters::read_status_file(dir / "status")->value, 127);
+  EXPECT_NE(slurp(dir / "stderr.log").find("cannot execute no-such-program-xyz"), std::string::npos);
+}
+
+TEST(JobProcessTest, a_missing_workdir_fails_the_launch) {
+  TempDir dir;
+  auto spec = spec_in(dir, {"true"});
+  spec.workdir = dir / "absent";
+  auto process = joule::adapters::launch_job(spec);
+  ASSERT_FALSE(process);
+  EXPECT_NE(process.error().message.find("absent"), std::string::npos);
+}
+
+TEST(JobProcessTest, the_daemon_descriptors_are_not_inherited) {
+  TempDir dir;
+  // A descriptor without close-on-exec, like Asio's sockets.
+  const int leaked = ::open("/dev/null", O_RDONLY);
+  ASSERT_GE(leaked, 3);
+  auto process = joule::adapters::launch_job(spec_in(dir, {"sh", "-c", "ls /proc/self/fd"}));
+  ASSERT_TRUE(process);
+  wait_for_exit(process->pid);
+  (void)joule::adapters::reap_child(process->pid);
+  ::close(leaked);
+  std::istringstream fds(slurp(dir / "stdout.log"));
+  std::string fd;
+  while (fds >> fd) EXPECT_LE(std::stoi(fd), 3) << "descriptor " << fd << " leaked into the job";
+}
+
+TEST(JobProcessTest, a_runner_is_found_again_by_its_status_path) {
+  TempDir dir;
+  auto process = joule::adapters::launch_job(spec_in(dir, {"sleep", "30"}));
+  ASSERT_TRUE(process);
+  auto found = joule::adapters::find_job_runner(dir / "status");
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->pid, process->pid);
+  EXPECT_EQ(found->start_ticks, process->start_ticks);
+  EXPECT_FALSE(joule::adapters::find_job_runner(dir / "other-status"));
+  (void)joule::adapters::signal_process_group(process->pid, SIGKILL);
+  wait_for_exit(process->pid);
+  auto runner = joule::adapters::reap_child(process->pid);
+  ASSERT_TRUE(runner);
+  EXPECT_TRUE(runner->signaled);
+  EXPECT_EQ(runner->describe().rfind("killed by signal 9", 0), 0u);
+}
+
+TEST(JobProcessTest, process_identity_reads_fake_proc_stat) {
+  TempDir proc;
+  // The command name may hold spaces and parentheses; fields resume after the last ')'.
+  proc.write("4242/stat",
+             "4242 (my (odd) job) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 1 0 987654 1000 100 "
+             "18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n");
+  EXPECT_EQ(joule::adapters::process_start_ticks(4242, proc.path()), 987654u);
+  EXPECT_TRUE(joule::adapters::is_alive({4242, 987654}, proc.path()));
+  EXPECT_FALSE(joule::adapters::is_alive({4242, 987655}, proc.path()));  // pid reused
+  proc.write("4343/stat", "4343 (zombie) Z 1 4343 4343 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0\n");
+  EXPECT_FALSE(joule::adapters::process_start_ticks(4343, proc.path()));
+  EXPECT_FALSE(joule::adapters::process_start_ticks(1, proc.path()));
+}
+
+TEST(JobProcessTest, boot_id_comes_from_proc) {
+  TempDir proc;
+  proc.write("sys/kernel/random/boot_id", "0f5c7b3e-2f1d-4c9a-9d4e-1b2c3d4e5f60\n");
+  EXPECT_EQ(joule::adapters::read_boot_id(proc.path()), "0f5c7b3e-2f1d-4c9a-9d4e-1b2c3d4e5f60");
+  EXPECT_FALSE(joule::adapters::read_boot_id().empty());
+}

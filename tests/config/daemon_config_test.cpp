@@ -1,0 +1,101 @@
+#include "joule/config/daemon_config.hpp"
+
+#include <gtest/gtest.h>
+
+#include "temp_dir.hpp"
+
+using joule::config::parse_config;
+
+TEST(DaemonConfigTest, empty_file_keeps_the_embedded_defaults) {
+  auto loaded = parse_config("", "jouled.toml");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->config.server.host, "127.0.0.1");
+  EXPECT_EQ(loaded->config.server.port, 8571);
+  ASSERT_EQ(loaded->config.devices.size(), 1u);
+  EXPECT_EQ(loaded->config.devices[0].name, "cpu");
+  EXPECT_TRUE(loaded->warnings.empty());
+}
+
+TEST(DaemonConfigTest, the_shipped_example_is_valid) {
+  auto loaded = joule::config::load_config_file(std::filesystem::path(JOULE_SOURCE_DIR) / "config/jouled.toml");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_TRUE(loaded->warnings.empty());
+  EXPECT_EQ(loaded->config.source, std::string(JOULE_SOURCE_DIR) + "/config/jouled.toml");
+}
+
+TEST(DaemonConfigTest, values_are_read) {
+  auto loaded = parse_config(R"(
+[server]
+listen = "[::1]:9000"
+max_queued_jobs = 5
+[log]
+level = "debug"
+[[devices]]
+name = "cpu"
+meter = "modelled"
+idle_watts = 3.5
+watts_per_busy_core = 4
+[jobs]
+kill_grace_seconds = 0
+)", "jouled.toml");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->config.server.host, "::1");
+  EXPECT_EQ(loaded->config.server.port, 9000);
+  EXPECT_EQ(loaded->config.server.max_queued_jobs, 5u);
+  EXPECT_EQ(loaded->config.log_level, "debug");
+  EXPECT_DOUBLE_EQ(loaded->config.devices[0].idle_watts, 3.5);
+  EXPECT_DOUBLE_EQ(loaded->config.devices[0].watts_per_busy_core, 4.0);
+  EXPECT_DOUBLE_EQ(loaded->config.kill_grace_seconds, 0.0);
+}
+
+TEST(DaemonConfigTest, every_problem_is_reported_with_file_and_line) {
+  auto loaded = parse_config(R"([server]
+listen = "127.0.0.1"
+max_queued_jobs = -3
+[log]
+level = "loud"
+[auth]
+token_sha256 = ["my-secret-token"]
+)", "jouled.toml");
+  ASSERT_FALSE(loaded);
+  const std::string& message = loaded.error().message;
+  EXPECT_NE(message.find("jouled.toml:2: server.listen"), std::string::npos) << message;
+  EXPECT_NE(message.find("jouled.toml:3: server.max_queued_jobs"), std::string::npos) << message;
+  EXPECT_NE(message.find("jouled.toml:5: log.level"), std::string::npos) << message;
+  EXPECT_NE(message.find("jouled.toml:7: auth.token_sha256"), std::string::npos) << message;
+}
+
+TEST(DaemonConfigTest, syntax_errors_name_the_line) {
+  auto loaded = parse_config("[server]\nlisten = \n", "bad.toml");
+  ASSERT_FALSE(loaded);
+  EXPECT_EQ(loaded.error().message.rfind("bad.toml:2:", 0), 0u) << loaded.error().message;
+}
+
+TEST(DaemonConfigTest, unknown_keys_are_warnings_with_lines) {
+  auto loaded = parse_config("[server]\nlisten = \"127.0.0.1:1\"\nlisen = \"x\"\n[extra]\n", "jouled.toml");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  ASSERT_EQ(loaded->warnings.size(), 2u);
+  EXPECT_EQ(loaded->warnings[0].describe(), "jouled.toml:3: unknown key server.lisen (ignored)");
+  EXPECT_EQ(loaded->warnings[1].line, 4);
+}
+
+TEST(DaemonConfigTest, devices_other_than_cpu_are_refused_for_now) {
+  auto loaded = parse_config("[[devices]]\nname = \"cuda:0\"\n", "jouled.toml");
+  ASSERT_FALSE(loaded);
+  EXPECT_NE(loaded.error().message.find("cuda:0"), std::string::npos);
+}
+
+TEST(DaemonConfigTest, listen_addresses_and_loopback) {
+  using joule::config::is_loopback_host;
+  using joule::config::parse_listen_address;
+  EXPECT_EQ(parse_listen_address("localhost:80")->first, "127.0.0.1");
+  EXPECT_EQ(parse_listen_address("0.0.0.0:0")->second, 0);
+  EXPECT_FALSE(parse_listen_address("127.0.0.1:70000"));
+  EXPECT_FALSE(parse_listen_address("example.com:80"));
+  EXPECT_FALSE(parse_listen_address(":80"));
+  EXPECT_TRUE(is_loopback_host("127.0.0.1"));
+  EXPECT_TRUE(is_loopback_host("127.8.9.10"));
+  EXPECT_TRUE(is_loopback_host("::1"));
+  EXPECT_FALSE(is_loopback_host("0.0.0.0"));
+  EXPECT_FALSE(is_loopback_host("192.0.2.1"));
+}

@@ -1,0 +1,166 @@
+#include "joule/daemon/api.hpp"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <gtest/gtest.h>
+
+#include "joule/adapters/database.hpp"
+#include "joule/adapters/storage_writer.hpp"
+#include "temp_dir.hpp"
+
+namespace http = boost::beast::http;
+using joule::daemon::Api;
+using joule::daemon::HttpRequest;
+using joule::daemon::HttpResponse;
+using nlohmann::json;
+
+namespace {
+
+// A meter whose every read adds one joule: enough to see energy flow without hardware.
+class CountingMeter final : public joule::adapters::EnergyMeter {
+ public:
+  std::string_view source() const override { return "simulated"; }
+  joule::Result<joule::Joules> read() override { return joule::Joules{total_ += 1.0}; }
+
+ private:
+  double total_ = 0.0;
+};
+
+class ApiTest : public ::testing::Test {
+ protected:
+  ApiTest()
+      : writer_(std::move(joule::adapters::Database::open(dir_ / "jouled.db")).value()),
+        jobs_(io_, writer_, metrics_, devices(), options()),
+        api_(jobs_, metrics_) {
+    EXPECT_TRUE(jobs_.recover({}, {}));
+  }
+
+  static std::vector<joule::daemon::Device> devices() {
+    std::vector<joule::daemon::Device> out(1);
+    out[0].name = "cpu";
+    out[0].meter = std::make_unique<CountingMeter>();
+    return out;
+  }
+  joule::daemon::JobServiceOptions options() const {
+    joule::daemon::JobServiceOptions o;
+    o.state_directory = dir_.path();
+    o.runner = JOULED_BINARY;
+    o.max_queued_jobs = 2;
+    return o;
+  }
+
+  HttpResponse call(http::verb method, const std::string& target, const std::string& body = {},
+                    const std::string& token = {}) {
+    HttpRequest request{method, target, 11};
+    request.body() = body;
+    if (!token.empty()) request.set(http::field::authorization, "Bearer " + token);
+    std::optional<HttpResponse> response;
+    // Keeps run_for() waiting while a commit is on the storage thread.
+    auto busy = boost::asio::make_work_guard(io_);
+    api_.handle(std::move(request), [&](HttpResponse r) { response = std::move(r); });
+    // Commits come back through the io_context; run it until the reply arrives.
+    for (int i = 0; i < 2000 && !response; ++i) {
+      io_.run_for(std::chrono::milliseconds(5));
+      io_.restart();
+    }
+    EXPECT_TRUE(response) << "no reply to " << target;
+    return response.value_or(HttpResponse{});
+  }
+
+  static json body_of(const HttpResponse& response) { return json::parse(response.body(), nullptr, false); }
+
+  joule::testing::TempDir dir_;
+  boost::asio::io_context io_;
+  joule::adapters::StorageWriter writer_;
+  joule::daemon::Metrics metrics_;
+  joule::daemon::JobService jobs_;
+  Api api_;
+};
+
+}  // namespace
+
+TEST_F(ApiTest, health_and_readiness) {
+  EXPECT_EQ(call(http::verb::get, "/healthz").result_int(), 200u);
+  EXPECT_EQ(call(http::verb::get, "/readyz").result_int(), 503u);
+  api_.set_ready(true);
+  EXPECT_EQ(call(http::verb::get, "/readyz").result_int(), 200u);
+}
+
+TEST_F(ApiTest, metrics_are_the_text_exposition) {
+  auto response = call(http::verb::get, "/metrics");
+  EXPECT_EQ(response.result_int(), 200u);
+  EXPECT_EQ(response[http::field::content_type], "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_NE(response.body().find("joule_device_energy_joules_total{device=\"cpu\",source=\"simulated\"}"), std::string::npos);
+  EXPECT_NE(response.body().find("joule_jobs{state=\"queued\"} 0"), std::string::npos);
+}
+
+TEST_F(ApiTest, unknown_routes_and_wrong_methods) {
+  auto missing = call(http::verb::get, "/v1/nothing");
+  EXPECT_EQ(missing.result_int(), 404u);
+  EXPECT_EQ(missing[http::field::content_type], "application/problem+json");
+  auto wrong = call(http::verb::put, "/v1/jobs");
+  EXPECT_EQ(wrong.result_int(), 405u);
+  EXPECT_EQ(wrong[http::field::allow], "GET, POST");
+  EXPECT_EQ(call(http::verb::post, "/v1/estimate", "{}").result_int(), 501u);
+}
+
+TEST_F(ApiTest, malformed_json_says_where) {
+  auto response = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["true"]},)");
+  EXPECT_EQ(response.result_int(), 400u);
+  auto problem = body_of(response);
+  EXPECT_EQ(problem["status"], 400);
+  EXPECT_EQ(problem["type"], "urn:joule:problem:invalid-argument");
+  EXPECT_NE(problem["detail"].get<std::string>().find("malformed JSON at byte"), std::string::npos);
+}
+
+TEST_F(ApiTest, invalid_jobs_name_the_field_and_are_not_stored) {
+  auto response = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["true"], "workdir": "/no/such/dir"}})");
+  EXPECT_EQ(response.result_int(), 400u);
+  EXPECT_EQ(body_of(response)["errors"][0]["pointer"], "/run/workdir");
+  response = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["no-such-program-xyz"]}})");
+  EXPECT_EQ(body_of(response)["errors"][0]["pointer"], "/run/command/0");
+  response = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["true"]}, "constraints": {"devices": ["cuda:*"]}})");
+  EXPECT_EQ(body_of(response)["errors"][0]["pointer"], "/constraints/devices");
+  response = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["true"]}, "constraints": {"deadline": "2001-01-01T00:00:00Z"}})");
+  EXPECT_EQ(body_of(response)["errors"][0]["pointer"], "/constraints/deadline");
+  EXPECT_EQ(body_of(call(http::verb::get, "/v1/jobs"))["total"], 0);
+}
+
+TEST_F(ApiTest, accepted_job_has_location_and_is_listed) {
+  auto response = call(http::verb::post, "/v1/jobs", R"({"name": "x", "run": {"command": ["sleep", "5"]}})");
+  ASSERT_EQ(response.result_int(), 201u) << response.body();
+  const auto id = body_of(response)["id"].get<std::string>();
+  EXPECT_EQ(response[http::field::location], "/v1/jobs/" + id);
+  auto listed = body_of(call(http::verb::get, "/v1/jobs"));
+  EXPECT_EQ(listed["total"], 1);
+  EXPECT_EQ(listed["jobs"][0]["id"], id);
+  auto one = body_of(call(http::verb::get, "/v1/jobs/" + id));
+  EXPECT_EQ(one["events"][0]["message"], "submitted");
+  EXPECT_EQ(call(http::verb::get, "/v1/jobs?state=bogus").result_int(), 400u);
+  EXPECT_EQ(call(http::verb::get, "/v1/jobs?limit=0").result_int(), 400u);
+  EXPECT_EQ(call(http::verb::get, "/v1/jobs/does-not-exist").result_int(), 404u);
+  EXPECT_EQ(call(http::verb::delete_, "/v1/jobs/" + id).result_int(), 202u);  // running: TERM sent
+}
+
+TEST_F(ApiTest, a_full_queue_answers_429_with_retry_after) {
+  // Device busy with the first job; the limit of 2 waiting jobs is then reached.
+  ASSERT_EQ(call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["sleep", "5"]}})").result_int(), 201u);
+  ASSERT_EQ(call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["true"]}})").result_int(), 201u);
+  ASSERT_EQ(call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["true"]}})").result_int(), 201u);
+  auto refused = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["true"]}})");
+  EXPECT_EQ(refused.result_int(), 429u);
+  EXPECT_EQ(refused[http::field::retry_after], "10");
+  EXPECT_EQ(body_of(call(http::verb::get, "/v1/jobs"))["total"], 3);
+}
+
+TEST_F(ApiTest, tokens_guard_the_v1_routes_but_not_health) {
+  api_.set_token_hashes({joule::daemon::sha256_hex("s3cret")});
+  EXPECT_EQ(call(http::verb::get, "/v1/jobs").result_int(), 401u);
+  EXPECT_EQ(call(http::verb::get, "/v1/jobs", "", "wrong").result_int(), 401u);
+  EXPECT_EQ(call(http::verb::get, "/v1/jobs", "", "s3cret").result_int(), 200u);
+  EXPECT_EQ(call(http::verb::get, "/healthz").result_int(), 200u);
+}
+
+TEST(Sha256Test, matches_the_known_vector) {
+  EXPECT_EQ(joule::daemon::sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}

@@ -1,0 +1,104 @@
+#include "joule/estimator/model_spec.hpp"
+
+#include <gtest/gtest.h>
+
+using joule::estimator::parse_model_spec;
+using joule::estimator::parse_training_config;
+using nlohmann::json;
+
+namespace {
+
+json lenet() {
+  return json::parse(R"({
+    "name": "lenet5", "input": {"shape": [1, 28, 28]},
+    "layers": [
+      {"type": "conv2d", "out_channels": 6, "kernel_size": 5, "padding": 2}, {"type": "relu"},
+      {"type": "maxpool2d", "kernel_size": 2},
+      {"type": "conv2d", "out_channels": 16, "kernel_size": 5}, {"type": "relu"},
+      {"type": "maxpool2d", "kernel_size": 2}, {"type": "flatten"},
+      {"type": "linear", "out_features": 120}, {"type": "relu"},
+      {"type": "linear", "out_features": 84}, {"type": "relu"},
+      {"type": "linear", "out_features": 10}],
+    "loss": "cross_entropy"})");
+}
+
+}  // namespace
+
+TEST(ModelSpecTest, parses_the_architecture_example) {
+  auto spec = parse_model_spec(lenet(), "/model");
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->name, "lenet5");
+  EXPECT_EQ(spec->input_shape, (std::vector<std::int64_t>{1, 28, 28}));
+  ASSERT_EQ(spec->layers.size(), 12u);
+  EXPECT_EQ(spec->layers[0].type, "conv2d");
+  EXPECT_EQ(spec->layers[0].args["padding"], 2);
+  EXPECT_EQ(joule::estimator::to_json(*spec)["layers"][0]["out_channels"], 6);
+}
+
+TEST(ModelSpecTest, unknown_layer_type_names_index_and_pointer) {
+  json spec = lenet();
+  spec["layers"][3]["type"] = "conv3d";
+  auto parsed = parse_model_spec(spec, "/model");
+  ASSERT_FALSE(parsed);
+  EXPECT_EQ(parsed.error().where, "/model/layers/3/type");
+  EXPECT_NE(parsed.error().message.find("layer 3"), std::string::npos);
+  EXPECT_NE(parsed.error().message.find("conv3d"), std::string::npos);
+}
+
+TEST(ModelSpecTest, missing_required_argument_is_named) {
+  json spec = lenet();
+  spec["layers"][7].erase("out_features");
+  auto parsed = parse_model_spec(spec, "/model");
+  ASSERT_FALSE(parsed);
+  EXPECT_EQ(parsed.error().where, "/model/layers/7/out_features");
+}
+
+TEST(ModelSpecTest, wrong_argument_type_and_unknown_argument_are_rejected) {
+  json spec = lenet();
+  spec["layers"][0]["kernel_size"] = "5";
+  EXPECT_EQ(parse_model_spec(spec, "/model").error().where, "/model/layers/0/kernel_size");
+  spec = lenet();
+  spec["layers"][0]["kernel"] = 5;
+  EXPECT_EQ(parse_model_spec(spec, "/model").error().where, "/model/layers/0/kernel");
+  spec = lenet();
+  spec["layers"][1]["p"] = 1.5;  // relu takes no arguments
+  EXPECT_FALSE(parse_model_spec(spec, "/model"));
+}
+
+TEST(ModelSpecTest, input_shape_must_be_positive_integers) {
+  json spec = lenet();
+  spec["input"]["shape"] = json::array({1, 0, 28});
+  EXPECT_EQ(parse_model_spec(spec, "/model").error().where, "/model/input/shape/1");
+  spec["input"]["shape"] = json::array();
+  EXPECT_EQ(parse_model_spec(spec, "/model").error().where, "/model/input/shape");
+  spec.erase("input");
+  EXPECT_EQ(parse_model_spec(spec, "/model").error().where, "/model/input");
+}
+
+TEST(ModelSpecTest, token_inputs_and_sequence_layers_parse) {
+  auto spec = parse_model_spec(json::parse(R"({
+      "input": {"shape": [64], "dtype": "token"},
+      "layers": [{"type": "embedding", "num_embeddings": 1000, "embedding_dim": 32},
+                 {"type": "lstm", "hidden_size": 64, "output": "last"},
+                 {"type": "linear", "out_features": 2}]})"), "/model");
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->input_dtype, "token");
+  json bad = json::parse(R"({"input": {"shape": [64]}, "layers": [{"type": "gru", "hidden_size": 8, "output": "all"}]})");
+  EXPECT_EQ(parse_model_spec(bad, "/model").error().where, "/model/layers/0/output");
+}
+
+TEST(TrainingConfigTest, steps_round_up_partial_batches) {
+  auto training = parse_training_config(json::parse(R"({"batch_size": 64, "epochs": 5, "samples_per_epoch": 60000})"),
+                                        "/training");
+  ASSERT_TRUE(training);
+  EXPECT_EQ(joule::estimator::steps_of(*training), 5 * 938);
+}
+
+TEST(TrainingConfigTest, rejects_zero_batch_and_unknown_optimizer) {
+  EXPECT_EQ(parse_training_config(json::parse(R"({"batch_size": 0, "samples_per_epoch": 10})"), "/training").error().where,
+            "/training/batch_size");
+  EXPECT_EQ(parse_training_config(json::parse(R"({"optimizer": "lion", "samples_per_epoch": 10})"), "/training").error().where,
+            "/training/optimizer");
+  EXPECT_EQ(parse_training_config(json::parse(R"({"epochs": 1})"), "/training").error().where,
+            "/training/samples_per_epoch");
+}

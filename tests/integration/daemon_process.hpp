@@ -1,0 +1,79 @@
+#pragma once
+// The real jouled binary as a child process for integration tests: a temp state directory,
+// 127.0.0.1:0, a NOTIFY_SOCKET of the test's own that tells when it is ready and on which port.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "joule/client/http_client.hpp"
+
+namespace joule::testing {
+
+struct DaemonOptions {
+  std::string config_toml;              ///< written to a file and passed with --config when set
+  std::vector<std::string> extra_args;  ///< e.g. {"--listen", "0.0.0.0:0"}
+  std::map<std::string, std::string> env;
+  bool listen_loopback_any_port = true;  ///< adds --listen 127.0.0.1:0
+};
+
+class DaemonProcess {
+ public:
+  /// Uses (and on destruction removes) a new temp directory; `state_dir` keeps one across restarts.
+  explicit DaemonProcess(DaemonOptions options = {}, std::optional<std::filesystem::path> state_dir = std::nullopt);
+  ~DaemonProcess();
+  DaemonProcess(const DaemonProcess&) = delete;
+  DaemonProcess& operator=(const DaemonProcess&) = delete;
+
+  /// Starts jouled and waits for READY=1; false (with log() telling why) if it never came.
+  bool start(std::chrono::seconds timeout = std::chrono::seconds(15));
+  /// Sends a signal to jouled.
+  void signal(int signal) const;
+  /// Waits for jouled to exit; its exit code, or 128 + signal.
+  std::optional<int> wait_exit(std::chrono::seconds timeout = std::chrono::seconds(15));
+  bool running();
+
+  /// Notifications received so far (each a full sd_notify datagram).
+  std::vector<std::string> notifications();
+  /// Waits until a notification containing `text` arrives.
+  bool wait_notification(const std::string& text, std::chrono::milliseconds timeout);
+
+  std::uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  const std::filesystem::path& state_dir() const { return state_dir_; }
+  std::string log() const;
+  client::HttpClient client(const std::string& token = {}) const;
+
+  /// Convenience: a request whose JSON body is parsed (null when the body is not JSON).
+  std::pair<unsigned, nlohmann::json> call(const std::string& method, const std::string& target,
+                                           const std::string& body = {}) const;
+  /// Submits and returns the job id ("" when refused).
+  std::string submit(const nlohmann::json& job) const;
+  /// Polls GET /v1/jobs/{id} until its state is one of `states`; the last job JSON.
+  nlohmann::json wait_state(const std::string& id, const std::vector<std::string>& states,
+                            std::chrono::seconds timeout = std::chrono::seconds(30)) const;
+
+ private:
+  DaemonOptions options_;
+  std::filesystem::path work_dir_;
+  std::filesystem::path state_dir_;
+  bool owns_state_ = false;
+  int notify_fd_ = -1;
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+  std::uint16_t port_ = 0;
+  std::vector<std::string> received_;
+};
+
+/// Runs a program, returns (exit code, stdout+stderr).
+std::pair<int, std::string> run_program(const std::vector<std::string>& argv,
+                                        const std::map<std::string, std::string>& env = {});
+
+}  // namespace joule::testing

@@ -1,0 +1,142 @@
+// A job the API accepted is never lost, across kill -9 too; running jobs are reconciled.
+
+#include <signal.h>
+
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "daemon_process.hpp"
+
+using joule::testing::DaemonProcess;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string state_of(const json& job) { return job.is_object() ? job["state"].get<std::string>() : "<none>"; }
+
+bool has_event(const json& job, const std::string& text) {
+  for (const auto& event : job["events"])
+    if (event["message"].get<std::string>().find(text) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST(DurabilityTest, every_acknowledged_submission_survives_kill_9_exactly_once) {
+  auto state = std::filesystem::temp_directory_path() / ("joule-durability-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(state);
+  std::set<std::string> acknowledged;
+  {
+    DaemonProcess daemon({}, state);
+    ASSERT_TRUE(daemon.start()) << daemon.log();
+    std::mutex mutex;
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 8; ++c) {
+      clients.emplace_back([&, c] {
+        auto client = daemon.client();
+        for (int i = 0; !stop; ++i) {
+          const json body = {{"name", "c" + std::to_string(c) + "-" + std::to_string(i)}, {"run", {{"command", {"true"}}}}};
+          auto reply = client.request("POST", "/v1/jobs", body.dump());
+          if (!reply) continue;  // no answer: not acknowledged, may or may not be stored
+          if (reply->status == 201) {
+            std::lock_guard lock(mutex);
+            acknowledged.insert(json::parse(reply->body)["id"].get<std::string>());
+          }
+        }
+      });
+    }
+    std::this_thread::sleep_for(700ms);
+    daemon.signal(SIGKILL);
+    stop = true;
+    for (auto& client : clients) client.join();
+    EXPECT_EQ(daemon.wait_exit(), 128 + SIGKILL);
+  }
+  ASSERT_GT(acknowledged.size(), 20u);
+  DaemonProcess restarted({}, state);
+  ASSERT_TRUE(restarted.start()) << restarted.log();
+  auto [status, listed] = restarted.call("GET", "/v1/jobs?limit=1000000");
+  ASSERT_EQ(status, 200u);
+  std::multiset<std::string> stored;
+  for (const auto& job : listed["jobs"]) stored.insert(job["id"].get<std::string>());
+  for (const auto& id : acknowledged) EXPECT_EQ(stored.count(id), 1u) << "acknowledged job " << id << " is missing or doubled";
+  // Nothing stays placed or running without a process behind it: all of them finish.
+  const auto deadline = std::chrono::steady_clock::now() + 90s;
+  json succeeded;
+  while (std::chrono::steady_clock::now() < deadline) {
+    succeeded = restarted.call("GET", "/v1/jobs?state=succeeded&limit=1").second;
+    if (succeeded["total"] == listed["total"]) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(succeeded["total"], listed["total"]);
+  std::filesystem::remove_all(state);
+}
+
+TEST(DurabilityTest, a_running_job_is_adopted_after_kill_9_and_its_end_recorded) {
+  auto state = std::filesystem::temp_directory_path() / ("joule-adopt-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(state);
+  std::string id;
+  {
+    DaemonProcess daemon({}, state);
+    ASSERT_TRUE(daemon.start()) << daemon.log();
+    id = daemon.submit(json{{"run", {{"command", {"sh", "-c", "sleep 1.5; exit 3"}}}}});
+    ASSERT_EQ(state_of(daemon.wait_state(id, {"running"})), "running");
+    daemon.signal(SIGKILL);
+    daemon.wait_exit();
+  }
+  DaemonProcess restarted({}, state);
+  ASSERT_TRUE(restarted.start()) << restarted.log();
+  auto during = restarted.call("GET", "/v1/jobs/" + id).second;
+  EXPECT_EQ(state_of(during), "running") << during.dump(2);
+  EXPECT_TRUE(has_event(during, "adopted process group")) << during.dump(2);
+  auto done = restarted.wait_state(id, {"succeeded", "failed"});
+  EXPECT_EQ(state_of(done), "failed");
+  EXPECT_EQ(done["exit_code"], 3);  // the real exit status, read from the runner's status file
+  EXPECT_TRUE(done["energy"]["partial"].get<bool>());
+  std::filesystem::remove_all(state);
+}
+
+TEST(DurabilityTest, a_job_that_ended_while_the_daemon_was_down_gets_its_exit_status) {
+  auto state = std::filesystem::temp_directory_path() / ("joule-down-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(state);
+  std::string id;
+  {
+    DaemonProcess daemon({}, state);
+    ASSERT_TRUE(daemon.start()) << daemon.log();
+    id = daemon.submit(json{{"run", {{"command", {"sleep", "0.5"}}}}});
+    ASSERT_EQ(state_of(daemon.wait_state(id, {"running"})), "running");
+    daemon.signal(SIGKILL);
+    daemon.wait_exit();
+  }
+  std::this_thread::sleep_for(1500ms);
+  DaemonProcess restarted({}, state);
+  ASSERT_TRUE(restarted.start()) << restarted.log();
+  auto done = restarted.wait_state(id, {"succeeded", "failed"});
+  EXPECT_EQ(state_of(done), "succeeded") << done.dump(2);
+  EXPECT_NE(done["reason"].get<std::string>().find("while jouled was down"), std::string::npos);
+  EXPECT_TRUE(done["energy"].is_null());  // not metered: no number is invented
+  std::filesystem::remove_all(state);
+}
+
+TEST(DurabilityTest, sigterm_drains_and_exits_zero_leaving_jobs_to_the_next_daemon) {
+  auto state = std::filesystem::temp_directory_path() / ("joule-drain-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(state);
+  std::string id;
+  {
+    DaemonProcess daemon({}, state);
+    ASSERT_TRUE(daemon.start()) << daemon.log();
+    id = daemon.submit(json{{"run", {{"command", {"sleep", "1"}}}}});
+    ASSERT_EQ(state_of(daemon.wait_state(id, {"running"})), "running");
+    daemon.signal(SIGTERM);
+    EXPECT_EQ(daemon.wait_exit(), 0) << daemon.log();
+  }
+  DaemonProcess restarted({}, state);
+  ASSERT_TRUE(restarted.start()) << restarted.log();
+  EXPECT_EQ(state_of(restarted.wait_state(id, {"succeeded", "failed"})), "succeeded");
+  std::filesystem::remove_all(state);
+}

@@ -1,0 +1,115 @@
+#include "joule/schedulers/job.hpp"
+
+#include <gtest/gtest.h>
+
+using joule::schedulers::JobState;
+using joule::schedulers::parse_job_spec;
+using nlohmann::json;
+
+namespace {
+
+json minimal_job() { return json::parse(R"({"name": "t", "run": {"command": ["python3", "train.py"]}})"); }
+
+std::string error_pointer(const json& body) {
+  auto parsed = parse_job_spec(body);
+  return parsed ? "<accepted>" : parsed.error().where;
+}
+
+}  // namespace
+
+TEST(JobSpecTest, parses_the_architecture_example) {
+  auto spec = parse_job_spec(json::parse(R"({
+    "name": "lenet-mnist",
+    "model": {"input": {"shape": [1, 28, 28]}, "layers": [{"type": "flatten"}, {"type": "linear", "out_features": 10}],
+              "loss": "cross_entropy"},
+    "training": {"batch_size": 64, "epochs": 5, "samples_per_epoch": 60000},
+    "run": {"command": ["python3", "train.py"], "workdir": "/srv/lenet", "env": {"SEED": "1"}},
+    "constraints": {"devices": ["cuda:*", "cpu"], "deadline": "2026-12-01T18:00:00Z", "max_energy_joules": 500000},
+    "priority": 3})"));
+  ASSERT_TRUE(spec) << spec.error().message << " at " << spec.error().where;
+  EXPECT_EQ(spec->run.argv, (std::vector<std::string>{"python3", "train.py"}));
+  EXPECT_EQ(spec->run.env.at("SEED"), "1");
+  EXPECT_EQ(spec->priority, 3);
+  EXPECT_EQ(*spec->constraints.max_energy_joules, 500000);
+  ASSERT_TRUE(spec->constraints.deadline);
+  // The canonical form parses back to the same thing.
+  auto again = parse_job_spec(joule::schedulers::to_json(*spec));
+  ASSERT_TRUE(again);
+  EXPECT_EQ(joule::schedulers::to_json(*again), joule::schedulers::to_json(*spec));
+}
+
+TEST(JobSpecTest, every_bad_field_is_named_by_pointer) {
+  json body = minimal_job();
+  body["run"]["command"] = json::array();
+  EXPECT_EQ(error_pointer(body), "/run/command");
+  body["run"]["command"] = "python3 train.py";
+  EXPECT_EQ(error_pointer(body), "/run/command");
+  body["run"]["command"] = json::array({"python3", 7});
+  EXPECT_EQ(error_pointer(body), "/run/command/1");
+  body = minimal_job();
+  body["run"]["workdir"] = "relative/dir";
+  EXPECT_EQ(error_pointer(body), "/run/workdir");
+  body = minimal_job();
+  body["run"]["env"] = json{{"A", 1}};
+  EXPECT_EQ(error_pointer(body), "/run/env/A");
+  body = minimal_job();
+  body.erase("run");
+  EXPECT_EQ(error_pointer(body), "/run");
+  body = minimal_job();
+  body["priority"] = "high";
+  EXPECT_EQ(error_pointer(body), "/priority");
+  body = minimal_job();
+  body["constraints"] = json{{"deadline", "tomorrow"}};
+  EXPECT_EQ(error_pointer(body), "/constraints/deadline");
+  body = minimal_job();
+  body["constraints"] = json{{"max_energy_joules", -1}};
+  EXPECT_EQ(error_pointer(body), "/constraints/max_energy_joules");
+  body = minimal_job();
+  body["colour"] = "blue";
+  EXPECT_EQ(error_pointer(body), "/colour");
+  body = minimal_job();
+  body["model"] = json{{"input", {{"shape", {1}}}}, {"layers", {{{"type", "linear"}}}}};
+  EXPECT_EQ(error_pointer(body), "/model/layers/0/out_features");
+  EXPECT_EQ(error_pointer(json::array()), "");
+}
+
+TEST(JobSpecTest, builtin_runs_are_refused_with_a_reason) {
+  json body = minimal_job();
+  body["run"] = json{{"builtin", {{"eat", true}}}};
+  auto parsed = parse_job_spec(body);
+  ASSERT_FALSE(parsed);
+  EXPECT_EQ(parsed.error().where, "/run/builtin");
+}
+
+TEST(JobSpecTest, device_patterns_are_globs) {
+  joule::schedulers::Constraints constraints;
+  EXPECT_TRUE(joule::schedulers::device_allowed(constraints, "cpu"));
+  constraints.devices = {"cuda:*"};
+  EXPECT_TRUE(joule::schedulers::device_allowed(constraints, "cuda:1"));
+  EXPECT_FALSE(joule::schedulers::device_allowed(constraints, "cpu"));
+  constraints.devices = {"cuda:*", "cpu"};
+  EXPECT_TRUE(joule::schedulers::device_allowed(constraints, "cpu"));
+}
+
+TEST(JobStateTest, lifecycle_allows_only_the_documented_transitions) {
+  using joule::schedulers::can_transition;
+  EXPECT_TRUE(can_transition(JobState::queued, JobState::placed));
+  EXPECT_TRUE(can_transition(JobState::placed, JobState::running));
+  EXPECT_TRUE(can_transition(JobState::running, JobState::throttled));
+  EXPECT_TRUE(can_transition(JobState::throttled, JobState::running));
+  EXPECT_TRUE(can_transition(JobState::running, JobState::succeeded));
+  EXPECT_TRUE(can_transition(JobState::placed, JobState::queued));  // node lost
+  EXPECT_TRUE(can_transition(JobState::queued, JobState::cancelled));
+  EXPECT_FALSE(can_transition(JobState::queued, JobState::running));
+  EXPECT_FALSE(can_transition(JobState::queued, JobState::succeeded));
+  EXPECT_FALSE(can_transition(JobState::succeeded, JobState::failed));
+  EXPECT_FALSE(can_transition(JobState::cancelled, JobState::queued));
+}
+
+TEST(JobStateTest, names_round_trip) {
+  for (auto state : {JobState::queued, JobState::placed, JobState::running, JobState::throttled, JobState::succeeded,
+                     JobState::failed, JobState::cancelled}) {
+    EXPECT_EQ(joule::schedulers::job_state_from_string(joule::schedulers::to_string(state)), state);
+  }
+  EXPECT_FALSE(joule::schedulers::job_state_from_string("done"));
+}
