@@ -20,8 +20,9 @@ readonly JOULED=${1:-}
 readonly PROMETHEUS=${PROMETHEUS:-prometheus}
 readonly PROMTOOL=${PROMTOOL:-promtool}
 
-# Time limits, in seconds (generous for a slow, loaded 2-core CI machine; the sum stays
-# well under the ctest TIMEOUT of 180 so the EXIT trap always gets to run).
+# Time limits, in seconds: generous for a slow, loaded 2-core CI machine, yet the worst
+# case (every wait and every 10 s curl timing out) stays under ctest's TIMEOUT of 180,
+# so the EXIT trap gets to run. A passing run takes about 8 s.
 readonly START_TIMEOUT=10   # jouled prints its "listening on" line
 readonly JOB_TIMEOUT=30     # the job reaches "succeeded"
 readonly PROM_READY_TIMEOUT=20
@@ -46,6 +47,7 @@ fail() {
   echo "FAIL prometheus_scrape: $*" >&2
   log_tail "$JOULED_LOG" "jouled log"
   log_tail "$PROM_LOG" "prometheus log"
+  [[ -n $TMP ]] && log_tail "$TMP/curl.err" "curl errors"
   exit 1
 }
 
@@ -124,7 +126,7 @@ s.close()'
 http() { # METHOD URL OUTFILE [curl args...]
   local method=$1 url=$2 out=$3
   shift 3
-  curl -sS --max-time 10 -o "$out" -w '%{http_code}' -X "$method" "$@" "$url" 2>>"$TMP/curl.err" ||
+  curl -sS --noproxy '*' --max-time 10 -o "$out" -w '%{http_code}' -X "$method" "$@" "$url" 2>>"$TMP/curl.err" ||
     echo "000"
 }
 
@@ -239,7 +241,7 @@ for attempt in 1 2 3; do
       PROM_PID=""
       break
     fi
-    if [[ $(curl -s --max-time 2 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$prom_port/-/ready" 2>/dev/null) == 200 ]]; then
+    if [[ $(curl -s --noproxy '*' --max-time 2 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$prom_port/-/ready" 2>/dev/null) == 200 ]]; then
       ready=1
       break
     fi
@@ -252,8 +254,8 @@ for attempt in 1 2 3; do
   if [[ -z $PROM_PID ]] && grep -qi 'address already in use' "$PROM_LOG"; then
     continue # lost the port race; try another
   fi
-  [[ -n $PROM_PID ]] && fail "prometheus not ready on 127.0.0.1:$prom_port after ${PROM_READY_TIMEOUT}s"
-  fail "prometheus exited during startup"
+  [[ -n $PROM_PID ]] && fail "prometheus (attempt $attempt) not ready on 127.0.0.1:$prom_port after ${PROM_READY_TIMEOUT}s"
+  fail "prometheus (attempt $attempt) exited during startup"
 done
 [[ -n $PROM_URL ]] || fail "prometheus could not bind a free loopback port in 3 attempts"
 
@@ -278,10 +280,14 @@ checks = [
      lambda v: len(v) >= 1 and sum(v) > 0, "at least one series, sum > 0"),
 ]
 
+# Loopback only: ignore any http_proxy/https_proxy in the environment.
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
 def query(q):
     url = prom + "/api/v1/query?" + urllib.parse.urlencode({"query": q})
+    wait = max(0.5, min(3.0, deadline - time.monotonic()))  # bounded overshoot
     try:
-        with urllib.request.urlopen(url, timeout=5) as r:
+        with opener.open(url, timeout=wait) as r:
             raw = r.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as e:
         return None, "HTTP %d: %s" % (e.code, e.read().decode("utf-8", "replace")[:2000])

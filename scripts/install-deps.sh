@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs everything Joule needs to build, run and test, from Debian 12's own packages.
+# Idempotent: does nothing when all packages are already there. Needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  # build
+  build-essential cmake ninja-build pkg-config
+  # libraries (all from Debian; nothing is downloaded at build time)
+  libboost-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev libtomlplusplus-dev
+  prometheus-cpp-dev libsystemd-dev libsqlite3-dev libssl-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  prometheus  # the real server the metrics test scrapes with, and promtool
+  systemd     # systemd-analyze for the unit checks (systemd need not be running)
+  procps curl python3
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+SUDO=
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: run as root (missing: ${missing[*]})" >&2; exit 1; }
+  SUDO=sudo
+fi
+echo "install-deps: installing ${missing[*]}"
+# Installing the prometheus package would also start a Prometheus server on :9090; the tests
+# start their own on a free loopback port, so keep package scripts from starting services.
+created_policy=0
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+  $SUDO chmod +x /usr/sbin/policy-rc.d
+  created_policy=1
+fi
+trap '[ $created_policy = 1 ] && $SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
