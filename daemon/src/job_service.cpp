@@ -385,6 +385,7 @@ void JobService::cancel(const std::string& id, Done done) {
   if (!job.cancel_requested) {
     job.cancel_requested = true;
     job.events.push_back(StoredEvent{id, now_ms(), job.row.state, "cancel requested"});
+    persist([event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
     if (job.state == JobState::running || job.state == JobState::throttled) {
       const auto pgid = static_cast<pid_t>(job.row.pid);
       (void)adapters::signal_process_group(pgid, SIGTERM);
