@@ -26,6 +26,7 @@ idle_seconds=20      # seconds per idle CPU sample
 limit=540            # the whole run, seconds
 keep=0
 fresh_state=0
+wait_quiet=0         # seconds to wait for other processes to leave the CPUs alone, per phase
 jouled=${JOULED:-$top/build/daemon/jouled}
 joulectl=${JOULECTL:-$top/build/cli/joulectl}
 log_level=info
@@ -46,6 +47,8 @@ Options:
   --fresh-state-per-run
                    start each wrk POST run on a new jouled with an empty state (by default one
                    jouled serves every run, so later runs meet a bigger state)
+  --wait-quiet S   before the jouled and the Slurm phases, wait up to S s for the machine to be
+                   quiet (other processes under 10% of it); on a shared machine
   --keep           keep the temp dir (state, logs, Slurm config) for inspection
 EOF
 }
@@ -61,6 +64,7 @@ while (($#)); do
     --log-level) log_level=$2; shift ;;
     --keep) keep=1 ;;
     --fresh-state-per-run) fresh_state=1 ;;
+    --wait-quiet) wait_quiet=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown argument: $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -107,7 +111,11 @@ cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   local pid
-  for pid in "${background_pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  local live; live=" $(jobs -p | tr '\n' ' ') "
+  t_cleanup=$EPOCHREALTIME
+  # Only PIDs that are still this shell's running jobs: a finished one's PID may belong to
+  # someone else by now.
+  for pid in "${background_pids[@]}"; do [[ $live == *" $pid "* ]] && kill -TERM "$pid" 2>/dev/null; done
   # As stop_jouled, without asking jouled anything.
   if [ -n "$blocker_pgid" ]; then kill -KILL -- "-$blocker_pgid" 2>/dev/null; sleep 0.5; fi
   stop_pid "$jouled_pid" jouled
@@ -117,11 +125,20 @@ cleanup() {
   if ((policy_rc_created)); then rm -f /usr/sbin/policy-rc.d; fi
   [ -n "$watchdog_pid" ] && kill -TERM "$watchdog_pid" 2>/dev/null
   if ((keep)); then echo "kept: $tmp" >&2; else rm -rf "$tmp"; fi
+  say "cleaned up in $(awk -v a="$t_cleanup" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b - a}') s"
   exit "$rc"
 }
 trap cleanup EXIT
 trap 'say "interrupted"; exit 130' INT
 trap 'say "stopped (time limit or TERM)"; exit 143' TERM
+
+# Run copies of the binaries: a rebuild during the run (ninja replaces the files) must not
+# change what is measured half-way.
+mkdir -p "$tmp/bin"
+jouled_source=$jouled
+cp "$jouled" "$tmp/bin/jouled" && jouled=$tmp/bin/jouled
+jouled_sha=$(sha256sum "$jouled" | cut -c1-12)
+if [ -n "$joulectl" ]; then cp "$joulectl" "$tmp/bin/joulectl" && joulectl=$tmp/bin/joulectl; fi
 
 # The watchdog: the whole run is bounded even if something hangs.
 (
@@ -145,27 +162,46 @@ status_kib() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
 # busy and total jiffies of the whole machine (all CPUs), from /proc/stat
 machine_jiffies() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= 9; i++) t += $i; print t - $5 - $6, t}' /proc/stat; }
 
+# CPU ticks of everything this benchmark runs: this shell with its reaped children
+# (cutime/cstime: wrk, the CLI loops, sbatch) plus the daemons it started that still run.
+our_ticks() {
+  local t p
+  t=$(sed 's/^.*) //' "/proc/$$/stat" | awk '{print $12 + $13 + $14 + $15}')
+  for p in $jouled_pid $munged_pid $slurmctld_pid $slurmd_pid; do
+    [ -r "/proc/$p/stat" ] && t=$((t + $(cpu_ticks "$p")))
+  done
+  echo "$t"
+}
+
+# window_start / window_others: how much of the machine (% of all CPUs) processes other than
+# this benchmark's used in between: other people's builds and tests make a run unreliable.
+window_start() { win_m0=$(machine_jiffies); win_o0=$(our_ticks); }
+window_others() {
+  local m1 o1
+  m1=$(machine_jiffies); o1=$(our_ticks)
+  awk -v m0="$win_m0" -v m1="$m1" -v o0="$win_o0" -v o1="$o1" 'BEGIN{split(m0, x, " "); split(m1, y, " ")
+    v = 100 * ((y[1] - x[1]) - (o1 - o0)) / (y[2] - x[2]); if (v < 0) v = 0; printf "%.0f", v}'
+}
+
 # idle_sample PID...: CPU % of one core over idle_seconds, and VmRSS/VmHWM at the end, summed
-# over the PIDs; and how busy the whole machine was meanwhile (% of all CPUs: other work).
+# over the PIDs; and how much of the machine other processes used meanwhile (% of all CPUs).
 # Prints "cpu_pct rss_kib hwm_kib machine_busy_pct".
 idle_sample() {
   local pids=("$@") t0 t1 w0 w1 p
   sleep 2  # let start-up or the last requests settle
-  local m0 m1
-  m0=$(machine_jiffies)
+  window_start
   t0=0; for p in "${pids[@]}"; do t0=$((t0 + $(cpu_ticks "$p"))); done
   w0=$EPOCHREALTIME
   sleep "$idle_seconds"
   t1=0; for p in "${pids[@]}"; do t1=$((t1 + $(cpu_ticks "$p"))); done
   w1=$EPOCHREALTIME
-  m1=$(machine_jiffies)
+  local others; others=$(window_others)
   local rss=0 hwm=0
   for p in "${pids[@]}"; do
     rss=$((rss + $(status_kib "$p" VmRSS))); hwm=$((hwm + $(status_kib "$p" VmHWM)))
   done
-  awk -v d=$((t1 - t0)) -v hz="$clk_tck" -v a="$w0" -v b="$w1" -v r="$rss" -v h="$hwm" -v m0="$m0" -v m1="$m1" \
-    'BEGIN{split(m0, x, " "); split(m1, y, " ")
-           printf "%.2f %d %d %.1f\n", 100 * d / hz / (b - a), r, h, 100 * (y[1] - x[1]) / (y[2] - x[2])}'
+  awk -v d=$((t1 - t0)) -v hz="$clk_tck" -v a="$w0" -v b="$w1" -v r="$rss" -v h="$hwm" -v o="$others" \
+    'BEGIN{printf "%.2f %d %d %s\n", 100 * d / hz / (b - a), r, h, o}'
 }
 
 # percentiles FILE: "p50 p99 count" of the numbers in FILE (one a line), nearest-rank.
@@ -205,6 +241,7 @@ cli_bench() {
     pids+=($!); background_pids+=($!)
   done
   for i in "${pids[@]}"; do wait "$i"; done
+  background_pids=()
   w1=$(now_us)
   cat "$tmp/$name".[0-9] >"$tmp/$name.all" 2>/dev/null
   awk '$1 == 0 {printf "%.3f\n", $2 / 1000}' "$tmp/$name.all" >"$tmp/$name.ok"
@@ -222,7 +259,35 @@ cli_bench() {
 
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $2"; }  # field KEY "RESULT k=v ..."
 
-rows=()        # the final table: "label|rate|p50|p99|bad|note"
+rows=()        # the final table: "label|rate|p50|p99|bad|others|note"
+noisy_limit=10 # others' CPU use (% of the machine) above which a run is flagged
+add_row() {
+  rows+=("$1")
+  local label others
+  label=${1%%|*}; others=$(cut -d'|' -f6 <<<"$1")
+  flag_noisy "$label" "$others"
+}
+# wait_quiet_now PHASE: waits (up to --wait-quiet s) until other processes use at most
+# noisy_limit % of the machine over 3 s.
+wait_quiet_now() {
+  ((wait_quiet > 0)) || return 0
+  local deadline=$((SECONDS + wait_quiet)) others
+  while :; do
+    window_start; sleep 3; others=$(window_others)
+    if ((others <= noisy_limit)); then say "machine quiet enough (others ${others}%)"; return 0; fi
+    if ((SECONDS >= deadline)); then
+      say "machine still busy after ${wait_quiet}s (others ${others}%); going on"
+      notes+=("$1: started while other processes used ${others}% of the machine (waited ${wait_quiet}s)")
+      return 0
+    fi
+    say "other processes use ${others}% of the machine; waiting"
+  done
+}
+flag_noisy() {  # flag_noisy LABEL OTHERS_PERCENT
+  if [[ $2 =~ ^[0-9]+$ ]] && (($2 > noisy_limit)); then
+    notes+=("$1: other processes used $2% of the machine meanwhile: treat the figure as disturbed")
+  fi
+}
 commands=()    # the command lines used
 notes=()       # surprises found during the run
 
@@ -304,10 +369,12 @@ stop_jouled() {
 
 jobs_total() { curl -fsS "$url/v1/jobs?limit=1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["total"])'; }
 
+wait_quiet_now "jouled phase"
 start_jouled
-commands+=("jouled: ${jouled_cmd[*]}  (config: [server] max_queued_jobs = 10000000)")
+commands+=("jouled: ${jouled_cmd[*]}  (config: [server] max_queued_jobs = 10000000; copy of $jouled_source, sha256 $jouled_sha...)")
 say "idle sample with an empty state (${idle_seconds}s)"
-read -r idle0_cpu idle0_rss idle0_hwm idle0_busy < <(idle_sample "$jouled_pid")
+read -r idle0_cpu idle0_rss _ idle0_busy < <(idle_sample "$jouled_pid")
+flag_noisy "jouled idle sample, empty state" "$idle0_busy"
 start_blocker
 
 job_body='{"name":"b","run":{"command":["true"]},"priority":0}'
@@ -318,10 +385,12 @@ if [ -n "$joulectl" ]; then
   for par in 1 8; do
     before=$(jobs_total)
     say "joulectl submit, $par in parallel, ${duration}s (jobs stored before: $before)"
+    window_start
     cli_bench "joulectl$par" "$par" "$joulectl" --server "$url" submit "$tmp/job.json"
+    others=$(window_others)
     read -r rate p50 p99 ok failed secs <"$tmp/joulectl$par.result"
     after=$(jobs_total)
-    rows+=("jouled via joulectl, $par submitter(s)|$rate|$p50|$p99|$failed|$ok ok in ${secs}s; jobs stored $before -> $after")
+    add_row "jouled via joulectl, $par submitter(s)|$rate|$p50|$p99|$failed|$others|$ok ok in ${secs}s; jobs stored $before -> $after"
     eval "cli_rate_$par=$rate"
     if ((after - before != ok)); then
       notes+=("joulectl x$par: $ok successful submits but the job count grew by $((after - before))")
@@ -338,13 +407,15 @@ wrk_run() {  # wrk_run LABEL CONNECTIONS SECONDS MODE [JOB_ID]
   threads=$((conns < 2 ? conns : 2))
   before=$(jobs_total)
   say "wrk $mode, $conns connection(s), ${secs}s (jobs stored before: $before)"
+  window_start
   out=$(BENCH_MODE=$mode BENCH_JOB_ID=$id BENCH_BODY=$job_body \
     wrk -t"$threads" -c"$conns" -d"${secs}s" --timeout 10s -s "$here/submit.lua" "$url" 2>&1)
+  local others; others=$(window_others)
   after=$(jobs_total)
   result=$(grep '^RESULT' <<<"$out")
   if [ -z "$result" ]; then
     notes+=("wrk $label produced no RESULT line: $(tail -3 <<<"$out" | tr '\n' ' ')")
-    rows+=("$label|-|-|-|-|wrk failed")
+    add_row "$label|-|-|-|-|$others|wrk failed"
     return
   fi
   local rps p50 p99 bad reqs statuses errs
@@ -364,7 +435,7 @@ wrk_run() {  # wrk_run LABEL CONNECTIONS SECONDS MODE [JOB_ID]
     fi
   fi
   ((bad > 0 || errs > 0)) && notes+=("$label: $bad unexpected statuses, $errs socket errors/timeouts; $(grep '^UNEXPECTED_SAMPLE' <<<"$out" | head -1)")
-  rows+=("$label|$rps|$p50|$p99|$((bad + errs))|$note")
+  add_row "$label|$rps|$p50|$p99|$((bad + errs))|$others|$note"
   last_rps=$rps
 }
 
@@ -388,6 +459,7 @@ repeat_jobs=$n_now
 
 say "idle sample after the submissions (${idle_seconds}s)"
 read -r idle1_cpu idle1_rss idle1_hwm idle1_busy < <(idle_sample "$jouled_pid")
+flag_noisy "jouled idle sample, after the submissions" "$idle1_busy"
 final_jobs=$(jobs_total)
 db_kib=$(du -sk "$tmp/state$daemon_count" | cut -f1)
 # Stop the blocker, then jouled, before the peer, so the two never share the CPUs.
@@ -397,7 +469,6 @@ stop_jouled
 # Slurm peer
 
 slurm_status="skipped: run with --with-slurm to measure sbatch on this machine (installs slurm-wlm and munge)"
-slurm_rows=()
 slurm_idle=""
 if ((with_slurm)); then
   slurm_status=""
@@ -508,15 +579,19 @@ EOF
   }
 
   if slurm_setup; then
+    wait_quiet_now "Slurm phase"
     cd "$slurm_dir/work" || exit 1
     say "idle sample of slurmctld+slurmd after start-up (${idle_seconds}s)"
-    read -r s0_cpu s0_rss s0_hwm s0_busy < <(idle_sample "$slurmctld_pid" "$slurmd_pid")
+    read -r s0_cpu s0_rss _ s0_busy < <(idle_sample "$slurmctld_pid" "$slurmd_pid")
+    flag_noisy "Slurm idle sample after start-up" "$s0_busy"
     sbatch_cmd=(timeout 15 sbatch --hold --wrap 'true')
     for par in 1 8; do
       say "sbatch --hold --wrap true, $par in parallel, ${duration}s"
+      window_start
       cli_bench "sbatch$par" "$par" "${sbatch_cmd[@]}"
+      others=$(window_others)
       read -r rate p50 p99 ok failed secs <"$tmp/sbatch$par.result"
-      slurm_rows+=("Slurm sbatch --hold, $par submitter(s)|$rate|$p50|$p99|$failed|$ok ok in ${secs}s")
+      add_row "Slurm sbatch --hold, $par submitter(s)|$rate|$p50|$p99|$failed|$others|$ok ok in ${secs}s"
       eval "sbatch_rate_$par=$rate"
       ((failed)) && notes+=("sbatch x$par: $failed failed, e.g. $(cat "$tmp"/sbatch$par.[0-9].err | head -1)")
     done
@@ -524,7 +599,8 @@ EOF
     say "Slurm holds $held pending jobs"
     say "idle sample of slurmctld+slurmd after the submissions (${idle_seconds}s)"
     read -r s1_cpu s1_rss s1_hwm s1_busy < <(idle_sample "$slurmctld_pid" "$slurmd_pid")
-    slurm_idle="slurmctld+slurmd idle: after start-up ${s0_cpu}% of one core, VmRSS ${s0_rss} KiB (machine busy ${s0_busy}%); after the submissions ($held held jobs) ${s1_cpu}% of one core, VmRSS ${s1_rss} KiB, VmHWM ${s1_hwm} KiB (machine busy ${s1_busy}%)"
+    flag_noisy "Slurm idle sample after the submissions" "$s1_busy"
+    slurm_idle="slurmctld+slurmd idle: after start-up ${s0_cpu}% of one core, VmRSS ${s0_rss} KiB (others ${s0_busy}%); after the submissions ($held held jobs) ${s1_cpu}% of one core, VmRSS ${s1_rss} KiB, VmHWM ${s1_hwm} KiB (others ${s1_busy}%)"
     commands+=("munged: ${munged_cmd[*]}")
     commands+=("slurmctld: ${slurmctld_cmd[*]}   slurmd: ${slurmd_cmd[*]}   (slurm.conf as in SLURM.md; ports $slurmctld_port/$slurmd_port)")
     commands+=("sbatch: SLURM_CONF=$SLURM_CONF sbatch --hold --wrap 'true', in a loop for ${duration}s, 1 and 8 loops (each call under timeout 15)")
@@ -545,11 +621,11 @@ ratio() { awk -v a="${1:-}" -v b="${2:-}" 'BEGIN{ if (a == "" || b == "" || b + 
   echo
   echo "== Joule submission benchmark  ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, $(uname -r), git $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo '?'))"
   echo
-  printf '%-46s %10s %9s %9s %6s  %s\n' "run" "ok/s" "p50 ms" "p99 ms" "bad" "notes"
-  printf '%-46s %10s %9s %9s %6s  %s\n' "---" "----" "------" "------" "---" "-----"
-  for row in "${rows[@]}" "${slurm_rows[@]}"; do
-    IFS='|' read -r a b c d e f <<<"$row"
-    printf '%-46s %10s %9s %9s %6s  %s\n' "$a" "$b" "$c" "$d" "$e" "$f"
+  printf '%-46s %10s %9s %9s %5s %7s  %s\n' "run" "ok/s" "p50 ms" "p99 ms" "bad" "others" "notes"
+  printf '%-46s %10s %9s %9s %5s %7s  %s\n' "---" "----" "------" "------" "---" "------" "-----"
+  for row in "${rows[@]}"; do
+    IFS='|' read -r a b c d e f g <<<"$row"
+    printf '%-46s %10s %9s %9s %5s %6s%%  %s\n' "$a" "$b" "$c" "$d" "$e" "$f" "$g"
   done
   echo
   if ((fresh_state)); then
@@ -560,11 +636,12 @@ ratio() { awk -v a="${1:-}" -v b="${2:-}" 'BEGIN{ if (a == "" || b == "" || b + 
   fi
   echo "wrk 1 conn POST: $(ratio "${repeat_rps:-}" "${wrk_rps_1:-}") the first run's rate when repeated with $repeat_jobs jobs stored."
   echo "bad = answers other than 201 (200 for GET), failed CLI calls, socket errors and timeouts."
+  echo "others = CPU used by processes outside this benchmark during the run, in % of all $(nproc) CPUs."
   echo "jouled's 201 is sent after the job's SQLite commit (WAL, synchronous=FULL)."
   echo
-  printf 'jouled idle, empty state:       %6s%% of one core over %ss, VmRSS %d KiB  (machine busy with other work: %s%%)\n' \
+  printf 'jouled idle, empty state:       %6s%% of one core over %ss, VmRSS %d KiB  (others: %s%%)\n' \
     "$idle0_cpu" "$idle_seconds" "$idle0_rss" "$idle0_busy"
-  printf 'jouled idle, after submissions: %6s%% of one core over %ss, VmRSS %d KiB (VmHWM %d KiB), %s jobs, state dir %d KiB  (machine busy: %s%%)\n' \
+  printf 'jouled idle, after submissions: %6s%% of one core over %ss, VmRSS %d KiB (VmHWM %d KiB), %s jobs, state dir %d KiB  (others: %s%%)\n' \
     "$idle1_cpu" "$idle_seconds" "$idle1_rss" "$idle1_hwm" "$final_jobs" "$db_kib" "$idle1_busy"
   echo "load average at the start: $load_start; at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo

@@ -56,10 +56,8 @@ constexpr const char* kSelectJobs =
     "SELECT id, sequence, name, spec, state, priority, device, submitted_ms, started_ms,"
     " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id"
     " FROM jobs ORDER BY sequence";
-constexpr const char* kInsertEvent =
-    "INSERT INTO job_events (job_id, at_ms, state, message) VALUES (?1, ?2, ?3, ?4)";
-constexpr const char* kSelectEvents =
-    "SELECT job_id, at_ms, state, message FROM job_events ORDER BY id";
+constexpr const char* kInsertEvent = "INSERT INTO job_events (job_id, at_ms, state, message) VALUES (?1, ?2, ?3, ?4)";
+constexpr const char* kSelectEvents = "SELECT job_id, at_ms, state, message FROM job_events ORDER BY id";
 
 void bind_text(sqlite3_stmt* stmt, int index, const std::string& text) {
   sqlite3_bind_text(stmt, index, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
@@ -133,8 +131,8 @@ int Database::latest_schema_version() { return static_cast<int>(kMigrations.size
 
 Result<std::unique_ptr<Database>> Database::open(const std::filesystem::path& path, bool full_sync) {
   sqlite3* raw = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &raw,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string message = raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc);
     sqlite3_close_v2(raw);
@@ -143,8 +141,7 @@ Result<std::unique_ptr<Database>> Database::open(const std::filesystem::path& pa
   std::unique_ptr<Database> db(new Database(raw, path));
   sqlite3_busy_timeout(raw, 5000);
   if (auto s = db->exec("PRAGMA journal_mode=WAL"); !s) return s.error();
-  if (auto s = db->exec(full_sync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"); !s)
-    return s.error();
+  if (auto s = db->exec(full_sync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"); !s) return s.error();
   if (auto s = db->exec("PRAGMA foreign_keys=ON"); !s) return s.error();
   if (auto s = db->migrate(); !s) return s.error();
   return db;
@@ -228,8 +225,7 @@ Status Database::update_job(const StoredJob& job) {
   StatementReset reset{*stmt};
   bind_job(*stmt, job);
   if (sqlite3_step(*stmt) != SQLITE_DONE) return sqlite_error(fmt::format("updating job {}", job.id));
-  if (sqlite3_changes(db_) != 1)
-    return make_error(ErrorCode::not_found, fmt::format("job {} is not stored", job.id));
+  if (sqlite3_changes(db_) != 1) return make_error(ErrorCode::not_found, fmt::format("job {} is not stored", job.id));
   return {};
 }
 
@@ -241,7 +237,8 @@ Status Database::insert_event(const StoredEvent& event) {
   sqlite3_bind_int64(*stmt, 2, event.at_ms);
   bind_text(*stmt, 3, event.state);
   bind_text(*stmt, 4, event.message);
-  if (sqlite3_step(*stmt) != SQLITE_DONE) return sqlite_error(fmt::format("recording an event of job {}", event.job_id));
+  if (sqlite3_step(*stmt) != SQLITE_DONE)
+    return sqlite_error(fmt::format("recording an event of job {}", event.job_id));
   return {};
 }
 
@@ -283,8 +280,8 @@ Result<std::vector<StoredEvent>> Database::load_events() {
   std::vector<StoredEvent> events;
   int rc = 0;
   while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) {
-    events.push_back(StoredEvent{column_text(*stmt, 0), sqlite3_column_int64(*stmt, 1),
-                                 column_text(*stmt, 2), column_text(*stmt, 3)});
+    events.push_back(StoredEvent{column_text(*stmt, 0), sqlite3_column_int64(*stmt, 1), column_text(*stmt, 2),
+                                 column_text(*stmt, 3)});
   }
   if (rc != SQLITE_DONE) return sqlite_error("loading job events");
   return events;

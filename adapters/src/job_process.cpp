@@ -72,8 +72,7 @@ Result<ProcessIdentity> launch_job(const LaunchSpec& spec) {
   sigset_t held_signals;  // see job_runner_main: held until the command can receive them
   sigemptyset(&held_signals);
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&held_signals, sig);
-  posix_spawnattr_setflags(&setup.attr,
-                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  posix_spawnattr_setflags(&setup.attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   posix_spawnattr_setpgroup(&setup.attr, 0);
   posix_spawnattr_setsigdefault(&setup.attr, &all_signals);
   posix_spawnattr_setsigmask(&setup.attr, &held_signals);

@@ -10,9 +10,9 @@
 
 namespace joule::adapters {
 
-ModelledCpuMeter::ModelledCpuMeter(ModelledCpuParams params, std::filesystem::path proc_root,
-                                   long ticks_per_second)
-    : params_(params), stat_path_(std::move(proc_root) / "stat"),
+ModelledCpuMeter::ModelledCpuMeter(ModelledCpuParams params, std::filesystem::path proc_root, long ticks_per_second)
+    : params_(params),
+      stat_path_(std::move(proc_root) / "stat"),
       ticks_per_second_(ticks_per_second > 0 ? ticks_per_second : 100) {}
 
 Result<ModelledCpuMeter::CpuTicks> ModelledCpuMeter::read_ticks() const {
@@ -54,8 +54,7 @@ Result<Joules> ModelledCpuMeter::read() {
   if (last_ && now->total >= last_->total && now->busy >= last_->busy) {
     const double hz = static_cast<double>(ticks_per_second_);
     const double busy_core_seconds = static_cast<double>(now->busy - last_->busy) / hz;
-    const double elapsed_seconds =
-        static_cast<double>(now->total - last_->total) / hz / static_cast<double>(now->cpus);
+    const double elapsed_seconds = static_cast<double>(now->total - last_->total) / hz / static_cast<double>(now->cpus);
     total_ += Watts{params_.idle_watts} * Seconds{elapsed_seconds} +
               Watts{params_.watts_per_busy_core} * Seconds{busy_core_seconds};
   }

@@ -1,5 +1,6 @@
 #include "joule/client/http_client.hpp"
 
+#include <fmt/format.h>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -9,7 +10,6 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
-#include <fmt/format.h>
 
 namespace joule::client {
 
@@ -19,14 +19,16 @@ namespace http = beast::http;
 
 Result<ServerUrl> parse_server_url(const std::string& url) {
   std::string rest = url;
-  if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
+  if (rest.rfind("http://", 0) == 0)
+    rest = rest.substr(7);
   else if (rest.find("://") != std::string::npos)
     return make_error(ErrorCode::invalid_argument, fmt::format("{}: only http:// URLs are supported", url));
   if (const auto slash = rest.find('/'); slash != std::string::npos) rest = rest.substr(0, slash);
   ServerUrl out;
   if (!rest.empty() && rest.front() == '[') {
     const auto close = rest.find(']');
-    if (close == std::string::npos) return make_error(ErrorCode::invalid_argument, fmt::format("{}: bad IPv6 address", url));
+    if (close == std::string::npos)
+      return make_error(ErrorCode::invalid_argument, fmt::format("{}: bad IPv6 address", url));
     out.host = rest.substr(1, close - 1);
     if (close + 1 < rest.size() && rest[close + 1] == ':') out.port = rest.substr(close + 2);
   } else if (const auto colon = rest.rfind(':'); colon != std::string::npos) {

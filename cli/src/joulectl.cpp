@@ -11,16 +11,16 @@
 #include <sstream>
 #include <thread>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "joule/client/http_client.hpp"
 
 namespace {
 
-using nlohmann::json;
 using joule::client::HttpClient;
+using nlohmann::json;
 
 struct Failure {
   std::string message;
@@ -100,7 +100,8 @@ void print_job(const json& job) {
   fmt::print("energy:    {}\n", energy_text(job["energy"]));
   if (!job["energy"].is_null() && !job["energy"]["measured"].get<bool>())
     fmt::print("           (a model's figure from CPU time, not a meter reading)\n");
-  fmt::print("estimate:  {}\n", job["estimate"].is_null() ? "none (the estimator is not in this version)" : job["estimate"].dump());
+  fmt::print("estimate:  {}\n",
+             job["estimate"].is_null() ? "none (the estimator is not in this version)" : job["estimate"].dump());
   if (job.contains("events")) {
     fmt::print("events:\n");
     for (const auto& event : job["events"]) {
@@ -192,42 +193,58 @@ int main(int argc, char** argv) {
       json accepted = expect_json(client.request("POST", "/v1/jobs", text));
       const std::string job_id = accepted["id"].get<std::string>();
       if (!wait) {
-        if (as_json) fmt::print("{}\n", accepted.dump(2));
-        else fmt::print("submitted {} ({}): {}\n", job_id, accepted["name"].get<std::string>(), accepted["state"].get<std::string>());
+        if (as_json)
+          fmt::print("{}\n", accepted.dump(2));
+        else
+          fmt::print("submitted {} ({}): {}\n", job_id, accepted["name"].get<std::string>(),
+                     accepted["state"].get<std::string>());
         return 0;
       }
       const auto started = std::chrono::steady_clock::now();
       json current = accepted;
       while (!is_terminal(current["state"].get<std::string>())) {
-        if (wait_timeout > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() > wait_timeout)
-          throw Failure{fmt::format("job {} is still {} after {} s", job_id, current["state"].get<std::string>(), wait_timeout)};
+        if (wait_timeout > 0 &&
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() > wait_timeout)
+          throw Failure{
+              fmt::format("job {} is still {} after {} s", job_id, current["state"].get<std::string>(), wait_timeout)};
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
         current = expect_json(client.request("GET", "/v1/jobs/" + job_id));
       }
-      if (as_json) fmt::print("{}\n", current.dump(2));
-      else print_job(current);
+      if (as_json)
+        fmt::print("{}\n", current.dump(2));
+      else
+        print_job(current);
       return current["state"] == "succeeded" ? 0 : 1;
     }
     if (jobs->parsed()) {
       std::string target = "/v1/jobs";
       std::string sep = "?";
-      if (!state.empty()) { target += sep + "state=" + state; sep = "&"; }
+      if (!state.empty()) {
+        target += sep + "state=" + state;
+        sep = "&";
+      }
       if (limit > 0) target += sep + "limit=" + std::to_string(limit);
       json listed = expect_json(client.request("GET", target));
-      if (as_json) fmt::print("{}\n", listed.dump(2));
-      else print_jobs_table(listed["jobs"]);
+      if (as_json)
+        fmt::print("{}\n", listed.dump(2));
+      else
+        print_jobs_table(listed["jobs"]);
       return 0;
     }
     if (job->parsed()) {
       json shown = expect_json(client.request("GET", "/v1/jobs/" + id));
-      if (as_json) fmt::print("{}\n", shown.dump(2));
-      else print_job(shown);
+      if (as_json)
+        fmt::print("{}\n", shown.dump(2));
+      else
+        print_job(shown);
       return 0;
     }
     if (cancel->parsed()) {
       json cancelled = expect_json(client.request("DELETE", "/v1/jobs/" + id));
-      if (as_json) fmt::print("{}\n", cancelled.dump(2));
-      else fmt::print("{}: {}\n", id, cancelled["state"] == "cancelled" ? "cancelled" : "cancel requested (TERM sent)");
+      if (as_json)
+        fmt::print("{}\n", cancelled.dump(2));
+      else
+        fmt::print("{}: {}\n", id, cancelled["state"] == "cancelled" ? "cancelled" : "cancel requested (TERM sent)");
       return 0;
     }
     if (logs->parsed()) {
@@ -245,15 +262,17 @@ int main(int argc, char** argv) {
         fmt::print("{}\n", listed.dump(2));
         return 0;
       }
-      fmt::print("{:<8}  {:<10}  {:>9}  {:>12}  {:<36}  {}\n", "DEVICE", "METER", "POWER W", "ENERGY J", "JOB", "MODEL");
+      fmt::print("{:<8}  {:<10}  {:>9}  {:>12}  {:<36}  {}\n", "DEVICE", "METER", "POWER W", "ENERGY J", "JOB",
+                 "MODEL");
       for (const auto& device : listed["devices"]) {
         const auto& meter = device["meter"];
         fmt::print("{:<8}  {:<10}  {:>9.1f}  {:>12.1f}  {:<36}  {}\n", device["name"].get<std::string>(),
                    meter["source"].get<std::string>() + (meter["measured"].get<bool>() ? "" : "*"),
-                   device["power_watts"].get<double>(), device["energy_joules"].get<double>(),
-                   text_or(device["job"]), device["model"]["state"].get<std::string>());
+                   device["power_watts"].get<double>(), device["energy_joules"].get<double>(), text_or(device["job"]),
+                   device["model"]["state"].get<std::string>());
       }
-      fmt::print("* not a measurement: {}\n", listed["devices"].empty() ? "" : listed["devices"][0]["meter"]["note"].get<std::string>());
+      fmt::print("* not a measurement: {}\n",
+                 listed["devices"].empty() ? "" : listed["devices"][0]["meter"]["note"].get<std::string>());
       return 0;
     }
   } catch (const Failure& failure) {

@@ -59,8 +59,8 @@ class Checker {
     return *value;
   }
 
-  std::int64_t integer_in(const toml::table& table, const char* key, const std::string& name,
-                          std::int64_t low, std::int64_t high, std::int64_t fallback) {
+  std::int64_t integer_in(const toml::table& table, const char* key, const std::string& name, std::int64_t low,
+                          std::int64_t high, std::int64_t fallback) {
     auto value = get<std::int64_t>(table, key, name);
     if (!value) return fallback;
     if (*value < low || *value > high) {
@@ -94,14 +94,17 @@ void parse_server(Checker& check, const toml::table& table, DaemonConfig& config
       config.server.port = parsed->second;
     }
   }
-  config.server.max_body_bytes = static_cast<std::size_t>(check.integer_in(
-      table, "max_body_bytes", "server.max_body_bytes", 1024, 1LL << 30, static_cast<std::int64_t>(config.server.max_body_bytes)));
+  config.server.max_body_bytes =
+      static_cast<std::size_t>(check.integer_in(table, "max_body_bytes", "server.max_body_bytes", 1024, 1LL << 30,
+                                                static_cast<std::int64_t>(config.server.max_body_bytes)));
   config.server.request_timeout_seconds = check.positive(
       table, "request_timeout_seconds", "server.request_timeout_seconds", config.server.request_timeout_seconds);
-  config.server.max_connections = static_cast<std::size_t>(check.integer_in(
-      table, "max_connections", "server.max_connections", 1, 100000, static_cast<std::int64_t>(config.server.max_connections)));
-  config.server.max_queued_jobs = static_cast<std::size_t>(check.integer_in(
-      table, "max_queued_jobs", "server.max_queued_jobs", 1, 10000000, static_cast<std::int64_t>(config.server.max_queued_jobs)));
+  config.server.max_connections =
+      static_cast<std::size_t>(check.integer_in(table, "max_connections", "server.max_connections", 1, 100000,
+                                                static_cast<std::int64_t>(config.server.max_connections)));
+  config.server.max_queued_jobs =
+      static_cast<std::size_t>(check.integer_in(table, "max_queued_jobs", "server.max_queued_jobs", 1, 10000000,
+                                                static_cast<std::int64_t>(config.server.max_queued_jobs)));
 }
 
 void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config) {
@@ -116,25 +119,33 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
     const auto& table = *element.as_table();
     check.warn_unknown(table, "devices.", {"name", "meter", "idle_watts", "watts_per_busy_core"});
     DeviceConfig device;
-    if (auto name = check.get<std::string>(table, "name", "devices.name")) device.name = *name;
-    else if (!table.get("name")) check.problem(table, "each [[devices]] needs a name, e.g. name = \"cpu\"");
+    if (auto name = check.get<std::string>(table, "name", "devices.name"))
+      device.name = *name;
+    else if (!table.get("name"))
+      check.problem(table, "each [[devices]] needs a name, e.g. name = \"cpu\"");
     if (device.name != "cpu") {
       check.problem(table, fmt::format("device \"{}\": only the \"cpu\" device is supported by this build "
-                                       "(GPU and board meters come with the probing work)", device.name));
+                                       "(GPU and board meters come with the probing work)",
+                                       device.name));
     }
-    if (!names.insert(device.name).second) check.problem(table, fmt::format("device \"{}\" is listed twice", device.name));
+    if (!names.insert(device.name).second)
+      check.problem(table, fmt::format("device \"{}\" is listed twice", device.name));
     if (auto meter = check.get<std::string>(table, "meter", "devices.meter")) {
       if (*meter != "auto" && *meter != "modelled")
-        check.problem(*table.get("meter"), fmt::format("devices.meter must be \"auto\" or \"modelled\", got \"{}\"", *meter));
-      else device.meter = *meter;
+        check.problem(*table.get("meter"),
+                      fmt::format("devices.meter must be \"auto\" or \"modelled\", got \"{}\"", *meter));
+      else
+        device.meter = *meter;
     }
     device.idle_watts = check.positive(table, "idle_watts", "devices.idle_watts", device.idle_watts, true);
     device.watts_per_busy_core =
         check.positive(table, "watts_per_busy_core", "devices.watts_per_busy_core", device.watts_per_busy_core, true);
     devices.push_back(device);
   }
-  if (devices.empty()) check.problem(node, "devices is empty; a node needs at least the \"cpu\" device");
-  else config.devices = std::move(devices);
+  if (devices.empty())
+    check.problem(node, "devices is empty; a node needs at least the \"cpu\" device");
+  else
+    config.devices = std::move(devices);
 }
 
 }  // namespace
@@ -157,15 +168,17 @@ Result<std::pair<std::string, std::uint16_t>> parse_listen_address(const std::st
     host = text.substr(0, colon);
     port_text = text.substr(colon + 1);
   }
-  if (port_text.empty() || port_text.size() > 5 ||
-      !std::all_of(port_text.begin(), port_text.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+  if (port_text.empty() || port_text.size() > 5 || !std::all_of(port_text.begin(), port_text.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c));
+      }))
     return make_error(ErrorCode::invalid_argument, fmt::format("\"{}\": port must be a number 0-65535", text));
   const int port = std::stoi(port_text);
   if (port > 65535) return make_error(ErrorCode::invalid_argument, fmt::format("\"{}\": port must be 0-65535", text));
   if (host == "localhost") host = "127.0.0.1";
   unsigned char buffer[16];
   if (inet_pton(AF_INET, host.c_str(), buffer) != 1 && inet_pton(AF_INET6, host.c_str(), buffer) != 1)
-    return make_error(ErrorCode::invalid_argument, fmt::format("\"{}\": host must be an IP address or localhost", text));
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("\"{}\": host must be an IP address or localhost", text));
   return std::pair{host, static_cast<std::uint16_t>(port)};
 }
 
@@ -208,16 +221,21 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
   if (const auto* state = table_of("state")) {
     check.warn_unknown(*state, "state.", {"directory"});
     if (auto dir = check.get<std::string>(*state, "directory", "state.directory")) {
-      if (dir->empty() || dir->front() != '/') check.problem(*state->get("directory"), "state.directory must be an absolute path");
-      else config.state_directory = *dir;
+      if (dir->empty() || dir->front() != '/')
+        check.problem(*state->get("directory"), "state.directory must be an absolute path");
+      else
+        config.state_directory = *dir;
     }
   }
   if (const auto* log = table_of("log")) {
     check.warn_unknown(*log, "log.", {"level"});
     if (auto level = check.get<std::string>(*log, "level", "log.level")) {
       if (!is_valid_log_level(*level))
-        check.problem(*log->get("level"), fmt::format("log.level \"{}\" is not one of trace, debug, info, warn, error, critical, off", *level));
-      else config.log_level = *level;
+        check.problem(
+            *log->get("level"),
+            fmt::format("log.level \"{}\" is not one of trace, debug, info, warn, error, critical, off", *level));
+      else
+        config.log_level = *level;
     }
   }
   if (const auto* auth = table_of("auth")) {
@@ -231,8 +249,9 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
         for (const auto& element : *array) {
           auto value = element.value<std::string>();
           if (!value || !is_hex_sha256(*value)) {
-            check.problem(element, "auth.token_sha256 entries must be 64 hex digits (joulectl hash-token prints one); "
-                                   "never put the token itself here");
+            check.problem(element,
+                          "auth.token_sha256 entries must be 64 hex digits (joulectl hash-token prints one); "
+                          "never put the token itself here");
             continue;
           }
           std::string lower = *value;
@@ -245,13 +264,16 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
   if (const toml::node* devices = root.get("devices")) parse_devices(check, *devices, config);
   if (const auto* meters = table_of("meters")) {
     check.warn_unknown(*meters, "meters.", {"interval_seconds"});
-    config.meter_interval_seconds = check.positive(*meters, "interval_seconds", "meters.interval_seconds", config.meter_interval_seconds);
+    config.meter_interval_seconds =
+        check.positive(*meters, "interval_seconds", "meters.interval_seconds", config.meter_interval_seconds);
     if (config.meter_interval_seconds > 60.0)
-      check.problem(*meters->get("interval_seconds"), "meters.interval_seconds must be at most 60 (RAPL counters wrap within minutes)");
+      check.problem(*meters->get("interval_seconds"),
+                    "meters.interval_seconds must be at most 60 (RAPL counters wrap within minutes)");
   }
   if (const auto* jobs = table_of("jobs")) {
     check.warn_unknown(*jobs, "jobs.", {"kill_grace_seconds"});
-    config.kill_grace_seconds = check.positive(*jobs, "kill_grace_seconds", "jobs.kill_grace_seconds", config.kill_grace_seconds, true);
+    config.kill_grace_seconds =
+        check.positive(*jobs, "kill_grace_seconds", "jobs.kill_grace_seconds", config.kill_grace_seconds, true);
   }
 
   if (!check.problems_.empty()) {
@@ -281,15 +303,18 @@ Result<LoadedConfig> load_config_file(const std::filesystem::path& path, const D
 nlohmann::json to_json(const DaemonConfig& config) {
   nlohmann::json devices = nlohmann::json::array();
   for (const auto& d : config.devices) {
-    devices.push_back({{"name", d.name}, {"meter", d.meter}, {"idle_watts", d.idle_watts},
+    devices.push_back({{"name", d.name},
+                       {"meter", d.meter},
+                       {"idle_watts", d.idle_watts},
                        {"watts_per_busy_core", d.watts_per_busy_core}});
   }
   return {{"source", config.source},
-          {"server", {{"listen", fmt::format("{}:{}", config.server.host, config.server.port)},
-                      {"max_body_bytes", config.server.max_body_bytes},
-                      {"request_timeout_seconds", config.server.request_timeout_seconds},
-                      {"max_connections", config.server.max_connections},
-                      {"max_queued_jobs", config.server.max_queued_jobs}}},
+          {"server",
+           {{"listen", fmt::format("{}:{}", config.server.host, config.server.port)},
+            {"max_body_bytes", config.server.max_body_bytes},
+            {"request_timeout_seconds", config.server.request_timeout_seconds},
+            {"max_connections", config.server.max_connections},
+            {"max_queued_jobs", config.server.max_queued_jobs}}},
           {"state", {{"directory", config.state_directory.string()}}},
           {"log", {{"level", config.log_level}}},
           {"auth", {{"tokens", config.token_sha256.size()}}},

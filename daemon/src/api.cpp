@@ -6,9 +6,9 @@
 #include <chrono>
 #include <fstream>
 
-#include <boost/beast/http/verb.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <boost/beast/http/verb.hpp>
 
 namespace joule::daemon {
 
@@ -24,23 +24,34 @@ struct ProblemKind {
 
 ProblemKind kind_of(ErrorCode code) {
   switch (code) {
-    case ErrorCode::invalid_argument: return {http::status::bad_request, "invalid-argument"};
-    case ErrorCode::not_found: return {http::status::not_found, "not-found"};
-    case ErrorCode::conflict: return {http::status::conflict, "conflict"};
-    case ErrorCode::too_many: return {http::status::too_many_requests, "too-many-jobs"};
-    case ErrorCode::payload_too_large: return {http::status::payload_too_large, "payload-too-large"};
-    case ErrorCode::unauthorized: return {http::status::unauthorized, "unauthorized"};
-    case ErrorCode::unavailable: return {http::status::service_unavailable, "unavailable"};
-    case ErrorCode::permission_denied: return {http::status::forbidden, "permission-denied"};
-    case ErrorCode::io: return {http::status::internal_server_error, "io-error"};
-    case ErrorCode::internal: return {http::status::internal_server_error, "internal"};
+    case ErrorCode::invalid_argument:
+      return {http::status::bad_request, "invalid-argument"};
+    case ErrorCode::not_found:
+      return {http::status::not_found, "not-found"};
+    case ErrorCode::conflict:
+      return {http::status::conflict, "conflict"};
+    case ErrorCode::too_many:
+      return {http::status::too_many_requests, "too-many-jobs"};
+    case ErrorCode::payload_too_large:
+      return {http::status::payload_too_large, "payload-too-large"};
+    case ErrorCode::unauthorized:
+      return {http::status::unauthorized, "unauthorized"};
+    case ErrorCode::unavailable:
+      return {http::status::service_unavailable, "unavailable"};
+    case ErrorCode::permission_denied:
+      return {http::status::forbidden, "permission-denied"};
+    case ErrorCode::io:
+      return {http::status::internal_server_error, "io-error"};
+    case ErrorCode::internal:
+      return {http::status::internal_server_error, "internal"};
   }
   return {http::status::internal_server_error, "internal"};
 }
 
 HttpResponse json_response(http::status status, const json& body) {
   HttpResponse response{status, 11};
-  response.set(http::field::content_type, static_cast<unsigned>(status) >= 400 ? "application/problem+json" : "application/json");
+  response.set(http::field::content_type,
+               static_cast<unsigned>(status) >= 400 ? "application/problem+json" : "application/json");
   response.body() = body.dump() + "\n";
   return response;
 }
@@ -93,7 +104,8 @@ Target parse_target(std::string_view target) {
 }
 
 std::optional<std::size_t> parse_count(const std::string& text) {
-  if (text.empty() || text.size() > 12 || text.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  if (text.empty() || text.size() > 12 || text.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
   return static_cast<std::size_t>(std::stoull(text));
 }
 
@@ -203,7 +215,8 @@ void Api::handle(HttpRequest&& request, Reply reply) {
     try {
       out = json::parse(request.body());
     } catch (const json::parse_error& error) {
-      fail(make_error(ErrorCode::invalid_argument, fmt::format("malformed JSON at byte {}: {}", error.byte, error.what()), ""));
+      fail(make_error(ErrorCode::invalid_argument,
+                      fmt::format("malformed JSON at byte {}: {}", error.byte, error.what()), ""));
       return false;
     }
     return true;
@@ -234,7 +247,8 @@ void Api::handle(HttpRequest&& request, Reply reply) {
     std::size_t limit = 1000;
     if (auto it = parsed.query.find("limit"); it != parsed.query.end()) {
       auto count = parse_count(it->second);
-      if (!count || *count == 0) return fail(make_error(ErrorCode::invalid_argument, "limit must be a positive integer", "limit"));
+      if (!count || *count == 0)
+        return fail(make_error(ErrorCode::invalid_argument, "limit must be a positive integer", "limit"));
       limit = *count;
     }
     return send_result(answer, http::status::ok)(jobs_.jobs(state, limit));
@@ -261,7 +275,8 @@ void Api::handle(HttpRequest&& request, Reply reply) {
     std::size_t tail = 1 << 20;
     if (auto it = parsed.query.find("tail_bytes"); it != parsed.query.end()) {
       auto count = parse_count(it->second);
-      if (!count) return fail(make_error(ErrorCode::invalid_argument, "tail_bytes must be a non-negative integer", "tail_bytes"));
+      if (!count)
+        return fail(make_error(ErrorCode::invalid_argument, "tail_bytes must be a non-negative integer", "tail_bytes"));
       tail = *count;
     }
     std::ifstream in(*path, std::ios::binary);

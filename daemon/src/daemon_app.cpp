@@ -5,12 +5,12 @@
 #include <chrono>
 #include <stdexcept>
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "joule/adapters/database.hpp"
 #include "joule/adapters/job_process.hpp"
@@ -70,14 +70,15 @@ config::DaemonConfig resolve_config(const CommandLine& command_line, std::vector
   if (command_line.state_directory) resolved.state_directory = std::filesystem::absolute(*command_line.state_directory);
   if (command_line.log_level) {
     if (!config::is_valid_log_level(*command_line.log_level))
-      throw std::runtime_error(fmt::format("--log-level {}: use trace, debug, info, warn, error, critical or off", *command_line.log_level));
+      throw std::runtime_error(
+          fmt::format("--log-level {}: use trace, debug, info, warn, error, critical or off", *command_line.log_level));
     resolved.log_level = *command_line.log_level;
   }
   if (!config::is_loopback_host(resolved.server.host) && resolved.token_sha256.empty()) {
-    throw std::runtime_error(fmt::format(
-        "refusing to listen on {} (not loopback) without API tokens: add [auth] token_sha256 to the config "
-        "(joulectl token new prints a token and its hash)",
-        resolved.server.host));
+    throw std::runtime_error(
+        fmt::format("refusing to listen on {} (not loopback) without API tokens: add [auth] token_sha256 to the config "
+                    "(joulectl token new prints a token and its hash)",
+                    resolved.server.host));
   }
   return resolved;
 }
@@ -95,9 +96,10 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
         device_config.meter == "modelled"
             ? fmt::format("modelled as configured: {} W idle + {} W per busy core, from CPU time in /proc/stat",
                           params.idle_watts, params.watts_per_busy_core)
-            : fmt::format("modelled: this build has no hardware meter yet (RAPL comes with the probing work); "
-                          "{} W idle + {} W per busy core, from CPU time in /proc/stat",
-                          params.idle_watts, params.watts_per_busy_core);
+            : fmt::format(
+                  "modelled: this build has no hardware meter yet (RAPL comes with the probing work); "
+                  "{} W idle + {} W per busy core, from CPU time in /proc/stat",
+                  params.idle_watts, params.watts_per_busy_core);
     spdlog::info("device {}: meter {} ({})", device.name, device.meter->source(), device.meter_note);
     devices.push_back(std::move(device));
   }
@@ -122,7 +124,9 @@ int run_daemon(const CommandLine& command_line) {
 
   std::error_code ec;
   std::filesystem::create_directories(config.state_directory / "jobs", ec);
-  if (ec) throw std::runtime_error(fmt::format("cannot create the state directory {}: {}", config.state_directory.string(), ec.message()));
+  if (ec)
+    throw std::runtime_error(
+        fmt::format("cannot create the state directory {}: {}", config.state_directory.string(), ec.message()));
   const auto db_path = config.state_directory / "jouled.db";
   auto database = adapters::Database::open(db_path);
   if (!database) throw std::runtime_error(database.error().message);
@@ -150,7 +154,8 @@ int run_daemon(const CommandLine& command_line) {
   api.set_token_hashes(config.token_sha256);
   HttpServer server(
       io, [&api](HttpRequest&& request, Reply reply) { api.handle(std::move(request), std::move(reply)); },
-      HttpServerOptions{config.server.max_body_bytes, config.server.request_timeout_seconds, config.server.max_connections},
+      HttpServerOptions{config.server.max_body_bytes, config.server.request_timeout_seconds,
+                        config.server.max_connections},
       [&metrics](unsigned status) { metrics.observe_request("refused", status, 0.0); });
 
   auto endpoint = server.listen(config.server.host, config.server.port);
@@ -165,11 +170,16 @@ int run_daemon(const CommandLine& command_line) {
 
   // Meters are sampled on a timer; each sample updates energy and power metrics.
   asio::steady_timer meter_timer(io);
+  std::string last_status;
   std::function<void()> sample = [&] {
     meter_timer.expires_after(seconds(config.meter_interval_seconds));
     meter_timer.async_wait([&](boost::system::error_code ec) {
       if (ec) return;
       jobs.sample_meters();
+      // STATUS= shows in `systemctl status jouled`; sent only when it changes.
+      std::string status = fmt::format("listening on {}; {}", address, jobs.summary());
+      if (status != last_status) notifier.status(status);
+      last_status = std::move(status);
       sample();
     });
   };
@@ -193,7 +203,8 @@ int run_daemon(const CommandLine& command_line) {
   bool stopping = false;
   const auto drain_deadline = std::make_shared<std::chrono::steady_clock::time_point>();
   std::function<void()> wait_drained = [&] {
-    if ((jobs.writes_in_flight() == 0 && server.connections() == 0) || std::chrono::steady_clock::now() > *drain_deadline) {
+    if ((jobs.writes_in_flight() == 0 && server.connections() == 0) ||
+        std::chrono::steady_clock::now() > *drain_deadline) {
       io.stop();
       return;
     }
@@ -207,7 +218,8 @@ int run_daemon(const CommandLine& command_line) {
   stop_signals.async_wait([&](boost::system::error_code ec, int signal) {
     if (ec) return;
     stopping = true;
-    spdlog::info("{}: draining (running jobs keep running and are adopted at the next start)", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    spdlog::info("{}: draining (running jobs keep running and are adopted at the next start)",
+                 signal == SIGTERM ? "SIGTERM" : "SIGINT");
     notifier.stopping("draining");
     api.set_ready(false);
     server.stop();

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include <fmt/format.h>
 #include <boost/asio/ip/address.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -9,7 +10,6 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
-#include <fmt/format.h>
 
 namespace joule::daemon {
 
@@ -63,10 +63,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
         ec == asio::error::connection_reset || ec == asio::error::eof || ec == asio::error::bad_descriptor)
       return close_when_idle();
     if (ec == http::error::body_limit) {
-      return refuse(http::status::payload_too_large,
-                    fmt::format("the request body is larger than the limit of {} bytes", server_.options_.max_body_bytes));
+      return refuse(
+          http::status::payload_too_large,
+          fmt::format("the request body is larger than the limit of {} bytes", server_.options_.max_body_bytes));
     }
-    if (ec == http::error::header_limit) return refuse(http::status::request_header_fields_too_large, "request headers are too large");
+    if (ec == http::error::header_limit)
+      return refuse(http::status::request_header_fields_too_large, "request headers are too large");
     if (ec) return refuse(http::status::bad_request, fmt::format("malformed HTTP request: {}", ec.message()));
 
     busy_ = true;
@@ -100,18 +102,17 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     response.prepare_payload();
     response_ = std::make_shared<HttpResponse>(std::move(response));
     stream_.expires_after(timeout());
-    http::async_write(stream_, *response_,
-                      [self = shared_from_this(), close](beast::error_code ec, std::size_t) {
-                        self->busy_ = false;
-                        self->response_.reset();
-                        if (ec || close) {
-                          beast::error_code ignored;
-                          self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-                          self->stream_.close();
-                          return;
-                        }
-                        self->read();
-                      });
+    http::async_write(stream_, *response_, [self = shared_from_this(), close](beast::error_code ec, std::size_t) {
+      self->busy_ = false;
+      self->response_.reset();
+      if (ec || close) {
+        beast::error_code ignored;
+        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        self->stream_.close();
+        return;
+      }
+      self->read();
+    });
   }
 
   beast::tcp_stream stream_;

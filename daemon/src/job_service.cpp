@@ -4,11 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
 #include <boost/uuid/random_generator.hpp>
 #include <boost/uuid/uuid_io.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 namespace joule::daemon {
 
@@ -138,7 +138,8 @@ Status JobService::check_runnable(const schedulers::JobSpec& spec) const {
   if (!workdir.empty()) {
     std::error_code ec;
     if (!std::filesystem::is_directory(workdir, ec))
-      return invalid(fmt::format("run.workdir {} does not exist or is not a directory", workdir.string()), "/run/workdir");
+      return invalid(fmt::format("run.workdir {} does not exist or is not a directory", workdir.string()),
+                     "/run/workdir");
     if (::access(workdir.c_str(), X_OK) != 0)
       return invalid(fmt::format("run.workdir {} is not accessible to jouled", workdir.string()), "/run/workdir");
   }
@@ -170,9 +171,9 @@ void JobService::submit(const json& body, Done done) {
   if (!spec) return done(spec.error());
   if (auto runnable = check_runnable(*spec); !runnable) return done(runnable.error());
   if (queue_.size() + submissions_in_flight_ >= options_.max_queued_jobs) {
-    return done(make_error(ErrorCode::too_many,
-                           fmt::format("{} jobs are already waiting (the limit is {}); retry later",
-                                       queue_.size() + submissions_in_flight_, options_.max_queued_jobs)));
+    return done(
+        make_error(ErrorCode::too_many, fmt::format("{} jobs are already waiting (the limit is {}); retry later",
+                                                    queue_.size() + submissions_in_flight_, options_.max_queued_jobs)));
   }
   auto job = std::make_unique<Job>();
   static thread_local boost::uuids::random_generator make_uuid;
@@ -193,33 +194,31 @@ void JobService::submit(const json& body, Done done) {
     if (auto s = db.insert_job(row); !s) return s;
     return db.insert_event(event);
   };
-  persist(std::move(write),
-      [this, job = std::move(pending), done = std::move(done)](Status status) mutable {
-        --submissions_in_flight_;
-        if (!status) {
-          return done(make_error(ErrorCode::unavailable,
-                                 fmt::format("the job could not be stored, so it was not accepted: {}",
-                                             status.error().message)));
-        }
-        const std::string id = job->row.id;
-        auto owned = std::make_unique<Job>(std::move(*job));
-        queue_.push(id, owned->row.priority, owned->row.sequence);
-        jobs_.emplace(id, std::move(owned));
-        metrics_.count_submission();
-        refresh_state_metrics();
-        spdlog::info("job {} ({}): accepted", id, jobs_.at(id)->row.name);
-        done(to_json(*jobs_.at(id), true));
-        schedule();
-      });
+  persist(std::move(write), [this, job = std::move(pending), done = std::move(done)](Status status) mutable {
+    --submissions_in_flight_;
+    if (!status) {
+      return done(
+          make_error(ErrorCode::unavailable,
+                     fmt::format("the job could not be stored, so it was not accepted: {}", status.error().message)));
+    }
+    const std::string id = job->row.id;
+    auto owned = std::make_unique<Job>(std::move(*job));
+    queue_.push(id, owned->row.priority, owned->row.sequence);
+    jobs_.emplace(id, std::move(owned));
+    metrics_.count_submission();
+    refresh_state_metrics();
+    spdlog::info("job {} ({}): accepted", id, jobs_.at(id)->row.name);
+    done(to_json(*jobs_.at(id), true));
+    schedule();
+  });
 }
 
 void JobService::schedule() {
   if (!scheduling_) return;
   for (auto& device : devices_) {
     if (device.job) continue;
-    auto next = queue_.next([&](const std::string& id) {
-      return schedulers::device_allowed(jobs_.at(id)->spec.constraints, device.name);
-    });
+    auto next = queue_.next(
+        [&](const std::string& id) { return schedulers::device_allowed(jobs_.at(id)->spec.constraints, device.name); });
     if (!next) continue;
     place(*jobs_.at(*next), device);
   }
@@ -257,9 +256,8 @@ std::vector<std::string> JobService::job_environment(const Job& job, const std::
     const auto eq = text.find('=');
     if (eq == std::string::npos) continue;
     const std::string name = text.substr(0, eq);
-    if (name == "PATH" || name == "HOME" || name == "USER" || name == "LOGNAME" || name == "LANG" ||
-        name == "LC_ALL" || name == "TZ" || name.rfind("OPENBLAS_", 0) == 0 || name.rfind("OMP_", 0) == 0 ||
-        name.rfind("MKL_", 0) == 0)
+    if (name == "PATH" || name == "HOME" || name == "USER" || name == "LOGNAME" || name == "LANG" || name == "LC_ALL" ||
+        name == "TZ" || name.rfind("OPENBLAS_", 0) == 0 || name.rfind("OMP_", 0) == 0 || name.rfind("MKL_", 0) == 0)
       env[name] = text.substr(eq + 1);
   }
   if (!env.contains("PATH")) env["PATH"] = daemon_path();
@@ -279,7 +277,8 @@ void JobService::launch(const std::string& id) {
   const auto dir = job_directory(id);
   std::error_code ec;
   std::filesystem::create_directories(dir / "tmp", ec);
-  if (ec) return finish(job, JobState::failed, fmt::format("cannot create {}: {}", dir.string(), ec.message()), std::nullopt);
+  if (ec)
+    return finish(job, JobState::failed, fmt::format("cannot create {}: {}", dir.string(), ec.message()), std::nullopt);
 
   adapters::LaunchSpec spec;
   spec.argv = job.spec.run.argv;
@@ -462,8 +461,8 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
     json spec_json = json::parse(row.spec_json, nullptr, false);
     auto spec = schedulers::parse_job_spec(spec_json);
     if (!spec) {
-      return make_error(ErrorCode::internal,
-                        fmt::format("stored job {} no longer parses: {} at {}", row.id, spec.error().message, spec.error().where));
+      return make_error(ErrorCode::internal, fmt::format("stored job {} no longer parses: {} at {}", row.id,
+                                                         spec.error().message, spec.error().where));
     }
     job->spec = std::move(spec).value();
     job->state = *state;
@@ -504,7 +503,8 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
       job.energy_at_start = device ? read_device_energy(*device) : std::nullopt;
       const std::string note = fmt::format(
           "adopted process group {} after a daemon restart; energy is metered from now on only", process->pid);
-      if (job.state == JobState::placed) transition(job, JobState::running, note);
+      if (job.state == JobState::placed)
+        transition(job, JobState::running, note);
       else {
         job.events.push_back(StoredEvent{id, now_ms(), job.row.state, note});
         persist([event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
@@ -512,7 +512,8 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
       }
       watch_exit(id);
     } else if (auto exit = adapters::read_status_file(status_path)) {
-      const std::string reason = fmt::format("{} (finished while jouled was down; energy not metered)", exit->describe());
+      const std::string reason =
+          fmt::format("{} (finished while jouled was down; energy not metered)", exit->describe());
       if (job.state == JobState::placed) job.state = JobState::running;  // it did run
       finish(job, exit->success() ? JobState::succeeded : JobState::failed, reason, exit);
     } else if (job.state == JobState::placed) {
@@ -521,8 +522,8 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
       transition(job, JobState::queued, "queued again: jouled stopped before starting it");
       queue_.push(id, job.row.priority, job.row.sequence);
     } else {
-      finish(job, JobState::failed,
-             "lost: its process was gone after a daemon restart and no exit status was recorded", std::nullopt);
+      finish(job, JobState::failed, "lost: its process was gone after a daemon restart and no exit status was recorded",
+             std::nullopt);
     }
   }
   refresh_state_metrics();
@@ -538,14 +539,17 @@ Result<json> JobService::job(const std::string& id) const {
 
 Result<json> JobService::jobs(const std::optional<std::string>& state, std::size_t limit) const {
   if (state && !schedulers::job_state_from_string(*state)) {
-    return invalid(fmt::format("unknown state \"{}\"; use queued, placed, running, throttled, succeeded, failed or cancelled", *state),
-                   "state");
+    return invalid(
+        fmt::format("unknown state \"{}\"; use queued, placed, running, throttled, succeeded, failed or cancelled",
+                    *state),
+        "state");
   }
   std::vector<const Job*> ordered;
   for (const auto& [id, job] : jobs_) {
     if (!state || job->row.state == *state) ordered.push_back(job.get());
   }
-  std::sort(ordered.begin(), ordered.end(), [](const Job* a, const Job* b) { return a->row.sequence < b->row.sequence; });
+  std::sort(ordered.begin(), ordered.end(),
+            [](const Job* a, const Job* b) { return a->row.sequence < b->row.sequence; });
   json out = json::array();
   for (const Job* job : ordered) {
     if (out.size() >= limit) break;
@@ -556,8 +560,7 @@ Result<json> JobService::jobs(const std::optional<std::string>& state, std::size
 
 Result<std::filesystem::path> JobService::log_path(const std::string& id, const std::string& stream) const {
   if (!jobs_.contains(id)) return make_error(ErrorCode::not_found, fmt::format("no job {}", id), "id");
-  if (stream != "stdout" && stream != "stderr")
-    return invalid("stream must be stdout or stderr", "stream");
+  if (stream != "stdout" && stream != "stderr") return invalid("stream must be stdout or stderr", "stream");
   return job_directory(id) / (stream + ".log");
 }
 
@@ -572,11 +575,21 @@ json JobService::devices() const {
                    {"power_watts", device.power_watts},
                    {"meter_error", device.meter_error ? json(*device.meter_error) : json(nullptr)},
                    {"job", device.job ? json(*device.job) : json(nullptr)},
-                   {"model", {{"state", "none"},
-                              {"samples", 0},
-                              {"note", "no energy model yet: probing and the estimator are not in this build"}}}});
+                   {"model",
+                    {{"state", "none"},
+                     {"samples", 0},
+                     {"note", "no energy model yet: probing and the estimator are not in this build"}}}});
   }
   return json{{"devices", out}};
+}
+
+std::string JobService::summary() const {
+  std::size_t running = 0;
+  for (const auto& device : devices_) running += device.job ? 1 : 0;
+  std::string text = fmt::format("{} queued, {} running", queue_.size(), running);
+  for (const auto& device : devices_)
+    text += fmt::format("; {} {:.1f} W ({})", device.name, device.power_watts, device.meter->source());
+  return text;
 }
 
 json JobService::to_json(const Job& job, bool with_events) const {
@@ -610,7 +623,8 @@ json JobService::to_json(const Job& job, bool with_events) const {
     out["spec"] = json::parse(row.spec_json, nullptr, false);
     json events = json::array();
     for (const auto& event : job.events) {
-      events.push_back({{"at", schedulers::format_rfc3339(event.at_ms)}, {"state", event.state}, {"message", event.message}});
+      events.push_back(
+          {{"at", schedulers::format_rfc3339(event.at_ms)}, {"state", event.state}, {"message", event.message}});
     }
     out["events"] = events;
   }

@@ -11,14 +11,17 @@
 
 int main(int argc, char** argv) {
   // jouled starts each job through itself as a tiny runner (see job_process.hpp).
-  if (argc >= 2 && std::strcmp(argv[1], "--job-runner") == 0) return joule::adapters::job_runner_main(argc - 2, argv + 2);
+  if (argc >= 2 && std::strcmp(argv[1], "--job-runner") == 0)
+    return joule::adapters::job_runner_main(argc - 2, argv + 2);
 
   CLI::App app{"jouled: energy-aware scheduler daemon for deep-learning training jobs"};
   joule::daemon::CommandLine command_line;
   std::string config_file, listen, state_dir, log_level;
-  app.add_option("--config", config_file, "config file (jouled.toml); without it, embedded defaults")->check(CLI::ExistingFile);
+  app.add_option("--config", config_file, "config file (jouled.toml); without it, embedded defaults")
+      ->check(CLI::ExistingFile);
   app.add_option("--listen", listen, "HOST:PORT to serve the API on (default 127.0.0.1:8571; port 0 picks one)");
-  app.add_option("--state-dir", state_dir, "where the SQLite state and job logs live (default $STATE_DIRECTORY or /var/lib/jouled)");
+  app.add_option("--state-dir", state_dir,
+                 "where the SQLite state and job logs live (default $STATE_DIRECTORY or /var/lib/jouled)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off");
   app.set_version_flag("--version", JOULE_VERSION);
   CLI11_PARSE(app, argc, argv);

@@ -12,10 +12,11 @@ using prometheus::BuildHistogram;
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
-      device_energy_(BuildCounter()
-                         .Name("joule_device_energy_joules_total")
-                         .Help("Energy of each device since jouled started, by meter source (modelled is not a measurement)")
-                         .Register(*registry_)),
+      device_energy_(
+          BuildCounter()
+              .Name("joule_device_energy_joules_total")
+              .Help("Energy of each device since jouled started, by meter source (modelled is not a measurement)")
+              .Register(*registry_)),
       device_power_(BuildGauge()
                         .Name("joule_device_power_watts")
                         .Help("Mean power of each device over the last meter interval, by meter source")
@@ -44,13 +45,13 @@ Metrics::Metrics()
   submitted_.Add({});
 }
 
-std::string Metrics::serialize() const {
-  return prometheus::TextSerializer().Serialize(registry_->Collect());
-}
+std::string Metrics::serialize() const { return prometheus::TextSerializer().Serialize(registry_->Collect()); }
 
 void Metrics::add_device_energy(const std::string& device, const std::string& source, double joules) {
-  if (joules > 0.0) device_energy_.Add({{"device", device}, {"source", source}}).Increment(joules);
-  else device_energy_.Add({{"device", device}, {"source", source}});
+  if (joules > 0.0)
+    device_energy_.Add({{"device", device}, {"source", source}}).Increment(joules);
+  else
+    device_energy_.Add({{"device", device}, {"source", source}});
 }
 
 void Metrics::set_device_power(const std::string& device, const std::string& source, double watts) {
@@ -69,8 +70,8 @@ void Metrics::add_job_energy(const std::string& device, const std::string& sourc
 
 void Metrics::observe_request(const std::string& route, unsigned status, double seconds) {
   http_requests_.Add({{"route", route}, {"code", std::to_string(status)}}).Increment();
-  static const prometheus::Histogram::BucketBoundaries buckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                                   0.05,   0.1,   0.25,   0.5,   1.0,  2.5};
+  static const prometheus::Histogram::BucketBoundaries buckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                                  0.25,   0.5,   1.0,    2.5,   5.0,  10.0,  30.0};
   http_duration_.Add({{"route", route}}, buckets).Observe(seconds);
 }
 

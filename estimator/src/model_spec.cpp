@@ -31,17 +31,14 @@ const std::map<std::string, std::map<std::string, ArgRule>>& layer_rules() {
       {"gelu", {}},
       {"tanh", {}},
       {"sigmoid", {}},
-      {"maxpool2d",
-       {{"kernel_size", {ArgKind::positive_int, true}}, {"stride", {ArgKind::positive_int, false}}}},
-      {"avgpool2d",
-       {{"kernel_size", {ArgKind::positive_int, true}}, {"stride", {ArgKind::positive_int, false}}}},
+      {"maxpool2d", {{"kernel_size", {ArgKind::positive_int, true}}, {"stride", {ArgKind::positive_int, false}}}},
+      {"avgpool2d", {{"kernel_size", {ArgKind::positive_int, true}}, {"stride", {ArgKind::positive_int, false}}}},
       {"batchnorm2d", {}},
       {"layernorm", {}},
       {"dropout", {{"p", {ArgKind::probability, false}}}},
       {"flatten", {}},
       {"embedding",
-       {{"num_embeddings", {ArgKind::positive_int, true}},
-        {"embedding_dim", {ArgKind::positive_int, true}}}},
+       {{"num_embeddings", {ArgKind::positive_int, true}}, {"embedding_dim", {ArgKind::positive_int, true}}}},
       {"lstm",
        {{"hidden_size", {ArgKind::positive_int, true}},
         {"num_layers", {ArgKind::positive_int, false}},
@@ -52,8 +49,7 @@ const std::map<std::string, std::map<std::string, ArgRule>>& layer_rules() {
         {"output", {ArgKind::output_mode, false}}}},
       {"multihead_attention", {{"num_heads", {ArgKind::positive_int, true}}}},
       {"transformer_encoder_layer",
-       {{"nhead", {ArgKind::positive_int, true}},
-        {"dim_feedforward", {ArgKind::positive_int, true}}}},
+       {{"nhead", {ArgKind::positive_int, true}}, {"dim_feedforward", {ArgKind::positive_int, true}}}},
   };
   return rules;
 }
@@ -62,8 +58,7 @@ Error invalid(std::string message, std::string where) {
   return make_error(ErrorCode::invalid_argument, std::move(message), std::move(where));
 }
 
-std::optional<Error> check_arg(const json& value, ArgKind kind, const std::string& what,
-                               const std::string& where) {
+std::optional<Error> check_arg(const json& value, ArgKind kind, const std::string& what, const std::string& where) {
   switch (kind) {
     case ArgKind::positive_int:
       if (!value.is_number_integer() || value.get<std::int64_t>() < 1)
@@ -93,8 +88,7 @@ std::optional<Error> check_arg(const json& value, ArgKind kind, const std::strin
 }
 
 Result<LayerSpec> parse_layer(const json& layer, std::size_t index, const std::string& where) {
-  if (!layer.is_object())
-    return invalid(fmt::format("layer {}: must be an object with a \"type\"", index), where);
+  if (!layer.is_object()) return invalid(fmt::format("layer {}: must be an object with a \"type\"", index), where);
   const auto type_it = layer.find("type");
   if (type_it == layer.end() || !type_it->is_string())
     return invalid(fmt::format("layer {}: \"type\" is missing or not a string", index), where + "/type");
@@ -109,17 +103,15 @@ Result<LayerSpec> parse_layer(const json& layer, std::size_t index, const std::s
     if (key == "type") continue;
     const auto arg_it = rule_it->second.find(key);
     if (arg_it == rule_it->second.end())
-      return invalid(fmt::format("layer {} {}: unknown argument \"{}\"", index, type, key),
-                     where + "/" + key);
-    if (auto error = check_arg(value, arg_it->second.kind,
-                               fmt::format("layer {} {}: {}", index, type, key), where + "/" + key))
+      return invalid(fmt::format("layer {} {}: unknown argument \"{}\"", index, type, key), where + "/" + key);
+    if (auto error =
+            check_arg(value, arg_it->second.kind, fmt::format("layer {} {}: {}", index, type, key), where + "/" + key))
       return *error;
     spec.args[key] = value;
   }
   for (const auto& [key, rule] : rule_it->second) {
     if (rule.required && !spec.args.contains(key))
-      return invalid(fmt::format("layer {} {}: \"{}\" is required", index, type, key),
-                     where + "/" + key);
+      return invalid(fmt::format("layer {} {}: \"{}\" is required", index, type, key), where + "/" + key);
   }
   return spec;
 }
@@ -151,8 +143,7 @@ Result<ModelSpec> parse_model_spec(const json& model, const std::string& pointer
   for (std::size_t i = 0; i < shape->size(); ++i) {
     const auto& dim = (*shape)[i];
     if (!dim.is_number_integer() || dim.get<std::int64_t>() < 1)
-      return invalid("input shape dimensions must be integers >= 1",
-                     fmt::format("{}/input/shape/{}", pointer, i));
+      return invalid("input shape dimensions must be integers >= 1", fmt::format("{}/input/shape/{}", pointer, i));
     spec.input_shape.push_back(dim.get<std::int64_t>());
   }
   if (auto it = input->find("dtype"); it != input->end()) {
@@ -180,9 +171,7 @@ Result<TrainingConfig> parse_training_config(const json& training, const std::st
   if (!training.is_object()) return invalid("training must be an object", pointer);
   TrainingConfig config;
   const std::map<std::string, std::int64_t*> counts = {
-      {"batch_size", &config.batch_size},
-      {"epochs", &config.epochs},
-      {"samples_per_epoch", &config.samples_per_epoch}};
+      {"batch_size", &config.batch_size}, {"epochs", &config.epochs}, {"samples_per_epoch", &config.samples_per_epoch}};
   for (const auto& [key, value] : training.items()) {
     const std::string where = pointer + "/" + key;
     if (auto it = counts.find(key); it != counts.end()) {
@@ -203,8 +192,7 @@ Result<TrainingConfig> parse_training_config(const json& training, const std::st
 }
 
 std::int64_t steps_of(const TrainingConfig& training) {
-  const std::int64_t per_epoch =
-      (training.samples_per_epoch + training.batch_size - 1) / training.batch_size;
+  const std::int64_t per_epoch = (training.samples_per_epoch + training.batch_size - 1) / training.batch_size;
   return training.epochs * per_epoch;
 }
 

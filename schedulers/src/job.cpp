@@ -79,8 +79,7 @@ Result<Constraints> parse_constraints(const json& input) {
     } else if (key == "deadline") {
       if (!value.is_string()) return invalid("deadline must be an RFC 3339 time string", where);
       auto parsed = parse_rfc3339(value.get<std::string>());
-      if (!parsed)
-        return invalid("deadline is not an RFC 3339 time such as 2026-12-01T18:00:00Z", where);
+      if (!parsed) return invalid("deadline is not an RFC 3339 time such as 2026-12-01T18:00:00Z", where);
       constraints.deadline = *parsed;
     } else if (key == "max_energy_joules") {
       if (!value.is_number() || value.get<double>() <= 0.0)
@@ -93,8 +92,8 @@ Result<Constraints> parse_constraints(const json& input) {
   return constraints;
 }
 
-constexpr std::array<std::string_view, 7> kStateNames = {
-    "queued", "placed", "running", "throttled", "succeeded", "failed", "cancelled"};
+constexpr std::array<std::string_view, 7> kStateNames = {"queued",    "placed", "running",  "throttled",
+                                                         "succeeded", "failed", "cancelled"};
 
 }  // namespace
 
@@ -126,16 +125,14 @@ Result<JobSpec> parse_job_spec(const json& body, const JobLimits& limits) {
     } else if (key == "priority") {
       if (!value.is_number_integer() || value.get<std::int64_t>() > limits.max_abs_priority ||
           value.get<std::int64_t>() < -limits.max_abs_priority)
-        return invalid(fmt::format("priority must be an integer within ±{}", limits.max_abs_priority),
-                       "/priority");
+        return invalid(fmt::format("priority must be an integer within ±{}", limits.max_abs_priority), "/priority");
       spec.priority = value.get<int>();
     } else {
       return invalid(fmt::format("unknown field \"{}\"", key), "/" + key);
     }
   }
   if (!body.contains("run")) return invalid("run is required: {\"command\": [\"program\", ...]}", "/run");
-  if (spec.training && !spec.model)
-    return invalid("training is given without a model to train", "/model");
+  if (spec.training && !spec.model) return invalid("training is given without a model to train", "/model");
   return spec;
 }
 
@@ -146,8 +143,7 @@ json to_json(const JobSpec& spec) {
   json constraints = json::object();
   if (!spec.constraints.devices.empty()) constraints["devices"] = spec.constraints.devices;
   if (spec.constraints.deadline) constraints["deadline"] = format_rfc3339(*spec.constraints.deadline);
-  if (spec.constraints.max_energy_joules)
-    constraints["max_energy_joules"] = *spec.constraints.max_energy_joules;
+  if (spec.constraints.max_energy_joules) constraints["max_energy_joules"] = *spec.constraints.max_energy_joules;
   json out = {{"name", spec.name}, {"run", run}, {"constraints", constraints}, {"priority", spec.priority}};
   if (spec.model) out["model"] = estimator::to_json(*spec.model);
   if (spec.training) out["training"] = estimator::to_json(*spec.training);
@@ -180,13 +176,20 @@ bool can_transition(JobState from, JobState to) {
   using S = JobState;
   if (is_terminal(from)) return false;
   switch (to) {
-    case S::queued: return from == S::placed || from == S::running || from == S::throttled;
-    case S::placed: return from == S::queued;
-    case S::running: return from == S::placed || from == S::throttled;
-    case S::throttled: return from == S::running;
-    case S::succeeded: return from == S::running || from == S::throttled;
-    case S::failed: return true;     // any live job can fail (spawn error, lost process)
-    case S::cancelled: return true;  // any live job can be cancelled
+    case S::queued:
+      return from == S::placed || from == S::running || from == S::throttled;
+    case S::placed:
+      return from == S::queued;
+    case S::running:
+      return from == S::placed || from == S::throttled;
+    case S::throttled:
+      return from == S::running;
+    case S::succeeded:
+      return from == S::running || from == S::throttled;
+    case S::failed:
+      return true;  // any live job can fail (spawn error, lost process)
+    case S::cancelled:
+      return true;  // any live job can be cancelled
   }
   return false;
 }

@@ -16,8 +16,7 @@ void JobQueue::erase(const std::string& job_id) {
   index_.erase(it);
 }
 
-std::optional<std::string> JobQueue::next(
-    const std::function<bool(const std::string&)>& eligible) const {
+std::optional<std::string> JobQueue::next(const std::function<bool(const std::string&)>& eligible) const {
   for (const auto& key : order_) {
     if (eligible(std::get<2>(key))) return std::get<2>(key);
   }

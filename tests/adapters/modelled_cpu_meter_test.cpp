@@ -12,8 +12,8 @@ namespace {
 
 // /proc/stat as the kernel writes it: aggregate line, one line per CPU, then other counters.
 std::string proc_stat(unsigned long user, unsigned long system, unsigned long idle, int cpus = 2) {
-  std::string text = "cpu  " + std::to_string(user) + " 0 " + std::to_string(system) + " " + std::to_string(idle) +
-                     " 0 0 0 0 0 0\n";
+  std::string text =
+      "cpu  " + std::to_string(user) + " 0 " + std::to_string(system) + " " + std::to_string(idle) + " 0 0 0 0 0 0\n";
   for (int i = 0; i < cpus; ++i) text += "cpu" + std::to_string(i) + " 1 0 1 1 0 0 0 0 0 0\n";
   text += "intr 12345 0 0\nctxt 999\nbtime 1700000000\nprocs_running 1\n";
   return text;

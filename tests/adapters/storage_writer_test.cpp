@@ -66,7 +66,12 @@ TEST(StorageWriterTest, a_failing_write_does_not_spoil_its_batch) {
   auto opened = gate.get_future().share();
   std::promise<Status> blocker_done, good_done, bad_done, good2_done;
   // The first write holds the thread so the next three land in one batch.
-  writer.submit([opened](Database&) { opened.wait(); return Status{}; }, [&](Status s) { blocker_done.set_value(s); });
+  writer.submit(
+      [opened](Database&) {
+        opened.wait();
+        return Status{};
+      },
+      [&](Status s) { blocker_done.set_value(s); });
   writer.submit([](Database& d) { return d.insert_job(job("x", 1)); }, [&](Status s) { good_done.set_value(s); });
   writer.submit([](Database& d) { return d.insert_job(job("x", 2)); }, [&](Status s) { bad_done.set_value(s); });
   writer.submit([](Database& d) { return d.insert_job(job("y", 3)); }, [&](Status s) { good2_done.set_value(s); });

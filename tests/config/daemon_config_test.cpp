@@ -37,7 +37,8 @@ idle_watts = 3.5
 watts_per_busy_core = 4
 [jobs]
 kill_grace_seconds = 0
-)", "jouled.toml");
+)",
+                             "jouled.toml");
   ASSERT_TRUE(loaded) << loaded.error().message;
   EXPECT_EQ(loaded->config.server.host, "::1");
   EXPECT_EQ(loaded->config.server.port, 9000);
@@ -56,7 +57,8 @@ max_queued_jobs = -3
 level = "loud"
 [auth]
 token_sha256 = ["my-secret-token"]
-)", "jouled.toml");
+)",
+                             "jouled.toml");
   ASSERT_FALSE(loaded);
   const std::string& message = loaded.error().message;
   EXPECT_NE(message.find("jouled.toml:2: server.listen"), std::string::npos) << message;

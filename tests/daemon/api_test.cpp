@@ -1,8 +1,8 @@
 #include "joule/daemon/api.hpp"
 
+#include <gtest/gtest.h>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <gtest/gtest.h>
 
 #include "joule/adapters/database.hpp"
 #include "joule/adapters/storage_writer.hpp"
@@ -90,7 +90,8 @@ TEST_F(ApiTest, metrics_are_the_text_exposition) {
   auto response = call(http::verb::get, "/metrics");
   EXPECT_EQ(response.result_int(), 200u);
   EXPECT_EQ(response[http::field::content_type], "text/plain; version=0.0.4; charset=utf-8");
-  EXPECT_NE(response.body().find("joule_device_energy_joules_total{device=\"cpu\",source=\"simulated\"}"), std::string::npos);
+  EXPECT_NE(response.body().find("joule_device_energy_joules_total{device=\"cpu\",source=\"simulated\"}"),
+            std::string::npos);
   EXPECT_NE(response.body().find("joule_jobs{state=\"queued\"} 0"), std::string::npos);
 }
 
@@ -119,9 +120,11 @@ TEST_F(ApiTest, invalid_jobs_name_the_field_and_are_not_stored) {
   EXPECT_EQ(body_of(response)["errors"][0]["pointer"], "/run/workdir");
   response = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["no-such-program-xyz"]}})");
   EXPECT_EQ(body_of(response)["errors"][0]["pointer"], "/run/command/0");
-  response = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["true"]}, "constraints": {"devices": ["cuda:*"]}})");
+  response =
+      call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["true"]}, "constraints": {"devices": ["cuda:*"]}})");
   EXPECT_EQ(body_of(response)["errors"][0]["pointer"], "/constraints/devices");
-  response = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["true"]}, "constraints": {"deadline": "2001-01-01T00:00:00Z"}})");
+  response = call(http::verb::post, "/v1/jobs",
+                  R"({"run": {"command": ["true"]}, "constraints": {"deadline": "2001-01-01T00:00:00Z"}})");
   EXPECT_EQ(body_of(response)["errors"][0]["pointer"], "/constraints/deadline");
   EXPECT_EQ(body_of(call(http::verb::get, "/v1/jobs"))["total"], 0);
 }

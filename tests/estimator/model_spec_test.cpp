@@ -80,24 +80,29 @@ TEST(ModelSpecTest, token_inputs_and_sequence_layers_parse) {
       "input": {"shape": [64], "dtype": "token"},
       "layers": [{"type": "embedding", "num_embeddings": 1000, "embedding_dim": 32},
                  {"type": "lstm", "hidden_size": 64, "output": "last"},
-                 {"type": "linear", "out_features": 2}]})"), "/model");
+                 {"type": "linear", "out_features": 2}]})"),
+                               "/model");
   ASSERT_TRUE(spec) << spec.error().message;
   EXPECT_EQ(spec->input_dtype, "token");
-  json bad = json::parse(R"({"input": {"shape": [64]}, "layers": [{"type": "gru", "hidden_size": 8, "output": "all"}]})");
+  json bad =
+      json::parse(R"({"input": {"shape": [64]}, "layers": [{"type": "gru", "hidden_size": 8, "output": "all"}]})");
   EXPECT_EQ(parse_model_spec(bad, "/model").error().where, "/model/layers/0/output");
 }
 
 TEST(TrainingConfigTest, steps_round_up_partial_batches) {
-  auto training = parse_training_config(json::parse(R"({"batch_size": 64, "epochs": 5, "samples_per_epoch": 60000})"),
-                                        "/training");
+  auto training =
+      parse_training_config(json::parse(R"({"batch_size": 64, "epochs": 5, "samples_per_epoch": 60000})"), "/training");
   ASSERT_TRUE(training);
   EXPECT_EQ(joule::estimator::steps_of(*training), 5 * 938);
 }
 
 TEST(TrainingConfigTest, rejects_zero_batch_and_unknown_optimizer) {
-  EXPECT_EQ(parse_training_config(json::parse(R"({"batch_size": 0, "samples_per_epoch": 10})"), "/training").error().where,
-            "/training/batch_size");
-  EXPECT_EQ(parse_training_config(json::parse(R"({"optimizer": "lion", "samples_per_epoch": 10})"), "/training").error().where,
+  EXPECT_EQ(
+      parse_training_config(json::parse(R"({"batch_size": 0, "samples_per_epoch": 10})"), "/training").error().where,
+      "/training/batch_size");
+  EXPECT_EQ(parse_training_config(json::parse(R"({"optimizer": "lion", "samples_per_epoch": 10})"), "/training")
+                .error()
+                .where,
             "/training/optimizer");
   EXPECT_EQ(parse_training_config(json::parse(R"({"epochs": 1})"), "/training").error().where,
             "/training/samples_per_epoch");

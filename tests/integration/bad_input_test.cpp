@@ -104,10 +104,9 @@ TEST(BadInputTest, refuses_a_public_address_without_tokens) {
 
 TEST(BadInputTest, with_tokens_a_public_address_is_allowed_and_guarded) {
   // sha256("s3cret")
-  DaemonProcess daemon(
-      {.config_toml = "[server]\nlisten = \"0.0.0.0:0\"\n[auth]\ntoken_sha256 = "
-                      "[\"1ec1c26b50d5d3c58d9583181af8076655fe00756bf7285940ba3670f99fcba0\"]\n",
-       .listen_loopback_any_port = false});
+  DaemonProcess daemon({.config_toml = "[server]\nlisten = \"0.0.0.0:0\"\n[auth]\ntoken_sha256 = "
+                                       "[\"1ec1c26b50d5d3c58d9583181af8076655fe00756bf7285940ba3670f99fcba0\"]\n",
+                        .listen_loopback_any_port = false});
   ASSERT_TRUE(daemon.start()) << daemon.log();
   EXPECT_EQ(daemon.call("GET", "/v1/jobs").first, 401u);
   auto with_token = daemon.client("s3cret").request("GET", "/v1/jobs");

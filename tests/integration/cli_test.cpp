@@ -21,7 +21,8 @@ TEST(CliTest, submit_wait_prints_state_seconds_joules_and_source) {
   ASSERT_TRUE(daemon.start()) << daemon.log();
   const auto job_file = daemon.state_dir().parent_path() / "job.json";
   std::ofstream(job_file) << R"({"name": "cli", "run": {"command": ["sh", "-c", "sleep 0.2"]}})";
-  auto [code, out] = run_program({JOULECTL_BINARY, "--server", server_of(daemon), "submit", "--wait", job_file.string()});
+  auto [code, out] =
+      run_program({JOULECTL_BINARY, "--server", server_of(daemon), "submit", "--wait", job_file.string()});
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("state:     succeeded"), std::string::npos) << out;
   EXPECT_NE(out.find("(modelled, not measured)"), std::string::npos) << out;

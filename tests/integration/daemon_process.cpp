@@ -183,7 +183,8 @@ json DaemonProcess::wait_state(const std::string& id, const std::vector<std::str
   return job;
 }
 
-std::pair<int, std::string> run_program(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+std::pair<int, std::string> run_program(const std::vector<std::string>& argv,
+                                        const std::map<std::string, std::string>& env) {
   int pipe_fds[2];
   if (::pipe(pipe_fds) != 0) return {-1, "pipe failed"};
   const pid_t pid = ::fork();

@@ -41,7 +41,8 @@ TEST(DurabilityTest, every_acknowledged_submission_survives_kill_9_exactly_once)
       clients.emplace_back([&, c] {
         auto client = daemon.client();
         for (int i = 0; !stop; ++i) {
-          const json body = {{"name", "c" + std::to_string(c) + "-" + std::to_string(i)}, {"run", {{"command", {"true"}}}}};
+          const json body = {{"name", "c" + std::to_string(c) + "-" + std::to_string(i)},
+                             {"run", {{"command", {"true"}}}}};
           auto reply = client.request("POST", "/v1/jobs", body.dump());
           if (!reply) continue;  // no answer: not acknowledged, may or may not be stored
           if (reply->status == 201) {
@@ -64,7 +65,8 @@ TEST(DurabilityTest, every_acknowledged_submission_survives_kill_9_exactly_once)
   ASSERT_EQ(status, 200u);
   std::multiset<std::string> stored;
   for (const auto& job : listed["jobs"]) stored.insert(job["id"].get<std::string>());
-  for (const auto& id : acknowledged) EXPECT_EQ(stored.count(id), 1u) << "acknowledged job " << id << " is missing or doubled";
+  for (const auto& id : acknowledged)
+    EXPECT_EQ(stored.count(id), 1u) << "acknowledged job " << id << " is missing or doubled";
   // Nothing stays placed or running without a process behind it: all of them finish.
   const auto deadline = std::chrono::steady_clock::now() + 90s;
   json succeeded;

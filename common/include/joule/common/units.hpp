@@ -29,8 +29,6 @@ inline Joules operator+(Joules a, Joules b) { return Joules{a.value + b.value}; 
 inline Joules operator-(Joules a, Joules b) { return Joules{a.value - b.value}; }
 inline Joules operator*(Watts p, Seconds t) { return Joules{p.value * t.value}; }
 /// Mean power over an interval; zero for an empty interval rather than a division by zero.
-inline Watts operator/(Joules e, Seconds t) {
-  return Watts{t.value > 0.0 ? e.value / t.value : 0.0};
-}
+inline Watts operator/(Joules e, Seconds t) { return Watts{t.value > 0.0 ? e.value / t.value : 0.0}; }
 
 }  // namespace joule

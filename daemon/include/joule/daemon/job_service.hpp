@@ -32,7 +32,7 @@ namespace joule::daemon {
 struct Device {
   std::string name;
   std::unique_ptr<adapters::EnergyMeter> meter;
-  std::string meter_note;  ///< why this meter was chosen, shown in GET /v1/devices
+  std::string meter_note;          ///< why this meter was chosen, shown in GET /v1/devices
   std::optional<std::string> job;  ///< the job placed or running on it
   double energy_joules = 0.0;      ///< metered since start
   double power_watts = 0.0;
@@ -72,6 +72,8 @@ class JobService {
   /// The file holding a job's "stdout" or "stderr".
   Result<std::filesystem::path> log_path(const std::string& id, const std::string& stream) const;
   nlohmann::json devices() const;
+  /// One line for systemd's STATUS=: jobs waiting and running, and each device's power.
+  std::string summary() const;
 
   /// Reads every device's meter and updates power and energy metrics.
   void sample_meters();
@@ -85,8 +87,7 @@ class JobService {
 
   Status check_runnable(const schedulers::JobSpec& spec) const;
   void persist(Write write, std::function<void(Status)> done = {});
-  void transition(Job& job, schedulers::JobState to, const std::string& message,
-                  std::function<void(Status)> done = {});
+  void transition(Job& job, schedulers::JobState to, const std::string& message, std::function<void(Status)> done = {});
   void schedule();
   void place(Job& job, Device& device);
   void launch(const std::string& id);

@@ -45,8 +45,7 @@ const std::vector<std::string>& known_layer_types();
 Result<ModelSpec> parse_model_spec(const nlohmann::json& json, const std::string& pointer);
 
 /// Parses and checks a training config; see parse_model_spec for `pointer`.
-Result<TrainingConfig> parse_training_config(const nlohmann::json& json,
-                                             const std::string& pointer);
+Result<TrainingConfig> parse_training_config(const nlohmann::json& json, const std::string& pointer);
 
 /// Training steps of a job: epochs × ceil(samples_per_epoch / batch_size).
 std::int64_t steps_of(const TrainingConfig& training);
