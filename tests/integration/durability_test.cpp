@@ -71,7 +71,12 @@ TEST(DurabilityTest, every_acknowledged_submission_survives_kill_9_exactly_once)
   const auto deadline = std::chrono::steady_clock::now() + 90s;
   json succeeded;
   while (std::chrono::steady_clock::now() < deadline) {
-    succeeded = restarted.call("GET", "/v1/jobs?state=succeeded&limit=1").second;
+    auto [code, body] = restarted.call("GET", "/v1/jobs?state=succeeded&limit=1");
+    if (code != 200u) {
+      ADD_FAILURE() << "GET failed while jobs drain: " << body.dump();
+      continue;
+    }
+    succeeded = body;
     if (succeeded["total"] == listed["total"]) break;
     std::this_thread::sleep_for(100ms);
   }
