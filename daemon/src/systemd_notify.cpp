@@ -1,7 +1,12 @@
 #include "joule/daemon/systemd_notify.hpp"
 
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <systemd/sd-daemon.h>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 
 #include <fmt/format.h>
@@ -9,7 +14,26 @@
 namespace joule::daemon {
 namespace {
 
-void notify(const std::string& message) { ::sd_notify(0, message.c_str()); }
+// sd_notify() sends with a blocking sendmsg(): if the receiver stops reading (a stuck manager,
+// a test that does not drain its socket) its queue fills and the event loop would hang inside
+// a STATUS update. Notifications are advisory, so they go out non-blocking and are dropped
+// when the queue is full.
+void notify(const std::string& message) {
+  const char* path = std::getenv("NOTIFY_SOCKET");
+  if (!path || (path[0] != '/' && path[0] != '@')) return;
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  const std::size_t length = std::strlen(path);
+  if (length >= sizeof(address.sun_path)) return;
+  std::memcpy(address.sun_path, path, length);
+  if (path[0] == '@') address.sun_path[0] = '\0';  // abstract namespace
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return;
+  const auto size = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + length);
+  (void)::sendto(fd, message.data(), message.size(), MSG_NOSIGNAL | MSG_DONTWAIT,
+                 reinterpret_cast<const sockaddr*>(&address), size);
+  ::close(fd);
+}
 
 std::uint64_t monotonic_usec() {
   timespec ts{};

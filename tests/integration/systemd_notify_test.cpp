@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -44,4 +45,14 @@ TEST(SystemdNotifyTest, a_bad_reload_is_refused_and_the_running_config_stays) {
   EXPECT_NE(daemon.log().find("reload refused, the running config stays"), std::string::npos) << daemon.log();
   EXPECT_NE(daemon.log().find("jouled.toml:2: log.level"), std::string::npos) << daemon.log();
   EXPECT_EQ(daemon.call("GET", "/healthz").first, 200u);
+}
+
+TEST(SystemdNotifyTest, a_manager_that_stops_reading_never_stalls_the_daemon) {
+  // A 2 ms watchdog pets every 0.5 ms: the notify socket's queue (512 datagrams) fills within a
+  // second unless the daemon sends without blocking.
+  DaemonProcess daemon({.env = {{"WATCHDOG_USEC", "2000"}}});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(daemon.call("GET", "/healthz").first, 200u);
+  EXPECT_EQ(daemon.call("GET", "/v1/jobs").first, 200u);
 }
