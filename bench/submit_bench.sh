@@ -401,16 +401,40 @@ else
   notes+=("no joulectl binary: the one-process-per-submission jouled rows were skipped")
 fi
 
+# submitted_sampler OUTFILE: once a second, "time_us joule_jobs_submitted_total" from /metrics,
+# to show how the submission rate changes within a run. Stops with TERM (and its sleep with it).
+submitted_sampler() {
+  local s v
+  trap 'kill "$s" 2>/dev/null; exit 0' TERM
+  while :; do
+    v=$(curl -fsS --max-time 2 "$url/metrics" | awk '$1 == "joule_jobs_submitted_total" {print $2}')
+    echo "${EPOCHREALTIME/[.,]/} ${v:-}" >>"$1"
+    sleep 1 & s=$!
+    wait "$s"
+  done
+}
+timelines=()   # "label: rate rate rate ..." per POST run
+
 # wrk: keep-alive connections, no process per request.
 wrk_run() {  # wrk_run LABEL CONNECTIONS SECONDS MODE [JOB_ID]
   local label=$1 conns=$2 secs=$3 mode=$4 id=${5:-} threads out before after result
   threads=$((conns < 2 ? conns : 2))
   before=$(jobs_total)
   say "wrk $mode, $conns connection(s), ${secs}s (jobs stored before: $before)"
+  local sampler="" samples=$tmp/samples.$RANDOM
+  if [ "$mode" = post ]; then
+    submitted_sampler "$samples" &
+    sampler=$!; background_pids+=("$sampler")
+  fi
   window_start
   out=$(BENCH_MODE=$mode BENCH_JOB_ID=$id BENCH_BODY=$job_body \
     wrk -t"$threads" -c"$conns" -d"${secs}s" --timeout 10s -s "$here/submit.lua" "$url" 2>&1)
   local others; others=$(window_others)
+  if [ -n "$sampler" ]; then
+    kill -TERM "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+    background_pids=()
+    timelines+=("$label: $(awk 'NF == 2 {if (n++) printf "%.0f ", ($2 - v) / (($1 - t) / 1e6); t = $1; v = $2}' "$samples")")
+  fi
   after=$(jobs_total)
   result=$(grep '^RESULT' <<<"$out")
   if [ -z "$result" ]; then
@@ -627,6 +651,9 @@ ratio() { awk -v a="${1:-}" -v b="${2:-}" 'BEGIN{ if (a == "" || b == "" || b + 
     IFS='|' read -r a b c d e f g <<<"$row"
     printf '%-46s %10s %9s %9s %5s %6s%%  %s\n' "$a" "$b" "$c" "$d" "$e" "$f" "$g"
   done
+  echo
+  echo "Submissions per second, second by second (from jouled's joule_jobs_submitted_total):"
+  for t in "${timelines[@]}"; do echo "  $t"; done
   echo
   if ((fresh_state)); then
     echo "Each wrk POST run started on a new jouled with an empty state (--fresh-state-per-run)."
