@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "joule/estimator/layer_analysis.hpp"
+
 namespace joule::schedulers {
 namespace {
 

@@ -51,6 +51,9 @@ TEST(BadInputTest, each_bad_submission_is_refused_with_its_pointer_and_nothing_i
       {R"({"run": {"command": ["true"]}, "model": {"input": {"shape": [1]}, "layers": [{"type": "linear"}]}})",
        "/model/layers/0/out_features"},
       {R"({"run": {"command": ["true"]}, "constraints": {"devices": ["cuda:*"]}})", "/constraints/devices"},
+      {R"({"run": {"command": ["true"]}, "model": {"input": {"shape": [1, 28, 28]},
+           "layers": [{"type": "conv2d", "out_channels": 6, "kernel_size": 5}, {"type": "linear", "out_features": 10}]}})",
+       "/model/layers/1"},
   };
   for (const auto& [body, pointer] : cases) {
     auto [status, problem] = daemon.call("POST", "/v1/jobs", body);

@@ -1,0 +1,80 @@
+#pragma once
+// Simulated devices: hidden, non-linear "hardware" that answers probe and measurement requests
+// so the whole estimation pipeline runs, and is tested, without hardware. Every figure a
+// simulated device produces is labelled "simulated" by whoever shows it.
+//
+// The hidden per-layer cost is roofline-like:
+//   compute = FLOPs on channels padded to the device's block size / (peak × utilisation),
+//             utilisation = work / (work + half_saturation_flops)   (small layers run slowly)
+//   memory  = bytes moved × (cache_penalty when the working set exceeds the cache) / bandwidth
+//   seconds = max(compute, memory) + kernel launches × launch_seconds
+//   joules  = static_watts × seconds + joules_per_flop × FLOPs + joules_per_byte × bytes
+// A training step adds the loss and a per-step overhead (optimizer update over every
+// parameter, data loading). Measurements carry multiplicative log-normal noise plus rare upward
+// outliers, the one-sided noise real probes show (MEASURING.md).
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "joule/common/result.hpp"
+#include "joule/estimator/layer_analysis.hpp"
+
+namespace joule::estimator {
+
+/// The hidden parameters of one kind of simulated hardware.
+struct SimulatedProfile {
+  std::string name;
+  std::string description;
+  double peak_flops_per_second = 1e11;
+  double half_saturation_flops = 1e6;  ///< a layer this big reaches half the peak
+  double bandwidth_bytes_per_second = 2e10;
+  double cache_bytes = 8e6;
+  double cache_penalty = 2.5;   ///< memory time multiplier once the working set spills
+  int channel_block = 16;       ///< channels are processed in blocks of this many
+  double launch_seconds = 5e-6; ///< per kernel launch
+  double static_watts = 8.0;
+  double joules_per_flop = 5e-11;
+  double joules_per_byte = 2e-10;
+  double step_overhead_seconds = 2e-4;  ///< zero_grad, data loading, bookkeeping
+  double noise_sigma = 0.02;            ///< log-normal multiplicative noise
+  double outlier_probability = 0.03;
+  double outlier_scale = 0.3;           ///< an outlier is up to +30 %
+};
+
+/// The built-in profiles: "jetson-orin" (embedded GPU), "raspberry-pi-4" (small ARM CPU),
+/// "server-gpu" (data-centre GPU) and "laptop-cpu" (x86 with wide vectors).
+const std::vector<SimulatedProfile>& simulated_profiles();
+/// Looks a profile up by name; the error lists the known names.
+Result<SimulatedProfile> find_simulated_profile(const std::string& name);
+
+/// Energy and time of one training step (or one layer of it).
+struct StepCost {
+  double joules = 0.0;
+  double seconds = 0.0;
+};
+
+class SimulatedDevice {
+ public:
+  /// `seed` fixes the measurement noise, so runs are reproducible.
+  SimulatedDevice(SimulatedProfile profile, std::uint64_t seed);
+
+  const SimulatedProfile& profile() const { return profile_; }
+
+  /// The noise-free cost of one layer in its position (its `input_gradient` flag) in a step.
+  StepCost layer_cost(const AnalyzedLayer& layer) const;
+  /// The noise-free cost of one training step of a whole network: layers + loss + overhead.
+  StepCost step_cost(const std::vector<AnalyzedLayer>& layers, const std::string& loss) const;
+  /// One measured step: step_cost with measurement noise.
+  StepCost measure_step(const std::vector<AnalyzedLayer>& layers, const std::string& loss);
+
+ private:
+  StepCost loss_cost(const std::vector<AnalyzedLayer>& layers, const std::string& loss) const;
+  StepCost overhead_cost(const std::vector<AnalyzedLayer>& layers) const;
+
+  SimulatedProfile profile_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace joule::estimator

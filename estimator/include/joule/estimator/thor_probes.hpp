@@ -1,0 +1,86 @@
+#pragma once
+// THOR's profiling (seed 001), made general: which small networks to train to learn what one
+// layer costs in one position, and how their measured per-step energies decompose into that
+// layer's energy by subtraction.
+//
+// Positions: a layer is "input" when no earlier layer has parameters (its backward skips the
+// input gradient), "hidden" when one does, "output" when it is the last layer; the output
+// position also carries the loss and the per-step overhead (optimizer, data), so that
+//   E_step = Σ_input,hidden E(layer) + E_output(last layer)            (THOR equation 1)
+//
+// Probe networks for a target layer L with per-sample input shape S:
+//   output: [L]                                    E_out(L)   = m([L])
+//   input:  [L, H] and [H]                         E_in(L)    = m([L, H]) − m([H])
+//   hidden: [R, L, H], [R, H'], [H'] and [H]       E_hid(L)   = m([R, L, H]) − (m([R, H']) − m([H'])) − m([H])
+// H is the output head on L's output (a linear classifier, after a flatten when needed), H' the
+// same head on S, and R a shape-preserving reference layer with parameters (a 1×1 conv2d on
+// [C, H, W], a linear layer otherwise) that puts L in the hidden position.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "joule/common/result.hpp"
+#include "joule/estimator/layer_analysis.hpp"
+#include "joule/estimator/model_spec.hpp"
+
+namespace joule::estimator {
+
+enum class LayerPosition { input, hidden, output };
+std::string_view to_string(LayerPosition position);
+
+/// Which energy model a layer belongs to: its kind (layer type) and its position.
+struct LayerKey {
+  std::string kind;
+  LayerPosition position = LayerPosition::hidden;
+  std::string name() const;  ///< "conv2d@hidden"
+  auto operator<=>(const LayerKey&) const = default;
+};
+
+/// The key of every layer of an analysed network (the last one is the output).
+std::vector<LayerKey> layer_keys(const std::vector<AnalyzedLayer>& layers);
+
+/// One layer configuration to learn: the layer, what it receives, the batch, the position.
+struct ProbeTarget {
+  LayerSpec layer;
+  std::vector<std::int64_t> input_shape;  ///< per sample
+  std::string input_dtype = "float";
+  std::int64_t batch_size = 32;
+  LayerPosition position = LayerPosition::hidden;
+  std::string loss = "cross_entropy";
+};
+
+/// The networks to measure for one target; networks[0] contains the target.
+struct ProbePlan {
+  ProbeTarget target;
+  std::vector<ModelSpec> networks;
+  /// +1 or −1 per network: E_target = Σ sign_i × m(networks[i]).
+  std::vector<int> signs;
+  /// The target layer as analysed inside networks[0] (its features and counts).
+  AnalyzedLayer analyzed;
+};
+
+/// Builds the probe networks of a target; fails if the layer cannot take that input or cannot
+/// sit in that position (an embedding cannot be hidden).
+Result<ProbePlan> plan_probe(const ProbeTarget& target, int head_classes = 10);
+
+/// A measured per-step cost of one network (the median of its repetitions).
+struct NetworkMeasurement {
+  double joules_per_step = 0.0;
+  double seconds_per_step = 0.0;
+};
+
+/// What the subtraction says about the target: one training sample for its energy model.
+struct LayerSample {
+  LayerKey key;
+  std::map<std::string, double> features;  ///< the layer's configuration incl. batch_size
+  LayerCost cost;                          ///< counts of the layer in its position
+  double joules_per_step = 0.0;
+  double seconds_per_step = 0.0;
+};
+
+/// Applies the plan's signs to the measurements of its networks (same order).
+Result<LayerSample> decompose(const ProbePlan& plan, const std::vector<NetworkMeasurement>& measured);
+
+}  // namespace joule::estimator

@@ -1,0 +1,457 @@
+#include "joule/estimator/layer_analysis.hpp"
+
+#include <functional>
+#include <optional>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace joule::estimator {
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+using nlohmann::json;
+
+// Counts are computed in double and checked against 2^40 before any cast to int64: every
+// partial product of positive integers is at most the checked total, so below 2^53 they are
+// exact, and above it they cannot overflow (arguments are at most 2^40 each).
+constexpr double kMaxCount = 1099511627776.0;  // 2^40
+constexpr std::int64_t kMaxArgument = 1099511627776;
+
+// Per-sample work of one layer; LayerCost is this times the batch.
+struct Work {
+  double forward = 0;
+  double backward_inner = 0;  // weight gradients and gradients between the layer's own parts
+  double backward_input = 0;  // gradient w.r.t. the layer's input: only if something upstream learns
+  double stored = 0;          // float32 elements written forward and kept for backward
+
+  Work& operator+=(const Work& other) {
+    forward += other.forward;
+    backward_inner += other.backward_inner;
+    backward_input += other.backward_input;
+    stored += other.stored;
+    return *this;
+  }
+};
+
+// A part of a composite layer whose input is made inside the layer: its input gradient is always needed.
+Work inside(Work work) {
+  work.backward_inner += work.backward_input;
+  work.backward_input = 0;
+  return work;
+}
+
+Work elementwise(double elements, double forward_per, double backward_per) {
+  return {forward_per * elements, 0, backward_per * elements, elements};
+}
+
+// batchnorm/layernorm: stats + normalise + affine forward; γ, β gradients and the input gradient.
+Work normalization(double elements) { return {8 * elements, 3 * elements, 5 * elements, elements}; }
+
+// rows × [in → out] against a weight: the forward, weight-gradient and input-gradient products are equal.
+Work matmul(double rows, double in, double out) {
+  const double flops = 2 * rows * in * out;
+  return {flops, flops, flops, rows * out};
+}
+
+// torch.nn.MultiheadAttention self-attention over [seq, embed], `heads` heads.
+Work attention(double seq, double embed, double heads, bool dropout_on_probs) {
+  const double scores = heads * seq * seq;
+  const double products = 2 * seq * seq * embed;  // QKᵀ or probs·V, all heads together
+  Work work = matmul(seq, embed, 3 * embed);      // in_proj; its input gradient is the layer's
+  work += {products, 2 * products, 0, scores};    // QKᵀ; backward dQ, dK
+  work += {5 * scores, 4 * scores, 0, scores};    // softmax
+  if (dropout_on_probs) work += inside(elementwise(scores, 2, 2));
+  work += {products, 2 * products, 0, seq * embed};  // probs·V; backward dprobs, dV
+  work += inside(matmul(seq, embed, embed));         // out_proj
+  return work;
+}
+
+// lstm (4 gates, states c and h) and gru (3 gates, state h): gate products of every step and layer.
+Work recurrent(double gates, double states, double seq, double input, double hidden, double layers) {
+  const auto one_layer = [&](double in) {
+    const double ih = 2 * seq * gates * hidden * in;
+    const double hh = 2 * seq * gates * hidden * hidden;
+    // Weight gradients match the forward; the recurrence adds dh_{t-1} every step.
+    return Work{ih + hh, ih + 2 * hh, ih, seq * (gates + states) * hidden};
+  };
+  Work work = one_layer(input);
+  const Work upper = inside(one_layer(hidden));
+  work.forward += (layers - 1) * upper.forward;
+  work.backward_inner += (layers - 1) * upper.backward_inner;
+  work.stored += (layers - 1) * upper.stored;
+  return work;
+}
+
+constexpr double num(std::int64_t value) { return static_cast<double>(value); }
+
+double elements_of(const Shape& shape) {
+  double n = 1;
+  for (const auto dim : shape) n *= static_cast<double>(dim);
+  return n;
+}
+
+// What a layer analyser sees: the layer, its input shape and how to fail.
+struct Layer {
+  const LayerSpec& spec;
+  std::size_t index;
+  const Shape& in;
+  const std::string& where;
+
+  std::int64_t arg(const char* key, std::int64_t fallback) const {
+    const auto it = spec.args.find(key);
+    return it != spec.args.end() && it->is_number_integer() ? it->get<std::int64_t>() : fallback;
+  }
+  bool flag(const char* key, bool fallback) const {
+    const auto it = spec.args.find(key);
+    return it != spec.args.end() && it->is_boolean() ? it->get<bool>() : fallback;
+  }
+  Error fail(const std::string& reason) const {
+    return make_error(ErrorCode::invalid_argument, fmt::format("layer {} {}: {}", index, spec.type, reason), where);
+  }
+};
+
+// What a layer analyser finds: per sample, before the batch and the position are applied.
+struct Step {
+  Shape out;
+  Work work;
+  double parameters = 0;
+  std::map<std::string, double> features;
+};
+
+using Analyser = std::function<Result<Step>(const Layer&)>;
+
+Error needs_chw(const Layer& layer, const std::string& fix = {}) {
+  return layer.fail(fmt::format("expects a [channels, height, width] input, got {}{}", format_shape(layer.in), fix));
+}
+
+Result<Step> conv2d(const Layer& layer) {
+  if (layer.in.size() != 3) return needs_chw(layer);
+  const std::int64_t channels = layer.in[0], height = layer.in[1], width = layer.in[2];
+  const std::int64_t out = layer.arg("out_channels", 1), kernel = layer.arg("kernel_size", 1);
+  const std::int64_t stride = layer.arg("stride", 1), padding = layer.arg("padding", 0);
+  const bool bias = layer.flag("bias", true);
+  const std::int64_t padded_h = height + 2 * padding, padded_w = width + 2 * padding;
+  if (kernel > padded_h || kernel > padded_w)
+    return layer.fail(fmt::format("kernel {} is larger than the padded input {}x{}", kernel, padded_h, padded_w));
+  const std::int64_t out_h = (padded_h - kernel) / stride + 1, out_w = (padded_w - kernel) / stride + 1;
+  const double fan_in = static_cast<double>(channels) * kernel * kernel;
+  return Step{{out, out_h, out_w},
+              matmul(static_cast<double>(out_h) * out_w, fan_in, out),
+              fan_in * out + (bias ? out : 0),
+              {{"in_channels", num(channels)},
+               {"out_channels", num(out)},
+               {"kernel_size", num(kernel)},
+               {"stride", num(stride)},
+               {"padding", num(padding)},
+               {"in_height", num(height)},
+               {"in_width", num(width)},
+               {"bias", bias ? 1.0 : 0.0}}};
+}
+
+Result<Step> pool2d(const Layer& layer, bool max) {
+  if (layer.in.size() != 3) return needs_chw(layer);
+  const std::int64_t channels = layer.in[0], height = layer.in[1], width = layer.in[2];
+  const std::int64_t kernel = layer.arg("kernel_size", 1), stride = layer.arg("stride", kernel);
+  if (kernel > height || kernel > width)
+    return layer.fail(
+        fmt::format("kernel {} is larger than the input {}x{}; the output would be empty; remove "
+                    "this pooling or use a smaller kernel_size",
+                    kernel, height, width));
+  const Shape out{channels, (height - kernel) / stride + 1, (width - kernel) / stride + 1};
+  const double window = static_cast<double>(kernel) * kernel;
+  return Step{out,
+              elementwise(elements_of(out), window, max ? 1 : window),
+              0,
+              {{"channels", num(channels)},
+               {"in_height", num(height)},
+               {"in_width", num(width)},
+               {"kernel_size", num(kernel)},
+               {"stride", num(stride)}}};
+}
+
+Result<Step> batchnorm2d(const Layer& layer) {
+  if (layer.in.size() != 3) return needs_chw(layer, "; use layernorm for flat or sequence features");
+  return Step{layer.in,
+              normalization(elements_of(layer.in)),
+              2.0 * layer.in[0],
+              {{"channels", num(layer.in[0])}, {"height", num(layer.in[1])}, {"width", num(layer.in[2])}}};
+}
+
+Result<Step> layernorm(const Layer& layer) {
+  const double size = static_cast<double>(layer.in.back()), elements = elements_of(layer.in);
+  return Step{layer.in, normalization(elements), 2 * size, {{"normalized_size", size}, {"rows", elements / size}}};
+}
+
+Result<Step> linear(const Layer& layer) {
+  if (layer.in.size() > 2)
+    return layer.fail(fmt::format("expects a flat input, got {}; add a flatten", format_shape(layer.in)));
+  const std::int64_t in = layer.in.back(), out = layer.arg("out_features", 1);
+  const bool bias = layer.flag("bias", true);
+  const double rows = layer.in.size() == 2 ? static_cast<double>(layer.in[0]) : 1.0;
+  Shape out_shape = layer.in;
+  out_shape.back() = out;
+  return Step{std::move(out_shape),
+              matmul(rows, in, out),
+              static_cast<double>(in) * out + (bias ? out : 0),
+              {{"in_features", num(in)}, {"out_features", num(out)}, {"rows", rows}, {"bias", bias ? 1.0 : 0.0}}};
+}
+
+Analyser pointwise(double forward_per, double backward_per) {
+  return [=](const Layer& layer) -> Result<Step> {
+    const double elements = elements_of(layer.in);
+    Step step{layer.in, elementwise(elements, forward_per, backward_per), 0, {{"elements", elements}}};
+    if (layer.spec.type == "dropout") {
+      const auto p = layer.spec.args.find("p");
+      step.features["p"] = p != layer.spec.args.end() && p->is_number() ? p->get<double>() : 0.5;
+    }
+    return step;
+  };
+}
+
+Result<Step> flatten(const Layer& layer) {
+  const double elements = elements_of(layer.in);  // a view: no work, nothing written
+  return Step{{static_cast<std::int64_t>(elements)}, {}, 0, {{"elements", elements}}};
+}
+
+Result<Step> embedding(const Layer& layer) {
+  const std::int64_t vocabulary = layer.arg("num_embeddings", 1), dim = layer.arg("embedding_dim", 1);
+  const double tokens = elements_of(layer.in);
+  Shape out = layer.in;
+  out.push_back(dim);
+  // A gather forward; backward scatter-adds one row per token into the weight gradient.
+  return Step{std::move(out),
+              {0, tokens * dim, 0, tokens * dim},
+              static_cast<double>(vocabulary) * dim,
+              {{"num_embeddings", num(vocabulary)}, {"embedding_dim", num(dim)}, {"seq_len", tokens}}};
+}
+
+Error needs_sequence(const Layer& layer) {
+  return layer.fail(fmt::format("expects a [seq, features] input, got {}", format_shape(layer.in)));
+}
+
+Result<Step> rnn(const Layer& layer, double gates, double states) {
+  if (layer.in.size() != 2) return needs_sequence(layer);
+  const std::int64_t seq = layer.in[0], input = layer.in[1];
+  const std::int64_t hidden = layer.arg("hidden_size", 1), layers = layer.arg("num_layers", 1);
+  const auto output = layer.spec.args.find("output");
+  const bool sequence = output != layer.spec.args.end() && *output == "sequence";
+  const double h = static_cast<double>(hidden);
+  // torch: weight_ih (G·h × in), weight_hh (G·h × h), bias_ih and bias_hh (G·h) per layer.
+  const double parameters = gates * (input * h + h * h + 2 * h) + (layers - 1) * gates * (2 * h * h + 2 * h);
+  return Step{sequence ? Shape{seq, hidden} : Shape{hidden},
+              recurrent(gates, states, seq, input, h, layers),
+              parameters,
+              {{"input_size", num(input)},
+               {"hidden_size", num(hidden)},
+               {"num_layers", num(layers)},
+               {"seq_len", num(seq)},
+               {"output_sequence", sequence ? 1.0 : 0.0}}};
+}
+
+// Checks [seq, embed] with embed divisible by the heads; returns the error, if any.
+std::optional<Error> check_heads(const Layer& layer, const char* embed_name, const char* heads_name) {
+  if (layer.in.size() != 2) return needs_sequence(layer);
+  const std::int64_t heads = layer.arg(heads_name, 1);
+  if (layer.in[1] % heads != 0)
+    return layer.fail(fmt::format("{} {} (the input's last dim) is not divisible by {} {}", embed_name, layer.in[1],
+                                  heads_name, heads));
+  return std::nullopt;
+}
+
+Result<Step> multihead_attention(const Layer& layer) {
+  if (auto error = check_heads(layer, "embed_dim", "num_heads")) return *error;
+  const double seq = static_cast<double>(layer.in[0]), embed = static_cast<double>(layer.in[1]);
+  const double heads = static_cast<double>(layer.arg("num_heads", 1));
+  // in_proj 3E×E + 3E, out_proj E×E + E.
+  return Step{layer.in,
+              attention(seq, embed, heads, false),
+              4 * embed * embed + 4 * embed,
+              {{"embed_dim", embed}, {"num_heads", heads}, {"seq_len", seq}}};
+}
+
+Result<Step> transformer_encoder_layer(const Layer& layer) {
+  if (auto error = check_heads(layer, "d_model", "nhead")) return *error;
+  const double seq = static_cast<double>(layer.in[0]), model = static_cast<double>(layer.in[1]);
+  const double heads = static_cast<double>(layer.arg("nhead", 1));
+  const double feedforward = static_cast<double>(layer.arg("dim_feedforward", 1));
+  const double tokens = seq * model, hidden = seq * feedforward;
+  // torch defaults: x = norm1(x + dropout1(attn(x))); x = norm2(x + dropout2(linear2(dropout(relu(linear1(x)))))).
+  Work work = attention(seq, model, heads, true);
+  work += inside(elementwise(tokens, 2, 2));  // dropout1
+  work += elementwise(tokens, 1, 1);          // residual add; backward meets the input gradient
+  work += inside(normalization(tokens));
+  work += inside(matmul(seq, model, feedforward));
+  work += inside(elementwise(hidden, 1, 1));  // relu
+  work += inside(elementwise(hidden, 2, 2));  // dropout
+  work += inside(matmul(seq, feedforward, model));
+  work += inside(elementwise(tokens, 2, 2));  // dropout2
+  work += inside(elementwise(tokens, 1, 1));  // residual add
+  work += inside(normalization(tokens));
+  const double parameters = (4 * model * model + 4 * model)               // self_attn
+                            + (model * feedforward + feedforward)         // linear1
+                            + (feedforward * model + model) + 4 * model;  // linear2, norm1, norm2
+  return Step{layer.in,
+              work,
+              parameters,
+              {{"d_model", model}, {"nhead", heads}, {"dim_feedforward", feedforward}, {"seq_len", seq}}};
+}
+
+const std::map<std::string, Analyser>& analysers() {
+  static const std::map<std::string, Analyser> table = {
+      {"conv2d", conv2d},
+      {"linear", linear},
+      {"relu", pointwise(1, 1)},
+      {"gelu", pointwise(8, 8)},
+      {"tanh", pointwise(4, 3)},
+      {"sigmoid", pointwise(4, 3)},
+      {"dropout", pointwise(2, 2)},
+      {"maxpool2d", [](const Layer& layer) { return pool2d(layer, true); }},
+      {"avgpool2d", [](const Layer& layer) { return pool2d(layer, false); }},
+      {"batchnorm2d", batchnorm2d},
+      {"layernorm", layernorm},
+      {"flatten", flatten},
+      {"embedding", embedding},
+      {"lstm", [](const Layer& layer) { return rnn(layer, 4, 2); }},
+      {"gru", [](const Layer& layer) { return rnn(layer, 3, 1); }},
+      {"multihead_attention", multihead_attention},
+      {"transformer_encoder_layer", transformer_encoder_layer},
+  };
+  return table;
+}
+
+// Integer arguments must be in range before any shape arithmetic: this keeps every sum and
+// product of them far from int64 overflow and rules out a zero stride.
+std::optional<Error> check_arguments(const Layer& layer) {
+  static const std::map<std::string, std::int64_t> kMinimums = {
+      {"out_channels", 1}, {"kernel_size", 1},    {"stride", 1},        {"padding", 0},
+      {"out_features", 1}, {"num_embeddings", 1}, {"embedding_dim", 1}, {"hidden_size", 1},
+      {"num_layers", 1},   {"num_heads", 1},      {"nhead", 1},         {"dim_feedforward", 1},
+  };
+  for (const auto& [key, minimum] : kMinimums) {
+    const auto it = layer.spec.args.find(key);
+    if (it == layer.spec.args.end()) continue;
+    const std::string where = layer.where + "/" + key;
+    if (!it->is_number_integer())
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("layer {} {}: {} must be an integer", layer.index, layer.spec.type, key), where);
+    const auto value = it->get<std::int64_t>();
+    if (value < minimum || value > kMaxArgument)
+      return make_error(
+          ErrorCode::invalid_argument,
+          fmt::format("layer {} {}: {} {} is outside [{}, 2^40]", layer.index, layer.spec.type, key, value, minimum),
+          where);
+  }
+  return std::nullopt;
+}
+
+std::optional<Error> check_counts(const Layer& layer, const Step& step) {
+  const double out = elements_of(step.out);
+  if (out > kMaxCount)
+    return layer.fail(fmt::format("the output {} has {:.0f} elements per sample, above the limit of 2^40",
+                                  format_shape(step.out), out));
+  if (step.work.stored > kMaxCount)
+    return layer.fail(fmt::format("keeps {:.0f} activations per sample, above the limit of 2^40", step.work.stored));
+  if (step.parameters > kMaxCount)
+    return layer.fail(fmt::format("has {:.0f} parameters, above the limit of 2^40", step.parameters));
+  return std::nullopt;
+}
+
+// Tokens flow only into an embedding, and an embedding takes only tokens.
+std::optional<Error> check_dtype(const Layer& layer, bool tokens) {
+  const bool is_embedding = layer.spec.type == "embedding";
+  if (tokens && !is_embedding) return layer.fail("the input is token ids; start with an embedding");
+  if (!tokens && is_embedding) {
+    if (layer.index == 0)
+      return layer.fail("expects token ids, got a float input; set the input's \"dtype\" to \"token\"");
+    return layer.fail(
+        fmt::format("expects token ids, got a float tensor {}; an embedding must come first", format_shape(layer.in)));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+LayerCost& LayerCost::operator+=(const LayerCost& other) {
+  parameters += other.parameters;
+  forward_flops += other.forward_flops;
+  backward_flops += other.backward_flops;
+  activation_bytes += other.activation_bytes;
+  parameter_bytes += other.parameter_bytes;
+  return *this;
+}
+
+std::string format_shape(const std::vector<std::int64_t>& shape) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) text += (i == 0 ? "" : ", ") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+Result<std::vector<AnalyzedLayer>> analyze_model(const ModelSpec& spec, std::int64_t batch_size,
+                                                 const std::string& pointer) {
+  if (batch_size < 1 || batch_size > kMaxArgument)
+    return make_error(ErrorCode::invalid_argument, fmt::format("batch_size {} is outside [1, 2^40]", batch_size));
+  Shape shape = spec.input_shape;
+  if (shape.empty()) return make_error(ErrorCode::invalid_argument, "input shape is empty", pointer + "/input/shape");
+  for (const auto dim : shape) {
+    if (dim < 1 || dim > kMaxArgument)
+      return make_error(ErrorCode::invalid_argument, fmt::format("input dimension {} is outside [1, 2^40]", dim),
+                        pointer + "/input/shape");
+  }
+  if (elements_of(shape) > kMaxCount)
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("input {} has more than 2^40 elements per sample", format_shape(shape)),
+                      pointer + "/input/shape");
+
+  const double batch = static_cast<double>(batch_size);
+  bool tokens = spec.input_dtype == "token";
+  bool upstream_parameters = false;  // some earlier layer learns, so this one owes it a gradient
+  std::vector<AnalyzedLayer> analyzed;
+  analyzed.reserve(spec.layers.size());
+  for (std::size_t i = 0; i < spec.layers.size(); ++i) {
+    const std::string where = fmt::format("{}/layers/{}", pointer, i);
+    const Layer layer{spec.layers[i], i, shape, where};
+    const auto analyser = analysers().find(layer.spec.type);
+    if (analyser == analysers().end())
+      return make_error(ErrorCode::invalid_argument, fmt::format("layer {}: unknown type \"{}\"", i, layer.spec.type),
+                        where + "/type");
+    if (auto error = check_arguments(layer)) return *error;
+    if (auto error = check_dtype(layer, tokens)) return *error;
+    auto step = analyser->second(layer);
+    if (!step) return step.error();
+    if (auto error = check_counts(layer, *step)) return *error;
+
+    AnalyzedLayer out;
+    out.index = i;
+    out.type = layer.spec.type;
+    out.input_shape = shape;
+    out.output_shape = step->out;
+    out.input_gradient = upstream_parameters;
+    const Work& work = step->work;
+    out.cost.parameters = static_cast<std::int64_t>(step->parameters);
+    out.cost.forward_flops = batch * work.forward;
+    out.cost.backward_flops = batch * (work.backward_inner + (upstream_parameters ? work.backward_input : 0.0));
+    out.cost.activation_bytes = 4.0 * batch * work.stored;
+    out.cost.parameter_bytes = 4.0 * step->parameters;
+    out.features = std::move(step->features);
+
+    upstream_parameters = upstream_parameters || out.cost.parameters > 0;
+    tokens = false;  // only an embedding takes tokens, and it gives floats
+    shape = out.output_shape;
+    analyzed.push_back(std::move(out));
+  }
+  return analyzed;
+}
+
+LayerCost total_cost(const std::vector<AnalyzedLayer>& layers) {
+  LayerCost total;
+  for (const auto& layer : layers) total += layer.cost;
+  return total;
+}
+
+double total_flops(const std::vector<AnalyzedLayer>& layers) {
+  const LayerCost total = total_cost(layers);
+  return total.forward_flops + total.backward_flops;
+}
+
+}  // namespace joule::estimator

@@ -1,0 +1,125 @@
+#include "joule/estimator/thor_probes.hpp"
+
+#include <fmt/format.h>
+
+namespace joule::estimator {
+namespace {
+
+LayerSpec make_layer(const std::string& type, nlohmann::json args = nlohmann::json::object()) {
+  return LayerSpec{type, std::move(args)};
+}
+
+// The classifier head on a per-sample shape: flatten when needed, then a linear layer.
+std::vector<LayerSpec> head_on(const std::vector<std::int64_t>& shape, int classes) {
+  std::vector<LayerSpec> head;
+  if (shape.size() != 1) head.push_back(make_layer("flatten"));
+  head.push_back(make_layer("linear", {{"out_features", classes}}));
+  return head;
+}
+
+// A shape-preserving layer with parameters, so the next layer computes its input gradient.
+LayerSpec reference_layer(const std::vector<std::int64_t>& shape) {
+  if (shape.size() == 3) return make_layer("conv2d", {{"out_channels", shape[0]}, {"kernel_size", 1}});
+  return make_layer("linear", {{"out_features", shape.back()}});
+}
+
+ModelSpec network(const std::vector<std::int64_t>& input_shape, const std::string& dtype,
+                  std::vector<LayerSpec> layers, const std::string& loss) {
+  ModelSpec spec;
+  spec.name = "probe";
+  spec.input_shape = input_shape;
+  spec.input_dtype = dtype;
+  spec.layers = std::move(layers);
+  spec.loss = loss;
+  return spec;
+}
+
+}  // namespace
+
+std::string_view to_string(LayerPosition position) {
+  switch (position) {
+    case LayerPosition::input: return "input";
+    case LayerPosition::hidden: return "hidden";
+    case LayerPosition::output: return "output";
+  }
+  return "hidden";
+}
+
+std::string LayerKey::name() const { return fmt::format("{}@{}", kind, to_string(position)); }
+
+std::vector<LayerKey> layer_keys(const std::vector<AnalyzedLayer>& layers) {
+  std::vector<LayerKey> keys;
+  keys.reserve(layers.size());
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const auto& layer = layers[i];
+    const auto position = i + 1 == layers.size() ? LayerPosition::output
+                          : layer.input_gradient ? LayerPosition::hidden
+                                                 : LayerPosition::input;
+    keys.push_back(LayerKey{layer.type, position});
+  }
+  return keys;
+}
+
+Result<ProbePlan> plan_probe(const ProbeTarget& target, int head_classes) {
+  ProbePlan plan;
+  plan.target = target;
+  const auto& shape = target.input_shape;
+  const auto& dtype = target.input_dtype;
+  // The target's output shape decides its head: analyse it alone first.
+  auto alone = analyze_model(network(shape, dtype, {target.layer}, target.loss), target.batch_size, "/probe");
+  if (!alone) return alone.error();
+  const auto out_shape = alone->front().output_shape;
+  auto with = [](std::vector<LayerSpec> first, const std::vector<LayerSpec>& rest) {
+    first.insert(first.end(), rest.begin(), rest.end());
+    return first;
+  };
+  std::size_t target_index = 0;
+  switch (target.position) {
+    case LayerPosition::output:
+      plan.networks = {network(shape, dtype, {target.layer}, target.loss)};
+      plan.signs = {+1};
+      break;
+    case LayerPosition::input:
+      plan.networks = {network(shape, dtype, with({target.layer}, head_on(out_shape, head_classes)), target.loss),
+                       network(out_shape, "float", head_on(out_shape, head_classes), target.loss)};
+      plan.signs = {+1, -1};
+      break;
+    case LayerPosition::hidden: {
+      if (dtype == "token")
+        return make_error(ErrorCode::invalid_argument,
+                          fmt::format("{} takes token ids, so it can only be an input layer", target.layer.type));
+      const LayerSpec reference = reference_layer(shape);
+      plan.networks = {
+          network(shape, dtype, with({reference, target.layer}, head_on(out_shape, head_classes)), target.loss),
+          network(shape, dtype, with({reference}, head_on(shape, head_classes)), target.loss),
+          network(shape, dtype, head_on(shape, head_classes), target.loss),
+          network(out_shape, "float", head_on(out_shape, head_classes), target.loss)};
+      plan.signs = {+1, -1, +1, -1};
+      target_index = 1;
+      break;
+    }
+  }
+  auto analyzed = analyze_model(plan.networks.front(), target.batch_size, "/probe");
+  if (!analyzed) return analyzed.error();
+  plan.analyzed = (*analyzed)[target_index];
+  return plan;
+}
+
+Result<LayerSample> decompose(const ProbePlan& plan, const std::vector<NetworkMeasurement>& measured) {
+  if (measured.size() != plan.networks.size()) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("{} measurements for a plan of {} networks", measured.size(), plan.networks.size()));
+  }
+  LayerSample sample;
+  sample.key = LayerKey{plan.target.layer.type, plan.target.position};
+  sample.features = plan.analyzed.features;
+  sample.features["batch_size"] = static_cast<double>(plan.target.batch_size);
+  sample.cost = plan.analyzed.cost;
+  for (std::size_t i = 0; i < measured.size(); ++i) {
+    sample.joules_per_step += plan.signs[i] * measured[i].joules_per_step;
+    sample.seconds_per_step += plan.signs[i] * measured[i].seconds_per_step;
+  }
+  return sample;
+}
+
+}  // namespace joule::estimator
