@@ -8,6 +8,8 @@
 
 #include "joule/estimator/layer_analysis.hpp"
 
+#include "joule/estimator/layer_analysis.hpp"
+
 namespace joule::schedulers {
 namespace {
 
@@ -135,6 +137,11 @@ Result<JobSpec> parse_job_spec(const json& body, const JobLimits& limits) {
   }
   if (!body.contains("run")) return invalid("run is required: {\"command\": [\"program\", ...]}", "/run");
   if (spec.training && !spec.model) return invalid("training is given without a model to train", "/model");
+  if (spec.model) {
+    // Shapes must fit layer by layer (the error names the layer, its pointer and a fix).
+    auto analyzed = estimator::analyze_model(*spec.model, spec.training ? spec.training->batch_size : 1, "/model");
+    if (!analyzed) return analyzed.error();
+  }
   return spec;
 }
 

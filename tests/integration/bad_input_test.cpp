@@ -52,7 +52,7 @@ TEST(BadInputTest, each_bad_submission_is_refused_with_its_pointer_and_nothing_i
        "/model/layers/0/out_features"},
       {R"({"run": {"command": ["true"]}, "constraints": {"devices": ["cuda:*"]}})", "/constraints/devices"},
       {R"({"run": {"command": ["true"]}, "model": {"input": {"shape": [1, 28, 28]},
-           "layers": [{"type": "conv2d", "out_channels": 6, "kernel_size": 5}, {"type": "linear", "out_features": 10}]}})",
+           "layers": [{"type": "flatten"}, {"type": "conv2d", "out_channels": 6, "kernel_size": 5}]}})",
        "/model/layers/1"},
   };
   for (const auto& [body, pointer] : cases) {
