@@ -185,7 +185,7 @@ window_others() {
 
 # idle_sample PID...: CPU % of one core over idle_seconds, and VmRSS/VmHWM at the end, summed
 # over the PIDs; and how much of the machine other processes used meanwhile (% of all CPUs).
-# Prints "cpu_pct rss_kib hwm_kib machine_busy_pct".
+# Prints "cpu_pct rss_kib hwm_kib others_pct".
 idle_sample() {
   local pids=("$@") t0 t1 w0 w1 p
   sleep 2  # let start-up or the last requests settle

@@ -99,6 +99,8 @@ void JobService::transition(Job& job, JobState to, const std::string& message, s
     if (done) done(make_error(ErrorCode::internal, "invalid state transition"));
     return;
   }
+  count_state(job.state, -1);
+  count_state(to, +1);
   job.state = to;
   job.row.state = std::string(schedulers::to_string(to));
   StoredEvent event{job.row.id, now_ms(), job.row.state, message};
@@ -113,12 +115,17 @@ void JobService::transition(Job& job, JobState to, const std::string& message, s
       std::move(done));
 }
 
+void JobService::count_state(JobState state, int delta) {
+  auto& count = state_counts_[static_cast<std::size_t>(state)];
+  count = delta < 0 && count == 0 ? 0 : count + static_cast<std::size_t>(static_cast<long>(delta));
+}
+
 void JobService::refresh_state_metrics() {
-  std::map<std::string_view, double> counts;
-  for (const char* state : {"queued", "placed", "running", "throttled", "succeeded", "failed", "cancelled"})
-    counts[state] = 0;
-  for (const auto& [id, job] : jobs_) counts[schedulers::to_string(job->state)] += 1;
-  for (const auto& [state, count] : counts) metrics_.set_jobs_in_state(state, count);
+  // O(1): the counts are kept as jobs change state, never recomputed from all jobs.
+  for (std::size_t i = 0; i < state_counts_.size(); ++i) {
+    const auto state = static_cast<JobState>(i);
+    metrics_.set_jobs_in_state(schedulers::to_string(state), static_cast<double>(state_counts_[i]));
+  }
 }
 
 Status JobService::check_runnable(const schedulers::JobSpec& spec) const {
@@ -204,6 +211,8 @@ void JobService::submit(const json& body, Done done) {
     const std::string id = job->row.id;
     auto owned = std::make_unique<Job>(std::move(*job));
     queue_.push(id, owned->row.priority, owned->row.sequence);
+    by_sequence_.emplace(owned->row.sequence, owned.get());
+    count_state(JobState::queued, +1);
     jobs_.emplace(id, std::move(owned));
     metrics_.count_submission();
     refresh_state_metrics();
@@ -472,6 +481,8 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
     job->row = std::move(row);
     if (job->state == JobState::queued) queue_.push(id, job->row.priority, job->row.sequence);
     if (!schedulers::is_terminal(job->state) && job->state != JobState::queued) to_reconcile.push_back(id);
+    by_sequence_.emplace(job->row.sequence, job.get());
+    count_state(job->state, +1);
     jobs_.emplace(id, std::move(job));
   }
 
@@ -514,7 +525,11 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
     } else if (auto exit = adapters::read_status_file(status_path)) {
       const std::string reason =
           fmt::format("{} (finished while jouled was down; energy not metered)", exit->describe());
-      if (job.state == JobState::placed) job.state = JobState::running;  // it did run
+      if (job.state == JobState::placed) {  // it did run
+        count_state(JobState::placed, -1);
+        count_state(JobState::running, +1);
+        job.state = JobState::running;
+      }
       finish(job, exit->success() ? JobState::succeeded : JobState::failed, reason, exit);
     } else if (job.state == JobState::placed) {
       job.row.device.clear();
@@ -544,18 +559,15 @@ Result<json> JobService::jobs(const std::optional<std::string>& state, std::size
                     *state),
         "state");
   }
-  std::vector<const Job*> ordered;
-  for (const auto& [id, job] : jobs_) {
-    if (!state || job->row.state == *state) ordered.push_back(job.get());
-  }
-  std::sort(ordered.begin(), ordered.end(),
-            [](const Job* a, const Job* b) { return a->row.sequence < b->row.sequence; });
+  // by_sequence_ keeps submission order, so listing never sorts.
   json out = json::array();
-  for (const Job* job : ordered) {
-    if (out.size() >= limit) break;
-    out.push_back(to_json(*job, false));
+  std::size_t total = 0;
+  for (const auto& [sequence, job] : by_sequence_) {
+    if (state && job->row.state != *state) continue;
+    ++total;
+    if (out.size() < limit) out.push_back(to_json(*job, false));
   }
-  return json{{"jobs", out}, {"total", ordered.size()}};
+  return json{{"jobs", out}, {"total", total}};
 }
 
 Result<std::filesystem::path> JobService::log_path(const std::string& id, const std::string& stream) const {

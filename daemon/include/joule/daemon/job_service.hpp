@@ -3,6 +3,7 @@
 // metered, finished, cancelled, and reconciled after a restart. Lives on the daemon's
 // io_context thread; every state change is persisted through the group-commit writer.
 
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -98,6 +99,7 @@ class JobService {
   void send_kill(const std::string& id);
   void release_device(Job& job);
   void refresh_state_metrics();
+  void count_state(schedulers::JobState state, int delta);
   std::optional<double> read_device_energy(Device& device);
   Device* find_device(const std::string& name);
   std::filesystem::path job_directory(const std::string& id) const;
@@ -111,6 +113,8 @@ class JobService {
   std::vector<Device> devices_;
   JobServiceOptions options_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
+  std::map<std::int64_t, Job*> by_sequence_;  // the same jobs in submission order
+  std::array<std::size_t, 7> state_counts_{};  // jobs per JobState, kept as they change
   schedulers::JobQueue queue_;
   std::int64_t next_sequence_ = 1;
   std::size_t submissions_in_flight_ = 0;
