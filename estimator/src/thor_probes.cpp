@@ -47,6 +47,11 @@ std::string_view to_string(LayerPosition position) {
 
 std::string LayerKey::name() const { return fmt::format("{}@{}", kind, to_string(position)); }
 
+bool is_free_layer(const AnalyzedLayer& layer) {
+  return layer.cost.parameters == 0 && layer.cost.forward_flops == 0.0 && layer.cost.backward_flops == 0.0 &&
+         layer.cost.activation_bytes == 0.0;
+}
+
 std::vector<LayerKey> layer_keys(const std::vector<AnalyzedLayer>& layers) {
   std::vector<LayerKey> keys;
   keys.reserve(layers.size());

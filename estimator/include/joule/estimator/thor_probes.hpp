@@ -38,6 +38,10 @@ struct LayerKey {
   auto operator<=>(const LayerKey&) const = default;
 };
 
+/// Whether a layer costs nothing of its own (a view such as flatten): it needs no model and
+/// is not probed; an output layer is never free (it carries the loss and the step overhead).
+bool is_free_layer(const AnalyzedLayer& layer);
+
 /// The key of every layer of an analysed network (the last one is the output).
 std::vector<LayerKey> layer_keys(const std::vector<AnalyzedLayer>& layers);
 

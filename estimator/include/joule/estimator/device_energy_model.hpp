@@ -1,0 +1,122 @@
+#pragma once
+// One device's energy model: a GP per (layer kind, position) for energy and one for time,
+// trained on THOR probe samples, plus the FLOPs-proportional baseline fitted on the same probe
+// networks. estimate() turns a model spec and training config into joules and seconds with a
+// standard deviation, per layer and in total (THOR equation 1 times the number of steps).
+//
+// GP inputs are the layer's configuration (layer_analysis.hpp features + batch_size) on a
+// log1p scale, plus channel counts padded to blocks of 8 and 16 (vector units and convolution
+// libraries work in such blocks; MEASURING.md measured 2.2× jumps at multiples of 16). The
+// target is log joules per step, so a prediction N(μ, σ²) is log-normal in joules:
+//   mean = exp(μ + σ²/2),   variance = (exp(σ²) − 1) · exp(2μ + σ²)
+// (the median exp(μ) replaces the mean where σ > kExtrapolationSigma, so a point far from the
+// data cannot blow the sum up), and layer variances add (independent layers). A layer whose latent σ exceeds
+// kExtrapolationSigma (×2 either way at one σ) is flagged as outside what was probed.
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+#include <nlohmann/json.hpp>
+
+#include "joule/common/result.hpp"
+#include "joule/estimator/gaussian_process.hpp"
+#include "joule/estimator/model_spec.hpp"
+#include "joule/estimator/thor_probes.hpp"
+
+namespace joule::estimator {
+
+inline constexpr double kExtrapolationSigma = 0.7;
+
+/// Mean and standard deviation of one quantity.
+struct Uncertain {
+  double mean = 0.0;
+  double std = 0.0;
+};
+
+/// One layer's share of a training step.
+struct LayerEstimate {
+  std::size_t index = 0;
+  std::string type;
+  std::string key;        ///< "conv2d@hidden"
+  Uncertain joules_per_step;
+  Uncertain seconds_per_step;
+  double flops_per_step = 0.0;
+  bool extrapolated = false;  ///< far from every probed configuration: wide variance
+};
+
+/// What one job will cost on one device.
+struct Estimate {
+  std::string device;
+  std::string method = "thor-gp";
+  std::string source;  ///< meter source of the probe data ("rapl", "simulated"...)
+  std::int64_t steps = 0;
+  Uncertain joules;   ///< whole job
+  Uncertain seconds;  ///< whole job
+  Uncertain joules_per_step;
+  std::vector<LayerEstimate> layers;
+  /// FLOPs-proportional baseline: joules_per_flop × FLOPs per step × steps.
+  double flops_baseline_joules = 0.0;
+  double joules_per_flop = 0.0;
+  std::vector<std::string> warnings;
+};
+
+nlohmann::json to_json(const Estimate& estimate);
+
+class DeviceEnergyModel {
+ public:
+  DeviceEnergyModel(std::string device, std::string source);
+
+  const std::string& device() const { return device_; }
+  const std::string& source() const { return source_; }
+
+  /// Keeps a decomposed probe sample; non-positive energies (noise larger than the layer) are
+  /// counted and dropped, since the model works in log energy.
+  void add_sample(const LayerSample& sample);
+  /// A whole probe network as measured: feeds the FLOPs baseline.
+  void add_network(double flops_per_step, double joules_per_step);
+  /// (Re)fits every (kind, position) that has at least `min_samples` samples.
+  Status fit(const GpFitOptions& options = {}, std::size_t min_samples = 3);
+
+  /// The estimate of a job; fails, saying which models are missing and how to get them, when a
+  /// layer's (kind, position) has no fitted model. No number is invented.
+  Result<Estimate> estimate(const ModelSpec& model, const TrainingConfig& training) const;
+
+  /// Latent standard deviation (log energy) of the model of `key` at a layer: how unsure the
+  /// model is there; +inf when there is no model. The probe planner maximises this.
+  double uncertainty(const LayerKey& key, const AnalyzedLayer& layer, std::int64_t batch_size) const;
+
+  std::map<std::string, std::size_t> sample_counts() const;
+  std::size_t dropped_samples() const { return dropped_; }
+
+  nlohmann::json save() const;
+  static Result<DeviceEnergyModel> load(const nlohmann::json& json);
+
+  /// GP input vector of a layer configuration (features incl. batch_size), in `names` order.
+  static Eigen::VectorXd feature_vector(const std::map<std::string, double>& features,
+                                        const std::vector<std::string>& names);
+  /// Feature names of a configuration: its own plus the padded-channel ones.
+  static std::vector<std::string> feature_names(const std::map<std::string, double>& features);
+
+ private:
+  struct KeyModel {
+    std::vector<std::string> names;
+    std::vector<Eigen::VectorXd> x;
+    std::vector<double> log_joules;
+    std::vector<double> log_seconds;
+    std::optional<GaussianProcess> energy;
+    std::optional<GaussianProcess> time;
+  };
+  static std::map<std::string, double> with_padding(const std::map<std::string, double>& features);
+
+  std::string device_;
+  std::string source_;
+  std::map<std::string, KeyModel> models_;  // by LayerKey::name()
+  double flops_sum_xx_ = 0.0;               // least squares through the origin: J = k × FLOPs
+  double flops_sum_xy_ = 0.0;
+  std::size_t dropped_ = 0;
+};
+
+}  // namespace joule::estimator

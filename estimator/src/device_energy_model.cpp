@@ -1,0 +1,257 @@
+#include "joule/estimator/device_energy_model.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "joule/estimator/layer_analysis.hpp"
+
+namespace joule::estimator {
+namespace {
+
+using nlohmann::json;
+
+Uncertain log_normal(double mu, double variance) {
+  // Far from the data the latent variance is large and the log-normal mean exp(μ + σ²/2) runs
+  // away; there the median exp(μ) is the point estimate and the std says how unsure it is.
+  const double mean = std::sqrt(variance) > kExtrapolationSigma ? std::exp(mu) : std::exp(mu + variance / 2.0);
+  const double var = std::expm1(variance) * std::exp(2.0 * mu + variance);
+  return Uncertain{mean, std::sqrt(std::max(var, 0.0))};
+}
+
+json to_json(const Uncertain& value) { return {{"mean", value.mean}, {"std", value.std}}; }
+
+// Channel-like features that hardware processes in blocks.
+constexpr const char* kBlockedFeatures[] = {"in_channels", "out_channels", "in_features", "out_features",
+                                            "hidden_size", "embed_dim", "d_model"};
+
+}  // namespace
+
+json to_json(const Estimate& estimate) {
+  json layers = json::array();
+  for (const auto& layer : estimate.layers) {
+    layers.push_back({{"index", layer.index},
+                      {"type", layer.type},
+                      {"model", layer.key},
+                      {"joules_per_step", to_json(layer.joules_per_step)},
+                      {"seconds_per_step", to_json(layer.seconds_per_step)},
+                      {"flops_per_step", layer.flops_per_step},
+                      {"extrapolated", layer.extrapolated}});
+  }
+  return {{"device", estimate.device},
+          {"method", estimate.method},
+          {"source", estimate.source},
+          {"steps", estimate.steps},
+          {"joules", to_json(estimate.joules)},
+          {"seconds", to_json(estimate.seconds)},
+          {"joules_per_step", to_json(estimate.joules_per_step)},
+          {"layers", layers},
+          {"baseline", {{"method", "flops"}, {"joules", estimate.flops_baseline_joules},
+                        {"joules_per_flop", estimate.joules_per_flop}}},
+          {"warnings", estimate.warnings}};
+}
+
+DeviceEnergyModel::DeviceEnergyModel(std::string device, std::string source)
+    : device_(std::move(device)), source_(std::move(source)) {}
+
+std::map<std::string, double> DeviceEnergyModel::with_padding(const std::map<std::string, double>& features) {
+  std::map<std::string, double> out = features;
+  for (const char* name : kBlockedFeatures) {
+    const auto it = features.find(name);
+    if (it == features.end()) continue;
+    out[std::string(name) + "_pad8"] = std::ceil(it->second / 8.0) * 8.0;
+    out[std::string(name) + "_pad16"] = std::ceil(it->second / 16.0) * 16.0;
+  }
+  return out;
+}
+
+std::vector<std::string> DeviceEnergyModel::feature_names(const std::map<std::string, double>& features) {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : with_padding(features)) names.push_back(name);
+  return names;
+}
+
+Eigen::VectorXd DeviceEnergyModel::feature_vector(const std::map<std::string, double>& features,
+                                                  const std::vector<std::string>& names) {
+  const auto padded = with_padding(features);
+  Eigen::VectorXd x(static_cast<Eigen::Index>(names.size()));
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const auto it = padded.find(names[i]);
+    x[static_cast<Eigen::Index>(i)] = std::log1p(it == padded.end() ? 0.0 : std::max(it->second, 0.0));
+  }
+  return x;
+}
+
+void DeviceEnergyModel::add_sample(const LayerSample& sample) {
+  if (!(sample.joules_per_step > 0.0) || !(sample.seconds_per_step > 0.0)) {
+    ++dropped_;
+    return;
+  }
+  KeyModel& model = models_[sample.key.name()];
+  if (model.names.empty()) model.names = feature_names(sample.features);
+  model.x.push_back(feature_vector(sample.features, model.names));
+  model.log_joules.push_back(std::log(sample.joules_per_step));
+  model.log_seconds.push_back(std::log(sample.seconds_per_step));
+}
+
+void DeviceEnergyModel::add_network(double flops_per_step, double joules_per_step) {
+  if (!(flops_per_step > 0.0) || !(joules_per_step > 0.0)) return;
+  flops_sum_xx_ += flops_per_step * flops_per_step;
+  flops_sum_xy_ += flops_per_step * joules_per_step;
+}
+
+Status DeviceEnergyModel::fit(const GpFitOptions& options, std::size_t min_samples) {
+  for (auto& [name, model] : models_) {
+    if (model.x.size() < min_samples) continue;
+    const auto n = static_cast<Eigen::Index>(model.x.size());
+    Eigen::MatrixXd X(n, static_cast<Eigen::Index>(model.names.size()));
+    for (Eigen::Index i = 0; i < n; ++i) X.row(i) = model.x[static_cast<std::size_t>(i)].transpose();
+    const Eigen::VectorXd energy = Eigen::Map<const Eigen::VectorXd>(model.log_joules.data(), n);
+    const Eigen::VectorXd time = Eigen::Map<const Eigen::VectorXd>(model.log_seconds.data(), n);
+    GaussianProcess energy_gp;
+    if (auto s = energy_gp.fit(X, energy, options); !s)
+      return make_error(s.error().code, fmt::format("{}: energy model: {}", name, s.error().message));
+    GaussianProcess time_gp;
+    if (auto s = time_gp.fit(X, time, options); !s)
+      return make_error(s.error().code, fmt::format("{}: time model: {}", name, s.error().message));
+    model.energy = std::move(energy_gp);
+    model.time = std::move(time_gp);
+  }
+  return {};
+}
+
+double DeviceEnergyModel::uncertainty(const LayerKey& key, const AnalyzedLayer& layer, std::int64_t batch_size) const {
+  const auto it = models_.find(key.name());
+  if (it == models_.end() || !it->second.energy) return std::numeric_limits<double>::infinity();
+  auto features = layer.features;
+  features["batch_size"] = static_cast<double>(batch_size);
+  return std::sqrt(it->second.energy->predict(feature_vector(features, it->second.names)).variance);
+}
+
+Result<Estimate> DeviceEnergyModel::estimate(const ModelSpec& model, const TrainingConfig& training) const {
+  auto layers = analyze_model(model, training.batch_size);
+  if (!layers) return layers.error();
+  const auto keys = layer_keys(*layers);
+  std::vector<std::string> missing;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const auto& key = keys[i];
+    if (key.position != LayerPosition::output && is_free_layer((*layers)[i])) continue;
+    const auto it = models_.find(key.name());
+    if ((it == models_.end() || !it->second.energy) &&
+        std::find(missing.begin(), missing.end(), key.name()) == missing.end())
+      missing.push_back(key.name());
+  }
+  if (!missing.empty()) {
+    std::string names;
+    for (const auto& name : missing) names += (names.empty() ? "" : ", ") + name;
+    return make_error(ErrorCode::unavailable,
+                      fmt::format("device {} has no energy model yet for {}; probe it (POST /v1/probes) or wait for "
+                                  "background probing to cover these layers",
+                                  device_, names));
+  }
+  Estimate out;
+  out.device = device_;
+  out.source = source_;
+  out.steps = steps_of(training);
+  double step_var = 0.0, seconds_var = 0.0, seconds_mean = 0.0, flops = 0.0;
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    const auto& layer = (*layers)[i];
+    if (keys[i].position != LayerPosition::output && is_free_layer(layer)) {
+      LayerEstimate free;
+      free.index = layer.index;
+      free.type = layer.type;
+      free.key = keys[i].name();
+      out.layers.push_back(std::move(free));  // a view: no work of its own
+      continue;
+    }
+    const auto& km = models_.at(keys[i].name());
+    auto features = layer.features;
+    features["batch_size"] = static_cast<double>(training.batch_size);
+    const Eigen::VectorXd x = feature_vector(features, km.names);
+    const GpPrediction energy = km.energy->predict(x);
+    const GpPrediction time = km.time->predict(x);
+    LayerEstimate estimate;
+    estimate.index = layer.index;
+    estimate.type = layer.type;
+    estimate.key = keys[i].name();
+    estimate.joules_per_step = log_normal(energy.mean, energy.variance);
+    estimate.seconds_per_step = log_normal(time.mean, time.variance);
+    estimate.flops_per_step = layer.cost.forward_flops + layer.cost.backward_flops;
+    estimate.extrapolated = std::sqrt(energy.variance) > kExtrapolationSigma;
+    if (estimate.extrapolated) {
+      out.warnings.push_back(fmt::format("layer {} {}: far from every probed configuration; its share is uncertain",
+                                         layer.index, layer.type));
+    }
+    out.joules_per_step.mean += estimate.joules_per_step.mean;
+    step_var += estimate.joules_per_step.std * estimate.joules_per_step.std;
+    seconds_mean += estimate.seconds_per_step.mean;
+    seconds_var += estimate.seconds_per_step.std * estimate.seconds_per_step.std;
+    flops += estimate.flops_per_step;
+    out.layers.push_back(std::move(estimate));
+  }
+  out.joules_per_step.std = std::sqrt(step_var);
+  const double steps = static_cast<double>(out.steps);
+  // The same per-step error repeats every step (a bias, not independent noise): std scales
+  // with the number of steps, not with its square root.
+  out.joules = Uncertain{out.joules_per_step.mean * steps, out.joules_per_step.std * steps};
+  out.seconds = Uncertain{seconds_mean * steps, std::sqrt(seconds_var) * steps};
+  out.joules_per_flop = flops_sum_xx_ > 0 ? flops_sum_xy_ / flops_sum_xx_ : 0.0;
+  out.flops_baseline_joules = out.joules_per_flop * flops * steps;
+  return out;
+}
+
+std::map<std::string, std::size_t> DeviceEnergyModel::sample_counts() const {
+  std::map<std::string, std::size_t> counts;
+  for (const auto& [name, model] : models_) counts[name] = model.x.size();
+  return counts;
+}
+
+json DeviceEnergyModel::save() const {
+  json models = json::object();
+  for (const auto& [name, model] : models_) {
+    json x = json::array();
+    for (const auto& row : model.x) x.push_back(std::vector<double>(row.data(), row.data() + row.size()));
+    json entry = {{"names", model.names}, {"x", x}, {"log_joules", model.log_joules}, {"log_seconds", model.log_seconds}};
+    if (model.energy) entry["energy"] = model.energy->save();
+    if (model.time) entry["time"] = model.time->save();
+    models[name] = entry;
+  }
+  return {{"device", device_}, {"source", source_}, {"models", models}, {"flops_sum_xx", flops_sum_xx_},
+          {"flops_sum_xy", flops_sum_xy_}, {"dropped", dropped_}};
+}
+
+Result<DeviceEnergyModel> DeviceEnergyModel::load(const json& in) {
+  try {
+    DeviceEnergyModel out(in.at("device").get<std::string>(), in.at("source").get<std::string>());
+    out.flops_sum_xx_ = in.at("flops_sum_xx").get<double>();
+    out.flops_sum_xy_ = in.at("flops_sum_xy").get<double>();
+    out.dropped_ = in.at("dropped").get<std::size_t>();
+    for (const auto& [name, entry] : in.at("models").items()) {
+      KeyModel model;
+      model.names = entry.at("names").get<std::vector<std::string>>();
+      for (const auto& row : entry.at("x")) {
+        const auto values = row.get<std::vector<double>>();
+        model.x.push_back(Eigen::Map<const Eigen::VectorXd>(values.data(), static_cast<Eigen::Index>(values.size())));
+      }
+      model.log_joules = entry.at("log_joules").get<std::vector<double>>();
+      model.log_seconds = entry.at("log_seconds").get<std::vector<double>>();
+      if (entry.contains("energy")) {
+        auto gp = GaussianProcess::load(entry["energy"]);
+        if (!gp) return gp.error();
+        model.energy = std::move(gp).value();
+      }
+      if (entry.contains("time")) {
+        auto gp = GaussianProcess::load(entry["time"]);
+        if (!gp) return gp.error();
+        model.time = std::move(gp).value();
+      }
+      out.models_.emplace(name, std::move(model));
+    }
+    return out;
+  } catch (const json::exception& error) {
+    return make_error(ErrorCode::invalid_argument, fmt::format("not a saved device energy model: {}", error.what()));
+  }
+}
+
+}  // namespace joule::estimator

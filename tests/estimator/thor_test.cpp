@@ -1,0 +1,165 @@
+#include <gtest/gtest.h>
+
+#include "joule/estimator/device_energy_model.hpp"
+#include "joule/estimator/probe_campaign.hpp"
+#include "joule/estimator/simulated_device.hpp"
+#include "joule/estimator/thor_probes.hpp"
+
+using namespace joule::estimator;
+using nlohmann::json;
+
+namespace {
+
+ModelSpec spec_of(const char* text) { return *parse_model_spec(json::parse(text), "/model"); }
+
+ModelSpec lenet() {
+  return spec_of(R"({"input": {"shape": [1, 28, 28]}, "layers": [
+    {"type": "conv2d", "out_channels": 6, "kernel_size": 5, "padding": 2}, {"type": "relu"},
+    {"type": "maxpool2d", "kernel_size": 2}, {"type": "conv2d", "out_channels": 16, "kernel_size": 5},
+    {"type": "relu"}, {"type": "maxpool2d", "kernel_size": 2}, {"type": "flatten"},
+    {"type": "linear", "out_features": 120}, {"type": "relu"}, {"type": "linear", "out_features": 84},
+    {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
+}
+
+ProbeTarget conv_target(LayerPosition position) {
+  ProbeTarget target;
+  target.layer = LayerSpec{"conv2d", {{"out_channels", 16}, {"kernel_size", 3}}};
+  target.input_shape = {8, 12, 12};
+  target.batch_size = 32;
+  target.position = position;
+  return target;
+}
+
+NetworkMeter noise_free_meter(const SimulatedDevice& device) {
+  return [&device](const ModelSpec& network, std::int64_t batch) -> joule::Result<NetworkMeasurement> {
+    auto layers = analyze_model(network, batch, "/probe");
+    if (!layers) return layers.error();
+    const auto cost = device.step_cost(*layers, network.loss);
+    return NetworkMeasurement{cost.joules, cost.seconds};
+  };
+}
+
+}  // namespace
+
+TEST(ThorProbesTest, positions_follow_the_input_gradient_and_the_last_layer) {
+  auto layers = analyze_model(lenet(), 32);
+  ASSERT_TRUE(layers);
+  const auto keys = layer_keys(*layers);
+  EXPECT_EQ(keys.front().name(), "conv2d@input");
+  EXPECT_EQ(keys[1].name(), "relu@hidden");
+  EXPECT_EQ(keys[3].name(), "conv2d@hidden");
+  EXPECT_EQ(keys.back().name(), "linear@output");
+}
+
+TEST(ThorProbesTest, plans_one_two_or_four_networks_with_signs) {
+  auto output = plan_probe(conv_target(LayerPosition::output));
+  ASSERT_TRUE(output);
+  EXPECT_EQ(output->networks.size(), 1u);
+  auto input = plan_probe(conv_target(LayerPosition::input));
+  ASSERT_TRUE(input);
+  ASSERT_EQ(input->networks.size(), 2u);
+  EXPECT_EQ(input->signs, (std::vector<int>{+1, -1}));
+  EXPECT_EQ(input->networks[0].layers.front().type, "conv2d");
+  EXPECT_EQ(input->networks[0].layers.back().type, "linear");  // the classifier head, after a flatten
+  auto hidden = plan_probe(conv_target(LayerPosition::hidden));
+  ASSERT_TRUE(hidden);
+  ASSERT_EQ(hidden->networks.size(), 4u);
+  EXPECT_EQ(hidden->signs, (std::vector<int>{+1, -1, +1, -1}));
+  EXPECT_TRUE(hidden->analyzed.input_gradient);  // the reference layer puts it in the hidden position
+  EXPECT_FALSE(input->analyzed.input_gradient);
+}
+
+TEST(ThorProbesTest, embeddings_cannot_be_hidden_and_misfits_are_refused) {
+  ProbeTarget embedding;
+  embedding.layer = LayerSpec{"embedding", {{"num_embeddings", 100}, {"embedding_dim", 8}}};
+  embedding.input_shape = {16};
+  embedding.input_dtype = "token";
+  embedding.position = LayerPosition::hidden;
+  EXPECT_FALSE(plan_probe(embedding));
+  embedding.position = LayerPosition::input;
+  EXPECT_TRUE(plan_probe(embedding));
+  ProbeTarget too_big = conv_target(LayerPosition::input);
+  too_big.layer.args["kernel_size"] = 20;
+  EXPECT_FALSE(plan_probe(too_big));
+}
+
+TEST(ThorProbesTest, decomposition_recovers_an_output_layer_exactly_on_a_noise_free_device) {
+  SimulatedDevice device(*find_simulated_profile("laptop-cpu"), 1);
+  auto plan = plan_probe(conv_target(LayerPosition::output));
+  ASSERT_TRUE(plan);
+  auto measured = noise_free_meter(device)(plan->networks[0], 32);
+  auto sample = decompose(*plan, {*measured});
+  ASSERT_TRUE(sample);
+  EXPECT_EQ(sample->key.name(), "conv2d@output");
+  EXPECT_DOUBLE_EQ(sample->joules_per_step, measured->joules_per_step);
+  EXPECT_EQ(sample->features.at("batch_size"), 32);
+  EXPECT_FALSE(decompose(*plan, {}));
+}
+
+TEST(ThorProbesTest, decomposed_input_layer_is_its_own_cost_plus_the_head_gradient_it_enables) {
+  SimulatedDevice device(*find_simulated_profile("laptop-cpu"), 1);
+  auto plan = plan_probe(conv_target(LayerPosition::input));
+  ASSERT_TRUE(plan);
+  std::vector<NetworkMeasurement> measured;
+  for (const auto& network : plan->networks) measured.push_back(*noise_free_meter(device)(network, 32));
+  auto sample = decompose(*plan, measured);
+  ASSERT_TRUE(sample);
+  // The layer's own cost is a lower bound: the head after it now computes an input gradient too.
+  EXPECT_GT(sample->joules_per_step, device.layer_cost(plan->analyzed).joules);
+  EXPECT_LT(sample->joules_per_step, 2.0 * device.layer_cost(plan->analyzed).joules + 1e-3);
+}
+
+TEST(SimulatedDeviceTest, profiles_differ_and_noise_is_seeded) {
+  auto layers = analyze_model(lenet(), 64);
+  ASSERT_TRUE(layers);
+  std::vector<double> joules;
+  for (const auto& profile : simulated_profiles()) {
+    SimulatedDevice device(profile, 3);
+    joules.push_back(device.step_cost(*layers, "cross_entropy").joules);
+  }
+  std::sort(joules.begin(), joules.end());
+  EXPECT_GT(joules.back() / joules.front(), 3.0);  // a Pi and a server GPU are not alike
+  SimulatedDevice a(*find_simulated_profile("jetson-orin"), 5), b(*find_simulated_profile("jetson-orin"), 5);
+  EXPECT_EQ(a.measure_step(*layers, "cross_entropy").joules, b.measure_step(*layers, "cross_entropy").joules);
+  EXPECT_FALSE(find_simulated_profile("cray-1"));
+}
+
+TEST(DeviceEnergyModelTest, no_model_means_no_number) {
+  DeviceEnergyModel model("sim:laptop-cpu", "simulated");
+  TrainingConfig training;
+  training.samples_per_epoch = 1000;
+  auto estimate = model.estimate(lenet(), training);
+  ASSERT_FALSE(estimate);
+  EXPECT_NE(estimate.error().message.find("conv2d@input"), std::string::npos) << estimate.error().message;
+  EXPECT_NE(estimate.error().message.find("probe"), std::string::npos);
+}
+
+TEST(DeviceEnergyModelTest, a_probe_campaign_estimates_an_unmeasured_network) {
+  SimulatedDevice device(*find_simulated_profile("laptop-cpu"), 9);
+  DeviceEnergyModel model("sim:laptop-cpu", "simulated");
+  CampaignOptions options;
+  options.probes = 150;
+  options.gp.restarts = 1;
+  auto report = run_campaign(model, {WorkloadItem{lenet(), 64}}, noise_free_meter(device), options);
+  ASSERT_TRUE(report) << report.error().message;
+  EXPECT_EQ(report->failed_measurements, 0u);
+  TrainingConfig training;
+  training.batch_size = 64;
+  training.samples_per_epoch = 6400;
+  auto estimate = model.estimate(lenet(), training);
+  ASSERT_TRUE(estimate) << estimate.error().message;
+  auto layers = analyze_model(lenet(), 64);
+  const double truth = device.step_cost(*layers, "cross_entropy").joules * 100;
+  EXPECT_EQ(estimate->steps, 100);
+  EXPECT_NEAR(estimate->joules.mean / truth, 1.0, 0.15);
+  EXPECT_GT(estimate->joules.std, 0.0);
+  EXPECT_EQ(estimate->layers.size(), 12u);
+  EXPECT_EQ(estimate->source, "simulated");
+  EXPECT_GT(estimate->flops_baseline_joules, 0.0);
+
+  auto loaded = DeviceEnergyModel::load(model.save());
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  auto again = loaded->estimate(lenet(), training);
+  ASSERT_TRUE(again);
+  EXPECT_NEAR(again->joules.mean, estimate->joules.mean, 1e-9 * estimate->joules.mean);
+}
