@@ -163,6 +163,14 @@ int main(int argc, char** argv) {
   logs->add_flag("--stderr", stderr_stream, "standard error instead of standard output");
   logs->add_option("--tail", tail, "only the last N bytes");
   auto* devices = app.add_subcommand("devices", "devices of the node, their meters and power");
+  std::string model_file, device_pattern;
+  std::int64_t batch_size = 32, epochs = 1, samples_per_epoch = 0;
+  auto* estimate = app.add_subcommand("estimate", "estimate a model's training energy on this node's devices");
+  estimate->add_option("MODEL", model_file, "model spec JSON (- reads stdin)")->required();
+  estimate->add_option("--batch-size", batch_size, "training batch size")->check(CLI::PositiveNumber);
+  estimate->add_option("--epochs", epochs, "epochs")->check(CLI::PositiveNumber);
+  estimate->add_option("--samples-per-epoch", samples_per_epoch, "samples per epoch")->required()->check(CLI::PositiveNumber);
+  estimate->add_option("--device", device_pattern, "only devices matching this pattern (e.g. cuda:*)");
   auto* token_cmd = app.add_subcommand("token", "API tokens");
   token_cmd->require_subcommand(1);
   auto* token_new = token_cmd->add_subcommand("new", "print a new random token and the config line with its hash");
@@ -254,6 +262,39 @@ int main(int argc, char** argv) {
       if (!reply) throw Failure{reply.error().message};
       if (reply->status >= 400) expect_json(reply);
       std::cout << reply->body << std::flush;
+      return 0;
+    }
+    if (estimate->parsed()) {
+      json model = json::parse(read_input(model_file), nullptr, false);
+      if (model.is_discarded()) throw Failure{fmt::format("{} is not valid JSON", model_file)};
+      json request = {{"model", model},
+                      {"training", {{"batch_size", batch_size}, {"epochs", epochs}, {"samples_per_epoch", samples_per_epoch}}}};
+      if (!device_pattern.empty()) request["devices"] = json::array({device_pattern});
+      json answer = expect_json(client.request("POST", "/v1/estimate", request.dump()));
+      if (as_json) {
+        fmt::print("{}\n", answer.dump(2));
+        return 0;
+      }
+      fmt::print("{:>3}  {:<26}  {:<16}  {:>12}  {:>14}\n", "#", "LAYER", "OUTPUT", "PARAMETERS", "GFLOP/STEP");
+      for (const auto& layer : answer["model"]["layers"]) {
+        std::string shape;
+        for (const auto& dim : layer["output_shape"]) shape += (shape.empty() ? "" : "x") + std::to_string(dim.get<long long>());
+        fmt::print("{:>3}  {:<26}  {:<16}  {:>12}  {:>14.4f}\n", layer["index"].get<int>(), layer["type"].get<std::string>(), shape,
+                   layer["parameters"].get<long long>(), layer["flops_per_step"].get<double>() / 1e9);
+      }
+      fmt::print("total: {} parameters, {:.3f} GFLOP per step, {} steps\n\n", answer["model"]["parameters"].get<long long>(),
+                 answer["model"]["flops_per_step"].get<double>() / 1e9, answer["steps"].get<long long>());
+      for (const auto& row : answer["estimates"]) {
+        if (row["status"] != "ok") {
+          fmt::print("{}: no estimate: {}\n", row["device"].get<std::string>(), row["detail"].get<std::string>());
+          continue;
+        }
+        fmt::print("{}: {:.1f} ± {:.1f} J, {:.1f} ± {:.1f} s ({}, trained on {} data; FLOPs baseline {:.1f} J)\n",
+                   row["device"].get<std::string>(), row["joules"]["mean"].get<double>(), row["joules"]["std"].get<double>(),
+                   row["seconds"]["mean"].get<double>(), row["seconds"]["std"].get<double>(), row["method"].get<std::string>(),
+                   row["source"].get<std::string>(), row["baseline"]["joules"].get<double>());
+        for (const auto& warning : row["warnings"]) fmt::print("  warning: {}\n", warning.get<std::string>());
+      }
       return 0;
     }
     if (devices->parsed()) {

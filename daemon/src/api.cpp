@@ -1,5 +1,7 @@
 #include "joule/daemon/api.hpp"
 
+#include "joule/daemon/estimates.hpp"
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
@@ -299,7 +301,14 @@ void Api::handle(HttpRequest&& request, Reply reply) {
     if (method != http::verb::get) return wrong_method("GET");
     return answer(json_response(http::status::ok, jobs_.devices()));
   }
-  if (seg.size() == 2 && (seg[1] == "estimate" || seg[1] == "probes" || seg[1] == "budgets")) {
+  if (seg.size() == 2 && seg[1] == "estimate") {
+    route = "/v1/estimate";
+    if (method != http::verb::post) return wrong_method("POST");
+    json body;
+    if (!parse_body(body)) return;
+    return send_result(answer, http::status::ok)(estimate_request(body, jobs_.device_names(), models_));
+  }
+  if (seg.size() == 2 && (seg[1] == "probes" || seg[1] == "budgets")) {
     route = "/v1/" + seg[1];
     return answer(json_response(
         http::status::not_implemented,

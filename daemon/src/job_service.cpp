@@ -595,6 +595,12 @@ json JobService::devices() const {
   return json{{"devices", out}};
 }
 
+std::vector<std::string> JobService::device_names() const {
+  std::vector<std::string> names;
+  for (const auto& device : devices_) names.push_back(device.name);
+  return names;
+}
+
 std::string JobService::summary() const {
   std::size_t running = 0;
   for (const auto& device : devices_) running += device.job ? 1 : 0;

@@ -5,6 +5,8 @@
 #include <boost/asio/io_context.hpp>
 
 #include "joule/adapters/database.hpp"
+#include "joule/estimator/probe_campaign.hpp"
+#include "joule/estimator/simulated_device.hpp"
 #include "joule/adapters/storage_writer.hpp"
 #include "temp_dir.hpp"
 
@@ -102,7 +104,7 @@ TEST_F(ApiTest, unknown_routes_and_wrong_methods) {
   auto wrong = call(http::verb::put, "/v1/jobs");
   EXPECT_EQ(wrong.result_int(), 405u);
   EXPECT_EQ(wrong[http::field::allow], "GET, POST");
-  EXPECT_EQ(call(http::verb::post, "/v1/estimate", "{}").result_int(), 501u);
+  EXPECT_EQ(call(http::verb::post, "/v1/probes", "{}").result_int(), 501u);
 }
 
 TEST_F(ApiTest, malformed_json_says_where) {
@@ -166,4 +168,67 @@ TEST_F(ApiTest, tokens_guard_the_v1_routes_but_not_health) {
 
 TEST(Sha256Test, matches_the_known_vector) {
   EXPECT_EQ(joule::daemon::sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+namespace {
+
+const char* kEstimateBody = R"({
+  "model": {"input": {"shape": [1, 28, 28]}, "layers": [
+    {"type": "conv2d", "out_channels": 8, "kernel_size": 3}, {"type": "relu"}, {"type": "flatten"},
+    {"type": "linear", "out_features": 10}]},
+  "training": {"batch_size": 32, "epochs": 2, "samples_per_epoch": 3200}})";
+
+}  // namespace
+
+TEST_F(ApiTest, estimate_without_a_model_gives_counts_and_says_why_no_joules) {
+  auto response = call(http::verb::post, "/v1/estimate", kEstimateBody);
+  ASSERT_EQ(response.result_int(), 200u) << response.body();
+  auto body = body_of(response);
+  EXPECT_EQ(body["steps"], 200);
+  EXPECT_EQ(body["model"]["layers"].size(), 4u);
+  EXPECT_EQ(body["model"]["layers"][0]["output_shape"], json::array({8, 26, 26}));
+  EXPECT_EQ(body["model"]["parameters"], 8 * 9 + 8 + 8 * 26 * 26 * 10 + 10);
+  ASSERT_EQ(body["estimates"].size(), 1u);
+  EXPECT_EQ(body["estimates"][0]["device"], "cpu");
+  EXPECT_EQ(body["estimates"][0]["status"], "no-model");
+  EXPECT_FALSE(body["estimates"][0].contains("joules"));
+}
+
+TEST_F(ApiTest, estimate_errors_name_the_field) {
+  auto misfit = body_of(call(http::verb::post, "/v1/estimate",
+                             R"({"model": {"input": {"shape": [1, 4, 4]}, "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 5}]},
+                                 "training": {"samples_per_epoch": 10}})"));
+  EXPECT_EQ(misfit["status"], 400);
+  EXPECT_EQ(misfit["errors"][0]["pointer"], "/model/layers/0");
+  auto no_training = body_of(call(http::verb::post, "/v1/estimate", R"({"model": {"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": 2}]}})"));
+  EXPECT_EQ(no_training["errors"][0]["pointer"], "/training");
+  json filtered = json::parse(kEstimateBody);
+  filtered["devices"] = json::array({"cuda:*"});
+  EXPECT_EQ(body_of(call(http::verb::post, "/v1/estimate", filtered.dump()))["errors"][0]["pointer"], "/devices");
+}
+
+TEST_F(ApiTest, estimate_with_a_simulated_model_carries_mean_std_breakdown_and_baseline) {
+  using namespace joule::estimator;
+  SimulatedDevice device(*find_simulated_profile("server-gpu"), 4);
+  auto model = std::make_shared<DeviceEnergyModel>("cpu", "simulated");
+  auto spec = *parse_model_spec(json::parse(kEstimateBody)["model"], "/model");
+  NetworkMeter meter = [&](const ModelSpec& network, std::int64_t batch) -> joule::Result<NetworkMeasurement> {
+    auto layers = analyze_model(network, batch, "/probe");
+    const auto step = device.measure_step(*layers, network.loss);
+    return NetworkMeasurement{step.joules, step.seconds};
+  };
+  CampaignOptions options;
+  options.probes = 60;
+  options.gp.restarts = 1;
+  ASSERT_TRUE(run_campaign(*model, {WorkloadItem{spec, 32}}, meter, options));
+  api_.set_models({{"cpu", model}});
+  auto body = body_of(call(http::verb::post, "/v1/estimate", kEstimateBody));
+  const auto& estimate = body["estimates"][0];
+  ASSERT_EQ(estimate["status"], "ok") << body.dump(2);
+  EXPECT_EQ(estimate["source"], "simulated");
+  EXPECT_EQ(estimate["method"], "thor-gp");
+  EXPECT_GT(estimate["joules"]["mean"].get<double>(), 0.0);
+  EXPECT_GT(estimate["joules"]["std"].get<double>(), 0.0);
+  EXPECT_EQ(estimate["layers"].size(), 4u);
+  EXPECT_EQ(estimate["baseline"]["method"], "flops");
 }

@@ -65,3 +65,15 @@ TEST(CliTest, token_new_prints_a_token_and_its_hash) {
   EXPECT_EQ(code, 0);
   EXPECT_NE(out.find("token_sha256"), std::string::npos);
 }
+
+TEST(CliTest, estimate_prints_the_layer_table_and_why_there_are_no_joules_yet) {
+  DaemonProcess daemon;
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  auto [code, out] = run_program({JOULECTL_BINARY, "--server", server_of(daemon), "estimate",
+                                  std::string(JOULE_SOURCE_DIR) + "/examples/models/lenet5.json", "--batch-size", "64",
+                                  "--samples-per-epoch", "60000"});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("total: 61706 parameters"), std::string::npos) << out;
+  EXPECT_NE(out.find("938 steps"), std::string::npos) << out;
+  EXPECT_NE(out.find("cpu: no estimate"), std::string::npos) << out;
+}

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "joule/common/result.hpp"
+#include "joule/daemon/estimates.hpp"
 #include "joule/daemon/http_server.hpp"
 #include "joule/daemon/job_service.hpp"
 #include "joule/daemon/metrics.hpp"
@@ -30,6 +31,8 @@ class Api {
   void set_token_hashes(std::vector<std::string> hashes) { token_hashes_ = std::move(hashes); }
   /// /readyz answers 200 only after this is set (recovery done and listening).
   void set_ready(bool ready) { ready_ = ready; }
+  /// The energy models estimates are made from (none until probing runs on this node).
+  void set_models(DeviceModels models) { models_ = std::move(models); }
 
   void handle(HttpRequest&& request, Reply reply);
 
@@ -40,6 +43,7 @@ class Api {
   Metrics& metrics_;
   std::vector<std::string> token_hashes_;
   bool ready_ = false;
+  DeviceModels models_;
 };
 
 }  // namespace joule::daemon

@@ -73,6 +73,7 @@ class JobService {
   /// The file holding a job's "stdout" or "stderr".
   Result<std::filesystem::path> log_path(const std::string& id, const std::string& stream) const;
   nlohmann::json devices() const;
+  std::vector<std::string> device_names() const;
   /// One line for systemd's STATUS=: jobs waiting and running, and each device's power.
   std::string summary() const;
 
