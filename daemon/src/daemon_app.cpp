@@ -138,6 +138,10 @@ int run_daemon(const CommandLine& command_line) {
   adapters::StorageWriter storage(std::move(database).value());
 
   asio::io_context io(1);
+  // Caught from here on, before READY=1: a signal that arrives before its handler is waiting is
+  // queued by Asio instead of taking the default action (SIGHUP would terminate the daemon).
+  asio::signal_set stop_signals(io, SIGTERM, SIGINT);
+  asio::signal_set reload_signal(io, SIGHUP);
   Metrics metrics;
   metrics.set_up_info(JOULE_VERSION);
   SystemdNotifier notifier;
@@ -214,7 +218,6 @@ int run_daemon(const CommandLine& command_line) {
     });
   };
 
-  asio::signal_set stop_signals(io, SIGTERM, SIGINT);
   stop_signals.async_wait([&](boost::system::error_code ec, int signal) {
     if (ec) return;
     stopping = true;
@@ -229,7 +232,6 @@ int run_daemon(const CommandLine& command_line) {
     wait_drained();
   });
 
-  asio::signal_set reload_signal(io, SIGHUP);
   std::function<void()> on_reload = [&] {
     reload_signal.async_wait([&](boost::system::error_code ec, int) {
       if (ec || stopping) return;

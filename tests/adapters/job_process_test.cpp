@@ -121,7 +121,14 @@ TEST(JobProcessTest, a_runner_is_found_again_by_its_status_path) {
   TempDir dir;
   auto process = joule::adapters::launch_job(spec_in(dir, {"sleep", "30"}));
   ASSERT_TRUE(process);
-  auto found = joule::adapters::find_job_runner(dir / "status");
+  // posix_spawn returns while the kernel is still finishing the runner's exec, when its
+  // cmdline can read empty for a moment: look again until it is there (a restarted daemon
+  // only looks seconds later).
+  std::optional<joule::adapters::ProcessIdentity> found;
+  for (int attempt = 0; attempt < 200 && !found; ++attempt) {
+    found = joule::adapters::find_job_runner(dir / "status");
+    if (!found) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   ASSERT_TRUE(found);
   EXPECT_EQ(found->pid, process->pid);
   EXPECT_EQ(found->start_ticks, process->start_ticks);

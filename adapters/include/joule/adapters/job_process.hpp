@@ -76,7 +76,8 @@ int job_runner_main(int argc, char** argv);
 namespace joule::adapters {
 
 /// Finds a live runner started for `status_path` by scanning `<proc_root>/*/cmdline`: how a
-/// restarted daemon re-finds a job whose pid it never got to store.
+/// restarted daemon re-finds a job whose pid it never got to store. A runner still inside its
+/// exec (the first milliseconds after launch_job returns) shows an empty cmdline and is missed.
 std::optional<ProcessIdentity> find_job_runner(const std::filesystem::path& status_path,
                                                const std::filesystem::path& proc_root = "/proc");
 
