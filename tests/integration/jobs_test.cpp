@@ -1,5 +1,8 @@
 // Jobs end to end: the real daemon runs real processes and meters them.
 
+#include <chrono>
+#include <thread>
+
 #include <gtest/gtest.h>
 
 #include "daemon_process.hpp"
@@ -82,8 +85,15 @@ TEST(JobsTest, cancel_queued_running_and_finished_jobs) {
   DaemonProcess daemon({.config_toml = "[jobs]\nkill_grace_seconds = 1\n"});
   ASSERT_TRUE(daemon.start()) << daemon.log();
   // Ignores TERM, so the KILL after the grace period is what ends it.
-  const auto stubborn = daemon.submit(job("stubborn", {"sh", "-c", "trap '' TERM; sleep 30 & wait; sleep 30"}));
+  const auto stubborn =
+      daemon.submit(job("stubborn", {"sh", "-c", "trap '' TERM; echo ready; sleep 30 & wait; sleep 30"}));
   ASSERT_EQ(daemon.wait_state(stubborn, {"running"})["state"], "running");
+  // Cancel only once the job has set its trap, or TERM would end it before it can ignore it.
+  for (int i = 0; i < 200; ++i) {
+    auto out = daemon.client().request("GET", "/v1/jobs/" + stubborn + "/log");
+    if (out && out->body == "ready\n") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
   const auto waiting = daemon.submit(job("waiting", {"true"}));
 
   auto [queued_status, queued] = daemon.call("DELETE", "/v1/jobs/" + waiting);
