@@ -122,12 +122,19 @@ TEST(JobsTest, a_polite_job_ends_on_term_and_the_workdir_and_env_are_honoured) {
                                        {"workdir", workdir.string()},
                                        {"env", {{"SEED", "42"}}}}}});
   ASSERT_EQ(daemon.wait_state(id, {"running"})["state"], "running");
+  const std::string expected =
+      workdir.string() + "\n42\n" + (daemon.state_dir() / "jobs" / id / "tmp").string() + "\n";
+  for (int i = 0; i < 200; ++i) {  // cancel once it has printed everything
+    auto out = daemon.client().request("GET", "/v1/jobs/" + id + "/log");
+    if (out && out->body == expected) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
   EXPECT_EQ(daemon.call("DELETE", "/v1/jobs/" + id).first, 202u);
   auto done = daemon.wait_state(id, {"cancelled"});
   EXPECT_EQ(done["state"], "cancelled");
   EXPECT_NE(done["reason"].get<std::string>().find("signal 15"), std::string::npos) << done["reason"];
   auto out = daemon.client().request("GET", "/v1/jobs/" + id + "/log");
-  EXPECT_EQ(out->body, workdir.string() + "\n42\n" + (daemon.state_dir() / "jobs" / id / "tmp").string() + "\n");
+  EXPECT_EQ(out->body, expected);
 }
 
 TEST(JobsTest, devices_report_their_meter_honestly) {
