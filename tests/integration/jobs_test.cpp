@@ -1,6 +1,7 @@
 // Jobs end to end: the real daemon runs real processes and meters them.
 
 #include <chrono>
+#include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -63,13 +64,17 @@ TEST(JobsTest, failures_keep_exit_code_and_reason) {
 TEST(JobsTest, one_job_per_device_in_priority_then_fifo_order) {
   DaemonProcess daemon;
   ASSERT_TRUE(daemon.start()) << daemon.log();
-  const auto blocker = daemon.submit(job("blocker", {"sleep", "0.5"}));
+  // The blocker holds the device until the test creates its "go" file, however slow the machine.
+  const auto go = daemon.state_dir().parent_path() / "go";
+  json blocker_job = job("blocker", {"sh", "-c", "while [ ! -e '" + go.string() + "' ]; do sleep 0.02; done"});
+  const auto blocker = daemon.submit(blocker_job);
   ASSERT_EQ(daemon.wait_state(blocker, {"running"})["state"], "running");
   const auto low_a = daemon.submit(job("low-a", {"true"}, 0));
   const auto high = daemon.submit(job("high", {"true"}, 5));
   const auto low_b = daemon.submit(job("low-b", {"true"}, 0));
   auto [status, listed] = daemon.call("GET", "/v1/jobs?state=queued");
   EXPECT_EQ(listed["total"], 3);
+  std::ofstream(go) << "go\n";
   std::map<std::string, std::string> started;
   for (const auto& id : {blocker, low_a, high, low_b}) {
     auto done = daemon.wait_state(id, {"succeeded"});
