@@ -183,8 +183,12 @@ def load_ours(path):
         doc = json.load(f)
     scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
     out = {}
+    # With one repetition Google Benchmark writes no aggregates: the single run is the median.
+    medians = {b["run_name"] for b in doc["benchmarks"] if b.get("aggregate_name") == "median"}
     for b in doc["benchmarks"]:
-        if b.get("run_type") != "aggregate" or b.get("aggregate_name") != "median":
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+            continue
+        if b.get("run_type") != "aggregate" and b["run_name"] in medians:
             continue
         kind, n = b["run_name"].split("/")[:2]
         row = out.setdefault(int(n), {})

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -18,6 +19,11 @@ using namespace std::chrono_literals;
 namespace {
 
 std::string state_of(const json& job) { return job.is_object() ? job["state"].get<std::string>() : "<none>"; }
+
+// A shell loop that ends once `file` exists: a job that runs exactly as long as the test wants.
+std::string wait_for(const std::filesystem::path& file) {
+  return "while [ ! -e '" + file.string() + "' ]; do sleep 0.02; done";
+}
 
 bool has_event(const json& job, const std::string& text) {
   for (const auto& event : job["events"])
@@ -91,7 +97,8 @@ TEST(DurabilityTest, a_running_job_is_adopted_after_kill_9_and_its_end_recorded)
   {
     DaemonProcess daemon({}, state);
     ASSERT_TRUE(daemon.start()) << daemon.log();
-    id = daemon.submit(json{{"run", {{"command", {"sh", "-c", "sleep 1.5; exit 3"}}}}});
+    // Runs until the test creates the go file, then fails with a status only the runner knows.
+    id = daemon.submit(json{{"run", {{"command", {"sh", "-c", wait_for(state / "go") + "; exit 3"}}}}});
     ASSERT_EQ(state_of(daemon.wait_state(id, {"running"})), "running");
     daemon.signal(SIGKILL);
     daemon.wait_exit();
@@ -101,6 +108,7 @@ TEST(DurabilityTest, a_running_job_is_adopted_after_kill_9_and_its_end_recorded)
   auto during = restarted.call("GET", "/v1/jobs/" + id).second;
   EXPECT_EQ(state_of(during), "running") << during.dump(2);
   EXPECT_TRUE(has_event(during, "adopted process group")) << during.dump(2);
+  std::ofstream(state / "go") << "go\n";
   auto done = restarted.wait_state(id, {"succeeded", "failed"});
   EXPECT_EQ(state_of(done), "failed");
   EXPECT_EQ(done["exit_code"], 3);  // the real exit status, read from the runner's status file
@@ -115,12 +123,16 @@ TEST(DurabilityTest, a_job_that_ended_while_the_daemon_was_down_gets_its_exit_st
   {
     DaemonProcess daemon({}, state);
     ASSERT_TRUE(daemon.start()) << daemon.log();
-    id = daemon.submit(json{{"run", {{"command", {"sleep", "0.5"}}}}});
+    id = daemon.submit(json{{"run", {{"command", {"sh", "-c", wait_for(state / "go")}}}}});
     ASSERT_EQ(state_of(daemon.wait_state(id, {"running"})), "running");
     daemon.signal(SIGKILL);
     daemon.wait_exit();
   }
-  std::this_thread::sleep_for(1500ms);
+  // The job ends while no daemon runs; its runner records the exit status.
+  std::ofstream(state / "go") << "go\n";
+  const auto status_file = state / "jobs" / id / "status";
+  for (int i = 0; i < 400 && !std::filesystem::exists(status_file); ++i) std::this_thread::sleep_for(25ms);
+  ASSERT_TRUE(std::filesystem::exists(status_file));
   DaemonProcess restarted({}, state);
   ASSERT_TRUE(restarted.start()) << restarted.log();
   auto done = restarted.wait_state(id, {"succeeded", "failed"});
