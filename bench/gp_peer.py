@@ -16,9 +16,10 @@ an energy-like regression problem in d = 4 log2-scaled features of a conv layer,
     E     = 5e-11 flops / util + 1.2e-8 C S² B + 1e-3                       (joules per step)
     y     = log(E · (1 + 0.01 ε)),  ε ~ N(0, 1)                             (1 % multiplicative noise)
 
-Training sets train_N.csv are the first N rows of one stream drawn with
-numpy.random.default_rng(20240611) (so they are nested); the held-out set test.csv (1,000
-rows) comes from default_rng(20240612). Columns: x1, x2, x3, x4, y (measured log E), y_true
+Training sets train_N.csv are the first N rows of one draw of max(2000, N) rows with
+numpy.random.default_rng(20240611) (x for all rows, then ε for all rows; so the sets are
+nested and do not depend on --sizes below 2,000); the held-out set test.csv (1,000 rows) comes
+from default_rng(20240612). Columns: x1, x2, x3, x4, y (measured log E), y_true
 (noise-free log E).
 
 The peer: sklearn.gaussian_process.GaussianProcessRegressor with
@@ -43,6 +44,7 @@ import time
 
 SIZES = (50, 200, 1000, 2000)
 TEST_ROWS = 1000
+STREAM_ROWS = 2000  # at least this many training rows are drawn, whatever --sizes asks for
 TRAIN_SEED = 20240611
 TEST_SEED = 20240612
 
@@ -88,7 +90,7 @@ def generate(args):
     import numpy as np
     os.makedirs(args.out, exist_ok=True)
     sizes = [int(s) for s in args.sizes.split(",")]
-    x, y, y_true = draw(np.random.default_rng(TRAIN_SEED), max(sizes))
+    x, y, y_true = draw(np.random.default_rng(TRAIN_SEED), max(sizes + [STREAM_ROWS]))
     for n in sizes:
         write_csv(os.path.join(args.out, f"train_{n}.csv"), x[:n], y[:n], y_true[:n])
     xt, yt, yt_true = draw(np.random.default_rng(TEST_SEED), TEST_ROWS)

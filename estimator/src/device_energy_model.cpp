@@ -132,6 +132,12 @@ double DeviceEnergyModel::uncertainty(const LayerKey& key, const AnalyzedLayer& 
 Result<Estimate> DeviceEnergyModel::estimate(const ModelSpec& model, const TrainingConfig& training) const {
   auto layers = analyze_model(model, training.batch_size);
   if (!layers) return layers.error();
+  return estimate(*layers, training);
+}
+
+Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& analyzed,
+                                             const TrainingConfig& training) const {
+  const auto* layers = &analyzed;
   const auto keys = layer_keys(*layers);
   std::vector<std::string> missing;
   for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -155,6 +161,7 @@ Result<Estimate> DeviceEnergyModel::estimate(const ModelSpec& model, const Train
   out.source = source_;
   out.steps = steps_of(training);
   double step_var = 0.0, seconds_var = 0.0, seconds_mean = 0.0, flops = 0.0;
+  std::map<std::string, std::pair<GpPrediction, GpPrediction>> predictions;
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const auto& layer = (*layers)[i];
     if (keys[i].position != LayerPosition::output && is_free_layer(layer)) {
@@ -169,8 +176,14 @@ Result<Estimate> DeviceEnergyModel::estimate(const ModelSpec& model, const Train
     auto features = layer.features;
     features["batch_size"] = static_cast<double>(training.batch_size);
     const Eigen::VectorXd x = feature_vector(features, km.names);
-    const GpPrediction energy = km.energy->predict(x);
-    const GpPrediction time = km.time->predict(x);
+    // Deep networks repeat the same block: predict each distinct (model, input) once.
+    std::string cache_key = keys[i].name();
+    cache_key.append(reinterpret_cast<const char*>(x.data()), static_cast<std::size_t>(x.size()) * sizeof(double));
+    auto cached = predictions.find(cache_key);
+    if (cached == predictions.end())
+      cached = predictions.emplace(cache_key, std::pair{km.energy->predict(x), km.time->predict(x)}).first;
+    const GpPrediction& energy = cached->second.first;
+    const GpPrediction& time = cached->second.second;
     LayerEstimate estimate;
     estimate.index = layer.index;
     estimate.type = layer.type;

@@ -35,6 +35,8 @@ constexpr Index kBlock = 48;
 constexpr int kJitterTries = 5;
 constexpr double kFirstJitter = 1e-10;
 constexpr double kJitterStep = 100.0;
+// First step (log units) when refining an optimum found on a subset on a bigger one.
+constexpr double kRefineStep = 0.1;
 // Returned to L-BFGS-B where K cannot be factorised: far worse than any real −LML/n.
 constexpr double kPenalty = 1e30;
 
@@ -250,20 +252,30 @@ class NegativeLml {
   int evaluations_ = 0;
 };
 
-// One bounded search; false if L-BFGS-B threw (the objective keeps the best point anyway).
-bool search(NegativeLml& objective, VectorXd theta, const VectorXd& lower, const VectorXd& upper,
-            const GpFitOptions& options) {
+// One bounded search from `start`; false if L-BFGS-B threw (the objective keeps the best point
+// anyway). L-BFGS-B's first step has unit length; the search runs on u = (θ − start) / first_step
+// so that a refinement from a nearly optimal start does not first jump by e in every scale.
+bool search(NegativeLml& objective, const VectorXd& start, double first_step, const VectorXd& lower,
+            const VectorXd& upper, const GpFitOptions& options) {
   LBFGSpp::LBFGSBParam<double> param;
   param.m = 8;
-  param.epsilon = 1e-6;
+  param.epsilon = 1e-6 * first_step;  // the same projected-gradient test in θ units
   param.epsilon_rel = 0.0;
   param.past = 1;
   param.delta = options.relative_tolerance;
   param.max_iterations = options.max_iterations;
   LBFGSpp::LBFGSBSolver<double> solver(param);
+  const auto scaled = [&](const VectorXd& u, VectorXd& grad) {
+    const double value = objective(start + first_step * u, grad);
+    grad *= first_step;
+    return value;
+  };
+  VectorXd u = VectorXd::Zero(start.size());
+  const VectorXd lower_u = (lower - start) / first_step;
+  const VectorXd upper_u = (upper - start) / first_step;
   double value = 0.0;
   try {
-    solver.minimize(objective, theta, value, lower, upper);
+    solver.minimize(scaled, u, value, lower_u, upper_u);
   } catch (const std::exception&) {
     return false;
   }
@@ -399,9 +411,9 @@ Status GaussianProcess::fit(const Eigen::MatrixXd& X, const Eigen::VectorXd& y, 
     NegativeLml objective(m < n ? xs_sub : xs, m < n ? ys_sub : ys);
     if (best.size() == 0) {
       for (const VectorXd& start : starts) {
-        if (!search(objective, start, lower, upper, options)) ++report.failed_searches;
+        if (!search(objective, start, 1.0, lower, upper, options)) ++report.failed_searches;
       }
-    } else if (!search(objective, best, lower, upper, options)) {
+    } else if (!search(objective, best, kRefineStep, lower, upper, options)) {
       ++report.failed_searches;
     }
     report.evaluations += objective.evaluations();

@@ -83,6 +83,10 @@ class DeviceEnergyModel {
   /// The estimate of a job; fails, saying which models are missing and how to get them, when a
   /// layer's (kind, position) has no fitted model. No number is invented.
   Result<Estimate> estimate(const ModelSpec& model, const TrainingConfig& training) const;
+  /// The same for a network already analysed at `training.batch_size` (estimating one network
+  /// on many devices analyses it once). Identical layers (same kind, position and inputs) are
+  /// predicted once.
+  Result<Estimate> estimate(const std::vector<AnalyzedLayer>& layers, const TrainingConfig& training) const;
 
   /// Latent standard deviation (log energy) of the model of `key` at a layer: how unsure the
   /// model is there; +inf when there is no model. The probe planner maximises this.

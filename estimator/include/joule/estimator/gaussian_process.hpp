@@ -23,6 +23,10 @@
 // Prediction (R&W Algorithm 2.1) uses the Cholesky factor L of K: mean k*ᵀ α, latent variance
 // k(x*, x*) − |L⁻¹ k*|². Both are returned in the caller's y units.
 //
+// Units: the caller's. x and y are taken as given (the estimator passes log features and log
+// joules); means come back in y units, variances in y units squared. Far from all data the
+// prediction falls back to the prior: mean = mean of y, latent variance = s² × y_scale².
+//
 // Costs: an LML evaluation with gradient is O(n³) (Cholesky, inverse; about n³ flops), a fit
 // runs tens to hundreds of them; add_sample and a one-point predict are O(n²) and O(n² + nD).
 // Memory: an n×n matrix is kept (32 MB at n = 2,000), and a fit uses one more.
@@ -67,7 +71,8 @@ struct GpScaling {
 
 /// How fit() searches for hyperparameters. Bounds and start ranges are in standardised units.
 struct GpFitOptions {
-  /// Random starts besides the deterministic default one (ℓ_d = 1, s² = 1, σ_n² = 0.01).
+  /// Random starts besides the deterministic default one (ℓ_d = 1, s² = 1, σ_n² = 0.01);
+  /// restarts matter (MEASURING.md: a fit without them fell into a noise-only optimum).
   /// Random starts draw log ℓ_d in [log 0.1, log 30], log s² in [log 0.1, log 10] and
   /// log σ_n² in [log 1e-4, log 0.3], uniformly, from std::mt19937_64 seeded with `seed`.
   int restarts = 3;
@@ -80,13 +85,17 @@ struct GpFitOptions {
   double max_noise_variance = 10.0;
   /// L-BFGS-B iterations per start, and for each refinement step (below).
   int max_iterations = 100;
-  /// Stop a start when the LML changes by less than this fraction between iterations.
-  double relative_tolerance = 1e-8;
+  /// A search stops when an iteration changes the mean per-sample LML by less than this
+  /// fraction of it (L-BFGS-B's delta on −LML/n). 1e-6 is a few thousandths of a nat in total
+  /// at n = 1,000-2,000: far below what moves predictions, and it spares the slow final crawl
+  /// along the ridge where s² and the lengthscales grow together (half of all evaluations at
+  /// large n with 1e-8).
+  double relative_tolerance = 1e-6;
   /// Above this many samples the starts run on a random subset of `subset_size` samples, and
   /// the best point is then refined by L-BFGS-B on nested subsets of twice the size, up to all
-  /// the data (the last step maximises the exact LML of all samples). 0: every start on all
-  /// data, as scikit-learn does. The result is a local optimum of the full-data LML either
-  /// way; the subsets only decide where the search starts.
+  /// the data; the last step climbs the exact LML of all samples, so the subsets only decide
+  /// where that climb starts (and restarts cost little at large n). 0: every start on all
+  /// data, as scikit-learn does.
   Eigen::Index subset_size = 256;
   /// refit_due() turns true once size() reaches this factor times the sample count of the
   /// last optimisation.
@@ -125,7 +134,8 @@ class GaussianProcess {
  public:
   /// Standardises X and y, maximises the LML with analytic gradients (L-BFGS-B, box bounds,
   /// default start plus options.restarts seeded random starts, best kept; a start whose line
-  /// search fails keeps the best point it reached), then factorises K on all data.
+  /// search fails keeps the best point it reached; see subset_size for large n), then
+  /// factorises K on all data.
   Status fit(const Eigen::MatrixXd& X, const Eigen::VectorXd& y, const GpFitOptions& options = {});
 
   /// Factorises K for given hyperparameters without optimising. `scaling` defaults to
@@ -164,7 +174,8 @@ class GaussianProcess {
 
   /// Data (raw), scaling, hyperparameters, jitter and refit state as JSON ("joule.gp", v1).
   nlohmann::json save() const;
-  /// Rebuilds a GP from save()'s output, refactorising K; predictions match the original.
+  /// Rebuilds a GP from save()'s output, refactorising K the way the original was built (one
+  /// factorisation, then the rows added since), so predictions match the original.
   static Result<GaussianProcess> load(const nlohmann::json& json);
 
   Eigen::Index size() const { return n_; }
