@@ -10,7 +10,7 @@ namespace joule::adapters {
 namespace {
 
 // Each entry moves the schema from version i to i + 1. Never edit a released entry: add one.
-constexpr std::array<const char*, 1> kMigrations = {
+constexpr std::array<const char*, 2> kMigrations = {
     R"sql(
 CREATE TABLE jobs (
   id              TEXT PRIMARY KEY,
@@ -41,21 +41,36 @@ CREATE TABLE job_events (
 );
 CREATE INDEX job_events_by_job ON job_events(job_id, id);
 )sql",
+    R"sql(
+ALTER TABLE jobs ADD COLUMN estimate TEXT NOT NULL DEFAULT '';
+CREATE TABLE model_snapshots (
+  device   TEXT PRIMARY KEY,
+  version  INTEGER NOT NULL,
+  saved_ms INTEGER NOT NULL,
+  source   TEXT NOT NULL,
+  snapshot TEXT NOT NULL
+);
+)sql",
 };
 
 constexpr const char* kInsertJob =
     "INSERT INTO jobs (id, sequence, name, spec, state, priority, device, submitted_ms, started_ms,"
-    " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
+    " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)";
 constexpr const char* kUpdateJob =
     "UPDATE jobs SET sequence = ?2, name = ?3, spec = ?4, state = ?5, priority = ?6, device = ?7,"
     " submitted_ms = ?8, started_ms = ?9, finished_ms = ?10, exit_code = ?11, reason = ?12,"
-    " energy_joules = ?13, energy_source = ?14, pid = ?15, pid_start_ticks = ?16, boot_id = ?17"
+    " energy_joules = ?13, energy_source = ?14, pid = ?15, pid_start_ticks = ?16, boot_id = ?17,"
+    " estimate = ?18"
     " WHERE id = ?1";
 constexpr const char* kSelectJobs =
     "SELECT id, sequence, name, spec, state, priority, device, submitted_ms, started_ms,"
-    " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id"
+    " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate"
     " FROM jobs ORDER BY sequence";
+constexpr const char* kSaveSnapshot =
+    "INSERT INTO model_snapshots (device, version, saved_ms, source, snapshot) VALUES (?1, ?2, ?3, ?4, ?5)"
+    " ON CONFLICT(device) DO UPDATE SET version = ?2, saved_ms = ?3, source = ?4, snapshot = ?5";
+constexpr const char* kSelectSnapshots = "SELECT device, version, saved_ms, source, snapshot FROM model_snapshots";
 constexpr const char* kInsertEvent = "INSERT INTO job_events (job_id, at_ms, state, message) VALUES (?1, ?2, ?3, ?4)";
 constexpr const char* kSelectEvents = "SELECT job_id, at_ms, state, message FROM job_events ORDER BY id";
 
@@ -92,6 +107,7 @@ void bind_job(sqlite3_stmt* stmt, const StoredJob& job) {
   sqlite3_bind_int64(stmt, 15, job.pid);
   sqlite3_bind_int64(stmt, 16, static_cast<sqlite3_int64>(job.pid_start_ticks));
   bind_text(stmt, 17, job.boot_id);
+  bind_text(stmt, 18, job.estimate_json);
 }
 
 std::string column_text(sqlite3_stmt* stmt, int column) {
@@ -267,10 +283,38 @@ Result<std::vector<StoredJob>> Database::load_jobs() {
     job.pid = sqlite3_column_int64(*stmt, 14);
     job.pid_start_ticks = static_cast<std::uint64_t>(sqlite3_column_int64(*stmt, 15));
     job.boot_id = column_text(*stmt, 16);
+    job.estimate_json = column_text(*stmt, 17);
     jobs.push_back(std::move(job));
   }
   if (rc != SQLITE_DONE) return sqlite_error("loading jobs");
   return jobs;
+}
+
+Status Database::save_model_snapshot(const StoredModelSnapshot& snapshot) {
+  auto stmt = prepare(kSaveSnapshot);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  bind_text(*stmt, 1, snapshot.device);
+  sqlite3_bind_int64(*stmt, 2, snapshot.version);
+  sqlite3_bind_int64(*stmt, 3, snapshot.saved_ms);
+  bind_text(*stmt, 4, snapshot.source);
+  bind_text(*stmt, 5, snapshot.snapshot_json);
+  if (sqlite3_step(*stmt) != SQLITE_DONE) return sqlite_error(fmt::format("saving the model of {}", snapshot.device));
+  return {};
+}
+
+Result<std::vector<StoredModelSnapshot>> Database::load_model_snapshots() {
+  auto stmt = prepare(kSelectSnapshots);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  std::vector<StoredModelSnapshot> out;
+  int rc = 0;
+  while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) {
+    out.push_back(StoredModelSnapshot{column_text(*stmt, 0), sqlite3_column_int64(*stmt, 1),
+                                      sqlite3_column_int64(*stmt, 2), column_text(*stmt, 3), column_text(*stmt, 4)});
+  }
+  if (rc != SQLITE_DONE) return sqlite_error("loading model snapshots");
+  return out;
 }
 
 Result<std::vector<StoredEvent>> Database::load_events() {

@@ -100,8 +100,22 @@ void print_job(const json& job) {
   fmt::print("energy:    {}\n", energy_text(job["energy"]));
   if (!job["energy"].is_null() && !job["energy"]["measured"].get<bool>())
     fmt::print("           (a model's figure from CPU time, not a meter reading)\n");
-  fmt::print("estimate:  {}\n",
-             job["estimate"].is_null() ? "none (the estimator is not in this version)" : job["estimate"].dump());
+  if (job["estimate"].is_array() && !job["estimate"].empty()) {
+    fmt::print("estimate:\n");
+    for (const auto& row : job["estimate"]) {
+      if (row["status"] != "ok") {
+        fmt::print("  {:<20} none: {}\n", row["device"].get<std::string>(), row["detail"].get<std::string>());
+        continue;
+      }
+      fmt::print("  {:<20} {:.1f} ± {:.1f} J, {:.1f} s ({} data; FLOPs baseline {:.1f} J){}\n",
+                 row["device"].get<std::string>(), row["joules"]["mean"].get<double>(),
+                 row["joules"]["std"].get<double>(), row["seconds"]["mean"].get<double>(),
+                 row["source"].get<std::string>(), row["baseline"]["joules"].get<double>(),
+                 row["warnings"].empty() ? "" : "  [some layers far from probed ones]");
+    }
+  } else {
+    fmt::print("estimate:  none (the job has no model spec and training config)\n");
+  }
   if (job.contains("events")) {
     fmt::print("events:\n");
     for (const auto& event : job["events"]) {
@@ -303,17 +317,20 @@ int main(int argc, char** argv) {
         fmt::print("{}\n", listed.dump(2));
         return 0;
       }
-      fmt::print("{:<8}  {:<10}  {:>9}  {:>12}  {:<36}  {}\n", "DEVICE", "METER", "POWER W", "ENERGY J", "JOB",
+      fmt::print("{:<20}  {:<10}  {:>9}  {:>12}  {:<36}  {}\n", "DEVICE", "METER", "POWER W", "ENERGY J", "JOB",
                  "MODEL");
       for (const auto& device : listed["devices"]) {
         const auto& meter = device["meter"];
-        fmt::print("{:<8}  {:<10}  {:>9.1f}  {:>12.1f}  {:<36}  {}\n", device["name"].get<std::string>(),
+        fmt::print("{:<20}  {:<10}  {:>9.1f}  {:>12.1f}  {:<36}  {}\n", device["name"].get<std::string>(),
                    meter["source"].get<std::string>() + (meter["measured"].get<bool>() ? "" : "*"),
                    device["power_watts"].get<double>(), device["energy_joules"].get<double>(), text_or(device["job"]),
                    device["model"]["state"].get<std::string>());
       }
-      fmt::print("* not a measurement: {}\n",
-                 listed["devices"].empty() ? "" : listed["devices"][0]["meter"]["note"].get<std::string>());
+      for (const auto& device : listed["devices"]) {
+        if (!device["meter"]["measured"].get<bool>())
+          fmt::print("* {}: not a measurement: {}\n", device["name"].get<std::string>(),
+                     device["meter"]["note"].get<std::string>());
+      }
       return 0;
     }
   } catch (const Failure& failure) {

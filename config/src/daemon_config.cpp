@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "joule/estimator/simulated_device.hpp"
+
 namespace joule::config {
 namespace {
 
@@ -117,20 +119,28 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
   std::set<std::string> names;
   for (const auto& element : *array) {
     const auto& table = *element.as_table();
-    check.warn_unknown(table, "devices.", {"name", "meter", "idle_watts", "watts_per_busy_core"});
+    check.warn_unknown(table, "devices.", {"name", "meter", "idle_watts", "watts_per_busy_core", "probes"});
     DeviceConfig device;
     if (auto name = check.get<std::string>(table, "name", "devices.name"))
       device.name = *name;
     else if (!table.get("name"))
       check.problem(table, "each [[devices]] needs a name, e.g. name = \"cpu\"");
-    if (device.name != "cpu") {
-      check.problem(table, fmt::format("device \"{}\": only the \"cpu\" device is supported by this build "
-                                       "(GPU and board meters come with the probing work)",
+    const bool simulated = device.name.rfind("sim:", 0) == 0;
+    if (simulated) {
+      if (auto profile = estimator::find_simulated_profile(device.name.substr(4)); !profile)
+        check.problem(table, fmt::format("device \"{}\": {}", device.name, profile.error().message));
+      device.meter = "simulated";
+    } else if (device.name != "cpu") {
+      check.problem(table, fmt::format("device \"{}\": this build supports \"cpu\" and simulated devices "
+                                       "\"sim:<profile>\" (GPU and board meters come with the probing work)",
                                        device.name));
     }
     if (!names.insert(device.name).second)
       check.problem(table, fmt::format("device \"{}\" is listed twice", device.name));
-    if (auto meter = check.get<std::string>(table, "meter", "devices.meter")) {
+    if (auto meter = check.get<std::string>(table, "meter", "devices.meter"); meter && simulated) {
+      if (*meter != "simulated")
+        check.problem(*table.get("meter"), fmt::format("a simulated device's meter is \"simulated\", got \"{}\"", *meter));
+    } else if (meter) {
       if (*meter != "auto" && *meter != "modelled")
         check.problem(*table.get("meter"),
                       fmt::format("devices.meter must be \"auto\" or \"modelled\", got \"{}\"", *meter));
@@ -140,6 +150,8 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
     device.idle_watts = check.positive(table, "idle_watts", "devices.idle_watts", device.idle_watts, true);
     device.watts_per_busy_core =
         check.positive(table, "watts_per_busy_core", "devices.watts_per_busy_core", device.watts_per_busy_core, true);
+    device.probes = static_cast<std::size_t>(
+        check.integer_in(table, "probes", "devices.probes", 10, 100000, static_cast<std::int64_t>(device.probes)));
     devices.push_back(device);
   }
   if (devices.empty())
@@ -306,7 +318,8 @@ nlohmann::json to_json(const DaemonConfig& config) {
     devices.push_back({{"name", d.name},
                        {"meter", d.meter},
                        {"idle_watts", d.idle_watts},
-                       {"watts_per_busy_core", d.watts_per_busy_core}});
+                       {"watts_per_busy_core", d.watts_per_busy_core},
+                       {"probes", d.probes}});
   }
   return {{"source", config.source},
           {"server",

@@ -15,6 +15,9 @@
 #include "joule/adapters/database.hpp"
 #include "joule/adapters/job_process.hpp"
 #include "joule/adapters/modelled_cpu_meter.hpp"
+#include "joule/adapters/simulated_meter.hpp"
+#include "joule/daemon/model_service.hpp"
+#include "joule/estimator/simulated_device.hpp"
 #include "joule/adapters/storage_writer.hpp"
 #include "joule/daemon/api.hpp"
 #include "joule/daemon/http_server.hpp"
@@ -90,6 +93,19 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
   for (const auto& device_config : config.devices) {
     Device device;
     device.name = device_config.name;
+    if (device_config.meter == "simulated") {
+      const auto profile = estimator::find_simulated_profile(device.name.substr(4));
+      const double idle_watts = profile ? profile->static_watts : 0.0;
+      device.meter = std::make_unique<adapters::SimulatedMeter>(idle_watts, [] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+      });
+      device.runs_jobs = false;
+      device.meter_note = fmt::format("simulated {} ({}): estimation only, it runs no jobs; idles at {} W",
+                                      device.name.substr(4), profile ? profile->description : "?", idle_watts);
+      spdlog::info("device {}: meter simulated ({})", device.name, device.meter_note);
+      devices.push_back(std::move(device));
+      continue;
+    }
     const adapters::ModelledCpuParams params{device_config.idle_watts, device_config.watts_per_busy_core};
     device.meter = std::make_unique<adapters::ModelledCpuMeter>(params, "/proc", ::sysconf(_SC_CLK_TCK));
     device.meter_note =
@@ -134,6 +150,8 @@ int run_daemon(const CommandLine& command_line) {
   if (!stored_jobs) throw std::runtime_error(stored_jobs.error().message);
   auto stored_events = (*database)->load_events();
   if (!stored_events) throw std::runtime_error(stored_events.error().message);
+  auto stored_models = (*database)->load_model_snapshots();
+  if (!stored_models) throw std::runtime_error(stored_models.error().message);
   spdlog::info("state: {} (schema {}, {} jobs)", db_path.string(), (*database)->schema_version(), stored_jobs->size());
   adapters::StorageWriter storage(std::move(database).value());
 
@@ -156,6 +174,16 @@ int run_daemon(const CommandLine& command_line) {
 
   Api api(jobs, metrics);
   api.set_token_hashes(config.token_sha256);
+  ModelService models(io, storage, [&] { api.set_models(models.models()); });
+  jobs.set_model_info([&](const std::string& device) { return models.model_info(device); });
+  jobs.set_estimator([&](const schedulers::JobSpec& spec) {
+    std::vector<std::string> names;
+    for (const auto& name : jobs.device_names())
+      if (schedulers::device_allowed(spec.constraints, name)) names.push_back(name);
+    nlohmann::json body = {{"model", estimator::to_json(*spec.model)}, {"training", estimator::to_json(*spec.training)}};
+    auto answer = estimate_request(body, names, models.models());
+    return answer ? (*answer)["estimates"] : nlohmann::json(nullptr);
+  });
   HttpServer server(
       io, [&api](HttpRequest&& request, Reply reply) { api.handle(std::move(request), std::move(reply)); },
       HttpServerOptions{config.server.max_body_bytes, config.server.request_timeout_seconds,
@@ -168,6 +196,14 @@ int run_daemon(const CommandLine& command_line) {
   if (auto recovered = jobs.recover(std::move(stored_jobs).value(), std::move(stored_events).value()); !recovered)
     throw std::runtime_error(recovered.error().message);
   jobs.sample_meters();
+  {
+    std::vector<ProbeableDevice> probeable;
+    for (const auto& device : config.devices)
+      if (device.meter == "simulated") probeable.push_back({device.name, device.name.substr(4), device.probes});
+    // The starter set for now; recent jobs' models join it once probing runs continuously.
+    std::vector<estimator::WorkloadItem> workload;
+    models.start(*stored_models, std::move(probeable), std::move(workload));
+  }
   api.set_ready(true);
   spdlog::info("listening on http://{}", address);
   notifier.ready(fmt::format("listening on {}", address));

@@ -130,12 +130,13 @@ void JobService::refresh_state_metrics() {
 
 Status JobService::check_runnable(const schedulers::JobSpec& spec) const {
   const bool any_device = std::any_of(devices_.begin(), devices_.end(), [&](const Device& d) {
-    return schedulers::device_allowed(spec.constraints, d.name);
+    return d.runs_jobs && schedulers::device_allowed(spec.constraints, d.name);
   });
   if (!any_device) {
     std::string names;
-    for (const auto& d : devices_) names += (names.empty() ? "" : ", ") + d.name;
-    return invalid(fmt::format("constraints.devices matches no device of this node (it has: {})", names),
+    for (const auto& d : devices_)
+      if (d.runs_jobs) names += (names.empty() ? "" : ", ") + d.name;
+    return invalid(fmt::format("constraints.devices matches no device of this node that runs jobs (it has: {}; simulated devices only estimate)", names),
                    "/constraints/devices");
   }
   if (spec.constraints.deadline && *spec.constraints.deadline <= now_ms())
@@ -192,6 +193,7 @@ void JobService::submit(const json& body, Done done) {
   job->row.priority = spec->priority;
   job->row.submitted_ms = now_ms();
   job->spec = std::move(spec).value();
+  if (estimator_ && job->spec.model && job->spec.training) job->row.estimate_json = estimator_(job->spec).dump();
   StoredEvent event{job->row.id, job->row.submitted_ms, "queued", "submitted"};
   job->events.push_back(event);
 
@@ -225,7 +227,7 @@ void JobService::submit(const json& body, Done done) {
 void JobService::schedule() {
   if (!scheduling_) return;
   for (auto& device : devices_) {
-    if (device.job) continue;
+    if (device.job || !device.runs_jobs) continue;
     auto next = queue_.next(
         [&](const std::string& id) { return schedulers::device_allowed(jobs_.at(id)->spec.constraints, device.name); });
     if (!next) continue;
@@ -587,10 +589,8 @@ json JobService::devices() const {
                    {"power_watts", device.power_watts},
                    {"meter_error", device.meter_error ? json(*device.meter_error) : json(nullptr)},
                    {"job", device.job ? json(*device.job) : json(nullptr)},
-                   {"model",
-                    {{"state", "none"},
-                     {"samples", 0},
-                     {"note", "no energy model yet: probing and the estimator are not in this build"}}}});
+                   {"runs_jobs", device.runs_jobs},
+                   {"model", model_info_ ? model_info_(device.name) : json{{"state", "none"}, {"samples", 0}}}});
   }
   return json{{"devices", out}};
 }
@@ -636,7 +636,7 @@ json JobService::to_json(const Job& job, bool with_events) const {
               {"reason", row.reason},
               {"energy", energy},
               {"cancel_requested", job.cancel_requested},
-              {"estimate", nullptr}};
+              {"estimate", row.estimate_json.empty() ? json(nullptr) : json::parse(row.estimate_json, nullptr, false)}};
   if (with_events) {
     out["spec"] = json::parse(row.spec_json, nullptr, false);
     json events = json::array();

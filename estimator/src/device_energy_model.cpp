@@ -16,7 +16,10 @@ Uncertain log_normal(double mu, double variance) {
   // Far from the data the latent variance is large and the log-normal mean exp(μ + σ²/2) runs
   // away; there the median exp(μ) is the point estimate and the std says how unsure it is.
   const double mean = std::sqrt(variance) > kExtrapolationSigma ? std::exp(mu) : std::exp(mu + variance / 2.0);
-  const double var = std::expm1(variance) * std::exp(2.0 * mu + variance);
+  // Past σ = 3 (a factor of 20 either way) the spread says only "unknown"; capping it keeps
+  // sums finite, and such layers are flagged as extrapolated.
+  const double capped = std::min(variance, 9.0);
+  const double var = std::expm1(capped) * std::exp(2.0 * mu + capped);
   return Uncertain{mean, std::sqrt(std::max(var, 0.0))};
 }
 

@@ -101,3 +101,16 @@ TEST(DaemonConfigTest, listen_addresses_and_loopback) {
   EXPECT_FALSE(is_loopback_host("0.0.0.0"));
   EXPECT_FALSE(is_loopback_host("192.0.2.1"));
 }
+
+TEST(DaemonConfigTest, simulated_devices_name_a_known_profile) {
+  auto loaded = parse_config("[[devices]]\nname = \"cpu\"\n[[devices]]\nname = \"sim:jetson-orin\"\nprobes = 50\n",
+                             "jouled.toml");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  ASSERT_EQ(loaded->config.devices.size(), 2u);
+  EXPECT_EQ(loaded->config.devices[1].meter, "simulated");
+  EXPECT_EQ(loaded->config.devices[1].probes, 50u);
+  auto unknown = parse_config("[[devices]]\nname = \"sim:cray-1\"\n", "jouled.toml");
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().message.find("jouled.toml:1:"), std::string::npos) << unknown.error().message;
+  EXPECT_NE(unknown.error().message.find("jetson-orin"), std::string::npos);  // the known names are listed
+}

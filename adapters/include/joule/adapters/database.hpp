@@ -36,6 +36,16 @@ struct StoredJob {
   std::int64_t pid = 0;
   std::uint64_t pid_start_ticks = 0;
   std::string boot_id;  ///< the kernel boot the pid belongs to
+  std::string estimate_json;  ///< estimates per eligible device at submission ("" when none)
+};
+
+/// A device's fitted energy model, saved so a restart does not probe again.
+struct StoredModelSnapshot {
+  std::string device;
+  std::int64_t version = 0;
+  std::int64_t saved_ms = 0;
+  std::string source;         ///< meter source of the probe data
+  std::string snapshot_json;  ///< DeviceEnergyModel::save()
 };
 
 /// One transition or note in a job's history.
@@ -73,6 +83,9 @@ class Database {
   Status insert_event(const StoredEvent& event);
   Result<std::vector<StoredJob>> load_jobs();
   Result<std::vector<StoredEvent>> load_events();
+  /// Inserts or replaces the snapshot of its device.
+  Status save_model_snapshot(const StoredModelSnapshot& snapshot);
+  Result<std::vector<StoredModelSnapshot>> load_model_snapshots();
 
  private:
   explicit Database(sqlite3* db, std::filesystem::path path);

@@ -16,12 +16,15 @@ namespace joule::config {
 
 /// One device of this node and how it is metered.
 struct DeviceConfig {
+  /// "cpu", or "sim:<profile>" for a simulated device (estimation only in this version: it is
+  /// probed by the simulator and estimates jobs, but runs none).
   std::string name = "cpu";
   /// "auto" walks the preference list (RAPL when readable, else modelled); "modelled" forces
   /// the CPU-time model.
   std::string meter = "auto";
   double idle_watts = 10.0;           ///< modelled meter: power of the idle CPU
   double watts_per_busy_core = 12.0;  ///< modelled meter: added power per fully busy core
+  std::size_t probes = 200;           ///< simulated devices: THOR probes of the first campaign
 };
 
 struct ServerConfig {

@@ -34,6 +34,7 @@ struct Device {
   std::string name;
   std::unique_ptr<adapters::EnergyMeter> meter;
   std::string meter_note;          ///< why this meter was chosen, shown in GET /v1/devices
+  bool runs_jobs = true;  ///< false for simulated devices: they estimate, they run nothing
   std::optional<std::string> job;  ///< the job placed or running on it
   double energy_joules = 0.0;      ///< metered since start
   double power_watts = 0.0;
@@ -83,6 +84,13 @@ class JobService {
   void stop_scheduling();
   std::size_t writes_in_flight() const { return writes_in_flight_; }
 
+  /// Estimates a submitted job on every eligible device (stored with the job), and describes a
+  /// device's energy model in GET /v1/devices. Both are optional hooks set by the daemon.
+  void set_estimator(std::function<nlohmann::json(const schedulers::JobSpec&)> estimator) {
+    estimator_ = std::move(estimator);
+  }
+  void set_model_info(std::function<nlohmann::json(const std::string&)> info) { model_info_ = std::move(info); }
+
  private:
   struct Job;
   using Write = adapters::StorageWriter::Write;
@@ -121,6 +129,8 @@ class JobService {
   std::size_t submissions_in_flight_ = 0;
   std::size_t writes_in_flight_ = 0;
   bool scheduling_ = true;
+  std::function<nlohmann::json(const schedulers::JobSpec&)> estimator_;
+  std::function<nlohmann::json(const std::string&)> model_info_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -1,0 +1,64 @@
+#pragma once
+// Keeps each device's energy model: loaded from its SQLite snapshot at start, or learnt by a
+// probe campaign on a worker thread (never on the event loop), then saved. In this version only
+// simulated devices ("sim:<profile>") can be probed: their simulator answers the probes.
+// Real devices get models when joule-worker and the hardware meters arrive.
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
+
+#include "joule/adapters/database.hpp"
+#include "joule/adapters/storage_writer.hpp"
+#include "joule/daemon/estimates.hpp"
+#include "joule/estimator/probe_campaign.hpp"
+
+namespace joule::daemon {
+
+/// A device whose model can be learnt here: a simulated profile and a probe budget.
+struct ProbeableDevice {
+  std::string name;     ///< "sim:jetson-orin"
+  std::string profile;  ///< "jetson-orin"
+  std::size_t probes = 200;
+};
+
+class ModelService {
+ public:
+  /// `on_change` runs on the loop whenever a model is installed (to refresh the API's view).
+  ModelService(boost::asio::io_context& io, adapters::StorageWriter& storage, std::function<void()> on_change);
+  ~ModelService();  ///< waits for a campaign in progress (seconds at most)
+
+  /// Installs stored snapshots, then probes every probeable device that has none, learning
+  /// the layers of `workload` (recent jobs' models plus a starter set).
+  void start(const std::vector<adapters::StoredModelSnapshot>& snapshots, std::vector<ProbeableDevice> devices,
+             std::vector<estimator::WorkloadItem> workload);
+
+  const DeviceModels& models() const { return models_; }
+  /// {"state": "none" | "probing" | "ready", "samples": N, "version": V, "source": ...}
+  nlohmann::json model_info(const std::string& device) const;
+  /// The networks a new node learns first: LeNet-5, a small CNN and an MLP.
+  static std::vector<estimator::WorkloadItem> starter_workload();
+
+ private:
+  void install(const std::string& device, std::shared_ptr<const estimator::DeviceEnergyModel> model,
+               std::int64_t version);
+
+  boost::asio::io_context& io_;
+  adapters::StorageWriter& storage_;
+  std::function<void()> on_change_;
+  DeviceModels models_;
+  std::map<std::string, std::int64_t> versions_;
+  std::map<std::string, bool> probing_;
+  std::thread worker_;
+  std::atomic<bool> stopping_{false};
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace joule::daemon

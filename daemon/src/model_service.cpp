@@ -1,0 +1,147 @@
+#include "joule/daemon/model_service.hpp"
+
+#include <chrono>
+
+#include <boost/asio/post.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "joule/estimator/layer_analysis.hpp"
+#include "joule/estimator/simulated_device.hpp"
+
+namespace joule::daemon {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+ModelService::ModelService(asio::io_context& io, adapters::StorageWriter& storage, std::function<void()> on_change)
+    : io_(io), storage_(storage), on_change_(std::move(on_change)) {}
+
+ModelService::~ModelService() {
+  *alive_ = false;
+  stopping_ = true;
+  if (worker_.joinable()) worker_.join();
+}
+
+std::vector<estimator::WorkloadItem> ModelService::starter_workload() {
+  const char* specs[] = {
+      R"({"input": {"shape": [1, 28, 28]}, "layers": [
+        {"type": "conv2d", "out_channels": 6, "kernel_size": 5, "padding": 2}, {"type": "relu"},
+        {"type": "maxpool2d", "kernel_size": 2}, {"type": "conv2d", "out_channels": 16, "kernel_size": 5},
+        {"type": "relu"}, {"type": "maxpool2d", "kernel_size": 2}, {"type": "flatten"},
+        {"type": "linear", "out_features": 120}, {"type": "relu"}, {"type": "linear", "out_features": 84},
+        {"type": "relu"}, {"type": "linear", "out_features": 10}]})",
+      R"({"input": {"shape": [3, 32, 32]}, "layers": [
+        {"type": "conv2d", "out_channels": 32, "kernel_size": 3, "padding": 1}, {"type": "relu"},
+        {"type": "maxpool2d", "kernel_size": 2}, {"type": "conv2d", "out_channels": 64, "kernel_size": 3, "padding": 1},
+        {"type": "relu"}, {"type": "maxpool2d", "kernel_size": 2}, {"type": "flatten"},
+        {"type": "linear", "out_features": 10}]})",
+      R"({"input": {"shape": [784]}, "layers": [
+        {"type": "linear", "out_features": 256}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})"};
+  std::vector<estimator::WorkloadItem> out;
+  for (const char* text : specs) {
+    auto spec = estimator::parse_model_spec(json::parse(text), "/model");
+    if (spec) out.push_back(estimator::WorkloadItem{*spec, 64});
+  }
+  return out;
+}
+
+void ModelService::install(const std::string& device, std::shared_ptr<const estimator::DeviceEnergyModel> model,
+                           std::int64_t version) {
+  models_[device] = std::move(model);
+  versions_[device] = version;
+  probing_[device] = false;
+  if (on_change_) on_change_();
+}
+
+void ModelService::start(const std::vector<adapters::StoredModelSnapshot>& snapshots,
+                         std::vector<ProbeableDevice> devices, std::vector<estimator::WorkloadItem> workload) {
+  for (const auto& snapshot : snapshots) {
+    auto model = estimator::DeviceEnergyModel::load(json::parse(snapshot.snapshot_json, nullptr, false));
+    if (!model) {
+      spdlog::warn("device {}: stored energy model is unreadable ({}); it will be learnt again", snapshot.device,
+                   model.error().message);
+      continue;
+    }
+    spdlog::info("device {}: energy model version {} loaded ({} source)", snapshot.device, snapshot.version,
+                 snapshot.source);
+    install(snapshot.device, std::make_shared<const estimator::DeviceEnergyModel>(std::move(model).value()),
+            snapshot.version);
+  }
+  std::erase_if(devices, [this](const ProbeableDevice& d) { return models_.contains(d.name); });
+  if (devices.empty()) return;
+  for (const auto& device : devices) probing_[device.name] = true;
+  auto starter = starter_workload();
+  workload.insert(workload.end(), starter.begin(), starter.end());
+  worker_ = std::thread([this, devices = std::move(devices), workload = std::move(workload), alive = alive_] {
+    for (const auto& device : devices) {
+      if (stopping_) return;
+      const auto started = std::chrono::steady_clock::now();
+      auto profile = estimator::find_simulated_profile(device.profile);
+      if (!profile) continue;
+      estimator::SimulatedDevice simulator(*profile, std::hash<std::string>{}(device.name));
+      estimator::NetworkMeter meter = [&](const estimator::ModelSpec& network,
+                                          std::int64_t batch) -> Result<estimator::NetworkMeasurement> {
+        auto layers = estimator::analyze_model(network, batch, "/probe");
+        if (!layers) return layers.error();
+        std::vector<double> joules, seconds;
+        for (int rep = 0; rep < 5; ++rep) {
+          const auto step = simulator.measure_step(*layers, network.loss);
+          joules.push_back(step.joules);
+          seconds.push_back(step.seconds);
+        }
+        std::nth_element(joules.begin(), joules.begin() + 2, joules.end());
+        std::nth_element(seconds.begin(), seconds.begin() + 2, seconds.end());
+        return estimator::NetworkMeasurement{joules[2], seconds[2]};
+      };
+      auto model = std::make_shared<estimator::DeviceEnergyModel>(device.name, "simulated");
+      estimator::CampaignOptions options;
+      options.probes = device.probes;
+      options.gp.restarts = 1;
+      auto report = estimator::run_campaign(*model, workload, meter, options);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      asio::post(io_, [this, alive, device, model, report, seconds]() mutable {
+        if (!*alive) return;
+        if (!report) {
+          probing_[device.name] = false;
+          spdlog::error("device {}: probe campaign failed: {}", device.name, report.error().message);
+          return;
+        }
+        const std::int64_t version = versions_[device.name] + 1;
+        spdlog::info("device {}: energy model version {} learnt from {} simulated probes ({} networks) in {:.1f} s",
+                     device.name, version, report->probes, report->networks_measured, seconds);
+        adapters::StoredModelSnapshot snapshot{
+            device.name, version,
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+                .count(),
+            "simulated", model->save().dump()};
+        storage_.submit([snapshot](adapters::Database& db) { return db.save_model_snapshot(snapshot); },
+                        [name = device.name](Status s) {
+                          if (!s) spdlog::error("device {}: saving its model failed: {}", name, s.error().message);
+                        });
+        install(device.name, std::move(model), version);
+      });
+    }
+  });
+}
+
+json ModelService::model_info(const std::string& device) const {
+  const auto it = models_.find(device);
+  const auto probing = probing_.find(device);
+  if (it == models_.end() || !it->second) {
+    const bool busy = probing != probing_.end() && probing->second;
+    return {{"state", busy ? "probing" : "none"},
+            {"samples", 0},
+            {"note", busy ? "learning its energy model from probes"
+                          : "no energy model: probing needs joule-worker and a hardware meter, not in this version"}};
+  }
+  std::size_t samples = 0;
+  for (const auto& [key, count] : it->second->sample_counts()) samples += count;
+  return {{"state", "ready"},
+          {"samples", samples},
+          {"version", versions_.at(device)},
+          {"source", it->second->source()},
+          {"layers", it->second->sample_counts()}};
+}
+
+}  // namespace joule::daemon

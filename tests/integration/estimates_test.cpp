@@ -1,0 +1,93 @@
+// Simulated devices end to end: jouled probes them by simulator on a worker thread, learns
+// their models, estimates jobs on them, and keeps the models across a restart.
+
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "daemon_process.hpp"
+
+using joule::testing::DaemonProcess;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+const char* kConfig = "[[devices]]\nname = \"cpu\"\n[[devices]]\nname = \"sim:laptop-cpu\"\nprobes = 120\n";
+
+json mlp() {
+  return json::parse(R"({"input": {"shape": [784]}, "layers": [
+      {"type": "linear", "out_features": 256}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
+}
+
+json wait_model_ready(const DaemonProcess& daemon, const std::string& device) {
+  json found;
+  for (int i = 0; i < 600; ++i) {
+    auto [status, body] = daemon.call("GET", "/v1/devices");
+    for (const auto& d : body["devices"])
+      if (d["name"] == device) found = d;
+    if (found.is_object() && found["model"]["state"] == "ready") return found;
+    std::this_thread::sleep_for(50ms);
+  }
+  return found;
+}
+
+}  // namespace
+
+TEST(EstimatesTest, a_simulated_device_learns_its_model_and_estimates_jobs) {
+  auto state = std::filesystem::temp_directory_path() / ("joule-estimates-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(state);
+  {
+    DaemonProcess daemon({.config_toml = kConfig}, state);
+    ASSERT_TRUE(daemon.start()) << daemon.log();
+    auto device = wait_model_ready(daemon, "sim:laptop-cpu");
+    ASSERT_EQ(device["model"]["state"], "ready") << device.dump(2) << daemon.log();
+    EXPECT_EQ(device["runs_jobs"], false);
+    EXPECT_EQ(device["meter"]["source"], "simulated");
+    EXPECT_EQ(device["meter"]["measured"], false);
+    EXPECT_GT(device["model"]["samples"].get<int>(), 50);
+
+    json request = {{"model", mlp()}, {"training", {{"batch_size", 64}, {"epochs", 1}, {"samples_per_epoch", 6400}}}};
+    auto [status, answer] = daemon.call("POST", "/v1/estimate", request.dump());
+    ASSERT_EQ(status, 200u) << answer.dump();
+    ASSERT_EQ(answer["estimates"].size(), 2u);
+    for (const auto& row : answer["estimates"]) {
+      if (row["device"] == "cpu") {
+        EXPECT_EQ(row["status"], "no-model");  // no number is invented for the real device
+      } else {
+        EXPECT_EQ(row["status"], "ok") << row.dump();
+        EXPECT_EQ(row["source"], "simulated");
+        EXPECT_EQ(row["steps"], 100);
+        EXPECT_GT(row["joules"]["mean"].get<double>(), 0.0);
+      }
+    }
+
+    // A job with a model carries its estimates; it runs on the cpu, never on the simulated device.
+    json job = {{"name", "with-model"},
+                {"model", mlp()},
+                {"training", {{"batch_size", 64}, {"epochs", 1}, {"samples_per_epoch", 6400}}},
+                {"run", {{"command", {"true"}}}}};
+    const auto id = daemon.submit(job);
+    ASSERT_FALSE(id.empty());
+    auto done = daemon.wait_state(id, {"succeeded", "failed"});
+    EXPECT_EQ(done["device"], "cpu");
+    ASSERT_TRUE(done["estimate"].is_array()) << done.dump(2);
+    EXPECT_EQ(done["estimate"].size(), 2u);
+    json only_sim = job;
+    only_sim["constraints"] = {{"devices", {"sim:*"}}};
+    auto [refused, problem] = daemon.call("POST", "/v1/jobs", only_sim.dump());
+    EXPECT_EQ(refused, 400u);
+    EXPECT_EQ(problem["errors"][0]["pointer"], "/constraints/devices");
+  }
+  // The model is a snapshot in SQLite: a restart has it at once, without probing again.
+  DaemonProcess restarted({.config_toml = kConfig}, state);
+  ASSERT_TRUE(restarted.start()) << restarted.log();
+  auto [status, devices] = restarted.call("GET", "/v1/devices");
+  json sim;
+  for (const auto& d : devices["devices"])
+    if (d["name"] == "sim:laptop-cpu") sim = d;
+  EXPECT_EQ(sim["model"]["state"], "ready") << sim.dump(2);
+  EXPECT_NE(restarted.log().find("energy model version 1 loaded"), std::string::npos) << restarted.log();
+  std::filesystem::remove_all(state);
+}
