@@ -38,7 +38,15 @@ Metrics::Metrics()
                          .Name("joule_http_request_duration_seconds")
                          .Help("Time from a request's arrival to its response, commit included")
                          .Register(*registry_)),
-      build_info_(BuildGauge().Name("joule_build_info").Help("Version of the running jouled").Register(*registry_)) {
+      build_info_(BuildGauge().Name("joule_build_info").Help("Version of the running jouled").Register(*registry_)),
+      model_samples_(BuildGauge()
+                         .Name("joule_model_samples")
+                         .Help("Probe samples behind each device's energy model, by layer kind and position")
+                         .Register(*registry_)),
+      probe_runs_(BuildCounter()
+                      .Name("joule_probe_runs_total")
+                      .Help("THOR probes run per device (simulated devices: by their simulator)")
+                      .Register(*registry_)) {
   for (const char* state : {"queued", "placed", "running", "throttled", "succeeded", "failed", "cancelled"}) {
     jobs_.Add({{"state", state}}).Set(0);
   }
@@ -73,6 +81,14 @@ void Metrics::observe_request(const std::string& route, unsigned status, double 
   static const prometheus::Histogram::BucketBoundaries buckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                                   0.25,   0.5,   1.0,    2.5,   5.0,  10.0,  30.0};
   http_duration_.Add({{"route", route}}, buckets).Observe(seconds);
+}
+
+void Metrics::set_model_samples(const std::string& device, const std::string& layer, double samples) {
+  model_samples_.Add({{"device", device}, {"layer", layer}}).Set(samples);
+}
+
+void Metrics::add_probe_runs(const std::string& device, double runs) {
+  probe_runs_.Add({{"device", device}}).Increment(runs);
 }
 
 void Metrics::set_up_info(const std::string& version) { build_info_.Add({{"version", version}}).Set(1); }

@@ -14,8 +14,9 @@ namespace joule::daemon {
 namespace asio = boost::asio;
 using nlohmann::json;
 
-ModelService::ModelService(asio::io_context& io, adapters::StorageWriter& storage, std::function<void()> on_change)
-    : io_(io), storage_(storage), on_change_(std::move(on_change)) {}
+ModelService::ModelService(asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
+                           std::function<void()> on_change)
+    : io_(io), storage_(storage), metrics_(metrics), on_change_(std::move(on_change)) {}
 
 ModelService::~ModelService() {
   *alive_ = false;
@@ -48,6 +49,8 @@ std::vector<estimator::WorkloadItem> ModelService::starter_workload() {
 
 void ModelService::install(const std::string& device, std::shared_ptr<const estimator::DeviceEnergyModel> model,
                            std::int64_t version) {
+  for (const auto& [layer, count] : model->sample_counts())
+    metrics_.set_model_samples(device, layer, static_cast<double>(count));
   models_[device] = std::move(model);
   versions_[device] = version;
   probing_[device] = false;
@@ -108,6 +111,7 @@ void ModelService::start(const std::vector<adapters::StoredModelSnapshot>& snaps
           return;
         }
         const std::int64_t version = versions_[device.name] + 1;
+        metrics_.add_probe_runs(device.name, static_cast<double>(report->probes));
         spdlog::info("device {}: energy model version {} learnt from {} simulated probes ({} networks) in {:.1f} s",
                      device.name, version, report->probes, report->networks_measured, seconds);
         adapters::StoredModelSnapshot snapshot{

@@ -43,14 +43,13 @@ constexpr double kPenalty = 1e30;
 // Scratch buffers of one LML evaluation, reused across evaluations of the same data size.
 struct Workspace {
   MatrixXd k;   // K, then its Cholesky factor, then K⁻¹ (lower triangles only)
+  MatrixXd g;   // (5/3) s² (1 + √5 r) e^{−√5 r}, the lengthscale-gradient factor (lower)
   MatrixXd z;   // inputs divided by the lengthscales
-  ArrayXXd d2;  // per-dimension squared differences below the diagonal of one column
   ArrayXd r2, r, e, w;
   VectorXd alpha;
 
-  void resize(Index n, Index d) {
+  void resize(Index n) {
     if (k.rows() != n) k.resize(n, n);
-    if (d2.rows() != n || d2.cols() != d) d2.resize(n, d);
     if (r2.size() != n) {
       r2.resize(n);
       r.resize(n);
@@ -60,28 +59,30 @@ struct Workspace {
   }
 };
 
-// r² from row b of z to rows b..n−1, per dimension (d2) and summed (r2), in the first n−b slots.
+// r² from row b of z to rows b..n−1, in the first n−b slots of ws.r2.
 void distances_below(const Ref<const MatrixXd>& z, Index b, Workspace& ws) {
   const Index m = z.rows() - b;
   auto r2 = ws.r2.head(m);
   r2.setZero();
-  for (Index j = 0; j < z.cols(); ++j) {
-    ws.d2.col(j).head(m) = (z.col(j).segment(b, m).array() - z(b, j)).square();
-    r2 += ws.d2.col(j).head(m);
-  }
+  for (Index j = 0; j < z.cols(); ++j) r2 += (z.col(j).segment(b, m).array() - z(b, j)).square();
 }
 
-// Lower triangle of the noiseless kernel matrix plus `diagonal` on the diagonal.
-void fill_kernel(const Ref<const MatrixXd>& z, double s2, double diagonal, Ref<MatrixXd> k, Workspace& ws) {
+// Lower triangle of the noiseless kernel matrix plus `diagonal` on the diagonal; with `g`, also
+// the lower triangle of the lengthscale-gradient factor (so the gradient needs no second exp).
+void fill_kernel(const Ref<const MatrixXd>& z, double s2, double diagonal, Ref<MatrixXd> k, Workspace& ws,
+                 MatrixXd* g) {
   const Index n = z.rows();
   for (Index b = 0; b < n; ++b) {
     const Index m = n - b;
     distances_below(z, b, ws);
-    ws.r.head(m) = ws.r2.head(m).sqrt();
-    ws.e.head(m) = (-kSqrt5 * ws.r.head(m)).exp();
-    k.col(b).segment(b, m).array() =
-        s2 * (1.0 + kSqrt5 * ws.r.head(m) + (5.0 / 3.0) * ws.r2.head(m)) * ws.e.head(m);
+    auto r2 = ws.r2.head(m);
+    auto r = ws.r.head(m);
+    auto e = ws.e.head(m);
+    r = r2.sqrt();
+    e = s2 * (-kSqrt5 * r).exp();
+    k.col(b).segment(b, m).array() = (1.0 + kSqrt5 * r + (5.0 / 3.0) * r2) * e;
     k(b, b) += diagonal;
+    if (g != nullptr) g->col(b).segment(b, m).array() = (5.0 / 3.0) * (1.0 + kSqrt5 * r) * e;
   }
 }
 
@@ -96,10 +97,10 @@ void kernel_vector(const Ref<const MatrixXd>& z, const VectorXd& zq, double s2, 
 // Fills K (lower) and factorises it in place; climbs the jitter ladder from `min_jitter` while
 // the factorisation fails. Returns the jitter used, or a negative number if every try failed.
 double factorise_kernel(const Ref<const MatrixXd>& z, double s2, double sn2, double min_jitter, Ref<MatrixXd> k,
-                        Workspace& ws) {
+                        Workspace& ws, MatrixXd* g = nullptr) {
   double jitter = min_jitter;
   for (int attempt = 0; attempt < kJitterTries; ++attempt) {
-    fill_kernel(z, s2, sn2 + jitter, k, ws);
+    fill_kernel(z, s2, sn2 + jitter, k, ws, g);
     Eigen::LLT<Ref<MatrixXd>, Eigen::Lower> llt(k);
     if (llt.info() == Eigen::Success && k.diagonal().allFinite()) return jitter;
     jitter = jitter > 0.0 ? jitter * kJitterStep : kFirstJitter * s2;
@@ -174,10 +175,12 @@ double lml_with_gradient(const Ref<const MatrixXd>& xs, const Ref<const VectorXd
   if (!theta.allFinite()) return -kInf;
   const double s2 = std::exp(theta(d));
   const double sn2 = std::exp(theta(d + 1));
-  ws.resize(n, d);
+  ws.resize(n);
   ws.z.noalias() = xs * (-theta.head(d).array()).exp().matrix().asDiagonal();
   if (!ws.z.allFinite() || !std::isfinite(s2) || !std::isfinite(sn2)) return -kInf;
-  if (factorise_kernel(ws.z, s2, sn2, 0.0, ws.k, ws) < 0.0) return -kInf;
+  if (gradient != nullptr && ws.g.rows() != n) ws.g.resize(n, n);
+  const double jitter = factorise_kernel(ws.z, s2, sn2, 0.0, ws.k, ws, gradient != nullptr ? &ws.g : nullptr);
+  if (jitter < 0.0) return -kInf;
 
   ws.alpha = ys;
   ws.k.triangularView<Eigen::Lower>().solveInPlace(ws.alpha);
@@ -189,29 +192,24 @@ double lml_with_gradient(const Ref<const MatrixXd>& xs, const Ref<const VectorXd
 
   invert_lower(ws.k);
   lower_gram(ws.k);  // lower(ws.k) = K⁻¹
-  // ½ tr(W ∂K/∂θ) with W = ααᵀ − K⁻¹, summed over the lower triangle (off-diagonal twice).
-  // ∂k/∂log ℓ_j = g(r) Δ_j²/ℓ_j² with g = (5/3) s² (1 + √5 r) e^{−√5 r}; ∂k/∂log s² = k;
-  // ∂K/∂log σ_n² = σ_n² I.
+  // ∂LML/∂θ_j = ½ tr(W ∂K/∂θ_j), W = ααᵀ − K⁻¹. With K = K̂ + c I (c = σ_n² + jitter, K̂ the
+  // noiseless kernel) and Kα = ỹ, the two variance terms need only traces:
+  //   ∂K/∂log s² = K̂:       ½ (ỹᵀα − c |α|² − n + c tr K⁻¹)
+  //   ∂K/∂log σ_n² = σ_n² I: ½ σ_n² (|α|² − tr K⁻¹)
+  // ∂k/∂log ℓ_j = g(r) Δ_j²/ℓ_j² (g as in fill_kernel) is summed over the lower triangle,
+  // off-diagonal entries twice; on the diagonal Δ = 0.
   VectorXd& g = *gradient;
-  double trace_w = 0.0;
-  for (Index b = 0; b < n; ++b) {
-    const Index m = n - b;
-    distances_below(ws.z, b, ws);
-    auto r2 = ws.r2.head(m);
-    auto r = ws.r.head(m);
-    auto e = ws.e.head(m);
+  const double c = sn2 + jitter;
+  const double trace_inverse = ws.k.diagonal().sum();
+  const double alpha2 = ws.alpha.squaredNorm();
+  g(d) = 0.5 * (ys.dot(ws.alpha) - c * alpha2 - static_cast<double>(n) + c * trace_inverse);
+  g(d + 1) = 0.5 * sn2 * (alpha2 - trace_inverse);
+  for (Index b = 0; b + 1 < n; ++b) {
+    const Index m = n - b - 1;  // rows strictly below the diagonal
     auto w = ws.w.head(m);
-    r = r2.sqrt();
-    e = (-kSqrt5 * r).exp();
-    w = ws.alpha(b) * ws.alpha.segment(b, m).array() - ws.k.col(b).segment(b, m).array();
-    trace_w += w(0);
-    // Off-diagonal entries count twice, the diagonal once (there k = s² and Δ = 0).
-    g(d) += 2.0 * (w * s2 * (1.0 + kSqrt5 * r + (5.0 / 3.0) * r2) * e).sum() - w(0) * s2;
-    w *= (5.0 / 3.0) * s2 * (1.0 + kSqrt5 * r) * e;
-    for (Index j = 0; j < d; ++j) g(j) += 2.0 * (w * ws.d2.col(j).head(m)).sum();
+    w = (ws.alpha(b) * ws.alpha.tail(m).array() - ws.k.col(b).tail(m).array()) * ws.g.col(b).tail(m).array();
+    for (Index j = 0; j < d; ++j) g(j) += (w * (ws.z.col(j).tail(m).array() - ws.z(b, j)).square()).sum();
   }
-  g.head(d + 1) *= 0.5;
-  g(d + 1) = 0.5 * sn2 * trace_w;
   return lml;
 }
 
@@ -490,7 +488,7 @@ Status GaussianProcess::set_data(const Eigen::MatrixXd& X, const Eigen::VectorXd
 
 Status GaussianProcess::factorise(double min_jitter) {
   Workspace ws;
-  ws.resize(n_, d_);
+  ws.resize(n_);
   const double s2 = std::exp(hyper_.log_signal_variance);
   const double sn2 = std::exp(hyper_.log_noise_variance);
   auto chol = chol_.topLeftCorner(n_, n_);

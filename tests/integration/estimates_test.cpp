@@ -47,6 +47,11 @@ TEST(EstimatesTest, a_simulated_device_learns_its_model_and_estimates_jobs) {
     EXPECT_EQ(device["meter"]["source"], "simulated");
     EXPECT_EQ(device["meter"]["measured"], false);
     EXPECT_GT(device["model"]["samples"].get<int>(), 50);
+    auto metrics = daemon.client().request("GET", "/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_NE(metrics->body.find("joule_probe_runs_total{device=\"sim:laptop-cpu\"}"), std::string::npos);
+    EXPECT_NE(metrics->body.find("joule_model_samples{device=\"sim:laptop-cpu\",layer=\"linear@output\"}"),
+              std::string::npos);
 
     json request = {{"model", mlp()}, {"training", {{"batch_size", 64}, {"epochs", 1}, {"samples_per_epoch", 6400}}}};
     auto [status, answer] = daemon.call("POST", "/v1/estimate", request.dump());

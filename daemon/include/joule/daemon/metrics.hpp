@@ -31,6 +31,9 @@ class Metrics {
   /// One answered HTTP request; `route` is the route template, never the raw path.
   void observe_request(const std::string& route, unsigned status, double seconds);
   void set_up_info(const std::string& version);
+  /// Samples behind a device's model of one (layer kind, position), e.g. layer="conv2d@hidden".
+  void set_model_samples(const std::string& device, const std::string& layer, double samples);
+  void add_probe_runs(const std::string& device, double runs);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -42,6 +45,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& http_requests_;
   prometheus::Family<prometheus::Histogram>& http_duration_;
   prometheus::Family<prometheus::Gauge>& build_info_;
+  prometheus::Family<prometheus::Gauge>& model_samples_;
+  prometheus::Family<prometheus::Counter>& probe_runs_;
 };
 
 }  // namespace joule::daemon

@@ -18,6 +18,7 @@
 #include "joule/adapters/database.hpp"
 #include "joule/adapters/storage_writer.hpp"
 #include "joule/daemon/estimates.hpp"
+#include "joule/daemon/metrics.hpp"
 #include "joule/estimator/probe_campaign.hpp"
 
 namespace joule::daemon {
@@ -32,7 +33,8 @@ struct ProbeableDevice {
 class ModelService {
  public:
   /// `on_change` runs on the loop whenever a model is installed (to refresh the API's view).
-  ModelService(boost::asio::io_context& io, adapters::StorageWriter& storage, std::function<void()> on_change);
+  ModelService(boost::asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
+               std::function<void()> on_change);
   ~ModelService();  ///< waits for a campaign in progress (seconds at most)
 
   /// Installs stored snapshots, then probes every probeable device that has none, learning
@@ -52,6 +54,7 @@ class ModelService {
 
   boost::asio::io_context& io_;
   adapters::StorageWriter& storage_;
+  Metrics& metrics_;
   std::function<void()> on_change_;
   DeviceModels models_;
   std::map<std::string, std::int64_t> versions_;

@@ -29,7 +29,7 @@
 //
 // Costs: an LML evaluation with gradient is O(n³) (Cholesky, inverse; about n³ flops), a fit
 // runs tens to hundreds of them; add_sample and a one-point predict are O(n²) and O(n² + nD).
-// Memory: an n×n matrix is kept (32 MB at n = 2,000), and a fit uses one more.
+// Memory: an n×n matrix is kept (32 MB at n = 2,000), and a fit uses two more.
 //
 // Thread safety: none inside. The const members (predict, log_marginal_likelihood, save, the
 // accessors) touch no shared mutable state, so any number of threads may call them at once on
