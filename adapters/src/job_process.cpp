@@ -224,6 +224,17 @@ std::optional<ProcessIdentity> find_job_runner(const std::filesystem::path& stat
     }
     if (args.size() < 3 || args[1] != "--job-runner" || args[2] != status_path.string()) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(name));
+    // The command, between the runner's fork and its exec, shows the runner's cmdline too; the
+    // runner is the one that leads the job's process group.
+    std::ifstream stat_file(entry.path() / "stat");
+    std::string stat_line;
+    std::getline(stat_file, stat_line);
+    const auto close = stat_line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(stat_line.substr(close + 2));
+    std::string state;
+    long parent = 0, group = 0;
+    if (!(fields >> state >> parent >> group) || group != pid) continue;
     if (auto ticks = process_start_ticks(pid, proc_root)) return ProcessIdentity{pid, *ticks};
   }
   return std::nullopt;

@@ -19,7 +19,6 @@ namespace joule::estimator {
 namespace {
 
 using Eigen::ArrayXd;
-using Eigen::ArrayXXd;
 using Eigen::Index;
 using Eigen::MatrixXd;
 using Eigen::Ref;

@@ -251,6 +251,32 @@ TEST(GaussianProcessTest, subset_search_ends_at_full_data_optimum) {
   EXPECT_NEAR(lml, all.last_fit_report().log_marginal_likelihood, 0.05);
 }
 
+TEST(GaussianProcessTest, line_search_failures_keep_the_best_point) {
+  // Nearly noiseless, very smooth data: the LML is steep near σ_n² → 0 and some L-BFGS-B line
+  // searches throw. The fit must still succeed with the best point any search reached.
+  std::mt19937_64 rng(2);
+  std::normal_distribution<double> eps(0.0, 1.0);
+  std::uniform_real_distribution<double> u(0.0, 3.0);
+  const auto f = [](double a, double b) { return a + 0.5 * b * b; };
+  MatrixXd x(30, 2);
+  VectorXd y(30);
+  for (int i = 0; i < 30; ++i) {
+    x(i, 0) = u(rng);
+    x(i, 1) = u(rng);
+    y(i) = f(x(i, 0), x(i, 1)) + 1e-4 * eps(rng);
+  }
+  GaussianProcess gp;
+  ASSERT_TRUE(gp.fit(x, y).ok());
+  if (gp.last_fit_report().failed_searches == 0) GTEST_SKIP() << "no line search failed with this LBFGSpp";
+  const GpHyperparameters start{VectorXd::Zero(2), 0.0, std::log(1e-2)};
+  EXPECT_GT(gp.last_fit_report().log_marginal_likelihood, gp.log_marginal_likelihood(start.theta(), nullptr));
+  double worst = 0.0;
+  for (double a = 0.25; a < 3.0; a += 0.5) {
+    for (double b = 0.25; b < 3.0; b += 0.5) worst = std::max(worst, std::abs(gp.predict(Eigen::Vector2d(a, b)).mean - f(a, b)));
+  }
+  EXPECT_LT(worst, 0.05);
+}
+
 TEST(GaussianProcessTest, same_seed_gives_same_hyperparameters) {
   const Sample s = make_sample(50, 3, 0.05, 16);
   GpFitOptions options;

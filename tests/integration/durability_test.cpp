@@ -87,6 +87,13 @@ TEST(DurabilityTest, every_acknowledged_submission_survives_kill_9_exactly_once)
     std::this_thread::sleep_for(100ms);
   }
   EXPECT_EQ(succeeded["total"], listed["total"]);
+  if (succeeded["total"] != listed["total"]) {
+    for (const char* other : {"queued", "placed", "running", "failed", "cancelled"}) {
+      auto stuck = restarted.call("GET", std::string("/v1/jobs?limit=3&state=") + other).second;
+      for (const auto& job : stuck["jobs"])
+        ADD_FAILURE() << "not succeeded: " << restarted.call("GET", "/v1/jobs/" + job["id"].get<std::string>()).second.dump(2);
+    }
+  }
   std::filesystem::remove_all(state);
 }
 
