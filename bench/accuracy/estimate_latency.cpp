@@ -37,11 +37,7 @@ std::vector<std::unique_ptr<DeviceEnergyModel>>& trained_devices() {
       for (const auto& profile : simulated_profiles()) {
         SimulatedDevice device(profile, static_cast<std::uint64_t>(seed));
         auto model = std::make_unique<DeviceEnergyModel>("sim:" + profile.name, "simulated");
-        NetworkMeter meter = [&](const ModelSpec& network, std::int64_t batch) -> joule::Result<NetworkMeasurement> {
-          auto layers = analyze_model(network, batch, "/probe");
-          const auto step = device.measure_step(*layers, network.loss);
-          return NetworkMeasurement{step.joules, step.seconds};
-        };
+        const NetworkMeter meter = simulated_network_meter(device, 1);
         CampaignOptions options;
         options.probes = 40;
         options.gp.restarts = 1;

@@ -54,11 +54,6 @@ std::vector<HeldOut> load_models(const std::filesystem::path& dir) {
   return out;
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -82,17 +77,7 @@ int main(int argc, char** argv) {
       const auto started = std::chrono::steady_clock::now();
       SimulatedDevice device(profile, 7);
       DeviceEnergyModel model(profile.name, "simulated");
-      NetworkMeter meter = [&](const ModelSpec& network, std::int64_t batch) -> joule::Result<NetworkMeasurement> {
-        auto layers = analyze_model(network, batch, "/probe");
-        if (!layers) return layers.error();
-        std::vector<double> joules, seconds;
-        for (int rep = 0; rep < 5; ++rep) {
-          const auto step = device.measure_step(*layers, network.loss);
-          joules.push_back(step.joules);
-          seconds.push_back(step.seconds);
-        }
-        return NetworkMeasurement{median(joules), median(seconds)};
-      };
+      const NetworkMeter meter = simulated_network_meter(device, 5);
       CampaignOptions options;
       options.probes = budget;
       options.seed = 11;

@@ -83,20 +83,7 @@ void ModelService::start(const std::vector<adapters::StoredModelSnapshot>& snaps
       auto profile = estimator::find_simulated_profile(device.profile);
       if (!profile) continue;
       estimator::SimulatedDevice simulator(*profile, std::hash<std::string>{}(device.name));
-      estimator::NetworkMeter meter = [&](const estimator::ModelSpec& network,
-                                          std::int64_t batch) -> Result<estimator::NetworkMeasurement> {
-        auto layers = estimator::analyze_model(network, batch, "/probe");
-        if (!layers) return layers.error();
-        std::vector<double> joules, seconds;
-        for (int rep = 0; rep < 5; ++rep) {
-          const auto step = simulator.measure_step(*layers, network.loss);
-          joules.push_back(step.joules);
-          seconds.push_back(step.seconds);
-        }
-        std::nth_element(joules.begin(), joules.begin() + 2, joules.end());
-        std::nth_element(seconds.begin(), seconds.begin() + 2, seconds.end());
-        return estimator::NetworkMeasurement{joules[2], seconds[2]};
-      };
+      const estimator::NetworkMeter meter = estimator::simulated_network_meter(simulator);
       auto model = std::make_shared<estimator::DeviceEnergyModel>(device.name, "simulated");
       estimator::CampaignOptions options;
       options.probes = device.probes;

@@ -28,6 +28,24 @@ std::string target_id(const ProbeTarget& target) {
 
 }  // namespace
 
+NetworkMeter simulated_network_meter(SimulatedDevice& device, int repetitions) {
+  return [&device, repetitions](const ModelSpec& network, std::int64_t batch) -> Result<NetworkMeasurement> {
+    auto layers = analyze_model(network, batch, "/probe");
+    if (!layers) return layers.error();
+    std::vector<double> joules, seconds;
+    for (int rep = 0; rep < std::max(1, repetitions); ++rep) {
+      const auto step = device.measure_step(*layers, network.loss);
+      joules.push_back(step.joules);
+      seconds.push_back(step.seconds);
+    }
+    // The median resists the upward outliers real probes show.
+    const auto middle = joules.size() / 2;
+    std::nth_element(joules.begin(), joules.begin() + static_cast<std::ptrdiff_t>(middle), joules.end());
+    std::nth_element(seconds.begin(), seconds.begin() + static_cast<std::ptrdiff_t>(middle), seconds.end());
+    return NetworkMeasurement{joules[middle], seconds[middle]};
+  };
+}
+
 std::vector<ProbeTarget> candidate_targets(const std::vector<WorkloadItem>& workload,
                                            const std::vector<std::int64_t>& batch_sizes) {
   std::vector<ProbeTarget> out;

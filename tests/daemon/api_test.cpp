@@ -212,11 +212,7 @@ TEST_F(ApiTest, estimate_with_a_simulated_model_carries_mean_std_breakdown_and_b
   SimulatedDevice device(*find_simulated_profile("server-gpu"), 4);
   auto model = std::make_shared<DeviceEnergyModel>("cpu", "simulated");
   auto spec = *parse_model_spec(json::parse(kEstimateBody)["model"], "/model");
-  NetworkMeter meter = [&](const ModelSpec& network, std::int64_t batch) -> joule::Result<NetworkMeasurement> {
-    auto layers = analyze_model(network, batch, "/probe");
-    const auto step = device.measure_step(*layers, network.loss);
-    return NetworkMeasurement{step.joules, step.seconds};
-  };
+  const NetworkMeter meter = simulated_network_meter(device, 1);
   CampaignOptions options;
   options.probes = 60;
   options.gp.restarts = 1;

@@ -16,6 +16,7 @@
 
 #include "joule/common/result.hpp"
 #include "joule/estimator/device_energy_model.hpp"
+#include "joule/estimator/simulated_device.hpp"
 #include "joule/estimator/thor_probes.hpp"
 
 namespace joule::estimator {
@@ -28,6 +29,10 @@ struct WorkloadItem {
 
 /// Measures one probe network on the device: the median per-step cost of its repetitions.
 using NetworkMeter = std::function<Result<NetworkMeasurement>(const ModelSpec& network, std::int64_t batch_size)>;
+
+/// A meter for a simulated device: the median of `repetitions` noisy steps of the network
+/// (`repetitions` = 1 and a noise-free profile give the exact cost). The device must outlive it.
+NetworkMeter simulated_network_meter(SimulatedDevice& device, int repetitions = 5);
 
 struct CampaignOptions {
   std::size_t probes = 100;         ///< probe plans to run (each measures 1-4 networks)
