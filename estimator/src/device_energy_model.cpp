@@ -77,11 +77,32 @@ std::vector<std::string> DeviceEnergyModel::feature_names(const std::map<std::st
 
 Eigen::VectorXd DeviceEnergyModel::feature_vector(const std::map<std::string, double>& features,
                                                   const std::vector<std::string>& names) {
-  const auto padded = with_padding(features);
+  return feature_vector(features, names, std::nullopt);
+}
+
+// The hot path of estimate(): no map is copied. A name is a feature, "batch_size", or a feature
+// with a "_pad8"/"_pad16" suffix (the value rounded up to that block).
+Eigen::VectorXd DeviceEnergyModel::feature_vector(const std::map<std::string, double>& features,
+                                                  const std::vector<std::string>& names,
+                                                  std::optional<double> batch_size) {
   Eigen::VectorXd x(static_cast<Eigen::Index>(names.size()));
   for (std::size_t i = 0; i < names.size(); ++i) {
-    const auto it = padded.find(names[i]);
-    x[static_cast<Eigen::Index>(i)] = std::log1p(it == padded.end() ? 0.0 : std::max(it->second, 0.0));
+    const std::string& name = names[i];
+    double value = 0.0;
+    if (batch_size && name == "batch_size") {
+      value = *batch_size;
+    } else if (auto it = features.find(name); it != features.end()) {
+      value = it->second;
+    } else {
+      for (const double block : {8.0, 16.0}) {
+        const std::string suffix = block == 8.0 ? "_pad8" : "_pad16";
+        if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+          if (auto base = features.find(name.substr(0, name.size() - suffix.size())); base != features.end())
+            value = std::ceil(base->second / block) * block;
+        }
+      }
+    }
+    x[static_cast<Eigen::Index>(i)] = std::log1p(std::max(value, 0.0));
   }
   return x;
 }
@@ -164,7 +185,13 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
   out.source = source_;
   out.steps = steps_of(training);
   double step_var = 0.0, seconds_var = 0.0, seconds_mean = 0.0, flops = 0.0;
-  std::map<std::string, std::pair<GpPrediction, GpPrediction>> predictions;
+  struct Predicted {
+    const KeyModel* model;
+    Eigen::VectorXd x;
+    GpPrediction energy;
+    GpPrediction time;
+  };
+  std::vector<Predicted> predictions;  // distinct layers of this network: a handful
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const auto& layer = (*layers)[i];
     if (keys[i].position != LayerPosition::output && is_free_layer(layer)) {
@@ -175,22 +202,22 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
       out.layers.push_back(std::move(free));  // a view: no work of its own
       continue;
     }
-    const auto& km = models_.at(keys[i].name());
-    auto features = layer.features;
-    features["batch_size"] = static_cast<double>(training.batch_size);
-    const Eigen::VectorXd x = feature_vector(features, km.names);
+    std::string key_name = keys[i].name();
+    const auto& km = models_.at(key_name);
+    Eigen::VectorXd x = feature_vector(layer.features, km.names, static_cast<double>(training.batch_size));
     // Deep networks repeat the same block: predict each distinct (model, input) once.
-    std::string cache_key = keys[i].name();
-    cache_key.append(reinterpret_cast<const char*>(x.data()), static_cast<std::size_t>(x.size()) * sizeof(double));
-    auto cached = predictions.find(cache_key);
-    if (cached == predictions.end())
-      cached = predictions.emplace(cache_key, std::pair{km.energy->predict(x), km.time->predict(x)}).first;
-    const GpPrediction& energy = cached->second.first;
-    const GpPrediction& time = cached->second.second;
+    auto cached = std::find_if(predictions.begin(), predictions.end(),
+                               [&](const Predicted& p) { return p.model == &km && p.x == x; });
+    if (cached == predictions.end()) {
+      predictions.push_back(Predicted{&km, x, km.energy->predict(x), km.time->predict(x)});
+      cached = std::prev(predictions.end());
+    }
+    const GpPrediction& energy = cached->energy;
+    const GpPrediction& time = cached->time;
     LayerEstimate estimate;
     estimate.index = layer.index;
     estimate.type = layer.type;
-    estimate.key = keys[i].name();
+    estimate.key = std::move(key_name);
     estimate.joules_per_step = log_normal(energy.mean, energy.variance);
     estimate.seconds_per_step = log_normal(time.mean, time.variance);
     estimate.flops_per_step = layer.cost.forward_flops + layer.cost.backward_flops;

@@ -114,6 +114,8 @@ class DeviceEnergyModel {
     std::optional<GaussianProcess> time;
   };
   static std::map<std::string, double> with_padding(const std::map<std::string, double>& features);
+  static Eigen::VectorXd feature_vector(const std::map<std::string, double>& features,
+                                        const std::vector<std::string>& names, std::optional<double> batch_size);
 
   std::string device_;
   std::string source_;
