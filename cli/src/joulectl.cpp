@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "joule/client/http_client.hpp"
+#include "joule/common/sha256.hpp"
 
 namespace {
 
@@ -30,13 +31,6 @@ std::string hex(const unsigned char* data, std::size_t size) {
   std::string out;
   for (std::size_t i = 0; i < size; ++i) out += fmt::format("{:02x}", data[i]);
   return out;
-}
-
-std::string sha256_hex(const std::string& text) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_Digest(text.data(), text.size(), digest, &length, EVP_sha256(), nullptr);
-  return hex(digest, length);
 }
 
 // Turns an HTTP answer into JSON, or a Failure carrying the problem's detail and pointer.
@@ -196,13 +190,13 @@ int main(int argc, char** argv) {
       unsigned char bytes[32];
       if (RAND_bytes(bytes, sizeof bytes) != 1) throw Failure{"no randomness available"};
       const std::string fresh = hex(bytes, sizeof bytes);
-      fmt::print("token:  {}\nconfig: [auth] token_sha256 = [\"{}\"]\n", fresh, sha256_hex(fresh));
+      fmt::print("token:  {}\nconfig: [auth] token_sha256 = [\"{}\"]\n", fresh, joule::sha256_hex(fresh));
       return 0;
     }
     if (token_hash->parsed()) {
       std::string line;
       std::getline(std::cin, line);
-      fmt::print("{}\n", sha256_hex(line));
+      fmt::print("{}\n", joule::sha256_hex(line));
       return 0;
     }
     auto url = joule::client::parse_server_url(server);

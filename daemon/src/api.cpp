@@ -1,5 +1,7 @@
 #include "joule/daemon/api.hpp"
 
+#include "joule/common/sha256.hpp"
+
 #include "joule/daemon/estimates.hpp"
 
 #include <openssl/crypto.h>
@@ -133,15 +135,6 @@ HttpResponse problem_response(const Error& error, const std::string& instance) {
   return response;
 }
 
-std::string sha256_hex(const std::string& text) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_Digest(text.data(), text.size(), digest, &length, EVP_sha256(), nullptr);
-  std::string hex;
-  for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
-  return hex;
-}
-
 Api::Api(JobService& jobs, Metrics& metrics) : jobs_(jobs), metrics_(metrics) {}
 
 bool Api::authorized(const HttpRequest& request) const {
@@ -149,7 +142,7 @@ bool Api::authorized(const HttpRequest& request) const {
   const auto header = request[http::field::authorization];
   constexpr std::string_view kBearer = "Bearer ";
   if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer) return false;
-  const std::string presented = sha256_hex(std::string(header.substr(kBearer.size())));
+  const std::string presented = joule::sha256_hex(std::string(header.substr(kBearer.size())));
   bool match = false;
   for (const auto& hash : token_hashes_) {
     // Constant-time comparison: how much of a hash matched must not leak through timing.

@@ -20,9 +20,6 @@ namespace joule::daemon {
 /// The HTTP status and problem+json body for an error; the one place errors meet HTTP.
 HttpResponse problem_response(const Error& error, const std::string& instance);
 
-/// Hex SHA-256 of a token, as stored in jouled.toml's auth.token_sha256.
-std::string sha256_hex(const std::string& text);
-
 class Api {
  public:
   Api(JobService& jobs, Metrics& metrics);
