@@ -5,6 +5,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "joule/adapters/database.hpp"
+#include "joule/common/sha256.hpp"
 #include "joule/estimator/probe_campaign.hpp"
 #include "joule/estimator/simulated_device.hpp"
 #include "joule/adapters/storage_writer.hpp"
@@ -159,7 +160,7 @@ TEST_F(ApiTest, a_full_queue_answers_429_with_retry_after) {
 }
 
 TEST_F(ApiTest, tokens_guard_the_v1_routes_but_not_health) {
-  api_.set_token_hashes({joule::daemon::sha256_hex("s3cret")});
+  api_.set_token_hashes({joule::sha256_hex("s3cret")});
   EXPECT_EQ(call(http::verb::get, "/v1/jobs").result_int(), 401u);
   EXPECT_EQ(call(http::verb::get, "/v1/jobs", "", "wrong").result_int(), 401u);
   EXPECT_EQ(call(http::verb::get, "/v1/jobs", "", "s3cret").result_int(), 200u);
@@ -167,7 +168,7 @@ TEST_F(ApiTest, tokens_guard_the_v1_routes_but_not_health) {
 }
 
 TEST(Sha256Test, matches_the_known_vector) {
-  EXPECT_EQ(joule::daemon::sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(joule::sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 namespace {
