@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "example_models.hpp"
+
 // Expected parameter counts are what torch prints for
 // sum(p.numel() for p in layer.parameters()), worked out by hand in the comments.
 
@@ -15,17 +17,7 @@ using Shape = std::vector<std::int64_t>;
 namespace {
 
 json lenet(Shape input = {1, 28, 28}) {
-  json spec = json::parse(R"({
-    "name": "lenet5",
-    "layers": [
-      {"type": "conv2d", "out_channels": 6, "kernel_size": 5, "padding": 2}, {"type": "relu"},
-      {"type": "maxpool2d", "kernel_size": 2},
-      {"type": "conv2d", "out_channels": 16, "kernel_size": 5}, {"type": "relu"},
-      {"type": "maxpool2d", "kernel_size": 2}, {"type": "flatten"},
-      {"type": "linear", "out_features": 120}, {"type": "relu"},
-      {"type": "linear", "out_features": 84}, {"type": "relu"},
-      {"type": "linear", "out_features": 10}],
-    "loss": "cross_entropy"})");
+  json spec = joule::testing::example_model("lenet5");
   spec["input"] = {{"shape", input}};
   return spec;
 }

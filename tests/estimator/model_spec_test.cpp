@@ -2,25 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include "example_models.hpp"
+
 using joule::estimator::parse_model_spec;
 using joule::estimator::parse_training_config;
 using nlohmann::json;
 
 namespace {
 
-json lenet() {
-  return json::parse(R"({
-    "name": "lenet5", "input": {"shape": [1, 28, 28]},
-    "layers": [
-      {"type": "conv2d", "out_channels": 6, "kernel_size": 5, "padding": 2}, {"type": "relu"},
-      {"type": "maxpool2d", "kernel_size": 2},
-      {"type": "conv2d", "out_channels": 16, "kernel_size": 5}, {"type": "relu"},
-      {"type": "maxpool2d", "kernel_size": 2}, {"type": "flatten"},
-      {"type": "linear", "out_features": 120}, {"type": "relu"},
-      {"type": "linear", "out_features": 84}, {"type": "relu"},
-      {"type": "linear", "out_features": 10}],
-    "loss": "cross_entropy"})");
-}
+json lenet() { return joule::testing::example_model("lenet5"); }
 
 }  // namespace
 

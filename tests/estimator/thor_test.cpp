@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "example_models.hpp"
+
 #include "joule/estimator/device_energy_model.hpp"
 #include "joule/estimator/probe_campaign.hpp"
 #include "joule/estimator/simulated_device.hpp"
@@ -10,16 +12,7 @@ using nlohmann::json;
 
 namespace {
 
-ModelSpec spec_of(const char* text) { return *parse_model_spec(json::parse(text), "/model"); }
-
-ModelSpec lenet() {
-  return spec_of(R"({"input": {"shape": [1, 28, 28]}, "layers": [
-    {"type": "conv2d", "out_channels": 6, "kernel_size": 5, "padding": 2}, {"type": "relu"},
-    {"type": "maxpool2d", "kernel_size": 2}, {"type": "conv2d", "out_channels": 16, "kernel_size": 5},
-    {"type": "relu"}, {"type": "maxpool2d", "kernel_size": 2}, {"type": "flatten"},
-    {"type": "linear", "out_features": 120}, {"type": "relu"}, {"type": "linear", "out_features": 84},
-    {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
-}
+ModelSpec lenet() { return *parse_model_spec(joule::testing::example_model("lenet5"), "/model"); }
 
 ProbeTarget conv_target(LayerPosition position) {
   ProbeTarget target;
