@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -21,12 +22,12 @@ const char* width_argument(const std::string& type) {
   return nullptr;
 }
 
+}  // namespace
+
 std::string target_id(const ProbeTarget& target) {
   return fmt::format("{}|{}|{}|{}|{}", target.layer.type, target.layer.args.dump(), format_shape(target.input_shape),
                      target.batch_size, static_cast<int>(target.position));
 }
-
-}  // namespace
 
 NetworkMeter simulated_network_meter(SimulatedDevice& device, int repetitions) {
   return [&device, repetitions](const ModelSpec& network, std::int64_t batch) -> Result<NetworkMeasurement> {
@@ -87,11 +88,10 @@ std::vector<ProbeTarget> candidate_targets(const std::vector<WorkloadItem>& work
   return out;
 }
 
-Result<CampaignReport> run_campaign(DeviceEnergyModel& model, const std::vector<WorkloadItem>& workload,
-                                    const NetworkMeter& meter, const CampaignOptions& options) {
-  const auto candidates = candidate_targets(workload, options.batch_sizes);
-  if (candidates.empty()) return make_error(ErrorCode::invalid_argument, "the workload gives nothing to probe");
-  // How often each (kind, position) occurs in the workload: the weight of its uncertainty.
+namespace {
+
+// How often each (kind, position) occurs in the workload: the weight of its uncertainty.
+std::map<std::string, double> workload_weights(const std::vector<WorkloadItem>& workload) {
   std::map<std::string, double> weight;
   for (const auto& item : workload) {
     if (auto layers = analyze_model(item.model, item.batch_size)) {
@@ -100,74 +100,157 @@ Result<CampaignReport> run_campaign(DeviceEnergyModel& model, const std::vector<
         if (keys[i].position == LayerPosition::output || !is_free_layer((*layers)[i])) weight[keys[i].name()] += 1.0;
     }
   }
-  std::vector<ProbePlan> plans;
-  plans.reserve(candidates.size());
-  for (const auto& target : candidates) plans.push_back(*plan_probe(target));
+  return weight;
+}
 
-  std::mt19937_64 rng(options.seed);
-  std::vector<bool> used(plans.size(), false);
-  std::map<std::string, std::size_t> probed;
-  CampaignReport report;
-  std::size_t since_fit = 0;
+// The seed design's coordinates of a plan: its GP inputs on their log scale.
+Eigen::VectorXd design_point(const ProbePlan& plan) {
+  auto features = plan.analyzed.features;
+  features["batch_size"] = static_cast<double>(plan.target.batch_size);
+  return DeviceEnergyModel::feature_vector(features, DeviceEnergyModel::feature_names(features));
+}
 
-  auto run_probe = [&](std::size_t index) -> Status {
-    used[index] = true;
-    const ProbePlan& plan = plans[index];
-    std::vector<NetworkMeasurement> measured;
-    for (const auto& network : plan.networks) {
-      auto result = meter(network, plan.target.batch_size);
-      ++report.networks_measured;
-      if (!result) {
-        ++report.failed_measurements;
-        return result.error();
-      }
-      measured.push_back(*result);
-      if (auto layers = analyze_model(network, plan.target.batch_size))
-        model.add_network(total_flops(*layers), result->joules_per_step);
-    }
-    auto sample = decompose(plan, measured);
-    if (!sample) return sample.error();
-    model.add_sample(*sample);
-    ++probed[sample->key.name()];
-    ++report.probes;
-    return {};
-  };
+double distance_to_nearest(const Eigen::VectorXd& point, const std::vector<Eigen::VectorXd>& others) {
+  double nearest = std::numeric_limits<double>::infinity();
+  for (const auto& other : others)
+    if (other.size() == point.size()) nearest = std::min(nearest, (other - point).norm());
+  return nearest;
+}
 
-  // Seed: a few probes per needed (kind, position), picked at random among its candidates.
-  std::vector<std::size_t> order(plans.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::shuffle(order.begin(), order.end(), rng);
-  for (std::size_t round = 0; round < options.seed_samples && report.probes < options.probes; ++round) {
-    std::set<std::string> done_this_round;
-    for (std::size_t index : order) {
-      if (report.probes >= options.probes) break;
-      const std::string key = LayerKey{plans[index].target.layer.type, plans[index].target.position}.name();
-      if (used[index] || done_this_round.contains(key) || probed[key] > round) continue;
-      done_this_round.insert(key);
-      (void)run_probe(index);  // a failed measurement is counted and skipped
+}  // namespace
+
+ProbePlanner::ProbePlanner(std::vector<WorkloadItem> workload, const CampaignOptions& options, double target_sigma)
+    : batch_sizes_(options.batch_sizes), seed_samples_(options.seed_samples), target_sigma_(target_sigma) {
+  set_workload(std::move(workload));
+}
+
+void ProbePlanner::set_workload(std::vector<WorkloadItem> workload) {
+  weight_ = workload_weights(workload);
+  plans_.clear();
+  ids_.clear();
+  for (const auto& target : candidate_targets(workload, batch_sizes_)) {
+    auto plan = plan_probe(target);
+    if (!plan) continue;
+    ids_.push_back(target_id(target));
+    plans_.push_back(std::move(plan).value());
+  }
+}
+
+void ProbePlanner::mark_probed(const ProbeTarget& target) {
+  if (!probed_.insert(target_id(target)).second) return;
+  const std::string key = LayerKey{target.layer.type, target.position}.name();
+  ++per_key_[key];
+  for (const auto& plan : plans_) {
+    if (target_id(plan.target) == target_id(target)) {
+      probed_points_[key].push_back(design_point(plan));
+      break;
     }
   }
-  if (auto fitted = model.fit(options.gp); !fitted) return fitted.error();
+}
 
-  // Then where the model is least sure, weighted by how much the workload needs it.
-  while (report.probes < options.probes) {
-    double best_score = -1.0;
-    std::size_t best = plans.size();
-    for (std::size_t i = 0; i < plans.size(); ++i) {
-      if (used[i]) continue;
-      const auto& plan = plans[i];
-      const LayerKey key{plan.target.layer.type, plan.target.position};
-      double sigma = model.uncertainty(key, plan.analyzed, plan.target.batch_size);
-      if (!std::isfinite(sigma)) sigma = 10.0;
-      const double score = sigma * std::sqrt(weight[key.name()]);
-      if (score > best_score) {
-        best_score = score;
-        best = i;
-      }
+bool ProbePlanner::seeding() const {
+  for (std::size_t i = 0; i < plans_.size(); ++i) {
+    if (probed_.contains(ids_[i])) continue;
+    const auto it = per_key_.find(LayerKey{plans_[i].target.layer.type, plans_[i].target.position}.name());
+    if (it == per_key_.end() || it->second < seed_samples_) return true;
+  }
+  return false;
+}
+
+std::optional<ProbePlan> ProbePlanner::next(const DeviceEnergyModel& model) const {
+  // Seed phase: the key with the fewest probes below seed_samples gets the candidate farthest
+  // from what it has (maximin), which spreads the first samples over the space.
+  std::optional<std::size_t> seed_pick;
+  std::size_t fewest = seed_samples_;
+  double farthest = -1.0;
+  for (std::size_t i = 0; i < plans_.size(); ++i) {
+    if (probed_.contains(ids_[i])) continue;
+    const std::string key = LayerKey{plans_[i].target.layer.type, plans_[i].target.position}.name();
+    const auto it = per_key_.find(key);
+    const std::size_t have = it == per_key_.end() ? 0 : it->second;
+    if (have >= seed_samples_ || have > fewest) continue;
+    const auto points = probed_points_.find(key);
+    const double distance = points == probed_points_.end()
+                                ? std::numeric_limits<double>::max() - static_cast<double>(i)  // first: keep order
+                                : distance_to_nearest(design_point(plans_[i]), points->second);
+    if (have < fewest || distance > farthest) {
+      fewest = have;
+      farthest = distance;
+      seed_pick = i;
     }
-    if (best == plans.size()) break;  // every candidate probed
-    (void)run_probe(best);
-    if (++since_fit >= options.refit_every) {
+  }
+  if (seed_pick) return plans_[*seed_pick];
+
+  double best_score = -1.0;
+  std::optional<std::size_t> best;
+  for (std::size_t i = 0; i < plans_.size(); ++i) {
+    if (probed_.contains(ids_[i])) continue;
+    const auto& plan = plans_[i];
+    const LayerKey key{plan.target.layer.type, plan.target.position};
+    double sigma = model.uncertainty(key, plan.analyzed, plan.target.batch_size);
+    if (!std::isfinite(sigma)) sigma = 10.0;
+    if (sigma < target_sigma_) continue;
+    const auto weight = weight_.find(key.name());
+    const double score = sigma * std::sqrt(weight == weight_.end() ? 1.0 : weight->second);
+    if (score > best_score) {
+      best_score = score;
+      best = i;
+    }
+  }
+  if (!best) return std::nullopt;
+  return plans_[*best];
+}
+
+double ProbePlanner::worst_uncertainty(const DeviceEnergyModel& model) const {
+  double worst = 0.0;
+  for (std::size_t i = 0; i < plans_.size(); ++i) {
+    if (probed_.contains(ids_[i])) continue;
+    const auto& plan = plans_[i];
+    worst = std::max(worst,
+                     model.uncertainty(LayerKey{plan.target.layer.type, plan.target.position}, plan.analyzed,
+                                       plan.target.batch_size));
+  }
+  return worst;
+}
+
+Result<CampaignReport> run_campaign(DeviceEnergyModel& model, const std::vector<WorkloadItem>& workload,
+                                    const NetworkMeter& meter, const CampaignOptions& options) {
+  ProbePlanner planner(workload, options);
+  if (planner.candidate_count() == 0)
+    return make_error(ErrorCode::invalid_argument, "the workload gives nothing to probe");
+  CampaignReport report;
+  std::size_t since_fit = 0;
+  bool fitted_after_seeds = false;
+  while (report.probes < options.probes) {
+    // The variance-driven phase needs fitted models: fit as soon as the seeds are in.
+    if (!fitted_after_seeds && !planner.seeding()) {
+      if (auto fitted = model.fit(options.gp); !fitted) return fitted.error();
+      fitted_after_seeds = true;
+      since_fit = 0;
+    }
+    auto plan = planner.next(model);
+    if (!plan) break;  // every candidate probed
+    planner.mark_probed(plan->target);
+    std::vector<NetworkMeasurement> measured;
+    bool failed = false;
+    for (const auto& network : plan->networks) {
+      auto result = meter(network, plan->target.batch_size);
+      ++report.networks_measured;
+      if (!result) {
+        ++report.failed_measurements;  // counted and skipped
+        failed = true;
+        break;
+      }
+      measured.push_back(*result);
+      if (auto layers = analyze_model(network, plan->target.batch_size))
+        model.add_network(total_flops(*layers), result->joules_per_step);
+    }
+    if (failed) continue;
+    if (auto sample = decompose(*plan, measured)) {
+      model.add_sample(*sample);
+      ++report.probes;
+    }
+    if (fitted_after_seeds && ++since_fit >= options.refit_every) {
       if (auto fitted = model.fit(options.gp); !fitted) return fitted.error();
       since_fit = 0;
     }

@@ -11,6 +11,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -52,6 +56,46 @@ struct CampaignReport {
 /// Candidate probe targets for a workload (deduplicated, deterministic for a seed).
 std::vector<ProbeTarget> candidate_targets(const std::vector<WorkloadItem>& workload,
                                            const std::vector<std::int64_t>& batch_sizes);
+
+/// A stable identity of a target (layer, input, batch, position), for "already probed" sets.
+std::string target_id(const ProbeTarget& target);
+
+/// Chooses probes one at a time for one device model, so a daemon can probe in the gaps
+/// between jobs, be pre-empted, and resume (a campaign is this planner in a loop).
+///
+/// Seeding is space-filling: while a needed (kind, position) has fewer than `seed_samples`
+/// probes, its next probe is the candidate farthest (in the GP's log-feature space) from those
+/// already probed, so the first few samples span the configurations instead of clustering.
+/// After that the next probe maximises latent σ × sqrt(workload weight of its kind and
+/// position); planning stops when that σ is below `target_sigma` everywhere.
+class ProbePlanner {
+ public:
+  ProbePlanner(std::vector<WorkloadItem> workload, const CampaignOptions& options, double target_sigma = 0.0);
+
+  /// Replaces the workload (queued and recent jobs change); targets already probed stay probed.
+  void set_workload(std::vector<WorkloadItem> workload);
+  /// The next probe, or nothing when every candidate is probed or the model is sure enough.
+  std::optional<ProbePlan> next(const DeviceEnergyModel& model) const;
+  /// Whether some needed (kind, position) still lacks its seed probes.
+  bool seeding() const;
+  /// Records that a target was probed (or failed for good: it is not tried again).
+  void mark_probed(const ProbeTarget& target);
+  /// The largest weighted latent σ over unprobed candidates (+inf where a needed model is missing).
+  double worst_uncertainty(const DeviceEnergyModel& model) const;
+  std::size_t candidate_count() const { return plans_.size(); }
+  std::size_t probed_count() const { return probed_.size(); }
+
+ private:
+  std::vector<std::int64_t> batch_sizes_;
+  std::size_t seed_samples_;
+  double target_sigma_;
+  std::vector<ProbePlan> plans_;
+  std::vector<std::string> ids_;
+  std::map<std::string, double> weight_;         // by LayerKey::name()
+  std::set<std::string> probed_;                 // target ids
+  std::map<std::string, std::size_t> per_key_;   // probes per LayerKey::name()
+  std::map<std::string, std::vector<Eigen::VectorXd>> probed_points_;  // seeds' log features
+};
 
 /// Runs `options.probes` probes against `meter`, adding every decomposed sample and every
 /// measured network to `model`, and leaves the model fitted.

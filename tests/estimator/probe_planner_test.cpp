@@ -1,0 +1,97 @@
+// The probe planner: space-filling seeds, variance-driven picks, a stop when the model is sure.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "example_models.hpp"
+#include "joule/estimator/probe_campaign.hpp"
+#include "joule/estimator/simulated_device.hpp"
+
+namespace joule::estimator {
+namespace {
+
+ModelSpec mlp() {
+  return *parse_model_spec(nlohmann::json::parse(R"({"input": {"shape": [256]}, "layers": [
+      {"type": "linear", "out_features": 128}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})"),
+                           "/model");
+}
+
+std::string key_of(const ProbePlan& plan) { return LayerKey{plan.target.layer.type, plan.target.position}.name(); }
+
+TEST(ProbePlannerTest, seeds_every_needed_kind_and_position_before_variance_picks) {
+  CampaignOptions options;
+  options.seed_samples = 2;
+  ProbePlanner planner({WorkloadItem{mlp(), 32}}, options);
+  DeviceEnergyModel model("cpu", "simulated");
+  std::map<std::string, int> seeds;
+  while (planner.seeding()) {
+    auto plan = planner.next(model);
+    ASSERT_TRUE(plan);
+    ++seeds[key_of(*plan)];
+    planner.mark_probed(plan->target);
+  }
+  EXPECT_EQ(seeds, (std::map<std::string, int>{{"linear@input", 2}, {"relu@hidden", 2}, {"linear@output", 2}}));
+}
+
+TEST(ProbePlannerTest, second_seed_is_the_candidate_farthest_from_the_first) {
+  CampaignOptions options;
+  options.seed_samples = 2;
+  options.batch_sizes = {8, 16, 32, 64, 128, 256};
+  ProbePlanner planner({WorkloadItem{mlp(), 32}}, options);
+  DeviceEnergyModel model("cpu", "simulated");
+  auto first = planner.next(model);
+  ASSERT_TRUE(first);
+  planner.mark_probed(first->target);
+  // Skip to the same key's second seed.
+  std::optional<ProbePlan> second;
+  while (auto plan = planner.next(model)) {
+    planner.mark_probed(plan->target);
+    if (key_of(*plan) == key_of(*first)) {
+      second = plan;
+      break;
+    }
+  }
+  ASSERT_TRUE(second);
+  // Maximin over batch sizes 8..256 and widths ×½..×2: the second seed differs in batch size
+  // by at least a factor of 4 or in width by at least a factor of 2 from the first.
+  const double batch_ratio = static_cast<double>(std::max(first->target.batch_size, second->target.batch_size)) /
+                             static_cast<double>(std::min(first->target.batch_size, second->target.batch_size));
+  EXPECT_NE(first->target.layer.args.dump() + std::to_string(first->target.batch_size),
+            second->target.layer.args.dump() + std::to_string(second->target.batch_size));
+  EXPECT_TRUE(batch_ratio >= 4.0 || first->target.layer.args != second->target.layer.args) << batch_ratio;
+}
+
+TEST(ProbePlannerTest, probed_targets_are_never_planned_again) {
+  ProbePlanner planner({WorkloadItem{mlp(), 32}}, CampaignOptions{});
+  DeviceEnergyModel model("cpu", "simulated");
+  std::set<std::string> seen;
+  while (auto plan = planner.next(model)) {
+    ASSERT_TRUE(seen.insert(target_id(plan->target)).second) << target_id(plan->target);
+    planner.mark_probed(plan->target);
+  }
+  EXPECT_EQ(seen.size(), planner.candidate_count());
+  EXPECT_EQ(planner.probed_count(), planner.candidate_count());
+}
+
+TEST(ProbePlannerTest, stops_once_the_model_is_sure_enough_where_the_workload_needs_it) {
+  auto profile = find_simulated_profile("laptop-cpu");
+  ASSERT_TRUE(profile);
+  SimulatedDevice device(*profile, 3);
+  DeviceEnergyModel model("sim", "simulated");
+  CampaignOptions options;
+  options.probes = 60;
+  options.gp.restarts = 0;
+  ASSERT_TRUE(run_campaign(model, {WorkloadItem{mlp(), 32}}, simulated_network_meter(device), options));
+  // A loose target is met by a trained model: nothing left to plan. A tight one is not.
+  ProbePlanner loose({WorkloadItem{mlp(), 32}}, options, /*target_sigma=*/5.0);
+  loose.set_workload({WorkloadItem{mlp(), 32}});
+  while (loose.seeding()) loose.mark_probed(loose.next(model)->target);
+  EXPECT_FALSE(loose.next(model));
+  ProbePlanner tight({WorkloadItem{mlp(), 32}}, options, /*target_sigma=*/1e-6);
+  while (tight.seeding()) tight.mark_probed(tight.next(model)->target);
+  EXPECT_TRUE(tight.next(model));
+  EXPECT_LT(model.uncertainty(LayerKey{"linear", LayerPosition::input}, tight.next(model)->analyzed, 32), 5.0);
+}
+
+}  // namespace
+}  // namespace joule::estimator
