@@ -10,7 +10,7 @@ namespace joule::adapters {
 namespace {
 
 // Each entry moves the schema from version i to i + 1. Never edit a released entry: add one.
-constexpr std::array<const char*, 2> kMigrations = {
+constexpr std::array<const char*, 3> kMigrations = {
     R"sql(
 CREATE TABLE jobs (
   id              TEXT PRIMARY KEY,
@@ -51,6 +51,38 @@ CREATE TABLE model_snapshots (
   snapshot TEXT NOT NULL
 );
 )sql",
+    R"sql(
+ALTER TABLE model_snapshots ADD COLUMN meta TEXT NOT NULL DEFAULT '{}';
+CREATE TABLE probe_samples (
+  id               INTEGER PRIMARY KEY,
+  device           TEXT NOT NULL,
+  fingerprint      TEXT NOT NULL,
+  at_ms            INTEGER NOT NULL,
+  layer_key        TEXT NOT NULL,
+  joules_per_step  REAL NOT NULL,
+  seconds_per_step REAL NOT NULL,
+  source           TEXT NOT NULL,
+  detail           TEXT NOT NULL
+);
+CREATE INDEX probe_samples_by_device ON probe_samples(device, fingerprint, id);
+CREATE TABLE probe_runs (
+  id                TEXT PRIMARY KEY,
+  device            TEXT NOT NULL,
+  reason            TEXT NOT NULL,
+  state             TEXT NOT NULL,
+  requested_seconds REAL,
+  started_ms        INTEGER NOT NULL,
+  finished_ms       INTEGER,
+  probes            INTEGER NOT NULL DEFAULT 0,
+  preempted         INTEGER NOT NULL DEFAULT 0,
+  failed            INTEGER NOT NULL DEFAULT 0,
+  joules            REAL NOT NULL DEFAULT 0,
+  probe_seconds     REAL NOT NULL DEFAULT 0,
+  source            TEXT NOT NULL DEFAULT '',
+  message           TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX probe_runs_by_start ON probe_runs(started_ms);
+)sql",
 };
 
 constexpr const char* kInsertJob =
@@ -68,9 +100,24 @@ constexpr const char* kSelectJobs =
     " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate"
     " FROM jobs ORDER BY sequence";
 constexpr const char* kSaveSnapshot =
-    "INSERT INTO model_snapshots (device, version, saved_ms, source, snapshot) VALUES (?1, ?2, ?3, ?4, ?5)"
-    " ON CONFLICT(device) DO UPDATE SET version = ?2, saved_ms = ?3, source = ?4, snapshot = ?5";
-constexpr const char* kSelectSnapshots = "SELECT device, version, saved_ms, source, snapshot FROM model_snapshots";
+    "INSERT INTO model_snapshots (device, version, saved_ms, source, snapshot, meta) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+    " ON CONFLICT(device) DO UPDATE SET version = ?2, saved_ms = ?3, source = ?4, snapshot = ?5, meta = ?6";
+constexpr const char* kSelectSnapshots = "SELECT device, version, saved_ms, source, snapshot, meta FROM model_snapshots";
+constexpr const char* kInsertProbeSample =
+    "INSERT INTO probe_samples (device, fingerprint, at_ms, layer_key, joules_per_step, seconds_per_step, source,"
+    " detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+constexpr const char* kSelectProbeSamples =
+    "SELECT device, fingerprint, at_ms, layer_key, joules_per_step, seconds_per_step, source, detail"
+    " FROM probe_samples WHERE device = ?1 AND fingerprint = ?2 ORDER BY id";
+constexpr const char* kSaveProbeRun =
+    "INSERT INTO probe_runs (id, device, reason, state, requested_seconds, started_ms, finished_ms, probes, preempted,"
+    " failed, joules, probe_seconds, source, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"
+    " ?14) ON CONFLICT(id) DO UPDATE SET state = ?4, finished_ms = ?7, probes = ?8, preempted = ?9, failed = ?10,"
+    " joules = ?11, probe_seconds = ?12, source = ?13, message = ?14";
+constexpr const char* kSelectProbeRuns =
+    "SELECT id, device, reason, state, requested_seconds, started_ms, finished_ms, probes, preempted, failed, joules,"
+    " probe_seconds, source, message FROM (SELECT * FROM probe_runs ORDER BY started_ms DESC, rowid DESC LIMIT ?1)"
+    " ORDER BY started_ms, rowid";
 constexpr const char* kInsertEvent = "INSERT INTO job_events (job_id, at_ms, state, message) VALUES (?1, ?2, ?3, ?4)";
 constexpr const char* kSelectEvents = "SELECT job_id, at_ms, state, message FROM job_events ORDER BY id";
 
@@ -299,6 +346,7 @@ Status Database::save_model_snapshot(const StoredModelSnapshot& snapshot) {
   sqlite3_bind_int64(*stmt, 3, snapshot.saved_ms);
   bind_text(*stmt, 4, snapshot.source);
   bind_text(*stmt, 5, snapshot.snapshot_json);
+  bind_text(*stmt, 6, snapshot.meta_json);
   if (sqlite3_step(*stmt) != SQLITE_DONE) return sqlite_error(fmt::format("saving the model of {}", snapshot.device));
   return {};
 }
@@ -311,9 +359,95 @@ Result<std::vector<StoredModelSnapshot>> Database::load_model_snapshots() {
   int rc = 0;
   while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) {
     out.push_back(StoredModelSnapshot{column_text(*stmt, 0), sqlite3_column_int64(*stmt, 1),
-                                      sqlite3_column_int64(*stmt, 2), column_text(*stmt, 3), column_text(*stmt, 4)});
+                                      sqlite3_column_int64(*stmt, 2), column_text(*stmt, 3), column_text(*stmt, 4),
+                                      column_text(*stmt, 5)});
   }
   if (rc != SQLITE_DONE) return sqlite_error("loading model snapshots");
+  return out;
+}
+
+Status Database::insert_probe_sample(const StoredProbeSample& sample) {
+  auto stmt = prepare(kInsertProbeSample);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  bind_text(*stmt, 1, sample.device);
+  bind_text(*stmt, 2, sample.fingerprint);
+  sqlite3_bind_int64(*stmt, 3, sample.at_ms);
+  bind_text(*stmt, 4, sample.layer_key);
+  sqlite3_bind_double(*stmt, 5, sample.joules_per_step);
+  sqlite3_bind_double(*stmt, 6, sample.seconds_per_step);
+  bind_text(*stmt, 7, sample.source);
+  bind_text(*stmt, 8, sample.detail_json);
+  if (sqlite3_step(*stmt) != SQLITE_DONE) return sqlite_error(fmt::format("saving a probe sample of {}", sample.device));
+  return {};
+}
+
+Result<std::vector<StoredProbeSample>> Database::load_probe_samples(const std::string& device,
+                                                                    const std::string& fingerprint) {
+  auto stmt = prepare(kSelectProbeSamples);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  bind_text(*stmt, 1, device);
+  bind_text(*stmt, 2, fingerprint);
+  std::vector<StoredProbeSample> out;
+  int rc = 0;
+  while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) {
+    out.push_back(StoredProbeSample{column_text(*stmt, 0), column_text(*stmt, 1), sqlite3_column_int64(*stmt, 2),
+                                    column_text(*stmt, 3), sqlite3_column_double(*stmt, 4),
+                                    sqlite3_column_double(*stmt, 5), column_text(*stmt, 6), column_text(*stmt, 7)});
+  }
+  if (rc != SQLITE_DONE) return sqlite_error("loading probe samples");
+  return out;
+}
+
+Status Database::save_probe_run(const StoredProbeRun& run) {
+  auto stmt = prepare(kSaveProbeRun);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  bind_text(*stmt, 1, run.id);
+  bind_text(*stmt, 2, run.device);
+  bind_text(*stmt, 3, run.reason);
+  bind_text(*stmt, 4, run.state);
+  bind_optional(*stmt, 5, run.requested_seconds);
+  sqlite3_bind_int64(*stmt, 6, run.started_ms);
+  bind_optional(*stmt, 7, run.finished_ms);
+  sqlite3_bind_int64(*stmt, 8, run.probes);
+  sqlite3_bind_int64(*stmt, 9, run.preempted);
+  sqlite3_bind_int64(*stmt, 10, run.failed);
+  sqlite3_bind_double(*stmt, 11, run.joules);
+  sqlite3_bind_double(*stmt, 12, run.probe_seconds);
+  bind_text(*stmt, 13, run.source);
+  bind_text(*stmt, 14, run.message);
+  if (sqlite3_step(*stmt) != SQLITE_DONE) return sqlite_error(fmt::format("saving probe run {}", run.id));
+  return {};
+}
+
+Result<std::vector<StoredProbeRun>> Database::load_probe_runs(std::size_t limit) {
+  auto stmt = prepare(kSelectProbeRuns);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  sqlite3_bind_int64(*stmt, 1, static_cast<sqlite3_int64>(limit));
+  std::vector<StoredProbeRun> out;
+  int rc = 0;
+  while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) {
+    StoredProbeRun run;
+    run.id = column_text(*stmt, 0);
+    run.device = column_text(*stmt, 1);
+    run.reason = column_text(*stmt, 2);
+    run.state = column_text(*stmt, 3);
+    run.requested_seconds = column_optional<double>(*stmt, 4);
+    run.started_ms = sqlite3_column_int64(*stmt, 5);
+    run.finished_ms = column_optional<std::int64_t>(*stmt, 6);
+    run.probes = sqlite3_column_int64(*stmt, 7);
+    run.preempted = sqlite3_column_int64(*stmt, 8);
+    run.failed = sqlite3_column_int64(*stmt, 9);
+    run.joules = sqlite3_column_double(*stmt, 10);
+    run.probe_seconds = sqlite3_column_double(*stmt, 11);
+    run.source = column_text(*stmt, 12);
+    run.message = column_text(*stmt, 13);
+    out.push_back(std::move(run));
+  }
+  if (rc != SQLITE_DONE) return sqlite_error("loading probe runs");
   return out;
 }
 

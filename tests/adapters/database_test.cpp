@@ -112,3 +112,55 @@ TEST(DatabaseTest, an_unopenable_path_says_which) {
   ASSERT_FALSE(db);
   EXPECT_NE(db.error().message.find("/nonexistent-dir/sub/jouled.db"), std::string::npos);
 }
+
+TEST(DatabaseTest, probe_samples_and_runs_round_trip_and_stay_apart_by_fingerprint) {
+  using joule::adapters::StoredProbeRun;
+  using joule::adapters::StoredProbeSample;
+  TempDir dir;
+  {
+    auto db = Database::open(dir / "jouled.db");
+    ASSERT_TRUE(db) << db.error().message;
+    ASSERT_TRUE((*db)->insert_probe_sample({"cpu", "torch 1.13.1; OpenBLAS", 5, "linear@input", 0.5, 0.01, "modelled",
+                                            R"({"features":{"in_features":64}})"}));
+    ASSERT_TRUE((*db)->insert_probe_sample({"cpu", "torch 1.13.1; reference BLAS", 6, "linear@input", 3.0, 0.06,
+                                            "modelled", "{}"}));
+    StoredProbeRun run;
+    run.id = "r1";
+    run.device = "cpu";
+    run.reason = "requested";
+    run.state = "running";
+    run.requested_seconds = 30.0;
+    run.started_ms = 100;
+    ASSERT_TRUE((*db)->save_probe_run(run));
+    run.state = "done";
+    run.finished_ms = 200;
+    run.probes = 4;
+    run.joules = 12.5;
+    ASSERT_TRUE((*db)->save_probe_run(run));  // an update, not a second row
+    run = StoredProbeRun{};
+    run.id = "r2";
+    run.device = "cpu";
+    run.reason = "idle";
+    run.state = "preempted";
+    run.started_ms = 300;
+    ASSERT_TRUE((*db)->save_probe_run(run));
+  }
+  auto db = Database::open(dir / "jouled.db");
+  ASSERT_TRUE(db);
+  auto samples = (*db)->load_probe_samples("cpu", "torch 1.13.1; OpenBLAS");
+  ASSERT_TRUE(samples);
+  ASSERT_EQ(samples->size(), 1u);
+  EXPECT_EQ((*samples)[0].layer_key, "linear@input");
+  EXPECT_DOUBLE_EQ((*samples)[0].joules_per_step, 0.5);
+  auto runs = (*db)->load_probe_runs(10);
+  ASSERT_TRUE(runs);
+  ASSERT_EQ(runs->size(), 2u);
+  EXPECT_EQ((*runs)[0].state, "done");
+  EXPECT_EQ((*runs)[0].probes, 4);
+  EXPECT_EQ((*runs)[0].finished_ms, 200);
+  EXPECT_FALSE((*runs)[1].requested_seconds);
+  auto latest = (*db)->load_probe_runs(1);
+  ASSERT_TRUE(latest);
+  ASSERT_EQ(latest->size(), 1u);
+  EXPECT_EQ((*latest)[0].id, "r2");
+}

@@ -46,6 +46,38 @@ struct StoredModelSnapshot {
   std::int64_t saved_ms = 0;
   std::string source;         ///< meter source of the probe data
   std::string snapshot_json;  ///< DeviceEnergyModel::save()
+  std::string meta_json = "{}";  ///< what the daemon knows about it: fingerprint, held-out error...
+};
+
+/// One decomposed probe: a training sample of a device's energy model, learnt under one
+/// software/hardware fingerprint (samples of another fingerprint are never mixed in).
+struct StoredProbeSample {
+  std::string device;
+  std::string fingerprint;
+  std::int64_t at_ms = 0;
+  std::string layer_key;  ///< "conv2d@hidden"
+  double joules_per_step = 0.0;
+  double seconds_per_step = 0.0;
+  std::string source;       ///< meter source: "rapl", "modelled"...
+  std::string detail_json;  ///< the layer's features and the measured probe networks
+};
+
+/// A stretch of probing on one device: background, requested through the API, or a re-probe.
+struct StoredProbeRun {
+  std::string id;
+  std::string device;
+  std::string reason;  ///< "idle", "requested", "drift", "age", "environment"
+  std::string state;   ///< "running", "done", "preempted", "failed", "interrupted"
+  std::optional<double> requested_seconds;
+  std::int64_t started_ms = 0;
+  std::optional<std::int64_t> finished_ms;
+  std::int64_t probes = 0;
+  std::int64_t preempted = 0;
+  std::int64_t failed = 0;
+  double joules = 0.0;         ///< metered energy of the probes (by `source`)
+  double probe_seconds = 0.0;  ///< wall time spent in probe processes
+  std::string source;
+  std::string message;
 };
 
 /// One transition or note in a job's history.
@@ -86,6 +118,13 @@ class Database {
   /// Inserts or replaces the snapshot of its device.
   Status save_model_snapshot(const StoredModelSnapshot& snapshot);
   Result<std::vector<StoredModelSnapshot>> load_model_snapshots();
+  Status insert_probe_sample(const StoredProbeSample& sample);
+  /// A device's samples under one fingerprint, oldest first.
+  Result<std::vector<StoredProbeSample>> load_probe_samples(const std::string& device, const std::string& fingerprint);
+  /// Inserts or updates a run by id.
+  Status save_probe_run(const StoredProbeRun& run);
+  /// The latest `limit` runs, oldest first.
+  Result<std::vector<StoredProbeRun>> load_probe_runs(std::size_t limit);
 
  private:
   explicit Database(sqlite3* db, std::filesystem::path path);
