@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cctype>
 #include <fstream>
 #include <set>
@@ -109,6 +110,61 @@ void parse_server(Checker& check, const toml::table& table, DaemonConfig& config
                                                 static_cast<std::int64_t>(config.server.max_queued_jobs)));
 }
 
+bool is_cuda_device_name(const std::string& name) {
+  if (name.rfind("cuda:", 0) != 0 || name.size() == 5 || name.size() > 8) return false;
+  return std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// "HH:MM-HH:MM" (24:00 allowed as an end) into minutes of the day.
+std::optional<std::pair<int, int>> parse_hours(const std::string& text) {
+  int h1 = 0, m1 = 0, h2 = 0, m2 = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%d:%d-%d:%d%c", &h1, &m1, &h2, &m2, &tail) != 4) return std::nullopt;
+  const int start = h1 * 60 + m1, end = h2 * 60 + m2;
+  if (h1 < 0 || h1 > 23 || m1 < 0 || m1 > 59 || h2 < 0 || h2 > 24 || m2 < 0 || m2 > 59 || end > 24 * 60 ||
+      start == end)
+    return std::nullopt;
+  return std::pair{start, end};
+}
+
+void parse_probing(Checker& check, const toml::table& table, ProbingConfig& probing) {
+  check.warn_unknown(table, "probing.",
+                     {"enabled", "idle_seconds", "hours", "max_joules_per_day", "max_model_age_hours", "target_sigma",
+                      "threads", "warmup_steps", "steps_per_repetition", "repetitions", "refit_every", "worker"});
+  if (const toml::node* enabled = table.get("enabled")) {
+    if (auto value = enabled->value<bool>())
+      probing.enabled = *value;
+    else
+      check.problem(*enabled, "probing.enabled must be true or false");
+  }
+  probing.idle_seconds = check.positive(table, "idle_seconds", "probing.idle_seconds", probing.idle_seconds, true);
+  if (auto hours = check.get<std::string>(table, "hours", "probing.hours")) {
+    if (auto range = parse_hours(*hours)) {
+      probing.start_minute = range->first;
+      probing.end_minute = range->second;
+    } else {
+      check.problem(*table.get("hours"),
+                    fmt::format("probing.hours must look like \"22:00-06:00\" (local time, start-end), got \"{}\"",
+                                *hours));
+    }
+  }
+  probing.max_joules_per_day =
+      check.positive(table, "max_joules_per_day", "probing.max_joules_per_day", probing.max_joules_per_day, true);
+  probing.max_model_age_hours =
+      check.positive(table, "max_model_age_hours", "probing.max_model_age_hours", probing.max_model_age_hours);
+  probing.target_sigma = check.positive(table, "target_sigma", "probing.target_sigma", probing.target_sigma);
+  probing.threads = static_cast<int>(check.integer_in(table, "threads", "probing.threads", 1, 1024, probing.threads));
+  probing.warmup_steps =
+      static_cast<int>(check.integer_in(table, "warmup_steps", "probing.warmup_steps", 0, 10000, probing.warmup_steps));
+  probing.steps_per_repetition = static_cast<int>(check.integer_in(
+      table, "steps_per_repetition", "probing.steps_per_repetition", 1, 100000, probing.steps_per_repetition));
+  probing.repetitions =
+      static_cast<int>(check.integer_in(table, "repetitions", "probing.repetitions", 1, 1000, probing.repetitions));
+  probing.refit_every = static_cast<std::size_t>(check.integer_in(table, "refit_every", "probing.refit_every", 1,
+                                                                  10000, static_cast<std::int64_t>(probing.refit_every)));
+  if (auto worker = check.get<std::string>(table, "worker", "probing.worker")) probing.worker = *worker;
+}
+
 void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config) {
   const auto* array = node.as_array();
   if (!array || !array->is_array_of_tables()) {
@@ -130,9 +186,9 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
       if (auto profile = estimator::find_simulated_profile(device.name.substr(4)); !profile)
         check.problem(table, fmt::format("device \"{}\": {}", device.name, profile.error().message));
       device.meter = "simulated";
-    } else if (device.name != "cpu") {
-      check.problem(table, fmt::format("device \"{}\": this build supports \"cpu\" and simulated devices "
-                                       "\"sim:<profile>\" (GPU and board meters come with the probing work)",
+    } else if (device.name != "cpu" && !is_cuda_device_name(device.name)) {
+      check.problem(table, fmt::format("device \"{}\": devices are \"cpu\", \"cuda:N\" (an NVIDIA GPU) or "
+                                       "simulated \"sim:<profile>\"",
                                        device.name));
     }
     if (!names.insert(device.name).second)
@@ -141,9 +197,15 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
       if (*meter != "simulated")
         check.problem(*table.get("meter"), fmt::format("a simulated device's meter is \"simulated\", got \"{}\"", *meter));
     } else if (meter) {
-      if (*meter != "auto" && *meter != "modelled")
+      static const std::set<std::string> kMeters = {"auto", "rapl", "nvml", "ina3221", "hwmon", "battery", "modelled"};
+      if (!kMeters.contains(*meter))
         check.problem(*table.get("meter"),
-                      fmt::format("devices.meter must be \"auto\" or \"modelled\", got \"{}\"", *meter));
+                      fmt::format("devices.meter must be one of auto, rapl, nvml, ina3221, hwmon, battery, modelled; "
+                                  "got \"{}\"",
+                                  *meter));
+      else if (*meter == "modelled" && device.name != "cpu")
+        check.problem(*table.get("meter"), fmt::format("device \"{}\": the modelled meter models a CPU only",
+                                                       device.name));
       else
         device.meter = *meter;
     }
@@ -218,7 +280,7 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
   LoadedConfig loaded{defaults, {}};
   DaemonConfig& config = loaded.config;
   config.source = file_name;
-  check.warn_unknown(root, "", {"server", "state", "log", "auth", "devices", "meters", "jobs"});
+  check.warn_unknown(root, "", {"server", "state", "log", "auth", "devices", "meters", "jobs", "probing"});
 
   auto table_of = [&](const char* key) -> const toml::table* {
     const toml::node* node = root.get(key);
@@ -282,6 +344,7 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
       check.problem(*meters->get("interval_seconds"),
                     "meters.interval_seconds must be at most 60 (RAPL counters wrap within minutes)");
   }
+  if (const auto* probing = table_of("probing")) parse_probing(check, *probing, config.probing);
   if (const auto* jobs = table_of("jobs")) {
     check.warn_unknown(*jobs, "jobs.", {"kill_grace_seconds"});
     config.kill_grace_seconds =
@@ -333,7 +396,18 @@ nlohmann::json to_json(const DaemonConfig& config) {
           {"auth", {{"tokens", config.token_sha256.size()}}},
           {"devices", devices},
           {"meters", {{"interval_seconds", config.meter_interval_seconds}}},
-          {"jobs", {{"kill_grace_seconds", config.kill_grace_seconds}}}};
+          {"jobs", {{"kill_grace_seconds", config.kill_grace_seconds}}},
+          {"probing",
+           {{"enabled", config.probing.enabled},
+            {"idle_seconds", config.probing.idle_seconds},
+            {"hours", fmt::format("{:02}:{:02}-{:02}:{:02}", config.probing.start_minute / 60,
+                                  config.probing.start_minute % 60, config.probing.end_minute / 60,
+                                  config.probing.end_minute % 60)},
+            {"max_joules_per_day", config.probing.max_joules_per_day},
+            {"max_model_age_hours", config.probing.max_model_age_hours},
+            {"target_sigma", config.probing.target_sigma},
+            {"threads", config.probing.threads},
+            {"worker", config.probing.worker.string()}}}};
 }
 
 }  // namespace joule::config

@@ -81,10 +81,37 @@ TEST(DaemonConfigTest, unknown_keys_are_warnings_with_lines) {
   EXPECT_EQ(loaded->warnings[1].line, 4);
 }
 
-TEST(DaemonConfigTest, devices_other_than_cpu_are_refused_for_now) {
-  auto loaded = parse_config("[[devices]]\nname = \"cuda:0\"\n", "jouled.toml");
-  ASSERT_FALSE(loaded);
-  EXPECT_NE(loaded.error().message.find("cuda:0"), std::string::npos);
+TEST(DaemonConfigTest, devices_are_cpu_cuda_or_simulated_and_meters_are_known_sources) {
+  auto gpu = parse_config("[[devices]]\nname = \"cuda:0\"\nmeter = \"nvml\"\n[[devices]]\nname = \"cpu\"\n",
+                          "jouled.toml");
+  ASSERT_TRUE(gpu) << gpu.error().message;
+  EXPECT_EQ(gpu->config.devices[0].name, "cuda:0");
+  EXPECT_EQ(gpu->config.devices[0].meter, "nvml");
+  auto bad = parse_config("[[devices]]\nname = \"tpu:0\"\n[[devices]]\nname = \"cuda:1\"\nmeter = \"modelled\"\n"
+                          "[[devices]]\nname = \"cpu\"\nmeter = \"wattmeter\"\n",
+                          "jouled.toml");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("jouled.toml:1: device \"tpu:0\""), std::string::npos) << bad.error().message;
+  EXPECT_NE(bad.error().message.find("jouled.toml:5: device \"cuda:1\": the modelled meter models a CPU only"),
+            std::string::npos)
+      << bad.error().message;
+  EXPECT_NE(bad.error().message.find("jouled.toml:8: devices.meter must be one of"), std::string::npos);
+}
+
+TEST(DaemonConfigTest, probing_settings_are_read_and_checked) {
+  auto loaded = parse_config(
+      "[probing]\nenabled = false\nhours = \"22:00-06:30\"\nmax_joules_per_day = 5000\nthreads = 2\n", "jouled.toml");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_FALSE(loaded->config.probing.enabled);
+  EXPECT_EQ(loaded->config.probing.start_minute, 22 * 60);
+  EXPECT_EQ(loaded->config.probing.end_minute, 6 * 60 + 30);
+  EXPECT_DOUBLE_EQ(loaded->config.probing.max_joules_per_day, 5000.0);
+  EXPECT_EQ(loaded->config.probing.threads, 2);
+  auto bad = parse_config("[probing]\nenabled = \"yes\"\nhours = \"25:00-26:00\"\nthreads = 0\n", "jouled.toml");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("jouled.toml:2: probing.enabled must be true or false"), std::string::npos);
+  EXPECT_NE(bad.error().message.find("jouled.toml:3: probing.hours must look like"), std::string::npos);
+  EXPECT_NE(bad.error().message.find("jouled.toml:4: probing.threads must be between 1 and 1024"), std::string::npos);
 }
 
 TEST(DaemonConfigTest, listen_addresses_and_loopback) {

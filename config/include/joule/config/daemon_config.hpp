@@ -16,15 +16,33 @@ namespace joule::config {
 
 /// One device of this node and how it is metered.
 struct DeviceConfig {
-  /// "cpu", or "sim:<profile>" for a simulated device (estimation only in this version: it is
-  /// probed by the simulator and estimates jobs, but runs none).
+  /// "cpu", "cuda:N" (an NVIDIA GPU: probed and metered; jobs run on "cpu" in this version),
+  /// or "sim:<profile>" for a simulated device (probed by its simulator; it runs no jobs).
   std::string name = "cpu";
-  /// "auto" walks the preference list (RAPL when readable, else modelled); "modelled" forces
-  /// the CPU-time model.
+  /// "auto" walks the preference list (cpu: rapl, ina3221, battery, modelled; cuda: nvml,
+  /// ina3221); a source name forces that meter: rapl, nvml, ina3221, hwmon, battery, modelled.
   std::string meter = "auto";
   double idle_watts = 10.0;           ///< modelled meter: power of the idle CPU
   double watts_per_busy_core = 12.0;  ///< modelled meter: added power per fully busy core
   std::size_t probes = 200;           ///< simulated devices: THOR probes of the first campaign
+};
+
+/// Background probing (THOR): when a real device is idle, joule-worker trains small networks
+/// on it to keep its energy model current.
+struct ProbingConfig {
+  bool enabled = true;
+  double idle_seconds = 60.0;       ///< the device must have been idle this long first
+  int start_minute = 0;             ///< allowed hours of the day, local time: [start, end)
+  int end_minute = 24 * 60;
+  double max_joules_per_day = 0.0;  ///< metered probe energy per calendar day; 0 = no cap
+  double max_model_age_hours = 168.0;  ///< re-probe a model older than this
+  double target_sigma = 0.15;       ///< stop when the model is this sure (latent σ of log J)
+  int threads = 1;                  ///< joule-worker intra-op threads
+  int warmup_steps = 10;
+  int steps_per_repetition = 20;
+  int repetitions = 5;
+  std::size_t refit_every = 5;      ///< refit the GPs after this many new probes
+  std::filesystem::path worker;     ///< joule-worker; empty = beside the jouled binary, then $PATH
 };
 
 struct ServerConfig {
@@ -42,6 +60,7 @@ struct DaemonConfig {
   std::string log_level = "info";
   std::vector<std::string> token_sha256;  ///< hex SHA-256 of accepted bearer tokens
   std::vector<DeviceConfig> devices = {DeviceConfig{}};
+  ProbingConfig probing;
   double meter_interval_seconds = 1.0;
   double kill_grace_seconds = 10.0;
   std::string source = "embedded defaults";  ///< the file it came from
