@@ -1,5 +1,6 @@
 #include "joule/adapters/modelled_cpu_meter.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -62,6 +63,21 @@ Result<Joules> ModelledCpuMeter::read() {
   // instead of producing negative energy.
   last_ = *now;
   return total_;
+}
+
+ProcessModelledMeter::ProcessModelledMeter(ModelledCpuParams params, SecondsClock cpu_seconds,
+                                           SecondsClock wall_seconds)
+    : params_(params),
+      cpu_seconds_(std::move(cpu_seconds)),
+      wall_seconds_(std::move(wall_seconds)),
+      cpu_start_(cpu_seconds_()),
+      wall_start_(wall_seconds_()) {}
+
+Result<Joules> ProcessModelledMeter::read() {
+  // Clamped at zero so a clock that steps back (a fake, a bug) never gives negative energy.
+  const double wall = std::max(0.0, wall_seconds_() - wall_start_);
+  const double cpu = std::max(0.0, cpu_seconds_() - cpu_start_);
+  return Watts{params_.idle_watts} * Seconds{wall} + Watts{params_.watts_per_busy_core} * Seconds{cpu};
 }
 
 }  // namespace joule::adapters

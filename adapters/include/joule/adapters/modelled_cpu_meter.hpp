@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "joule/adapters/energy_meter.hpp"
+#include "joule/adapters/meter_clocks.hpp"
 
 namespace joule::adapters {
 
@@ -47,6 +48,31 @@ class ModelledCpuMeter final : public EnergyMeter {
   long ticks_per_second_;
   std::optional<CpuTicks> last_;
   Joules total_{};
+};
+
+/// The process-scoped `modelled` meter of joule-worker: a probe must not count other
+/// processes' CPU, so busy time is this process's CPU time (all its threads), not the node's.
+/// E = idle_watts × wall seconds + watts_per_busy_core × process CPU seconds.
+/// The CPU clock defaults to CLOCK_PROCESS_CPUTIME_ID (nanoseconds: procfs ticks of 10 ms are
+/// too coarse for 100 ms probe readings), the wall clock to CLOCK_MONOTONIC; both are injected.
+/// Its source is always "modelled": these joules are never a measurement.
+class ProcessModelledMeter final : public EnergyMeter {
+ public:
+  /// Starts the interval now: read() returns the energy since construction.
+  explicit ProcessModelledMeter(ModelledCpuParams params, SecondsClock cpu_seconds = process_cpu_seconds,
+                                SecondsClock wall_seconds = monotonic_seconds);
+
+  std::string_view source() const override { return "modelled"; }
+  Result<Joules> read() override;
+
+  const ModelledCpuParams& params() const { return params_; }
+
+ private:
+  ModelledCpuParams params_;
+  SecondsClock cpu_seconds_;
+  SecondsClock wall_seconds_;
+  double cpu_start_;
+  double wall_start_;
 };
 
 }  // namespace joule::adapters
