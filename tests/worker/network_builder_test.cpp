@@ -1,0 +1,320 @@
+#include "network_builder.hpp"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "environment.hpp"
+#include "example_models.hpp"
+#include "temp_dir.hpp"
+#include "trainer.hpp"
+
+namespace joule::worker {
+namespace {
+
+using nlohmann::json;
+
+estimator::ModelSpec spec_of(const json& model) {
+  auto spec = estimator::parse_model_spec(model, "/model");
+  if (!spec) throw std::runtime_error(spec.error().where + ": " + spec.error().message);
+  return std::move(spec).value();
+}
+
+json model(json shape, json layers, std::string loss = "cross_entropy", std::string dtype = "float") {
+  json out = {{"input", {{"shape", std::move(shape)}}}, {"layers", std::move(layers)}, {"loss", std::move(loss)}};
+  if (dtype != "float") out["input"]["dtype"] = dtype;
+  return out;
+}
+
+// A small network around each layer type: the type under test, with whatever it needs to have
+// parameters before or after it, ending in classes.
+std::map<std::string, json> one_network_per_layer_type() {
+  const json linear3 = {{"type", "linear"}, {"out_features", 3}};
+  const json flatten = {{"type", "flatten"}};
+  const json conv = {{"type", "conv2d"}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}};
+  const auto around_linear = [&](json layer) {
+    return model({6}, {{{"type", "linear"}, {"out_features", 5}}, std::move(layer), linear3});
+  };
+  const auto after_conv = [&](json layer) { return model({2, 8, 8}, {conv, std::move(layer), flatten, linear3}); };
+  std::map<std::string, json> networks = {
+      {"conv2d",
+       model({2, 8, 8}, {{{"type", "conv2d"}, {"out_channels", 4}, {"kernel_size", 3}, {"stride", 2}, {"bias", false}},
+                         flatten,
+                         linear3})},
+      {"linear", model({6}, {{{"type", "linear"}, {"out_features", 3}, {"bias", false}}})},
+      {"relu", around_linear({{"type", "relu"}})},
+      {"gelu", around_linear({{"type", "gelu"}})},
+      {"tanh", around_linear({{"type", "tanh"}})},
+      {"sigmoid", around_linear({{"type", "sigmoid"}})},
+      {"dropout", around_linear({{"type", "dropout"}, {"p", 0.25}})},
+      {"maxpool2d", after_conv({{"type", "maxpool2d"}, {"kernel_size", 2}})},
+      {"avgpool2d", after_conv({{"type", "avgpool2d"}, {"kernel_size", 3}, {"stride", 2}})},
+      {"batchnorm2d", after_conv({{"type", "batchnorm2d"}})},
+      {"layernorm",
+       model({4, 6}, {{{"type", "linear"}, {"out_features", 5}}, {{"type", "layernorm"}}, flatten, linear3})},
+      {"flatten", model({2, 3, 3}, {flatten, linear3})},
+      {"embedding",
+       model({7}, {{{"type", "embedding"}, {"num_embeddings", 20}, {"embedding_dim", 8}}, flatten, linear3},
+             "cross_entropy", "token")},
+      {"lstm", model({5, 6}, {{{"type", "lstm"}, {"hidden_size", 8}, {"num_layers", 2}}, linear3})},
+      {"gru", model({5, 6}, {{{"type", "gru"}, {"hidden_size", 8}, {"output", "sequence"}}, linear3})},
+      {"multihead_attention", model({5, 8}, {{{"type", "multihead_attention"}, {"num_heads", 2}}, flatten, linear3})},
+      {"transformer_encoder_layer",
+       model({5, 8},
+             {{{"type", "transformer_encoder_layer"}, {"nhead", 2}, {"dim_feedforward", 16}}, flatten, linear3})},
+  };
+  return networks;
+}
+
+std::vector<torch::Tensor> copy_parameters(torch::nn::Module& module) {
+  std::vector<torch::Tensor> copies;
+  for (const auto& parameter : module.parameters()) copies.push_back(parameter.detach().clone());
+  return copies;
+}
+
+class NetworkBuilderTest : public ::testing::Test {
+ protected:
+  void SetUp() override { set_worker_threads(1); }
+};
+
+TEST_F(NetworkBuilderTest, every_layer_type_has_a_test_network) {
+  const auto networks = one_network_per_layer_type();
+  for (const auto& type : estimator::known_layer_types())
+    EXPECT_TRUE(networks.contains(type)) << "no test network for layer type " << type;
+}
+
+TEST_F(NetworkBuilderTest, every_layer_type_matches_the_estimator_shapes_and_parameters) {
+  constexpr std::int64_t kBatch = 3;
+  for (const auto& [type, json_model] : one_network_per_layer_type()) {
+    SCOPED_TRACE(type);
+    torch::manual_seed(1);
+    auto network = build_network(spec_of(json_model), kBatch);
+    ASSERT_TRUE(network) << network.error().message;
+    const SyntheticBatch batch = make_synthetic_batch(*network, kBatch, torch::kCPU);
+    torch::Tensor x = batch.inputs;
+    ASSERT_EQ(network->module->size(), network->layers.size());
+    for (std::size_t i = 0; i < network->layers.size(); ++i) {
+      const auto& layer = network->layers[i];
+      x = (network->module->begin() + static_cast<std::ptrdiff_t>(i))->forward(x);
+      std::vector<std::int64_t> expected{kBatch};
+      expected.insert(expected.end(), layer.output_shape.begin(), layer.output_shape.end());
+      EXPECT_EQ(x.sizes().vec(), expected) << "layer " << i << " " << layer.type;
+      std::int64_t parameters = 0;
+      for (const auto& p : network->module->ptr(i)->parameters()) parameters += p.numel();
+      EXPECT_EQ(parameters, layer.cost.parameters) << "layer " << i << " " << layer.type;
+    }
+  }
+}
+
+TEST_F(NetworkBuilderTest, every_layer_type_trains) {
+  for (const auto& [type, json_model] : one_network_per_layer_type()) {
+    SCOPED_TRACE(type);
+    for (const std::string optimizer : {"sgd", "adam"}) {
+      auto session = TrainingSession::create(spec_of(json_model), {4, optimizer, torch::kCPU, 7});
+      ASSERT_TRUE(session) << session.error().message;
+      auto& module = *session->network().module;
+      const auto before = copy_parameters(module);
+      for (int step = 0; step < 3; ++step) {
+        const double loss = session->step().item<double>();
+        ASSERT_TRUE(std::isfinite(loss)) << optimizer << " step " << step;
+      }
+      // Every parameter of the first layer that has any moved (so gradients reach the input end).
+      const auto after = copy_parameters(module);
+      ASSERT_EQ(before.size(), after.size());
+      bool changed = false;
+      for (std::size_t i = 0; i < before.size(); ++i) changed |= !torch::equal(before[i], after[i]);
+      EXPECT_TRUE(changed) << optimizer;
+      auto first = session->network().module->ptr(0)->parameters();
+      if (!first.empty()) {
+        EXPECT_FALSE(torch::equal(first[0].detach(), before[0])) << optimizer << ": first layer";
+      }
+    }
+  }
+}
+
+TEST_F(NetworkBuilderTest, mse_regresses_a_target_shaped_like_the_output) {
+  auto session = TrainingSession::create(spec_of(model({4, 6}, {{{"type", "linear"}, {"out_features", 2}}}, "mse")),
+                                         {5, "sgd", torch::kCPU, 1});
+  ASSERT_TRUE(session) << session.error().message;
+  EXPECT_EQ(session->batch().targets.sizes().vec(), (std::vector<std::int64_t>{5, 4, 2}));
+  EXPECT_EQ(session->batch().targets.scalar_type(), torch::kFloat);
+  EXPECT_TRUE(std::isfinite(session->step().item<double>()));
+}
+
+TEST_F(NetworkBuilderTest, cross_entropy_over_a_sequence_uses_the_last_dim_as_classes) {
+  auto session = TrainingSession::create(spec_of(one_network_per_layer_type().at("gru")), {4, "sgd", torch::kCPU, 1});
+  ASSERT_TRUE(session) << session.error().message;
+  EXPECT_EQ(session->batch().targets.sizes().vec(), (std::vector<std::int64_t>{4 * 5}));
+  EXPECT_LT(session->batch().targets.max().item<std::int64_t>(), 3);
+}
+
+TEST_F(NetworkBuilderTest, token_ids_stay_below_num_embeddings) {
+  torch::manual_seed(3);
+  auto network = build_network(spec_of(testing::example_model("lstm_classifier")), 8);
+  ASSERT_TRUE(network);
+  const SyntheticBatch batch = make_synthetic_batch(*network, 8, torch::kCPU);
+  EXPECT_EQ(batch.inputs.scalar_type(), torch::kLong);
+  EXPECT_EQ(batch.inputs.sizes().vec(), (std::vector<std::int64_t>{8, 64}));
+  EXPECT_GE(batch.inputs.min().item<std::int64_t>(), 0);
+  EXPECT_LT(batch.inputs.max().item<std::int64_t>(), 10000);
+}
+
+TEST_F(NetworkBuilderTest, the_seed_fixes_weights_and_data) {
+  const auto spec = spec_of(testing::example_model("mlp"));
+  auto a = TrainingSession::create(spec, {4, "adam", torch::kCPU, 11});
+  auto b = TrainingSession::create(spec, {4, "adam", torch::kCPU, 11});
+  auto c = TrainingSession::create(spec, {4, "adam", torch::kCPU, 12});
+  ASSERT_TRUE(a && b && c);
+  EXPECT_TRUE(torch::equal(a->batch().inputs, b->batch().inputs));
+  EXPECT_FALSE(torch::equal(a->batch().inputs, c->batch().inputs));
+  EXPECT_DOUBLE_EQ(a->step().item<double>(), b->step().item<double>());
+}
+
+TEST_F(NetworkBuilderTest, every_example_model_trains_two_steps) {
+  const auto directory = std::filesystem::path(JOULE_SOURCE_DIR) / "examples" / "models";
+  int models = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+    if (entry.path().extension() != ".json") continue;
+    SCOPED_TRACE(entry.path().filename().string());
+    ++models;
+    auto session = TrainingSession::create(spec_of(testing::example_model(entry.path().stem().string())),
+                                           {2, "sgd", torch::kCPU, 1});
+    ASSERT_TRUE(session) << session.error().where << ": " << session.error().message;
+    for (int step = 0; step < 2; ++step) EXPECT_TRUE(std::isfinite(session->step().item<double>()));
+  }
+  EXPECT_GE(models, 9);
+}
+
+TEST_F(NetworkBuilderTest, shape_errors_name_the_layer) {
+  json bad = testing::example_model("lenet5");
+  bad["layers"].erase(6);  // no flatten before the first linear
+  auto session = TrainingSession::create(spec_of(bad), {2, "sgd", torch::kCPU, 1});
+  ASSERT_FALSE(session);
+  EXPECT_EQ(session.error().where.rfind("/model/layers/6", 0), 0u) << session.error().where;
+  EXPECT_NE(session.error().message.find("layer 6"), std::string::npos) << session.error().message;
+}
+
+TEST_F(NetworkBuilderTest, a_model_without_parameters_is_rejected) {
+  auto session = TrainingSession::create(spec_of(model({2, 3}, {{{"type", "flatten"}}, {{"type", "relu"}}})),
+                                         {2, "sgd", torch::kCPU, 1});
+  ASSERT_FALSE(session);
+  EXPECT_EQ(session.error().where, "/model/layers");
+}
+
+// A meter that gains one joule per read, so each reading's joules are known.
+class CountingMeter final : public adapters::EnergyMeter {
+ public:
+  explicit CountingMeter(std::string source) : source_(std::move(source)) {}
+  std::string_view source() const override { return source_; }
+  Result<Joules> read() override { return Joules{static_cast<double>(reads_++)}; }
+  int reads() const { return reads_; }
+
+ private:
+  std::string source_;
+  int reads_ = 0;
+};
+
+ProbeRequest small_request() {
+  ProbeRequest request;
+  request.batch_size = 2;
+  request.warmup_steps = 1;
+  request.steps_per_repetition = 4;
+  request.repetitions = 3;
+  request.networks = {spec_of(testing::example_model("mlp")), spec_of(testing::example_model("lenet5"))};
+  return request;
+}
+
+TEST_F(NetworkBuilderTest, run_probe_reads_the_meter_around_every_block) {
+  CountingMeter meter("modelled");
+  auto result = run_probe(small_request(), meter);
+  ASSERT_TRUE(result) << result.error().message;
+  EXPECT_EQ(meter.reads(), 2 * 2 * 3);  // before and after, 2 networks, 3 rounds
+  EXPECT_EQ(result->meter_source, "modelled");
+  EXPECT_FALSE(result->measured);
+  ASSERT_EQ(result->networks.size(), 2u);
+  EXPECT_EQ(result->networks[0].name, "har-mlp");
+  EXPECT_EQ(result->networks[1].name, "lenet5");
+  for (const auto& network : result->networks) {
+    ASSERT_EQ(network.repetitions.size(), 3u);
+    EXPECT_DOUBLE_EQ(network.joules_per_step, 0.25);  // 1 J per reading over 4 steps
+    EXPECT_GT(network.seconds_per_step, 0.0);
+    EXPECT_TRUE(std::isfinite(network.final_loss));
+  }
+  EXPECT_EQ(result->environment.threads, 1);
+  EXPECT_GE(result->wall_seconds, result->networks[1].seconds_per_step * 12);
+}
+
+TEST_F(NetworkBuilderTest, run_probe_calls_only_real_meters_measured) {
+  CountingMeter meter("rapl");
+  auto result = run_probe(small_request(), meter);
+  ASSERT_TRUE(result) << result.error().message;
+  EXPECT_TRUE(result->measured);
+}
+
+TEST_F(NetworkBuilderTest, threads_are_set_and_recorded) {
+  set_worker_threads(2);
+  EXPECT_EQ(detect_environment("cpu").threads, 2);
+  // OpenBLAS keeps its own pool, which ATen does not size: set_worker_threads does.
+  using GetThreads = int (*)();
+  if (auto* blas_threads = reinterpret_cast<GetThreads>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"))) {
+    EXPECT_EQ(blas_threads(), 2);
+  }
+  ProbeRequest request = small_request();
+  request.threads = 1;
+  request.networks.resize(1);
+  CountingMeter meter("modelled");
+  auto result = run_probe(request, meter);
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->environment.threads, 1);
+  EXPECT_EQ(torch::get_num_interop_threads(), 1);
+}
+
+TEST_F(NetworkBuilderTest, cuda_without_cuda_is_a_clear_error) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has CUDA";
+  auto status = check_device("cuda:0");
+  ASSERT_FALSE(status);
+  EXPECT_EQ(status.error().code, ErrorCode::unavailable);
+  EXPECT_NE(status.error().message.find("CUDA is not available"), std::string::npos);
+  ProbeRequest request = small_request();
+  request.device = "cuda:0";
+  CountingMeter meter("nvml");
+  EXPECT_FALSE(run_probe(request, meter));
+  EXPECT_EQ(check_device("gpu0").error().code, ErrorCode::invalid_argument);
+}
+
+TEST_F(NetworkBuilderTest, environment_names_torch_blas_and_cpu) {
+  const WorkerEnvironment environment = detect_environment("cpu");
+  EXPECT_EQ(environment.torch_version.rfind(std::to_string(TORCH_VERSION_MAJOR) + ".", 0), 0u);
+  EXPECT_FALSE(environment.blas.empty());
+  EXPECT_NE(environment.blas, "unknown");
+  EXPECT_FALSE(environment.device_name.empty());
+  EXPECT_EQ(environment.device, "cpu");
+}
+
+TEST(EnvironmentTest, blas_libraries_are_read_from_maps) {
+  const std::string maps =
+      "7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3\n"
+      "7f01-7f02 r--p 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3\n"
+      "7f02-7f03 r-xp 00000000 08:01 2 /usr/lib/x86_64-linux-gnu/libtorch_cpu.so.1.13\n"
+      "7f03-7f04 r-xp 00000000 08:01 3 /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblasp-r0.3.21.so\n"
+      "7f04-7f05 rw-p 00000000 00:00 0 [heap]\n";
+  EXPECT_EQ(blas_libraries_in_maps(maps),
+            (std::vector<std::string>{"/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3",
+                                      "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblasp-r0.3.21.so"}));
+  EXPECT_TRUE(blas_libraries_in_maps("7f00-7f01 r-xp 0 0:0 0 /usr/lib/libc.so.6\n").empty());
+}
+
+TEST(EnvironmentTest, cpu_model_name_from_cpuinfo) {
+  testing::TempDir dir;
+  const auto x86 = dir.write("x86", "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) CPU\n");
+  EXPECT_EQ(cpu_model_name(x86), "Intel(R) Xeon(R) CPU");
+  const auto arm = dir.write("arm", "processor\t: 0\nBogoMIPS\t: 62.50\n\nModel\t: NVIDIA Jetson Orin Nano\n");
+  EXPECT_EQ(cpu_model_name(arm), "NVIDIA Jetson Orin Nano");
+  EXPECT_EQ(cpu_model_name(dir / "missing"), "unknown CPU");
+}
+
+}  // namespace
+}  // namespace joule::worker

@@ -1,0 +1,184 @@
+// The real joule-worker binary as jouled runs it: a child process, JSON on stdout, one line on
+// stderr and an exit code (0 ok, 1 run-time failure, 2 bad input) otherwise.
+
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <torch/cuda.h>
+
+#include "example_models.hpp"
+#include "joule/worker/protocol.hpp"
+#include "temp_dir.hpp"
+
+namespace joule::worker {
+namespace {
+
+using nlohmann::json;
+
+struct WorkerRun {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+class WorkerProcessTest : public ::testing::Test {
+ protected:
+  // Runs `joule-worker <arguments>` (shell words) with stdout and stderr captured in files.
+  WorkerRun worker(const std::string& arguments, const std::string& stdin_file = "/dev/null") {
+    const auto out = dir_ / "stdout";
+    const auto err = dir_ / "stderr";
+    const std::string command = fmt::format("'{}' {} < '{}' > '{}' 2> '{}'", JOULE_WORKER_BINARY, arguments, stdin_file,
+                                            out.string(), err.string());
+    const int status = std::system(command.c_str());
+    WorkerRun run;
+    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    run.out = slurp(out);
+    run.err = slurp(err);
+    return run;
+  }
+
+  std::string write_json(const std::string& name, const json& value) { return dir_.write(name, value.dump()).string(); }
+
+  static std::string example(const std::string& name) {
+    return fmt::format("{}/examples/models/{}.json", JOULE_SOURCE_DIR, name);
+  }
+
+  static json small_request() {
+    return {
+        {"batch_size", 4},           {"warmup_steps", 1},
+        {"steps_per_repetition", 3}, {"repetitions", 3},
+        {"meter", "modelled"},       {"networks", {testing::example_model("lenet5"), testing::example_model("mlp")}}};
+  }
+
+  testing::TempDir dir_;
+};
+
+TEST_F(WorkerProcessTest, probe_gives_positive_modelled_medians) {
+  const WorkerRun run = worker("probe --request " + write_json("request.json", small_request()));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  auto result = parse_probe_result(json::parse(run.out));
+  ASSERT_TRUE(result) << result.error().where << ": " << result.error().message;
+  EXPECT_EQ(result->meter_source, "modelled");
+  EXPECT_FALSE(result->measured);
+  EXPECT_EQ(result->environment.threads, 1);
+  EXPECT_EQ(result->batch_size, 4);
+  ASSERT_EQ(result->networks.size(), 2u);
+  EXPECT_EQ(result->networks[0].name, "lenet5");
+  EXPECT_EQ(result->networks[1].name, "har-mlp");
+  for (const auto& network : result->networks) {
+    EXPECT_EQ(network.repetitions.size(), 3u);
+    EXPECT_GT(network.joules_per_step, 0.0) << network.name;
+    EXPECT_GT(network.seconds_per_step, 0.0) << network.name;
+  }
+  EXPECT_TRUE(run.err.empty()) << run.err;
+}
+
+TEST_F(WorkerProcessTest, probe_reads_the_request_from_stdin) {
+  const WorkerRun run = worker("probe --request -", write_json("request.json", small_request()));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(parse_probe_result(json::parse(run.out)));
+}
+
+TEST_F(WorkerProcessTest, measure_lenet5_as_json) {
+  const WorkerRun run = worker(
+      fmt::format("measure --model {} --batch-size 4 --steps 3 --warmup 1 --repetitions 3 --json", example("lenet5")));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  auto result = parse_probe_result(json::parse(run.out));
+  ASSERT_TRUE(result) << result.error().message;
+  ASSERT_EQ(result->networks.size(), 1u);
+  EXPECT_EQ(result->networks[0].name, "lenet5");
+  EXPECT_GT(result->networks[0].seconds_per_step, 0.0);
+  EXPECT_GT(result->networks[0].joules_per_step, 0.0);
+  EXPECT_EQ(result->steps_per_repetition, 3);
+  EXPECT_FALSE(result->measured);
+}
+
+TEST_F(WorkerProcessTest, measure_prints_a_table_that_says_modelled) {
+  const WorkerRun run = worker(fmt::format(
+      "measure --model {} --batch-size 2 --steps 2 --warmup 1 --repetitions 2 --threads 2", example("mlp")));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("har-mlp"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("NOT a measurement"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("2 thread(s)"), std::string::npos) << run.out;
+}
+
+TEST_F(WorkerProcessTest, measure_takes_a_job_and_its_training_config) {
+  json job = {{"name", "job-name"},
+              {"model", testing::example_model("mlp")},
+              {"training", {{"batch_size", 3}, {"samples_per_epoch", 30}, {"optimizer", "adam"}}}};
+  job["model"].erase("name");
+  const WorkerRun run =
+      worker("measure --json --steps 2 --warmup 0 --repetitions 1 --model " + write_json("job.json", job));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json out = json::parse(run.out);
+  EXPECT_EQ(out["batch_size"], 3);
+  EXPECT_EQ(out["optimizer"], "adam");
+  EXPECT_EQ(out["networks"][0]["name"], "job-name");
+}
+
+TEST_F(WorkerProcessTest, env_and_meters_print_json) {
+  WorkerRun run = worker("env --threads 2");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  json env = json::parse(run.out);
+  EXPECT_EQ(env["threads"], 2);
+  EXPECT_EQ(env["device"], "cpu");
+  EXPECT_FALSE(env["blas"].get<std::string>().empty());
+  EXPECT_FALSE(env["fingerprint"].get<std::string>().empty());
+
+  run = worker("meters --seconds 0.1");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json meters = json::parse(run.out);
+  ASSERT_FALSE(meters["considered"].empty());
+  EXPECT_TRUE(meters["considered"].back()["taken"].get<bool>());
+  EXPECT_EQ(meters["considered"].back()["source"], meters["meter_source"]);
+  EXPECT_GE(meters["joules"].get<double>(), 0.0);
+}
+
+TEST_F(WorkerProcessTest, bad_input_exits_2_naming_the_problem) {
+  const auto expect_bad = [&](const std::string& arguments, const std::string& needle) {
+    const WorkerRun run = worker(arguments);
+    EXPECT_EQ(run.exit_code, 2) << arguments << "\n" << run.err;
+    EXPECT_NE(run.err.find(needle), std::string::npos) << arguments << "\nstderr: " << run.err;
+    EXPECT_TRUE(run.out.empty()) << run.out;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  };
+  expect_bad("probe --request " + (dir_ / "missing.json").string(), "missing.json: cannot open");
+  expect_bad("probe --request " + dir_.write("broken.json", "{\"networks\": [").string(), "not JSON");
+
+  json request = small_request();
+  request["networks"][1]["layers"][0]["out_features"] = 0;
+  expect_bad("probe --request " + write_json("bad_layer.json", request), "/networks/1/layers/0/out_features");
+  request = small_request();
+  request["networks"][0]["layers"].erase(6);
+  expect_bad("probe --request " + write_json("bad_shape.json", request), "/networks/0/layers/6");
+
+  json model = testing::example_model("lenet5");
+  model["layers"][3]["type"] = "conv3d";
+  expect_bad("measure --model " + write_json("lenet.json", model), "/layers/3/type");
+  expect_bad(fmt::format("measure --model {} --device tpu", example("lenet5")), "--device");
+  expect_bad(fmt::format("measure --model {} --steps 0", example("lenet5")), "--steps");
+  expect_bad("train", "unknown subcommand \"train\"");
+}
+
+TEST_F(WorkerProcessTest, cuda_without_cuda_exits_1) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has CUDA";
+  const WorkerRun run = worker(fmt::format("measure --model {} --device cuda:0", example("lenet5")));
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.err.find("CUDA is not available"), std::string::npos) << run.err;
+}
+
+}  // namespace
+}  // namespace joule::worker

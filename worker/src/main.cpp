@@ -1,0 +1,309 @@
+// joule-worker: trains model specs with LibTorch and meters them, for jouled (probe) and for people
+// (measure, meters, env). Machine-readable output on stdout; one line on stderr for errors, exit
+// code 2 for bad input and 1 for failures at run time.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "environment.hpp"
+#include "joule/adapters/meter_selection.hpp"
+#include "joule/estimator/model_spec.hpp"
+#include "joule/worker/protocol.hpp"
+#include "trainer.hpp"
+
+namespace {
+
+using nlohmann::json;
+using namespace joule;
+using namespace joule::worker;
+
+constexpr int kExitFailure = 1;
+constexpr int kExitBadInput = 2;
+
+/// A failure that main reports as one line and turns into an exit code.
+struct Failure {
+  int exit_code;
+  std::string message;
+};
+
+[[noreturn]] void fail(const Error& error, const std::string& file = {}) {
+  std::string message = file.empty() ? "" : file + ": ";
+  if (!error.where.empty()) message += error.where + ": ";
+  message += error.message;
+  throw Failure{error.code == ErrorCode::invalid_argument ? kExitBadInput : kExitFailure, std::move(message)};
+}
+
+json read_json(const std::string& file) {
+  std::ostringstream text;
+  if (file == "-") {
+    text << std::cin.rdbuf();
+  } else {
+    std::ifstream in(file);
+    if (!in) throw Failure{kExitBadInput, fmt::format("{}: cannot open", file)};
+    text << in.rdbuf();
+  }
+  try {
+    return json::parse(text.str());
+  } catch (const json::parse_error& e) {
+    throw Failure{kExitBadInput, fmt::format("{}: not JSON: {}", file == "-" ? "stdin" : file, e.what())};
+  }
+}
+
+adapters::SelectedMeter open_meter(const std::string& device, const std::string& meter, double idle_watts,
+                                   double watts_per_busy_core, const std::string& scope) {
+  adapters::MeterRequest request;
+  request.device = device;
+  request.meter = meter;
+  request.modelled = adapters::ModelledCpuParams{idle_watts, watts_per_busy_core};
+  request.scope = scope;
+  auto selected = adapters::select_meter(request);
+  if (!selected) fail(selected.error());
+  return std::move(selected).value();
+}
+
+// Probes must count this process only: other jobs' CPU load is not the probe's energy.
+ProbeResult probe(const ProbeRequest& request) {
+  if (auto status = check_device(request.device); !status) fail(status.error());
+  auto meter = open_meter(request.device, request.meter, request.idle_watts, request.watts_per_busy_core, "process");
+  auto result = run_probe(request, *meter.meter);
+  if (!result) fail(result.error());
+  return std::move(result).value();
+}
+
+void print_json(const json& value) { std::cout << value.dump() << '\n' << std::flush; }
+
+std::string format_seconds(double seconds) {
+  if (seconds < 1e-3) return fmt::format("{:.1f} µs", seconds * 1e6);
+  if (seconds < 1.0) return fmt::format("{:.3f} ms", seconds * 1e3);
+  return fmt::format("{:.3f} s", seconds);
+}
+
+void print_table(const ProbeResult& result, int threads, int repetitions) {
+  const auto& env = result.environment;
+  for (const auto& network : result.networks) {
+    fmt::print("{}: batch {}, {}, {} ({}), torch {}, {} thread(s)\n", network.name, result.batch_size, result.optimizer,
+               env.device, env.device_name, env.torch_version, threads);
+    fmt::print("  {:<10} {:>14} {:>9}\n", "per step", "median", "spread");
+    fmt::print("  {:<10} {:>14} {:>8.1f}%\n", "seconds", format_seconds(network.seconds_per_step),
+               100.0 * network.seconds_spread);
+    fmt::print("  {:<10} {:>12.4g} J {:>8.1f}%  ({})\n", "energy", network.joules_per_step,
+               100.0 * network.joules_spread,
+               result.measured ? "measured: " + result.meter_source : result.meter_source + ", NOT a measurement");
+    fmt::print("  final loss {:.4g}\n", network.final_loss);
+  }
+  fmt::print("{} readings x {} steps after {} warm-up steps; {:.2f} s in all\nBLAS: {}\n", repetitions,
+             result.steps_per_repetition, result.warmup_steps, result.wall_seconds, env.blas);
+}
+
+struct MeasureOptions {
+  std::string model_file;
+  std::int64_t batch_size = 0;  // 0: the job's training.batch_size, else 32
+  int steps = 20;
+  int warmup = 10;
+  int repetitions = 10;
+  std::string device = "cpu";
+  int threads = 1;
+  std::string optimizer;  // empty: the job's training.optimizer, else sgd
+  std::string meter = "auto";
+  double idle_watts = 10.0;
+  double watts_per_busy_core = 12.0;
+  std::uint64_t seed = 1;
+  bool json_output = false;
+};
+
+ProbeRequest measure_request(const MeasureOptions& options) {
+  const json document = read_json(options.model_file);
+  ProbeRequest request;
+  const bool job = document.is_object() && document.contains("model");
+  const std::string pointer = job ? "/model" : "";
+  auto spec = estimator::parse_model_spec(job ? document.at("model") : document, pointer);
+  if (!spec) fail(spec.error(), options.model_file);
+  if (spec->name.empty() && job && document.contains("name") && document.at("name").is_string())
+    spec->name = document.at("name").get<std::string>();
+  if (spec->name.empty()) spec->name = "model";
+  if (job && document.contains("training")) {
+    auto training = estimator::parse_training_config(document.at("training"), "/training");
+    if (!training) fail(training.error(), options.model_file);
+    request.batch_size = training->batch_size;
+    request.optimizer = training->optimizer;
+  }
+  if (options.batch_size > 0) request.batch_size = options.batch_size;
+  if (!options.optimizer.empty()) request.optimizer = options.optimizer;
+  request.device = options.device;
+  request.threads = options.threads;
+  request.warmup_steps = options.warmup;
+  request.steps_per_repetition = options.steps;
+  request.repetitions = options.repetitions;
+  request.meter = options.meter;
+  request.idle_watts = options.idle_watts;
+  request.watts_per_busy_core = options.watts_per_busy_core;
+  request.seed = options.seed;
+  request.networks.push_back(std::move(spec).value());
+  // The same checks as a probe request (device, meter, shapes at this batch size), same pointers.
+  auto checked = parse_probe_request(to_json(request));
+  if (!checked) {
+    Error error = checked.error();
+    if (error.where.rfind("/networks/0", 0) == 0) {
+      error.where = pointer + error.where.substr(11);
+      fail(error, options.model_file);
+    }
+    // Anything else came from an option: "/batch_size" is --batch-size.
+    std::string option = error.where.substr(error.where.empty() ? 0 : 1);
+    std::replace(option.begin(), option.end(), '_', '-');
+    error.where = "--" + option;
+    fail(error);
+  }
+  return std::move(checked).value();
+}
+
+json meters_report(const std::string& device, const std::string& meter, const std::string& scope, double seconds) {
+  auto selected = open_meter(device, meter, 10.0, 12.0, scope);
+  json considered = json::array();
+  for (const auto& candidate : selected.considered)
+    considered.push_back({{"source", candidate.source}, {"taken", candidate.taken}, {"reason", candidate.reason}});
+  auto before = selected.meter->read();
+  if (!before) fail(before.error());
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  auto after = selected.meter->read();
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!after) fail(after.error());
+  const std::string source(selected.meter->source());
+  const double joules = after->value - before->value;
+  return {{"device", device},
+          {"scope", scope},
+          {"considered", std::move(considered)},
+          {"meter_source", source},
+          {"measured", is_measured_source(source)},
+          {"seconds", elapsed},
+          {"joules", joules},
+          {"mean_watts", elapsed > 0.0 ? joules / elapsed : 0.0}};
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"joule-worker: trains model specs with LibTorch and meters their energy per step"};
+  app.require_subcommand(1);
+
+  std::string request_file;
+  auto* probe_cmd = app.add_subcommand("probe", "Train and meter the networks of a probe request (JSON result)");
+  probe_cmd->add_option("--request", request_file, "Probe request JSON file, or - for stdin")->required();
+
+  MeasureOptions measure;
+  auto* measure_cmd = app.add_subcommand("measure", "Train one whole model and meter joules and seconds per step");
+  measure_cmd->add_option("--model", measure.model_file, "Model spec JSON, or a job JSON with a \"model\" key")
+      ->required();
+  measure_cmd->add_option("--batch-size", measure.batch_size, "Batch size (default: the job's, else 32)")
+      ->check(CLI::Range(1, 1 << 20));
+  measure_cmd->add_option("--steps", measure.steps, "Training steps per metered reading")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  measure_cmd->add_option("--warmup", measure.warmup, "Unmetered warm-up steps")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
+  measure_cmd->add_option("--repetitions", measure.repetitions, "Metered readings (medians are reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  measure_cmd->add_option("--device", measure.device, "cpu or cuda:N")->capture_default_str();
+  measure_cmd->add_option("--threads", measure.threads, "Intra-op and BLAS threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  measure_cmd->add_option("--optimizer", measure.optimizer, "sgd or adam (default: the job's, else sgd)")
+      ->check(CLI::IsMember({"sgd", "adam"}));
+  measure_cmd->add_option("--meter", measure.meter, "auto, rapl, nvml, ina3221, hwmon, battery or modelled")
+      ->capture_default_str();
+  measure_cmd->add_option("--idle-watts", measure.idle_watts, "Modelled meter: idle power")->capture_default_str();
+  measure_cmd->add_option("--watts-per-busy-core", measure.watts_per_busy_core, "Modelled meter: per busy core")
+      ->capture_default_str();
+  measure_cmd->add_option("--seed", measure.seed, "Seed of weights and synthetic data")->capture_default_str();
+  measure_cmd->add_flag("--json", measure.json_output, "Print the JSON result instead of a table");
+
+  std::string meters_device = "cpu";
+  std::string meters_meter = "auto";
+  std::string meters_scope = "device";
+  double meters_seconds = 1.0;
+  auto* meters_cmd = app.add_subcommand("meters", "Show the meter chosen for a device and read it for a while");
+  meters_cmd->add_option("--device", meters_device, "cpu or cuda:N")->capture_default_str();
+  meters_cmd->add_option("--meter", meters_meter, "auto or one source to force")->capture_default_str();
+  meters_cmd->add_option("--scope", meters_scope, "device (whole device) or process (this process, modelled only)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"device", "process"}));
+  meters_cmd->add_option("--seconds", meters_seconds, "How long to read")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
+
+  std::string env_device = "cpu";
+  int env_threads = 1;
+  auto* env_cmd = app.add_subcommand("env", "Print the environment (LibTorch, BLAS, threads, device) as JSON");
+  env_cmd->add_option("--device", env_device, "cpu or cuda:N")->capture_default_str();
+  env_cmd->add_option("--threads", env_threads, "Threads to set before reporting")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::CallForAllHelp&) {
+    std::cout << app.help("", CLI::AppFormatMode::All);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    // Subcommand help arrives as CallForHelp too; other parse errors are bad input.
+    if (e.get_exit_code() == 0) {
+      std::cout << (probe_cmd->parsed()     ? probe_cmd->help()
+                    : measure_cmd->parsed() ? measure_cmd->help()
+                    : meters_cmd->parsed()  ? meters_cmd->help()
+                    : env_cmd->parsed()     ? env_cmd->help()
+                                            : app.help());
+      return 0;
+    }
+    if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty())
+      throw Failure{kExitBadInput,
+                    fmt::format("unknown subcommand \"{}\": use probe, measure, meters or env", argv[1])};
+    throw Failure{kExitBadInput, e.what()};
+  }
+
+  if (probe_cmd->parsed()) {
+    auto request = parse_probe_request(read_json(request_file));
+    if (!request) fail(request.error(), request_file == "-" ? "stdin" : request_file);
+    print_json(to_json(probe(*request)));
+  } else if (measure_cmd->parsed()) {
+    const ProbeRequest request = measure_request(measure);
+    const ProbeResult result = probe(request);
+    if (measure.json_output)
+      print_json(to_json(result));
+    else
+      print_table(result, request.threads, request.repetitions);
+  } else if (meters_cmd->parsed()) {
+    print_json(meters_report(meters_device, meters_meter, meters_scope, meters_seconds));
+  } else if (env_cmd->parsed()) {
+    if (auto status = check_device(env_device); !status) fail(status.error());
+    set_worker_threads(env_threads);
+    print_json(to_json(detect_environment(env_device)));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pin_allocator();  // before anything allocates much: MEASURING.md
+  try {
+    return run(argc, argv);
+  } catch (const Failure& failure) {
+    std::cerr << "joule-worker: " << failure.message << '\n';
+    return failure.exit_code;
+  } catch (const std::exception& e) {
+    std::cerr << "joule-worker: " << e.what() << '\n';
+    return kExitFailure;
+  }
+}

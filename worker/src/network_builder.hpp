@@ -1,0 +1,89 @@
+#pragma once
+// Model spec -> LibTorch module, synthetic data and one training step.
+//
+// Every layer type of the spec (estimator/src/model_spec.cpp) maps to its torch.nn namesake with
+// the same defaults the estimator assumes (layer_analysis.hpp), so what is measured here is what
+// the estimator counts:
+//   conv2d(stride 1, padding 0, bias), linear(bias), maxpool2d/avgpool2d(stride = kernel_size),
+//   batchnorm2d(C), layernorm(last dim), dropout(p 0.5), flatten(all per-sample dims),
+//   embedding, lstm/gru(batch_first, num_layers 1, output "last"), multihead_attention
+//   (self-attention, no dropout, weights not returned), transformer_encoder_layer (post-norm,
+//   relu, dropout 0.1). LibTorch 1.13's attention modules are sequence-first: the wrappers
+//   transpose batch-first [B, seq, E] around them.
+//
+// Shapes come from estimator::analyze_model, never re-derived: a spec the estimator rejects
+// is rejected here with the same message.
+//
+// Synthetic data is one fixed batch, drawn once from the seed: float inputs ~ N(0, 1), or token
+// ids uniform below the first embedding's num_embeddings. cross_entropy takes the last output
+// dimension as the classes (a [B, seq, C] output becomes B·seq rows of C); mse regresses a
+// same-shape N(0, 1) target.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "joule/common/result.hpp"
+#include "joule/estimator/layer_analysis.hpp"
+#include "joule/estimator/model_spec.hpp"
+
+namespace joule::worker {
+
+/// A spec built into modules, layer i of the spec at position i of `module`.
+struct BuiltNetwork {
+  estimator::ModelSpec spec;
+  std::vector<estimator::AnalyzedLayer> layers;  ///< shapes per sample, from the estimator
+  torch::nn::Sequential module;
+};
+
+/// Builds the modules (weights initialised from torch's global generator: seed it first).
+/// Fails with the estimator's message and pointer when the shapes do not fit.
+Result<BuiltNetwork> build_network(const estimator::ModelSpec& spec, std::int64_t batch_size,
+                                   const std::string& pointer = "/model");
+
+/// One batch of inputs and targets for a network.
+struct SyntheticBatch {
+  torch::Tensor inputs;   ///< [B, input_shape...]: float, or int64 token ids
+  torch::Tensor targets;  ///< class indices (int64) for cross_entropy, floats shaped like the output for mse
+};
+
+/// Draws a batch from torch's global generator, on `device`.
+SyntheticBatch make_synthetic_batch(const BuiltNetwork& network, std::int64_t batch_size, torch::Device device);
+
+/// The spec's loss of `output` against `targets` (see the header comment for the shapes).
+torch::Tensor compute_loss(const std::string& loss, const torch::Tensor& output, const torch::Tensor& targets);
+
+/// What a session trains with.
+struct SessionOptions {
+  std::int64_t batch_size = 32;
+  std::string optimizer = "sgd";  ///< "sgd" (lr 0.01) or "adam" (lr 0.001)
+  torch::Device device = torch::kCPU;
+  std::uint64_t seed = 1;
+};
+
+/// A network, its optimizer and its synthetic batch: everything one training step needs.
+/// Construction seeds torch (weights and data are reproducible per seed). Not thread-safe.
+class TrainingSession {
+ public:
+  /// Fails on shapes the estimator rejects or an unknown optimizer.
+  static Result<TrainingSession> create(const estimator::ModelSpec& spec, const SessionOptions& options,
+                                        const std::string& pointer = "/model");
+
+  /// One forward, loss, backward and optimizer step; returns the loss (still on the device:
+  /// reading it synchronises a GPU, so callers read it only outside timed regions).
+  torch::Tensor step();
+
+  BuiltNetwork& network() { return network_; }
+  const SyntheticBatch& batch() const { return batch_; }
+
+ private:
+  TrainingSession(BuiltNetwork network, SyntheticBatch batch, std::shared_ptr<torch::optim::Optimizer> optimizer);
+
+  BuiltNetwork network_;
+  SyntheticBatch batch_;
+  std::shared_ptr<torch::optim::Optimizer> optimizer_;
+};
+
+}  // namespace joule::worker

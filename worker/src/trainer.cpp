@@ -1,0 +1,139 @@
+#include "trainer.hpp"
+
+#include <dlfcn.h>
+#include <malloc.h>
+
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "environment.hpp"
+#include "network_builder.hpp"
+
+namespace joule::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+}  // namespace
+
+void pin_allocator() {
+  ::mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
+  ::mallopt(M_TRIM_THRESHOLD, 1024 * 1024 * 1024);
+}
+
+void set_worker_threads(int threads) {
+  torch::set_num_threads(threads);
+  static std::once_flag interop;
+  std::call_once(interop, [] {
+    try {
+      torch::set_num_interop_threads(1);
+    } catch (const c10::Error&) {
+      // Inter-op work already started in this process (a test binary): the pool keeps its size.
+    }
+  });
+  using SetThreads = void (*)(int);
+  if (auto* set_blas = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    set_blas(threads);
+}
+
+Status check_device(const std::string& device) {
+  if (device == "cpu") return {};
+  static const std::regex cuda("cuda:(0|[1-9][0-9]{0,3})");
+  if (!std::regex_match(device, cuda))
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("device must be \"cpu\" or \"cuda:N\", got \"{}\"", device));
+  if (!torch::cuda::is_available())
+    return make_error(ErrorCode::unavailable,
+                      fmt::format("device {} asked for, but CUDA is not available (a CPU-only LibTorch, no NVIDIA "
+                                  "driver or no visible GPU); use --device cpu",
+                                  device));
+  const auto index = static_cast<std::size_t>(std::stoul(device.substr(device.find(':') + 1)));
+  if (index >= torch::cuda::device_count())
+    return make_error(ErrorCode::unavailable, fmt::format("device {} asked for, but only {} CUDA device(s) are visible",
+                                                          device, torch::cuda::device_count()));
+  return {};
+}
+
+Result<ProbeResult> run_probe(const ProbeRequest& request, adapters::EnergyMeter& meter) {
+  const auto started = Clock::now();
+  if (auto status = check_device(request.device); !status) return status.error();
+  set_worker_threads(request.threads);
+  const torch::Device device(request.device);
+
+  std::vector<TrainingSession> sessions;
+  for (std::size_t i = 0; i < request.networks.size(); ++i) {
+    SessionOptions options{request.batch_size, request.optimizer, device, request.seed};
+    auto session = TrainingSession::create(request.networks[i], options, fmt::format("/networks/{}", i));
+    if (!session) return session.error();
+    sessions.push_back(std::move(session).value());
+  }
+
+  std::vector<torch::Tensor> last_loss(sessions.size());
+  for (std::size_t i = 0; i < sessions.size(); ++i) {
+    for (int step = 0; step < request.warmup_steps; ++step) last_loss[i] = sessions[i].step();
+  }
+
+  ProbeResult result;
+  result.meter_source = std::string(meter.source());
+  result.measured = is_measured_source(result.meter_source);
+  result.batch_size = request.batch_size;
+  result.optimizer = request.optimizer;
+  result.warmup_steps = request.warmup_steps;
+  result.steps_per_repetition = request.steps_per_repetition;
+  result.networks.resize(sessions.size());
+
+  const double steps = static_cast<double>(request.steps_per_repetition);
+  for (int round = 0; round < request.repetitions; ++round) {
+    for (std::size_t i = 0; i < sessions.size(); ++i) {
+      synchronize(device);
+      auto energy_before = meter.read();
+      const auto time_before = Clock::now();
+      if (!energy_before) return energy_before.error();
+      for (int step = 0; step < request.steps_per_repetition; ++step) last_loss[i] = sessions[i].step();
+      synchronize(device);
+      const auto time_after = Clock::now();
+      auto energy_after = meter.read();
+      if (!energy_after) return energy_after.error();
+      result.networks[i].repetitions.push_back(Repetition{(energy_after->value - energy_before->value) / steps,
+                                                          seconds_between(time_before, time_after) / steps});
+    }
+  }
+
+  for (std::size_t i = 0; i < sessions.size(); ++i) {
+    NetworkResult& network = result.networks[i];
+    network.name = request.networks[i].name.empty() ? fmt::format("network-{}", i) : request.networks[i].name;
+    std::vector<double> joules;
+    std::vector<double> seconds;
+    for (const auto& repetition : network.repetitions) {
+      joules.push_back(repetition.joules_per_step);
+      seconds.push_back(repetition.seconds_per_step);
+    }
+    network.joules_per_step = median_of(joules);
+    network.seconds_per_step = median_of(seconds);
+    network.joules_spread = spread_of(joules);
+    network.seconds_spread = spread_of(seconds);
+    network.final_loss = last_loss[i].defined() ? last_loss[i].item<double>() : 0.0;
+    if (!std::isfinite(network.final_loss))
+      return make_error(ErrorCode::internal,
+                        fmt::format("network {} ({}): the loss became {}; its timings are not trustworthy", i,
+                                    network.name, network.final_loss),
+                        fmt::format("/networks/{}", i));
+  }
+  result.environment = detect_environment(request.device);
+  result.wall_seconds = seconds_between(started, Clock::now());
+  return result;
+}
+
+}  // namespace joule::worker
