@@ -301,6 +301,21 @@ void Api::handle(HttpRequest&& request, Reply reply) {
     if (!parse_body(body)) return;
     return send_result(answer, http::status::ok)(estimate_request(body, jobs_.device_names(), models_));
   }
+  if (seg.size() == 2 && seg[1] == "probes" && probes_) {
+    route = "/v1/probes";
+    if (method == http::verb::post) {
+      json body;
+      if (!parse_body(body)) return;
+      return send_result(answer, http::status::accepted)(probes_->request(body));
+    }
+    if (method != http::verb::get) return wrong_method("GET, POST");
+    return answer(json_response(http::status::ok, probes_->runs()));
+  }
+  if (seg.size() == 3 && seg[1] == "probes" && probes_) {
+    route = "/v1/probes/{id}";
+    if (method != http::verb::get) return wrong_method("GET");
+    return send_result(answer, http::status::ok)(probes_->run(seg[2]));
+  }
   if (seg.size() == 2 && (seg[1] == "probes" || seg[1] == "budgets")) {
     route = "/v1/" + seg[1];
     return answer(json_response(

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <sstream>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -14,8 +15,10 @@
 
 #include "joule/adapters/database.hpp"
 #include "joule/adapters/job_process.hpp"
+#include "joule/adapters/meter_selection.hpp"
 #include "joule/adapters/modelled_cpu_meter.hpp"
 #include "joule/adapters/simulated_meter.hpp"
+#include "joule/daemon/probe_service.hpp"
 #include "joule/daemon/model_service.hpp"
 #include "joule/estimator/simulated_device.hpp"
 #include "joule/adapters/storage_writer.hpp"
@@ -106,16 +109,21 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
       devices.push_back(std::move(device));
       continue;
     }
-    const adapters::ModelledCpuParams params{device_config.idle_watts, device_config.watts_per_busy_core};
-    device.meter = std::make_unique<adapters::ModelledCpuMeter>(params, "/proc", ::sysconf(_SC_CLK_TCK));
-    device.meter_note =
-        device_config.meter == "modelled"
-            ? fmt::format("modelled as configured: {} W idle + {} W per busy core, from CPU time in /proc/stat",
-                          params.idle_watts, params.watts_per_busy_core)
-            : fmt::format(
-                  "modelled: this build has no hardware meter yet (RAPL comes with the probing work); "
-                  "{} W idle + {} W per busy core, from CPU time in /proc/stat",
-                  params.idle_watts, params.watts_per_busy_core);
+    adapters::MeterRequest request;
+    request.device = device.name;
+    request.meter = device_config.meter;
+    request.modelled = adapters::ModelledCpuParams{device_config.idle_watts, device_config.watts_per_busy_core};
+    auto selected = adapters::select_meter(request);
+    if (!selected) throw std::runtime_error(fmt::format("device {}: {}", device.name, selected.error().message));
+    device.meter = std::move(selected->meter);
+    std::string note;
+    for (const auto& candidate : selected->considered) {
+      spdlog::info("device {}: meter {} {}: {}", device.name, candidate.source, candidate.taken ? "taken" : "passed over",
+                   candidate.reason);
+      if (!note.empty()) note += "; ";
+      note += fmt::format("{} {}: {}", candidate.source, candidate.taken ? "taken" : "passed over", candidate.reason);
+    }
+    device.meter_note = note;
     spdlog::info("device {}: meter {} ({})", device.name, device.meter->source(), device.meter_note);
     devices.push_back(std::move(device));
   }
@@ -123,6 +131,24 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
 }
 
 void apply_log_level(const std::string& level) { spdlog::set_level(spdlog::level::from_str(level)); }
+
+bool is_executable(const std::filesystem::path& path) { return ::access(path.c_str(), X_OK) == 0; }
+
+// joule-worker: as configured, else beside jouled (an install), else in the build tree's
+// worker/ beside daemon/, else on $PATH. Empty when there is none.
+std::filesystem::path find_worker(const config::ProbingConfig& probing, const std::filesystem::path& self) {
+  if (!probing.worker.empty()) return probing.worker;
+  for (const auto& candidate : {self.parent_path() / "joule-worker", self.parent_path() / ".." / "worker" / "joule-worker"})
+    if (is_executable(candidate)) return std::filesystem::weakly_canonical(candidate);
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream dirs(path);
+    std::string dir;
+    while (std::getline(dirs, dir, ':'))
+      if (!dir.empty() && is_executable(std::filesystem::path(dir) / "joule-worker"))
+        return std::filesystem::path(dir) / "joule-worker";
+  }
+  return {};
+}
 
 }  // namespace
 
@@ -152,6 +178,19 @@ int run_daemon(const CommandLine& command_line) {
   if (!stored_events) throw std::runtime_error(stored_events.error().message);
   auto stored_models = (*database)->load_model_snapshots();
   if (!stored_models) throw std::runtime_error(stored_models.error().message);
+  StoredProbeState stored_probe_state;
+  stored_probe_state.snapshots = *stored_models;
+  for (const auto& snapshot : *stored_models) {
+    const auto meta = nlohmann::json::parse(snapshot.meta_json, nullptr, false);
+    if (!meta.is_object() || !meta.contains("environment")) continue;
+    auto samples = (*database)->load_probe_samples(
+        snapshot.device, meta["environment"].get<std::string>() + "; meter " + snapshot.source);
+    if (!samples) throw std::runtime_error(samples.error().message);
+    stored_probe_state.samples[snapshot.device] = std::move(samples).value();
+  }
+  auto stored_runs = (*database)->load_probe_runs(200);
+  if (!stored_runs) throw std::runtime_error(stored_runs.error().message);
+  stored_probe_state.runs = std::move(stored_runs).value();
   spdlog::info("state: {} (schema {}, {} jobs)", db_path.string(), (*database)->schema_version(), stored_jobs->size());
   adapters::StorageWriter storage(std::move(database).value());
 
@@ -184,6 +223,15 @@ int run_daemon(const CommandLine& command_line) {
     auto answer = estimate_request(body, names, models.models());
     return answer ? (*answer)["estimates"] : nlohmann::json(nullptr);
   });
+  ProbeServiceOptions probe_options;
+  probe_options.probing = config.probing;
+  probe_options.state_directory = config.state_directory;
+  probe_options.runner = job_options.runner;
+  probe_options.worker = find_worker(config.probing, job_options.runner);
+  ProbeService probes(io, storage, metrics, models, jobs, probe_options);
+  api.set_probes(&probes);
+  jobs.set_device_hooks([&](const std::string& device) { probes.preempt(device); },
+                        [&](const JobService::Feedback& feedback) { probes.feedback(feedback); });
   HttpServer server(
       io, [&api](HttpRequest&& request, Reply reply) { api.handle(std::move(request), std::move(reply)); },
       HttpServerOptions{config.server.max_body_bytes, config.server.request_timeout_seconds,
@@ -203,6 +251,14 @@ int run_daemon(const CommandLine& command_line) {
     // The starter set for now; recent jobs' models join it once probing runs continuously.
     std::vector<estimator::WorkloadItem> workload;
     models.start(*stored_models, std::move(probeable), std::move(workload));
+    if (probe_options.worker.empty()) {
+      spdlog::warn("joule-worker not found (beside jouled, in the build tree or on PATH; set [probing] worker): real "
+                   "devices get no energy model");
+    } else {
+      spdlog::info("probing with {} ({})", probe_options.worker.string(),
+                   config.probing.enabled ? "enabled when a device is idle" : "only on request: [probing] enabled = false");
+      probes.start(config.devices, std::move(stored_probe_state));
+    }
   }
   api.set_ready(true);
   spdlog::info("listening on http://{}", address);
@@ -263,6 +319,7 @@ int run_daemon(const CommandLine& command_line) {
     api.set_ready(false);
     server.stop();
     jobs.stop_scheduling();
+    probes.stop();
     meter_timer.cancel();
     *drain_deadline = std::chrono::steady_clock::now() + 10s;
     wait_drained();
@@ -283,6 +340,8 @@ int run_daemon(const CommandLine& command_line) {
         config.log_level = next.log_level;
         config.token_sha256 = next.token_sha256;
         config.meter_interval_seconds = next.meter_interval_seconds;
+        config.probing = next.probing;
+        probes.set_config(next.probing);
         spdlog::info("reloaded {}", next.source);
         notifier.ready(fmt::format("listening on {}; config reloaded", address));
       } catch (const std::exception& error) {

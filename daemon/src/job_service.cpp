@@ -235,7 +235,36 @@ void JobService::schedule() {
   }
 }
 
+bool JobService::device_idle(const std::string& name) const {
+  for (const auto& device : devices_)
+    if (device.name == name) return device.runs_jobs && !device.job;
+  return false;
+}
+
+bool JobService::work_waiting_for(const std::string& device) const {
+  if (!scheduling_) return false;
+  return queue_
+      .next([&](const std::string& id) { return schedulers::device_allowed(jobs_.at(id)->spec.constraints, device); })
+      .has_value();
+}
+
+std::vector<std::pair<estimator::ModelSpec, std::int64_t>> JobService::workload(std::size_t recent) const {
+  std::vector<std::pair<estimator::ModelSpec, std::int64_t>> out;
+  std::size_t finished = 0;
+  for (auto it = by_sequence_.rbegin(); it != by_sequence_.rend(); ++it) {
+    const Job& job = *it->second;
+    if (!job.spec.model || !job.spec.training) continue;
+    const bool terminal = schedulers::is_terminal(job.state);
+    if (terminal && finished >= recent) continue;
+    if (terminal) ++finished;
+    out.emplace_back(*job.spec.model, job.spec.training->batch_size);
+    if (out.size() >= 4 * recent + 256) break;  // bounded: the planner needs the mix, not every copy
+  }
+  return out;
+}
+
 void JobService::place(Job& job, Device& device) {
+  if (on_claim_) on_claim_(device.name);
   queue_.erase(job.row.id);
   device.job = job.row.id;
   job.row.device = device.name;
@@ -359,6 +388,15 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
         job.row.energy_joules = std::max(0.0, *end - *job.energy_at_start);
         job.row.energy_source = std::string(device->meter->source());
         metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
+        if (on_finished_ && state == JobState::succeeded && !job.row.estimate_json.empty()) {
+          const auto estimates = nlohmann::json::parse(job.row.estimate_json, nullptr, false);
+          if (estimates.is_array()) {
+            for (const auto& row : estimates)
+              if (row.value("device", "") == device->name)
+                on_finished_(Feedback{device->name, row, *job.row.energy_joules, job.row.energy_source,
+                                      job.energy_partial});
+          }
+        }
       }
     }
   }

@@ -46,7 +46,33 @@ Metrics::Metrics()
       probe_runs_(BuildCounter()
                       .Name("joule_probe_runs_total")
                       .Help("THOR probes run per device (simulated devices: by their simulator)")
-                      .Register(*registry_)) {
+                      .Register(*registry_)),
+      estimate_error_(BuildHistogram()
+                          .Name("joule_estimate_relative_error")
+                          .Help("(measured - estimated) / estimated energy of finished jobs, per device, where the "
+                                "job was metered by the same source the model learnt from")
+                          .Register(*registry_)),
+      model_version_(BuildGauge()
+                         .Name("joule_model_version")
+                         .Help("Version of each device's energy model in use (0: none)")
+                         .Register(*registry_)),
+      model_heldout_error_(BuildGauge()
+                               .Name("joule_model_heldout_error_ratio")
+                               .Help("Median |relative error| of the model's predictions of probe networks made "
+                                     "before they were measured")
+                               .Register(*registry_)),
+      model_last_probe_(BuildGauge()
+                            .Name("joule_model_last_probe_timestamp_seconds")
+                            .Help("Unix time of each device's last completed probe")
+                            .Register(*registry_)),
+      probe_energy_(BuildCounter()
+                        .Name("joule_probe_energy_joules_total")
+                        .Help("Metered energy of probe repetitions, by meter source (modelled is not a measurement)")
+                        .Register(*registry_)),
+      probe_outcomes_(BuildCounter()
+                          .Name("joule_probe_outcomes_total")
+                          .Help("Probe processes by outcome: completed, preempted, failed")
+                          .Register(*registry_)) {
   for (const char* state : {"queued", "placed", "running", "throttled", "succeeded", "failed", "cancelled"}) {
     jobs_.Add({{"state", state}}).Set(0);
   }
@@ -92,5 +118,30 @@ void Metrics::add_probe_runs(const std::string& device, double runs) {
 }
 
 void Metrics::set_up_info(const std::string& version) { build_info_.Add({{"version", version}}).Set(1); }
+
+}  // namespace joule::daemon
+
+namespace joule::daemon {
+
+void Metrics::observe_estimate_error(const std::string& device, double relative_error) {
+  static const prometheus::Histogram::BucketBoundaries buckets = {-0.5, -0.25, -0.1, -0.05, -0.02, 0.0,
+                                                                  0.02, 0.05,  0.1,   0.25,  0.5,   1.0};
+  estimate_error_.Add({{"device", device}}, buckets).Observe(relative_error);
+}
+
+void Metrics::set_model_state(const std::string& device, double version, double heldout_error,
+                              double last_probe_seconds) {
+  model_version_.Add({{"device", device}}).Set(version);
+  model_heldout_error_.Add({{"device", device}}).Set(heldout_error);
+  model_last_probe_.Add({{"device", device}}).Set(last_probe_seconds);
+}
+
+void Metrics::add_probe_energy(const std::string& device, const std::string& source, double joules) {
+  probe_energy_.Add({{"device", device}, {"source", source}}).Increment(joules);
+}
+
+void Metrics::count_probe_outcome(const std::string& device, const std::string& outcome) {
+  probe_outcomes_.Add({{"device", device}, {"outcome", outcome}}).Increment();
+}
 
 }  // namespace joule::daemon

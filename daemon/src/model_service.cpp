@@ -57,6 +57,16 @@ void ModelService::install(const std::string& device, std::shared_ptr<const esti
   if (on_change_) on_change_();
 }
 
+void ModelService::withdraw(const std::string& device) {
+  models_.erase(device);
+  if (on_change_) on_change_();
+}
+
+std::int64_t ModelService::version(const std::string& device) const {
+  const auto it = versions_.find(device);
+  return it == versions_.end() ? 0 : it->second;
+}
+
 void ModelService::start(const std::vector<adapters::StoredModelSnapshot>& snapshots,
                          std::vector<ProbeableDevice> devices, std::vector<estimator::WorkloadItem> workload) {
   for (const auto& snapshot : snapshots) {
@@ -119,20 +129,27 @@ void ModelService::start(const std::vector<adapters::StoredModelSnapshot>& snaps
 json ModelService::model_info(const std::string& device) const {
   const auto it = models_.find(device);
   const auto probing = probing_.find(device);
+  json info;
   if (it == models_.end() || !it->second) {
     const bool busy = probing != probing_.end() && probing->second;
-    return {{"state", busy ? "probing" : "none"},
+    info = {{"state", busy ? "probing" : "none"},
             {"samples", 0},
             {"note", busy ? "learning its energy model from probes"
-                          : "no energy model: probing needs joule-worker and a hardware meter, not in this version"}};
+                          : "no energy model yet: it is learnt from probes when the device is idle"}};
+  } else {
+    std::size_t samples = 0;
+    for (const auto& [key, count] : it->second->sample_counts()) samples += count;
+    info = {{"state", "ready"},
+            {"samples", samples},
+            {"version", versions_.at(device)},
+            {"source", it->second->source()},
+            {"layers", it->second->sample_counts()}};
   }
-  std::size_t samples = 0;
-  for (const auto& [key, count] : it->second->sample_counts()) samples += count;
-  return {{"state", "ready"},
-          {"samples", samples},
-          {"version", versions_.at(device)},
-          {"source", it->second->source()},
-          {"layers", it->second->sample_counts()}};
+  if (probe_info_) {
+    const json probing = probe_info_(device);
+    for (const auto& [key, value] : probing.items()) info[key] = value;
+  }
+  return info;
 }
 
 }  // namespace joule::daemon

@@ -13,6 +13,7 @@
 #include "joule/daemon/estimates.hpp"
 #include "joule/daemon/http_server.hpp"
 #include "joule/daemon/job_service.hpp"
+#include "joule/daemon/probe_service.hpp"
 #include "joule/daemon/metrics.hpp"
 
 namespace joule::daemon {
@@ -30,6 +31,8 @@ class Api {
   void set_ready(bool ready) { ready_ = ready; }
   /// The energy models estimates are made from (none until probing runs on this node).
   void set_models(DeviceModels models) { models_ = std::move(models); }
+  /// Serves /v1/probes from the probe service (501 without one).
+  void set_probes(ProbeService* probes) { probes_ = probes; }
 
   void handle(HttpRequest&& request, Reply reply);
 
@@ -41,6 +44,7 @@ class Api {
   std::vector<std::string> token_hashes_;
   bool ready_ = false;
   DeviceModels models_;
+  ProbeService* probes_ = nullptr;
 };
 
 }  // namespace joule::daemon

@@ -91,6 +91,29 @@ class JobService {
   }
   void set_model_info(std::function<nlohmann::json(const std::string&)> info) { model_info_ = std::move(info); }
 
+  /// What a finished job tells the device's energy model: its estimate there and its metered energy.
+  struct Feedback {
+    std::string device;
+    nlohmann::json estimate;  ///< the stored estimate row of that device ("status": "ok"...)
+    double joules = 0.0;
+    std::string source;
+    bool partial = false;  ///< adopted after a restart: part of its energy was not metered
+  };
+  /// `claim` runs just before a job is placed on a device (probing there must stop at once);
+  /// `finished` after a job that ran to its end was metered.
+  void set_device_hooks(std::function<void(const std::string& device)> claim,
+                        std::function<void(const Feedback&)> finished) {
+    on_claim_ = std::move(claim);
+    on_finished_ = std::move(finished);
+  }
+  /// Whether a device exists, runs jobs and has none placed or running now.
+  bool device_idle(const std::string& name) const;
+  /// Whether any queued job may run on the device (probing must then leave it alone).
+  bool work_waiting_for(const std::string& device) const;
+  /// The models of queued jobs and of the latest `recent` finished ones, with their batch sizes:
+  /// what the probe planner should learn.
+  std::vector<std::pair<estimator::ModelSpec, std::int64_t>> workload(std::size_t recent) const;
+
  private:
   struct Job;
   using Write = adapters::StorageWriter::Write;
@@ -131,6 +154,8 @@ class JobService {
   bool scheduling_ = true;
   std::function<nlohmann::json(const schedulers::JobSpec&)> estimator_;
   std::function<nlohmann::json(const std::string&)> model_info_;
+  std::function<void(const std::string&)> on_claim_;
+  std::function<void(const Feedback&)> on_finished_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -34,6 +34,13 @@ class Metrics {
   /// Samples behind a device's model of one (layer kind, position), e.g. layer="conv2d@hidden".
   void set_model_samples(const std::string& device, const std::string& layer, double samples);
   void add_probe_runs(const std::string& device, double runs);
+  /// (measured − estimated) / estimated of a finished job on a device, same meter source.
+  void observe_estimate_error(const std::string& device, double relative_error);
+  /// A device model's state: version, held-out error (median |relative error| of probe networks
+  /// predicted before they were measured), time of the last probe.
+  void set_model_state(const std::string& device, double version, double heldout_error, double last_probe_seconds);
+  void add_probe_energy(const std::string& device, const std::string& source, double joules);
+  void count_probe_outcome(const std::string& device, const std::string& outcome);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -47,6 +54,12 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& build_info_;
   prometheus::Family<prometheus::Gauge>& model_samples_;
   prometheus::Family<prometheus::Counter>& probe_runs_;
+  prometheus::Family<prometheus::Histogram>& estimate_error_;
+  prometheus::Family<prometheus::Gauge>& model_version_;
+  prometheus::Family<prometheus::Gauge>& model_heldout_error_;
+  prometheus::Family<prometheus::Gauge>& model_last_probe_;
+  prometheus::Family<prometheus::Counter>& probe_energy_;
+  prometheus::Family<prometheus::Counter>& probe_outcomes_;
 };
 
 }  // namespace joule::daemon

@@ -1,8 +1,7 @@
 #pragma once
-// Keeps each device's energy model: loaded from its SQLite snapshot at start, or learnt by a
-// probe campaign on a worker thread (never on the event loop), then saved. In this version only
-// simulated devices ("sim:<profile>") can be probed: their simulator answers the probes.
-// Real devices get models when joule-worker and the hardware meters arrive.
+// Keeps each device's energy model for estimates: loaded from its SQLite snapshot at start;
+// simulated devices ("sim:<profile>") learn theirs by a simulated probe campaign on a worker
+// thread (never on the event loop); real devices get theirs from the ProbeService.
 
 #include <atomic>
 #include <functional>
@@ -43,14 +42,21 @@ class ModelService {
              std::vector<estimator::WorkloadItem> workload);
 
   const DeviceModels& models() const { return models_; }
+  /// Publishes a device's fitted model for estimates (on the loop thread).
+  void install(const std::string& device, std::shared_ptr<const estimator::DeviceEnergyModel> model,
+               std::int64_t version);
+  /// Stops estimating with a device's model (learnt under conditions that no longer hold).
+  void withdraw(const std::string& device);
+  std::int64_t version(const std::string& device) const;
+  /// Adds a device's probing state (from the ProbeService) to model_info().
+  void set_probe_info(std::function<nlohmann::json(const std::string&)> info) { probe_info_ = std::move(info); }
   /// {"state": "none" | "probing" | "ready", "samples": N, "version": V, "source": ...}
   nlohmann::json model_info(const std::string& device) const;
   /// The networks a new node learns first: LeNet-5, a small CNN and an MLP.
   static std::vector<estimator::WorkloadItem> starter_workload();
 
  private:
-  void install(const std::string& device, std::shared_ptr<const estimator::DeviceEnergyModel> model,
-               std::int64_t version);
+  std::function<nlohmann::json(const std::string&)> probe_info_;
 
   boost::asio::io_context& io_;
   adapters::StorageWriter& storage_;

@@ -71,6 +71,8 @@ class DeviceEnergyModel {
 
   const std::string& device() const { return device_; }
   const std::string& source() const { return source_; }
+  /// Names the meter source once it is known (a model resumed before its first probe result).
+  void set_source(std::string source) { source_ = std::move(source); }
 
   /// Keeps a decomposed probe sample; non-positive energies (noise larger than the layer) are
   /// counted and dropped, since the model works in log energy.

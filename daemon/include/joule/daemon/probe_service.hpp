@@ -1,0 +1,130 @@
+#pragma once
+// Keeps the energy models of this node's real devices current (ARCHITECTURE.md, Estimation).
+//
+// When a device is idle (no job on it or waiting for it, idle for `idle_seconds`) and probing
+// is allowed (enabled, inside the configured hours, under the day's joule cap), joule-worker
+// trains the 1-, 2- and 3-layer networks that the ProbePlanner chooses for the workload of
+// queued and recent jobs. jouled never links LibTorch: the worker is a child process in its
+// own process group, started through the job runner, and its one JSON result is read back.
+// Each probe is decomposed into a layer sample, stored in SQLite, and the GPs are refitted on
+// a worker thread (never on the event loop) every few probes; the fitted model replaces the
+// device's model for estimates and is saved as a snapshot with its version, sample count,
+// last probe time and held-out error.
+//
+// A probe is pre-empted the moment a job is placed on its device: its process group is
+// killed and the interrupted measurement discarded. Re-probing starts on drift (finished
+// jobs' metered energy outside the estimate's own 2σ band in 2 of the last 3 jobs), on age
+// (model older than `max_model_age_hours`), and when joule-worker reports another software
+// environment (LibTorch, BLAS, threads, meter source) than the model was learnt under: that
+// model is withdrawn at once, since its figures describe other conditions.
+
+#include <chrono>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <nlohmann/json.hpp>
+
+#include "joule/adapters/database.hpp"
+#include "joule/adapters/job_process.hpp"
+#include "joule/adapters/storage_writer.hpp"
+#include "joule/config/daemon_config.hpp"
+#include "joule/daemon/job_service.hpp"
+#include "joule/daemon/metrics.hpp"
+#include "joule/daemon/model_service.hpp"
+#include "joule/estimator/probe_campaign.hpp"
+
+namespace joule::daemon {
+
+struct ProbeServiceOptions {
+  config::ProbingConfig probing;
+  std::filesystem::path state_directory;
+  std::filesystem::path worker;  ///< the joule-worker executable
+  std::filesystem::path runner;  ///< jouled itself (--job-runner)
+  double tick_seconds = 1.0;
+};
+
+/// What was stored about a device's probing, loaded at start.
+struct StoredProbeState {
+  std::vector<adapters::StoredModelSnapshot> snapshots;
+  std::map<std::string, std::vector<adapters::StoredProbeSample>> samples;  ///< by device
+  std::vector<adapters::StoredProbeRun> runs;
+};
+
+class ProbeService {
+ public:
+  ProbeService(boost::asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics, ModelService& models,
+               JobService& jobs, ProbeServiceOptions options);
+  ~ProbeService();
+
+  /// Takes over the real devices (cpu, cuda:N) of the config, resumes from what was stored,
+  /// checks the worker's environment, and starts the probing timer.
+  void start(const std::vector<config::DeviceConfig>& devices, StoredProbeState stored);
+  /// Kills a probe in progress and stops the timer (the daemon is stopping).
+  void stop();
+  void set_config(const config::ProbingConfig& probing);
+
+  /// A job is about to be placed on `device`: a probe there is killed and discarded.
+  void preempt(const std::string& device);
+  /// A finished job's metered energy beside its estimate: error metric and drift check.
+  void feedback(const JobService::Feedback& feedback);
+
+  /// POST /v1/probes: {"device": "cpu", "seconds": 60}; 202 with the run.
+  Result<nlohmann::json> request(const nlohmann::json& body);
+  /// GET /v1/probes: the latest runs, newest last.
+  nlohmann::json runs() const;
+  Result<nlohmann::json> run(const std::string& id) const;
+  /// Probing state of a device for GET /v1/devices (empty object for devices not probed here).
+  nlohmann::json info(const std::string& device) const;
+
+ private:
+  struct Device;
+  struct Running;
+
+  void tick();
+  void schedule_tick();
+  void consider(Device& device);
+  std::optional<std::string> why_not_now(const Device& device, bool requested) const;
+  bool needs_probing(Device& device);
+  void start_probe(Device& device);
+  void on_probe_exit(const std::string& device_name);
+  void accept_result(Device& device, const Running& probe, const nlohmann::json& result_json);
+  void begin_campaign(Device& device, const std::string& reason);
+  void refresh_workload(Device& device);
+  void maybe_fit(Device& device, bool force);
+  void on_fitted(const std::string& device_name, std::shared_ptr<estimator::DeviceEnergyModel> model,
+                 std::size_t samples, double seconds);
+  void check_environment(Device& device);
+  std::string open_run(Device& device, const std::string& reason, std::optional<double> seconds);
+  void close_run(Device& device, const std::string& state, const std::string& message);
+  void save_run(const std::string& id);
+  nlohmann::json run_json(const adapters::StoredProbeRun& run) const;
+  nlohmann::json snapshot_meta(const Device& device) const;
+  std::int64_t now_ms() const;
+
+  boost::asio::io_context& io_;
+  adapters::StorageWriter& storage_;
+  Metrics& metrics_;
+  ModelService& models_;
+  JobService& jobs_;
+  ProbeServiceOptions options_;
+  std::map<std::string, std::unique_ptr<Device>> devices_;
+  std::map<std::string, adapters::StoredProbeRun> runs_;
+  std::deque<std::string> run_order_;
+  boost::asio::steady_timer timer_;
+  std::thread fitter_;
+  bool fitting_ = false;
+  bool stopped_ = false;
+  std::uint64_t next_run_ = 1;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace joule::daemon

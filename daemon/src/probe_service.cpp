@@ -1,0 +1,912 @@
+#include "joule/daemon/probe_service.hpp"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include <boost/asio/post.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "joule/estimator/layer_analysis.hpp"
+#include "joule/worker/protocol.hpp"
+
+namespace joule::daemon {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+namespace {
+
+constexpr std::size_t kHeldOutWindow = 50;
+constexpr std::size_t kRunsKept = 200;
+constexpr int kFailuresBeforeBackoff = 3;
+
+std::string read_file(const std::filesystem::path& path, std::size_t limit = 1 << 20) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.size() > limit) text = text.substr(text.size() - limit);
+  return text;
+}
+
+std::string last_line(const std::string& text) {
+  auto end = text.find_last_not_of("\n ");
+  if (end == std::string::npos) return "";
+  auto start = text.rfind('\n', end);
+  return text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
+
+std::optional<estimator::LayerKey> parse_key(const std::string& name) {
+  const auto at = name.find('@');
+  if (at == std::string::npos) return std::nullopt;
+  const std::string position = name.substr(at + 1);
+  estimator::LayerKey key{name.substr(0, at)};
+  if (position == "input")
+    key.position = estimator::LayerPosition::input;
+  else if (position == "hidden")
+    key.position = estimator::LayerPosition::hidden;
+  else if (position == "output")
+    key.position = estimator::LayerPosition::output;
+  else
+    return std::nullopt;
+  return key;
+}
+
+json target_json(const estimator::ProbeTarget& target) {
+  return {{"layer", [&] {
+             json layer = target.layer.args;
+             layer["type"] = target.layer.type;
+             return layer;
+           }()},
+          {"input_shape", target.input_shape},
+          {"input_dtype", target.input_dtype},
+          {"batch_size", target.batch_size},
+          {"position", std::string(estimator::to_string(target.position))},
+          {"loss", target.loss}};
+}
+
+std::optional<estimator::ProbeTarget> parse_target(const json& j) {
+  try {
+    estimator::ProbeTarget target;
+    json layer = j.at("layer");
+    target.layer.type = layer.at("type").get<std::string>();
+    layer.erase("type");
+    target.layer.args = layer;
+    target.input_shape = j.at("input_shape").get<std::vector<std::int64_t>>();
+    target.input_dtype = j.at("input_dtype").get<std::string>();
+    target.batch_size = j.at("batch_size").get<std::int64_t>();
+    auto key = parse_key(target.layer.type + "@" + j.at("position").get<std::string>());
+    if (!key) return std::nullopt;
+    target.position = key->position;
+    target.loss = j.at("loss").get<std::string>();
+    return target;
+  } catch (const json::exception&) {
+    return std::nullopt;
+  }
+}
+
+// Minute of the local day, and the local calendar day (for the daily joule cap).
+std::pair<int, int> local_minute_and_day() {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  return {local.tm_hour * 60 + local.tm_min, local.tm_year * 1000 + local.tm_yday};
+}
+
+bool within_hours(int minute, int start, int end) {
+  return start < end ? (minute >= start && minute < end) : (minute >= start || minute < end);
+}
+
+}  // namespace
+
+struct ProbeService::Running {
+  std::string run_id;
+  estimator::ProbePlan plan;
+  adapters::ProcessIdentity process;
+  std::unique_ptr<asio::posix::stream_descriptor> watch;
+  std::filesystem::path directory;
+  SteadyTime started;
+  bool preempted = false;
+  bool environment_only = false;  // `joule-worker env`, not a probe
+};
+
+struct ProbeService::Device {
+  config::DeviceConfig config;
+  std::string environment;  // worker environment fingerprint of the samples in `learning`
+  std::string source;       // meter source of those samples
+  std::shared_ptr<estimator::DeviceEnergyModel> learning;  // every sample so far (loop thread only)
+  std::shared_ptr<const estimator::DeviceEnergyModel> fitted;  // latest fit of `learning`
+  std::unique_ptr<estimator::ProbePlanner> planner;
+  std::size_t samples = 0;
+  std::size_t samples_at_fit = 0;
+  bool fit_pending = false;
+  std::int64_t model_saved_ms = 0;
+  std::optional<std::int64_t> last_probe_ms;
+  std::deque<double> heldout;  // |relative error| of probe networks predicted before measuring
+  std::deque<bool> drift_window;
+  std::string campaign_reason = "initial";  // why the current samples are being gathered
+  std::shared_ptr<const estimator::DeviceEnergyModel> replacing;  // the model a re-probe replaces
+  bool environment_known = false;
+  bool converged = false;
+  std::optional<SteadyTime> idle_since;
+  std::optional<Running> probe;
+  std::optional<std::string> active_run;
+  std::optional<SteadyTime> requested_until;
+  SteadyTime backoff_until{};
+  int consecutive_failures = 0;
+  double joules_today = 0.0;
+  int day = -1;
+  std::string waiting;  // why it is not probing now, for GET /v1/devices
+};
+
+ProbeService::ProbeService(asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
+                           ModelService& models, JobService& jobs, ProbeServiceOptions options)
+    : io_(io),
+      storage_(storage),
+      metrics_(metrics),
+      models_(models),
+      jobs_(jobs),
+      options_(std::move(options)),
+      timer_(io) {}
+
+ProbeService::~ProbeService() {
+  *alive_ = false;
+  stop();
+  if (fitter_.joinable()) fitter_.join();
+}
+
+std::int64_t ProbeService::now_ms() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void ProbeService::start(const std::vector<config::DeviceConfig>& devices, StoredProbeState stored) {
+  for (const auto& run : stored.runs) {
+    auto row = run;
+    if (row.state == "running" || row.state == "queued") {  // the daemon stopped during it
+      row.state = "interrupted";
+      row.finished_ms = row.finished_ms.value_or(row.started_ms);
+      row.message = "jouled stopped during this run";
+      runs_[row.id] = row;
+      save_run(row.id);
+    } else {
+      runs_[row.id] = row;
+    }
+    run_order_.push_back(row.id);
+  }
+  for (const auto& config : devices) {
+    if (config.name != "cpu" && config.name.rfind("cuda:", 0) != 0) continue;
+    auto device = std::make_unique<Device>();
+    device->config = config;
+    device->planner = std::make_unique<estimator::ProbePlanner>(std::vector<estimator::WorkloadItem>{},
+                                                                estimator::CampaignOptions{},
+                                                                options_.probing.target_sigma);
+    for (const auto& snapshot : stored.snapshots) {
+      if (snapshot.device != config.name) continue;
+      const auto meta = json::parse(snapshot.meta_json, nullptr, false);
+      if (!meta.is_object()) continue;
+      device->environment = meta.value("environment", "");
+      device->source = snapshot.source;
+      device->model_saved_ms = meta.value("learnt_ms", snapshot.saved_ms);
+      if (meta.contains("last_probe_ms") && meta["last_probe_ms"].is_number())
+        device->last_probe_ms = meta["last_probe_ms"].get<std::int64_t>();
+      for (const auto& e : meta.value("heldout", json::array())) device->heldout.push_back(e.get<double>());
+      device->campaign_reason = "";
+    }
+    device->learning = std::make_shared<estimator::DeviceEnergyModel>(config.name, device->source);
+    if (auto it = stored.samples.find(config.name); it != stored.samples.end()) {
+      for (const auto& row : it->second) {
+        const auto detail = json::parse(row.detail_json, nullptr, false);
+        auto key = parse_key(row.layer_key);
+        if (!key || !detail.is_object()) continue;
+        estimator::LayerSample sample;
+        sample.key = *key;
+        sample.features = detail.value("features", std::map<std::string, double>{});
+        sample.joules_per_step = row.joules_per_step;
+        sample.seconds_per_step = row.seconds_per_step;
+        device->learning->add_sample(sample);
+        for (const auto& network : detail.value("networks", json::array()))
+          device->learning->add_network(network.value("flops", 0.0), network.value("joules_per_step", 0.0));
+        if (auto target = parse_target(detail.value("target", json::object()))) device->planner->mark_probed(*target);
+        ++device->samples;
+      }
+      device->samples_at_fit = device->samples;
+      spdlog::info("device {}: {} stored probe samples resume its model ({})", config.name, device->samples,
+                   device->environment);
+    }
+    if (auto models = models_.models(); models.contains(config.name)) device->fitted = models.at(config.name);
+    const std::string name = config.name;
+    devices_.emplace(name, std::move(device));
+    refresh_workload(*devices_.at(name));
+  }
+  models_.set_probe_info([this](const std::string& device) { return info(device); });
+  if (devices_.empty()) return;
+  for (auto& [name, device] : devices_) check_environment(*device);
+  schedule_tick();
+}
+
+void ProbeService::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  timer_.cancel();
+  for (auto& [name, device] : devices_) {
+    if (device->probe) {
+      device->probe->preempted = true;
+      (void)adapters::signal_process_group(device->probe->process.pid, SIGKILL);
+    }
+  }
+}
+
+void ProbeService::set_config(const config::ProbingConfig& probing) {
+  options_.probing = probing;
+  for (auto& [name, device] : devices_) device->planner = nullptr, refresh_workload(*device);
+}
+
+void ProbeService::schedule_tick() {
+  if (stopped_) return;
+  timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(options_.tick_seconds)));
+  timer_.async_wait([this, alive = alive_](boost::system::error_code ec) {
+    if (ec || !*alive) return;
+    tick();
+    schedule_tick();
+  });
+}
+
+void ProbeService::tick() {
+  for (auto& [name, device] : devices_) consider(*device);
+}
+
+void ProbeService::refresh_workload(Device& device) {
+  std::vector<estimator::WorkloadItem> workload;
+  for (auto& [model, batch] : jobs_.workload(32)) workload.push_back(estimator::WorkloadItem{model, batch});
+  for (auto& item : ModelService::starter_workload()) workload.push_back(std::move(item));
+  if (!device.planner) {
+    estimator::CampaignOptions options;
+    device.planner = std::make_unique<estimator::ProbePlanner>(workload, options, options_.probing.target_sigma);
+  } else {
+    device.planner->set_workload(std::move(workload));
+  }
+}
+
+std::optional<std::string> ProbeService::why_not_now(const Device& device, bool requested) const {
+  if (!requested && !options_.probing.enabled) return "probing is disabled ([probing] enabled = false)";
+  if (!device.environment_known) return "checking joule-worker's environment";
+  if (std::chrono::steady_clock::now() < device.backoff_until)
+    return "paused after repeated probe failures (see GET /v1/probes)";
+  if (!requested) {
+    const auto [minute, day] = local_minute_and_day();
+    if (!within_hours(minute, options_.probing.start_minute, options_.probing.end_minute))
+      return "outside the probing hours ([probing] hours)";
+  }
+  if (options_.probing.max_joules_per_day > 0.0 && device.joules_today >= options_.probing.max_joules_per_day)
+    return fmt::format("today's probe energy cap of {} J is spent", options_.probing.max_joules_per_day);
+  return std::nullopt;
+}
+
+bool ProbeService::needs_probing(Device& device) {
+  if (!device.campaign_reason.empty()) return true;
+  const double age_hours = static_cast<double>(now_ms() - device.model_saved_ms) / 3.6e6;
+  if (device.model_saved_ms > 0 && age_hours > options_.probing.max_model_age_hours) {
+    begin_campaign(device, "age");
+    return true;
+  }
+  const auto& model = device.fitted ? *device.fitted : *device.learning;
+  return device.planner->next(model).has_value();
+}
+
+void ProbeService::consider(Device& device) {
+  if (device.probe) return;
+  const auto now = std::chrono::steady_clock::now();
+  const auto [minute, day] = local_minute_and_day();
+  if (day != device.day) {
+    device.day = day;
+    device.joules_today = 0.0;
+  }
+  if (device.requested_until && now >= *device.requested_until) {
+    device.requested_until.reset();
+    close_run(device, "done", "the requested time is over");
+  }
+  const bool requested = device.requested_until.has_value();
+  if (!jobs_.device_idle(device.config.name) || jobs_.work_waiting_for(device.config.name)) {
+    device.idle_since.reset();
+    device.waiting = "a job runs on the device or waits for it";
+    if (device.active_run && !requested) close_run(device, "done", "the device is needed for jobs");
+    return;
+  }
+  if (!device.idle_since) device.idle_since = now;
+  if (auto reason = why_not_now(device, requested)) {
+    device.waiting = *reason;
+    if (device.active_run && !requested) close_run(device, "done", *reason);
+    return;
+  }
+  if (!requested) {
+    const double idle = std::chrono::duration<double>(now - *device.idle_since).count();
+    if (idle < options_.probing.idle_seconds) {
+      device.waiting = fmt::format("waiting for {:.0f} s of idleness ([probing] idle_seconds)",
+                                   options_.probing.idle_seconds - idle);
+      return;
+    }
+    if (!needs_probing(device)) {
+      device.waiting = "";
+      if (!device.converged)
+        spdlog::info("device {}: energy model is as sure as [probing] target_sigma asks where the workload needs it",
+                     device.config.name);
+      device.converged = true;
+      if (device.active_run) close_run(device, "done", "the model is sure enough where the workload needs it");
+      return;
+    }
+  }
+  device.converged = false;
+  device.waiting = "";
+  start_probe(device);
+}
+
+void ProbeService::begin_campaign(Device& device, const std::string& reason) {
+  spdlog::info("device {}: re-probing ({})", device.config.name, reason);
+  device.campaign_reason = reason;
+  device.replacing = device.fitted;
+  device.learning = std::make_shared<estimator::DeviceEnergyModel>(device.config.name, device.source);
+  device.fitted.reset();
+  device.samples = 0;
+  device.samples_at_fit = 0;
+  device.planner.reset();
+  device.drift_window.clear();
+  refresh_workload(device);
+}
+
+std::string ProbeService::open_run(Device& device, const std::string& reason, std::optional<double> seconds) {
+  adapters::StoredProbeRun run;
+  run.id = fmt::format("p{}-{}", now_ms(), next_run_++);
+  run.device = device.config.name;
+  run.reason = reason;
+  run.state = "running";
+  run.requested_seconds = seconds;
+  run.started_ms = now_ms();
+  runs_[run.id] = run;
+  run_order_.push_back(run.id);
+  while (run_order_.size() > kRunsKept) {
+    runs_.erase(run_order_.front());
+    run_order_.pop_front();
+  }
+  device.active_run = run.id;
+  save_run(run.id);
+  return run.id;
+}
+
+void ProbeService::close_run(Device& device, const std::string& state, const std::string& message) {
+  if (!device.active_run) return;
+  auto it = runs_.find(*device.active_run);
+  device.active_run.reset();
+  if (it == runs_.end()) return;
+  it->second.state = state;
+  it->second.finished_ms = now_ms();
+  it->second.message = message;
+  save_run(it->first);
+  maybe_fit(device, true);
+}
+
+void ProbeService::save_run(const std::string& id) {
+  const auto it = runs_.find(id);
+  if (it == runs_.end()) return;
+  storage_.submit([run = it->second](adapters::Database& db) { return db.save_probe_run(run); },
+                  [id](Status s) {
+                    if (!s) spdlog::error("probe run {}: not saved: {}", id, s.error().message);
+                  });
+}
+
+void ProbeService::check_environment(Device& device) {
+  // `joule-worker env` says which LibTorch, BLAS and threads probes would run under now; a
+  // model learnt under others is withdrawn before it estimates anything.
+  const auto directory = options_.state_directory / "probes" / fmt::format("env-{}", device.config.name);
+  std::error_code ec;
+  std::filesystem::create_directories(directory, ec);
+  adapters::LaunchSpec spec;
+  spec.argv = {options_.worker.string(), "env", "--device", device.config.name, "--threads",
+               std::to_string(options_.probing.threads)};
+  spec.workdir = directory;
+  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", fmt::format("TMPDIR={}", directory.string())};
+  spec.stdout_path = directory / "stdout";
+  spec.stderr_path = directory / "stderr";
+  spec.status_path = directory / "status";
+  spec.runner = options_.runner;
+  std::filesystem::remove(spec.stdout_path, ec);
+  std::filesystem::remove(spec.status_path, ec);
+  auto process = adapters::launch_job(spec);
+  if (!process) {
+    device.waiting = "cannot start joule-worker: " + process.error().message;
+    spdlog::error("device {}: cannot start {}: {}", device.config.name, options_.worker.string(),
+                  process.error().message);
+    return;
+  }
+  Running running;
+  running.process = *process;
+  running.directory = directory;
+  running.started = std::chrono::steady_clock::now();
+  running.environment_only = true;
+  device.probe = std::move(running);
+  auto pidfd = adapters::open_pidfd(process->pid);
+  const std::string name = device.config.name;
+  if (!pidfd) {
+    asio::post(io_, [this, alive = alive_, name] {
+      if (*alive) on_probe_exit(name);
+    });
+    return;
+  }
+  device.probe->watch = std::make_unique<asio::posix::stream_descriptor>(io_, *pidfd);
+  device.probe->watch->async_wait(asio::posix::stream_descriptor::wait_read,
+                                  [this, alive = alive_, name](boost::system::error_code ec) {
+                                    if (!*alive || ec == asio::error::operation_aborted) return;
+                                    on_probe_exit(name);
+                                  });
+}
+
+void ProbeService::start_probe(Device& device) {
+  const auto& model = device.fitted ? *device.fitted : *device.learning;
+  auto plan = device.planner->next(model);
+  const bool requested = device.requested_until.has_value();
+  if (!plan && requested) {
+    // Asked to probe although the planner has nothing left: learn the workload's neighbourhood
+    // again from scratch would discard data; instead end the request honestly.
+    device.requested_until.reset();
+    close_run(device, "done", "every candidate configuration of the workload is probed");
+    return;
+  }
+  if (!plan) return;
+  if (!device.active_run)
+    open_run(device, requested ? "requested" : (device.campaign_reason.empty() ? "idle" : device.campaign_reason),
+             std::nullopt);
+
+  worker::ProbeRequest request;
+  request.device = device.config.name;
+  request.threads = options_.probing.threads;
+  request.batch_size = plan->target.batch_size;
+  request.warmup_steps = options_.probing.warmup_steps;
+  request.steps_per_repetition = options_.probing.steps_per_repetition;
+  request.repetitions = options_.probing.repetitions;
+  request.meter = device.config.meter;
+  request.idle_watts = device.config.idle_watts;
+  request.watts_per_busy_core = device.config.watts_per_busy_core;
+  request.seed = next_run_;
+  request.networks = plan->networks;
+
+  const auto directory = options_.state_directory / "probes" / fmt::format("{}-{}", *device.active_run, next_run_++);
+  std::error_code ec;
+  std::filesystem::create_directories(directory, ec);
+  {
+    std::ofstream out(directory / "request.json");
+    out << worker::to_json(request).dump();
+    if (!out) {
+      device.waiting = fmt::format("cannot write {}", (directory / "request.json").string());
+      device.backoff_until = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+      return;
+    }
+  }
+  adapters::LaunchSpec spec;
+  spec.argv = {options_.worker.string(), "probe", "--request", (directory / "request.json").string()};
+  spec.workdir = directory;
+  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", fmt::format("TMPDIR={}", directory.string()),
+              fmt::format("OMP_NUM_THREADS={}", options_.probing.threads),
+              fmt::format("OPENBLAS_NUM_THREADS={}", options_.probing.threads)};
+  spec.stdout_path = directory / "result.json";
+  spec.stderr_path = directory / "stderr.log";
+  spec.status_path = directory / "status";
+  spec.runner = options_.runner;
+  auto process = adapters::launch_job(spec);
+  if (!process) {
+    spdlog::error("device {}: cannot start a probe: {}", device.config.name, process.error().message);
+    device.backoff_until = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    return;
+  }
+  Running running;
+  running.run_id = *device.active_run;
+  running.plan = std::move(plan).value();
+  running.process = *process;
+  running.directory = directory;
+  running.started = std::chrono::steady_clock::now();
+  device.probe = std::move(running);
+  const std::string name = device.config.name;
+  auto pidfd = adapters::open_pidfd(process->pid);
+  if (!pidfd) {
+    asio::post(io_, [this, alive = alive_, name] {
+      if (*alive) on_probe_exit(name);
+    });
+    return;
+  }
+  device.probe->watch = std::make_unique<asio::posix::stream_descriptor>(io_, *pidfd);
+  device.probe->watch->async_wait(asio::posix::stream_descriptor::wait_read,
+                                  [this, alive = alive_, name](boost::system::error_code ec) {
+                                    if (!*alive || ec == asio::error::operation_aborted) return;
+                                    on_probe_exit(name);
+                                  });
+}
+
+void ProbeService::preempt(const std::string& device_name) {
+  const auto it = devices_.find(device_name);
+  if (it == devices_.end() || !it->second->probe || it->second->probe->environment_only) return;
+  Device& device = *it->second;
+  device.probe->preempted = true;
+  // At once: the job must not share the device with a probe, and a half-measured probe is worthless.
+  (void)adapters::signal_process_group(device.probe->process.pid, SIGKILL);
+  spdlog::info("device {}: probe pre-empted by a job", device_name);
+}
+
+void ProbeService::on_probe_exit(const std::string& device_name) {
+  const auto it = devices_.find(device_name);
+  if (it == devices_.end() || !it->second->probe) return;
+  Device& device = *it->second;
+  Running probe = std::move(*device.probe);
+  device.probe.reset();
+  probe.watch.reset();
+  const auto runner_status = adapters::reap_child(probe.process.pid);
+  auto exit = adapters::read_status_file(probe.directory / "status");
+  if (!exit) exit = runner_status;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - probe.started).count();
+  std::error_code ec;
+
+  if (probe.environment_only) {
+    const auto parsed = json::parse(read_file(probe.directory / "stdout"), nullptr, false);
+    if (!exit || !exit->success() || !parsed.is_object()) {
+      const std::string why = last_line(read_file(probe.directory / "stderr", 4096));
+      device.waiting = fmt::format("joule-worker env failed: {}", why.empty() ? "no output" : why);
+      spdlog::error("device {}: {} (probing is off for this device until a reload)", device_name, device.waiting);
+      return;
+    }
+    const std::string environment = parsed.value("fingerprint", "");
+    device.environment_known = true;
+    if (!device.environment.empty() && environment != device.environment) {
+      spdlog::warn("device {}: its energy model was learnt under \"{}\" but probes now run under \"{}\"; the model "
+                   "is withdrawn and the device re-probes",
+                   device_name, device.environment, environment);
+      models_.withdraw(device_name);
+      device.environment = environment;
+      begin_campaign(device, "environment");
+      device.replacing.reset();  // nothing to keep serving: it described other conditions
+    } else {
+      device.environment = environment;
+    }
+    return;
+  }
+
+  auto run = runs_.find(probe.run_id);
+  if (probe.preempted) {
+    metrics_.count_probe_outcome(device_name, "preempted");
+    if (run != runs_.end()) ++run->second.preempted;
+    std::filesystem::remove_all(probe.directory, ec);
+    if (run != runs_.end()) save_run(run->first);
+    return;
+  }
+  if (run != runs_.end()) run->second.probe_seconds += seconds;
+  const std::string output = read_file(probe.directory / "result.json");
+  if (!exit || !exit->success()) {
+    const std::string why = last_line(read_file(probe.directory / "stderr.log", 8192));
+    metrics_.count_probe_outcome(device_name, "failed");
+    device.planner->mark_probed(probe.plan.target);  // not tried again
+    const std::string message =
+        fmt::format("probe of {} ({}) failed with {}: {}", probe.plan.target.layer.type,
+                    estimator::to_string(probe.plan.target.position), exit ? exit->describe() : "no exit status", why);
+    spdlog::warn("device {}: {}", device_name, message);
+    if (run != runs_.end()) {
+      ++run->second.failed;
+      run->second.message = message;
+      save_run(run->first);
+    }
+    if (++device.consecutive_failures >= kFailuresBeforeBackoff) {
+      device.backoff_until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+      device.consecutive_failures = 0;
+      close_run(device, "failed", message + " (probing paused for 10 minutes)");
+    }
+    return;
+  }
+  device.consecutive_failures = 0;
+  const auto result = json::parse(output, nullptr, false);
+  accept_result(device, probe, result);
+  std::filesystem::remove_all(probe.directory, ec);
+}
+
+void ProbeService::accept_result(Device& device, const Running& probe, const json& result_json) {
+  const std::string& name = device.config.name;
+  auto result = worker::parse_probe_result(result_json);
+  auto run = runs_.find(probe.run_id);
+  if (!result || result->networks.size() != probe.plan.networks.size()) {
+    spdlog::error("device {}: unreadable probe result: {}", name,
+                  result ? "wrong number of networks" : result.error().message);
+    if (run != runs_.end()) ++run->second.failed;
+    device.planner->mark_probed(probe.plan.target);
+    return;
+  }
+  const std::string environment = result->environment.fingerprint();
+  if (device.source.empty()) device.source = result->meter_source;
+  if ((!device.environment.empty() && environment != device.environment) || result->meter_source != device.source) {
+    spdlog::warn("device {}: probes now run under \"{}\" metered by {} (the model has \"{}\" by {}); re-probing", name,
+                 environment, result->meter_source, device.environment, device.source);
+    device.environment = environment;
+    device.source = result->meter_source;
+    models_.withdraw(name);
+    begin_campaign(device, "environment");
+    device.replacing.reset();
+  }
+  device.environment = environment;
+  if (device.learning->source().empty()) device.learning->set_source(device.source);
+
+  // Held-out error: the model in use predicts each probe network before its measurement joins.
+  const auto& models = models_.models();
+  if (auto in_use = models.find(name); in_use != models.end() && in_use->second) {
+    for (std::size_t i = 0; i < probe.plan.networks.size(); ++i) {
+      estimator::TrainingConfig one_step{probe.plan.target.batch_size, 1, probe.plan.target.batch_size, "sgd"};
+      auto predicted = in_use->second->estimate(probe.plan.networks[i], one_step);
+      const double measured = result->networks[i].joules_per_step;
+      if (predicted && measured > 0.0) {
+        device.heldout.push_back(std::abs(predicted->joules_per_step.mean - measured) / measured);
+        if (device.heldout.size() > kHeldOutWindow) device.heldout.pop_front();
+      }
+    }
+  }
+
+  std::vector<estimator::NetworkMeasurement> measured;
+  json networks = json::array();
+  double joules = 0.0;
+  for (std::size_t i = 0; i < probe.plan.networks.size(); ++i) {
+    const auto& network = result->networks[i];
+    measured.push_back({network.joules_per_step, network.seconds_per_step});
+    double flops = 0.0;
+    if (auto layers = estimator::analyze_model(probe.plan.networks[i], probe.plan.target.batch_size))
+      flops = estimator::total_flops(*layers);
+    device.learning->add_network(flops, network.joules_per_step);
+    networks.push_back({{"flops", flops},
+                        {"joules_per_step", network.joules_per_step},
+                        {"seconds_per_step", network.seconds_per_step},
+                        {"joules_spread", network.joules_spread}});
+    for (const auto& repetition : network.repetitions)
+      joules += repetition.joules_per_step * options_.probing.steps_per_repetition;
+  }
+  device.planner->mark_probed(probe.plan.target);
+  auto sample = estimator::decompose(probe.plan, measured);
+  if (!sample) {
+    spdlog::warn("device {}: probe not decomposable: {}", name, sample.error().message);
+    return;
+  }
+  device.learning->add_sample(*sample);
+  ++device.samples;
+  device.last_probe_ms = now_ms();
+  device.joules_today += joules;
+  metrics_.add_probe_runs(name, 1.0);
+  metrics_.count_probe_outcome(name, "completed");
+  metrics_.add_probe_energy(name, result->meter_source, joules);
+  if (run != runs_.end()) {
+    ++run->second.probes;
+    run->second.joules += joules;
+    run->second.source = result->meter_source;
+    save_run(run->first);
+  }
+  adapters::StoredProbeSample row;
+  row.device = name;
+  row.fingerprint = device.environment + "; meter " + device.source;
+  row.at_ms = *device.last_probe_ms;
+  row.layer_key = sample->key.name();
+  row.joules_per_step = sample->joules_per_step;
+  row.seconds_per_step = sample->seconds_per_step;
+  row.source = result->meter_source;
+  row.detail_json = json{{"features", sample->features},
+                         {"target", target_json(probe.plan.target)},
+                         {"networks", networks},
+                         {"run", probe.run_id}}
+                        .dump();
+  storage_.submit([row](adapters::Database& db) { return db.insert_probe_sample(row); },
+                  [name](Status s) {
+                    if (!s) spdlog::error("device {}: probe sample not saved: {}", name, s.error().message);
+                  });
+  spdlog::debug("device {}: probe {} -> {:.4g} J/step ({})", name, sample->key.name(), sample->joules_per_step,
+                result->meter_source);
+  maybe_fit(device, false);
+}
+
+void ProbeService::maybe_fit(Device& device, bool force) {
+  const std::size_t fresh = device.samples - device.samples_at_fit;
+  const bool seeds_just_done = !device.fitted && device.planner && !device.planner->seeding();
+  if (fresh == 0 || (!force && !seeds_just_done && fresh < options_.probing.refit_every)) return;
+  if (fitting_) {
+    device.fit_pending = true;
+    return;
+  }
+  fitting_ = true;
+  device.fit_pending = false;
+  if (fitter_.joinable()) fitter_.join();
+  auto copy = std::make_shared<estimator::DeviceEnergyModel>(*device.learning);
+  const std::size_t samples = device.samples;
+  device.samples_at_fit = samples;
+  fitter_ = std::thread([this, alive = alive_, copy, samples, name = device.config.name] {
+    const auto started = std::chrono::steady_clock::now();
+    estimator::GpFitOptions gp;
+    gp.restarts = 1;
+    auto fitted = copy->fit(gp);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    asio::post(io_, [this, alive, copy, samples, name, seconds, ok = static_cast<bool>(fitted),
+                     message = fitted ? std::string() : fitted.error().message] {
+      if (!*alive) return;
+      fitting_ = false;
+      if (!ok) {
+        spdlog::error("device {}: fitting its energy model failed: {}", name, message);
+      } else {
+        on_fitted(name, copy, samples, seconds);
+      }
+      for (auto& [other, device] : devices_)
+        if (device->fit_pending) maybe_fit(*device, true);
+    });
+  });
+}
+
+void ProbeService::on_fitted(const std::string& name, std::shared_ptr<estimator::DeviceEnergyModel> model,
+                             std::size_t samples, double seconds) {
+  Device& device = *devices_.at(name);
+  if (model->device() != name || samples > device.samples) return;  // a campaign restarted meanwhile
+  device.fitted = model;
+  // A re-probe keeps serving the model it replaces until the new one covers the same layers.
+  if (device.replacing) {
+    const auto old_keys = device.replacing->sample_counts();
+    const auto new_keys = model->sample_counts();
+    for (const auto& [key, count] : old_keys) {
+      const auto it = new_keys.find(key);
+      if (count >= 3 && (it == new_keys.end() || it->second < 3)) return;
+    }
+    device.replacing.reset();
+  }
+  device.campaign_reason.clear();
+  device.model_saved_ms = now_ms();
+  const std::int64_t version = models_.version(name) + 1;
+  models_.install(name, model, version);
+  double heldout = 0.0;
+  if (!device.heldout.empty()) {
+    std::vector<double> errors(device.heldout.begin(), device.heldout.end());
+    std::nth_element(errors.begin(), errors.begin() + static_cast<std::ptrdiff_t>(errors.size() / 2), errors.end());
+    heldout = errors[errors.size() / 2];
+  }
+  metrics_.set_model_state(name, static_cast<double>(version), heldout,
+                           device.last_probe_ms ? static_cast<double>(*device.last_probe_ms) / 1000.0 : 0.0);
+  spdlog::info("device {}: energy model version {} fitted from {} probe samples in {:.2f} s ({})", name, version,
+               samples, seconds, device.source);
+  adapters::StoredModelSnapshot snapshot{name, version, now_ms(), device.source, model->save().dump(),
+                                         snapshot_meta(device).dump()};
+  storage_.submit([snapshot](adapters::Database& db) { return db.save_model_snapshot(snapshot); },
+                  [name](Status s) {
+                    if (!s) spdlog::error("device {}: saving its model failed: {}", name, s.error().message);
+                  });
+}
+
+json ProbeService::snapshot_meta(const Device& device) const {
+  return {{"environment", device.environment},
+          {"learnt_ms", device.model_saved_ms},
+          {"last_probe_ms", device.last_probe_ms ? json(*device.last_probe_ms) : json(nullptr)},
+          {"samples", device.samples},
+          {"heldout", std::vector<double>(device.heldout.begin(), device.heldout.end())}};
+}
+
+void ProbeService::feedback(const JobService::Feedback& feedback) {
+  const auto it = devices_.find(feedback.device);
+  if (it == devices_.end()) return;
+  Device& device = *it->second;
+  if (feedback.partial || feedback.estimate.value("status", "") != "ok") return;
+  // Only like with like: a job metered by another source than the model learnt from says
+  // nothing about the model's error.
+  if (feedback.estimate.value("source", "") != feedback.source) return;
+  const auto& joules = feedback.estimate["joules"];
+  const double mean = joules.value("mean", 0.0);
+  const double std = joules.value("std", 0.0);
+  if (!(mean > 0.0) || !(feedback.joules > 0.0)) return;
+  const double relative = (feedback.joules - mean) / mean;
+  metrics_.observe_estimate_error(feedback.device, relative);
+  // Outside the estimate's own 2σ band (in log space, at least ±10 %) counts as a miss.
+  const double sigma_log = std::max(0.05, std::log1p(std / mean));
+  const bool miss = std::abs(std::log(feedback.joules / mean)) > 2.0 * sigma_log;
+  device.drift_window.push_back(miss);
+  if (device.drift_window.size() > 3) device.drift_window.pop_front();
+  const auto misses = std::count(device.drift_window.begin(), device.drift_window.end(), true);
+  if (misses >= 2 && device.campaign_reason.empty()) {
+    spdlog::warn("device {}: {} of the last {} jobs' metered energy fell outside their estimates' 2-sigma band "
+                 "(last: {:.4g} J metered vs {:.4g} ± {:.2g} J); re-probing",
+                 feedback.device, misses, device.drift_window.size(), feedback.joules, mean, std);
+    begin_campaign(device, "drift");
+  }
+}
+
+Result<json> ProbeService::request(const json& body) {
+  if (!body.is_object()) return make_error(ErrorCode::invalid_argument, "the request must be a JSON object", "");
+  for (const auto& [key, value] : body.items())
+    if (key != "device" && key != "seconds")
+      return make_error(ErrorCode::invalid_argument, fmt::format("unknown field \"{}\"", key), "/" + key);
+  if (!body.contains("device") || !body["device"].is_string())
+    return make_error(ErrorCode::invalid_argument, "device is required (a string such as \"cpu\")", "/device");
+  const std::string name = body["device"].get<std::string>();
+  const auto it = devices_.find(name);
+  if (it == devices_.end()) {
+    std::string names;
+    for (const auto& [known, device] : devices_) names += (names.empty() ? "" : ", ") + known;
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("device {} is not probed by joule-worker on this node (probed devices: {})", name,
+                                  names.empty() ? "none" : names),
+                      "/device");
+  }
+  double seconds = 60.0;
+  if (body.contains("seconds")) {
+    if (!body["seconds"].is_number() || body["seconds"].get<double>() <= 0.0 || body["seconds"].get<double>() > 86400.0)
+      return make_error(ErrorCode::invalid_argument, "seconds must be a number in (0, 86400]", "/seconds");
+    seconds = body["seconds"].get<double>();
+  }
+  Device& device = *it->second;
+  if (device.active_run) close_run(device, "done", "superseded by a requested run");
+  const std::string id = open_run(device, "requested", seconds);
+  device.requested_until = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                                  std::chrono::duration<double>(seconds));
+  // A requested run goes on even where the model is already sure: reopen every candidate.
+  if (!device.planner || !device.planner->next(device.fitted ? *device.fitted : *device.learning)) {
+    estimator::CampaignOptions options;
+    std::vector<estimator::WorkloadItem> workload;
+    for (auto& [model, batch] : jobs_.workload(32)) workload.push_back(estimator::WorkloadItem{model, batch});
+    for (auto& item : ModelService::starter_workload()) workload.push_back(std::move(item));
+    device.planner = std::make_unique<estimator::ProbePlanner>(std::move(workload), options, 0.0);
+  }
+  asio::post(io_, [this, alive = alive_, name] {
+    if (*alive && devices_.contains(name)) consider(*devices_.at(name));
+  });
+  return run_json(runs_.at(id));
+}
+
+json ProbeService::run_json(const adapters::StoredProbeRun& run) const {
+  return {{"id", run.id},
+          {"device", run.device},
+          {"reason", run.reason},
+          {"state", run.state},
+          {"requested_seconds", run.requested_seconds ? json(*run.requested_seconds) : json(nullptr)},
+          {"started_ms", run.started_ms},
+          {"finished_ms", run.finished_ms ? json(*run.finished_ms) : json(nullptr)},
+          {"probes", run.probes},
+          {"preempted", run.preempted},
+          {"failed", run.failed},
+          {"energy", {{"joules", run.joules}, {"source", run.source}, {"measured", worker::is_measured_source(run.source)}}},
+          {"probe_seconds", run.probe_seconds},
+          {"message", run.message}};
+}
+
+json ProbeService::runs() const {
+  json out = json::array();
+  for (const auto& id : run_order_)
+    if (auto it = runs_.find(id); it != runs_.end()) out.push_back(run_json(it->second));
+  return out;
+}
+
+Result<json> ProbeService::run(const std::string& id) const {
+  const auto it = runs_.find(id);
+  if (it == runs_.end()) return make_error(ErrorCode::not_found, fmt::format("no probe run {}", id), "id");
+  return run_json(it->second);
+}
+
+json ProbeService::info(const std::string& name) const {
+  const auto it = devices_.find(name);
+  if (it == devices_.end()) return json::object();
+  const Device& device = *it->second;
+  json heldout = nullptr;
+  if (!device.heldout.empty()) {
+    std::vector<double> errors(device.heldout.begin(), device.heldout.end());
+    std::nth_element(errors.begin(), errors.begin() + static_cast<std::ptrdiff_t>(errors.size() / 2), errors.end());
+    heldout = {{"median_abs_relative_error", errors[errors.size() / 2]}, {"networks", errors.size()}};
+  }
+  json probing = {{"state", device.probe && !device.probe->environment_only ? "probing"
+                            : device.converged                                 ? "converged"
+                                                                                : "idle"},
+                  {"samples_learning", device.samples},
+                  {"environment", device.environment},
+                  {"campaign", device.campaign_reason.empty() ? json(nullptr) : json(device.campaign_reason)},
+                  {"probes_today_joules", device.joules_today}};
+  if (!device.waiting.empty()) probing["waiting"] = device.waiting;
+  if (device.active_run) probing["run"] = *device.active_run;
+  return {{"last_probe_ms", device.last_probe_ms ? json(*device.last_probe_ms) : json(nullptr)},
+          {"heldout_error", heldout},
+          {"probing", probing}};
+}
+
+}  // namespace joule::daemon
