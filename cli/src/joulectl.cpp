@@ -68,6 +68,41 @@ std::string seconds_text(const json& seconds) {
   return seconds.is_null() ? "-" : fmt::format("{:.1f}", seconds.get<double>());
 }
 
+// "v3, 42 samples, last probe 2026-..., held-out error 4.1 %; probing" from GET /v1/devices.
+std::string model_summary(const json& model) {
+  std::string text = model.value("state", "none");
+  if (model.contains("version")) text = fmt::format("v{}", model["version"].get<long long>());
+  text += fmt::format(", {} samples", model.value("samples", 0));
+  if (model.contains("source") && model["source"].is_string() && !model["source"].get<std::string>().empty())
+    text += fmt::format(" ({})", model["source"].get<std::string>());
+  if (model.contains("last_probe_ms") && model["last_probe_ms"].is_number()) {
+    const auto ms = model["last_probe_ms"].get<long long>();
+    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+    text += fmt::format(", last probe {:.0f} s ago", static_cast<double>(now - ms) / 1000.0);
+  }
+  if (model.contains("heldout_error") && model["heldout_error"].is_object())
+    text += fmt::format(", held-out error {:.1f} %",
+                        100.0 * model["heldout_error"]["median_abs_relative_error"].get<double>());
+  if (model.contains("probing") && model["probing"].is_object()) {
+    const auto& probing = model["probing"];
+    text += "; " + probing.value("state", "");
+    if (probing.contains("waiting")) text += " (" + probing["waiting"].get<std::string>() + ")";
+  }
+  return text;
+}
+
+void print_probe_run(const json& run) {
+  const auto& energy = run["energy"];
+  fmt::print("probe run {} on {} ({}): {}; {} probes, {} pre-empted, {} failed, {:.1f} s in probes, {:.1f} J {}{}\n",
+             run["id"].get<std::string>(), run["device"].get<std::string>(), run["reason"].get<std::string>(),
+             run["state"].get<std::string>(), run["probes"].get<long long>(), run["preempted"].get<long long>(),
+             run["failed"].get<long long>(), run["probe_seconds"].get<double>(), energy["joules"].get<double>(),
+             energy["source"].get<std::string>(), energy["measured"].get<bool>() ? "" : " (modelled, not measured)");
+  if (!run["message"].get<std::string>().empty()) fmt::print("  {}\n", run["message"].get<std::string>());
+}
+
 void print_jobs_table(const json& jobs) {
   fmt::print("{:<36}  {:<20}  {:<10}  {:<6}  {:>9}  {}\n", "ID", "NAME", "STATE", "DEVICE", "SECONDS", "ENERGY");
   for (const auto& job : jobs) {
@@ -179,6 +214,15 @@ int main(int argc, char** argv) {
   estimate->add_option("--epochs", epochs, "epochs")->check(CLI::PositiveNumber);
   estimate->add_option("--samples-per-epoch", samples_per_epoch, "samples per epoch")->required()->check(CLI::PositiveNumber);
   estimate->add_option("--device", device_pattern, "only devices matching this pattern (e.g. cuda:*)");
+  double probe_seconds = 60.0;
+  std::vector<std::string> probe_models;
+  auto* probe = app.add_subcommand("probe", "probe a device now to learn its energy model (joule-worker trains small networks)");
+  probe->add_option("--device", device_pattern, "device to probe, e.g. cpu or cuda:0")->required();
+  probe->add_option("--seconds", probe_seconds, "how long to probe (default 60)")->check(CLI::PositiveNumber);
+  probe->add_option("--model", probe_models, "also learn the layers of this model spec (repeatable)");
+  probe->add_option("--batch-size", batch_size, "batch size of the --model specs")->check(CLI::PositiveNumber);
+  probe->add_flag("--wait", wait, "wait until the run ends and print what it learnt");
+  auto* probes = app.add_subcommand("probes", "list probe runs (background, requested, re-probes)");
   auto* token_cmd = app.add_subcommand("token", "API tokens");
   token_cmd->require_subcommand(1);
   auto* token_new = token_cmd->add_subcommand("new", "print a new random token and the config line with its hash");
@@ -305,6 +349,56 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
+    if (probe->parsed()) {
+      json request = {{"device", device_pattern}, {"seconds", probe_seconds}};
+      for (const auto& path : probe_models) {
+        json model = json::parse(read_input(path), nullptr, false);
+        if (model.is_discarded()) throw Failure{fmt::format("{} is not valid JSON", path)};
+        if (model.contains("model")) model = model["model"];  // a job file
+        request["models"].push_back({{"model", model}, {"training", {{"batch_size", batch_size}}}});
+      }
+      json run = expect_json(client.request("POST", "/v1/probes", request.dump()));
+      const std::string run_id = run["id"].get<std::string>();
+      if (!wait) {
+        if (as_json)
+          fmt::print("{}\n", run.dump(2));
+        else
+          fmt::print("probe run {} on {}: {} for up to {:.0f} s\n", run_id, device_pattern,
+                     run["state"].get<std::string>(), probe_seconds);
+        return 0;
+      }
+      while (run["state"] == "running") {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        run = expect_json(client.request("GET", "/v1/probes/" + run_id));
+      }
+      if (as_json) {
+        fmt::print("{}\n", run.dump(2));
+      } else {
+        print_probe_run(run);
+        json listed = expect_json(client.request("GET", "/v1/devices"));
+        for (const auto& device : listed["devices"])
+          if (device["name"] == device_pattern) fmt::print("model: {}\n", model_summary(device["model"]));
+      }
+      return run["state"] == "failed" ? 1 : 0;
+    }
+    if (probes->parsed()) {
+      json listed = expect_json(client.request("GET", "/v1/probes"));
+      if (as_json) {
+        fmt::print("{}\n", listed.dump(2));
+        return 0;
+      }
+      fmt::print("{:<24}  {:<10}  {:<11}  {:<10}  {:>6}  {:>9}  {:>10}  {}\n", "RUN", "DEVICE", "REASON", "STATE", "PROBES",
+                 "PREEMPTED", "SECONDS", "ENERGY");
+      for (const auto& run : listed) {
+        const auto& energy = run["energy"];
+        fmt::print("{:<24}  {:<10}  {:<11}  {:<10}  {:>6}  {:>9}  {:>10.1f}  {:.1f} J {}{}\n", run["id"].get<std::string>(),
+                   run["device"].get<std::string>(), run["reason"].get<std::string>(), run["state"].get<std::string>(),
+                   run["probes"].get<long long>(), run["preempted"].get<long long>(), run["probe_seconds"].get<double>(),
+                   energy["joules"].get<double>(), energy["source"].get<std::string>(),
+                   energy["measured"].get<bool>() ? "" : " (not measured)");
+      }
+      return 0;
+    }
     if (devices->parsed()) {
       json listed = expect_json(client.request("GET", "/v1/devices"));
       if (as_json) {
@@ -318,7 +412,7 @@ int main(int argc, char** argv) {
         fmt::print("{:<20}  {:<10}  {:>9.1f}  {:>12.1f}  {:<36}  {}\n", device["name"].get<std::string>(),
                    meter["source"].get<std::string>() + (meter["measured"].get<bool>() ? "" : "*"),
                    device["power_watts"].get<double>(), device["energy_joules"].get<double>(), text_or(device["job"]),
-                   device["model"]["state"].get<std::string>());
+                   model_summary(device["model"]));
       }
       for (const auto& device : listed["devices"]) {
         if (!device["meter"]["measured"].get<bool>())

@@ -137,6 +137,7 @@ struct ProbeService::Device {
   std::optional<Running> probe;
   std::optional<std::string> active_run;
   std::optional<SteadyTime> requested_until;
+  std::vector<estimator::WorkloadItem> requested_models;  // named by the latest POST /v1/probes
   SteadyTime backoff_until{};
   int consecutive_failures = 0;
   double joules_today = 0.0;
@@ -266,6 +267,7 @@ void ProbeService::refresh_workload(Device& device) {
   std::vector<estimator::WorkloadItem> workload;
   for (auto& [model, batch] : jobs_.workload(32)) workload.push_back(estimator::WorkloadItem{model, batch});
   for (auto& item : ModelService::starter_workload()) workload.push_back(std::move(item));
+  workload.insert(workload.end(), device.requested_models.begin(), device.requested_models.end());
   if (!device.planner) {
     estimator::CampaignOptions options;
     device.planner = std::make_unique<estimator::ProbePlanner>(workload, options, options_.probing.target_sigma);
@@ -310,6 +312,7 @@ void ProbeService::consider(Device& device) {
   }
   if (device.requested_until && now >= *device.requested_until) {
     device.requested_until.reset();
+    device.planner->set_target_sigma(options_.probing.target_sigma);
     close_run(device, "done", "the requested time is over");
   }
   const bool requested = device.requested_until.has_value();
@@ -451,9 +454,9 @@ void ProbeService::start_probe(Device& device) {
   auto plan = device.planner->next(model);
   const bool requested = device.requested_until.has_value();
   if (!plan && requested) {
-    // Asked to probe although the planner has nothing left: learn the workload's neighbourhood
-    // again from scratch would discard data; instead end the request honestly.
+    // Every candidate of the workload is probed: end the request early rather than repeat.
     device.requested_until.reset();
+    device.planner->set_target_sigma(options_.probing.target_sigma);
     close_run(device, "done", "every candidate configuration of the workload is probed");
     return;
   }
@@ -817,8 +820,31 @@ void ProbeService::feedback(const JobService::Feedback& feedback) {
 Result<json> ProbeService::request(const json& body) {
   if (!body.is_object()) return make_error(ErrorCode::invalid_argument, "the request must be a JSON object", "");
   for (const auto& [key, value] : body.items())
-    if (key != "device" && key != "seconds")
+    if (key != "device" && key != "seconds" && key != "models")
       return make_error(ErrorCode::invalid_argument, fmt::format("unknown field \"{}\"", key), "/" + key);
+  // Optional: models to learn for (a job about to be submitted), as {"model": ..., "training": ...}.
+  std::vector<estimator::WorkloadItem> extra;
+  if (auto models = body.find("models"); models != body.end()) {
+    if (!models->is_array())
+      return make_error(ErrorCode::invalid_argument, "models must be an array of {\"model\", \"training\"}", "/models");
+    for (std::size_t i = 0; i < models->size(); ++i) {
+      const auto& entry = (*models)[i];
+      const std::string where = fmt::format("/models/{}", i);
+      if (!entry.is_object() || !entry.contains("model"))
+        return make_error(ErrorCode::invalid_argument, "each entry needs a model", where + "/model");
+      auto model = estimator::parse_model_spec(entry["model"], where + "/model");
+      if (!model) return model.error();
+      estimator::TrainingConfig training;
+      if (entry.contains("training")) {
+        auto parsed = estimator::parse_training_config(entry["training"], where + "/training");
+        if (!parsed) return parsed.error();
+        training = *parsed;
+      }
+      if (auto layers = estimator::analyze_model(*model, training.batch_size, where + "/model"); !layers)
+        return layers.error();
+      extra.push_back(estimator::WorkloadItem{*model, training.batch_size});
+    }
+  }
   if (!body.contains("device") || !body["device"].is_string())
     return make_error(ErrorCode::invalid_argument, "device is required (a string such as \"cpu\")", "/device");
   const std::string name = body["device"].get<std::string>();
@@ -842,14 +868,11 @@ Result<json> ProbeService::request(const json& body) {
   const std::string id = open_run(device, "requested", seconds);
   device.requested_until = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                                   std::chrono::duration<double>(seconds));
-  // A requested run goes on even where the model is already sure: reopen every candidate.
-  if (!device.planner || !device.planner->next(device.fitted ? *device.fitted : *device.learning)) {
-    estimator::CampaignOptions options;
-    std::vector<estimator::WorkloadItem> workload;
-    for (auto& [model, batch] : jobs_.workload(32)) workload.push_back(estimator::WorkloadItem{model, batch});
-    for (auto& item : ModelService::starter_workload()) workload.push_back(std::move(item));
-    device.planner = std::make_unique<estimator::ProbePlanner>(std::move(workload), options, 0.0);
-  }
+  // A requested run goes on where the model is already sure (σ target 0) and learns the
+  // models it names besides the queued and recent jobs'.
+  device.requested_models = std::move(extra);
+  refresh_workload(device);
+  device.planner->set_target_sigma(0.0);
   asio::post(io_, [this, alive = alive_, name] {
     if (*alive && devices_.contains(name)) consider(*devices_.at(name));
   });

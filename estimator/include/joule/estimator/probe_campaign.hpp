@@ -76,6 +76,8 @@ class ProbePlanner {
   void set_workload(std::vector<WorkloadItem> workload);
   /// The next probe, or nothing when every candidate is probed or the model is sure enough.
   std::optional<ProbePlan> next(const DeviceEnergyModel& model) const;
+  /// Plans stop once σ is below this everywhere (0: go on until every candidate is probed).
+  void set_target_sigma(double sigma) { target_sigma_ = sigma; }
   /// Whether some needed (kind, position) still lacks its seed probes.
   bool seeding() const;
   /// Records that a target was probed (or failed for good: it is not tried again).

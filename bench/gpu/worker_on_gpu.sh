@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Builds joule-worker alone against PyTorch's CUDA LibTorch (Debian's libtorch-dev is CPU-only)
+# and checks it on a real NVIDIA GPU: the environment it records, NVML metering, whole-model
+# measurements and a THOR probe on cuda:0. Run from the repository root on a GPU machine with
+# PyTorch, CMake, Ninja and g++; the Debian header packages the worker needs (Eigen,
+# nlohmann-json, fmt, CLI11, LBFGSpp) are unpacked from .devdeps/*.deb when they are not installed:
+#   mkdir .devdeps && (cd .devdeps && apt-get download libeigen3-dev nlohmann-json3-dev \
+#     libfmt-dev libfmt9 libcli11-dev liblbfgspp-dev)
+# Usage: bench/gpu/worker_on_gpu.sh [OUTPUT_DIR]
+set -euo pipefail
+out=${1:-/tmp/joule-gpu}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version,power.draw,power.limit --format=csv | tee "$out/gpu.csv"
+g++ --version | head -1
+sysroot=/tmp/joule-sysroot
+mkdir -p "$sysroot"
+for deb in .devdeps/*.deb; do [ -e "$deb" ] && dpkg -x "$deb" "$sysroot"; done
+torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+torch_lib=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+python3 -c 'import torch; print("python torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
+build=/tmp/joule-worker-build
+time cmake -S . -B "$build" -G Ninja -DJOULE_WORKER_ONLY=ON -DJOULE_BUILD_TESTS=OFF -DJOULE_BUILD_BENCH=OFF \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$sysroot/usr;$torch_prefix" \
+  -DCMAKE_CXX_FLAGS="-isystem $sysroot/usr/include -isystem $sysroot/usr/include/eigen3" > "$out/cmake.log" 2>&1 ||
+  { tail -40 "$out/cmake.log"; exit 1; }
+time ninja -C "$build" joule-worker > "$out/build.log" 2>&1 || { grep -E 'error' -A5 "$out/build.log" | head -60; exit 1; }
+export LD_LIBRARY_PATH="$sysroot/usr/lib/x86_64-linux-gnu:$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+worker="$build/worker/joule-worker"
+"$worker" env --device cuda:0 | tee "$out/env.json"
+"$worker" meters --device cuda:0 --seconds 2 | tee "$out/meters.json"
+# Whole models on the GPU, metered by NVML (each: 10 warm-up steps, 10 readings of 50 steps).
+for model in lenet5 cnn5 vgg-small transformer-small lstm-classifier; do
+  "$worker" measure --model "examples/models/$model.json" --device cuda:0 --batch-size 256 --steps 50 --json \
+    > "$out/measure-$model.json"
+  python3 - "$out/measure-$model.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); n = r["networks"][0]
+print(f'{n["name"]:<18} {n["seconds_per_step"]*1e3:8.2f} ms/step  {n["joules_per_step"]:8.3f} J/step  '
+      f'spread {n["joules_spread"]*100:4.1f} %  source {r["meter_source"]} measured={r["measured"]}')
+PY
+done
+# The same on the CPU of that machine, for the contrast (modelled: no RAPL there either, likely).
+"$worker" measure --model examples/models/cnn5.json --device cpu --batch-size 64 --steps 5 --repetitions 3 --json \
+  > "$out/measure-cnn5-cpu.json" || true
+# A THOR probe of a conv layer in the hidden position (4 networks, interleaved) on the GPU.
+python3 - > "$out/probe-request.json" <<'PY'
+import json
+head = {"type": "linear", "out_features": 10}
+ref = {"type": "conv2d", "out_channels": 64, "kernel_size": 1}
+target = {"type": "conv2d", "out_channels": 64, "kernel_size": 3, "padding": 1}
+inp = {"shape": [64, 32, 32]}
+nets = [
+  {"name": "R-L-H", "input": inp, "layers": [ref, target, {"type": "flatten"}, head]},
+  {"name": "R-H'", "input": inp, "layers": [ref, {"type": "flatten"}, head]},
+  {"name": "H'", "input": inp, "layers": [{"type": "flatten"}, head]},
+  {"name": "H", "input": inp, "layers": [{"type": "flatten"}, head]},
+]
+print(json.dumps({"device": "cuda:0", "batch_size": 128, "warmup_steps": 20, "steps_per_repetition": 100,
+                  "repetitions": 5, "networks": nets}))
+PY
+"$worker" probe --request "$out/probe-request.json" > "$out/probe-result.json"
+python3 - "$out/probe-result.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("probe:", r["meter_source"], "measured" if r["measured"] else "NOT measured", r["environment"]["fingerprint"])
+for n in r["networks"]:
+    print(f'  {n["name"]:<8} {n["seconds_per_step"]*1e3:8.3f} ms/step {n["joules_per_step"]:8.4f} J/step spread {n["joules_spread"]*100:4.1f} %')
+j = [n["joules_per_step"] for n in r["networks"]]
+print(f"  conv2d@hidden by subtraction: {j[0] - (j[1] - j[2]) - j[3]:.4f} J/step")
+PY
