@@ -21,16 +21,16 @@ python3 -c 'import torch; print("python torch", torch.__version__, "cuda", torch
 build=/tmp/joule-worker-build
 time cmake -S . -B "$build" -G Ninja -DJOULE_WORKER_ONLY=ON -DJOULE_BUILD_TESTS=OFF -DJOULE_BUILD_BENCH=OFF \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$sysroot/usr;$torch_prefix" \
-  -DCMAKE_CXX_FLAGS="-isystem $sysroot/usr/include -isystem $sysroot/usr/include/eigen3" > "$out/cmake.log" 2>&1 ||
+  -DCMAKE_CXX_FLAGS="-DFMT_HEADER_ONLY -isystem $sysroot/usr/include -isystem $sysroot/usr/include/eigen3" > "$out/cmake.log" 2>&1 ||
   { tail -40 "$out/cmake.log"; exit 1; }
-time ninja -C "$build" joule-worker > "$out/build.log" 2>&1 || { grep -E 'error' -A5 "$out/build.log" | head -60; exit 1; }
+time ninja -C "$build" joule-worker joule_additivity_bench > "$out/build.log" 2>&1 || { grep -E 'error' -A5 "$out/build.log" | head -60; exit 1; }
 export LD_LIBRARY_PATH="$sysroot/usr/lib/x86_64-linux-gnu:$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 worker="$build/worker/joule-worker"
 "$worker" env --device cuda:0 | tee "$out/env.json"
 "$worker" meters --device cuda:0 --seconds 2 | tee "$out/meters.json"
-# Whole models on the GPU, metered by NVML (each: 10 warm-up steps, 10 readings of 50 steps).
-for model in lenet5 cnn5 vgg-small transformer-small lstm-classifier; do
-  "$worker" measure --model "examples/models/$model.json" --device cuda:0 --batch-size 256 --steps 50 --json \
+# Whole models on the GPU, metered by NVML (each: 10 warm-up steps, 5 readings of 400 steps: NVML updates every 10-100 ms).
+for model in lenet5 cnn5 vgg_small transformer_small lstm_classifier; do
+  "$worker" measure --model "examples/models/$model.json" --device cuda:0 --batch-size 256 --steps 400 --repetitions 5 --json \
     > "$out/measure-$model.json"
   python3 - "$out/measure-$model.json" <<'PY'
 import json, sys
@@ -68,3 +68,6 @@ for n in r["networks"]:
 j = [n["joules_per_step"] for n in r["networks"]]
 print(f"  conv2d@hidden by subtraction: {j[0] - (j[1] - j[2]) - j[3]:.4f} J/step")
 PY
+# THOR additivity on the GPU: every layer probed in its position, summed, against the whole model.
+"$build/worker/joule_additivity_bench" "$worker" cuda:0 256 examples/models/lenet5.json examples/models/cnn5.json \
+  examples/models/transformer_small.json > "$out/additivity.json"

@@ -101,7 +101,8 @@ void print_table(const ProbeResult& result, int threads, int repetitions) {
     fmt::print("  final loss {:.4g}\n", network.final_loss);
   }
   fmt::print("{} readings x {} steps after {} warm-up steps; {:.2f} s in all\nBLAS: {}\n", repetitions,
-             result.steps_per_repetition, result.warmup_steps, result.wall_seconds, env.blas);
+             result.networks.empty() ? result.steps_per_repetition : result.networks[0].steps_per_repetition,
+             result.warmup_steps, result.wall_seconds, env.blas);
 }
 
 struct MeasureOptions {
@@ -110,6 +111,7 @@ struct MeasureOptions {
   int steps = 20;
   int warmup = 10;
   int repetitions = 10;
+  double min_reading_seconds = 0.0;
   std::string device = "cpu";
   int threads = 1;
   std::string optimizer;  // empty: the job's training.optimizer, else sgd
@@ -143,6 +145,7 @@ ProbeRequest measure_request(const MeasureOptions& options) {
   request.warmup_steps = options.warmup;
   request.steps_per_repetition = options.steps;
   request.repetitions = options.repetitions;
+  request.min_reading_seconds = options.min_reading_seconds;
   request.meter = options.meter;
   request.idle_watts = options.idle_watts;
   request.watts_per_busy_core = options.watts_per_busy_core;
@@ -212,6 +215,9 @@ int run(int argc, char** argv) {
   measure_cmd->add_option("--repetitions", measure.repetitions, "Metered readings (medians are reported)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
+  measure_cmd->add_option("--min-reading-seconds", measure.min_reading_seconds,
+                          "Each reading lasts at least this long (0: by meter, 2 s for NVML)")
+      ->check(CLI::Range(0.0, 3600.0));
   measure_cmd->add_option("--device", measure.device, "cpu or cuda:N")->capture_default_str();
   measure_cmd->add_option("--threads", measure.threads, "Intra-op and BLAS threads")
       ->capture_default_str()

@@ -131,6 +131,8 @@ Result<NetworkResult> parse_network_result(const json& value, const std::string&
   if (auto e = reader.number("joules_spread", network.joules_spread, 0.0)) return *e;
   if (auto e = reader.number("seconds_spread", network.seconds_spread, 0.0)) return *e;
   if (auto e = reader.number("final_loss", network.final_loss, -std::numeric_limits<double>::infinity())) return *e;
+  if (reader.find("steps_per_repetition"))
+    if (auto e = reader.integer("steps_per_repetition", network.steps_per_repetition, 1, 100000000)) return *e;
   if (auto e = reader.required("joules_per_step")) return *e;
   if (auto e = reader.required("seconds_per_step")) return *e;
   if (const json* reps = reader.find("repetitions")) {
@@ -175,6 +177,7 @@ json to_json(const ProbeRequest& request) {
           {"optimizer", request.optimizer},
           {"warmup_steps", request.warmup_steps},
           {"steps_per_repetition", request.steps_per_repetition},
+          {"min_reading_seconds", request.min_reading_seconds},
           {"repetitions", request.repetitions},
           {"meter", request.meter},
           {"idle_watts", request.idle_watts},
@@ -198,6 +201,7 @@ Result<ProbeRequest> parse_probe_request(const json& value) {
   if (auto e = reader.integer("warmup_steps", request.warmup_steps, 0, 1000000)) return *e;
   if (auto e = reader.integer("steps_per_repetition", request.steps_per_repetition, 1, 1000000)) return *e;
   if (auto e = reader.integer("repetitions", request.repetitions, 1, 100000)) return *e;
+  if (auto e = reader.number("min_reading_seconds", request.min_reading_seconds, 0.0)) return *e;
   if (auto e = reader.string("meter", request.meter)) return *e;
   if (std::find(known_meters().begin(), known_meters().end(), request.meter) == known_meters().end())
     return invalid(fmt::format("meter \"{}\" is unknown; use auto, rapl, nvml, ina3221, hwmon, battery or modelled",
@@ -249,6 +253,7 @@ json to_json(const ProbeResult& result) {
                         {"joules_spread", network.joules_spread},
                         {"seconds_spread", network.seconds_spread},
                         {"final_loss", network.final_loss},
+                        {"steps_per_repetition", network.steps_per_repetition},
                         {"repetitions", std::move(repetitions)}});
   }
   return {{"environment", to_json(result.environment)},

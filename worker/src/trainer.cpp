@@ -66,6 +66,12 @@ Status check_device(const std::string& device) {
   return {};
 }
 
+double default_min_reading_seconds(std::string_view source) {
+  if (source == "rapl") return 0.2;      // updated every ~1 ms; 61 µJ units
+  if (source == "modelled") return 0.05;  // process CPU clock: nanoseconds
+  return 2.0;  // nvml, ina3221, hwmon, battery: power or energy updated every 10-100 ms or slower
+}
+
 Result<ProbeResult> run_probe(const ProbeRequest& request, adapters::EnergyMeter& meter) {
   const auto started = Clock::now();
   if (auto status = check_device(request.device); !status) return status.error();
@@ -80,9 +86,21 @@ Result<ProbeResult> run_probe(const ProbeRequest& request, adapters::EnergyMeter
     sessions.push_back(std::move(session).value());
   }
 
+  // Warm-up, timing its last steps: a reading must last long enough for the meter to resolve it.
+  const double min_reading = request.min_reading_seconds > 0.0 ? request.min_reading_seconds
+                                                                : default_min_reading_seconds(meter.source());
   std::vector<torch::Tensor> last_loss(sessions.size());
+  std::vector<int> steps_per_reading(sessions.size(), request.steps_per_repetition);
   for (std::size_t i = 0; i < sessions.size(); ++i) {
-    for (int step = 0; step < request.warmup_steps; ++step) last_loss[i] = sessions[i].step();
+    const int timed = std::max(1, std::min(5, request.warmup_steps));
+    for (int step = 0; step < request.warmup_steps - timed; ++step) last_loss[i] = sessions[i].step();
+    synchronize(device);
+    const auto before = Clock::now();
+    for (int step = 0; step < timed; ++step) last_loss[i] = sessions[i].step();
+    synchronize(device);
+    const double step_seconds = std::max(1e-6, seconds_between(before, Clock::now()) / timed);
+    const double needed = std::ceil(min_reading / step_seconds);
+    steps_per_reading[i] = static_cast<int>(std::clamp(needed, static_cast<double>(request.steps_per_repetition), 1e6));
   }
 
   ProbeResult result;
@@ -94,14 +112,14 @@ Result<ProbeResult> run_probe(const ProbeRequest& request, adapters::EnergyMeter
   result.steps_per_repetition = request.steps_per_repetition;
   result.networks.resize(sessions.size());
 
-  const double steps = static_cast<double>(request.steps_per_repetition);
   for (int round = 0; round < request.repetitions; ++round) {
     for (std::size_t i = 0; i < sessions.size(); ++i) {
+      const double steps = static_cast<double>(steps_per_reading[i]);
       synchronize(device);
       auto energy_before = meter.read();
       const auto time_before = Clock::now();
       if (!energy_before) return energy_before.error();
-      for (int step = 0; step < request.steps_per_repetition; ++step) last_loss[i] = sessions[i].step();
+      for (int step = 0; step < steps_per_reading[i]; ++step) last_loss[i] = sessions[i].step();
       synchronize(device);
       const auto time_after = Clock::now();
       auto energy_after = meter.read();
@@ -120,6 +138,7 @@ Result<ProbeResult> run_probe(const ProbeRequest& request, adapters::EnergyMeter
       joules.push_back(repetition.joules_per_step);
       seconds.push_back(repetition.seconds_per_step);
     }
+    network.steps_per_repetition = steps_per_reading[i];
     network.joules_per_step = median_of(joules);
     network.seconds_per_step = median_of(seconds);
     network.joules_spread = spread_of(joules);

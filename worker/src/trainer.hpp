@@ -29,6 +29,9 @@ void set_worker_threads(int threads);
 /// Fails with unavailable when `device` is "cuda:N" and this LibTorch or machine has no such GPU.
 Status check_device(const std::string& device);
 
+/// How long one reading must last for a meter source to resolve it (when the request says 0).
+double default_min_reading_seconds(std::string_view source);
+
 /// Trains and meters the request's networks with `meter` (opened by the caller; its source
 /// is reported and decides `measured`). Errors: invalid_argument for specs that do not build,
 /// unavailable for a missing device, io for a failed meter read, internal for a non-finite loss.

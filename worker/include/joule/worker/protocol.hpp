@@ -24,7 +24,12 @@ struct ProbeRequest {
   std::string optimizer = "sgd";
   int warmup_steps = 10;          ///< per network, before any metering
   int steps_per_repetition = 20;  ///< steps metered as one reading
-  int repetitions = 5;            ///< readings per network, interleaved across networks
+  int repetitions = 5;             ///< readings per network, interleaved across networks
+  /// A reading lasts at least this long (more steps than steps_per_repetition where needed):
+  /// NVML and hwmon power update every 10-100 ms, so short readings read zero or noise.
+  /// 0 = chosen by the meter: 2 s for nvml, ina3221, hwmon and battery, 0.2 s for rapl,
+  /// 0.05 s for the modelled meter.
+  double min_reading_seconds = 0.0;
   std::string meter = "auto";     ///< as MeterRequest::meter
   double idle_watts = 10.0;       ///< modelled meter coefficients
   double watts_per_busy_core = 12.0;
@@ -57,6 +62,7 @@ struct NetworkResult {
   double seconds_per_step = 0.0;  ///< median of the repetitions
   double joules_spread = 0.0;     ///< (max − min) / median of joules per step
   double seconds_spread = 0.0;
+  int steps_per_repetition = 0;  ///< steps in each reading (≥ the request's, see min_reading_seconds)
   double final_loss = 0.0;  ///< the loss of the last step: finite, or the run failed
 };
 
