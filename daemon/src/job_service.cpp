@@ -675,6 +675,20 @@ json JobService::to_json(const Job& job, bool with_events) const {
               {"energy", energy},
               {"cancel_requested", job.cancel_requested},
               {"estimate", row.estimate_json.empty() ? json(nullptr) : json::parse(row.estimate_json, nullptr, false)}};
+  // Feedback: the metered energy beside the estimate for the device the job ran on (only when
+  // both come from the same source: modelled joules are not compared with measured ones).
+  if (row.energy_joules && out["estimate"].is_array()) {
+    for (const auto& estimate : out["estimate"]) {
+      if (estimate.value("device", "") != row.device || estimate.value("status", "") != "ok") continue;
+      const double mean = estimate["joules"].value("mean", 0.0);
+      if (mean > 0.0 && estimate.value("source", "") == row.energy_source)
+        out["estimate_error"] = {{"estimated_joules", mean},
+                                 {"estimated_std", estimate["joules"].value("std", 0.0)},
+                                 {"metered_joules", *row.energy_joules},
+                                 {"relative", (*row.energy_joules - mean) / mean},
+                                 {"source", row.energy_source}};
+    }
+  }
   if (with_events) {
     out["spec"] = json::parse(row.spec_json, nullptr, false);
     json events = json::array();

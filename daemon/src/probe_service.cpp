@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "joule/estimator/drift.hpp"
 #include "joule/estimator/layer_analysis.hpp"
 #include "joule/worker/protocol.hpp"
 
@@ -128,7 +129,7 @@ struct ProbeService::Device {
   std::int64_t model_saved_ms = 0;
   std::optional<std::int64_t> last_probe_ms;
   std::deque<double> heldout;  // |relative error| of probe networks predicted before measuring
-  std::deque<bool> drift_window;
+  estimator::DriftDetector drift;
   std::string campaign_reason = "initial";  // why the current samples are being gathered
   std::shared_ptr<const estimator::DeviceEnergyModel> replacing;  // the model a re-probe replaces
   bool environment_known = false;
@@ -359,7 +360,7 @@ void ProbeService::begin_campaign(Device& device, const std::string& reason) {
   device.samples = 0;
   device.samples_at_fit = 0;
   device.planner.reset();
-  device.drift_window.clear();
+  device.drift.reset();
   refresh_workload(device);
 }
 
@@ -666,7 +667,8 @@ void ProbeService::accept_result(Device& device, const Running& probe, const jso
                         {"seconds_per_step", network.seconds_per_step},
                         {"joules_spread", network.joules_spread}});
     for (const auto& repetition : network.repetitions)
-      joules += repetition.joules_per_step * options_.probing.steps_per_repetition;
+      joules += repetition.joules_per_step *
+                (network.steps_per_repetition > 0 ? network.steps_per_repetition : options_.probing.steps_per_repetition);
   }
   device.planner->mark_probed(probe.plan.target);
   auto sample = estimator::decompose(probe.plan, measured);
@@ -801,18 +803,12 @@ void ProbeService::feedback(const JobService::Feedback& feedback) {
   const double mean = joules.value("mean", 0.0);
   const double std = joules.value("std", 0.0);
   if (!(mean > 0.0) || !(feedback.joules > 0.0)) return;
-  const double relative = (feedback.joules - mean) / mean;
-  metrics_.observe_estimate_error(feedback.device, relative);
-  // Outside the estimate's own 2σ band (in log space, at least ±10 %) counts as a miss.
-  const double sigma_log = std::max(0.05, std::log1p(std / mean));
-  const bool miss = std::abs(std::log(feedback.joules / mean)) > 2.0 * sigma_log;
-  device.drift_window.push_back(miss);
-  if (device.drift_window.size() > 3) device.drift_window.pop_front();
-  const auto misses = std::count(device.drift_window.begin(), device.drift_window.end(), true);
-  if (misses >= 2 && device.campaign_reason.empty()) {
-    spdlog::warn("device {}: {} of the last {} jobs' metered energy fell outside their estimates' 2-sigma band "
-                 "(last: {:.4g} J metered vs {:.4g} ± {:.2g} J); re-probing",
-                 feedback.device, misses, device.drift_window.size(), feedback.joules, mean, std);
+  const auto verdict = device.drift.observe(feedback.joules, mean, std);
+  metrics_.observe_estimate_error(feedback.device, verdict.relative_error);
+  if (verdict.drift && device.campaign_reason.empty()) {
+    spdlog::warn("device {}: {} of the last jobs' metered energy fell outside their estimates' 2-sigma band "
+                 "(last: {:.4g} J metered vs {:.4g} +- {:.2g} J estimated); re-probing",
+                 feedback.device, device.drift.misses(), feedback.joules, mean, std);
     begin_campaign(device, "drift");
   }
 }
