@@ -49,7 +49,10 @@ $joulectl logs "$id" | tail -n 3
 echo
 if [ -f build/jouled-demo.pid ] && kill -0 "$(cat build/jouled-demo.pid)" 2>/dev/null; then
   echo "jouled keeps running at $server (pid $(cat build/jouled-demo.pid), log build/jouled-demo.log)."
-  echo "Try: build/cli/joulectl jobs | build/cli/joulectl devices | curl -s $server/metrics"
+  echo "After 60 s of idleness it probes the CPU with build/worker/joule-worker to learn its energy model"
+  echo "(joulectl devices shows it; [probing] enabled = false in a config turns that off)."
+  echo "Try: build/cli/joulectl jobs | build/cli/joulectl devices | build/cli/joulectl probes | curl -s $server/metrics"
+  echo "     build/cli/joulectl probe --device cpu --seconds 60 --model examples/models/lenet5.json --wait"
   echo "Stop it with: kill $(cat build/jouled-demo.pid)"
 fi
 exit $status
