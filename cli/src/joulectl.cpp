@@ -145,6 +145,13 @@ void print_job(const json& job) {
   } else {
     fmt::print("estimate:  none (the job has no model spec and training config)\n");
   }
+  if (job.contains("estimate_error")) {
+    const auto& error = job["estimate_error"];
+    fmt::print("vs metered: {:.1f} J metered, {:.1f} ± {:.1f} J estimated: {:+.1f} % ({})\n",
+               error["metered_joules"].get<double>(), error["estimated_joules"].get<double>(),
+               error["estimated_std"].get<double>(), 100.0 * error["relative"].get<double>(),
+               error["source"].get<std::string>());
+  }
   if (job.contains("events")) {
     fmt::print("events:\n");
     for (const auto& event : job["events"]) {
