@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "joule/daemon/probe_policy.hpp"
 #include "joule/estimator/drift.hpp"
 #include "joule/estimator/layer_analysis.hpp"
 #include "joule/worker/protocol.hpp"
@@ -97,10 +98,6 @@ std::pair<int, int> local_minute_and_day() {
   std::tm local{};
   localtime_r(&now, &local);
   return {local.tm_hour * 60 + local.tm_min, local.tm_year * 1000 + local.tm_yday};
-}
-
-bool within_hours(int minute, int start, int end) {
-  return start < end ? (minute >= start && minute < end) : (minute >= start || minute < end);
 }
 
 }  // namespace
@@ -278,18 +275,11 @@ void ProbeService::refresh_workload(Device& device) {
 }
 
 std::optional<std::string> ProbeService::why_not_now(const Device& device, bool requested) const {
-  if (!requested && !options_.probing.enabled) return "probing is disabled ([probing] enabled = false)";
   if (!device.environment_known) return "checking joule-worker's environment";
   if (std::chrono::steady_clock::now() < device.backoff_until)
     return "paused after repeated probe failures (see GET /v1/probes)";
-  if (!requested) {
-    const auto [minute, day] = local_minute_and_day();
-    if (!within_hours(minute, options_.probing.start_minute, options_.probing.end_minute))
-      return "outside the probing hours ([probing] hours)";
-  }
-  if (options_.probing.max_joules_per_day > 0.0 && device.joules_today >= options_.probing.max_joules_per_day)
-    return fmt::format("today's probe energy cap of {} J is spent", options_.probing.max_joules_per_day);
-  return std::nullopt;
+  const auto [minute, day] = local_minute_and_day();
+  return probing_refusal(options_.probing, ProbeMoment{requested, minute, device.joules_today});
 }
 
 bool ProbeService::needs_probing(Device& device) {
