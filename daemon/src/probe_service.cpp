@@ -242,8 +242,14 @@ void ProbeService::stop() {
 }
 
 void ProbeService::set_config(const config::ProbingConfig& probing) {
+  const bool environment_may_change = probing.threads != options_.probing.threads || probing.worker != options_.probing.worker;
   options_.probing = probing;
-  for (auto& [name, device] : devices_) device->planner = nullptr, refresh_workload(*device);
+  for (auto& [name, device] : devices_) {
+    device->planner->set_target_sigma(device->requested_until ? 0.0 : probing.target_sigma);
+    // Other threads (or another worker) make another environment: ask the worker again
+    // before the next probe, so a model learnt under the old one is not extended.
+    if (environment_may_change) device->environment_known = false;
+  }
 }
 
 void ProbeService::schedule_tick() {
@@ -295,6 +301,11 @@ bool ProbeService::needs_probing(Device& device) {
 
 void ProbeService::consider(Device& device) {
   if (device.probe) return;
+  if (!device.environment_known && device.waiting.rfind("joule-worker env failed", 0) != 0) {
+    device.waiting = "checking joule-worker's environment";
+    check_environment(device);
+    return;
+  }
   const auto now = std::chrono::steady_clock::now();
   const auto [minute, day] = local_minute_and_day();
   if (day != device.day) {
@@ -413,7 +424,7 @@ void ProbeService::check_environment(Device& device) {
   std::filesystem::remove(spec.status_path, ec);
   auto process = adapters::launch_job(spec);
   if (!process) {
-    device.waiting = "cannot start joule-worker: " + process.error().message;
+    device.waiting = "joule-worker env failed: cannot start it: " + process.error().message;
     spdlog::error("device {}: cannot start {}: {}", device.config.name, options_.worker.string(),
                   process.error().message);
     return;
