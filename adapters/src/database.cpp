@@ -109,6 +109,8 @@ constexpr const char* kInsertProbeSample =
 constexpr const char* kSelectProbeSamples =
     "SELECT device, fingerprint, at_ms, layer_key, joules_per_step, seconds_per_step, source, detail"
     " FROM probe_samples WHERE device = ?1 AND fingerprint = ?2 ORDER BY id";
+constexpr const char* kLatestProbeFingerprint =
+    "SELECT fingerprint FROM probe_samples WHERE device = ?1 ORDER BY id DESC LIMIT 1";
 constexpr const char* kSaveProbeRun =
     "INSERT INTO probe_runs (id, device, reason, state, requested_seconds, started_ms, finished_ms, probes, preempted,"
     " failed, joules, probe_seconds, source, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"
@@ -398,6 +400,17 @@ Result<std::vector<StoredProbeSample>> Database::load_probe_samples(const std::s
   }
   if (rc != SQLITE_DONE) return sqlite_error("loading probe samples");
   return out;
+}
+
+Result<std::optional<std::string>> Database::latest_probe_fingerprint(const std::string& device) {
+  auto stmt = prepare(kLatestProbeFingerprint);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  bind_text(*stmt, 1, device);
+  const int rc = sqlite3_step(*stmt);
+  if (rc == SQLITE_ROW) return std::optional<std::string>(column_text(*stmt, 0));
+  if (rc != SQLITE_DONE) return sqlite_error("reading the latest probe fingerprint");
+  return std::optional<std::string>();
 }
 
 Status Database::save_probe_run(const StoredProbeRun& run) {

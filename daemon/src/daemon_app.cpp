@@ -180,13 +180,24 @@ int run_daemon(const CommandLine& command_line) {
   if (!stored_models) throw std::runtime_error(stored_models.error().message);
   StoredProbeState stored_probe_state;
   stored_probe_state.snapshots = *stored_models;
-  for (const auto& snapshot : *stored_models) {
-    const auto meta = nlohmann::json::parse(snapshot.meta_json, nullptr, false);
-    if (!meta.is_object() || !meta.contains("environment")) continue;
-    auto samples = (*database)->load_probe_samples(
-        snapshot.device, meta["environment"].get<std::string>() + "; meter " + snapshot.source);
+  // Each device resumes the samples of its saved model's fingerprint, or, before any model was
+  // saved, those of its newest sample (the environment check at start vets them either way).
+  for (const auto& device : config.devices) {
+    std::optional<std::string> fingerprint;
+    for (const auto& snapshot : *stored_models) {
+      const auto meta = nlohmann::json::parse(snapshot.meta_json, nullptr, false);
+      if (snapshot.device == device.name && meta.is_object() && meta.contains("environment"))
+        fingerprint = meta["environment"].get<std::string>() + "; meter " + snapshot.source;
+    }
+    if (!fingerprint) {
+      auto latest = (*database)->latest_probe_fingerprint(device.name);
+      if (!latest) throw std::runtime_error(latest.error().message);
+      fingerprint = *latest;
+    }
+    if (!fingerprint) continue;
+    auto samples = (*database)->load_probe_samples(device.name, *fingerprint);
     if (!samples) throw std::runtime_error(samples.error().message);
-    stored_probe_state.samples[snapshot.device] = std::move(samples).value();
+    stored_probe_state.samples[device.name] = std::move(samples).value();
   }
   auto stored_runs = (*database)->load_probe_runs(200);
   if (!stored_runs) throw std::runtime_error(stored_runs.error().message);

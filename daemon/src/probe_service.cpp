@@ -130,6 +130,7 @@ struct ProbeService::Device {
   std::string campaign_reason = "initial";  // why the current samples are being gathered
   std::shared_ptr<const estimator::DeviceEnergyModel> replacing;  // the model a re-probe replaces
   bool environment_known = false;
+  bool environment_failed = false;  // `joule-worker env` failed: no probing until a reload
   bool converged = false;
   std::optional<SteadyTime> idle_since;
   std::optional<Running> probe;
@@ -197,8 +198,19 @@ void ProbeService::start(const std::vector<config::DeviceConfig>& devices, Store
       for (const auto& e : meta.value("heldout", json::array())) device->heldout.push_back(e.get<double>());
       device->campaign_reason = "";
     }
+    if (auto it = stored.samples.find(config.name);
+        device->environment.empty() && it != stored.samples.end() && !it->second.empty()) {
+      // Samples learnt before any model was saved: their fingerprint is "<environment>; meter <source>".
+      const auto& first = it->second.front();
+      const std::string suffix = "; meter " + first.source;
+      if (first.fingerprint.size() > suffix.size() &&
+          first.fingerprint.compare(first.fingerprint.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        device->environment = first.fingerprint.substr(0, first.fingerprint.size() - suffix.size());
+        device->source = first.source;
+      }
+    }
     device->learning = std::make_shared<estimator::DeviceEnergyModel>(config.name, device->source);
-    if (auto it = stored.samples.find(config.name); it != stored.samples.end()) {
+    if (auto it = stored.samples.find(config.name); it != stored.samples.end() && !device->environment.empty()) {
       for (const auto& row : it->second) {
         const auto detail = json::parse(row.detail_json, nullptr, false);
         auto key = parse_key(row.layer_key);
@@ -208,17 +220,22 @@ void ProbeService::start(const std::vector<config::DeviceConfig>& devices, Store
         sample.features = detail.value("features", std::map<std::string, double>{});
         sample.joules_per_step = row.joules_per_step;
         sample.seconds_per_step = row.seconds_per_step;
-        device->learning->add_sample(sample);
+        if (device->learning->add_sample(sample)) ++device->samples;
         for (const auto& network : detail.value("networks", json::array()))
           device->learning->add_network(network.value("flops", 0.0), network.value("joules_per_step", 0.0));
         if (auto target = parse_target(detail.value("target", json::object()))) device->planner->mark_probed(*target);
-        ++device->samples;
       }
       device->samples_at_fit = device->samples;
       spdlog::info("device {}: {} stored probe samples resume its model ({})", config.name, device->samples,
                    device->environment);
     }
     if (auto models = models_.models(); models.contains(config.name)) device->fitted = models.at(config.name);
+    // The daily cap counts what runs since local midnight metered, across restarts.
+    const auto [minute, day] = local_minute_and_day();
+    const std::int64_t midnight_ms = now_ms() - static_cast<std::int64_t>(minute) * 60000 - 60000;
+    device->day = day;
+    for (const auto& [id, run] : runs_)
+      if (run.device == config.name && run.started_ms >= midnight_ms) device->joules_today += run.joules;
     const std::string name = config.name;
     devices_.emplace(name, std::move(device));
     refresh_workload(*devices_.at(name));
@@ -249,6 +266,7 @@ void ProbeService::set_config(const config::ProbingConfig& probing) {
     // Other threads (or another worker) make another environment: ask the worker again
     // before the next probe, so a model learnt under the old one is not extended.
     if (environment_may_change) device->environment_known = false;
+    device->environment_failed = false;  // a reload retries a worker that failed
   }
 }
 
@@ -281,6 +299,7 @@ void ProbeService::refresh_workload(Device& device) {
 }
 
 std::optional<std::string> ProbeService::why_not_now(const Device& device, bool requested) const {
+  if (device.environment_failed) return device.waiting;
   if (!device.environment_known) return "checking joule-worker's environment";
   if (std::chrono::steady_clock::now() < device.backoff_until)
     return "paused after repeated probe failures (see GET /v1/probes)";
@@ -301,7 +320,7 @@ bool ProbeService::needs_probing(Device& device) {
 
 void ProbeService::consider(Device& device) {
   if (device.probe) return;
-  if (!device.environment_known && device.waiting.rfind("joule-worker env failed", 0) != 0) {
+  if (!device.environment_known && !device.environment_failed) {
     device.waiting = "checking joule-worker's environment";
     check_environment(device);
     return;
@@ -425,6 +444,7 @@ void ProbeService::check_environment(Device& device) {
   auto process = adapters::launch_job(spec);
   if (!process) {
     device.waiting = "joule-worker env failed: cannot start it: " + process.error().message;
+    device.environment_failed = true;
     spdlog::error("device {}: cannot start {}: {}", device.config.name, options_.worker.string(),
                   process.error().message);
     return;
@@ -559,6 +579,7 @@ void ProbeService::on_probe_exit(const std::string& device_name) {
     if (!exit || !exit->success() || !parsed.is_object()) {
       const std::string why = last_line(read_file(probe.directory / "stderr", 4096));
       device.waiting = fmt::format("joule-worker env failed: {}", why.empty() ? "no output" : why);
+      device.environment_failed = true;
       spdlog::error("device {}: {} (probing is off for this device until a reload)", device_name, device.waiting);
       return;
     }
@@ -677,8 +698,7 @@ void ProbeService::accept_result(Device& device, const Running& probe, const jso
     spdlog::warn("device {}: probe not decomposable: {}", name, sample.error().message);
     return;
   }
-  device.learning->add_sample(*sample);
-  ++device.samples;
+  if (device.learning->add_sample(*sample)) ++device.samples;
   device.last_probe_ms = now_ms();
   device.joules_today += joules;
   metrics_.add_probe_runs(name, 1.0);

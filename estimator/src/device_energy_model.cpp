@@ -107,16 +107,17 @@ Eigen::VectorXd DeviceEnergyModel::feature_vector(const std::map<std::string, do
   return x;
 }
 
-void DeviceEnergyModel::add_sample(const LayerSample& sample) {
+bool DeviceEnergyModel::add_sample(const LayerSample& sample) {
   if (!(sample.joules_per_step > 0.0) || !(sample.seconds_per_step > 0.0)) {
     ++dropped_;
-    return;
+    return false;
   }
   KeyModel& model = models_[sample.key.name()];
   if (model.names.empty()) model.names = feature_names(sample.features);
   model.x.push_back(feature_vector(sample.features, model.names));
   model.log_joules.push_back(std::log(sample.joules_per_step));
   model.log_seconds.push_back(std::log(sample.seconds_per_step));
+  return true;
 }
 
 void DeviceEnergyModel::add_network(double flops_per_step, double joules_per_step) {

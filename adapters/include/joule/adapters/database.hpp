@@ -121,6 +121,8 @@ class Database {
   Status insert_probe_sample(const StoredProbeSample& sample);
   /// A device's samples under one fingerprint, oldest first.
   Result<std::vector<StoredProbeSample>> load_probe_samples(const std::string& device, const std::string& fingerprint);
+  /// The fingerprint of a device's newest sample (samples learnt before any model was saved).
+  Result<std::optional<std::string>> latest_probe_fingerprint(const std::string& device);
   /// Inserts or updates a run by id.
   Status save_probe_run(const StoredProbeRun& run);
   /// The latest `limit` runs, oldest first.

@@ -76,7 +76,8 @@ class DeviceEnergyModel {
 
   /// Keeps a decomposed probe sample; non-positive energies (noise larger than the layer) are
   /// counted and dropped, since the model works in log energy.
-  void add_sample(const LayerSample& sample);
+  /// Returns whether it was kept.
+  bool add_sample(const LayerSample& sample);
   /// A whole probe network as measured: feeds the FLOPs baseline.
   void add_network(double flops_per_step, double joules_per_step);
   /// (Re)fits every (kind, position) that has at least `min_samples` samples.
