@@ -223,6 +223,7 @@ ProbeRequest small_request() {
   request.warmup_steps = 1;
   request.steps_per_repetition = 4;
   request.repetitions = 3;
+  request.min_reading_seconds = 1e-9;  // exactly steps_per_repetition steps per reading
   request.networks = {spec_of(testing::example_model("mlp")), spec_of(testing::example_model("lenet5"))};
   return request;
 }
@@ -239,6 +240,7 @@ TEST_F(NetworkBuilderTest, run_probe_reads_the_meter_around_every_block) {
   EXPECT_EQ(result->networks[1].name, "lenet5");
   for (const auto& network : result->networks) {
     ASSERT_EQ(network.repetitions.size(), 3u);
+    EXPECT_EQ(network.steps_per_repetition, 4);
     EXPECT_DOUBLE_EQ(network.joules_per_step, 0.25);  // 1 J per reading over 4 steps
     EXPECT_GT(network.seconds_per_step, 0.0);
     EXPECT_TRUE(std::isfinite(network.final_loss));
@@ -314,6 +316,21 @@ TEST(EnvironmentTest, cpu_model_name_from_cpuinfo) {
   const auto arm = dir.write("arm", "processor\t: 0\nBogoMIPS\t: 62.50\n\nModel\t: NVIDIA Jetson Orin Nano\n");
   EXPECT_EQ(cpu_model_name(arm), "NVIDIA Jetson Orin Nano");
   EXPECT_EQ(cpu_model_name(dir / "missing"), "unknown CPU");
+}
+
+TEST_F(NetworkBuilderTest, readings_are_lengthened_until_the_meter_can_resolve_them) {
+  CountingMeter meter("nvml");
+  ProbeRequest request = small_request();
+  request.networks.resize(1);
+  request.min_reading_seconds = 0.05;  // far longer than 4 steps of the tiny MLP at batch 2
+  auto result = run_probe(request, meter);
+  ASSERT_TRUE(result) << result.error().message;
+  const auto& network = result->networks[0];
+  EXPECT_GT(network.steps_per_repetition, 4);
+  EXPECT_GE(network.seconds_per_step * network.steps_per_repetition, 0.02);  // about 0.05 s, on a busy machine less sure
+  EXPECT_DOUBLE_EQ(network.joules_per_step, 1.0 / network.steps_per_repetition);
+  EXPECT_DOUBLE_EQ(default_min_reading_seconds("nvml"), 2.0);
+  EXPECT_DOUBLE_EQ(default_min_reading_seconds("modelled"), 0.05);
 }
 
 }  // namespace

@@ -131,8 +131,8 @@ Result<NetworkResult> parse_network_result(const json& value, const std::string&
   if (auto e = reader.number("joules_spread", network.joules_spread, 0.0)) return *e;
   if (auto e = reader.number("seconds_spread", network.seconds_spread, 0.0)) return *e;
   if (auto e = reader.number("final_loss", network.final_loss, -std::numeric_limits<double>::infinity())) return *e;
-  if (reader.find("steps_per_repetition"))
-    if (auto e = reader.integer("steps_per_repetition", network.steps_per_repetition, 1, 100000000)) return *e;
+  // 0: not said (results written before readings were lengthened per meter).
+  if (auto e = reader.integer("steps_per_repetition", network.steps_per_repetition, 0, 100000000)) return *e;
   if (auto e = reader.required("joules_per_step")) return *e;
   if (auto e = reader.required("seconds_per_step")) return *e;
   if (const json* reps = reader.find("repetitions")) {
