@@ -48,7 +48,7 @@ NetworkMeter simulated_network_meter(SimulatedDevice& device, int repetitions) {
 }
 
 std::vector<ProbeTarget> candidate_targets(const std::vector<WorkloadItem>& workload,
-                                           const std::vector<std::int64_t>& batch_sizes) {
+                                           const std::vector<std::int64_t>& batch_sizes, bool variations) {
   std::vector<ProbeTarget> out;
   std::set<std::string> seen;
   auto add = [&](ProbeTarget target) {
@@ -75,7 +75,8 @@ std::vector<ProbeTarget> candidate_targets(const std::vector<WorkloadItem>& work
         add(target);
         const char* width = width_argument(base.layer.type);
         // The output layer's width is the number of classes: keep it.
-        if (!width || base.position == LayerPosition::output || !base.layer.args.contains(width)) continue;
+        if (!variations || !width || base.position == LayerPosition::output || !base.layer.args.contains(width))
+          continue;
         const auto value = base.layer.args[width].get<std::int64_t>();
         for (double factor : {0.5, 0.75, 1.5, 2.0}) {
           ProbeTarget varied = target;
@@ -128,10 +129,15 @@ void ProbePlanner::set_workload(std::vector<WorkloadItem> workload) {
   weight_ = workload_weights(workload);
   plans_.clear();
   ids_.clear();
+  exact_.clear();
+  // The workload's own configurations: each item's layers at the item's batch size.
+  std::set<std::string> exact;
+  for (const auto& target : candidate_targets(workload, {}, /*variations=*/false)) exact.insert(target_id(target));
   for (const auto& target : candidate_targets(workload, batch_sizes_)) {
     auto plan = plan_probe(target);
     if (!plan) continue;
     ids_.push_back(target_id(target));
+    exact_.push_back(exact.contains(ids_.back()));
     plans_.push_back(std::move(plan).value());
   }
 }
@@ -191,7 +197,7 @@ std::optional<ProbePlan> ProbePlanner::next(const DeviceEnergyModel& model) cons
     if (!std::isfinite(sigma)) sigma = 10.0;
     if (sigma < target_sigma_) continue;
     const auto weight = weight_.find(key.name());
-    const double score = sigma * std::sqrt(weight == weight_.end() ? 1.0 : weight->second);
+    const double score = sigma * std::sqrt(weight == weight_.end() ? 1.0 : weight->second) * (exact_[i] ? kExactBonus : 1.0);
     if (score > best_score) {
       best_score = score;
       best = i;

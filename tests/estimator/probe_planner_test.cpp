@@ -90,7 +90,31 @@ TEST(ProbePlannerTest, stops_once_the_model_is_sure_enough_where_the_workload_ne
   ProbePlanner tight({WorkloadItem{mlp(), 32}}, options, /*target_sigma=*/1e-6);
   while (tight.seeding()) tight.mark_probed(tight.next(model)->target);
   EXPECT_TRUE(tight.next(model));
-  EXPECT_LT(model.uncertainty(LayerKey{"linear", LayerPosition::input}, tight.next(model)->analyzed, 32), 5.0);
+  const auto next = tight.next(model);
+  EXPECT_LT(model.uncertainty(LayerKey{next->target.layer.type, next->target.position}, next->analyzed,
+                              next->target.batch_size),
+            5.0);  // what the loose planner refused to probe
+}
+
+}  // namespace
+}  // namespace joule::estimator
+
+namespace joule::estimator {
+namespace {
+
+TEST(ProbePlannerTest, after_the_seeds_the_workloads_own_configurations_come_first_at_equal_doubt) {
+  CampaignOptions options;
+  options.seed_samples = 1;
+  ProbePlanner planner({WorkloadItem{mlp(), 48}}, options);  // 48: a batch size no variation uses
+  DeviceEnergyModel model("cpu", "simulated");  // no GP: every candidate equally unsure
+  while (planner.seeding()) planner.mark_probed(planner.next(model)->target);
+  const auto plan = planner.next(model);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->target.batch_size, 48);
+  const auto& args = plan->target.layer.args;
+  if (args.contains("out_features") && plan->target.position != LayerPosition::output) {
+    EXPECT_EQ(args["out_features"], 128);
+  }
 }
 
 }  // namespace

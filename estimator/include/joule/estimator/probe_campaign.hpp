@@ -53,9 +53,10 @@ struct CampaignReport {
   std::size_t failed_measurements = 0;
 };
 
-/// Candidate probe targets for a workload (deduplicated, deterministic for a seed).
+/// Candidate probe targets for a workload (deduplicated, deterministic for a seed): every layer
+/// at its item's batch size and at `batch_sizes`, and with `variations` its widths ×½ … ×2.
 std::vector<ProbeTarget> candidate_targets(const std::vector<WorkloadItem>& workload,
-                                           const std::vector<std::int64_t>& batch_sizes);
+                                           const std::vector<std::int64_t>& batch_sizes, bool variations = true);
 
 /// A stable identity of a target (layer, input, batch, position), for "already probed" sets.
 std::string target_id(const ProbeTarget& target);
@@ -67,7 +68,11 @@ std::string target_id(const ProbeTarget& target);
 /// probes, its next probe is the candidate farthest (in the GP's log-feature space) from those
 /// already probed, so the first few samples span the configurations instead of clustering.
 /// After that the next probe maximises latent σ × sqrt(workload weight of its kind and
-/// position); planning stops when that σ is below `target_sigma` everywhere.
+/// position), counting a configuration the workload itself uses (its layer, input and batch
+/// size, not a variation) `exact_bonus` times: the estimates users ask for sum exactly those
+/// layers, and summing probes of exactly a network's layers is within a few per cent of the
+/// whole network (MEASURING.md), while the GP's interpolation is the larger error. Planning
+/// stops when σ is below `target_sigma` everywhere.
 class ProbePlanner {
  public:
   ProbePlanner(std::vector<WorkloadItem> workload, const CampaignOptions& options, double target_sigma = 0.0);
@@ -91,8 +96,10 @@ class ProbePlanner {
   std::vector<std::int64_t> batch_sizes_;
   std::size_t seed_samples_;
   double target_sigma_;
+  static constexpr double kExactBonus = 3.0;
   std::vector<ProbePlan> plans_;
   std::vector<std::string> ids_;
+  std::vector<bool> exact_;  // the workload's own configuration, not a variation
   std::map<std::string, double> weight_;         // by LayerKey::name()
   std::set<std::string> probed_;                 // target ids
   std::map<std::string, std::size_t> per_key_;   // probes per LayerKey::name()
