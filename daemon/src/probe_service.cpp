@@ -851,11 +851,15 @@ Result<json> ProbeService::request(const json& body) {
         return make_error(ErrorCode::invalid_argument, "each entry needs a model", where + "/model");
       auto model = estimator::parse_model_spec(entry["model"], where + "/model");
       if (!model) return model.error();
+      // Only the batch size matters to probing: {"batch_size": B} is enough.
       estimator::TrainingConfig training;
       if (entry.contains("training")) {
-        auto parsed = estimator::parse_training_config(entry["training"], where + "/training");
-        if (!parsed) return parsed.error();
-        training = *parsed;
+        const auto& given = entry["training"];
+        if (!given.is_object() || !given.contains("batch_size") || !given["batch_size"].is_number_integer() ||
+            given["batch_size"].get<std::int64_t>() < 1)
+          return make_error(ErrorCode::invalid_argument, "training.batch_size must be a positive integer",
+                            where + "/training/batch_size");
+        training.batch_size = given["batch_size"].get<std::int64_t>();
       }
       if (auto layers = estimator::analyze_model(*model, training.batch_size, where + "/model"); !layers)
         return layers.error();
