@@ -52,8 +52,8 @@ Result<json> estimate_request(const json& body, const std::vector<std::string>& 
       estimates.push_back({{"device", device},
                            {"status", "no-model"},
                            {"detail", fmt::format("device {} has no energy model yet: it learns one from probes "
-                                                  "(joule-worker), which this version does not run",
-                                                  device)}});
+                                                  "when idle, or now with joulectl probe --device {}",
+                                                  device, device)}});
       continue;
     }
     auto estimate = it->second->estimate(*model, *training);
