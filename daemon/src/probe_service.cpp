@@ -424,6 +424,24 @@ void ProbeService::save_run(const std::string& id) {
                   });
 }
 
+void ProbeService::watch_worker(Device& device) {
+  // The worker's exit is seen through a pidfd on the loop; if it has already gone, at once.
+  const std::string name = device.config.name;
+  auto pidfd = adapters::open_pidfd(device.probe->process.pid);
+  if (!pidfd) {
+    asio::post(io_, [this, alive = alive_, name] {
+      if (*alive) on_probe_exit(name);
+    });
+    return;
+  }
+  device.probe->watch = std::make_unique<asio::posix::stream_descriptor>(io_, *pidfd);
+  device.probe->watch->async_wait(asio::posix::stream_descriptor::wait_read,
+                                  [this, alive = alive_, name](boost::system::error_code ec) {
+                                    if (!*alive || ec == asio::error::operation_aborted) return;
+                                    on_probe_exit(name);
+                                  });
+}
+
 void ProbeService::check_environment(Device& device) {
   // `joule-worker env` says which LibTorch, BLAS and threads probes would run under now; a
   // model learnt under others is withdrawn before it estimates anything.
@@ -455,20 +473,7 @@ void ProbeService::check_environment(Device& device) {
   running.started = std::chrono::steady_clock::now();
   running.environment_only = true;
   device.probe = std::move(running);
-  auto pidfd = adapters::open_pidfd(process->pid);
-  const std::string name = device.config.name;
-  if (!pidfd) {
-    asio::post(io_, [this, alive = alive_, name] {
-      if (*alive) on_probe_exit(name);
-    });
-    return;
-  }
-  device.probe->watch = std::make_unique<asio::posix::stream_descriptor>(io_, *pidfd);
-  device.probe->watch->async_wait(asio::posix::stream_descriptor::wait_read,
-                                  [this, alive = alive_, name](boost::system::error_code ec) {
-                                    if (!*alive || ec == asio::error::operation_aborted) return;
-                                    on_probe_exit(name);
-                                  });
+  watch_worker(device);
 }
 
 void ProbeService::start_probe(Device& device) {
@@ -535,20 +540,7 @@ void ProbeService::start_probe(Device& device) {
   running.directory = directory;
   running.started = std::chrono::steady_clock::now();
   device.probe = std::move(running);
-  const std::string name = device.config.name;
-  auto pidfd = adapters::open_pidfd(process->pid);
-  if (!pidfd) {
-    asio::post(io_, [this, alive = alive_, name] {
-      if (*alive) on_probe_exit(name);
-    });
-    return;
-  }
-  device.probe->watch = std::make_unique<asio::posix::stream_descriptor>(io_, *pidfd);
-  device.probe->watch->async_wait(asio::posix::stream_descriptor::wait_read,
-                                  [this, alive = alive_, name](boost::system::error_code ec) {
-                                    if (!*alive || ec == asio::error::operation_aborted) return;
-                                    on_probe_exit(name);
-                                  });
+  watch_worker(device);
 }
 
 void ProbeService::preempt(const std::string& device_name) {

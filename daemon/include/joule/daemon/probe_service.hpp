@@ -95,6 +95,7 @@ class ProbeService {
   std::optional<std::string> why_not_now(const Device& device, bool requested) const;
   bool needs_probing(Device& device);
   void start_probe(Device& device);
+  void watch_worker(Device& device);
   void on_probe_exit(const std::string& device_name);
   void accept_result(Device& device, const Running& probe, const nlohmann::json& result_json);
   void begin_campaign(Device& device, const std::string& reason);
