@@ -91,22 +91,14 @@ std::vector<ProbeTarget> candidate_targets(const std::vector<WorkloadItem>& work
 
 namespace {
 
-// How much each (kind, position) matters to the workload: the weight of its uncertainty.
-// Each occurrence counts by its network's share of FLOPs (plus a floor, since FLOPs miss
-// memory-bound work): a GRU that is 80 % of its network's cost deserves more probes than the
-// ReLUs around it, however many ReLUs there are (bench/probe_accuracy: counting occurrences
-// gave relu 24 samples and the GRU 3, and the GRU's estimate was off by 96 %).
+// How often each (kind, position) occurs in the workload: the weight of its uncertainty.
 std::map<std::string, double> workload_weights(const std::vector<WorkloadItem>& workload) {
   std::map<std::string, double> weight;
   for (const auto& item : workload) {
     if (auto layers = analyze_model(item.model, item.batch_size)) {
       const auto keys = layer_keys(*layers);
-      const double total = std::max(1.0, total_flops(*layers));
-      for (std::size_t i = 0; i < keys.size(); ++i) {
-        if (keys[i].position != LayerPosition::output && is_free_layer((*layers)[i])) continue;
-        const auto& cost = (*layers)[i].cost;
-        weight[keys[i].name()] += 0.1 + (cost.forward_flops + cost.backward_flops) / total;
-      }
+      for (std::size_t i = 0; i < keys.size(); ++i)
+        if (keys[i].position == LayerPosition::output || !is_free_layer((*layers)[i])) weight[keys[i].name()] += 1.0;
     }
   }
   return weight;
