@@ -229,7 +229,15 @@ void ProbeService::start(const std::vector<config::DeviceConfig>& devices, Store
       spdlog::info("device {}: {} stored probe samples resume its model ({})", config.name, device->samples,
                    device->environment);
     }
-    if (auto models = models_.models(); models.contains(config.name)) device->fitted = models.at(config.name);
+    if (auto models = models_.models(); models.contains(config.name)) {
+      device->fitted = models.at(config.name);
+      // The metrics describe the model resumed from the snapshot until the next fit.
+      std::vector<double> errors(device->heldout.begin(), device->heldout.end());
+      std::sort(errors.begin(), errors.end());
+      metrics_.set_model_state(config.name, static_cast<double>(models_.version(config.name)),
+                               errors.empty() ? 0.0 : errors[errors.size() / 2],
+                               device->last_probe_ms ? static_cast<double>(*device->last_probe_ms) / 1000.0 : 0.0);
+    }
     // The daily cap counts what runs since local midnight metered, across restarts.
     const auto [minute, day] = local_minute_and_day();
     const std::int64_t midnight_ms = now_ms() - static_cast<std::int64_t>(minute) * 60000 - 60000;
