@@ -172,24 +172,9 @@ say "jouled $jouled_pid ready on 127.0.0.1:$port (state $tmp/state)"
 sleep "$limit" </dev/null >/dev/null 2>&1 &
 watchdog_pid=$!
 
-python3 "$here/probe_accuracy.py" run --jouled-bin "$jouled" --source-jouled "$source_jouled" \
-  --source-worker "$source_worker" --url "http://127.0.0.1:$port" --jouled-pid "$jouled_pid" --state-dir "$tmp/state" \
-  --jouled-log "$tmp/jouled.log" --worker "$worker" --models "$models_dir" --batches "$batches" \
-  --seconds "$seconds" --rounds "$rounds" --repetitions "$repetitions" --min-reading "$min_reading" \
-  --out "$out" $( ((quick)) && echo --quick ) &
-py_pid=$!
-wait -n "$py_pid" "$watchdog_pid"
-rc=$?
-if kill -0 "$py_pid" 2>/dev/null; then
-  say "--limit $limit s reached: stopping"
-  exit 124
-fi
-py_pid=""
-say "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-((rc == 0)) && say "wrote $out"
-if ((rc == 0)) && [[ -n $additivity_batch ]]; then
-  python3 "$here/probe_accuracy.py" additivity "$out" --worker "$worker" --batch "$additivity_batch" \
-    --out "${out%.json}-additivity.json" &
+# Runs one python step under the --limit watchdog; sets rc to its exit status.
+run_step() {
+  python3 "$here/probe_accuracy.py" "$@" &
   py_pid=$!
   wait -n "$py_pid" "$watchdog_pid"
   rc=$?
@@ -198,6 +183,17 @@ if ((rc == 0)) && [[ -n $additivity_batch ]]; then
     exit 124
   fi
   py_pid=""
+}
+
+run_step run --jouled-bin "$jouled" --source-jouled "$source_jouled" \
+  --source-worker "$source_worker" --url "http://127.0.0.1:$port" --jouled-pid "$jouled_pid" --state-dir "$tmp/state" \
+  --jouled-log "$tmp/jouled.log" --worker "$worker" --models "$models_dir" --batches "$batches" \
+  --seconds "$seconds" --rounds "$rounds" --repetitions "$repetitions" --min-reading "$min_reading" \
+  --out "$out" $( ((quick)) && echo --quick )
+say "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+((rc == 0)) && say "wrote $out"
+if ((rc == 0)) && [[ -n $additivity_batch ]]; then
+  run_step additivity "$out" --worker "$worker" --batch "$additivity_batch" --out "${out%.json}-additivity.json"
   ((rc == 0)) && say "wrote ${out%.json}-additivity.json"
 fi
 exit "$rc"

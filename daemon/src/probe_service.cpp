@@ -29,6 +29,14 @@ constexpr std::size_t kHeldOutWindow = 50;
 constexpr std::size_t kRunsKept = 200;
 constexpr int kFailuresBeforeBackoff = 3;
 
+// The held-out error shown and exported: the upper median of the recent |relative errors|.
+std::optional<double> median_error(const std::deque<double>& errors) {
+  if (errors.empty()) return std::nullopt;
+  std::vector<double> sorted(errors.begin(), errors.end());
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
+  return sorted[sorted.size() / 2];
+}
+
 std::string read_file(const std::filesystem::path& path, std::size_t limit = 1 << 20) {
   std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -231,12 +239,7 @@ void ProbeService::start(const std::vector<config::DeviceConfig>& devices, Store
     }
     if (auto models = models_.models(); models.contains(config.name)) {
       device->fitted = models.at(config.name);
-      // The metrics describe the model resumed from the snapshot until the next fit.
-      std::vector<double> errors(device->heldout.begin(), device->heldout.end());
-      std::sort(errors.begin(), errors.end());
-      metrics_.set_model_state(config.name, static_cast<double>(models_.version(config.name)),
-                               errors.empty() ? 0.0 : errors[errors.size() / 2],
-                               device->last_probe_ms ? static_cast<double>(*device->last_probe_ms) / 1000.0 : 0.0);
+      publish_model_state(*device, models_.version(config.name));  // the resumed model, until the next fit
     }
     // The daily cap counts what runs since local midnight metered, across restarts.
     const auto [minute, day] = local_minute_and_day();
@@ -786,14 +789,7 @@ void ProbeService::on_fitted(const std::string& name, std::shared_ptr<estimator:
   device.model_saved_ms = now_ms();
   const std::int64_t version = models_.version(name) + 1;
   models_.install(name, model, version);
-  double heldout = 0.0;
-  if (!device.heldout.empty()) {
-    std::vector<double> errors(device.heldout.begin(), device.heldout.end());
-    std::nth_element(errors.begin(), errors.begin() + static_cast<std::ptrdiff_t>(errors.size() / 2), errors.end());
-    heldout = errors[errors.size() / 2];
-  }
-  metrics_.set_model_state(name, static_cast<double>(version), heldout,
-                           device.last_probe_ms ? static_cast<double>(*device.last_probe_ms) / 1000.0 : 0.0);
+  publish_model_state(device, version);
   spdlog::info("device {}: energy model version {} fitted from {} probe samples in {:.2f} s ({})", name, version,
                samples, seconds, device.source);
   adapters::StoredModelSnapshot snapshot{name, version, now_ms(), device.source, model->save().dump(),
@@ -802,6 +798,12 @@ void ProbeService::on_fitted(const std::string& name, std::shared_ptr<estimator:
                   [name](Status s) {
                     if (!s) spdlog::error("device {}: saving its model failed: {}", name, s.error().message);
                   });
+}
+
+void ProbeService::publish_model_state(const Device& device, std::int64_t version) {
+  metrics_.set_model_state(device.config.name, static_cast<double>(version),
+                           median_error(device.heldout).value_or(0.0),
+                           device.last_probe_ms ? static_cast<double>(*device.last_probe_ms) / 1000.0 : 0.0);
 }
 
 json ProbeService::snapshot_meta(const Device& device) const {
@@ -934,11 +936,8 @@ json ProbeService::info(const std::string& name) const {
   if (it == devices_.end()) return json::object();
   const Device& device = *it->second;
   json heldout = nullptr;
-  if (!device.heldout.empty()) {
-    std::vector<double> errors(device.heldout.begin(), device.heldout.end());
-    std::nth_element(errors.begin(), errors.begin() + static_cast<std::ptrdiff_t>(errors.size() / 2), errors.end());
-    heldout = {{"median_abs_relative_error", errors[errors.size() / 2]}, {"networks", errors.size()}};
-  }
+  if (auto median = median_error(device.heldout))
+    heldout = {{"median_abs_relative_error", *median}, {"networks", device.heldout.size()}};
   json probing = {{"state", device.probe && !device.probe->environment_only ? "probing"
                             : device.converged                                 ? "converged"
                                                                                 : "idle"},

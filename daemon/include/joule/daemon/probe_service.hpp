@@ -109,6 +109,7 @@ class ProbeService {
   void save_run(const std::string& id);
   nlohmann::json run_json(const adapters::StoredProbeRun& run) const;
   nlohmann::json snapshot_meta(const Device& device) const;
+  void publish_model_state(const Device& device, std::int64_t version);
   std::int64_t now_ms() const;
 
   boost::asio::io_context& io_;
