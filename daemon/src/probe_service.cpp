@@ -488,6 +488,8 @@ void ProbeService::check_environment(Device& device) {
 }
 
 void ProbeService::start_probe(Device& device) {
+  // Each stretch of probing learns for the jobs queued and finished since the last one.
+  if (!device.active_run) refresh_workload(device);
   const auto& model = device.fitted ? *device.fitted : *device.learning;
   auto plan = device.planner->next(model);
   const bool requested = device.requested_until.has_value();
