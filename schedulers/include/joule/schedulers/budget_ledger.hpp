@@ -1,0 +1,94 @@
+#pragma once
+// The budget ledger: energy spent and reserved against each energy budget of the policy.
+//
+// Spent energy is metered work (jobs and probes) with the interval it ran in; it counts in a
+// window in proportion to how much of its interval lies in the window (a job that ran from
+// 23:00 to 01:00 counts half in each calendar day). Reservations are what placed and running
+// jobs are still expected to use, as distributions, so admission can ask how likely the whole
+// lot is to overrun. Pure: time is passed in; calendar windows use a fixed offset from UTC
+// that the caller supplies (the node's local time).
+
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "joule/schedulers/energy_risk.hpp"
+#include "joule/schedulers/policy.hpp"
+#include "joule/schedulers/time_format.hpp"
+
+namespace joule::schedulers {
+
+/// Metered energy of one piece of finished (or running-so-far) work on one device.
+struct EnergyUse {
+  DeviceRef device;
+  std::string work;  ///< job id or "probe"
+  UnixMillis start = 0;
+  UnixMillis end = 0;
+  double joules = 0.0;
+  std::string source;  ///< meter source: what kind of joules these are
+};
+
+/// One budget at one moment.
+struct BudgetState {
+  EnergyBudget budget;
+  double spent_joules = 0.0;
+  EnergyDistribution reserved;  ///< what placed and running jobs are still expected to use
+  UnixMillis window_start = 0;
+  /// Calendar windows: when the window starts again. Rolling: when the oldest spent energy
+  /// now in the window starts to leave it (nullopt when nothing is spent).
+  std::optional<UnixMillis> resets_at;
+  double remaining_joules() const { return budget.limit_joules - spent_joules - reserved.mean_joules; }
+};
+
+class BudgetLedger {
+ public:
+  /// `utc_offset_minutes`: local time minus UTC, for calendar days, weeks (from Monday) and months.
+  BudgetLedger() = default;
+  explicit BudgetLedger(int utc_offset_minutes) : utc_offset_minutes_(utc_offset_minutes) {}
+
+  /// Replaces the budgets (policy reload); spent energy and reservations are kept.
+  void set_budgets(std::vector<EnergyBudget> budgets);
+  const std::vector<EnergyBudget>& budgets() const { return budgets_; }
+
+  /// Records metered work that has ended (a finished job, a probe).
+  void record(EnergyUse use);
+  /// Reserves what a placed job is expected to use on its device.
+  void reserve(const std::string& job, const DeviceRef& device, EnergyDistribution expected);
+  /// A running job: what it has used so far (from `start` to `now`) and what it is still
+  /// expected to use (from its projection). Replaces the job's previous figures.
+  void update_running(const std::string& job, UnixMillis start, UnixMillis now, double used_joules,
+                      EnergyDistribution still_expected);
+  /// Ends a job's reservation; records its metered use when there is one.
+  void settle(const std::string& job, std::optional<EnergyUse> metered);
+  bool has_reservation(const std::string& job) const { return jobs_.contains(job); }
+
+  /// Every budget's state at `now`, in policy order.
+  std::vector<BudgetState> states(UnixMillis now) const;
+  /// The earliest time at or after `now` when the budget's spent energy will have fallen by at
+  /// least `joules` (rolling windows: as uses leave it; calendar ones: at the reset). nullopt
+  /// if waiting cannot free that much.
+  std::optional<UnixMillis> frees_by(const BudgetState& state, double joules, UnixMillis now) const;
+  /// Forgets uses that no window can count any more.
+  void prune(UnixMillis now);
+  std::size_t uses() const { return uses_.size(); }
+
+  /// Where a window that contains `now` starts and when it ends.
+  std::pair<UnixMillis, UnixMillis> calendar_window(BudgetWindow::Kind kind, UnixMillis now) const;
+
+ private:
+  struct Running {
+    DeviceRef device;
+    EnergyDistribution expected;  ///< still to come
+    std::optional<EnergyUse> so_far;
+  };
+  double spent_in(const EnergyBudget& budget, UnixMillis from, UnixMillis to) const;
+
+  int utc_offset_minutes_ = 0;
+  std::vector<EnergyBudget> budgets_;
+  std::deque<EnergyUse> uses_;  // in the order recorded
+  std::unordered_map<std::string, Running> jobs_;
+};
+
+}  // namespace joule::schedulers

@@ -1,0 +1,139 @@
+#pragma once
+// Placement: which waiting job runs on which device now, and why the others wait.
+//
+// One pass considers queued jobs in priority order. For each, every eligible device is scored
+// from the job's estimate there (energy mean and std, seconds) and the work ahead of it; a
+// device is feasible only if the job's deadline holds, its max_energy constraint and every
+// energy budget covering the device would be overrun with probability below the policy's risk
+// (energy_risk.hpp), no power cap over the device is exceeded, and no battery floor is
+// reached. The best feasible device by the objective gets the job if it is free; if it is
+// busy, the job waits for it (min-energy prefers waiting for an efficient device to running
+// now on a wasteful one, as long as the deadline holds) and the device's expected free time
+// moves on. The baselines (fifo, round-robin, least-loaded) take a free device only.
+// Pure: the caller passes time, devices, the queue and the ledger, and applies the decisions.
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "joule/schedulers/budget_ledger.hpp"
+#include "joule/schedulers/energy_risk.hpp"
+#include "joule/schedulers/policy.hpp"
+#include "joule/schedulers/time_format.hpp"
+
+namespace joule::schedulers {
+
+/// A job's expected cost on one device.
+struct Estimate {
+  double joules_mean = 0.0;
+  double joules_std = 0.0;
+  double seconds_mean = 0.0;
+  EnergyDistribution energy() const { return EnergyDistribution::from_std(joules_mean, joules_std); }
+};
+
+/// A device a job may run on (its constraints allow it), with what the job would cost there.
+struct Candidate {
+  std::size_t device = 0;           ///< index into the devices of the pass
+  std::optional<Estimate> estimate;  ///< nullopt: the device has no energy model yet
+  std::optional<double> flops_joules;  ///< the FLOPs baseline's joules (flops-greedy)
+};
+
+/// A queued job as placement sees it.
+struct PendingJob {
+  std::string id;
+  int priority = 0;
+  std::optional<UnixMillis> deadline;
+  std::optional<double> max_energy_joules;
+  std::vector<Candidate> candidates;
+};
+
+/// A device as placement sees it at the start of a pass.
+struct DeviceStatus {
+  DeviceRef ref;
+  bool accepts_work = true;            ///< false: lost, draining or estimation-only
+  bool busy = false;                   ///< a job is placed or running on it
+  std::optional<UnixMillis> busy_until;  ///< when its current job is expected to end
+  double average_power_watts = 0.0;    ///< metered, over the power caps' averaging period
+  std::optional<double> battery_percent;
+  std::optional<double> battery_capacity_joules;  ///< full charge, for the floor's headroom
+  double work_seconds = 0.0;  ///< seconds of work it has run (least-loaded)
+};
+
+/// Why a job is not running. `message` is one line for people; the rest for programs.
+struct WaitReason {
+  enum class Kind {
+    behind,          ///< the pass stopped before reaching it (earlier jobs first)
+    device_busy,     ///< waiting for its best device, which is busy
+    no_free_device,  ///< a baseline policy: every eligible device is busy
+    budget,          ///< an energy budget would likely be overrun
+    max_energy,      ///< the job's own max_energy_joules would likely be overrun
+    power_cap,       ///< a power cap over the device is exceeded
+    battery_floor,   ///< a battery is at or near its floor
+    deadline,        ///< no device can finish it before its deadline
+    no_estimate,     ///< a budget applies but the device has no energy model for the job
+    unavailable,     ///< no eligible device accepts work
+  };
+  WaitReason() = default;
+  WaitReason(Kind kind, std::string message, std::string device = {}, std::string rule = {})
+      : kind(kind), message(std::move(message)), device(std::move(device)), rule(std::move(rule)) {}
+
+  Kind kind = Kind::behind;
+  std::string message;
+  std::string device;  ///< qualified device name the reason is about, if one
+  std::string rule;    ///< budget, cap or floor name
+  std::optional<double> limit;            ///< joules (budget), watts (cap), percent (floor)
+  std::optional<double> remaining_joules;  ///< budget: limit - spent - reserved
+  std::optional<double> needed_joules;     ///< budget: what the job needs at the policy's risk
+  std::optional<UnixMillis> retry_at;      ///< when the condition is expected to clear
+};
+std::string_view to_string(WaitReason::Kind kind);
+
+/// A job placed on a device; the caller reserves `reserve` in the ledger and starts it.
+struct Placement {
+  std::string job;
+  std::size_t device = 0;
+  std::optional<Estimate> estimate;
+  EnergyDistribution reserve;  ///< what to reserve in the budget ledger
+  std::string note;            ///< why this device: "fewest joules: 12.3 kJ (cpu 30.1 kJ)"
+  bool misses_deadline = false;  ///< no device could meet it; placed anyway, earliest finish
+};
+
+struct PassResult {
+  std::vector<Placement> placements;
+  std::vector<std::pair<std::string, WaitReason>> waiting;  ///< jobs considered and not placed
+  std::size_t considered = 0;  ///< jobs scanned (the rest are `behind`)
+  /// The earliest retry_at among the reasons: when a pass is worth running again.
+  std::optional<UnixMillis> next_retry;
+};
+
+struct PlacementOptions {
+  /// At most this many queued jobs are scanned per pass (a bound on one pass's cost with a
+  /// long queue; jobs beyond wait for the next pass).
+  std::size_t max_scan = 1000;
+};
+
+class Placer {
+ public:
+  explicit Placer(Policy policy, PlacementOptions options = {});
+  void set_policy(Policy policy);
+  const Policy& policy() const { return policy_; }
+
+  /// One placement pass. `queue` is in priority order. Devices and ledger are not changed.
+  PassResult decide(UnixMillis now, std::span<const DeviceStatus> devices, std::span<const PendingJob* const> queue,
+                    const BudgetLedger& ledger);
+
+  /// Whether a job could ever run here under this policy: some eligible device where a budget's
+  /// whole limit (not what is left of it), the job's max_energy and its deadline could hold.
+  /// nullopt if it can; otherwise the reason, for a rejection at submit.
+  std::optional<WaitReason> never_fits(UnixMillis now, std::span<const DeviceStatus> devices, const PendingJob& job,
+                                       const BudgetLedger& ledger) const;
+
+ private:
+  Policy policy_;
+  PlacementOptions options_;
+  std::size_t round_robin_next_ = 0;
+};
+
+}  // namespace joule::schedulers

@@ -1,0 +1,170 @@
+#include "joule/schedulers/budget_ledger.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace joule::schedulers {
+namespace {
+
+constexpr UnixMillis kMinute = 60'000;
+constexpr UnixMillis kDay = 86'400'000;
+
+UnixMillis floor_div(UnixMillis a, UnixMillis b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+// Days since 1970-01-01 of a civil date, and back (H. Hinnant's algorithms).
+std::int64_t days_from_civil(std::int64_t y, unsigned m, unsigned d) {
+  y -= m <= 2;
+  const std::int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const auto yoe = static_cast<unsigned>(y - era * 400);
+  const unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + static_cast<std::int64_t>(doe) - 719468;
+}
+
+std::pair<std::int64_t, unsigned> year_month_of(std::int64_t days) {
+  days += 719468;
+  const std::int64_t era = (days >= 0 ? days : days - 146096) / 146097;
+  const auto doe = static_cast<unsigned>(days - era * 146097);
+  const unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  const std::int64_t y = static_cast<std::int64_t>(yoe) + era * 400;
+  const unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  const unsigned mp = (5 * doy + 2) / 153;
+  const unsigned m = mp < 10 ? mp + 3 : mp - 9;
+  return {y + (m <= 2), m};
+}
+
+// The share of a use's energy that falls in [from, to].
+double share_in(const EnergyUse& use, UnixMillis from, UnixMillis to) {
+  if (use.end <= use.start) return use.end >= from && use.end <= to ? use.joules : 0.0;
+  const UnixMillis overlap = std::min(use.end, to) - std::max(use.start, from);
+  if (overlap <= 0) return 0.0;
+  return use.joules * static_cast<double>(overlap) / static_cast<double>(use.end - use.start);
+}
+
+UnixMillis window_length(const BudgetWindow& window) {
+  switch (window.kind) {
+    case BudgetWindow::Kind::rolling:
+      return window.rolling_seconds * 1000;
+    case BudgetWindow::Kind::day:
+      return kDay;
+    case BudgetWindow::Kind::week:
+      return 7 * kDay;
+    case BudgetWindow::Kind::month:
+      return 31 * kDay;
+  }
+  return kDay;
+}
+
+}  // namespace
+
+void BudgetLedger::set_budgets(std::vector<EnergyBudget> budgets) { budgets_ = std::move(budgets); }
+
+void BudgetLedger::record(EnergyUse use) { uses_.push_back(std::move(use)); }
+
+void BudgetLedger::reserve(const std::string& job, const DeviceRef& device, EnergyDistribution expected) {
+  jobs_[job] = Running{device, expected, std::nullopt};
+}
+
+void BudgetLedger::update_running(const std::string& job, UnixMillis start, UnixMillis now, double used_joules,
+                                  EnergyDistribution still_expected) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return;
+  it->second.expected = still_expected;
+  it->second.so_far = EnergyUse{it->second.device, job, start, now, used_joules, {}};
+}
+
+void BudgetLedger::settle(const std::string& job, std::optional<EnergyUse> metered) {
+  jobs_.erase(job);
+  if (metered) record(std::move(*metered));
+}
+
+std::pair<UnixMillis, UnixMillis> BudgetLedger::calendar_window(BudgetWindow::Kind kind, UnixMillis now) const {
+  const UnixMillis offset = utc_offset_minutes_ * kMinute;
+  const std::int64_t day = floor_div(now + offset, kDay);
+  std::int64_t first = day;
+  std::int64_t next = day + 1;
+  if (kind == BudgetWindow::Kind::week) {
+    const std::int64_t weekday = ((day + 3) % 7 + 7) % 7;  // 1970-01-01 was a Thursday; Monday is 0
+    first = day - weekday;
+    next = first + 7;
+  } else if (kind == BudgetWindow::Kind::month) {
+    const auto [year, month] = year_month_of(day);
+    first = days_from_civil(year, month, 1);
+    next = month == 12 ? days_from_civil(year + 1, 1, 1) : days_from_civil(year, month + 1, 1);
+  }
+  return {first * kDay - offset, next * kDay - offset};
+}
+
+double BudgetLedger::spent_in(const EnergyBudget& budget, UnixMillis from, UnixMillis to) const {
+  double joules = 0.0;
+  for (const auto& use : uses_)
+    if (budget.scope.covers(use.device)) joules += share_in(use, from, to);
+  for (const auto& [id, running] : jobs_)
+    if (running.so_far && budget.scope.covers(running.device)) joules += share_in(*running.so_far, from, to);
+  return joules;
+}
+
+std::vector<BudgetState> BudgetLedger::states(UnixMillis now) const {
+  std::vector<BudgetState> out;
+  out.reserve(budgets_.size());
+  for (const auto& budget : budgets_) {
+    BudgetState state;
+    state.budget = budget;
+    if (budget.window.kind == BudgetWindow::Kind::rolling) {
+      const UnixMillis length = window_length(budget.window);
+      state.window_start = now - length;
+      std::optional<UnixMillis> oldest;
+      auto consider = [&](const EnergyUse& use) {
+        if (!budget.scope.covers(use.device) || share_in(use, state.window_start, now) <= 0.0) return;
+        const UnixMillis from = std::max(use.start, state.window_start);
+        oldest = oldest ? std::min(*oldest, from) : from;
+      };
+      for (const auto& use : uses_) consider(use);
+      for (const auto& [id, running] : jobs_)
+        if (running.so_far) consider(*running.so_far);
+      if (oldest) state.resets_at = *oldest + length;
+    } else {
+      const auto [start, end] = calendar_window(budget.window.kind, now);
+      state.window_start = start;
+      state.resets_at = end;
+    }
+    state.spent_joules = spent_in(budget, state.window_start, now);
+    for (const auto& [id, running] : jobs_)
+      if (budget.scope.covers(running.device)) state.reserved = state.reserved + running.expected;
+    out.push_back(std::move(state));
+  }
+  return out;
+}
+
+std::optional<UnixMillis> BudgetLedger::frees_by(const BudgetState& state, double joules, UnixMillis now) const {
+  if (joules <= 0.0) return now;
+  if (joules > state.spent_joules + 1e-9) return std::nullopt;
+  if (state.budget.window.kind != BudgetWindow::Kind::rolling) return state.resets_at;
+  // Spent energy leaves a rolling window as time passes; each use has left entirely once its
+  // end is a window length ago. Check those moments in order (ignoring new spending).
+  const UnixMillis length = window_length(state.budget.window);
+  std::vector<UnixMillis> moments;
+  for (const auto& use : uses_)
+    if (state.budget.scope.covers(use.device) && use.end + length > now) moments.push_back(use.end + length);
+  for (const auto& [id, running] : jobs_)
+    if (running.so_far && state.budget.scope.covers(running.device)) moments.push_back(running.so_far->end + length);
+  std::sort(moments.begin(), moments.end());
+  for (const UnixMillis at : moments) {
+    double still = 0.0;
+    for (const auto& use : uses_)
+      if (state.budget.scope.covers(use.device)) still += share_in(use, at - length, now);
+    for (const auto& [id, running] : jobs_)
+      if (running.so_far && state.budget.scope.covers(running.device)) still += share_in(*running.so_far, at - length, now);
+    if (state.spent_joules - still >= joules - 1e-9) return at;
+  }
+  return std::nullopt;
+}
+
+void BudgetLedger::prune(UnixMillis now) {
+  // Keep at least a day so that a budget added by a reload still sees the recent past.
+  UnixMillis keep = kDay;
+  for (const auto& budget : budgets_) keep = std::max(keep, window_length(budget.window));
+  while (!uses_.empty() && uses_.front().end < now - keep) uses_.pop_front();
+}
+
+}  // namespace joule::schedulers

@@ -1,0 +1,404 @@
+#include "joule/schedulers/placement.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace joule::schedulers {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+std::string joules_text(double joules) {
+  const double magnitude = std::abs(joules);
+  if (magnitude >= 1e9) return fmt::format("{:.3g} GJ", joules / 1e9);
+  if (magnitude >= 1e6) return fmt::format("{:.3g} MJ", joules / 1e6);
+  if (magnitude >= 1e3) return fmt::format("{:.3g} kJ", joules / 1e3);
+  return fmt::format("{:.3g} J", joules);
+}
+
+// Which reason to show when no device is feasible: the one a user can act on first.
+int precedence(WaitReason::Kind kind) {
+  switch (kind) {
+    case WaitReason::Kind::budget:
+      return 0;
+    case WaitReason::Kind::max_energy:
+      return 1;
+    case WaitReason::Kind::battery_floor:
+      return 2;
+    case WaitReason::Kind::power_cap:
+      return 3;
+    case WaitReason::Kind::no_estimate:
+      return 4;
+    case WaitReason::Kind::deadline:
+      return 5;
+    case WaitReason::Kind::device_busy:
+    case WaitReason::Kind::no_free_device:
+      return 6;
+    case WaitReason::Kind::unavailable:
+      return 7;
+    case WaitReason::Kind::behind:
+      return 8;
+  }
+  return 9;
+}
+
+bool waits_for_best(Objective objective) {
+  return objective == Objective::min_energy || objective == Objective::min_edp ||
+         objective == Objective::earliest_finish || objective == Objective::flops_greedy;
+}
+
+// The state a pass keeps of each device while it hands out work.
+struct DeviceView {
+  bool free = false;             // accepts work, not busy, not taken in this pass
+  UnixMillis available_at = 0;   // when a newly placed job could start
+  double assigned_seconds = 0.0;  // least-loaded: work handed out in this pass
+  std::vector<std::size_t> budgets;  // budgets covering it
+  std::vector<std::size_t> caps;
+  std::vector<std::size_t> floors;
+};
+
+struct CapView {
+  double watts = 0.0;  // metered average of the scope, plus what the pass added
+  bool has_work = false;
+};
+
+}  // namespace
+
+std::string_view to_string(WaitReason::Kind kind) {
+  static constexpr std::array<std::string_view, 10> names{
+      "behind", "device-busy", "no-free-device", "budget", "max-energy",
+      "power-cap", "battery-floor", "deadline", "no-estimate", "unavailable"};
+  return names[static_cast<std::size_t>(kind)];
+}
+
+Placer::Placer(Policy policy, PlacementOptions options) : policy_(std::move(policy)), options_(options) {}
+
+void Placer::set_policy(Policy policy) { policy_ = std::move(policy); }
+
+PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
+                          std::span<const PendingJob* const> queue, const BudgetLedger& ledger) {
+  PassResult result;
+  std::vector<BudgetState> budgets = ledger.states(now);
+  std::vector<DeviceView> views(devices.size());
+  std::vector<CapView> caps(policy_.power_caps.size());
+  std::size_t free_devices = 0;
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    const DeviceStatus& device = devices[d];
+    DeviceView& view = views[d];
+    view.free = device.accepts_work && !device.busy;
+    free_devices += view.free ? 1 : 0;
+    view.available_at = device.busy ? std::max(now, device.busy_until.value_or(now)) : now;
+    for (std::size_t b = 0; b < budgets.size(); ++b)
+      if (budgets[b].budget.scope.covers(device.ref)) view.budgets.push_back(b);
+    for (std::size_t c = 0; c < policy_.power_caps.size(); ++c) {
+      if (!policy_.power_caps[c].scope.covers(device.ref)) continue;
+      view.caps.push_back(c);
+      caps[c].watts += device.average_power_watts;
+      caps[c].has_work = caps[c].has_work || device.busy;
+    }
+    for (std::size_t f = 0; f < policy_.battery_floors.size(); ++f)
+      if (policy_.battery_floors[f].scope.covers(device.ref)) view.floors.push_back(f);
+  }
+
+  const Objective objective = policy_.objective;
+  const bool admission = policy_.admission;
+  for (const PendingJob* job : queue) {
+    if (free_devices == 0 || result.considered >= options_.max_scan) break;
+    ++result.considered;
+
+    std::optional<WaitReason> reason;
+    auto note_reason = [&](WaitReason candidate) {
+      if (!reason || precedence(candidate.kind) < precedence(reason->kind) ||
+          (candidate.kind == reason->kind && candidate.retry_at &&
+           (!reason->retry_at || *candidate.retry_at < *reason->retry_at)))
+        reason = std::move(candidate);
+    };
+
+    struct Choice {
+      const Candidate* candidate = nullptr;
+      std::optional<Estimate> estimate;
+      double score = kInfinity;
+      double tie = kInfinity;
+      UnixMillis finish = 0;
+    };
+    Choice best;          // feasible
+    Choice late;          // feasible but for the deadline: used when no device can meet it
+    std::size_t eligible = 0;
+
+    for (const Candidate& candidate : job->candidates) {
+      const DeviceStatus& device = devices[candidate.device];
+      DeviceView& view = views[candidate.device];
+      const std::string where = device.ref.qualified();
+      if (!device.accepts_work) {
+        note_reason({WaitReason::Kind::unavailable, fmt::format("{} accepts no work now", where), where});
+        continue;
+      }
+      ++eligible;
+      const bool baseline = !waits_for_best(objective);
+      if (baseline && !view.free) {
+        note_reason({WaitReason::Kind::no_free_device, "every eligible device is busy", where});
+        continue;
+      }
+
+      std::optional<Estimate> estimate = candidate.estimate;
+      if (objective == Objective::flops_greedy) {
+        if (candidate.flops_joules)
+          estimate = Estimate{*candidate.flops_joules, 0.0, candidate.estimate ? candidate.estimate->seconds_mean : 0.0};
+        else
+          estimate.reset();
+      }
+      const UnixMillis start = view.free ? now : view.available_at;
+      const UnixMillis finish =
+          start + (estimate ? static_cast<UnixMillis>(std::llround(estimate->seconds_mean * 1000.0)) : 0);
+
+      std::optional<EnergyDistribution> energy;
+      if (candidate.estimate) energy = candidate.estimate->energy();
+      else if (job->max_energy_joules) energy = EnergyDistribution{*job->max_energy_joules, 0.0};
+
+      bool feasible = true;
+      if (candidate.estimate && job->max_energy_joules &&
+          overrun_probability(candidate.estimate->energy(), *job->max_energy_joules) >= policy_.risk) {
+        feasible = false;
+        WaitReason why{WaitReason::Kind::max_energy,
+                       fmt::format("on {} it would likely use more than its max_energy_joules ({} expected, "
+                                   "limit {})",
+                                   where, joules_text(candidate.estimate->joules_mean),
+                                   joules_text(*job->max_energy_joules)),
+                       where};
+        why.limit = *job->max_energy_joules;
+        note_reason(std::move(why));
+      }
+      if (admission) {
+        for (const std::size_t b : view.budgets) {
+          const BudgetState& state = budgets[b];
+          if (!energy) {
+            feasible = false;
+            note_reason({WaitReason::Kind::no_estimate,
+                         fmt::format("budget {} covers {}, which has no energy model for this job yet (and the job "
+                                     "sets no constraints.max_energy_joules)",
+                                     state.budget.name, where),
+                         where, state.budget.name});
+            continue;
+          }
+          const double room = state.budget.limit_joules - state.spent_joules;
+          const EnergyDistribution total = state.reserved + *energy;
+          if (overrun_probability(total, room) < policy_.risk) continue;
+          feasible = false;
+          WaitReason why{WaitReason::Kind::budget, {}, where, state.budget.name};
+          why.limit = state.budget.limit_joules;
+          why.remaining_joules = state.remaining_joules();
+          why.needed_joules = quantile_above(*energy, policy_.risk);
+          const double deficit = state.spent_joules + quantile_above(total, policy_.risk) - state.budget.limit_joules;
+          why.retry_at = ledger.frees_by(state, deficit, now);
+          why.message = fmt::format(
+              "budget {} ({}, {}): {} left of {} ({} spent, {} reserved); the job needs {} on {} at {:g}% risk{}",
+              state.budget.name, state.budget.scope.describe(), state.budget.window.describe(),
+              joules_text(std::max(0.0, *why.remaining_joules)), joules_text(state.budget.limit_joules),
+              joules_text(state.spent_joules), joules_text(state.reserved.mean_joules), joules_text(*why.needed_joules),
+              where, policy_.risk * 100.0,
+              why.retry_at ? fmt::format("; fits again at {}", format_rfc3339(*why.retry_at))
+                           : std::string("; waiting alone will not free enough"));
+          note_reason(std::move(why));
+        }
+        const double job_watts =
+            estimate && estimate->seconds_mean > 0 ? estimate->joules_mean / estimate->seconds_mean : 0.0;
+        for (const std::size_t c : view.caps) {
+          const PowerCap& cap = policy_.power_caps[c];
+          const bool over = caps[c].watts >= cap.watts || (caps[c].has_work && caps[c].watts + job_watts > cap.watts);
+          if (!over) continue;
+          feasible = false;
+          WaitReason why{WaitReason::Kind::power_cap,
+                         fmt::format("power cap {} ({}): {:.1f} W of {:.1f} W in use{}", cap.name, cap.scope.describe(),
+                                     caps[c].watts, cap.watts,
+                                     job_watts > 0 ? fmt::format("; the job adds about {:.1f} W", job_watts) : ""),
+                         where, cap.name};
+          why.limit = cap.watts;
+          note_reason(std::move(why));
+        }
+        for (const std::size_t f : view.floors) {
+          const BatteryFloor& floor = policy_.battery_floors[f];
+          if (!device.battery_percent) continue;
+          const double percent = *device.battery_percent;
+          bool low = percent <= floor.percent;
+          if (!low && energy && device.battery_capacity_joules) {
+            const double headroom = (percent - floor.percent) / 100.0 * *device.battery_capacity_joules;
+            low = overrun_probability(*energy, headroom) >= policy_.risk;
+          }
+          if (!low) continue;
+          feasible = false;
+          WaitReason why{WaitReason::Kind::battery_floor,
+                         fmt::format("battery floor {} ({}): {:.0f}% charge, floor {:.0f}%{}", floor.name,
+                                     floor.scope.describe(), percent, floor.percent,
+                                     percent > floor.percent ? "; the job would take it below" : ""),
+                         where, floor.name};
+          why.limit = floor.percent;
+          note_reason(std::move(why));
+        }
+      }
+      if (!feasible) continue;
+
+      double score = 0.0;
+      double tie = static_cast<double>(finish);
+      switch (objective) {
+        case Objective::min_energy:
+        case Objective::flops_greedy:
+          score = estimate ? estimate->joules_mean : kInfinity;
+          break;
+        case Objective::min_edp:
+          score = estimate ? estimate->joules_mean * static_cast<double>(finish - now) / 1000.0 : kInfinity;
+          break;
+        case Objective::earliest_finish:
+          score = estimate ? static_cast<double>(finish) : kInfinity;
+          tie = estimate ? estimate->joules_mean : kInfinity;
+          break;
+        case Objective::fifo:
+          score = static_cast<double>(candidate.device);
+          break;
+        case Objective::round_robin:
+          score = static_cast<double>((candidate.device + devices.size() - round_robin_next_ % devices.size()) %
+                                      devices.size());
+          break;
+        case Objective::least_loaded:
+          score = device.work_seconds + view.assigned_seconds;
+          tie = static_cast<double>(candidate.device);
+          break;
+      }
+      const bool meets_deadline = !job->deadline || !estimate || finish <= *job->deadline;
+      Choice& slot = meets_deadline ? best : late;
+      const double slot_score = meets_deadline ? score : static_cast<double>(finish);
+      if (slot_score < slot.score || (slot_score == slot.score && tie < slot.tie))
+        slot = Choice{&candidate, estimate, slot_score, tie, finish};
+      if (!meets_deadline) {
+        WaitReason why{WaitReason::Kind::deadline,
+                       fmt::format("on {} it would finish at {}, after its deadline {}", where, format_rfc3339(finish),
+                                   format_rfc3339(*job->deadline)),
+                       where};
+        note_reason(std::move(why));
+      }
+    }
+
+    bool misses_deadline = false;
+    if (!best.candidate && late.candidate) {
+      // No device can meet the deadline any more: a late result beats none, so take the
+      // earliest finish and say so.
+      best = late;
+      misses_deadline = true;
+    }
+    if (!best.candidate) {
+      if (!reason) reason = WaitReason{WaitReason::Kind::unavailable, "no eligible device", {}};
+      if (eligible == 0 && reason->kind != WaitReason::Kind::unavailable) reason->kind = WaitReason::Kind::unavailable;
+      if (reason->retry_at) result.next_retry = std::min(result.next_retry.value_or(*reason->retry_at), *reason->retry_at);
+      result.waiting.emplace_back(job->id, std::move(*reason));
+      continue;
+    }
+
+    const std::size_t d = best.candidate->device;
+    DeviceView& view = views[d];
+    const std::string where = devices[d].ref.qualified();
+    const double seconds = best.estimate ? best.estimate->seconds_mean : 0.0;
+    if (!view.free) {
+      WaitReason why{WaitReason::Kind::device_busy,
+                     fmt::format("waiting for {}, the best device by {}{}; expected free at {}", where,
+                                 to_string(objective),
+                                 best.estimate ? fmt::format(" ({} expected)", joules_text(best.estimate->joules_mean))
+                                               : "",
+                                 format_rfc3339(view.available_at)),
+                     where};
+      why.retry_at = view.available_at;
+      view.available_at = best.finish;
+      result.waiting.emplace_back(job->id, std::move(why));
+      continue;
+    }
+
+    Placement placement;
+    placement.job = job->id;
+    placement.device = d;
+    placement.estimate = best.candidate->estimate;
+    placement.misses_deadline = misses_deadline;
+    if (best.candidate->estimate) placement.reserve = best.candidate->estimate->energy();
+    else if (job->max_energy_joules) placement.reserve = EnergyDistribution{*job->max_energy_joules, 0.0};
+    if (objective == Objective::min_energy && best.estimate) {
+      std::string others;
+      int listed = 0;
+      for (const Candidate& other : job->candidates) {
+        if (&other == best.candidate || !other.estimate || listed == 3) continue;
+        others += fmt::format("{}{} {}", listed++ ? ", " : "", devices[other.device].ref.qualified(),
+                              joules_text(other.estimate->joules_mean));
+      }
+      placement.note = fmt::format("fewest expected joules: {} on {}{}", joules_text(best.estimate->joules_mean),
+                                   where, others.empty() ? "" : " (" + others + ")");
+    } else {
+      placement.note = fmt::format("{} chose {}", to_string(objective), where);
+    }
+    if (misses_deadline) placement.note += "; no device can meet its deadline, so it runs where it finishes first";
+
+    view.free = false;
+    --free_devices;
+    view.available_at = best.finish;
+    view.assigned_seconds += seconds;
+    for (const std::size_t b : view.budgets) budgets[b].reserved = budgets[b].reserved + placement.reserve;
+    const double job_watts = best.estimate && best.estimate->seconds_mean > 0
+                                 ? best.estimate->joules_mean / best.estimate->seconds_mean
+                                 : 0.0;
+    for (const std::size_t c : view.caps) {
+      caps[c].watts += job_watts;
+      caps[c].has_work = true;
+    }
+    if (objective == Objective::round_robin) round_robin_next_ = d + 1;
+    result.placements.push_back(std::move(placement));
+  }
+  return result;
+}
+
+std::optional<WaitReason> Placer::never_fits(UnixMillis now, std::span<const DeviceStatus> devices,
+                                             const PendingJob& job, const BudgetLedger& ledger) const {
+  const std::vector<BudgetState> budgets = ledger.states(now);
+  std::optional<WaitReason> reason;
+  for (const Candidate& candidate : job.candidates) {
+    const DeviceStatus& device = devices[candidate.device];
+    if (!device.accepts_work) continue;
+    if (!candidate.estimate) return std::nullopt;  // nothing known yet: it may fit
+    const Estimate& estimate = *candidate.estimate;
+    const std::string where = device.ref.qualified();
+    if (job.deadline && now + static_cast<UnixMillis>(estimate.seconds_mean * 1000.0) > *job.deadline) {
+      reason = WaitReason{WaitReason::Kind::deadline,
+                          fmt::format("on {} it needs about {:.0f} s, more than is left before its deadline", where,
+                                      estimate.seconds_mean),
+                          where};
+      continue;
+    }
+    if (job.max_energy_joules && overrun_probability(estimate.energy(), *job.max_energy_joules) >= policy_.risk) {
+      reason = WaitReason{WaitReason::Kind::max_energy,
+                          fmt::format("on {} it would likely use more than its max_energy_joules ({} expected, limit {})",
+                                      where, joules_text(estimate.joules_mean), joules_text(*job.max_energy_joules)),
+                          where};
+      continue;
+    }
+    bool fits = true;
+    if (policy_.admission) {
+      for (const auto& state : budgets) {
+        if (!state.budget.scope.covers(device.ref)) continue;
+        if (overrun_probability(estimate.energy(), state.budget.limit_joules) < policy_.risk) continue;
+        fits = false;
+        WaitReason why{WaitReason::Kind::budget,
+                       fmt::format("on {} it needs {} at {:g}% risk, more than the whole of budget {} ({} per {})",
+                                   where, joules_text(quantile_above(estimate.energy(), policy_.risk)),
+                                   policy_.risk * 100.0, state.budget.name, joules_text(state.budget.limit_joules),
+                                   state.budget.window.describe()),
+                       where, state.budget.name};
+        why.limit = state.budget.limit_joules;
+        why.needed_joules = quantile_above(estimate.energy(), policy_.risk);
+        reason = std::move(why);
+        break;
+      }
+    }
+    if (fits) return std::nullopt;
+  }
+  return reason;
+}
+
+}  // namespace joule::schedulers

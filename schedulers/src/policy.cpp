@@ -1,0 +1,103 @@
+#include "joule/schedulers/policy.hpp"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace joule::schedulers {
+namespace {
+
+constexpr std::array<std::pair<Objective, std::string_view>, 7> kObjectives{{
+    {Objective::min_energy, "min-energy"},
+    {Objective::min_edp, "min-edp"},
+    {Objective::earliest_finish, "earliest-finish"},
+    {Objective::fifo, "fifo"},
+    {Objective::round_robin, "round-robin"},
+    {Objective::least_loaded, "least-loaded"},
+    {Objective::flops_greedy, "flops-greedy"},
+}};
+
+constexpr std::array<std::pair<Scope, std::string_view>, 4> kScopes{{
+    {Scope::device, "device"},
+    {Scope::node, "node"},
+    {Scope::group, "group"},
+    {Scope::cluster, "cluster"},
+}};
+
+}  // namespace
+
+std::string_view to_string(Objective objective) {
+  for (const auto& [value, name] : kObjectives)
+    if (value == objective) return name;
+  return "?";
+}
+
+std::optional<Objective> objective_from_string(std::string_view text) {
+  for (const auto& [value, name] : kObjectives)
+    if (name == text) return value;
+  return std::nullopt;
+}
+
+bool uses_estimates(Objective objective) {
+  return objective == Objective::min_energy || objective == Objective::min_edp ||
+         objective == Objective::earliest_finish;
+}
+
+std::string_view to_string(Scope scope) {
+  for (const auto& [value, name] : kScopes)
+    if (value == scope) return name;
+  return "?";
+}
+
+std::optional<Scope> scope_from_string(std::string_view text) {
+  for (const auto& [value, name] : kScopes)
+    if (name == text) return value;
+  return std::nullopt;
+}
+
+bool ScopeTarget::covers(const DeviceRef& device) const {
+  switch (scope) {
+    case Scope::cluster:
+      return true;
+    case Scope::node:
+      return device.node == target;
+    case Scope::group:
+      return std::find(device.groups.begin(), device.groups.end(), target) != device.groups.end();
+    case Scope::device:
+      return target == device.name || target == device.qualified();
+  }
+  return false;
+}
+
+std::string ScopeTarget::describe() const {
+  if (scope == Scope::cluster) return "the cluster";
+  return fmt::format("{} {}", to_string(scope), target);
+}
+
+std::string BudgetWindow::describe() const {
+  switch (kind) {
+    case Kind::day:
+      return "calendar day";
+    case Kind::week:
+      return "calendar week";
+    case Kind::month:
+      return "calendar month";
+    case Kind::rolling:
+      break;
+  }
+  if (rolling_seconds % 86400 == 0) return fmt::format("rolling {}d", rolling_seconds / 86400);
+  if (rolling_seconds % 3600 == 0) return fmt::format("rolling {}h", rolling_seconds / 3600);
+  if (rolling_seconds % 60 == 0) return fmt::format("rolling {}m", rolling_seconds / 60);
+  return fmt::format("rolling {}s", rolling_seconds);
+}
+
+std::vector<std::string> Policy::groups_of(std::string_view node) const {
+  std::vector<std::string> out;
+  for (const auto& group : groups)
+    if (std::find(group.nodes.begin(), group.nodes.end(), node) != group.nodes.end()) out.push_back(group.name);
+  return out;
+}
+
+}  // namespace joule::schedulers

@@ -1,0 +1,137 @@
+#include "joule/schedulers/budget_ledger.hpp"
+
+#include <gtest/gtest.h>
+
+namespace joule::schedulers {
+namespace {
+
+constexpr UnixMillis kHour = 3'600'000;
+
+UnixMillis at(const char* text) { return parse_rfc3339(text).value(); }
+
+DeviceRef device(std::string node, std::string name, std::vector<std::string> groups = {}) {
+  return DeviceRef{std::move(node), std::move(name), std::move(groups)};
+}
+
+EnergyBudget budget(std::string name, Scope scope, std::string target, double joules, BudgetWindow window) {
+  return EnergyBudget{std::move(name), ScopeTarget{scope, std::move(target)}, joules, window};
+}
+
+BudgetWindow rolling_hours(int hours) { return {BudgetWindow::Kind::rolling, hours * 3600}; }
+
+TEST(BudgetLedgerTest, rolling_window_counts_the_share_of_a_use_inside_it) {
+  BudgetLedger ledger;
+  ledger.set_budgets({budget("hourly", Scope::cluster, "", 1000.0, rolling_hours(1))});
+  const UnixMillis t0 = at("2026-11-26T10:00:00Z");
+  ledger.record({device("n1", "cpu"), "job-1", t0, t0 + 2 * kHour, 100.0, "rapl"});
+  auto states = ledger.states(t0 + 2 * kHour);
+  ASSERT_EQ(states.size(), 1u);
+  EXPECT_NEAR(states[0].spent_joules, 50.0, 1e-9);
+  EXPECT_NEAR(states[0].remaining_joules(), 950.0, 1e-9);
+  EXPECT_EQ(states[0].resets_at, t0 + 2 * kHour);  // the oldest counted part leaves from then on
+  EXPECT_NEAR(ledger.states(t0 + 3 * kHour)[0].spent_joules, 0.0, 1e-9);
+}
+
+TEST(BudgetLedgerTest, calendar_day_splits_a_use_across_local_midnight) {
+  BudgetLedger ledger(60);  // UTC+01:00
+  ledger.set_budgets({budget("daily", Scope::node, "n1", 1000.0, {BudgetWindow::Kind::day})});
+  // 22:00-00:00 UTC is 23:00-01:00 local: half before local midnight.
+  ledger.record({device("n1", "cpu"), "job-1", at("2026-11-26T22:00:00Z"), at("2026-11-27T00:00:00Z"), 200.0, "rapl"});
+  const auto states = ledger.states(at("2026-11-27T00:00:00Z"));
+  EXPECT_EQ(states[0].window_start, at("2026-11-26T23:00:00Z"));
+  EXPECT_EQ(states[0].resets_at, at("2026-11-27T23:00:00Z"));
+  EXPECT_NEAR(states[0].spent_joules, 100.0, 1e-9);
+}
+
+TEST(BudgetLedgerTest, calendar_weeks_start_on_monday_and_months_on_the_first) {
+  BudgetLedger ledger;
+  const UnixMillis thursday = at("2026-11-26T15:30:00Z");
+  EXPECT_EQ(ledger.calendar_window(BudgetWindow::Kind::week, thursday),
+            std::make_pair(at("2026-11-23T00:00:00Z"), at("2026-11-30T00:00:00Z")));
+  EXPECT_EQ(ledger.calendar_window(BudgetWindow::Kind::month, thursday),
+            std::make_pair(at("2026-11-01T00:00:00Z"), at("2026-12-01T00:00:00Z")));
+  EXPECT_EQ(ledger.calendar_window(BudgetWindow::Kind::month, at("2026-12-31T23:59:59Z")),
+            std::make_pair(at("2026-12-01T00:00:00Z"), at("2027-01-01T00:00:00Z")));
+  EXPECT_EQ(ledger.calendar_window(BudgetWindow::Kind::month, at("2028-02-29T12:00:00Z")).second,
+            at("2028-03-01T00:00:00Z"));
+}
+
+TEST(BudgetLedgerTest, scopes_count_only_the_devices_they_cover) {
+  BudgetLedger ledger;
+  const BudgetWindow day{BudgetWindow::Kind::day};
+  ledger.set_budgets({budget("gpu", Scope::device, "n1/cuda:0", 1e6, day), budget("any-cpu", Scope::device, "cpu", 1e6, day),
+                      budget("edge", Scope::group, "edge", 1e6, day), budget("all", Scope::cluster, "", 1e6, day)});
+  const UnixMillis t = at("2026-11-26T10:00:00Z");
+  ledger.record({device("n1", "cuda:0"), "a", t, t + 1000, 10.0, "nvml"});
+  ledger.record({device("n1", "cpu"), "b", t, t + 1000, 20.0, "rapl"});
+  ledger.record({device("pi", "cpu", {"edge"}), "c", t, t + 1000, 40.0, "ina3221"});
+  const auto states = ledger.states(t + kHour);
+  EXPECT_NEAR(states[0].spent_joules, 10.0, 1e-9);
+  EXPECT_NEAR(states[1].spent_joules, 60.0, 1e-9);
+  EXPECT_NEAR(states[2].spent_joules, 40.0, 1e-9);
+  EXPECT_NEAR(states[3].spent_joules, 70.0, 1e-9);
+}
+
+TEST(BudgetLedgerTest, reservations_add_up_and_settle_into_metered_energy) {
+  BudgetLedger ledger;
+  ledger.set_budgets({budget("daily", Scope::cluster, "", 1000.0, {BudgetWindow::Kind::day})});
+  const UnixMillis t = at("2026-11-26T10:00:00Z");
+  ledger.reserve("a", device("n1", "cpu"), EnergyDistribution::from_std(100.0, 10.0));
+  ledger.reserve("b", device("n1", "cuda:0"), EnergyDistribution::from_std(200.0, 20.0));
+  auto state = ledger.states(t)[0];
+  EXPECT_NEAR(state.reserved.mean_joules, 300.0, 1e-9);
+  EXPECT_NEAR(state.reserved.variance, 500.0, 1e-9);
+  EXPECT_NEAR(state.remaining_joules(), 700.0, 1e-9);
+
+  // a has used 80 J so far and is projected to need 40 J more.
+  ledger.update_running("a", t - kHour, t, 80.0, EnergyDistribution::from_std(40.0, 5.0));
+  state = ledger.states(t)[0];
+  EXPECT_NEAR(state.spent_joules, 80.0, 1e-9);
+  EXPECT_NEAR(state.reserved.mean_joules, 240.0, 1e-9);
+
+  ledger.settle("a", EnergyUse{device("n1", "cpu"), "a", t - kHour, t + 1000, 130.0, "rapl"});
+  ledger.settle("b", std::nullopt);  // cancelled before it ran
+  state = ledger.states(t + 1000)[0];
+  EXPECT_NEAR(state.spent_joules, 130.0, 1e-9);
+  EXPECT_NEAR(state.reserved.mean_joules, 0.0, 1e-9);
+  EXPECT_FALSE(ledger.has_reservation("a"));
+}
+
+TEST(BudgetLedgerTest, frees_by_finds_when_enough_energy_has_left_a_rolling_window) {
+  BudgetLedger ledger;
+  ledger.set_budgets({budget("4h", Scope::cluster, "", 1000.0, rolling_hours(4))});
+  const UnixMillis t = at("2026-11-26T10:00:00Z");
+  ledger.record({device("n1", "cpu"), "a", t, t + 1000, 300.0, "rapl"});
+  ledger.record({device("n1", "cpu"), "b", t + kHour, t + kHour + 1000, 500.0, "rapl"});
+  const UnixMillis now = t + 2 * kHour;
+  const auto state = ledger.states(now)[0];
+  EXPECT_NEAR(state.spent_joules, 800.0, 1e-9);
+  EXPECT_EQ(ledger.frees_by(state, 200.0, now), t + 1000 + 4 * kHour);
+  EXPECT_EQ(ledger.frees_by(state, 700.0, now), t + kHour + 1000 + 4 * kHour);
+  EXPECT_EQ(ledger.frees_by(state, 900.0, now), std::nullopt);
+  EXPECT_EQ(ledger.frees_by(state, 0.0, now), now);
+}
+
+TEST(BudgetLedgerTest, calendar_budgets_free_everything_at_the_reset) {
+  BudgetLedger ledger;
+  ledger.set_budgets({budget("daily", Scope::cluster, "", 1000.0, {BudgetWindow::Kind::day})});
+  const UnixMillis t = at("2026-11-26T10:00:00Z");
+  ledger.record({device("n1", "cpu"), "a", t, t + 1000, 900.0, "rapl"});
+  const auto state = ledger.states(t + kHour)[0];
+  EXPECT_EQ(ledger.frees_by(state, 500.0, t + kHour), at("2026-11-27T00:00:00Z"));
+}
+
+TEST(BudgetLedgerTest, prune_keeps_what_the_longest_window_still_counts) {
+  BudgetLedger ledger;
+  ledger.set_budgets({budget("2d", Scope::cluster, "", 1e6, rolling_hours(48))});
+  const UnixMillis t = at("2026-11-20T10:00:00Z");
+  ledger.record({device("n1", "cpu"), "old", t, t + 1000, 1.0, "rapl"});
+  ledger.record({device("n1", "cpu"), "new", t + 40 * kHour, t + 40 * kHour + 1000, 1.0, "rapl"});
+  ledger.prune(t + 47 * kHour);
+  EXPECT_EQ(ledger.uses(), 2u);
+  ledger.prune(t + 49 * kHour);
+  EXPECT_EQ(ledger.uses(), 1u);
+}
+
+}  // namespace
+}  // namespace joule::schedulers

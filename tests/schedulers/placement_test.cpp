@@ -1,0 +1,290 @@
+#include "joule/schedulers/placement.hpp"
+
+#include <gtest/gtest.h>
+
+namespace joule::schedulers {
+namespace {
+
+const UnixMillis kNow = parse_rfc3339("2026-11-26T10:00:00Z").value();
+
+DeviceStatus device(std::string name, std::string node = "n1") {
+  DeviceStatus status;
+  status.ref = DeviceRef{std::move(node), std::move(name), {}};
+  return status;
+}
+
+Candidate on(std::size_t device, double joules, double seconds, double std = 0.0) {
+  return Candidate{device, Estimate{joules, std, seconds}, std::nullopt};
+}
+
+PendingJob job(std::string id, std::vector<Candidate> candidates) {
+  PendingJob pending;
+  pending.id = std::move(id);
+  pending.candidates = std::move(candidates);
+  return pending;
+}
+
+Policy with_budget(double joules, Objective objective = Objective::min_energy) {
+  Policy policy;
+  policy.objective = objective;
+  policy.budgets.push_back(
+      EnergyBudget{"daily", ScopeTarget{Scope::cluster, ""}, joules, BudgetWindow{BudgetWindow::Kind::day}});
+  return policy;
+}
+
+struct Pass {
+  Pass(Policy policy, std::vector<DeviceStatus> devices, std::vector<PendingJob> jobs)
+      : policy(std::move(policy)), devices(std::move(devices)), jobs(std::move(jobs)) {}
+
+  Policy policy;
+  std::vector<DeviceStatus> devices;
+  std::vector<PendingJob> jobs;
+  BudgetLedger ledger;
+
+  PassResult run(UnixMillis now = kNow) {
+    ledger.set_budgets(policy.budgets);
+    Placer placer(policy);
+    std::vector<const PendingJob*> queue;
+    for (const auto& j : jobs) queue.push_back(&j);
+    return placer.decide(now, devices, queue, ledger);
+  }
+};
+
+const WaitReason& reason_of(const PassResult& result, const std::string& id) {
+  for (const auto& [job, reason] : result.waiting)
+    if (job == id) return reason;
+  throw std::runtime_error("no reason for " + id);
+}
+
+TEST(PlacementTest, min_energy_takes_the_free_device_with_fewest_expected_joules) {
+  Pass pass{{}, {device("cpu"), device("cuda:0")}, {job("a", {on(0, 900.0, 60.0), on(1, 300.0, 20.0)})}};
+  const auto result = pass.run();
+  ASSERT_EQ(result.placements.size(), 1u);
+  EXPECT_EQ(result.placements[0].device, 1u);
+  EXPECT_EQ(result.placements[0].note, "fewest expected joules: 300 J on n1/cuda:0 (n1/cpu 900 J)");
+  EXPECT_NEAR(result.placements[0].reserve.mean_joules, 300.0, 1e-9);
+}
+
+TEST(PlacementTest, a_job_waits_for_its_efficient_busy_device_while_others_take_free_ones) {
+  Pass pass{{}, {device("cpu"), device("cuda:0")}, {}};
+  pass.devices[1].busy = true;
+  pass.devices[1].busy_until = kNow + 30'000;
+  pass.jobs = {job("a", {on(0, 900.0, 60.0), on(1, 300.0, 20.0)}), job("b", {on(0, 100.0, 10.0)})};
+  const auto result = pass.run();
+  ASSERT_EQ(result.placements.size(), 1u);
+  EXPECT_EQ(result.placements[0].job, "b");
+  const auto& why = reason_of(result, "a");
+  EXPECT_EQ(why.kind, WaitReason::Kind::device_busy);
+  EXPECT_EQ(why.device, "n1/cuda:0");
+  EXPECT_EQ(why.retry_at, kNow + 30'000);
+}
+
+TEST(PlacementTest, a_deadline_sends_the_job_to_a_costlier_device_that_finishes_in_time) {
+  Pass pass{{}, {device("cpu"), device("cuda:0")}, {}};
+  pass.devices[1].busy = true;
+  pass.devices[1].busy_until = kNow + 3'600'000;
+  auto a = job("a", {on(0, 900.0, 60.0), on(1, 300.0, 20.0)});
+  a.deadline = kNow + 600'000;
+  pass.jobs = {a};
+  const auto result = pass.run();
+  ASSERT_EQ(result.placements.size(), 1u);
+  EXPECT_EQ(result.placements[0].device, 0u);
+  EXPECT_FALSE(result.placements[0].misses_deadline);
+}
+
+TEST(PlacementTest, when_no_device_can_meet_the_deadline_the_earliest_finish_runs_it_and_says_so) {
+  Pass pass{{}, {device("cpu"), device("cuda:0")}, {}};
+  auto a = job("a", {on(0, 900.0, 600.0), on(1, 300.0, 200.0)});
+  a.deadline = kNow + 100'000;
+  pass.jobs = {a};
+  const auto result = pass.run();
+  ASSERT_EQ(result.placements.size(), 1u);
+  EXPECT_EQ(result.placements[0].device, 1u);
+  EXPECT_TRUE(result.placements[0].misses_deadline);
+}
+
+TEST(PlacementTest, admission_refuses_a_job_likely_to_overrun_what_is_left_and_says_when_it_fits) {
+  Pass pass{with_budget(1000.0), {device("cpu")}, {}};
+  pass.ledger.record({pass.devices[0].ref, "earlier", kNow - 3'600'000, kNow - 1'800'000, 900.0, "rapl"});
+  pass.jobs = {job("a", {on(0, 90.0, 60.0, 20.0)})};
+  const auto result = pass.run();
+  EXPECT_TRUE(result.placements.empty());
+  const auto& why = reason_of(result, "a");
+  EXPECT_EQ(why.kind, WaitReason::Kind::budget);
+  EXPECT_EQ(why.rule, "daily");
+  EXPECT_NEAR(why.remaining_joules.value(), 100.0, 1e-9);
+  EXPECT_GT(why.needed_joules.value(), 100.0);
+  EXPECT_EQ(why.retry_at, parse_rfc3339("2026-11-27T00:00:00Z"));
+  EXPECT_EQ(result.next_retry, why.retry_at);
+  EXPECT_NE(why.message.find("budget daily (the cluster, calendar day): 100 J left of 1 kJ"), std::string::npos)
+      << why.message;
+}
+
+TEST(PlacementTest, the_policy_risk_decides_how_much_uncertainty_is_admitted) {
+  // Same mean, 90 J of 100 J left; sure estimates fit, wide ones do not at 5%, but do at 50%.
+  Pass pass{with_budget(100.0), {device("cpu"), device("gpu")}, {}};
+  pass.jobs = {job("sure", {on(0, 90.0, 60.0, 1.0)}), job("unsure", {on(1, 90.0, 60.0, 40.0)})};
+  auto result = pass.run();
+  ASSERT_EQ(result.placements.size(), 1u);
+  EXPECT_EQ(result.placements[0].job, "sure");
+
+  Pass lenient{with_budget(100.0), {device("cpu"), device("gpu")}, {}};
+  lenient.policy.risk = 0.5;
+  lenient.jobs = {job("unsure", {on(1, 90.0, 60.0, 40.0)})};
+  EXPECT_EQ(lenient.run().placements.size(), 1u);
+}
+
+TEST(PlacementTest, jobs_placed_in_one_pass_reserve_the_budget_for_each_other) {
+  Pass pass{with_budget(100.0), {device("cpu"), device("gpu")}, {}};
+  pass.jobs = {job("a", {on(0, 60.0, 10.0), on(1, 60.0, 10.0)}), job("b", {on(0, 60.0, 10.0), on(1, 60.0, 10.0)})};
+  const auto result = pass.run();
+  ASSERT_EQ(result.placements.size(), 1u);
+  EXPECT_EQ(reason_of(result, "b").kind, WaitReason::Kind::budget);
+}
+
+TEST(PlacementTest, without_an_estimate_a_budgeted_device_needs_the_jobs_max_energy) {
+  Pass pass{with_budget(1000.0), {device("cpu")}, {}};
+  pass.jobs = {job("a", {Candidate{0, std::nullopt, std::nullopt}})};
+  auto result = pass.run();
+  EXPECT_EQ(reason_of(result, "a").kind, WaitReason::Kind::no_estimate);
+
+  pass.jobs[0].max_energy_joules = 400.0;
+  result = pass.run();
+  ASSERT_EQ(result.placements.size(), 1u);
+  EXPECT_NEAR(result.placements[0].reserve.mean_joules, 400.0, 1e-9);
+}
+
+TEST(PlacementTest, without_budgets_a_job_with_no_estimate_still_runs) {
+  Pass pass{{}, {device("cpu")}, {job("a", {Candidate{0, std::nullopt, std::nullopt}})}};
+  EXPECT_EQ(pass.run().placements.size(), 1u);
+}
+
+TEST(PlacementTest, max_energy_joules_holds_at_the_policy_risk) {
+  Pass pass{{}, {device("cpu"), device("gpu")}, {}};
+  auto a = job("a", {on(0, 500.0, 10.0, 50.0), on(1, 200.0, 10.0, 20.0)});
+  a.max_energy_joules = 300.0;
+  pass.policy.objective = Objective::earliest_finish;  // would take either
+  pass.jobs = {a};
+  auto result = pass.run();
+  ASSERT_EQ(result.placements.size(), 1u);
+  EXPECT_EQ(result.placements[0].device, 1u);
+}
+
+TEST(PlacementTest, an_exceeded_power_cap_holds_new_work_back) {
+  Pass pass{{}, {device("cpu"), device("cuda:0")}, {}};
+  pass.policy.power_caps.push_back(PowerCap{"node-cap", ScopeTarget{Scope::node, "n1"}, 200.0, 60.0});
+  pass.devices[0].busy = true;
+  pass.devices[0].average_power_watts = 150.0;
+  pass.jobs = {job("a", {on(1, 6000.0, 60.0)})};  // about 100 W more
+  const auto result = pass.run();
+  const auto& why = reason_of(result, "a");
+  EXPECT_EQ(why.kind, WaitReason::Kind::power_cap);
+  EXPECT_EQ(why.message, "power cap node-cap (node n1): 150.0 W of 200.0 W in use; the job adds about 100.0 W");
+
+  pass.jobs = {job("small", {on(1, 1200.0, 60.0)})};  // 20 W fits
+  EXPECT_EQ(pass.run().placements.size(), 1u);
+}
+
+TEST(PlacementTest, a_battery_at_its_floor_or_unable_to_pay_for_the_job_runs_nothing) {
+  Pass pass{{}, {device("cpu", "jetson")}, {}};
+  pass.policy.battery_floors.push_back(BatteryFloor{"solar", ScopeTarget{Scope::node, "jetson"}, 30.0, 5.0});
+  pass.devices[0].battery_percent = 28.0;
+  pass.jobs = {job("a", {on(0, 100.0, 60.0)})};
+  EXPECT_EQ(reason_of(pass.run(), "a").kind, WaitReason::Kind::battery_floor);
+
+  pass.devices[0].battery_percent = 40.0;
+  pass.devices[0].battery_capacity_joules = 100'000.0;  // 10 kJ above the floor
+  EXPECT_EQ(pass.run().placements.size(), 1u);
+  pass.jobs = {job("big", {on(0, 20'000.0, 600.0)})};
+  EXPECT_EQ(reason_of(pass.run(), "big").kind, WaitReason::Kind::battery_floor);
+}
+
+TEST(PlacementTest, baselines_ignore_energy) {
+  const std::vector<Candidate> both = {on(0, 900.0, 60.0), on(1, 300.0, 20.0)};
+  Pass fifo{{}, {device("cpu"), device("cuda:0")}, {job("a", both)}};
+  fifo.policy.objective = Objective::fifo;
+  EXPECT_EQ(fifo.run().placements.at(0).device, 0u);
+
+  Pass least{{}, {device("cpu"), device("cuda:0")}, {job("a", both), job("b", both)}};
+  least.policy.objective = Objective::least_loaded;
+  least.devices[0].work_seconds = 500.0;
+  const auto result = least.run();
+  ASSERT_EQ(result.placements.size(), 2u);
+  EXPECT_EQ(result.placements[0].device, 1u);
+  EXPECT_EQ(result.placements[1].device, 0u);
+}
+
+TEST(PlacementTest, round_robin_takes_devices_in_turn_across_passes) {
+  Policy policy;
+  policy.objective = Objective::round_robin;
+  Placer placer(policy);
+  std::vector<DeviceStatus> devices = {device("a"), device("b"), device("c")};
+  BudgetLedger ledger;
+  std::vector<std::size_t> chosen;
+  for (int i = 0; i < 4; ++i) {
+    const auto pending = job("j", {on(0, 1, 1), on(1, 1, 1), on(2, 1, 1)});
+    const PendingJob* queue[] = {&pending};
+    chosen.push_back(placer.decide(kNow, devices, queue, ledger).placements.at(0).device);
+  }
+  EXPECT_EQ(chosen, (std::vector<std::size_t>{0, 1, 2, 0}));
+}
+
+TEST(PlacementTest, flops_greedy_trusts_the_flops_baseline_and_oracle_style_estimates_are_used_as_given) {
+  Pass pass{{}, {device("cpu"), device("cuda:0")}, {}};
+  pass.policy.objective = Objective::flops_greedy;
+  pass.jobs = {job("a", {Candidate{0, Estimate{900, 0, 60}, 100.0}, Candidate{1, Estimate{300, 0, 20}, 500.0}})};
+  EXPECT_EQ(pass.run().placements.at(0).device, 0u);
+}
+
+TEST(PlacementTest, min_edp_and_earliest_finish_trade_energy_for_time) {
+  // cpu: 400 J in 100 s (EDP 40,000); gpu: 500 J in 20 s (EDP 10,000).
+  const std::vector<Candidate> both = {on(0, 400.0, 100.0), on(1, 500.0, 20.0)};
+  for (const auto objective : {Objective::min_edp, Objective::earliest_finish}) {
+    Pass pass{{}, {device("cpu"), device("gpu")}, {job("a", both)}};
+    pass.policy.objective = objective;
+    EXPECT_EQ(pass.run().placements.at(0).device, 1u) << to_string(objective);
+  }
+  Pass energy{{}, {device("cpu"), device("gpu")}, {job("a", both)}};
+  EXPECT_EQ(energy.run().placements.at(0).device, 0u);
+}
+
+TEST(PlacementTest, admission_off_ignores_budgets) {
+  Pass pass{with_budget(10.0, Objective::fifo), {device("cpu")}, {job("a", {on(0, 900.0, 60.0)})}};
+  pass.policy.admission = false;
+  EXPECT_EQ(pass.run().placements.size(), 1u);
+}
+
+TEST(PlacementTest, a_pass_stops_once_no_device_is_free) {
+  Pass pass{{}, {device("cpu")}, {}};
+  for (int i = 0; i < 5; ++i) pass.jobs.push_back(job("j" + std::to_string(i), {on(0, 10.0, 1.0)}));
+  const auto result = pass.run();
+  EXPECT_EQ(result.placements.size(), 1u);
+  EXPECT_EQ(result.considered, 1u);
+}
+
+TEST(PlacementTest, never_fits_compares_with_whole_budgets_deadlines_and_max_energy) {
+  Policy policy = with_budget(1000.0);
+  BudgetLedger ledger;
+  ledger.set_budgets(policy.budgets);
+  Placer placer(policy);
+  std::vector<DeviceStatus> devices = {device("cpu"), device("gpu")};
+  ledger.record({devices[0].ref, "x", kNow - 1000, kNow - 500, 990.0, "rapl"});  // spent: irrelevant here
+
+  auto fits = job("fits", {on(0, 5000.0, 10.0), on(1, 800.0, 10.0, 10.0)});
+  EXPECT_EQ(placer.never_fits(kNow, devices, fits, ledger), std::nullopt);
+
+  auto too_big = job("big", {on(0, 5000.0, 10.0), on(1, 1500.0, 10.0)});
+  const auto why = placer.never_fits(kNow, devices, too_big, ledger);
+  ASSERT_TRUE(why);
+  EXPECT_EQ(why->kind, WaitReason::Kind::budget);
+
+  auto late = job("late", {on(0, 10.0, 3600.0)});
+  late.deadline = kNow + 60'000;
+  EXPECT_EQ(placer.never_fits(kNow, devices, late, ledger)->kind, WaitReason::Kind::deadline);
+
+  auto unknown = job("unknown", {Candidate{0, std::nullopt, std::nullopt}});
+  EXPECT_EQ(placer.never_fits(kNow, devices, unknown, ledger), std::nullopt);
+}
+
+}  // namespace
+}  // namespace joule::schedulers
