@@ -10,7 +10,7 @@ namespace joule::adapters {
 namespace {
 
 // Each entry moves the schema from version i to i + 1. Never edit a released entry: add one.
-constexpr std::array<const char*, 3> kMigrations = {
+constexpr std::array<const char*, 4> kMigrations = {
     R"sql(
 CREATE TABLE jobs (
   id              TEXT PRIMARY KEY,
@@ -83,22 +83,41 @@ CREATE TABLE probe_runs (
 );
 CREATE INDEX probe_runs_by_start ON probe_runs(started_ms);
 )sql",
+    R"sql(
+ALTER TABLE jobs ADD COLUMN token_sha256 TEXT NOT NULL DEFAULT '';
+CREATE TABLE energy_uses (
+  id       INTEGER PRIMARY KEY,
+  node     TEXT NOT NULL,
+  device   TEXT NOT NULL,
+  work     TEXT NOT NULL,
+  start_ms INTEGER NOT NULL,
+  end_ms   INTEGER NOT NULL,
+  joules   REAL NOT NULL,
+  source   TEXT NOT NULL
+);
+CREATE INDEX energy_uses_by_end ON energy_uses(end_ms);
+)sql",
 };
 
 constexpr const char* kInsertJob =
     "INSERT INTO jobs (id, sequence, name, spec, state, priority, device, submitted_ms, started_ms,"
-    " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)";
+    " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate,"
+    " token_sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)";
 constexpr const char* kUpdateJob =
     "UPDATE jobs SET sequence = ?2, name = ?3, spec = ?4, state = ?5, priority = ?6, device = ?7,"
     " submitted_ms = ?8, started_ms = ?9, finished_ms = ?10, exit_code = ?11, reason = ?12,"
     " energy_joules = ?13, energy_source = ?14, pid = ?15, pid_start_ticks = ?16, boot_id = ?17,"
-    " estimate = ?18"
+    " estimate = ?18, token_sha256 = ?19"
     " WHERE id = ?1";
 constexpr const char* kSelectJobs =
     "SELECT id, sequence, name, spec, state, priority, device, submitted_ms, started_ms,"
-    " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate"
-    " FROM jobs ORDER BY sequence";
+    " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate,"
+    " token_sha256 FROM jobs ORDER BY sequence";
+constexpr const char* kInsertEnergyUse =
+    "INSERT INTO energy_uses (node, device, work, start_ms, end_ms, joules, source) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+constexpr const char* kSelectEnergyUses =
+    "SELECT node, device, work, start_ms, end_ms, joules, source FROM energy_uses WHERE end_ms >= ?1 ORDER BY end_ms, id";
+constexpr const char* kDeleteEnergyUses = "DELETE FROM energy_uses WHERE end_ms < ?1";
 constexpr const char* kSaveSnapshot =
     "INSERT INTO model_snapshots (device, version, saved_ms, source, snapshot, meta) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
     " ON CONFLICT(device) DO UPDATE SET version = ?2, saved_ms = ?3, source = ?4, snapshot = ?5, meta = ?6";
@@ -157,6 +176,7 @@ void bind_job(sqlite3_stmt* stmt, const StoredJob& job) {
   sqlite3_bind_int64(stmt, 16, static_cast<sqlite3_int64>(job.pid_start_ticks));
   bind_text(stmt, 17, job.boot_id);
   bind_text(stmt, 18, job.estimate_json);
+  bind_text(stmt, 19, job.token_sha256);
 }
 
 std::string column_text(sqlite3_stmt* stmt, int column) {
@@ -333,6 +353,7 @@ Result<std::vector<StoredJob>> Database::load_jobs() {
     job.pid_start_ticks = static_cast<std::uint64_t>(sqlite3_column_int64(*stmt, 15));
     job.boot_id = column_text(*stmt, 16);
     job.estimate_json = column_text(*stmt, 17);
+    job.token_sha256 = column_text(*stmt, 18);
     jobs.push_back(std::move(job));
   }
   if (rc != SQLITE_DONE) return sqlite_error("loading jobs");
@@ -462,6 +483,46 @@ Result<std::vector<StoredProbeRun>> Database::load_probe_runs(std::size_t limit)
   }
   if (rc != SQLITE_DONE) return sqlite_error("loading probe runs");
   return out;
+}
+
+Status Database::insert_energy_use(const StoredEnergyUse& use) {
+  auto stmt = prepare(kInsertEnergyUse);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  bind_text(*stmt, 1, use.node);
+  bind_text(*stmt, 2, use.device);
+  bind_text(*stmt, 3, use.work);
+  sqlite3_bind_int64(*stmt, 4, use.start_ms);
+  sqlite3_bind_int64(*stmt, 5, use.end_ms);
+  sqlite3_bind_double(*stmt, 6, use.joules);
+  bind_text(*stmt, 7, use.source);
+  if (sqlite3_step(*stmt) != SQLITE_DONE) return sqlite_error(fmt::format("recording the energy of {}", use.work));
+  return {};
+}
+
+Result<std::vector<StoredEnergyUse>> Database::load_energy_uses(std::int64_t since_ms) {
+  auto stmt = prepare(kSelectEnergyUses);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  sqlite3_bind_int64(*stmt, 1, since_ms);
+  std::vector<StoredEnergyUse> out;
+  int rc = 0;
+  while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) {
+    out.push_back(StoredEnergyUse{column_text(*stmt, 0), column_text(*stmt, 1), column_text(*stmt, 2),
+                                  sqlite3_column_int64(*stmt, 3), sqlite3_column_int64(*stmt, 4),
+                                  sqlite3_column_double(*stmt, 5), column_text(*stmt, 6)});
+  }
+  if (rc != SQLITE_DONE) return sqlite_error("loading the budget ledger");
+  return out;
+}
+
+Status Database::forget_energy_uses(std::int64_t before_ms) {
+  auto stmt = prepare(kDeleteEnergyUses);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  sqlite3_bind_int64(*stmt, 1, before_ms);
+  if (sqlite3_step(*stmt) != SQLITE_DONE) return sqlite_error("pruning the budget ledger");
+  return {};
 }
 
 Result<std::vector<StoredEvent>> Database::load_events() {

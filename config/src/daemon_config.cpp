@@ -13,72 +13,12 @@
 #include <toml++/toml.h>
 
 #include "joule/estimator/simulated_device.hpp"
+#include "toml_checker.hpp"
 
 namespace joule::config {
 namespace {
 
-class Checker {
- public:
-  explicit Checker(std::string file) : file_(std::move(file)) {}
-
-  void problem(const toml::node& node, std::string message) {
-    problems_.push_back(ConfigProblem{file_, static_cast<int>(node.source().begin.line), std::move(message)});
-  }
-  void warning(const toml::node& node, std::string message) {
-    warnings_.push_back(ConfigProblem{file_, static_cast<int>(node.source().begin.line), std::move(message)});
-  }
-  void warn_unknown(const toml::table& table, const std::string& where, const std::set<std::string>& known) {
-    for (const auto& [key, node] : table) {
-      if (!known.contains(std::string(key.str())))
-        warning(node, fmt::format("unknown key {}{} (ignored)", where, key.str()));
-    }
-  }
-
-  template <class T>
-  std::optional<T> get(const toml::table& table, const char* key, const std::string& name) {
-    const toml::node* node = table.get(key);
-    if (!node) return std::nullopt;
-    if constexpr (std::is_same_v<T, double>) {
-      if (auto v = node->value<double>()) return *v;  // integers convert too
-      problem(*node, fmt::format("{} must be a number", name));
-    } else if constexpr (std::is_same_v<T, std::int64_t>) {
-      if (node->is_integer()) return node->value<std::int64_t>();
-      problem(*node, fmt::format("{} must be an integer", name));
-    } else if constexpr (std::is_same_v<T, std::string>) {
-      if (node->is_string()) return node->value<std::string>();
-      problem(*node, fmt::format("{} must be a string", name));
-    }
-    return std::nullopt;
-  }
-
-  double positive(const toml::table& table, const char* key, const std::string& name, double fallback,
-                  bool allow_zero = false) {
-    auto value = get<double>(table, key, name);
-    if (!value) return fallback;
-    if (*value < 0.0 || (!allow_zero && *value == 0.0)) {
-      problem(*table.get(key), fmt::format("{} must be {} 0, got {}", name, allow_zero ? ">=" : ">", *value));
-      return fallback;
-    }
-    return *value;
-  }
-
-  std::int64_t integer_in(const toml::table& table, const char* key, const std::string& name, std::int64_t low,
-                          std::int64_t high, std::int64_t fallback) {
-    auto value = get<std::int64_t>(table, key, name);
-    if (!value) return fallback;
-    if (*value < low || *value > high) {
-      problem(*table.get(key), fmt::format("{} must be between {} and {}, got {}", name, low, high, *value));
-      return fallback;
-    }
-    return *value;
-  }
-
-  std::vector<ConfigProblem> problems_;
-  std::vector<ConfigProblem> warnings_;
-
- private:
-  std::string file_;
-};
+using detail::Checker;
 
 bool is_hex_sha256(const std::string& text) {
   return text.size() == 64 &&
@@ -280,7 +220,7 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
   LoadedConfig loaded{defaults, {}};
   DaemonConfig& config = loaded.config;
   config.source = file_name;
-  check.warn_unknown(root, "", {"server", "state", "log", "auth", "devices", "meters", "jobs", "probing"});
+  check.warn_unknown(root, "", {"server", "state", "log", "auth", "devices", "meters", "jobs", "probing", "node", "policy"});
 
   auto table_of = [&](const char* key) -> const toml::table* {
     const toml::node* node = root.get(key);
@@ -299,6 +239,28 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
         check.problem(*state->get("directory"), "state.directory must be an absolute path");
       else
         config.state_directory = *dir;
+    }
+  }
+  if (const auto* node = table_of("node")) {
+    check.warn_unknown(*node, "node.", {"name"});
+    if (auto name = check.get<std::string>(*node, "name", "node.name")) {
+      const bool plain = !name->empty() && name->size() <= 64 &&
+                         std::all_of(name->begin(), name->end(), [](unsigned char c) {
+                           return std::isalnum(c) || c == '-' || c == '_' || c == '.';
+                         });
+      if (!plain)
+        check.problem(*node->get("name"), fmt::format("node.name \"{}\" must be 1-64 letters, digits, '-', '_' or '.'", *name));
+      else
+        config.node_name = *name;
+    }
+  }
+  if (const auto* policy = table_of("policy")) {
+    check.warn_unknown(*policy, "policy.", {"directory"});
+    if (auto dir = check.get<std::string>(*policy, "directory", "policy.directory")) {
+      if (dir->empty() || dir->front() != '/')
+        check.problem(*policy->get("directory"), "policy.directory must be an absolute path");
+      else
+        config.policy_directory = *dir;
     }
   }
   if (const auto* log = table_of("log")) {
@@ -392,6 +354,8 @@ nlohmann::json to_json(const DaemonConfig& config) {
             {"max_connections", config.server.max_connections},
             {"max_queued_jobs", config.server.max_queued_jobs}}},
           {"state", {{"directory", config.state_directory.string()}}},
+          {"node", {{"name", config.node_name.empty() ? "(host name)" : config.node_name}}},
+          {"policy", {{"directory", config.policy_directory.empty() ? "(none)" : config.policy_directory.string()}}},
           {"log", {{"level", config.log_level}}},
           {"auth", {{"tokens", config.token_sha256.size()}}},
           {"devices", devices},

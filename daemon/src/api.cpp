@@ -200,6 +200,26 @@ void Api::handle(HttpRequest&& request, Reply reply) {
   }
 
   if (seg.empty() || seg[0] != "v1") return fail(make_error(ErrorCode::not_found, fmt::format("no route {}", target)));
+  // A job reports its progress with its own token (JOULE_JOB_TOKEN), not an API token.
+  if (seg.size() == 4 && seg[1] == "jobs" && seg[3] == "progress") {
+    route = "/v1/jobs/{id}/progress";
+    if (method != http::verb::post) return wrong_method("POST");
+    const auto header = request[http::field::authorization];
+    constexpr std::string_view kBearer = "Bearer ";
+    const std::string token =
+        header.size() > kBearer.size() && header.substr(0, kBearer.size()) == kBearer
+            ? std::string(header.substr(kBearer.size()))
+            : std::string();
+    json body;
+    try {
+      body = json::parse(request.body());
+    } catch (const json::parse_error& error) {
+      return fail(make_error(ErrorCode::invalid_argument, fmt::format("malformed JSON at byte {}: {}", error.byte, error.what())));
+    }
+    auto result = jobs_.report_progress(seg[2], token, body);
+    if (!result) return fail(result.error());
+    return answer(json_response(http::status::ok, *result));
+  }
   if (!authorized(request)) {
     route = "/v1 (unauthorized)";
     return fail(make_error(ErrorCode::unauthorized, "a valid bearer token is required (Authorization: Bearer TOKEN)"));
@@ -316,7 +336,12 @@ void Api::handle(HttpRequest&& request, Reply reply) {
     if (method != http::verb::get) return wrong_method("GET");
     return send_result(answer, http::status::ok)(probes_->run(seg[2]));
   }
-  if (seg.size() == 2 && (seg[1] == "probes" || seg[1] == "budgets")) {
+  if (seg.size() == 2 && seg[1] == "budgets") {
+    route = "/v1/budgets";
+    if (method != http::verb::get) return wrong_method("GET");
+    return answer(json_response(http::status::ok, jobs_.budgets_view()));
+  }
+  if (seg.size() == 2 && seg[1] == "probes") {
     route = "/v1/" + seg[1];
     return answer(json_response(
         http::status::not_implemented,

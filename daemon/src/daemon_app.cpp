@@ -14,6 +14,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "joule/adapters/database.hpp"
+#include "joule/config/policy_config.hpp"
 #include "joule/adapters/job_process.hpp"
 #include "joule/adapters/meter_selection.hpp"
 #include "joule/adapters/modelled_cpu_meter.hpp"
@@ -132,6 +133,36 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
 
 void apply_log_level(const std::string& level) { spdlog::set_level(spdlog::level::from_str(level)); }
 
+// policies.d: as configured, else beside the config file; none without a config file.
+std::filesystem::path policy_directory(const config::DaemonConfig& config, const CommandLine& command_line) {
+  if (!config.policy_directory.empty()) return config.policy_directory;
+  if (command_line.config_file) return std::filesystem::absolute(*command_line.config_file).parent_path() / "policies.d";
+  return {};
+}
+
+// The whole directory validates or nothing of it is used (the error lists file:line of each problem).
+Result<schedulers::Policy> load_policy(const std::filesystem::path& directory) {
+  if (directory.empty()) return schedulers::Policy{};
+  auto loaded = config::load_policy_directory(directory);
+  if (!loaded) return loaded.error();
+  for (const auto& warning : loaded->warnings) spdlog::warn("{}", warning.describe());
+  return loaded->policy;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
+  std::string text = name;
+  return text.substr(0, text.find('.'));
+}
+
+int utc_offset_minutes() {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  ::localtime_r(&now, &local);
+  return static_cast<int>(local.tm_gmtoff / 60);
+}
+
 bool is_executable(const std::filesystem::path& path) { return ::access(path.c_str(), X_OK) == 0; }
 
 // joule-worker: as configured, else beside jouled (an install), else in the build tree's
@@ -199,6 +230,11 @@ int run_daemon(const CommandLine& command_line) {
     if (!samples) throw std::runtime_error(samples.error().message);
     stored_probe_state.samples[device.name] = std::move(samples).value();
   }
+  const auto now_millis = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  auto stored_uses = (*database)->load_energy_uses(BudgetService::history_needed(now_millis));
+  if (!stored_uses) throw std::runtime_error(stored_uses.error().message);
   auto stored_runs = (*database)->load_probe_runs(200);
   if (!stored_runs) throw std::runtime_error(stored_runs.error().message);
   stored_probe_state.runs = std::move(stored_runs).value();
@@ -220,7 +256,13 @@ int run_daemon(const CommandLine& command_line) {
   job_options.kill_grace_seconds = config.kill_grace_seconds;
   job_options.max_queued_jobs = config.server.max_queued_jobs;
   job_options.boot_id = adapters::read_boot_id();
+  job_options.node_name = config.node_name.empty() ? host_name() : config.node_name;
+  job_options.utc_offset_minutes = utc_offset_minutes();
+  auto policy = load_policy(policy_directory(config, command_line));
+  if (!policy) throw std::runtime_error("policies: " + policy.error().message);
   JobService jobs(io, storage, metrics, open_devices(config), job_options);
+  jobs.budgets().set_policy(std::move(policy).value());
+  jobs.budgets().load(*stored_uses);
 
   Api api(jobs, metrics);
   api.set_token_hashes(config.token_sha256);
@@ -252,6 +294,12 @@ int run_daemon(const CommandLine& command_line) {
   auto endpoint = server.listen(config.server.host, config.server.port);
   if (!endpoint) throw std::runtime_error(endpoint.error().message);
   const std::string address = fmt::format("{}:{}", endpoint->address().to_string(), endpoint->port());
+  // Jobs reach the API at a loopback address when jouled listens on all interfaces.
+  const std::string job_host = endpoint->address().is_unspecified()
+                                   ? (endpoint->address().is_v6() ? "[::1]" : "127.0.0.1")
+                                   : (endpoint->address().is_v6() ? "[" + endpoint->address().to_string() + "]"
+                                                                  : endpoint->address().to_string());
+  jobs.set_api_url(fmt::format("http://{}:{}", job_host, endpoint->port()));
   if (auto recovered = jobs.recover(std::move(stored_jobs).value(), std::move(stored_events).value()); !recovered)
     throw std::runtime_error(recovered.error().message);
   jobs.sample_meters();
@@ -342,6 +390,10 @@ int run_daemon(const CommandLine& command_line) {
       notifier.reloading();
       try {
         config::DaemonConfig next = resolve_config(command_line, &warnings);
+        // Policies: a valid set replaces the running one whole; a bad one (or a bad config)
+        // changes nothing.
+        auto next_policy = load_policy(policy_directory(next, command_line));
+        if (!next_policy) throw std::runtime_error("policies: " + next_policy.error().message);
         for (const auto& warning : warnings) spdlog::warn("{}", warning.describe());
         if (next.server.host != config.server.host || next.server.port != config.server.port ||
             next.state_directory != config.state_directory)
@@ -353,6 +405,7 @@ int run_daemon(const CommandLine& command_line) {
         config.meter_interval_seconds = next.meter_interval_seconds;
         config.probing = next.probing;
         probes.set_config(next.probing);
+        jobs.set_policy(std::move(next_policy).value());
         spdlog::info("reloaded {}", next.source);
         notifier.ready(fmt::format("listening on {}; config reloaded", address));
       } catch (const std::exception& error) {

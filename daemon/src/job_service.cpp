@@ -2,6 +2,9 @@
 
 #include <signal.h>
 #include <sys/stat.h>
+
+#include <cmath>
+#include <thread>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -9,6 +12,11 @@
 #include <boost/asio/post.hpp>
 #include <boost/uuid/random_generator.hpp>
 #include <boost/uuid/uuid_io.hpp>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#include "joule/common/sha256.hpp"
+#include "joule/schedulers/step_projection.hpp"
 
 namespace joule::daemon {
 
@@ -29,6 +37,16 @@ struct JobService::Job {
   std::unique_ptr<asio::steady_timer> kill_timer;
   bool cancel_requested = false;
   bool energy_partial = false;  // adopted after a restart: energy before it was not metered
+  // Scheduling:
+  schedulers::PendingJob pending;                   // what placement sees while it is queued
+  std::optional<schedulers::WaitReason> waiting;     // why it is not running, from the last pass
+  std::optional<schedulers::EnergyDistribution> prior;  // its estimate where it was placed
+  std::vector<schedulers::EpochReport> progress;
+  std::optional<schedulers::Projection> projection;
+  // Throttling in force:
+  bool paused = false;
+  std::optional<double> cpu_quota;
+  std::optional<double> gpu_limit_watts;
 };
 
 namespace {
@@ -55,7 +73,13 @@ json optional_json(const std::optional<std::int64_t>& millis) {
 
 JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
                        std::vector<Device> devices, JobServiceOptions options)
-    : io_(io), storage_(storage), metrics_(metrics), devices_(std::move(devices)), options_(std::move(options)) {
+    : io_(io),
+      storage_(storage),
+      metrics_(metrics),
+      devices_(std::move(devices)),
+      options_(std::move(options)),
+      budgets_(storage, metrics, options_.node_name, options_.utc_offset_minutes),
+      retry_timer_(std::make_unique<asio::steady_timer>(io)) {
   for (auto& device : devices_) {
     metrics_.add_device_energy(device.name, std::string(device.meter->source()), 0.0);
     metrics_.set_device_power(device.name, std::string(device.meter->source()), 0.0);
@@ -194,6 +218,13 @@ void JobService::submit(const json& body, Done done) {
   job->row.submitted_ms = now_ms();
   job->spec = std::move(spec).value();
   if (estimator_ && job->spec.model && job->spec.training) job->row.estimate_json = estimator_(job->spec).dump();
+  job->pending = pending_job(job->row.id, job->spec, job->row.estimate_json);
+  if (auto never = budgets_.never_fits(now_ms(), device_statuses(), job->pending)) {
+    const char* where = never->kind == schedulers::WaitReason::Kind::deadline     ? "/constraints/deadline"
+                        : never->kind == schedulers::WaitReason::Kind::max_energy ? "/constraints/max_energy_joules"
+                                                                                  : "/training";
+    return done(invalid(fmt::format("the job can never run on this node: {}", never->message), where));
+  }
   StoredEvent event{job->row.id, job->row.submitted_ms, "queued", "submitted"};
   job->events.push_back(event);
 
@@ -226,14 +257,143 @@ void JobService::submit(const json& body, Done done) {
 
 void JobService::schedule() {
   if (!scheduling_) return;
-  for (auto& device : devices_) {
-    if (device.job || !device.runs_jobs) continue;
-    auto next = queue_.next(
-        [&](const std::string& id) { return schedulers::device_allowed(jobs_.at(id)->spec.constraints, device.name); });
-    if (!next) continue;
-    place(*jobs_.at(*next), device);
+  const auto now = now_ms();
+  const auto statuses = device_statuses();
+  std::vector<const schedulers::PendingJob*> queue;
+  for (const auto& id : queue_.first(1000)) queue.push_back(&jobs_.at(id)->pending);
+  const auto pass = budgets_.place(now, statuses, queue);
+  for (const auto& placement : pass.placements) {
+    Job& job = *jobs_.at(placement.job);
+    Device& device = devices_[placement.device];
+    budgets_.reserve(job.row.id, device.name, placement.reserve);
+    // What it is expected to use: its estimate there, else its own max_energy_joules.
+    job.prior = placement.reserve.mean_joules > 0 ? std::optional(placement.reserve) : std::nullopt;
+    job.waiting.reset();
+    place(job, device, placement.note);
   }
+  for (const auto& [id, reason] : pass.waiting) note_waiting(*jobs_.at(id), reason);
+  // The pass stopped before the rest: say whether they wait for a device or for their turn.
+  for (std::size_t i = pass.considered; i < queue.size(); ++i) {
+    Job& job = *jobs_.at(queue[i]->id);
+    const bool all_busy = std::all_of(job.pending.candidates.begin(), job.pending.candidates.end(),
+                                      [&](const auto& c) { return devices_[c.device].job.has_value(); });
+    if (all_busy && !job.pending.candidates.empty())
+      note_waiting(job, schedulers::WaitReason(schedulers::WaitReason::Kind::no_free_device,
+                                               "every device it may run on is busy"));
+    else
+      job.waiting.reset();
+  }
+  if (pass.next_retry) schedule_retry(*pass.next_retry);
 }
+
+void JobService::schedule_retry(schedulers::UnixMillis at) {
+  // One timer: the earliest moment a waiting job may fit (a budget window moving on).
+  if (retry_at_ && *retry_at_ <= at && *retry_at_ > now_ms()) return;
+  retry_at_ = at;
+  retry_timer_->expires_after(std::chrono::milliseconds(std::max<std::int64_t>(at - now_ms(), 0) + 10));
+  retry_timer_->async_wait([this, alive = alive_](boost::system::error_code ec) {
+    if (ec || !*alive) return;
+    retry_at_.reset();
+    schedule();
+  });
+}
+
+void JobService::note_waiting(Job& job, schedulers::WaitReason reason) {
+  // An event when the reason changes in kind or rule, not on every pass.
+  const bool changed = !job.waiting || job.waiting->kind != reason.kind || job.waiting->rule != reason.rule ||
+                       job.waiting->device != reason.device;
+  using Kind = schedulers::WaitReason::Kind;
+  const bool worth_an_event = reason.kind != Kind::behind && reason.kind != Kind::no_free_device &&
+                              reason.kind != Kind::device_busy;
+  if (changed && worth_an_event) {
+    job.events.push_back(StoredEvent{job.row.id, now_ms(), job.row.state, "waiting: " + reason.message});
+    persist([event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
+  }
+  job.waiting = std::move(reason);
+}
+
+std::vector<schedulers::DeviceStatus> JobService::device_statuses() const {
+  double longest_cap = 60.0;
+  for (const auto& cap : budgets_.policy().power_caps) longest_cap = std::max(longest_cap, cap.average_seconds);
+  std::vector<schedulers::DeviceStatus> out;
+  out.reserve(devices_.size());
+  for (const auto& device : devices_) {
+    schedulers::DeviceStatus status;
+    status.ref = budgets_.device_ref(device.name);
+    status.accepts_work = device.runs_jobs && scheduling_;
+    status.busy = device.job.has_value();
+    status.average_power_watts = average_power(device, longest_cap);
+    status.work_seconds = device.work_seconds;
+    if (device.job) {
+      const auto it = jobs_.find(*device.job);
+      if (it != jobs_.end() && it->second->row.started_ms) {
+        const Job& job = *it->second;
+        for (const auto& candidate : job.pending.candidates)
+          if (candidate.estimate && devices_[candidate.device].name == device.name)
+            status.busy_until = *job.row.started_ms + static_cast<std::int64_t>(candidate.estimate->seconds_mean * 1000);
+        if (job.projection && job.projection->seconds_remaining > 0)
+          status.busy_until = now_ms() + static_cast<std::int64_t>(job.projection->seconds_remaining * 1000);
+      }
+    }
+    out.push_back(std::move(status));
+  }
+  return out;
+}
+
+double JobService::average_power(const Device& device, double seconds) const {
+  if (device.history.size() < 2) return device.power_watts;
+  const auto newest = device.history.back();
+  const auto since = newest.first - std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                        std::chrono::duration<double>(seconds));
+  auto oldest = device.history.front();
+  for (const auto& entry : device.history)
+    if (entry.first >= since) {
+      oldest = entry;
+      break;
+    }
+  const double span = std::chrono::duration<double>(newest.first - oldest.first).count();
+  return span > 0 ? (newest.second - oldest.second) / span : device.power_watts;
+}
+
+schedulers::PendingJob JobService::pending_job(const std::string& id, const schedulers::JobSpec& spec,
+                                               const std::string& estimate_json) const {
+  schedulers::PendingJob pending;
+  pending.id = id;
+  pending.priority = spec.priority;
+  pending.deadline = spec.constraints.deadline;
+  pending.max_energy_joules = spec.constraints.max_energy_joules;
+  const json estimates = estimate_json.empty() ? json(nullptr) : json::parse(estimate_json, nullptr, false);
+  for (std::size_t d = 0; d < devices_.size(); ++d) {
+    const Device& device = devices_[d];
+    if (!device.runs_jobs || !schedulers::device_allowed(spec.constraints, device.name)) continue;
+    schedulers::Candidate candidate{d, std::nullopt, std::nullopt};
+    if (estimates.is_array()) {
+      for (const auto& row : estimates) {
+        if (row.value("device", "") != device.name || row.value("status", "") != "ok") continue;
+        candidate.estimate = schedulers::Estimate{row["joules"].value("mean", 0.0), row["joules"].value("std", 0.0),
+                                                  row["seconds"].value("mean", 0.0)};
+        if (row.contains("baseline")) candidate.flops_joules = row["baseline"].value("joules", 0.0);
+      }
+    }
+    pending.candidates.push_back(std::move(candidate));
+  }
+  return pending;
+}
+
+std::optional<schedulers::EnergyDistribution> JobService::estimate_on(const Job& job, const std::string& device) const {
+  for (const auto& candidate : job.pending.candidates)
+    if (devices_[candidate.device].name == device && candidate.estimate) return candidate.estimate->energy();
+  if (job.spec.constraints.max_energy_joules) return schedulers::EnergyDistribution{*job.spec.constraints.max_energy_joules, 0.0};
+  return std::nullopt;
+}
+
+void JobService::set_policy(schedulers::Policy policy) {
+  budgets_.set_policy(std::move(policy));
+  budgets_.publish(now_ms());
+  schedule();
+}
+
+json JobService::budgets_view() const { return budgets_.describe(now_ms(), device_statuses()); }
 
 bool JobService::device_idle(const std::string& name) const {
   for (const auto& device : devices_)
@@ -243,8 +403,16 @@ bool JobService::device_idle(const std::string& name) const {
 
 bool JobService::work_waiting_for(const std::string& device) const {
   if (!scheduling_) return false;
+  // Jobs held back by a budget, cap, floor or a missing model do not claim the device: probing
+  // it is what gives them a model.
+  using Kind = schedulers::WaitReason::Kind;
   return queue_
-      .next([&](const std::string& id) { return schedulers::device_allowed(jobs_.at(id)->spec.constraints, device); })
+      .next([&](const std::string& id) {
+        const Job& job = *jobs_.at(id);
+        if (!schedulers::device_allowed(job.spec.constraints, device)) return false;
+        return !job.waiting || job.waiting->kind == Kind::behind || job.waiting->kind == Kind::device_busy ||
+               job.waiting->kind == Kind::no_free_device;
+      })
       .has_value();
 }
 
@@ -263,14 +431,14 @@ std::vector<std::pair<estimator::ModelSpec, std::int64_t>> JobService::workload(
   return out;
 }
 
-void JobService::place(Job& job, Device& device) {
+void JobService::place(Job& job, Device& device, const std::string& note) {
   if (on_claim_) on_claim_(device.name);
   queue_.erase(job.row.id);
   device.job = job.row.id;
   job.row.device = device.name;
   // The placement is committed before the process starts: a crash in between leaves a
   // "placed" job that no process ran, which recovery safely queues again.
-  transition(job, JobState::placed, fmt::format("placed on {}", device.name), [this, id = job.row.id](Status status) {
+  transition(job, JobState::placed, fmt::format("placed on {}: {}", device.name, note), [this, id = job.row.id](Status status) {
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return;
     Job& placed = *it->second;
@@ -306,6 +474,8 @@ std::vector<std::string> JobService::job_environment(const Job& job, const std::
   for (const auto& [name, value] : job.spec.run.env) env[name] = value;
   env["JOULE_JOB_ID"] = job.row.id;
   env["JOULE_DEVICE"] = device;
+  if (device.rfind("cuda:", 0) == 0) env["CUDA_VISIBLE_DEVICES"] = device.substr(5);
+  if (!api_url_.empty()) env["JOULE_URL"] = api_url_;
   std::vector<std::string> out;
   for (const auto& [name, value] : env) out.push_back(name + "=" + value);
   return out;
@@ -324,6 +494,14 @@ void JobService::launch(const std::string& id) {
   spec.argv = job.spec.run.argv;
   spec.workdir = job.spec.run.workdir.empty() ? dir : std::filesystem::path(job.spec.run.workdir);
   spec.env = job_environment(job, job.row.device);
+  // The job's own token for POST /v1/jobs/{id}/progress: only its hash is stored.
+  std::array<unsigned char, 24> secret{};
+  if (RAND_bytes(secret.data(), static_cast<int>(secret.size())) == 1) {
+    std::string token;
+    for (const unsigned char byte : secret) token += fmt::format("{:02x}", byte);
+    job.row.token_sha256 = joule::sha256_hex(token);
+    spec.env.push_back("JOULE_JOB_TOKEN=" + token);
+  }
   spec.stdout_path = dir / "stdout.log";
   spec.stderr_path = dir / "stderr.log";
   spec.status_path = dir / "status";
@@ -400,6 +578,16 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
       }
     }
   }
+  // The budget ledger trades the job's reservation for what it was metered to use.
+  std::optional<adapters::StoredEnergyUse> metered;
+  if (job.row.energy_joules && job.row.started_ms)
+    metered = adapters::StoredEnergyUse{options_.node_name, job.row.device, job.row.id, *job.row.started_ms,
+                                        job.row.finished_ms.value_or(now_ms()), *job.row.energy_joules,
+                                        job.row.energy_source};
+  budgets_.settle(job.row.id, metered);
+  if (Device* device = find_device(job.row.device); device && job.row.started_ms)
+    device->work_seconds += static_cast<double>(*job.row.finished_ms - *job.row.started_ms) / 1000.0;
+  release_controls(job);
   release_device(job);
   if (job.kill_timer) job.kill_timer->cancel();
   job.exit_watch.reset();
@@ -488,12 +676,110 @@ void JobService::sample_meters() {
       metrics_.set_device_power(device.name, source, device.power_watts);
     }
     device.last_sample = now;
+    device.history.emplace_back(now, device.energy_joules);
+    // Enough history for the longest averaging period a cap may use (an hour).
+    while (device.history.size() > 2 && now - device.history.front().first > std::chrono::hours(1))
+      device.history.pop_front();
   }
+  if (!scheduling_) return;
+  const auto now_millis = now_ms();
+  track_running(now_millis);
+  budgets_.publish(now_millis);
+  schedule();
+}
+
+void JobService::track_running(schedulers::UnixMillis now) {
+  // Each running job's energy so far and what it should still need feed the ledger; then the
+  // throttle controller looks at caps, budgets and floors.
+  std::vector<schedulers::RunningJob> running;
+  for (std::size_t d = 0; d < devices_.size(); ++d) {
+    Device& device = devices_[d];
+    if (!device.job) continue;
+    auto it = jobs_.find(*device.job);
+    if (it == jobs_.end()) continue;
+    Job& job = *it->second;
+    if (job.state != JobState::running && job.state != JobState::throttled) continue;
+    double used = 0.0;
+    if (job.energy_at_start && !device.meter_error) used = std::max(0.0, device.energy_joules - *job.energy_at_start);
+    const auto expected = job.projection ? std::optional(job.projection->total) : job.prior;
+    schedulers::EnergyDistribution still;
+    if (expected) still = {std::max(0.0, expected->mean_joules - used), expected->variance};
+    if (job.row.started_ms) budgets_.update_running(job.row.id, *job.row.started_ms, now, used, still);
+    schedulers::RunningJob view;
+    view.id = job.row.id;
+    view.device = d;
+    view.priority = job.row.priority;
+    view.still_expected = still;
+    view.power_watts = device.power_watts;
+    view.paused = job.paused;
+    view.cpu_quota = job.cpu_quota;
+    view.gpu_limit_watts = job.gpu_limit_watts;
+    view.can_limit_cpu = false;  // cgroup CPU quotas: not wired into jouled yet
+    view.can_limit_gpu = false;  // GPU power limits: not wired into jouled yet
+    view.cpus = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+    running.push_back(std::move(view));
+  }
+  if (running.empty()) return;
+  for (const auto& action : budgets_.throttle(now, device_statuses(), running)) apply(action);
+}
+
+void JobService::apply(const schedulers::ThrottleAction& action) {
+  auto it = jobs_.find(action.job);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  const auto pgid = static_cast<pid_t>(job.row.pid);
+  using Kind = schedulers::ThrottleAction::Kind;
+  Status done;
+  switch (action.kind) {
+    case Kind::pause:
+      done = adapters::signal_process_group(pgid, SIGSTOP);
+      if (done) job.paused = true;
+      break;
+    case Kind::resume:
+      done = adapters::signal_process_group(pgid, SIGCONT);
+      if (done) job.paused = false;
+      break;
+    case Kind::cpu_quota:
+    case Kind::clear_cpu_quota:
+    case Kind::gpu_power_limit:
+    case Kind::clear_gpu_power_limit:
+      done = make_error(ErrorCode::unavailable, fmt::format("{} is not available to jouled on this node",
+                                                            schedulers::to_string(action.kind)));
+      break;
+  }
+  if (!done) {
+    spdlog::warn("job {}: throttling ({}) failed: {}", job.row.id, schedulers::to_string(action.kind),
+                 done.error().message);
+    return;
+  }
+  metrics_.count_throttle_action(std::string(schedulers::to_string(action.kind)));
+  const bool throttled = job.paused || job.cpu_quota || job.gpu_limit_watts;
+  const std::string message = fmt::format("{}: {}", schedulers::to_string(action.kind), action.reason);
+  if (throttled && job.state == JobState::running) {
+    transition(job, JobState::throttled, message);
+  } else if (!throttled && job.state == JobState::throttled) {
+    transition(job, JobState::running, message);
+  } else {
+    job.events.push_back(StoredEvent{job.row.id, now_ms(), job.row.state, message});
+    persist([event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
+    spdlog::info("job {}: {}", job.row.id, message);
+  }
+}
+
+void JobService::release_controls(Job& job) {
+  // Nothing stays throttled once jouled lets go of a job (it ends, or jouled stops).
+  if (job.paused && job.row.pid > 0) (void)adapters::signal_process_group(static_cast<pid_t>(job.row.pid), SIGCONT);
+  job.paused = false;
+  job.cpu_quota.reset();
+  job.gpu_limit_watts.reset();
+  budgets_.forget(job.row.id);
 }
 
 void JobService::stop_scheduling() {
   scheduling_ = false;
+  retry_timer_->cancel();
   for (auto& [id, job] : jobs_) {
+    if (job->state == JobState::throttled) release_controls(*job);
     if (job->kill_timer) job->kill_timer->cancel();
     job->exit_watch.reset();
   }
@@ -519,6 +805,7 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
     next_sequence_ = std::max(next_sequence_, row.sequence + 1);
     const std::string id = row.id;
     job->row = std::move(row);
+    if (!schedulers::is_terminal(job->state)) job->pending = pending_job(id, job->spec, job->row.estimate_json);
     if (job->state == JobState::queued) queue_.push(id, job->row.priority, job->row.sequence);
     if (!schedulers::is_terminal(job->state) && job->state != JobState::queued) to_reconcile.push_back(id);
     by_sequence_.emplace(job->row.sequence, job.get());
@@ -552,6 +839,14 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
       if (!job.row.started_ms) job.row.started_ms = now_ms();
       job.energy_partial = true;
       job.energy_at_start = device ? read_device_energy(*device) : std::nullopt;
+      // Its reservation again, from its estimate there (the energy it used before is unknown).
+      job.prior = estimate_on(job, job.row.device);
+      if (auto expected = job.prior) budgets_.reserve(id, job.row.device, *expected);
+      if (job.state == JobState::throttled) {
+        // The last daemon released its controls when it stopped: it runs freely now.
+        (void)adapters::signal_process_group(process->pid, SIGCONT);
+        transition(job, JobState::running, "throttling released: jouled restarted");
+      }
       const std::string note = fmt::format(
           "adopted process group {} after a daemon restart; energy is metered from now on only", process->pid);
       if (job.state == JobState::placed)
@@ -575,6 +870,7 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
       job.row.device.clear();
       job.row.pid = 0;
       transition(job, JobState::queued, "queued again: jouled stopped before starting it");
+      job.pending = pending_job(id, job.spec, job.row.estimate_json);
       queue_.push(id, job.row.priority, job.row.sequence);
     } else {
       finish(job, JobState::failed, "lost: its process was gone after a daemon restart and no exit status was recorded",
@@ -584,6 +880,70 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
   refresh_state_metrics();
   schedule();
   return {};
+}
+
+bool JobService::job_token_matches(const std::string& id, const std::string& token) const {
+  const auto it = jobs_.find(id);
+  if (it == jobs_.end() || it->second->row.token_sha256.empty() || token.empty()) return false;
+  const std::string presented = joule::sha256_hex(token);
+  const std::string& stored = it->second->row.token_sha256;
+  return stored.size() == presented.size() && CRYPTO_memcmp(stored.data(), presented.data(), stored.size()) == 0;
+}
+
+Result<json> JobService::report_progress(const std::string& id, const std::string& token, const json& body) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return make_error(ErrorCode::not_found, fmt::format("no job {}", id), "id");
+  if (!job_token_matches(id, token))
+    return make_error(ErrorCode::unauthorized, "progress needs the job's own token (JOULE_JOB_TOKEN) as the bearer token");
+  Job& job = *it->second;
+  if (job.state != JobState::running && job.state != JobState::throttled)
+    return make_error(ErrorCode::conflict, fmt::format("job {} is {}, not running", id, job.row.state));
+  if (!body.is_object()) return invalid("the body must be a JSON object {\"epoch\": k, \"epochs\": N}", "");
+  const auto epoch_it = body.find("epoch");
+  const auto epochs_it = body.find("epochs");
+  if (epoch_it == body.end() || !epoch_it->is_number_integer() || epoch_it->get<std::int64_t>() < 1)
+    return invalid("epoch must be an integer >= 1 (epochs finished so far)", "/epoch");
+  if (epochs_it == body.end() || !epochs_it->is_number_integer() || epochs_it->get<std::int64_t>() < 1 ||
+      epochs_it->get<std::int64_t>() > 1'000'000)
+    return invalid("epochs must be an integer between 1 and 1000000 (the epochs the job will run)", "/epochs");
+  const auto epoch = epoch_it->get<std::int64_t>();
+  const auto epochs = epochs_it->get<std::int64_t>();
+  if (epoch > epochs) return invalid(fmt::format("epoch {} is more than epochs {}", epoch, epochs), "/epoch");
+  if (!job.progress.empty() && epoch <= job.progress.back().epoch)
+    return invalid(fmt::format("epoch {} was already reported (last: {})", epoch, job.progress.back().epoch), "/epoch");
+
+  Device* device = find_device(job.row.device);
+  std::optional<double> used;
+  if (device && job.energy_at_start) {
+    if (auto now = read_device_energy(*device)) used = std::max(0.0, *now - *job.energy_at_start);
+  }
+  json out = {{"id", id}, {"epoch", epoch}, {"epochs", epochs}};
+  if (!used) {
+    out["energy"] = nullptr;
+    out["note"] = "the device's meter could not be read: no projection from this report";
+    return out;
+  }
+  const bool first_projection = !(job.projection && job.projection->step);
+  job.progress.push_back({static_cast<int>(epoch), static_cast<int>(epochs), *used, now_ms()});
+  schedulers::StepOptions step;
+  step.warmup_epochs = budgets_.policy().warmup_epochs;
+  job.projection = schedulers::project_energy(job.progress, job.prior, step);
+  const std::string source(device->meter->source());
+  out["energy"] = {{"joules", *used}, {"source", source}, {"partial", job.energy_partial}};
+  out["projection"] = {{"joules", {{"mean", job.projection->total.mean_joules},
+                                   {"std", std::sqrt(job.projection->total.variance)}}},
+                       {"method", job.projection->method},
+                       {"stable_epochs", job.projection->stable_epochs},
+                       {"seconds_remaining", job.projection->seconds_remaining},
+                       {"source", source}};
+  if (first_projection && job.projection->step) {
+    job.events.push_back(StoredEvent{id, now_ms(), job.row.state,
+                                     fmt::format("STEP projection after epoch {} of {}: {:.0f} J ({} joules, {})",
+                                                 epoch, epochs, job.projection->total.mean_joules, source,
+                                                 job.projection->method)});
+    persist([event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
+  }
+  return out;
 }
 
 Result<json> JobService::job(const std::string& id) const {
@@ -688,6 +1048,43 @@ json JobService::to_json(const Job& job, bool with_events) const {
                                  {"relative", (*row.energy_joules - mean) / mean},
                                  {"source", row.energy_source}};
     }
+  }
+  if (job.state == JobState::queued) {
+    // Why it waits: the last placement pass's reason, or its place in the queue.
+    json waiting;
+    if (job.waiting && job.waiting->kind != schedulers::WaitReason::Kind::behind) {
+      const auto& why = *job.waiting;
+      waiting = {{"reason", schedulers::to_string(why.kind)}, {"message", why.message}};
+      if (!why.device.empty()) waiting["device"] = why.device;
+      if (!why.rule.empty()) waiting["rule"] = why.rule;
+      if (why.limit) waiting["limit"] = *why.limit;
+      if (why.remaining_joules) waiting["remaining_joules"] = *why.remaining_joules;
+      if (why.needed_joules) waiting["needed_joules"] = *why.needed_joules;
+      if (why.retry_at) waiting["retry_at"] = schedulers::format_rfc3339(*why.retry_at);
+    } else {
+      const std::size_t ahead = queue_.position(row.id).value_or(0);
+      waiting = {{"reason", "behind"},
+                 {"message", ahead == 0 ? std::string("next in line; waiting for a placement pass")
+                                        : fmt::format("{} job{} ahead of it in the queue", ahead, ahead == 1 ? "" : "s")}};
+    }
+    out["waiting"] = waiting;
+  }
+  if (!job.progress.empty()) {
+    const auto& last = job.progress.back();
+    out["progress"] = {{"epoch", last.epoch}, {"epochs", last.epochs}, {"reported_at", schedulers::format_rfc3339(last.at)}};
+  }
+  if (job.projection && job.projection->step) {
+    out["projection"] = {{"joules", {{"mean", job.projection->total.mean_joules},
+                                     {"std", std::sqrt(job.projection->total.variance)}}},
+                         {"method", job.projection->method},
+                         {"stable_epochs", job.projection->stable_epochs},
+                         {"seconds_remaining", job.projection->seconds_remaining},
+                         {"source", row.energy_source.empty() ? json(nullptr) : json(row.energy_source)}};
+  }
+  if (job.paused || job.cpu_quota || job.gpu_limit_watts) {
+    out["throttle"] = {{"paused", job.paused},
+                       {"cpu_quota", job.cpu_quota ? json(*job.cpu_quota) : json(nullptr)},
+                       {"gpu_power_limit_watts", job.gpu_limit_watts ? json(*job.gpu_limit_watts) : json(nullptr)}};
   }
   if (with_events) {
     out["spec"] = json::parse(row.spec_json, nullptr, false);

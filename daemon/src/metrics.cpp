@@ -72,7 +72,30 @@ Metrics::Metrics()
       probe_outcomes_(BuildCounter()
                           .Name("joule_probe_outcomes_total")
                           .Help("Probe processes by outcome: completed, preempted, failed")
-                          .Register(*registry_)) {
+                          .Register(*registry_)),
+      budget_limit_(BuildGauge()
+                        .Name("joule_budget_limit_joules")
+                        .Help("Energy allowed per window by each budget of the policy")
+                        .Register(*registry_)),
+      budget_remaining_(BuildGauge()
+                            .Name("joule_budget_remaining_joules")
+                            .Help("Limit minus spent minus reserved, per budget (negative: overrun)")
+                            .Register(*registry_)),
+      budget_spent_(BuildGauge()
+                        .Name("joule_budget_spent_joules")
+                        .Help("Metered energy of jobs and probes in each budget's current window")
+                        .Register(*registry_)),
+      budget_reserved_(BuildGauge()
+                           .Name("joule_budget_reserved_joules")
+                           .Help("Energy placed and running jobs are still expected to use, per budget")
+                           .Register(*registry_)),
+      throttle_actions_(BuildCounter()
+                            .Name("joule_throttle_actions_total")
+                            .Help("Throttling actions taken on running jobs, by action")
+                            .Register(*registry_)) {
+  for (const char* action :
+       {"pause", "resume", "cpu-quota", "clear-cpu-quota", "gpu-power-limit", "clear-gpu-power-limit"})
+    throttle_actions_.Add({{"action", action}});
   for (const char* state : {"queued", "placed", "running", "throttled", "succeeded", "failed", "cancelled"}) {
     jobs_.Add({{"state", state}}).Set(0);
   }
@@ -142,6 +165,25 @@ void Metrics::add_probe_energy(const std::string& device, const std::string& sou
 
 void Metrics::count_probe_outcome(const std::string& device, const std::string& outcome) {
   probe_outcomes_.Add({{"device", device}, {"outcome", outcome}}).Increment();
+}
+
+void Metrics::set_budgets(const std::vector<BudgetFigures>& budgets) {
+  // A reload may drop budgets: their series go with them.
+  for (auto* family : {&budget_limit_, &budget_remaining_, &budget_spent_, &budget_reserved_}) {
+    for (const auto& name : budget_names_) family->Remove(&family->Add({{"budget", name}}));
+  }
+  budget_names_.clear();
+  for (const auto& budget : budgets) {
+    budget_names_.push_back(budget.name);
+    budget_limit_.Add({{"budget", budget.name}}).Set(budget.limit_joules);
+    budget_remaining_.Add({{"budget", budget.name}}).Set(budget.remaining_joules);
+    budget_spent_.Add({{"budget", budget.name}}).Set(budget.spent_joules);
+    budget_reserved_.Add({{"budget", budget.name}}).Set(budget.reserved_joules);
+  }
+}
+
+void Metrics::count_throttle_action(const std::string& action) {
+  throttle_actions_.Add({{"action", action}}).Increment();
 }
 
 }  // namespace joule::daemon

@@ -709,6 +709,13 @@ void ProbeService::accept_result(Device& device, const Running& probe, const jso
   metrics_.add_probe_runs(name, 1.0);
   metrics_.count_probe_outcome(name, "completed");
   metrics_.add_probe_energy(name, result->meter_source, joules);
+  {
+    // Probing spends the budgets that cover the device like any other work.
+    const auto ended = now_ms();
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - probe.started);
+    jobs_.budgets().record(adapters::StoredEnergyUse{jobs_.budgets().node(), name, "probe", ended - took.count(), ended,
+                                                     joules, result->meter_source});
+  }
   if (run != runs_.end()) {
     ++run->second.probes;
     run->second.joules += joules;

@@ -37,6 +37,18 @@ struct StoredJob {
   std::uint64_t pid_start_ticks = 0;
   std::string boot_id;  ///< the kernel boot the pid belongs to
   std::string estimate_json;  ///< estimates per eligible device at submission ("" when none)
+  std::string token_sha256;   ///< SHA-256 of the job's progress token (JOULE_JOB_TOKEN)
+};
+
+/// One entry of the budget ledger: metered energy of a job or probe on one device.
+struct StoredEnergyUse {
+  std::string node;
+  std::string device;
+  std::string work;  ///< job id, or "probe"
+  std::int64_t start_ms = 0;
+  std::int64_t end_ms = 0;
+  double joules = 0.0;
+  std::string source;
 };
 
 /// A device's fitted energy model, saved so a restart does not probe again.
@@ -127,6 +139,12 @@ class Database {
   Status save_probe_run(const StoredProbeRun& run);
   /// The latest `limit` runs, oldest first.
   Result<std::vector<StoredProbeRun>> load_probe_runs(std::size_t limit);
+
+  Status insert_energy_use(const StoredEnergyUse& use);
+  /// Ledger entries that ended at or after `since_ms`, oldest first.
+  Result<std::vector<StoredEnergyUse>> load_energy_uses(std::int64_t since_ms);
+  /// Drops entries no budget window can count any more.
+  Status forget_energy_uses(std::int64_t before_ms);
 
  private:
   explicit Database(sqlite3* db, std::filesystem::path path);

@@ -57,6 +57,11 @@ struct ServerConfig {
 struct DaemonConfig {
   ServerConfig server;
   std::filesystem::path state_directory = "/var/lib/jouled";
+  /// This node's name in policies and (later) the cluster; empty: the host name.
+  std::string node_name;
+  /// policies.d: budgets, caps, floors and the placement objective. Empty: policies.d beside
+  /// the config file, or none (embedded default policy) when jouled runs without a config file.
+  std::filesystem::path policy_directory;
   std::string log_level = "info";
   std::vector<std::string> token_sha256;  ///< hex SHA-256 of accepted bearer tokens
   std::vector<DeviceConfig> devices = {DeviceConfig{}};

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <chrono>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -23,6 +24,7 @@
 #include "joule/adapters/job_process.hpp"
 #include "joule/adapters/storage_writer.hpp"
 #include "joule/common/result.hpp"
+#include "joule/daemon/budget_service.hpp"
 #include "joule/daemon/metrics.hpp"
 #include "joule/schedulers/job.hpp"
 #include "joule/schedulers/job_queue.hpp"
@@ -40,6 +42,9 @@ struct Device {
   double power_watts = 0.0;
   std::optional<std::string> meter_error;
   std::optional<std::chrono::steady_clock::time_point> last_sample;
+  /// Recent (time, cumulative joules) readings: power averaged over a cap's period.
+  std::deque<std::pair<std::chrono::steady_clock::time_point, double>> history;
+  double work_seconds = 0.0;  ///< seconds of jobs it has run since start
 };
 
 struct JobServiceOptions {
@@ -49,6 +54,8 @@ struct JobServiceOptions {
   std::size_t max_queued_jobs = 10000;
   std::string boot_id;
   std::filesystem::path proc_root = "/proc";
+  std::string node_name = "localhost";  ///< this node, as policies name it
+  int utc_offset_minutes = 0;           ///< local time, for calendar budget windows
 };
 
 class JobService {
@@ -68,6 +75,20 @@ class JobService {
   void submit(const nlohmann::json& body, Done done);
   /// Cancels: a queued job at once; a running one by TERM then KILL after the grace period.
   void cancel(const std::string& id, Done done);
+  /// A running job's "epoch k of N done" (POST /v1/jobs/{id}/progress), authenticated by the
+  /// token handed to it in JOULE_JOB_TOKEN; answers with its energy so far and its projection.
+  Result<nlohmann::json> report_progress(const std::string& id, const std::string& token, const nlohmann::json& body);
+  /// Whether `token` is the job's progress token (constant time).
+  bool job_token_matches(const std::string& id, const std::string& token) const;
+  /// The URL jobs reach the API at (JOULE_URL), known once the server listens.
+  void set_api_url(std::string url) { api_url_ = std::move(url); }
+
+  /// The policy, budget ledger and throttling of this node.
+  BudgetService& budgets() { return budgets_; }
+  /// Installs a (re)loaded policy and runs a placement pass under it.
+  void set_policy(schedulers::Policy policy);
+  /// GET /v1/budgets.
+  nlohmann::json budgets_view() const;
   Result<nlohmann::json> job(const std::string& id) const;
   /// Jobs in submission order, optionally only those in `state`; at most `limit`.
   Result<nlohmann::json> jobs(const std::optional<std::string>& state, std::size_t limit) const;
@@ -122,7 +143,17 @@ class JobService {
   void persist(Write write, std::function<void(Status)> done = {});
   void transition(Job& job, schedulers::JobState to, const std::string& message, std::function<void(Status)> done = {});
   void schedule();
-  void place(Job& job, Device& device);
+  void schedule_retry(schedulers::UnixMillis at);
+  std::vector<schedulers::DeviceStatus> device_statuses() const;
+  schedulers::PendingJob pending_job(const std::string& id, const schedulers::JobSpec& spec,
+                                     const std::string& estimate_json) const;
+  std::optional<schedulers::EnergyDistribution> estimate_on(const Job& job, const std::string& device) const;
+  void note_waiting(Job& job, schedulers::WaitReason reason);
+  void track_running(schedulers::UnixMillis now);
+  void apply(const schedulers::ThrottleAction& action);
+  void release_controls(Job& job);
+  double average_power(const Device& device, double seconds) const;
+  void place(Job& job, Device& device, const std::string& note);
   void launch(const std::string& id);
   void watch_exit(const std::string& id);
   void on_exit(const std::string& id);
@@ -156,6 +187,10 @@ class JobService {
   std::function<nlohmann::json(const std::string&)> model_info_;
   std::function<void(const std::string&)> on_claim_;
   std::function<void(const Feedback&)> on_finished_;
+  BudgetService budgets_;
+  std::unique_ptr<boost::asio::steady_timer> retry_timer_;
+  std::optional<schedulers::UnixMillis> retry_at_;
+  std::string api_url_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -42,6 +43,19 @@ class Metrics {
   void add_probe_energy(const std::string& device, const std::string& source, double joules);
   void count_probe_outcome(const std::string& device, const std::string& outcome);
 
+  /// One budget's figures for the joule_budget_* gauges.
+  struct BudgetFigures {
+    std::string name;
+    double limit_joules = 0.0;
+    double spent_joules = 0.0;
+    double reserved_joules = 0.0;
+    double remaining_joules = 0.0;
+  };
+  /// Replaces the budget gauges (a reload may add or drop budgets).
+  void set_budgets(const std::vector<BudgetFigures>& budgets);
+  /// One throttling action: pause, resume, cpu-quota, gpu-power-limit and their clears.
+  void count_throttle_action(const std::string& action);
+
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& device_energy_;
@@ -60,6 +74,12 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& model_last_probe_;
   prometheus::Family<prometheus::Counter>& probe_energy_;
   prometheus::Family<prometheus::Counter>& probe_outcomes_;
+  prometheus::Family<prometheus::Gauge>& budget_limit_;
+  prometheus::Family<prometheus::Gauge>& budget_remaining_;
+  prometheus::Family<prometheus::Gauge>& budget_spent_;
+  prometheus::Family<prometheus::Gauge>& budget_reserved_;
+  prometheus::Family<prometheus::Counter>& throttle_actions_;
+  std::vector<std::string> budget_names_;
 };
 
 }  // namespace joule::daemon

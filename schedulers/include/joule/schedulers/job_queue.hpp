@@ -10,6 +10,7 @@
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 namespace joule::schedulers {
 
@@ -21,6 +22,11 @@ class JobQueue {
   void erase(const std::string& job_id);
   bool contains(const std::string& job_id) const { return index_.contains(job_id); }
   std::size_t size() const { return index_.size(); }
+
+  /// The first `limit` jobs in order.
+  std::vector<std::string> first(std::size_t limit) const;
+  /// How many jobs are ahead of this one (its position from 0); nullopt if it is not queued.
+  std::optional<std::size_t> position(const std::string& job_id) const;
 
   /// The first job in order that `eligible` accepts (e.g. its device constraint matches).
   std::optional<std::string> next(const std::function<bool(const std::string&)>& eligible) const;

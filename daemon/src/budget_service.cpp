@@ -1,0 +1,172 @@
+#include "joule/daemon/budget_service.hpp"
+
+#include <cmath>
+
+#include <spdlog/spdlog.h>
+
+namespace joule::daemon {
+
+using nlohmann::json;
+namespace sched = joule::schedulers;
+
+namespace {
+
+constexpr sched::UnixMillis kDay = 86'400'000;
+
+sched::EnergyUse to_use(const adapters::StoredEnergyUse& row, const std::vector<std::string>& groups) {
+  return sched::EnergyUse{sched::DeviceRef{row.node, row.device, groups}, row.work, row.start_ms, row.end_ms,
+                          row.joules, row.source};
+}
+
+json optional_time(const std::optional<sched::UnixMillis>& at) {
+  return at ? json(sched::format_rfc3339(*at)) : json(nullptr);
+}
+
+}  // namespace
+
+BudgetService::BudgetService(adapters::StorageWriter& storage, Metrics& metrics, std::string node,
+                             int utc_offset_minutes)
+    : storage_(storage),
+      metrics_(metrics),
+      node_(std::move(node)),
+      ledger_(utc_offset_minutes),
+      placer_(policy_),
+      throttle_(policy_) {}
+
+void BudgetService::set_policy(sched::Policy policy) {
+  policy_ = std::move(policy);
+  ledger_.set_budgets(policy_.budgets);
+  placer_.set_policy(policy_);
+  throttle_.set_policy(policy_);
+  spdlog::info("policy from {}: objective {}, risk {:g}, {} budgets, {} power caps, {} battery floors",
+               policy_.source, sched::to_string(policy_.objective), policy_.risk, policy_.budgets.size(),
+               policy_.power_caps.size(), policy_.battery_floors.size());
+}
+
+sched::DeviceRef BudgetService::device_ref(const std::string& device) const {
+  return sched::DeviceRef{node_, device, policy_.groups_of(node_)};
+}
+
+sched::UnixMillis BudgetService::history_needed(sched::UnixMillis now) { return now - 367 * kDay; }
+
+void BudgetService::load(const std::vector<adapters::StoredEnergyUse>& uses) {
+  for (const auto& row : uses) ledger_.record(to_use(row, policy_.groups_of(row.node)));
+}
+
+sched::PassResult BudgetService::place(sched::UnixMillis now, std::span<const sched::DeviceStatus> devices,
+                                       std::span<const sched::PendingJob* const> queue) {
+  return placer_.decide(now, devices, queue, ledger_);
+}
+
+std::optional<sched::WaitReason> BudgetService::never_fits(sched::UnixMillis now,
+                                                           std::span<const sched::DeviceStatus> devices,
+                                                           const sched::PendingJob& job) const {
+  return placer_.never_fits(now, devices, job, ledger_);
+}
+
+void BudgetService::reserve(const std::string& job, const std::string& device, sched::EnergyDistribution expected) {
+  ledger_.reserve(job, device_ref(device), expected);
+}
+
+void BudgetService::update_running(const std::string& job, sched::UnixMillis start, sched::UnixMillis now,
+                                   double used_joules, sched::EnergyDistribution still_expected) {
+  ledger_.update_running(job, start, now, used_joules, still_expected);
+}
+
+void BudgetService::settle(const std::string& job, std::optional<adapters::StoredEnergyUse> metered) {
+  throttle_.forget(job);
+  if (!metered) {
+    ledger_.settle(job, std::nullopt);
+    return;
+  }
+  ledger_.settle(job, to_use(*metered, policy_.groups_of(metered->node)));
+  storage_.submit([row = *metered](adapters::Database& db) { return db.insert_energy_use(row); },
+                  [](Status status) {
+                    if (!status) spdlog::error("budget ledger: {}", status.error().message);
+                  });
+}
+
+void BudgetService::record(const adapters::StoredEnergyUse& use) {
+  ledger_.record(to_use(use, policy_.groups_of(use.node)));
+  storage_.submit([row = use](adapters::Database& db) { return db.insert_energy_use(row); },
+                  [](Status status) {
+                    if (!status) spdlog::error("budget ledger: {}", status.error().message);
+                  });
+}
+
+std::vector<sched::ThrottleAction> BudgetService::throttle(sched::UnixMillis now,
+                                                           std::span<const sched::DeviceStatus> devices,
+                                                           std::span<const sched::RunningJob> jobs) {
+  return throttle_.evaluate(now, devices, jobs, ledger_);
+}
+
+json BudgetService::describe(sched::UnixMillis now, std::span<const sched::DeviceStatus> devices) const {
+  json budgets = json::array();
+  for (const auto& state : ledger_.states(now)) {
+    const auto& budget = state.budget;
+    budgets.push_back({{"name", budget.name},
+                       {"scope", sched::to_string(budget.scope.scope)},
+                       {"target", budget.scope.target},
+                       {"window", budget.window.describe()},
+                       {"window_start", sched::format_rfc3339(state.window_start)},
+                       {"resets_at", optional_time(state.resets_at)},
+                       {"limit_joules", budget.limit_joules},
+                       {"spent_joules", state.spent_joules},
+                       {"reserved_joules", state.reserved.mean_joules},
+                       {"reserved_std_joules", std::sqrt(state.reserved.variance)},
+                       {"remaining_joules", state.remaining_joules()},
+                       {"covers_this_node", std::any_of(devices.begin(), devices.end(), [&](const auto& device) {
+                          return budget.scope.covers(device.ref);
+                        })}});
+  }
+  json caps = json::array();
+  for (const auto& cap : policy_.power_caps) {
+    double watts = 0.0;
+    for (const auto& device : devices)
+      if (cap.scope.covers(device.ref)) watts += device.average_power_watts;
+    caps.push_back({{"name", cap.name},
+                    {"scope", sched::to_string(cap.scope.scope)},
+                    {"target", cap.scope.target},
+                    {"limit_watts", cap.watts},
+                    {"average_seconds", cap.average_seconds},
+                    {"power_watts", watts}});
+  }
+  json floors = json::array();
+  for (const auto& floor : policy_.battery_floors) {
+    json charge = nullptr;
+    for (const auto& device : devices)
+      if (floor.scope.covers(device.ref) && device.battery_percent) charge = *device.battery_percent;
+    floors.push_back({{"name", floor.name},
+                      {"scope", sched::to_string(floor.scope.scope)},
+                      {"target", floor.scope.target},
+                      {"floor_percent", floor.percent},
+                      {"margin_percent", floor.margin_percent},
+                      {"charge_percent", charge}});
+  }
+  return json{{"node", node_},
+              {"policy",
+               {{"source", policy_.source},
+                {"objective", sched::to_string(policy_.objective)},
+                {"risk", policy_.risk},
+                {"warmup_epochs", policy_.warmup_epochs}}},
+              {"budgets", budgets},
+              {"power_caps", caps},
+              {"battery_floors", floors},
+              {"note",
+               "spent is the metered energy of the jobs and probes jouled ran (by their meters' sources; idle power is "
+               "not counted); reserved is what placed and running jobs are still expected to use"}};
+}
+
+void BudgetService::publish(sched::UnixMillis now) {
+  std::vector<Metrics::BudgetFigures> figures;
+  for (const auto& state : ledger_.states(now))
+    figures.push_back({state.budget.name, state.budget.limit_joules, state.spent_joules, state.reserved.mean_joules,
+                       state.remaining_joules()});
+  metrics_.set_budgets(figures);
+  if (now - last_prune_ > 3'600'000) {
+    last_prune_ = now;
+    ledger_.prune(now);
+  }
+}
+
+}  // namespace joule::daemon

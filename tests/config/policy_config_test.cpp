@@ -1,0 +1,371 @@
+#include "joule/config/policy_config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "temp_dir.hpp"
+
+using joule::config::load_policy_directory;
+using joule::config::parse_policy_files;
+using joule::schedulers::BudgetWindow;
+using joule::schedulers::Objective;
+using joule::schedulers::Scope;
+
+namespace {
+
+joule::Result<joule::config::LoadedPolicy> parse(const std::string& text, const std::string& name = "50-a.toml") {
+  return parse_policy_files({{name, text}});
+}
+
+// The problems of a set that must be refused, one per line.
+std::string problems(const std::vector<std::pair<std::string, std::string>>& files) {
+  auto loaded = parse_policy_files(files);
+  if (loaded) return "(accepted)";
+  return loaded.error().message;
+}
+std::string problems(const std::string& text) { return problems({{"50-a.toml", text}}); }
+
+std::string budget(const std::string& body) { return "[[budgets]]\nname = \"b\"\nscope = \"cluster\"\n" + body; }
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TEST(PolicyConfigTest, no_files_and_empty_files_keep_the_embedded_defaults) {
+  for (const auto& files : {std::vector<std::pair<std::string, std::string>>{}, {{"00-empty.toml", ""}}}) {
+    auto loaded = parse_policy_files(files);
+    ASSERT_TRUE(loaded) << loaded.error().message;
+    EXPECT_EQ(loaded->policy.objective, Objective::min_energy);
+    EXPECT_DOUBLE_EQ(loaded->policy.risk, 0.05);
+    EXPECT_EQ(loaded->policy.warmup_epochs, 1);
+    EXPECT_TRUE(loaded->policy.admission);
+    EXPECT_TRUE(loaded->policy.budgets.empty());
+    EXPECT_TRUE(loaded->warnings.empty());
+  }
+  EXPECT_EQ(parse_policy_files({})->policy.source, "embedded defaults");
+  EXPECT_EQ(parse("", "00-empty.toml")->policy.source, "00-empty.toml");
+}
+
+TEST(PolicyConfigTest, placement_keys_are_read) {
+  auto loaded = parse("[placement]\nobjective = \"min-edp\"\nrisk = 0.2\nwarmup_epochs = 0\n");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->policy.objective, Objective::min_edp);
+  EXPECT_DOUBLE_EQ(loaded->policy.risk, 0.2);
+  EXPECT_EQ(loaded->policy.warmup_epochs, 0);
+  EXPECT_TRUE(loaded->warnings.empty());
+}
+
+TEST(PolicyConfigTest, placement_values_are_checked) {
+  EXPECT_EQ(problems("[placement]\nobjective = \"greenest\"\n"),
+            "50-a.toml:2: placement.objective \"greenest\" is not one of min-energy, min-edp, earliest-finish, fifo, "
+            "round-robin, least-loaded, flops-greedy");
+  EXPECT_EQ(problems("[placement]\nrisk = 1\n"),
+            "50-a.toml:2: placement.risk must be between 0 and 1 (exclusive), got 1");
+  EXPECT_NE(problems("[placement]\nrisk = 0\n"), "(accepted)");
+  EXPECT_EQ(problems("[placement]\nrisk = \"low\"\n"), "50-a.toml:2: placement.risk must be a number");
+  EXPECT_EQ(problems("[placement]\nrisk = nan\n"), "50-a.toml:2: placement.risk must be a finite number");
+  EXPECT_EQ(problems("[placement]\nwarmup_epochs = 1.5\n"), "50-a.toml:2: placement.warmup_epochs must be an integer");
+  EXPECT_EQ(problems("[placement]\nwarmup_epochs = 1001\n"),
+            "50-a.toml:2: placement.warmup_epochs must be between 0 and 1000, got 1001");
+  EXPECT_EQ(problems("placement = 3\n"), "50-a.toml:1: placement must be a table: [placement]");
+}
+
+TEST(PolicyConfigTest, a_baseline_objective_is_accepted_with_a_warning) {
+  auto loaded = parse("[placement]\nobjective = \"round-robin\"\n");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->policy.objective, Objective::round_robin);
+  ASSERT_EQ(loaded->warnings.size(), 1u);
+  EXPECT_EQ(loaded->warnings[0].line, 2);
+  EXPECT_TRUE(parse("[placement]\nobjective = \"fifo\"\n")->warnings.empty());
+}
+
+TEST(PolicyConfigTest, budget_in_wh_is_converted_to_joules) {
+  auto loaded = parse(budget("wh = 2000\ncalendar = \"week\"\n") +
+                      "[[budgets]]\nname = \"k\"\nscope = \"node\"\ntarget = \"lab-1\"\nkwh = 1.5\nwindow = \"90m\"\n"
+                      "[[budgets]]\nname = \"j\"\nscope = \"device\"\ntarget = \"lab-1/cuda:0\"\njoules = 36_000_000\n"
+                      "window = \"7d\"\n");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  const auto& budgets = loaded->policy.budgets;
+  ASSERT_EQ(budgets.size(), 3u);
+  EXPECT_DOUBLE_EQ(budgets[0].limit_joules, 7.2e6);
+  EXPECT_EQ(budgets[0].window.kind, BudgetWindow::Kind::week);
+  EXPECT_EQ(budgets[0].scope.scope, Scope::cluster);
+  EXPECT_EQ(budgets[1].name, "k");
+  EXPECT_DOUBLE_EQ(budgets[1].limit_joules, 5.4e6);
+  EXPECT_EQ(budgets[1].window.kind, BudgetWindow::Kind::rolling);
+  EXPECT_EQ(budgets[1].window.rolling_seconds, 5400);
+  EXPECT_EQ(budgets[1].scope.target, "lab-1");
+  EXPECT_DOUBLE_EQ(budgets[2].limit_joules, 3.6e7);
+  EXPECT_EQ(budgets[2].window.rolling_seconds, 7 * 86400);
+  EXPECT_EQ(budgets[2].scope.describe(), "device lab-1/cuda:0");
+}
+
+TEST(PolicyConfigTest, a_budget_needs_exactly_one_positive_energy) {
+  EXPECT_EQ(problems(budget("window = \"1d\"\n")),
+            "50-a.toml:1: budgets[0] needs an energy: one of joules, wh or kwh (e.g. kwh = 10)");
+  EXPECT_EQ(problems(budget("wh = 5\nkwh = 1\nwindow = \"1d\"\n")),
+            "50-a.toml:5: budgets[0] sets its energy twice: set exactly one of joules, wh, kwh");
+  EXPECT_EQ(problems(budget("kwh = 0\nwindow = \"1d\"\n")), "50-a.toml:4: budgets[0].kwh must be > 0, got 0");
+  EXPECT_EQ(problems(budget("kwh = -3\nwindow = \"1d\"\n")), "50-a.toml:4: budgets[0].kwh must be > 0, got -3");
+  EXPECT_EQ(problems(budget("kwh = \"10 kWh\"\nwindow = \"1d\"\n")), "50-a.toml:4: budgets[0].kwh must be a number");
+  // A unit that does not exist is an unknown key, and the budget has no energy.
+  EXPECT_EQ(problems(budget("kj = 5\nwindow = \"1d\"\n")),
+            "50-a.toml:1: budgets[0] needs an energy: one of joules, wh or kwh (e.g. kwh = 10)\n"
+            "50-a.toml:4: unknown key budgets[0].kj (known: name, scope, target, joules, wh, kwh, window, calendar)");
+}
+
+TEST(PolicyConfigTest, bad_windows_are_problems_on_their_line) {
+  for (const std::string bad : {"24 h", "1y", "-1d", "h", "1.5h", "24H", ""}) {
+    EXPECT_EQ(problems(budget("kwh = 1\nwindow = \"" + bad + "\"\n")),
+              "50-a.toml:5: budgets[0].window \"" + bad +
+                  "\" is not a duration: use a number and s, m, h or d (\"24h\", \"7d\")");
+  }
+  EXPECT_EQ(problems(budget("kwh = 1\nwindow = \"0h\"\n")),
+            "50-a.toml:5: budgets[0].window \"0h\" must be longer than 0");
+  EXPECT_EQ(problems(budget("kwh = 1\nwindow = \"367d\"\n")),
+            "50-a.toml:5: budgets[0].window \"367d\" is longer than 366d");
+  EXPECT_EQ(problems(budget("kwh = 1\nwindow = 24\n")), "50-a.toml:5: budgets[0].window must be a string");
+  EXPECT_EQ(problems(budget("kwh = 1\ncalendar = \"year\"\n")),
+            "50-a.toml:5: budgets[0].calendar \"year\" is not one of day, week, month");
+  EXPECT_EQ(problems(budget("kwh = 1\nwindow = \"1d\"\ncalendar = \"day\"\n")),
+            "50-a.toml:6: budgets[0] sets both window and calendar: set exactly one");
+  EXPECT_EQ(problems(budget("kwh = 1\n")),
+            "50-a.toml:1: budgets[0] needs a window (rolling, e.g. window = \"24h\") or a calendar (calendar = "
+            "\"day\", \"week\" or \"month\")");
+  auto loaded = parse(budget("kwh = 1\nwindow = \"30s\"\n"));
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->policy.budgets[0].window.rolling_seconds, 30);
+}
+
+TEST(PolicyConfigTest, the_rule_is_named_by_its_index_in_its_file) {
+  const std::string text = budget("kwh = 1\nwindow = \"1d\"\n") +
+                           "\n[[budgets]]\nname = \"c\"\nscope = \"cluster\"\nkwh = 1\nwindow = \"1y\"\n";
+  EXPECT_EQ(problems({{"50-budgets.toml", text}}),
+            "50-budgets.toml:11: budgets[1].window \"1y\" is not a duration: use a number and s, m, h or d "
+            "(\"24h\", \"7d\")");
+}
+
+TEST(PolicyConfigTest, scopes_and_targets_are_checked) {
+  const std::string tail = "kwh = 1\nwindow = \"1d\"\n";
+  auto rule = [&](const std::string& scope_lines) { return "[[budgets]]\nname = \"b\"\n" + scope_lines + tail; };
+  EXPECT_EQ(problems(rule("scope = \"rack\"\ntarget = \"r1\"\n")),
+            "50-a.toml:3: budgets[0].scope \"rack\" is not one of device, node, group, cluster");
+  EXPECT_EQ(problems(rule("")),
+            "50-a.toml:1: budgets[0] needs a scope: \"device\", \"node\", \"group\" or \"cluster\"");
+  EXPECT_EQ(problems(rule("scope = \"node\"\n")),
+            "50-a.toml:1: budgets[0] has scope \"node\" and needs a target (a node name)");
+  EXPECT_EQ(problems(rule("scope = \"cluster\"\ntarget = \"all\"\n")),
+            "50-a.toml:4: budgets[0].target must be left out: scope \"cluster\" covers every device");
+  EXPECT_EQ(problems(rule("scope = \"device\"\ntarget = \"gpu0\"\n")),
+            "50-a.toml:4: budgets[0].target \"gpu0\" is not a device: use \"cpu\", \"cuda:N\" or \"sim:PROFILE\", "
+            "alone (on every node) or as \"NODE/cuda:0\"");
+  EXPECT_NE(problems(rule("scope = \"device\"\ntarget = \"a/b/cpu\"\n")), "(accepted)");
+  EXPECT_NE(problems(rule("scope = \"node\"\ntarget = \"lab 1\"\n")), "(accepted)");
+  for (const std::string good : {"cpu", "cuda:1", "sim:jetson", "lab-1/cpu", "lab-1.local/cuda:0"}) {
+    auto loaded = parse(rule("scope = \"device\"\ntarget = \"" + good + "\"\n"));
+    ASSERT_TRUE(loaded) << good << ": " << loaded.error().message;
+    EXPECT_EQ(loaded->policy.budgets[0].scope.target, good);
+  }
+}
+
+TEST(PolicyConfigTest, a_group_target_must_be_defined_in_some_file) {
+  const std::string uses = "[[power_caps]]\nname = \"edge-cap\"\nscope = \"group\"\ntarget = \"edge\"\nwatts = 40\n";
+  const std::string defines = "[[groups]]\nname = \"edge\"\nnodes = [\"jetson-1\", \"pi-1\"]\n";
+  auto loaded = parse_policy_files({{"10-caps.toml", uses}, {"90-groups.toml", defines}});
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  ASSERT_EQ(loaded->policy.groups.size(), 1u);
+  EXPECT_EQ(loaded->policy.groups_of("pi-1"), std::vector<std::string>{"edge"});
+  EXPECT_EQ(loaded->policy.power_caps[0].scope.scope, Scope::group);
+  EXPECT_EQ(problems({{"10-caps.toml", uses}}),
+            "10-caps.toml:4: power_caps[0].target \"edge\" is not a group: define it in any policy file with "
+            "[[groups]] name = \"edge\"");
+  EXPECT_EQ(problems("[[groups]]\nname = \"g\"\nnodes = []\n"),
+            "50-a.toml:3: groups[0].nodes is empty: a group needs at least one node");
+  EXPECT_EQ(problems("[[groups]]\nname = \"g\"\n"),
+            "50-a.toml:1: groups[0] needs nodes, e.g. nodes = [\"jetson-1\", \"pi-1\"]");
+  EXPECT_NE(problems("[[groups]]\nname = \"g\"\nnodes = [\"a\", 3]\n"), "(accepted)");
+}
+
+TEST(PolicyConfigTest, unknown_keys_and_tables_are_errors_not_warnings) {
+  EXPECT_EQ(problems(budget("kwh = 1\nwindow = \"1d\"\nwindwo = \"2d\"\n")),
+            "50-a.toml:6: unknown key budgets[0].windwo (known: name, scope, target, joules, wh, kwh, window, "
+            "calendar)");
+  EXPECT_EQ(problems("[budget]\nkwh = 1\n"),
+            "50-a.toml:1: unknown key budget (known: placement, groups, budgets, power_caps, battery_floors)");
+  EXPECT_EQ(problems("[placement]\nrisc = 0.1\n"),
+            "50-a.toml:2: unknown key placement.risc (known: objective, risk, warmup_epochs)");
+  EXPECT_EQ(problems("[budgets]\nname = \"b\"\n"), "50-a.toml:1: budgets must be an array of tables: [[budgets]]");
+}
+
+TEST(PolicyConfigTest, duplicate_names_name_both_places) {
+  const std::string cap = "[[power_caps]]\nname = \"cap\"\nscope = \"cluster\"\nwatts = 100\n";
+  EXPECT_EQ(problems({{"10-a.toml", cap}, {"20-b.toml", "\n" + cap}}),
+            "20-b.toml:3: power_caps[0].name \"cap\" is already used by the power cap at 10-a.toml:2");
+  // Names are unique per kind: a budget may share a cap's name.
+  EXPECT_TRUE(parse_policy_files({{"10-a.toml", cap}, {"20-b.toml", budget("kwh = 1\nwindow = \"1d\"\n")}}));
+  EXPECT_EQ(problems(budget("kwh = 1\nwindow = \"1d\"\n") + budget("kwh = 2\nwindow = \"1d\"\n")),
+            "50-a.toml:7: budgets[1].name \"b\" is already used by the budget at 50-a.toml:2");
+  EXPECT_EQ(problems("[[budgets]]\nname = \"lab daily\"\nscope = \"cluster\"\nkwh = 1\nwindow = \"1d\"\n"),
+            "50-a.toml:2: budgets[0].name \"lab daily\" may use only letters, digits, '_', '.' and '-'");
+}
+
+TEST(PolicyConfigTest, a_placement_key_in_two_files_is_an_error_naming_both) {
+  EXPECT_EQ(problems({{"00-placement.toml", "[placement]\nrisk = 0.1\n"},
+                      {"60-mine.toml", "[placement]\nobjective = \"fifo\"\n\nrisk = 0.2\n"}}),
+            "60-mine.toml:4: placement.risk is also set at 00-placement.toml:2; set each [placement] key in one "
+            "file only");
+  auto split = parse_policy_files(
+      {{"00-placement.toml", "[placement]\nrisk = 0.1\n"}, {"60-mine.toml", "[placement]\nobjective = \"fifo\"\n"}});
+  ASSERT_TRUE(split) << split.error().message;
+  EXPECT_DOUBLE_EQ(split->policy.risk, 0.1);
+  EXPECT_EQ(split->policy.objective, Objective::fifo);
+}
+
+TEST(PolicyConfigTest, power_caps_and_battery_floors_are_read_and_checked) {
+  auto loaded = parse(
+      "[[power_caps]]\nname = \"gpu\"\nscope = \"device\"\ntarget = \"cuda:0\"\nwatts = 250\n"
+      "[[power_caps]]\nname = \"node\"\nscope = \"node\"\ntarget = \"lab-1\"\nwatts = 400.5\naverage_seconds = 5\n"
+      "[[battery_floors]]\nname = \"solar\"\nscope = \"node\"\ntarget = \"jetson-1\"\npercent = 30\n"
+      "[[battery_floors]]\nname = \"laptop\"\nscope = \"device\"\ntarget = \"cpu\"\npercent = 0\n"
+      "margin_percent = 0\n");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  const auto& policy = loaded->policy;
+  ASSERT_EQ(policy.power_caps.size(), 2u);
+  EXPECT_DOUBLE_EQ(policy.power_caps[0].watts, 250.0);
+  EXPECT_DOUBLE_EQ(policy.power_caps[0].average_seconds, 60.0);
+  EXPECT_DOUBLE_EQ(policy.power_caps[1].average_seconds, 5.0);
+  ASSERT_EQ(policy.battery_floors.size(), 2u);
+  EXPECT_DOUBLE_EQ(policy.battery_floors[0].percent, 30.0);
+  EXPECT_DOUBLE_EQ(policy.battery_floors[0].margin_percent, 5.0);
+  EXPECT_DOUBLE_EQ(policy.battery_floors[1].percent, 0.0);
+
+  const std::string cap = "[[power_caps]]\nname = \"c\"\nscope = \"cluster\"\n";
+  EXPECT_EQ(problems(cap), "50-a.toml:1: power_caps[0] needs watts, e.g. watts = 250");
+  EXPECT_EQ(problems(cap + "watts = 0\n"), "50-a.toml:4: power_caps[0].watts must be > 0, got 0");
+  EXPECT_EQ(problems(cap + "watts = 9\naverage_seconds = 0\n"),
+            "50-a.toml:5: power_caps[0].average_seconds must be > 0, got 0");
+  const std::string floor = "[[battery_floors]]\nname = \"f\"\nscope = \"cluster\"\n";
+  EXPECT_EQ(problems(floor), "50-a.toml:1: battery_floors[0] needs a percent, e.g. percent = 30");
+  EXPECT_EQ(problems(floor + "percent = 100\n"),
+            "50-a.toml:4: battery_floors[0].percent must be at least 0 and below 100, got 100");
+  EXPECT_EQ(problems(floor + "percent = 20\nmargin_percent = -1\n"),
+            "50-a.toml:5: battery_floors[0].margin_percent must be >= 0, got -1");
+  EXPECT_EQ(problems(floor + "percent = 90\nmargin_percent = 10\n"),
+            "50-a.toml:5: battery_floors[0]: percent + margin_percent must be below 100, got 90 + 10");
+  EXPECT_EQ(problems(floor + "percent = 96\n"),
+            "50-a.toml:1: battery_floors[0]: percent + margin_percent (default 5) must be below 100, got 96");
+}
+
+TEST(PolicyConfigTest, a_syntax_error_names_its_file_and_line_and_other_files_are_still_checked) {
+  const std::string message =
+      problems({{"10-bad.toml", "[placement]\nrisk = 0.1\nobjective = \n"}, {"20-also.toml", "[[budgets]]\n"}});
+  EXPECT_EQ(message.rfind("10-bad.toml:3: TOML syntax: ", 0), 0u) << message;
+  EXPECT_NE(message.find("\n20-also.toml:1: budgets[0] needs a name"), std::string::npos) << message;
+}
+
+TEST(PolicyConfigTest, every_problem_is_listed_in_file_then_line_order) {
+  auto loaded = parse_policy_files({{"10-a.toml", "[placement]\nrisk = 2\n\nobjective = \"x\"\n"},
+                                    {"20-b.toml", budget("kwh = -1\nwindow = \"0h\"\n")}});
+  ASSERT_FALSE(loaded);
+  EXPECT_EQ(loaded.error().code, joule::ErrorCode::invalid_argument);
+  EXPECT_EQ(loaded.error().where, "10-a.toml:2");
+  EXPECT_EQ(loaded.error().message,
+            "10-a.toml:2: placement.risk must be between 0 and 1 (exclusive), got 2\n"
+            "10-a.toml:4: placement.objective \"x\" is not one of min-energy, min-edp, earliest-finish, fifo, "
+            "round-robin, least-loaded, flops-greedy\n"
+            "20-b.toml:4: budgets[0].kwh must be > 0, got -1\n"
+            "20-b.toml:5: budgets[0].window \"0h\" must be longer than 0");
+}
+
+TEST(PolicyConfigTest, a_directory_is_read_in_lexical_order_and_accumulates) {
+  joule::testing::TempDir dir;
+  dir.write("50-budgets.toml", budget("kwh = 10\ncalendar = \"day\"\n") +
+                                   "[[budgets]]\nname = \"edge\"\nscope = \"group\"\ntarget = \"edge\"\n"
+                                   "wh = 500\nwindow = \"24h\"\n");
+  dir.write("00-placement.toml", "[placement]\nobjective = \"earliest-finish\"\n");
+  dir.write("10-groups.toml", "[[groups]]\nname = \"edge\"\nnodes = [\"pi-1\"]\n");
+  dir.write("README", "not a policy");
+  dir.write("60-old.toml.disabled", "[bad");
+  dir.write(".#50-budgets.toml", "[bad");
+  std::filesystem::create_directory(dir / "70-dir.toml");
+  auto loaded = load_policy_directory(dir.path());
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->policy.source, "00-placement.toml, 10-groups.toml, 50-budgets.toml");
+  EXPECT_EQ(loaded->files, (std::vector<std::filesystem::path>{dir / "00-placement.toml", dir / "10-groups.toml",
+                                                               dir / "50-budgets.toml"}));
+  EXPECT_EQ(loaded->policy.objective, Objective::earliest_finish);
+  ASSERT_EQ(loaded->policy.budgets.size(), 2u);
+  EXPECT_DOUBLE_EQ(loaded->policy.budgets[1].limit_joules, 1.8e6);
+  EXPECT_EQ(loaded->policy.budgets[1].scope.describe(), "group edge");
+}
+
+TEST(PolicyConfigTest, an_error_in_one_file_of_a_directory_returns_nothing) {
+  joule::testing::TempDir dir;
+  dir.write("00-placement.toml", "[placement]\nobjective = \"min-edp\"\n");
+  dir.write("50-budgets.toml", budget("kwh = 10\nwindow = \"1y\"\n"));
+  auto loaded = load_policy_directory(dir.path());
+  ASSERT_FALSE(loaded);
+  EXPECT_EQ(loaded.error().message,
+            "50-budgets.toml:5: budgets[0].window \"1y\" is not a duration: use a number and s, m, h or d "
+            "(\"24h\", \"7d\")");
+}
+
+TEST(PolicyConfigTest, a_missing_directory_is_the_embedded_defaults_and_an_unreadable_file_an_error) {
+  joule::testing::TempDir dir;
+  auto missing = load_policy_directory(dir / "policies.d");
+  ASSERT_TRUE(missing) << missing.error().message;
+  EXPECT_EQ(missing->policy.source, "embedded defaults");
+  EXPECT_TRUE(missing->files.empty());
+  auto empty = load_policy_directory(dir.path());
+  ASSERT_TRUE(empty) << empty.error().message;
+  EXPECT_EQ(empty->policy.source, "embedded defaults");
+
+  dir.write("00-placement.toml", "[placement]\nrisk = 0.1\n");
+  std::filesystem::create_symlink(dir / "nowhere.toml", dir / "20-gone.toml");  // unreadable, even by root
+  auto unreadable = load_policy_directory(dir.path());
+  ASSERT_FALSE(unreadable);
+  EXPECT_EQ(unreadable.error().message, "20-gone.toml: cannot be read: No such file or directory");
+
+  auto not_a_directory = load_policy_directory(dir / "00-placement.toml");
+  ASSERT_FALSE(not_a_directory);
+}
+
+TEST(PolicyConfigTest, the_shipped_policy_files_are_valid_and_change_nothing) {
+  const auto shipped = std::filesystem::path(JOULE_SOURCE_DIR) / "config/policies.d";
+  auto loaded = load_policy_directory(shipped);
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_TRUE(loaded->warnings.empty());
+  EXPECT_EQ(loaded->policy.source, "00-placement.toml, 50-budgets-example.toml");
+  const joule::schedulers::Policy defaults;
+  EXPECT_EQ(loaded->policy.objective, defaults.objective);
+  EXPECT_DOUBLE_EQ(loaded->policy.risk, defaults.risk);
+  EXPECT_EQ(loaded->policy.warmup_epochs, defaults.warmup_epochs);
+  EXPECT_TRUE(loaded->policy.groups.empty());
+  EXPECT_TRUE(loaded->policy.budgets.empty());
+  EXPECT_TRUE(loaded->policy.power_caps.empty());
+  EXPECT_TRUE(loaded->policy.battery_floors.empty());
+}
+
+TEST(PolicyConfigTest, the_shipped_examples_are_valid_when_uncommented) {
+  // Prose lines start with "##"; example lines with a single "# ", which a user removes.
+  std::stringstream in(
+      read_file(std::filesystem::path(JOULE_SOURCE_DIR) / "config/policies.d/50-budgets-example.toml"));
+  std::string text;
+  for (std::string line; std::getline(in, line);) text += (line.rfind("# ", 0) == 0 ? line.substr(2) : line) + "\n";
+  auto loaded = parse(text, "50-budgets-example.toml");
+  ASSERT_TRUE(loaded) << loaded.error().message << "\n" << text;
+  EXPECT_TRUE(loaded->warnings.empty());
+  EXPECT_EQ(loaded->policy.groups.size(), 1u);
+  ASSERT_EQ(loaded->policy.budgets.size(), 4u);
+  EXPECT_DOUBLE_EQ(loaded->policy.budgets[0].limit_joules, 3.6e7);
+  EXPECT_EQ(loaded->policy.budgets[0].window.describe(), "rolling 1d");
+  EXPECT_EQ(loaded->policy.power_caps.size(), 1u);
+  EXPECT_EQ(loaded->policy.battery_floors.size(), 1u);
+}
