@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -103,6 +104,43 @@ void print_probe_run(const json& run) {
   if (!run["message"].get<std::string>().empty()) fmt::print("  {}\n", run["message"].get<std::string>());
 }
 
+std::string joules_text(double joules) {
+  const double magnitude = std::abs(joules);
+  if (magnitude >= 1e6) return fmt::format("{:.2f} MJ", joules / 1e6);
+  if (magnitude >= 1e3) return fmt::format("{:.2f} kJ", joules / 1e3);
+  return fmt::format("{:.1f} J", joules);
+}
+
+void print_budgets(const json& view) {
+  const auto& policy = view["policy"];
+  fmt::print("policy: {} (objective {}, risk {:g})\n", policy["source"].get<std::string>(),
+             policy["objective"].get<std::string>(), policy["risk"].get<double>());
+  if (view["budgets"].empty()) fmt::print("no energy budgets\n");
+  else {
+    fmt::print("{:<16}  {:<22}  {:<15}  {:>10}  {:>10}  {:>10}  {:>10}  {}\n", "BUDGET", "SCOPE", "WINDOW", "LIMIT",
+               "SPENT", "RESERVED", "REMAINING", "RESETS");
+    for (const auto& budget : view["budgets"]) {
+      const std::string scope = budget["target"].get<std::string>().empty()
+                                    ? budget["scope"].get<std::string>()
+                                    : budget["scope"].get<std::string>() + " " + budget["target"].get<std::string>();
+      fmt::print("{:<16}  {:<22}  {:<15}  {:>10}  {:>10}  {:>10}  {:>10}  {}\n", budget["name"].get<std::string>(),
+                 scope, budget["window"].get<std::string>(), joules_text(budget["limit_joules"].get<double>()),
+                 joules_text(budget["spent_joules"].get<double>()), joules_text(budget["reserved_joules"].get<double>()),
+                 joules_text(budget["remaining_joules"].get<double>()), text_or(budget["resets_at"]));
+    }
+  }
+  for (const auto& cap : view["power_caps"])
+    fmt::print("power cap {}: {:.1f} W of {:.1f} W ({} {}, averaged over {:.0f} s)\n", cap["name"].get<std::string>(),
+               cap["power_watts"].get<double>(), cap["limit_watts"].get<double>(), cap["scope"].get<std::string>(),
+               cap["target"].get<std::string>(), cap["average_seconds"].get<double>());
+  for (const auto& floor : view["battery_floors"])
+    fmt::print("battery floor {}: {} charge, floor {:.0f} % (+{:.0f} margin)\n", floor["name"].get<std::string>(),
+               floor["charge_percent"].is_null() ? std::string("unknown")
+                                                  : fmt::format("{:.0f} %", floor["charge_percent"].get<double>()),
+               floor["floor_percent"].get<double>(), floor["margin_percent"].get<double>());
+  fmt::print("({})\n", view["note"].get<std::string>());
+}
+
 void print_jobs_table(const json& jobs) {
   fmt::print("{:<36}  {:<20}  {:<10}  {:<6}  {:>9}  {}\n", "ID", "NAME", "STATE", "DEVICE", "SECONDS", "ENERGY");
   for (const auto& job : jobs) {
@@ -126,6 +164,29 @@ void print_job(const json& job) {
   fmt::print("seconds:   {}\n", seconds_text(job["seconds"]));
   fmt::print("exit code: {}\n", text_or(job["exit_code"]));
   if (!job["reason"].get<std::string>().empty()) fmt::print("reason:    {}\n", job["reason"].get<std::string>());
+  if (job.contains("waiting")) {
+    const auto& waiting = job["waiting"];
+    fmt::print("waiting:   {}\n", waiting["message"].get<std::string>());
+    if (waiting.contains("retry_at")) fmt::print("           expected to fit again at {}\n", waiting["retry_at"].get<std::string>());
+  }
+  if (job.contains("throttle")) {
+    const auto& throttle = job["throttle"];
+    fmt::print("throttled: {}{}{}\n", throttle["paused"].get<bool>() ? "paused " : "",
+               throttle["cpu_quota"].is_null() ? "" : fmt::format("cpu quota {:.2f} CPUs ", throttle["cpu_quota"].get<double>()),
+               throttle["gpu_power_limit_watts"].is_null()
+                   ? ""
+                   : fmt::format("GPU limit {:.0f} W", throttle["gpu_power_limit_watts"].get<double>()));
+  }
+  if (job.contains("progress")) {
+    fmt::print("progress:  epoch {} of {}\n", job["progress"]["epoch"].get<int>(), job["progress"]["epochs"].get<int>());
+  }
+  if (job.contains("projection")) {
+    const auto& projection = job["projection"];
+    fmt::print("projected: {:.1f} ± {:.1f} J in all ({}, {} stable epochs; {} joules)\n",
+               projection["joules"]["mean"].get<double>(), projection["joules"]["std"].get<double>(),
+               projection["method"].get<std::string>(), projection["stable_epochs"].get<int>(),
+               text_or(projection["source"]));
+  }
   fmt::print("energy:    {}\n", energy_text(job["energy"]));
   if (!job["energy"].is_null() && !job["energy"]["measured"].get<bool>())
     fmt::print("           (a model's figure from CPU time, not a meter reading)\n");
@@ -230,6 +291,7 @@ int main(int argc, char** argv) {
   probe->add_option("--batch-size", batch_size, "batch size of the --model specs")->check(CLI::PositiveNumber);
   probe->add_flag("--wait", wait, "wait until the run ends and print what it learnt");
   auto* probes = app.add_subcommand("probes", "list probe runs (background, requested, re-probes)");
+  auto* budgets = app.add_subcommand("budgets", "energy budgets, power caps and battery floors: limit, spent, reserved, remaining");
   auto* token_cmd = app.add_subcommand("token", "API tokens");
   token_cmd->require_subcommand(1);
   auto* token_new = token_cmd->add_subcommand("new", "print a new random token and the config line with its hash");
@@ -296,6 +358,14 @@ int main(int argc, char** argv) {
         fmt::print("{}\n", listed.dump(2));
       else
         print_jobs_table(listed["jobs"]);
+      return 0;
+    }
+    if (budgets->parsed()) {
+      json view = expect_json(client.request("GET", "/v1/budgets"));
+      if (as_json)
+        fmt::print("{}\n", view.dump(2));
+      else
+        print_budgets(view);
       return 0;
     }
     if (job->parsed()) {

@@ -361,8 +361,10 @@ std::optional<WaitReason> Placer::never_fits(UnixMillis now, std::span<const Dev
   for (const Candidate& candidate : job.candidates) {
     const DeviceStatus& device = devices[candidate.device];
     if (!device.accepts_work) continue;
-    if (!candidate.estimate) return std::nullopt;  // nothing known yet: it may fit
-    const Estimate& estimate = *candidate.estimate;
+    // Nothing known yet: it may fit, unless the job's own max_energy_joules (what it would
+    // reserve) is more than a whole budget.
+    if (!candidate.estimate && !job.max_energy_joules) return std::nullopt;
+    const Estimate estimate = candidate.estimate.value_or(Estimate{*job.max_energy_joules, 0.0, 0.0});
     const std::string where = device.ref.qualified();
     if (job.deadline && now + static_cast<UnixMillis>(estimate.seconds_mean * 1000.0) > *job.deadline) {
       reason = WaitReason{WaitReason::Kind::deadline,
@@ -371,7 +373,8 @@ std::optional<WaitReason> Placer::never_fits(UnixMillis now, std::span<const Dev
                           where};
       continue;
     }
-    if (job.max_energy_joules && overrun_probability(estimate.energy(), *job.max_energy_joules) >= policy_.risk) {
+    if (candidate.estimate && job.max_energy_joules &&
+        overrun_probability(estimate.energy(), *job.max_energy_joules) >= policy_.risk) {
       reason = WaitReason{WaitReason::Kind::max_energy,
                           fmt::format("on {} it would likely use more than its max_energy_joules ({} expected, limit {})",
                                       where, joules_text(estimate.joules_mean), joules_text(*job.max_energy_joules)),

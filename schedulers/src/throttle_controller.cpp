@@ -48,6 +48,36 @@ std::vector<ThrottleAction> ThrottleController::evaluate(UnixMillis now, std::sp
     return out;
   };
 
+  // A reload that drops a rule lets go of what it held, one control per call like a release.
+  auto rule_exists = [&](const Held& held) {
+    switch (held.hold) {
+      case Hold::cap:
+        return std::any_of(policy_.power_caps.begin(), policy_.power_caps.end(),
+                           [&](const PowerCap& cap) { return cap.name == held.rule; });
+      case Hold::budget:
+        return std::any_of(policy_.budgets.begin(), policy_.budgets.end(),
+                           [&](const EnergyBudget& budget) { return budget.name == held.rule; });
+      case Hold::battery:
+        return std::any_of(policy_.battery_floors.begin(), policy_.battery_floors.end(),
+                           [&](const BatteryFloor& floor) { return floor.name == held.rule; });
+    }
+    return false;
+  };
+  for (const auto& job : jobs) {
+    const auto it = holds_.find(job.id);
+    if (it == holds_.end() || rule_exists(it->second)) continue;
+    const std::string rule = it->second.rule;
+    const std::string why = fmt::format("{} is no longer in the policy", rule);
+    const int controls = (job.paused ? 1 : 0) + (job.gpu_limit_watts ? 1 : 0) + (job.cpu_quota ? 1 : 0);
+    if (controls <= 1) holds_.erase(job.id);
+    if (job.paused)
+      act(ThrottleAction::Kind::resume, job, 0.0, rule, why, std::nullopt);
+    else if (job.gpu_limit_watts)
+      act(ThrottleAction::Kind::clear_gpu_power_limit, job, 0.0, rule, why, std::nullopt);
+    else if (job.cpu_quota)
+      act(ThrottleAction::Kind::clear_cpu_quota, job, 0.0, rule, why, std::nullopt);
+  }
+
   for (const auto& floor : policy_.battery_floors) {
     for (const RunningJob* job : in_scope(floor.scope)) {
       const auto& percent = devices[job->device].battery_percent;

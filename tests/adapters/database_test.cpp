@@ -164,3 +164,30 @@ TEST(DatabaseTest, probe_samples_and_runs_round_trip_and_stay_apart_by_fingerpri
   ASSERT_EQ(latest->size(), 1u);
   EXPECT_EQ((*latest)[0].id, "r2");
 }
+
+TEST(DatabaseTest, the_budget_ledger_and_job_tokens_round_trip_and_old_entries_are_forgotten) {
+  TempDir dir;
+  {
+    auto db = Database::open(dir / "jouled.db");
+    ASSERT_TRUE(db) << db.error().message;
+    auto job = sample_job("a", 1);
+    job.token_sha256 = std::string(64, 'f');
+    ASSERT_TRUE((*db)->insert_job(job));
+    using joule::adapters::StoredEnergyUse;
+    ASSERT_TRUE((*db)->insert_energy_use(StoredEnergyUse{"lab1", "cpu", "a", 1000, 5000, 12.5, "rapl"}));
+    ASSERT_TRUE((*db)->insert_energy_use(StoredEnergyUse{"lab1", "cuda:0", "probe", 6000, 9000, 3.0, "nvml"}));
+  }
+  auto db = Database::open(dir / "jouled.db");
+  ASSERT_TRUE(db);
+  EXPECT_EQ((*db)->load_jobs()->at(0).token_sha256, std::string(64, 'f'));
+  auto uses = (*db)->load_energy_uses(0);
+  ASSERT_TRUE(uses);
+  ASSERT_EQ(uses->size(), 2u);
+  EXPECT_EQ(uses->at(0).work, "a");
+  EXPECT_EQ(uses->at(0).start_ms, 1000);
+  EXPECT_EQ(uses->at(0).joules, 12.5);
+  EXPECT_EQ(uses->at(1).source, "nvml");
+  EXPECT_EQ((*db)->load_energy_uses(5001)->size(), 1u);
+  ASSERT_TRUE((*db)->forget_energy_uses(6000));
+  EXPECT_EQ((*db)->load_energy_uses(0)->size(), 1u);
+}

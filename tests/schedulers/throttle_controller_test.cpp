@@ -157,5 +157,19 @@ TEST(ThrottleControllerTest, a_battery_near_its_floor_pauses_its_jobs_and_chargi
   EXPECT_EQ(actions[0].kind, ThrottleAction::Kind::resume);
 }
 
+TEST(ThrottleControllerTest, a_rule_dropped_by_a_reload_lets_go_of_its_jobs) {
+  ThrottleController controller(capped(100.0));
+  std::vector<DeviceStatus> devices = {device("cpu", 120.0)};
+  std::vector<RunningJob> jobs = {running("a", 0)};
+  BudgetLedger ledger;
+  ASSERT_EQ(controller.evaluate(kNow, devices, jobs, ledger).at(0).kind, ThrottleAction::Kind::pause);
+  jobs[0].paused = true;
+  controller.set_policy(Policy{});
+  const auto actions = controller.evaluate(kNow, devices, jobs, ledger);
+  ASSERT_EQ(actions.size(), 1u);
+  EXPECT_EQ(actions[0].kind, ThrottleAction::Kind::resume);
+  EXPECT_EQ(actions[0].reason, "cap is no longer in the policy");
+}
+
 }  // namespace
 }  // namespace joule::schedulers
