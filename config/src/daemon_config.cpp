@@ -308,7 +308,13 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
   }
   if (const auto* probing = table_of("probing")) parse_probing(check, *probing, config.probing);
   if (const auto* jobs = table_of("jobs")) {
-    check.warn_unknown(*jobs, "jobs.", {"kill_grace_seconds"});
+    check.warn_unknown(*jobs, "jobs.", {"kill_grace_seconds", "cgroups"});
+    if (const toml::node* cgroups = jobs->get("cgroups")) {
+      if (auto flag = cgroups->value<bool>())
+        config.job_cgroups = *flag;
+      else
+        check.problem(*cgroups, "jobs.cgroups must be true or false");
+    }
     config.kill_grace_seconds =
         check.positive(*jobs, "kill_grace_seconds", "jobs.kill_grace_seconds", config.kill_grace_seconds, true);
   }
@@ -360,7 +366,7 @@ nlohmann::json to_json(const DaemonConfig& config) {
           {"auth", {{"tokens", config.token_sha256.size()}}},
           {"devices", devices},
           {"meters", {{"interval_seconds", config.meter_interval_seconds}}},
-          {"jobs", {{"kill_grace_seconds", config.kill_grace_seconds}}},
+          {"jobs", {{"kill_grace_seconds", config.kill_grace_seconds}, {"cgroups", config.job_cgroups}}},
           {"probing",
            {{"enabled", config.probing.enabled},
             {"idle_seconds", config.probing.idle_seconds},

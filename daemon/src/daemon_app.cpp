@@ -258,6 +258,14 @@ int run_daemon(const CommandLine& command_line) {
   job_options.boot_id = adapters::read_boot_id();
   job_options.node_name = config.node_name.empty() ? host_name() : config.node_name;
   job_options.utc_offset_minutes = utc_offset_minutes();
+  if (config.job_cgroups) {
+    auto cgroups = std::make_shared<adapters::JobCgroups>();
+    (void)cgroups->detect(::getpid());
+    spdlog::info("job cgroups: {}", cgroups->describe());
+    job_options.cgroups = std::move(cgroups);
+  } else {
+    spdlog::info("job cgroups: off ([jobs] cgroups = false): jobs are paused with SIGSTOP and get no CPU quota");
+  }
   auto policy = load_policy(policy_directory(config, command_line));
   if (!policy) throw std::runtime_error("policies: " + policy.error().message);
   JobService jobs(io, storage, metrics, open_devices(config), job_options);

@@ -43,7 +43,10 @@ struct JobService::Job {
   std::optional<schedulers::EnergyDistribution> prior;  // its estimate where it was placed
   std::vector<schedulers::EpochReport> progress;
   std::optional<schedulers::Projection> projection;
-  // Throttling in force:
+  // Throttling in force, and the controls that apply it (restored when the job ends or jouled stops):
+  std::optional<adapters::JobCgroup> cgroup;
+  std::unique_ptr<adapters::JobPauser> pauser;
+  std::unique_ptr<adapters::CpuQuota> quota;
   bool paused = false;
   std::optional<double> cpu_quota;
   std::optional<double> gpu_limit_watts;
@@ -513,6 +516,13 @@ void JobService::launch(const std::string& id) {
   job.row.pid_start_ticks = process->start_ticks;
   job.row.boot_id = options_.boot_id;
   job.row.started_ms = now_ms();
+  if (options_.cgroups && options_.cgroups->usable()) {
+    if (auto cgroup = options_.cgroups->create_for(id, process->pid))
+      job.cgroup = *cgroup;
+    else
+      spdlog::warn("job {}: no cgroup of its own ({}); it can be paused (SIGSTOP) but gets no CPU quota", id,
+                   cgroup.error().message);
+  }
   transition(job, JobState::running, fmt::format("started as process group {}", process->pid));
   watch_exit(id);
 }
@@ -588,6 +598,12 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
   if (Device* device = find_device(job.row.device); device && job.row.started_ms)
     device->work_seconds += static_cast<double>(*job.row.finished_ms - *job.row.started_ms) / 1000.0;
   release_controls(job);
+  // Also for a job adopted after a restart, whose cgroup this daemon did not make.
+  if (options_.cgroups && options_.cgroups->usable()) {
+    if (auto removed = options_.cgroups->remove(job.row.id); !removed)
+      spdlog::warn("job {}: its cgroup stays: {}", job.row.id, removed.error().message);
+    job.cgroup.reset();
+  }
   release_device(job);
   if (job.kill_timer) job.kill_timer->cancel();
   job.exit_watch.reset();
@@ -714,7 +730,7 @@ void JobService::track_running(schedulers::UnixMillis now) {
     view.paused = job.paused;
     view.cpu_quota = job.cpu_quota;
     view.gpu_limit_watts = job.gpu_limit_watts;
-    view.can_limit_cpu = false;  // cgroup CPU quotas: not wired into jouled yet
+    view.can_limit_cpu = job.cgroup && !job.cgroup->cpu_dir.empty();
     view.can_limit_gpu = false;  // GPU power limits: not wired into jouled yet
     view.cpus = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
     running.push_back(std::move(view));
@@ -732,15 +748,29 @@ void JobService::apply(const schedulers::ThrottleAction& action) {
   Status done;
   switch (action.kind) {
     case Kind::pause:
-      done = adapters::signal_process_group(pgid, SIGSTOP);
+      // SIGSTOP, not the cgroup freezer: a jouled killed with -9 while a job is paused leaves
+      // only a SIGCONT for the next one to send on adoption, which needs no cgroup path.
+      if (!job.pauser) job.pauser = std::make_unique<adapters::JobPauser>(pgid, std::nullopt);
+      done = job.pauser->pause();
       if (done) job.paused = true;
       break;
     case Kind::resume:
-      done = adapters::signal_process_group(pgid, SIGCONT);
+      done = job.pauser ? job.pauser->resume() : adapters::signal_process_group(pgid, SIGCONT);
       if (done) job.paused = false;
       break;
     case Kind::cpu_quota:
+      if (!job.cgroup) {
+        done = make_error(ErrorCode::unavailable, "the job has no cgroup of its own");
+        break;
+      }
+      if (!job.quota) job.quota = std::make_unique<adapters::CpuQuota>(*job.cgroup);
+      done = job.quota->set_fraction(action.value);
+      if (done) job.cpu_quota = action.value;
+      break;
     case Kind::clear_cpu_quota:
+      done = job.quota ? job.quota->clear() : Status{};
+      if (done) job.cpu_quota.reset();
+      break;
     case Kind::gpu_power_limit:
     case Kind::clear_gpu_power_limit:
       done = make_error(ErrorCode::unavailable, fmt::format("{} is not available to jouled on this node",
@@ -768,7 +798,17 @@ void JobService::apply(const schedulers::ThrottleAction& action) {
 
 void JobService::release_controls(Job& job) {
   // Nothing stays throttled once jouled lets go of a job (it ends, or jouled stops).
-  if (job.paused && job.row.pid > 0) (void)adapters::signal_process_group(static_cast<pid_t>(job.row.pid), SIGCONT);
+  if (job.pauser) {
+    if (auto restored = job.pauser->restore(); !restored)
+      spdlog::warn("job {}: {}", job.row.id, restored.error().message);
+  } else if (job.paused && job.row.pid > 0) {
+    (void)adapters::signal_process_group(static_cast<pid_t>(job.row.pid), SIGCONT);
+  }
+  if (job.quota) {
+    if (auto restored = job.quota->restore(); !restored) spdlog::warn("job {}: {}", job.row.id, restored.error().message);
+  }
+  job.pauser.reset();
+  job.quota.reset();
   job.paused = false;
   job.cpu_quota.reset();
   job.gpu_limit_watts.reset();

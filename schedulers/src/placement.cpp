@@ -106,8 +106,10 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
 
   const Objective objective = policy_.objective;
   const bool admission = policy_.admission;
+  std::size_t explained = 0;
   for (const PendingJob* job : queue) {
-    if (free_devices == 0 || result.considered >= options_.max_scan) break;
+    if (result.considered >= options_.max_scan) break;
+    if (free_devices == 0 && explained++ >= options_.max_explain) break;
     ++result.considered;
 
     std::optional<WaitReason> reason;

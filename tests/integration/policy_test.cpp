@@ -48,14 +48,10 @@ json job(const std::string& name, std::vector<std::string> argv, std::optional<d
   return out;
 }
 
-const std::string kDaily = R"(
-[[budgets]]
-name = "daily"
-scope = "node"
-target = "lab1"
-joules = 50
-calendar = "day"
-)";
+std::string daily_budget(int joules) {
+  return "[[budgets]]\nname = \"daily\"\nscope = \"node\"\ntarget = \"lab1\"\njoules = " + std::to_string(joules) +
+         "\ncalendar = \"day\"\n";
+}
 
 json wait_for(const DaemonProcess& daemon, const std::string& id, const std::function<bool(const json&)>& done,
               std::chrono::seconds timeout = 20s) {
@@ -73,12 +69,12 @@ json wait_for(const DaemonProcess& daemon, const std::string& id, const std::fun
 
 TEST(PolicyTest, a_budget_holds_jobs_back_says_why_and_refuses_what_can_never_fit) {
   PolicyDir policies;
-  policies.write("10-budget.toml", kDaily);
+  policies.write("10-budget.toml", daily_budget(1000));
   DaemonProcess daemon({.config_toml = policies.config()});
   ASSERT_TRUE(daemon.start()) << daemon.log();
 
   // More than the whole budget: refused at submit, naming the budget.
-  auto [status, refused] = daemon.call("POST", "/v1/jobs", job("huge", {"true"}, 100.0).dump());
+  auto [status, refused] = daemon.call("POST", "/v1/jobs", job("huge", {"true"}, 2000.0).dump());
   EXPECT_EQ(status, 400u) << refused.dump(2);
   EXPECT_NE(refused["detail"].get<std::string>().find("can never run on this node"), std::string::npos);
   EXPECT_NE(refused["detail"].get<std::string>().find("budget daily"), std::string::npos) << refused.dump(2);
@@ -90,34 +86,39 @@ TEST(PolicyTest, a_budget_holds_jobs_back_says_why_and_refuses_what_can_never_fi
   EXPECT_EQ(shown["state"], "queued") << shown.dump(2);
   EXPECT_EQ(shown["waiting"]["rule"], "daily") << shown.dump(2);
 
-  // 30 J reserved while the first runs (3 s at >= 10 W modelled): the second, also 30 J, waits.
-  const auto first = daemon.submit(job("first", {"sleep", "3"}, 30.0));
-  const auto second = daemon.submit(job("second", {"true"}, 30.0));
+  // 600 J reserved while the first runs: the second, also 600 J, waits until the first has
+  // ended and been metered (3 s at tens of modelled watts), then fits.
+  const auto first = daemon.submit(job("first", {"sleep", "3"}, 600.0));
+  const auto second = daemon.submit(job("second", {"true"}, 600.0));
   auto running = daemon.wait_state(first, {"running"});
   ASSERT_EQ(running["state"], "running");
   shown = wait_for(daemon, second, [](const json& j) { return j.contains("waiting") && j["waiting"]["reason"] == "budget"; });
   ASSERT_EQ(shown["waiting"]["reason"], "budget") << shown.dump(2);
   EXPECT_EQ(shown["waiting"]["rule"], "daily");
-  EXPECT_LT(shown["waiting"]["remaining_joules"].get<double>(), 30.0);
-  EXPECT_NE(shown["waiting"]["retry_at"].get<std::string>().find("T00:00:00.000Z"), std::string::npos)
-      << "a calendar day budget fits again at midnight (this test's jouled runs in UTC or its own offset)";
+  EXPECT_LT(shown["waiting"]["remaining_joules"].get<double>(), 600.0);
   bool event = false;
   for (const auto& e : shown["events"]) event = event || e["message"].get<std::string>().rfind("waiting: budget daily", 0) == 0;
   EXPECT_TRUE(event) << shown.dump(2);
+  const auto [rc2, job_text] = joule::testing::run_program(
+      {JOULECTL_BINARY, "--server", "http://127.0.0.1:" + std::to_string(daemon.port()), "job", second});
+  EXPECT_NE(job_text.find("waiting:   budget daily"), std::string::npos) << job_text;
 
   auto finished = daemon.wait_state(first, {"succeeded", "failed"});
   ASSERT_EQ(finished["state"], "succeeded");
+  auto second_done = daemon.wait_state(second, {"succeeded", "failed"});
+  ASSERT_EQ(second_done["state"], "succeeded") << second_done.dump(2);
   auto [code, budgets] = daemon.call("GET", "/v1/budgets");
   ASSERT_EQ(code, 200u);
   ASSERT_EQ(budgets["budgets"].size(), 1u);
   const auto& daily = budgets["budgets"][0];
   EXPECT_EQ(daily["name"], "daily");
-  EXPECT_NEAR(daily["spent_joules"].get<double>(), finished["energy"]["joules"].get<double>(), 1e-6);
+  EXPECT_NEAR(daily["spent_joules"].get<double>(),
+              finished["energy"]["joules"].get<double>() + second_done["energy"]["joules"].get<double>(), 1e-6);
   EXPECT_EQ(daily["reserved_joules"].get<double>(), 0.0);
   EXPECT_EQ(daily["window"], "calendar day");
 
   const auto metrics = daemon.client().request("GET", "/metrics");
-  EXPECT_NE(metrics->body.find("joule_budget_limit_joules{budget=\"daily\"} 50"), std::string::npos);
+  EXPECT_NE(metrics->body.find("joule_budget_limit_joules{budget=\"daily\"} 1000"), std::string::npos);
   EXPECT_NE(metrics->body.find("joule_budget_spent_joules{budget=\"daily\"}"), std::string::npos);
 
   // joulectl shows the same.
@@ -126,14 +127,11 @@ TEST(PolicyTest, a_budget_holds_jobs_back_says_why_and_refuses_what_can_never_fi
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("daily"), std::string::npos) << text;
   EXPECT_NE(text.find("node lab1"), std::string::npos) << text;
-  const auto [rc2, job_text] = joule::testing::run_program(
-      {JOULECTL_BINARY, "--server", "http://127.0.0.1:" + std::to_string(daemon.port()), "job", second});
-  EXPECT_NE(job_text.find("waiting:   budget daily"), std::string::npos) << job_text;
 }
 
 TEST(PolicyTest, sighup_installs_a_valid_policy_set_whole_and_refuses_a_bad_one) {
   PolicyDir policies;
-  policies.write("10-budget.toml", kDaily);
+  policies.write("10-budget.toml", daily_budget(50));
   DaemonProcess daemon({.config_toml = policies.config()});
   ASSERT_TRUE(daemon.start()) << daemon.log();
   const auto first = daemon.submit(job("first", {"sleep", "1"}, 30.0));
@@ -228,7 +226,9 @@ TEST(PolicyTest, an_exceeded_power_cap_pauses_a_running_job_and_dropping_the_cap
   std::getline(stat, line);
   const auto close = line.rfind(')');
   ASSERT_NE(close, std::string::npos) << line;
-  EXPECT_EQ(line.substr(close + 2, 1), "T") << line;
+  // T: stopped by SIGSTOP; D: frozen by the v1 cgroup freezer (where jouled has cgroups).
+  const std::string state = line.substr(close + 2, 1);
+  EXPECT_TRUE(state == "T" || state == "D") << line;
   const auto metrics = daemon.client().request("GET", "/metrics");
   EXPECT_NE(metrics->body.find("joule_throttle_actions_total{action=\"pause\"} 1"), std::string::npos);
 

@@ -254,12 +254,21 @@ TEST(PlacementTest, admission_off_ignores_budgets) {
   EXPECT_EQ(pass.run().placements.size(), 1u);
 }
 
-TEST(PlacementTest, a_pass_stops_once_no_device_is_free) {
-  Pass pass{{}, {device("cpu")}, {}};
-  for (int i = 0; i < 5; ++i) pass.jobs.push_back(job("j" + std::to_string(i), {on(0, 10.0, 1.0)}));
-  const auto result = pass.run();
+TEST(PlacementTest, once_no_device_is_free_a_pass_only_explains_a_few_more_jobs) {
+  Policy policy = with_budget(100.0);
+  BudgetLedger ledger;
+  ledger.set_budgets(policy.budgets);
+  Placer placer(policy, PlacementOptions{1000, 2});
+  std::vector<DeviceStatus> devices = {device("cpu")};
+  std::vector<PendingJob> jobs;
+  for (int i = 0; i < 5; ++i) jobs.push_back(job("j" + std::to_string(i), {on(0, 60.0, 1.0)}));
+  std::vector<const PendingJob*> queue;
+  for (const auto& j : jobs) queue.push_back(&j);
+  const auto result = placer.decide(kNow, devices, queue, ledger);
   EXPECT_EQ(result.placements.size(), 1u);
-  EXPECT_EQ(result.considered, 1u);
+  EXPECT_EQ(result.considered, 3u);
+  // The budget, not the busy device, is what holds j1 back.
+  EXPECT_EQ(reason_of(result, "j1").kind, WaitReason::Kind::budget);
 }
 
 TEST(PlacementTest, never_fits_compares_with_whole_budgets_deadlines_and_max_energy) {

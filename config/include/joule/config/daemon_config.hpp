@@ -68,6 +68,9 @@ struct DaemonConfig {
   ProbingConfig probing;
   double meter_interval_seconds = 1.0;
   double kill_grace_seconds = 10.0;
+  /// Give each job a cgroup of its own (freezer, CPU quota for throttling) where jouled's cgroup
+  /// is delegated (systemd Delegate=yes, or root on cgroup v1).
+  bool job_cgroups = true;
   std::string source = "embedded defaults";  ///< the file it came from
 };
 

@@ -21,6 +21,7 @@
 
 #include "joule/adapters/database.hpp"
 #include "joule/adapters/energy_meter.hpp"
+#include "joule/adapters/job_controls.hpp"
 #include "joule/adapters/job_process.hpp"
 #include "joule/adapters/storage_writer.hpp"
 #include "joule/common/result.hpp"
@@ -56,6 +57,9 @@ struct JobServiceOptions {
   std::filesystem::path proc_root = "/proc";
   std::string node_name = "localhost";  ///< this node, as policies name it
   int utc_offset_minutes = 0;           ///< local time, for calendar budget windows
+  /// Per-job cgroups (freezer, CPU quota) when the daemon's cgroup is delegated; nullptr or
+  /// unusable: jobs are paused with SIGSTOP and get no CPU quota.
+  std::shared_ptr<adapters::JobCgroups> cgroups;
 };
 
 class JobService {

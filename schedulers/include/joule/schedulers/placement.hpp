@@ -112,6 +112,9 @@ struct PlacementOptions {
   /// At most this many queued jobs are scanned per pass (a bound on one pass's cost with a
   /// long queue; jobs beyond wait for the next pass).
   std::size_t max_scan = 1000;
+  /// Once no device is free, this many more jobs are still looked at so that they say why they
+  /// wait (a budget, a cap...) rather than only "every device is busy".
+  std::size_t max_explain = 64;
 };
 
 class Placer {
