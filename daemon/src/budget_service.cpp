@@ -166,6 +166,10 @@ void BudgetService::publish(sched::UnixMillis now) {
   if (now - last_prune_ > 3'600'000) {
     last_prune_ = now;
     ledger_.prune(now);
+    storage_.submit([before = history_needed(now)](adapters::Database& db) { return db.forget_energy_uses(before); },
+                    [](Status status) {
+                      if (!status) spdlog::error("budget ledger: {}", status.error().message);
+                    });
   }
 }
 
