@@ -15,6 +15,8 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
+#include "joule/adapters/battery_meter.hpp"
+#include "joule/adapters/nvml_meter.hpp"
 #include "joule/common/sha256.hpp"
 #include "joule/schedulers/step_projection.hpp"
 
@@ -47,6 +49,7 @@ struct JobService::Job {
   std::optional<adapters::JobCgroup> cgroup;
   std::unique_ptr<adapters::JobPauser> pauser;
   std::unique_ptr<adapters::CpuQuota> quota;
+  std::unique_ptr<adapters::GpuPowerLimit> gpu_limit;
   bool paused = false;
   std::optional<double> cpu_quota;
   std::optional<double> gpu_limit_watts;
@@ -86,6 +89,12 @@ JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, M
   for (auto& device : devices_) {
     metrics_.add_device_energy(device.name, std::string(device.meter->source()), 0.0);
     metrics_.set_device_power(device.name, std::string(device.meter->source()), 0.0);
+    if (const auto* nvml = dynamic_cast<const adapters::NvmlMeter*>(device.meter.get())) {
+      if (auto range = nvml->library()->power_limit_constraints(nvml->device())) {
+        device.can_limit_gpu = range->max_mw > 0;
+        device.gpu_min_watts = range->min_mw / 1000.0;
+      }
+    }
   }
 }
 
@@ -327,6 +336,7 @@ std::vector<schedulers::DeviceStatus> JobService::device_statuses() const {
     status.busy = device.job.has_value();
     status.average_power_watts = average_power(device, longest_cap);
     status.work_seconds = device.work_seconds;
+    status.battery_percent = device.battery_percent;
     if (device.job) {
       const auto it = jobs_.find(*device.job);
       if (it != jobs_.end() && it->second->row.started_ms) {
@@ -693,6 +703,10 @@ void JobService::sample_meters() {
     }
     device.last_sample = now;
     device.history.emplace_back(now, device.energy_joules);
+    if (const auto* battery = dynamic_cast<const adapters::BatteryMeter*>(device.meter.get())) {
+      auto percent = battery->capacity_percent();
+      device.battery_percent = percent ? std::optional(*percent) : std::nullopt;
+    }
     // Enough history for the longest averaging period a cap may use (an hour).
     while (device.history.size() > 2 && now - device.history.front().first > std::chrono::hours(1))
       device.history.pop_front();
@@ -731,7 +745,8 @@ void JobService::track_running(schedulers::UnixMillis now) {
     view.cpu_quota = job.cpu_quota;
     view.gpu_limit_watts = job.gpu_limit_watts;
     view.can_limit_cpu = job.cgroup && !job.cgroup->cpu_dir.empty();
-    view.can_limit_gpu = false;  // GPU power limits: not wired into jouled yet
+    view.can_limit_gpu = device.can_limit_gpu;
+    view.gpu_min_watts = device.gpu_min_watts;
     view.cpus = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
     running.push_back(std::move(view));
   }
@@ -771,10 +786,27 @@ void JobService::apply(const schedulers::ThrottleAction& action) {
       done = job.quota ? job.quota->clear() : Status{};
       if (done) job.cpu_quota.reset();
       break;
-    case Kind::gpu_power_limit:
+    case Kind::gpu_power_limit: {
+      Device* device = find_device(job.row.device);
+      const auto* nvml = device ? dynamic_cast<const adapters::NvmlMeter*>(device->meter.get()) : nullptr;
+      if (!nvml) {
+        done = make_error(ErrorCode::unavailable, fmt::format("{} has no NVML to set a power limit with", job.row.device));
+        break;
+      }
+      if (!job.gpu_limit)
+        job.gpu_limit = std::make_unique<adapters::GpuPowerLimit>(
+            nvml->library(), nvml->device(), static_cast<unsigned>(std::stoul(job.row.device.substr(5))));
+      auto set = job.gpu_limit->set_watts(action.value);
+      if (!set) {
+        done = set.error();
+        break;
+      }
+      job.gpu_limit_watts = set->applied_watts;
+      break;
+    }
     case Kind::clear_gpu_power_limit:
-      done = make_error(ErrorCode::unavailable, fmt::format("{} is not available to jouled on this node",
-                                                            schedulers::to_string(action.kind)));
+      done = job.gpu_limit ? job.gpu_limit->restore() : Status{};
+      if (done) job.gpu_limit_watts.reset();
       break;
   }
   if (!done) {
@@ -807,8 +839,13 @@ void JobService::release_controls(Job& job) {
   if (job.quota) {
     if (auto restored = job.quota->restore(); !restored) spdlog::warn("job {}: {}", job.row.id, restored.error().message);
   }
+  if (job.gpu_limit) {
+    if (auto restored = job.gpu_limit->restore(); !restored)
+      spdlog::warn("job {}: {}", job.row.id, restored.error().message);
+  }
   job.pauser.reset();
   job.quota.reset();
+  job.gpu_limit.reset();
   job.paused = false;
   job.cpu_quota.reset();
   job.gpu_limit_watts.reset();

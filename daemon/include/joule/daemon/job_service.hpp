@@ -46,6 +46,10 @@ struct Device {
   /// Recent (time, cumulative joules) readings: power averaged over a cap's period.
   std::deque<std::pair<std::chrono::steady_clock::time_point, double>> history;
   double work_seconds = 0.0;  ///< seconds of jobs it has run since start
+  std::optional<double> battery_percent;  ///< state of charge, where a battery meters it
+  /// A GPU whose power limit can be lowered (its meter is NVML), and the lowest limit allowed.
+  bool can_limit_gpu = false;
+  double gpu_min_watts = 0.0;
 };
 
 struct JobServiceOptions {

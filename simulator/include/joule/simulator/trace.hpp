@@ -1,0 +1,63 @@
+#pragma once
+// A job trace for joule-sim: JSON Lines, one submitted job per line (blank lines are skipped):
+//
+//   {"at": 3600, "name": "lenet-a", "model": "../../../examples/models/lenet5.json",
+//    "training": {"batch_size": 64, "epochs": 5, "samples_per_epoch": 60000},
+//    "constraints": {"devices": ["cuda:*", "pi-1/cpu"], "deadline_seconds": 7200,
+//                    "max_energy_joules": 500000},
+//    "priority": 0}
+//
+//   at                 seconds after the trace's start when the job is submitted (>= 0)
+//   name               optional; defaults to "job-<line>"
+//   model              a model spec (ARCHITECTURE.md) inline, or the path of a JSON file holding
+//                      one, relative to the trace file
+//   training           as in POST /v1/jobs
+//   constraints        optional: devices (globs matched against "node/device" and the bare
+//                      device name, as schedulers::device_allowed does), deadline_seconds
+//                      (relative to the job's submission), max_energy_joules
+//   priority           optional integer; higher first, then submission order
+//
+// Every error is "file:line: /json/pointer: message".
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "joule/common/result.hpp"
+#include "joule/estimator/model_spec.hpp"
+
+namespace joule::simulator {
+
+struct TraceJob {
+  std::string name;
+  double at_seconds = 0.0;
+  estimator::ModelSpec model;
+  std::string model_key;  ///< the canonical spec JSON: equal networks share analysis and probes
+  estimator::TrainingConfig training;
+  std::vector<std::string> devices;  ///< glob patterns; empty: any device
+  std::optional<double> deadline_seconds;
+  std::optional<double> max_energy_joules;
+  int priority = 0;
+  int line = 0;
+};
+
+struct Trace {
+  std::vector<TraceJob> jobs;  ///< in file order
+  std::string source;
+};
+
+/// Reads a model spec file named in a trace (a path relative to the trace file).
+using ModelReader = std::function<Result<nlohmann::json>(const std::string& path)>;
+
+/// Parses a trace's text. `read_model` resolves "model": "<path>"; each path is read once.
+Result<Trace> parse_trace(const std::string& text, const std::string& file_name, const ModelReader& read_model);
+
+/// Reads a trace file, resolving model paths against its directory.
+Result<Trace> load_trace(const std::filesystem::path& path);
+
+}  // namespace joule::simulator

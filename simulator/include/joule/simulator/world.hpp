@@ -1,0 +1,98 @@
+#pragma once
+// What a replay runs on: the devices, the jobs, and for every job on every device it may use,
+// what the scheduler is told it costs (the estimate) and what it really costs (the truth).
+//
+// build_world() makes one from a cluster and a trace the way jouled would meet them:
+//  - Estimate: each device gets an estimator::DeviceEnergyModel learnt from THOR probes run on a
+//    estimator::SimulatedDevice of its profile (run_campaign with the simulated meter: noisy,
+//    with outliers), planned from the trace's own networks at their batch sizes as the
+//    workload, as jouled plans from queued jobs. The estimate is the model's prediction; a job
+//    whose layers the model cannot predict gets none ("no model"), and the FLOPs baseline
+//    (flops_baseline_joules) comes from the same probes.
+//  - Truth: the simulated device's noise-free step cost (SimulatedDevice::step_cost) × steps,
+//    times a per-job factor drawn log-normal(0, truth_sigma): run-to-run variation (data
+//    order, clocks, temperature; MEASURING.md) that no model of the device can know. The factor
+//    is the job's, the same on every device, so it moves a job's cost but not which device is
+//    cheapest. Energy and time share it: power is the device's power for that network.
+// Every joule in a World is simulated. Deterministic for a seed.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "joule/common/result.hpp"
+#include "joule/schedulers/placement.hpp"
+#include "joule/schedulers/policy.hpp"
+#include "joule/simulator/cluster.hpp"
+#include "joule/simulator/trace.hpp"
+
+namespace joule::simulator {
+
+/// What a job really costs on a device.
+struct TrueCost {
+  double joules = 0.0;
+  double seconds = 0.0;
+  double watts() const { return seconds > 0.0 ? joules / seconds : 0.0; }
+};
+
+/// A job on one device it may run on.
+struct JobCost {
+  std::size_t device = 0;                        ///< index into World::devices
+  std::optional<schedulers::Estimate> estimate;  ///< the device model's; nullopt: no model
+  std::optional<double> flops_joules;            ///< the FLOPs baseline's joules
+  TrueCost truth;
+};
+
+struct SimJob {
+  std::string id;  ///< unique: "<line>:<name>"
+  std::string name;
+  schedulers::UnixMillis submit = 0;
+  int priority = 0;
+  std::optional<schedulers::UnixMillis> deadline;
+  std::optional<double> max_energy_joules;
+  int epochs = 1;              ///< progress reports: one per epoch
+  std::vector<JobCost> costs;  ///< one per eligible device, in device order
+};
+
+struct SimNode {
+  std::string name;
+  std::optional<BatterySpec> battery;
+  std::optional<SolarSpec> solar;
+};
+
+struct SimDevice {
+  schedulers::DeviceRef ref;  ///< groups: the node's own plus the policy's
+  std::size_t node = 0;       ///< index into World::nodes
+  std::string profile;
+  double idle_watts = 0.0;
+};
+
+struct World {
+  schedulers::UnixMillis start = 0;
+  int utc_offset_minutes = 0;
+  std::vector<SimNode> nodes;
+  std::vector<SimDevice> devices;
+  std::vector<SimJob> jobs;        ///< in submission order (stable for equal times)
+  std::vector<std::string> notes;  ///< e.g. how many estimates failed and why
+};
+
+struct WorldOptions {
+  std::uint64_t seed = 1;
+  double truth_sigma = 0.08;  ///< per-job run-to-run variation (log-normal sigma)
+  /// Overrides every device's `probes` (0: use the cluster file's). Fewer is faster and less sure.
+  std::size_t probes = 0;
+  int gp_restarts = 1;           ///< as jouled's model service
+  std::size_t refit_every = 10;  ///< probes between GP refits while probing (jouled: probing.refit_every)
+  /// Threads that learn device models at once (each device's campaign is independent, so the
+  /// World is the same for any number).
+  std::size_t threads = 1;
+};
+
+/// Learns every device's model, estimates and costs every job. `policy` supplies node groups.
+/// Fails when a job's device constraints match no device of the cluster, or a model cannot be
+/// analysed at its batch size (with the trace line).
+Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const schedulers::Policy& policy,
+                          const WorldOptions& options);
+
+}  // namespace joule::simulator

@@ -1,0 +1,650 @@
+#include "joule/simulator/replay.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "joule/schedulers/budget_ledger.hpp"
+#include "joule/schedulers/placement.hpp"
+#include "joule/schedulers/step_projection.hpp"
+#include "joule/schedulers/throttle_controller.hpp"
+
+namespace joule::simulator {
+namespace {
+
+using schedulers::BudgetLedger;
+using schedulers::EnergyDistribution;
+using schedulers::UnixMillis;
+
+constexpr UnixMillis kDay = 86'400'000;
+// A node whose battery ran empty boots again at this charge.
+constexpr double kBootPercent = 5.0;
+
+std::string_view to_string(Knowledge knowledge) {
+  switch (knowledge) {
+    case Knowledge::estimates:
+      return "estimates";
+    case Knowledge::none:
+      return "none";
+    case Knowledge::truth:
+      return "truth";
+  }
+  return "estimates";
+}
+
+// A stretch of a job's run on one device without a pause: what a meter would have counted.
+struct Segment {
+  std::size_t device = 0;
+  UnixMillis start = 0;
+  UnixMillis end = 0;
+  double joules = 0.0;
+};
+
+struct JobState {
+  enum class Phase { future, queued, running, done, rejected } phase = Phase::future;
+  schedulers::PendingJob pending;
+  const JobCost* cost = nullptr;  // where it runs
+  UnixMillis started = 0;
+  UnixMillis finished = 0;
+  double seconds_done = 0.0;  // of cost->truth.seconds
+  double joules_done = 0.0;
+  bool paused = false;
+  std::optional<double> expected_seconds;  // what the scheduler expects it to take
+  EnergyDistribution reserve;
+  std::vector<schedulers::EpochReport> reports;
+  UnixMillis segment_start = 0;
+  double segment_joules = 0.0;
+  std::optional<schedulers::WaitReason::Kind> last_wait;
+};
+
+struct NodeState {
+  double capacity_joules = 0.0;
+  double charge_joules = 0.0;
+  bool down = false;  // battery ran empty: the node is off until it has charged to kBootPercent
+  double percent() const { return capacity_joules > 0.0 ? 100.0 * charge_joules / capacity_joules : 0.0; }
+};
+
+double share_in(const Segment& use, UnixMillis from, UnixMillis to) {
+  if (use.end <= use.start) return use.end >= from && use.end <= to ? use.joules : 0.0;
+  const UnixMillis overlap = std::min(use.end, to) - std::max(use.start, from);
+  if (overlap <= 0) return 0.0;
+  return use.joules * static_cast<double>(overlap) / static_cast<double>(use.end - use.start);
+}
+
+UnixMillis window_millis(const schedulers::BudgetWindow& window) {
+  switch (window.kind) {
+    case schedulers::BudgetWindow::Kind::rolling:
+      return window.rolling_seconds * 1000;
+    case schedulers::BudgetWindow::Kind::day:
+      return kDay;
+    case schedulers::BudgetWindow::Kind::week:
+      return 7 * kDay;
+    case schedulers::BudgetWindow::Kind::month:
+      return 31 * kDay;
+  }
+  return kDay;
+}
+
+bool over(double spent, double limit) { return spent > limit + 1e-6 * std::max(1.0, limit); }
+
+// Budget windows whose true spent energy exceeded the limit, from every metered segment.
+std::vector<Violation> find_violations(const World& world, const std::vector<schedulers::EnergyBudget>& budgets,
+                                       const std::vector<Segment>& segments, const BudgetLedger& calendar) {
+  std::vector<Violation> out;
+  for (const auto& budget : budgets) {
+    std::vector<const Segment*> covered;
+    for (const auto& segment : segments)
+      if (budget.scope.covers(world.devices[segment.device].ref)) covered.push_back(&segment);
+    if (covered.empty()) continue;
+    UnixMillis first = covered.front()->start, last = covered.front()->end;
+    for (const Segment* s : covered) {
+      first = std::min(first, s->start);
+      last = std::max(last, s->end);
+    }
+    auto spent_in = [&](UnixMillis from, UnixMillis to) {
+      double joules = 0.0;
+      for (const Segment* s : covered) joules += share_in(*s, from, to);
+      return joules;
+    };
+    if (budget.window.kind != schedulers::BudgetWindow::Kind::rolling) {
+      for (auto [from, to] = calendar.calendar_window(budget.window.kind, first); from <= last;
+           std::tie(from, to) = calendar.calendar_window(budget.window.kind, to)) {
+        const double spent = spent_in(from, to);
+        if (over(spent, budget.limit_joules))
+          out.push_back(Violation{budget.name, from, to, spent, budget.limit_joules});
+      }
+      continue;
+    }
+    // Rolling: the spent energy of the window ending at t is piecewise linear in t, so its
+    // maxima are at the breakpoints. Consecutive breakpoints over the limit are one violation.
+    const UnixMillis length = window_millis(budget.window);
+    std::vector<UnixMillis> moments;
+    for (const Segment* s : covered)
+      for (UnixMillis t : {s->start, s->end, s->start + length, s->end + length}) moments.push_back(t);
+    std::sort(moments.begin(), moments.end());
+    moments.erase(std::unique(moments.begin(), moments.end()), moments.end());
+    std::optional<Violation> open;
+    for (const UnixMillis t : moments) {
+      const double spent = spent_in(t - length, t);
+      if (over(spent, budget.limit_joules)) {
+        if (!open || spent > open->spent_joules) {
+          open = Violation{budget.name, t - length, t, spent, budget.limit_joules};  // the worst moment
+        }
+      } else if (open) {
+        out.push_back(*open);
+        open.reset();
+      }
+    }
+    if (open) out.push_back(*open);
+  }
+  return out;
+}
+
+double percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const double rank = p * static_cast<double>(values.size() - 1);
+  const auto low = static_cast<std::size_t>(std::floor(rank));
+  const auto high = static_cast<std::size_t>(std::ceil(rank));
+  return values[low] + (values[high] - values[low]) * (rank - static_cast<double>(low));
+}
+
+class Replay {
+ public:
+  Replay(const World& world, const PolicyRun& run, const ReplayOptions& options)
+      : world_(world),
+        run_(run),
+        options_(options),
+        placer_(run.policy),
+        throttle_(run.policy),
+        ledger_(world.utc_offset_minutes),
+        jobs_(world.jobs.size()),
+        device_job_(world.devices.size()),
+        work_seconds_(world.devices.size(), 0.0),
+        usage_(world.devices.size()),
+        nodes_(world.nodes.size()) {
+    ledger_.set_budgets(run.policy.budgets);
+    for (std::size_t j = 0; j < world.jobs.size(); ++j) jobs_[j].pending = pending_job(world.jobs[j]);
+    for (std::size_t n = 0; n < world.nodes.size(); ++n) {
+      if (!world.nodes[n].battery) continue;
+      nodes_[n].capacity_joules = world.nodes[n].battery->capacity_wh * 3600.0;
+      nodes_[n].charge_joules = nodes_[n].capacity_joules * world.nodes[n].battery->start_percent / 100.0;
+      batteries_ = true;
+      if (world.nodes[n].solar) solar_ = true;
+    }
+    UnixMillis longest = 2 * kDay;
+    for (const auto& budget : run.policy.budgets) longest = std::max(longest, window_millis(budget.window) + kDay);
+    stall_limit_ = longest;
+  }
+
+  PolicyMetrics run() {
+    const auto wall_start = std::chrono::steady_clock::now();
+    UnixMillis now = world_.start;
+    const UnixMillis last_submit = world_.jobs.empty() ? now : world_.jobs.back().submit;
+    UnixMillis horizon = last_submit + static_cast<UnixMillis>(options_.max_days * kDay);
+    std::string reason = "all jobs done";
+    if (options_.horizon_hours)
+      horizon =
+          std::min(horizon, world_.start + static_cast<UnixMillis>(std::llround(*options_.horizon_hours * 3.6e6)));
+    last_progress_ = now;
+    for (auto& node : nodes_) min_percent_.push_back(node.capacity_joules > 0 ? node.percent() : 100.0);
+    step(now);
+    while (true) {
+      const std::optional<UnixMillis> next = next_event(now);
+      if (!next) {
+        reason = queued_ == 0 && running_ == 0 ? "all jobs done" : "nothing can progress";
+        break;
+      }
+      if (*next > horizon) {
+        advance(now, horizon);
+        now = horizon;
+        reason = options_.horizon_hours && horizon < last_submit + static_cast<UnixMillis>(options_.max_days * kDay)
+                     ? "horizon"
+                     : "max_days reached";
+        break;
+      }
+      advance(now, *next);
+      now = *next;
+      step(now);
+      if (next_submit_ == world_.jobs.size() && progressing() == 0 && now - last_progress_ > stall_limit_) {
+        reason = "nothing can progress";
+        break;
+      }
+    }
+    PolicyMetrics metrics = finish(now, reason);
+    metrics.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+    return metrics;
+  }
+
+ private:
+  schedulers::PendingJob pending_job(const SimJob& job) const {
+    schedulers::PendingJob pending;
+    pending.id = job.id;
+    pending.priority = job.priority;
+    pending.deadline = job.deadline;
+    pending.max_energy_joules = job.max_energy_joules;
+    for (const auto& cost : job.costs) {
+      schedulers::Candidate candidate;
+      candidate.device = cost.device;
+      if (run_.knowledge == Knowledge::estimates) {
+        candidate.estimate = cost.estimate;
+        candidate.flops_joules = cost.flops_joules;
+      } else if (run_.knowledge == Knowledge::truth) {
+        candidate.estimate = schedulers::Estimate{cost.truth.joules, 0.0, cost.truth.seconds};
+        candidate.flops_joules = cost.truth.joules;
+      }
+      pending.candidates.push_back(candidate);
+    }
+    return pending;
+  }
+
+  void log(UnixMillis now, const std::string& text) const {
+    if (options_.on_event) options_.on_event(now, text);
+  }
+
+  bool node_up(std::size_t device) const { return !nodes_[world_.devices[device].node].down; }
+  bool is_progressing(const JobState& job) const {
+    return job.phase == JobState::Phase::running && !job.paused && node_up(job.cost->device);
+  }
+  std::size_t progressing() const {
+    std::size_t count = 0;
+    for (const auto& j : device_job_)
+      if (j && is_progressing(jobs_[*j])) ++count;
+    return count;
+  }
+
+  std::vector<schedulers::DeviceStatus> device_statuses(UnixMillis now) const {
+    std::vector<schedulers::DeviceStatus> out(world_.devices.size());
+    for (std::size_t d = 0; d < world_.devices.size(); ++d) {
+      auto& status = out[d];
+      status.ref = world_.devices[d].ref;
+      status.accepts_work = node_up(d);
+      status.work_seconds = work_seconds_[d];
+      if (const auto& j = device_job_[d]) {
+        const JobState& job = jobs_[*j];
+        status.busy = true;
+        if (job.expected_seconds)
+          status.busy_until = now + static_cast<UnixMillis>(
+                                        std::llround(std::max(0.0, *job.expected_seconds - job.seconds_done) * 1000.0));
+        if (is_progressing(job)) status.average_power_watts = job.cost->truth.watts();
+      }
+      const NodeState& node = nodes_[world_.devices[d].node];
+      if (node.capacity_joules > 0.0) {
+        status.battery_percent = node.percent();
+        status.battery_capacity_joules = node.capacity_joules;
+      }
+    }
+    return out;
+  }
+
+  // The next moment something happens, or nothing if nothing ever will.
+  std::optional<UnixMillis> next_event(UnixMillis now) const {
+    std::optional<UnixMillis> next;
+    auto consider = [&](UnixMillis t) {
+      if (t > now) next = next ? std::min(*next, t) : t;
+    };
+    if (next_submit_ < world_.jobs.size()) consider(world_.jobs[next_submit_].submit);
+    for (const auto& j : device_job_) {
+      if (!j || !is_progressing(jobs_[*j])) continue;
+      const JobState& job = jobs_[*j];
+      const double left = std::max(0.0, job.cost->truth.seconds - job.seconds_done);
+      consider(now + std::max<UnixMillis>(1, static_cast<UnixMillis>(std::ceil(left * 1000.0))));
+    }
+    const bool waiting = queued_ > 0 || running_ > progressing();
+    if (waiting) {
+      if (retry_) consider(*retry_);
+      for (const auto& state : ledger_.states(now))
+        if (state.resets_at) consider(*state.resets_at);
+    }
+    const bool tick =
+        (batteries_ && (queued_ > 0 || running_ > 0)) || (run_.throttle && running_ > 0) || (solar_ && waiting);
+    if (tick) consider(now + static_cast<UnixMillis>(std::llround(options_.tick_seconds * 1000.0)));
+    return next;
+  }
+
+  // Moves the world from `from` to `to`: progress, energy, batteries.
+  void advance(UnixMillis from, UnixMillis to) {
+    if (to <= from) return;
+    const double dt = static_cast<double>(to - from) / 1000.0;
+    std::vector<double> draw(world_.nodes.size(), 0.0);
+    std::vector<bool> ran(world_.devices.size(), false);
+    std::vector<double> job_watts(world_.devices.size(), 0.0);
+    for (std::size_t d = 0; d < world_.devices.size(); ++d) {
+      const std::size_t n = world_.devices[d].node;
+      const auto& j = device_job_[d];
+      if (j && is_progressing(jobs_[*j])) {
+        JobState& job = jobs_[*j];
+        const double step = std::min(dt, job.cost->truth.seconds - job.seconds_done);
+        const double joules = job.cost->truth.watts() * std::max(0.0, step);
+        job.seconds_done += std::max(0.0, step);
+        job.joules_done += joules;
+        job.segment_joules += joules;
+        work_seconds_[d] += std::max(0.0, step);
+        usage_[d].busy_seconds += std::max(0.0, step);
+        usage_[d].joules += joules;
+        const double idle_seconds = dt - std::max(0.0, step);
+        draw[n] += joules / dt + world_.devices[d].idle_watts * idle_seconds / dt;
+        idle_joules_ += world_.devices[d].idle_watts * idle_seconds;
+        if (step > 0.0) last_progress_ = to;
+        ran[d] = step > 0.0;
+        job_watts[d] = joules / dt;
+      } else if (node_up(d)) {
+        draw[n] += world_.devices[d].idle_watts;
+        idle_joules_ += world_.devices[d].idle_watts * dt;
+      }
+    }
+    // The floors and caps judged on the state over the interval: the charge at its start (the
+    // scheduler saw it), the jobs' power during it.
+    for (const auto& floor : run_.policy.battery_floors)
+      for (std::size_t d = 0; d < world_.devices.size(); ++d) {
+        const NodeState& node = nodes_[world_.devices[d].node];
+        if (ran[d] && node.capacity_joules > 0.0 && node.percent() < floor.percent &&
+            floor.scope.covers(world_.devices[d].ref)) {
+          floor_seconds_[floor.name] += dt;
+          break;
+        }
+      }
+    for (const auto& cap : run_.policy.power_caps) {
+      double watts = 0.0;
+      for (std::size_t d = 0; d < world_.devices.size(); ++d)
+        if (cap.scope.covers(world_.devices[d].ref)) watts += job_watts[d];
+      if (watts > cap.watts + 1e-9) cap_seconds_[cap.name] += dt;
+    }
+    for (std::size_t n = 0; n < world_.nodes.size(); ++n) {
+      NodeState& node = nodes_[n];
+      if (node.capacity_joules <= 0.0) continue;
+      if (node.down) empty_seconds_[world_.nodes[n].name] += dt;
+      double charge = node.charge_joules - draw[n] * dt;
+      if (world_.nodes[n].solar) charge += solar_joules(*world_.nodes[n].solar, from, to, world_.utc_offset_minutes);
+      node.charge_joules = std::clamp(charge, 0.0, node.capacity_joules);
+      if (node.charge_joules <= 0.0)
+        node.down = true;
+      else if (node.down && node.percent() >= kBootPercent)
+        node.down = false;
+      min_percent_[n] = std::min(min_percent_[n], node.percent());
+    }
+  }
+
+  void close_segment(JobState& job, UnixMillis now) {
+    segments_.push_back(Segment{job.cost->device, job.segment_start, now, job.segment_joules});
+    job.segment_start = now;
+    job.segment_joules = 0.0;
+  }
+
+  // Everything that happens at `now`: finishes, submissions, progress reports, throttling, a
+  // placement pass.
+  void step(UnixMillis now) {
+    for (std::size_t d = 0; d < world_.devices.size(); ++d) {
+      if (!device_job_[d]) continue;
+      const std::size_t j = *device_job_[d];
+      JobState& job = jobs_[j];
+      report_progress(j, now);
+      if (job.seconds_done < job.cost->truth.seconds - 1e-6) continue;
+      job.phase = JobState::Phase::done;
+      job.finished = now;
+      log(now, fmt::format("finish {} on {}: {:.0f} J (reserved {:.0f} J)", job.pending.id,
+                           world_.devices[d].ref.qualified(), job.joules_done, job.reserve.mean_joules));
+      close_segment(job, now);
+      ledger_.settle(job.pending.id, schedulers::EnergyUse{world_.devices[d].ref, job.pending.id, job.started, now,
+                                                           job.joules_done, "simulated"});
+      throttle_.forget(job.pending.id);
+      device_job_[d].reset();
+      --running_;
+      last_progress_ = now;
+      idle_at_last_finish_ = idle_joules_;
+    }
+    while (next_submit_ < world_.jobs.size() && world_.jobs[next_submit_].submit <= now) {
+      JobState& job = jobs_[next_submit_];
+      const auto statuses = device_statuses(now);
+      if (auto never = placer_.never_fits(now, statuses, job.pending, ledger_)) {
+        job.phase = JobState::Phase::rejected;
+        log(now, fmt::format("reject {}: {}", job.pending.id, never->message));
+      } else {
+        job.phase = JobState::Phase::queued;
+        queue_.push_back(next_submit_);
+        ++queued_;
+      }
+      ++next_submit_;
+    }
+    if (run_.policy.admission || run_.throttle) track_running(now);
+    place(now);
+    if (now - last_prune_ > kDay) {
+      ledger_.prune(now);
+      last_prune_ = now;
+    }
+  }
+
+  // Epoch reports, as a job's progress callbacks would send them: the true energy at each
+  // epoch boundary passed since the last event.
+  void report_progress(std::size_t j, UnixMillis now) {
+    JobState& job = jobs_[j];
+    const SimJob& spec = world_.jobs[j];
+    const double fraction = job.cost->truth.seconds > 0 ? job.seconds_done / job.cost->truth.seconds : 1.0;
+    const int done = std::min(spec.epochs, static_cast<int>(std::floor(fraction * spec.epochs + 1e-9)));
+    const int reported = job.reports.empty() ? 0 : job.reports.back().epoch;
+    for (int e = reported + 1; e <= done; ++e)
+      job.reports.push_back({e, spec.epochs, job.cost->truth.joules * e / spec.epochs, now});
+  }
+
+  // As jouled does: each running job's energy so far and its projection feed the ledger; then
+  // the throttle controller acts.
+  void track_running(UnixMillis now) {
+    std::vector<schedulers::RunningJob> running;
+    const auto statuses = device_statuses(now);
+    schedulers::StepOptions step;
+    step.warmup_epochs = run_.policy.warmup_epochs;
+    for (std::size_t d = 0; d < world_.devices.size(); ++d) {
+      if (!device_job_[d]) continue;
+      JobState& job = jobs_[*device_job_[d]];
+      std::optional<EnergyDistribution> prior;
+      if (run_.knowledge != Knowledge::none) prior = job.reserve;
+      const auto projection = schedulers::project_energy(job.reports, prior, step);
+      EnergyDistribution still;
+      if (prior || projection.step)
+        still = {std::max(0.0, projection.total.mean_joules - job.joules_done), projection.total.variance};
+      ledger_.update_running(job.pending.id, job.started, now, job.joules_done, still);
+      schedulers::RunningJob view;
+      view.id = job.pending.id;
+      view.device = d;
+      view.priority = job.pending.priority;
+      view.still_expected = still;
+      view.power_watts = statuses[d].average_power_watts;
+      view.paused = job.paused;
+      running.push_back(view);
+    }
+    if (!run_.throttle || running.empty()) return;
+    for (const auto& action : throttle_.evaluate(now, statuses, running, ledger_)) {
+      for (auto& j : device_job_) {
+        if (!j || jobs_[*j].pending.id != action.job) continue;
+        JobState& job = jobs_[*j];
+        ++throttle_actions_[std::string(schedulers::to_string(action.kind))];
+        log(now, fmt::format("{} {}: {}", schedulers::to_string(action.kind), action.job, action.reason));
+        if (action.kind == schedulers::ThrottleAction::Kind::pause && !job.paused) {
+          close_segment(job, now);
+          job.paused = true;
+        } else if (action.kind == schedulers::ThrottleAction::Kind::resume && job.paused) {
+          job.segment_start = now;
+          job.paused = false;
+        }
+      }
+    }
+  }
+
+  void place(UnixMillis now) {
+    retry_.reset();
+    if (queue_.empty()) return;
+    std::stable_sort(queue_.begin(), queue_.end(),
+                     [&](std::size_t a, std::size_t b) { return world_.jobs[a].priority > world_.jobs[b].priority; });
+    const auto statuses = device_statuses(now);
+    if (std::none_of(statuses.begin(), statuses.end(), [](const auto& s) { return s.accepts_work && !s.busy; })) return;
+    std::vector<const schedulers::PendingJob*> queue;
+    for (const std::size_t j : queue_) queue.push_back(&jobs_[j].pending);
+    const auto started = std::chrono::steady_clock::now();
+    const schedulers::PassResult result = placer_.decide(now, statuses, queue, ledger_);
+    placer_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    ++passes_;
+    retry_ = result.next_retry;
+    for (const auto& [id, why] : result.waiting)
+      for (const std::size_t j : queue_)
+        if (jobs_[j].pending.id == id) {
+          if (jobs_[j].last_wait != why.kind && why.kind != schedulers::WaitReason::Kind::behind)
+            log(now, fmt::format("wait {}: {}", id, why.message));
+          jobs_[j].last_wait = why.kind;
+        }
+    for (const auto& placement : result.placements) {
+      const auto it = std::find_if(queue_.begin(), queue_.end(),
+                                   [&](std::size_t j) { return jobs_[j].pending.id == placement.job; });
+      if (it == queue_.end()) continue;
+      const std::size_t j = *it;
+      queue_.erase(it);
+      --queued_;
+      JobState& job = jobs_[j];
+      for (const auto& cost : world_.jobs[j].costs)
+        if (cost.device == placement.device) job.cost = &cost;
+      job.phase = JobState::Phase::running;
+      job.started = now;
+      job.segment_start = now;
+      job.reserve = placement.reserve;
+      if (placement.estimate) job.expected_seconds = placement.estimate->seconds_mean;
+      ledger_.reserve(job.pending.id, world_.devices[placement.device].ref, placement.reserve);
+      device_job_[placement.device] = j;
+      log(now, fmt::format("start {}: {}", job.pending.id, placement.note));
+      ++usage_[placement.device].jobs;
+      ++running_;
+      ++placements_;
+      last_progress_ = now;
+    }
+  }
+
+  PolicyMetrics finish(UnixMillis now, const std::string& reason) {
+    PolicyMetrics m;
+    m.name = run_.name;
+    m.objective = std::string(schedulers::to_string(run_.policy.objective));
+    m.admission = run_.policy.admission;
+    m.throttle = run_.throttle;
+    m.knowledge = std::string(to_string(run_.knowledge));
+    m.jobs = world_.jobs.size();
+    m.ended_at = now;
+    m.end_reason = reason;
+    std::vector<double> waits;
+    double completed_joules = 0.0;
+    UnixMillis last_finish = world_.jobs.empty() ? world_.start : world_.jobs.front().submit;
+    for (std::size_t j = 0; j < jobs_.size(); ++j) {
+      JobState& job = jobs_[j];
+      const SimJob& spec = world_.jobs[j];
+      if (job.phase == JobState::Phase::running) {
+        close_segment(job, now);
+        ++m.started_not_completed;
+      }
+      if (job.phase == JobState::Phase::queued || job.phase == JobState::Phase::future) {
+        ++m.never_started;
+        if (job.last_wait) ++m.waiting_reasons[std::string(schedulers::to_string(*job.last_wait))];
+      }
+      if (job.phase == JobState::Phase::rejected) ++m.rejected;
+      if (job.phase == JobState::Phase::running || job.phase == JobState::Phase::done)
+        waits.push_back(static_cast<double>(job.started - spec.submit) / 1000.0);
+      m.energy_joules += job.joules_done;
+      if (job.phase == JobState::Phase::done) {
+        ++m.completed;
+        completed_joules += job.joules_done;
+        last_finish = std::max(last_finish, job.finished);
+        if (spec.deadline && job.finished > *spec.deadline) ++m.deadline_misses;
+      } else if (spec.deadline && *spec.deadline < now) {
+        ++m.deadline_misses;
+      }
+      if (spec.max_energy_joules && job.joules_done > *spec.max_energy_joules) ++m.max_energy_exceeded;
+    }
+    m.energy_per_completed_job_joules = m.completed ? completed_joules / static_cast<double>(m.completed) : 0.0;
+    m.idle_joules_not_counted = idle_at_last_finish_;
+    if (m.completed && !world_.jobs.empty())
+      m.makespan_seconds = static_cast<double>(last_finish - world_.jobs.front().submit) / 1000.0;
+    if (!waits.empty()) {
+      double sum = 0.0;
+      for (double w : waits) sum += w;
+      m.wait_mean_seconds = sum / static_cast<double>(waits.size());
+      m.wait_p95_seconds = percentile(waits, 0.95);
+    }
+    m.violations = find_violations(world_, run_.policy.budgets, segments_, ledger_);
+    for (const auto& v : m.violations) m.max_overrun_joules = std::max(m.max_overrun_joules, v.overrun_joules());
+    m.throttle_actions = throttle_actions_;
+    for (const auto& [kind, count] : throttle_actions_) m.throttle_action_count += count;
+    for (std::size_t n = 0; n < world_.nodes.size(); ++n) {
+      if (nodes_[n].capacity_joules <= 0.0) continue;
+      m.battery_min_percent[world_.nodes[n].name] = min_percent_[n];
+      m.battery_empty_seconds[world_.nodes[n].name] = empty_seconds_[world_.nodes[n].name];
+    }
+    for (const auto& floor : run_.policy.battery_floors)
+      m.floor_violation_seconds[floor.name] = floor_seconds_[floor.name];
+    for (const auto& cap : run_.policy.power_caps) m.cap_violation_seconds[cap.name] = cap_seconds_[cap.name];
+    for (std::size_t d = 0; d < world_.devices.size(); ++d) m.devices[world_.devices[d].ref.qualified()] = usage_[d];
+    m.placement_passes = passes_;
+    m.placements = placements_;
+    m.placer_wall_seconds = placer_seconds_;
+    return m;
+  }
+
+  const World& world_;
+  const PolicyRun& run_;
+  ReplayOptions options_;
+  schedulers::Placer placer_;
+  schedulers::ThrottleController throttle_;
+  BudgetLedger ledger_;
+  std::vector<JobState> jobs_;
+  std::vector<std::optional<std::size_t>> device_job_;
+  std::vector<double> work_seconds_;
+  std::vector<DeviceUsage> usage_;
+  std::vector<NodeState> nodes_;
+  std::vector<double> min_percent_;
+  std::map<std::string, double> empty_seconds_;
+  std::map<std::string, double> floor_seconds_;
+  std::map<std::string, double> cap_seconds_;
+  std::vector<std::size_t> queue_;  // queued jobs, submission order
+  std::vector<Segment> segments_;
+  std::map<std::string, std::size_t> throttle_actions_;
+  std::optional<UnixMillis> retry_;
+  std::size_t next_submit_ = 0;
+  std::size_t queued_ = 0;
+  std::size_t running_ = 0;
+  std::size_t passes_ = 0;
+  std::size_t placements_ = 0;
+  double placer_seconds_ = 0.0;
+  double idle_joules_ = 0.0;
+  double idle_at_last_finish_ = 0.0;
+  bool batteries_ = false;
+  bool solar_ = false;
+  UnixMillis last_progress_ = 0;
+  UnixMillis last_prune_ = 0;
+  UnixMillis stall_limit_ = 2 * kDay;
+};
+
+}  // namespace
+
+std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy) {
+  using schedulers::Objective;
+  std::vector<PolicyRun> runs;
+  runs.push_back(
+      PolicyRun{std::string(schedulers::to_string(policy.objective)), policy, Knowledge::estimates, policy.admission});
+  auto baseline = [&](Objective objective, Knowledge knowledge, bool admission, const char* name) {
+    schedulers::Policy p = policy;
+    p.objective = objective;
+    p.admission = admission;
+    std::string label = name;
+    if (label == runs.front().name) label += " (baseline)";
+    runs.push_back(PolicyRun{label, p, knowledge, admission});
+  };
+  baseline(Objective::fifo, Knowledge::none, false, "fifo");
+  baseline(Objective::round_robin, Knowledge::none, false, "round-robin");
+  baseline(Objective::least_loaded, Knowledge::none, false, "least-loaded");
+  baseline(Objective::flops_greedy, Knowledge::estimates, true, "flops-greedy");
+  baseline(Objective::min_energy, Knowledge::truth, true, "oracle");
+  return runs;
+}
+
+PolicyMetrics replay(const World& world, const PolicyRun& run, const ReplayOptions& options) {
+  return Replay(world, run, options).run();
+}
+
+}  // namespace joule::simulator

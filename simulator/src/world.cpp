@@ -1,0 +1,183 @@
+#include "joule/simulator/world.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "joule/estimator/device_energy_model.hpp"
+#include "joule/estimator/layer_analysis.hpp"
+#include "joule/estimator/probe_campaign.hpp"
+#include "joule/estimator/simulated_device.hpp"
+#include "joule/schedulers/job.hpp"
+
+namespace joule::simulator {
+namespace {
+
+using schedulers::UnixMillis;
+
+// SplitMix64: independent, reproducible streams from one seed.
+std::uint64_t mix(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
+  std::uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (stream * 1000003ULL + index + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+enum Stream : std::uint64_t { kProbeNoise = 1, kCampaign = 2, kJobFactor = 3 };
+
+std::string analysis_key(const TraceJob& job) { return fmt::format("{}@{}", job.model_key, job.training.batch_size); }
+
+}  // namespace
+
+Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const schedulers::Policy& policy,
+                          const WorldOptions& options) {
+  World world;
+  world.start = cluster.start;
+  world.utc_offset_minutes = cluster.utc_offset_minutes;
+  for (const auto& node : cluster.nodes) {
+    world.nodes.push_back(SimNode{node.name, node.battery, node.solar});
+    std::vector<std::string> groups = node.groups;
+    for (const auto& group : policy.groups_of(node.name))
+      if (std::find(groups.begin(), groups.end(), group) == groups.end()) groups.push_back(group);
+    for (const auto& device : node.devices)
+      world.devices.push_back(SimDevice{schedulers::DeviceRef{node.name, device.name, groups}, world.nodes.size() - 1,
+                                        device.profile, device.idle_watts});
+  }
+
+  // Jobs in submission order; each job's eligible devices; each network analysed once per batch.
+  std::vector<std::size_t> order(trace.jobs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return trace.jobs[a].at_seconds < trace.jobs[b].at_seconds; });
+  std::map<std::string, std::vector<estimator::AnalyzedLayer>> analysed;
+  std::vector<std::vector<std::size_t>> eligible(trace.jobs.size());
+  for (std::size_t j = 0; j < trace.jobs.size(); ++j) {
+    const TraceJob& job = trace.jobs[j];
+    schedulers::Constraints constraints;
+    constraints.devices = job.devices;
+    for (std::size_t d = 0; d < world.devices.size(); ++d) {
+      const auto& ref = world.devices[d].ref;
+      if (schedulers::device_allowed(constraints, ref.qualified()) || schedulers::device_allowed(constraints, ref.name))
+        eligible[j].push_back(d);
+    }
+    if (eligible[j].empty())
+      return make_error(
+          ErrorCode::invalid_argument,
+          fmt::format("{}:{}: /constraints/devices: no device of the cluster matches", trace.source, job.line),
+          fmt::format("{}:{}", trace.source, job.line));
+    const std::string key = analysis_key(job);
+    if (analysed.contains(key)) continue;
+    auto layers = estimator::analyze_model(job.model, job.training.batch_size, "/model");
+    if (!layers)
+      return make_error(
+          ErrorCode::invalid_argument,
+          fmt::format("{}:{}: {}: {}", trace.source, job.line, layers.error().where, layers.error().message),
+          fmt::format("{}:{}", trace.source, job.line));
+    analysed.emplace(key, std::move(layers).value());
+  }
+
+  // Each device's model, learnt from probes planned from the networks it may be asked to run.
+  // Campaigns are independent (own simulated hardware, own seeds), so they run on threads and
+  // the result does not depend on how many.
+  std::vector<estimator::SimulatedDevice> truths;
+  std::vector<std::size_t> probes;
+  for (const auto& node : cluster.nodes)
+    for (const auto& spec : node.devices) probes.push_back(options.probes > 0 ? options.probes : spec.probes);
+  for (const auto& device : world.devices) {
+    auto profile = estimator::find_simulated_profile(device.profile);
+    if (!profile) return profile.error();
+    truths.emplace_back(*profile, 0);
+  }
+  std::vector<std::optional<estimator::DeviceEnergyModel>> models(world.devices.size());
+  std::vector<std::string> failures(world.devices.size());
+  auto learn = [&](std::size_t d) {
+    const SimDevice& device = world.devices[d];
+    std::vector<estimator::WorkloadItem> workload;
+    std::set<std::string> seen;
+    for (std::size_t j = 0; j < trace.jobs.size(); ++j) {
+      if (std::find(eligible[j].begin(), eligible[j].end(), d) == eligible[j].end()) continue;
+      if (seen.insert(analysis_key(trace.jobs[j])).second)
+        workload.push_back(estimator::WorkloadItem{trace.jobs[j].model, trace.jobs[j].training.batch_size});
+    }
+    if (workload.empty()) return;
+    estimator::SimulatedDevice hardware(truths[d].profile(), mix(options.seed, kProbeNoise, d));
+    const estimator::NetworkMeter meter = estimator::simulated_network_meter(hardware, 5);
+    estimator::DeviceEnergyModel model(device.ref.qualified(), "simulated");
+    estimator::CampaignOptions campaign;
+    campaign.probes = probes[d];
+    campaign.seed = mix(options.seed, kCampaign, d);
+    campaign.gp.restarts = options.gp_restarts;
+    campaign.refit_every = std::max<std::size_t>(1, options.refit_every);
+    auto report = estimator::run_campaign(model, workload, meter, campaign);
+    if (!report)
+      failures[d] = report.error().message;
+    else
+      models[d] = std::move(model);
+  };
+  const std::size_t threads =
+      std::clamp<std::size_t>(options.threads, 1, std::max<std::size_t>(1, world.devices.size()));
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t d = next++; d < world.devices.size(); d = next++) learn(d);
+  };
+  std::vector<std::thread> pool;
+  for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& thread : pool) thread.join();
+  for (std::size_t d = 0; d < world.devices.size(); ++d)
+    if (!failures[d].empty())
+      world.notes.push_back(fmt::format("{}: probe campaign failed ({}); its jobs have no estimate",
+                                        world.devices[d].ref.qualified(), failures[d]));
+
+  std::map<std::string, std::size_t> no_model;  // by device
+  for (const std::size_t j : order) {
+    const TraceJob& job = trace.jobs[j];
+    SimJob sim;
+    sim.id = fmt::format("{}:{}", job.line, job.name);
+    sim.name = job.name;
+    sim.submit = world.start + static_cast<UnixMillis>(std::llround(job.at_seconds * 1000.0));
+    sim.priority = job.priority;
+    if (job.deadline_seconds)
+      sim.deadline = sim.submit + static_cast<UnixMillis>(std::llround(*job.deadline_seconds * 1000.0));
+    sim.max_energy_joules = job.max_energy_joules;
+    sim.epochs = static_cast<int>(std::min<std::int64_t>(job.training.epochs, 1'000'000));
+
+    std::mt19937_64 rng(mix(options.seed, kJobFactor, j));
+    std::normal_distribution<double> normal(0.0, options.truth_sigma);
+    const double factor = options.truth_sigma > 0.0 ? std::exp(normal(rng)) : 1.0;
+    const auto& layers = analysed.at(analysis_key(job));
+    const double steps = static_cast<double>(estimator::steps_of(job.training));
+    for (const std::size_t d : eligible[j]) {
+      JobCost cost;
+      cost.device = d;
+      const estimator::StepCost step = truths[d].step_cost(layers, job.model.loss);
+      cost.truth = TrueCost{step.joules * steps * factor, step.seconds * steps * factor};
+      if (models[d]) {
+        auto estimate = models[d]->estimate(layers, job.training);
+        if (estimate) {
+          cost.estimate = schedulers::Estimate{estimate->joules.mean, estimate->joules.std, estimate->seconds.mean};
+          if (estimate->flops_baseline_joules > 0.0) cost.flops_joules = estimate->flops_baseline_joules;
+        } else {
+          ++no_model[world.devices[d].ref.qualified()];
+        }
+      } else {
+        ++no_model[world.devices[d].ref.qualified()];
+      }
+      sim.costs.push_back(cost);
+    }
+    world.jobs.push_back(std::move(sim));
+  }
+  for (const auto& [device, count] : no_model)
+    world.notes.push_back(
+        fmt::format("{}: no estimate for {} job(s) (no model for some layer kind): placed without one", device, count));
+  return world;
+}
+
+}  // namespace joule::simulator

@@ -1,0 +1,220 @@
+// joule-sim's inputs: the cluster TOML and the JSONL trace, their errors with line numbers.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "example_models.hpp"
+#include "joule/estimator/simulated_device.hpp"
+#include "joule/schedulers/policy.hpp"
+#include "joule/simulator/cluster.hpp"
+#include "joule/simulator/trace.hpp"
+#include "joule/simulator/world.hpp"
+#include "temp_dir.hpp"
+
+namespace joule::simulator {
+namespace {
+
+const char* kCluster = R"(start = "2026-11-26T06:00:00Z"
+utc_offset_minutes = 60
+
+[[nodes]]
+name = "jetson-1"
+groups = ["edge"]
+devices = [{name = "cuda:0", profile = "jetson-orin", probes = 40, idle_watts = 4.5}]
+battery = {capacity_wh = 100, start_percent = 80}
+solar = {peak_watts = 30, sunrise_hour = 7, sunset_hour = 19}
+
+[[nodes]]
+name = "server"
+devices = [{name = "cuda:0", profile = "server-gpu"}, {name = "cuda:1", profile = "server-gpu"}]
+)";
+
+std::string problems(const std::string& text) {
+  auto parsed = parse_cluster(text, "c.toml");
+  return parsed ? "(accepted)" : parsed.error().message;
+}
+
+// A model reader over an in-memory set of files.
+ModelReader files(std::map<std::string, nlohmann::json> models) {
+  return [models = std::move(models)](const std::string& path) -> Result<nlohmann::json> {
+    auto it = models.find(path);
+    if (it == models.end()) return make_error(ErrorCode::not_found, "cannot read model spec " + path);
+    return it->second;
+  };
+}
+
+std::string trace_error(const std::string& text) {
+  auto parsed = parse_trace(text, "t.jsonl", files({{"lenet.json", testing::example_model("lenet5")}}));
+  return parsed ? "(accepted)" : parsed.error().message;
+}
+
+WorldOptions few_probes() {
+  WorldOptions options;
+  options.probes = 5;
+  return options;
+}
+
+const std::string kTraining = R"("training": {"batch_size": 32, "epochs": 1, "samples_per_epoch": 1000})";
+
+}  // namespace
+
+TEST(ClusterTest, a_cluster_file_is_read_with_defaults_filled_in) {
+  auto cluster = parse_cluster(kCluster, "c.toml");
+  ASSERT_TRUE(cluster) << cluster.error().message;
+  EXPECT_EQ(cluster->start, schedulers::parse_rfc3339("2026-11-26T06:00:00Z"));
+  EXPECT_EQ(cluster->utc_offset_minutes, 60);
+  ASSERT_EQ(cluster->nodes.size(), 2u);
+  const auto& jetson = cluster->nodes[0];
+  EXPECT_EQ(jetson.groups, std::vector<std::string>{"edge"});
+  EXPECT_EQ(jetson.devices[0].probes, 40u);
+  EXPECT_DOUBLE_EQ(jetson.devices[0].idle_watts, 4.5);
+  EXPECT_DOUBLE_EQ(jetson.battery->capacity_wh, 100.0);
+  EXPECT_DOUBLE_EQ(jetson.solar->peak_watts, 30.0);
+  const auto& server = cluster->nodes[1];
+  ASSERT_EQ(server.devices.size(), 2u);
+  EXPECT_EQ(server.devices[1].name, "cuda:1");
+  EXPECT_EQ(server.devices[1].probes, 300u);
+  EXPECT_DOUBLE_EQ(server.devices[1].idle_watts, estimator::find_simulated_profile("server-gpu")->static_watts);
+  EXPECT_FALSE(server.battery);
+}
+
+TEST(ClusterTest, every_problem_is_reported_with_its_file_and_line) {
+  const std::string text = R"([[nodes]]
+name = "a"
+devices = [{name = "cpu", profile = "cray-1"}]
+colour = "red"
+
+[[nodes]]
+name = "a"
+devices = [{name = "cpu", profile = "laptop-cpu", probes = 0}]
+solar = {peak_watts = 10}
+)";
+  const std::string message = problems(text);
+  EXPECT_NE(message.find("c.toml:3: nodes[0].devices[0].profile: no simulated profile \"cray-1\""), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("c.toml:4: unknown key nodes[0].colour"), std::string::npos) << message;
+  EXPECT_NE(message.find("c.toml:7: nodes[1].name \"a\" is used twice"), std::string::npos) << message;
+  EXPECT_NE(message.find("c.toml:8: nodes[1].devices[0].probes must be an integer from 1 to 100000"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("c.toml:9: nodes[1].solar needs a battery"), std::string::npos) << message;
+  // In line order, one per line.
+  EXPECT_LT(message.find("c.toml:3:"), message.find("c.toml:4:"));
+  EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 4);
+}
+
+TEST(ClusterTest, syntax_errors_and_missing_parts_name_the_line) {
+  EXPECT_EQ(problems("[[nodes]]\nname = \"a\"\ndevices = [\n").substr(0, 9), "c.toml:3:");
+  EXPECT_NE(problems("").find("c.toml:1: no nodes"), std::string::npos);
+  EXPECT_NE(problems("[[nodes]]\nname = \"a\"\n").find("c.toml:1: nodes[0].devices must be a non-empty array"),
+            std::string::npos);
+  EXPECT_NE(problems("start = \"yesterday\"\n[[nodes]]\nname = \"a\"\ndevices = [{name = \"cpu\", profile = "
+                     "\"laptop-cpu\"}]\n")
+                .find("c.toml:1: start \"yesterday\" is not an RFC 3339 time"),
+            std::string::npos);
+}
+
+TEST(ClusterTest, solar_power_is_a_half_sine_and_its_energy_is_integrated_in_closed_form) {
+  const SolarSpec solar{40.0, 6.0, 18.0};
+  EXPECT_DOUBLE_EQ(solar_watts(solar, 12.0), 40.0);
+  EXPECT_DOUBLE_EQ(solar_watts(solar, 5.0), 0.0);
+  EXPECT_NEAR(solar_watts(solar, 9.0), 40.0 * std::sin(std::numbers::pi / 4), 1e-9);
+  const auto midnight = schedulers::parse_rfc3339("2026-11-26T00:00:00Z").value();
+  const double day = 40.0 * 12.0 * 2.0 / std::numbers::pi * 3600.0;  // peak × length × 2/π, in joules
+  EXPECT_NEAR(solar_joules(solar, midnight, midnight + 86'400'000, 0), day, 1e-6 * day);
+  EXPECT_NEAR(solar_joules(solar, midnight, midnight + 2 * 86'400'000 + 6 * 3'600'000, 0), 2 * day, 1e-6 * day);
+  EXPECT_NEAR(solar_joules(solar, midnight, midnight + 12 * 3'600'000, 0), day / 2, 1e-6 * day);
+  // Local time: at UTC+2 the local noon is 10:00 UTC.
+  EXPECT_NEAR(solar_joules(solar, midnight, midnight + 10 * 3'600'000, 120), day / 2, 1e-6 * day);
+}
+
+TEST(TraceTest, jobs_are_read_with_models_inline_or_by_path) {
+  const std::string text = "{\"at\": 60, \"name\": \"a\", \"model\": \"lenet.json\", " + kTraining +
+                           ", \"constraints\": {\"devices\": [\"cuda:*\"], \"deadline_seconds\": 3600, "
+                           "\"max_energy_joules\": 5000}, \"priority\": 2}\n\n"
+                           "{\"at\": 0, \"model\": " +
+                           testing::example_model("mlp").dump() + ", " + kTraining + "}\n";
+  auto trace = parse_trace(text, "t.jsonl", files({{"lenet.json", testing::example_model("lenet5")}}));
+  ASSERT_TRUE(trace) << trace.error().message;
+  ASSERT_EQ(trace->jobs.size(), 2u);
+  const auto& a = trace->jobs[0];
+  EXPECT_EQ(a.name, "a");
+  EXPECT_DOUBLE_EQ(a.at_seconds, 60.0);
+  EXPECT_EQ(a.model.name, "lenet5");
+  EXPECT_EQ(a.devices, std::vector<std::string>{"cuda:*"});
+  EXPECT_EQ(a.deadline_seconds, 3600.0);
+  EXPECT_EQ(a.max_energy_joules, 5000.0);
+  EXPECT_EQ(a.priority, 2);
+  EXPECT_EQ(trace->jobs[1].name, "job-3");  // named by its line
+  EXPECT_EQ(trace->jobs[1].line, 3);
+}
+
+TEST(TraceTest, errors_name_the_line_and_the_json_pointer) {
+  const std::string ok = "{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + "}\n";
+  EXPECT_EQ(trace_error(ok + "{\"at\": 1,\n").substr(0, 16), "t.jsonl:2: not J");
+  EXPECT_EQ(trace_error(ok + "[1]\n"), "t.jsonl:2: each line must be one JSON object (a job)");
+  EXPECT_EQ(trace_error(ok + ok + "{\"at\": -1}\n"), "t.jsonl:3: /at: must be a number of seconds >= 0");
+  EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"lenet.json\", \"training\": {\"batch_size\": 0, \"epochs\": 1, "
+                        "\"samples_per_epoch\": 10}}\n"),
+            "t.jsonl:1: /training/batch_size: training batch_size must be an integer >= 1");
+  EXPECT_EQ(
+      trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"constraints\": {\"devices\": [7]}}"),
+      "t.jsonl:1: /constraints/devices/0: must be a non-empty string");
+  EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"colour\": 1}"),
+            "t.jsonl:1: /colour: unknown field (known: at, name, model, training, constraints, priority)");
+  EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"nope.json\", " + kTraining + "}"),
+            "t.jsonl:1: /model: cannot read model spec nope.json");
+  EXPECT_EQ(trace_error("{\"at\": 0, \"model\": {\"input\": {\"shape\": [4]}, \"layers\": [{\"type\": \"warp\"}]}, " +
+                        kTraining + "}")
+                .rfind("t.jsonl:1: /model/layers/0/type: ", 0),
+            0u);
+  EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining +
+                        ", \"constraints\": {\"deadline_seconds\": 0}}"),
+            "t.jsonl:1: /constraints/deadline_seconds: must be a number of seconds > 0");
+}
+
+TEST(TraceTest, a_job_no_device_can_take_is_refused_with_its_line) {
+  auto cluster = parse_cluster(kCluster, "c.toml");
+  const std::string text = "{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + "}\n" +
+                           "{\"at\": 0, \"model\": \"lenet.json\", " + kTraining +
+                           ", \"constraints\": {\"devices\": [\"tpu:*\"]}}\n";
+  auto trace = parse_trace(text, "t.jsonl", files({{"lenet.json", testing::example_model("lenet5")}}));
+  ASSERT_TRUE(trace);
+  auto world = build_world(*cluster, *trace, schedulers::Policy{}, few_probes());
+  ASSERT_FALSE(world);
+  EXPECT_EQ(world.error().message, "t.jsonl:2: /constraints/devices: no device of the cluster matches");
+}
+
+TEST(TraceTest, device_constraints_match_qualified_and_bare_names_and_groups_come_from_both_files) {
+  auto cluster = parse_cluster(kCluster, "c.toml");
+  const std::string text = "{\"at\": 0, \"model\": \"lenet.json\", " + kTraining +
+                           ", \"constraints\": {\"devices\": [\"server/cuda:1\"]}}\n" +
+                           "{\"at\": 0, \"model\": \"lenet.json\", " + kTraining +
+                           ", \"constraints\": {\"devices\": [\"cuda:0\"]}}\n";
+  auto trace = parse_trace(text, "t.jsonl", files({{"lenet.json", testing::example_model("lenet5")}}));
+  schedulers::Policy policy;
+  policy.groups.push_back({"lab", {"server"}});
+  auto world = build_world(*cluster, *trace, policy, few_probes());
+  ASSERT_TRUE(world) << world.error().message;
+  ASSERT_EQ(world->devices.size(), 3u);
+  EXPECT_EQ(world->devices[0].ref.groups, std::vector<std::string>{"edge"});
+  EXPECT_EQ(world->devices[2].ref.groups, std::vector<std::string>{"lab"});
+  ASSERT_EQ(world->jobs[0].costs.size(), 1u);
+  EXPECT_EQ(world->jobs[0].costs[0].device, 2u);
+  ASSERT_EQ(world->jobs[1].costs.size(), 2u);  // jetson-1/cuda:0 and server/cuda:0
+  EXPECT_EQ(world->jobs[1].costs[0].device, 0u);
+  EXPECT_EQ(world->jobs[1].costs[1].device, 1u);
+}
+
+TEST(TraceTest, files_are_read_relative_to_the_trace) {
+  testing::TempDir dir;
+  dir.write("models/lenet.json", testing::example_model("lenet5").dump());
+  dir.write("runs/t.jsonl", "{\"at\": 0, \"model\": \"../models/lenet.json\", " + kTraining + "}\n");
+  auto trace = load_trace(dir / "runs/t.jsonl");
+  ASSERT_TRUE(trace) << trace.error().message;
+  EXPECT_EQ(trace->jobs[0].model.name, "lenet5");
+  EXPECT_FALSE(load_trace(dir / "missing.jsonl"));
+}
+
+}  // namespace joule::simulator

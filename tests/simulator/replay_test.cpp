@@ -1,0 +1,248 @@
+// The replay on hand-made worlds whose every figure can be checked by hand.
+
+#include "joule/simulator/replay.hpp"
+
+#include <gtest/gtest.h>
+
+#include "example_models.hpp"
+#include "joule/simulator/report.hpp"
+
+namespace joule::simulator {
+namespace {
+
+using schedulers::UnixMillis;
+
+const UnixMillis kStart = schedulers::parse_rfc3339("2026-11-26T00:00:00Z").value();
+constexpr double kHour = 3600.0;
+
+// A job's cost on a device: the estimate is exact (std 0), so every decision is hand-checkable.
+JobCost on(std::size_t device, double joules, double seconds) {
+  JobCost cost;
+  cost.device = device;
+  cost.estimate = schedulers::Estimate{joules, 0.0, seconds};
+  cost.flops_joules = joules;
+  cost.truth = TrueCost{joules, seconds};
+  return cost;
+}
+
+SimJob job(std::string id, double at_seconds, std::vector<JobCost> costs) {
+  SimJob out;
+  out.id = out.name = std::move(id);
+  out.submit = kStart + static_cast<UnixMillis>(at_seconds * 1000.0);
+  out.costs = std::move(costs);
+  return out;
+}
+
+World world_of(std::vector<std::string> devices, std::vector<SimJob> jobs) {
+  World world;
+  world.start = kStart;
+  world.nodes.push_back(SimNode{"n1", std::nullopt, std::nullopt});
+  for (auto& name : devices) world.devices.push_back(SimDevice{{"n1", name, {}}, 0, "test", 0.0});
+  world.jobs = std::move(jobs);
+  return world;
+}
+
+PolicyRun min_energy(schedulers::Policy policy = {}) {
+  return PolicyRun{"min-energy", policy, Knowledge::estimates, true};
+}
+
+PolicyRun fifo(schedulers::Policy policy = {}) {
+  policy.objective = schedulers::Objective::fifo;
+  policy.admission = false;
+  return PolicyRun{"fifo", policy, Knowledge::none, false};
+}
+
+schedulers::Policy with_budget(double joules, schedulers::BudgetWindow window) {
+  schedulers::Policy policy;
+  policy.budgets.push_back(schedulers::EnergyBudget{"b", {schedulers::Scope::cluster, ""}, joules, window});
+  return policy;
+}
+
+// A battery node with one device, and a floor at 40 % (throttling from 45 %).
+World battery_world(std::optional<SolarSpec> solar) {
+  World world = world_of({"a"}, {job("j1", 0, {on(0, 2100.0, 210.0)})});
+  world.nodes[0].battery = BatterySpec{1.0, 100.0};  // 3600 J
+  world.nodes[0].solar = solar;
+  return world;
+}
+schedulers::Policy battery_floor() {
+  schedulers::Policy policy;
+  policy.battery_floors.push_back({"floor", {schedulers::Scope::node, "n1"}, 40.0, 5.0});
+  return policy;
+}
+
+nlohmann::json deterministic(const PolicyMetrics& metrics) {
+  nlohmann::json json = to_json(metrics);
+  json.erase("wall_seconds");
+  json["placement"].erase("placer_wall_seconds");
+  json["placement"].erase("passes_per_second");
+  return json;
+}
+
+}  // namespace
+
+TEST(ReplayTest, min_energy_waits_for_the_efficient_device_and_the_figures_add_up) {
+  // j1 and j2 at t=0 cost 100 J on a and 300 J on b (10 s each); j3 at t=5 runs on a only.
+  const World world =
+      world_of({"a", "b"}, {job("j1", 0, {on(0, 100, 10), on(1, 300, 10)}),
+                            job("j2", 0, {on(0, 100, 10), on(1, 300, 10)}), job("j3", 5, {on(0, 100, 10)})});
+  // min-energy: everything on a, one after the other: starts at 0, 10, 20.
+  const PolicyMetrics m = replay(world, min_energy());
+  EXPECT_EQ(m.completed, 3u);
+  EXPECT_DOUBLE_EQ(m.energy_joules, 300.0);
+  EXPECT_DOUBLE_EQ(m.energy_per_completed_job_joules, 100.0);
+  EXPECT_DOUBLE_EQ(m.makespan_seconds, 30.0);
+  EXPECT_DOUBLE_EQ(m.wait_mean_seconds, (0.0 + 10.0 + 15.0) / 3.0);
+  EXPECT_DOUBLE_EQ(m.wait_p95_seconds, 14.5);  // linear between the ranked waits 10 and 15
+  EXPECT_EQ(m.devices.at("n1/a").jobs, 3u);
+  EXPECT_DOUBLE_EQ(m.devices.at("n1/a").busy_seconds, 30.0);
+  EXPECT_EQ(m.devices.at("n1/b").jobs, 0u);
+  EXPECT_EQ(m.end_reason, "all jobs done");
+  EXPECT_TRUE(m.violations.empty());
+
+  // fifo: j1 on a, j2 on b at once; j3 waits for a until t=10.
+  const PolicyMetrics f = replay(world, fifo());
+  EXPECT_DOUBLE_EQ(f.energy_joules, 500.0);
+  EXPECT_DOUBLE_EQ(f.makespan_seconds, 20.0);
+  EXPECT_DOUBLE_EQ(f.wait_mean_seconds, 5.0 / 3.0);
+  EXPECT_EQ(f.devices.at("n1/b").jobs, 1u);
+}
+
+TEST(ReplayTest, a_deadline_sends_a_job_to_the_costlier_free_device) {
+  SimJob late = job("j2", 0, {on(0, 100, 10), on(1, 300, 10)});
+  late.deadline = kStart + 15'000;  // waiting for a would finish at 20 s
+  const World world = world_of({"a", "b"}, {job("j1", 0, {on(0, 100, 10), on(1, 300, 10)}), late});
+  const PolicyMetrics m = replay(world, min_energy());
+  EXPECT_DOUBLE_EQ(m.energy_joules, 400.0);
+  EXPECT_EQ(m.deadline_misses, 0u);
+  EXPECT_DOUBLE_EQ(m.makespan_seconds, 10.0);
+}
+
+TEST(ReplayTest, calendar_budget_violations_count_windows_over_their_limit_with_energy_split_at_midnight) {
+  // 100 J jobs at 00:00, 01:00 and 23:59:10 (half of it after midnight), a 150 J day budget.
+  const World world = world_of({"a"}, {job("j1", 0, {on(0, 100, 100)}), job("j2", kHour, {on(0, 100, 100)}),
+                                       job("j3", 86350, {on(0, 100, 100)})});
+  const auto policy = with_budget(150.0, {schedulers::BudgetWindow::Kind::day});
+  const PolicyMetrics f = replay(world, fifo(policy));
+  ASSERT_EQ(f.violations.size(), 1u);  // day 1: 250 J; day 2: 50 J
+  EXPECT_NEAR(f.violations[0].spent_joules, 250.0, 1e-9);
+  EXPECT_NEAR(f.max_overrun_joules, 100.0, 1e-9);
+  EXPECT_EQ(f.violations[0].window_start, kStart);
+
+  // Admission holds j2 until midnight and j3 until the day after: no window overrun.
+  const PolicyMetrics m = replay(world, min_energy(policy));
+  EXPECT_TRUE(m.violations.empty());
+  EXPECT_EQ(m.completed, 3u);
+  EXPECT_DOUBLE_EQ(m.energy_joules, 300.0);
+  EXPECT_DOUBLE_EQ(m.makespan_seconds, 2 * 86400.0 + 100.0);
+  EXPECT_DOUBLE_EQ(m.wait_mean_seconds, (0.0 + (86400.0 - kHour) + (2 * 86400.0 - 86350.0)) / 3.0);
+}
+
+TEST(ReplayTest, rolling_budget_violations_are_counted_once_per_episode) {
+  // Two 100 J jobs 200 s apart overrun a 150 J hourly window once; a third, hours later, does not.
+  const World world = world_of(
+      {"a"}, {job("j1", 0, {on(0, 100, 100)}), job("j2", 200, {on(0, 100, 100)}), job("j3", 10000, {on(0, 100, 100)})});
+  schedulers::BudgetWindow hourly{schedulers::BudgetWindow::Kind::rolling, 3600};
+  const PolicyMetrics f = replay(world, fifo(with_budget(150.0, hourly)));
+  ASSERT_EQ(f.violations.size(), 1u);
+  EXPECT_NEAR(f.max_overrun_joules, 50.0, 1e-9);
+  EXPECT_TRUE(replay(world, min_energy(with_budget(150.0, hourly))).violations.empty());
+}
+
+TEST(ReplayTest, a_throttle_pause_stops_progress_and_energy_until_the_battery_recovers) {
+  ReplayOptions options;
+  options.tick_seconds = 10.0;
+  // 2100 J at 10 W from a 3600 J battery: at 200 s the charge is 44 %, within the 5-point margin
+  // of the 40 % floor, so the job is paused with 100 J still to run. Without sun it never resumes.
+  const PolicyMetrics dark = replay(battery_world(std::nullopt), min_energy(battery_floor()), options);
+  EXPECT_EQ(dark.completed, 0u);
+  EXPECT_EQ(dark.started_not_completed, 1u);
+  EXPECT_NEAR(dark.energy_joules, 2000.0, 1e-6);
+  EXPECT_EQ(dark.throttle_actions.at("pause"), 1u);
+  EXPECT_NEAR(dark.battery_min_percent.at("n1"), 100.0 * 1600.0 / 3600.0, 1e-6);
+  EXPECT_EQ(dark.end_reason, "nothing can progress");
+
+  // With a panel, the morning sun brings the charge back over 47 % and the job finishes.
+  const PolicyMetrics sunny = replay(battery_world(SolarSpec{10.0, 6.0, 18.0}), min_energy(battery_floor()), options);
+  EXPECT_EQ(sunny.completed, 1u);
+  EXPECT_NEAR(sunny.energy_joules, 2100.0, 1e-6);
+  EXPECT_EQ(sunny.throttle_actions.at("pause"), 1u);
+  EXPECT_EQ(sunny.throttle_actions.at("resume"), 1u);
+  EXPECT_GT(sunny.makespan_seconds, 6 * kHour);
+  EXPECT_EQ(sunny.floor_violation_seconds.at("floor"), 0.0);
+
+  // fifo knows no floor: it runs the job through, below the floor's throttling margin.
+  const PolicyMetrics blind = replay(battery_world(std::nullopt), fifo(battery_floor()), options);
+  EXPECT_EQ(blind.completed, 1u);
+  EXPECT_EQ(blind.throttle_action_count, 0u);
+}
+
+TEST(ReplayTest, the_horizon_ends_a_replay_with_the_unfinished_work_counted) {
+  const World world = world_of({"a"}, {job("j1", 0, {on(0, 100, 7200)}), job("j2", 60, {on(0, 100, 10)})});
+  ReplayOptions options;
+  options.horizon_hours = 1.0;
+  const PolicyMetrics m = replay(world, min_energy(), options);
+  EXPECT_EQ(m.end_reason, "horizon");
+  EXPECT_EQ(m.completed, 0u);
+  EXPECT_EQ(m.started_not_completed, 1u);
+  EXPECT_EQ(m.never_started, 1u);
+  EXPECT_NEAR(m.energy_joules, 50.0, 1e-9);
+  EXPECT_EQ(m.ended_at, kStart + 3'600'000);
+}
+
+TEST(ReplayTest, the_standard_runs_are_the_policy_and_the_five_baselines) {
+  const auto runs = standard_runs(schedulers::Policy{});
+  std::vector<std::string> names;
+  for (const auto& run : runs) names.push_back(run.name);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"min-energy", "fifo", "round-robin", "least-loaded", "flops-greedy", "oracle"}));
+  for (std::size_t i = 1; i <= 3; ++i) {
+    EXPECT_FALSE(runs[i].policy.admission);
+    EXPECT_EQ(runs[i].knowledge, Knowledge::none);
+  }
+  EXPECT_TRUE(runs[4].policy.admission);
+  EXPECT_EQ(runs[5].knowledge, Knowledge::truth);
+  EXPECT_EQ(runs[5].policy.objective, schedulers::Objective::min_energy);
+}
+
+TEST(ReplayTest, a_seed_fixes_the_world_and_every_run) {
+  auto cluster = parse_cluster(R"([[nodes]]
+name = "n"
+devices = [{name = "cuda:0", profile = "jetson-orin", probes = 40}, {name = "cpu", profile = "laptop-cpu", probes = 40}]
+)",
+                               "c.toml");
+  std::string text;
+  for (int i = 0; i < 6; ++i)
+    text += nlohmann::json{{"at", 30 * i},
+                           {"model", testing::example_model(i % 2 ? "mlp" : "lenet5")},
+                           {"training", {{"batch_size", 32 << (i % 3)}, {"epochs", 2}, {"samples_per_epoch", 20000}}}}
+                .dump() +
+            "\n";
+  auto trace = parse_trace(text, "t.jsonl", nullptr);
+  ASSERT_TRUE(cluster && trace);
+  auto build = [&](std::uint64_t seed, std::size_t threads) {
+    WorldOptions options;
+    options.seed = seed;
+    options.threads = threads;
+    return build_world(*cluster, *trace, schedulers::Policy{}, options).value();
+  };
+  const World a = build(3, 1), b = build(3, 2), c = build(4, 1);
+  int estimated = 0;
+  for (std::size_t j = 0; j < a.jobs.size(); ++j)
+    for (std::size_t k = 0; k < a.jobs[j].costs.size(); ++k) {
+      const auto& ea = a.jobs[j].costs[k].estimate;
+      const auto& eb = b.jobs[j].costs[k].estimate;
+      ASSERT_EQ(ea.has_value(), eb.has_value());
+      if (ea) {
+        EXPECT_EQ(ea->joules_mean, eb->joules_mean);
+      }
+      estimated += ea ? 1 : 0;
+      EXPECT_EQ(a.jobs[j].costs[k].truth.joules, b.jobs[j].costs[k].truth.joules);
+      EXPECT_NE(a.jobs[j].costs[k].truth.joules, c.jobs[j].costs[k].truth.joules);
+    }
+  EXPECT_GT(estimated, 0);
+  for (const auto& run : standard_runs(schedulers::Policy{}))
+    EXPECT_EQ(deterministic(replay(a, run)), deterministic(replay(b, run))) << run.name;
+}
+
+}  // namespace joule::simulator

@@ -1,0 +1,87 @@
+// The shipped scenarios (simulator/scenarios/*): each parses, replays, and min-energy at the
+// policy's default risk overruns no budget, leaves no job behind and runs nothing below a
+// battery floor. The figures themselves are the benchmark's (bench/sim_scenarios.sh), not
+// asserted here.
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "joule/config/policy_config.hpp"
+#include "joule/simulator/replay.hpp"
+#include "joule/simulator/world.hpp"
+
+namespace joule::simulator {
+namespace {
+
+struct Scenario {
+  ClusterSpec cluster;
+  Trace trace;
+  schedulers::Policy policy;
+};
+
+Scenario load(const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::path(JOULE_SOURCE_DIR) / "simulator/scenarios" / name;
+  std::ifstream in(dir / "policy.toml");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto policy = config::parse_policy_files({{"policy.toml", text.str()}});
+  auto cluster = load_cluster(dir / "cluster.toml");
+  auto trace = load_trace(dir / "trace.jsonl");
+  if (!policy || !cluster || !trace)
+    throw std::runtime_error(!policy    ? policy.error().message
+                             : !cluster ? cluster.error().message
+                                        : trace.error().message);
+  return Scenario{*cluster, *trace, policy->policy};
+}
+
+const PolicyRun& run_named(const std::vector<PolicyRun>& runs, const std::string& name) {
+  for (const auto& run : runs)
+    if (run.name == name) return run;
+  throw std::runtime_error("no run " + name);
+}
+
+class ScenarioTest : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+TEST_P(ScenarioTest, min_energy_at_the_default_risk_keeps_every_budget_and_floor) {
+  const Scenario scenario = load(GetParam());
+  ASSERT_EQ(scenario.policy.risk, 0.05) << "the shipped policies use the default risk";
+  WorldOptions options;
+  options.threads = 2;
+  // Each device learns from the scenario's own probe count; refitting the GPs every 30 probes
+  // instead of jouled's 10 keeps the test to a second or two (the benchmark uses 10).
+  options.refit_every = 30;
+  auto world = build_world(scenario.cluster, scenario.trace, scenario.policy, options);
+  ASSERT_TRUE(world) << world.error().message;
+  EXPECT_EQ(world->jobs.size(), scenario.trace.jobs.size());
+
+  const auto runs = standard_runs(scenario.policy);
+  const PolicyMetrics policy = replay(*world, runs.front());
+  EXPECT_EQ(policy.objective, "min-energy");
+  EXPECT_TRUE(policy.violations.empty()) << policy.violations.size() << " budget windows overrun, the worst by "
+                                         << policy.max_overrun_joules << " J";
+  EXPECT_EQ(policy.completed, policy.jobs) << policy.end_reason;
+  EXPECT_EQ(policy.rejected, 0u);
+  for (const auto& [floor, seconds] : policy.floor_violation_seconds) EXPECT_EQ(seconds, 0.0) << floor;
+  for (const auto& [node, seconds] : policy.battery_empty_seconds) EXPECT_EQ(seconds, 0.0) << node;
+
+  // The scenario is a real test of the policy: some baseline that ignores energy breaks a
+  // budget or a floor, or uses more energy.
+  const PolicyMetrics blind = replay(*world, run_named(runs, "round-robin"));
+  double blind_floor_seconds = 0.0;
+  for (const auto& [floor, seconds] : blind.floor_violation_seconds) blind_floor_seconds += seconds;
+  EXPECT_TRUE(!blind.violations.empty() || blind_floor_seconds > 0.0 || blind.energy_joules > policy.energy_joules);
+  EXPECT_EQ(blind.completed, blind.jobs);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shipped, ScenarioTest, ::testing::Values("mixed-fleet", "solar-edge", "burst"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+}  // namespace joule::simulator
