@@ -73,14 +73,32 @@ void BudgetService::update_running(const std::string& job, sched::UnixMillis sta
   ledger_.update_running(job, start, now, used_joules, still_expected);
 }
 
+namespace {
+adapters::StoredEnergyUse to_row(const sched::EnergyUse& use) {
+  return adapters::StoredEnergyUse{use.device.node, use.device.name, use.work, use.start, use.end, use.joules,
+                                   use.source};
+}
+}  // namespace
+
 void BudgetService::settle(const std::string& job, std::optional<adapters::StoredEnergyUse> metered) {
   throttle_.forget(job);
-  if (!metered) {
-    ledger_.settle(job, std::nullopt);
-    return;
+  std::optional<sched::EnergyUse> use;
+  if (metered) use = to_use(*metered, policy_.groups_of(metered->node));
+  if (auto recorded = ledger_.settle(job, use)) store(to_row(*recorded));
+}
+
+void BudgetService::pause_running(const std::string& job, sched::UnixMillis now, const std::string& source) {
+  if (auto stretch = ledger_.pause_running(job, now)) {
+    auto row = to_row(*stretch);
+    row.source = source;
+    store(row);
   }
-  ledger_.settle(job, to_use(*metered, policy_.groups_of(metered->node)));
-  storage_.submit([row = *metered](adapters::Database& db) { return db.insert_energy_use(row); },
+}
+
+void BudgetService::resume_running(const std::string& job, sched::UnixMillis now) { ledger_.resume_running(job, now); }
+
+void BudgetService::store(const adapters::StoredEnergyUse& row) {
+  storage_.submit([row](adapters::Database& db) { return db.insert_energy_use(row); },
                   [](Status status) {
                     if (!status) spdlog::error("budget ledger: {}", status.error().message);
                   });
@@ -88,10 +106,7 @@ void BudgetService::settle(const std::string& job, std::optional<adapters::Store
 
 void BudgetService::record(const adapters::StoredEnergyUse& use) {
   ledger_.record(to_use(use, policy_.groups_of(use.node)));
-  storage_.submit([row = use](adapters::Database& db) { return db.insert_energy_use(row); },
-                  [](Status status) {
-                    if (!status) spdlog::error("budget ledger: {}", status.error().message);
-                  });
+  store(use);
 }
 
 std::vector<sched::ThrottleAction> BudgetService::throttle(sched::UnixMillis now,

@@ -767,11 +767,18 @@ void JobService::apply(const schedulers::ThrottleAction& action) {
       // only a SIGCONT for the next one to send on adoption, which needs no cgroup path.
       if (!job.pauser) job.pauser = std::make_unique<adapters::JobPauser>(pgid, std::nullopt);
       done = job.pauser->pause();
-      if (done) job.paused = true;
+      if (done) {
+        job.paused = true;
+        const Device* device = find_device(job.row.device);
+        budgets_.pause_running(job.row.id, now_ms(), device ? std::string(device->meter->source()) : std::string());
+      }
       break;
     case Kind::resume:
       done = job.pauser ? job.pauser->resume() : adapters::signal_process_group(pgid, SIGCONT);
-      if (done) job.paused = false;
+      if (done) {
+        job.paused = false;
+        budgets_.resume_running(job.row.id, now_ms());
+      }
       break;
     case Kind::cpu_quota:
       if (!job.cgroup) {

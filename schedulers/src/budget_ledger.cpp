@@ -62,20 +62,55 @@ void BudgetLedger::set_budgets(std::vector<EnergyBudget> budgets) { budgets_ = s
 void BudgetLedger::record(EnergyUse use) { uses_.push_back(std::move(use)); }
 
 void BudgetLedger::reserve(const std::string& job, const DeviceRef& device, EnergyDistribution expected) {
-  jobs_[job] = Running{device, expected, std::nullopt};
+  Running running;
+  running.device = device;
+  running.expected = expected;
+  jobs_[job] = std::move(running);
 }
 
 void BudgetLedger::update_running(const std::string& job, UnixMillis start, UnixMillis now, double used_joules,
                                   EnergyDistribution still_expected) {
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return;
-  it->second.expected = still_expected;
-  it->second.so_far = EnergyUse{it->second.device, job, start, now, used_joules, {}};
+  Running& running = it->second;
+  running.expected = still_expected;
+  if (running.paused) return;
+  running.so_far = EnergyUse{running.device, job, running.stretch_start.value_or(start), now,
+                             std::max(0.0, used_joules - running.recorded_joules), {}};
 }
 
-void BudgetLedger::settle(const std::string& job, std::optional<EnergyUse> metered) {
-  jobs_.erase(job);
-  if (metered) record(std::move(*metered));
+std::optional<EnergyUse> BudgetLedger::pause_running(const std::string& job, UnixMillis now) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end() || it->second.paused) return std::nullopt;
+  Running& running = it->second;
+  running.paused = true;
+  if (!running.so_far) return std::nullopt;
+  EnergyUse stretch = *running.so_far;
+  stretch.end = std::max(stretch.start, now);
+  running.recorded_joules += stretch.joules;
+  running.so_far.reset();
+  record(stretch);
+  return stretch;
+}
+
+void BudgetLedger::resume_running(const std::string& job, UnixMillis now) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return;
+  it->second.paused = false;
+  it->second.stretch_start = now;
+}
+
+std::optional<EnergyUse> BudgetLedger::settle(const std::string& job, std::optional<EnergyUse> metered) {
+  const auto it = jobs_.find(job);
+  if (metered && it != jobs_.end() && it->second.recorded_joules > 0.0) {
+    // The last stretch: from the last resume, with what the earlier stretches did not count.
+    if (it->second.stretch_start) metered->start = std::min(*it->second.stretch_start, metered->end);
+    metered->joules = std::max(0.0, metered->joules - it->second.recorded_joules);
+  }
+  if (it != jobs_.end()) jobs_.erase(it);
+  if (!metered) return std::nullopt;
+  record(*metered);
+  return metered;
 }
 
 std::pair<UnixMillis, UnixMillis> BudgetLedger::calendar_window(BudgetWindow::Kind kind, UnixMillis now) const {

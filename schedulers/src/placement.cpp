@@ -128,6 +128,7 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
       UnixMillis finish = 0;
     };
     Choice best;          // feasible
+    Choice best_free;     // feasible and free now
     Choice late;          // feasible but for the deadline: used when no device can meet it
     std::size_t eligible = 0;
 
@@ -274,6 +275,9 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
       const double slot_score = meets_deadline ? score : static_cast<double>(finish);
       if (slot_score < slot.score || (slot_score == slot.score && tie < slot.tie))
         slot = Choice{&candidate, estimate, slot_score, tie, finish};
+      if (meets_deadline && view.free &&
+          (score < best_free.score || (score == best_free.score && tie < best_free.tie)))
+        best_free = Choice{&candidate, estimate, score, tie, finish};
       if (!meets_deadline) {
         WaitReason why{WaitReason::Kind::deadline,
                        fmt::format("on {} it would finish at {}, after its deadline {}", where, format_rfc3339(finish),
@@ -283,6 +287,14 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
       }
     }
 
+    // Waiting for a busy device is worth it only if it is cheaper beyond what the estimates can
+    // tell apart (1 sigma of the difference): otherwise take the free one now.
+    if (objective == Objective::min_energy && best.candidate && best_free.candidate &&
+        best.candidate != best_free.candidate && !views[best.candidate->device].free && best.estimate &&
+        best_free.estimate) {
+      const double spread = std::hypot(best.estimate->joules_std, best_free.estimate->joules_std);
+      if (best_free.score - best.score <= spread) best = best_free;
+    }
     bool misses_deadline = false;
     if (!best.candidate && late.candidate) {
       // No device can meet the deadline any more: a late result beats none, so take the

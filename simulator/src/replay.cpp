@@ -464,9 +464,11 @@ class Replay {
         log(now, fmt::format("{} {}: {}", schedulers::to_string(action.kind), action.job, action.reason));
         if (action.kind == schedulers::ThrottleAction::Kind::pause && !job.paused) {
           close_segment(job, now);
+          ledger_.pause_running(job.pending.id, now);
           job.paused = true;
         } else if (action.kind == schedulers::ThrottleAction::Kind::resume && job.paused) {
           job.segment_start = now;
+          ledger_.resume_running(job.pending.id, now);
           job.paused = false;
         }
       }

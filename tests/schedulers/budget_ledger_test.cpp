@@ -135,3 +135,32 @@ TEST(BudgetLedgerTest, prune_keeps_what_the_longest_window_still_counts) {
 
 }  // namespace
 }  // namespace joule::schedulers
+
+namespace joule::schedulers {
+namespace {
+
+TEST(BudgetLedgerTest, a_paused_job_counts_its_energy_in_the_stretches_it_ran) {
+  // 100 J from 22:00 to 23:00, paused until 01:00, then 60 J until 02:00: the first day gets
+  // 100 J, the second 60 J (spread over the whole run it would have been 32 + 128).
+  BudgetLedger ledger;
+  ledger.set_budgets({EnergyBudget{"daily", ScopeTarget{Scope::cluster, ""}, 1000.0, BudgetWindow{BudgetWindow::Kind::day}}});
+  const DeviceRef cpu{"n1", "cpu", {}};
+  const UnixMillis start = parse_rfc3339("2026-11-26T22:00:00Z").value();
+  ledger.reserve("a", cpu, EnergyDistribution::from_std(200.0, 20.0));
+  ledger.update_running("a", start, start + 3'600'000, 100.0, {});
+  const auto stretch = ledger.pause_running("a", start + 3'600'000);
+  ASSERT_TRUE(stretch);
+  EXPECT_EQ(stretch->joules, 100.0);
+  ledger.update_running("a", start, start + 7'000'000, 100.0, {});  // paused: nothing moves
+  ledger.resume_running("a", start + 3 * 3'600'000);
+  ledger.update_running("a", start, start + 3 * 3'600'000 + 1000, 100.5, {});
+  const auto last = ledger.settle("a", EnergyUse{cpu, "a", start, start + 4 * 3'600'000, 160.0, "rapl"});
+  ASSERT_TRUE(last);
+  EXPECT_EQ(last->start, start + 3 * 3'600'000);
+  EXPECT_NEAR(last->joules, 60.0, 1e-9);
+  EXPECT_NEAR(ledger.states(start + 3'600'000 + 1)[0].spent_joules, 100.0, 1e-9);
+  EXPECT_NEAR(ledger.states(start + 4 * 3'600'000)[0].spent_joules, 60.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace joule::schedulers

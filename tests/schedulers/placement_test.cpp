@@ -297,3 +297,28 @@ TEST(PlacementTest, never_fits_compares_with_whole_budgets_deadlines_and_max_ene
 
 }  // namespace
 }  // namespace joule::schedulers
+
+namespace joule::schedulers {
+namespace {
+
+TEST(PlacementTest, min_energy_takes_a_free_device_the_estimates_cannot_tell_from_the_busy_best) {
+  // Two alike devices: the busy one looks 3 % cheaper, well within the estimates' spread.
+  Pass alike{{}, {device("jetson-1"), device("jetson-2")}, {}};
+  alike.devices[0].busy = true;
+  alike.devices[0].busy_until = kNow + 600'000;
+  alike.jobs = {job("a", {on(0, 970.0, 60.0, 80.0), on(1, 1000.0, 60.0, 80.0)})};
+  ASSERT_EQ(alike.run().placements.size(), 1u);
+  EXPECT_EQ(alike.run().placements.at(0).device, 1u);
+
+  // Clearly cheaper beyond the spread: waiting for it is worth it.
+  Pass clear{{}, {device("gpu"), device("cpu")}, {}};
+  clear.devices[0].busy = true;
+  clear.devices[0].busy_until = kNow + 600'000;
+  clear.jobs = {job("a", {on(0, 300.0, 60.0, 30.0), on(1, 1000.0, 60.0, 80.0)})};
+  const auto result = clear.run();
+  EXPECT_TRUE(result.placements.empty());
+  EXPECT_EQ(reason_of(result, "a").kind, WaitReason::Kind::device_busy);
+}
+
+}  // namespace
+}  // namespace joule::schedulers

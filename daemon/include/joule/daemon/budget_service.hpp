@@ -48,6 +48,9 @@ class BudgetService {
   void reserve(const std::string& job, const std::string& device, schedulers::EnergyDistribution expected);
   void update_running(const std::string& job, schedulers::UnixMillis start, schedulers::UnixMillis now,
                       double used_joules, schedulers::EnergyDistribution still_expected);
+  /// A job paused or resumed by throttling: the ledger counts its energy in stretches.
+  void pause_running(const std::string& job, schedulers::UnixMillis now, const std::string& source);
+  void resume_running(const std::string& job, schedulers::UnixMillis now);
   /// Ends a job's reservation and, when it was metered, records and stores its energy.
   void settle(const std::string& job, std::optional<adapters::StoredEnergyUse> metered);
   /// Records and stores the metered energy of probing.
@@ -65,6 +68,8 @@ class BudgetService {
   void publish(schedulers::UnixMillis now);
 
  private:
+  void store(const adapters::StoredEnergyUse& row);
+
   adapters::StorageWriter& storage_;
   Metrics& metrics_;
   std::string node_;

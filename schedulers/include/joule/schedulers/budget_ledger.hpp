@@ -60,8 +60,14 @@ class BudgetLedger {
   /// expected to use (from its projection). Replaces the job's previous figures.
   void update_running(const std::string& job, UnixMillis start, UnixMillis now, double used_joules,
                       EnergyDistribution still_expected);
-  /// Ends a job's reservation; records its metered use when there is one.
-  void settle(const std::string& job, std::optional<EnergyUse> metered);
+  /// A running job is paused: what it used since it last started counts from then to `now`
+  /// (not spread over the pause). Returns that stretch, recorded, for the caller to store.
+  std::optional<EnergyUse> pause_running(const std::string& job, UnixMillis now);
+  /// A paused job runs again: its next stretch starts `now`.
+  void resume_running(const std::string& job, UnixMillis now);
+  /// Ends a job's reservation; records its metered use when there is one (`metered` covers the
+  /// whole run; the stretches recorded at pauses are taken off). Returns what was recorded.
+  std::optional<EnergyUse> settle(const std::string& job, std::optional<EnergyUse> metered);
   bool has_reservation(const std::string& job) const { return jobs_.contains(job); }
 
   /// Every budget's state at `now`, in policy order.
@@ -81,7 +87,10 @@ class BudgetLedger {
   struct Running {
     DeviceRef device;
     EnergyDistribution expected;  ///< still to come
-    std::optional<EnergyUse> so_far;
+    std::optional<EnergyUse> so_far;  ///< the current stretch (since the start or the last resume)
+    double recorded_joules = 0.0;     ///< stretches already recorded at pauses
+    std::optional<UnixMillis> stretch_start;
+    bool paused = false;
   };
   double spent_in(const EnergyBudget& budget, UnixMillis from, UnixMillis to) const;
 
