@@ -274,7 +274,10 @@ int run_daemon(const CommandLine& command_line) {
 
   Api api(jobs, metrics);
   api.set_token_hashes(config.token_sha256);
-  ModelService models(io, storage, metrics, [&] { api.set_models(models.models()); });
+  ModelService models(io, storage, metrics, [&] {
+    api.set_models(models.models());
+    jobs.refresh_estimates();
+  });
   jobs.set_model_info([&](const std::string& device) { return models.model_info(device); });
   jobs.set_estimator([&](const schedulers::JobSpec& spec) {
     std::vector<std::string> names;

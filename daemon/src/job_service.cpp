@@ -400,6 +400,28 @@ std::optional<schedulers::EnergyDistribution> JobService::estimate_on(const Job&
   return std::nullopt;
 }
 
+void JobService::refresh_estimates(std::size_t limit) {
+  if (!estimator_ || !scheduling_) return;
+  std::vector<adapters::StoredJob> changed;
+  for (const auto& id : queue_.first(limit)) {
+    Job& job = *jobs_.at(id);
+    if (!job.spec.model || !job.spec.training) continue;
+    std::string estimate = estimator_(job.spec).dump();
+    if (estimate == job.row.estimate_json) continue;
+    job.row.estimate_json = std::move(estimate);
+    job.pending = pending_job(id, job.spec, job.row.estimate_json);
+    changed.push_back(job.row);
+  }
+  if (changed.empty()) return;
+  spdlog::info("estimated {} queued job{} again with the new energy model", changed.size(), changed.size() == 1 ? "" : "s");
+  persist([rows = std::move(changed)](adapters::Database& db) -> Status {
+    for (const auto& row : rows)
+      if (auto s = db.update_job(row); !s) return s;
+    return {};
+  });
+  schedule();
+}
+
 void JobService::set_policy(schedulers::Policy policy) {
   budgets_.set_policy(std::move(policy));
   budgets_.publish(now_ms());

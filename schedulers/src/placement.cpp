@@ -46,6 +46,13 @@ int precedence(WaitReason::Kind kind) {
   return 9;
 }
 
+// Cantelli's bound, P(X - mean >= t) <= var / (var + t^2), holds for any distribution: when it is
+// already below the risk the log-normal need not be evaluated.
+bool surely_within(const EnergyDistribution& energy, double limit, double risk) {
+  const double t = limit - energy.mean_joules;
+  return t > 0.0 && energy.variance / (energy.variance + t * t) < risk;
+}
+
 bool waits_for_best(Objective objective) {
   return objective == Objective::min_energy || objective == Objective::min_edp ||
          objective == Objective::earliest_finish || objective == Objective::flops_greedy;
@@ -113,6 +120,12 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
     ++result.considered;
 
     std::optional<WaitReason> reason;
+    // Whether a reason of this kind could replace the one noted (so it is worth formatting).
+    auto wants = [&](WaitReason::Kind kind) { return !reason || precedence(kind) <= precedence(reason->kind); };
+    // A budget reason's retry time is worked out once, after the devices, for the budget and
+    // deficit of the reason kept (frees_by scans the ledger).
+    std::size_t budget_index = 0;
+    double budget_deficit = 0.0;
     auto note_reason = [&](WaitReason candidate) {
       if (!reason || precedence(candidate.kind) < precedence(reason->kind) ||
           (candidate.kind == reason->kind && candidate.retry_at &&
@@ -135,15 +148,17 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
     for (const Candidate& candidate : job->candidates) {
       const DeviceStatus& device = devices[candidate.device];
       DeviceView& view = views[candidate.device];
-      const std::string where = device.ref.qualified();
+      auto where = [&] { return device.ref.qualified(); };
       if (!device.accepts_work) {
-        note_reason({WaitReason::Kind::unavailable, fmt::format("{} accepts no work now", where), where});
+        if (wants(WaitReason::Kind::unavailable))
+          note_reason({WaitReason::Kind::unavailable, fmt::format("{} accepts no work now", where()), where()});
         continue;
       }
       ++eligible;
       const bool baseline = !waits_for_best(objective);
       if (baseline && !view.free) {
-        note_reason({WaitReason::Kind::no_free_device, "every eligible device is busy", where});
+        if (wants(WaitReason::Kind::no_free_device))
+          note_reason({WaitReason::Kind::no_free_device, "every eligible device is busy", where()});
         continue;
       }
 
@@ -164,48 +179,54 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
 
       bool feasible = true;
       if (candidate.estimate && job->max_energy_joules &&
+          !surely_within(candidate.estimate->energy(), *job->max_energy_joules, policy_.risk) &&
           overrun_probability(candidate.estimate->energy(), *job->max_energy_joules) >= policy_.risk) {
         feasible = false;
-        WaitReason why{WaitReason::Kind::max_energy,
-                       fmt::format("on {} it would likely use more than its max_energy_joules ({} expected, "
-                                   "limit {})",
-                                   where, joules_text(candidate.estimate->joules_mean),
-                                   joules_text(*job->max_energy_joules)),
-                       where};
-        why.limit = *job->max_energy_joules;
-        note_reason(std::move(why));
+        if (wants(WaitReason::Kind::max_energy)) {
+          WaitReason why{WaitReason::Kind::max_energy,
+                         fmt::format("on {} it would likely use more than its max_energy_joules ({} expected, "
+                                     "limit {})",
+                                     where(), joules_text(candidate.estimate->joules_mean),
+                                     joules_text(*job->max_energy_joules)),
+                         where()};
+          why.limit = *job->max_energy_joules;
+          note_reason(std::move(why));
+        }
       }
       if (admission) {
         for (const std::size_t b : view.budgets) {
           const BudgetState& state = budgets[b];
           if (!energy) {
             feasible = false;
-            note_reason({WaitReason::Kind::no_estimate,
-                         fmt::format("budget {} covers {}, which has no energy model for this job yet (and the job "
-                                     "sets no constraints.max_energy_joules)",
-                                     state.budget.name, where),
-                         where, state.budget.name});
+            if (wants(WaitReason::Kind::no_estimate))
+              note_reason({WaitReason::Kind::no_estimate,
+                           fmt::format("budget {} covers {}, which has no energy model for this job yet (and the job "
+                                       "sets no constraints.max_energy_joules)",
+                                       state.budget.name, where()),
+                           where(), state.budget.name});
             continue;
           }
           const double room = state.budget.limit_joules - state.spent_joules;
           const EnergyDistribution total = state.reserved + *energy;
-          if (overrun_probability(total, room) < policy_.risk) continue;
+          if (surely_within(total, room, policy_.risk) || overrun_probability(total, room) < policy_.risk) continue;
           feasible = false;
-          WaitReason why{WaitReason::Kind::budget, {}, where, state.budget.name};
+          const double deficit = state.spent_joules + quantile_above(total, policy_.risk) - state.budget.limit_joules;
+          // Among budget reasons, the one closest to fitting.
+          if (reason && reason->kind == WaitReason::Kind::budget && deficit >= budget_deficit) continue;
+          if (!wants(WaitReason::Kind::budget)) continue;
+          WaitReason why{WaitReason::Kind::budget, {}, where(), state.budget.name};
           why.limit = state.budget.limit_joules;
           why.remaining_joules = state.remaining_joules();
           why.needed_joules = quantile_above(*energy, policy_.risk);
-          const double deficit = state.spent_joules + quantile_above(total, policy_.risk) - state.budget.limit_joules;
-          why.retry_at = ledger.frees_by(state, deficit, now);
           why.message = fmt::format(
-              "budget {} ({}, {}): {} left of {} ({} spent, {} reserved); the job needs {} on {} at {:g}% risk{}",
+              "budget {} ({}, {}): {} left of {} ({} spent, {} reserved); the job needs {} on {} at {:g}% risk",
               state.budget.name, state.budget.scope.describe(), state.budget.window.describe(),
               joules_text(std::max(0.0, *why.remaining_joules)), joules_text(state.budget.limit_joules),
               joules_text(state.spent_joules), joules_text(state.reserved.mean_joules), joules_text(*why.needed_joules),
-              where, policy_.risk * 100.0,
-              why.retry_at ? fmt::format("; fits again at {}", format_rfc3339(*why.retry_at))
-                           : std::string("; waiting alone will not free enough"));
-          note_reason(std::move(why));
+              where(), policy_.risk * 100.0);
+          reason = std::move(why);  // a budget reason outranks every other kind
+          budget_index = b;
+          budget_deficit = deficit;
         }
         const double job_watts =
             estimate && estimate->seconds_mean > 0 ? estimate->joules_mean / estimate->seconds_mean : 0.0;
@@ -214,11 +235,12 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
           const bool over = caps[c].watts >= cap.watts || (caps[c].has_work && caps[c].watts + job_watts > cap.watts);
           if (!over) continue;
           feasible = false;
+          if (!wants(WaitReason::Kind::power_cap)) continue;
           WaitReason why{WaitReason::Kind::power_cap,
                          fmt::format("power cap {} ({}): {:.1f} W of {:.1f} W in use{}", cap.name, cap.scope.describe(),
                                      caps[c].watts, cap.watts,
                                      job_watts > 0 ? fmt::format("; the job adds about {:.1f} W", job_watts) : ""),
-                         where, cap.name};
+                         where(), cap.name};
           why.limit = cap.watts;
           note_reason(std::move(why));
         }
@@ -233,11 +255,12 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
           }
           if (!low) continue;
           feasible = false;
+          if (!wants(WaitReason::Kind::battery_floor)) continue;
           WaitReason why{WaitReason::Kind::battery_floor,
                          fmt::format("battery floor {} ({}): {:.0f}% charge, floor {:.0f}%{}", floor.name,
                                      floor.scope.describe(), percent, floor.percent,
                                      percent > floor.percent ? "; the job would take it below" : ""),
-                         where, floor.name};
+                         where(), floor.name};
           why.limit = floor.percent;
           note_reason(std::move(why));
         }
@@ -278,11 +301,11 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
       if (meets_deadline && view.free &&
           (score < best_free.score || (score == best_free.score && tie < best_free.tie)))
         best_free = Choice{&candidate, estimate, score, tie, finish};
-      if (!meets_deadline) {
+      if (!meets_deadline && wants(WaitReason::Kind::deadline)) {
         WaitReason why{WaitReason::Kind::deadline,
-                       fmt::format("on {} it would finish at {}, after its deadline {}", where, format_rfc3339(finish),
+                       fmt::format("on {} it would finish at {}, after its deadline {}", where(), format_rfc3339(finish),
                                    format_rfc3339(*job->deadline)),
-                       where};
+                       where()};
         note_reason(std::move(why));
       }
     }
@@ -294,6 +317,11 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
         best_free.estimate) {
       const double spread = std::hypot(best.estimate->joules_std, best_free.estimate->joules_std);
       if (best_free.score - best.score <= spread) best = best_free;
+    }
+    if (reason && reason->kind == WaitReason::Kind::budget) {
+      reason->retry_at = ledger.frees_by(budgets[budget_index], budget_deficit, now);
+      reason->message += reason->retry_at ? fmt::format("; fits again at {}", format_rfc3339(*reason->retry_at))
+                                          : std::string("; waiting alone will not free enough");
     }
     bool misses_deadline = false;
     if (!best.candidate && late.candidate) {

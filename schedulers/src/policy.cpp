@@ -66,7 +66,10 @@ bool ScopeTarget::covers(const DeviceRef& device) const {
     case Scope::group:
       return std::find(device.groups.begin(), device.groups.end(), target) != device.groups.end();
     case Scope::device:
-      return target == device.name || target == device.qualified();
+      // "node/name" compared in place: this runs for every use and candidate of a pass.
+      return target == device.name ||
+             (target.size() == device.node.size() + 1 + device.name.size() && target.starts_with(device.node) &&
+              target[device.node.size()] == '/' && target.ends_with(device.name));
   }
   return false;
 }
