@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The simulator benchmark: joule-sim on every shipped scenario (simulator/scenarios/*), and for
+# each the policy's (min-energy's) energy against every baseline and the oracle, its budget
+# violations and deadline misses: the figures for the aims of the joule-sim issue (at least 30 %
+# less energy than round-robin and least-loaded, within 5 % of the oracle, no budget violation
+# at the default risk). Every joule is SIMULATED. Builds nothing: `ninja -C build joule-sim` first.
+#
+#   bench/sim_scenarios.sh [--build DIR] [--seeds "1 2 3"] [--scenario NAME]... [--keep DIR]
+#
+# Each (scenario, seed) is one joule-sim run with --json (about 2-10 s on a 2-core VM, most of
+# it learning the device models from simulated probes). --keep DIR keeps the JSON of each run.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+build="$here/../build"
+seeds="1 2 3"
+scenarios=()
+keep=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build) build=$2; shift 2 ;;
+    --seeds) seeds=$2; shift 2 ;;
+    --scenario) scenarios+=("$2"); shift 2 ;;
+    --keep) keep=$2; shift 2 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+sim="$build/simulator/joule-sim"
+[[ -x "$sim" ]] || { echo "no $sim: run ninja -C $build joule-sim" >&2; exit 1; }
+if [[ ${#scenarios[@]} -eq 0 ]]; then
+  for dir in "$here"/../simulator/scenarios/*/; do scenarios+=("$(basename "$dir")"); done
+fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+for scenario in "${scenarios[@]}"; do
+  dir="$here/../simulator/scenarios/$scenario"
+  for seed in $seeds; do
+    "$sim" --cluster "$dir/cluster.toml" --trace "$dir/trace.jsonl" --policy "$dir/policy.toml" \
+      --seed "$seed" --json > "$out/$scenario.$seed.json"
+  done
+done
+[[ -n "$keep" ]] && { mkdir -p "$keep"; cp "$out"/*.json "$keep"/; }
+
+python3 - "$out" "${scenarios[@]}" <<'EOF'
+import json, os, sys
+
+out, scenarios = sys.argv[1], sys.argv[2:]
+print("joule-sim scenarios; every joule SIMULATED; ratio = policy's energy / the row's energy "
+      "(total; per completed job in brackets where the counts differ)")
+aims = []
+for scenario in scenarios:
+    files = sorted(f for f in os.listdir(out) if f.startswith(scenario + "."))
+    for name in files:
+        report = json.load(open(os.path.join(out, name)))
+        runs = report["runs"]
+        policy = runs[0]
+        seed = report["seed"]
+        print(f"\n{scenario}, seed {seed}: {report['jobs']} jobs on {report['devices']} devices, "
+              f"policy {policy['name']}")
+        print(f"  {'run':<14} {'energy kWh':>10} {'policy/run':>17} {'done':>8} {'budget viol.':>16} "
+              f"{'late':>5} {'below floor':>11} {'battery empty':>13} {'throttle':>8} {'makespan':>9} {'wait p95':>9}")
+        for run in runs:
+            e, pe = run["energy"]["joules"], run["energy"]["per_completed_job_joules"]
+            ratio = policy["energy"]["joules"] / e if e > 0 else float("nan")
+            text = f"{ratio:.3f}"
+            if run["jobs"]["completed"] != policy["jobs"]["completed"] and pe > 0:
+                text += f" ({policy['energy']['per_completed_job_joules'] / pe:.3f})"
+            viol = run["budget_violations"]
+            vtext = "0" if viol["count"] == 0 else f"{viol['count']} (+{viol['max_overrun_joules'] / 1e3:.0f} kJ)"
+            floor_h = sum(run["battery_floor_violation_seconds"].values()) / 3600
+            empty_h = sum(b["empty_seconds"] for b in run["battery"].values()) / 3600
+            print(f"  {run['name']:<14} {e / 3.6e6:>10.3f} {text:>17} {run['jobs']['completed']:>4}/{run['jobs']['total']:<3} "
+                  f"{vtext:>16} {run['deadline_misses']:>5} {floor_h:>10.1f}h {empty_h:>12.1f}h "
+                  f"{run['throttle_actions']['count']:>8} {run['makespan_seconds'] / 3600:>8.1f}h "
+                  f"{run['wait_seconds']['p95'] / 60:>7.0f}m")
+        by = {r["name"]: r for r in runs}
+        def ratio(other):
+            return policy["energy"]["joules"] / by[other]["energy"]["joules"]
+        aims.append((scenario, seed, 1 - ratio("round-robin"), 1 - ratio("least-loaded"), ratio("oracle") - 1,
+                     policy["budget_violations"]["count"], policy["deadline_misses"], by["fifo"]["deadline_misses"]))
+
+print("\nAims: >= 30 % less energy than round-robin and least-loaded; within 5 % of the oracle; "
+      "0 budget violations")
+print(f"  {'scenario':<12} {'seed':>4} {'less than rr':>13} {'less than ll':>13} {'vs oracle':>10} "
+      f"{'violations':>10} {'late (fifo)':>12}")
+for scenario, seed, rr, ll, oracle, viol, late, fifo_late in aims:
+    mark = lambda ok: "" if ok else " *"
+    print(f"  {scenario:<12} {seed:>4} {rr * 100:>11.1f}%{mark(rr >= 0.3):2} {ll * 100:>11.1f}%{mark(ll >= 0.3):2} "
+          f"{oracle * 100:>+8.1f}%{mark(oracle <= 0.05):2} {viol:>10}{mark(viol == 0):2} {late:>5} ({fifo_late})")
+print("  * : aim not met")
+EOF
