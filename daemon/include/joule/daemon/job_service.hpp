@@ -121,7 +121,7 @@ class JobService {
   void set_model_info(std::function<nlohmann::json(const std::string&)> info) { model_info_ = std::move(info); }
   /// A device model changed: the first `limit` queued jobs are estimated again (and stored), so
   /// that jobs submitted before a model existed can be admitted under budgets; then a pass runs.
-  void refresh_estimates(std::size_t limit = 1000);
+  void refresh_estimates(std::size_t limit = 256);
 
   /// What a finished job tells the device's energy model: its estimate there and its metered energy.
   struct Feedback {
