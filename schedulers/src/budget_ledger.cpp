@@ -57,9 +57,25 @@ UnixMillis window_length(const BudgetWindow& window) {
 
 }  // namespace
 
-void BudgetLedger::set_budgets(std::vector<EnergyBudget> budgets) { budgets_ = std::move(budgets); }
+void BudgetLedger::set_budgets(std::vector<EnergyBudget> budgets) {
+  budgets_ = std::move(budgets);
+  covered_.assign(budgets_.size(), {});
+  for (std::size_t i = 0; i < uses_.size(); ++i)
+    for (std::size_t b = 0; b < budgets_.size(); ++b)
+      if (budgets_[b].scope.covers(uses_[i].device)) covered_[b].push_back(first_use_ + i);
+}
 
-void BudgetLedger::record(EnergyUse use) { uses_.push_back(std::move(use)); }
+void BudgetLedger::record(EnergyUse use) {
+  const std::uint64_t number = first_use_ + uses_.size();
+  for (std::size_t b = 0; b < budgets_.size(); ++b)
+    if (budgets_[b].scope.covers(use.device)) covered_[b].push_back(number);
+  uses_.push_back(std::move(use));
+}
+
+template <class Visit>
+void BudgetLedger::for_each_covered(std::size_t budget, Visit&& visit) const {
+  for (const std::uint64_t number : covered_[budget]) visit(uses_[number - first_use_]);
+}
 
 void BudgetLedger::reserve(const std::string& job, const DeviceRef& device, EnergyDistribution expected) {
   Running running;
@@ -130,40 +146,41 @@ std::pair<UnixMillis, UnixMillis> BudgetLedger::calendar_window(BudgetWindow::Ki
   return {first * kDay - offset, next * kDay - offset};
 }
 
-double BudgetLedger::spent_in(const EnergyBudget& budget, UnixMillis from, UnixMillis to) const {
+double BudgetLedger::spent_in(std::size_t budget, UnixMillis from, UnixMillis to) const {
   double joules = 0.0;
-  for (const auto& use : uses_)
-    if (budget.scope.covers(use.device)) joules += share_in(use, from, to);
+  for_each_covered(budget, [&](const EnergyUse& use) { joules += share_in(use, from, to); });
   for (const auto& [id, running] : jobs_)
-    if (running.so_far && budget.scope.covers(running.device)) joules += share_in(*running.so_far, from, to);
+    if (running.so_far && budgets_[budget].scope.covers(running.device)) joules += share_in(*running.so_far, from, to);
   return joules;
 }
 
 std::vector<BudgetState> BudgetLedger::states(UnixMillis now) const {
   std::vector<BudgetState> out;
   out.reserve(budgets_.size());
-  for (const auto& budget : budgets_) {
+  for (std::size_t b = 0; b < budgets_.size(); ++b) {
+    const EnergyBudget& budget = budgets_[b];
     BudgetState state;
     state.budget = budget;
+    state.index = b;
     if (budget.window.kind == BudgetWindow::Kind::rolling) {
       const UnixMillis length = window_length(budget.window);
       state.window_start = now - length;
       std::optional<UnixMillis> oldest;
       auto consider = [&](const EnergyUse& use) {
-        if (!budget.scope.covers(use.device) || share_in(use, state.window_start, now) <= 0.0) return;
+        if (share_in(use, state.window_start, now) <= 0.0) return;
         const UnixMillis from = std::max(use.start, state.window_start);
         oldest = oldest ? std::min(*oldest, from) : from;
       };
-      for (const auto& use : uses_) consider(use);
+      for_each_covered(b, consider);
       for (const auto& [id, running] : jobs_)
-        if (running.so_far) consider(*running.so_far);
+        if (running.so_far && budget.scope.covers(running.device)) consider(*running.so_far);
       if (oldest) state.resets_at = *oldest + length;
     } else {
       const auto [start, end] = calendar_window(budget.window.kind, now);
       state.window_start = start;
       state.resets_at = end;
     }
-    state.spent_joules = spent_in(budget, state.window_start, now);
+    state.spent_joules = spent_in(b, state.window_start, now);
     for (const auto& [id, running] : jobs_)
       if (budget.scope.covers(running.device)) state.reserved = state.reserved + running.expected;
     out.push_back(std::move(state));
@@ -177,19 +194,19 @@ std::optional<UnixMillis> BudgetLedger::frees_by(const BudgetState& state, doubl
   if (state.budget.window.kind != BudgetWindow::Kind::rolling) return state.resets_at;
   // Spent energy leaves a rolling window as time passes; each use has left entirely once its
   // end is a window length ago. Check those moments in order (ignoring new spending).
+  if (state.index >= budgets_.size() || budgets_[state.index].name != state.budget.name) return std::nullopt;
   const UnixMillis length = window_length(state.budget.window);
-  std::vector<UnixMillis> moments;
-  for (const auto& use : uses_)
-    if (state.budget.scope.covers(use.device) && use.end + length > now) moments.push_back(use.end + length);
+  std::vector<const EnergyUse*> counted;
+  for_each_covered(state.index, [&](const EnergyUse& use) {
+    if (use.end + length > now) counted.push_back(&use);
+  });
   for (const auto& [id, running] : jobs_)
-    if (running.so_far && state.budget.scope.covers(running.device)) moments.push_back(running.so_far->end + length);
-  std::sort(moments.begin(), moments.end());
-  for (const UnixMillis at : moments) {
+    if (running.so_far && state.budget.scope.covers(running.device)) counted.push_back(&*running.so_far);
+  std::sort(counted.begin(), counted.end(), [](const EnergyUse* a, const EnergyUse* b) { return a->end < b->end; });
+  for (const EnergyUse* leaving : counted) {
+    const UnixMillis at = leaving->end + length;
     double still = 0.0;
-    for (const auto& use : uses_)
-      if (state.budget.scope.covers(use.device)) still += share_in(use, at - length, now);
-    for (const auto& [id, running] : jobs_)
-      if (running.so_far && state.budget.scope.covers(running.device)) still += share_in(*running.so_far, at - length, now);
+    for (const EnergyUse* use : counted) still += share_in(*use, at - length, now);
     if (state.spent_joules - still >= joules - 1e-9) return at;
   }
   return std::nullopt;
@@ -199,7 +216,12 @@ void BudgetLedger::prune(UnixMillis now) {
   // Keep at least a day so that a budget added by a reload still sees the recent past.
   UnixMillis keep = kDay;
   for (const auto& budget : budgets_) keep = std::max(keep, window_length(budget.window));
-  while (!uses_.empty() && uses_.front().end < now - keep) uses_.pop_front();
+  while (!uses_.empty() && uses_.front().end < now - keep) {
+    for (auto& numbers : covered_)
+      if (!numbers.empty() && numbers.front() == first_use_) numbers.pop_front();
+    uses_.pop_front();
+    ++first_use_;
+  }
 }
 
 }  // namespace joule::schedulers

@@ -8,6 +8,7 @@
 // lot is to overrun. Pure: time is passed in; calendar windows use a fixed offset from UTC
 // that the caller supplies (the node's local time).
 
+#include <cstdint>
 #include <deque>
 #include <optional>
 #include <string>
@@ -33,6 +34,7 @@ struct EnergyUse {
 /// One budget at one moment.
 struct BudgetState {
   EnergyBudget budget;
+  std::size_t index = 0;  ///< the budget's place in the ledger's budgets
   double spent_joules = 0.0;
   EnergyDistribution reserved;  ///< what placed and running jobs are still expected to use
   UnixMillis window_start = 0;
@@ -92,11 +94,18 @@ class BudgetLedger {
     std::optional<UnixMillis> stretch_start;
     bool paused = false;
   };
-  double spent_in(const EnergyBudget& budget, UnixMillis from, UnixMillis to) const;
+  double spent_in(std::size_t budget, UnixMillis from, UnixMillis to) const;
+  /// Calls `visit` with every recorded use the budget covers, oldest first.
+  template <class Visit>
+  void for_each_covered(std::size_t budget, Visit&& visit) const;
 
   int utc_offset_minutes_ = 0;
   std::vector<EnergyBudget> budgets_;
   std::deque<EnergyUse> uses_;  // in the order recorded
+  // Per budget, the numbers of the uses it covers (use n is uses_[n - first_use_]): a budget
+  // reads only its own uses, and the scope test runs once per use, when it is recorded.
+  std::vector<std::deque<std::uint64_t>> covered_;
+  std::uint64_t first_use_ = 0;
   std::unordered_map<std::string, Running> jobs_;
 };
 
