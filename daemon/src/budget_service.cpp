@@ -35,7 +35,7 @@ BudgetService::BudgetService(adapters::StorageWriter& storage, Metrics& metrics,
 
 void BudgetService::set_policy(sched::Policy policy) {
   policy_ = std::move(policy);
-  ledger_.set_budgets(policy_.budgets);
+  ledger_.set_policy(policy_);
   placer_.set_policy(policy_);
   throttle_.set_policy(policy_);
   spdlog::info("policy from {}: objective {}, risk {:g}, {} budgets, {} power caps, {} battery floors",

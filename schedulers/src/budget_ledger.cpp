@@ -72,6 +72,15 @@ void BudgetLedger::record(EnergyUse use) {
   uses_.push_back(std::move(use));
 }
 
+void BudgetLedger::set_policy(const Policy& policy) {
+  for (auto& use : uses_) use.device.groups = policy.groups_of(use.device.node);
+  for (auto& [id, running] : jobs_) {
+    running.device.groups = policy.groups_of(running.device.node);
+    if (running.so_far) running.so_far->device.groups = running.device.groups;
+  }
+  set_budgets(policy.budgets);
+}
+
 template <class Visit>
 void BudgetLedger::for_each_covered(std::size_t budget, Visit&& visit) const {
   for (const std::uint64_t number : covered_[budget]) visit(uses_[number - first_use_]);

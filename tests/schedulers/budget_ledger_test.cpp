@@ -164,3 +164,22 @@ TEST(BudgetLedgerTest, a_paused_job_counts_its_energy_in_the_stretches_it_ran) {
 
 }  // namespace
 }  // namespace joule::schedulers
+
+namespace joule::schedulers {
+namespace {
+
+TEST(BudgetLedgerTest, a_reload_that_moves_a_node_into_a_group_counts_its_past_energy_there) {
+  BudgetLedger ledger;
+  Policy policy;
+  policy.budgets = {EnergyBudget{"edge", ScopeTarget{Scope::group, "edge"}, 1000.0, BudgetWindow{BudgetWindow::Kind::day}}};
+  ledger.set_policy(policy);
+  const UnixMillis t = parse_rfc3339("2026-11-26T10:00:00Z").value();
+  ledger.record({DeviceRef{"pi", "cpu", {}}, "a", t, t + 1000, 40.0, "ina3221"});
+  EXPECT_EQ(ledger.states(t + 2000)[0].spent_joules, 0.0);
+  policy.groups = {NodeGroup{"edge", {"pi"}}};
+  ledger.set_policy(policy);
+  EXPECT_NEAR(ledger.states(t + 2000)[0].spent_joules, 40.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace joule::schedulers

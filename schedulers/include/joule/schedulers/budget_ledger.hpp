@@ -50,8 +50,11 @@ class BudgetLedger {
   BudgetLedger() = default;
   explicit BudgetLedger(int utc_offset_minutes) : utc_offset_minutes_(utc_offset_minutes) {}
 
-  /// Replaces the budgets (policy reload); spent energy and reservations are kept.
+  /// Replaces the budgets (policy reload); spent energy and reservations are kept. With a
+  /// policy, the node groups of every recorded use and reservation are taken from it first (a
+  /// reload may move nodes between groups).
   void set_budgets(std::vector<EnergyBudget> budgets);
+  void set_policy(const Policy& policy);
   const std::vector<EnergyBudget>& budgets() const { return budgets_; }
 
   /// Records metered work that has ended (a finished job, a probe).
