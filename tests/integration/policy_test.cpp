@@ -244,3 +244,50 @@ TEST(PolicyTest, an_exceeded_power_cap_pauses_a_running_job_and_dropping_the_cap
   EXPECT_TRUE(has("pause: power cap tiny")) << done.dump(2);
   EXPECT_TRUE(has("resume: tiny is no longer in the policy")) << done.dump(2);
 }
+
+// The GPU path through jouled, against the fake libnvidia-ml (found by dlopen through
+// LD_LIBRARY_PATH): a cap over cuda:0 lowers its power limit step by step, and dropping the cap
+// puts the original limit back.
+TEST(PolicyTest, a_capped_gpu_job_gets_a_lower_power_limit_and_the_original_comes_back) {
+  PolicyDir policies;
+  const auto dir = std::filesystem::temp_directory_path() / ("joule-fake-nvml-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::remove(dir / "libnvidia-ml.so.1");
+  std::filesystem::create_symlink(JOULE_FAKE_NVML, dir / "libnvidia-ml.so.1");
+  // 300 W: 300 J more at every reading (jouled reads about once a second).
+  std::string energy = "energy_mj";
+  for (int i = 0; i < 2000; ++i) energy += " " + std::to_string(i * 300000LL);
+  std::ofstream(dir / "script") << "devices 1\nname NVIDIA Fake A100\n" << energy
+                                << "\nlimit_mw 250000\nlimit_constraints_mw 100000 300000\nlog " << (dir / "nvml.log").string()
+                                << "\n";
+  DaemonProcess daemon({.config_toml = policies.config() + "[[devices]]\nname = \"cpu\"\n[[devices]]\nname = \"cuda:0\"\nmeter = \"nvml\"\n",
+                        .env = {{"LD_LIBRARY_PATH", dir.string()}, {"JOULE_FAKE_NVML_SCRIPT", (dir / "script").string()}}});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  json spec = job("gpu", {"sh", "-c", "sleep 8; echo $CUDA_VISIBLE_DEVICES"});
+  spec["constraints"] = {{"devices", {"cuda:*"}}};
+  const auto id = daemon.submit(spec);
+  ASSERT_EQ(daemon.wait_state(id, {"running"})["device"], "cuda:0");
+
+  policies.write("10-cap.toml", "[[power_caps]]\nname = \"gpu\"\nscope = \"device\"\ntarget = \"cuda:0\"\nwatts = 200\naverage_seconds = 2\n");
+  daemon.signal(SIGHUP);
+  auto throttled = daemon.wait_state(id, {"throttled", "succeeded", "failed"});
+  ASSERT_EQ(throttled["state"], "throttled") << throttled.dump(2) << daemon.log();
+  EXPECT_FALSE(throttled["throttle"]["gpu_power_limit_watts"].is_null()) << throttled.dump(2);
+  policies.remove("10-cap.toml");
+  daemon.signal(SIGHUP);
+  auto done = daemon.wait_state(id, {"succeeded", "failed"}, 60s);
+  EXPECT_EQ(done["state"], "succeeded") << done.dump(2);
+  EXPECT_EQ(daemon.client().request("GET", "/v1/jobs/" + id + "/log")->body, "0\n");
+
+  std::ifstream log(dir / "nvml.log");
+  std::vector<std::string> limits;
+  for (std::string line; std::getline(log, line);)
+    if (line.rfind("set_limit ", 0) == 0) limits.push_back(line.substr(10));
+  ASSERT_GE(limits.size(), 2u) << daemon.log();
+  EXPECT_EQ(limits.front(), "200000");  // 300 W measured, 200 W cap: limit 300 x 200/300
+  EXPECT_EQ(limits.back(), "250000");   // the original, restored
+  bool event = false;
+  for (const auto& e : done["events"]) event = event || e["message"].get<std::string>().rfind("gpu-power-limit: power cap gpu", 0) == 0;
+  EXPECT_TRUE(event) << done.dump(2);
+  std::filesystem::remove_all(dir);
+}
