@@ -258,6 +258,7 @@ int run_daemon(const CommandLine& command_line) {
   job_options.boot_id = adapters::read_boot_id();
   job_options.node_name = config.node_name.empty() ? host_name() : config.node_name;
   job_options.utc_offset_minutes = utc_offset_minutes();
+  job_options.current_utc_offset_minutes = utc_offset_minutes;
   if (config.job_cgroups) {
     auto cgroups = std::make_shared<adapters::JobCgroups>();
     (void)cgroups->detect(::getpid());

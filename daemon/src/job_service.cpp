@@ -735,6 +735,7 @@ void JobService::sample_meters() {
   }
   if (!scheduling_) return;
   const auto now_millis = now_ms();
+  if (options_.current_utc_offset_minutes) budgets_.set_utc_offset_minutes(options_.current_utc_offset_minutes());
   track_running(now_millis);
   budgets_.publish(now_millis);
   schedule();

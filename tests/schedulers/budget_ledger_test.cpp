@@ -183,3 +183,17 @@ TEST(BudgetLedgerTest, a_reload_that_moves_a_node_into_a_group_counts_its_past_e
 
 }  // namespace
 }  // namespace joule::schedulers
+
+namespace joule::schedulers {
+namespace {
+
+TEST(BudgetLedgerTest, calendar_windows_follow_a_new_utc_offset) {
+  BudgetLedger ledger(60);  // winter in Berlin
+  const UnixMillis now = parse_rfc3339("2026-03-29T12:00:00Z").value();
+  EXPECT_EQ(ledger.calendar_window(BudgetWindow::Kind::day, now).first, parse_rfc3339("2026-03-28T23:00:00Z"));
+  ledger.set_utc_offset_minutes(120);  // summer time began that night
+  EXPECT_EQ(ledger.calendar_window(BudgetWindow::Kind::day, now).first, parse_rfc3339("2026-03-28T22:00:00Z"));
+}
+
+}  // namespace
+}  // namespace joule::schedulers

@@ -66,6 +66,8 @@ class BudgetService {
   nlohmann::json describe(schedulers::UnixMillis now, std::span<const schedulers::DeviceStatus> devices) const;
   /// Refreshes the joule_budget_* gauges.
   void publish(schedulers::UnixMillis now);
+  /// Local time's offset from UTC now, for calendar windows (it changes with daylight saving).
+  void set_utc_offset_minutes(int minutes) { ledger_.set_utc_offset_minutes(minutes); }
 
  private:
   void store(const adapters::StoredEnergyUse& row);

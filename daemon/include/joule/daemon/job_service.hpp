@@ -61,6 +61,8 @@ struct JobServiceOptions {
   std::filesystem::path proc_root = "/proc";
   std::string node_name = "localhost";  ///< this node, as policies name it
   int utc_offset_minutes = 0;           ///< local time, for calendar budget windows
+  /// Re-read on each meter sample where set (daylight saving time moves it).
+  std::function<int()> current_utc_offset_minutes;
   /// Per-job cgroups (freezer, CPU quota) when the daemon's cgroup is delegated; nullptr or
   /// unusable: jobs are paused with SIGSTOP and get no CPU quota.
   std::shared_ptr<adapters::JobCgroups> cgroups;

@@ -49,6 +49,8 @@ class BudgetLedger {
   /// `utc_offset_minutes`: local time minus UTC, for calendar days, weeks (from Monday) and months.
   BudgetLedger() = default;
   explicit BudgetLedger(int utc_offset_minutes) : utc_offset_minutes_(utc_offset_minutes) {}
+  /// A new offset (daylight saving time began or ended): calendar windows follow it.
+  void set_utc_offset_minutes(int minutes) { utc_offset_minutes_ = minutes; }
 
   /// Replaces the budgets (policy reload); spent energy and reservations are kept. With a
   /// policy, the node groups of every recorded use and reservation are taken from it first (a
