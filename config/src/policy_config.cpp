@@ -166,6 +166,21 @@ class FileParser {
     return value;
   }
 
+  // A number the rule must have, in the range `valid` accepts (`range` says it in words);
+  // nullopt, with the problem noted, when it is missing, not a finite number or out of range.
+  template <class Valid>
+  std::optional<double> required_number(const toml::table& table, const char* key, const std::string& what,
+                                        const std::string& missing, Valid valid, const char* range) {
+    if (!table.get(key)) {
+      check_.problem(table, missing);
+      return std::nullopt;
+    }
+    auto value = number(table, key, what);
+    if (value && valid(*value)) return value;
+    if (value) check_.problem(*table.get(key), fmt::format("{}.{} must be {}, got {}", what, key, range, *value));
+    return std::nullopt;
+  }
+
   void parse_placement(const toml::table& table) {
     check_.reject_unknown(table, "placement.", {"objective", "risk", "warmup_epochs"});
     for (const auto& [key, node] : table) {
@@ -381,15 +396,11 @@ class FileParser {
     schedulers::PowerCap cap;
     cap.name = rule_name(table, what, "power cap");
     bool ok = scope_target(table, what, cap.scope);
-    if (!table.get("watts")) {
-      check_.problem(table, fmt::format("{} needs watts, e.g. watts = 250", what));
-      ok = false;
-    } else if (auto watts = number(table, "watts", what); watts && *watts > 0.0) {
+    if (auto watts = required_number(table, "watts", what, fmt::format("{} needs watts, e.g. watts = 250", what),
+                                     [](double w) { return w > 0.0; }, "> 0"))
       cap.watts = *watts;
-    } else {
-      if (watts) check_.problem(*table.get("watts"), fmt::format("{}.watts must be > 0, got {}", what, *watts));
+    else
       ok = false;
-    }
     if (auto seconds = number(table, "average_seconds", what)) {
       if (*seconds <= 0.0) {
         check_.problem(*table.get("average_seconds"),
@@ -408,17 +419,12 @@ class FileParser {
     schedulers::BatteryFloor floor;
     floor.name = rule_name(table, what, "battery floor");
     bool ok = scope_target(table, what, floor.scope);
-    if (!table.get("percent")) {
-      check_.problem(table, fmt::format("{} needs a percent, e.g. percent = 30", what));
-      ok = false;
-    } else if (auto percent = number(table, "percent", what); percent && *percent >= 0.0 && *percent < 100.0) {
+    if (auto percent = required_number(table, "percent", what,
+                                       fmt::format("{} needs a percent, e.g. percent = 30", what),
+                                       [](double p) { return p >= 0.0 && p < 100.0; }, "at least 0 and below 100"))
       floor.percent = *percent;
-    } else {
-      if (percent)
-        check_.problem(*table.get("percent"),
-                       fmt::format("{}.percent must be at least 0 and below 100, got {}", what, *percent));
+    else
       ok = false;
-    }
     if (auto margin = number(table, "margin_percent", what)) {
       if (*margin < 0.0) {
         check_.problem(*table.get("margin_percent"),

@@ -135,14 +135,23 @@ HttpResponse problem_response(const Error& error, const std::string& instance) {
   return response;
 }
 
+namespace {
+// The token of "Authorization: Bearer TOKEN", or "" when there is none.
+std::string bearer_token(const HttpRequest& request) {
+  const auto header = request[http::field::authorization];
+  constexpr std::string_view kBearer = "Bearer ";
+  if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer) return {};
+  return std::string(header.substr(kBearer.size()));
+}
+}  // namespace
+
 Api::Api(JobService& jobs, Metrics& metrics) : jobs_(jobs), metrics_(metrics) {}
 
 bool Api::authorized(const HttpRequest& request) const {
   if (token_hashes_.empty()) return true;
-  const auto header = request[http::field::authorization];
-  constexpr std::string_view kBearer = "Bearer ";
-  if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer) return false;
-  const std::string presented = joule::sha256_hex(std::string(header.substr(kBearer.size())));
+  const std::string token = bearer_token(request);
+  if (token.empty()) return false;
+  const std::string presented = joule::sha256_hex(token);
   bool match = false;
   for (const auto& hash : token_hashes_) {
     // Constant-time comparison: how much of a hash matched must not leak through timing.
@@ -204,12 +213,7 @@ void Api::handle(HttpRequest&& request, Reply reply) {
   if (seg.size() == 4 && seg[1] == "jobs" && seg[3] == "progress") {
     route = "/v1/jobs/{id}/progress";
     if (method != http::verb::post) return wrong_method("POST");
-    const auto header = request[http::field::authorization];
-    constexpr std::string_view kBearer = "Bearer ";
-    const std::string token =
-        header.size() > kBearer.size() && header.substr(0, kBearer.size()) == kBearer
-            ? std::string(header.substr(kBearer.size()))
-            : std::string();
+    const std::string token = bearer_token(request);
     json body;
     try {
       body = json::parse(request.body());

@@ -71,6 +71,15 @@ std::string daemon_path() {
   return path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
 }
 
+// A STEP projection as the API shows it; `source` is the meter source of the joules it projects.
+json projection_json(const schedulers::Projection& projection, const std::string& source) {
+  return {{"joules", {{"mean", projection.total.mean_joules}, {"std", std::sqrt(projection.total.variance)}}},
+          {"method", projection.method},
+          {"stable_epochs", projection.stable_epochs},
+          {"seconds_remaining", projection.seconds_remaining},
+          {"source", source.empty() ? json(nullptr) : json(source)}};
+}
+
 json optional_json(const std::optional<std::int64_t>& millis) {
   return millis ? json(schedulers::format_rfc3339(*millis)) : json(nullptr);
 }
@@ -860,18 +869,12 @@ void JobService::apply(const schedulers::ThrottleAction& action) {
 
 void JobService::release_controls(Job& job) {
   // Nothing stays throttled once jouled lets go of a job (it ends, or jouled stops).
-  if (job.pauser) {
-    if (auto restored = job.pauser->restore(); !restored)
-      spdlog::warn("job {}: {}", job.row.id, restored.error().message);
-  } else if (job.paused && job.row.pid > 0) {
+  if (!job.pauser && job.paused && job.row.pid > 0)
     (void)adapters::signal_process_group(static_cast<pid_t>(job.row.pid), SIGCONT);
-  }
-  if (job.quota) {
-    if (auto restored = job.quota->restore(); !restored) spdlog::warn("job {}: {}", job.row.id, restored.error().message);
-  }
-  if (job.gpu_limit) {
-    if (auto restored = job.gpu_limit->restore(); !restored)
-      spdlog::warn("job {}: {}", job.row.id, restored.error().message);
+  for (adapters::RestorableControl* control :
+       std::initializer_list<adapters::RestorableControl*>{job.pauser.get(), job.quota.get(), job.gpu_limit.get()}) {
+    if (!control) continue;
+    if (auto restored = control->restore(); !restored) spdlog::warn("job {}: {}", job.row.id, restored.error().message);
   }
   job.pauser.reset();
   job.quota.reset();
@@ -1037,12 +1040,7 @@ Result<json> JobService::report_progress(const std::string& id, const std::strin
   job.projection = schedulers::project_energy(job.progress, job.prior, step);
   const std::string source(device->meter->source());
   out["energy"] = {{"joules", *used}, {"source", source}, {"partial", job.energy_partial}};
-  out["projection"] = {{"joules", {{"mean", job.projection->total.mean_joules},
-                                   {"std", std::sqrt(job.projection->total.variance)}}},
-                       {"method", job.projection->method},
-                       {"stable_epochs", job.projection->stable_epochs},
-                       {"seconds_remaining", job.projection->seconds_remaining},
-                       {"source", source}};
+  out["projection"] = projection_json(*job.projection, source);
   if (first_projection && job.projection->step) {
     job.events.push_back(StoredEvent{id, now_ms(), job.row.state,
                                      fmt::format("STEP projection after epoch {} of {}: {:.0f} J ({} joules, {})",
@@ -1181,12 +1179,11 @@ json JobService::to_json(const Job& job, bool with_events) const {
     out["progress"] = {{"epoch", last.epoch}, {"epochs", last.epochs}, {"reported_at", schedulers::format_rfc3339(last.at)}};
   }
   if (job.projection && job.projection->step) {
-    out["projection"] = {{"joules", {{"mean", job.projection->total.mean_joules},
-                                     {"std", std::sqrt(job.projection->total.variance)}}},
-                         {"method", job.projection->method},
-                         {"stable_epochs", job.projection->stable_epochs},
-                         {"seconds_remaining", job.projection->seconds_remaining},
-                         {"source", row.energy_source.empty() ? json(nullptr) : json(row.energy_source)}};
+    // While it runs the job has no energy source of its own yet: its device's meter is it.
+    std::string source = row.energy_source;
+    for (const auto& device : devices_)
+      if (source.empty() && device.name == row.device) source = std::string(device.meter->source());
+    out["projection"] = projection_json(*job.projection, source);
   }
   if (job.paused || job.cpu_quota || job.gpu_limit_watts) {
     out["throttle"] = {{"paused", job.paused},

@@ -126,11 +126,9 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
     // deficit of the reason kept (frees_by scans the ledger).
     std::size_t budget_index = 0;
     double budget_deficit = 0.0;
+    // The first reason of the kind that ranks highest is kept (budget reasons are set below).
     auto note_reason = [&](WaitReason candidate) {
-      if (!reason || precedence(candidate.kind) < precedence(reason->kind) ||
-          (candidate.kind == reason->kind && candidate.retry_at &&
-           (!reason->retry_at || *candidate.retry_at < *reason->retry_at)))
-        reason = std::move(candidate);
+      if (!reason || precedence(candidate.kind) < precedence(reason->kind)) reason = std::move(candidate);
     };
 
     struct Choice {
