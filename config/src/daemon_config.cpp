@@ -27,7 +27,8 @@ bool is_hex_sha256(const std::string& text) {
 
 void parse_server(Checker& check, const toml::table& table, DaemonConfig& config) {
   check.warn_unknown(table, "server.",
-                     {"listen", "max_body_bytes", "request_timeout_seconds", "max_connections", "max_queued_jobs"});
+                     {"listen", "max_body_bytes", "request_timeout_seconds", "max_connections", "max_queued_jobs",
+                      "tls_certificate", "tls_private_key"});
   if (auto listen = check.get<std::string>(table, "listen", "server.listen")) {
     auto parsed = parse_listen_address(*listen);
     if (!parsed) {
@@ -48,6 +49,67 @@ void parse_server(Checker& check, const toml::table& table, DaemonConfig& config
   config.server.max_queued_jobs =
       static_cast<std::size_t>(check.integer_in(table, "max_queued_jobs", "server.max_queued_jobs", 1, 10000000,
                                                 static_cast<std::int64_t>(config.server.max_queued_jobs)));
+  if (auto path = check.get<std::string>(table, "tls_certificate", "server.tls_certificate"))
+    config.server.tls_certificate = *path;
+  if (auto path = check.get<std::string>(table, "tls_private_key", "server.tls_private_key"))
+    config.server.tls_private_key = *path;
+  if (config.server.tls_certificate.empty() != config.server.tls_private_key.empty())
+    check.problem(table, "server.tls_certificate and server.tls_private_key go together: set both for HTTPS, or neither");
+}
+
+void parse_token_hashes(Checker& check, const toml::node& tokens, const std::string& key,
+                        std::vector<std::string>& out) {
+  const auto* array = tokens.as_array();
+  if (!array) {
+    check.problem(tokens, key + " must be an array of hex SHA-256 strings");
+    return;
+  }
+  out.clear();
+  for (const auto& element : *array) {
+    auto value = element.value<std::string>();
+    if (!value || !is_hex_sha256(*value)) {
+      check.problem(element, key + " entries must be 64 hex digits (joulectl token new prints one); "
+                                   "never put the token itself here");
+      continue;
+    }
+    std::string lower = *value;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    out.push_back(lower);
+  }
+}
+
+void parse_cluster(Checker& check, const toml::table& table, ClusterConfig& cluster) {
+  check.warn_unknown(table, "cluster.",
+                     {"role", "coordinator", "token_file", "ca_file", "heartbeat_seconds", "lost_after_seconds",
+                      "agent_token_sha256"});
+  if (auto role = check.get<std::string>(table, "role", "cluster.role")) {
+    if (*role != "standalone" && *role != "coordinator" && *role != "agent")
+      check.problem(*table.get("role"),
+                    fmt::format("cluster.role must be standalone, coordinator or agent; got \"{}\"", *role));
+    else
+      cluster.role = *role;
+  }
+  if (auto url = check.get<std::string>(table, "coordinator", "cluster.coordinator")) {
+    if (url->rfind("http://", 0) != 0 && url->rfind("https://", 0) != 0)
+      check.problem(*table.get("coordinator"),
+                    fmt::format("cluster.coordinator must be a URL, http://host:port or https://host:port; got \"{}\"", *url));
+    else
+      cluster.coordinator = *url;
+  }
+  if (auto path = check.get<std::string>(table, "token_file", "cluster.token_file")) cluster.token_file = *path;
+  if (auto path = check.get<std::string>(table, "ca_file", "cluster.ca_file")) cluster.ca_file = *path;
+  cluster.heartbeat_seconds =
+      check.positive(table, "heartbeat_seconds", "cluster.heartbeat_seconds", cluster.heartbeat_seconds);
+  cluster.lost_after_seconds =
+      check.positive(table, "lost_after_seconds", "cluster.lost_after_seconds", cluster.lost_after_seconds);
+  if (cluster.lost_after_seconds < 2 * cluster.heartbeat_seconds)
+    check.problem(table, fmt::format("cluster.lost_after_seconds ({}) must be at least twice heartbeat_seconds ({}): "
+                                     "one late heartbeat must not lose a node",
+                                     cluster.lost_after_seconds, cluster.heartbeat_seconds));
+  if (const toml::node* tokens = table.get("agent_token_sha256"))
+    parse_token_hashes(check, *tokens, "cluster.agent_token_sha256", cluster.agent_token_sha256);
+  if (cluster.role == "agent" && cluster.coordinator.empty())
+    check.problem(table, "an agent needs cluster.coordinator, the coordinator's URL");
 }
 
 bool is_cuda_device_name(const std::string& name) {
@@ -115,7 +177,7 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
   std::set<std::string> names;
   for (const auto& element : *array) {
     const auto& table = *element.as_table();
-    check.warn_unknown(table, "devices.", {"name", "meter", "idle_watts", "watts_per_busy_core", "probes"});
+    check.warn_unknown(table, "devices.", {"name", "meter", "idle_watts", "watts_per_busy_core", "probes", "runs_jobs"});
     DeviceConfig device;
     if (auto name = check.get<std::string>(table, "name", "devices.name"))
       device.name = *name;
@@ -154,6 +216,16 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
         check.positive(table, "watts_per_busy_core", "devices.watts_per_busy_core", device.watts_per_busy_core, true);
     device.probes = static_cast<std::size_t>(
         check.integer_in(table, "probes", "devices.probes", 10, 100000, static_cast<std::int64_t>(device.probes)));
+    if (const toml::node* runs = table.get("runs_jobs")) {
+      if (!runs->value<bool>())
+        check.problem(*runs, "devices.runs_jobs must be true or false");
+      else if (!simulated)
+        check.problem(*runs, fmt::format("device \"{}\": runs_jobs is for simulated devices (real ones always run jobs)",
+                                         device.name));
+      else
+        device.runs_jobs = *runs->value<bool>();
+    }
+    if (!simulated) device.runs_jobs = true;
     devices.push_back(device);
   }
   if (devices.empty())
@@ -220,7 +292,7 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
   LoadedConfig loaded{defaults, {}};
   DaemonConfig& config = loaded.config;
   config.source = file_name;
-  check.warn_unknown(root, "", {"server", "state", "log", "auth", "devices", "meters", "jobs", "probing", "node", "policy"});
+  check.warn_unknown(root, "", {"server", "state", "log", "auth", "devices", "meters", "jobs", "probing", "node", "policy", "cluster"});
 
   auto table_of = [&](const char* key) -> const toml::table* {
     const toml::node* node = root.get(key);
@@ -276,27 +348,10 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
   }
   if (const auto* auth = table_of("auth")) {
     check.warn_unknown(*auth, "auth.", {"token_sha256"});
-    if (const toml::node* tokens = auth->get("token_sha256")) {
-      const auto* array = tokens->as_array();
-      if (!array) {
-        check.problem(*tokens, "auth.token_sha256 must be an array of hex SHA-256 strings");
-      } else {
-        config.token_sha256.clear();
-        for (const auto& element : *array) {
-          auto value = element.value<std::string>();
-          if (!value || !is_hex_sha256(*value)) {
-            check.problem(element,
-                          "auth.token_sha256 entries must be 64 hex digits (joulectl hash-token prints one); "
-                          "never put the token itself here");
-            continue;
-          }
-          std::string lower = *value;
-          std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-          config.token_sha256.push_back(lower);
-        }
-      }
-    }
+    if (const toml::node* tokens = auth->get("token_sha256"))
+      parse_token_hashes(check, *tokens, "auth.token_sha256", config.token_sha256);
   }
+  if (const auto* cluster = table_of("cluster")) parse_cluster(check, *cluster, config.cluster);
   if (const toml::node* devices = root.get("devices")) parse_devices(check, *devices, config);
   if (const auto* meters = table_of("meters")) {
     check.warn_unknown(*meters, "meters.", {"interval_seconds"});
@@ -350,7 +405,8 @@ nlohmann::json to_json(const DaemonConfig& config) {
                        {"meter", d.meter},
                        {"idle_watts", d.idle_watts},
                        {"watts_per_busy_core", d.watts_per_busy_core},
-                       {"probes", d.probes}});
+                       {"probes", d.probes},
+                       {"runs_jobs", d.runs_jobs}});
   }
   return {{"source", config.source},
           {"server",
@@ -358,7 +414,14 @@ nlohmann::json to_json(const DaemonConfig& config) {
             {"max_body_bytes", config.server.max_body_bytes},
             {"request_timeout_seconds", config.server.request_timeout_seconds},
             {"max_connections", config.server.max_connections},
-            {"max_queued_jobs", config.server.max_queued_jobs}}},
+            {"max_queued_jobs", config.server.max_queued_jobs},
+            {"tls", !config.server.tls_certificate.empty()}}},
+          {"cluster",
+           {{"role", config.cluster.role},
+            {"coordinator", config.cluster.coordinator},
+            {"heartbeat_seconds", config.cluster.heartbeat_seconds},
+            {"lost_after_seconds", config.cluster.lost_after_seconds},
+            {"agent_tokens", config.cluster.agent_token_sha256.size()}}},
           {"state", {{"directory", config.state_directory.string()}}},
           {"node", {{"name", config.node_name.empty() ? "(host name)" : config.node_name}}},
           {"policy", {{"directory", config.policy_directory.empty() ? "(none)" : config.policy_directory.string()}}},

@@ -147,13 +147,15 @@ std::string bearer_token(const HttpRequest& request) {
 
 Api::Api(JobService& jobs, Metrics& metrics) : jobs_(jobs), metrics_(metrics) {}
 
-bool Api::authorized(const HttpRequest& request) const {
-  if (token_hashes_.empty()) return true;
+bool Api::authorized(const HttpRequest& request) const { return token_matches(request, token_hashes_); }
+
+bool Api::token_matches(const HttpRequest& request, const std::vector<std::string>& hashes) {
+  if (hashes.empty()) return true;
   const std::string token = bearer_token(request);
   if (token.empty()) return false;
   const std::string presented = joule::sha256_hex(token);
   bool match = false;
-  for (const auto& hash : token_hashes_) {
+  for (const auto& hash : hashes) {
     // Constant-time comparison: how much of a hash matched must not leak through timing.
     if (hash.size() == presented.size() && CRYPTO_memcmp(hash.data(), presented.data(), hash.size()) == 0) match = true;
   }
@@ -223,6 +225,25 @@ void Api::handle(HttpRequest&& request, Reply reply) {
     auto result = jobs_.report_progress(seg[2], token, body);
     if (!result) return fail(result.error());
     return answer(json_response(http::status::ok, *result));
+  }
+  // Agents sync with the cluster's own tokens ([cluster] agent_token_sha256, else the API's).
+  if (seg.size() == 3 && seg[1] == "cluster" && seg[2] == "sync") {
+    route = "/v1/cluster/sync";
+    if (method != http::verb::post) return wrong_method("POST");
+    if (!coordinator_)
+      return fail(make_error(ErrorCode::conflict, "this jouled is not a coordinator ([cluster] role)"));
+    if (!token_matches(request, agent_token_hashes_.empty() ? token_hashes_ : agent_token_hashes_))
+      return fail(make_error(ErrorCode::unauthorized, "an agent token is required (Authorization: Bearer TOKEN)"));
+    json body;
+    try {
+      body = json::parse(request.body());
+    } catch (const json::parse_error& error) {
+      return fail(make_error(ErrorCode::invalid_argument, fmt::format("malformed JSON at byte {}: {}", error.byte, error.what())));
+    }
+    return coordinator_->sync(body, [respond = answer_later(route), target](Result<json> result) {
+      if (!result) return respond(problem_response(result.error(), target));
+      respond(json_response(http::status::ok, *result));
+    });
   }
   if (!authorized(request)) {
     route = "/v1 (unauthorized)";
@@ -339,6 +360,14 @@ void Api::handle(HttpRequest&& request, Reply reply) {
     route = "/v1/probes/{id}";
     if (method != http::verb::get) return wrong_method("GET");
     return send_result(answer, http::status::ok)(probes_->run(seg[2]));
+  }
+  if (seg.size() == 2 && seg[1] == "nodes") {
+    route = "/v1/nodes";
+    if (method != http::verb::get) return wrong_method("GET");
+    if (coordinator_) return answer(json_response(http::status::ok, coordinator_->nodes()));
+    json out = agent_ ? agent_->status() : json{{"role", "standalone"}};
+    out["devices"] = jobs_.devices()["devices"];
+    return answer(json_response(http::status::ok, out));
   }
   if (seg.size() == 2 && seg[1] == "budgets") {
     route = "/v1/budgets";

@@ -44,7 +44,11 @@ void BudgetService::set_policy(sched::Policy policy) {
 }
 
 sched::DeviceRef BudgetService::device_ref(const std::string& device) const {
-  return sched::DeviceRef{node_, device, policy_.groups_of(node_)};
+  // An agent's device on the coordinator is "node/device".
+  const auto slash = device.find('/');
+  if (slash == std::string::npos) return sched::DeviceRef{node_, device, policy_.groups_of(node_)};
+  const std::string node = device.substr(0, slash);
+  return sched::DeviceRef{node, device.substr(slash + 1), policy_.groups_of(node)};
 }
 
 sched::UnixMillis BudgetService::history_needed(sched::UnixMillis now) { return now - 367 * kDay; }

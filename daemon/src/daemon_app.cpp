@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
 
@@ -24,6 +25,7 @@
 #include "joule/estimator/simulated_device.hpp"
 #include "joule/adapters/storage_writer.hpp"
 #include "joule/daemon/api.hpp"
+#include "joule/daemon/cluster_service.hpp"
 #include "joule/daemon/http_server.hpp"
 #include "joule/daemon/job_service.hpp"
 #include "joule/daemon/metrics.hpp"
@@ -103,9 +105,14 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
       device.meter = std::make_unique<adapters::SimulatedMeter>(idle_watts, [] {
         return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
       });
-      device.runs_jobs = false;
-      device.meter_note = fmt::format("simulated {} ({}): estimation only, it runs no jobs; idles at {} W",
-                                      device.name.substr(4), profile ? profile->description : "?", idle_watts);
+      device.runs_jobs = device_config.runs_jobs;
+      device.meter_note =
+          device.runs_jobs
+              ? fmt::format("simulated {} ({}): jobs run on this host's CPU while the meter adds the power the "
+                            "device's model expects of them; idles at {} W",
+                            device.name.substr(4), profile ? profile->description : "?", idle_watts)
+              : fmt::format("simulated {} ({}): estimation only, it runs no jobs; idles at {} W", device.name.substr(4),
+                            profile ? profile->description : "?", idle_watts);
       spdlog::info("device {}: meter simulated ({})", device.name, device.meter_note);
       devices.push_back(std::move(device));
       continue;
@@ -164,6 +171,18 @@ int utc_offset_minutes() {
 }
 
 bool is_executable(const std::filesystem::path& path) { return ::access(path.c_str(), X_OK) == 0; }
+
+// The agent's bearer token for its coordinator: the first line of [cluster] token_file.
+std::string read_token_file(const std::filesystem::path& path) {
+  if (path.empty()) return {};
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(fmt::format("cluster.token_file {}: cannot read it", path.string()));
+  std::string token;
+  std::getline(in, token);
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  if (token.empty()) throw std::runtime_error(fmt::format("cluster.token_file {}: it is empty", path.string()));
+  return token;
+}
 
 // joule-worker: as configured, else beside jouled (an install), else in the build tree's
 // worker/ beside daemon/, else on $PATH. Empty when there is none.
@@ -248,6 +267,7 @@ int run_daemon(const CommandLine& command_line) {
   asio::signal_set reload_signal(io, SIGHUP);
   Metrics metrics;
   metrics.set_up_info(JOULE_VERSION);
+  metrics.set_node(config.node_name.empty() ? host_name() : config.node_name);
   SystemdNotifier notifier;
 
   JobServiceOptions job_options;
@@ -267,6 +287,13 @@ int run_daemon(const CommandLine& command_line) {
   } else {
     spdlog::info("job cgroups: off ([jobs] cgroups = false): jobs are paused with SIGSTOP and get no CPU quota");
   }
+  const bool is_agent = config.cluster.role == "agent";
+  const bool is_coordinator = config.cluster.role == "coordinator";
+  if (is_agent)
+    job_options.refuse_submissions = fmt::format(
+        "this node is an agent of the coordinator at {}: submit jobs there (joulectl --url {})",
+        config.cluster.coordinator, config.cluster.coordinator);
+  const std::string agent_token = is_agent ? read_token_file(config.cluster.token_file) : std::string();
   auto policy = load_policy(policy_directory(config, command_line));
   if (!policy) throw std::runtime_error("policies: " + policy.error().message);
   JobService jobs(io, storage, metrics, open_devices(config), job_options);
@@ -297,6 +324,21 @@ int run_daemon(const CommandLine& command_line) {
   api.set_probes(&probes);
   jobs.set_device_hooks([&](const std::string& device) { probes.preempt(device); },
                         [&](const JobService::Feedback& feedback) { probes.feedback(feedback); });
+  std::unique_ptr<ClusterCoordinator> coordinator;
+  std::unique_ptr<ClusterAgent> agent;
+  if (is_coordinator) {
+    coordinator = std::make_unique<ClusterCoordinator>(
+        io, jobs, models, metrics,
+        CoordinatorOptions{config.cluster.heartbeat_seconds, config.cluster.lost_after_seconds});
+    api.set_agent_token_hashes(config.cluster.agent_token_sha256);
+  }
+  if (is_agent) {
+    agent = std::make_unique<ClusterAgent>(
+        io, jobs, models,
+        AgentOptions{job_options.node_name, config.cluster.coordinator, agent_token, config.cluster.ca_file,
+                     JOULE_VERSION, config.cluster.lost_after_seconds});
+  }
+  api.set_cluster(coordinator.get(), agent.get());
   HttpServer server(
       io, [&api](HttpRequest&& request, Reply reply) { api.handle(std::move(request), std::move(reply)); },
       HttpServerOptions{config.server.max_body_bytes, config.server.request_timeout_seconds,
@@ -331,8 +373,10 @@ int run_daemon(const CommandLine& command_line) {
       probes.start(config.devices, std::move(stored_probe_state));
     }
   }
+  if (coordinator) coordinator->start();
+  if (agent) agent->start();
   api.set_ready(true);
-  spdlog::info("listening on http://{}", address);
+  spdlog::info("listening on http://{} ({})", address, config.cluster.role);
   notifier.ready(fmt::format("listening on {}", address));
 
   // Meters are sampled on a timer; each sample updates energy and power metrics.
@@ -389,6 +433,8 @@ int run_daemon(const CommandLine& command_line) {
     notifier.stopping("draining");
     api.set_ready(false);
     server.stop();
+    if (coordinator) coordinator->stop();
+    if (agent) agent->stop();
     jobs.stop_scheduling();
     probes.stop();
     meter_timer.cancel();
@@ -412,6 +458,11 @@ int run_daemon(const CommandLine& command_line) {
           spdlog::warn("reload: the listen address and state directory change only on restart");
         apply_log_level(next.log_level);
         api.set_token_hashes(next.token_sha256);
+        api.set_agent_token_hashes(next.cluster.agent_token_sha256);
+        if (coordinator)
+          coordinator->set_options({next.cluster.heartbeat_seconds, next.cluster.lost_after_seconds});
+        if (next.cluster.role != config.cluster.role || next.cluster.coordinator != config.cluster.coordinator)
+          spdlog::warn("reload: the cluster role and coordinator change only on restart");
         config.log_level = next.log_level;
         config.token_sha256 = next.token_sha256;
         config.meter_interval_seconds = next.meter_interval_seconds;

@@ -1,5 +1,7 @@
 #include "joule/daemon/job_service.hpp"
 
+#include "job_record.hpp"
+
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -17,6 +19,7 @@
 
 #include "joule/adapters/battery_meter.hpp"
 #include "joule/adapters/nvml_meter.hpp"
+#include "joule/adapters/simulated_meter.hpp"
 #include "joule/common/sha256.hpp"
 #include "joule/schedulers/step_projection.hpp"
 
@@ -28,32 +31,6 @@ using adapters::StoredJob;
 using nlohmann::json;
 using schedulers::JobState;
 
-struct JobService::Job {
-  StoredJob row;  // everything that is persisted
-  schedulers::JobSpec spec;
-  JobState state = JobState::queued;
-  std::vector<StoredEvent> events;
-  // Run-time only:
-  std::optional<double> energy_at_start;
-  std::unique_ptr<asio::posix::stream_descriptor> exit_watch;
-  std::unique_ptr<asio::steady_timer> kill_timer;
-  bool cancel_requested = false;
-  bool energy_partial = false;  // adopted after a restart: energy before it was not metered
-  // Scheduling:
-  schedulers::PendingJob pending;                   // what placement sees while it is queued
-  std::optional<schedulers::WaitReason> waiting;     // why it is not running, from the last pass
-  std::optional<schedulers::EnergyDistribution> prior;  // its estimate where it was placed
-  std::vector<schedulers::EpochReport> progress;
-  std::optional<schedulers::Projection> projection;
-  // Throttling in force, and the controls that apply it (restored when the job ends or jouled stops):
-  std::optional<adapters::JobCgroup> cgroup;
-  std::unique_ptr<adapters::JobPauser> pauser;
-  std::unique_ptr<adapters::CpuQuota> quota;
-  std::unique_ptr<adapters::GpuPowerLimit> gpu_limit;
-  bool paused = false;
-  std::optional<double> cpu_quota;
-  std::optional<double> gpu_limit_watts;
-};
 
 namespace {
 
@@ -181,11 +158,19 @@ Status JobService::check_runnable(const schedulers::JobSpec& spec) const {
     std::string names;
     for (const auto& d : devices_)
       if (d.runs_jobs) names += (names.empty() ? "" : ", ") + d.name;
-    return invalid(fmt::format("constraints.devices matches no device of this node that runs jobs (it has: {}; simulated devices only estimate)", names),
+    return invalid(fmt::format("constraints.devices matches no device that runs jobs (there are: {}; simulated "
+                               "devices without runs_jobs only estimate)",
+                               names.empty() ? "none" : names),
                    "/constraints/devices");
   }
   if (spec.constraints.deadline && *spec.constraints.deadline <= now_ms())
     return invalid("the deadline has already passed", "/constraints/deadline");
+  // Where it can only run on agents, the agent checks its program and workdir, and a job
+  // that cannot start there fails with the agent's reason.
+  const bool any_local = std::any_of(devices_.begin(), devices_.end(), [&](const Device& d) {
+    return d.runs_jobs && d.node.empty() && schedulers::device_allowed(spec.constraints, d.name);
+  });
+  if (!any_local) return {};
 
   std::filesystem::path workdir = spec.run.workdir;
   if (!workdir.empty()) {
@@ -220,6 +205,7 @@ Status JobService::check_runnable(const schedulers::JobSpec& spec) const {
 }
 
 void JobService::submit(const json& body, Done done) {
+  if (!options_.refuse_submissions.empty()) return done(make_error(ErrorCode::conflict, options_.refuse_submissions));
   auto spec = schedulers::parse_job_spec(body);
   if (!spec) return done(spec.error());
   if (auto runnable = check_runnable(*spec); !runnable) return done(runnable.error());
@@ -341,8 +327,8 @@ std::vector<schedulers::DeviceStatus> JobService::device_statuses() const {
   for (const auto& device : devices_) {
     schedulers::DeviceStatus status;
     status.ref = budgets_.device_ref(device.name);
-    status.accepts_work = device.runs_jobs && scheduling_;
-    status.busy = device.job.has_value();
+    status.accepts_work = device.runs_jobs && scheduling_ && device.node_ready;
+    status.busy = device.job.has_value() || device.reported_busy;
     status.average_power_watts = average_power(device, longest_cap);
     status.work_seconds = device.work_seconds;
     status.battery_percent = device.battery_percent;
@@ -476,6 +462,7 @@ std::vector<std::pair<estimator::ModelSpec, std::int64_t>> JobService::workload(
 }
 
 void JobService::place(Job& job, Device& device, const std::string& note) {
+  if (!device.node.empty()) return place_remote(job, device, note);
   if (on_claim_) on_claim_(device.name);
   queue_.erase(job.row.id);
   device.job = job.row.id;
@@ -553,6 +540,15 @@ void JobService::launch(const std::string& id) {
   job.energy_at_start = device ? read_device_energy(*device) : std::nullopt;
   auto process = adapters::launch_job(spec);
   if (!process) return finish(job, JobState::failed, process.error().message, std::nullopt);
+  if (auto* simulated = device ? dynamic_cast<adapters::SimulatedMeter*>(device->meter.get()) : nullptr) {
+    // A simulated device that runs jobs draws, while this one runs, the power its model
+    // expects of it (estimated joules over estimated seconds): simulated joules, labelled so.
+    double watts = 0.0;
+    for (const auto& candidate : job.pending.candidates)
+      if (devices_[candidate.device].name == device->name && candidate.estimate && candidate.estimate->seconds_mean > 0)
+        watts = candidate.estimate->joules_mean / candidate.estimate->seconds_mean;
+    simulated->set_load_watts(watts);
+  }
   job.row.pid = process->pid;
   job.row.pid_start_ticks = process->start_ticks;
   job.row.boot_id = options_.boot_id;
@@ -611,7 +607,13 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
   job.row.reason = reason;
   job.row.finished_ms = now_ms();
   queue_.erase(job.row.id);
-  if (Device* device = find_device(job.row.device); device && job.row.started_ms) {
+  if (Device* device = find_device(job.row.device); device && device->node.empty()) {
+    if (auto* simulated = dynamic_cast<adapters::SimulatedMeter*>(device->meter.get())) simulated->set_load_watts(0.0);
+  }
+  if (Device* device = find_device(job.row.device); device && !device->node.empty()) {
+    // Metered on the agent: finish_remote has set the energy and its source from the report.
+    if (job.row.energy_joules) metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
+  } else if (device && job.row.started_ms) {
     if (job.energy_at_start) {
       if (auto end = read_device_energy(*device)) {
         job.row.energy_joules = std::max(0.0, *end - *job.energy_at_start);
@@ -632,7 +634,8 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
   // The budget ledger trades the job's reservation for what it was metered to use.
   std::optional<adapters::StoredEnergyUse> metered;
   if (job.row.energy_joules && job.row.started_ms)
-    metered = adapters::StoredEnergyUse{options_.node_name, job.row.device, job.row.id, *job.row.started_ms,
+    metered = adapters::StoredEnergyUse{budgets_.device_ref(job.row.device).node, budgets_.device_ref(job.row.device).name,
+                                        job.row.id, *job.row.started_ms,
                                         job.row.finished_ms.value_or(now_ms()), *job.row.energy_joules,
                                         job.row.energy_source};
   budgets_.settle(job.row.id, metered);
@@ -640,7 +643,7 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
     device->work_seconds += static_cast<double>(*job.row.finished_ms - *job.row.started_ms) / 1000.0;
   release_controls(job);
   // Also for a job adopted after a restart, whose cgroup this daemon did not make.
-  if (options_.cgroups && options_.cgroups->usable()) {
+  if (options_.cgroups && options_.cgroups->usable() && !is_remote(job)) {
     if (auto removed = options_.cgroups->remove(job.row.id); !removed)
       spdlog::warn("job {}: its cgroup stays: {}", job.row.id, removed.error().message);
     job.cgroup.reset();
@@ -675,7 +678,17 @@ void JobService::cancel(const std::string& id, Done done) {
     });
     return;
   }
-  if (!job.cancel_requested) {
+  if (!job.cancel_requested && is_remote(job)) {
+    job.cancel_requested = true;
+    if (!job.agent_seen) {
+      // The agent has not taken it up: it ends here, and leaves the node's desired state.
+      finish(job, JobState::cancelled, "cancelled before it started", std::nullopt);
+    } else {
+      job.events.push_back(StoredEvent{id, now_ms(), job.row.state, "cancel requested; the agent stops it"});
+      persist([event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
+      changed(job.row.device);
+    }
+  } else if (!job.cancel_requested) {
     job.cancel_requested = true;
     job.events.push_back(StoredEvent{id, now_ms(), job.row.state, "cancel requested"});
     persist([event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
@@ -727,11 +740,12 @@ void JobService::sample_meters() {
     device.energy_joules = reading->value;
     const double delta = device.energy_joules - before;
     metrics_.add_device_energy(device.name, source, delta);
-    if (device.last_sample) {
+    if (device.last_sample && device.node.empty()) {
       const double seconds = std::chrono::duration<double>(now - *device.last_sample).count();
       device.power_watts = seconds > 0 ? delta / seconds : 0.0;
       metrics_.set_device_power(device.name, source, device.power_watts);
     }
+    if (!device.node.empty()) device.power_watts = device.reported_power_watts;
     device.last_sample = now;
     device.history.emplace_back(now, device.energy_joules);
     if (const auto* battery = dynamic_cast<const adapters::BatteryMeter*>(device.meter.get())) {
@@ -763,6 +777,7 @@ void JobService::track_running(schedulers::UnixMillis now) {
     if (job.state != JobState::running && job.state != JobState::throttled) continue;
     double used = 0.0;
     if (job.energy_at_start && !device.meter_error) used = std::max(0.0, device.energy_joules - *job.energy_at_start);
+    if (!device.node.empty()) used = job.reported_used.value_or(0.0);
     const auto expected = job.projection ? std::optional(job.projection->total) : job.prior;
     schedulers::EnergyDistribution still;
     if (expected) still = {std::max(0.0, expected->mean_joules - used), expected->variance};
@@ -786,10 +801,7 @@ void JobService::track_running(schedulers::UnixMillis now) {
   for (const auto& action : budgets_.throttle(now, device_statuses(), running)) apply(action);
 }
 
-void JobService::apply(const schedulers::ThrottleAction& action) {
-  auto it = jobs_.find(action.job);
-  if (it == jobs_.end()) return;
-  Job& job = *it->second;
+Status JobService::apply_here(Job& job, const schedulers::ThrottleAction& action) {
   const auto pgid = static_cast<pid_t>(job.row.pid);
   using Kind = schedulers::ThrottleAction::Kind;
   Status done;
@@ -848,6 +860,28 @@ void JobService::apply(const schedulers::ThrottleAction& action) {
       if (done) job.gpu_limit_watts.reset();
       break;
   }
+  return done;
+}
+
+void JobService::apply(const schedulers::ThrottleAction& action) {
+  auto it = jobs_.find(action.job);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  using Kind = schedulers::ThrottleAction::Kind;
+  Status done;
+  if (is_remote(job)) {
+    // The agent pauses and resumes it as the node's desired state says on its next sync; CPU
+    // quotas and GPU limits stay with the agent's own policy (track_running offers none here).
+    if (action.kind != Kind::pause && action.kind != Kind::resume) return;
+    job.paused = action.kind == Kind::pause;
+    if (job.paused)
+      budgets_.pause_running(job.row.id, now_ms(), std::string(find_device(job.row.device)->meter->source()));
+    else
+      budgets_.resume_running(job.row.id, now_ms());
+    changed(job.row.device);
+  } else {
+    done = apply_here(job, action);
+  }
   if (!done) {
     spdlog::warn("job {}: throttling ({}) failed: {}", job.row.id, schedulers::to_string(action.kind),
                  done.error().message);
@@ -899,6 +933,12 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
   std::map<std::string, std::vector<StoredEvent>> history;
   for (auto& event : events) history[event.job_id].push_back(std::move(event));
   std::vector<std::string> to_reconcile;
+  // Agents' devices that stored placements name exist before the jobs' candidates are built.
+  for (const auto& row : rows) {
+    const auto state = schedulers::job_state_from_string(row.state);
+    if (state && !schedulers::is_terminal(*state) && row.device.find('/') != std::string::npos)
+      (void)remote_device(row.device);
+  }
   for (auto& row : rows) {
     auto job = std::make_unique<Job>();
     auto state = schedulers::job_state_from_string(row.state);
@@ -925,6 +965,10 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
 
   for (const auto& id : to_reconcile) {
     Job& job = *jobs_.at(id);
+    if (is_remote(job)) {
+      recover_remote(job);
+      continue;
+    }
     const auto status_path = job_directory(id) / "status";
     std::optional<adapters::ProcessIdentity> process;
     const adapters::ProcessIdentity stored{static_cast<pid_t>(job.row.pid), job.row.pid_start_ticks};

@@ -22,6 +22,10 @@ Metrics::Metrics()
                         .Help("Mean power of each device over the last meter interval, by meter source")
                         .Register(*registry_)),
       jobs_(BuildGauge().Name("joule_jobs").Help("Jobs known to this node, by state").Register(*registry_)),
+      nodes_(BuildGauge()
+                 .Name("joule_nodes")
+                 .Help("Agents known to this coordinator, by state (joining, ready, lost)")
+                 .Register(*registry_)),
       submitted_(BuildCounter()
                      .Name("joule_jobs_submitted_total")
                      .Help("Jobs accepted by the API (durably stored before acknowledgement)")
@@ -104,16 +108,25 @@ Metrics::Metrics()
 
 std::string Metrics::serialize() const { return prometheus::TextSerializer().Serialize(registry_->Collect()); }
 
+std::map<std::string, std::string> Metrics::device_labels(const std::string& device, const std::string& source) const {
+  // An agent's device is "node/device" on the coordinator: one label each.
+  const auto slash = device.find('/');
+  if (slash == std::string::npos) return {{"node", node_}, {"device", device}, {"source", source}};
+  return {{"node", device.substr(0, slash)}, {"device", device.substr(slash + 1)}, {"source", source}};
+}
+
 void Metrics::add_device_energy(const std::string& device, const std::string& source, double joules) {
   if (joules > 0.0)
-    device_energy_.Add({{"device", device}, {"source", source}}).Increment(joules);
+    device_energy_.Add(device_labels(device, source)).Increment(joules);
   else
-    device_energy_.Add({{"device", device}, {"source", source}});
+    device_energy_.Add(device_labels(device, source));
 }
 
 void Metrics::set_device_power(const std::string& device, const std::string& source, double watts) {
-  device_power_.Add({{"device", device}, {"source", source}}).Set(watts);
+  device_power_.Add(device_labels(device, source)).Set(watts);
 }
+
+void Metrics::set_nodes_in_state(const std::string& state, double count) { nodes_.Add({{"state", state}}).Set(count); }
 
 void Metrics::set_jobs_in_state(std::string_view state, double count) {
   jobs_.Add({{"state", std::string(state)}}).Set(count);
@@ -122,7 +135,7 @@ void Metrics::set_jobs_in_state(std::string_view state, double count) {
 void Metrics::count_submission() { submitted_.Add({}).Increment(); }
 
 void Metrics::add_job_energy(const std::string& device, const std::string& source, double joules) {
-  if (joules > 0.0) job_energy_.Add({{"device", device}, {"source", source}}).Increment(joules);
+  if (joules > 0.0) job_energy_.Add(device_labels(device, source)).Increment(joules);
 }
 
 void Metrics::observe_request(const std::string& route, unsigned status, double seconds) {

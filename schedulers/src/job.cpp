@@ -131,6 +131,12 @@ Result<JobSpec> parse_job_spec(const json& body, const JobLimits& limits) {
           value.get<std::int64_t>() < -limits.max_abs_priority)
         return invalid(fmt::format("priority must be an integer within ±{}", limits.max_abs_priority), "/priority");
       spec.priority = value.get<int>();
+    } else if (key == "restart") {
+      if (!value.is_string() || (value != "requeue" && value != "fail"))
+        return invalid("restart must be \"requeue\" (run it again elsewhere when its node is lost; the default) or "
+                       "\"fail\"",
+                       "/restart");
+      spec.restart = value == "requeue" ? RestartPolicy::requeue : RestartPolicy::fail;
     } else {
       return invalid(fmt::format("unknown field \"{}\"", key), "/" + key);
     }
@@ -153,7 +159,11 @@ json to_json(const JobSpec& spec) {
   if (!spec.constraints.devices.empty()) constraints["devices"] = spec.constraints.devices;
   if (spec.constraints.deadline) constraints["deadline"] = format_rfc3339(*spec.constraints.deadline);
   if (spec.constraints.max_energy_joules) constraints["max_energy_joules"] = *spec.constraints.max_energy_joules;
-  json out = {{"name", spec.name}, {"run", run}, {"constraints", constraints}, {"priority", spec.priority}};
+  json out = {{"name", spec.name},
+              {"run", run},
+              {"constraints", constraints},
+              {"priority", spec.priority},
+              {"restart", spec.restart == RestartPolicy::requeue ? "requeue" : "fail"}};
   if (spec.model) out["model"] = estimator::to_json(*spec.model);
   if (spec.training) out["training"] = estimator::to_json(*spec.training);
   return out;
@@ -162,8 +172,12 @@ json to_json(const JobSpec& spec) {
 bool device_allowed(const Constraints& constraints, std::string_view device) {
   if (constraints.devices.empty()) return true;
   const std::string name(device);
+  // An agent's device, "node/device", matches a pattern for the whole name or for the device.
+  const auto slash = name.find('/');
+  const std::string bare = slash == std::string::npos ? name : name.substr(slash + 1);
   for (const auto& pattern : constraints.devices) {
     if (::fnmatch(pattern.c_str(), name.c_str(), 0) == 0) return true;
+    if (pattern.find('/') == std::string::npos && ::fnmatch(pattern.c_str(), bare.c_str(), 0) == 0) return true;
   }
   return false;
 }

@@ -38,6 +38,11 @@ struct StoredJob {
   std::string boot_id;  ///< the kernel boot the pid belongs to
   std::string estimate_json;  ///< estimates per eligible device at submission ("" when none)
   std::string token_sha256;   ///< SHA-256 of the job's progress token (JOULE_JOB_TOKEN)
+  /// Coordinator: the placement's fencing epoch (1 for the first placement, +1 for each next);
+  /// agent: the epoch of the placement this job executes.
+  std::int64_t epoch = 0;
+  /// Agent: the coordinator's id of the job this one executes ("" for jobs submitted here).
+  std::string origin;
 };
 
 /// One entry of the budget ledger: metered energy of a job or probe on one device.

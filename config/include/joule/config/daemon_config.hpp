@@ -25,6 +25,9 @@ struct DeviceConfig {
   double idle_watts = 10.0;           ///< modelled meter: power of the idle CPU
   double watts_per_busy_core = 12.0;  ///< modelled meter: added power per fully busy core
   std::size_t probes = 200;           ///< simulated devices: THOR probes of the first campaign
+  /// Simulated devices only: run jobs (the real process runs on this host's CPU; the device's
+  /// meter adds the job's simulated power, labelled "simulated"). For trying clusters.
+  bool runs_jobs = false;
 };
 
 /// Background probing (THOR): when a real device is idle, joule-worker trains small networks
@@ -52,6 +55,24 @@ struct ServerConfig {
   double request_timeout_seconds = 30.0;
   std::size_t max_connections = 512;
   std::size_t max_queued_jobs = 10000;
+  /// TLS: both set serves HTTPS only (PEM certificate chain and private key).
+  std::filesystem::path tls_certificate;
+  std::filesystem::path tls_private_key;
+};
+
+/// This node's part in a cluster: standalone (the default), the coordinator (queue, placement
+/// across its agents' devices) or an agent (devices, meters, probes, execution).
+struct ClusterConfig {
+  std::string role = "standalone";
+  std::string coordinator;        ///< agent: the coordinator's URL, http(s)://host:port
+  std::filesystem::path token_file;  ///< agent: file holding the bearer token it presents
+  std::filesystem::path ca_file;     ///< agent: CA to verify the coordinator's certificate
+  double heartbeat_seconds = 1.0;    ///< coordinator: how often agents sync
+  /// coordinator: an agent unheard of this long is lost (its jobs go back to the queue or
+  /// fail, per their restart policy); the agent pauses its jobs after the same time alone.
+  double lost_after_seconds = 30.0;
+  /// coordinator: hashes of the tokens agents present; empty: the [auth] tokens.
+  std::vector<std::string> agent_token_sha256;
 };
 
 struct DaemonConfig {
@@ -71,6 +92,7 @@ struct DaemonConfig {
   /// Give each job a cgroup of its own (freezer, CPU quota for throttling) where jouled's cgroup
   /// is delegated (systemd Delegate=yes, or root on cgroup v1).
   bool job_cgroups = true;
+  ClusterConfig cluster;
   std::string source = "embedded defaults";  ///< the file it came from
 };
 

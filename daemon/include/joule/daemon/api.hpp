@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "joule/common/result.hpp"
+#include "joule/daemon/cluster_service.hpp"
 #include "joule/daemon/estimates.hpp"
 #include "joule/daemon/http_server.hpp"
 #include "joule/daemon/job_service.hpp"
@@ -33,11 +34,19 @@ class Api {
   void set_models(DeviceModels models) { models_ = std::move(models); }
   /// Serves /v1/probes from the probe service (501 without one).
   void set_probes(ProbeService* probes) { probes_ = probes; }
+  /// A coordinator serves POST /v1/cluster/sync and its nodes in GET /v1/nodes; an agent its link.
+  void set_cluster(ClusterCoordinator* coordinator, ClusterAgent* agent) {
+    coordinator_ = coordinator;
+    agent_ = agent;
+  }
+  /// Hashes of the tokens agents sync with; empty: the API tokens.
+  void set_agent_token_hashes(std::vector<std::string> hashes) { agent_token_hashes_ = std::move(hashes); }
 
   void handle(HttpRequest&& request, Reply reply);
 
  private:
   bool authorized(const HttpRequest& request) const;
+  static bool token_matches(const HttpRequest& request, const std::vector<std::string>& hashes);
 
   JobService& jobs_;
   Metrics& metrics_;
@@ -45,6 +54,9 @@ class Api {
   bool ready_ = false;
   DeviceModels models_;
   ProbeService* probes_ = nullptr;
+  ClusterCoordinator* coordinator_ = nullptr;
+  ClusterAgent* agent_ = nullptr;
+  std::vector<std::string> agent_token_hashes_;
 };
 
 }  // namespace joule::daemon

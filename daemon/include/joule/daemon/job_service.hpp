@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@
 #include "joule/adapters/job_controls.hpp"
 #include "joule/adapters/job_process.hpp"
 #include "joule/adapters/storage_writer.hpp"
+#include "joule/cluster/reconcile.hpp"
+#include "joule/cluster/sync.hpp"
 #include "joule/common/result.hpp"
 #include "joule/daemon/budget_service.hpp"
 #include "joule/daemon/metrics.hpp"
@@ -50,6 +53,13 @@ struct Device {
   /// A GPU whose power limit can be lowered (its meter is NVML), and the lowest limit allowed.
   bool can_limit_gpu = false;
   double gpu_min_watts = 0.0;
+  /// Coordinator: the agent this device belongs to ("" for this node's own devices). Its name
+  /// is then "node/device", its meter a ReportedMeter, and jobs on it run on the agent.
+  std::string node;
+  std::string agent_device;  ///< the agent's own name for it
+  bool node_ready = true;    ///< its agent is heard from (placement skips it otherwise)
+  bool reported_busy = false;  ///< the agent says something else holds it (a probe)
+  double reported_power_watts = 0.0;
 };
 
 struct JobServiceOptions {
@@ -66,6 +76,8 @@ struct JobServiceOptions {
   /// Per-job cgroups (freezer, CPU quota) when the daemon's cgroup is delegated; nullptr or
   /// unusable: jobs are paused with SIGSTOP and get no CPU quota.
   std::shared_ptr<adapters::JobCgroups> cgroups;
+  /// An agent takes jobs only from its coordinator; POST /v1/jobs is refused with this message.
+  std::string refuse_submissions;
 };
 
 class JobService {
@@ -140,6 +152,34 @@ class JobService {
     on_claim_ = std::move(claim);
     on_finished_ = std::move(finished);
   }
+  // --- Coordinator: agents' devices and the jobs placed on them (job_service_cluster.cpp) ---
+  /// Adds or refreshes an agent's devices from its sync; new ones become placement candidates.
+  void update_node(const std::string& node, const std::vector<cluster::ReportedDevice>& devices);
+  /// The agent's reports of the jobs it runs: starts, ends, adoptions. Returns the ends
+  /// recorded (now or before), which the agent may stop reporting.
+  std::vector<std::pair<std::string, std::int64_t>> apply_reports(const std::string& node,
+                                                                  const std::vector<cluster::ReportedJob>& reports);
+  /// What the node should run now: its placements whose epoch is committed.
+  std::vector<cluster::Assignment> desired_for(const std::string& node) const;
+  /// A node went silent past its lease: its jobs go back to the queue or fail (their restart policy).
+  void node_lost(const std::string& node);
+  /// Nodes that hold placed or running jobs in the stored state (recovery expects them back).
+  std::vector<std::string> nodes_with_jobs() const;
+  /// Called when a node's desired state changed (so a waiting sync answers at once).
+  void set_node_changed_hook(std::function<void(const std::string& node)> hook) { node_changed_ = std::move(hook); }
+  nlohmann::json node_devices(const std::string& node) const;
+
+  // --- Agent: the jobs this node runs for its coordinator ---
+  std::vector<cluster::LocalAssignment> local_assignments() const;
+  /// Reports of those jobs, except ended ones in `acknowledged` (by the coordinator's id, epoch).
+  std::vector<cluster::ReportedJob> assignment_reports(
+      const std::set<std::pair<std::string, std::int64_t>>& acknowledged) const;
+  /// Runs the coordinator's placement here (stored first; a duplicate is ignored).
+  void assign(const cluster::Assignment& assignment);
+  void stop_assignment(const std::string& local_id, const std::string& why);
+  void pause_assignment(const std::string& local_id, bool pause, const std::string& why);
+  std::vector<cluster::ReportedDevice> reported_devices() const;
+
   /// Whether a device exists, runs jobs and has none placed or running now.
   bool device_idle(const std::string& name) const;
   /// Whether any queued job may run on the device (probing must then leave it alone).
@@ -164,9 +204,18 @@ class JobService {
   void note_waiting(Job& job, schedulers::WaitReason reason);
   void track_running(schedulers::UnixMillis now);
   void apply(const schedulers::ThrottleAction& action);
+  Status apply_here(Job& job, const schedulers::ThrottleAction& action);
   void release_controls(Job& job);
   double average_power(const Device& device, double seconds) const;
   void place(Job& job, Device& device, const std::string& note);
+  void place_remote(Job& job, Device& device, const std::string& note);
+  void finish_remote(Job& job, const cluster::ReportedJob& report);
+  void adopt_remote(Job& job, Device& device, const cluster::ReportedJob& report);
+  void changed(const std::string& device_name);
+  void refresh_pending();
+  bool is_remote(const Job& job) const;
+  Device& remote_device(const std::string& name);
+  void recover_remote(Job& job);
   void launch(const std::string& id);
   void watch_exit(const std::string& id);
   void on_exit(const std::string& id);
@@ -200,10 +249,12 @@ class JobService {
   std::function<nlohmann::json(const std::string&)> model_info_;
   std::function<void(const std::string&)> on_claim_;
   std::function<void(const Feedback&)> on_finished_;
+  std::function<void(const std::string&)> node_changed_;
   BudgetService budgets_;
   std::unique_ptr<boost::asio::steady_timer> retry_timer_;
   std::optional<schedulers::UnixMillis> retry_at_;
   std::string api_url_;
+  std::set<std::string> assignments_in_flight_;  // agent: assignments being stored
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -3,6 +3,7 @@
 // Registry and served by our own HTTP server through the TextSerializer, so the daemon needs
 // no second listener. No per-job labels: label values are bounded (devices, states, routes).
 
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -24,6 +25,9 @@ class Metrics {
   std::string serialize() const;
 
   /// Adds metered energy of a device; `source` is the meter's ("modelled", "rapl"...).
+  /// This node's name: the `node` label of its own devices (an agent's are named "node/device").
+  void set_node(std::string node) { node_ = std::move(node); }
+  void set_nodes_in_state(const std::string& state, double count);
   void add_device_energy(const std::string& device, const std::string& source, double joules);
   void set_device_power(const std::string& device, const std::string& source, double watts);
   void set_jobs_in_state(std::string_view state, double count);
@@ -60,7 +64,11 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& device_energy_;
   prometheus::Family<prometheus::Gauge>& device_power_;
+  std::map<std::string, std::string> device_labels(const std::string& device, const std::string& source) const;
+
+  std::string node_ = "localhost";
   prometheus::Family<prometheus::Gauge>& jobs_;
+  prometheus::Family<prometheus::Gauge>& nodes_;
   prometheus::Family<prometheus::Counter>& submitted_;
   prometheus::Family<prometheus::Counter>& job_energy_;
   prometheus::Family<prometheus::Counter>& http_requests_;

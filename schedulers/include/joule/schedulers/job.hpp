@@ -32,6 +32,9 @@ struct Constraints {
   std::optional<double> max_energy_joules;
 };
 
+/// What happens to a job whose node is lost while it is placed or running there.
+enum class RestartPolicy { requeue, fail };
+
 /// A job as submitted (POST /v1/jobs). The model spec is kept for estimation.
 struct JobSpec {
   std::string name;
@@ -40,6 +43,7 @@ struct JobSpec {
   RunCommand run;
   Constraints constraints;
   int priority = 0;  ///< higher runs first; equal priorities run in submission order
+  RestartPolicy restart = RestartPolicy::requeue;
 };
 
 /// Limits a submission is checked against.

@@ -1,0 +1,98 @@
+#pragma once
+// The one exchange between an agent and its coordinator (POST /v1/cluster/sync): the agent says
+// what it has and runs, the coordinator answers with what the agent should run. Level-triggered:
+// every reply carries the whole desired state of the node, so a lost message, a restarted
+// agent or a restarted coordinator converge on the next exchange.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "joule/common/result.hpp"
+
+namespace joule::cluster {
+
+/// A device of the agent as the coordinator sees it.
+struct ReportedDevice {
+  std::string name;    ///< the agent's own name for it: "cpu", "cuda:0", "sim:jetson-orin"
+  std::string source;  ///< its meter's source: "rapl", "nvml", "modelled", "simulated"...
+  double energy_joules = 0.0;  ///< cumulative, metered on the agent since it started
+  double power_watts = 0.0;
+  bool runs_jobs = true;
+  bool busy = false;  ///< a job (or a probe) holds it
+  std::optional<double> battery_percent;
+  std::optional<std::string> meter_error;
+  std::int64_t model_version = 0;  ///< 0: no energy model yet
+};
+
+/// A job the agent executes for the coordinator, as it stands on the agent.
+struct ReportedJob {
+  std::string id;  ///< the coordinator's job id
+  std::int64_t epoch = 0;
+  std::string state;  ///< Joule's state names: placed, running, throttled, succeeded...
+  std::string reason;
+  std::optional<int> exit_code;
+  std::optional<std::int64_t> started_ms;
+  std::optional<std::int64_t> finished_ms;
+  std::optional<double> energy_joules;  ///< so far while it runs; the total once it ended
+  std::string energy_source;
+  bool energy_partial = false;
+};
+
+/// A device's energy model, sent when the coordinator holds an older version.
+struct ModelUpload {
+  std::string device;
+  std::int64_t version = 0;
+  nlohmann::json snapshot;  ///< DeviceEnergyModel::save()
+};
+
+struct SyncRequest {
+  std::string node;
+  std::string incarnation;  ///< new at each agent start: tells a restart from a slow network
+  std::string version;      ///< the agent's jouled version
+  std::vector<ReportedDevice> devices;
+  std::vector<ReportedJob> jobs;
+  std::vector<ModelUpload> models;
+  /// >0: the coordinator may hold the answer this long while the desired state is `digest`.
+  double wait_seconds = 0.0;
+  std::string digest;  ///< the digest of the last desired state the agent applied
+};
+
+/// One job the coordinator wants on the agent, with how it should stand.
+struct Assignment {
+  std::string id;
+  std::int64_t epoch = 0;
+  std::string device;  ///< the agent's own device name
+  std::string name;
+  int priority = 0;
+  nlohmann::json spec;  ///< the job as submitted (canonical JobSpec JSON)
+  bool paused = false;  ///< throttled by the coordinator's policy
+  bool stop = false;    ///< cancelled: stop it and report how it ended
+};
+
+struct SyncReply {
+  double lease_seconds = 30.0;     ///< an agent unheard of this long is lost; it fences its jobs then
+  double heartbeat_seconds = 1.0;  ///< how often the agent syncs
+  std::vector<Assignment> jobs;    ///< the whole desired state of the node
+  std::string digest;              ///< of `jobs`: the agent echoes it to long-poll
+  /// Ended jobs whose end the coordinator has recorded: the agent stops reporting them.
+  std::vector<std::pair<std::string, std::int64_t>> recorded;
+  std::map<std::string, std::int64_t> model_versions;  ///< by the agent's device name
+};
+
+/// A node name: 1-64 of [A-Za-z0-9._-], so "node/device" stays unambiguous.
+bool is_valid_node_name(const std::string& name);
+
+/// Parse with every error naming its JSON pointer ("/jobs/3/epoch").
+Result<SyncRequest> parse_sync_request(const nlohmann::json& body);
+Result<SyncReply> parse_sync_reply(const nlohmann::json& body);
+nlohmann::json to_json(const SyncRequest& request);
+nlohmann::json to_json(const SyncReply& reply);
+/// A short stable digest of a desired state (the assignments in order).
+std::string digest_of(const std::vector<Assignment>& jobs);
+
+}  // namespace joule::cluster

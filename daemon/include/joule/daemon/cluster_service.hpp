@@ -1,0 +1,129 @@
+#pragma once
+// jouled in a cluster. A coordinator answers its agents' syncs (POST /v1/cluster/sync), keeps
+// the node registry, declares silent nodes lost and holds copies of the agents' energy models;
+// an agent syncs with its coordinator from a thread of its own and makes what it runs match
+// what the coordinator wants, pausing its jobs when it has been cut off for a whole lease.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <nlohmann/json.hpp>
+
+#include "joule/cluster/node_registry.hpp"
+#include "joule/cluster/sync.hpp"
+#include "joule/common/result.hpp"
+#include "joule/daemon/job_service.hpp"
+#include "joule/daemon/metrics.hpp"
+#include "joule/daemon/model_service.hpp"
+
+namespace joule::daemon {
+
+struct CoordinatorOptions {
+  double heartbeat_seconds = 1.0;
+  double lost_after_seconds = 30.0;
+};
+
+class ClusterCoordinator {
+ public:
+  using Answer = std::function<void(Result<nlohmann::json>)>;
+
+  ClusterCoordinator(boost::asio::io_context& io, JobService& jobs, ModelService& models, Metrics& metrics,
+                     CoordinatorOptions options);
+  ~ClusterCoordinator();
+
+  /// Expects the nodes the stored jobs were placed on, and starts watching leases.
+  void start();
+  /// Answers held syncs and stops the lease timer.
+  void stop();
+  /// POST /v1/cluster/sync. With wait_seconds, the answer waits while nothing changes for the node.
+  void sync(const nlohmann::json& body, Answer answer);
+  /// GET /v1/nodes.
+  nlohmann::json nodes() const;
+  void set_options(CoordinatorOptions options);
+
+ private:
+  struct HeldSync {
+    std::string digest;
+    Answer answer;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+  };
+  cluster::SyncReply reply_for(const std::string& node) const;
+  void release_held(const std::string& node, bool timed_out_only);
+  void check_leases();
+  void publish_node_counts();
+  std::int64_t now_ms() const;
+
+  boost::asio::io_context& io_;
+  JobService& jobs_;
+  ModelService& models_;
+  Metrics& metrics_;
+  CoordinatorOptions options_;
+  cluster::NodeRegistry registry_;
+  std::map<std::string, std::list<HeldSync>> held_;
+  std::map<std::string, std::int64_t> model_versions_;  // by "node/device"
+  boost::asio::steady_timer lease_timer_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+struct AgentOptions {
+  std::string node;
+  std::string coordinator;  ///< http(s)://host:port
+  std::string token;
+  std::filesystem::path ca_file;
+  std::string version;
+  double lost_after_seconds = 30.0;  ///< the lease until the coordinator says otherwise
+};
+
+class ClusterAgent {
+ public:
+  ClusterAgent(boost::asio::io_context& io, JobService& jobs, ModelService& models, AgentOptions options);
+  ~ClusterAgent();  ///< stops the sync thread
+
+  void start();
+  void stop();
+  /// What this agent knows of its coordinator, for GET /v1/nodes on the agent.
+  nlohmann::json status() const;
+
+ private:
+  void run();
+  /// Runs `work` on the event loop and waits for it (false when the loop is gone or stopping).
+  bool on_loop(const std::function<void()>& work);
+  cluster::SyncRequest build_request(double wait_seconds);
+  void apply(const cluster::SyncReply& reply);
+  void fence(double silent_seconds);
+
+  boost::asio::io_context& io_;
+  JobService& jobs_;
+  ModelService& models_;
+  AgentOptions options_;
+  std::string incarnation_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::mutex wake_mutex_;
+  std::condition_variable wake_;
+  // Loop-thread state:
+  std::set<std::pair<std::string, std::int64_t>> acknowledged_;
+  std::map<std::string, std::int64_t> coordinator_models_;
+  bool knows_coordinator_models_ = false;  // models are offered once the coordinator said what it has
+  std::string digest_;
+  bool fenced_ = false;
+  // Shared with status():
+  mutable std::mutex status_mutex_;
+  std::optional<std::chrono::system_clock::time_point> last_sync_;
+  std::string last_error_;
+  double lease_seconds_;
+  double heartbeat_seconds_ = 1.0;
+};
+
+}  // namespace joule::daemon

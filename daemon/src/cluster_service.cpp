@@ -1,0 +1,397 @@
+#include "joule/daemon/cluster_service.hpp"
+
+#include <future>
+#include <list>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <boost/asio/post.hpp>
+#include <boost/uuid/random_generator.hpp>
+#include <boost/uuid/uuid_io.hpp>
+
+#include "joule/client/http_client.hpp"
+#include "joule/schedulers/time_format.hpp"
+
+namespace joule::daemon {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+namespace {
+
+std::chrono::steady_clock::duration seconds(double value) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(value));
+}
+
+std::int64_t millis(double seconds) { return static_cast<std::int64_t>(seconds * 1000.0); }
+
+}  // namespace
+
+// ---------------------------------------------------------------- coordinator
+
+ClusterCoordinator::ClusterCoordinator(asio::io_context& io, JobService& jobs, ModelService& models, Metrics& metrics,
+                                       CoordinatorOptions options)
+    : io_(io),
+      jobs_(jobs),
+      models_(models),
+      metrics_(metrics),
+      options_(options),
+      registry_(millis(options.lost_after_seconds), now_ms()),
+      lease_timer_(io) {
+  jobs_.set_node_changed_hook([this](const std::string& node) { release_held(node, false); });
+}
+
+ClusterCoordinator::~ClusterCoordinator() {
+  *alive_ = false;
+  jobs_.set_node_changed_hook({});
+}
+
+std::int64_t ClusterCoordinator::now_ms() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void ClusterCoordinator::start() {
+  for (const auto& node : jobs_.nodes_with_jobs()) {
+    registry_.expect(node, now_ms());
+    spdlog::info("node {}: expected back within {} s (it holds placed or running jobs)", node,
+                 options_.lost_after_seconds);
+  }
+  publish_node_counts();
+  check_leases();
+}
+
+void ClusterCoordinator::stop() {
+  lease_timer_.cancel();
+  for (auto& [node, held] : held_)
+    for (auto& sync : held) {
+      sync.timer->cancel();
+      sync.answer(make_error(ErrorCode::unavailable, "the coordinator is stopping"));
+    }
+  held_.clear();
+}
+
+void ClusterCoordinator::set_options(CoordinatorOptions options) {
+  options_ = options;
+  registry_.set_lease(millis(options.lost_after_seconds));
+}
+
+void ClusterCoordinator::check_leases() {
+  for (const auto& node : registry_.expire(now_ms())) {
+    spdlog::warn("node {}: lost (not heard from for {} s); its jobs are queued again or fail per their restart policy",
+                 node, options_.lost_after_seconds);
+    jobs_.node_lost(node);
+  }
+  publish_node_counts();
+  // Leases are checked often enough that a lost node is declared within a tenth of its lease.
+  lease_timer_.expires_after(seconds(std::clamp(options_.lost_after_seconds / 10.0, 0.05, 1.0)));
+  lease_timer_.async_wait([this, alive = alive_](boost::system::error_code ec) {
+    if (!ec && *alive) check_leases();
+  });
+}
+
+void ClusterCoordinator::publish_node_counts() {
+  std::map<std::string, double> counts{{"joining", 0}, {"ready", 0}, {"lost", 0}};
+  for (const auto& [name, node] : registry_.nodes()) counts[std::string(cluster::to_string(node.state))] += 1;
+  for (const auto& [state, count] : counts) metrics_.set_nodes_in_state(state, count);
+}
+
+cluster::SyncReply ClusterCoordinator::reply_for(const std::string& node) const {
+  cluster::SyncReply reply;
+  reply.lease_seconds = options_.lost_after_seconds;
+  reply.heartbeat_seconds = options_.heartbeat_seconds;
+  reply.jobs = jobs_.desired_for(node);
+  reply.digest = cluster::digest_of(reply.jobs);
+  const std::string prefix = node + "/";
+  for (const auto& [device, version] : model_versions_)
+    if (device.rfind(prefix, 0) == 0) reply.model_versions[device.substr(prefix.size())] = version;
+  return reply;
+}
+
+void ClusterCoordinator::sync(const json& body, Answer answer) {
+  auto request = cluster::parse_sync_request(body);
+  if (!request) return answer(request.error());
+  const auto now = now_ms();
+  const auto heard = registry_.heard_from(*request, now);
+  if (heard.new_node) spdlog::info("node {}: registered ({} devices, jouled {})", request->node, request->devices.size(), request->version);
+  if (heard.came_back) spdlog::info("node {}: heard from again; reconciling its jobs", request->node);
+  if (heard.restarted) spdlog::info("node {}: its jouled restarted; reconciling its jobs", request->node);
+  publish_node_counts();
+  jobs_.update_node(request->node, request->devices);
+
+  for (const auto& upload : request->models) {
+    const std::string name = request->node + "/" + upload.device;
+    auto model = estimator::DeviceEnergyModel::load(upload.snapshot);
+    model_versions_[name] = upload.version;  // not asked for again, even when unreadable
+    if (!model) {
+      spdlog::warn("node {}: energy model of {} (version {}) is unreadable: {}", request->node, upload.device,
+                   upload.version, model.error().message);
+      continue;
+    }
+    spdlog::info("node {}: energy model of {} version {} installed", request->node, upload.device, upload.version);
+    models_.install(name, std::make_shared<const estimator::DeviceEnergyModel>(std::move(model).value()),
+                    upload.version);
+  }
+  auto recorded = jobs_.apply_reports(request->node, request->jobs);
+
+  auto reply = reply_for(request->node);
+  reply.recorded = std::move(recorded);
+  bool wants_upload = false;
+  for (const auto& device : request->devices) {
+    const auto it = model_versions_.find(request->node + "/" + device.name);
+    wants_upload = wants_upload || device.model_version > (it == model_versions_.end() ? 0 : it->second);
+  }
+  const bool nothing_to_say = reply.digest == request->digest && reply.recorded.empty() && !wants_upload;
+  if (request->wait_seconds <= 0 || !nothing_to_say) return answer(cluster::to_json(reply));
+
+  // Long poll: answer when the node's desired state changes, or when the wait is over.
+  auto& held = held_[request->node];
+  held.push_back(HeldSync{reply.digest, std::move(answer), std::make_unique<asio::steady_timer>(io_)});
+  auto where = std::prev(held.end());
+  where->timer->expires_after(seconds(request->wait_seconds));
+  where->timer->async_wait([this, alive = alive_, node = request->node](boost::system::error_code ec) {
+    if (!ec && *alive) release_held(node, true);
+  });
+}
+
+void ClusterCoordinator::release_held(const std::string& node, bool timed_out_only) {
+  auto it = held_.find(node);
+  if (it == held_.end()) return;
+  const auto reply = reply_for(node);
+  const auto now = std::chrono::steady_clock::now();
+  for (auto sync = it->second.begin(); sync != it->second.end();) {
+    const bool expired = sync->timer->expiry() <= now;
+    const bool changed = sync->digest != reply.digest;
+    if ((timed_out_only && !expired) || (!timed_out_only && !changed && !expired)) {
+      ++sync;
+      continue;
+    }
+    sync->timer->cancel();
+    // Holding a sync is hearing from the node: its lease runs from the answer.
+    cluster::SyncRequest touch;
+    touch.node = node;
+    if (const auto* record = registry_.find(node)) {
+      touch.incarnation = record->incarnation;
+      touch.version = record->version;
+      touch.devices = record->devices;
+    }
+    registry_.heard_from(touch, now_ms());
+    sync->answer(cluster::to_json(reply));
+    sync = it->second.erase(sync);
+  }
+  if (it->second.empty()) held_.erase(it);
+}
+
+json ClusterCoordinator::nodes() const {
+  json out = json::array();
+  const auto now = now_ms();
+  const auto budgets = jobs_.budgets_view();
+  for (const auto& [name, node] : registry_.nodes()) {
+    json devices = jobs_.node_devices(name);
+    double power = 0.0;
+    std::size_t running = 0;
+    for (const auto& device : devices) {
+      power += device.value("power_watts", 0.0);
+      running += device["job"].is_null() ? 0 : 1;
+    }
+    // The budgets that count this node's energy, with what is left of them.
+    json covering = json::array();
+    for (const auto& budget : budgets.value("budgets", json::array())) {
+      const auto& rules = jobs_.budgets().policy().budgets;
+      const auto rule = std::find_if(rules.begin(), rules.end(), [&](const auto& b) { return b.name == budget["name"]; });
+      if (rule == rules.end()) continue;
+      const bool covers = std::any_of(node.devices.begin(), node.devices.end(), [&](const auto& device) {
+        return rule->scope.covers(jobs_.budgets().device_ref(name + "/" + device.name));
+      });
+      if (covers)
+        covering.push_back({{"name", rule->name},
+                            {"limit_joules", rule->limit_joules},
+                            {"remaining_joules", budget.value("remaining_joules", 0.0)}});
+    }
+    out.push_back(
+        {{"name", name},
+         {"state", cluster::to_string(node.state)},
+         {"since", schedulers::format_rfc3339(node.since)},
+         {"last_heartbeat", node.last_heard ? json(schedulers::format_rfc3339(*node.last_heard)) : json(nullptr)},
+         {"seconds_since_heartbeat",
+          node.last_heard ? json(static_cast<double>(now - *node.last_heard) / 1000.0) : json(nullptr)},
+         {"version", node.version},
+         {"power_watts", power},
+         {"running_jobs", running},
+         {"devices", devices},
+         {"budgets", covering}});
+  }
+  return json{{"role", "coordinator"},
+              {"lost_after_seconds", options_.lost_after_seconds},
+              {"heartbeat_seconds", options_.heartbeat_seconds},
+              {"nodes", out}};
+}
+
+// ---------------------------------------------------------------- agent
+
+ClusterAgent::ClusterAgent(asio::io_context& io, JobService& jobs, ModelService& models, AgentOptions options)
+    : io_(io), jobs_(jobs), models_(models), options_(std::move(options)), lease_seconds_(options_.lost_after_seconds) {
+  static thread_local boost::uuids::random_generator make_uuid;
+  incarnation_ = boost::uuids::to_string(make_uuid());
+}
+
+ClusterAgent::~ClusterAgent() { stop(); }
+
+void ClusterAgent::start() {
+  spdlog::info("agent {}: syncing with coordinator {}", options_.node, options_.coordinator);
+  thread_ = std::thread([this] { run(); });
+}
+
+void ClusterAgent::stop() {
+  stopping_ = true;
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool ClusterAgent::on_loop(const std::function<void()>& work) {
+  auto task = std::make_shared<std::packaged_task<void()>>(work);
+  auto done = task->get_future();
+  asio::post(io_, [task] { (*task)(); });
+  while (done.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready)
+    if (stopping_ || io_.stopped()) return false;
+  done.get();
+  return true;
+}
+
+cluster::SyncRequest ClusterAgent::build_request(double wait_seconds) {
+  cluster::SyncRequest request;
+  request.node = options_.node;
+  request.incarnation = incarnation_;
+  request.version = options_.version;
+  request.devices = jobs_.reported_devices();
+  for (auto& device : request.devices) {
+    device.model_version = models_.version(device.name);
+    const auto& models = models_.models();
+    const auto model = models.find(device.name);
+    const auto known = coordinator_models_.find(device.name);
+    const bool coordinator_has_it = known != coordinator_models_.end() && known->second >= device.model_version;
+    if (model != models.end() && model->second && device.model_version > 0 && !coordinator_has_it &&
+        knows_coordinator_models_)
+      request.models.push_back({device.name, device.model_version, model->second->save()});
+  }
+  request.jobs = jobs_.assignment_reports(acknowledged_);
+  request.wait_seconds = wait_seconds;
+  request.digest = digest_;
+  return request;
+}
+
+void ClusterAgent::apply(const cluster::SyncReply& reply) {
+  for (const auto& ended : reply.recorded) acknowledged_.insert(ended);
+  coordinator_models_ = reply.model_versions;
+  knows_coordinator_models_ = true;
+  if (fenced_) {
+    spdlog::info("agent {}: the coordinator answers again; reconciling", options_.node);
+    fenced_ = false;
+  }
+  const auto plan = cluster::plan_agent(reply.jobs, jobs_.local_assignments());
+  for (const auto& [local_id, why] : plan.stop) jobs_.stop_assignment(local_id, why);
+  for (const auto& local_id : plan.pause) jobs_.pause_assignment(local_id, true, "paused by the coordinator's policy");
+  for (const auto& local_id : plan.resume) jobs_.pause_assignment(local_id, false, "resumed by the coordinator");
+  for (const auto& assignment : plan.start) jobs_.assign(assignment);
+  digest_ = reply.digest;
+}
+
+void ClusterAgent::fence(double silent_seconds) {
+  if (fenced_) return;
+  fenced_ = true;
+  std::size_t paused = 0;
+  for (const auto& job : jobs_.local_assignments()) {
+    if (job.terminal || job.paused) continue;
+    jobs_.pause_assignment(job.local_id, true,
+                           fmt::format("fenced: no answer from the coordinator for {:.0f} s (its lease); it may be "
+                                       "placed elsewhere now",
+                                       silent_seconds));
+    ++paused;
+  }
+  spdlog::warn("agent {}: coordinator unreachable for {:.1f} s, past the lease: {} job{} paused until it answers",
+               options_.node, silent_seconds, paused, paused == 1 ? "" : "s");
+}
+
+void ClusterAgent::run() {
+  auto url = client::parse_server_url(options_.coordinator);
+  if (!url) {
+    spdlog::error("agent: cluster.coordinator: {}", url.error().message);
+    return;
+  }
+  auto last_ok = std::chrono::steady_clock::now();
+  double backoff = 0.2;
+  bool first = true;
+  while (!stopping_) {
+    double heartbeat = 1.0;
+    double lease = 30.0;
+    {
+      std::lock_guard lock(status_mutex_);
+      heartbeat = heartbeat_seconds_;
+      lease = lease_seconds_;
+    }
+    cluster::SyncRequest request;
+    // The first exchange after a start or an outage does not wait: it reconciles at once.
+    if (!on_loop([&] { request = build_request(first ? 0.0 : heartbeat); })) break;
+    const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>((request.wait_seconds + 10.0) * 1000));
+    client::HttpClient http(*url, options_.token, timeout);
+    auto answer = http.request("POST", "/v1/cluster/sync", cluster::to_json(request).dump());
+    std::string error;
+    std::optional<cluster::SyncReply> reply;
+    if (!answer) {
+      error = answer.error().message;
+    } else if (answer->status != 200) {
+      const auto problem = json::parse(answer->body, nullptr, false);
+      error = fmt::format("HTTP {}: {}", answer->status,
+                          problem.is_object() ? problem.value("detail", answer->body) : answer->body);
+    } else {
+      auto parsed = cluster::parse_sync_reply(json::parse(answer->body, nullptr, false));
+      if (parsed)
+        reply = std::move(parsed).value();
+      else
+        error = fmt::format("the coordinator's answer does not parse: {} at {}", parsed.error().message,
+                            parsed.error().where);
+    }
+    if (reply) {
+      last_ok = std::chrono::steady_clock::now();
+      backoff = 0.2;
+      first = false;
+      {
+        std::lock_guard lock(status_mutex_);
+        last_sync_ = std::chrono::system_clock::now();
+        last_error_.clear();
+        lease_seconds_ = reply->lease_seconds;
+        heartbeat_seconds_ = reply->heartbeat_seconds;
+      }
+      if (!on_loop([&] { apply(*reply); })) break;
+      continue;
+    }
+    {
+      std::lock_guard lock(status_mutex_);
+      if (last_error_ != error) spdlog::warn("agent {}: sync with {} failed: {}", options_.node, options_.coordinator, error);
+      last_error_ = error;
+    }
+    first = true;
+    const double silent = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_ok).count();
+    if (silent >= lease && !on_loop([&] { fence(silent); })) break;
+    std::unique_lock lock(wake_mutex_);
+    wake_.wait_for(lock, seconds(backoff), [this] { return stopping_.load(); });
+    backoff = std::min(backoff * 2, std::max(heartbeat, 0.2));
+  }
+}
+
+json ClusterAgent::status() const {
+  std::lock_guard lock(status_mutex_);
+  json out = {{"role", "agent"},
+              {"node", options_.node},
+              {"coordinator", options_.coordinator},
+              {"lease_seconds", lease_seconds_},
+              {"last_sync", nullptr},
+              {"error", last_error_.empty() ? json(nullptr) : json(last_error_)}};
+  if (last_sync_) {
+    out["last_sync"] = schedulers::format_rfc3339(
+        std::chrono::duration_cast<std::chrono::milliseconds>(last_sync_->time_since_epoch()).count());
+  }
+  return out;
+}
+
+}  // namespace joule::daemon

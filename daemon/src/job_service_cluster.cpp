@@ -1,0 +1,440 @@
+// The JobService's cluster half: on a coordinator, the agents' devices and the jobs placed on
+// them (placed here, run there, reported back); on an agent, the jobs it runs for its
+// coordinator. Identity across nodes is (job id, placement epoch); see cluster/reconcile.hpp.
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "job_record.hpp"
+#include "joule/daemon/job_service.hpp"
+#include "joule/daemon/reported_meter.hpp"
+
+namespace joule::daemon {
+
+using adapters::StoredEvent;
+using nlohmann::json;
+using schedulers::JobState;
+
+namespace {
+// Ends an agent keeps reporting, after a restart, until the coordinator acknowledges them.
+constexpr std::int64_t kReportEndsForMs = 10 * 60 * 1000;
+}  // namespace
+
+bool JobService::is_remote(const Job& job) const {
+  for (const auto& device : devices_)
+    if (device.name == job.row.device) return !device.node.empty();
+  return job.row.device.find('/') != std::string::npos;
+}
+
+void JobService::changed(const std::string& device_name) {
+  if (const Device* device = find_device(device_name); device && !device->node.empty() && node_changed_)
+    node_changed_(device->node);
+}
+
+void JobService::refresh_pending() {
+  for (const auto& id : queue_.first(queue_.size())) {
+    Job& job = *jobs_.at(id);
+    job.pending = pending_job(id, job.spec, job.row.estimate_json);
+  }
+}
+
+void JobService::update_node(const std::string& node, const std::vector<cluster::ReportedDevice>& reported) {
+  bool added = false;
+  bool woke = false;
+  for (const auto& report : reported) {
+    const std::string name = node + "/" + report.name;
+    Device* device = find_device(name);
+    if (!device) {
+      Device fresh;
+      fresh.name = name;
+      fresh.node = node;
+      fresh.agent_device = report.name;
+      fresh.meter = std::make_unique<ReportedMeter>(report.source);
+      fresh.meter_note = fmt::format("metered on agent {} by its {} meter", node, report.source);
+      devices_.push_back(std::move(fresh));
+      device = &devices_.back();
+      metrics_.add_device_energy(name, report.source, 0.0);
+      added = true;
+      spdlog::info("node {}: device {} ({} meter{})", node, report.name, report.source,
+                   report.runs_jobs ? "" : "; estimation only");
+    }
+    static_cast<ReportedMeter*>(device->meter.get())->report(report.source, report.energy_joules, report.meter_error);
+    device->meter_note = fmt::format("metered on agent {} by its {} meter", node, report.source);
+    device->runs_jobs = report.runs_jobs;
+    device->reported_power_watts = report.power_watts;
+    device->battery_percent = report.battery_percent;
+    // Busy with something this coordinator did not place there (a fenced run still stopping).
+    device->reported_busy = report.busy && !device->job;
+    woke = woke || !device->node_ready;
+    device->node_ready = true;
+  }
+  if (added) refresh_pending();
+  if (added || woke) schedule();
+}
+
+void JobService::place_remote(Job& job, Device& device, const std::string& note) {
+  queue_.erase(job.row.id);
+  device.job = job.row.id;
+  job.row.device = device.name;
+  job.row.epoch += 1;
+  job.agent_seen = false;
+  job.reported_used.reset();
+  const auto epoch = job.row.epoch;
+  // Stored before the agent may see it: an agent only ever runs an epoch that survives a crash.
+  transition(job, JobState::placed, fmt::format("placed on {} (epoch {}): {}", device.name, epoch, note),
+             [this, id = job.row.id, epoch](Status status) {
+               auto it = jobs_.find(id);
+               if (it == jobs_.end() || it->second->row.epoch != epoch) return;
+               Job& placed = *it->second;
+               if (!status)
+                 return finish(placed, JobState::failed, "could not record the placement: " + status.error().message,
+                               std::nullopt);
+               if (placed.cancel_requested)
+                 return finish(placed, JobState::cancelled, "cancelled before it started", std::nullopt);
+               placed.committed_epoch = epoch;
+               changed(placed.row.device);
+             });
+}
+
+std::vector<cluster::Assignment> JobService::desired_for(const std::string& node) const {
+  std::vector<cluster::Assignment> out;
+  for (const auto& device : devices_) {
+    if (device.node != node || !device.job) continue;
+    const auto it = jobs_.find(*device.job);
+    if (it == jobs_.end()) continue;
+    const Job& job = *it->second;
+    if (schedulers::is_terminal(job.state) || job.committed_epoch != job.row.epoch) continue;
+    cluster::Assignment assignment;
+    assignment.id = job.row.id;
+    assignment.epoch = job.row.epoch;
+    assignment.device = device.agent_device;
+    assignment.name = job.row.name;
+    assignment.priority = job.row.priority;
+    assignment.spec = json::parse(job.row.spec_json, nullptr, false);
+    assignment.paused = job.paused;
+    assignment.stop = job.cancel_requested;
+    out.push_back(std::move(assignment));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::int64_t>> JobService::apply_reports(
+    const std::string& node, const std::vector<cluster::ReportedJob>& reports) {
+  std::vector<std::pair<std::string, std::int64_t>> recorded;
+  for (const auto& report : reports) {
+    auto it = jobs_.find(report.id);
+    std::optional<cluster::CoordinatorJob> known;
+    if (it != jobs_.end()) {
+      const Job& job = *it->second;
+      known = cluster::CoordinatorJob{job.state, job.committed_epoch, budgets_.device_ref(job.row.device).node};
+    }
+    const auto verdict = cluster::judge_report(known, node, report);
+    if (verdict == cluster::Verdict::stale) continue;
+    Job& job = *it->second;
+    switch (verdict) {
+      case cluster::Verdict::started:
+        job.agent_seen = true;
+        job.reported_used = report.energy_joules;
+        job.row.started_ms = report.started_ms.value_or(now_ms());
+        transition(job, JobState::running, fmt::format("started on {} (epoch {})", job.row.device, report.epoch));
+        break;
+      case cluster::Verdict::progress:
+        job.agent_seen = true;
+        job.reported_used = report.energy_joules;
+        break;
+      case cluster::Verdict::finished:
+        finish_remote(job, report);
+        recorded.emplace_back(report.id, report.epoch);
+        break;
+      case cluster::Verdict::recorded:
+        recorded.emplace_back(report.id, report.epoch);
+        break;
+      case cluster::Verdict::adopt:
+        if (Device* device = find_device(job.row.device); device && !device->job) adopt_remote(job, *device, report);
+        break;
+      case cluster::Verdict::stale:
+        break;
+    }
+  }
+  return recorded;
+}
+
+void JobService::finish_remote(Job& job, const cluster::ReportedJob& report) {
+  const auto state = schedulers::job_state_from_string(report.state).value_or(JobState::failed);
+  if (job.state == JobState::placed && state != JobState::cancelled && state != JobState::failed) {
+    // It started and ended between two syncs: it did run.
+    count_state(JobState::placed, -1);
+    count_state(JobState::running, +1);
+    job.state = JobState::running;
+  }
+  if (!job.row.started_ms && report.started_ms) job.row.started_ms = report.started_ms;
+  job.row.energy_joules = report.energy_joules;
+  job.row.energy_source = report.energy_source;
+  job.energy_partial = report.energy_partial;
+  std::optional<adapters::ExitStatus> exit;
+  if (report.exit_code) {
+    adapters::ExitStatus status;
+    status.signaled = *report.exit_code > 128;
+    status.value = status.signaled ? *report.exit_code - 128 : *report.exit_code;
+    exit = status;
+  }
+  const std::string reason = fmt::format("{} (on {}, epoch {})", report.reason.empty() ? report.state : report.reason,
+                                         job.row.device, report.epoch);
+  finish(job, state, reason, exit);
+}
+
+void JobService::adopt_remote(Job& job, Device& device, const cluster::ReportedJob& report) {
+  queue_.erase(job.row.id);
+  device.job = job.row.id;
+  job.agent_seen = true;
+  job.reported_used = report.energy_joules;
+  job.waiting.reset();
+  job.prior = estimate_on(job, device.name);
+  if (job.prior) budgets_.reserve(job.row.id, device.name, *job.prior);
+  const std::string note = fmt::format("adopted: {} came back still running it (epoch {})", device.node, report.epoch);
+  transition(job, JobState::placed, note);
+  if (report.state != "placed") {
+    if (!job.row.started_ms) job.row.started_ms = report.started_ms.value_or(now_ms());
+    transition(job, JobState::running, note);
+  }
+}
+
+void JobService::node_lost(const std::string& node) {
+  for (auto& device : devices_) {
+    if (device.node != node) continue;
+    device.node_ready = false;
+    device.reported_busy = false;
+    static_cast<ReportedMeter*>(device.meter.get())->silence(fmt::format("node {} is lost", node));
+    if (!device.job) continue;
+    auto it = jobs_.find(*device.job);
+    if (it == jobs_.end() || schedulers::is_terminal(it->second->state)) continue;
+    Job& job = *it->second;
+    const std::string why = fmt::format("node {} lost (no sync within its lease)", node);
+    if (job.cancel_requested) {
+      finish(job, JobState::cancelled, why + "; it was being cancelled", std::nullopt);
+      continue;
+    }
+    if (job.spec.restart == schedulers::RestartPolicy::fail) {
+      finish(job, JobState::failed, why + "; restart = fail", std::nullopt);
+      continue;
+    }
+    // Its energy on the lost node up to the last report is kept; the run is fenced by epoch.
+    std::optional<adapters::StoredEnergyUse> used;
+    if (job.reported_used && job.row.started_ms)
+      used = adapters::StoredEnergyUse{node, device.agent_device, job.row.id, *job.row.started_ms, now_ms(),
+                                       *job.reported_used, std::string(device.meter->source())};
+    budgets_.settle(job.row.id, used);
+    release_controls(job);
+    device.job.reset();
+    job.row.started_ms.reset();
+    job.paused = false;
+    transition(job, JobState::queued, fmt::format("{}: queued again (epoch {} is fenced)", why, job.row.epoch));
+    job.pending = pending_job(job.row.id, job.spec, job.row.estimate_json);
+    queue_.push(job.row.id, job.row.priority, job.row.sequence);
+  }
+  schedule();
+}
+
+Device& JobService::remote_device(const std::string& name) {
+  if (Device* device = find_device(name)) return *device;
+  // Known from the stored state only: not placeable until its agent is heard from.
+  const auto slash = name.find('/');
+  Device device;
+  device.name = name;
+  device.node = name.substr(0, slash);
+  device.agent_device = name.substr(slash + 1);
+  auto meter = std::make_unique<ReportedMeter>("");
+  meter->silence(fmt::format("node {} not heard from since jouled started", device.node));
+  device.meter = std::move(meter);
+  device.meter_note = fmt::format("metered on agent {}", device.node);
+  device.node_ready = false;
+  devices_.push_back(std::move(device));
+  return devices_.back();
+}
+
+void JobService::recover_remote(Job& job) {
+  Device& device = remote_device(job.row.device);
+  device.job = job.row.id;
+  job.committed_epoch = job.row.epoch;
+  job.agent_seen = job.state != JobState::placed;
+  job.prior = estimate_on(job, device.name);
+  if (job.prior) budgets_.reserve(job.row.id, device.name, *job.prior);
+  spdlog::info("job {}: {} on {} (epoch {}); waiting for node {} to report it", job.row.id, job.row.state, device.name,
+               job.row.epoch, device.node);
+}
+
+std::vector<std::string> JobService::nodes_with_jobs() const {
+  std::set<std::string> nodes;
+  for (const auto& device : devices_)
+    if (!device.node.empty()) nodes.insert(device.node);
+  return {nodes.begin(), nodes.end()};
+}
+
+json JobService::node_devices(const std::string& node) const {
+  json out = json::array();
+  for (const auto& device : devices_) {
+    if (device.node != node) continue;
+    const std::string source(device.meter->source());
+    out.push_back({{"name", device.agent_device},
+                   {"source", source},
+                   {"measured", source != "modelled" && source != "simulated" && !source.empty()},
+                   {"power_watts", device.power_watts},
+                   {"energy_joules", device.energy_joules},
+                   {"runs_jobs", device.runs_jobs},
+                   {"job", device.job ? json(*device.job) : json(nullptr)},
+                   {"battery_percent", device.battery_percent ? json(*device.battery_percent) : json(nullptr)},
+                   {"model", model_info_ ? model_info_(device.name) : json{{"state", "none"}}}});
+  }
+  return out;
+}
+
+// --- Agent ---
+
+std::vector<cluster::LocalAssignment> JobService::local_assignments() const {
+  std::vector<cluster::LocalAssignment> out;
+  for (const auto& [id, job] : jobs_) {
+    if (job->row.origin.empty()) continue;
+    out.push_back({id, job->row.origin, job->row.epoch, schedulers::is_terminal(job->state), job->paused,
+                   job->cancel_requested});
+  }
+  for (const auto& id : assignments_in_flight_) {
+    const auto dot = id.rfind('.');
+    out.push_back({id, id.substr(0, dot), std::stoll(id.substr(dot + 1)), false, false, false});
+  }
+  return out;
+}
+
+std::vector<cluster::ReportedJob> JobService::assignment_reports(
+    const std::set<std::pair<std::string, std::int64_t>>& acknowledged) const {
+  std::vector<cluster::ReportedJob> out;
+  const auto now = now_ms();
+  for (const auto& [id, job] : jobs_) {
+    const auto& row = job->row;
+    if (row.origin.empty()) continue;
+    const bool ended = schedulers::is_terminal(job->state);
+    if (ended && (acknowledged.contains({row.origin, row.epoch}) || now - row.finished_ms.value_or(now) > kReportEndsForMs))
+      continue;
+    cluster::ReportedJob report;
+    report.id = row.origin;
+    report.epoch = row.epoch;
+    report.state = row.state;
+    report.reason = row.reason;
+    report.exit_code = row.exit_code;
+    report.started_ms = row.started_ms;
+    report.finished_ms = row.finished_ms;
+    report.energy_partial = job->energy_partial;
+    if (row.energy_joules) {
+      report.energy_joules = row.energy_joules;
+      report.energy_source = row.energy_source;
+    } else if (job->energy_at_start) {
+      for (const auto& device : devices_) {
+        if (device.name != row.device || device.meter_error) continue;
+        report.energy_joules = std::max(0.0, device.energy_joules - *job->energy_at_start);
+        report.energy_source = std::string(device.meter->source());
+      }
+    }
+    out.push_back(std::move(report));
+  }
+  return out;
+}
+
+void JobService::assign(const cluster::Assignment& assignment) {
+  const std::string local_id = fmt::format("{}.{}", assignment.id, assignment.epoch);
+  if (jobs_.contains(local_id) || assignments_in_flight_.contains(local_id)) return;
+  auto job = std::make_unique<Job>();
+  job->row.id = local_id;
+  job->row.origin = assignment.id;
+  job->row.epoch = assignment.epoch;
+  job->row.sequence = next_sequence_++;
+  job->row.name = assignment.name.empty() ? local_id : assignment.name;
+  job->row.state = "queued";
+  job->row.priority = assignment.priority;
+  job->row.submitted_ms = now_ms();
+  // The coordinator chose the device: the job may run there only.
+  auto spec = schedulers::parse_job_spec(assignment.spec);
+  std::string refused;
+  if (!spec) {
+    refused = fmt::format("the coordinator's job does not parse here: {} at {}", spec.error().message, spec.error().where);
+  } else {
+    spec->constraints.devices = {assignment.device};
+    if (auto runnable = check_runnable(*spec); !runnable)
+      refused = fmt::format("cannot run here: {} ({})", runnable.error().message, runnable.error().where);
+    job->spec = std::move(spec).value();
+  }
+  job->row.spec_json = spec ? schedulers::to_json(job->spec).dump() : assignment.spec.dump();
+  if (refused.empty() && estimator_ && job->spec.model && job->spec.training)
+    job->row.estimate_json = estimator_(job->spec).dump();
+  if (refused.empty()) job->pending = pending_job(local_id, job->spec, job->row.estimate_json);
+  StoredEvent event{local_id, job->row.submitted_ms, "queued",
+                    fmt::format("assigned by the coordinator: job {} epoch {} on {}", assignment.id, assignment.epoch,
+                                assignment.device)};
+  job->events.push_back(event);
+  assignments_in_flight_.insert(local_id);
+  std::shared_ptr<Job> pending = std::move(job);
+  persist(
+      [row = pending->row, event](adapters::Database& db) -> Status {
+        if (auto s = db.insert_job(row); !s) return s;
+        return db.insert_event(event);
+      },
+      [this, job = std::move(pending), refused](Status status) mutable {
+        const std::string id = job->row.id;
+        assignments_in_flight_.erase(id);
+        if (!status) {
+          // Not stored: not taken. The next sync offers it again.
+          spdlog::error("job {}: could not store the coordinator's assignment: {}", id, status.error().message);
+          return;
+        }
+        auto owned = std::make_unique<Job>(std::move(*job));
+        by_sequence_.emplace(owned->row.sequence, owned.get());
+        count_state(JobState::queued, +1);
+        jobs_.emplace(id, std::move(owned));
+        Job& stored = *jobs_.at(id);
+        if (!refused.empty()) return finish(stored, JobState::failed, refused, std::nullopt);
+        queue_.push(id, stored.row.priority, stored.row.sequence);
+        refresh_state_metrics();
+        schedule();
+      });
+}
+
+void JobService::stop_assignment(const std::string& local_id, const std::string& why) {
+  auto it = jobs_.find(local_id);
+  if (it == jobs_.end() || schedulers::is_terminal(it->second->state)) return;
+  spdlog::info("job {}: stopping: {}", local_id, why);
+  it->second->events.push_back(StoredEvent{local_id, now_ms(), it->second->row.state, "stop: " + why});
+  persist([event = it->second->events.back()](adapters::Database& db) { return db.insert_event(event); });
+  cancel(local_id, [](Result<json>) {});
+}
+
+void JobService::pause_assignment(const std::string& local_id, bool pause, const std::string& why) {
+  auto it = jobs_.find(local_id);
+  if (it == jobs_.end() || schedulers::is_terminal(it->second->state)) return;
+  const Job& job = *it->second;
+  if (job.state != JobState::running && job.state != JobState::throttled) return;
+  if (job.paused == pause) return;
+  schedulers::ThrottleAction action;
+  action.kind = pause ? schedulers::ThrottleAction::Kind::pause : schedulers::ThrottleAction::Kind::resume;
+  action.job = local_id;
+  action.rule = "coordinator";
+  action.reason = why;
+  apply(action);
+}
+
+std::vector<cluster::ReportedDevice> JobService::reported_devices() const {
+  std::vector<cluster::ReportedDevice> out;
+  for (const auto& device : devices_) {
+    if (!device.node.empty()) continue;
+    cluster::ReportedDevice report;
+    report.name = device.name;
+    report.source = std::string(device.meter->source());
+    report.energy_joules = device.energy_joules;
+    report.power_watts = device.power_watts;
+    report.runs_jobs = device.runs_jobs;
+    report.busy = device.job.has_value();
+    report.battery_percent = device.battery_percent;
+    report.meter_error = device.meter_error;
+    out.push_back(std::move(report));
+  }
+  return out;
+}
+
+}  // namespace joule::daemon
