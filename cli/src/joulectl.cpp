@@ -141,6 +141,40 @@ void print_budgets(const json& view) {
   fmt::print("({})\n", view["note"].get<std::string>());
 }
 
+void print_nodes(const json& view) {
+  const std::string role = view.value("role", "standalone");
+  if (role != "coordinator") {
+    fmt::print("this jouled is {}{}\n", role == "agent" ? "an agent of " : "standalone",
+               role == "agent" ? view["coordinator"].get<std::string>() : "");
+    if (role == "agent")
+      fmt::print("last sync: {}{}\n", text_or(view["last_sync"]),
+                 view["error"].is_null() ? "" : "; last error: " + view["error"].get<std::string>());
+    return;
+  }
+  fmt::print("{:<16}  {:<8}  {:>9}  {:>9}  {:>4}  {:<40}  {}\n", "NODE", "STATE", "HEARD", "POWER W", "JOBS", "DEVICES",
+             "BUDGETS (remaining J)");
+  for (const auto& node : view["nodes"]) {
+    std::string devices;
+    for (const auto& device : node["devices"]) {
+      if (!devices.empty()) devices += ", ";
+      devices += device["name"].get<std::string>() + " (" + device["source"].get<std::string>() +
+                 (device["measured"].get<bool>() ? "" : "*") + ")";
+    }
+    std::string budgets;
+    for (const auto& budget : node["budgets"]) {
+      if (!budgets.empty()) budgets += ", ";
+      budgets += fmt::format("{} {:.0f}", budget["name"].get<std::string>(), budget["remaining_joules"].get<double>());
+    }
+    const std::string heard = node["seconds_since_heartbeat"].is_null()
+                                  ? "never"
+                                  : fmt::format("{:.1f}s ago", node["seconds_since_heartbeat"].get<double>());
+    fmt::print("{:<16}  {:<8}  {:>9}  {:>9.1f}  {:>4}  {:<40}  {}\n", node["name"].get<std::string>(),
+               node["state"].get<std::string>(), heard, node["power_watts"].get<double>(),
+               node["running_jobs"].get<long long>(), devices, budgets.empty() ? "-" : budgets);
+  }
+  fmt::print("(a lost node's jobs are queued again, or fail with restart = \"fail\"; * = not a measurement)\n");
+}
+
 void print_jobs_table(const json& jobs) {
   fmt::print("{:<36}  {:<20}  {:<10}  {:<6}  {:>9}  {}\n", "ID", "NAME", "STATE", "DEVICE", "SECONDS", "ENERGY");
   for (const auto& job : jobs) {
@@ -291,6 +325,7 @@ int main(int argc, char** argv) {
   probe->add_option("--batch-size", batch_size, "batch size of the --model specs")->check(CLI::PositiveNumber);
   probe->add_flag("--wait", wait, "wait until the run ends and print what it learnt");
   auto* probes = app.add_subcommand("probes", "list probe runs (background, requested, re-probes)");
+  auto* nodes = app.add_subcommand("nodes", "the cluster's nodes: state, last heartbeat, devices, power and budgets");
   auto* budgets = app.add_subcommand("budgets", "energy budgets, power caps and battery floors: limit, spent, reserved, remaining");
   auto* token_cmd = app.add_subcommand("token", "API tokens");
   token_cmd->require_subcommand(1);
@@ -474,6 +509,15 @@ int main(int argc, char** argv) {
                    energy["joules"].get<double>(), energy["source"].get<std::string>(),
                    energy["measured"].get<bool>() ? "" : " (not measured)");
       }
+      return 0;
+    }
+    if (nodes->parsed()) {
+      json listed = expect_json(client.request("GET", "/v1/nodes"));
+      if (as_json) {
+        fmt::print("{}\n", listed.dump(2));
+        return 0;
+      }
+      print_nodes(listed);
       return 0;
     }
     if (devices->parsed()) {

@@ -62,6 +62,7 @@ Result<json> estimate_request(const json& body, const std::vector<std::string>& 
       continue;
     }
     json row = estimator::to_json(*estimate);
+    row["device"] = device;  // an agent's model names its own device; here it is "node/device"
     row["status"] = "ok";
     estimates.push_back(std::move(row));
   }

@@ -129,7 +129,12 @@ std::vector<std::pair<std::string, std::int64_t>> JobService::apply_reports(
       known = cluster::CoordinatorJob{job.state, job.committed_epoch, budgets_.device_ref(job.row.device).node};
     }
     const auto verdict = cluster::judge_report(known, node, report);
-    if (verdict == cluster::Verdict::stale) continue;
+    if (verdict == cluster::Verdict::stale) {
+      // A fenced run that ended: nothing to record, but the agent may stop reporting it.
+      const auto state = schedulers::job_state_from_string(report.state);
+      if (state && schedulers::is_terminal(*state)) recorded.emplace_back(report.id, report.epoch);
+      continue;
+    }
     Job& job = *it->second;
     switch (verdict) {
       case cluster::Verdict::started:
@@ -371,12 +376,12 @@ void JobService::assign(const cluster::Assignment& assignment) {
   job->events.push_back(event);
   assignments_in_flight_.insert(local_id);
   std::shared_ptr<Job> pending = std::move(job);
-  persist(
-      [row = pending->row, event](adapters::Database& db) -> Status {
-        if (auto s = db.insert_job(row); !s) return s;
-        return db.insert_event(event);
-      },
-      [this, job = std::move(pending), refused](Status status) mutable {
+  // Built before `pending` moves into the completion below.
+  Write write = [row = pending->row, event](adapters::Database& db) -> Status {
+    if (auto s = db.insert_job(row); !s) return s;
+    return db.insert_event(event);
+  };
+  persist(std::move(write), [this, job = std::move(pending), refused](Status status) mutable {
         const std::string id = job->row.id;
         assignments_in_flight_.erase(id);
         if (!status) {

@@ -1,0 +1,353 @@
+// A coordinator and its agents as real jouled processes on loopback, with simulated devices of
+// different profiles so placement across them shows: jobs go where they cost least, a lost
+// agent's jobs run again elsewhere exactly once, a returning agent is fenced, a coordinator
+// killed with -9 loses nothing, and a partition never leaves a job running twice.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "daemon_process.hpp"
+#include "tcp_proxy.hpp"
+
+using joule::testing::DaemonOptions;
+using joule::testing::DaemonProcess;
+using joule::testing::TcpProxy;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr double kLease = 2.0;  // seconds; heartbeats every 0.2 s
+
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  socklen_t length = sizeof(address);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+std::string coordinator_config(std::uint16_t port, const std::string& extra = "") {
+  return fmt::format(
+      "[node]\nname = \"coord\"\n[server]\nlisten = \"127.0.0.1:{}\"\n[cluster]\nrole = \"coordinator\"\n"
+      "heartbeat_seconds = 0.2\nlost_after_seconds = {}\n{}[[devices]]\nname = \"sim:laptop-cpu\"\nprobes = 40\n"
+      "[probing]\nenabled = false\n",
+      port, kLease, extra);
+}
+
+std::string agent_config(const std::string& node, const std::string& profile, std::uint16_t coordinator_port,
+                         const std::string& extra = "") {
+  return fmt::format(
+      "[node]\nname = \"{}\"\n[cluster]\nrole = \"agent\"\ncoordinator = \"http://127.0.0.1:{}\"\n{}"
+      "[[devices]]\nname = \"sim:{}\"\nprobes = 40\nruns_jobs = true\n[probing]\nenabled = false\n",
+      node, coordinator_port, extra, profile);
+}
+
+// A small MLP: on the simulated profiles the Jetson Orin is far cheaper than the server GPU.
+json training_job(const std::string& name, const std::vector<std::string>& command) {
+  return {{"name", name},
+          {"model",
+           {{"input", {{"shape", {784}}}},
+            {"layers", {{{"type", "linear"}, {"out_features", 256}}, {{"type", "relu"}}, {{"type", "linear"}, {"out_features", 10}}}},
+            {"loss", "cross_entropy"}}},
+          {"training", {{"batch_size", 64}, {"epochs", 1}, {"samples_per_epoch", 6400}}},
+          {"run", {{"command", command}}}};
+}
+
+// A job that appends "<JOULE_JOB_ID>" to `marks` when it starts, then sleeps.
+std::vector<std::string> marking_command(const std::filesystem::path& marks, double seconds) {
+  return {"sh", "-c", fmt::format("echo \"$JOULE_JOB_ID\" >> {}; sleep {}", marks.string(), seconds)};
+}
+
+json wait_until(const std::function<json()>& read, const std::function<bool(const json&)>& done,
+                std::chrono::milliseconds timeout = 20s) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  json last;
+  while (std::chrono::steady_clock::now() < until) {
+    last = read();
+    if (done(last)) return last;
+    std::this_thread::sleep_for(50ms);
+  }
+  return last;
+}
+
+json nodes_of(const DaemonProcess& coordinator) { return coordinator.call("GET", "/v1/nodes").second; }
+
+bool all_ready(const json& nodes, std::size_t count) {
+  if (!nodes.is_object() || !nodes.contains("nodes") || nodes["nodes"].size() != count) return false;
+  for (const auto& node : nodes["nodes"]) {
+    if (node["state"] != "ready") return false;
+    // Ready to estimate: its model reached the coordinator.
+    for (const auto& device : node["devices"])
+      if (device["model"].value("state", "") != "ready") return false;
+  }
+  return true;
+}
+
+std::vector<std::string> lines_of(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+bool has_event(const json& job, const std::string& text) {
+  for (const auto& event : job["events"])
+    if (event["message"].get<std::string>().find(text) != std::string::npos) return true;
+  return false;
+}
+
+std::size_t count_events(const json& job, const std::string& text) {
+  std::size_t n = 0;
+  for (const auto& event : job["events"]) n += event["message"].get<std::string>().find(text) != std::string::npos;
+  return n;
+}
+
+// The state (R, S, T...) of the first process whose JOULE_JOB_ID starts with `prefix`, or '?'.
+char process_state_of_job(const std::string& prefix) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream environ(entry.path() / "environ");
+    std::string text((std::istreambuf_iterator<char>(environ)), std::istreambuf_iterator<char>());
+    if (text.find("JOULE_JOB_ID=" + prefix) == std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');
+    if (close != std::string::npos && close + 2 < line.size()) return line[close + 2];
+  }
+  return '?';
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/joule-cluster-XXXXXX";
+    dir_ = ::mkdtemp(pattern);
+    marks_ = dir_ / "marks";
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  std::unique_ptr<DaemonProcess> start_coordinator(std::uint16_t port, const std::string& extra = "") {
+    auto daemon = std::make_unique<DaemonProcess>(
+        DaemonOptions{.config_toml = coordinator_config(port, extra), .listen_loopback_any_port = false},
+        dir_ / "coordinator");
+    std::filesystem::create_directories(dir_ / "coordinator");
+    EXPECT_TRUE(daemon->start()) << daemon->log();
+    return daemon;
+  }
+  std::unique_ptr<DaemonProcess> start_agent(const std::string& node, const std::string& profile, std::uint16_t port,
+                                             const std::string& extra = "") {
+    std::filesystem::create_directories(dir_ / node);
+    auto daemon = std::make_unique<DaemonProcess>(DaemonOptions{.config_toml = agent_config(node, profile, port, extra)},
+                                                  dir_ / node);
+    EXPECT_TRUE(daemon->start()) << daemon->log();
+    return daemon;
+  }
+
+  std::filesystem::path dir_;
+  std::filesystem::path marks_;
+};
+
+}  // namespace
+
+TEST_F(ClusterTest, jobs_go_to_the_agent_where_they_cost_least_and_their_energy_comes_back_labelled) {
+  const auto port = free_port();
+  auto coordinator = start_coordinator(port);
+  auto orin = start_agent("orin", "jetson-orin", port);
+  auto server = start_agent("server", "server-gpu", port);
+  const json nodes = wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 2); });
+  ASSERT_TRUE(all_ready(nodes, 2)) << nodes.dump(2) << coordinator->log();
+
+  const std::string id = coordinator->submit(training_job("mlp", marking_command(marks_, 0.5)));
+  ASSERT_FALSE(id.empty());
+  const json done = coordinator->wait_state(id, {"succeeded", "failed", "cancelled"});
+  ASSERT_EQ(done["state"], "succeeded") << done.dump(2) << orin->log();
+  EXPECT_EQ(done["device"], "orin/sim:jetson-orin") << done.dump(2);
+  EXPECT_EQ(done["energy"]["source"], "simulated");
+  EXPECT_EQ(done["energy"]["measured"], false);
+  EXPECT_GT(done["energy"]["joules"].get<double>(), 0.0);
+  // Both agents' estimates were in the choice.
+  double orin_joules = 0, server_joules = 0;
+  for (const auto& estimate : done["estimate"]) {
+    if (estimate["device"] == "orin/sim:jetson-orin") orin_joules = estimate["joules"]["mean"];
+    if (estimate["device"] == "server/sim:server-gpu") server_joules = estimate["joules"]["mean"];
+  }
+  EXPECT_GT(orin_joules, 0.0);
+  EXPECT_GT(server_joules, orin_joules);
+  // The agent ran it once, under its own id for the placement.
+  EXPECT_EQ(lines_of(marks_), std::vector<std::string>{id + ".1"});
+  const json on_agent = orin->call("GET", "/v1/jobs/" + id + ".1").second;
+  EXPECT_EQ(on_agent["state"], "succeeded") << on_agent.dump(2);
+
+  // Nodes, devices and the node label in the metrics.
+  const json after = nodes_of(*coordinator);
+  EXPECT_EQ(after["role"], "coordinator");
+  for (const auto& node : after["nodes"]) {
+    EXPECT_LT(node["seconds_since_heartbeat"].get<double>(), kLease);
+    EXPECT_EQ(node["devices"].size(), 1u);
+  }
+  auto metrics = coordinator->client().request("GET", "/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("joule_device_energy_joules_total{device=\"sim:jetson-orin\",node=\"orin\",source=\"simulated\"}"),
+            std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("joule_nodes{state=\"ready\"} 2"), std::string::npos);
+  const auto [code, text] = joule::testing::run_program(
+      {JOULECTL_BINARY, "--server", fmt::format("http://127.0.0.1:{}", port), "nodes"});
+  EXPECT_EQ(code, 0) << text;
+  EXPECT_NE(text.find("orin"), std::string::npos) << text;
+  EXPECT_NE(text.find("server"), std::string::npos) << text;
+  EXPECT_NE(text.find("ready"), std::string::npos) << text;
+
+  // An agent takes jobs only from its coordinator.
+  const auto [refused, problem] = orin->call("POST", "/v1/jobs", training_job("x", {"true"}).dump());
+  EXPECT_EQ(refused, 409u) << problem.dump();
+}
+
+TEST_F(ClusterTest, a_lost_agents_job_runs_again_elsewhere_once_and_the_returning_agent_stops_its_copy) {
+  const auto port = free_port();
+  auto coordinator = start_coordinator(port);
+  auto orin = start_agent("orin", "jetson-orin", port);
+  auto server = start_agent("server", "server-gpu", port);
+  ASSERT_TRUE(all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 2); }), 2));
+
+  const std::string id = coordinator->submit(training_job("long", marking_command(marks_, 6)));
+  json job = coordinator->wait_state(id, {"running"});
+  ASSERT_EQ(job["device"], "orin/sim:jetson-orin") << job.dump(2);
+
+  orin->signal(SIGKILL);  // its job's process lives on, unwatched
+  orin->wait_exit();
+  job = wait_until([&] { return coordinator->call("GET", "/v1/jobs/" + id).second; },
+                   [](const json& j) { return j["state"] == "running" && j["device"] == "server/sim:server-gpu"; });
+  ASSERT_EQ(job["device"], "server/sim:server-gpu") << job.dump(2);
+  EXPECT_TRUE(has_event(job, "node orin lost")) << job.dump(2);
+  EXPECT_TRUE(has_event(job, "epoch 2")) << job.dump(2);
+  const json lost = nodes_of(*coordinator);
+  bool orin_lost = false;
+  for (const auto& node : lost["nodes"]) orin_lost |= node["name"] == "orin" && node["state"] == "lost";
+  EXPECT_TRUE(orin_lost) << lost.dump(2);
+
+  // The agent comes back (same state): it adopts its old process, then is told to stop it.
+  ASSERT_TRUE(orin->start()) << orin->log();
+  const json copy = orin->wait_state(id + ".1", {"cancelled", "succeeded", "failed"});
+  EXPECT_EQ(copy["state"], "cancelled") << copy.dump(2);
+  EXPECT_TRUE(has_event(copy, "fenced")) << copy.dump(2);
+
+  job = coordinator->wait_state(id, {"succeeded", "failed", "cancelled"});
+  EXPECT_EQ(job["state"], "succeeded") << job.dump(2);
+  EXPECT_EQ(job["device"], "server/sim:server-gpu");
+  EXPECT_EQ(count_events(job, "queued again"), 1u) << job.dump(2);
+  EXPECT_EQ(lines_of(marks_), (std::vector<std::string>{id + ".1", id + ".2"}));
+}
+
+TEST_F(ClusterTest, a_job_with_restart_fail_fails_when_its_node_is_lost) {
+  const auto port = free_port();
+  auto coordinator = start_coordinator(port);
+  auto orin = start_agent("orin", "jetson-orin", port);
+  ASSERT_TRUE(all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 1); }), 1));
+  json spec = training_job("once", marking_command(marks_, 30));
+  spec["restart"] = "fail";
+  const std::string id = coordinator->submit(spec);
+  ASSERT_EQ(coordinator->wait_state(id, {"running"})["state"], "running");
+  orin->signal(SIGSTOP);  // silent but alive: a hung node
+  const json job = coordinator->wait_state(id, {"failed", "succeeded", "cancelled"});
+  orin->signal(SIGCONT);
+  EXPECT_EQ(job["state"], "failed") << job.dump(2);
+  EXPECT_NE(job["reason"].get<std::string>().find("restart = fail"), std::string::npos) << job.dump(2);
+  // Back, the agent is told to stop the copy it still runs.
+  EXPECT_EQ(orin->wait_state(id + ".1", {"cancelled", "succeeded", "failed"})["state"], "cancelled");
+}
+
+TEST_F(ClusterTest, a_coordinator_killed_with_9_loses_nothing_and_resumes_with_its_agents) {
+  const auto port = free_port();
+  auto coordinator = start_coordinator(port);
+  auto orin = start_agent("orin", "jetson-orin", port);
+  auto pi = start_agent("pi", "raspberry-pi-4", port);
+  ASSERT_TRUE(all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 2); }), 2));
+
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(coordinator->submit(training_job(fmt::format("j{}", i), marking_command(marks_, 1.5))));
+  for (const auto& id : ids) ASSERT_FALSE(id.empty());
+  ASSERT_EQ(coordinator->wait_state(ids[0], {"running"})["state"], "running");
+  coordinator->signal(SIGKILL);
+  coordinator->wait_exit();
+  std::this_thread::sleep_for(500ms);  // agents carry on alone, within their lease
+  ASSERT_TRUE(coordinator->start()) << coordinator->log();
+
+  for (const auto& id : ids) {
+    const json job = coordinator->wait_state(id, {"succeeded", "failed", "cancelled"}, 40s);
+    EXPECT_EQ(job["state"], "succeeded") << job.dump(2) << coordinator->log();
+  }
+  // Each ran exactly once (one placement each: no "queued again").
+  auto marks = lines_of(marks_);
+  EXPECT_EQ(marks.size(), ids.size());
+  for (const auto& id : ids) EXPECT_EQ(std::count(marks.begin(), marks.end(), id + ".1"), 1) << id;
+}
+
+TEST_F(ClusterTest, a_partitioned_agent_pauses_its_job_after_the_lease_and_stops_it_when_the_network_heals) {
+  const auto port = free_port();
+  auto coordinator = start_coordinator(port);
+  TcpProxy link(port);
+  auto orin = start_agent("orin", "jetson-orin", link.port());
+  auto server = start_agent("server", "server-gpu", port);
+  ASSERT_TRUE(all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 2); }), 2));
+
+  const std::string id = coordinator->submit(training_job("cut", marking_command(marks_, 8)));
+  ASSERT_EQ(coordinator->wait_state(id, {"running"})["device"], "orin/sim:jetson-orin");
+  link.cut();
+  // The coordinator places it again elsewhere; the cut-off agent pauses its copy by itself.
+  json job = wait_until([&] { return coordinator->call("GET", "/v1/jobs/" + id).second; },
+                        [](const json& j) { return j["device"] == "server/sim:server-gpu" && j["state"] == "running"; });
+  ASSERT_EQ(job["device"], "server/sim:server-gpu") << job.dump(2);
+  const json fenced = wait_until([&] { return orin->call("GET", "/v1/jobs/" + id + ".1").second; },
+                                 [](const json& j) { return j["state"] == "throttled"; }, 5s);
+  EXPECT_EQ(fenced["state"], "throttled") << fenced.dump(2);
+  EXPECT_TRUE(has_event(fenced, "fenced")) << fenced.dump(2);
+  const char state = process_state_of_job(id + ".1");
+  EXPECT_TRUE(state == 'T' || state == 't') << "the partitioned copy should be stopped, is " << state;
+
+  link.heal();
+  const json copy = orin->wait_state(id + ".1", {"cancelled", "succeeded", "failed"});
+  EXPECT_EQ(copy["state"], "cancelled") << copy.dump(2);
+  job = coordinator->wait_state(id, {"succeeded", "failed", "cancelled"});
+  EXPECT_EQ(job["state"], "succeeded") << job.dump(2);
+  EXPECT_EQ(count_events(job, "queued again"), 1u) << job.dump(2);
+}
+
+TEST_F(ClusterTest, agents_need_the_cluster_token) {
+  const auto port = free_port();
+  const std::string token = "agent-secret";
+  std::ofstream(dir_ / "token") << token << "\n";
+  const auto [code, printed] = joule::testing::run_program({"/bin/sh", "-c", "printf %s " + token + " | sha256sum"});
+  ASSERT_EQ(code, 0) << printed;
+  std::string token_hash = printed.substr(0, 64);
+  auto coordinator = start_coordinator(port, fmt::format("agent_token_sha256 = [\"{}\"]\n", token_hash));
+  auto good = start_agent("good", "jetson-orin", port, fmt::format("token_file = \"{}\"\n", (dir_ / "token").string()));
+  auto bad = start_agent("bad", "server-gpu", port);
+  const json nodes = wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 1); });
+  ASSERT_TRUE(all_ready(nodes, 1)) << nodes.dump(2);
+  EXPECT_EQ(nodes["nodes"][0]["name"], "good");
+  const json status = bad->call("GET", "/v1/nodes").second;
+  EXPECT_NE(status.value("error", "").find("401"), std::string::npos) << status.dump(2);
+}
