@@ -16,6 +16,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   prometheus  # the real server the metrics test scrapes with, and promtool
   systemd     # systemd-analyze for the unit checks (systemd need not be running)
+  # the Slurm adapter's real-Slurm test (tests/slurm/run.sh starts its own single-host Slurm with
+  # scripts/slurm-up.sh; the packages' services are not started, see policy-rc.d below)
+  slurm-wlm slurm-client munge
   procps curl python3
 )
 
@@ -34,15 +37,18 @@ if [ "$(id -u)" -ne 0 ]; then
   SUDO=sudo
 fi
 echo "install-deps: installing ${missing[*]}"
-# Installing the prometheus package would also start a Prometheus server on :9090; the tests
-# start their own on a free loopback port, so keep package scripts from starting services.
+# Installing the prometheus package would also start a Prometheus server on :9090, and
+# slurm-wlm/munge would start slurmctld, slurmd and munged (without systemd their postinst
+# fails: invoke-rc.d "could not determine current runlevel"); the tests start their own, so keep
+# package scripts from starting services: policy-rc.d "exit 101" while apt runs, removed on
+# any exit (the trap is set before the file exists, so a failure halfway removes it too).
 created_policy=0
+trap '[ $created_policy = 0 ] || $SUDO rm -f /usr/sbin/policy-rc.d' EXIT
 if [ ! -e /usr/sbin/policy-rc.d ]; then
+  created_policy=1
   printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
   $SUDO chmod +x /usr/sbin/policy-rc.d
-  created_policy=1
 fi
-trap '[ $created_policy = 1 ] && $SUDO rm -f /usr/sbin/policy-rc.d' EXIT
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,157 @@
+#pragma once
+// Handing jobs to a Slurm cluster through its command-line tools (sbatch, squeue, scontrol, scancel, sacct).
+//
+// Identity: every job Joule submits carries `--comment=joule:<joule_id>`, and that comment, not
+// the Slurm job id, says which Joule job a Slurm job is. slurmctld acknowledges a submission
+// before it is saved and hands the same job ids out again after a crash (SLURM.md, "Controller
+// state across kill -9"), so a Slurm id alone proves nothing; slurm_reconcile.hpp decides what
+// to do with what list() returns.
+//
+// Every call runs one or two short commands (no shell) and blocks its thread until they end or
+// time out; call it off the event loop. SlurmCli has no mutable state besides a flag remembering
+// that accounting is disabled, and is safe to share between threads.
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "joule/common/result.hpp"
+#include "joule/schedulers/job.hpp"
+
+namespace joule::adapters {
+
+/// How to reach Slurm's tools.
+struct SlurmOptions {
+  std::filesystem::path bin_dir;  ///< where sbatch etc. live; empty: looked up in PATH
+  double timeout_seconds = 15.0;  ///< per command; sbatch needs ~9 s to give up on a dead controller
+  std::vector<std::string> env;   ///< extra NAME=VALUE for the commands, e.g. SLURM_CONF=/path/slurm.conf
+  int accounting_days = 2;        ///< how far back list() asks sacct, where accounting is enabled
+};
+
+/// One job to hand to Slurm. Its command runs as a batch script written by Joule:
+/// `export NAME='value'` for each of `env`, then `exec 'argv0' 'argv1'...` (each word in single
+/// quotes, so no word is ever split or expanded). The job starts in the environment Slurm gives
+/// `--export=NONE` jobs (the submitting user's login environment and SLURM_*), with `env` on top.
+struct SlurmSubmission {
+  std::string joule_id;    ///< [A-Za-z0-9._:-], 1..128 characters; goes into the comment
+  std::string name;        ///< --job-name; empty: the joule id
+  std::string partition;   ///< empty: the cluster's default partition
+  std::string nodelist;    ///< --nodelist; empty: any node
+  std::string constraint;  ///< --constraint (node features); empty: none
+  std::vector<std::string> argv;
+  std::string workdir;  ///< --chdir; empty: the caller's working directory
+  std::map<std::string, std::string> env;  ///< names must be shell identifiers
+  std::string stdout_path, stderr_path;    ///< empty: Slurm's default slurm-<id>.out in workdir; '%' is literal
+  bool hold = false;                       ///< submit held (PENDING, JobHeldUser) until release()
+};
+
+/// One job as Slurm reports it.
+struct SlurmJob {
+  std::string slurm_id;
+  std::string joule_id;  ///< parsed from a "joule:<id>" comment; empty when the job is not Joule's
+  std::string user;      ///< the Slurm user who submitted it (anyone may write any comment)
+  std::string state;     ///< Slurm's base state: PENDING, RUNNING, SUSPENDED, COMPLETED, FAILED, CANCELLED...
+  std::string reason;    ///< Slurm's reason (JobHeldUser, NonZeroExitCode, None...)
+  std::string nodes;     ///< node list; empty until it has an allocation
+  std::optional<int> exit_code;    ///< set once the job has ended (0 for a job cancelled before it started)
+  std::optional<int> exit_signal;  ///< set when a signal ended it (scancel of a running job: 9 or 15)
+  std::optional<std::int64_t> start_ms, end_ms;  ///< Unix ms; start only once it really started, end once ended
+};
+
+/// The Slurm commands Joule needs. Errors carry Slurm's own stderr verbatim and the command:
+/// "`sbatch ... --partition=nope ...` failed (exit 1): sbatch: error: invalid partition specified: nope; ...".
+/// Codes: unavailable when slurmctld cannot be reached or a command times out (retry later);
+/// invalid_argument for a submission Slurm or Joule rejects; not_found for an unknown job id;
+/// conflict for a job in the wrong state (resume of a running job, release of a finished one);
+/// internal for anything else, including output that cannot be parsed.
+class SlurmCli {
+ public:
+  explicit SlurmCli(SlurmOptions options = {});
+
+  /// sbatch --parsable --comment=joule:<id> ... --export=NONE --wrap=<script>; returns the job
+  /// id (a ";cluster" suffix is stripped). Not idempotent: a timeout may still have submitted
+  /// the job, which a later list() finds by its joule id.
+  Result<std::string> submit(const SlurmSubmission& submission) const;
+
+  /// Every job slurmctld knows, Joule's and others', finished ones included for MinJobAge
+  /// (`scontrol show job --oneliner`; not squeue --json, which answers a dead controller with
+  /// exit 0, no jobs and "Unspecified error"). With accounting (slurmdbd), sacct adds jobs of
+  /// the last `accounting_days` days that slurmctld has forgotten; their joule ids need
+  /// AccountingStoreFlags=job_comment. Without accounting ("Slurm accounting storage is
+  /// disabled") sacct is not asked again; other sacct failures leave slurmctld's listing as is.
+  Result<std::vector<SlurmJob>> list() const;
+
+  Status suspend(std::string_view slurm_id) const;  ///< scontrol suspend: SIGSTOP to the job, RUNNING → SUSPENDED
+  Status resume(std::string_view slurm_id) const;   ///< scontrol resume
+  /// scancel. Slurm 22.05 says nothing about an unknown or finished job, so neither is an error.
+  Status cancel(std::string_view slurm_id) const;
+  Status release(std::string_view slurm_id) const;  ///< scontrol release of a --hold job
+
+ private:
+  Result<std::string> run(const std::string& tool, const std::vector<std::string>& args) const;
+  Status control(const std::string& tool, std::vector<std::string> args, std::string_view slurm_id) const;
+  std::vector<SlurmJob> accounting_jobs() const;
+
+  SlurmOptions options_;
+  mutable std::atomic<bool> accounting_disabled_{false};  // sacct said so once
+};
+
+/// Slurm's job states in Joule's terms; nothing for a state Joule does not know.
+///   PENDING, CONFIGURING, REQUEUED, REQUEUE_HOLD, REQUEUE_FED, RESV_DEL_HOLD → placed: Joule has
+///     decided and handed the job over; Slurm has not started it (CONFIGURING: nodes booting).
+///   RUNNING, COMPLETING, RESIZING, SIGNALING, STAGE_OUT → running
+///   SUSPENDED, STOPPED → throttled (stopped by Joule's suspend, or by scontrol)
+///   COMPLETED → succeeded
+///   FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, PREEMPTED, SPECIAL_EXIT → failed
+///   CANCELLED, REVOKED → cancelled
+/// Accepts "CANCELLED by 0" (sacct) and any case.
+std::optional<schedulers::JobState> joule_state(std::string_view slurm_state);
+
+/// Whether a Slurm state is final (the job holds no resources and will not run again).
+bool is_final_slurm_state(std::string_view slurm_state);
+
+// ---- Pieces of the above, public so that they are tested against captured real output ----
+
+/// The comment that names a Joule job, and back ("" when the comment is not one of ours).
+std::string joule_comment(std::string_view joule_id);
+std::string joule_id_from_comment(std::string_view comment);
+
+/// Whether a joule id can go into a comment and come back unchanged through every listing.
+bool valid_joule_id(std::string_view joule_id);
+
+/// `word` in single quotes for /bin/sh ('' for the empty word, ' as '\'').
+std::string shell_quote(std::string_view word);
+
+/// The script run by --wrap (see SlurmSubmission).
+std::string batch_script(const SlurmSubmission& submission);
+
+/// sbatch's arguments after the program name; invalid_argument naming the field when a
+/// submission cannot be expressed (bad joule id, empty argv, bad env name...).
+Result<std::vector<std::string>> sbatch_arguments(const SlurmSubmission& submission);
+
+/// sbatch --parsable's answer: "123" or "123;cluster" → "123".
+Result<std::string> parse_sbatch_id(std::string_view output);
+
+/// `squeue --json` and slurmrestd's GET /slurm/v0.0.38/jobs (the same v0.0.38 job schema;
+/// later formats' object-valued numbers and state lists are accepted too). A non-empty
+/// "errors" array is a failure (unavailable): squeue reports a dead controller only there.
+Result<std::vector<SlurmJob>> parse_squeue_json(std::string_view text);
+
+/// `scontrol show job --oneliner`, one job per line; "No jobs in the system" gives none. Times
+/// are epoch seconds (SLURM_TIME_FORMAT=%s, as SlurmCli runs it) or ISO local time. Values
+/// with spaces (another user's comment) run up to the next word that looks like "Key=".
+Result<std::vector<SlurmJob>> parse_scontrol_jobs(std::string_view text);
+
+/// `sacct -X -n -P --format=JobIDRaw,User,State,Reason,NodeList,ExitCode,Start,End,Comment`
+/// (the comment last, so a '|' in it stays in it).
+Result<std::vector<SlurmJob>> parse_sacct(std::string_view text);
+
+/// The error code for a failed Slurm command (`tool` is sbatch, scontrol...) from its stderr (see SlurmCli).
+ErrorCode classify_slurm_error(std::string_view tool, std::string_view stderr_text);
+
+}  // namespace joule::adapters

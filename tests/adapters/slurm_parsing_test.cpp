@@ -1,0 +1,348 @@
+// The Slurm adapter's pure parts: reading squeue/scontrol/sacct output captured from a real
+// Slurm 22.05 (slurm_fixtures.hpp), building sbatch's arguments and the batch script, states.
+#include <cstdlib>
+#include <ctime>
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "joule/adapters/command_runner.hpp"
+#include "joule/adapters/slurm.hpp"
+#include "slurm_fixtures.hpp"
+
+using joule::ErrorCode;
+using joule::adapters::SlurmJob;
+using joule::adapters::SlurmSubmission;
+using joule::schedulers::JobState;
+namespace adapters = joule::adapters;
+namespace fixtures = joule::testing::slurm_fixtures;
+
+namespace {
+
+std::map<std::string, SlurmJob> by_id(const std::vector<SlurmJob>& jobs) {
+  std::map<std::string, SlurmJob> out;
+  for (const auto& job : jobs) out.emplace(job.slurm_id, job);
+  return out;
+}
+
+// Both listings of the same seven jobs must read the same.
+void expect_fixture_jobs(const std::vector<SlurmJob>& listing) {
+  ASSERT_EQ(listing.size(), 7U);
+  const auto jobs = by_id(listing);
+
+  const auto& ok = jobs.at("1");
+  EXPECT_EQ(ok.joule_id, "job-ok");
+  EXPECT_EQ(ok.user, "root");
+  EXPECT_EQ(ok.state, "COMPLETED");
+  EXPECT_EQ(ok.nodes, "localhost");
+  EXPECT_EQ(ok.exit_code, 0);
+  EXPECT_EQ(ok.exit_signal, std::nullopt);
+  EXPECT_EQ(ok.start_ms, 1795682771000);
+  EXPECT_EQ(ok.end_ms, 1795682772000);
+
+  const auto& fail = jobs.at("2");
+  EXPECT_EQ(fail.joule_id, "job-fail");
+  EXPECT_EQ(fail.state, "FAILED");
+  EXPECT_EQ(fail.reason, "NonZeroExitCode");
+  EXPECT_EQ(fail.exit_code, 3);
+  EXPECT_EQ(fail.exit_signal, std::nullopt);
+
+  const auto& cancelled_running = jobs.at("3");
+  EXPECT_EQ(cancelled_running.state, "CANCELLED");
+  EXPECT_EQ(cancelled_running.exit_code, 0);
+  EXPECT_EQ(cancelled_running.exit_signal, 15);
+  EXPECT_EQ(cancelled_running.start_ms, 1795682773000);
+  EXPECT_EQ(cancelled_running.end_ms, 1795682794000);
+
+  const auto& suspended = jobs.at("4");
+  EXPECT_EQ(suspended.joule_id, "job-sus");
+  EXPECT_EQ(suspended.state, "SUSPENDED");
+  EXPECT_EQ(suspended.start_ms, 1795682773000);
+  EXPECT_EQ(suspended.end_ms, std::nullopt) << "squeue reports an expected end a year ahead; not an end";
+  EXPECT_EQ(suspended.exit_code, std::nullopt);
+
+  const auto& held = jobs.at("5");
+  EXPECT_EQ(held.joule_id, "job-held");
+  EXPECT_EQ(held.state, "PENDING");
+  EXPECT_EQ(held.reason, "JobHeldUser");
+  EXPECT_EQ(held.nodes, "");
+  EXPECT_EQ(held.start_ms, std::nullopt);
+  EXPECT_EQ(held.exit_code, std::nullopt);
+
+  const auto& cancelled_pending = jobs.at("6");
+  EXPECT_EQ(cancelled_pending.joule_id, "job-cancel");
+  EXPECT_EQ(cancelled_pending.state, "CANCELLED");
+  EXPECT_EQ(cancelled_pending.start_ms, std::nullopt) << "Slurm sets StartTime to the cancel time; it never ran";
+  EXPECT_EQ(cancelled_pending.end_ms, 1795682790000);
+  EXPECT_EQ(cancelled_pending.exit_code, 0);
+
+  const auto& other = jobs.at("7");
+  EXPECT_EQ(other.joule_id, "") << "a comment that is not joule:<id>";
+  EXPECT_EQ(other.state, "RUNNING");
+  EXPECT_EQ(other.start_ms, 1795682791000);
+  EXPECT_EQ(other.end_ms, std::nullopt);
+}
+
+}  // namespace
+
+TEST(SlurmParsingTest, squeue_json_of_slurm_22_05) {
+  auto jobs = adapters::parse_squeue_json(fixtures::kSqueueJson);
+  ASSERT_TRUE(jobs) << jobs.error().message;
+  expect_fixture_jobs(*jobs);
+}
+
+TEST(SlurmParsingTest, scontrol_oneliner_reads_the_same_jobs) {
+  auto jobs = adapters::parse_scontrol_jobs(fixtures::kScontrolJobs);
+  ASSERT_TRUE(jobs) << jobs.error().message;
+  expect_fixture_jobs(*jobs);
+}
+
+TEST(SlurmParsingTest, scontrol_values_with_spaces_and_iso_times) {
+  const char* tz = std::getenv("TZ");
+  const std::string saved = tz ? tz : "";
+  ::setenv("TZ", "UTC", 1);
+  ::tzset();
+  auto jobs = adapters::parse_scontrol_jobs(fixtures::kScontrolIsoJob);
+  if (tz) {
+    ::setenv("TZ", saved.c_str(), 1);
+  } else {
+    ::unsetenv("TZ");
+  }
+  ::tzset();
+  ASSERT_TRUE(jobs) << jobs.error().message;
+  ASSERT_EQ(jobs->size(), 1U);
+  EXPECT_EQ((*jobs)[0].joule_id, "job-ok");
+  EXPECT_EQ((*jobs)[0].state, "COMPLETED");
+  EXPECT_EQ((*jobs)[0].exit_code, 0);
+  EXPECT_EQ((*jobs)[0].start_ms, 1795682771000);  // StartTime=2026-11-26T08:46:11 (UTC)
+  EXPECT_EQ((*jobs)[0].end_ms, 1795682772000);
+
+  // A comment of several words runs up to the next Key=, and is not taken for ours.
+  auto spaced = adapters::parse_scontrol_jobs(
+      "JobId=2 JobName=x JobState=RUNNING Reason=None ExitCode=0:0 StartTime=1795681705 EndTime=Unknown "
+      "NodeList=localhost WorkDir=/tmp/my dir Comment=other comment with spaces  StdErr=/tmp/sj/o2\n"
+      "JobId=3 JobState=PENDING Reason=JobHeldUser Comment=joule:held  NodeList=(null) StartTime=Unknown\n");
+  ASSERT_TRUE(spaced) << spaced.error().message;
+  ASSERT_EQ(spaced->size(), 2U);
+  EXPECT_EQ((*spaced)[0].joule_id, "");
+  EXPECT_EQ((*spaced)[0].nodes, "localhost");
+  EXPECT_EQ((*spaced)[1].joule_id, "held");
+  EXPECT_EQ((*spaced)[1].nodes, "");
+}
+
+TEST(SlurmParsingTest, empty_listings_and_garbage) {
+  auto none = adapters::parse_scontrol_jobs("No jobs in the system\n");
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->empty());
+  auto empty_json = adapters::parse_squeue_json(R"({"meta": {}, "errors": [], "jobs": []})");
+  ASSERT_TRUE(empty_json);
+  EXPECT_TRUE(empty_json->empty());
+
+  auto not_json = adapters::parse_squeue_json("squeue: error: something");
+  ASSERT_FALSE(not_json);
+  EXPECT_EQ(not_json.error().code, ErrorCode::internal);
+  // With slurmctld down, squeue --json exits 0 with no jobs: the errors array is all that tells.
+  auto down = adapters::parse_squeue_json(fixtures::kSqueueJsonControllerDown);
+  ASSERT_FALSE(down);
+  EXPECT_EQ(down.error().code, ErrorCode::unavailable);
+  EXPECT_NE(down.error().message.find("Failed while looking for jobs"), std::string::npos) << down.error().message;
+  EXPECT_FALSE(adapters::parse_scontrol_jobs("JobName=x JobState=RUNNING\n"));
+}
+
+TEST(SlurmParsingTest, squeue_json_of_later_data_parsers) {
+  // Slurm 23.02+ writes numbers as {"set", "infinite", "number"}, states as lists and the
+  // exit code as an object (written by hand after those formats; not captured here).
+  auto jobs = adapters::parse_squeue_json(R"({"jobs": [
+    {"job_id": 41, "comment": "joule:j41", "job_state": ["FAILED"], "state_reason": "NonZeroExitCode",
+     "nodes": "n1", "start_time": {"set": true, "infinite": false, "number": 1700000000},
+     "end_time": {"set": true, "infinite": false, "number": 1700000060},
+     "exit_code": {"status": ["NON_ZERO_EXIT"], "return_code": {"set": true, "infinite": false, "number": 3},
+                   "signal": {"id": {"set": false, "infinite": false, "number": 0}, "name": ""}}},
+    {"job_id": 42, "comment": "joule:j42", "job_state": ["RUNNING", "COMPLETING"], "nodes": "n1",
+     "start_time": {"set": true, "infinite": false, "number": 1700000100},
+     "end_time": {"set": true, "infinite": true, "number": 0}}]})");
+  ASSERT_TRUE(jobs) << jobs.error().message;
+  ASSERT_EQ(jobs->size(), 2U);
+  EXPECT_EQ((*jobs)[0].state, "FAILED");
+  EXPECT_EQ((*jobs)[0].exit_code, 3);
+  EXPECT_EQ((*jobs)[0].exit_signal, std::nullopt);
+  EXPECT_EQ((*jobs)[0].end_ms, 1700000060000);
+  EXPECT_EQ((*jobs)[1].state, "RUNNING");
+  EXPECT_EQ((*jobs)[1].start_ms, 1700000100000);
+  EXPECT_EQ((*jobs)[1].end_ms, std::nullopt);
+}
+
+TEST(SlurmParsingTest, sacct_parsable_rows) {
+  // sacct -X -n -P --format=JobIDRaw,User,State,Reason,NodeList,ExitCode,Start,End,Comment with
+  // SLURM_TIME_FORMAT=%s, in sacct's documented format (no slurmdbd on the test machine).
+  auto jobs = adapters::parse_sacct(
+      "11|root|COMPLETED|None|localhost|0:0|1700000000|1700000010|joule:a\n"
+      "12|root|CANCELLED by 0|None|localhost|0:15|1700000000|1700000020|joule:b\n"
+      "13|alice|PENDING|JobHeldUser|None assigned|0:0|Unknown|Unknown|joule:c\n"
+      "14|root|FAILED|NonZeroExitCode|localhost|3:0|2023-11-14T22:13:20|1700000030|a|b|c\n"
+      "15|root|COMPLETED|None|localhost|0:0|1700000000|1700000010|\n");
+  ASSERT_TRUE(jobs) << jobs.error().message;
+  ASSERT_EQ(jobs->size(), 5U);
+  EXPECT_EQ((*jobs)[0].joule_id, "a");
+  EXPECT_EQ((*jobs)[0].user, "root");
+  EXPECT_EQ((*jobs)[0].end_ms, 1700000010000);
+  EXPECT_EQ((*jobs)[1].state, "CANCELLED");
+  EXPECT_EQ((*jobs)[1].exit_signal, 15);
+  EXPECT_EQ((*jobs)[2].user, "alice");
+  EXPECT_EQ((*jobs)[2].nodes, "");
+  EXPECT_EQ((*jobs)[2].start_ms, std::nullopt);
+  EXPECT_EQ((*jobs)[3].joule_id, "") << "comment 'a|b|c' is one field";
+  EXPECT_EQ((*jobs)[3].state, "FAILED");
+  EXPECT_EQ((*jobs)[3].exit_code, 3);
+  EXPECT_EQ((*jobs)[4].joule_id, "");
+  EXPECT_FALSE(adapters::parse_sacct("11|root|COMPLETED\n"));
+}
+
+TEST(SlurmParsingTest, sbatch_parsable_answers) {
+  EXPECT_EQ(*adapters::parse_sbatch_id("123\n"), "123");
+  EXPECT_EQ(*adapters::parse_sbatch_id("123;joule\n"), "123");
+  EXPECT_EQ(*adapters::parse_sbatch_id("77_3\n"), "77_3");
+  auto junk = adapters::parse_sbatch_id("Submitted batch job 5\n");
+  ASSERT_FALSE(junk);
+  EXPECT_EQ(junk.error().code, ErrorCode::internal);
+  EXPECT_FALSE(adapters::parse_sbatch_id(""));
+}
+
+TEST(SlurmParsingTest, states_map_onto_joule_states) {
+  EXPECT_EQ(adapters::joule_state("PENDING"), JobState::placed);
+  EXPECT_EQ(adapters::joule_state("CONFIGURING"), JobState::placed);
+  EXPECT_EQ(adapters::joule_state("REQUEUED"), JobState::placed);
+  EXPECT_EQ(adapters::joule_state("RUNNING"), JobState::running);
+  EXPECT_EQ(adapters::joule_state("COMPLETING"), JobState::running);
+  EXPECT_EQ(adapters::joule_state("SUSPENDED"), JobState::throttled);
+  EXPECT_EQ(adapters::joule_state("COMPLETED"), JobState::succeeded);
+  for (const char* failed : {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}) {
+    EXPECT_EQ(adapters::joule_state(failed), JobState::failed) << failed;
+  }
+  EXPECT_EQ(adapters::joule_state("CANCELLED"), JobState::cancelled);
+  EXPECT_EQ(adapters::joule_state("CANCELLED by 0"), JobState::cancelled);
+  EXPECT_EQ(adapters::joule_state("cancelled"), JobState::cancelled);
+  EXPECT_EQ(adapters::joule_state("RUNNING+"), JobState::running);
+  EXPECT_EQ(adapters::joule_state("WEIRD"), std::nullopt);
+  EXPECT_EQ(adapters::joule_state(""), std::nullopt);
+  EXPECT_TRUE(adapters::is_final_slurm_state("COMPLETED"));
+  EXPECT_TRUE(adapters::is_final_slurm_state("NODE_FAIL"));
+  EXPECT_FALSE(adapters::is_final_slurm_state("SUSPENDED"));
+  EXPECT_FALSE(adapters::is_final_slurm_state("PENDING"));
+}
+
+TEST(SlurmParsingTest, comments_carry_the_joule_id) {
+  EXPECT_EQ(adapters::joule_comment("a1"), "joule:a1");
+  EXPECT_EQ(adapters::joule_id_from_comment("joule:a1"), "a1");
+  EXPECT_EQ(adapters::joule_id_from_comment(" joule:a1 "), "a1");
+  EXPECT_EQ(adapters::joule_id_from_comment("joule:"), "");
+  EXPECT_EQ(adapters::joule_id_from_comment("joule:a b"), "");
+  EXPECT_EQ(adapters::joule_id_from_comment("Joule:a1"), "");
+  EXPECT_EQ(adapters::joule_id_from_comment("(null)"), "");
+  EXPECT_TRUE(adapters::valid_joule_id("0b9e4c1a-7f3e-4a61-9f3d-1d2f0c6a9b11"));
+  EXPECT_FALSE(adapters::valid_joule_id(""));
+  EXPECT_FALSE(adapters::valid_joule_id("a,b"));
+  EXPECT_FALSE(adapters::valid_joule_id(std::string(129, 'a')));
+}
+
+TEST(SlurmParsingTest, sbatch_arguments_of_a_full_submission) {
+  SlurmSubmission s;
+  s.joule_id = "j-1";
+  s.name = "resnet";
+  s.partition = "joule";
+  s.nodelist = "localhost";
+  s.constraint = "gpu";
+  s.argv = {"python3", "train.py"};
+  s.workdir = "/srv/jobs/j-1";
+  s.env = {{"EPOCHS", "5"}};
+  s.stdout_path = "/srv/jobs/j-1/out%1.log";
+  s.stderr_path = "/srv/jobs/j-1/err.log";
+  s.hold = true;
+  auto args = adapters::sbatch_arguments(s);
+  ASSERT_TRUE(args) << args.error().message;
+  const std::vector<std::string> expected = {
+      "--parsable", "--comment=joule:j-1", "--job-name=resnet", "--partition=joule", "--nodelist=localhost",
+      "--constraint=gpu", "--hold", "--output=/srv/jobs/j-1/out%%1.log", "--error=/srv/jobs/j-1/err.log",
+      "--chdir=/srv/jobs/j-1", "--export=NONE", "--wrap=export EPOCHS='5'\nexec 'python3' 'train.py'\n"};
+  EXPECT_EQ(*args, expected);
+
+  SlurmSubmission minimal;
+  minimal.joule_id = "j-2";
+  minimal.argv = {"true"};
+  auto few = adapters::sbatch_arguments(minimal);
+  ASSERT_TRUE(few);
+  const std::vector<std::string> few_expected = {"--parsable", "--comment=joule:j-2", "--job-name=j-2",
+                                                 "--export=NONE", "--wrap=exec 'true'\n"};
+  EXPECT_EQ(*few, few_expected);
+}
+
+TEST(SlurmParsingTest, sbatch_arguments_reject_what_cannot_be_expressed) {
+  SlurmSubmission s;
+  s.joule_id = "j";
+  s.argv = {"true"};
+  auto expect_invalid = [](const SlurmSubmission& bad, const std::string& field) {
+    auto args = adapters::sbatch_arguments(bad);
+    ASSERT_FALSE(args) << field;
+    EXPECT_EQ(args.error().code, ErrorCode::invalid_argument);
+    EXPECT_EQ(args.error().where, field);
+  };
+  auto bad = s;
+  bad.joule_id = "has space";
+  expect_invalid(bad, "joule_id");
+  bad = s;
+  bad.argv.clear();
+  expect_invalid(bad, "argv");
+  bad = s;
+  bad.env = {{"1BAD", "x"}};
+  expect_invalid(bad, "env");
+  bad = s;
+  bad.env = {{"A-B", "x"}};
+  expect_invalid(bad, "env");
+  bad = s;
+  bad.name = "two\nlines";
+  expect_invalid(bad, "name");
+  bad = s;
+  bad.partition = "p\r";
+  expect_invalid(bad, "partition");
+}
+
+TEST(SlurmParsingTest, batch_script_keeps_every_word_as_it_was) {
+  SlurmSubmission s;
+  s.joule_id = "j";
+  s.argv = {"printf", "[%s]\\n", "two words", "it's", "$HOME", "`id`", "", "a\nb", "\"q\"", "*", "--x=';rm -rf /'"};
+  s.env = {{"GREETING", "it's $HOME and `id`"}, {"EMPTY", ""}};
+  const auto script = adapters::batch_script(s) ;
+  // Append the env check to the same shell: the exec replaces it, so check env first.
+  auto env_check = adapters::run_command({"/bin/sh", "-c", script.substr(0, script.rfind("exec")) +
+                                                          "printf '%s|%s' \"$GREETING\" \"$EMPTY\""});
+  ASSERT_TRUE(env_check) << env_check.error().message;
+  EXPECT_EQ(env_check->out, "it's $HOME and `id`|");
+  auto run = adapters::run_command({"/bin/sh", "-c", script});
+  ASSERT_TRUE(run) << run.error().message;
+  EXPECT_TRUE(run->success()) << run->err;
+  EXPECT_EQ(run->out, "[two words]\n[it's]\n[$HOME]\n[`id`]\n[]\n[a\nb]\n[\"q\"]\n[*]\n[--x=';rm -rf /']\n");
+  EXPECT_EQ(adapters::shell_quote("it's"), "'it'\\''s'");
+  EXPECT_EQ(adapters::shell_quote(""), "''");
+}
+
+TEST(SlurmParsingTest, errors_are_classified_from_slurms_own_words) {
+  using adapters::classify_slurm_error;
+  EXPECT_EQ(classify_slurm_error("sbatch", "sbatch: error: Batch job submission failed: Unable to contact slurm "
+                                           "controller (connect failure)"),
+            ErrorCode::unavailable);
+  EXPECT_EQ(classify_slurm_error("squeue", "slurm_load_jobs error: Unable to contact slurm controller (connect "
+                                           "failure)"),
+            ErrorCode::unavailable);
+  EXPECT_EQ(classify_slurm_error("sbatch", "sbatch: error: invalid partition specified: nope; sbatch: error: Batch "
+                                           "job submission failed: Invalid partition name specified"),
+            ErrorCode::invalid_argument);
+  EXPECT_EQ(classify_slurm_error("scontrol", "Invalid job id specified for job 999; slurm_suspend error: Invalid job "
+                                             "id specified"),
+            ErrorCode::not_found);
+  EXPECT_EQ(classify_slurm_error("scontrol", "Job is pending execution for job 5"), ErrorCode::conflict);
+  EXPECT_EQ(classify_slurm_error("scontrol", "Job/step already completing or completed for job 1"),
+            ErrorCode::conflict);
+  EXPECT_EQ(classify_slurm_error("scontrol", "Job has already finished for job 1"), ErrorCode::conflict);
+  EXPECT_EQ(classify_slurm_error("scontrol", "Unexpected message received for job 999"), ErrorCode::internal);
+}
