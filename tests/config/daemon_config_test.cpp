@@ -141,3 +141,51 @@ TEST(DaemonConfigTest, simulated_devices_name_a_known_profile) {
   EXPECT_NE(unknown.error().message.find("jouled.toml:1:"), std::string::npos) << unknown.error().message;
   EXPECT_NE(unknown.error().message.find("jetson-orin"), std::string::npos);  // the known names are listed
 }
+
+TEST(DaemonConfigTest, cluster_roles_are_read_and_checked) {
+  auto agent = parse_config(R"(
+[cluster]
+role = "agent"
+coordinator = "https://coord.lab:8571"
+token_file = "/etc/jouled/cluster.token"
+ca_file = "/etc/jouled/ca.pem"
+[[devices]]
+name = "sim:jetson-orin"
+runs_jobs = true
+)",
+                            "jouled.toml");
+  ASSERT_TRUE(agent) << agent.error().message;
+  EXPECT_EQ(agent->config.cluster.role, "agent");
+  EXPECT_EQ(agent->config.cluster.coordinator, "https://coord.lab:8571");
+  EXPECT_EQ(agent->config.cluster.ca_file, "/etc/jouled/ca.pem");
+  EXPECT_TRUE(agent->config.devices.at(0).runs_jobs);
+
+  auto bad = parse_config(R"(
+[cluster]
+role = "leader"
+coordinator = "coord:8571"
+heartbeat_seconds = 5
+lost_after_seconds = 6
+agent_token_sha256 = ["secret"]
+[server]
+tls_certificate = "/etc/jouled/cert.pem"
+[[devices]]
+name = "cpu"
+runs_jobs = false
+)",
+                          "jouled.toml");
+  ASSERT_FALSE(bad);
+  const std::string& message = bad.error().message;
+  EXPECT_NE(message.find("jouled.toml:3: cluster.role must be standalone, coordinator or agent"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("jouled.toml:4: cluster.coordinator must be a URL"), std::string::npos) << message;
+  EXPECT_NE(message.find("at least twice heartbeat_seconds"), std::string::npos) << message;
+  EXPECT_NE(message.find("jouled.toml:7: cluster.agent_token_sha256 entries must be 64 hex digits"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("tls_certificate and server.tls_private_key go together"), std::string::npos) << message;
+  EXPECT_NE(message.find("runs_jobs is for simulated devices"), std::string::npos) << message;
+
+  auto orphan = parse_config("[cluster]\nrole = \"agent\"\n", "jouled.toml");
+  ASSERT_FALSE(orphan);
+  EXPECT_NE(orphan.error().message.find("an agent needs cluster.coordinator"), std::string::npos);
+}

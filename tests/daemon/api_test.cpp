@@ -93,8 +93,10 @@ TEST_F(ApiTest, metrics_are_the_text_exposition) {
   auto response = call(http::verb::get, "/metrics");
   EXPECT_EQ(response.result_int(), 200u);
   EXPECT_EQ(response[http::field::content_type], "text/plain; version=0.0.4; charset=utf-8");
-  EXPECT_NE(response.body().find("joule_device_energy_joules_total{device=\"cpu\",source=\"simulated\"}"),
-            std::string::npos);
+  // Device metrics carry the node (the default node name here is "localhost").
+  EXPECT_NE(response.body().find("joule_device_energy_joules_total{device=\"cpu\",node=\"localhost\",source=\"simulated\"}"),
+            std::string::npos)
+      << response.body();
   EXPECT_NE(response.body().find("joule_jobs{state=\"queued\"} 0"), std::string::npos);
 }
 
