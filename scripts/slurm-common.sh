@@ -11,12 +11,19 @@ JOULE_SLURM_LOCK=${JOULE_SLURM_LOCK:-/run/lock/joule-slurm.lock}
 
 slurm_log() { echo "${0##*/}: $*" >&2; }
 
+# Whether PID runs. A zombie does not: the daemons are orphans once slurm-up.sh exits, and
+# their exit is only collected when init gets round to it (seconds, on some machines).
+running() {
+  local state
+  state=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+
 # Whether the process with the pid stored in FILE is alive.
 pid_alive() {
-  local file=$1 pid
+  local file=$1
   [ -s "$file" ] || return 1
-  pid=$(cat "$file")
-  kill -0 "$pid" 2>/dev/null
+  running "$(cat "$file")"
 }
 
 # Sends SIGNAL to the pid in FILE and waits up to SECONDS for it to end. Returns 1 if it lives on.
@@ -26,7 +33,7 @@ stop_pid() {
   pid=$(cat "$file")
   kill -"$signal" "$pid" 2>/dev/null || return 0
   for ((i = 0; i < seconds * 20; i++)); do
-    kill -0 "$pid" 2>/dev/null || return 0
+    running "$pid" || return 0
     sleep 0.05
   done
   return 1

@@ -111,7 +111,7 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv, const Co
   posix_spawnattr_setsigdefault(&setup.attr, &all_signals);
   posix_spawnattr_setsigmask(&setup.attr, &no_signals);
 
-  const auto env = merged_environment(options.env);
+  const auto env = options.inherit_environment ? merged_environment(options.env) : options.env;
   auto c_argv = c_strings(argv);
   auto c_env = c_strings(env);
   pid_t pid = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <set>
 
@@ -220,9 +221,7 @@ std::string shell_quote(std::string_view word) {
 }
 
 std::string batch_script(const SlurmSubmission& submission) {
-  std::string script;
-  for (const auto& [name, value] : submission.env) script += fmt::format("export {}={}\n", name, shell_quote(value));
-  script += "exec";
+  std::string script = "exec";
   for (const auto& word : submission.argv) script += ' ' + shell_quote(word);
   script += '\n';
   return script;
@@ -238,6 +237,9 @@ Result<std::vector<std::string>> sbatch_arguments(const SlurmSubmission& s) {
   if (s.argv.empty() || s.argv[0].empty()) return bad("argv", "empty command");
   for (const auto& [name, value] : s.env) {
     if (!valid_env_name(name)) return bad("env", fmt::format("environment name '{}' is not a shell identifier", name));
+    if (name.rfind("SLURM_", 0) == 0 || name.rfind("SBATCH_", 0) == 0) {
+      return bad("env", fmt::format("{}: SLURM_* and SBATCH_* are Slurm's own", name));
+    }
     if (value.find('\0') != std::string::npos) return bad("env", fmt::format("{} contains a NUL byte", name));
   }
   for (const auto& word : s.argv) {
@@ -263,9 +265,18 @@ Result<std::vector<std::string>> sbatch_arguments(const SlurmSubmission& s) {
   if (!s.stdout_path.empty()) args.push_back("--output=" + literal_file_pattern(s.stdout_path));
   if (!s.stderr_path.empty()) args.push_back("--error=" + literal_file_pattern(s.stderr_path));
   if (!s.workdir.empty()) args.push_back("--chdir=" + s.workdir);
-  args.emplace_back("--export=NONE");
+  args.emplace_back("--export=ALL");
   args.push_back("--wrap=" + batch_script(s));
   return args;
+}
+
+std::vector<std::string> sbatch_environment(const SlurmSubmission& submission,
+                                            const std::vector<std::string>& slurm_env) {
+  std::vector<std::string> env;
+  if (submission.env.count("PATH") == 0) env.emplace_back("PATH=/usr/local/bin:/usr/bin:/bin");
+  for (const auto& [name, value] : submission.env) env.push_back(name + "=" + value);
+  env.insert(env.end(), slurm_env.begin(), slurm_env.end());
+  return env;
 }
 
 Result<std::string> parse_sbatch_id(std::string_view output) {
@@ -449,21 +460,23 @@ ErrorCode classify_slurm_error(std::string_view tool, std::string_view stderr_te
 
 // ---- SlurmCli ----
 
-SlurmCli::SlurmCli(SlurmOptions options) : options_(std::move(options)) {
-  const bool has_time_format = std::any_of(options_.env.begin(), options_.env.end(), [](const std::string& e) {
-    return e.rfind("SLURM_TIME_FORMAT=", 0) == 0;
-  });
-  // scontrol and sacct then print epoch seconds, which need no time zone to read.
-  if (!has_time_format) options_.env.emplace_back("SLURM_TIME_FORMAT=%s");
-}
+SlurmCli::SlurmCli(SlurmOptions options) : options_(std::move(options)) {}
 
-Result<std::string> SlurmCli::run(const std::string& tool, const std::vector<std::string>& args) const {
+Result<std::string> SlurmCli::run(const std::string& tool, const std::vector<std::string>& args,
+                                  std::optional<std::vector<std::string>> environment) const {
   std::vector<std::string> argv;
   argv.reserve(args.size() + 1);
   argv.push_back(options_.bin_dir.empty() ? tool : (options_.bin_dir / tool).string());
   argv.insert(argv.end(), args.begin(), args.end());
   CommandOptions command;
-  command.env = options_.env;
+  if (environment) {
+    command.env = std::move(*environment);
+    command.inherit_environment = false;
+  } else {
+    // scontrol and sacct print epoch seconds then, which need no time zone to read.
+    command.env = {"SLURM_TIME_FORMAT=%s"};
+    command.env.insert(command.env.end(), options_.env.begin(), options_.env.end());
+  }
   command.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(options_.timeout_seconds * 1000));
   auto output = run_command(argv, command);
   const auto described = [&] { return describe_command(tool, args); };
@@ -480,7 +493,14 @@ Result<std::string> SlurmCli::run(const std::string& tool, const std::vector<std
 Result<std::string> SlurmCli::submit(const SlurmSubmission& submission) const {
   auto args = sbatch_arguments(submission);
   if (!args) return args.error();
-  auto out = run("sbatch", *args);
+  // sbatch gets no environment of ours but where the cluster is (see SlurmOptions::env).
+  auto slurm_env = options_.env;
+  const bool has_conf = std::any_of(slurm_env.begin(), slurm_env.end(),
+                                    [](const std::string& e) { return e.rfind("SLURM_CONF=", 0) == 0; });
+  if (const char* conf = std::getenv("SLURM_CONF"); conf != nullptr && !has_conf) {
+    slurm_env.push_back(std::string("SLURM_CONF=") + conf);
+  }
+  auto out = run("sbatch", *args, sbatch_environment(submission, slurm_env));
   if (!out) return out.error();
   return parse_sbatch_id(*out);
 }

@@ -264,7 +264,7 @@ TEST(SlurmParsingTest, sbatch_arguments_of_a_full_submission) {
   const std::vector<std::string> expected = {
       "--parsable", "--comment=joule:j-1", "--job-name=resnet", "--partition=joule", "--nodelist=localhost",
       "--constraint=gpu", "--hold", "--output=/srv/jobs/j-1/out%%1.log", "--error=/srv/jobs/j-1/err.log",
-      "--chdir=/srv/jobs/j-1", "--export=NONE", "--wrap=export EPOCHS='5'\nexec 'python3' 'train.py'\n"};
+      "--chdir=/srv/jobs/j-1", "--export=ALL", "--wrap=exec 'python3' 'train.py'\n"};
   EXPECT_EQ(*args, expected);
 
   SlurmSubmission minimal;
@@ -273,7 +273,7 @@ TEST(SlurmParsingTest, sbatch_arguments_of_a_full_submission) {
   auto few = adapters::sbatch_arguments(minimal);
   ASSERT_TRUE(few);
   const std::vector<std::string> few_expected = {"--parsable", "--comment=joule:j-2", "--job-name=j-2",
-                                                 "--export=NONE", "--wrap=exec 'true'\n"};
+                                                 "--export=ALL", "--wrap=exec 'true'\n"};
   EXPECT_EQ(*few, few_expected);
 }
 
@@ -300,6 +300,12 @@ TEST(SlurmParsingTest, sbatch_arguments_reject_what_cannot_be_expressed) {
   bad.env = {{"A-B", "x"}};
   expect_invalid(bad, "env");
   bad = s;
+  bad.env = {{"SBATCH_PARTITION", "other"}};
+  expect_invalid(bad, "env");
+  bad = s;
+  bad.env = {{"SLURM_CONF", "/elsewhere"}};
+  expect_invalid(bad, "env");
+  bad = s;
   bad.name = "two\nlines";
   expect_invalid(bad, "name");
   bad = s;
@@ -311,19 +317,26 @@ TEST(SlurmParsingTest, batch_script_keeps_every_word_as_it_was) {
   SlurmSubmission s;
   s.joule_id = "j";
   s.argv = {"printf", "[%s]\\n", "two words", "it's", "$HOME", "`id`", "", "a\nb", "\"q\"", "*", "--x=';rm -rf /'"};
-  s.env = {{"GREETING", "it's $HOME and `id`"}, {"EMPTY", ""}};
-  const auto script = adapters::batch_script(s) ;
-  // Append the env check to the same shell: the exec replaces it, so check env first.
-  auto env_check = adapters::run_command({"/bin/sh", "-c", script.substr(0, script.rfind("exec")) +
-                                                          "printf '%s|%s' \"$GREETING\" \"$EMPTY\""});
-  ASSERT_TRUE(env_check) << env_check.error().message;
-  EXPECT_EQ(env_check->out, "it's $HOME and `id`|");
+  const auto script = adapters::batch_script(s);
   auto run = adapters::run_command({"/bin/sh", "-c", script});
   ASSERT_TRUE(run) << run.error().message;
   EXPECT_TRUE(run->success()) << run->err;
   EXPECT_EQ(run->out, "[two words]\n[it's]\n[$HOME]\n[`id`]\n[]\n[a\nb]\n[\"q\"]\n[*]\n[--x=';rm -rf /']\n");
   EXPECT_EQ(adapters::shell_quote("it's"), "'it'\\''s'");
   EXPECT_EQ(adapters::shell_quote(""), "''");
+}
+
+TEST(SlurmParsingTest, sbatch_environment_is_the_jobs_and_slurms_only) {
+  SlurmSubmission s;
+  s.joule_id = "j";
+  s.argv = {"true"};
+  s.env = {{"GREETING", "it's $HOME"}, {"EMPTY", ""}};
+  const std::vector<std::string> expected = {"PATH=/usr/local/bin:/usr/bin:/bin", "EMPTY=", "GREETING=it's $HOME",
+                                             "SLURM_CONF=/run/slurm.conf"};
+  EXPECT_EQ(adapters::sbatch_environment(s, {"SLURM_CONF=/run/slurm.conf"}), expected);
+  s.env["PATH"] = "/opt/conda/bin:/usr/bin";
+  const std::vector<std::string> own_path = {"EMPTY=", "GREETING=it's $HOME", "PATH=/opt/conda/bin:/usr/bin"};
+  EXPECT_EQ(adapters::sbatch_environment(s, {}), own_path);
 }
 
 TEST(SlurmParsingTest, errors_are_classified_from_slurms_own_words) {

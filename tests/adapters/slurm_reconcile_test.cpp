@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 using joule::adapters::HandedJob;
@@ -216,16 +217,16 @@ TEST(SlurmReconcileTest, after_a_controller_crash_every_job_ends_up_exactly_once
   // Ten held jobs submitted within a second of a kill -9: Slurm kept 0..3 (ids 1..4), lost
   // 4..9, and gave ids 5 and 6 to jobs of another user submitted after the restart.
   std::vector<HandedJob> jobs;
-  for (int i = 0; i < 10; ++i) jobs.push_back(handed("j" + std::to_string(i), std::to_string(i + 1), 1500));
+  for (int i = 0; i < 10; ++i) jobs.push_back(handed(fmt::format("j{}", i), std::to_string(i + 1), 1500));
   std::vector<SlurmJob> listing;
-  for (int i = 0; i < 4; ++i) listing.push_back(slurm(std::to_string(i + 1), "j" + std::to_string(i)));
+  for (int i = 0; i < 4; ++i) listing.push_back(slurm(std::to_string(i + 1), fmt::format("j{}", i)));
   listing.push_back(slurm("5", "", "RUNNING"));
   listing.push_back(slurm("6", "", "PENDING"));
 
   auto d = run(jobs, listing);
   ASSERT_EQ(d.size(), 10U);
   for (int i = 0; i < 10; ++i) {
-    EXPECT_EQ(d[i].joule_id, "j" + std::to_string(i));
+    EXPECT_EQ(d[i].joule_id, fmt::format("j{}", i));
     EXPECT_EQ(d[i].action, i < 4 ? ReconcileAction::keep : ReconcileAction::resubmit) << i;
   }
 

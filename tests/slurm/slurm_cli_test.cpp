@@ -142,9 +142,13 @@ class SlurmCliTest : public ::testing::Test {
 };
 
 TEST_F(SlurmCliTest, a_job_runs_to_completion_and_its_joule_id_comes_back) {
-  auto s = job("ok", {"/bin/sh", "-c", "echo \"$GREETING\" > greeting; sleep 2"});
+  // The job sees its own env, a default PATH, and nothing of this process's environment.
+  ::setenv("JOULE_NOT_FOR_JOBS", "leaked", 1);
+  auto s = job("ok", {"/bin/sh", "-c",
+                      "printf '%s|%s|%s\\n' \"$GREETING\" \"$PATH\" \"${JOULE_NOT_FOR_JOBS:-}\" > env.txt; sleep 2"});
   s.env = {{"GREETING", "hello from 'Joule'"}};
   auto submitted = cli_.submit(s);
+  ::unsetenv("JOULE_NOT_FOR_JOBS");
   ASSERT_TRUE(submitted) << submitted.error().message;
 
   const auto running = wait_state(*submitted, "RUNNING");
@@ -159,7 +163,7 @@ TEST_F(SlurmCliTest, a_job_runs_to_completion_and_its_joule_id_comes_back) {
   EXPECT_EQ(done.exit_signal, std::nullopt);
   ASSERT_TRUE(done.start_ms && done.end_ms);
   EXPECT_GE(*done.end_ms, *done.start_ms);
-  EXPECT_EQ(read_file(dir_ / "greeting"), "hello from 'Joule'\n");
+  EXPECT_EQ(read_file(dir_ / "env.txt"), "hello from 'Joule'|/usr/local/bin:/usr/bin:/bin|\n");
 }
 
 TEST_F(SlurmCliTest, suspend_stops_the_job_and_resume_continues_it) {
@@ -194,7 +198,7 @@ TEST_F(SlurmCliTest, cancel_ends_a_running_job_as_cancelled) {
   auto submitted = cli_.submit(job("sleeper", {"/bin/sh", "-c", "touch started; exec sleep 300"}));
   ASSERT_TRUE(submitted) << submitted.error().message;
   wait_state(*submitted, "RUNNING");
-  // RUNNING comes before the process: slurmstepd first builds the --export=NONE environment.
+  // RUNNING comes before the process: slurmd still has to launch it.
   wait_until([&] { return fs::exists(dir_ / "started"); }, 30s, "the job's process");
   ASSERT_TRUE(cli_.cancel(*submitted));
   const auto done = wait_final(*submitted);

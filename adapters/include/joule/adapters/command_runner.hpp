@@ -17,6 +17,8 @@ namespace joule::adapters {
 struct CommandOptions {
   /// "NAME=value" entries added to (or replacing those of) this process's environment.
   std::vector<std::string> env;
+  /// false: `env` is the command's whole environment.
+  bool inherit_environment = true;
   /// The command is killed (SIGKILL to its process group) when it runs longer.
   std::chrono::milliseconds timeout{15000};
   /// Output beyond this (stdout and stderr together) kills the command: a runaway tool must
