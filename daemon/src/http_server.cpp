@@ -1,71 +1,273 @@
 #include "joule/daemon/http_server.hpp"
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <type_traits>
 
 #include <fmt/format.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <boost/asio/ip/address.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 
 namespace joule::daemon {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 
-class HttpSession : public std::enable_shared_from_this<HttpSession> {
- public:
-  HttpSession(tcp::socket socket, HttpServer& server)
-      : stream_(std::move(socket)), server_(server), alive_(server.alive_) {}
+namespace {
 
-  ~HttpSession() {
+// The reason of the oldest queued OpenSSL error ("no start line", "ee key too small"); empties the queue.
+std::string openssl_reason() {
+  const unsigned long code = ERR_get_error();
+  ERR_clear_error();
+  const char* reason = code ? ERR_reason_error_string(code) : nullptr;
+  return reason ? reason : "unknown OpenSSL error";
+}
+
+Result<std::string> read_file(const std::filesystem::path& file, std::string_view what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec))
+    return make_error(ErrorCode::invalid_argument, fmt::format("{} {} is a directory", what, file.string()));
+  std::FILE* in = std::fopen(file.c_str(), "rb");
+  if (!in) {
+    const int error = errno;
+    return make_error(error == EACCES ? ErrorCode::permission_denied : ErrorCode::unavailable,
+                      fmt::format("cannot read {} {}: {}", what, file.string(), std::strerror(error)));
+  }
+  std::string text;
+  char chunk[4096];
+  for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, in)) > 0;) text.append(chunk, n);
+  const bool failed = std::ferror(in) != 0;
+  std::fclose(in);
+  if (failed) return make_error(ErrorCode::io, fmt::format("cannot read {} {}", what, file.string()));
+  return text;
+}
+
+struct BioDeleter {
+  void operator()(BIO* bio) const { BIO_free(bio); }
+};
+using BioPtr = std::unique_ptr<BIO, BioDeleter>;
+BioPtr memory_bio(const std::string& text) { return BioPtr(BIO_new_mem_buf(text.data(), static_cast<int>(text.size()))); }
+
+// A key behind a passphrase cannot be loaded by a daemon; without this OpenSSL would prompt on a terminal.
+int no_passphrase(char*, int, int, void*) { return -1; }
+
+Status use_certificate_chain(SSL_CTX* context, const std::filesystem::path& file) {
+  auto text = read_file(file, "TLS certificate chain");
+  if (!text) return text.error();
+  const BioPtr bio = memory_bio(*text);
+  X509* leaf = PEM_read_bio_X509_AUX(bio.get(), nullptr, no_passphrase, nullptr);
+  if (!leaf) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("TLS certificate chain {} holds no PEM certificate ({})", file.string(),
+                                  openssl_reason()));
+  }
+  const int used = SSL_CTX_use_certificate(context, leaf);
+  X509_free(leaf);
+  if (used != 1) {
+    return make_error(ErrorCode::invalid_argument, fmt::format("TLS certificate chain {}: the certificate is refused ({})",
+                                                               file.string(), openssl_reason()));
+  }
+  SSL_CTX_clear_chain_certs(context);
+  for (int n = 2;; ++n) {
+    X509* next = PEM_read_bio_X509(bio.get(), nullptr, no_passphrase, nullptr);
+    if (!next) {
+      const unsigned long last = ERR_peek_last_error();
+      if (ERR_GET_LIB(last) == ERR_LIB_PEM && ERR_GET_REASON(last) == PEM_R_NO_START_LINE) {
+        ERR_clear_error();  // the end of the file
+        break;
+      }
+      return make_error(ErrorCode::invalid_argument, fmt::format("TLS certificate chain {}: certificate {} is unreadable ({})",
+                                                                 file.string(), n, openssl_reason()));
+    }
+    if (SSL_CTX_add0_chain_cert(context, next) != 1) {
+      X509_free(next);
+      return make_error(ErrorCode::invalid_argument, fmt::format("TLS certificate chain {}: certificate {} is refused ({})",
+                                                                 file.string(), n, openssl_reason()));
+    }
+  }
+  return {};
+}
+
+Status use_private_key(SSL_CTX* context, const TlsFiles& files) {
+  auto text = read_file(files.private_key, "TLS private key");
+  if (!text) return text.error();
+  if (text->find("ENCRYPTED") != std::string::npos) {
+    OPENSSL_cleanse(text->data(), text->size());
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("TLS private key {} is encrypted; jouled needs it unencrypted (readable by jouled only)",
+                                  files.private_key.string()));
+  }
+  EVP_PKEY* key = nullptr;
+  {
+    const BioPtr bio = memory_bio(*text);
+    key = PEM_read_bio_PrivateKey(bio.get(), nullptr, no_passphrase, nullptr);
+  }
+  OPENSSL_cleanse(text->data(), text->size());
+  if (!key) {
+    return make_error(ErrorCode::invalid_argument, fmt::format("TLS private key {} holds no PEM private key ({})",
+                                                               files.private_key.string(), openssl_reason()));
+  }
+  Status status;
+  if (X509_check_private_key(SSL_CTX_get0_certificate(context), key) != 1) {
+    ERR_clear_error();
+    status = make_error(ErrorCode::invalid_argument,
+                        fmt::format("TLS private key {} does not match the certificate in {}", files.private_key.string(),
+                                    files.certificate_chain.string()));
+  } else if (SSL_CTX_use_PrivateKey(context, key) != 1 || SSL_CTX_check_private_key(context) != 1) {
+    status = make_error(ErrorCode::invalid_argument,
+                        fmt::format("TLS private key {} is refused ({})", files.private_key.string(), openssl_reason()));
+  }
+  EVP_PKEY_free(key);
+  return status;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<ssl::context>> make_server_tls_context(const TlsFiles& files) {
+  ERR_clear_error();
+  std::shared_ptr<ssl::context> context;
+  try {
+    context = std::make_shared<ssl::context>(ssl::context::tls_server);
+  } catch (const boost::system::system_error& error) {
+    return make_error(ErrorCode::internal, fmt::format("cannot create a TLS context: {}", error.what()));
+  }
+  SSL_CTX* native = context->native_handle();
+  SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
+  SSL_CTX_set_options(native, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+  // TLS 1.2: forward-secret AEAD suites only; TLS 1.3's suites are all of that kind already.
+  if (SSL_CTX_set_cipher_list(native, "ECDHE+AESGCM:ECDHE+CHACHA20") != 1)
+    return make_error(ErrorCode::internal, fmt::format("cannot set the TLS 1.2 ciphers: {}", openssl_reason()));
+  if (auto status = use_certificate_chain(native, files.certificate_chain); !status) return status.error();
+  if (auto status = use_private_key(native, files); !status) return status.error();
+  return context;
+}
+
+/// What the server keeps of a connection; the HTTP logic is BasicHttpSession's, one per stream type.
+class HttpSession {
+ public:
+  using Where = std::list<std::weak_ptr<HttpSession>>::iterator;
+  explicit HttpSession(HttpServer& server) : server_(server), alive_(server.alive_) {}
+  virtual ~HttpSession() {
     if (*alive_) server_.forget(where_);
   }
+  HttpSession(const HttpSession&) = delete;
+  HttpSession& operator=(const HttpSession&) = delete;
 
-  void start(std::list<std::weak_ptr<HttpSession>>::iterator where) {
-    where_ = where;
-    read();
+  virtual void start(Where where) = 0;
+  /// Closes the connection unless a request is being answered; then it closes after the reply.
+  virtual void close_when_idle() = 0;
+
+ protected:
+  const HttpServerOptions& options() const { return server_.options_; }
+  void handle(HttpRequest&& request, Reply reply) { server_.handler_(std::move(request), std::move(reply)); }
+  void refused(unsigned status) {
+    if (server_.on_refusal_) server_.on_refusal_(status);
   }
 
-  // Closes the connection unless a request is being answered; then it closes after the reply.
-  void close_when_idle() {
-    closing_ = true;
-    if (!busy_) {
-      beast::error_code ignored;
-      stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-      stream_.close();
+  Where where_;
+
+ private:
+  HttpServer& server_;
+  std::shared_ptr<bool> alive_;
+};
+
+namespace {
+
+using PlainStream = beast::tcp_stream;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+template <class Stream>
+class BasicHttpSession final : public HttpSession, public std::enable_shared_from_this<BasicHttpSession<Stream>> {
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+
+ public:
+  BasicHttpSession(tcp::socket socket, std::shared_ptr<ssl::context> tls, HttpServer& server)
+      : HttpSession(server), tls_(std::move(tls)), stream_(make_stream(std::move(socket), tls_.get())) {}
+
+  void start(Where where) override {
+    where_ = where;
+    if constexpr (kTls) {
+      lowest().expires_after(timeout());
+      stream_.async_handshake(ssl::stream_base::server,
+                              [self = this->shared_from_this()](beast::error_code ec) { self->on_handshake(ec); });
+    } else {
+      read();
     }
   }
 
+  void close_when_idle() override {
+    closing_ = true;
+    // An idle TLS connection is closed without close_notify: a read is pending on the stream.
+    if (!busy_) close_socket(tcp::socket::shutdown_both);
+  }
+
  private:
+  static Stream make_stream(tcp::socket socket, ssl::context* tls) {
+    if constexpr (kTls)
+      return Stream(std::move(socket), *tls);
+    else
+      return Stream(std::move(socket));
+  }
+
+  beast::tcp_stream& lowest() { return beast::get_lowest_layer(stream_); }
+
   std::chrono::steady_clock::duration timeout() const {
     return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(server_.options_.timeout_seconds));
+        std::chrono::duration<double>(options().timeout_seconds));
+  }
+
+  void close_socket(tcp::socket::shutdown_type how) {
+    beast::error_code ignored;
+    lowest().socket().shutdown(how, ignored);
+    lowest().close();
+  }
+
+  void on_handshake(beast::error_code ec) {
+    if (ec) {
+      // Refused on TLS grounds: plain HTTP on a TLS port, a client that rejected the certificate,
+      // no common protocol version. A timeout or a client that left counts no more than it
+      // does before a plain request.
+      if (ec.category() == asio::error::get_ssl_category()) refused(400);
+      return close_socket(tcp::socket::shutdown_both);
+    }
+    read();
   }
 
   void read() {
     if (closing_) return close_when_idle();
     parser_.emplace();
-    parser_->body_limit(server_.options_.max_body_bytes);
+    parser_->body_limit(options().max_body_bytes);
     parser_->header_limit(16 * 1024);
-    stream_.expires_after(timeout());
+    lowest().expires_after(timeout());
     http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+                     [self = this->shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
   }
 
   void on_read(beast::error_code ec) {
     if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
-        ec == asio::error::connection_reset || ec == asio::error::eof || ec == asio::error::bad_descriptor)
+        ec == asio::error::connection_reset || ec == asio::error::eof || ec == asio::error::bad_descriptor ||
+        ec == ssl::error::stream_truncated)  // a TLS client that closed without close_notify
       return close_when_idle();
     if (ec == http::error::body_limit) {
-      return refuse(
-          http::status::payload_too_large,
-          fmt::format("the request body is larger than the limit of {} bytes", server_.options_.max_body_bytes));
+      return refuse(http::status::payload_too_large,
+                    fmt::format("the request body is larger than the limit of {} bytes", options().max_body_bytes));
     }
     if (ec == http::error::header_limit)
       return refuse(http::status::request_header_fields_too_large, "request headers are too large");
@@ -75,9 +277,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     HttpRequest request = parser_->release();
     keep_alive_ = request.keep_alive();
     version_ = request.version();
-    stream_.expires_never();  // the handler may wait on a commit; the write has its own timeout
+    lowest().expires_never();  // the handler may wait on a commit; the write has its own timeout
     auto replied = std::make_shared<bool>(false);
-    server_.handler_(std::move(request), [self = shared_from_this(), replied](HttpResponse response) {
+    handle(std::move(request), [self = this->shared_from_this(), replied](HttpResponse response) {
       if (*replied) return;
       *replied = true;
       self->write(std::move(response), !self->keep_alive_);
@@ -85,7 +287,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   }
 
   void refuse(http::status status, const std::string& detail) {
-    if (server_.on_refusal_) server_.on_refusal_(static_cast<unsigned>(status));
+    refused(static_cast<unsigned>(status));
     HttpResponse response{status, 11};
     response.set(http::field::content_type, "application/problem+json");
     response.body() = fmt::format(R"({{"type":"about:blank","title":"{}","status":{},"detail":"{}"}})",
@@ -101,24 +303,35 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     response.set(http::field::server, "jouled");
     response.prepare_payload();
     response_ = std::make_shared<HttpResponse>(std::move(response));
-    stream_.expires_after(timeout());
-    http::async_write(stream_, *response_, [self = shared_from_this(), close](beast::error_code ec, std::size_t) {
-      self->busy_ = false;
-      self->response_.reset();
-      if (ec || close) {
-        beast::error_code ignored;
-        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-        self->stream_.close();
-        return;
-      }
-      self->read();
-    });
+    lowest().expires_after(timeout());
+    http::async_write(stream_, *response_,
+                      [self = this->shared_from_this(), close](beast::error_code ec, std::size_t) {
+                        self->busy_ = false;
+                        self->response_.reset();
+                        if (ec) return self->close_socket(tcp::socket::shutdown_both);
+                        if (close) return self->finish();
+                        self->read();
+                      });
   }
 
-  beast::tcp_stream stream_;
-  HttpServer& server_;
-  std::shared_ptr<bool> alive_;
-  std::list<std::weak_ptr<HttpSession>>::iterator where_;
+  // After a response that ends the connection: TLS sends close_notify before the socket closes,
+  // without waiting for the client's (TLS allows that; a client that keeps its end open must
+  // not hold the connection, nor a drain at stop). Marking the client's close_notify as received
+  // makes OpenSSL's shutdown complete once ours is written.
+  void finish() {
+    if constexpr (kTls) {
+      SSL_set_shutdown(stream_.native_handle(), SSL_RECEIVED_SHUTDOWN);
+      lowest().expires_after(timeout());
+      stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) {
+        self->close_socket(tcp::socket::shutdown_send);
+      });
+    } else {
+      close_socket(tcp::socket::shutdown_send);
+    }
+  }
+
+  std::shared_ptr<ssl::context> tls_;  // null for plain HTTP; kept while the stream uses it
+  Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::shared_ptr<HttpResponse> response_;
@@ -128,8 +341,14 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool closing_ = false;
 };
 
+}  // namespace
+
 HttpServer::HttpServer(asio::io_context& io, HttpHandler handler, HttpServerOptions options, RefusalObserver on_refusal)
-    : io_(io), acceptor_(io), handler_(std::move(handler)), options_(options), on_refusal_(std::move(on_refusal)) {}
+    : io_(io),
+      acceptor_(io),
+      handler_(std::move(handler)),
+      options_(std::move(options)),
+      on_refusal_(std::move(on_refusal)) {}
 
 HttpServer::~HttpServer() {
   *alive_ = false;
@@ -166,7 +385,11 @@ void HttpServer::accept() {
         beast::error_code ignored;
         socket.close(ignored);
       } else {
-        auto session = std::make_shared<HttpSession>(std::move(socket), *this);
+        std::shared_ptr<HttpSession> session;
+        if (options_.tls)
+          session = std::make_shared<BasicHttpSession<TlsStream>>(std::move(socket), options_.tls, *this);
+        else
+          session = std::make_shared<BasicHttpSession<PlainStream>>(std::move(socket), nullptr, *this);
         sessions_.push_front(session);
         session->start(sessions_.begin());
       }

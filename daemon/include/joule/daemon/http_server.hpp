@@ -1,10 +1,11 @@
 #pragma once
 // The HTTP/1.1 server of jouled (Boost.Beast over Asio): sessions with timeouts, a body limit,
-// a connection limit and keep-alive. It knows nothing of routes: every request goes to one
-// handler that answers through a callback, possibly later (after a commit), on the same
-// io_context.
+// a connection limit and keep-alive, over plain TCP or TLS. It knows nothing of routes: every
+// request goes to one handler that answers through a callback, possibly later (after a commit),
+// on the same io_context.
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <list>
 #include <memory>
@@ -17,6 +18,11 @@
 
 #include "joule/common/result.hpp"
 
+// Callers that only pass a context around do not need OpenSSL's headers.
+namespace boost::asio::ssl {
+class context;
+}  // namespace boost::asio::ssl
+
 namespace joule::daemon {
 
 using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
@@ -25,16 +31,37 @@ using HttpResponse = boost::beast::http::response<boost::beast::http::string_bod
 using Reply = std::function<void(HttpResponse)>;
 using HttpHandler = std::function<void(HttpRequest&&, Reply)>;
 /// Called for requests refused before reaching the handler (413, 400, 503), for metrics.
+/// A TLS handshake refused on protocol grounds (a plain-HTTP client on a TLS port, a client
+/// that rejected the certificate, no common TLS version) counts as 400.
 using RefusalObserver = std::function<void(unsigned status)>;
+
+/// The PEM files of a TLS server identity.
+struct TlsFiles {
+  std::filesystem::path certificate_chain;  ///< the server certificate first, then intermediates
+  std::filesystem::path private_key;        ///< unencrypted (there is nobody to type a passphrase)
+};
+
+/// A TLS server context for HttpServer: TLS 1.2 and 1.3 only, renegotiation and compression
+/// off, TLS 1.2 limited to ECDHE with AES-GCM or ChaCha20-Poly1305 (TLS 1.3: OpenSSL's suites),
+/// at the system's OpenSSL security level. Reads both files now; fails with a message
+/// naming the file when one is missing or unreadable, holds no PEM certificate or key, is an
+/// encrypted key, or when the key does not match the certificate. Call it again (on SIGHUP) to
+/// pick up renewed files and hand the result to HttpServer::set_tls.
+Result<std::shared_ptr<boost::asio::ssl::context>> make_server_tls_context(const TlsFiles& files);
 
 struct HttpServerOptions {
   std::size_t max_body_bytes = 1 << 20;
-  double timeout_seconds = 30.0;  ///< a request must arrive, and a response leave, within this
+  /// A request must arrive, and a response leave, within this; so must a TLS handshake, and
+  /// the close_notify sent after a response that closes the connection.
+  double timeout_seconds = 30.0;
   std::size_t max_connections = 512;
+  /// From make_server_tls_context: every connection starts with a TLS handshake. Null: plain HTTP.
+  std::shared_ptr<boost::asio::ssl::context> tls = nullptr;
 };
 
 class HttpSession;
 
+/// Not thread-safe: construct, call and destroy it on the io_context's thread (or before it runs).
 class HttpServer {
  public:
   HttpServer(boost::asio::io_context& io, HttpHandler handler, HttpServerOptions options,
@@ -48,6 +75,11 @@ class HttpServer {
   /// Stops accepting and closes idle connections; requests in flight still get their answers.
   void stop();
   std::size_t connections() const { return sessions_.size(); }
+
+  /// Connections accepted from now on use this context (a renewed certificate); open ones keep
+  /// the one they started with. Null switches new connections to plain HTTP.
+  void set_tls(std::shared_ptr<boost::asio::ssl::context> tls) { options_.tls = std::move(tls); }
+  bool uses_tls() const { return options_.tls != nullptr; }
 
  private:
   friend class HttpSession;
