@@ -47,6 +47,7 @@ start_slurmctld() {
   SLURM_CONF="$run_dir/slurm.conf" setsid slurmctld -D -f "$run_dir/slurm.conf" \
     </dev/null >>"$run_dir/slurmctld.out" 2>&1 9>&- &
   echo $! >"$run_dir/slurmctld.pid"
+  disown $!  # slurm-down.sh stops it by pid; no "Killed" notice from this shell
 }
 
 # Waits until slurmctld answers and the node is usable (idle, mixed or allocated).

@@ -45,10 +45,15 @@ fi
 mkdir -p "$(dirname "$JOULE_SLURM_LOCK")"
 exec 9>>"$JOULE_SLURM_LOCK"
 if ! flock -n 9; then
-  # A holder whose Slurm is gone (slurm-down.sh was interrupted) only needs to go too.
+  # A holder whose Slurm is gone (slurm-down.sh was interrupted) only needs to go too; one
+  # younger than 90 s may belong to a slurm-up.sh still starting its daemons (60 s at most).
   owner=$(head -n 1 "$JOULE_SLURM_LOCK" 2>/dev/null || true)
-  if [ -n "$owner" ] && [ -d "$owner" ] && ! pid_alive "$owner/slurmctld.pid" && ! pid_alive "$owner/slurmd.pid" &&
+  holder_age=0
+  [ -n "$owner" ] && [ -s "$owner/lock.pid" ] &&
+    holder_age=$(ps -o etimes= -p "$(cat "$owner/lock.pid")" 2>/dev/null | tr -d ' ')
+  if [ "${holder_age:-0}" -gt 90 ] && ! pid_alive "$owner/slurmctld.pid" && ! pid_alive "$owner/slurmd.pid" &&
     ! pid_alive "$owner/munged.pid"; then
+    slurm_log "removing the lock holder of $owner: its Slurm is gone"
     stop_pid "$owner/lock.pid" KILL 5 || true
   fi
 fi
@@ -60,6 +65,7 @@ fi
 echo "$run_dir" >"$JOULE_SLURM_LOCK"
 setsid sleep infinity </dev/null >/dev/null 2>&1 &
 echo $! >"$run_dir/lock.pid"
+disown $!
 exec 9>&-  # the holder keeps the lock (flock locks belong to the shared open file)
 
 fail() {
@@ -130,6 +136,7 @@ setsid setpriv --reuid=munge --regid=munge --init-groups -- munged --foreground 
   --seed-file="$run_dir/munge/munged.seed" --log-file="$run_dir/munge/munged.log" \
   </dev/null >>"$run_dir/munged.out" 2>&1 &
 echo $! >"$run_dir/munged.pid"
+disown $!
 for ((i = 0; i < 100; i++)); do
   munge -n -S "$run_dir/munge/munge.socket" 2>/dev/null | unmunge -S "$run_dir/munge/munge.socket" >/dev/null 2>&1 && break
   if ! pid_alive "$run_dir/munged.pid"; then
@@ -147,6 +154,7 @@ start_slurmctld "$run_dir"
 SLURM_CONF="$conf" setsid slurmd -D -N localhost -f "$conf" \
   </dev/null >>"$run_dir/slurmd.out" 2>&1 &
 echo $! >"$run_dir/slurmd.pid"
+disown $!
 
 wait_slurm_ready "$run_dir" 60 || fail "Slurm did not come up"
 slurm_log "Slurm up: SLURM_CONF=$conf (partition joule, node localhost, ports 6817/6818)"

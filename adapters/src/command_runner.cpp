@@ -116,8 +116,9 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv, const Co
   auto c_env = c_strings(env);
   pid_t pid = 0;
   const bool search = argv[0].find('/') == std::string::npos;
-  const int rc = search ? ::posix_spawnp(&pid, argv[0].c_str(), &setup.actions, &setup.attr, c_argv.data(), c_env.data())
-                        : ::posix_spawn(&pid, argv[0].c_str(), &setup.actions, &setup.attr, c_argv.data(), c_env.data());
+  const int rc = search
+                     ? ::posix_spawnp(&pid, argv[0].c_str(), &setup.actions, &setup.attr, c_argv.data(), c_env.data())
+                     : ::posix_spawn(&pid, argv[0].c_str(), &setup.actions, &setup.attr, c_argv.data(), c_env.data());
   if (rc != 0) {
     return make_error(ErrorCode::unavailable, fmt::format("cannot run {}: {}", argv[0], std::strerror(rc)));
   }
@@ -149,8 +150,8 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv, const Co
         sinks[i]->append(buffer.data(), static_cast<std::size_t>(n));
         if (output.out.size() + output.err.size() > options.max_output_bytes) {
           kill_and_reap(pid);
-          return make_error(ErrorCode::internal, fmt::format("{} wrote more than {} bytes", argv[0],
-                                                             options.max_output_bytes));
+          return make_error(ErrorCode::internal,
+                            fmt::format("{} wrote more than {} bytes", argv[0], options.max_output_bytes));
         }
       } else if (n == 0 || errno != EINTR) {
         fds[i].fd = -1;  // EOF (or a read error): poll ignores negative descriptors
@@ -166,8 +167,7 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv, const Co
     const pid_t done = ::waitpid(pid, &status, WNOHANG);
     if (done == pid) break;
     if (done < 0 && errno != EINTR) {
-      return make_error(ErrorCode::internal,
-                        fmt::format("waitpid {} ({}): {}", pid, argv[0], std::strerror(errno)));
+      return make_error(ErrorCode::internal, fmt::format("waitpid {} ({}): {}", pid, argv[0], std::strerror(errno)));
     }
     if (Clock::now() >= deadline) {
       kill_and_reap(pid);

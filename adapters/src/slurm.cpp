@@ -152,7 +152,8 @@ std::string describe_command(const std::string& tool, const std::vector<std::str
   for (const auto& arg : args) {
     std::string shown = arg.size() > 100 ? arg.substr(0, 100) + "..." : arg;
     const bool plain = std::all_of(shown.begin(), shown.end(), [](char c) {
-      return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("-_=.,:/%@+").find(c) != std::string_view::npos;
+      return std::isalnum(static_cast<unsigned char>(c)) ||
+             std::string_view("-_=.,:/%@+").find(c) != std::string_view::npos;
     });
     line += ' ';
     line += plain && !shown.empty() ? shown : shell_quote(shown);
@@ -170,14 +171,14 @@ std::optional<schedulers::JobState> joule_state(std::string_view slurm_state) {
   using S = schedulers::JobState;
   const std::string state = base_state(slurm_state);
   static const std::map<std::string, S, std::less<>> kStates = {
-      {"PENDING", S::placed},       {"CONFIGURING", S::placed},   {"REQUEUED", S::placed},
-      {"REQUEUE_HOLD", S::placed},  {"REQUEUE_FED", S::placed},   {"RESV_DEL_HOLD", S::placed},
-      {"RUNNING", S::running},      {"COMPLETING", S::running},   {"RESIZING", S::running},
-      {"SIGNALING", S::running},    {"STAGE_OUT", S::running},    {"SUSPENDED", S::throttled},
-      {"STOPPED", S::throttled},    {"COMPLETED", S::succeeded},  {"FAILED", S::failed},
-      {"TIMEOUT", S::failed},       {"NODE_FAIL", S::failed},     {"OUT_OF_MEMORY", S::failed},
-      {"BOOT_FAIL", S::failed},     {"DEADLINE", S::failed},      {"PREEMPTED", S::failed},
-      {"SPECIAL_EXIT", S::failed},  {"CANCELLED", S::cancelled},  {"REVOKED", S::cancelled},
+      {"PENDING", S::placed},      {"CONFIGURING", S::placed},  {"REQUEUED", S::placed},
+      {"REQUEUE_HOLD", S::placed}, {"REQUEUE_FED", S::placed},  {"RESV_DEL_HOLD", S::placed},
+      {"RUNNING", S::running},     {"COMPLETING", S::running},  {"RESIZING", S::running},
+      {"SIGNALING", S::running},   {"STAGE_OUT", S::running},   {"SUSPENDED", S::throttled},
+      {"STOPPED", S::throttled},   {"COMPLETED", S::succeeded}, {"FAILED", S::failed},
+      {"TIMEOUT", S::failed},      {"NODE_FAIL", S::failed},    {"OUT_OF_MEMORY", S::failed},
+      {"BOOT_FAIL", S::failed},    {"DEADLINE", S::failed},     {"PREEMPTED", S::failed},
+      {"SPECIAL_EXIT", S::failed}, {"CANCELLED", S::cancelled}, {"REVOKED", S::cancelled},
   };
   const auto it = kStates.find(state);
   if (it == kStates.end()) return std::nullopt;
@@ -249,10 +250,13 @@ Result<std::vector<std::string>> sbatch_arguments(const SlurmSubmission& s) {
     if (value.find_first_of("\n\r") != std::string::npos) return bad(std::string(field), "contains a line break");
     return std::nullopt;
   };
-  for (const auto& [field, value] :
-       {std::pair<std::string_view, const std::string&>{"name", s.name}, {"partition", s.partition},
-        {"nodelist", s.nodelist}, {"constraint", s.constraint}, {"workdir", s.workdir},
-        {"stdout_path", s.stdout_path}, {"stderr_path", s.stderr_path}}) {
+  for (const auto& [field, value] : {std::pair<std::string_view, const std::string&>{"name", s.name},
+                                     {"partition", s.partition},
+                                     {"nodelist", s.nodelist},
+                                     {"constraint", s.constraint},
+                                     {"workdir", s.workdir},
+                                     {"stdout_path", s.stdout_path},
+                                     {"stderr_path", s.stderr_path}}) {
     if (auto error = one_line_field(field, value)) return *error;
   }
 
@@ -283,7 +287,8 @@ Result<std::string> parse_sbatch_id(std::string_view output) {
   const auto line = trim(output);
   const auto id = line.substr(0, line.find(';'));
   if (!valid_slurm_id(id)) {
-    return make_error(ErrorCode::internal, fmt::format("sbatch --parsable answered '{}', not a job id", one_line(line)));
+    return make_error(ErrorCode::internal,
+                      fmt::format("sbatch --parsable answered '{}', not a job id", one_line(line)));
   }
   return std::string(id);
 }

@@ -100,9 +100,9 @@ std::vector<ReconcileDecision> reconcile(std::span<const HandedJob> handed, std:
     decision.slurm_id = record.slurm_id;
     std::string reused;
     if (auto same_id = by_slurm_id.find(record.slurm_id); !record.slurm_id.empty() && same_id != by_slurm_id.end()) {
-      reused = fmt::format("; Slurm job {} is now {}", record.slurm_id,
-                           same_id->second->joule_id.empty() ? std::string("another job")
-                                                             : "joule id " + same_id->second->joule_id);
+      reused = fmt::format(
+          "; Slurm job {} is now {}", record.slurm_id,
+          same_id->second->joule_id.empty() ? std::string("another job") : "joule id " + same_id->second->joule_id);
     }
     const std::int64_t age_ms = options.now_ms - record.submitted_ms;
     if (record.seen_running) {
@@ -110,12 +110,13 @@ std::vector<ReconcileDecision> reconcile(std::span<const HandedJob> handed, std:
       decision.reason = "it had started and Slurm no longer lists it" + reused;
     } else if (age_ms > options.min_job_age_ms) {
       decision.action = ReconcileAction::lost;
-      decision.reason = fmt::format(
-          "not listed, submitted {} s ago (more than MinJobAge {} s): it may have run and been forgotten{}",
-          age_ms / 1000, options.min_job_age_ms / 1000, reused);
+      decision.reason =
+          fmt::format("not listed, submitted {} s ago (more than MinJobAge {} s): it may have run and been forgotten{}",
+                      age_ms / 1000, options.min_job_age_ms / 1000, reused);
     } else if (record.resubmissions >= options.max_resubmissions) {
       decision.action = ReconcileAction::lost;
-      decision.reason = fmt::format("vanished before starting after {} resubmission(s){}", record.resubmissions, reused);
+      decision.reason =
+          fmt::format("vanished before starting after {} resubmission(s){}", record.resubmissions, reused);
     } else {
       decision.action = ReconcileAction::resubmit;
       decision.reason = "Slurm lost it before it started (controller restart?)" + reused;
@@ -131,7 +132,8 @@ std::vector<ReconcileDecision> reconcile(std::span<const HandedJob> handed, std:
       strays.push_back(stray(*job, fmt::format("joule id {} is not a job Joule follows", joule_id)));
     }
   }
-  std::sort(strays.begin(), strays.end(), [](const auto& a, const auto& b) { return lower_id(a.slurm_id, b.slurm_id); });
+  std::sort(strays.begin(), strays.end(),
+            [](const auto& a, const auto& b) { return lower_id(a.slurm_id, b.slurm_id); });
   decisions.insert(decisions.end(), std::make_move_iterator(strays.begin()), std::make_move_iterator(strays.end()));
   return decisions;
 }

@@ -40,7 +40,8 @@ TEST(CommandRunnerTest, extra_environment_replaces_and_adds) {
   ::setenv("JOULE_RUNNER_TEST", "old", 1);
   CommandOptions options;
   options.env = {"JOULE_RUNNER_TEST=new", "JOULE_RUNNER_EXTRA=x"};
-  auto result = run_command({"/bin/sh", "-c", "printf '%s %s' \"$JOULE_RUNNER_TEST\" \"$JOULE_RUNNER_EXTRA\""}, options);
+  auto result =
+      run_command({"/bin/sh", "-c", "printf '%s %s' \"$JOULE_RUNNER_TEST\" \"$JOULE_RUNNER_EXTRA\""}, options);
   ::unsetenv("JOULE_RUNNER_TEST");
   ASSERT_TRUE(result) << result.error().message;
   EXPECT_EQ(result->out, "new x");

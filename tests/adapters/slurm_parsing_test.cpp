@@ -261,10 +261,18 @@ TEST(SlurmParsingTest, sbatch_arguments_of_a_full_submission) {
   s.hold = true;
   auto args = adapters::sbatch_arguments(s);
   ASSERT_TRUE(args) << args.error().message;
-  const std::vector<std::string> expected = {
-      "--parsable", "--comment=joule:j-1", "--job-name=resnet", "--partition=joule", "--nodelist=localhost",
-      "--constraint=gpu", "--hold", "--output=/srv/jobs/j-1/out%%1.log", "--error=/srv/jobs/j-1/err.log",
-      "--chdir=/srv/jobs/j-1", "--export=ALL", "--wrap=exec 'python3' 'train.py'\n"};
+  const std::vector<std::string> expected = {"--parsable",
+                                             "--comment=joule:j-1",
+                                             "--job-name=resnet",
+                                             "--partition=joule",
+                                             "--nodelist=localhost",
+                                             "--constraint=gpu",
+                                             "--hold",
+                                             "--output=/srv/jobs/j-1/out%%1.log",
+                                             "--error=/srv/jobs/j-1/err.log",
+                                             "--chdir=/srv/jobs/j-1",
+                                             "--export=ALL",
+                                             "--wrap=exec 'python3' 'train.py'\n"};
   EXPECT_EQ(*args, expected);
 
   SlurmSubmission minimal;
@@ -272,8 +280,8 @@ TEST(SlurmParsingTest, sbatch_arguments_of_a_full_submission) {
   minimal.argv = {"true"};
   auto few = adapters::sbatch_arguments(minimal);
   ASSERT_TRUE(few);
-  const std::vector<std::string> few_expected = {"--parsable", "--comment=joule:j-2", "--job-name=j-2",
-                                                 "--export=ALL", "--wrap=exec 'true'\n"};
+  const std::vector<std::string> few_expected = {"--parsable", "--comment=joule:j-2", "--job-name=j-2", "--export=ALL",
+                                                 "--wrap=exec 'true'\n"};
   EXPECT_EQ(*few, few_expected);
 }
 
@@ -341,17 +349,21 @@ TEST(SlurmParsingTest, sbatch_environment_is_the_jobs_and_slurms_only) {
 
 TEST(SlurmParsingTest, errors_are_classified_from_slurms_own_words) {
   using adapters::classify_slurm_error;
-  EXPECT_EQ(classify_slurm_error("sbatch", "sbatch: error: Batch job submission failed: Unable to contact slurm "
-                                           "controller (connect failure)"),
+  EXPECT_EQ(classify_slurm_error("sbatch",
+                                 "sbatch: error: Batch job submission failed: Unable to contact slurm "
+                                 "controller (connect failure)"),
             ErrorCode::unavailable);
-  EXPECT_EQ(classify_slurm_error("squeue", "slurm_load_jobs error: Unable to contact slurm controller (connect "
-                                           "failure)"),
+  EXPECT_EQ(classify_slurm_error("squeue",
+                                 "slurm_load_jobs error: Unable to contact slurm controller (connect "
+                                 "failure)"),
             ErrorCode::unavailable);
-  EXPECT_EQ(classify_slurm_error("sbatch", "sbatch: error: invalid partition specified: nope; sbatch: error: Batch "
-                                           "job submission failed: Invalid partition name specified"),
+  EXPECT_EQ(classify_slurm_error("sbatch",
+                                 "sbatch: error: invalid partition specified: nope; sbatch: error: Batch "
+                                 "job submission failed: Invalid partition name specified"),
             ErrorCode::invalid_argument);
-  EXPECT_EQ(classify_slurm_error("scontrol", "Invalid job id specified for job 999; slurm_suspend error: Invalid job "
-                                             "id specified"),
+  EXPECT_EQ(classify_slurm_error("scontrol",
+                                 "Invalid job id specified for job 999; slurm_suspend error: Invalid job "
+                                 "id specified"),
             ErrorCode::not_found);
   EXPECT_EQ(classify_slurm_error("scontrol", "Job is pending execution for job 5"), ErrorCode::conflict);
   EXPECT_EQ(classify_slurm_error("scontrol", "Job/step already completing or completed for job 1"),

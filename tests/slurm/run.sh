@@ -25,6 +25,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 rc=0
+# Another build tree's Slurm test holds the host's Slurm: wait for it, but skip before ctest's
+# TIMEOUT (300 s) would kill this run.
+export JOULE_SLURM_LOCK_WAIT=${JOULE_SLURM_LOCK_WAIT:-180}
 "$scripts/slurm-up.sh" "$run_dir" || rc=$?
 if [ $rc -eq 77 ]; then
   echo "run.sh: SKIP: Slurm cannot start here (see above)" >&2

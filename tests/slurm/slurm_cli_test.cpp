@@ -6,11 +6,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <iostream>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -106,12 +106,13 @@ class SlurmCliTest : public ::testing::Test {
 
   SlurmJob wait_state(const std::string& slurm_id, const std::string& state,
                       std::chrono::milliseconds timeout = 30s) const {
-    return wait_for(slurm_id, [&](const SlurmJob& j) { return j.state == state; }, timeout);
+    return wait_for(
+        slurm_id, [&](const SlurmJob& j) { return j.state == state; }, timeout);
   }
 
   SlurmJob wait_final(const std::string& slurm_id, std::chrono::milliseconds timeout = 30s) const {
-    return wait_for(slurm_id, [](const SlurmJob& j) { return joule::adapters::is_final_slurm_state(j.state); },
-                    timeout);
+    return wait_for(
+        slurm_id, [](const SlurmJob& j) { return joule::adapters::is_final_slurm_state(j.state); }, timeout);
   }
 
   static void wait_until(const std::function<bool()>& done, std::chrono::milliseconds timeout,
@@ -130,9 +131,9 @@ class SlurmCliTest : public ::testing::Test {
   static void controller(const std::string& action) {
     joule::adapters::CommandOptions options;
     options.timeout = 90s;
-    auto result = joule::adapters::run_command({std::string(JOULE_SOURCE_DIR) + "/scripts/slurm-restart-ctld.sh",
-                                                env_or_empty("JOULE_SLURM_RUN_DIR"), action},
-                                               options);
+    auto result = joule::adapters::run_command(
+        {std::string(JOULE_SOURCE_DIR) + "/scripts/slurm-restart-ctld.sh", env_or_empty("JOULE_SLURM_RUN_DIR"), action},
+        options);
     ASSERT_TRUE(result) << result.error().message;
     ASSERT_TRUE(result->success()) << action << ": " << result->err;
   }
@@ -190,6 +191,7 @@ TEST_F(SlurmCliTest, suspend_stops_the_job_and_resume_continues_it) {
   auto again = cli_.resume(*submitted);
   ASSERT_FALSE(again) << "resuming a running job";
   EXPECT_NE(again.error().message.find("scontrol resume"), std::string::npos) << again.error().message;
+  EXPECT_EQ(again.error().code, ErrorCode::conflict) << again.error().message;
   ASSERT_TRUE(cli_.cancel(*submitted));
   wait_final(*submitted);
 }
@@ -343,9 +345,10 @@ TEST_F(SlurmCliTest, after_a_controller_crash_reconcile_runs_every_job_exactly_o
       }
     }
     lost_total += static_cast<int>(lost_ids.size());
-    std::cout << fmt::format("[ round {} ] {} of {} held jobs lost by kill -9 and resubmitted; {} new ids "
-                             "reused an id sbatch had already returned\n",
-                             round, lost_ids.size(), kJobs, reused_ids);
+    std::cout << fmt::format(
+        "[ round {} ] {} of {} held jobs lost by kill -9 and resubmitted; {} new ids "
+        "reused an id sbatch had already returned\n",
+        round, lost_ids.size(), kJobs, reused_ids);
 
     // A second reconcile right away finds nothing more to do: nothing is submitted twice.
     auto relisting = cli_.list();

@@ -28,10 +28,10 @@ struct CommandOptions {
 
 /// How a command ended and what it wrote.
 struct CommandOutput {
-  int exit_code = 0;    ///< valid when signal == 0
-  int signal = 0;       ///< the signal that ended it, 0 if it exited
-  std::string out;      ///< everything it wrote to stdout
-  std::string err;      ///< everything it wrote to stderr
+  int exit_code = 0;  ///< valid when signal == 0
+  int signal = 0;     ///< the signal that ended it, 0 if it exited
+  std::string out;    ///< everything it wrote to stdout
+  std::string err;    ///< everything it wrote to stderr
   bool success() const { return signal == 0 && exit_code == 0; }
 };
 

@@ -1,5 +1,5 @@
 #pragma once
-// Handing jobs to a Slurm cluster through its command-line tools (sbatch, squeue, scontrol, scancel, sacct).
+// Handing jobs to a Slurm cluster through its command-line tools (sbatch, scontrol, scancel, sacct).
 //
 // Identity: every job Joule submits carries `--comment=joule:<joule_id>`, and that comment, not
 // the Slurm job id, says which Joule job a Slurm job is. slurmctld acknowledges a submission
@@ -9,7 +9,7 @@
 //
 // Every call runs one or two short commands (no shell) and blocks its thread until they end or
 // time out; call it off the event loop. SlurmCli has no mutable state besides a flag remembering
-// that accounting is disabled, and is safe to share between threads.
+// that accounting is disabled: it is safe to share between threads (and neither copied nor moved).
 
 #include <atomic>
 #include <cstdint>
@@ -32,7 +32,7 @@ struct SlurmOptions {
   /// Extra NAME=VALUE for the commands, e.g. SLURM_CONF=/path/slurm.conf. sbatch runs with these
   /// and the job's environment only, plus SLURM_CONF from this process's environment if set.
   std::vector<std::string> env;
-  int accounting_days = 2;        ///< how far back list() asks sacct, where accounting is enabled
+  int accounting_days = 2;  ///< how far back list() asks sacct, where accounting is enabled
 };
 
 /// One job to hand to Slurm. Its command runs as the batch script `exec 'argv0' 'argv1'...`
@@ -52,18 +52,18 @@ struct SlurmSubmission {
   /// The job's environment; PATH=/usr/local/bin:/usr/bin:/bin unless given. Names are shell
   /// identifiers, not SLURM_* or SBATCH_* (sbatch would read those as its own options).
   std::map<std::string, std::string> env;
-  std::string stdout_path, stderr_path;    ///< empty: Slurm's default slurm-<id>.out in workdir; '%' is literal
-  bool hold = false;                       ///< submit held (PENDING, JobHeldUser) until release()
+  std::string stdout_path, stderr_path;  ///< empty: Slurm's default slurm-<id>.out in workdir; '%' is literal
+  bool hold = false;                     ///< submit held (PENDING, JobHeldUser) until release()
 };
 
 /// One job as Slurm reports it.
 struct SlurmJob {
   std::string slurm_id;
-  std::string joule_id;  ///< parsed from a "joule:<id>" comment; empty when the job is not Joule's
-  std::string user;      ///< the Slurm user who submitted it (anyone may write any comment)
-  std::string state;     ///< Slurm's base state: PENDING, RUNNING, SUSPENDED, COMPLETED, FAILED, CANCELLED...
-  std::string reason;    ///< Slurm's reason (JobHeldUser, NonZeroExitCode, None...)
-  std::string nodes;     ///< node list; empty until it has an allocation
+  std::string joule_id;            ///< parsed from a "joule:<id>" comment; empty when the job is not Joule's
+  std::string user;                ///< the Slurm user who submitted it (anyone may write any comment)
+  std::string state;               ///< Slurm's base state: PENDING, RUNNING, SUSPENDED, COMPLETED, FAILED, CANCELLED...
+  std::string reason;              ///< Slurm's reason (JobHeldUser, NonZeroExitCode, None...)
+  std::string nodes;               ///< node list; empty until it has an allocation
   std::optional<int> exit_code;    ///< set once the job has ended (0 for a job cancelled before it started)
   std::optional<int> exit_signal;  ///< set when a signal ended it (scancel of a running job: 9 or 15)
   std::optional<std::int64_t> start_ms, end_ms;  ///< Unix ms; start only once it really started, end once ended
