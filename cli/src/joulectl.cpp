@@ -280,6 +280,9 @@ int main(int argc, char** argv) {
   bool as_json = false;
   app.add_option("--server", server, "jouled's URL (env JOULE_SERVER; default http://127.0.0.1:8571)");
   app.add_option("--token", token, "API bearer token (env JOULE_TOKEN)");
+  std::string ca_file = std::getenv("JOULE_CA_FILE") ? std::getenv("JOULE_CA_FILE") : "";
+  app.add_option("--ca-file", ca_file,
+                 "CA certificate(s) to verify an https:// server with (env JOULE_CA_FILE; default: the system's)");
   app.add_flag("--json", as_json, "print the API's JSON instead of tables");
 
   std::string file;
@@ -303,6 +306,12 @@ int main(int argc, char** argv) {
   cancel->add_option("ID", id)->required();
   bool stderr_stream = false;
   std::size_t tail = 0;
+  auto* pause_cmd = app.add_subcommand("pause", "pause a running job (SIGSTOP, or scontrol suspend on Slurm)");
+  std::string pause_id;
+  pause_cmd->add_option("id", pause_id, "job id")->required();
+  auto* resume_cmd = app.add_subcommand("resume", "resume a job paused by hand");
+  std::string resume_id;
+  resume_cmd->add_option("id", resume_id, "job id")->required();
   auto* logs = app.add_subcommand("logs", "print a job's output");
   logs->add_option("ID", id)->required();
   logs->add_flag("--stderr", stderr_stream, "standard error instead of standard output");
@@ -349,7 +358,7 @@ int main(int argc, char** argv) {
     }
     auto url = joule::client::parse_server_url(server);
     if (!url) throw Failure{url.error().message};
-    const HttpClient client(*url, token);
+    const HttpClient client(*url, token, std::chrono::seconds(30), joule::client::ClientTls{ca_file});
 
     if (submit->parsed()) {
       const std::string text = read_input(file);
@@ -509,6 +518,16 @@ int main(int argc, char** argv) {
                    energy["joules"].get<double>(), energy["source"].get<std::string>(),
                    energy["measured"].get<bool>() ? "" : " (not measured)");
       }
+      return 0;
+    }
+    if (pause_cmd->parsed() || resume_cmd->parsed()) {
+      const bool pausing = pause_cmd->parsed();
+      const std::string& id = pausing ? pause_id : resume_id;
+      json job = expect_json(client.request("POST", "/v1/jobs/" + id + (pausing ? "/pause" : "/resume")));
+      if (as_json)
+        fmt::print("{}\n", job.dump(2));
+      else
+        fmt::print("{} ({}): {}\n", id, job["name"].get<std::string>(), job["state"].get<std::string>());
       return 0;
     }
     if (nodes->parsed()) {

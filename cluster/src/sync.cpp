@@ -202,6 +202,8 @@ Result<SyncReply> parse_sync_reply(const json& body) {
   reply.lease_seconds = top.number("lease_seconds");
   reply.heartbeat_seconds = top.number("heartbeat_seconds");
   reply.digest = top.text("digest");
+  reply.coordinator = top.text("coordinator", false);
+  reply.revision = top.integer("revision", false);
   reply.jobs = each<Assignment>(top, "jobs", [&](const json& item, const std::string& at) {
     Fields f(item, at, problem);
     Assignment job;
@@ -259,7 +261,9 @@ json to_json(const SyncReply& reply) {
           {"jobs", jobs},
           {"digest", reply.digest},
           {"recorded", recorded},
-          {"model_versions", versions}};
+          {"model_versions", versions},
+          {"coordinator", reply.coordinator},
+          {"revision", reply.revision}};
 }
 
 std::string digest_of(const std::vector<Assignment>& jobs) {

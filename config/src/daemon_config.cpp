@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cctype>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -75,6 +76,62 @@ void parse_token_hashes(Checker& check, const toml::node& tokens, const std::str
     std::string lower = *value;
     std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
     out.push_back(lower);
+  }
+}
+
+void parse_slurm(Checker& check, const toml::table& table, SlurmConfig& slurm) {
+  check.warn_unknown(table, "slurm.", {"bin_dir", "conf", "poll_seconds", "timeout_seconds", "workdir", "node_types"});
+  if (auto path = check.get<std::string>(table, "bin_dir", "slurm.bin_dir")) slurm.bin_dir = *path;
+  if (auto path = check.get<std::string>(table, "conf", "slurm.conf")) slurm.conf = *path;
+  if (auto path = check.get<std::string>(table, "workdir", "slurm.workdir")) slurm.workdir = *path;
+  slurm.poll_seconds = check.positive(table, "poll_seconds", "slurm.poll_seconds", slurm.poll_seconds);
+  slurm.timeout_seconds = check.positive(table, "timeout_seconds", "slurm.timeout_seconds", slurm.timeout_seconds);
+  const toml::node* types = table.get("node_types");
+  if (!types) {
+    check.problem(table, "slurm needs at least one [[slurm.node_types]] (name, partition, slots, model)");
+    return;
+  }
+  const auto* array = types->as_array();
+  if (!array || !array->is_array_of_tables()) {
+    check.problem(*types, "slurm.node_types must be an array of tables: [[slurm.node_types]]");
+    return;
+  }
+  std::set<std::string> names;
+  for (const auto& element : *array) {
+    const auto& type_table = *element.as_table();
+    check.warn_unknown(type_table, "slurm.node_types.",
+                       {"name", "partition", "nodelist", "constraint", "slots", "model", "probes"});
+    SlurmNodeType type;
+    if (auto name = check.get<std::string>(type_table, "name", "slurm.node_types.name")) type.name = *name;
+    static const std::regex kName("[A-Za-z0-9._-]{1,48}");
+    if (!std::regex_match(type.name, kName))
+      check.problem(type_table, fmt::format("slurm.node_types.name \"{}\" must be 1-48 letters, digits, '.', '_' or '-'",
+                                            type.name));
+    else if (!names.insert(type.name).second)
+      check.problem(type_table, fmt::format("slurm node type \"{}\" is listed twice", type.name));
+    if (auto v = check.get<std::string>(type_table, "partition", "slurm.node_types.partition")) type.partition = *v;
+    if (auto v = check.get<std::string>(type_table, "nodelist", "slurm.node_types.nodelist")) type.nodelist = *v;
+    if (auto v = check.get<std::string>(type_table, "constraint", "slurm.node_types.constraint")) type.constraint = *v;
+    type.slots = static_cast<int>(check.integer_in(type_table, "slots", "slurm.node_types.slots", 1, 4096, type.slots));
+    type.probes = static_cast<std::size_t>(check.integer_in(type_table, "probes", "slurm.node_types.probes", 10, 100000,
+                                                            static_cast<std::int64_t>(type.probes)));
+    if (auto model = check.get<std::string>(type_table, "model", "slurm.node_types.model")) {
+      type.model = *model;
+      if (model->rfind("sim:", 0) == 0) {
+        if (auto profile = estimator::find_simulated_profile(model->substr(4)); !profile)
+          check.problem(*type_table.get("model"), fmt::format("slurm.node_types.model: {}", profile.error().message));
+      } else if (model->find('/') == std::string::npos) {
+        check.problem(*type_table.get("model"),
+                      fmt::format("slurm.node_types.model \"{}\" must name an agent's device (\"node/device\") or a "
+                                  "simulated profile (\"sim:<profile>\")",
+                                  *model));
+      }
+    } else if (!type_table.get("model")) {
+      check.problem(type_table, fmt::format("slurm node type \"{}\" needs a model: an agent's \"node/device\" on such "
+                                            "a node, or \"sim:<profile>\"",
+                                            type.name));
+    }
+    slurm.node_types.push_back(std::move(type));
   }
 }
 
@@ -292,7 +349,7 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
   LoadedConfig loaded{defaults, {}};
   DaemonConfig& config = loaded.config;
   config.source = file_name;
-  check.warn_unknown(root, "", {"server", "state", "log", "auth", "devices", "meters", "jobs", "probing", "node", "policy", "cluster"});
+  check.warn_unknown(root, "", {"server", "state", "log", "auth", "devices", "meters", "jobs", "probing", "node", "policy", "cluster", "slurm"});
 
   auto table_of = [&](const char* key) -> const toml::table* {
     const toml::node* node = root.get(key);
@@ -352,6 +409,11 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
       parse_token_hashes(check, *tokens, "auth.token_sha256", config.token_sha256);
   }
   if (const auto* cluster = table_of("cluster")) parse_cluster(check, *cluster, config.cluster);
+  if (const auto* slurm = table_of("slurm")) {
+    parse_slurm(check, *slurm, config.slurm);
+    if (config.cluster.role == "agent")
+      check.problem(*slurm, "[slurm] is for a coordinator (or a standalone node), not an agent");
+  }
   if (const toml::node* devices = root.get("devices")) parse_devices(check, *devices, config);
   if (const auto* meters = table_of("meters")) {
     check.warn_unknown(*meters, "meters.", {"interval_seconds"});
@@ -422,6 +484,7 @@ nlohmann::json to_json(const DaemonConfig& config) {
             {"heartbeat_seconds", config.cluster.heartbeat_seconds},
             {"lost_after_seconds", config.cluster.lost_after_seconds},
             {"agent_tokens", config.cluster.agent_token_sha256.size()}}},
+          {"slurm", {{"node_types", config.slurm.node_types.size()}, {"conf", config.slurm.conf.string()}}},
           {"state", {{"directory", config.state_directory.string()}}},
           {"node", {{"name", config.node_name.empty() ? "(host name)" : config.node_name}}},
           {"policy", {{"directory", config.policy_directory.empty() ? "(none)" : config.policy_directory.string()}}},

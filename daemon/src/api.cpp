@@ -305,6 +305,11 @@ void Api::handle(HttpRequest&& request, Reply reply) {
     }
     return wrong_method("GET, DELETE");
   }
+  if (seg.size() == 4 && seg[1] == "jobs" && (seg[3] == "pause" || seg[3] == "resume")) {
+    route = "/v1/jobs/{id}/" + seg[3];
+    if (method != http::verb::post) return wrong_method("POST");
+    return send_result(answer, http::status::ok)(jobs_.pause(seg[2], seg[3] == "pause"));
+  }
   if (seg.size() == 4 && seg[1] == "jobs" && seg[3] == "log") {
     route = "/v1/jobs/{id}/log";
     if (method != http::verb::get) return wrong_method("GET");

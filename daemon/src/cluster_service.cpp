@@ -38,13 +38,14 @@ ClusterCoordinator::ClusterCoordinator(asio::io_context& io, JobService& jobs, M
       options_(options),
       registry_(millis(options.lost_after_seconds), now_ms()),
       lease_timer_(io) {
-  jobs_.set_node_changed_hook([this](const std::string& node) { release_held(node, false); });
+  static thread_local boost::uuids::random_generator make_uuid;
+  incarnation_ = boost::uuids::to_string(make_uuid());
+  jobs_.add_node_changed_hook([this, alive = alive_](const std::string& node) {
+    if (*alive) release_held(node, false);
+  });
 }
 
-ClusterCoordinator::~ClusterCoordinator() {
-  *alive_ = false;
-  jobs_.set_node_changed_hook({});
-}
+ClusterCoordinator::~ClusterCoordinator() { *alive_ = false; }
 
 std::int64_t ClusterCoordinator::now_ms() const {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -96,8 +97,10 @@ void ClusterCoordinator::publish_node_counts() {
   for (const auto& [state, count] : counts) metrics_.set_nodes_in_state(state, count);
 }
 
-cluster::SyncReply ClusterCoordinator::reply_for(const std::string& node) const {
+cluster::SyncReply ClusterCoordinator::reply_for(const std::string& node) {
   cluster::SyncReply reply;
+  reply.coordinator = incarnation_;
+  reply.revision = ++revision_;
   reply.lease_seconds = options_.lost_after_seconds;
   reply.heartbeat_seconds = options_.heartbeat_seconds;
   reply.jobs = jobs_.desired_for(node);
@@ -231,6 +234,7 @@ json ClusterCoordinator::nodes() const {
 
 ClusterAgent::ClusterAgent(asio::io_context& io, JobService& jobs, ModelService& models, AgentOptions options)
     : io_(io), jobs_(jobs), models_(models), options_(std::move(options)), lease_seconds_(options_.lost_after_seconds) {
+  tls_.ca_file = options_.ca_file;
   static thread_local boost::uuids::random_generator make_uuid;
   incarnation_ = boost::uuids::to_string(make_uuid());
 }
@@ -238,14 +242,24 @@ ClusterAgent::ClusterAgent(asio::io_context& io, JobService& jobs, ModelService&
 ClusterAgent::~ClusterAgent() { stop(); }
 
 void ClusterAgent::start() {
+  auto url = client::parse_server_url(options_.coordinator);
+  if (!url) throw std::runtime_error("cluster.coordinator: " + url.error().message);
   spdlog::info("agent {}: syncing with coordinator {}", options_.node, options_.coordinator);
-  thread_ = std::thread([this] { run(); });
+  last_ok_ = std::chrono::steady_clock::now();
+  jobs_.set_assignment_changed_hook([this] { report_soon(); });
+  poller_ = std::thread([this, url = *url] { poll(url); });
+  reporter_ = std::thread([this, url = *url] { report(url); });
 }
 
 void ClusterAgent::stop() {
-  stopping_ = true;
+  {
+    std::lock_guard lock(wake_mutex_);
+    stopping_ = true;
+  }
   wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (poller_.joinable()) poller_.join();
+  if (reporter_.joinable()) reporter_.join();
+  jobs_.set_assignment_changed_hook({});
 }
 
 bool ClusterAgent::on_loop(const std::function<void()>& work) {
@@ -281,6 +295,10 @@ cluster::SyncRequest ClusterAgent::build_request(double wait_seconds) {
 }
 
 void ClusterAgent::apply(const cluster::SyncReply& reply) {
+  // The poller's and the reporter's requests may cross: an older desired state never follows a newer one.
+  if (reply.coordinator == applied_from_ && reply.revision <= applied_revision_) return;
+  applied_from_ = reply.coordinator;
+  applied_revision_ = reply.revision;
   for (const auto& ended : reply.recorded) acknowledged_.insert(ended);
   coordinator_models_ = reply.model_versions;
   knows_coordinator_models_ = true;
@@ -312,71 +330,95 @@ void ClusterAgent::fence(double silent_seconds) {
                options_.node, silent_seconds, paused, paused == 1 ? "" : "s");
 }
 
-void ClusterAgent::run() {
-  auto url = client::parse_server_url(options_.coordinator);
-  if (!url) {
-    spdlog::error("agent: cluster.coordinator: {}", url.error().message);
-    return;
+std::optional<cluster::SyncReply> ClusterAgent::exchange(const client::ServerUrl& url, bool wait) {
+  double wait_seconds = 0.0;
+  double lease = 30.0;
+  {
+    std::lock_guard lock(status_mutex_);
+    wait_seconds = wait ? heartbeat_seconds_ : 0.0;
+    lease = lease_seconds_;
   }
-  auto last_ok = std::chrono::steady_clock::now();
+  cluster::SyncRequest request;
+  if (!on_loop([&] { request = build_request(wait_seconds); })) return std::nullopt;
+  // Past the lease without an answer the agent must notice, so no request outlives it.
+  const double patience = wait_seconds + std::clamp(lease / 2.0, 1.0, 10.0);
+  client::HttpClient http(url, options_.token, std::chrono::milliseconds(static_cast<std::int64_t>(patience * 1000)),
+                          tls_);
+  auto answer = http.request("POST", "/v1/cluster/sync", cluster::to_json(request).dump());
+  std::string error;
+  std::optional<cluster::SyncReply> reply;
+  if (!answer) {
+    error = answer.error().message;
+  } else if (answer->status != 200) {
+    const auto problem = json::parse(answer->body, nullptr, false);
+    error = fmt::format("HTTP {}: {}", answer->status,
+                        problem.is_object() ? problem.value("detail", answer->body) : answer->body);
+  } else {
+    auto parsed = cluster::parse_sync_reply(json::parse(answer->body, nullptr, false));
+    if (parsed)
+      reply = std::move(parsed).value();
+    else
+      error = fmt::format("the coordinator's answer does not parse: {} at {}", parsed.error().message,
+                          parsed.error().where);
+  }
+  std::lock_guard lock(status_mutex_);
+  if (reply) {
+    last_ok_ = std::chrono::steady_clock::now();
+    last_sync_ = std::chrono::system_clock::now();
+    last_error_.clear();
+    lease_seconds_ = reply->lease_seconds;
+    heartbeat_seconds_ = reply->heartbeat_seconds;
+  } else {
+    if (last_error_ != error) spdlog::warn("agent {}: sync with {} failed: {}", options_.node, options_.coordinator, error);
+    last_error_ = error;
+  }
+  if (reply && !on_loop([&] { apply(*reply); })) return std::nullopt;
+  return reply;
+}
+
+void ClusterAgent::poll(const client::ServerUrl& url) {
   double backoff = 0.2;
   bool first = true;
   while (!stopping_) {
-    double heartbeat = 1.0;
-    double lease = 30.0;
-    {
-      std::lock_guard lock(status_mutex_);
-      heartbeat = heartbeat_seconds_;
-      lease = lease_seconds_;
-    }
-    cluster::SyncRequest request;
     // The first exchange after a start or an outage does not wait: it reconciles at once.
-    if (!on_loop([&] { request = build_request(first ? 0.0 : heartbeat); })) break;
-    const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>((request.wait_seconds + 10.0) * 1000));
-    client::HttpClient http(*url, options_.token, timeout);
-    auto answer = http.request("POST", "/v1/cluster/sync", cluster::to_json(request).dump());
-    std::string error;
-    std::optional<cluster::SyncReply> reply;
-    if (!answer) {
-      error = answer.error().message;
-    } else if (answer->status != 200) {
-      const auto problem = json::parse(answer->body, nullptr, false);
-      error = fmt::format("HTTP {}: {}", answer->status,
-                          problem.is_object() ? problem.value("detail", answer->body) : answer->body);
-    } else {
-      auto parsed = cluster::parse_sync_reply(json::parse(answer->body, nullptr, false));
-      if (parsed)
-        reply = std::move(parsed).value();
-      else
-        error = fmt::format("the coordinator's answer does not parse: {} at {}", parsed.error().message,
-                            parsed.error().where);
-    }
-    if (reply) {
-      last_ok = std::chrono::steady_clock::now();
+    if (exchange(url, !first)) {
       backoff = 0.2;
       first = false;
-      {
-        std::lock_guard lock(status_mutex_);
-        last_sync_ = std::chrono::system_clock::now();
-        last_error_.clear();
-        lease_seconds_ = reply->lease_seconds;
-        heartbeat_seconds_ = reply->heartbeat_seconds;
-      }
-      if (!on_loop([&] { apply(*reply); })) break;
       continue;
     }
+    first = true;
+    double silent = 0.0, lease = 30.0, heartbeat = 1.0;
     {
       std::lock_guard lock(status_mutex_);
-      if (last_error_ != error) spdlog::warn("agent {}: sync with {} failed: {}", options_.node, options_.coordinator, error);
-      last_error_ = error;
+      silent = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_ok_).count();
+      lease = lease_seconds_;
+      heartbeat = heartbeat_seconds_;
     }
-    first = true;
-    const double silent = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_ok).count();
     if (silent >= lease && !on_loop([&] { fence(silent); })) break;
     std::unique_lock lock(wake_mutex_);
     wake_.wait_for(lock, seconds(backoff), [this] { return stopping_.load(); });
     backoff = std::min(backoff * 2, std::max(heartbeat, 0.2));
   }
+}
+
+void ClusterAgent::report(const client::ServerUrl& url) {
+  // A job that starts or ends here is told at once, not at the poller's next turn.
+  while (!stopping_) {
+    {
+      std::unique_lock lock(wake_mutex_);
+      wake_.wait(lock, [this] { return stopping_.load() || report_wanted_; });
+      report_wanted_ = false;
+    }
+    if (!stopping_) (void)exchange(url, false);
+  }
+}
+
+void ClusterAgent::report_soon() {
+  {
+    std::lock_guard lock(wake_mutex_);
+    report_wanted_ = true;
+  }
+  wake_.notify_all();
 }
 
 json ClusterAgent::status() const {

@@ -26,6 +26,7 @@
 #include "joule/adapters/storage_writer.hpp"
 #include "joule/daemon/api.hpp"
 #include "joule/daemon/cluster_service.hpp"
+#include "joule/daemon/slurm_executor.hpp"
 #include "joule/daemon/http_server.hpp"
 #include "joule/daemon/job_service.hpp"
 #include "joule/daemon/metrics.hpp"
@@ -302,17 +303,32 @@ int run_daemon(const CommandLine& command_line) {
 
   Api api(jobs, metrics);
   api.set_token_hashes(config.token_sha256);
-  ModelService models(io, storage, metrics, [&] {
-    api.set_models(models.models());
+  // Slurm's slot devices estimate with their node type's model (learnt here, or an agent's).
+  std::unique_ptr<SlurmExecutor> slurm;
+  if (!config.slurm.node_types.empty()) slurm = std::make_unique<SlurmExecutor>(io, jobs, config.slurm);
+  const std::map<std::string, std::string> model_sources = slurm ? slurm->model_sources() : std::map<std::string, std::string>{};
+  std::unique_ptr<ModelService> models_holder;
+  auto models_for_estimates = [&] {
+    DeviceModels all = models_holder->models();
+    for (const auto& [slot, source] : model_sources)
+      if (const auto it = all.find(source); it != all.end()) all[slot] = it->second;
+    return all;
+  };
+  models_holder = std::make_unique<ModelService>(io, storage, metrics, [&] {
+    api.set_models(models_for_estimates());
     jobs.refresh_estimates();
   });
-  jobs.set_model_info([&](const std::string& device) { return models.model_info(device); });
+  ModelService& models = *models_holder;
+  jobs.set_model_info([&](const std::string& device) {
+    const auto source = model_sources.find(device);
+    return models.model_info(source == model_sources.end() ? device : source->second);
+  });
   jobs.set_estimator([&](const schedulers::JobSpec& spec) {
     std::vector<std::string> names;
     for (const auto& name : jobs.device_names())
       if (schedulers::device_allowed(spec.constraints, name)) names.push_back(name);
     nlohmann::json body = {{"model", estimator::to_json(*spec.model)}, {"training", estimator::to_json(*spec.training)}};
-    auto answer = estimate_request(body, names, models.models());
+    auto answer = estimate_request(body, names, models_for_estimates());
     return answer ? (*answer)["estimates"] : nlohmann::json(nullptr);
   });
   ProbeServiceOptions probe_options;
@@ -339,11 +355,17 @@ int run_daemon(const CommandLine& command_line) {
                      JOULE_VERSION, config.cluster.lost_after_seconds});
   }
   api.set_cluster(coordinator.get(), agent.get());
+  HttpServerOptions server_options{config.server.max_body_bytes, config.server.request_timeout_seconds,
+                                   config.server.max_connections};
+  if (!config.server.tls_certificate.empty()) {
+    auto tls = make_server_tls_context({config.server.tls_certificate, config.server.tls_private_key});
+    if (!tls) throw std::runtime_error("TLS: " + tls.error().message);
+    server_options.tls = std::move(tls).value();
+  }
   HttpServer server(
       io, [&api](HttpRequest&& request, Reply reply) { api.handle(std::move(request), std::move(reply)); },
-      HttpServerOptions{config.server.max_body_bytes, config.server.request_timeout_seconds,
-                        config.server.max_connections},
-      [&metrics](unsigned status) { metrics.observe_request("refused", status, 0.0); });
+      server_options, [&metrics](unsigned status) { metrics.observe_request("refused", status, 0.0); });
+  const char* scheme = server.uses_tls() ? "https" : "http";
 
   auto endpoint = server.listen(config.server.host, config.server.port);
   if (!endpoint) throw std::runtime_error(endpoint.error().message);
@@ -353,7 +375,7 @@ int run_daemon(const CommandLine& command_line) {
                                    ? (endpoint->address().is_v6() ? "[::1]" : "127.0.0.1")
                                    : (endpoint->address().is_v6() ? "[" + endpoint->address().to_string() + "]"
                                                                   : endpoint->address().to_string());
-  jobs.set_api_url(fmt::format("http://{}:{}", job_host, endpoint->port()));
+  jobs.set_api_url(fmt::format("{}://{}:{}", scheme, job_host, endpoint->port()));
   if (auto recovered = jobs.recover(std::move(stored_jobs).value(), std::move(stored_events).value()); !recovered)
     throw std::runtime_error(recovered.error().message);
   jobs.sample_meters();
@@ -361,6 +383,8 @@ int run_daemon(const CommandLine& command_line) {
     std::vector<ProbeableDevice> probeable;
     for (const auto& device : config.devices)
       if (device.meter == "simulated") probeable.push_back({device.name, device.name.substr(4), device.probes});
+    for (const auto& type : config.slurm.node_types)
+      if (type.model.rfind("sim:", 0) == 0) probeable.push_back({"slurm:" + type.name, type.model.substr(4), type.probes});
     // The starter set for now; recent jobs' models join it once probing runs continuously.
     std::vector<estimator::WorkloadItem> workload;
     models.start(*stored_models, std::move(probeable), std::move(workload));
@@ -374,9 +398,10 @@ int run_daemon(const CommandLine& command_line) {
     }
   }
   if (coordinator) coordinator->start();
+  if (slurm) slurm->start();
   if (agent) agent->start();
   api.set_ready(true);
-  spdlog::info("listening on http://{} ({})", address, config.cluster.role);
+  spdlog::info("listening on {}://{} ({})", scheme, address, config.cluster.role);
   notifier.ready(fmt::format("listening on {}", address));
 
   // Meters are sampled on a timer; each sample updates energy and power metrics.
@@ -435,6 +460,7 @@ int run_daemon(const CommandLine& command_line) {
     server.stop();
     if (coordinator) coordinator->stop();
     if (agent) agent->stop();
+    if (slurm) slurm->stop();
     jobs.stop_scheduling();
     probes.stop();
     meter_timer.cancel();
@@ -456,6 +482,16 @@ int run_daemon(const CommandLine& command_line) {
         if (next.server.host != config.server.host || next.server.port != config.server.port ||
             next.state_directory != config.state_directory)
           spdlog::warn("reload: the listen address and state directory change only on restart");
+        // A renewed certificate is read before anything changes: a bad one refuses the reload.
+        std::shared_ptr<boost::asio::ssl::context> renewed;
+        if (server.uses_tls() != !next.server.tls_certificate.empty())
+          spdlog::warn("reload: switching between http and https happens only on restart");
+        else if (server.uses_tls()) {
+          auto tls = make_server_tls_context({next.server.tls_certificate, next.server.tls_private_key});
+          if (!tls) throw std::runtime_error("TLS: " + tls.error().message);
+          renewed = std::move(tls).value();
+        }
+        if (renewed) server.set_tls(std::move(renewed));
         apply_log_level(next.log_level);
         api.set_token_hashes(next.token_sha256);
         api.set_agent_token_hashes(next.cluster.agent_token_sha256);

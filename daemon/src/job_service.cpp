@@ -129,6 +129,7 @@ void JobService::transition(Job& job, JobState to, const std::string& message, s
   job.events.push_back(event);
   spdlog::info("job {} ({}): {}{}", job.row.id, job.row.name, job.row.state, message.empty() ? "" : ": " + message);
   refresh_state_metrics();
+  if (!job.row.origin.empty() && assignment_changed_) assignment_changed_();
   persist(
       [row = job.row, event](adapters::Database& db) -> Status {
         if (auto s = db.update_job(row); !s) return s;

@@ -27,8 +27,8 @@ bool JobService::is_remote(const Job& job) const {
 }
 
 void JobService::changed(const std::string& device_name) {
-  if (const Device* device = find_device(device_name); device && !device->node.empty() && node_changed_)
-    node_changed_(device->node);
+  if (const Device* device = find_device(device_name); device && !device->node.empty())
+    for (const auto& hook : node_changed_) hook(device->node);
 }
 
 void JobService::refresh_pending() {
@@ -175,6 +175,15 @@ void JobService::finish_remote(Job& job, const cluster::ReportedJob& report) {
   if (!job.row.started_ms && report.started_ms) job.row.started_ms = report.started_ms;
   job.row.energy_joules = report.energy_joules;
   job.row.energy_source = report.energy_source;
+  if (!report.energy_joules && job.row.started_ms) {
+    // No meter where it ran (a Slurm node): it is charged its estimate there, labelled a model's figure.
+    const auto estimates = json::parse(job.row.estimate_json.empty() ? "null" : job.row.estimate_json, nullptr, false);
+    for (const auto& row : estimates.is_array() ? estimates : json::array())
+      if (row.value("device", "") == job.row.device && row.value("status", "") == "ok") {
+        job.row.energy_joules = row["joules"].value("mean", 0.0);
+        job.row.energy_source = row.value("source", "") == "simulated" ? "simulated" : "modelled";
+      }
+  }
   job.energy_partial = report.energy_partial;
   std::optional<adapters::ExitStatus> exit;
   if (report.exit_code) {
@@ -291,6 +300,27 @@ json JobService::node_devices(const std::string& node) const {
                    {"model", model_info_ ? model_info_(device.name) : json{{"state", "none"}}}});
   }
   return out;
+}
+
+Result<json> JobService::pause(const std::string& id, bool pause) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return make_error(ErrorCode::not_found, fmt::format("no job {}", id), "id");
+  Job& job = *it->second;
+  if (job.state != JobState::running && job.state != JobState::throttled)
+    return make_error(ErrorCode::conflict, fmt::format("job {} is {}: only a running job can be {}", id, job.row.state,
+                                                       pause ? "paused" : "resumed"));
+  if (job.paused != pause) {
+    schedulers::ThrottleAction action;
+    action.kind = pause ? schedulers::ThrottleAction::Kind::pause : schedulers::ThrottleAction::Kind::resume;
+    action.job = id;
+    action.rule = "user";
+    action.reason = pause ? "paused by hand" : "resumed by hand";
+    apply(action);
+    if (job.paused != pause)
+      return make_error(ErrorCode::unavailable, fmt::format("job {} could not be {} (see the log)", id,
+                                                            pause ? "paused" : "resumed"));
+  }
+  return to_json(job, true);
 }
 
 // --- Agent ---

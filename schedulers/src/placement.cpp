@@ -316,6 +316,11 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
       const double spread = std::hypot(best.estimate->joules_std, best_free.estimate->joules_std);
       if (best_free.score - best.score <= spread) best = best_free;
     }
+    // Where the objective cannot tell them apart (no estimates, equal scores), a free device
+    // beats waiting for a busy one.
+    if (best.candidate && best_free.candidate && best.candidate != best_free.candidate &&
+        !views[best.candidate->device].free && best_free.score <= best.score)
+      best = best_free;
     if (reason && reason->kind == WaitReason::Kind::budget) {
       reason->retry_at = ledger.frees_by(budgets[budget_index], budget_deficit, now);
       reason->message += reason->retry_at ? fmt::format("; fits again at {}", format_rfc3339(*reason->retry_at))

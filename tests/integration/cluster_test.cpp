@@ -22,6 +22,7 @@
 
 #include "daemon_process.hpp"
 #include "tcp_proxy.hpp"
+#include "test_pki.hpp"
 
 using joule::testing::DaemonOptions;
 using joule::testing::DaemonProcess;
@@ -136,7 +137,7 @@ char process_state_of_job(const std::string& prefix) {
   return '?';
 }
 
-class ClusterTest : public ::testing::Test {
+class ClusterNodesTest : public ::testing::Test {
  protected:
   void SetUp() override {
     char pattern[] = "/tmp/joule-cluster-XXXXXX";
@@ -171,7 +172,7 @@ class ClusterTest : public ::testing::Test {
 
 }  // namespace
 
-TEST_F(ClusterTest, jobs_go_to_the_agent_where_they_cost_least_and_their_energy_comes_back_labelled) {
+TEST_F(ClusterNodesTest, jobs_go_to_the_agent_where_they_cost_least_and_their_energy_comes_back_labelled) {
   const auto port = free_port();
   auto coordinator = start_coordinator(port);
   auto orin = start_agent("orin", "jetson-orin", port);
@@ -225,7 +226,7 @@ TEST_F(ClusterTest, jobs_go_to_the_agent_where_they_cost_least_and_their_energy_
   EXPECT_EQ(refused, 409u) << problem.dump();
 }
 
-TEST_F(ClusterTest, a_lost_agents_job_runs_again_elsewhere_once_and_the_returning_agent_stops_its_copy) {
+TEST_F(ClusterNodesTest, a_lost_agents_job_runs_again_elsewhere_once_and_the_returning_agent_stops_its_copy) {
   const auto port = free_port();
   auto coordinator = start_coordinator(port);
   auto orin = start_agent("orin", "jetson-orin", port);
@@ -261,7 +262,7 @@ TEST_F(ClusterTest, a_lost_agents_job_runs_again_elsewhere_once_and_the_returnin
   EXPECT_EQ(lines_of(marks_), (std::vector<std::string>{id + ".1", id + ".2"}));
 }
 
-TEST_F(ClusterTest, a_job_with_restart_fail_fails_when_its_node_is_lost) {
+TEST_F(ClusterNodesTest, a_job_with_restart_fail_fails_when_its_node_is_lost) {
   const auto port = free_port();
   auto coordinator = start_coordinator(port);
   auto orin = start_agent("orin", "jetson-orin", port);
@@ -279,7 +280,7 @@ TEST_F(ClusterTest, a_job_with_restart_fail_fails_when_its_node_is_lost) {
   EXPECT_EQ(orin->wait_state(id + ".1", {"cancelled", "succeeded", "failed"})["state"], "cancelled");
 }
 
-TEST_F(ClusterTest, a_coordinator_killed_with_9_loses_nothing_and_resumes_with_its_agents) {
+TEST_F(ClusterNodesTest, a_coordinator_killed_with_9_loses_nothing_and_resumes_with_its_agents) {
   const auto port = free_port();
   auto coordinator = start_coordinator(port);
   auto orin = start_agent("orin", "jetson-orin", port);
@@ -305,7 +306,7 @@ TEST_F(ClusterTest, a_coordinator_killed_with_9_loses_nothing_and_resumes_with_i
   for (const auto& id : ids) EXPECT_EQ(std::count(marks.begin(), marks.end(), id + ".1"), 1) << id;
 }
 
-TEST_F(ClusterTest, a_partitioned_agent_pauses_its_job_after_the_lease_and_stops_it_when_the_network_heals) {
+TEST_F(ClusterNodesTest, a_partitioned_agent_pauses_its_job_after_the_lease_and_stops_it_when_the_network_heals) {
   const auto port = free_port();
   auto coordinator = start_coordinator(port);
   TcpProxy link(port);
@@ -335,7 +336,7 @@ TEST_F(ClusterTest, a_partitioned_agent_pauses_its_job_after_the_lease_and_stops
   EXPECT_EQ(count_events(job, "queued again"), 1u) << job.dump(2);
 }
 
-TEST_F(ClusterTest, agents_need_the_cluster_token) {
+TEST_F(ClusterNodesTest, agents_need_the_cluster_token) {
   const auto port = free_port();
   const std::string token = "agent-secret";
   std::ofstream(dir_ / "token") << token << "\n";
@@ -350,4 +351,48 @@ TEST_F(ClusterTest, agents_need_the_cluster_token) {
   EXPECT_EQ(nodes["nodes"][0]["name"], "good");
   const json status = bad->call("GET", "/v1/nodes").second;
   EXPECT_NE(status.value("error", "").find("401"), std::string::npos) << status.dump(2);
+}
+
+TEST_F(ClusterNodesTest, agents_sync_over_tls_and_verify_the_coordinators_certificate) {
+  const auto pki = joule::testing::make_test_pki(dir_);
+  const auto port = free_port();
+  const std::string tls = fmt::format("[server]\ntls_certificate = \"{}\"\ntls_private_key = \"{}\"\n",
+                                      pki.server_chain.string(), pki.server_key.string());
+  // The coordinator's own [server] table comes first in its config: add the TLS keys there.
+  std::string config = coordinator_config(port);
+  config.replace(config.find("[server]\n"), 9, tls);
+  std::filesystem::create_directories(dir_ / "coordinator");
+  DaemonProcess coordinator(DaemonOptions{.config_toml = config, .listen_loopback_any_port = false}, dir_ / "coordinator");
+  ASSERT_TRUE(coordinator.start()) << coordinator.log();
+  const std::string https = fmt::format("https://127.0.0.1:{}", port);
+
+  auto agent_with = [&](const std::string& node, const std::string& ca) {
+    std::string text = agent_config(node, "jetson-orin", port, ca.empty() ? "" : fmt::format("ca_file = \"{}\"\n", ca));
+    text.replace(text.find("http://"), 7, "https://");
+    std::filesystem::create_directories(dir_ / node);
+    auto agent = std::make_unique<DaemonProcess>(DaemonOptions{.config_toml = text}, dir_ / node);
+    EXPECT_TRUE(agent->start()) << agent->log();
+    return agent;
+  };
+  auto trusted = agent_with("trusted", pki.ca_certificate.string());
+  auto untrusting = agent_with("untrusting", "");
+
+  const auto [code, listed] = joule::testing::run_program(
+      {JOULECTL_BINARY, "--server", https, "--ca-file", pki.ca_certificate.string(), "--json", "nodes"});
+  ASSERT_EQ(code, 0) << listed;
+  const json nodes = wait_until(
+      [&] {
+        const auto [rc, text] = joule::testing::run_program(
+            {JOULECTL_BINARY, "--server", https, "--ca-file", pki.ca_certificate.string(), "--json", "nodes"});
+        return rc == 0 ? json::parse(text, nullptr, false) : json(nullptr);
+      },
+      [](const json& n) { return all_ready(n, 1); });
+  ASSERT_TRUE(all_ready(nodes, 1)) << nodes.dump(2);
+  EXPECT_EQ(nodes["nodes"][0]["name"], "trusted");
+  const json refused = untrusting->call("GET", "/v1/nodes").second;
+  EXPECT_NE(refused.value("error", "").find("certificate verify failed"), std::string::npos) << refused.dump(2);
+  // joulectl without the CA is refused too, and says why.
+  const auto [bad, said] = joule::testing::run_program({JOULECTL_BINARY, "--server", https, "nodes"});
+  EXPECT_NE(bad, 0);
+  EXPECT_NE(said.find("certificate verify failed"), std::string::npos) << said;
 }

@@ -320,5 +320,15 @@ TEST(PlacementTest, min_energy_takes_a_free_device_the_estimates_cannot_tell_fro
   EXPECT_EQ(reason_of(result, "a").kind, WaitReason::Kind::device_busy);
 }
 
+TEST(PlacementTest, a_job_without_estimates_takes_a_free_device_rather_than_wait_for_a_busy_one) {
+  // Two identical Slurm slots: the first is busy with a job of unknown length.
+  Pass pass{{}, {device("0", "slurm:cpu"), device("1", "slurm:cpu")}, {}};
+  pass.devices[0].busy = true;
+  pass.jobs = {job("a", {Candidate{0, std::nullopt, std::nullopt}, Candidate{1, std::nullopt, std::nullopt}})};
+  const auto result = pass.run();
+  ASSERT_EQ(result.placements.size(), 1u);
+  EXPECT_EQ(result.placements[0].device, 1u);
+}
+
 }  // namespace
 }  // namespace joule::schedulers

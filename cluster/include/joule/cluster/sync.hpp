@@ -82,6 +82,10 @@ struct SyncReply {
   /// Ended jobs whose end the coordinator has recorded: the agent stops reporting them.
   std::vector<std::pair<std::string, std::int64_t>> recorded;
   std::map<std::string, std::int64_t> model_versions;  ///< by the agent's device name
+  /// Which coordinator process answered, and how late its state is: an agent applies a reply
+  /// only if it is newer than the last one it applied (two requests may cross).
+  std::string coordinator;
+  std::int64_t revision = 0;
 };
 
 /// A node name: 1-64 of [A-Za-z0-9._-], so "node/device" stays unambiguous.

@@ -75,6 +75,30 @@ struct ClusterConfig {
   std::vector<std::string> agent_token_sha256;
 };
 
+/// A kind of node behind a Slurm partition: the coordinator places jobs onto it as onto
+/// `slots` devices "slurm:<name>/0".."slurm:<name>/<slots-1>" (a node "slurm:<name>").
+struct SlurmNodeType {
+  std::string name;
+  std::string partition;   ///< empty: the cluster's default partition
+  std::string nodelist;    ///< sbatch --nodelist; empty: any node of the partition
+  std::string constraint;  ///< sbatch --constraint (node features); empty: none
+  int slots = 1;           ///< jobs of this type at once
+  /// Its energy model: an agent's device running on such a node ("node/device"), or a
+  /// simulated profile ("sim:<profile>", learnt here, labelled simulated).
+  std::string model;
+  std::size_t probes = 200;  ///< simulated models: THOR probes of the campaign
+};
+
+/// Slurm as the engine behind the coordinator (sbatch, squeue/scontrol, scancel).
+struct SlurmConfig {
+  std::filesystem::path bin_dir;  ///< where sbatch and friends are; empty: PATH
+  std::filesystem::path conf;     ///< SLURM_CONF for them; empty: Slurm's default
+  double poll_seconds = 2.0;      ///< how often Slurm's view is read
+  double timeout_seconds = 15.0;  ///< per command (sbatch needs ~9 s to give up on a dead slurmctld)
+  std::string workdir;            ///< where jobs without run.workdir run and write their output
+  std::vector<SlurmNodeType> node_types;
+};
+
 struct DaemonConfig {
   ServerConfig server;
   std::filesystem::path state_directory = "/var/lib/jouled";
@@ -93,6 +117,7 @@ struct DaemonConfig {
   /// is delegated (systemd Delegate=yes, or root on cgroup v1).
   bool job_cgroups = true;
   ClusterConfig cluster;
+  SlurmConfig slurm;
   std::string source = "embedded defaults";  ///< the file it came from
 };
 

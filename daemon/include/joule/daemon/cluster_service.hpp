@@ -20,6 +20,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
 
+#include "joule/client/http_client.hpp"
 #include "joule/cluster/node_registry.hpp"
 #include "joule/cluster/sync.hpp"
 #include "joule/common/result.hpp"
@@ -58,7 +59,7 @@ class ClusterCoordinator {
     Answer answer;
     std::unique_ptr<boost::asio::steady_timer> timer;
   };
-  cluster::SyncReply reply_for(const std::string& node) const;
+  cluster::SyncReply reply_for(const std::string& node);
   void release_held(const std::string& node, bool timed_out_only);
   void check_leases();
   void publish_node_counts();
@@ -72,6 +73,8 @@ class ClusterCoordinator {
   cluster::NodeRegistry registry_;
   std::map<std::string, std::list<HeldSync>> held_;
   std::map<std::string, std::int64_t> model_versions_;  // by "node/device"
+  std::string incarnation_;     // this coordinator process
+  std::int64_t revision_ = 0;   // of the replies it built
   boost::asio::steady_timer lease_timer_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
@@ -96,7 +99,11 @@ class ClusterAgent {
   nlohmann::json status() const;
 
  private:
-  void run();
+  void poll(const client::ServerUrl& url);
+  void report(const client::ServerUrl& url);
+  void report_soon();
+  /// One sync: build the report on the loop, send it, apply the answer on the loop.
+  std::optional<cluster::SyncReply> exchange(const client::ServerUrl& url, bool wait);
   /// Runs `work` on the event loop and waits for it (false when the loop is gone or stopping).
   bool on_loop(const std::function<void()>& work);
   cluster::SyncRequest build_request(double wait_seconds);
@@ -108,19 +115,25 @@ class ClusterAgent {
   ModelService& models_;
   AgentOptions options_;
   std::string incarnation_;
-  std::thread thread_;
+  client::ClientTls tls_;
+  std::thread poller_;    // long-polls the coordinator for the desired state
+  std::thread reporter_;  // tells it at once when an assigned job starts or ends
   std::atomic<bool> stopping_{false};
   std::mutex wake_mutex_;
   std::condition_variable wake_;
+  bool report_wanted_ = false;
   // Loop-thread state:
   std::set<std::pair<std::string, std::int64_t>> acknowledged_;
   std::map<std::string, std::int64_t> coordinator_models_;
   bool knows_coordinator_models_ = false;  // models are offered once the coordinator said what it has
   std::string digest_;
+  std::string applied_from_;
+  std::int64_t applied_revision_ = 0;
   bool fenced_ = false;
   // Shared with status():
   mutable std::mutex status_mutex_;
   std::optional<std::chrono::system_clock::time_point> last_sync_;
+  std::chrono::steady_clock::time_point last_ok_;
   std::string last_error_;
   double lease_seconds_;
   double heartbeat_seconds_ = 1.0;

@@ -97,6 +97,9 @@ class JobService {
   void submit(const nlohmann::json& body, Done done);
   /// Cancels: a queued job at once; a running one by TERM then KILL after the grace period.
   void cancel(const std::string& id, Done done);
+  /// Pauses or resumes a running job by hand (POST /v1/jobs/{id}/pause, /resume): SIGSTOP here,
+  /// on its agent, or `scontrol suspend` on Slurm. The policy's throttling leaves it as it is.
+  Result<nlohmann::json> pause(const std::string& id, bool pause);
   /// A running job's "epoch k of N done" (POST /v1/jobs/{id}/progress), authenticated by the
   /// token handed to it in JOULE_JOB_TOKEN; answers with its energy so far and its projection.
   Result<nlohmann::json> report_progress(const std::string& id, const std::string& token, const nlohmann::json& body);
@@ -165,8 +168,11 @@ class JobService {
   void node_lost(const std::string& node);
   /// Nodes that hold placed or running jobs in the stored state (recovery expects them back).
   std::vector<std::string> nodes_with_jobs() const;
-  /// Called when a node's desired state changed (so a waiting sync answers at once).
-  void set_node_changed_hook(std::function<void(const std::string& node)> hook) { node_changed_ = std::move(hook); }
+  /// Called when a node's desired state changed (so a waiting sync answers at once, or the
+  /// Slurm executor acts); hooks add up.
+  void add_node_changed_hook(std::function<void(const std::string& node)> hook) {
+    node_changed_.push_back(std::move(hook));
+  }
   nlohmann::json node_devices(const std::string& node) const;
 
   // --- Agent: the jobs this node runs for its coordinator ---
@@ -179,6 +185,8 @@ class JobService {
   void stop_assignment(const std::string& local_id, const std::string& why);
   void pause_assignment(const std::string& local_id, bool pause, const std::string& why);
   std::vector<cluster::ReportedDevice> reported_devices() const;
+  /// Called when a job run for the coordinator changes state (so the agent reports at once).
+  void set_assignment_changed_hook(std::function<void()> hook) { assignment_changed_ = std::move(hook); }
 
   /// Whether a device exists, runs jobs and has none placed or running now.
   bool device_idle(const std::string& name) const;
@@ -249,7 +257,8 @@ class JobService {
   std::function<nlohmann::json(const std::string&)> model_info_;
   std::function<void(const std::string&)> on_claim_;
   std::function<void(const Feedback&)> on_finished_;
-  std::function<void(const std::string&)> node_changed_;
+  std::vector<std::function<void(const std::string&)>> node_changed_;
+  std::function<void()> assignment_changed_;
   BudgetService budgets_;
   std::unique_ptr<boost::asio::steady_timer> retry_timer_;
   std::optional<schedulers::UnixMillis> retry_at_;

@@ -1,0 +1,85 @@
+#pragma once
+// Slurm as the engine behind the coordinator: each [[slurm.node_types]] is a node
+// "slurm:<type>" of `slots` devices that placement scores like any other; a job placed there is
+// handed to Slurm with sbatch (its Joule id and epoch in --comment), followed with Slurm's
+// listing, suspended and resumed with scontrol, cancelled with scancel. Slurm's commands block,
+// so they run on a thread of their own; the JobService is only touched on the event loop.
+// After a controller crash, jobs are matched by their Joule id, never by Slurm's id, and a job
+// Slurm lost before it started is submitted again once (adapters/slurm_reconcile.hpp).
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
+
+#include "joule/adapters/slurm.hpp"
+#include "joule/adapters/slurm_reconcile.hpp"
+#include "joule/cluster/sync.hpp"
+#include "joule/config/daemon_config.hpp"
+#include "joule/daemon/job_service.hpp"
+
+namespace joule::daemon {
+
+class SlurmExecutor {
+ public:
+  SlurmExecutor(boost::asio::io_context& io, JobService& jobs, config::SlurmConfig config);
+  ~SlurmExecutor();
+
+  /// Registers the node types' devices with the JobService (on the loop) and starts following Slurm.
+  void start();
+  void stop();
+  /// Whether `node` is one of Slurm's ("slurm:<type>").
+  bool owns(const std::string& node) const;
+  /// Each slot device's model comes from another name: "slurm:gpu/0" → "sim:server-gpu" or "node/device".
+  std::map<std::string, std::string> model_sources() const;
+  /// For GET /v1/nodes: each node type, Slurm's last answer and the jobs handed over.
+  nlohmann::json describe() const;
+
+ private:
+  struct Handed {
+    adapters::HandedJob record;  // joule_id is "<job id>.<epoch>"
+    std::string job;
+    std::int64_t epoch = 0;
+    std::string node;
+    std::optional<adapters::SlurmJob> last;  // Slurm's last word on it
+    bool cancel_sent = false;
+    bool suspended_by_us = false;
+    std::optional<std::string> failure;  // Slurm refused it: reported failed with Slurm's message
+    bool lost = false;
+  };
+
+  void run();
+  void cycle();
+  bool on_loop(const std::function<void()>& work);
+  void wake();
+  adapters::SlurmSubmission submission_for(const cluster::Assignment& assignment, const config::SlurmNodeType& type) const;
+  cluster::ReportedJob report_of(const Handed& handed) const;
+
+  boost::asio::io_context& io_;
+  JobService& jobs_;
+  config::SlurmConfig config_;
+  adapters::SlurmCli cli_;
+  std::string user_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  mutable std::mutex mutex_;  // guards wake_wanted_ and the view for describe()
+  std::condition_variable wake_;
+  bool wake_wanted_ = false;
+  // The executor thread's own:
+  std::map<std::string, Handed> handed_;  // by joule id "<job id>.<epoch>"
+  bool listed_once_ = false;
+  // For describe():
+  std::string last_error_;
+  std::int64_t last_listing_ms_ = 0;
+  std::size_t live_ = 0;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace joule::daemon

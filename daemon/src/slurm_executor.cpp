@@ -1,0 +1,354 @@
+#include "joule/daemon/slurm_executor.hpp"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <future>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <boost/asio/post.hpp>
+
+namespace joule::daemon {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+namespace {
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string node_name(const config::SlurmNodeType& type) { return "slurm:" + type.name; }
+
+std::string current_user() {
+  const passwd* entry = ::getpwuid(::geteuid());
+  return entry ? entry->pw_name : std::string();
+}
+
+adapters::SlurmOptions slurm_options(const config::SlurmConfig& config) {
+  adapters::SlurmOptions options;
+  options.bin_dir = config.bin_dir;
+  options.timeout_seconds = config.timeout_seconds;
+  if (!config.conf.empty()) options.env.push_back("SLURM_CONF=" + config.conf.string());
+  return options;
+}
+
+}  // namespace
+
+SlurmExecutor::SlurmExecutor(asio::io_context& io, JobService& jobs, config::SlurmConfig config)
+    : io_(io), jobs_(jobs), config_(std::move(config)), cli_(slurm_options(config_)), user_(current_user()) {
+  jobs_.add_node_changed_hook([this, alive = alive_](const std::string& node) {
+    if (*alive && owns(node)) wake();
+  });
+}
+
+SlurmExecutor::~SlurmExecutor() {
+  *alive_ = false;
+  stop();
+}
+
+bool SlurmExecutor::owns(const std::string& node) const {
+  for (const auto& type : config_.node_types)
+    if (node_name(type) == node) return true;
+  return false;
+}
+
+std::map<std::string, std::string> SlurmExecutor::model_sources() const {
+  std::map<std::string, std::string> out;
+  for (const auto& type : config_.node_types) {
+    // A simulated model is learnt once, under the node's name; an agent's is its device's.
+    const std::string source = type.model.rfind("sim:", 0) == 0 ? node_name(type) : type.model;
+    for (int slot = 0; slot < type.slots; ++slot) out[fmt::format("{}/{}", node_name(type), slot)] = source;
+  }
+  return out;
+}
+
+void SlurmExecutor::start() {
+  for (const auto& type : config_.node_types) {
+    std::vector<cluster::ReportedDevice> slots;
+    for (int slot = 0; slot < type.slots; ++slot) {
+      cluster::ReportedDevice device;
+      device.name = std::to_string(slot);
+      device.source = type.model.rfind("sim:", 0) == 0 ? "simulated" : "modelled";
+      slots.push_back(device);
+    }
+    jobs_.update_node(node_name(type), slots);
+    spdlog::info("slurm: node type {} ({} slot{}, partition {}{}), energy model from {}", type.name, type.slots,
+                 type.slots == 1 ? "" : "s", type.partition.empty() ? "(default)" : type.partition,
+                 type.constraint.empty() ? "" : ", constraint " + type.constraint, type.model);
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+void SlurmExecutor::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void SlurmExecutor::wake() {
+  {
+    std::lock_guard lock(mutex_);
+    wake_wanted_ = true;
+  }
+  wake_.notify_all();
+}
+
+bool SlurmExecutor::on_loop(const std::function<void()>& work) {
+  auto task = std::make_shared<std::packaged_task<void()>>(work);
+  auto done = task->get_future();
+  asio::post(io_, [task] { (*task)(); });
+  while (done.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready)
+    if (stopping_ || io_.stopped()) return false;
+  done.get();
+  return true;
+}
+
+void SlurmExecutor::run() {
+  while (!stopping_) {
+    cycle();
+    std::unique_lock lock(mutex_);
+    wake_.wait_for(lock, std::chrono::duration<double>(config_.poll_seconds),
+                   [this] { return stopping_.load() || wake_wanted_; });
+    wake_wanted_ = false;
+  }
+}
+
+adapters::SlurmSubmission SlurmExecutor::submission_for(const cluster::Assignment& assignment,
+                                                        const config::SlurmNodeType& type) const {
+  adapters::SlurmSubmission submission;
+  submission.joule_id = fmt::format("{}.{}", assignment.id, assignment.epoch);
+  submission.name = assignment.name.empty() ? submission.joule_id : assignment.name;
+  submission.partition = type.partition;
+  submission.nodelist = type.nodelist;
+  submission.constraint = type.constraint;
+  const auto& run = assignment.spec.value("run", json::object());
+  submission.argv = run.value("command", std::vector<std::string>{});
+  submission.workdir = run.value("workdir", config_.workdir);
+  if (run.contains("env") && run["env"].is_object())
+    for (const auto& [name, value] : run["env"].items()) submission.env[name] = value.get<std::string>();
+  submission.env["JOULE_JOB_ID"] = assignment.id;
+  submission.env["JOULE_DEVICE"] = fmt::format("{}/{}", node_name(type), assignment.device);
+  if (!submission.workdir.empty()) {
+    submission.stdout_path = fmt::format("{}/joule-{}.out", submission.workdir, submission.joule_id);
+    submission.stderr_path = fmt::format("{}/joule-{}.err", submission.workdir, submission.joule_id);
+  }
+  return submission;
+}
+
+cluster::ReportedJob SlurmExecutor::report_of(const Handed& handed) const {
+  cluster::ReportedJob report;
+  report.id = handed.job;
+  report.epoch = handed.epoch;
+  if (handed.failure) {
+    report.state = "failed";
+    report.reason = *handed.failure;
+    return report;
+  }
+  if (handed.lost) {
+    report.state = "failed";
+    report.reason = "Slurm lost it after it had started (slurmctld restarted without its state)";
+    return report;
+  }
+  const auto& job = *handed.last;
+  const auto state = adapters::joule_state(job.state).value_or(schedulers::JobState::placed);
+  report.state = std::string(schedulers::to_string(state));
+  report.started_ms = job.start_ms;
+  report.finished_ms = job.end_ms;
+  if (job.exit_signal)
+    report.exit_code = 128 + *job.exit_signal;
+  else
+    report.exit_code = job.exit_code;
+  report.reason = fmt::format("Slurm job {} {}{}", job.slurm_id, job.state,
+                              job.reason.empty() || job.reason == "None" ? "" : " (" + job.reason + ")");
+  if (state == schedulers::JobState::succeeded) report.reason = fmt::format("exit code 0 (Slurm job {})", job.slurm_id);
+  return report;
+}
+
+void SlurmExecutor::cycle() {
+  // 1. What the coordinator wants of each node type now.
+  std::map<std::string, std::vector<cluster::Assignment>> desired;
+  if (!on_loop([&] {
+        for (const auto& type : config_.node_types) desired[node_name(type)] = jobs_.desired_for(node_name(type));
+      }))
+    return;
+
+  // 2. Slurm's view. Nothing is submitted before it has been read once: after a restart the
+  //    jobs already handed over are found by their Joule id, not submitted twice.
+  auto listing = cli_.list();
+  if (!listing) {
+    std::lock_guard lock(mutex_);
+    if (last_error_ != listing.error().message) spdlog::warn("slurm: {}", listing.error().message);
+    last_error_ = listing.error().message;
+    return;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    last_error_.clear();
+    last_listing_ms_ = now_ms();
+  }
+  std::map<std::string, const adapters::SlurmJob*> by_joule_id;
+  for (const auto& job : *listing)
+    if (!job.joule_id.empty() && (user_.empty() || job.user.empty() || job.user == user_)) by_joule_id[job.joule_id] = &job;
+  for (const auto& [node, assignments] : desired) {
+    for (const auto& assignment : assignments) {
+      const std::string joule_id = fmt::format("{}.{}", assignment.id, assignment.epoch);
+      if (handed_.contains(joule_id)) continue;
+      const auto found = by_joule_id.find(joule_id);
+      if (found == by_joule_id.end()) continue;
+      Handed adopted;
+      adopted.record = {joule_id, found->second->slurm_id, found->second->start_ms.value_or(now_ms()),
+                        adapters::has_started(*found->second), 0};
+      adopted.job = assignment.id;
+      adopted.epoch = assignment.epoch;
+      adopted.node = node;
+      handed_[joule_id] = adopted;
+      spdlog::info("slurm: job {} found as Slurm job {} (by its comment)", joule_id, found->second->slurm_id);
+    }
+  }
+
+  // 3. Reconcile what was handed over with the listing: keep, resubmit once, lost, strays.
+  std::vector<adapters::HandedJob> records;
+  for (const auto& [id, handed] : handed_)
+    if (!handed.failure && !handed.lost && !(handed.last && adapters::is_final_slurm_state(handed.last->state)))
+      records.push_back(handed.record);
+  adapters::ReconcileOptions options;
+  options.now_ms = now_ms();
+  options.user = user_;
+  for (const auto& decision : adapters::reconcile(records, *listing, options)) {
+    auto it = handed_.find(decision.joule_id);
+    switch (decision.action) {
+      case adapters::ReconcileAction::keep:
+        if (it == handed_.end()) break;
+        it->second.record.slurm_id = decision.slurm_id;
+        it->second.last = decision.job;
+        if (decision.job && adapters::has_started(*decision.job)) it->second.record.seen_running = true;
+        break;
+      case adapters::ReconcileAction::resubmit:
+        if (it == handed_.end()) break;
+        spdlog::warn("slurm: {}: {}; submitting it again, once", decision.joule_id, decision.reason);
+        it->second.record.slurm_id.clear();
+        it->second.record.resubmissions += 1;
+        it->second.last.reset();
+        break;
+      case adapters::ReconcileAction::lost:
+        if (it == handed_.end()) break;
+        spdlog::warn("slurm: {}: {}", decision.joule_id, decision.reason);
+        it->second.lost = true;
+        break;
+      case adapters::ReconcileAction::stray:
+        spdlog::warn("slurm: cancelling Slurm job {} ({}): {}", decision.slurm_id, decision.joule_id, decision.reason);
+        (void)cli_.cancel(decision.slurm_id);
+        break;
+    }
+  }
+
+  // 4. Act: submit what is wanted and not yet handed (or lost before it started), cancel what
+  //    is no longer wanted or was cancelled, suspend and resume as the policy says.
+  std::set<std::string> wanted;
+  for (const auto& type : config_.node_types) {
+    for (const auto& assignment : desired[node_name(type)]) {
+      const std::string joule_id = fmt::format("{}.{}", assignment.id, assignment.epoch);
+      wanted.insert(joule_id);
+      auto it = handed_.find(joule_id);
+      if (assignment.stop) {
+        if (it != handed_.end() && !it->second.cancel_sent && !it->second.record.slurm_id.empty()) {
+          if (auto cancelled = cli_.cancel(it->second.record.slurm_id); cancelled) it->second.cancel_sent = true;
+        }
+        if (it == handed_.end()) {
+          // Cancelled before Slurm had it: nothing to stop.
+          Handed ended;
+          ended.job = assignment.id;
+          ended.epoch = assignment.epoch;
+          ended.node = node_name(type);
+          ended.failure = "cancelled before it was handed to Slurm";
+          handed_[joule_id] = ended;
+        }
+        continue;
+      }
+      if (it == handed_.end() || (it->second.record.slurm_id.empty() && !it->second.failure && !it->second.lost)) {
+        const auto submission = submission_for(assignment, type);
+        auto submitted = cli_.submit(submission);
+        Handed& handed = handed_[joule_id];
+        handed.job = assignment.id;
+        handed.epoch = assignment.epoch;
+        handed.node = node_name(type);
+        handed.record.joule_id = joule_id;
+        handed.record.submitted_ms = now_ms();
+        if (submitted) {
+          handed.record.slurm_id = *submitted;
+          spdlog::info("slurm: job {} submitted as Slurm job {}", joule_id, *submitted);
+        } else if (submitted.error().code == ErrorCode::unavailable) {
+          // Retried next cycle; a submission that did get through is found by its comment then.
+          spdlog::warn("slurm: job {}: {} (will retry)", joule_id, submitted.error().message);
+          handed_.erase(joule_id);
+        } else {
+          handed.failure = "Slurm refused it: " + submitted.error().message;
+        }
+        continue;
+      }
+      Handed& handed = it->second;
+      if (!handed.last || handed.record.slurm_id.empty()) continue;
+      const auto state = adapters::joule_state(handed.last->state);
+      if (assignment.paused && state == schedulers::JobState::running && !handed.suspended_by_us) {
+        if (auto done = cli_.suspend(handed.record.slurm_id); done) handed.suspended_by_us = true;
+        else spdlog::warn("slurm: suspending {}: {}", joule_id, done.error().message);
+      } else if (!assignment.paused && handed.suspended_by_us && state == schedulers::JobState::throttled) {
+        if (auto done = cli_.resume(handed.record.slurm_id); done) handed.suspended_by_us = false;
+        else spdlog::warn("slurm: resuming {}: {}", joule_id, done.error().message);
+      }
+    }
+  }
+  for (auto& [joule_id, handed] : handed_) {
+    // Placed elsewhere, ended or cancelled on the coordinator meanwhile: Slurm's copy is stopped.
+    const bool live = handed.last && !adapters::is_final_slurm_state(handed.last->state);
+    if (!wanted.contains(joule_id) && live && !handed.cancel_sent && !handed.record.slurm_id.empty()) {
+      spdlog::info("slurm: cancelling Slurm job {} ({}): no longer placed there", handed.record.slurm_id, joule_id);
+      if (cli_.cancel(handed.record.slurm_id)) handed.cancel_sent = true;
+    }
+  }
+
+  // 5. Tell the JobService, per node type; what it has recorded is forgotten here.
+  std::map<std::string, std::vector<cluster::ReportedJob>> reports;
+  for (const auto& [joule_id, handed] : handed_)
+    if (handed.last || handed.failure || handed.lost) reports[handed.node].push_back(report_of(handed));
+  std::vector<std::pair<std::string, std::int64_t>> recorded;
+  on_loop([&] {
+    for (const auto& [node, node_reports] : reports) {
+      auto done = jobs_.apply_reports(node, node_reports);
+      recorded.insert(recorded.end(), done.begin(), done.end());
+    }
+  });
+  for (const auto& [job, epoch] : recorded) {
+    auto it = handed_.find(fmt::format("{}.{}", job, epoch));
+    // Kept until Slurm has let go of it as well (a cancelled job may still be completing).
+    if (it != handed_.end() && (!it->second.last || adapters::is_final_slurm_state(it->second.last->state)))
+      handed_.erase(it);
+  }
+  std::lock_guard lock(mutex_);
+  live_ = handed_.size();
+}
+
+json SlurmExecutor::describe() const {
+  json types = json::array();
+  for (const auto& type : config_.node_types)
+    types.push_back({{"node", node_name(type)},
+                     {"partition", type.partition},
+                     {"constraint", type.constraint},
+                     {"nodelist", type.nodelist},
+                     {"slots", type.slots},
+                     {"model", type.model}});
+  std::lock_guard lock(mutex_);
+  return {{"node_types", types},
+          {"jobs_handed_over", live_},
+          {"last_listing_ms", last_listing_ms_},
+          {"error", last_error_.empty() ? json(nullptr) : json(last_error_)}};
+}
+
+}  // namespace joule::daemon
