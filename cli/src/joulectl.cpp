@@ -141,6 +141,18 @@ void print_budgets(const json& view) {
   fmt::print("({})\n", view["note"].get<std::string>());
 }
 
+void print_slurm(const json& view) {
+  if (!view.contains("slurm")) return;
+  const auto& slurm = view["slurm"];
+  fmt::print("slurm: {} job{} handed over{}\n", slurm["jobs_handed_over"].get<long long>(),
+             slurm["jobs_handed_over"] == 1 ? "" : "s",
+             slurm["error"].is_null() ? "" : "; last error: " + slurm["error"].get<std::string>());
+  for (const auto& type : slurm["node_types"])
+    fmt::print("  {:<20} partition {:<10} {} slot{}, model {}\n", type["node"].get<std::string>(),
+               type["partition"].get<std::string>().empty() ? "(default)" : type["partition"].get<std::string>(),
+               type["slots"].get<int>(), type["slots"] == 1 ? "" : "s", type["model"].get<std::string>());
+}
+
 void print_nodes(const json& view) {
   const std::string role = view.value("role", "standalone");
   if (role != "coordinator") {
@@ -149,6 +161,7 @@ void print_nodes(const json& view) {
     if (role == "agent")
       fmt::print("last sync: {}{}\n", text_or(view["last_sync"]),
                  view["error"].is_null() ? "" : "; last error: " + view["error"].get<std::string>());
+    print_slurm(view);
     return;
   }
   fmt::print("{:<16}  {:<8}  {:>9}  {:>9}  {:>4}  {:<40}  {}\n", "NODE", "STATE", "HEARD", "POWER W", "JOBS", "DEVICES",
@@ -173,6 +186,7 @@ void print_nodes(const json& view) {
                node["running_jobs"].get<long long>(), devices, budgets.empty() ? "-" : budgets);
   }
   fmt::print("(a lost node's jobs are queued again, or fail with restart = \"fail\"; * = not a measurement)\n");
+  print_slurm(view);
 }
 
 void print_jobs_table(const json& jobs) {

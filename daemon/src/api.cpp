@@ -369,9 +369,14 @@ void Api::handle(HttpRequest&& request, Reply reply) {
   if (seg.size() == 2 && seg[1] == "nodes") {
     route = "/v1/nodes";
     if (method != http::verb::get) return wrong_method("GET");
-    if (coordinator_) return answer(json_response(http::status::ok, coordinator_->nodes()));
-    json out = agent_ ? agent_->status() : json{{"role", "standalone"}};
-    out["devices"] = jobs_.devices()["devices"];
+    json out;
+    if (coordinator_) {
+      out = coordinator_->nodes();
+    } else {
+      out = agent_ ? agent_->status() : json{{"role", "standalone"}};
+      out["devices"] = jobs_.devices()["devices"];
+    }
+    if (slurm_) out["slurm"] = slurm_->describe();
     return answer(json_response(http::status::ok, out));
   }
   if (seg.size() == 2 && seg[1] == "budgets") {

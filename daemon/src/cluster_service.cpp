@@ -1,6 +1,5 @@
 #include "joule/daemon/cluster_service.hpp"
 
-#include <future>
 #include <list>
 
 #include <fmt/format.h>
@@ -10,6 +9,7 @@
 #include <boost/uuid/uuid_io.hpp>
 
 #include "joule/client/http_client.hpp"
+#include "joule/daemon/run_on_loop.hpp"
 #include "joule/schedulers/time_format.hpp"
 
 namespace joule::daemon {
@@ -262,15 +262,7 @@ void ClusterAgent::stop() {
   jobs_.set_assignment_changed_hook({});
 }
 
-bool ClusterAgent::on_loop(const std::function<void()>& work) {
-  auto task = std::make_shared<std::packaged_task<void()>>(work);
-  auto done = task->get_future();
-  asio::post(io_, [task] { (*task)(); });
-  while (done.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready)
-    if (stopping_ || io_.stopped()) return false;
-  done.get();
-  return true;
-}
+bool ClusterAgent::on_loop(const std::function<void()>& work) { return run_on_loop(io_, work, stopping_); }
 
 cluster::SyncRequest ClusterAgent::build_request(double wait_seconds) {
   cluster::SyncRequest request;

@@ -355,6 +355,7 @@ int run_daemon(const CommandLine& command_line) {
                      JOULE_VERSION, config.cluster.lost_after_seconds});
   }
   api.set_cluster(coordinator.get(), agent.get());
+  api.set_slurm(slurm.get());
   HttpServerOptions server_options{config.server.max_body_bytes, config.server.request_timeout_seconds,
                                    config.server.max_connections};
   if (!config.server.tls_certificate.empty()) {

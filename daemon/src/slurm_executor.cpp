@@ -3,11 +3,12 @@
 #include <pwd.h>
 #include <unistd.h>
 
-#include <future>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
+
+#include "joule/daemon/run_on_loop.hpp"
 
 namespace joule::daemon {
 
@@ -100,15 +101,7 @@ void SlurmExecutor::wake() {
   wake_.notify_all();
 }
 
-bool SlurmExecutor::on_loop(const std::function<void()>& work) {
-  auto task = std::make_shared<std::packaged_task<void()>>(work);
-  auto done = task->get_future();
-  asio::post(io_, [task] { (*task)(); });
-  while (done.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready)
-    if (stopping_ || io_.stopped()) return false;
-  done.get();
-  return true;
-}
+bool SlurmExecutor::on_loop(const std::function<void()>& work) { return run_on_loop(io_, work, stopping_); }
 
 void SlurmExecutor::run() {
   while (!stopping_) {

@@ -170,6 +170,12 @@ TEST_F(SlurmThroughJouled, submit_suspend_resume_cancel_a_failing_job_and_slurms
   EXPECT_EQ(wait_until([&] { return json(slurm_state(ticking + ".1")); }, [](const json& s) { return s == "CANCELLED"; }),
             "CANCELLED");
 
+  // joulectl nodes shows the node types and what was handed over.
+  const auto [nodes_code, nodes_text] = joule::testing::run_program(
+      {JOULECTL_BINARY, "--server", fmt::format("http://127.0.0.1:{}", jouled->port()), "nodes"});
+  EXPECT_EQ(nodes_code, 0) << nodes_text;
+  EXPECT_NE(nodes_text.find("slurm:cpu"), std::string::npos) << nodes_text;
+
   // A failing job fails with its exit code; a good one succeeds, charged its estimate (no meter there).
   const std::string failing = jouled->submit(job("failing", "exit 3"));
   const std::string good = jouled->submit(job("good", "echo hello"));

@@ -12,6 +12,7 @@
 #include "joule/common/result.hpp"
 #include "joule/daemon/cluster_service.hpp"
 #include "joule/daemon/estimates.hpp"
+#include "joule/daemon/slurm_executor.hpp"
 #include "joule/daemon/http_server.hpp"
 #include "joule/daemon/job_service.hpp"
 #include "joule/daemon/probe_service.hpp"
@@ -39,6 +40,8 @@ class Api {
     coordinator_ = coordinator;
     agent_ = agent;
   }
+  /// GET /v1/nodes then shows the Slurm node types and the executor's last word from Slurm.
+  void set_slurm(const SlurmExecutor* slurm) { slurm_ = slurm; }
   /// Hashes of the tokens agents sync with; empty: the API tokens.
   void set_agent_token_hashes(std::vector<std::string> hashes) { agent_token_hashes_ = std::move(hashes); }
 
@@ -56,6 +59,7 @@ class Api {
   ProbeService* probes_ = nullptr;
   ClusterCoordinator* coordinator_ = nullptr;
   ClusterAgent* agent_ = nullptr;
+  const SlurmExecutor* slurm_ = nullptr;
   std::vector<std::string> agent_token_hashes_;
 };
 
