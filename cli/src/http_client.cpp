@@ -174,6 +174,8 @@ Result<HttpReply> HttpClient::request(const std::string& method, const std::stri
                         fmt::format("cannot connect to jouled at {}:{}: {} (is it running? see --server or JOULE_SERVER)",
                                     server_.host, server_.port, failed.message()));
     }
+    beast::error_code ignored;
+    tcp.socket().set_option(asio::ip::tcp::no_delay(true), ignored);  // see HttpServer's accept
     return {};
   };
 

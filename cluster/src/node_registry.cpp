@@ -29,6 +29,7 @@ NodeRegistry::Heard NodeRegistry::heard_from(const SyncRequest& request, Millis 
   heard.new_node = inserted;
   if (inserted) node.name = request.node;
   heard.came_back = node.state == NodeState::lost;
+  heard.joined = !inserted && node.state == NodeState::joining;
   heard.restarted = !inserted && !node.incarnation.empty() && node.incarnation != request.incarnation;
   heard.devices_changed = !same_devices(node.devices, request.devices);
   if (node.state != NodeState::ready) node.since = now;

@@ -78,12 +78,13 @@ void ClusterCoordinator::set_options(CoordinatorOptions options) {
 }
 
 void ClusterCoordinator::check_leases() {
-  for (const auto& node : registry_.expire(now_ms())) {
+  const auto lost = registry_.expire(now_ms());
+  for (const auto& node : lost) {
     spdlog::warn("node {}: lost (not heard from for {} s); its jobs are queued again or fail per their restart policy",
                  node, options_.lost_after_seconds);
     jobs_.node_lost(node);
   }
-  publish_node_counts();
+  if (!lost.empty()) publish_node_counts();
   // Leases are checked often enough that a lost node is declared within a tenth of its lease.
   lease_timer_.expires_after(seconds(std::clamp(options_.lost_after_seconds / 10.0, 0.05, 1.0)));
   lease_timer_.async_wait([this, alive = alive_](boost::system::error_code ec) {
@@ -119,7 +120,8 @@ void ClusterCoordinator::sync(const json& body, Answer answer) {
   if (heard.new_node) spdlog::info("node {}: registered ({} devices, jouled {})", request->node, request->devices.size(), request->version);
   if (heard.came_back) spdlog::info("node {}: heard from again; reconciling its jobs", request->node);
   if (heard.restarted) spdlog::info("node {}: its jouled restarted; reconciling its jobs", request->node);
-  publish_node_counts();
+  // Counted when a node changes state, not on every sync (it walks every node).
+  if (heard.new_node || heard.came_back || heard.joined) publish_node_counts();
   jobs_.update_node(request->node, request->devices);
 
   for (const auto& upload : request->models) {

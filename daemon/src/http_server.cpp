@@ -385,6 +385,10 @@ void HttpServer::accept() {
         beast::error_code ignored;
         socket.close(ignored);
       } else {
+        // Answers go out whole at once; without this, Nagle and delayed ACKs held small TLS
+        // records back ~40 ms (measured in bench/README.md, "Cluster").
+        beast::error_code ignored;
+        socket.set_option(tcp::no_delay(true), ignored);
         std::shared_ptr<HttpSession> session;
         if (options_.tls)
           session = std::make_shared<BasicHttpSession<TlsStream>>(std::move(socket), options_.tls, *this);

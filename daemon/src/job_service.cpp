@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <thread>
+#include <unordered_map>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -372,17 +373,20 @@ schedulers::PendingJob JobService::pending_job(const std::string& id, const sche
   pending.deadline = spec.constraints.deadline;
   pending.max_energy_joules = spec.constraints.max_energy_joules;
   const json estimates = estimate_json.empty() ? json(nullptr) : json::parse(estimate_json, nullptr, false);
+  // Indexed once: with a thousand agents' devices a search per device made this quadratic.
+  std::unordered_map<std::string, const json*> usable;
+  if (estimates.is_array())
+    for (const auto& row : estimates)
+      if (row.value("status", "") == "ok") usable[row.value("device", "")] = &row;
   for (std::size_t d = 0; d < devices_.size(); ++d) {
     const Device& device = devices_[d];
     if (!device.runs_jobs || !schedulers::device_allowed(spec.constraints, device.name)) continue;
     schedulers::Candidate candidate{d, std::nullopt, std::nullopt};
-    if (estimates.is_array()) {
-      for (const auto& row : estimates) {
-        if (row.value("device", "") != device.name || row.value("status", "") != "ok") continue;
-        candidate.estimate = schedulers::Estimate{row["joules"].value("mean", 0.0), row["joules"].value("std", 0.0),
-                                                  row["seconds"].value("mean", 0.0)};
-        if (row.contains("baseline")) candidate.flops_joules = row["baseline"].value("joules", 0.0);
-      }
+    if (const auto it = usable.find(device.name); it != usable.end()) {
+      const json& row = *it->second;
+      candidate.estimate = schedulers::Estimate{row["joules"].value("mean", 0.0), row["joules"].value("std", 0.0),
+                                                row["seconds"].value("mean", 0.0)};
+      if (row.contains("baseline")) candidate.flops_joules = row["baseline"].value("joules", 0.0);
     }
     pending.candidates.push_back(std::move(candidate));
   }

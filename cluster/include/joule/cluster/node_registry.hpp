@@ -40,6 +40,7 @@ class NodeRegistry {
     bool new_node = false;      ///< never seen before
     bool came_back = false;     ///< it was lost
     bool restarted = false;     ///< a new incarnation of an agent heard before
+    bool joined = false;        ///< it was joining (known from stored jobs) and is now ready
     bool devices_changed = false;
   };
   Heard heard_from(const SyncRequest& request, Millis now);
