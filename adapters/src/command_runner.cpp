@@ -1,5 +1,7 @@
 #include "joule/adapters/command_runner.hpp"
 
+#include "spawn_setup.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -41,20 +43,7 @@ struct Pipe {
   }
 };
 
-struct SpawnSetup {
-  posix_spawn_file_actions_t actions{};
-  posix_spawnattr_t attr{};
-  SpawnSetup() {
-    posix_spawn_file_actions_init(&actions);
-    posix_spawnattr_init(&attr);
-  }
-  ~SpawnSetup() {
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-  }
-  SpawnSetup(const SpawnSetup&) = delete;
-  SpawnSetup& operator=(const SpawnSetup&) = delete;
-};
+using detail::SpawnSetup;
 
 // This process's environment with `extra` laid over it (same NAME replaces).
 std::vector<std::string> merged_environment(const std::vector<std::string>& extra) {

@@ -21,6 +21,8 @@
 #include <boost/beast/http/write.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 
+#include "joule/common/openssl_error.hpp"
+
 namespace joule::client {
 
 namespace asio = boost::asio;
@@ -63,13 +65,6 @@ struct HttpClient::TlsSetup {
 };
 
 namespace {
-
-std::string openssl_reason() {
-  const unsigned long code = ERR_get_error();
-  ERR_clear_error();
-  const char* reason = code ? ERR_reason_error_string(code) : nullptr;
-  return reason ? reason : "unknown OpenSSL error";
-}
 
 std::optional<Error> configure(ssl::context& context, const ClientTls& tls) {
   SSL_CTX* native = context.native_handle();

@@ -22,6 +22,8 @@
 #include <boost/beast/http/write.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 
+#include "joule/common/openssl_error.hpp"
+
 namespace joule::daemon {
 
 namespace asio = boost::asio;
@@ -31,14 +33,6 @@ namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 
 namespace {
-
-// The reason of the oldest queued OpenSSL error ("no start line", "ee key too small"); empties the queue.
-std::string openssl_reason() {
-  const unsigned long code = ERR_get_error();
-  ERR_clear_error();
-  const char* reason = code ? ERR_reason_error_string(code) : nullptr;
-  return reason ? reason : "unknown OpenSSL error";
-}
 
 Result<std::string> read_file(const std::filesystem::path& file, std::string_view what) {
   std::error_code ec;
