@@ -43,6 +43,7 @@ struct Pipe {
   }
 };
 
+using detail::c_strings;
 using detail::SpawnSetup;
 
 // This process's environment with `extra` laid over it (same NAME replaces).
@@ -56,14 +57,6 @@ std::vector<std::string> merged_environment(const std::vector<std::string>& extr
     if (!replaced) out.emplace_back(entry);
   }
   out.insert(out.end(), extra.begin(), extra.end());
-  return out;
-}
-
-std::vector<char*> c_strings(const std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  out.reserve(strings.size() + 1);
-  for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
-  out.push_back(nullptr);
   return out;
 }
 

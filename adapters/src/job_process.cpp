@@ -25,14 +25,7 @@ ExitStatus from_wait_status(int status) {
   return ExitStatus{false, WEXITSTATUS(status)};
 }
 
-std::vector<char*> c_strings(const std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  out.reserve(strings.size() + 1);
-  for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
-  out.push_back(nullptr);
-  return out;
-}
-
+using detail::c_strings;
 using detail::SpawnSetup;
 
 }  // namespace
