@@ -38,7 +38,17 @@ echo "== devices of this node"
 $joulectl devices
 
 echo "== submitting examples/hello-job.json and waiting for it"
-sed "s|@EXAMPLES@|$root/examples|" examples/hello-job.json >build/hello-job.json
+# Jobs run under accounts of their own and cannot enter a checkout in a private home or
+# temporary directory (/root, mktemp -d): where the examples are out of their reach, the
+# sample runs from a copy that they can read.
+examples=$root/examples
+if [ "$(id -u)" -eq 0 ] && ! setpriv --reuid=65534 --regid=65534 --clear-groups test -r "$examples/hello-training.py" 2>/dev/null; then
+  examples=/var/tmp/joule-examples
+  install -d -m 0755 "$examples"
+  install -m 0644 "$root/examples/hello-training.py" "$examples/"
+  echo "   (from a copy in $examples: jobs cannot read $root)"
+fi
+sed "s|@EXAMPLES@|$examples|" examples/hello-job.json >build/hello-job.json
 status=0
 $joulectl submit --wait build/hello-job.json || status=$?
 

@@ -3,12 +3,18 @@
 #include "spawn_setup.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -36,17 +42,76 @@ std::string ExitStatus::describe() const {
   return fmt::format("killed by signal {} ({})", value, name ? name : "unknown");
 }
 
+namespace {
+
+// The command's environment as the runner reads it: NAME=value entries, each ended by NUL, in
+// an anonymous file (memfd) that the runner finds as descriptor 3.
+Result<int> environment_file(const std::vector<std::string>& env) {
+  const int fd = ::memfd_create("joule-job-env", MFD_CLOEXEC);
+  if (fd < 0) return make_error(ErrorCode::io, fmt::format("memfd_create: {}", std::strerror(errno)));
+  std::string block;
+  for (const auto& entry : env) {
+    block += entry;
+    block.push_back('\0');
+  }
+  std::size_t done = 0;
+  while (done < block.size()) {
+    const ssize_t n = ::write(fd, block.data() + done, block.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      return make_error(ErrorCode::io, fmt::format("cannot write the job's environment: {}", std::strerror(error)));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::lseek(fd, 0, SEEK_SET);
+  return fd;
+}
+
+constexpr int kEnvironmentFd = 3;
+
+}  // namespace
+
+std::optional<std::string> unreachable_by(const std::filesystem::path& path, const JobIdentity& identity) {
+  const auto allows = [&](const struct stat& info, mode_t bit) {
+    if (info.st_uid == identity.uid) return (info.st_mode & (bit << 6)) != 0;
+    const bool in_group = info.st_gid == identity.gid || std::find(identity.groups.begin(), identity.groups.end(),
+                                                                   info.st_gid) != identity.groups.end();
+    return (info.st_mode & (in_group ? bit << 3 : bit)) != 0;
+  };
+  std::filesystem::path walked = path.root_path();
+  for (const auto& part : path.relative_path()) {
+    walked /= part;
+    struct stat parent {};
+    if (::stat(walked.parent_path().c_str(), &parent) == 0 && !allows(parent, S_IXOTH)) {
+      return fmt::format("{} is mode {:04o}, owned by uid {}", walked.parent_path().string(), parent.st_mode & 07777,
+                         parent.st_uid);
+    }
+  }
+  struct stat last {};
+  if (::stat(path.c_str(), &last) == 0 && !allows(last, S_IXOTH))
+    return fmt::format("{} is mode {:04o}, owned by uid {}", path.string(), last.st_mode & 07777, last.st_uid);
+  return std::nullopt;
+}
+
 Result<ProcessIdentity> launch_job(const LaunchSpec& spec) {
   if (spec.argv.empty()) return make_error(ErrorCode::invalid_argument, "empty argv");
+  auto env_fd = environment_file(spec.env);
+  if (!env_fd) return env_fd.error();
   SpawnSetup setup;
-  const int log_flags = O_WRONLY | O_CREAT | O_APPEND;
+  // O_NOFOLLOW: a link planted where a log goes must not redirect the output of a job.
+  const int log_flags = O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW;
   posix_spawn_file_actions_addopen(&setup.actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&setup.actions, 1, spec.stdout_path.c_str(), log_flags, 0640);
   posix_spawn_file_actions_addopen(&setup.actions, 2, spec.stderr_path.c_str(), log_flags, 0640);
+  posix_spawn_file_actions_adddup2(&setup.actions, *env_fd, kEnvironmentFd);
   // Asio does not open its sockets close-on-exec: without this a job would inherit the
   // listening socket and keep the port busy after the daemon restarts.
-  posix_spawn_file_actions_addclosefrom_np(&setup.actions, 3);
-  if (!spec.workdir.empty()) posix_spawn_file_actions_addchdir_np(&setup.actions, spec.workdir.c_str());
+  posix_spawn_file_actions_addclosefrom_np(&setup.actions, kEnvironmentFd + 1);
+  // With another identity the runner enters the workdir after the switch (see LaunchSpec).
+  if (!spec.workdir.empty() && !spec.identity)
+    posix_spawn_file_actions_addchdir_np(&setup.actions, spec.workdir.c_str());
 
   sigset_t all_signals;
   sigfillset(&all_signals);
@@ -58,12 +123,23 @@ Result<ProcessIdentity> launch_job(const LaunchSpec& spec) {
   posix_spawnattr_setsigdefault(&setup.attr, &all_signals);
   posix_spawnattr_setsigmask(&setup.attr, &held_signals);
 
-  std::vector<std::string> args = {"joule-job-runner", "--job-runner", spec.status_path.string(), "--"};
+  std::vector<std::string> args = {"joule-job-runner", "--job-runner", spec.status_path.string(), "--env-fd",
+                                   std::to_string(kEnvironmentFd)};
+  if (spec.identity) {
+    std::string groups;
+    for (const gid_t group : spec.identity->groups) groups += (groups.empty() ? "" : ",") + std::to_string(group);
+    args.insert(args.end(), {"--uid", std::to_string(spec.identity->uid), "--gid", std::to_string(spec.identity->gid),
+                             "--groups", groups});
+    if (!spec.workdir.empty()) args.insert(args.end(), {"--workdir", spec.workdir.string()});
+  }
+  args.push_back("--");
   args.insert(args.end(), spec.argv.begin(), spec.argv.end());
   auto argv = c_strings(args);
-  auto envp = c_strings(spec.env);
+  std::vector<std::string> no_environment;
+  auto envp = c_strings(no_environment);
   pid_t pid = 0;
   const int rc = ::posix_spawn(&pid, spec.runner.c_str(), &setup.actions, &setup.attr, argv.data(), envp.data());
+  ::close(*env_fd);
   if (rc != 0) {
     return make_error(ErrorCode::io,
                       fmt::format("cannot start the job (workdir {}): {}", spec.workdir.string(), std::strerror(rc)));
@@ -136,12 +212,124 @@ std::optional<ExitStatus> read_status_file(const std::filesystem::path& path) {
   return std::nullopt;
 }
 
+namespace {
+
+// What the runner was told besides the command.
+struct RunnerOptions {
+  std::filesystem::path status_path;
+  int env_fd = -1;
+  std::optional<JobIdentity> identity;
+  std::string workdir;
+  char** command = nullptr;
+};
+
+std::optional<RunnerOptions> parse_runner_options(int argc, char** argv) {
+  if (argc < 3) return std::nullopt;
+  RunnerOptions options;
+  options.status_path = argv[0];
+  auto number = [](const char* text) -> std::optional<unsigned long> {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long value = std::strtoul(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0') return std::nullopt;
+    return value;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") {
+      if (i + 1 >= argc) return std::nullopt;
+      options.command = argv + i + 1;
+      return options;
+    }
+    if (i + 1 >= argc) return std::nullopt;
+    const char* value = argv[++i];
+    if (arg == "--env-fd") {
+      const auto fd = number(value);
+      if (!fd) return std::nullopt;
+      options.env_fd = static_cast<int>(*fd);
+    } else if (arg == "--uid" || arg == "--gid") {
+      const auto id = number(value);
+      if (!id) return std::nullopt;
+      if (!options.identity) options.identity.emplace();
+      (arg == "--uid" ? options.identity->uid : options.identity->gid) = static_cast<uid_t>(*id);
+    } else if (arg == "--groups") {
+      if (!options.identity) options.identity.emplace();
+      std::string_view list = value;
+      while (!list.empty()) {
+        const auto comma = list.find(',');
+        const std::string item(list.substr(0, comma));
+        const auto group = number(item.c_str());
+        if (!group) return std::nullopt;
+        options.identity->groups.push_back(static_cast<gid_t>(*group));
+        if (comma == std::string_view::npos) break;
+        list.remove_prefix(comma + 1);
+      }
+    } else if (arg == "--workdir") {
+      options.workdir = value;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
+// The environment block of launch_job, read whole from its descriptor.
+std::vector<std::string> read_environment(int fd) {
+  std::string block;
+  char chunk[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    block.append(chunk, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  std::vector<std::string> env;
+  std::size_t start = 0;
+  while (start < block.size()) {
+    const auto end = block.find('\0', start);
+    env.push_back(block.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return env;
+}
+
+// In the command's process, before exec: becomes the job's account for good and keeps no
+// capability. A daemon that is not root but holds CAP_SETUID keeps its permitted set across a
+// switch between two non-zero uids, so the sets are cleared explicitly.
+[[noreturn]] void fail_in_child(const char* what, const std::string& detail) {
+  std::fprintf(stderr, "joule: %s %s: %s\n", what, detail.c_str(), std::strerror(errno));
+  ::_exit(127);
+}
+
+void become(const JobIdentity& identity) {
+  if (::setgroups(identity.groups.size(), identity.groups.data()) != 0)
+    fail_in_child("cannot set the supplementary groups of", fmt::format("uid {}", identity.uid));
+  if (::setresgid(identity.gid, identity.gid, identity.gid) != 0)
+    fail_in_child("cannot switch to", fmt::format("gid {}", identity.gid));
+  if (::setresuid(identity.uid, identity.uid, identity.uid) != 0)
+    fail_in_child("cannot switch to", fmt::format("uid {}", identity.uid));
+  ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] = {};
+  if (::syscall(SYS_capset, &header, none) != 0) fail_in_child("cannot drop the capabilities of", "the job");
+}
+
+}  // namespace
+
 int job_runner_main(int argc, char** argv) {
-  if (argc < 3 || std::strcmp(argv[1], "--") != 0) {
-    std::fprintf(stderr, "usage: jouled --job-runner STATUS_FILE -- PROGRAM [ARGS...]\n");
+  const auto options = parse_runner_options(argc, argv);
+  if (!options) {
+    std::fprintf(stderr,
+                 "usage: jouled --job-runner STATUS_FILE [--env-fd N] [--uid U --gid G --groups G,...] "
+                 "[--workdir DIR] -- PROGRAM [ARGS...]\n");
     return 2;
   }
-  const std::filesystem::path status_path = argv[0];
+  const std::filesystem::path status_path = options->status_path;
+  std::vector<std::string> environment;
+  const bool own_environment = options->env_fd >= 0;
+  if (own_environment) environment = read_environment(options->env_fd);
   // launch_job starts us with TERM, INT and HUP blocked, so one sent to the group before the
   // command exists stays pending here instead of killing the runner; it is forwarded below.
   sigset_t forwarded;
@@ -154,8 +342,18 @@ int job_runner_main(int argc, char** argv) {
   }
   if (child == 0) {
     ::sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);
-    ::execvp(argv[2], argv + 2);
-    std::fprintf(stderr, "joule: cannot execute %s: %s\n", argv[2], std::strerror(errno));
+    if (options->identity) become(*options->identity);
+    if (!options->workdir.empty() && ::chdir(options->workdir.c_str()) != 0)
+      fail_in_child("cannot enter the workdir", options->workdir);
+    char** command = options->command;
+    if (own_environment) {
+      // execvp looks the program up in the PATH of `environ`: the job's, not the runner's.
+      static std::vector<char*> envp;
+      envp = c_strings(environment);
+      environ = envp.data();
+    }
+    ::execvp(command[0], command);
+    std::fprintf(stderr, "joule: cannot execute %s: %s\n", command[0], std::strerror(errno));
     ::_exit(127);
   }
   sigset_t pending;

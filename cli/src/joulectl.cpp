@@ -443,12 +443,23 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (logs->parsed()) {
-      std::string target = "/v1/jobs/" + id + "/log?stream=" + (stderr_stream ? "stderr" : "stdout");
-      if (tail > 0) target += "&tail_bytes=" + std::to_string(tail);
-      auto reply = client.request("GET", target);
-      if (!reply) throw Failure{reply.error().message};
-      if (reply->status >= 400) expect_json(reply);
-      std::cout << reply->body << std::flush;
+      // jouled answers a log in windows of at most 1 MiB: page on from each window's end up
+      // to the size the log had at the first answer (a growing log is not chased for ever).
+      const std::string base = "/v1/jobs/" + id + "/log?stream=" + (stderr_stream ? "stderr" : "stdout");
+      std::string target = base + (tail > 0 ? "&tail_bytes=" + std::to_string(tail) : "&offset=0");
+      std::optional<std::uint64_t> end;
+      for (;;) {
+        auto reply = client.request("GET", target);
+        if (!reply) throw Failure{reply.error().message};
+        if (reply->status >= 400) expect_json(reply);
+        std::cout << reply->body << std::flush;
+        const auto next = reply->headers.find("joule-log-next-offset");
+        const auto size = reply->headers.find("joule-log-size");
+        if (next == reply->headers.end() || size == reply->headers.end() || reply->body.empty()) break;
+        if (!end) end = std::stoull(size->second);
+        if (std::stoull(next->second) >= *end) break;
+        target = base + "&offset=" + next->second;
+      }
       return 0;
     }
     if (estimate->parsed()) {

@@ -28,8 +28,8 @@ bool is_hex_sha256(const std::string& text) {
 
 void parse_server(Checker& check, const toml::table& table, DaemonConfig& config) {
   check.warn_unknown(table, "server.",
-                     {"listen", "max_body_bytes", "request_timeout_seconds", "max_connections", "max_queued_jobs",
-                      "tls_certificate", "tls_private_key"});
+                     {"listen", "max_body_bytes", "request_timeout_seconds", "idle_timeout_seconds", "max_connections",
+                      "max_connections_per_client", "max_queued_jobs", "tls_certificate", "tls_private_key"});
   if (auto listen = check.get<std::string>(table, "listen", "server.listen")) {
     auto parsed = parse_listen_address(*listen);
     if (!parsed) {
@@ -47,6 +47,11 @@ void parse_server(Checker& check, const toml::table& table, DaemonConfig& config
   config.server.max_connections =
       static_cast<std::size_t>(check.integer_in(table, "max_connections", "server.max_connections", 1, 100000,
                                                 static_cast<std::int64_t>(config.server.max_connections)));
+  config.server.idle_timeout_seconds =
+      check.positive(table, "idle_timeout_seconds", "server.idle_timeout_seconds", config.server.idle_timeout_seconds);
+  config.server.max_connections_per_client = static_cast<std::size_t>(
+      check.integer_in(table, "max_connections_per_client", "server.max_connections_per_client", 1, 100000,
+                       static_cast<std::int64_t>(config.server.max_connections_per_client)));
   config.server.max_queued_jobs =
       static_cast<std::size_t>(check.integer_in(table, "max_queued_jobs", "server.max_queued_jobs", 1, 10000000,
                                                 static_cast<std::int64_t>(config.server.max_queued_jobs)));
@@ -425,7 +430,32 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
   }
   if (const auto* probing = table_of("probing")) parse_probing(check, *probing, config.probing);
   if (const auto* jobs = table_of("jobs")) {
-    check.warn_unknown(*jobs, "jobs.", {"kill_grace_seconds", "cgroups"});
+    check.warn_unknown(*jobs, "jobs.", {"kill_grace_seconds", "cgroups", "run_as", "groups", "directory"});
+    if (auto run_as = check.get<std::string>(*jobs, "run_as", "jobs.run_as")) {
+      if (run_as->empty() || run_as->find_first_of(" \t\n:/") != std::string::npos)
+        check.problem(*jobs->get("run_as"),
+                      "jobs.run_as must be \"per-job\" (each job its own uid), \"jouled\" (as the daemon) or an "
+                      "account name");
+      else
+        config.job_run_as = *run_as;
+    }
+    if (const toml::node* groups = jobs->get("groups")) {
+      const auto* array = groups->as_array();
+      if (!array) check.problem(*groups, "jobs.groups must be an array of group names, e.g. [\"video\", \"render\"]");
+      for (std::size_t i = 0; array && i < array->size(); ++i) {
+        auto name = (*array)[i].value<std::string>();
+        if (!name || name->empty())
+          check.problem((*array)[i], fmt::format("jobs.groups[{}] must be a group name", i));
+        else
+          config.job_groups.push_back(*name);
+      }
+    }
+    if (auto dir = check.get<std::string>(*jobs, "directory", "jobs.directory")) {
+      if (dir->empty() || (*dir)[0] != '/')
+        check.problem(*jobs->get("directory"), "jobs.directory must be an absolute path");
+      else
+        config.job_work_directory = *dir;
+    }
     if (const toml::node* cgroups = jobs->get("cgroups")) {
       if (auto flag = cgroups->value<bool>())
         config.job_cgroups = *flag;
@@ -475,7 +505,9 @@ nlohmann::json to_json(const DaemonConfig& config) {
            {{"listen", fmt::format("{}:{}", config.server.host, config.server.port)},
             {"max_body_bytes", config.server.max_body_bytes},
             {"request_timeout_seconds", config.server.request_timeout_seconds},
+            {"idle_timeout_seconds", config.server.idle_timeout_seconds},
             {"max_connections", config.server.max_connections},
+            {"max_connections_per_client", config.server.max_connections_per_client},
             {"max_queued_jobs", config.server.max_queued_jobs},
             {"tls", !config.server.tls_certificate.empty()}}},
           {"cluster",
@@ -492,13 +524,18 @@ nlohmann::json to_json(const DaemonConfig& config) {
           {"auth", {{"tokens", config.token_sha256.size()}}},
           {"devices", devices},
           {"meters", {{"interval_seconds", config.meter_interval_seconds}}},
-          {"jobs", {{"kill_grace_seconds", config.kill_grace_seconds}, {"cgroups", config.job_cgroups}}},
+          {"jobs",
+           {{"kill_grace_seconds", config.kill_grace_seconds},
+            {"cgroups", config.job_cgroups},
+            {"run_as", config.job_run_as},
+            {"groups", config.job_groups},
+            {"directory", config.job_work_directory.string()}}},
           {"probing",
            {{"enabled", config.probing.enabled},
             {"idle_seconds", config.probing.idle_seconds},
-            {"hours", fmt::format("{:02}:{:02}-{:02}:{:02}", config.probing.start_minute / 60,
-                                  config.probing.start_minute % 60, config.probing.end_minute / 60,
-                                  config.probing.end_minute % 60)},
+            {"hours",
+             fmt::format("{:02}:{:02}-{:02}:{:02}", config.probing.start_minute / 60, config.probing.start_minute % 60,
+                         config.probing.end_minute / 60, config.probing.end_minute % 60)},
             {"max_joules_per_day", config.probing.max_joules_per_day},
             {"max_model_age_hours", config.probing.max_model_age_hours},
             {"target_sigma", config.probing.target_sigma},

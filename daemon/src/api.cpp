@@ -1,6 +1,8 @@
 #include "joule/daemon/api.hpp"
 
+#include "joule/adapters/log_file.hpp"
 #include "joule/common/sha256.hpp"
+#include "joule/common/text.hpp"
 
 #include "joule/daemon/estimates.hpp"
 
@@ -8,7 +10,6 @@
 #include <openssl/evp.h>
 
 #include <chrono>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -20,6 +21,9 @@ namespace http = boost::beast::http;
 using nlohmann::json;
 
 namespace {
+
+// The most one answer of GET /v1/jobs/{id}/log carries.
+constexpr std::size_t kMaxLogChunkBytes = 1 << 20;
 
 struct ProblemKind {
   http::status status;
@@ -52,12 +56,56 @@ ProblemKind kind_of(ErrorCode code) {
   return {http::status::internal_server_error, "internal"};
 }
 
+// Every JSON answer goes out through here. Text from the request (a target, an id, a parser's
+// message quoting the bad bytes) can hold bytes that are not UTF-8, on which a plain dump()
+// throws; they are replaced with U+FFFD instead.
+std::string json_text(const json& body) { return body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"; }
+
 HttpResponse json_response(http::status status, const json& body) {
   HttpResponse response{status, 11};
   response.set(http::field::content_type,
                static_cast<unsigned>(status) >= 400 ? "application/problem+json" : "application/json");
-  response.body() = body.dump() + "\n";
+  response.body() = json_text(body);
   return response;
+}
+
+// A request body as JSON. nlohmann throws parse_error for bad syntax and ill-formed UTF-8 and
+// out_of_range for numbers beyond a double (1e400); both are the client's mistake. The
+// message quotes the offending bytes only in escaped form.
+Result<json> parse_json_body(const std::string& body) {
+  try {
+    return json::parse(body);
+  } catch (const json::parse_error& error) {
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("malformed JSON at byte {}: {}", error.byte, printable(error.what(), 300)));
+  } catch (const json::exception& error) {
+    return make_error(ErrorCode::invalid_argument, fmt::format("unusable JSON: {}", printable(error.what(), 300)));
+  }
+}
+
+// The request target as the routes may use it: RFC 9112 allows only visible ASCII there, and
+// a percent-encoded segment or query value must decode to UTF-8 without control characters.
+// Nothing past this point sees bytes it could choke on or forge log lines with.
+std::optional<Error> check_target(std::string_view target) {
+  if (target.empty() || target.front() != '/')
+    return make_error(ErrorCode::invalid_argument, "the request target must be an absolute path such as /v1/jobs");
+  for (const char c : target) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte <= 0x20 || byte >= 0x7F) {
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("the request target holds the byte 0x{:02x}; percent-encode it", byte));
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Error> check_decoded(const std::string& text, std::string_view what) {
+  if (!is_valid_utf8(text) || has_control_character(text)) {
+    return make_error(
+        ErrorCode::invalid_argument,
+        fmt::format("the {} \"{}\" is not UTF-8 text without control characters", what, printable(text, 200)));
+  }
+  return std::nullopt;
 }
 
 // Splits "/v1/jobs/abc/log?x=1" into path segments and query parameters.
@@ -131,7 +179,7 @@ HttpResponse problem_response(const Error& error, const std::string& instance) {
   response.set(http::field::content_type, "application/problem+json");
   if (error.code == ErrorCode::too_many) response.set(http::field::retry_after, "10");
   if (error.code == ErrorCode::unauthorized) response.set(http::field::www_authenticate, "Bearer realm=\"jouled\"");
-  response.body() = body.dump() + "\n";
+  response.body() = json_text(body);
   return response;
 }
 
@@ -163,12 +211,50 @@ bool Api::token_matches(const HttpRequest& request, const std::vector<std::strin
 }
 
 void Api::handle(HttpRequest&& request, Reply reply) {
+  // The one place where a handler's exception stops: whatever a route throws (a bug, a library
+  // surprise) becomes a 500 problem for this request, and the daemon goes on serving. A reply
+  // already sent is not sent twice.
+  auto replied = std::make_shared<bool>(false);
+  Reply once = [reply = std::move(reply), replied](HttpResponse response) {
+    if (*replied) return;
+    *replied = true;
+    reply(std::move(response));
+  };
+  const std::string target = printable(request.target(), 512);
+  try {
+    route(std::move(request), once);
+  } catch (const std::exception& error) {
+    spdlog::error("request {}: internal error: {}", target, printable(error.what()));
+    metrics_.observe_request("internal-error", 500, 0.0);
+    once(problem_response(make_error(ErrorCode::internal, "jouled failed to answer this request; the error is logged"),
+                          target));
+  }
+}
+
+void Api::route(HttpRequest&& request, const Reply& reply) {
   const auto started = std::chrono::steady_clock::now();
+  std::string route = "unmatched";
+  if (auto error = check_target(request.target())) {
+    metrics_.observe_request(route, 400, 0.0);
+    return reply(problem_response(*error, printable(request.target(), 512)));
+  }
   const std::string target(request.target());
   const Target parsed = parse_target(target);
   const auto& seg = parsed.segments;
   const http::verb method = request.method();
-  std::string route = "unmatched";
+  for (const auto& segment : seg) {
+    if (auto error = check_decoded(segment, "path segment")) {
+      metrics_.observe_request(route, 400, 0.0);
+      return reply(problem_response(*error, target));
+    }
+  }
+  for (const auto& [name, value] : parsed.query) {
+    if (auto error = check_decoded(name, "query parameter name");
+        error || (error = check_decoded(value, "query value"))) {
+      metrics_.observe_request(route, 400, 0.0);
+      return reply(problem_response(*error, target));
+    }
+  }
 
   // Wraps the reply so every answer is counted with its route template and latency.
   auto answer = [this, reply, started, &route](HttpResponse response) {
@@ -210,19 +296,16 @@ void Api::handle(HttpRequest&& request, Reply reply) {
     return answer(std::move(response));
   }
 
-  if (seg.empty() || seg[0] != "v1") return fail(make_error(ErrorCode::not_found, fmt::format("no route {}", target)));
+  if (seg.empty() || seg[0] != "v1")
+    return fail(make_error(ErrorCode::not_found, fmt::format("no route {}", printable(target, 200))));
   // A job reports its progress with its own token (JOULE_JOB_TOKEN), not an API token.
   if (seg.size() == 4 && seg[1] == "jobs" && seg[3] == "progress") {
     route = "/v1/jobs/{id}/progress";
     if (method != http::verb::post) return wrong_method("POST");
     const std::string token = bearer_token(request);
-    json body;
-    try {
-      body = json::parse(request.body());
-    } catch (const json::parse_error& error) {
-      return fail(make_error(ErrorCode::invalid_argument, fmt::format("malformed JSON at byte {}: {}", error.byte, error.what())));
-    }
-    auto result = jobs_.report_progress(seg[2], token, body);
+    auto body = parse_json_body(request.body());
+    if (!body) return fail(body.error());
+    auto result = jobs_.report_progress(seg[2], token, *body);
     if (!result) return fail(result.error());
     return answer(json_response(http::status::ok, *result));
   }
@@ -234,13 +317,9 @@ void Api::handle(HttpRequest&& request, Reply reply) {
       return fail(make_error(ErrorCode::conflict, "this jouled is not a coordinator ([cluster] role)"));
     if (!token_matches(request, agent_token_hashes_.empty() ? token_hashes_ : agent_token_hashes_))
       return fail(make_error(ErrorCode::unauthorized, "an agent token is required (Authorization: Bearer TOKEN)"));
-    json body;
-    try {
-      body = json::parse(request.body());
-    } catch (const json::parse_error& error) {
-      return fail(make_error(ErrorCode::invalid_argument, fmt::format("malformed JSON at byte {}: {}", error.byte, error.what())));
-    }
-    return coordinator_->sync(body, [respond = answer_later(route), target](Result<json> result) {
+    auto body = parse_json_body(request.body());
+    if (!body) return fail(body.error());
+    return coordinator_->sync(*body, [respond = answer_later(route), target](Result<json> result) {
       if (!result) return respond(problem_response(result.error(), target));
       respond(json_response(http::status::ok, *result));
     });
@@ -252,13 +331,12 @@ void Api::handle(HttpRequest&& request, Reply reply) {
 
   auto parse_body = [&](json& out) -> bool {
     // Any Content-Type is accepted (curl -d sends a form type): the body must parse as JSON.
-    try {
-      out = json::parse(request.body());
-    } catch (const json::parse_error& error) {
-      fail(make_error(ErrorCode::invalid_argument,
-                      fmt::format("malformed JSON at byte {}: {}", error.byte, error.what()), ""));
+    auto parsed_body = parse_json_body(request.body());
+    if (!parsed_body) {
+      fail(parsed_body.error());
       return false;
     }
+    out = std::move(parsed_body).value();
     return true;
   };
   auto send_result = [&target](auto respond, http::status ok_status) {
@@ -317,26 +395,33 @@ void Api::handle(HttpRequest&& request, Reply reply) {
     if (auto it = parsed.query.find("stream"); it != parsed.query.end()) stream = it->second;
     auto path = jobs_.log_path(seg[2], stream);
     if (!path) return fail(path.error());
-    std::size_t tail = 1 << 20;
+    // One answer carries at most kMaxLogChunkBytes; a client pages on from Joule-Log-Next-Offset
+    // (joulectl logs does), so a reader of a huge log never makes jouled hold it whole.
+    adapters::LogWindow window{std::nullopt, kMaxLogChunkBytes, kMaxLogChunkBytes};
     if (auto it = parsed.query.find("tail_bytes"); it != parsed.query.end()) {
       auto count = parse_count(it->second);
       if (!count)
         return fail(make_error(ErrorCode::invalid_argument, "tail_bytes must be a non-negative integer", "tail_bytes"));
-      tail = *count;
+      window.tail_bytes = *count;
     }
-    std::ifstream in(*path, std::ios::binary);
-    std::string text;
-    if (in) {
-      in.seekg(0, std::ios::end);
-      const auto size = static_cast<std::size_t>(in.tellg());
-      const std::size_t from = size > tail ? size - tail : 0;
-      in.seekg(static_cast<std::streamoff>(from));
-      text.resize(size - from);
-      in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    if (auto it = parsed.query.find("offset"); it != parsed.query.end()) {
+      auto count = parse_count(it->second);
+      if (!count)
+        return fail(make_error(ErrorCode::invalid_argument, "offset must be a non-negative integer", "offset"));
+      window.offset = *count;
+    }
+    auto chunk = adapters::read_log_window(*path, window);
+    if (!chunk) {
+      spdlog::warn("job {}: log refused: {}", printable(seg[2]), chunk.error().message);
+      return fail(make_error(ErrorCode::permission_denied, fmt::format("the {} log of job {} cannot be served: {}",
+                                                                       stream, seg[2], chunk.error().message)));
     }
     HttpResponse response{http::status::ok, 11};
     response.set(http::field::content_type, "text/plain; charset=utf-8");
-    response.body() = std::move(text);
+    response.set("Joule-Log-Offset", std::to_string(chunk->offset));
+    response.set("Joule-Log-Next-Offset", std::to_string(chunk->next_offset()));
+    response.set("Joule-Log-Size", std::to_string(chunk->size));
+    response.body() = std::move(chunk->bytes);
     return answer(std::move(response));
   }
   if (seg.size() == 2 && seg[1] == "devices") {
@@ -394,7 +479,7 @@ void Api::handle(HttpRequest&& request, Reply reply) {
          {"detail", fmt::format("/v1/{} is part of the API but not implemented in this version of jouled", seg[1])},
          {"instance", target}}));
   }
-  fail(make_error(ErrorCode::not_found, fmt::format("no route {}", target)));
+  fail(make_error(ErrorCode::not_found, fmt::format("no route {}", printable(target, 200))));
 }
 
 }  // namespace joule::daemon

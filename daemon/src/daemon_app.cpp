@@ -1,6 +1,17 @@
 #include "joule/daemon/daemon_app.hpp"
 
+#include "joule/common/text.hpp"
+
+#include <grp.h>
+#include <linux/capability.h>
+#include <pwd.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <chrono>
 #include <fstream>
@@ -37,6 +48,117 @@
 #endif
 
 namespace joule::daemon {
+
+namespace {
+
+// Each connection is a descriptor. With max_connections above the descriptor limit, accept
+// fails with EMFILE while the server still believes it has room; the soft limit is raised to
+// the hard one, and the connection limit lowered to fit what is left after jouled's own
+// descriptors (database, meters, pidfds of running jobs).
+std::size_t usable_connection_limit(std::size_t wanted) {
+  constexpr rlim_t kReserved = 256;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return wanted;
+  if (limit.rlim_cur < limit.rlim_max && limit.rlim_cur < wanted + kReserved) {
+    rlimit raised = limit;
+    raised.rlim_cur = std::min<rlim_t>(limit.rlim_max, wanted + kReserved);
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= wanted + kReserved) return wanted;
+  const std::size_t usable = limit.rlim_cur > 2 * kReserved ? limit.rlim_cur - kReserved : limit.rlim_cur / 2;
+  spdlog::warn(
+      "server.max_connections = {} does not fit the descriptor limit ({}); serving at most {} connections "
+      "(raise LimitNOFILE)",
+      wanted, limit.rlim_cur, usable);
+  return usable;
+}
+
+// Whether jouled may run jobs as other accounts: as root, or holding CAP_SETUID and CAP_SETGID
+// (to switch), CAP_CHOWN (to hand a job its directory) and CAP_KILL (to signal it), as the
+// systemd unit grants them.
+bool can_switch_users() {
+  if (::geteuid() == 0) return true;
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (::syscall(SYS_capget, &header, data) != 0) return false;
+  const auto has = [&](int capability) { return (data[capability / 32].effective & (1u << (capability % 32))) != 0; };
+  return has(CAP_SETUID) && has(CAP_SETGID) && has(CAP_CHOWN) && has(CAP_KILL);
+}
+
+gid_t group_id(const std::string& name) {
+  if (const group* entry = ::getgrnam(name.c_str())) return entry->gr_gid;
+  throw std::runtime_error(fmt::format("jobs.groups: there is no group {}", name));
+}
+
+// [jobs] run_as made concrete for this process.
+JobAccounts resolve_job_accounts(const config::DaemonConfig& config) {
+  JobAccounts accounts;
+  if (config.job_run_as == "jouled") {
+    accounts.mode = JobAccounts::Mode::daemon;
+    spdlog::warn("jobs run as jouled itself ([jobs] run_as = \"jouled\"): they can read and change its state in {}",
+                 config.state_directory.string());
+    return accounts;
+  }
+  if (!can_switch_users()) {
+    accounts.mode = JobAccounts::Mode::daemon;
+    spdlog::warn(
+        "jobs run as jouled's own user (uid {}) and can reach its state in {}: jouled switches users only as "
+        "root or with CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_KILL (the systemd unit grants them); "
+        "[jobs] run_as = \"jouled\" says this is meant",
+        ::geteuid(), config.state_directory.string());
+    return accounts;
+  }
+  for (const auto& name : config.job_groups) accounts.extra_groups.push_back(group_id(name));
+  if (config.job_run_as == "per-job") {
+    accounts.mode = JobAccounts::Mode::per_job;
+    spdlog::info("jobs run each as an account of its own (uid and gid {} + the job's number)", accounts.uid_base);
+    return accounts;
+  }
+  const passwd* entry = ::getpwnam(config.job_run_as.c_str());
+  if (!entry) {
+    throw std::runtime_error(
+        fmt::format("jobs.run_as: there is no account {} (create it, e.g. useradd --system --no-create-home {}, or use "
+                    "\"per-job\")",
+                    config.job_run_as, config.job_run_as));
+  }
+  if (entry->pw_uid == 0 || entry->pw_uid == ::geteuid())
+    throw std::runtime_error(
+        fmt::format("jobs.run_as: {} is root or jouled's own account; jobs must not run as either", config.job_run_as));
+  accounts.mode = JobAccounts::Mode::account;
+  accounts.account_name = config.job_run_as;
+  accounts.account.uid = entry->pw_uid;
+  accounts.account.gid = entry->pw_gid;
+  int count = 64;
+  std::vector<gid_t> groups(static_cast<std::size_t>(count));
+  if (::getgrouplist(entry->pw_name, entry->pw_gid, groups.data(), &count) < 0) {
+    groups.resize(static_cast<std::size_t>(count));
+    ::getgrouplist(entry->pw_name, entry->pw_gid, groups.data(), &count);
+  }
+  groups.resize(static_cast<std::size_t>(std::max(count, 0)));
+  groups.insert(groups.end(), accounts.extra_groups.begin(), accounts.extra_groups.end());
+  accounts.account.groups = std::move(groups);
+  spdlog::info("jobs run as {} (uid {})", config.job_run_as, entry->pw_uid);
+  return accounts;
+}
+
+// Jobs get their directories beside the state directory, never inside it: "/var/lib/jouled"
+// gives "/var/lib/jouled-jobs" (the unit's second StateDirectory=).
+std::filesystem::path job_work_directory(const config::DaemonConfig& config) {
+  if (!config.job_work_directory.empty()) return config.job_work_directory;
+  auto state = config.state_directory;
+  if (state.filename().empty()) state = state.parent_path();
+  return state.parent_path() / (state.filename().string() + "-jobs");
+}
+
+// The state directory is jouled's alone: others lose any access a umask left them.
+void keep_state_private(const std::filesystem::path& state) {
+  struct stat info {};
+  if (::stat(state.c_str(), &info) != 0 || info.st_uid != ::geteuid() || (info.st_mode & 0007) == 0) return;
+  if (::chmod(state.c_str(), info.st_mode & 07770) == 0)
+    spdlog::info("state directory {}: access for others removed", state.string());
+}
+
+}  // namespace
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
@@ -220,6 +342,25 @@ int run_daemon(const CommandLine& command_line) {
   if (ec)
     throw std::runtime_error(
         fmt::format("cannot create the state directory {}: {}", config.state_directory.string(), ec.message()));
+  keep_state_private(config.state_directory);
+  const JobAccounts job_accounts = resolve_job_accounts(config);
+  std::filesystem::path work_directory;
+  if (job_accounts.mode != JobAccounts::Mode::daemon) {
+    work_directory = job_work_directory(config);
+    std::filesystem::create_directories(work_directory, ec);
+    // 0711: jobs reach their own directory (0700, theirs) but cannot list the others.
+    if (ec || ::chmod(work_directory.c_str(), 0711) != 0)
+      throw std::runtime_error(fmt::format("cannot prepare the jobs' directory {}: {}", work_directory.string(),
+                                           ec ? ec.message() : std::strerror(errno)));
+    if (const auto identity = job_accounts.identity_for(1)) {
+      if (auto why = adapters::unreachable_by(work_directory, *identity)) {
+        throw std::runtime_error(
+            fmt::format("the jobs' directory {} is out of reach of the jobs' accounts ({}); set "
+                        "[jobs] directory to a path others may enter",
+                        work_directory.string(), *why));
+      }
+    }
+  }
   const auto db_path = config.state_directory / "jouled.db";
   auto database = adapters::Database::open(db_path);
   if (!database) throw std::runtime_error(database.error().message);
@@ -273,6 +414,8 @@ int run_daemon(const CommandLine& command_line) {
 
   JobServiceOptions job_options;
   job_options.state_directory = config.state_directory;
+  job_options.work_directory = work_directory;
+  job_options.accounts = job_accounts;
   job_options.runner = std::filesystem::read_symlink("/proc/self/exe", ec);
   job_options.kill_grace_seconds = config.kill_grace_seconds;
   job_options.max_queued_jobs = config.server.max_queued_jobs;
@@ -357,7 +500,8 @@ int run_daemon(const CommandLine& command_line) {
   api.set_cluster(coordinator.get(), agent.get());
   api.set_slurm(slurm.get());
   HttpServerOptions server_options{config.server.max_body_bytes, config.server.request_timeout_seconds,
-                                   config.server.max_connections};
+                                   usable_connection_limit(config.server.max_connections),
+                                   config.server.max_connections_per_client, config.server.idle_timeout_seconds};
   if (!config.server.tls_certificate.empty()) {
     auto tls = make_server_tls_context({config.server.tls_certificate, config.server.tls_private_key});
     if (!tls) throw std::runtime_error("TLS: " + tls.error().message);
@@ -517,7 +661,18 @@ int run_daemon(const CommandLine& command_line) {
   };
   on_reload();
 
-  io.run();
+  // Handlers do not throw by contract (running paths return Results, and the API turns a
+  // route's exception into a 500). Should one throw all the same, Asio unwinds out of run():
+  // the handler is logged and the loop resumes, rather than the daemon ending with every
+  // running job orphaned.
+  for (;;) {
+    try {
+      io.run();
+      break;
+    } catch (const std::exception& error) {
+      spdlog::critical("an event handler threw, which is a bug; jouled goes on: {}", printable(error.what()));
+    }
+  }
   storage.stop();
   spdlog::info("stopped; {} commits for {} writes", storage.commits(), storage.writes());
   return 0;

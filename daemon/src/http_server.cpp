@@ -1,5 +1,6 @@
 #include "joule/daemon/http_server.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -167,6 +168,12 @@ class HttpSession {
   virtual void start(Where where) = 0;
   /// Closes the connection unless a request is being answered; then it closes after the reply.
   virtual void close_when_idle() = 0;
+  /// Closes the connection now if it is waiting for a request (to make room for another).
+  virtual bool give_way() = 0;
+
+  /// Since when the connection waits for a request to arrive whole; nothing while one is handled.
+  std::optional<std::chrono::steady_clock::time_point> waiting_since() const { return waiting_since_; }
+  const asio::ip::address& client() const { return client_; }
 
  protected:
   const HttpServerOptions& options() const { return server_.options_; }
@@ -176,6 +183,8 @@ class HttpSession {
   }
 
   Where where_;
+  std::optional<std::chrono::steady_clock::time_point> waiting_since_;
+  asio::ip::address client_;
 
  private:
   HttpServer& server_;
@@ -193,7 +202,11 @@ class BasicHttpSession final : public HttpSession, public std::enable_shared_fro
 
  public:
   BasicHttpSession(tcp::socket socket, std::shared_ptr<ssl::context> tls, HttpServer& server)
-      : HttpSession(server), tls_(std::move(tls)), stream_(make_stream(std::move(socket), tls_.get())) {}
+      : HttpSession(server), tls_(std::move(tls)), stream_(make_stream(std::move(socket), tls_.get())) {
+    beast::error_code ignored;
+    client_ = lowest().socket().remote_endpoint(ignored).address();
+    waiting_since_ = std::chrono::steady_clock::now();
+  }
 
   void start(Where where) override {
     where_ = where;
@@ -210,6 +223,13 @@ class BasicHttpSession final : public HttpSession, public std::enable_shared_fro
     closing_ = true;
     // An idle TLS connection is closed without close_notify: a read is pending on the stream.
     if (!busy_) close_socket(tcp::socket::shutdown_both);
+  }
+
+  bool give_way() override {
+    if (busy_ || !waiting_since_) return false;
+    waiting_since_.reset();
+    close_when_idle();
+    return true;
   }
 
  private:
@@ -244,7 +264,28 @@ class BasicHttpSession final : public HttpSession, public std::enable_shared_fro
     read();
   }
 
+  std::chrono::steady_clock::duration idle_timeout() const {
+    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(std::min(options().idle_timeout_seconds, options().timeout_seconds)));
+  }
+
+  // Waits, for at most the idle timeout, for the first bytes of the next request; then the
+  // request itself has the request timeout. An idle or silent connection so goes quickly, and
+  // one that only trickles (slowloris) still ends at the request timeout.
   void read() {
+    if (closing_) return close_when_idle();
+    waiting_since_ = std::chrono::steady_clock::now();
+    if (buffer_.size() > 0) return read_request();  // pipelined: the next request is already here
+    lowest().expires_after(idle_timeout());
+    stream_.async_read_some(buffer_.prepare(4096),
+                            [self = this->shared_from_this()](beast::error_code ec, std::size_t bytes) {
+                              self->buffer_.commit(bytes);
+                              if (ec) return self->on_read(ec);
+                              self->read_request();
+                            });
+  }
+
+  void read_request() {
     if (closing_) return close_when_idle();
     parser_.emplace();
     parser_->body_limit(options().max_body_bytes);
@@ -255,6 +296,7 @@ class BasicHttpSession final : public HttpSession, public std::enable_shared_fro
   }
 
   void on_read(beast::error_code ec) {
+    waiting_since_.reset();
     if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
         ec == asio::error::connection_reset || ec == asio::error::eof || ec == asio::error::bad_descriptor ||
         ec == ssl::error::stream_truncated)  // a TLS client that closed without close_notify
@@ -273,11 +315,19 @@ class BasicHttpSession final : public HttpSession, public std::enable_shared_fro
     version_ = request.version();
     lowest().expires_never();  // the handler may wait on a commit; the write has its own timeout
     auto replied = std::make_shared<bool>(false);
-    handle(std::move(request), [self = this->shared_from_this(), replied](HttpResponse response) {
+    try {
+      handle(std::move(request), [self = this->shared_from_this(), replied](HttpResponse response) {
+        if (*replied) return;
+        *replied = true;
+        self->write(std::move(response), !self->keep_alive_);
+      });
+    } catch (const std::exception&) {
+      // The handler is meant to answer every error itself; an exception escaping it must still
+      // not cross this Asio handler (it would end io_context::run and the daemon).
       if (*replied) return;
       *replied = true;
-      self->write(std::move(response), !self->keep_alive_);
-    });
+      refuse(http::status::internal_server_error, "the request could not be handled");
+    }
   }
 
   void refuse(http::status status, const std::string& detail) {
@@ -369,14 +419,73 @@ Result<tcp::endpoint> HttpServer::listen(const std::string& host, std::uint16_t 
   return bound;
 }
 
+namespace {
+
+// Sent without waiting to a connection over the limits, before it is closed: a few hundred
+// bytes always fit the new socket's send buffer, so the non-blocking write never blocks the loop.
+void answer_busy(tcp::socket& socket) {
+  static const std::string kBody =
+      R"({"type":"urn:joule:problem:unavailable","title":"Service Unavailable","status":503,)"
+      R"("detail":"jouled has as many connections as it serves; retry in a second"})"
+      "\n";
+  static const std::string kBusy = fmt::format(
+      "HTTP/1.1 503 Service Unavailable\r\nServer: jouled\r\nContent-Type: application/problem+json\r\n"
+      "Retry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{}",
+      kBody.size(), kBody);
+  beast::error_code ignored;
+  socket.non_blocking(true, ignored);
+  socket.write_some(asio::buffer(kBusy), ignored);
+  socket.shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+}  // namespace
+
+bool HttpServer::admit(const asio::ip::address& client) {
+  // Under a cap, the connection that has waited longest for a request gives way: idle
+  // keep-alive clients and slow senders make room for new ones, requests being answered
+  // (long polls included) are never cut.
+  auto make_room = [&](bool same_client_only) {
+    std::shared_ptr<HttpSession> oldest;
+    for (auto& weak : sessions_) {
+      auto session = weak.lock();
+      if (!session || !session->waiting_since() || (same_client_only && session->client() != client)) continue;
+      if (!oldest || *session->waiting_since() < *oldest->waiting_since()) oldest = session;
+    }
+    return oldest && oldest->give_way();
+  };
+  std::size_t from_client = 0;
+  for (auto& weak : sessions_) {
+    if (auto session = weak.lock(); session && session->client() == client) ++from_client;
+  }
+  if (from_client >= options_.max_connections_per_client && !make_room(true)) return false;
+  if (sessions_.size() >= options_.max_connections && !make_room(false)) return false;
+  return true;
+}
+
+void HttpServer::accept_later() {
+  // Out of descriptors (EMFILE/ENFILE) or memory: accepting again at once would spin the
+  // loop at 100 % CPU while the pending connection stays in the backlog; wait a little.
+  if (!accept_retry_) accept_retry_ = std::make_unique<asio::steady_timer>(io_);
+  accept_retry_->expires_after(std::chrono::milliseconds(100));
+  accept_retry_->async_wait([this, alive = alive_](beast::error_code ec) {
+    if (*alive && !ec && acceptor_.is_open()) accept();
+  });
+}
+
 void HttpServer::accept() {
   acceptor_.async_accept(io_, [this, alive = alive_](beast::error_code ec, tcp::socket socket) {
     if (!*alive || ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-    if (!ec) {
-      if (sessions_.size() >= options_.max_connections) {
-        // Over the limit: close at once rather than queue; clients retry.
+    if (ec) {
+      if (on_refusal_) on_refusal_(503);
+      return accept_later();
+    }
+    {
+      beast::error_code ignored;
+      const auto client = socket.remote_endpoint(ignored).address();
+      if (!admit(client)) {
         if (on_refusal_) on_refusal_(503);
-        beast::error_code ignored;
+        // A TLS client cannot read a plain answer: it is only closed.
+        if (!options_.tls) answer_busy(socket);
         socket.close(ignored);
       } else {
         // Answers go out whole at once; without this, Nagle and delayed ACKs held small TLS

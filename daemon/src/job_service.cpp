@@ -5,10 +5,12 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <unistd.h>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <thread>
 #include <unordered_map>
-#include <unistd.h>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -22,6 +24,7 @@
 #include "joule/adapters/nvml_meter.hpp"
 #include "joule/adapters/simulated_meter.hpp"
 #include "joule/common/sha256.hpp"
+#include "joule/common/text.hpp"
 #include "joule/schedulers/step_projection.hpp"
 
 namespace joule::daemon {
@@ -96,6 +99,29 @@ std::filesystem::path JobService::job_directory(const std::string& id) const {
   return options_.state_directory / "jobs" / id;
 }
 
+std::filesystem::path JobService::work_directory(const std::string& id) const {
+  return options_.work_directory.empty() ? job_directory(id) : options_.work_directory / id;
+}
+
+Status JobService::prepare_work_directory(const std::string& id,
+                                          const std::optional<adapters::JobIdentity>& identity) const {
+  const auto dir = work_directory(id);
+  for (const auto& path : {dir, dir / "tmp"}) {
+    // mkdir, not create_directories: an existing entry (a job id's leftover, or a link
+    // planted by someone) is checked below rather than followed.
+    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
+      return make_error(ErrorCode::io, fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)));
+    struct stat info {};
+    if (::lstat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
+      return make_error(ErrorCode::io, fmt::format("{} is not a directory", path.string()));
+    if (identity && ::lchown(path.c_str(), identity->uid, identity->gid) != 0) {
+      return make_error(ErrorCode::io, fmt::format("cannot hand {} to uid {}: {}", path.string(), identity->uid,
+                                                   std::strerror(errno)));
+    }
+  }
+  return {};
+}
+
 Device* JobService::find_device(const std::string& name) {
   for (auto& device : devices_) {
     if (device.name == name) return &device;
@@ -128,7 +154,9 @@ void JobService::transition(Job& job, JobState to, const std::string& message, s
   job.row.state = std::string(schedulers::to_string(to));
   StoredEvent event{job.row.id, now_ms(), job.row.state, message};
   job.events.push_back(event);
-  spdlog::info("job {} ({}): {}{}", job.row.id, job.row.name, job.row.state, message.empty() ? "" : ": " + message);
+  // Names and messages (a program's words, Slurm's) are escaped: a newline must not forge a line.
+  spdlog::info("job {} ({}): {}{}", job.row.id, printable(job.row.name), job.row.state,
+               message.empty() ? "" : ": " + printable(message));
   refresh_state_metrics();
   if (!job.row.origin.empty() && assignment_changed_) assignment_changed_();
   persist(
@@ -183,15 +211,31 @@ Status JobService::check_runnable(const schedulers::JobSpec& spec) const {
     if (::access(workdir.c_str(), X_OK) != 0)
       return invalid(fmt::format("run.workdir {} is not accessible to jouled", workdir.string()), "/run/workdir");
   }
+  // Jobs run under accounts of their own: a workdir or program in a private home or temp
+  // directory is refused now, with the directory in the way, rather than failing at start.
+  const auto identity = options_.accounts.identity_for(next_sequence_);
+  auto reachable = [&](const std::filesystem::path& path, const char* what, const char* pointer) -> Status {
+    if (!identity) return {};
+    if (auto why = adapters::unreachable_by(path, *identity)) {
+      return invalid(fmt::format("{} {} is out of reach of the job's account (uid {}): {}; give others access "
+                                 "(chmod o+x) or use another directory",
+                                 what, path.string(), identity->uid, *why),
+                     pointer);
+    }
+    return {};
+  };
+  if (!workdir.empty()) {
+    if (auto status = reachable(workdir, "run.workdir", "/run/workdir"); !status) return status;
+  }
   const std::string& program = spec.run.argv.front();
   if (program.find('/') != std::string::npos) {
     std::filesystem::path path = program;
-    if (path.is_relative()) path = (workdir.empty() ? job_directory("_") : workdir) / path;
+    if (path.is_relative()) path = (workdir.empty() ? work_directory("_") : workdir) / path;
     if (workdir.empty() && std::filesystem::path(program).is_relative())
       return invalid("a relative program path needs run.workdir", "/run/command/0");
     if (!is_executable_file(path))
       return invalid(fmt::format("program {} does not exist or is not executable", path.string()), "/run/command/0");
-    return {};
+    return reachable(path, "program", "/run/command/0");
   }
   const auto env_path = spec.run.env.find("PATH");
   const std::string search = env_path != spec.run.env.end() ? env_path->second : daemon_path();
@@ -258,7 +302,7 @@ void JobService::submit(const json& body, Done done) {
     jobs_.emplace(id, std::move(owned));
     metrics_.count_submission();
     refresh_state_metrics();
-    spdlog::info("job {} ({}): accepted", id, jobs_.at(id)->row.name);
+    spdlog::info("job {} ({}): accepted", id, printable(jobs_.at(id)->row.name));
     done(to_json(*jobs_.at(id), true));
     schedule();
   });
@@ -506,7 +550,12 @@ std::vector<std::string> JobService::job_environment(const Job& job, const std::
   }
   if (!env.contains("PATH")) env["PATH"] = daemon_path();
   // systemd removes the service's private /tmp when jouled stops, but jobs outlive it.
-  env["TMPDIR"] = (job_directory(job.row.id) / "tmp").string();
+  env["TMPDIR"] = (work_directory(job.row.id) / "tmp").string();
+  if (const auto identity = options_.accounts.identity_for(job.row.sequence)) {
+    // The daemon's HOME is not the job's to read or write.
+    env["HOME"] = work_directory(job.row.id).string();
+    env["USER"] = env["LOGNAME"] = options_.accounts.user_name(*identity);
+  }
   for (const auto& [name, value] : job.spec.run.env) env[name] = value;
   env["JOULE_JOB_ID"] = job.row.id;
   env["JOULE_DEVICE"] = device;
@@ -520,15 +569,21 @@ std::vector<std::string> JobService::job_environment(const Job& job, const std::
 void JobService::launch(const std::string& id) {
   Job& job = *jobs_.at(id);
   Device* device = find_device(job.row.device);
+  // The job's logs and status stay in the state directory, which only jouled may enter; what
+  // the job itself may write is its work directory, owned by its own account.
   const auto dir = job_directory(id);
   std::error_code ec;
-  std::filesystem::create_directories(dir / "tmp", ec);
+  std::filesystem::create_directories(dir, ec);
   if (ec)
     return finish(job, JobState::failed, fmt::format("cannot create {}: {}", dir.string(), ec.message()), std::nullopt);
+  const auto identity = options_.accounts.identity_for(job.row.sequence);
+  if (auto prepared = prepare_work_directory(id, identity); !prepared)
+    return finish(job, JobState::failed, prepared.error().message, std::nullopt);
 
   adapters::LaunchSpec spec;
   spec.argv = job.spec.run.argv;
-  spec.workdir = job.spec.run.workdir.empty() ? dir : std::filesystem::path(job.spec.run.workdir);
+  spec.identity = identity;
+  spec.workdir = job.spec.run.workdir.empty() ? work_directory(id) : std::filesystem::path(job.spec.run.workdir);
   spec.env = job_environment(job, job.row.device);
   // The job's own token for POST /v1/jobs/{id}/progress: only its hash is stored.
   std::array<unsigned char, 24> secret{};

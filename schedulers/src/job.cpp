@@ -6,8 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "joule/estimator/layer_analysis.hpp"
-
+#include "joule/common/text.hpp"
 #include "joule/estimator/layer_analysis.hpp"
 
 namespace joule::schedulers {
@@ -17,6 +16,46 @@ using nlohmann::json;
 
 Error invalid(std::string message, std::string where) {
   return make_error(ErrorCode::invalid_argument, std::move(message), std::move(where));
+}
+
+// A member name as one reference token of a JSON pointer (RFC 6901: '~' is ~0, '/' is ~1).
+std::string pointer_token(std::string_view name) {
+  std::string out;
+  for (const char c : name) {
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out.push_back(c);
+  }
+  return out;
+}
+
+// A POSIX portable environment name: letters, digits and '_', not starting with a digit.
+bool is_portable_env_name(std::string_view name) {
+  if (name.empty() || (name.front() >= '0' && name.front() <= '9')) return false;
+  for (const char c : name) {
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  return true;
+}
+
+// Why a job may not set this variable, or nothing. These change how a program starts rather
+// than what it computes: the dynamic loader's (code injected into every process of the job,
+// the job runner included), the shells' start-up hooks, and jouled's own.
+std::optional<std::string> reserved_env_name(std::string_view name) {
+  if (name.rfind("LD_", 0) == 0 && name != "LD_LIBRARY_PATH")
+    return "the dynamic loader's variables (LD_PRELOAD, LD_AUDIT, ...) are not accepted; LD_LIBRARY_PATH is";
+  static constexpr std::string_view kShell[] = {"BASH_ENV",    "ENV",     "SHELLOPTS",  "BASHOPTS",        "PS4",
+                                                "IFS",         "CDPATH",  "GLOBIGNORE", "PROMPT_COMMAND",  "GCONV_PATH",
+                                                "HOSTALIASES", "NLSPATH", "LOCPATH",    "RESOLV_HOST_CONF"};
+  for (const auto reserved : kShell) {
+    if (name == reserved) return fmt::format("{} changes how programs and shells start; it is not accepted", name);
+  }
+  if (name.rfind("BASH_FUNC_", 0) == 0) return "exported shell functions are not accepted";
+  if (name.rfind("JOULE_", 0) == 0) return "names starting with JOULE_ are set by jouled";
+  return std::nullopt;
 }
 
 Result<RunCommand> parse_run(const json& run, const JobLimits& limits) {
@@ -56,9 +95,13 @@ Result<RunCommand> parse_run(const json& run, const JobLimits& limits) {
     if (it->size() > limits.max_env)
       return invalid(fmt::format("run.env has more than {} entries", limits.max_env), "/run/env");
     for (const auto& [key, value] : it->items()) {
-      const std::string where = "/run/env/" + key;
-      if (key.empty() || key.find('=') != std::string::npos || key.find('\0') != std::string::npos)
-        return invalid("environment names must be non-empty, without '=' or NUL", where);
+      const std::string where = "/run/env/" + pointer_token(key);
+      if (!is_portable_env_name(key))
+        return invalid(fmt::format("\"{}\" is not an environment name: use letters, digits and '_', not starting "
+                                   "with a digit",
+                                   printable(key, 100)),
+                       where);
+      if (auto why = reserved_env_name(key)) return invalid(*why, where);
       if (!value.is_string()) return invalid("environment values must be strings", where);
       const auto text = value.get<std::string>();
       if (text.find('\0') != std::string::npos) return invalid("value contains a NUL byte", where);
@@ -110,6 +153,9 @@ Result<JobSpec> parse_job_spec(const json& body, const JobLimits& limits) {
       spec.name = value.get<std::string>();
       if (spec.name.size() > limits.max_name_length)
         return invalid(fmt::format("name is longer than {} characters", limits.max_name_length), "/name");
+      // A newline or escape sequence in a name would forge lines in logs and on terminals.
+      if (has_control_character(spec.name))
+        return invalid("name must not contain control characters (newlines, tabs, escapes)", "/name");
     } else if (key == "model") {
       auto model = estimator::parse_model_spec(value, "/model");
       if (!model) return model.error();
@@ -127,10 +173,15 @@ Result<JobSpec> parse_job_spec(const json& body, const JobLimits& limits) {
       if (!constraints) return constraints.error();
       spec.constraints = std::move(constraints).value();
     } else if (key == "priority") {
-      if (!value.is_number_integer() || value.get<std::int64_t>() > limits.max_abs_priority ||
-          value.get<std::int64_t>() < -limits.max_abs_priority)
+      // An unsigned JSON number above INT64_MAX read as int64 wraps negative (2^64-1 became
+      // -1): the range is checked on the number as it was written.
+      const bool in_range = value.is_number_unsigned()
+                                ? value.get<std::uint64_t>() <= static_cast<std::uint64_t>(limits.max_abs_priority)
+                                : value.is_number_integer() && value.get<std::int64_t>() <= limits.max_abs_priority &&
+                                      value.get<std::int64_t>() >= -limits.max_abs_priority;
+      if (!in_range)
         return invalid(fmt::format("priority must be an integer within ±{}", limits.max_abs_priority), "/priority");
-      spec.priority = value.get<int>();
+      spec.priority = static_cast<int>(value.get<std::int64_t>());
     } else if (key == "restart") {
       if (!value.is_string() || (value != "requeue" && value != "fail"))
         return invalid("restart must be \"requeue\" (run it again elsewhere when its node is lost; the default) or "

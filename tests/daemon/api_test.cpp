@@ -1,14 +1,18 @@
 #include "joule/daemon/api.hpp"
 
+#include <fstream>
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
 #include "joule/adapters/database.hpp"
+#include "joule/adapters/storage_writer.hpp"
 #include "joule/common/sha256.hpp"
+#include "joule/common/text.hpp"
 #include "joule/estimator/probe_campaign.hpp"
 #include "joule/estimator/simulated_device.hpp"
-#include "joule/adapters/storage_writer.hpp"
 #include "temp_dir.hpp"
 
 namespace http = boost::beast::http;
@@ -230,4 +234,109 @@ TEST_F(ApiTest, estimate_with_a_simulated_model_carries_mean_std_breakdown_and_b
   EXPECT_GT(estimate["joules"]["std"].get<double>(), 0.0);
   EXPECT_EQ(estimate["layers"].size(), 4u);
   EXPECT_EQ(estimate["baseline"]["method"], "flops");
+}
+
+// ---- Hostile input: each request below once stopped jouled (an exception escaped a handler).
+
+TEST_F(ApiTest, a_number_beyond_a_double_is_a_400_not_a_crash) {
+  for (const char* target : {"/v1/jobs/x/progress", "/v1/jobs", "/v1/estimate"}) {
+    auto response = call(http::verb::post, target, R"({"epoch": 1e400})");
+    EXPECT_EQ(response.result_int(), 400u) << target << ": " << response.body();
+    EXPECT_EQ(response[http::field::content_type], "application/problem+json");
+    EXPECT_FALSE(body_of(response).is_discarded()) << response.body();
+  }
+}
+
+TEST_F(ApiTest, bytes_that_are_not_utf8_in_a_json_string_are_a_400_with_a_valid_body) {
+  auto response = call(http::verb::post, "/v1/jobs/x/progress", "{\"epoch\":\"\xff\"}");
+  EXPECT_EQ(response.result_int(), 400u);
+  auto problem = body_of(response);
+  ASSERT_FALSE(problem.is_discarded()) << response.body();
+  // The parser's message quotes the bad byte only in escaped form.
+  EXPECT_NE(problem["detail"].get<std::string>().find("\\xff"), std::string::npos) << problem["detail"];
+  response = call(http::verb::post, "/v1/jobs", "{\"name\":\"\xc3\x28\",\"run\":{\"command\":[\"true\"]}}");
+  EXPECT_EQ(response.result_int(), 400u);
+  EXPECT_FALSE(body_of(response).is_discarded());
+}
+
+TEST_F(ApiTest, a_raw_byte_outside_ascii_in_the_target_is_a_400) {
+  for (const std::string target : {"/\xff", "/v1/jobs/\xff", "/v1/jobs?state=\xc3\xa9"}) {
+    auto response = call(http::verb::get, target);
+    EXPECT_EQ(response.result_int(), 400u) << joule::printable(target);
+    auto problem = body_of(response);
+    ASSERT_FALSE(problem.is_discarded()) << response.body();
+    EXPECT_NE(problem["detail"].get<std::string>().find("percent-encode"), std::string::npos);
+  }
+}
+
+TEST_F(ApiTest, percent_encoded_ids_that_decode_to_bad_utf8_or_controls_are_a_400) {
+  api_.set_token_hashes({joule::sha256_hex("s3cret")});
+  for (const char* target : {"/v1/jobs/%ff", "/v1/jobs/%0a", "/v1/jobs/%ff/log", "/v1/jobs?state=%ff", "/%ff"}) {
+    auto response = call(http::verb::get, target, "", "s3cret");
+    EXPECT_EQ(response.result_int(), 400u) << target;
+    EXPECT_FALSE(body_of(response).is_discarded()) << target << ": " << response.body();
+  }
+  // Before authentication as well.
+  EXPECT_EQ(call(http::verb::get, "/v1/jobs/%ff").result_int(), 400u);
+}
+
+TEST_F(ApiTest, priorities_beyond_the_range_are_refused_as_written) {
+  for (const char* priority : {"18446744073709551615", "9223372036854775808", "-9223372036854775808", "1000001"}) {
+    auto response = call(http::verb::post, "/v1/jobs",
+                         fmt::format(R"({{"priority": {}, "run": {{"command": ["true"]}}}})", priority));
+    EXPECT_EQ(response.result_int(), 400u) << priority;
+    EXPECT_EQ(body_of(response)["errors"][0]["pointer"], "/priority") << priority;
+  }
+  EXPECT_EQ(body_of(call(http::verb::get, "/v1/jobs"))["total"], 0);
+}
+
+TEST_F(ApiTest, names_with_control_characters_and_unsafe_environment_names_are_refused) {
+  auto response =
+      call(http::verb::post, "/v1/jobs", R"({"name": "x\n2026-11-26 [info] forged", "run": {"command": ["true"]}})");
+  EXPECT_EQ(response.result_int(), 400u);
+  EXPECT_EQ(body_of(response)["errors"][0]["pointer"], "/name");
+  const std::vector<std::pair<std::string, std::string>> names = {{"A B", "/run/env/A B"},
+                                                                  {"A\\nB", "/run/env/A\nB"},
+                                                                  {"1X", "/run/env/1X"},
+                                                                  {"BASH_ENV", "/run/env/BASH_ENV"},
+                                                                  {"LD_PRELOAD", "/run/env/LD_PRELOAD"},
+                                                                  {"LD_AUDIT", "/run/env/LD_AUDIT"},
+                                                                  {"JOULE_JOB_TOKEN", "/run/env/JOULE_JOB_TOKEN"},
+                                                                  {"a/b", "/run/env/a~1b"}};
+  for (const auto& [name, pointer] : names) {
+    response = call(http::verb::post, "/v1/jobs",
+                    fmt::format(R"({{"run": {{"command": ["true"], "env": {{"{}": "x"}}}}}})", name));
+    EXPECT_EQ(response.result_int(), 400u) << name;
+    EXPECT_EQ(body_of(response)["errors"][0]["pointer"], pointer) << name << ": " << response.body();
+  }
+  EXPECT_EQ(body_of(call(http::verb::get, "/v1/jobs"))["total"], 0);
+  // LD_LIBRARY_PATH stays usable: it only changes where the job's own program finds libraries.
+  response =
+      call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["true"], "env": {"LD_LIBRARY_PATH": "/opt"}}})");
+  EXPECT_EQ(response.result_int(), 201u) << response.body();
+}
+
+TEST_F(ApiTest, a_log_is_served_in_bounded_windows_and_a_planted_link_is_not_followed) {
+  auto response = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["sleep", "5"]}})");
+  ASSERT_EQ(response.result_int(), 201u) << response.body();
+  const auto id = body_of(response)["id"].get<std::string>();
+  const auto log = dir_ / "jobs" / id / "stdout.log";
+  std::filesystem::create_directories(log.parent_path());
+  std::filesystem::remove(log);
+  std::ofstream(log) << std::string(3 << 20, 'a') << "end";
+  auto first = call(http::verb::get, "/v1/jobs/" + id + "/log?offset=0");
+  ASSERT_EQ(first.result_int(), 200u) << first.body();
+  EXPECT_EQ(first.body().size(), 1u << 20);
+  EXPECT_EQ(first["Joule-Log-Next-Offset"], std::to_string(1 << 20));
+  EXPECT_EQ(first["Joule-Log-Size"], std::to_string((3 << 20) + 3));
+  auto tail = call(http::verb::get, "/v1/jobs/" + id + "/log?tail_bytes=3");
+  EXPECT_EQ(tail.body(), "end");
+
+  std::filesystem::remove(log);
+  std::ofstream(dir_ / "secret") << "the daemon's";
+  std::filesystem::create_symlink(dir_ / "secret", log);
+  auto refused = call(http::verb::get, "/v1/jobs/" + id + "/log");
+  EXPECT_EQ(refused.result_int(), 403u) << refused.body();
+  EXPECT_EQ(refused.body().find("the daemon's"), std::string::npos);
+  call(http::verb::delete_, "/v1/jobs/" + id);
 }

@@ -6,7 +6,9 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <boost/asio/ssl/context.hpp>
@@ -117,18 +119,82 @@ TEST_P(HttpServerTest, refuses_a_body_over_the_limit_with_413_and_closes) {
   EXPECT_FALSE(connection.read());
 }
 
-TEST_P(HttpServerTest, closes_connections_over_the_limit_and_keeps_serving_the_others) {
+TEST_P(HttpServerTest, at_the_limit_the_longest_idle_connection_gives_way_to_a_new_one) {
   HttpServerOptions options;
   options.max_connections = 1;
   auto server = start(options);
   TestConnection first = connect(*server);
   ASSERT_TRUE(first.request("/first")) << first.error().message();
+  // The first connection is idle now (kept alive): it is closed to let the second in.
   TestConnection second = connect(*server);
-  EXPECT_TRUE(second.error() || !second.request("/second"));
-  EXPECT_TRUE(eventually([&] { return server->refused_503() == 1; }));
-  auto again = first.request("/again");
-  ASSERT_TRUE(again) << first.error().message();
-  EXPECT_EQ(again->body(), "GET /again");
+  auto answer = second.request("/second");
+  ASSERT_TRUE(answer) << second.error().message();
+  EXPECT_EQ(answer->body(), "GET /second");
+  EXPECT_FALSE(first.request("/again"));
+  EXPECT_EQ(server->refused_503(), 0);
+}
+
+// Holds every request unanswered until the test lets go, so connections stay busy.
+struct HeldReplies {
+  std::mutex mutex;
+  std::vector<Reply> replies;
+  joule::daemon::HttpHandler handler() {
+    return [this](HttpRequest&&, Reply reply) {
+      std::lock_guard lock(mutex);
+      replies.push_back(std::move(reply));
+    };
+  }
+  std::size_t count() {
+    std::lock_guard lock(mutex);
+    return replies.size();
+  }
+};
+
+TEST_P(HttpServerTest, when_every_connection_is_busy_a_newcomer_gets_503_with_retry_after) {
+  for (const bool per_client : {false, true}) {
+    HttpServerOptions options;
+    (per_client ? options.max_connections_per_client : options.max_connections) = 1;
+    HeldReplies held;
+    auto server = start(options, held.handler());
+    TestConnection busy = connect(*server);
+    std::future<std::optional<TestConnection::Response>> answer =
+        std::async(std::launch::async, [&busy] { return busy.request("/slow"); });
+    ASSERT_TRUE(eventually([&] { return held.count() == 1; }));
+    TestConnection newcomer(server->port(), tls() ? &client_tls_ : nullptr, false);
+    if (tls()) {
+      // A TLS client cannot read a plain answer before its handshake: it is closed.
+      EXPECT_TRUE(newcomer.error() || !newcomer.read());
+    } else {
+      auto refused = newcomer.read();
+      ASSERT_TRUE(refused) << newcomer.error().message();
+      EXPECT_EQ(refused->result_int(), 503u);
+      EXPECT_EQ((*refused)[http::field::retry_after], "1");
+      EXPECT_EQ((*refused)[http::field::content_type], "application/problem+json");
+      EXPECT_NE(refused->body().find("\"status\":503"), std::string::npos) << refused->body();
+    }
+    EXPECT_TRUE(eventually([&] { return server->refused_503() == 1; }));
+    server->on_io([&held](auto&) {
+      HttpResponse response{http::status::ok, 11};
+      response.body() = "done";
+      held.replies.front()(std::move(response));
+      return 0;
+    });
+    auto done = answer.get();
+    ASSERT_TRUE(done);
+    EXPECT_EQ(done->body(), "done");
+  }
+}
+
+TEST_P(HttpServerTest, an_idle_kept_alive_connection_is_closed_after_the_idle_timeout) {
+  HttpServerOptions options;
+  options.idle_timeout_seconds = 0.2;  // the request timeout stays at 30 s
+  auto server = start(options);
+  TestConnection connection = connect(*server);
+  ASSERT_TRUE(connection.request("/one")) << connection.error().message();
+  const auto before = std::chrono::steady_clock::now();
+  EXPECT_FALSE(connection.read());  // the server closes it
+  EXPECT_LT(std::chrono::steady_clock::now() - before, 3s);
+  EXPECT_TRUE(eventually([&] { return server->on_io([](auto& s) { return s.connections(); }) == 0; }));
 }
 
 TEST_P(HttpServerTest, stop_answers_the_request_in_flight_and_closes_idle_connections) {

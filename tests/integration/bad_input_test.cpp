@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -95,6 +97,35 @@ TEST(BadInputTest, garbage_and_half_open_connections_do_not_hurt_the_daemon) {
   EXPECT_EQ(read_all(slow), "");
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(15));
   ::close(slow);
+  EXPECT_EQ(daemon.call("GET", "/healthz").first, 200u);
+}
+
+// Each of these once stopped jouled (exit 1) with a single request, before authentication.
+TEST(BadInputTest, the_requests_that_once_stopped_the_daemon_get_a_problem_and_it_serves_on) {
+  DaemonProcess daemon({.config_toml = "[auth]\ntoken_sha256 = [\"" + std::string(64, 'a') + "\"]\n"});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  const auto post = [](const std::string& target, const std::string& body) {
+    return "POST " + target +
+           " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+           body;
+  };
+  const std::vector<std::string> requests = {
+      post("/v1/jobs/x/progress", R"({"epoch": 1e400})"),
+      "GET /\xff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+      post("/v1/jobs/x/progress", "{\"epoch\":\"\xff\"}"),
+      "GET /v1/jobs/%ff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+      "GET /v1/jobs/%ff HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer x\r\nConnection: close\r\n\r\n",
+  };
+  for (const auto& request : requests) {
+    const int fd = connect_raw(daemon.port());
+    ASSERT_GE(fd, 0);
+    ::send(fd, request.data(), request.size(), 0);
+    const std::string answer = read_all(fd);
+    ::close(fd);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 4", 0), 0u) << answer;
+    EXPECT_NE(answer.find("application/problem+json"), std::string::npos) << answer;
+    ASSERT_TRUE(daemon.running()) << "stopped by: " << request << "\n" << daemon.log();
+  }
   EXPECT_EQ(daemon.call("GET", "/healthz").first, 200u);
 }
 

@@ -9,8 +9,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
 #include <chrono>
 #include <filesystem>
+
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -143,6 +145,11 @@ class ClusterNodesTest : public ::testing::Test {
     char pattern[] = "/tmp/joule-cluster-XXXXXX";
     dir_ = ::mkdtemp(pattern);
     marks_ = dir_ / "marks";
+    // Jobs run under accounts of their own (as root): they must reach the nodes' job
+    // directories here and append to one marks file.
+    ::chmod(dir_.c_str(), 0755);
+    std::ofstream{marks_};
+    ::chmod(marks_.c_str(), 0666);
   }
   void TearDown() override {
     std::error_code ec;

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,9 +22,13 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// Open to others (0755) like /var/lib: jobs run under accounts of their own and must reach
+// their directories beside the state directory (which jouled itself keeps private).
 std::filesystem::path make_temp_dir() {
   std::string pattern = (std::filesystem::temp_directory_path() / "joule-it-XXXXXX").string();
-  return ::mkdtemp(pattern.data());
+  const std::filesystem::path dir = ::mkdtemp(pattern.data());
+  ::chmod(dir.c_str(), 0755);
+  return dir;
 }
 
 }  // namespace

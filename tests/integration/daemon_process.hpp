@@ -3,6 +3,7 @@
 // 127.0.0.1:0, a NOTIFY_SOCKET of the test's own that tells when it is ready and on which port.
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -71,6 +72,13 @@ class DaemonProcess {
   std::uint16_t port_ = 0;
   std::vector<std::string> received_;
 };
+
+/// Job `id`'s own directory (its default workdir and TMPDIR): beside the state directory where
+/// jouled runs jobs under accounts of their own (as root here), else inside it.
+inline std::filesystem::path work_directory_of(const DaemonProcess& daemon, const std::string& id) {
+  if (::geteuid() == 0) return std::filesystem::path(daemon.state_dir().string() + "-jobs") / id;
+  return daemon.state_dir() / "jobs" / id;
+}
 
 /// Runs a program, returns (exit code, stdout+stderr).
 std::pair<int, std::string> run_program(const std::vector<std::string>& argv,

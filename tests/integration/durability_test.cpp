@@ -36,6 +36,7 @@ bool has_event(const json& job, const std::string& text) {
 TEST(DurabilityTest, every_acknowledged_submission_survives_kill_9_exactly_once) {
   auto state = std::filesystem::temp_directory_path() / ("joule-durability-" + std::to_string(::getpid()));
   std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");  // the jobs' directories, beside it
   std::set<std::string> acknowledged;
   {
     DaemonProcess daemon({}, state);
@@ -95,17 +96,23 @@ TEST(DurabilityTest, every_acknowledged_submission_survives_kill_9_exactly_once)
     }
   }
   std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");  // the jobs' directories, beside it
 }
+
+// Beside the state directory, not in it: the state is jouled's alone and jobs, under accounts
+// of their own, cannot look inside.
+std::filesystem::path go_file(const std::filesystem::path& state) { return state.string() + "-go"; }
 
 TEST(DurabilityTest, a_running_job_is_adopted_after_kill_9_and_its_end_recorded) {
   auto state = std::filesystem::temp_directory_path() / ("joule-adopt-" + std::to_string(::getpid()));
   std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");  // the jobs' directories, beside it
   std::string id;
   {
     DaemonProcess daemon({}, state);
     ASSERT_TRUE(daemon.start()) << daemon.log();
     // Runs until the test creates the go file, then fails with a status only the runner knows.
-    id = daemon.submit(json{{"run", {{"command", {"sh", "-c", wait_for(state / "go") + "; exit 3"}}}}});
+    id = daemon.submit(json{{"run", {{"command", {"sh", "-c", wait_for(go_file(state)) + "; exit 3"}}}}});
     ASSERT_EQ(state_of(daemon.wait_state(id, {"running"})), "running");
     daemon.signal(SIGKILL);
     daemon.wait_exit();
@@ -115,28 +122,31 @@ TEST(DurabilityTest, a_running_job_is_adopted_after_kill_9_and_its_end_recorded)
   auto during = restarted.call("GET", "/v1/jobs/" + id).second;
   EXPECT_EQ(state_of(during), "running") << during.dump(2);
   EXPECT_TRUE(has_event(during, "adopted process group")) << during.dump(2);
-  std::ofstream(state / "go") << "go\n";
+  std::ofstream(go_file(state)) << "go\n";
   auto done = restarted.wait_state(id, {"succeeded", "failed"});
   EXPECT_EQ(state_of(done), "failed");
   EXPECT_EQ(done["exit_code"], 3);  // the real exit status, read from the runner's status file
   EXPECT_TRUE(done["energy"]["partial"].get<bool>());
   std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");  // the jobs' directories, beside it
+  std::filesystem::remove(go_file(state));
 }
 
 TEST(DurabilityTest, a_job_that_ended_while_the_daemon_was_down_gets_its_exit_status) {
   auto state = std::filesystem::temp_directory_path() / ("joule-down-" + std::to_string(::getpid()));
   std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");  // the jobs' directories, beside it
   std::string id;
   {
     DaemonProcess daemon({}, state);
     ASSERT_TRUE(daemon.start()) << daemon.log();
-    id = daemon.submit(json{{"run", {{"command", {"sh", "-c", wait_for(state / "go")}}}}});
+    id = daemon.submit(json{{"run", {{"command", {"sh", "-c", wait_for(go_file(state))}}}}});
     ASSERT_EQ(state_of(daemon.wait_state(id, {"running"})), "running");
     daemon.signal(SIGKILL);
     daemon.wait_exit();
   }
   // The job ends while no daemon runs; its runner records the exit status.
-  std::ofstream(state / "go") << "go\n";
+  std::ofstream(go_file(state)) << "go\n";
   const auto status_file = state / "jobs" / id / "status";
   for (int i = 0; i < 400 && !std::filesystem::exists(status_file); ++i) std::this_thread::sleep_for(25ms);
   ASSERT_TRUE(std::filesystem::exists(status_file));
@@ -147,11 +157,14 @@ TEST(DurabilityTest, a_job_that_ended_while_the_daemon_was_down_gets_its_exit_st
   EXPECT_NE(done["reason"].get<std::string>().find("while jouled was down"), std::string::npos);
   EXPECT_TRUE(done["energy"].is_null());  // not metered: no number is invented
   std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");  // the jobs' directories, beside it
+  std::filesystem::remove(go_file(state));
 }
 
 TEST(DurabilityTest, sigterm_drains_and_exits_zero_leaving_jobs_to_the_next_daemon) {
   auto state = std::filesystem::temp_directory_path() / ("joule-drain-" + std::to_string(::getpid()));
   std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");  // the jobs' directories, beside it
   std::string id;
   {
     DaemonProcess daemon({}, state);
@@ -165,4 +178,5 @@ TEST(DurabilityTest, sigterm_drains_and_exits_zero_leaving_jobs_to_the_next_daem
   ASSERT_TRUE(restarted.start()) << restarted.log();
   EXPECT_EQ(state_of(restarted.wait_state(id, {"succeeded", "failed"})), "succeeded");
   std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");  // the jobs' directories, beside it
 }

@@ -38,6 +38,7 @@ json wait_model_ready(const DaemonProcess& daemon, const std::string& device) {
 TEST(EstimatesTest, a_simulated_device_learns_its_model_and_estimates_jobs) {
   auto state = std::filesystem::temp_directory_path() / ("joule-estimates-" + std::to_string(::getpid()));
   std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");  // the jobs' directories, beside it
   {
     DaemonProcess daemon({.config_toml = kConfig}, state);
     ASSERT_TRUE(daemon.start()) << daemon.log();
@@ -95,4 +96,5 @@ TEST(EstimatesTest, a_simulated_device_learns_its_model_and_estimates_jobs) {
   EXPECT_EQ(sim["model"]["state"], "ready") << sim.dump(2);
   EXPECT_NE(restarted.log().find("energy model version 1 loaded"), std::string::npos) << restarted.log();
   std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");  // the jobs' directories, beside it
 }

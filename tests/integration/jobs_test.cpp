@@ -127,8 +127,7 @@ TEST(JobsTest, a_polite_job_ends_on_term_and_the_workdir_and_env_are_honoured) {
                                        {"workdir", workdir.string()},
                                        {"env", {{"SEED", "42"}}}}}});
   ASSERT_EQ(daemon.wait_state(id, {"running"})["state"], "running");
-  const std::string expected =
-      workdir.string() + "\n42\n" + (daemon.state_dir() / "jobs" / id / "tmp").string() + "\n";
+  const std::string expected = workdir.string() + "\n42\n" + (work_directory_of(daemon, id) / "tmp").string() + "\n";
   for (int i = 0; i < 200; ++i) {  // cancel once it has printed everything
     auto out = daemon.client().request("GET", "/v1/jobs/" + id + "/log");
     if (out && out->body == expected) break;

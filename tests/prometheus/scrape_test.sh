@@ -111,6 +111,9 @@ for tool in curl python3 "$PROMTOOL" "$PROMETHEUS"; do
 done
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/joule-scrape.XXXXXXXX")
+# jouled puts each job's directory beside its state directory, under accounts of their own:
+# the jobs must be able to enter this one.
+chmod 755 "$TMP"
 JOULED_LOG=$TMP/jouled.log
 PROM_LOG=$TMP/prometheus.log
 

@@ -13,7 +13,10 @@
 #   parsed, which a self-test below proves on each run.
 set -euo pipefail
 
-MAX_EXPOSURE=${MAX_EXPOSURE:-2.0}
+# 2.2: running each job under an account of its own (so that jobs cannot reach
+# jouled's state) costs CAP_SETUID/SETGID/CHOWN/KILL and ProtectProc=invisible,
+# 0.8 of systemd's score; everything else stays as hardened as at 1.4.
+MAX_EXPOSURE=${MAX_EXPOSURE:-2.2}
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 

@@ -18,15 +18,28 @@
 
 namespace joule::adapters {
 
+/// The account a job's command runs as, when it is not the daemon's own.
+struct JobIdentity {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;  ///< supplementary groups (e.g. video for a GPU); may be empty
+};
+
 /// What to start and where its output and status go.
 struct LaunchSpec {
   std::vector<std::string> argv;
   std::filesystem::path workdir;
-  std::vector<std::string> env;  ///< the complete environment, "NAME=value"
+  /// The command's complete environment, "NAME=value". The runner itself starts with an empty
+  /// one and gets this through a memfd, so nothing in it (LD_PRELOAD...) reaches the runner.
+  std::vector<std::string> env;
   std::filesystem::path stdout_path;
   std::filesystem::path stderr_path;
   std::filesystem::path status_path;
   std::filesystem::path runner;  ///< the executable that understands --job-runner
+  /// Run the command (not the runner, which stays the daemon's to write the status) as this
+  /// account, with no capabilities. The workdir is then entered after the switch, so a
+  /// directory the account may not enter fails the job (exit 127, the reason on stderr).
+  std::optional<JobIdentity> identity;
 };
 
 /// A process named so that a recycled pid is never mistaken for it: pid plus its start time
@@ -45,8 +58,15 @@ struct ExitStatus {
   std::string describe() const;
 };
 
+/// Why `identity` cannot reach `path` (search every directory on the way, and `access` on the
+/// last: X_OK to enter a directory or run a program), e.g. "/root is mode 0700, owned by uid 0";
+/// nothing when it can. Judged by the mode bits as the kernel would for that account (POSIX
+/// ACLs are not read).
+std::optional<std::string> unreachable_by(const std::filesystem::path& path, const JobIdentity& identity);
+
 /// Starts the runner in a new process group (pgid = pid), stdin from /dev/null, stdout and
-/// stderr appended to their files, in `workdir`, with no descriptor of the daemon inherited.
+/// stderr appended to their files (never through a symbolic link), in `workdir`, with no
+/// descriptor of the daemon inherited.
 Result<ProcessIdentity> launch_job(const LaunchSpec& spec);
 
 /// The start time of a live process, or nothing if there is no such process.
@@ -68,7 +88,8 @@ std::optional<ExitStatus> reap_child(pid_t pid);
 /// The status the runner wrote, if it did.
 std::optional<ExitStatus> read_status_file(const std::filesystem::path& path);
 
-/// The runner's own main: `STATUS_PATH -- ARGV...`. Returns the process exit code.
+/// The runner's own main: `STATUS_PATH [--env-fd N] [--uid U --gid G [--groups G,...]]
+/// [--workdir DIR] -- ARGV...`. Returns the process exit code.
 int job_runner_main(int argc, char** argv);
 
 }  // namespace joule::adapters

@@ -53,7 +53,9 @@ struct ServerConfig {
   std::uint16_t port = 8571;
   std::size_t max_body_bytes = 1 << 20;
   double request_timeout_seconds = 30.0;
+  double idle_timeout_seconds = 10.0;  ///< a connection must start a request within this
   std::size_t max_connections = 512;
+  std::size_t max_connections_per_client = 256;  ///< per remote address
   std::size_t max_queued_jobs = 10000;
   /// TLS: both set serves HTTPS only (PEM certificate chain and private key).
   std::filesystem::path tls_certificate;
@@ -116,6 +118,11 @@ struct DaemonConfig {
   /// Give each job a cgroup of its own (freezer, CPU quota for throttling) where jouled's cgroup
   /// is delegated (systemd Delegate=yes, or root on cgroup v1).
   bool job_cgroups = true;
+  /// [jobs] run_as: "per-job" (each job a uid and gid of its own, where jouled may switch
+  /// users), "jouled" (as the daemon itself: jobs can reach its state), or an account name.
+  std::string job_run_as = "per-job";
+  std::vector<std::string> job_groups;       ///< [jobs] groups: supplementary groups of per-job accounts
+  std::filesystem::path job_work_directory;  ///< [jobs] directory; empty: "<state directory>-jobs"
   ClusterConfig cluster;
   SlurmConfig slurm;
   std::string source = "embedded defaults";  ///< the file it came from

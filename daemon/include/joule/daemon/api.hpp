@@ -45,9 +45,12 @@ class Api {
   /// Hashes of the tokens agents sync with; empty: the API tokens.
   void set_agent_token_hashes(std::vector<std::string> hashes) { agent_token_hashes_ = std::move(hashes); }
 
+  /// Answers one request through `reply`, now or later (after a commit). Never throws: an
+  /// exception from a route becomes a 500 problem+json, and nothing else is answered after it.
   void handle(HttpRequest&& request, Reply reply);
 
  private:
+  void route(HttpRequest&& request, const Reply& reply);
   bool authorized(const HttpRequest& request) const;
   static bool token_matches(const HttpRequest& request, const std::vector<std::string>& hashes);
 

@@ -9,10 +9,12 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
@@ -54,7 +56,14 @@ struct HttpServerOptions {
   /// A request must arrive, and a response leave, within this; so must a TLS handshake, and
   /// the close_notify sent after a response that closes the connection.
   double timeout_seconds = 30.0;
+  /// At this many connections, the one that has waited longest for a request (idle keep-alive,
+  /// or a request still arriving) is closed to make room; when every connection is busy with a
+  /// request, a newcomer gets 503 with Retry-After (a plain-HTTP answer; TLS ones are closed).
   std::size_t max_connections = 512;
+  /// The same rule per client address, so that one client cannot hold every connection.
+  std::size_t max_connections_per_client = 256;
+  /// A kept-alive or new connection must start a request within this, or it is closed.
+  double idle_timeout_seconds = 10.0;
   /// From make_server_tls_context: every connection starts with a TLS handshake. Null: plain HTTP.
   std::shared_ptr<boost::asio::ssl::context> tls = nullptr;
 };
@@ -84,6 +93,9 @@ class HttpServer {
  private:
   friend class HttpSession;
   void accept();
+  void accept_later();
+  /// Makes room for a connection from `client`; false when nothing could give way.
+  bool admit(const boost::asio::ip::address& client);
   void forget(std::list<std::weak_ptr<HttpSession>>::iterator where);
 
   boost::asio::io_context& io_;
@@ -91,7 +103,8 @@ class HttpServer {
   HttpHandler handler_;
   HttpServerOptions options_;
   RefusalObserver on_refusal_;
-  std::list<std::weak_ptr<HttpSession>> sessions_;
+  std::list<std::weak_ptr<HttpSession>> sessions_;  ///< newest first
+  std::unique_ptr<boost::asio::steady_timer> accept_retry_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

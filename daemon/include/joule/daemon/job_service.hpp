@@ -29,6 +29,7 @@
 #include "joule/cluster/sync.hpp"
 #include "joule/common/result.hpp"
 #include "joule/daemon/budget_service.hpp"
+#include "joule/daemon/job_accounts.hpp"
 #include "joule/daemon/metrics.hpp"
 #include "joule/schedulers/job.hpp"
 #include "joule/schedulers/job_queue.hpp"
@@ -64,6 +65,11 @@ struct Device {
 
 struct JobServiceOptions {
   std::filesystem::path state_directory;
+  /// Where each job gets a directory of its own (its default workdir, HOME and TMPDIR), owned
+  /// by the job's account. Outside the state directory, which jobs must not reach. Empty: the
+  /// job's directory in the state directory (only with JobAccounts::Mode::daemon).
+  std::filesystem::path work_directory;
+  JobAccounts accounts;
   std::filesystem::path runner;  ///< executable that understands --job-runner (jouled itself)
   double kill_grace_seconds = 10.0;
   std::size_t max_queued_jobs = 10000;
@@ -236,6 +242,10 @@ class JobService {
   std::optional<double> read_device_energy(Device& device);
   Device* find_device(const std::string& name);
   std::filesystem::path job_directory(const std::string& id) const;
+  /// The job's own directory: its default workdir, HOME and TMPDIR (see work_directory option).
+  std::filesystem::path work_directory(const std::string& id) const;
+  /// Creates the job's directory and its tmp/, owned by `identity` when there is one.
+  Status prepare_work_directory(const std::string& id, const std::optional<adapters::JobIdentity>& identity) const;
   std::vector<std::string> job_environment(const Job& job, const std::string& device) const;
   nlohmann::json to_json(const Job& job, bool with_events) const;
   std::int64_t now_ms() const;
