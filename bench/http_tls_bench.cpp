@@ -29,7 +29,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-void answer(joule::daemon::HttpRequest&&, joule::daemon::Reply reply) {
+void answer(joule::daemon::HttpRequest&&, const joule::daemon::HttpPeer&, joule::daemon::Reply reply) {
   joule::daemon::HttpResponse response{http::status::ok, 11};
   response.set(http::field::content_type, "application/json");
   response.body() = R"({"status":"ok"})";

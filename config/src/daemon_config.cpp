@@ -84,6 +84,54 @@ void parse_token_hashes(Checker& check, const toml::node& tokens, const std::str
   }
 }
 
+// [[auth.tokens]]: name, sha256, scopes. Names are owners: each must be unique.
+void parse_named_tokens(Checker& check, const toml::node& node, std::vector<DaemonConfig::NamedToken>& out) {
+  const auto* array = node.as_array();
+  if (!array || !array->is_array_of_tables()) {
+    check.problem(node, "auth.tokens must be an array of tables: [[auth.tokens]] name, sha256, scopes");
+    return;
+  }
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    const auto& table = *(*array)[i].as_table();
+    const std::string key = fmt::format("auth.tokens[{}]", i);
+    check.warn_unknown(table, key + ".", {"name", "sha256", "scopes"});
+    DaemonConfig::NamedToken token;
+    auto name = check.get<std::string>(table, "name", key + ".name");
+    if (!name || name->empty() || name->find_first_of(" :/\t\n") != std::string::npos) {
+      check.problem(table, key + ".name is required: the token's owner, without spaces, ':' or '/'");
+      continue;
+    }
+    token.name = *name;
+    auto hash = check.get<std::string>(table, "sha256", key + ".sha256");
+    if (!hash || !is_hex_sha256(*hash)) {
+      check.problem(table, key +
+                               ".sha256 must be the token's SHA-256, 64 hex digits (joulectl token new); never the "
+                               "token itself");
+      continue;
+    }
+    token.sha256 = *hash;
+    std::transform(token.sha256.begin(), token.sha256.end(), token.sha256.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (const toml::node* scopes = table.get("scopes")) {
+      const auto* list = scopes->as_array();
+      for (std::size_t j = 0; list && j < list->size(); ++j) {
+        auto scope = (*list)[j].value<std::string>();
+        if (!scope || (*scope != "read" && *scope != "submit" && *scope != "admin"))
+          check.problem((*list)[j], fmt::format("{}.scopes[{}] must be \"read\", \"submit\" or \"admin\"", key, j));
+        else
+          token.scopes.push_back(*scope);
+      }
+      if (!list) check.problem(*scopes, key + ".scopes must be an array such as [\"submit\"]");
+    } else {
+      token.scopes = {"submit"};
+    }
+    for (const auto& other : out) {
+      if (other.name == token.name) check.problem(table, fmt::format("{}: the name {} is taken", key, token.name));
+    }
+    out.push_back(std::move(token));
+  }
+}
+
 void parse_slurm(Checker& check, const toml::table& table, SlurmConfig& slurm) {
   check.warn_unknown(table, "slurm.", {"bin_dir", "conf", "poll_seconds", "timeout_seconds", "workdir", "node_types"});
   if (auto path = check.get<std::string>(table, "bin_dir", "slurm.bin_dir")) slurm.bin_dir = *path;
@@ -409,9 +457,16 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
     }
   }
   if (const auto* auth = table_of("auth")) {
-    check.warn_unknown(*auth, "auth.", {"token_sha256"});
+    check.warn_unknown(*auth, "auth.", {"token_sha256", "tokens", "local_users"});
     if (const toml::node* tokens = auth->get("token_sha256"))
       parse_token_hashes(check, *tokens, "auth.token_sha256", config.token_sha256);
+    if (auto local = check.get<std::string>(*auth, "local_users", "auth.local_users")) {
+      if (*local != "submit" && *local != "read" && *local != "none")
+        check.problem(*auth->get("local_users"), "auth.local_users must be \"submit\", \"read\" or \"none\"");
+      else
+        config.local_users = *local;
+    }
+    if (const toml::node* tokens = auth->get("tokens")) parse_named_tokens(check, *tokens, config.tokens);
   }
   if (const auto* cluster = table_of("cluster")) parse_cluster(check, *cluster, config.cluster);
   if (const auto* slurm = table_of("slurm")) {
@@ -500,47 +555,48 @@ nlohmann::json to_json(const DaemonConfig& config) {
                        {"probes", d.probes},
                        {"runs_jobs", d.runs_jobs}});
   }
-  return {{"source", config.source},
-          {"server",
-           {{"listen", fmt::format("{}:{}", config.server.host, config.server.port)},
-            {"max_body_bytes", config.server.max_body_bytes},
-            {"request_timeout_seconds", config.server.request_timeout_seconds},
-            {"idle_timeout_seconds", config.server.idle_timeout_seconds},
-            {"max_connections", config.server.max_connections},
-            {"max_connections_per_client", config.server.max_connections_per_client},
-            {"max_queued_jobs", config.server.max_queued_jobs},
-            {"tls", !config.server.tls_certificate.empty()}}},
-          {"cluster",
-           {{"role", config.cluster.role},
-            {"coordinator", config.cluster.coordinator},
-            {"heartbeat_seconds", config.cluster.heartbeat_seconds},
-            {"lost_after_seconds", config.cluster.lost_after_seconds},
-            {"agent_tokens", config.cluster.agent_token_sha256.size()}}},
-          {"slurm", {{"node_types", config.slurm.node_types.size()}, {"conf", config.slurm.conf.string()}}},
-          {"state", {{"directory", config.state_directory.string()}}},
-          {"node", {{"name", config.node_name.empty() ? "(host name)" : config.node_name}}},
-          {"policy", {{"directory", config.policy_directory.empty() ? "(none)" : config.policy_directory.string()}}},
-          {"log", {{"level", config.log_level}}},
-          {"auth", {{"tokens", config.token_sha256.size()}}},
-          {"devices", devices},
-          {"meters", {{"interval_seconds", config.meter_interval_seconds}}},
-          {"jobs",
-           {{"kill_grace_seconds", config.kill_grace_seconds},
-            {"cgroups", config.job_cgroups},
-            {"run_as", config.job_run_as},
-            {"groups", config.job_groups},
-            {"directory", config.job_work_directory.string()}}},
-          {"probing",
-           {{"enabled", config.probing.enabled},
-            {"idle_seconds", config.probing.idle_seconds},
-            {"hours",
-             fmt::format("{:02}:{:02}-{:02}:{:02}", config.probing.start_minute / 60, config.probing.start_minute % 60,
-                         config.probing.end_minute / 60, config.probing.end_minute % 60)},
-            {"max_joules_per_day", config.probing.max_joules_per_day},
-            {"max_model_age_hours", config.probing.max_model_age_hours},
-            {"target_sigma", config.probing.target_sigma},
-            {"threads", config.probing.threads},
-            {"worker", config.probing.worker.string()}}}};
+  return {
+      {"source", config.source},
+      {"server",
+       {{"listen", fmt::format("{}:{}", config.server.host, config.server.port)},
+        {"max_body_bytes", config.server.max_body_bytes},
+        {"request_timeout_seconds", config.server.request_timeout_seconds},
+        {"idle_timeout_seconds", config.server.idle_timeout_seconds},
+        {"max_connections", config.server.max_connections},
+        {"max_connections_per_client", config.server.max_connections_per_client},
+        {"max_queued_jobs", config.server.max_queued_jobs},
+        {"tls", !config.server.tls_certificate.empty()}}},
+      {"cluster",
+       {{"role", config.cluster.role},
+        {"coordinator", config.cluster.coordinator},
+        {"heartbeat_seconds", config.cluster.heartbeat_seconds},
+        {"lost_after_seconds", config.cluster.lost_after_seconds},
+        {"agent_tokens", config.cluster.agent_token_sha256.size()}}},
+      {"slurm", {{"node_types", config.slurm.node_types.size()}, {"conf", config.slurm.conf.string()}}},
+      {"state", {{"directory", config.state_directory.string()}}},
+      {"node", {{"name", config.node_name.empty() ? "(host name)" : config.node_name}}},
+      {"policy", {{"directory", config.policy_directory.empty() ? "(none)" : config.policy_directory.string()}}},
+      {"log", {{"level", config.log_level}}},
+      {"auth", {{"tokens", config.token_sha256.size() + config.tokens.size()}, {"local_users", config.local_users}}},
+      {"devices", devices},
+      {"meters", {{"interval_seconds", config.meter_interval_seconds}}},
+      {"jobs",
+       {{"kill_grace_seconds", config.kill_grace_seconds},
+        {"cgroups", config.job_cgroups},
+        {"run_as", config.job_run_as},
+        {"groups", config.job_groups},
+        {"directory", config.job_work_directory.string()}}},
+      {"probing",
+       {{"enabled", config.probing.enabled},
+        {"idle_seconds", config.probing.idle_seconds},
+        {"hours",
+         fmt::format("{:02}:{:02}-{:02}:{:02}", config.probing.start_minute / 60, config.probing.start_minute % 60,
+                     config.probing.end_minute / 60, config.probing.end_minute % 60)},
+        {"max_joules_per_day", config.probing.max_joules_per_day},
+        {"max_model_age_hours", config.probing.max_model_age_hours},
+        {"target_sigma", config.probing.target_sigma},
+        {"threads", config.probing.threads},
+        {"worker", config.probing.worker.string()}}}};
 }
 
 }  // namespace joule::config

@@ -12,6 +12,7 @@
 #include <chrono>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <boost/beast/http/verb.hpp>
 
@@ -195,22 +196,20 @@ std::string bearer_token(const HttpRequest& request) {
 
 Api::Api(JobService& jobs, Metrics& metrics) : jobs_(jobs), metrics_(metrics) {}
 
-bool Api::authorized(const HttpRequest& request) const { return token_matches(request, token_hashes_); }
+namespace {
 
-bool Api::token_matches(const HttpRequest& request, const std::vector<std::string>& hashes) {
-  if (hashes.empty()) return true;
-  const std::string token = bearer_token(request);
-  if (token.empty()) return false;
-  const std::string presented = joule::sha256_hex(token);
-  bool match = false;
-  for (const auto& hash : hashes) {
-    // Constant-time comparison: how much of a hash matched must not leak through timing.
-    if (hash.size() == presented.size() && CRYPTO_memcmp(hash.data(), presented.data(), hash.size()) == 0) match = true;
-  }
-  return match;
+// What someone who may not act on a job sees of its run.env: the names, not the values
+// (tokens and passwords are passed that way).
+void hide_env_values(json& job) {
+  if (!job.is_object() || !job.contains("spec")) return;
+  auto& run = job["spec"]["run"];
+  if (!run.is_object() || !run.contains("env") || !run["env"].is_object()) return;
+  for (auto& [name, value] : run["env"].items()) value = "(hidden: not your job)";
 }
 
-void Api::handle(HttpRequest&& request, Reply reply) {
+}  // namespace
+
+void Api::handle(HttpRequest&& request, const HttpPeer& peer, Reply reply) {
   // The one place where a handler's exception stops: whatever a route throws (a bug, a library
   // surprise) becomes a 500 problem for this request, and the daemon goes on serving. A reply
   // already sent is not sent twice.
@@ -222,7 +221,7 @@ void Api::handle(HttpRequest&& request, Reply reply) {
   };
   const std::string target = printable(request.target(), 512);
   try {
-    route(std::move(request), once);
+    route(std::move(request), peer, once);
   } catch (const std::exception& error) {
     spdlog::error("request {}: internal error: {}", target, printable(error.what()));
     metrics_.observe_request("internal-error", 500, 0.0);
@@ -231,7 +230,7 @@ void Api::handle(HttpRequest&& request, Reply reply) {
   }
 }
 
-void Api::route(HttpRequest&& request, const Reply& reply) {
+void Api::route(HttpRequest&& request, const HttpPeer& peer, const Reply& reply) {
   const auto started = std::chrono::steady_clock::now();
   std::string route = "unmatched";
   if (auto error = check_target(request.target())) {
@@ -315,8 +314,7 @@ void Api::route(HttpRequest&& request, const Reply& reply) {
     if (method != http::verb::post) return wrong_method("POST");
     if (!coordinator_)
       return fail(make_error(ErrorCode::conflict, "this jouled is not a coordinator ([cluster] role)"));
-    if (!token_matches(request, agent_token_hashes_.empty() ? token_hashes_ : agent_token_hashes_))
-      return fail(make_error(ErrorCode::unauthorized, "an agent token is required (Authorization: Bearer TOKEN)"));
+    if (auto agent = identify_agent(access_, bearer_token(request), peer.uid); !agent) return fail(agent.error());
     auto body = parse_json_body(request.body());
     if (!body) return fail(body.error());
     return coordinator_->sync(*body, [respond = answer_later(route), target](Result<json> result) {
@@ -324,10 +322,34 @@ void Api::route(HttpRequest&& request, const Reply& reply) {
       respond(json_response(http::status::ok, *result));
     });
   }
-  if (!authorized(request)) {
+  auto identified = identify(access_, bearer_token(request), peer.uid);
+  if (!identified) {
     route = "/v1 (unauthorized)";
-    return fail(make_error(ErrorCode::unauthorized, "a valid bearer token is required (Authorization: Bearer TOKEN)"));
+    return fail(identified.error());
   }
+  const Principal principal = std::move(identified).value();
+  // Whether the principal holds `scope`; else answers 403 naming what is missing.
+  auto allowed = [&](Scope scope) {
+    if (principal.has(scope)) return true;
+    const char* names[] = {"", "read", "submit", "", "admin"};
+    fail(make_error(ErrorCode::permission_denied,
+                    fmt::format("{} needs the {} scope; {} has {}", route, names[static_cast<int>(scope)],
+                                principal.name, fmt::join(scope_names(principal.scopes), ", "))));
+    return false;
+  };
+  // Whether the principal may act on job `id` (its owner, or an admin); else answers 404/403.
+  auto may_act_on = [&](const std::string& id) {
+    auto owner = jobs_.owner_of(id);
+    if (!owner) {
+      fail(owner.error());
+      return false;
+    }
+    if (principal.may_act_on(*owner)) return true;
+    fail(make_error(ErrorCode::permission_denied,
+                    fmt::format("job {} is {}'s; {} may act only on its own jobs", id,
+                                owner->empty() ? "an administrator" : *owner, principal.name)));
+    return false;
+  };
 
   auto parse_body = [&](json& out) -> bool {
     // Any Content-Type is accepted (curl -d sends a form type): the body must parse as JSON.
@@ -349,10 +371,13 @@ void Api::route(HttpRequest&& request, const Reply& reply) {
   if (seg.size() == 2 && seg[1] == "jobs") {
     route = "/v1/jobs";
     if (method == http::verb::post) {
+      if (!allowed(Scope::submit)) return;
       json body;
       if (!parse_body(body)) return;
       auto respond = answer_later(route);
-      return jobs_.submit(body, [respond, target](Result<json> result) {
+      JobService::Submitter submitter{principal.name, std::nullopt};
+      if (principal.uid) submitter.uid = *principal.uid;
+      return jobs_.submit(body, std::move(submitter), [respond, target](Result<json> result) {
         if (!result) return respond(problem_response(result.error(), target));
         HttpResponse response = json_response(http::status::created, *result);
         response.set(http::field::location, "/v1/jobs/" + (*result)["id"].get<std::string>());
@@ -360,6 +385,7 @@ void Api::route(HttpRequest&& request, const Reply& reply) {
       });
     }
     if (method != http::verb::get) return wrong_method("GET, POST");
+    if (!allowed(Scope::read)) return;
     std::optional<std::string> state;
     if (auto it = parsed.query.find("state"); it != parsed.query.end()) state = it->second;
     std::size_t limit = 1000;
@@ -369,12 +395,24 @@ void Api::route(HttpRequest&& request, const Reply& reply) {
         return fail(make_error(ErrorCode::invalid_argument, "limit must be a positive integer", "limit"));
       limit = *count;
     }
-    return send_result(answer, http::status::ok)(jobs_.jobs(state, limit));
+    auto listed = jobs_.jobs(state, limit);
+    if (listed && listed->contains("jobs")) {
+      for (auto& job : (*listed)["jobs"]) {
+        if (!principal.may_act_on(job.value("owner", ""))) hide_env_values(job);
+      }
+    }
+    return send_result(answer, http::status::ok)(std::move(listed));
   }
   if (seg.size() == 3 && seg[1] == "jobs") {
     route = "/v1/jobs/{id}";
-    if (method == http::verb::get) return send_result(answer, http::status::ok)(jobs_.job(seg[2]));
+    if (method == http::verb::get) {
+      if (!allowed(Scope::read)) return;
+      auto job = jobs_.job(seg[2]);
+      if (job && !principal.may_act_on(job->value("owner", ""))) hide_env_values(*job);
+      return send_result(answer, http::status::ok)(std::move(job));
+    }
     if (method == http::verb::delete_) {
+      if (!allowed(Scope::submit) || !may_act_on(seg[2])) return;
       return jobs_.cancel(seg[2], [respond = answer_later(route), target](Result<json> result) {
         if (!result) return respond(problem_response(result.error(), target));
         const bool done = (*result)["state"] == "cancelled";
@@ -386,11 +424,13 @@ void Api::route(HttpRequest&& request, const Reply& reply) {
   if (seg.size() == 4 && seg[1] == "jobs" && (seg[3] == "pause" || seg[3] == "resume")) {
     route = "/v1/jobs/{id}/" + seg[3];
     if (method != http::verb::post) return wrong_method("POST");
+    if (!allowed(Scope::submit) || !may_act_on(seg[2])) return;
     return send_result(answer, http::status::ok)(jobs_.pause(seg[2], seg[3] == "pause"));
   }
   if (seg.size() == 4 && seg[1] == "jobs" && seg[3] == "log") {
     route = "/v1/jobs/{id}/log";
     if (method != http::verb::get) return wrong_method("GET");
+    if (!allowed(Scope::read) || !may_act_on(seg[2])) return;
     std::string stream = "stdout";
     if (auto it = parsed.query.find("stream"); it != parsed.query.end()) stream = it->second;
     auto path = jobs_.log_path(seg[2], stream);
@@ -427,11 +467,13 @@ void Api::route(HttpRequest&& request, const Reply& reply) {
   if (seg.size() == 2 && seg[1] == "devices") {
     route = "/v1/devices";
     if (method != http::verb::get) return wrong_method("GET");
+    if (!allowed(Scope::read)) return;
     return answer(json_response(http::status::ok, jobs_.devices()));
   }
   if (seg.size() == 2 && seg[1] == "estimate") {
     route = "/v1/estimate";
     if (method != http::verb::post) return wrong_method("POST");
+    if (!allowed(Scope::read)) return;  // a computation that changes nothing
     json body;
     if (!parse_body(body)) return;
     return send_result(answer, http::status::ok)(estimate_request(body, jobs_.device_names(), models_));
@@ -439,21 +481,25 @@ void Api::route(HttpRequest&& request, const Reply& reply) {
   if (seg.size() == 2 && seg[1] == "probes" && probes_) {
     route = "/v1/probes";
     if (method == http::verb::post) {
+      if (!allowed(Scope::admin)) return;  // spends the node's energy and time
       json body;
       if (!parse_body(body)) return;
       return send_result(answer, http::status::accepted)(probes_->request(body));
     }
     if (method != http::verb::get) return wrong_method("GET, POST");
+    if (!allowed(Scope::read)) return;
     return answer(json_response(http::status::ok, probes_->runs()));
   }
   if (seg.size() == 3 && seg[1] == "probes" && probes_) {
     route = "/v1/probes/{id}";
     if (method != http::verb::get) return wrong_method("GET");
+    if (!allowed(Scope::read)) return;
     return send_result(answer, http::status::ok)(probes_->run(seg[2]));
   }
   if (seg.size() == 2 && seg[1] == "nodes") {
     route = "/v1/nodes";
     if (method != http::verb::get) return wrong_method("GET");
+    if (!allowed(Scope::read)) return;
     json out;
     if (coordinator_) {
       out = coordinator_->nodes();
@@ -467,6 +513,7 @@ void Api::route(HttpRequest&& request, const Reply& reply) {
   if (seg.size() == 2 && seg[1] == "budgets") {
     route = "/v1/budgets";
     if (method != http::verb::get) return wrong_method("GET");
+    if (!allowed(Scope::read)) return;
     return answer(json_response(http::status::ok, jobs_.budgets_view()));
   }
   if (seg.size() == 2 && seg[1] == "probes") {

@@ -90,6 +90,50 @@ gid_t group_id(const std::string& name) {
   throw std::runtime_error(fmt::format("jobs.groups: there is no group {}", name));
 }
 
+// An account's groups as login would set them (its primary group included).
+std::vector<gid_t> groups_of(const char* name, gid_t primary) {
+  int count = 64;
+  std::vector<gid_t> groups(static_cast<std::size_t>(count));
+  if (::getgrouplist(name, primary, groups.data(), &count) < 0) {
+    groups.resize(static_cast<std::size_t>(count));
+    ::getgrouplist(name, primary, groups.data(), &count);
+  }
+  groups.resize(static_cast<std::size_t>(std::max(count, 0)));
+  return groups;
+}
+
+// The account of a local user who submitted a job over loopback, for the job to run as them.
+// Root's and jouled's own jobs get accounts of their own instead: they must not reach the state.
+std::optional<adapters::JobIdentity> local_user_identity(std::int64_t uid) {
+  if (uid <= 0 || uid >= 0xFFFFFFFF || static_cast<uid_t>(uid) == ::geteuid()) return std::nullopt;
+  const auto id = static_cast<uid_t>(uid);
+  passwd entry{};
+  passwd* found = nullptr;
+  std::vector<char> buffer(16384);
+  if (::getpwuid_r(id, &entry, buffer.data(), buffer.size(), &found) != 0 || !found)
+    return adapters::JobIdentity{id, static_cast<gid_t>(id), {}, {}};  // a uid without a passwd entry
+  return adapters::JobIdentity{id, entry.pw_gid, groups_of(entry.pw_name, entry.pw_gid), entry.pw_name};
+}
+
+// [auth] and [cluster] agent tokens as the API checks them. Root and jouled's own account
+// administer jouled without a token when they call from this machine.
+AccessConfig access_config(const config::DaemonConfig& config) {
+  AccessConfig access;
+  for (const auto& hash : config.token_sha256) access.tokens.push_back({hash, "admin", kAdminScopes});
+  for (const auto& token : config.tokens) {
+    auto scopes = scopes_from_names(token.scopes);
+    access.tokens.push_back({token.sha256, token.name, scopes ? *scopes : kReadScopes});
+  }
+  for (const auto& hash : config.cluster.agent_token_sha256)
+    access.agent_tokens.push_back({hash, "agent", kAgentScopes});
+  access.local_user_scopes = config.local_users == "submit" ? kSubmitScopes
+                             : config.local_users == "read" ? kReadScopes
+                                                            : Scopes{0};
+  access.admin_uids = {0};
+  if (::geteuid() != 0) access.admin_uids.push_back(::geteuid());
+  return access;
+}
+
 // [jobs] run_as made concrete for this process.
 JobAccounts resolve_job_accounts(const config::DaemonConfig& config) {
   JobAccounts accounts;
@@ -128,15 +172,10 @@ JobAccounts resolve_job_accounts(const config::DaemonConfig& config) {
   accounts.account_name = config.job_run_as;
   accounts.account.uid = entry->pw_uid;
   accounts.account.gid = entry->pw_gid;
-  int count = 64;
-  std::vector<gid_t> groups(static_cast<std::size_t>(count));
-  if (::getgrouplist(entry->pw_name, entry->pw_gid, groups.data(), &count) < 0) {
-    groups.resize(static_cast<std::size_t>(count));
-    ::getgrouplist(entry->pw_name, entry->pw_gid, groups.data(), &count);
-  }
-  groups.resize(static_cast<std::size_t>(std::max(count, 0)));
-  groups.insert(groups.end(), accounts.extra_groups.begin(), accounts.extra_groups.end());
-  accounts.account.groups = std::move(groups);
+  accounts.account.user_name = config.job_run_as;
+  accounts.account.groups = groups_of(entry->pw_name, entry->pw_gid);
+  accounts.account.groups.insert(accounts.account.groups.end(), accounts.extra_groups.begin(),
+                                 accounts.extra_groups.end());
   spdlog::info("jobs run as {} (uid {})", config.job_run_as, entry->pw_uid);
   return accounts;
 }
@@ -206,7 +245,7 @@ config::DaemonConfig resolve_config(const CommandLine& command_line, std::vector
           fmt::format("--log-level {}: use trace, debug, info, warn, error, critical or off", *command_line.log_level));
     resolved.log_level = *command_line.log_level;
   }
-  if (!config::is_loopback_host(resolved.server.host) && resolved.token_sha256.empty()) {
+  if (!config::is_loopback_host(resolved.server.host) && resolved.token_sha256.empty() && resolved.tokens.empty()) {
     throw std::runtime_error(
         fmt::format("refusing to listen on {} (not loopback) without API tokens: add [auth] token_sha256 to the config "
                     "(joulectl token new prints a token and its hash)",
@@ -416,6 +455,7 @@ int run_daemon(const CommandLine& command_line) {
   job_options.state_directory = config.state_directory;
   job_options.work_directory = work_directory;
   job_options.accounts = job_accounts;
+  job_options.user_identity = local_user_identity;
   job_options.runner = std::filesystem::read_symlink("/proc/self/exe", ec);
   job_options.kill_grace_seconds = config.kill_grace_seconds;
   job_options.max_queued_jobs = config.server.max_queued_jobs;
@@ -445,7 +485,7 @@ int run_daemon(const CommandLine& command_line) {
   jobs.budgets().load(*stored_uses);
 
   Api api(jobs, metrics);
-  api.set_token_hashes(config.token_sha256);
+  api.set_access(access_config(config));
   // Slurm's slot devices estimate with their node type's model (learnt here, or an agent's).
   std::unique_ptr<SlurmExecutor> slurm;
   if (!config.slurm.node_types.empty()) slurm = std::make_unique<SlurmExecutor>(io, jobs, config.slurm);
@@ -489,7 +529,6 @@ int run_daemon(const CommandLine& command_line) {
     coordinator = std::make_unique<ClusterCoordinator>(
         io, jobs, models, metrics,
         CoordinatorOptions{config.cluster.heartbeat_seconds, config.cluster.lost_after_seconds});
-    api.set_agent_token_hashes(config.cluster.agent_token_sha256);
   }
   if (is_agent) {
     agent = std::make_unique<ClusterAgent>(
@@ -508,7 +547,10 @@ int run_daemon(const CommandLine& command_line) {
     server_options.tls = std::move(tls).value();
   }
   HttpServer server(
-      io, [&api](HttpRequest&& request, Reply reply) { api.handle(std::move(request), std::move(reply)); },
+      io,
+      [&api](HttpRequest&& request, const HttpPeer& peer, Reply reply) {
+        api.handle(std::move(request), peer, std::move(reply));
+      },
       server_options, [&metrics](unsigned status) { metrics.observe_request("refused", status, 0.0); });
   const char* scheme = server.uses_tls() ? "https" : "http";
 
@@ -638,14 +680,15 @@ int run_daemon(const CommandLine& command_line) {
         }
         if (renewed) server.set_tls(std::move(renewed));
         apply_log_level(next.log_level);
-        api.set_token_hashes(next.token_sha256);
-        api.set_agent_token_hashes(next.cluster.agent_token_sha256);
+        api.set_access(access_config(next));
         if (coordinator)
           coordinator->set_options({next.cluster.heartbeat_seconds, next.cluster.lost_after_seconds});
         if (next.cluster.role != config.cluster.role || next.cluster.coordinator != config.cluster.coordinator)
           spdlog::warn("reload: the cluster role and coordinator change only on restart");
         config.log_level = next.log_level;
         config.token_sha256 = next.token_sha256;
+        config.tokens = next.tokens;
+        config.local_users = next.local_users;
         config.meter_interval_seconds = next.meter_interval_seconds;
         config.probing = next.probing;
         probes.set_config(next.probing);

@@ -23,6 +23,7 @@
 #include <boost/beast/http/write.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 
+#include "joule/adapters/peer_credentials.hpp"
 #include "joule/common/openssl_error.hpp"
 
 namespace joule::daemon {
@@ -177,7 +178,7 @@ class HttpSession {
 
  protected:
   const HttpServerOptions& options() const { return server_.options_; }
-  void handle(HttpRequest&& request, Reply reply) { server_.handler_(std::move(request), std::move(reply)); }
+  void handle(HttpRequest&& request, Reply reply) { server_.handler_(std::move(request), peer_, std::move(reply)); }
   void refused(unsigned status) {
     if (server_.on_refusal_) server_.on_refusal_(status);
   }
@@ -185,6 +186,7 @@ class HttpSession {
   Where where_;
   std::optional<std::chrono::steady_clock::time_point> waiting_since_;
   asio::ip::address client_;
+  HttpPeer peer_;
 
  private:
   HttpServer& server_;
@@ -204,7 +206,11 @@ class BasicHttpSession final : public HttpSession, public std::enable_shared_fro
   BasicHttpSession(tcp::socket socket, std::shared_ptr<ssl::context> tls, HttpServer& server)
       : HttpSession(server), tls_(std::move(tls)), stream_(make_stream(std::move(socket), tls_.get())) {
     beast::error_code ignored;
-    client_ = lowest().socket().remote_endpoint(ignored).address();
+    peer_.local = lowest().socket().local_endpoint(ignored);
+    peer_.remote = lowest().socket().remote_endpoint(ignored);
+    client_ = peer_.remote.address();
+    // Asked once per connection, while the client's socket surely exists.
+    peer_.uid = adapters::loopback_peer_uid(peer_.local, peer_.remote);
     waiting_since_ = std::chrono::steady_clock::now();
   }
 

@@ -180,7 +180,24 @@ void JobService::refresh_state_metrics() {
   }
 }
 
-Status JobService::check_runnable(const schedulers::JobSpec& spec) const {
+std::optional<adapters::JobIdentity> JobService::job_identity(std::int64_t sequence,
+                                                              const std::optional<std::int64_t>& owner_uid) const {
+  if (options_.accounts.mode == JobAccounts::Mode::daemon) return std::nullopt;
+  // A local user's job runs as that user: it reaches what they may, and no more.
+  if (owner_uid && options_.user_identity) {
+    if (auto own = options_.user_identity(*owner_uid)) return own;
+  }
+  return options_.accounts.identity_for(sequence);
+}
+
+Result<std::string> JobService::owner_of(const std::string& id) const {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return make_error(ErrorCode::not_found, fmt::format("no job {}", id), "id");
+  return it->second->row.owner;
+}
+
+Status JobService::check_runnable(const schedulers::JobSpec& spec,
+                                  const std::optional<adapters::JobIdentity>& identity) const {
   const bool any_device = std::any_of(devices_.begin(), devices_.end(), [&](const Device& d) {
     return d.runs_jobs && schedulers::device_allowed(spec.constraints, d.name);
   });
@@ -213,7 +230,6 @@ Status JobService::check_runnable(const schedulers::JobSpec& spec) const {
   }
   // Jobs run under accounts of their own: a workdir or program in a private home or temp
   // directory is refused now, with the directory in the way, rather than failing at start.
-  const auto identity = options_.accounts.identity_for(next_sequence_);
   auto reachable = [&](const std::filesystem::path& path, const char* what, const char* pointer) -> Status {
     if (!identity) return {};
     if (auto why = adapters::unreachable_by(path, *identity)) {
@@ -250,11 +266,12 @@ Status JobService::check_runnable(const schedulers::JobSpec& spec) const {
   return invalid(fmt::format("program \"{}\" is not found in PATH ({})", program, search), "/run/command/0");
 }
 
-void JobService::submit(const json& body, Done done) {
+void JobService::submit(const json& body, Submitter submitter, Done done) {
   if (!options_.refuse_submissions.empty()) return done(make_error(ErrorCode::conflict, options_.refuse_submissions));
   auto spec = schedulers::parse_job_spec(body);
   if (!spec) return done(spec.error());
-  if (auto runnable = check_runnable(*spec); !runnable) return done(runnable.error());
+  if (auto runnable = check_runnable(*spec, job_identity(next_sequence_, submitter.uid)); !runnable)
+    return done(runnable.error());
   if (queue_.size() + submissions_in_flight_ >= options_.max_queued_jobs) {
     return done(
         make_error(ErrorCode::too_many, fmt::format("{} jobs are already waiting (the limit is {}); retry later",
@@ -269,6 +286,8 @@ void JobService::submit(const json& body, Done done) {
   job->row.state = "queued";
   job->row.priority = spec->priority;
   job->row.submitted_ms = now_ms();
+  job->row.owner = std::move(submitter.name);
+  job->row.owner_uid = submitter.uid;
   job->spec = std::move(spec).value();
   if (estimator_ && job->spec.model && job->spec.training) job->row.estimate_json = estimator_(job->spec).dump();
   job->pending = pending_job(job->row.id, job->spec, job->row.estimate_json);
@@ -551,10 +570,11 @@ std::vector<std::string> JobService::job_environment(const Job& job, const std::
   if (!env.contains("PATH")) env["PATH"] = daemon_path();
   // systemd removes the service's private /tmp when jouled stops, but jobs outlive it.
   env["TMPDIR"] = (work_directory(job.row.id) / "tmp").string();
-  if (const auto identity = options_.accounts.identity_for(job.row.sequence)) {
+  if (const auto identity = job_identity(job.row.sequence, job.row.owner_uid)) {
     // The daemon's HOME is not the job's to read or write.
     env["HOME"] = work_directory(job.row.id).string();
-    env["USER"] = env["LOGNAME"] = options_.accounts.user_name(*identity);
+    env["USER"] = env["LOGNAME"] =
+        identity->user_name.empty() ? options_.accounts.user_name(*identity) : identity->user_name;
   }
   for (const auto& [name, value] : job.spec.run.env) env[name] = value;
   env["JOULE_JOB_ID"] = job.row.id;
@@ -576,7 +596,7 @@ void JobService::launch(const std::string& id) {
   std::filesystem::create_directories(dir, ec);
   if (ec)
     return finish(job, JobState::failed, fmt::format("cannot create {}: {}", dir.string(), ec.message()), std::nullopt);
-  const auto identity = options_.accounts.identity_for(job.row.sequence);
+  const auto identity = job_identity(job.row.sequence, job.row.owner_uid);
   if (auto prepared = prepare_work_directory(id, identity); !prepared)
     return finish(job, JobState::failed, prepared.error().message, std::nullopt);
 
@@ -1232,6 +1252,7 @@ json JobService::to_json(const Job& job, bool with_events) const {
   if (row.started_ms) seconds = static_cast<double>(row.finished_ms.value_or(now_ms()) - *row.started_ms) / 1000.0;
   json out = {{"id", row.id},
               {"name", row.name},
+              {"owner", row.owner},
               {"state", row.state},
               {"priority", row.priority},
               {"device", row.device.empty() ? json(nullptr) : json(row.device)},

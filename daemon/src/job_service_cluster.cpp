@@ -392,7 +392,7 @@ void JobService::assign(const cluster::Assignment& assignment) {
     refused = fmt::format("the coordinator's job does not parse here: {} at {}", spec.error().message, spec.error().where);
   } else {
     spec->constraints.devices = {assignment.device};
-    if (auto runnable = check_runnable(*spec); !runnable)
+    if (auto runnable = check_runnable(*spec, job_identity(next_sequence_, std::nullopt)); !runnable)
       refused = fmt::format("cannot run here: {} ({})", runnable.error().message, runnable.error().where);
     job->spec = std::move(spec).value();
   }

@@ -189,3 +189,32 @@ runs_jobs = false
   ASSERT_FALSE(orphan);
   EXPECT_NE(orphan.error().message.find("an agent needs cluster.coordinator"), std::string::npos);
 }
+
+TEST(DaemonConfigTest, named_tokens_and_job_accounts_are_read_and_their_mistakes_named) {
+  const std::string hash(64, 'A');
+  auto loaded = parse_config("[auth]\nlocal_users = \"read\"\n[[auth.tokens]]\nname = \"alice\"\nsha256 = \"" + hash +
+                                 "\"\nscopes = [\"submit\"]\n[jobs]\nrun_as = \"per-job\"\ngroups = [\"video\"]\n"
+                                 "directory = \"/srv/jobs\"\n",
+                             "jouled.toml");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  ASSERT_EQ(loaded->config.tokens.size(), 1u);
+  EXPECT_EQ(loaded->config.tokens[0].name, "alice");
+  EXPECT_EQ(loaded->config.tokens[0].sha256, std::string(64, 'a'));
+  EXPECT_EQ(loaded->config.tokens[0].scopes, std::vector<std::string>{"submit"});
+  EXPECT_EQ(loaded->config.local_users, "read");
+  EXPECT_EQ(loaded->config.job_groups, std::vector<std::string>{"video"});
+  EXPECT_EQ(loaded->config.job_work_directory, "/srv/jobs");
+
+  auto bad = parse_config(
+      "[auth]\nlocal_users = \"everyone\"\n[[auth.tokens]]\nname = \"bob\"\nsha256 = \"secret\"\n"
+      "[[auth.tokens]]\nname = \"carol\"\nsha256 = \"" +
+          hash + "\"\nscopes = [\"root\"]\n[jobs]\nrun_as = \"a b\"\ndirectory = \"relative\"\n",
+      "jouled.toml");
+  ASSERT_FALSE(bad);
+  const std::string& message = bad.error().message;
+  EXPECT_NE(message.find("jouled.toml:2: auth.local_users"), std::string::npos) << message;
+  EXPECT_NE(message.find("auth.tokens[0].sha256 must be the token's SHA-256"), std::string::npos) << message;
+  EXPECT_NE(message.find("jouled.toml:9: auth.tokens[1].scopes[0]"), std::string::npos) << message;
+  EXPECT_NE(message.find("jouled.toml:11: jobs.run_as"), std::string::npos) << message;
+  EXPECT_NE(message.find("jouled.toml:12: jobs.directory"), std::string::npos) << message;
+}

@@ -56,15 +56,19 @@ class ApiTest : public ::testing::Test {
     return o;
   }
 
+  // `uid`: the local user the kernel names for a loopback client (root, an admin, by default);
+  // nothing for a remote client.
   HttpResponse call(http::verb method, const std::string& target, const std::string& body = {},
-                    const std::string& token = {}) {
+                    const std::string& token = {}, std::optional<uid_t> uid = 0u) {
     HttpRequest request{method, target, 11};
     request.body() = body;
     if (!token.empty()) request.set(http::field::authorization, "Bearer " + token);
     std::optional<HttpResponse> response;
     // Keeps run_for() waiting while a commit is on the storage thread.
     auto busy = boost::asio::make_work_guard(io_);
-    api_.handle(std::move(request), [&](HttpResponse r) { response = std::move(r); });
+    joule::daemon::HttpPeer peer;
+    peer.uid = uid;
+    api_.handle(std::move(request), peer, [&](HttpResponse r) { response = std::move(r); });
     // Commits come back through the io_context; run it until the reply arrives.
     for (int i = 0; i < 2000 && !response; ++i) {
       io_.run_for(std::chrono::milliseconds(5));
@@ -165,18 +169,6 @@ TEST_F(ApiTest, a_full_queue_answers_429_with_retry_after) {
   EXPECT_EQ(body_of(call(http::verb::get, "/v1/jobs"))["total"], 3);
 }
 
-TEST_F(ApiTest, tokens_guard_the_v1_routes_but_not_health) {
-  api_.set_token_hashes({joule::sha256_hex("s3cret")});
-  EXPECT_EQ(call(http::verb::get, "/v1/jobs").result_int(), 401u);
-  EXPECT_EQ(call(http::verb::get, "/v1/jobs", "", "wrong").result_int(), 401u);
-  EXPECT_EQ(call(http::verb::get, "/v1/jobs", "", "s3cret").result_int(), 200u);
-  EXPECT_EQ(call(http::verb::get, "/healthz").result_int(), 200u);
-}
-
-TEST(Sha256Test, matches_the_known_vector) {
-  EXPECT_EQ(joule::sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-}
-
 namespace {
 
 const char* kEstimateBody = R"({
@@ -186,6 +178,118 @@ const char* kEstimateBody = R"({
   "training": {"batch_size": 32, "epochs": 2, "samples_per_epoch": 3200}})";
 
 }  // namespace
+
+namespace {
+
+joule::daemon::AccessConfig tokens_for_test() {
+  joule::daemon::AccessConfig access;
+  access.tokens = {{joule::sha256_hex("s3cret"), "admin", joule::daemon::kAdminScopes},
+                   {joule::sha256_hex("alice"), "alice", joule::daemon::kSubmitScopes},
+                   {joule::sha256_hex("bob"), "bob", joule::daemon::kSubmitScopes},
+                   {joule::sha256_hex("viewer"), "viewer", joule::daemon::kReadScopes}};
+  access.agent_tokens = {{joule::sha256_hex("agent"), "agent", joule::daemon::kAgentScopes}};
+  return access;
+}
+
+}  // namespace
+
+TEST_F(ApiTest, tokens_guard_the_v1_routes_but_not_health) {
+  api_.set_access(tokens_for_test());
+  EXPECT_EQ(call(http::verb::get, "/v1/jobs", "", "", std::nullopt).result_int(), 401u);
+  EXPECT_EQ(call(http::verb::get, "/v1/jobs", "", "wrong", std::nullopt).result_int(), 401u);
+  EXPECT_EQ(call(http::verb::get, "/v1/jobs", "", "wrong", 0u).result_int(), 401u) << "a wrong token is never ignored";
+  EXPECT_EQ(call(http::verb::get, "/v1/jobs", "", "s3cret", std::nullopt).result_int(), 200u);
+  EXPECT_EQ(call(http::verb::get, "/healthz", "", "", std::nullopt).result_int(), 200u);
+}
+
+// Every route, with no token, a wrong one, and each scope: what each may do.
+TEST_F(ApiTest, every_route_answers_by_the_scope_of_its_token) {
+  api_.set_access(tokens_for_test());
+  const auto submitted = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["sleep", "5"]}})", "alice");
+  ASSERT_EQ(submitted.result_int(), 201u) << submitted.body();
+  const std::string id = body_of(submitted)["id"];
+  struct Route {
+    http::verb method;
+    std::string target;
+    std::string body;
+    unsigned viewer, alice, admin;  // the status each gets
+  };
+  const std::vector<Route> routes = {
+      {http::verb::get, "/v1/jobs", "", 200, 200, 200},
+      {http::verb::get, "/v1/jobs/" + id, "", 200, 200, 200},
+      {http::verb::get, "/v1/jobs/" + id + "/log", "", 403, 200, 200},
+      {http::verb::post, "/v1/jobs/" + id + "/pause", "", 403, 200, 200},
+      {http::verb::post, "/v1/jobs/" + id + "/resume", "", 403, 200, 200},
+      {http::verb::get, "/v1/devices", "", 200, 200, 200},
+      {http::verb::get, "/v1/nodes", "", 200, 200, 200},
+      {http::verb::get, "/v1/budgets", "", 200, 200, 200},
+      {http::verb::post, "/v1/estimate", kEstimateBody, 200, 200, 200},
+      {http::verb::post, "/v1/jobs", R"({"run": {"command": ["true"]}})", 403, 201, 201},
+      {http::verb::post, "/v1/cluster/sync", "{}", 401, 401, 401},  // agents only (and no coordinator here)
+  };
+  for (const auto& route : routes) {
+    const std::string what = std::string(http::to_string(route.method)) + " " + route.target;
+    EXPECT_EQ(call(route.method, route.target, route.body, "", std::nullopt).result_int(),
+              route.target == "/v1/cluster/sync" ? 409u : 401u)
+        << what << " without a token";
+    EXPECT_EQ(call(route.method, route.target, route.body, "wrong", std::nullopt).result_int(),
+              route.target == "/v1/cluster/sync" ? 409u : 401u)
+        << what << " with a wrong token";
+    if (route.target == "/v1/cluster/sync") continue;
+    EXPECT_EQ(call(route.method, route.target, route.body, "viewer", std::nullopt).result_int(), route.viewer)
+        << what << " as viewer (read)";
+    EXPECT_EQ(call(route.method, route.target, route.body, "alice", std::nullopt).result_int(), route.alice)
+        << what << " as alice (submit, the owner)";
+    EXPECT_EQ(call(route.method, route.target, route.body, "s3cret", std::nullopt).result_int(), route.admin)
+        << what << " as admin";
+  }
+  EXPECT_EQ(call(http::verb::delete_, "/v1/jobs/" + id, "", "viewer", std::nullopt).result_int(), 403u);
+  EXPECT_EQ(call(http::verb::delete_, "/v1/jobs/" + id, "", "alice", std::nullopt).result_int(), 202u);
+}
+
+TEST_F(ApiTest, a_submit_token_acts_on_its_own_jobs_only_and_does_not_see_others_secrets) {
+  api_.set_access(tokens_for_test());
+  auto submitted = call(http::verb::post, "/v1/jobs",
+                        R"({"run": {"command": ["sleep", "5"], "env": {"API_KEY": "alices-secret"}}})", "alice");
+  ASSERT_EQ(submitted.result_int(), 201u) << submitted.body();
+  const std::string id = body_of(submitted)["id"];
+  EXPECT_EQ(body_of(submitted)["owner"], "token:alice");
+
+  auto seen_by_bob = call(http::verb::get, "/v1/jobs/" + id, "", "bob", std::nullopt);
+  EXPECT_EQ(seen_by_bob.result_int(), 200u);
+  EXPECT_EQ(seen_by_bob.body().find("alices-secret"), std::string::npos) << seen_by_bob.body();
+  EXPECT_EQ(body_of(seen_by_bob)["spec"]["run"]["env"]["API_KEY"], "(hidden: not your job)");
+  auto listed_for_bob = call(http::verb::get, "/v1/jobs", "", "bob", std::nullopt);
+  EXPECT_EQ(listed_for_bob.body().find("alices-secret"), std::string::npos);
+  EXPECT_NE(call(http::verb::get, "/v1/jobs/" + id, "", "alice", std::nullopt).body().find("alices-secret"),
+            std::string::npos);
+
+  for (const auto& [method, suffix] : std::vector<std::pair<http::verb, std::string>>{{http::verb::get, "/log"},
+                                                                                      {http::verb::post, "/pause"},
+                                                                                      {http::verb::post, "/resume"},
+                                                                                      {http::verb::delete_, ""}}) {
+    auto refused = call(method, "/v1/jobs/" + id + suffix, "", "bob", std::nullopt);
+    EXPECT_EQ(refused.result_int(), 403u) << suffix;
+    EXPECT_NE(body_of(refused)["detail"].get<std::string>().find("token:alice"), std::string::npos) << refused.body();
+  }
+  EXPECT_EQ(body_of(call(http::verb::get, "/v1/jobs/" + id, "", "s3cret", std::nullopt))["state"], "running");
+  EXPECT_EQ(call(http::verb::delete_, "/v1/jobs/" + id, "", "s3cret", std::nullopt).result_int(), 202u)
+      << "an admin acts on every job";
+}
+
+TEST_F(ApiTest, a_local_user_without_a_token_owns_what_it_submits) {
+  api_.set_access(tokens_for_test());
+  auto submitted = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["sleep", "5"]}})", "", 1000u);
+  ASSERT_EQ(submitted.result_int(), 201u) << submitted.body();
+  const std::string id = body_of(submitted)["id"];
+  EXPECT_EQ(body_of(submitted)["owner"], "uid:1000");
+  EXPECT_EQ(call(http::verb::post, "/v1/jobs/" + id + "/pause", "", "", 1001u).result_int(), 403u);
+  EXPECT_EQ(call(http::verb::delete_, "/v1/jobs/" + id, "", "", 0u).result_int(), 202u) << "root administers";
+}
+
+TEST(Sha256Test, matches_the_known_vector) {
+  EXPECT_EQ(joule::sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
 
 TEST_F(ApiTest, estimate_without_a_model_gives_counts_and_says_why_no_joules) {
   auto response = call(http::verb::post, "/v1/estimate", kEstimateBody);
@@ -270,14 +374,14 @@ TEST_F(ApiTest, a_raw_byte_outside_ascii_in_the_target_is_a_400) {
 }
 
 TEST_F(ApiTest, percent_encoded_ids_that_decode_to_bad_utf8_or_controls_are_a_400) {
-  api_.set_token_hashes({joule::sha256_hex("s3cret")});
+  api_.set_access(tokens_for_test());
   for (const char* target : {"/v1/jobs/%ff", "/v1/jobs/%0a", "/v1/jobs/%ff/log", "/v1/jobs?state=%ff", "/%ff"}) {
     auto response = call(http::verb::get, target, "", "s3cret");
     EXPECT_EQ(response.result_int(), 400u) << target;
     EXPECT_FALSE(body_of(response).is_discarded()) << target << ": " << response.body();
   }
   // Before authentication as well.
-  EXPECT_EQ(call(http::verb::get, "/v1/jobs/%ff").result_int(), 400u);
+  EXPECT_EQ(call(http::verb::get, "/v1/jobs/%ff", "", "", std::nullopt).result_int(), 400u);
 }
 
 TEST_F(ApiTest, priorities_beyond_the_range_are_refused_as_written) {

@@ -31,7 +31,7 @@ using namespace std::chrono_literals;
 namespace {
 
 // Answers "METHOD /target[ body]".
-void echo(HttpRequest&& request, Reply reply) {
+void echo(HttpRequest&& request, const joule::daemon::HttpPeer&, Reply reply) {
   HttpResponse response{http::status::ok, 11};
   response.body() = std::string(request.method_string()) + " " + std::string(request.target());
   if (!request.body().empty()) response.body() += " " + request.body();
@@ -139,7 +139,7 @@ struct HeldReplies {
   std::mutex mutex;
   std::vector<Reply> replies;
   joule::daemon::HttpHandler handler() {
-    return [this](HttpRequest&&, Reply reply) {
+    return [this](HttpRequest&&, const joule::daemon::HttpPeer&, Reply reply) {
       std::lock_guard lock(mutex);
       replies.push_back(std::move(reply));
     };
@@ -199,7 +199,9 @@ TEST_P(HttpServerTest, an_idle_kept_alive_connection_is_closed_after_the_idle_ti
 
 TEST_P(HttpServerTest, stop_answers_the_request_in_flight_and_closes_idle_connections) {
   std::promise<Reply> pending;
-  auto server = start({}, [&pending](HttpRequest&&, Reply reply) { pending.set_value(std::move(reply)); });
+  auto server = start({}, [&pending](HttpRequest&&, const joule::daemon::HttpPeer&, Reply reply) {
+    pending.set_value(std::move(reply));
+  });
   TestConnection idle = connect(*server);
   ASSERT_FALSE(idle.error()) << idle.error().message();
   TestConnection busy = connect(*server);

@@ -38,7 +38,7 @@ namespace {
   return ::testing::AssertionFailure() << "\"" << text << "\" does not contain \"" << part << "\"";
 }
 
-void hello(HttpRequest&& request, Reply reply) {
+void hello(HttpRequest&& request, const joule::daemon::HttpPeer&, Reply reply) {
   HttpResponse response{http::status::ok, 11};
   response.body() = "hello " + std::string(request.target());
   reply(std::move(response));

@@ -84,4 +84,21 @@ inline std::filesystem::path work_directory_of(const DaemonProcess& daemon, cons
 std::pair<int, std::string> run_program(const std::vector<std::string>& argv,
                                         const std::map<std::string, std::string>& env = {});
 
+/// A request to `daemon` by curl running as `nobody` (uid 65534): what any local user could do.
+/// Needs root. Returns (curl's exit code, the body).
+inline std::pair<int, std::string> curl_as_nobody(const DaemonProcess& daemon, const std::string& method,
+                                                  const std::string& target, const std::string& body = {}) {
+  std::vector<std::string> argv = {"/usr/bin/setpriv",
+                                   "--reuid=65534",
+                                   "--regid=65534",
+                                   "--clear-groups",
+                                   "curl",
+                                   "-s",
+                                   "-X",
+                                   method,
+                                   "http://127.0.0.1:" + std::to_string(daemon.port()) + target};
+  if (!body.empty()) argv.insert(argv.end(), {"-d", body});
+  return run_program(argv);
+}
+
 }  // namespace joule::testing

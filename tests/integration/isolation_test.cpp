@@ -118,4 +118,30 @@ TEST_F(IsolationTest, a_workdir_the_jobs_account_cannot_enter_is_refused_at_subm
   std::filesystem::remove_all(private_dir);
 }
 
+TEST_F(IsolationTest, a_local_users_job_runs_as_that_user_and_it_acts_on_its_own_jobs_only) {
+  DaemonProcess daemon;
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  // `nobody` once submitted a job that ran as root.
+  auto [code, submitted] =
+      joule::testing::curl_as_nobody(daemon, "POST", "/v1/jobs", R"({"run": {"command": ["id", "-u"]}})");
+  ASSERT_EQ(code, 0) << submitted;
+  const auto job = json::parse(submitted, nullptr, false);
+  ASSERT_TRUE(job.is_object() && job.contains("id")) << submitted;
+  EXPECT_EQ(job["owner"], "uid:65534");
+  const std::string id = job["id"];
+  ASSERT_EQ(daemon.wait_state(id, {"succeeded", "failed"})["state"], "succeeded");
+  EXPECT_EQ(log_of(daemon, id), "65534\n");
+
+  // Root's job is not nobody's to stop, pause or read.
+  const auto roots = daemon.submit(shell_job("sleep 30"));
+  ASSERT_EQ(daemon.wait_state(roots, {"running"})["state"], "running");
+  for (const auto& [method, suffix] :
+       std::vector<std::pair<std::string, std::string>>{{"DELETE", ""}, {"POST", "/pause"}, {"GET", "/log"}}) {
+    auto [refused_code, refused] = joule::testing::curl_as_nobody(daemon, method, "/v1/jobs/" + roots + suffix);
+    EXPECT_NE(refused.find("\"status\":403"), std::string::npos) << method << suffix << ": " << refused;
+  }
+  EXPECT_EQ(daemon.call("GET", "/v1/jobs/" + roots).second["state"], "running");
+  EXPECT_EQ(daemon.call("DELETE", "/v1/jobs/" + roots).first, 202u);
+}
+
 }  // namespace

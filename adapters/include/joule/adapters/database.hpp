@@ -43,6 +43,12 @@ struct StoredJob {
   std::int64_t epoch = 0;
   /// Agent: the coordinator's id of the job this one executes ("" for jobs submitted here).
   std::string origin;
+  /// Who submitted it ("token:alice", "uid:1000"; "" before owners were kept): only they (and
+  /// admins) may cancel, pause or resume it, or read its log and run.env.
+  std::string owner;
+  /// The local user who submitted it, where the kernel named one: a root jouled runs the job
+  /// as that user.
+  std::optional<std::int64_t> owner_uid;
 };
 
 /// One entry of the budget ledger: metered energy of a job or probe on one device.

@@ -23,6 +23,7 @@ struct JobIdentity {
   uid_t uid = 0;
   gid_t gid = 0;
   std::vector<gid_t> groups;  ///< supplementary groups (e.g. video for a GPU); may be empty
+  std::string user_name;      ///< for USER and LOGNAME; empty where the account has no name
 };
 
 /// What to start and where its output and status go.

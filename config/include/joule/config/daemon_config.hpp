@@ -110,7 +110,17 @@ struct DaemonConfig {
   /// the config file, or none (embedded default policy) when jouled runs without a config file.
   std::filesystem::path policy_directory;
   std::string log_level = "info";
-  std::vector<std::string> token_sha256;  ///< hex SHA-256 of accepted bearer tokens
+  std::vector<std::string> token_sha256;  ///< [auth] token_sha256: hex SHA-256 of admin tokens
+  /// [[auth.tokens]]: a token of a named owner with scopes ("read", "submit", "admin").
+  struct NamedToken {
+    std::string name;
+    std::string sha256;
+    std::vector<std::string> scopes;
+  };
+  std::vector<NamedToken> tokens;
+  /// [auth] local_users: what a loopback client without a token may do, identified by its uid:
+  /// "submit" (read, and submit and act on its own jobs), "read" or "none".
+  std::string local_users = "submit";
   std::vector<DeviceConfig> devices = {DeviceConfig{}};
   ProbingConfig probing;
   double meter_interval_seconds = 1.0;

@@ -10,13 +10,14 @@
 #include <nlohmann/json.hpp>
 
 #include "joule/common/result.hpp"
+#include "joule/daemon/access.hpp"
 #include "joule/daemon/cluster_service.hpp"
 #include "joule/daemon/estimates.hpp"
-#include "joule/daemon/slurm_executor.hpp"
 #include "joule/daemon/http_server.hpp"
 #include "joule/daemon/job_service.hpp"
-#include "joule/daemon/probe_service.hpp"
 #include "joule/daemon/metrics.hpp"
+#include "joule/daemon/probe_service.hpp"
+#include "joule/daemon/slurm_executor.hpp"
 
 namespace joule::daemon {
 
@@ -27,8 +28,9 @@ class Api {
  public:
   Api(JobService& jobs, Metrics& metrics);
 
-  /// Replaces the accepted token hashes (on start and reload). Empty: no authentication.
-  void set_token_hashes(std::vector<std::string> hashes) { token_hashes_ = std::move(hashes); }
+  /// Who may do what (on start and reload): tokens with owners and scopes, agent tokens, and
+  /// what loopback clients identified by their uid may do without a token.
+  void set_access(AccessConfig access) { access_ = std::move(access); }
   /// /readyz answers 200 only after this is set (recovery done and listening).
   void set_ready(bool ready) { ready_ = ready; }
   /// The energy models estimates are made from (none until probing runs on this node).
@@ -42,28 +44,23 @@ class Api {
   }
   /// GET /v1/nodes then shows the Slurm node types and the executor's last word from Slurm.
   void set_slurm(const SlurmExecutor* slurm) { slurm_ = slurm; }
-  /// Hashes of the tokens agents sync with; empty: the API tokens.
-  void set_agent_token_hashes(std::vector<std::string> hashes) { agent_token_hashes_ = std::move(hashes); }
 
   /// Answers one request through `reply`, now or later (after a commit). Never throws: an
   /// exception from a route becomes a 500 problem+json, and nothing else is answered after it.
-  void handle(HttpRequest&& request, Reply reply);
+  void handle(HttpRequest&& request, const HttpPeer& peer, Reply reply);
 
  private:
-  void route(HttpRequest&& request, const Reply& reply);
-  bool authorized(const HttpRequest& request) const;
-  static bool token_matches(const HttpRequest& request, const std::vector<std::string>& hashes);
+  void route(HttpRequest&& request, const HttpPeer& peer, const Reply& reply);
 
   JobService& jobs_;
   Metrics& metrics_;
-  std::vector<std::string> token_hashes_;
+  AccessConfig access_;
   bool ready_ = false;
   DeviceModels models_;
   ProbeService* probes_ = nullptr;
   ClusterCoordinator* coordinator_ = nullptr;
   ClusterAgent* agent_ = nullptr;
   const SlurmExecutor* slurm_ = nullptr;
-  std::vector<std::string> agent_token_hashes_;
 };
 
 }  // namespace joule::daemon

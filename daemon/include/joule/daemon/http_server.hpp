@@ -4,6 +4,8 @@
 // request goes to one handler that answers through a callback, possibly later (after a commit),
 // on the same io_context.
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -31,7 +33,15 @@ using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>
 using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
 /// Sends the response; call exactly once. Safe to call after the client went away.
 using Reply = std::function<void(HttpResponse)>;
-using HttpHandler = std::function<void(HttpRequest&&, Reply)>;
+/// The connection a request came on.
+struct HttpPeer {
+  boost::asio::ip::tcp::endpoint local;
+  boost::asio::ip::tcp::endpoint remote;
+  /// The local user of a loopback client, as the kernel names the owner of its socket
+  /// (adapters/peer_credentials.hpp); nothing for remote clients or when it could not be told.
+  std::optional<uid_t> uid;
+};
+using HttpHandler = std::function<void(HttpRequest&&, const HttpPeer&, Reply)>;
 /// Called for requests refused before reaching the handler (413, 400, 503), for metrics.
 /// A TLS handshake refused on protocol grounds (a plain-HTTP client on a TLS port, a client
 /// that rejected the certificate, no common TLS version) counts as 400.

@@ -37,7 +37,7 @@ struct JobAccounts {
       case Mode::per_job: {
         const auto slot = static_cast<std::uint64_t>(sequence < 0 ? -sequence : sequence) % uid_count;
         const auto id = static_cast<uid_t>(uid_base + slot);
-        return adapters::JobIdentity{id, static_cast<gid_t>(id), extra_groups};
+        return adapters::JobIdentity{id, static_cast<gid_t>(id), extra_groups, {}};
       }
       case Mode::account:
         return account;

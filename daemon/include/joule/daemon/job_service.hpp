@@ -70,6 +70,10 @@ struct JobServiceOptions {
   /// job's directory in the state directory (only with JobAccounts::Mode::daemon).
   std::filesystem::path work_directory;
   JobAccounts accounts;
+  /// The account of a local user who submitted a job (uid, primary gid, groups), for jobs to
+  /// run as their submitter; nothing for root and jouled's own uid, whose jobs get accounts of
+  /// their own. Unset: every job gets `accounts`' identity.
+  std::function<std::optional<adapters::JobIdentity>(std::int64_t uid)> user_identity;
   std::filesystem::path runner;  ///< executable that understands --job-runner (jouled itself)
   double kill_grace_seconds = 10.0;
   std::size_t max_queued_jobs = 10000;
@@ -99,8 +103,16 @@ class JobService {
   /// never-started ones are queued again, lost ones fail with the reason. Then schedules.
   Status recover(std::vector<adapters::StoredJob> jobs, std::vector<adapters::StoredEvent> events);
 
+  /// Who submits a job: the owner's name ("token:alice", "uid:1000") and, for a local user the
+  /// kernel named, the uid.
+  struct Submitter {
+    std::string name;
+    std::optional<std::int64_t> uid;
+  };
   /// Validates and stores a submission; `done` gets the job (201) once it is committed.
-  void submit(const nlohmann::json& body, Done done);
+  void submit(const nlohmann::json& body, Submitter submitter, Done done);
+  /// The owner of a job ("" for jobs from before owners were kept), or not_found.
+  Result<std::string> owner_of(const std::string& id) const;
   /// Cancels: a queued job at once; a running one by TERM then KILL after the grace period.
   void cancel(const std::string& id, Done done);
   /// Pauses or resumes a running job by hand (POST /v1/jobs/{id}/pause, /resume): SIGSTOP here,
@@ -206,7 +218,11 @@ class JobService {
   struct Job;
   using Write = adapters::StorageWriter::Write;
 
-  Status check_runnable(const schedulers::JobSpec& spec) const;
+  Status check_runnable(const schedulers::JobSpec& spec,
+                        const std::optional<adapters::JobIdentity>& identity = std::nullopt) const;
+  /// Who the job with this number, submitted by `owner_uid`, runs as (nothing: as jouled).
+  std::optional<adapters::JobIdentity> job_identity(std::int64_t sequence,
+                                                    const std::optional<std::int64_t>& owner_uid) const;
   void persist(Write write, std::function<void(Status)> done = {});
   void transition(Job& job, schedulers::JobState to, const std::string& message, std::function<void(Status)> done = {});
   void schedule();
