@@ -80,6 +80,16 @@ class ApiTest : public ::testing::Test {
 
   static json body_of(const HttpResponse& response) { return json::parse(response.body(), nullptr, false); }
 
+  // Runs the loop until job `id` runs (it is placed, then started, after its commits).
+  void wait_running(const std::string& id) {
+    for (int i = 0; i < 400; ++i) {
+      if (body_of(call(http::verb::get, "/v1/jobs/" + id))["state"] == "running") return;
+      io_.run_for(std::chrono::milliseconds(5));
+      io_.restart();
+    }
+    ADD_FAILURE() << "job " << id << " never ran";
+  }
+
   joule::testing::TempDir dir_;
   boost::asio::io_context io_;
   joule::adapters::StorageWriter writer_;
@@ -208,6 +218,7 @@ TEST_F(ApiTest, every_route_answers_by_the_scope_of_its_token) {
   const auto submitted = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["sleep", "5"]}})", "alice");
   ASSERT_EQ(submitted.result_int(), 201u) << submitted.body();
   const std::string id = body_of(submitted)["id"];
+  wait_running(id);  // pause and resume need a running job
   struct Route {
     http::verb method;
     std::string target;
@@ -254,6 +265,7 @@ TEST_F(ApiTest, a_submit_token_acts_on_its_own_jobs_only_and_does_not_see_others
   ASSERT_EQ(submitted.result_int(), 201u) << submitted.body();
   const std::string id = body_of(submitted)["id"];
   EXPECT_EQ(body_of(submitted)["owner"], "token:alice");
+  wait_running(id);
 
   auto seen_by_bob = call(http::verb::get, "/v1/jobs/" + id, "", "bob", std::nullopt);
   EXPECT_EQ(seen_by_bob.result_int(), 200u);
