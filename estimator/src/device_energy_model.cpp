@@ -268,6 +268,21 @@ json DeviceEnergyModel::save() const {
           {"flops_sum_xy", flops_sum_xy_}, {"dropped", dropped_}};
 }
 
+std::optional<std::string> DeviceEnergyModel::inconsistency(const KeyModel& model) {
+  const auto features = static_cast<Eigen::Index>(model.names.size());
+  if (model.log_joules.size() != model.x.size() || model.log_seconds.size() != model.x.size())
+    return "x, log_joules and log_seconds differ in length";
+  for (const auto& x : model.x)
+    if (x.size() != features) return fmt::format("a row of x has {} values for {} names", x.size(), features);
+  // estimate() checks only the energy GP and then predicts with both.
+  if (model.energy.has_value() != model.time.has_value()) return "it has an energy GP or a time GP, not both";
+  for (const auto* gp : {&model.energy, &model.time}) {
+    if (*gp && (*gp)->dimensions() != features)
+      return fmt::format("a GP has {} inputs for {} names", (*gp)->dimensions(), features);
+  }
+  return std::nullopt;
+}
+
 Result<DeviceEnergyModel> DeviceEnergyModel::load(const json& in) {
   try {
     DeviceEnergyModel out(in.at("device").get<std::string>(), in.at("source").get<std::string>());
@@ -292,6 +307,13 @@ Result<DeviceEnergyModel> DeviceEnergyModel::load(const json& in) {
         auto gp = GaussianProcess::load(entry["time"]);
         if (!gp) return gp.error();
         model.time = std::move(gp).value();
+      }
+      // Snapshots come from SQLite and from agents: the parts must agree before fit() indexes
+      // log_joules by x's length and estimate() hands names-long vectors to the GPs (which throw
+      // on, or in fit() silently overrun, a mismatch).
+      if (auto problem = inconsistency(model)) {
+        return make_error(ErrorCode::invalid_argument,
+                          fmt::format("not a saved device energy model: {}: {}", name, *problem));
       }
       out.models_.emplace(name, std::move(model));
     }

@@ -674,12 +674,16 @@ Result<GaussianProcess> GaussianProcess::load(const nlohmann::json& json) {
     GaussianProcess gp;
     gp.d_ = d;
     if (rows.empty()) return gp;
-    MatrixXd X(y.size(), d);
-    for (Index i = 0; i < X.rows(); ++i) {
-      const VectorXd row = to_vec(rows.at(static_cast<std::size_t>(i)));
-      if (row.size() != d) return bad("row " + std::to_string(i) + " of x has the wrong size");
-      X.row(i) = row.transpose();
+    // Every row is read and checked before X is sized: X is n × d, and a forged "dimensions"
+    // would otherwise ask for an allocation no data backs (std::bad_alloc, not an error).
+    std::vector<VectorXd> read_rows;
+    read_rows.reserve(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      read_rows.push_back(to_vec(rows.at(i)));
+      if (read_rows.back().size() != d) return bad("row " + std::to_string(i) + " of x has the wrong size");
     }
+    MatrixXd X(y.size(), d);
+    for (Index i = 0; i < X.rows(); ++i) X.row(i) = read_rows[static_cast<std::size_t>(i)].transpose();
     if (auto s = check_finite_data(X, y); !s) return s.error();
     const auto& sj = json.at("scaling");
     const GpScaling scaling{to_vec(sj.at("x_mean")), to_vec(sj.at("x_scale")), sj.at("y_mean").get<double>(),

@@ -1,6 +1,7 @@
 #include "joule/estimator/model_spec.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include <fmt/format.h>
@@ -188,12 +189,24 @@ Result<TrainingConfig> parse_training_config(const json& training, const std::st
   }
   if (!training.contains("samples_per_epoch"))
     return invalid("training samples_per_epoch is required", pointer + "/samples_per_epoch");
+  // Each count is fine alone, but their product is what estimates multiply by: refused when
+  // absurd, as layer_analysis refuses absurd layers, rather than saturated into a number.
+  if (steps_of(config) > kMaxTrainingSteps) {
+    return invalid(fmt::format("training is more than {} steps (epochs * ceil(samples_per_epoch / batch_size))",
+                               kMaxTrainingSteps),
+                   pointer);
+  }
   return config;
 }
 
 std::int64_t steps_of(const TrainingConfig& training) {
-  const std::int64_t per_epoch = (training.samples_per_epoch + training.batch_size - 1) / training.batch_size;
-  return training.epochs * per_epoch;
+  const std::int64_t samples = training.samples_per_epoch, batch = training.batch_size;
+  if (samples <= 0 || batch <= 0 || training.epochs <= 0) return 0;
+  // ceil(samples / batch) without samples + batch - 1, which overflows near INT64_MAX.
+  const std::int64_t per_epoch = samples / batch + (samples % batch != 0 ? 1 : 0);
+  std::int64_t steps = 0;
+  if (__builtin_mul_overflow(training.epochs, per_epoch, &steps)) return std::numeric_limits<std::int64_t>::max();
+  return steps;
 }
 
 json to_json(const ModelSpec& spec) {

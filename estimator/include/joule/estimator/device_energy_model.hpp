@@ -99,6 +99,8 @@ class DeviceEnergyModel {
   std::size_t dropped_samples() const { return dropped_; }
 
   nlohmann::json save() const;
+  /// Rebuilds a model from save()'s output; refuses (never throws on) JSON that is not one,
+  /// including one whose samples, names and GPs do not fit together.
   static Result<DeviceEnergyModel> load(const nlohmann::json& json);
 
   /// GP input vector of a layer configuration (features incl. batch_size), in `names` order.
@@ -117,6 +119,8 @@ class DeviceEnergyModel {
     std::optional<GaussianProcess> time;
   };
   static std::map<std::string, double> with_padding(const std::map<std::string, double>& features);
+  /// What in a loaded KeyModel does not fit together (lengths, GP inputs vs names), if anything.
+  static std::optional<std::string> inconsistency(const KeyModel& model);
   static Eigen::VectorXd feature_vector(const std::map<std::string, double>& features,
                                         const std::vector<std::string>& names, std::optional<double> batch_size);
 

@@ -44,10 +44,16 @@ const std::vector<std::string>& known_layer_types();
 /// so errors name the exact field (e.g. "/model/layers/3/out_channels").
 Result<ModelSpec> parse_model_spec(const nlohmann::json& json, const std::string& pointer);
 
-/// Parses and checks a training config; see parse_model_spec for `pointer`.
+/// The most training steps a config may describe (2^40, as layer_analysis bounds its counts):
+/// far beyond any real job, and small enough that steps × per-step figures stay exact.
+inline constexpr std::int64_t kMaxTrainingSteps = std::int64_t{1} << 40;
+
+/// Parses and checks a training config; see parse_model_spec for `pointer`. A config of more
+/// than kMaxTrainingSteps steps is refused (at `pointer` itself).
 Result<TrainingConfig> parse_training_config(const nlohmann::json& json, const std::string& pointer);
 
-/// Training steps of a job: epochs × ceil(samples_per_epoch / batch_size).
+/// Training steps of a job: epochs × ceil(samples_per_epoch / batch_size); 0 when a count is
+/// not positive, INT64_MAX where the product would overflow (configs built in code).
 std::int64_t steps_of(const TrainingConfig& training);
 
 nlohmann::json to_json(const ModelSpec& spec);
