@@ -74,6 +74,9 @@ HttpResponse json_response(http::status status, const json& body) {
 // out_of_range for numbers beyond a double (1e400); both are the client's mistake. The
 // message quotes the offending bytes only in escaped form.
 Result<json> parse_json_body(const std::string& body) {
+  // nlohmann stops at a NUL byte and would accept what precedes it, ignoring the rest.
+  if (const auto nul = body.find('\0'); nul != std::string::npos)
+    return make_error(ErrorCode::invalid_argument, fmt::format("the body holds a NUL byte at offset {}", nul));
   try {
     return json::parse(body);
   } catch (const json::parse_error& error) {

@@ -319,6 +319,7 @@ class BasicHttpSession final : public HttpSession, public std::enable_shared_fro
     HttpRequest request = parser_->release();
     keep_alive_ = request.keep_alive();
     version_ = request.version();
+    head_ = request.method() == http::verb::head;
     lowest().expires_never();  // the handler may wait on a commit; the write has its own timeout
     auto replied = std::make_shared<bool>(false);
     try {
@@ -352,6 +353,14 @@ class BasicHttpSession final : public HttpSession, public std::enable_shared_fro
     response.keep_alive(!close);
     response.set(http::field::server, "jouled");
     response.prepare_payload();
+    if (head_) {
+      // HEAD: the GET answer's headers, Content-Length included, and no body (RFC 9110 9.3.2);
+      // a body here would be read by a pipelining client as the start of its next answer.
+      const auto length = response.body().size();
+      response.body().clear();
+      response.content_length(length);
+      head_ = false;
+    }
     response_ = std::make_shared<HttpResponse>(std::move(response));
     lowest().expires_after(timeout());
     http::async_write(stream_, *response_,
@@ -386,6 +395,7 @@ class BasicHttpSession final : public HttpSession, public std::enable_shared_fro
   std::optional<http::request_parser<http::string_body>> parser_;
   std::shared_ptr<HttpResponse> response_;
   bool keep_alive_ = false;
+  bool head_ = false;
   unsigned version_ = 11;
   bool busy_ = false;
   bool closing_ = false;

@@ -86,8 +86,9 @@ Result<RunCommand> parse_run(const json& run, const JobLimits& limits) {
     command.argv.push_back(text);
   }
   if (auto it = run.find("workdir"); it != run.end()) {
-    if (!it->is_string() || it->get<std::string>().empty() || it->get<std::string>()[0] != '/')
-      return invalid("run.workdir must be an absolute path", "/run/workdir");
+    if (!it->is_string() || it->get<std::string>().empty() || it->get<std::string>()[0] != '/' ||
+        it->get<std::string>().find('\0') != std::string::npos)
+      return invalid("run.workdir must be an absolute path (without NUL bytes)", "/run/workdir");
     command.workdir = it->get<std::string>();
   }
   if (auto it = run.find("env"); it != run.end()) {

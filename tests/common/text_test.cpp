@@ -33,6 +33,17 @@ TEST(TextTest, printable_cuts_long_text) {
   EXPECT_EQ(cut, std::string(100, 'a') + "...");
 }
 
+TEST(TextTest, c1_controls_line_separators_and_bidi_overrides_count_as_controls_and_are_escaped) {
+  EXPECT_TRUE(joule::has_control_character("x\u00852026-01-01 critical: forged"));  // NEL
+  EXPECT_TRUE(joule::has_control_character("\u009b2J"));                            // 8-bit CSI
+  EXPECT_TRUE(joule::has_control_character("a\u2028b"));
+  EXPECT_TRUE(joule::has_control_character("evil\u202Etxt.exe"));
+  EXPECT_TRUE(joule::has_control_character("\u2066x\u2069"));
+  EXPECT_FALSE(joule::has_control_character("\u00a0\u2027\u2030"));  // neighbours are fine
+  EXPECT_EQ(joule::printable("x\u0085y"), "x\\u{85}y");
+  EXPECT_EQ(joule::printable("a\u2028b"), "a\\u{2028}b");
+}
+
 TEST(TextTest, control_characters_are_found) {
   EXPECT_TRUE(joule::has_control_character("a\nb"));
   EXPECT_TRUE(joule::has_control_character(std::string("a\0b", 3)));

@@ -82,9 +82,11 @@ class ApiTest : public ::testing::Test {
 
   // Runs the loop until job `id` runs (it is placed, then started, after its commits).
   void wait_running(const std::string& id) {
-    for (int i = 0; i < 400; ++i) {
+    for (int i = 0; i < 1000; ++i) {
       if (body_of(call(http::verb::get, "/v1/jobs/" + id))["state"] == "running") return;
-      io_.run_for(std::chrono::milliseconds(5));
+      // The placement's commit is on the storage thread: keep the loop waiting for it.
+      auto busy = boost::asio::make_work_guard(io_);
+      io_.run_for(std::chrono::milliseconds(10));
       io_.restart();
     }
     ADD_FAILURE() << "job " << id << " never ran";
@@ -407,10 +409,21 @@ TEST_F(ApiTest, priorities_beyond_the_range_are_refused_as_written) {
 }
 
 TEST_F(ApiTest, names_with_control_characters_and_unsafe_environment_names_are_refused) {
-  auto response =
-      call(http::verb::post, "/v1/jobs", R"({"name": "x\n2026-11-26 [info] forged", "run": {"command": ["true"]}})");
+  for (const char* name : {R"(x\n2026-11-26 [info] forged)", R"(x\u00852026-01-01 critical: forged)", R"(\u009b2J)",
+                           R"(a\u2028b)", R"(evil\u202etxt)"}) {
+    auto refused =
+        call(http::verb::post, "/v1/jobs", fmt::format(R"({{"name": "{}", "run": {{"command": ["true"]}}}})", name));
+    EXPECT_EQ(refused.result_int(), 400u) << name;
+    EXPECT_EQ(body_of(refused)["errors"][0]["pointer"], "/name") << name;
+  }
+  // A NUL byte ended the JSON body: what followed it was ignored and the job accepted.
+  const std::string with_nul("{\"run\": {\"command\": [\"true\"]}}\0\xff{", 33);
+  auto nul = call(http::verb::post, "/v1/jobs", with_nul);
+  EXPECT_EQ(nul.result_int(), 400u) << nul.body();
+  EXPECT_NE(body_of(nul)["detail"].get<std::string>().find("NUL byte at offset 30"), std::string::npos) << nul.body();
+  auto response = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["true"], "workdir": "/tmp\u0000/x"}})");
   EXPECT_EQ(response.result_int(), 400u);
-  EXPECT_EQ(body_of(response)["errors"][0]["pointer"], "/name");
+  EXPECT_EQ(body_of(response)["errors"][0]["pointer"], "/run/workdir");
   const std::vector<std::pair<std::string, std::string>> names = {{"A B", "/run/env/A B"},
                                                                   {"A\\nB", "/run/env/A\nB"},
                                                                   {"1X", "/run/env/1X"},

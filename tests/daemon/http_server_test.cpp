@@ -119,6 +119,19 @@ TEST_P(HttpServerTest, refuses_a_body_over_the_limit_with_413_and_closes) {
   EXPECT_FALSE(connection.read());
 }
 
+TEST_P(HttpServerTest, a_head_answer_has_the_length_of_the_get_answer_and_no_body) {
+  auto server = start({});
+  TestConnection connection = connect(*server);
+  auto head = connection.request("/healthz", {}, false, boost::beast::http::verb::head);
+  ASSERT_TRUE(head) << connection.error().message();
+  EXPECT_EQ((*head)[http::field::content_length], std::to_string(std::string("HEAD /healthz").size()));
+  EXPECT_TRUE(head->body().empty());
+  // The connection is still in step: the next answer is the next request's.
+  auto next = connection.request("/next");
+  ASSERT_TRUE(next) << connection.error().message();
+  EXPECT_EQ(next->body(), "GET /next");
+}
+
 TEST_P(HttpServerTest, at_the_limit_the_longest_idle_connection_gives_way_to_a_new_one) {
   HttpServerOptions options;
   options.max_connections = 1;

@@ -16,6 +16,7 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
@@ -53,26 +54,30 @@ class TestConnection {
   boost::beast::error_code error() const { return error_; }
 
   /// Sends one request and reads its response; `error()` tells why there is none.
-  std::optional<Response> request(const std::string& target, const std::string& body = {}, bool close = false) {
+  /// GET, or POST with a body, unless `method` says otherwise.
+  std::optional<Response> request(const std::string& target, const std::string& body = {}, bool close = false,
+                                  std::optional<boost::beast::http::verb> method = std::nullopt) {
     namespace http = boost::beast::http;
-    http::request<http::string_body> request{body.empty() ? http::verb::get : http::verb::post, target, 11};
+    http::request<http::string_body> request{method.value_or(body.empty() ? http::verb::get : http::verb::post), target,
+                                             11};
     request.set(http::field::host, "127.0.0.1");
     request.body() = body;
     request.keep_alive(!close);
     request.prepare_payload();
     error_ = run([&](auto done) { with_stream([&](auto& stream) { http::async_write(stream, request, done); }); });
     if (error_) return std::nullopt;
-    return read();
+    return read(request.method() == http::verb::head);
   }
 
-  /// Reads one response (or the connection's end: `error()`).
-  std::optional<Response> read() {
+  /// Reads one response (or the connection's end: `error()`); after a HEAD, headers only.
+  std::optional<Response> read(bool head = false) {
     namespace http = boost::beast::http;
-    Response response;
-    error_ = run(
-        [&](auto done) { with_stream([&](auto& stream) { http::async_read(stream, buffer_, response, done); }); });
+    http::response_parser<http::string_body> parser;
+    parser.skip(head);
+    error_ =
+        run([&](auto done) { with_stream([&](auto& stream) { http::async_read(stream, buffer_, parser, done); }); });
     if (error_) return std::nullopt;
-    return response;
+    return parser.release();
   }
 
  private:

@@ -48,18 +48,37 @@ inline bool is_valid_utf8(std::string_view text) {
   return true;
 }
 
-/// Whether `text` holds a C0 control character or DEL (newline, tab, escape, NUL...).
+/// Whether the well-formed sequence `sequence` (from utf8_sequence_length) is a character
+/// that moves or hides text on a terminal or in a log: C0 controls and DEL, C1 controls
+/// (U+0080-U+009F: NEL, the 8-bit CSI), the line and paragraph separators U+2028/U+2029, and
+/// the bidirectional overrides and isolates (U+202A-U+202E, U+2066-U+2069).
+inline bool is_control_sequence(std::string_view sequence) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(sequence[i]); };
+  if (sequence.size() == 1) return byte(0) < 0x20 || byte(0) == 0x7F;
+  if (sequence.size() == 2) return byte(0) == 0xC2 && byte(1) <= 0x9F;
+  if (sequence.size() == 3 && byte(0) == 0xE2 && byte(1) == 0x80) return byte(2) >= 0xA8 && byte(2) <= 0xAE;
+  if (sequence.size() == 3 && byte(0) == 0xE2 && byte(1) == 0x81) return byte(2) >= 0xA6 && byte(2) <= 0xA9;
+  return false;
+}
+
+/// Whether `text` holds a control character (see is_control_sequence: newline, tab, escape,
+/// NUL, NEL, U+2028, bidi overrides...). Bytes that are not UTF-8 are not counted here.
 inline bool has_control_character(std::string_view text) {
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte == 0x7F) return true;
+  while (!text.empty()) {
+    const std::size_t length = utf8_sequence_length(text);
+    if (length == 0) {
+      text.remove_prefix(1);
+      continue;
+    }
+    if (is_control_sequence(text.substr(0, length))) return true;
+    text.remove_prefix(length);
   }
   return false;
 }
 
 /// `text` on one line, as valid UTF-8: control characters and bytes that are not UTF-8 become
-/// C-style escapes (\n, \t, \\, \x1b, \xff); everything else, non-ASCII letters included, is
-/// kept. Long input is cut at `max_bytes` of output with "..." after it.
+/// C-style escapes (\n, \t, \\, \x1b, \xff, \u{85}, \u{2028}); everything else, non-ASCII
+/// letters included, is kept. Long input is cut at `max_bytes` of output with "..." after it.
 inline std::string printable(std::string_view text, std::size_t max_bytes = 1024) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
@@ -73,8 +92,16 @@ inline std::string printable(std::string_view text, std::size_t max_bytes = 1024
     const auto byte = static_cast<unsigned char>(text.front());
     if (length == 1 && byte >= 0x20 && byte != 0x7F && byte != '\\') {
       out.push_back(text.front());
-    } else if (length > 1) {
+    } else if (length > 1 && !is_control_sequence(text.substr(0, length))) {
       out.append(text.substr(0, length));
+    } else if (length > 1) {
+      // C1 controls, line separators and bidi overrides: shown by code point, \u{85}.
+      const auto b = [&](std::size_t i) { return static_cast<unsigned>(static_cast<unsigned char>(text[i])); };
+      const unsigned code = length == 2 ? ((b(0) & 0x1F) << 6) | (b(1) & 0x3F)
+                                        : ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
+      out += "\\u{";
+      for (int shift = code > 0xFF ? 12 : 4; shift >= 0; shift -= 4) out.push_back(kHex[(code >> shift) & 0xF]);
+      out += "}";
     } else if (byte == '\\') {
       out += "\\\\";
     } else if (byte == '\n') {
