@@ -404,14 +404,20 @@ int main(int argc, char** argv) {
       return current["state"] == "succeeded" ? 0 : 1;
     }
     if (jobs->parsed()) {
-      std::string target = "/v1/jobs";
-      std::string sep = "?";
-      if (!state.empty()) {
-        target += sep + "state=" + state;
-        sep = "&";
-      }
-      if (limit > 0) target += sep + "limit=" + std::to_string(limit);
-      json listed = expect_json(client.request("GET", target));
+      // jouled answers at most 1,000 jobs at a time; the pages are followed up to --limit.
+      constexpr std::size_t kPage = 1000;
+      json listed = {{"jobs", json::array()}, {"total", 0}};
+      std::string after;
+      do {
+        const std::size_t wanted = limit > 0 ? std::min(kPage, limit - listed["jobs"].size()) : kPage;
+        std::string target = "/v1/jobs?limit=" + std::to_string(wanted);
+        if (!state.empty()) target += "&state=" + state;
+        if (!after.empty()) target += "&after=" + after;
+        json page = expect_json(client.request("GET", target));
+        for (auto& job : page["jobs"]) listed["jobs"].push_back(std::move(job));
+        listed["total"] = page["total"];
+        after = page.value("next", json(nullptr)).is_string() ? page["next"].get<std::string>() : "";
+      } while (!after.empty() && (limit == 0 || listed["jobs"].size() < limit));
       if (as_json)
         fmt::print("{}\n", listed.dump(2));
       else

@@ -25,6 +25,8 @@ namespace {
 
 // The most one answer of GET /v1/jobs/{id}/log carries.
 constexpr std::size_t kMaxLogChunkBytes = 1 << 20;
+// The most jobs one answer of GET /v1/jobs lists (and its default).
+constexpr std::size_t kMaxJobsPage = 1000;
 
 struct ProblemKind {
   http::status status;
@@ -155,6 +157,18 @@ Target parse_target(std::string_view target) {
       if (amp == std::string_view::npos) break;
       query = query.substr(amp + 1);
     }
+  }
+  return out;
+}
+
+// RFC 3986 percent-encoding of everything but the unreserved characters, for query values.
+std::string percent_encode(std::string_view text) {
+  std::string out;
+  for (const unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~')
+      out += static_cast<char>(c);
+    else
+      out += fmt::format("%{:02X}", c);
   }
   return out;
 }
@@ -391,20 +405,34 @@ void Api::route(HttpRequest&& request, const HttpPeer& peer, const Reply& reply)
     if (!allowed(Scope::read)) return;
     std::optional<std::string> state;
     if (auto it = parsed.query.find("state"); it != parsed.query.end()) state = it->second;
-    std::size_t limit = 1000;
+    // A page is at most kMaxJobsPage jobs: building thousands at once held the event loop for
+    // half a second and a slow reader kept megabytes of answer in memory. Clients page on with
+    // `after`, from "next" or the Link header.
+    std::size_t limit = kMaxJobsPage;
     if (auto it = parsed.query.find("limit"); it != parsed.query.end()) {
       auto count = parse_count(it->second);
-      if (!count || *count == 0)
-        return fail(make_error(ErrorCode::invalid_argument, "limit must be a positive integer", "limit"));
+      if (!count || *count == 0 || *count > kMaxJobsPage)
+        return fail(make_error(ErrorCode::invalid_argument,
+                               fmt::format("limit must be an integer from 1 to {}; list further pages with "
+                                           "after=<the previous page's \"next\">",
+                                           kMaxJobsPage),
+                               "limit"));
       limit = *count;
     }
-    auto listed = jobs_.jobs(state, limit);
-    if (listed && listed->contains("jobs")) {
-      for (auto& job : (*listed)["jobs"]) {
-        if (!principal.may_act_on(job.value("owner", ""))) hide_env_values(job);
-      }
+    std::optional<std::string> after;
+    if (auto it = parsed.query.find("after"); it != parsed.query.end()) after = it->second;
+    auto listed = jobs_.jobs(state, limit, after);
+    if (!listed) return fail(listed.error());
+    for (auto& job : (*listed)["jobs"]) {
+      if (!principal.may_act_on(job.value("owner", ""))) hide_env_values(job);
     }
-    return send_result(answer, http::status::ok)(std::move(listed));
+    HttpResponse response = json_response(http::status::ok, *listed);
+    if (const auto& next = (*listed)["next"]; next.is_string()) {
+      std::string link = fmt::format("/v1/jobs?limit={}&after={}", limit, percent_encode(next.get<std::string>()));
+      if (state) link += "&state=" + percent_encode(*state);
+      response.set(http::field::link, fmt::format("<{}>; rel=\"next\"", link));
+    }
+    return answer(std::move(response));
   }
   if (seg.size() == 3 && seg[1] == "jobs") {
     route = "/v1/jobs/{id}";

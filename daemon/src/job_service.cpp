@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <thread>
 #include <unordered_map>
 
@@ -1181,22 +1182,40 @@ Result<json> JobService::job(const std::string& id) const {
   return to_json(*it->second, true);
 }
 
-Result<json> JobService::jobs(const std::optional<std::string>& state, std::size_t limit) const {
+Result<json> JobService::jobs(const std::optional<std::string>& state, std::size_t limit,
+                              const std::optional<std::string>& after) const {
   if (state && !schedulers::job_state_from_string(*state)) {
     return invalid(
         fmt::format("unknown state \"{}\"; use queued, placed, running, throttled, succeeded, failed or cancelled",
                     *state),
         "state");
   }
-  // by_sequence_ keeps submission order, so listing never sorts.
+  std::int64_t after_sequence = std::numeric_limits<std::int64_t>::min();
+  if (after) {
+    auto it = jobs_.find(*after);
+    if (it == jobs_.end())
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("no job {} to list after; start again without \"after\"", *after), "after");
+    after_sequence = it->second->row.sequence;
+  }
+  // by_sequence_ keeps submission order, so listing never sorts. Counting the total walks every
+  // job but builds nothing; only the page is turned into JSON.
   json out = json::array();
   std::size_t total = 0;
+  const Job* last = nullptr;
+  bool more = false;
   for (const auto& [sequence, job] : by_sequence_) {
     if (state && job->row.state != *state) continue;
     ++total;
-    if (out.size() < limit) out.push_back(to_json(*job, false));
+    if (sequence <= after_sequence) continue;
+    if (out.size() < limit) {
+      out.push_back(to_json(*job, false));
+      last = job;
+    } else {
+      more = true;
+    }
   }
-  return json{{"jobs", out}, {"total", total}};
+  return json{{"jobs", out}, {"total", total}, {"next", more && last ? json(last->row.id) : json(nullptr)}};
 }
 
 Result<std::filesystem::path> JobService::log_path(const std::string& id, const std::string& stream) const {

@@ -170,6 +170,38 @@ TEST_F(ApiTest, accepted_job_has_location_and_is_listed) {
   EXPECT_EQ(call(http::verb::delete_, "/v1/jobs/" + id).result_int(), 202u);  // running: TERM sent
 }
 
+TEST_F(ApiTest, the_job_list_is_paged_with_a_next_cursor_and_a_link_header) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto response = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["sleep", "5"]}})");
+    ASSERT_EQ(response.result_int(), 201u) << response.body();
+    ids.push_back(body_of(response)["id"]);
+  }
+  auto first = call(http::verb::get, "/v1/jobs?limit=2");
+  ASSERT_EQ(first.result_int(), 200u);
+  auto page = body_of(first);
+  ASSERT_EQ(page["jobs"].size(), 2u);
+  EXPECT_EQ(page["jobs"][0]["id"], ids[0]);
+  EXPECT_EQ(page["total"], 3);
+  EXPECT_EQ(page["next"], ids[1]);
+  EXPECT_EQ(first[http::field::link], "</v1/jobs?limit=2&after=" + ids[1] + ">; rel=\"next\"");
+  auto second = call(http::verb::get, "/v1/jobs?limit=2&after=" + ids[1]);
+  page = body_of(second);
+  ASSERT_EQ(page["jobs"].size(), 1u);
+  EXPECT_EQ(page["jobs"][0]["id"], ids[2]);
+  EXPECT_TRUE(page["next"].is_null());
+  EXPECT_EQ(second.count(http::field::link), 0u);
+  // The state filter travels in the link; a cursor that names no job and a page over the cap are 400s.
+  auto queued = call(http::verb::get, "/v1/jobs?state=queued&limit=1");
+  if (body_of(queued)["next"].is_string())
+    EXPECT_NE(std::string(queued[http::field::link]).find("&state=queued>"), std::string::npos);
+  auto unknown = call(http::verb::get, "/v1/jobs?after=nope");
+  EXPECT_EQ(unknown.result_int(), 400u);
+  EXPECT_EQ(body_of(unknown)["errors"][0]["parameter"], "after");
+  EXPECT_EQ(call(http::verb::get, "/v1/jobs?limit=1001").result_int(), 400u);
+  EXPECT_EQ(call(http::verb::get, "/v1/jobs?limit=1000").result_int(), 200u);
+}
+
 TEST_F(ApiTest, a_full_queue_answers_429_with_retry_after) {
   // Device busy with the first job; the limit of 2 waiting jobs is then reached.
   ASSERT_EQ(call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["sleep", "5"]}})").result_int(), 201u);
