@@ -20,11 +20,13 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
+#include <boost/beast/http/rfc7230.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 
 #include "joule/adapters/peer_credentials.hpp"
 #include "joule/common/openssl_error.hpp"
+#include "joule/common/text.hpp"
 
 namespace joule::daemon {
 
@@ -293,6 +295,16 @@ class BasicHttpSession final : public HttpSession, public std::enable_shared_fro
 
   void read_request() {
     if (closing_) return close_when_idle();
+    // RFC 9112 2.2: empty lines before a request line are ignored (some clients send a CRLF after
+    // a POST body). Only a few, so a stream of them cannot keep a connection from timing out.
+    while (buffer_.size() > 0 && blank_bytes_skipped_ < kMaxBlankBytes) {
+      const char first = *static_cast<const char*>(buffer_.data().data());
+      if (first != '\r' && first != '\n') break;
+      buffer_.consume(1);
+      ++blank_bytes_skipped_;
+    }
+    if (buffer_.size() == 0) return read();
+    blank_bytes_skipped_ = 0;
     parser_.emplace();
     parser_->body_limit(options().max_body_bytes);
     parser_->header_limit(16 * 1024);
@@ -315,10 +327,11 @@ class BasicHttpSession final : public HttpSession, public std::enable_shared_fro
       return refuse(http::status::request_header_fields_too_large, "request headers are too large");
     if (ec) return refuse(http::status::bad_request, fmt::format("malformed HTTP request: {}", ec.message()));
 
-    busy_ = true;
     HttpRequest request = parser_->release();
-    keep_alive_ = request.keep_alive();
     version_ = request.version();
+    if (auto framing = framing_problem(request)) return refuse(framing->first, framing->second);
+    busy_ = true;
+    keep_alive_ = request.keep_alive();
     head_ = request.method() == http::verb::head;
     lowest().expires_never();  // the handler may wait on a commit; the write has its own timeout
     auto replied = std::make_shared<bool>(false);
@@ -341,8 +354,14 @@ class BasicHttpSession final : public HttpSession, public std::enable_shared_fro
     refused(static_cast<unsigned>(status));
     HttpResponse response{status, 11};
     response.set(http::field::content_type, "application/problem+json");
+    // The detail may quote what the client sent: escaped for a JSON string.
+    std::string escaped;
+    for (const char c : printable(detail, 200)) {
+      if (c == '"' || c == '\\') escaped += '\\';
+      escaped += c;
+    }
     response.body() = fmt::format(R"({{"type":"about:blank","title":"{}","status":{},"detail":"{}"}})",
-                                  std::string(http::obsolete_reason(status)), static_cast<unsigned>(status), detail);
+                                  std::string(http::obsolete_reason(status)), static_cast<unsigned>(status), escaped);
     busy_ = true;
     write(std::move(response), true);
   }
@@ -389,6 +408,32 @@ class BasicHttpSession final : public HttpSession, public std::enable_shared_fro
     }
   }
 
+  // What RFC 9112 asks a server to refuse that Beast's parser lets through: a Host field missing
+  // from HTTP/1.1 or given twice (3.2), a transfer coding other than chunked, which Beast would
+  // leave undecoded in the body (6.1: 501), and Transfer-Encoding on HTTP/1.0, whose framing a
+  // 1.0 intermediary may have read differently (6.1).
+  static std::optional<std::pair<http::status, std::string>> framing_problem(const HttpRequest& request) {
+    const auto hosts = request.count(http::field::host);
+    if (hosts > 1) return std::pair{http::status::bad_request, std::string("more than one Host header")};
+    if (hosts == 0 && request.version() >= 11)
+      return std::pair{http::status::bad_request, std::string("an HTTP/1.1 request needs a Host header")};
+    if (request.count(http::field::transfer_encoding) == 0) return std::nullopt;
+    if (request.version() < 11)
+      return std::pair{http::status::bad_request, std::string("Transfer-Encoding is not allowed in HTTP/1.0")};
+    const auto [first, last] = request.equal_range(http::field::transfer_encoding);
+    for (auto field = first; field != last; ++field) {
+      for (const auto& coding : http::token_list{field->value()}) {
+        if (!beast::iequals(coding, "chunked"))
+          return std::pair{http::status::not_implemented,
+                           fmt::format("transfer coding {} is not supported; only chunked is",
+                                       printable(std::string_view(coding.data(), coding.size()), 40))};
+      }
+    }
+    return std::nullopt;
+  }
+
+  static constexpr int kMaxBlankBytes = 8;
+  int blank_bytes_skipped_ = 0;
   std::shared_ptr<ssl::context> tls_;  // null for plain HTTP; kept while the stream uses it
   Stream stream_;
   beast::flat_buffer buffer_;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "daemon_process.hpp"
@@ -127,6 +128,48 @@ TEST(BadInputTest, the_requests_that_once_stopped_the_daemon_get_a_problem_and_i
     ASSERT_TRUE(daemon.running()) << "stopped by: " << request << "\n" << daemon.log();
   }
   EXPECT_EQ(daemon.call("GET", "/healthz").first, 200u);
+}
+
+// RFC 9112's framing rules that Beast's parser leaves to the server: each gets its status and a
+// problem, and nothing is stored; blank lines before a request line are skipped.
+TEST(BadInputTest, requests_framed_against_rfc_9112_are_refused_and_leading_blank_lines_are_skipped) {
+  DaemonProcess daemon;
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  const std::string job = R"({"run": {"command": ["true"]}})";
+  const std::string chunked_job = fmt::format("{:x}\r\n{}\r\n0\r\n\r\n", job.size(), job);
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"400", "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n"},
+      {"400", "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n"},
+      {"501", "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n" +
+                  chunked_job},
+      {"400", "POST /v1/jobs HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked_job},
+  };
+  for (const auto& [status, request] : refused) {
+    const int fd = connect_raw(daemon.port());
+    ASSERT_GE(fd, 0);
+    ::send(fd, request.data(), request.size(), 0);
+    const std::string answer = read_all(fd);
+    ::close(fd);
+    EXPECT_NE(answer.find(" " + status + " "), std::string::npos) << request << "\n" << answer;
+    EXPECT_NE(answer.find("application/problem+json"), std::string::npos) << answer;
+  }
+  EXPECT_EQ(daemon.call("GET", "/v1/jobs").second["total"], 0) << "a refused request stored a job";
+
+  // HTTP/1.0 needs no Host; a CRLF before the request line is ignored (RFC 9112 2.2), and a
+  // chunked body on HTTP/1.1 is read.
+  for (const std::string& request : std::vector<std::string>{std::string("GET /healthz HTTP/1.0\r\n\r\n"), "\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" +
+            chunked_job}) {
+    const int fd = connect_raw(daemon.port());
+    ASSERT_GE(fd, 0);
+    ::send(fd, request.data(), request.size(), 0);
+    const std::string answer = read_all(fd);
+    ::close(fd);
+    EXPECT_TRUE(answer.rfind("HTTP/1.1 200", 0) == 0 || answer.rfind("HTTP/1.1 201", 0) == 0 ||
+                answer.rfind("HTTP/1.0 200", 0) == 0)
+        << request << "\n" << answer;
+  }
+  EXPECT_EQ(daemon.call("GET", "/v1/jobs").second["total"], 1);
 }
 
 TEST(BadInputTest, refuses_a_public_address_without_tokens) {
