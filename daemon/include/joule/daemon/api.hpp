@@ -1,12 +1,15 @@
 #pragma once
-// The REST API v1 of ARCHITECTURE.md as one request handler: routing, bearer-token checks,
-// JSON decoding, and every error as RFC 9457 problem+json. No sockets in here: tests call
-// handle() directly with a request and read the response.
+// The REST API v1 as one request handler: a route table, bearer-token and peer checks, JSON
+// decoding, and every error as RFC 9457 problem+json. No sockets in here: tests call handle()
+// directly with a request and read the response.
 
 #include <functional>
+#include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include <boost/beast/http/verb.hpp>
 #include <nlohmann/json.hpp>
 
 #include "joule/common/result.hpp"
@@ -24,43 +27,47 @@ namespace joule::daemon {
 /// The HTTP status and problem+json body for an error; the one place errors meet HTTP.
 HttpResponse problem_response(const Error& error, const std::string& instance);
 
+namespace routes {
+struct ApiContext;
+struct Routes;
+}  // namespace routes
+
+/// The REST API: a route table (daemon/src/routes/, one file per resource) and the dispatch in
+/// front of it: target checks, authentication by each route's guard, metrics per route
+/// template, 404/405 with the Allow header the table derives, and the catch-all for exceptions.
 class Api {
  public:
   Api(JobService& jobs, Metrics& metrics);
+  ~Api();
+  Api(const Api&) = delete;
+  Api& operator=(const Api&) = delete;
 
   /// Who may do what (on start and reload): tokens with owners and scopes, agent tokens, and
   /// what loopback clients identified by their uid may do without a token.
-  void set_access(AccessConfig access) { access_ = std::move(access); }
+  void set_access(AccessConfig access);
   /// /readyz answers 200 only after this is set (recovery done and listening).
-  void set_ready(bool ready) { ready_ = ready; }
+  void set_ready(bool ready);
   /// The energy models estimates are made from (none until probing runs on this node).
-  void set_models(DeviceModels models) { models_ = std::move(models); }
+  void set_models(DeviceModels models);
   /// Serves /v1/probes from the probe service (501 without one).
-  void set_probes(ProbeService* probes) { probes_ = probes; }
+  void set_probes(ProbeService* probes);
   /// A coordinator serves POST /v1/cluster/sync and its nodes in GET /v1/nodes; an agent its link.
-  void set_cluster(ClusterCoordinator* coordinator, ClusterAgent* agent) {
-    coordinator_ = coordinator;
-    agent_ = agent;
-  }
+  void set_cluster(ClusterCoordinator* coordinator, ClusterAgent* agent);
   /// GET /v1/nodes then shows the Slurm node types and the executor's last word from Slurm.
-  void set_slurm(const SlurmExecutor* slurm) { slurm_ = slurm; }
+  void set_slurm(const SlurmExecutor* slurm);
 
   /// Answers one request through `reply`, now or later (after a commit). Never throws: an
   /// exception from a route becomes a 500 problem+json, and nothing else is answered after it.
   void handle(HttpRequest&& request, const HttpPeer& peer, Reply reply);
 
- private:
-  void route(HttpRequest&& request, const HttpPeer& peer, const Reply& reply);
+  /// Every (verb, path template) the API serves, for listings and docs.
+  std::vector<std::pair<boost::beast::http::verb, std::string>> routes() const;
 
-  JobService& jobs_;
-  Metrics& metrics_;
-  AccessConfig access_;
-  bool ready_ = false;
-  DeviceModels models_;
-  ProbeService* probes_ = nullptr;
-  ClusterCoordinator* coordinator_ = nullptr;
-  ClusterAgent* agent_ = nullptr;
-  const SlurmExecutor* slurm_ = nullptr;
+ private:
+  void dispatch(HttpRequest&& request, const HttpPeer& peer, const Reply& reply);
+
+  std::unique_ptr<routes::ApiContext> context_;
+  std::unique_ptr<routes::Routes> routes_;
 };
 
 }  // namespace joule::daemon

@@ -1,0 +1,109 @@
+#pragma once
+// What a route of the REST API works with: one request (its decoded parameters, the principal,
+// a reply that counts itself in the metrics) and the JSON and problem+json helpers. Internal to
+// daemon/: each resource's routes are added to the table by the function declared at the end.
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/beast/http/status.hpp>
+#include <nlohmann/json.hpp>
+
+#include "joule/common/result.hpp"
+#include "joule/daemon/access.hpp"
+#include "joule/daemon/api.hpp"
+#include "joule/daemon/http_server.hpp"
+#include "joule/daemon/router.hpp"
+
+namespace joule::daemon::routes {
+
+/// Every JSON answer's text: invalid UTF-8 from the request (an id, a parser's message) is
+/// replaced with U+FFFD, where a plain dump() would throw.
+std::string json_text(const nlohmann::json& body);
+HttpResponse json_response(boost::beast::http::status status, const nlohmann::json& body);
+/// A request body as JSON; malformed syntax, bad UTF-8, NUL bytes and numbers beyond a double
+/// are invalid_argument errors quoting the bytes only escaped.
+Result<nlohmann::json> parse_json_body(const std::string& body);
+/// RFC 3986 percent-encoding of all but the unreserved characters.
+std::string percent_encode(std::string_view text);
+/// The token of "Authorization: Bearer TOKEN", or "" when there is none.
+std::string bearer_token(const HttpRequest& request);
+/// A decimal count of at most 12 digits, or nothing.
+std::optional<std::size_t> parse_count(const std::string& text);
+
+/// The request target split and decoded: refused (as a 400) unless it is visible ASCII whose
+/// percent-decoded segments and query values are UTF-8 without control characters.
+struct Target {
+  std::vector<std::string> segments;
+  std::map<std::string, std::string> query;
+};
+Result<Target> parse_target(std::string_view target);
+
+/// One request on its way through a route.
+struct Call {
+  const HttpRequest& request;
+  std::string target;  ///< printable, for a problem's "instance"
+  const Target& parsed;
+  std::map<std::string, std::string> params;  ///< the route template's {name} segments
+  std::optional<Principal> principal;         ///< set for routes that need a scope
+  /// Sends the answer, counted under the route's template; copyable and callable later (after
+  /// a commit), once.
+  Reply answer;
+
+  const std::string& param(const std::string& name) const { return params.at(name); }
+  std::optional<std::string> query(const std::string& name) const {
+    auto it = parsed.query.find(name);
+    return it == parsed.query.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+  void fail(const Error& error) const { answer(problem_response(error, target)); }
+  /// A result as the answer: `ok` with its JSON, or its error as a problem.
+  void send(Result<nlohmann::json> result, boost::beast::http::status ok = boost::beast::http::status::ok) const {
+    if (!result) return fail(result.error());
+    answer(json_response(ok, *result));
+  }
+  /// The same, for a result that arrives later: a callback that holds what it needs by value.
+  std::function<void(Result<nlohmann::json>)> send_later(
+      boost::beast::http::status ok = boost::beast::http::status::ok) const {
+    return [answer = answer, target = target, ok](Result<nlohmann::json> result) {
+      if (!result) return answer(problem_response(result.error(), target));
+      answer(json_response(ok, *result));
+    };
+  }
+};
+
+/// Who may reach a route: anyone, a job with its own token (checked by the route), an agent
+/// with a cluster token, or an API principal with a scope (and, for `owner_only`, the job named
+/// by the {id} segment must be the principal's own, unless it is an admin).
+enum class Guard { open, job_token, agent, read, submit, admin };
+
+struct Route {
+  Guard guard = Guard::read;
+  bool owner_only = false;
+  std::function<void(Call&)> handle;
+};
+using RouteTable = Router<Route>;
+
+/// The collaborators routes answer from; set up by Api and its setters.
+struct ApiContext {
+  JobService& jobs;
+  Metrics& metrics;
+  AccessConfig access;
+  bool ready = false;
+  DeviceModels models;
+  ProbeService* probes = nullptr;
+  ClusterCoordinator* coordinator = nullptr;
+  ClusterAgent* agent = nullptr;
+  const SlurmExecutor* slurm = nullptr;
+};
+
+/// /healthz, /readyz, /metrics.
+void add_health_routes(RouteTable& table, ApiContext& context);
+/// /v1/jobs and everything under it.
+void add_job_routes(RouteTable& table, ApiContext& context);
+/// /v1/devices, /v1/nodes, /v1/budgets, /v1/estimate, /v1/probes, /v1/cluster/sync.
+void add_node_routes(RouteTable& table, ApiContext& context);
+
+}  // namespace joule::daemon::routes

@@ -1,0 +1,103 @@
+#include <fmt/format.h>
+
+#include "joule/daemon/estimates.hpp"
+#include "routes/call.hpp"
+
+// What a node is and has: health, metrics, devices, nodes, budgets, estimates, probes, and the
+// coordinator's side of cluster sync.
+
+namespace joule::daemon::routes {
+
+namespace http = boost::beast::http;
+using nlohmann::json;
+using Verb = http::verb;
+
+namespace {
+
+// Without a probe service (jouled built or configured without probing) /v1/probes is part of
+// the API that this jouled does not implement.
+void no_probes(const Call& call) {
+  call.answer(json_response(
+      http::status::not_implemented,
+      {{"type", "urn:joule:problem:not-implemented"},
+       {"title", "Not Implemented"},
+       {"status", 501},
+       {"detail", "/v1/probes is part of the API but this jouled runs no probe service"},
+       {"instance", call.target}}));
+}
+
+}  // namespace
+
+void add_health_routes(RouteTable& table, ApiContext& context) {
+  table.add(Verb::get, "/healthz", {Guard::open, false, [](Call& call) {
+                                      call.answer(json_response(http::status::ok, {{"status", "ok"}}));
+                                    }});
+  table.add(Verb::get, "/readyz", {Guard::open, false, [&context](Call& call) {
+                                     if (!context.ready)
+                                       return call.fail(make_error(ErrorCode::unavailable, "jouled is starting"));
+                                     call.answer(json_response(http::status::ok, {{"status", "ready"}}));
+                                   }});
+  table.add(Verb::get, "/metrics", {Guard::open, false, [&context](Call& call) {
+                                      HttpResponse response{http::status::ok, 11};
+                                      response.set(http::field::content_type,
+                                                   "text/plain; version=0.0.4; charset=utf-8");
+                                      response.body() = context.metrics.serialize();
+                                      call.answer(std::move(response));
+                                    }});
+}
+
+void add_node_routes(RouteTable& table, ApiContext& context) {
+  table.add(Verb::get, "/v1/devices", {Guard::read, false, [&context](Call& call) {
+                                         call.answer(json_response(http::status::ok, context.jobs.devices()));
+                                       }});
+  table.add(Verb::get, "/v1/budgets", {Guard::read, false, [&context](Call& call) {
+                                         call.answer(json_response(http::status::ok, context.jobs.budgets_view()));
+                                       }});
+  table.add(Verb::get, "/v1/nodes", {Guard::read, false, [&context](Call& call) {
+                                       json out;
+                                       if (context.coordinator) {
+                                         out = context.coordinator->nodes();
+                                       } else {
+                                         out = context.agent ? context.agent->status() : json{{"role", "standalone"}};
+                                         out["devices"] = context.jobs.devices()["devices"];
+                                       }
+                                       if (context.slurm) out["slurm"] = context.slurm->describe();
+                                       call.answer(json_response(http::status::ok, out));
+                                     }});
+  // An estimate is a computation that changes nothing: read scope.
+  table.add(Verb::post, "/v1/estimate", {Guard::read, false, [&context](Call& call) {
+                                           auto body = parse_json_body(call.request.body());
+                                           if (!body) return call.fail(body.error());
+                                           call.send(estimate_request(*body, context.jobs.device_names(),
+                                                                      context.models));
+                                         }});
+
+  table.add(Verb::get, "/v1/probes", {Guard::read, false, [&context](Call& call) {
+                                        if (!context.probes) return no_probes(call);
+                                        call.answer(json_response(http::status::ok, context.probes->runs()));
+                                      }});
+  // A probe spends the node's energy and time: admin scope.
+  table.add(Verb::post, "/v1/probes", {Guard::admin, false, [&context](Call& call) {
+                                         if (!context.probes) return no_probes(call);
+                                         auto body = parse_json_body(call.request.body());
+                                         if (!body) return call.fail(body.error());
+                                         call.send(context.probes->request(*body), http::status::accepted);
+                                       }});
+  table.add(Verb::get, "/v1/probes/{id}", {Guard::read, false, [&context](Call& call) {
+                                             if (!context.probes) return no_probes(call);
+                                             call.send(context.probes->run(call.param("id")));
+                                           }});
+
+  // Agents sync with the cluster's own tokens ([cluster] agent_token_sha256, else the API's).
+  table.add(Verb::post, "/v1/cluster/sync", {Guard::agent, false, [&context](Call& call) {
+                                               if (!context.coordinator)
+                                                 return call.fail(make_error(
+                                                     ErrorCode::conflict,
+                                                     "this jouled is not a coordinator ([cluster] role)"));
+                                               auto body = parse_json_body(call.request.body());
+                                               if (!body) return call.fail(body.error());
+                                               context.coordinator->sync(*body, call.send_later());
+                                             }});
+}
+
+}  // namespace joule::daemon::routes
