@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "fuzz_support.hpp"
+#include "joule/common/energy_source.hpp"
 #include "joule/worker/protocol.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -16,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   if (auto result = worker::parse_probe_result(body)) {
     (void)result->environment.fingerprint();
-    (void)worker::is_measured_source(result->meter_source);
+    (void)joule::is_measurement(result->meter_source);
     const nlohmann::json json = worker::to_json(*result);
     auto again = worker::parse_probe_result(nlohmann::json::parse(json.dump()));
     require(again.ok(), "a probe result does not parse from its own JSON", again ? json.dump() : again.error().message);

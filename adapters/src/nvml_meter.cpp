@@ -44,6 +44,12 @@ Result<Joules> NvmlMeter::read_power() {
   return integrator_.add(Watts{static_cast<double>(*power_mw) * 1e-3}, now_seconds_());
 }
 
+Result<std::pair<double, double>> NvmlMeter::power_limit_range_watts() const {
+  auto range = library_->power_limit_constraints(device_);
+  if (!range) return range.error();
+  return std::pair{range->min_mw / 1000.0, range->max_mw / 1000.0};
+}
+
 std::string NvmlMeter::description() const {
   return fmt::format("GPU {} {}, {}", index_, name_, integrates_power_ ? "power integrated" : "total energy counter");
 }

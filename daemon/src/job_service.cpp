@@ -21,9 +21,8 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
-#include "joule/adapters/battery_meter.hpp"
-#include "joule/adapters/nvml_meter.hpp"
-#include "joule/adapters/simulated_meter.hpp"
+#include "joule/adapters/job_controls.hpp"
+#include "joule/common/energy_source.hpp"
 #include "joule/common/sha256.hpp"
 #include "joule/common/text.hpp"
 #include "joule/schedulers/step_projection.hpp"
@@ -80,10 +79,10 @@ JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, M
   for (auto& device : devices_) {
     metrics_.add_device_energy(device.name, std::string(device.meter->source()), 0.0);
     metrics_.set_device_power(device.name, std::string(device.meter->source()), 0.0);
-    if (const auto* nvml = dynamic_cast<const adapters::NvmlMeter*>(device.meter.get())) {
-      if (auto range = nvml->library()->power_limit_constraints(nvml->device())) {
-        device.can_limit_gpu = range->max_mw > 0;
-        device.gpu_min_watts = range->min_mw / 1000.0;
+    if (const auto* gpu = device.meter->gpu_power_control()) {
+      if (auto range = gpu->power_limit_range_watts()) {
+        device.can_limit_gpu = range->second > 0;
+        device.gpu_min_watts = range->first;
       }
     }
   }
@@ -621,14 +620,14 @@ void JobService::launch(const std::string& id) {
   job.energy_at_start = device ? read_device_energy(*device) : std::nullopt;
   auto process = adapters::launch_job(spec);
   if (!process) return finish(job, JobState::failed, process.error().message, std::nullopt);
-  if (auto* simulated = device ? dynamic_cast<adapters::SimulatedMeter*>(device->meter.get()) : nullptr) {
+  if (auto* modelled = device ? device->meter->modelled_load() : nullptr) {
     // A simulated device that runs jobs draws, while this one runs, the power its model
     // expects of it (estimated joules over estimated seconds): simulated joules, labelled so.
     double watts = 0.0;
     for (const auto& candidate : job.pending.candidates)
       if (devices_[candidate.device].name == device->name && candidate.estimate && candidate.estimate->seconds_mean > 0)
         watts = candidate.estimate->joules_mean / candidate.estimate->seconds_mean;
-    simulated->set_load_watts(watts);
+    modelled->set_load_watts(watts);
   }
   job.row.pid = process->pid;
   job.row.pid_start_ticks = process->start_ticks;
@@ -689,7 +688,7 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
   job.row.finished_ms = now_ms();
   queue_.erase(job.row.id);
   if (Device* device = find_device(job.row.device); device && device->node.empty()) {
-    if (auto* simulated = dynamic_cast<adapters::SimulatedMeter*>(device->meter.get())) simulated->set_load_watts(0.0);
+    if (auto* modelled = device->meter->modelled_load()) modelled->set_load_watts(0.0);
   }
   if (Device* device = find_device(job.row.device); device && !device->node.empty()) {
     // Metered on the agent: finish_remote has set the energy and its source from the report.
@@ -829,7 +828,7 @@ void JobService::sample_meters() {
     if (!device.node.empty()) device.power_watts = device.reported_power_watts;
     device.last_sample = now;
     device.history.emplace_back(now, device.energy_joules);
-    if (const auto* battery = dynamic_cast<const adapters::BatteryMeter*>(device.meter.get())) {
+    if (const auto* battery = device.meter->battery_gauge()) {
       auto percent = battery->capacity_percent();
       device.battery_percent = percent ? std::optional(*percent) : std::nullopt;
     }
@@ -920,14 +919,14 @@ Status JobService::apply_here(Job& job, const schedulers::ThrottleAction& action
       break;
     case Kind::gpu_power_limit: {
       Device* device = find_device(job.row.device);
-      const auto* nvml = device ? dynamic_cast<const adapters::NvmlMeter*>(device->meter.get()) : nullptr;
-      if (!nvml) {
+      const auto* gpu = device ? device->meter->gpu_power_control() : nullptr;
+      if (!gpu) {
         done = make_error(ErrorCode::unavailable, fmt::format("{} has no NVML to set a power limit with", job.row.device));
         break;
       }
       if (!job.gpu_limit)
         job.gpu_limit = std::make_unique<adapters::GpuPowerLimit>(
-            nvml->library(), nvml->device(), static_cast<unsigned>(std::stoul(job.row.device.substr(5))));
+            *gpu, static_cast<unsigned>(std::stoul(job.row.device.substr(5))));
       auto set = job.gpu_limit->set_watts(action.value);
       if (!set) {
         done = set.error();
@@ -1228,7 +1227,7 @@ json JobService::devices() const {
   json out = json::array();
   for (const auto& device : devices_) {
     const std::string source(device.meter->source());
-    const bool measured = source != "modelled" && source != "simulated";
+    const bool measured = is_measurement(source);
     out.push_back({{"name", device.name},
                    {"meter", {{"source", source}, {"measured", measured}, {"note", device.meter_note}}},
                    {"energy_joules", device.energy_joules},
@@ -1260,7 +1259,7 @@ json JobService::to_json(const Job& job, bool with_events) const {
   const auto& row = job.row;
   json energy = nullptr;
   if (row.energy_joules) {
-    const bool measured = row.energy_source != "modelled" && row.energy_source != "simulated";
+    const bool measured = is_measurement(row.energy_source);
     energy = {{"joules", *row.energy_joules},
               {"source", row.energy_source},
               {"measured", measured},

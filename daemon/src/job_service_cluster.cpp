@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "job_record.hpp"
+#include "joule/common/energy_source.hpp"
 #include "joule/daemon/job_service.hpp"
 #include "joule/daemon/reported_meter.hpp"
 
@@ -291,7 +292,7 @@ json JobService::node_devices(const std::string& node) const {
     const std::string source(device.meter->source());
     out.push_back({{"name", device.agent_device},
                    {"source", source},
-                   {"measured", source != "modelled" && source != "simulated" && !source.empty()},
+                   {"measured", is_measurement(source)},
                    {"power_watts", device.power_watts},
                    {"energy_joules", device.energy_joules},
                    {"runs_jobs", device.runs_jobs},

@@ -1,5 +1,7 @@
 #include "joule/daemon/probe_service.hpp"
 
+#include "joule/common/energy_source.hpp"
+
 #include <signal.h>
 
 #include <algorithm>
@@ -922,7 +924,7 @@ json ProbeService::run_json(const adapters::StoredProbeRun& run) const {
           {"probes", run.probes},
           {"preempted", run.preempted},
           {"failed", run.failed},
-          {"energy", {{"joules", run.joules}, {"source", run.source}, {"measured", worker::is_measured_source(run.source)}}},
+          {"energy", {{"joules", run.joules}, {"source", run.source}, {"measured", is_measurement(run.source)}}},
           {"probe_seconds", run.probe_seconds},
           {"message", run.message}};
 }

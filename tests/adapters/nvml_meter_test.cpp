@@ -6,7 +6,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "joule/adapters/job_controls.hpp"
 #include "joule/adapters/nvml_library.hpp"
+#include "joule/adapters/simulated_meter.hpp"
 #include "temp_dir.hpp"
 
 using joule::ErrorCode;
@@ -165,4 +167,29 @@ TEST(NvmlMeterTest, integrates_power_when_the_energy_counter_is_not_supported) {
   now = 53.0;
   EXPECT_DOUBLE_EQ(meter->read()->value, 700.0);
   EXPECT_EQ(meter->description(), "GPU 0 Tesla P100-PCIE-16GB, power integrated");
+}
+
+// The daemon asks a meter for capabilities instead of asking which kind of meter it holds: an
+// NVML meter offers its GPU's power limit, in watts; a simulated one a modelled load.
+TEST(NvmlMeterTest, offers_its_gpus_power_limit_as_a_capability) {
+  FakeNvmlScript script("limit_mw 250000\nlimit_constraints_mw 100000 300000\n");
+  auto meter = open_gpu(0);
+  ASSERT_TRUE(meter);
+  const joule::adapters::EnergyMeter& as_meter = *meter;
+  EXPECT_EQ(as_meter.battery_gauge(), nullptr);
+  const auto* gpu = as_meter.gpu_power_control();
+  ASSERT_NE(gpu, nullptr);
+  auto range = gpu->power_limit_range_watts();
+  ASSERT_TRUE(range) << range.error().message;
+  EXPECT_DOUBLE_EQ(range->first, 100.0);
+  EXPECT_DOUBLE_EQ(range->second, 300.0);
+  joule::adapters::GpuPowerLimit limit(*gpu, 0);
+  auto current = limit.current_watts();
+  ASSERT_TRUE(current) << current.error().message;
+  EXPECT_DOUBLE_EQ(*current, 250.0);
+
+  joule::adapters::SimulatedMeter simulated(10.0, [] { return 0.0; });
+  joule::adapters::EnergyMeter& simulated_meter = simulated;
+  EXPECT_EQ(simulated_meter.gpu_power_control(), nullptr);
+  ASSERT_NE(simulated_meter.modelled_load(), nullptr);
 }

@@ -193,8 +193,9 @@ TEST_F(ApiTest, the_job_list_is_paged_with_a_next_cursor_and_a_link_header) {
   EXPECT_EQ(second.count(http::field::link), 0u);
   // The state filter travels in the link; a cursor that names no job and a page over the cap are 400s.
   auto queued = call(http::verb::get, "/v1/jobs?state=queued&limit=1");
-  if (body_of(queued)["next"].is_string())
+  if (body_of(queued)["next"].is_string()) {
     EXPECT_NE(std::string(queued[http::field::link]).find("&state=queued>"), std::string::npos);
+  }
   auto unknown = call(http::verb::get, "/v1/jobs?after=nope");
   EXPECT_EQ(unknown.result_int(), 400u);
   EXPECT_EQ(body_of(unknown)["errors"][0]["parameter"], "after");

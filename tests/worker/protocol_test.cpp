@@ -1,5 +1,7 @@
 #include "joule/worker/protocol.hpp"
 
+#include "joule/common/energy_source.hpp"
+
 #include <gtest/gtest.h>
 
 #include "example_models.hpp"
@@ -152,8 +154,8 @@ TEST(ProtocolTest, median_and_spread) {
 }
 
 TEST(ProtocolTest, measured_sources) {
-  for (const char* source : {"rapl", "nvml", "ina3221", "hwmon", "battery"}) EXPECT_TRUE(is_measured_source(source));
-  for (const char* source : {"modelled", "simulated", "", "RAPL"}) EXPECT_FALSE(is_measured_source(source));
+  for (const char* source : {"rapl", "nvml", "ina3221", "hwmon", "battery"}) EXPECT_TRUE(joule::is_measurement(source));
+  for (const char* source : {"modelled", "simulated", "", "RAPL"}) EXPECT_FALSE(joule::is_measurement(source));
 }
 
 TEST(ProtocolTest, fingerprints_differ_by_blas_and_threads) {

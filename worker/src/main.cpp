@@ -16,6 +16,7 @@
 
 #include "environment.hpp"
 #include "joule/adapters/meter_selection.hpp"
+#include "joule/common/energy_source.hpp"
 #include "joule/estimator/model_spec.hpp"
 #include "joule/worker/protocol.hpp"
 #include "trainer.hpp"
@@ -186,7 +187,7 @@ json meters_report(const std::string& device, const std::string& meter, const st
           {"scope", scope},
           {"considered", std::move(considered)},
           {"meter_source", source},
-          {"measured", is_measured_source(source)},
+          {"measured", joule::is_measurement(source)},
           {"seconds", elapsed},
           {"joules", joules},
           {"mean_watts", elapsed > 0.0 ? joules / elapsed : 0.0}};

@@ -1,5 +1,7 @@
 #include "joule/worker/protocol.hpp"
 
+#include "joule/common/energy_source.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -280,7 +282,7 @@ Result<ProbeResult> parse_probe_result(const json& value) {
   if (auto e = reader.required("measured")) return *e;
   if (auto e = reader.boolean("measured", result.measured)) return *e;
   // A result that calls a model a measurement is refused rather than believed.
-  if (result.measured && !is_measured_source(result.meter_source))
+  if (result.measured && !joule::is_measurement(result.meter_source))
     return invalid(fmt::format("measured is true but meter_source \"{}\" is not a measurement", result.meter_source),
                    "/measured");
   if (auto e = reader.integer("batch_size", result.batch_size, 1, 1 << 20)) return *e;
@@ -316,10 +318,6 @@ double spread_of(const std::vector<double>& values) {
   const auto [low, high] = std::minmax_element(values.begin(), values.end());
   const double median = median_of(values);
   return median > 0.0 ? (*high - *low) / median : 0.0;
-}
-
-bool is_measured_source(std::string_view source) {
-  return source == "rapl" || source == "nvml" || source == "ina3221" || source == "hwmon" || source == "battery";
 }
 
 }  // namespace joule::worker

@@ -1,5 +1,7 @@
 #include "trainer.hpp"
 
+#include "joule/common/energy_source.hpp"
+
 #include <dlfcn.h>
 #include <malloc.h>
 
@@ -105,7 +107,7 @@ Result<ProbeResult> run_probe(const ProbeRequest& request, adapters::EnergyMeter
 
   ProbeResult result;
   result.meter_source = std::string(meter.source());
-  result.measured = is_measured_source(result.meter_source);
+  result.measured = joule::is_measurement(result.meter_source);
   result.batch_size = request.batch_size;
   result.optimizer = request.optimizer;
   result.warmup_steps = request.warmup_steps;

@@ -29,7 +29,7 @@ struct BatteryOptions {
 /// Consumption is only measurable while discharging: read() fails (unavailable) while a
 /// battery is `Charging`, or when none is `Discharging` (on external power: `Full`,
 /// `Not charging`), instead of inventing a figure; the interval of a failed read is not counted.
-class BatteryMeter final : public EnergyMeter {
+class BatteryMeter final : public EnergyMeter, public BatteryGauge {
  public:
   /// Finds the batteries and how each is read; fails (unavailable) when there is none, or one
   /// has none of the three ways.
@@ -39,7 +39,8 @@ class BatteryMeter final : public EnergyMeter {
   /// Joules consumed since the first read() (which returns 0).
   Result<Joules> read() override;
   /// State of charge, percent (`capacity`; the mean over several batteries), for battery floors.
-  Result<double> capacity_percent() const;
+  Result<double> capacity_percent() const override;
+  const BatteryGauge* battery_gauge() const override { return this; }
   /// "BAT0 energy_now".
   std::string description() const;
 

@@ -1,10 +1,46 @@
 #pragma once
+#include <memory>
 #include <string_view>
+#include <utility>
 
+#include "joule/adapters/nvml_library.hpp"
 #include "joule/common/result.hpp"
 #include "joule/common/units.hpp"
 
 namespace joule::adapters {
+
+// What a meter's device lets jouled do beyond reading joules. A meter offers each capability it
+// has through EnergyMeter's accessors (null where it has none), so the daemon asks for a
+// capability instead of asking which kind of meter it holds.
+
+/// The power limit of the GPU a meter reads (NVML), for throttling by power cap.
+class GpuPowerControl {
+ public:
+  virtual ~GpuPowerControl() = default;
+  /// The lowest and highest limit the GPU accepts, in watts; an error where it cannot be read.
+  virtual Result<std::pair<double, double>> power_limit_range_watts() const = 0;
+  /// The NVML library and device handle that a GpuPowerLimit (job_controls.hpp) sets and
+  /// restores the limit through.
+  virtual const std::shared_ptr<NvmlLibrary>& library() const = 0;
+  virtual nvml::Device device() const = 0;
+};
+
+/// The battery behind a meter (a laptop, an edge board), for battery floors.
+class BatteryGauge {
+ public:
+  virtual ~BatteryGauge() = default;
+  /// The charge left, 0-100.
+  virtual Result<double> capacity_percent() const = 0;
+};
+
+/// A device whose draw is modelled, not read (a simulated device): jouled tells it the power a
+/// job adds while the job runs, and its joules stay labelled as modelled.
+class ModelledLoad {
+ public:
+  virtual ~ModelledLoad() = default;
+  /// The power a job adds from now on (0 when it ends).
+  virtual void set_load_watts(double watts) = 0;
+};
 
 /// A cumulative energy counter of one device (RAPL package, GPU, INA3221 rail, a model...).
 /// Readings are monotonic joules since the meter was opened; wraparound and resets of the
@@ -18,6 +54,10 @@ class EnergyMeter {
   virtual std::string_view source() const = 0;
   /// Total energy since the meter was opened.
   virtual Result<Joules> read() = 0;
+
+  virtual const GpuPowerControl* gpu_power_control() const { return nullptr; }
+  virtual const BatteryGauge* battery_gauge() const { return nullptr; }
+  virtual ModelledLoad* modelled_load() { return nullptr; }
 };
 
 }  // namespace joule::adapters

@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "joule/adapters/energy_meter.hpp"
 #include "joule/adapters/nvml_library.hpp"
 #include "joule/common/result.hpp"
 
@@ -249,6 +250,8 @@ class GpuPowerLimit final : public RestorableControl {
  public:
   /// `index` only names the GPU in messages.
   GpuPowerLimit(std::shared_ptr<NvmlLibrary> nvml, nvml::Device device, unsigned index);
+  /// The GPU a meter offers (EnergyMeter::gpu_power_control).
+  GpuPowerLimit(const GpuPowerControl& gpu, unsigned index) : GpuPowerLimit(gpu.library(), gpu.device(), index) {}
   ~GpuPowerLimit() override;
   GpuPowerLimit(const GpuPowerLimit&) = delete;
   GpuPowerLimit& operator=(const GpuPowerLimit&) = delete;

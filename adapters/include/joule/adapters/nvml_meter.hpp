@@ -17,7 +17,7 @@ namespace joule::adapters {
 /// energy since the restart (a lower bound), never a wrap. When the counter is not supported
 /// (Pascal and older, many vGPUs) the meter falls back, for good, to nvmlDeviceGetPowerUsage
 /// (mW) integrated by the trapezoid rule over the injected monotonic clock; sample at >= 1 Hz.
-class NvmlMeter final : public EnergyMeter {
+class NvmlMeter final : public EnergyMeter, public GpuPowerControl {
  public:
   /// Gets the handle and name of GPU `index`; fails when NVML has no such device.
   static Result<std::unique_ptr<NvmlMeter>> open(std::shared_ptr<NvmlLibrary> library, unsigned index,
@@ -32,9 +32,10 @@ class NvmlMeter final : public EnergyMeter {
   /// "GPU 0 NVIDIA A100-SXM4-40GB, total energy counter" (or "..., power integrated").
   std::string description() const;
   const std::string& name() const { return name_; }
-  /// For power capping (a later feature): the library and the device handle.
-  const std::shared_ptr<NvmlLibrary>& library() const { return library_; }
-  nvml::Device device() const { return device_; }
+  const GpuPowerControl* gpu_power_control() const override { return this; }
+  Result<std::pair<double, double>> power_limit_range_watts() const override;
+  const std::shared_ptr<NvmlLibrary>& library() const override { return library_; }
+  nvml::Device device() const override { return device_; }
 
  private:
   NvmlMeter(std::shared_ptr<NvmlLibrary> library, unsigned index, nvml::Device device, std::string name,

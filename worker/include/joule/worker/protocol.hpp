@@ -90,7 +90,4 @@ Result<ProbeResult> parse_probe_result(const nlohmann::json& json);
 double median_of(std::vector<double> values);
 double spread_of(const std::vector<double>& values);
 
-/// Whether a meter source is a measurement (rapl, nvml, ina3221, hwmon, battery).
-bool is_measured_source(std::string_view source);
-
 }  // namespace joule::worker
