@@ -21,8 +21,7 @@ struct Routes {
 }  // namespace routes
 
 Api::Api(JobService& jobs, Metrics& metrics)
-    : context_(std::make_unique<routes::ApiContext>(routes::ApiContext{jobs, metrics, {}})),
-      routes_(std::make_unique<routes::Routes>()) {
+    : context_(std::make_unique<routes::ApiContext>(jobs, metrics)), routes_(std::make_unique<routes::Routes>()) {
   routes::add_health_routes(routes_->table, *context_);
   routes::add_job_routes(routes_->table, *context_);
   routes::add_node_routes(routes_->table, *context_);

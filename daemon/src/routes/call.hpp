@@ -88,6 +88,8 @@ using RouteTable = Router<Route>;
 
 /// The collaborators routes answer from; set up by Api and its setters.
 struct ApiContext {
+  ApiContext(JobService& jobs_in, Metrics& metrics_in) : jobs(jobs_in), metrics(metrics_in) {}
+
   JobService& jobs;
   Metrics& metrics;
   AccessConfig access;

@@ -1,0 +1,94 @@
+#pragma once
+// Learning from finished jobs: every job that ended with an estimate and metered joules of the
+// same source is a row, and each device's rows correct that device's next estimates twice.
+//   - The mean (PRE, seed 003: a regression on measured runs): kernel ridge regression of
+//     y = ln(metered / estimated) on the job's features (log estimated joules and seconds, log
+//     FLOPs per step, log steps, standardised), plus the rows' mean ratio. It is applied only
+//     while its leave-one-out error beats the raw estimate's, and both errors are reported.
+//   - The spread (split-conformal calibration): a row's score is its leave-one-out residual in
+//     log space over the estimate's own log-space σ; the σ of new estimates is scaled by the
+//     conformal quantile of the scores over 2, so that ±2σ covers about 95 % of jobs whether the
+//     model was over- or under-confident. Coverage is reported leave-one-out, before and after.
+// Pure: rows in, corrections and figures out; no clock, no I/O.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "joule/estimator/device_energy_model.hpp"
+
+namespace joule::estimator {
+
+/// One finished job on one device: what was estimated at submission and what was metered.
+struct OutcomeRow {
+  std::string job_id;
+  std::int64_t finished_ms = 0;
+  double estimated_joules = 0.0;  ///< the raw (uncorrected) estimate's mean
+  double estimated_std = 0.0;     ///< and its standard deviation
+  double estimated_seconds = 0.0;
+  double flops_per_step = 0.0;
+  std::int64_t steps = 0;
+  double metered_joules = 0.0;
+
+  /// Whether the row can be learnt from (every figure positive and finite).
+  bool usable() const;
+};
+
+/// What the rows say, for GET /v1/devices and the metrics.
+struct CalibrationSummary {
+  std::size_t rows = 0;
+  /// Mean |estimate − metered| / metered of the raw estimates, and of the corrected ones with
+  /// each row left out of the correction it is scored by; null below kMinRows.
+  std::optional<double> raw_error;
+  std::optional<double> corrected_error;
+  bool correction_active = false;  ///< corrected_error < raw_error: new estimates are corrected
+  /// Share of rows whose metered joules fell inside the raw estimate's ±2σ, and inside the
+  /// calibrated ±2σ (the scale from the other rows only).
+  std::optional<double> raw_coverage;
+  std::optional<double> calibrated_coverage;
+  double sigma_scale = 1.0;  ///< applied to the log-space σ of new estimates
+};
+
+/// A correction applied to one estimate.
+struct Calibrated {
+  Uncertain joules;
+  double mean_factor = 1.0;  ///< corrected mean / raw mean
+  double sigma_scale = 1.0;
+};
+
+class OutcomeCalibration {
+ public:
+  /// Rows needed before anything is corrected or calibrated.
+  static constexpr std::size_t kMinRows = 5;
+  /// Rows kept: the most recent, so the correction follows a device that changes.
+  static constexpr std::size_t kMaxRows = 200;
+  /// The target coverage of the calibrated ±2σ interval.
+  static constexpr double kCoverage = 0.95;
+
+  /// Adds a finished job (an unusable row is ignored; returns whether it was kept) and refits.
+  bool add(OutcomeRow row);
+  const std::vector<OutcomeRow>& rows() const { return rows_; }
+  const CalibrationSummary& summary() const { return summary_; }
+
+  /// A new estimate corrected by what the rows say: its mean (while the correction is active)
+  /// and its spread (once there are kMinRows rows). Unchanged below kMinRows.
+  Calibrated apply(double estimated_joules, double estimated_std, double estimated_seconds, double flops_per_step,
+                   std::int64_t steps) const;
+
+ private:
+  void refit();
+
+  std::vector<OutcomeRow> rows_;
+  CalibrationSummary summary_;
+  // The fitted correction: standardisation of the features, the training inputs and the dual
+  // weights of the kernel ridge regression (empty while the correction is not active).
+  std::vector<double> feature_mean_;
+  std::vector<double> feature_scale_;
+  std::vector<std::vector<double>> inputs_;
+  std::vector<double> weights_;
+  double lambda_ = 1.0;  ///< the ridge penalty leave-one-out chose
+};
+
+}  // namespace joule::estimator

@@ -1,0 +1,191 @@
+#include "joule/estimator/outcome_calibration.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <Eigen/Cholesky>
+#include <Eigen/Core>
+
+namespace joule::estimator {
+
+namespace {
+
+constexpr std::size_t kFeatures = 4;
+// The RBF length on standardised features: about the distance between two jobs that differ by
+// one standard deviation in every feature, so one network's rows do not decide another's.
+constexpr double kLengthScale = 2.0;
+// A constant added to the kernel: the intercept (the rows' common ratio) is part of the same
+// regression, lightly penalised, so leave-one-out stays exact in closed form.
+constexpr double kInterceptVariance = 4.0;
+// Ridge penalties tried; the one with the lowest leave-one-out error is kept.
+constexpr double kLambdas[] = {0.03, 0.1, 0.3, 1.0, 3.0};
+// The log-space σ of an estimate is at least this (a model that claims 1 % is not trusted to).
+constexpr double kMinLogSigma = 0.01;
+
+bool positive(double value) { return std::isfinite(value) && value > 0.0; }
+
+std::vector<double> features_of(double joules, double seconds, double flops_per_step, std::int64_t steps) {
+  return {std::log(joules), std::log(seconds), std::log1p(std::max(flops_per_step, 0.0)),
+          std::log(static_cast<double>(std::max<std::int64_t>(steps, 1)))};
+}
+
+// The σ of ln(X) for a log-normal X with this mean and standard deviation.
+double log_sigma(double mean, double std) {
+  const double ratio = std / mean;
+  return std::max(std::sqrt(std::log1p(ratio * ratio)), kMinLogSigma);
+}
+
+double kernel(const std::vector<double>& a, const std::vector<double>& b) {
+  double distance = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) distance += (a[i] - b[i]) * (a[i] - b[i]);
+  return std::exp(-distance / (2.0 * kLengthScale * kLengthScale)) + kInterceptVariance;
+}
+
+// |estimate − metered| / metered for an estimate off by the log ratio `log_error`
+// (ln(estimate / metered)).
+double relative_error(double log_error) { return std::abs(std::expm1(log_error)); }
+
+// The conformal quantile: the ⌈(n + 1)·coverage⌉-th smallest score (the largest when there are
+// too few scores for the guarantee).
+double conformal_quantile(std::vector<double> scores, double coverage) {
+  if (scores.empty()) return 1.0;
+  std::sort(scores.begin(), scores.end());
+  const auto rank = static_cast<std::size_t>(std::ceil((static_cast<double>(scores.size()) + 1.0) * coverage));
+  return scores[std::min(rank, scores.size()) - 1];
+}
+
+}  // namespace
+
+bool OutcomeRow::usable() const {
+  return positive(estimated_joules) && positive(estimated_seconds) && positive(metered_joules) &&
+         std::isfinite(estimated_std) && estimated_std >= 0.0 && std::isfinite(flops_per_step) && steps > 0;
+}
+
+bool OutcomeCalibration::add(OutcomeRow row) {
+  if (!row.usable()) return false;
+  rows_.push_back(std::move(row));
+  if (rows_.size() > kMaxRows) rows_.erase(rows_.begin(), rows_.begin() + (rows_.size() - kMaxRows));
+  refit();
+  return true;
+}
+
+void OutcomeCalibration::refit() {
+  summary_ = CalibrationSummary{};
+  summary_.rows = rows_.size();
+  inputs_.clear();
+  weights_.clear();
+  const std::size_t n = rows_.size();
+  if (n < kMinRows) return;
+
+  // Standardised features, targets and the estimates' own log-space σ.
+  std::vector<std::vector<double>> raw(n);
+  Eigen::VectorXd y(static_cast<Eigen::Index>(n));
+  std::vector<double> sigma(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& row = rows_[i];
+    raw[i] = features_of(row.estimated_joules, row.estimated_seconds, row.flops_per_step, row.steps);
+    y(static_cast<Eigen::Index>(i)) = std::log(row.metered_joules / row.estimated_joules);
+    sigma[i] = log_sigma(row.estimated_joules, row.estimated_std);
+  }
+  feature_mean_.assign(kFeatures, 0.0);
+  feature_scale_.assign(kFeatures, 0.0);
+  for (const auto& x : raw)
+    for (std::size_t f = 0; f < kFeatures; ++f) feature_mean_[f] += x[f] / static_cast<double>(n);
+  for (const auto& x : raw)
+    for (std::size_t f = 0; f < kFeatures; ++f)
+      feature_scale_[f] += (x[f] - feature_mean_[f]) * (x[f] - feature_mean_[f]) / static_cast<double>(n);
+  for (auto& scale : feature_scale_) scale = scale > 1e-12 ? std::sqrt(scale) : 1.0;
+  inputs_.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    inputs_[i].resize(kFeatures);
+    for (std::size_t f = 0; f < kFeatures; ++f) inputs_[i][f] = (raw[i][f] - feature_mean_[f]) / feature_scale_[f];
+  }
+  Eigen::MatrixXd gram(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(n));
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j <= i; ++j)
+      gram(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)) =
+          gram(static_cast<Eigen::Index>(j), static_cast<Eigen::Index>(i)) = kernel(inputs_[i], inputs_[j]);
+
+  // Kernel ridge regression with exact leave-one-out: with M = K + λI and α = M⁻¹y, the
+  // residual of row i predicted from the others is α_i / (M⁻¹)_ii.
+  double raw_error = 0.0;
+  for (std::size_t i = 0; i < n; ++i) raw_error += relative_error(-y(static_cast<Eigen::Index>(i)));
+  raw_error /= static_cast<double>(n);
+  double best_error = std::numeric_limits<double>::infinity();
+  Eigen::VectorXd best_alpha;
+  std::vector<double> best_loo(n, 0.0);
+  for (const double lambda : kLambdas) {
+    Eigen::MatrixXd m = gram;
+    m.diagonal().array() += lambda;
+    const Eigen::LLT<Eigen::MatrixXd> llt(m);
+    if (llt.info() != Eigen::Success) continue;
+    const Eigen::VectorXd alpha = llt.solve(y);
+    const Eigen::MatrixXd inverse = llt.solve(Eigen::MatrixXd::Identity(m.rows(), m.cols()));
+    double error = 0.0;
+    std::vector<double> loo(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto k = static_cast<Eigen::Index>(i);
+      const double residual = alpha(k) / inverse(k, k);  // y_i − prediction without row i
+      loo[i] = y(k) - residual;
+      error += relative_error(loo[i] - y(k));
+    }
+    error /= static_cast<double>(n);
+    if (error < best_error) {
+      best_error = error;
+      best_alpha = alpha;
+      best_loo = std::move(loo);
+      lambda_ = lambda;
+    }
+  }
+  summary_.raw_error = raw_error;
+  if (std::isfinite(best_error)) {
+    summary_.corrected_error = best_error;
+    summary_.correction_active = best_error < raw_error;
+  }
+  if (summary_.correction_active) weights_.assign(best_alpha.data(), best_alpha.data() + best_alpha.size());
+
+  // Conformal scores: the residual the new estimates will have (corrected or raw), over σ.
+  std::vector<double> scores(n);
+  std::size_t raw_covered = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double yi = y(static_cast<Eigen::Index>(i));
+    const double residual = summary_.correction_active ? yi - best_loo[i] : yi;
+    scores[i] = std::abs(residual) / sigma[i];
+    if (std::abs(yi) <= 2.0 * sigma[i]) ++raw_covered;
+  }
+  // Leave-one-out coverage of the calibrated band: row i against the scale of the others.
+  std::size_t calibrated_covered = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::vector<double> others;
+    others.reserve(n - 1);
+    for (std::size_t j = 0; j < n; ++j)
+      if (j != i) others.push_back(scores[j]);
+    if (scores[i] <= conformal_quantile(std::move(others), kCoverage)) ++calibrated_covered;
+  }
+  summary_.raw_coverage = static_cast<double>(raw_covered) / static_cast<double>(n);
+  summary_.calibrated_coverage = static_cast<double>(calibrated_covered) / static_cast<double>(n);
+  // ±2σ·scale is to hold the quantile score: scale = q / 2.
+  summary_.sigma_scale = std::max(conformal_quantile(scores, kCoverage) / 2.0, 0.05);
+}
+
+Calibrated OutcomeCalibration::apply(double estimated_joules, double estimated_std, double estimated_seconds,
+                                     double flops_per_step, std::int64_t steps) const {
+  Calibrated out{{estimated_joules, estimated_std}, 1.0, 1.0};
+  if (rows_.size() < kMinRows || !positive(estimated_joules) || !positive(estimated_seconds)) return out;
+  double log_shift = 0.0;
+  if (!weights_.empty()) {
+    const auto raw = features_of(estimated_joules, estimated_seconds, flops_per_step, steps);
+    std::vector<double> x(kFeatures);
+    for (std::size_t f = 0; f < kFeatures; ++f) x[f] = (raw[f] - feature_mean_[f]) / feature_scale_[f];
+    for (std::size_t i = 0; i < inputs_.size(); ++i) log_shift += weights_[i] * kernel(x, inputs_[i]);
+  }
+  out.mean_factor = std::exp(log_shift);
+  out.sigma_scale = summary_.sigma_scale;
+  out.joules.mean = estimated_joules * out.mean_factor;
+  const double sigma = log_sigma(estimated_joules, std::max(estimated_std, 0.0)) * out.sigma_scale;
+  out.joules.std = out.joules.mean * std::sqrt(std::expm1(sigma * sigma));
+  return out;
+}
+
+}  // namespace joule::estimator

@@ -1,0 +1,119 @@
+#include "joule/estimator/outcome_calibration.hpp"
+
+#include <cmath>
+#include <random>
+
+#include <gtest/gtest.h>
+
+using joule::estimator::OutcomeCalibration;
+using joule::estimator::OutcomeRow;
+
+namespace {
+
+// Jobs of varied size on one device: the estimate says `estimated` ± `relative_std`, the meter
+// reads `truth(estimated)` times log-normal noise of `noise` (log-space σ).
+struct Device {
+  double relative_std = 0.1;
+  double noise = 0.05;
+  double bias = 1.0;  // metered = bias × estimate × noise
+  std::mt19937 random{7};
+
+  OutcomeRow job(int i) {
+    std::uniform_real_distribution<double> size(std::log(50.0), std::log(5000.0));
+    std::normal_distribution<double> error(0.0, noise);
+    const double estimated = std::exp(size(random));
+    OutcomeRow row;
+    row.job_id = "job-" + std::to_string(i);
+    row.finished_ms = i;
+    row.estimated_joules = estimated;
+    row.estimated_std = estimated * relative_std;
+    row.estimated_seconds = estimated / 20.0;
+    row.flops_per_step = estimated * 1e7;
+    row.steps = 100 + i;
+    row.metered_joules = bias * estimated * std::exp(error(random));
+    return row;
+  }
+};
+
+OutcomeCalibration learn(Device& device, int jobs) {
+  OutcomeCalibration calibration;
+  for (int i = 0; i < jobs; ++i) EXPECT_TRUE(calibration.add(device.job(i)));
+  return calibration;
+}
+
+}  // namespace
+
+TEST(OutcomeCalibrationTest, below_the_minimum_rows_nothing_changes) {
+  Device device;
+  OutcomeCalibration calibration = learn(device, static_cast<int>(OutcomeCalibration::kMinRows) - 1);
+  EXPECT_FALSE(calibration.summary().raw_error);
+  const auto applied = calibration.apply(100.0, 10.0, 5.0, 1e9, 100);
+  EXPECT_DOUBLE_EQ(applied.joules.mean, 100.0);
+  EXPECT_DOUBLE_EQ(applied.joules.std, 10.0);
+}
+
+TEST(OutcomeCalibrationTest, a_device_that_always_uses_more_than_estimated_gets_corrected_means) {
+  Device device{.relative_std = 0.1, .noise = 0.05, .bias = 1.5};
+  const OutcomeCalibration calibration = learn(device, 30);
+  const auto& summary = calibration.summary();
+  ASSERT_TRUE(summary.raw_error && summary.corrected_error);
+  EXPECT_NEAR(*summary.raw_error, 1.0 / 3.0, 0.05);  // every raw estimate was a third too low
+  EXPECT_LT(*summary.corrected_error, 0.1);
+  EXPECT_TRUE(summary.correction_active);
+  // A new job inside the range of the rows: its estimate is raised to what such jobs used.
+  const auto applied = calibration.apply(400.0, 40.0, 20.0, 400.0 * 1e7, 120);
+  EXPECT_NEAR(applied.mean_factor, 1.5, 0.15);
+  EXPECT_NEAR(applied.joules.mean, 600.0, 60.0);
+}
+
+TEST(OutcomeCalibrationTest, an_overconfident_model_gets_a_wider_band_that_covers_most_jobs) {
+  // Claims ±1 %, is off by ±30 % (log σ): the raw ±2σ band almost never holds the truth.
+  Device device{.relative_std = 0.01, .noise = 0.3, .bias = 1.0};
+  const OutcomeCalibration calibration = learn(device, 60);
+  const auto& summary = calibration.summary();
+  ASSERT_TRUE(summary.raw_coverage && summary.calibrated_coverage);
+  EXPECT_LT(*summary.raw_coverage, 0.2);
+  EXPECT_GE(*summary.calibrated_coverage, 0.85);
+  EXPECT_GT(summary.sigma_scale, 10.0);
+  const auto applied = calibration.apply(100.0, 1.0, 5.0, 1e9, 100);
+  EXPECT_GT(applied.joules.std, 30.0);
+}
+
+TEST(OutcomeCalibrationTest, an_underconfident_model_gets_a_narrower_band) {
+  // Claims ±100 %, is off by ±2 %.
+  Device device{.relative_std = 1.0, .noise = 0.02, .bias = 1.0};
+  const OutcomeCalibration calibration = learn(device, 40);
+  EXPECT_LT(calibration.summary().sigma_scale, 0.2);
+  EXPECT_DOUBLE_EQ(*calibration.summary().raw_coverage, 1.0);
+  const auto applied = calibration.apply(100.0, 100.0, 5.0, 1e9, 100);
+  EXPECT_LT(applied.joules.std, 20.0);
+}
+
+TEST(OutcomeCalibrationTest, unbiased_noise_is_not_corrected_into_a_bias) {
+  Device device{.relative_std = 0.2, .noise = 0.2, .bias = 1.0};
+  const OutcomeCalibration calibration = learn(device, 60);
+  const auto applied = calibration.apply(400.0, 80.0, 20.0, 400.0 * 1e7, 120);
+  EXPECT_GT(applied.mean_factor, 0.85);
+  EXPECT_LT(applied.mean_factor, 1.15);
+  // Whatever it decides, both errors are reported, and it corrects only when that helps.
+  ASSERT_TRUE(calibration.summary().raw_error && calibration.summary().corrected_error);
+  EXPECT_EQ(calibration.summary().correction_active,
+            *calibration.summary().corrected_error < *calibration.summary().raw_error);
+}
+
+TEST(OutcomeCalibrationTest, unusable_rows_are_refused_and_only_the_latest_rows_are_kept) {
+  OutcomeCalibration calibration;
+  Device device;
+  OutcomeRow bad = device.job(0);
+  bad.metered_joules = 0.0;
+  EXPECT_FALSE(calibration.add(bad));
+  bad = device.job(1);
+  bad.estimated_joules = std::nan("");
+  EXPECT_FALSE(calibration.add(bad));
+  bad = device.job(2);
+  bad.steps = 0;
+  EXPECT_FALSE(calibration.add(bad));
+  for (int i = 0; i < static_cast<int>(OutcomeCalibration::kMaxRows) + 10; ++i) calibration.add(device.job(i));
+  EXPECT_EQ(calibration.rows().size(), OutcomeCalibration::kMaxRows);
+  EXPECT_EQ(calibration.rows().front().job_id, "job-10");
+}
