@@ -34,7 +34,7 @@
 // 1000 jobs, or max_explain = 64 jobs after no device is left free (PlacementOptions). decide
 // changes neither the devices nor the ledger, so each call sees the same state.
 //
-// Labelled, never gating (STYLE.md): there is no peer scheduler to run beside it here, so the
+// Labelled, never gating: there is no peer scheduler to run beside it here, so the
 // --percentiles table ends with the ratio of the measured p99 per decision to the aim
 // (1 ms at 10k queued jobs and 1,000 devices).
 

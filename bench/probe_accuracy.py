@@ -518,8 +518,8 @@ def run(args):
             env = result["environment"]
             data["environment"] = {"torch": "torch " + env["torch_version"], "blas": env["blas"],
                                    "device_name": env["device_name"], "fingerprint": env["fingerprint"]}
-    # Rounds: every network x batch once per round, in a rotated order (interleaved, as
-    # MEASURING.md asks), each a fresh process (as every probe is), medians of everything.
+    # Rounds: every network x batch once per round, in a rotated order (interleaved, so
+    # drift hits all alike), each a fresh process (as every probe is), medians of everything.
     readings = {i: [] for i in range(len(data["rows"]))}
     medians = {i: [] for i in range(len(data["rows"]))}
     commands = {}

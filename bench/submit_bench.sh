@@ -626,7 +626,7 @@ EOF
     flag_noisy "Slurm idle sample after the submissions" "$s1_busy"
     slurm_idle="slurmctld+slurmd idle: after start-up ${s0_cpu}% of one core, VmRSS ${s0_rss} KiB (others ${s0_busy}%); after the submissions ($held held jobs) ${s1_cpu}% of one core, VmRSS ${s1_rss} KiB, VmHWM ${s1_hwm} KiB (others ${s1_busy}%)"
     commands+=("munged: ${munged_cmd[*]}")
-    commands+=("slurmctld: ${slurmctld_cmd[*]}   slurmd: ${slurmd_cmd[*]}   (slurm.conf as in SLURM.md; ports $slurmctld_port/$slurmd_port)")
+    commands+=("slurmctld: ${slurmctld_cmd[*]}   slurmd: ${slurmd_cmd[*]}   (slurm.conf with the settings of scripts/slurm-up.sh; ports $slurmctld_port/$slurmd_port)")
     commands+=("sbatch: SLURM_CONF=$SLURM_CONF sbatch --hold --wrap 'true', in a loop for ${duration}s, 1 and 8 loops (each call under timeout 15)")
     cd "$top" || true
     stop_pid "$slurmd_pid" slurmd; slurmd_pid=""
@@ -679,7 +679,7 @@ ratio() { awk -v a="${1:-}" -v b="${2:-}" 'BEGIN{ if (a == "" || b == "" || b + 
     echo "ratio jouled/sbatch, 8 parallel:  wrk 8 conn $(ratio "${wrk_rps_8:-}" "${sbatch_rate_8:-}"),  joulectl x8 $(ratio "${cli_rate_8:-}" "${sbatch_rate_8:-}")"
     echo "Not like for like in durability: sbatch returns its job id before slurmctld has saved the job"
     echo "(state is written at most every 5 s; acknowledged jobs can be lost on a controller crash, see"
-    echo "/work/shared/SLURM.md), while jouled's 201 comes after an fsync'd commit. The joulectl rows"
+    echo "docs/design.md, \"Exactly once\"), while jouled's 201 comes after an fsync'd commit. The joulectl rows"
     echo "match sbatch in shape (one process and one connection per submission); the wrk rows do not."
   fi
   echo

@@ -10,7 +10,7 @@ packages=(
   libboost-dev libeigen3-dev liblbfgspp-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev libtomlplusplus-dev
   prometheus-cpp-dev libsystemd-dev libsqlite3-dev libssl-dev
   # joule-worker: LibTorch 1.13 (CPU), which calls the system libblas.so.3: OpenBLAS, not the
-  # reference BLAS that is 6-13x slower for linear and recurrent layers (MEASURING.md)
+  # reference BLAS that is 6-13x slower for linear and recurrent layers (measured)
   libtorch-dev libopenblas0-pthread
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev

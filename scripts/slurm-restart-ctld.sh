@@ -3,7 +3,7 @@
 # controller crash would: SIGKILL (no state save on the way out), then a new slurmctld with the
 # same slurm.conf and StateSaveLocation (no -c), waiting until it answers and the node is usable.
 # Jobs acknowledged in the last ~5 s before the kill may be gone, and their ids handed out
-# again (SLURM.md, "Controller state across kill -9").
+# again (docs/design.md, Slurm, "Exactly once").
 #
 # Usage: scripts/slurm-restart-ctld.sh RUN_DIR [restart|kill|start]   (default: restart)
 set -euo pipefail

@@ -2,8 +2,8 @@
 # Starts a private single-host Slurm for tests: munged, slurmctld and slurmd on this machine.
 #
 # Usage: scripts/slurm-up.sh RUN_DIR
-#   Writes RUN_DIR/slurm.conf (partition "joule", node "localhost", settings measured in
-#   docs/SLURM.md), starts munged (as munge, private socket RUN_DIR/munge/munge.socket),
+#   Writes RUN_DIR/slurm.conf (partition "joule", node "localhost", settings tested with
+#   Slurm 22.05), starts munged (as munge, private socket RUN_DIR/munge/munge.socket),
 #   slurmctld -D and slurmd -D -N localhost in the background, stores their pids in
 #   RUN_DIR/{munged,slurmctld,slurmd}.pid, waits until the node is idle and exits 0.
 #   Clients then use: export SLURM_CONF=RUN_DIR/slurm.conf
@@ -93,7 +93,7 @@ read -r cpus boards sockets cores threads memory < <(
 memory=$((memory > 512 ? memory - 256 : memory))
 
 cat >"$conf" <<EOF
-# Written by scripts/slurm-up.sh: a private single-host Slurm for tests (docs: SLURM.md).
+# Written by scripts/slurm-up.sh: a private single-host Slurm for tests.
 ClusterName=joule
 SlurmctldHost=localhost
 SlurmUser=root

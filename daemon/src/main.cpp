@@ -1,4 +1,4 @@
-// jouled: the Joule daemon of one node. See ARCHITECTURE.md and `jouled --help`.
+// jouled: the Joule daemon of one node. See docs/design.md and `jouled --help`.
 
 #include <cstring>
 #include <exception>

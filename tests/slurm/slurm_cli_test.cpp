@@ -268,7 +268,8 @@ TEST_F(SlurmCliTest, slurms_own_error_messages_come_back) {
   EXPECT_EQ(no_tools.error().code, ErrorCode::unavailable);
 }
 
-// The case SLURM.md measured: slurmctld acknowledges sbatch before saving the job, so a kill -9
+// The case measured with Slurm 22.05 (docs/design.md, Slurm, "Exactly once"):
+// slurmctld acknowledges sbatch before saving the job, so a kill -9
 // within about a second loses acknowledged jobs and hands their ids out again. list() +
 // reconcile() + resubmit must leave every joule id exactly once in Slurm, and each job must run
 // exactly once.

@@ -303,7 +303,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  pin_allocator();  // before anything allocates much: MEASURING.md
+  pin_allocator();  // before anything allocates much: malloc's thresholds move timings
   try {
     return run(argc, argv);
   } catch (const Failure& failure) {

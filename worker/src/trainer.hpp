@@ -1,9 +1,9 @@
 #pragma once
 // The probe loop of joule-worker: train every network of a request under one meter, interleaved
-// (MEASURING.md), and report per-step joules and seconds. Torch-free header: main.cpp and the
+// (A B A B ...), and report per-step joules and seconds. Torch-free header: main.cpp and the
 // tests that drive the binary do not compile LibTorch.
 //
-// Method, per MEASURING.md:
+// Method (docs/design.md, "Probing real devices"):
 //  * the process pins glibc malloc's thresholds before anything allocates (pin_allocator);
 //  * threads are set explicitly: ATen intra-op = `threads`, inter-op = 1, OpenBLAS = `threads`
 //    (ATen does not set OpenBLAS's own pool, which otherwise uses every core);

@@ -26,7 +26,7 @@ struct Ina3221Options {
 };
 
 /// The `ina3221` meter: one power rail of a Jetson's INA3221 monitors, integrated over time
-/// (trapezoid; sample at >= 1 Hz), since the chip has no energy counter (METERS.md).
+/// (trapezoid; sample at >= 1 Hz), since the chip has no energy counter.
 ///
 /// JetPack 5/6 (upstream hwmon `ina3221`, channels 1..3): hwmon directories found by their
 /// `name` file (hwmonN numbers change across boots); `in<ch>_label` (rail, `NC` = not

@@ -3,7 +3,7 @@
 // candidate opens and gives a first reading. Every candidate's verdict (taken, or passed over
 // and why) is kept so the daemon can log it and show it in GET /v1/devices.
 //
-// Preference (ARCHITECTURE.md, METERS.md):
+// Preference (the most direct measurement first, the model last):
 //   cpu     rapl -> ina3221 (Jetson module input rail) -> battery -> modelled
 //   cuda:N  nvml -> ina3221 (GPU rail) -> none (an error that says what was tried)
 // A forced meter ("rapl", "nvml", "ina3221", "hwmon", "battery", "modelled") is tried alone.

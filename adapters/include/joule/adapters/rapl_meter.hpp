@@ -19,7 +19,7 @@ struct RaplOptions {
 };
 
 /// The `rapl` meter: Intel RAPL (and AMD Fam17h/19h, same driver) through powercap,
-/// `<sys>/class/powercap/intel-rapl:N[:M]` (METERS.md).
+/// `<sys>/class/powercap/intel-rapl:N[:M]`.
 ///
 /// Zones counted: every package (`intel-rapl:N`, name `package-N`) plus its `dram` sub-zone
 /// when there is one (DRAM is outside the package domain); `core`/`uncore` sub-zones are inside

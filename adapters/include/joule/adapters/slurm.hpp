@@ -3,8 +3,8 @@
 //
 // Identity: every job Joule submits carries `--comment=joule:<joule_id>`, and that comment, not
 // the Slurm job id, says which Joule job a Slurm job is. slurmctld acknowledges a submission
-// before it is saved and hands the same job ids out again after a crash (SLURM.md, "Controller
-// state across kill -9"), so a Slurm id alone proves nothing; slurm_reconcile.hpp decides what
+// before it is saved and hands the same job ids out again after a crash (docs/design.md,
+// Slurm, "Exactly once"), so a Slurm id alone proves nothing; slurm_reconcile.hpp decides what
 // to do with what list() returns.
 //
 // Every call runs one or two short commands (no shell) and blocks its thread until they end or

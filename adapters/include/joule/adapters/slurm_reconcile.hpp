@@ -3,7 +3,7 @@
 //
 // Why this exists: slurmctld acknowledges sbatch before the job is saved; after a controller
 // crash, submissions of the last ~5 s can be gone and their job ids handed to new jobs
-// (SLURM.md, "Controller state across kill -9"). So a job is identified by the joule id in its
+// (docs/design.md, Slurm, "Exactly once"). So a job is identified by the joule id in its
 // comment ("joule:<id>"), never by its Slurm id alone, and Joule resubmits a job that vanished
 // before it started, once, and never while any Slurm job carries its joule id.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// jouled's Prometheus metrics (names fixed by ARCHITECTURE.md), kept in one prometheus-cpp
+// jouled's Prometheus metrics (names as listed in README.md, "Metrics"), kept in one prometheus-cpp
 // Registry and served by our own HTTP server through the TextSerializer, so the daemon needs
 // no second listener. No per-job labels: label values are bounded (devices, states, routes).
 

@@ -1,5 +1,6 @@
 #pragma once
-// Keeps the energy models of this node's real devices current (ARCHITECTURE.md, Estimation).
+// Keeps the energy models of this node's real devices current (docs/design.md, "Probing real
+// devices").
 //
 // When a device is idle (no job on it or waiting for it, idle for `idle_seconds`) and probing
 // is allowed (enabled, inside the configured hours, under the day's joule cap), joule-worker

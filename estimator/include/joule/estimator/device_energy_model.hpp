@@ -6,7 +6,7 @@
 //
 // GP inputs are the layer's configuration (layer_analysis.hpp features + batch_size) on a
 // log1p scale, plus channel counts padded to blocks of 8 and 16 (vector units and convolution
-// libraries work in such blocks; MEASURING.md measured 2.2× jumps at multiples of 16). The
+// libraries work in such blocks; measured: 2.2× jumps at multiples of 16). The
 // target is log joules per step, so a prediction N(μ, σ²) is log-normal in joules:
 //   mean = exp(μ + σ²/2),   variance = (exp(σ²) − 1) · exp(2μ + σ²)
 // (the median exp(μ) replaces the mean where σ > kExtrapolationSigma, so a point far from the

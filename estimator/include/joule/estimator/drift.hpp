@@ -1,6 +1,6 @@
 #pragma once
-// When a device's energy model no longer describes the device (ARCHITECTURE.md, Estimation
-// step 6): finished jobs' metered energy is compared with their estimates. A job whose energy
+// When a device's energy model no longer describes the device (docs/design.md, "Probing real
+// devices"): finished jobs' metered energy is compared with their estimates. A job whose energy
 // falls outside its estimate's own 2σ band counts as a miss; two misses among the last three
 // jobs mean drift (one outlier is not enough: a job may do more than its spec says).
 // The band is taken in log space, σ_log = ln(1 + std/mean), and is at least ±10 % wide so a

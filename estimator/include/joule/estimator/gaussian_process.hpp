@@ -1,7 +1,7 @@
 #pragma once
 // Exact Gaussian-Process regression: ARD Matérn-5/2 kernel plus white noise, hyperparameters by
 // maximising the log marginal likelihood. The estimator's energy models are built from these
-// (ARCHITECTURE.md, "Estimation": one GP per layer kind and position, on log-scaled features
+// (docs/design.md, "Estimation": one GP per layer kind and position, on log-scaled features
 // and log energy); the GP itself is generic and knows nothing about layers or joules.
 //
 // Kernel (Rasmussen & Williams, "Gaussian Processes for Machine Learning", MIT Press 2006,
@@ -72,7 +72,7 @@ struct GpScaling {
 /// How fit() searches for hyperparameters. Bounds and start ranges are in standardised units.
 struct GpFitOptions {
   /// Random starts besides the deterministic default one (ℓ_d = 1, s² = 1, σ_n² = 0.01);
-  /// restarts matter (MEASURING.md: a fit without them fell into a noise-only optimum).
+  /// restarts matter (measured: a fit without them fell into a noise-only optimum).
   /// Random starts draw log ℓ_d in [log 0.1, log 30], log s² in [log 0.1, log 10] and
   /// log σ_n² in [log 1e-4, log 0.3], uniformly, from std::mt19937_64 seeded with `seed`.
   int restarts = 3;

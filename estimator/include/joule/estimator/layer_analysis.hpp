@@ -17,7 +17,7 @@
 //    one layer: the recurrence of an LSTM, the inside of attention) + the gradient w.r.t. the
 //    layer's input. The input gradient is counted only when some EARLIER layer has parameters:
 //    otherwise nothing upstream needs it and autograd skips it, as it does for a first layer
-//    (MEASURING.md: ignoring this under-predicts a network by 5–25 %). A parameter-free layer
+//    (measured: ignoring this under-predicts a network by 5–25 %). A parameter-free layer
 //    in that position (a relu on the raw input) has no backward work at all.
 //  * Parameter-free layers count a small constant of arithmetic per element (table below).
 //    They are memory-bound: their activation bytes describe them better than their FLOPs.

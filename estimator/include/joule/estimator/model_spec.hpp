@@ -1,5 +1,5 @@
 #pragma once
-// Model specs and training configs: the JSON contract of ARCHITECTURE.md, parsed and checked.
+// Model specs and training configs: the JSON of a job's `model` and `training`, parsed and checked.
 //
 // This stage checks structure (known layer types, argument types and ranges, a usable input);
 // shape inference and FLOPs counting build on it in the estimator proper.
@@ -37,7 +37,7 @@ struct TrainingConfig {
   std::string optimizer = "sgd";
 };
 
-/// The layer types of ARCHITECTURE.md, in the spelling users write.
+/// The layer types a model spec may use, in the spelling users write.
 const std::vector<std::string>& known_layer_types();
 
 /// Parses and checks a model spec. `pointer` is the JSON pointer of `json` inside the request,

@@ -11,7 +11,7 @@
 //   joules  = static_watts × seconds + joules_per_flop × FLOPs + joules_per_byte × bytes
 // A training step adds the loss and a per-step overhead (optimizer update over every
 // parameter, data loading). Measurements carry multiplicative log-normal noise plus rare upward
-// outliers, the one-sided noise real probes show (MEASURING.md).
+// outliers, the one-sided noise real probes show.
 
 #include <cstdint>
 #include <random>

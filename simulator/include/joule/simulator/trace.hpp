@@ -9,7 +9,7 @@
 //
 //   at                 seconds after the trace's start when the job is submitted (>= 0)
 //   name               optional; defaults to "job-<line>"
-//   model              a model spec (ARCHITECTURE.md) inline, or the path of a JSON file holding
+//   model              a model spec (as in POST /v1/jobs) inline, or the path of a JSON file holding
 //                      one, relative to the trace file
 //   training           as in POST /v1/jobs
 //   constraints        optional: devices (globs matched against "node/device" and the bare

@@ -11,7 +11,7 @@
 //    (flops_baseline_joules) comes from the same probes.
 //  - Truth: the simulated device's noise-free step cost (SimulatedDevice::step_cost) × steps,
 //    times a per-job factor drawn log-normal(0, truth_sigma): run-to-run variation (data
-//    order, clocks, temperature; MEASURING.md) that no model of the device can know. The factor
+//    order, clocks, temperature) that no model of the device can know. The factor
 //    is the job's, the same on every device, so it moves a job's cost but not which device is
 //    cheapest. Energy and time share it: power is the device's power for that network.
 // Every joule in a World is simulated. Deterministic for a seed.

@@ -16,7 +16,7 @@
 
 namespace joule::worker {
 
-/// Networks to train and meter under the same conditions (interleaved, MEASURING.md).
+/// Networks to train and meter under the same conditions (interleaved).
 struct ProbeRequest {
   std::string device = "cpu";  ///< "cpu" or "cuda:N"
   int threads = 1;             ///< intra-op threads, set explicitly (part of the device's config)
