@@ -40,6 +40,7 @@
 #include "joule/daemon/slurm_executor.hpp"
 #include "joule/daemon/http_server.hpp"
 #include "joule/daemon/job_service.hpp"
+#include "joule/daemon/outcome_service.hpp"
 #include "joule/daemon/metrics.hpp"
 #include "joule/daemon/systemd_notify.hpp"
 
@@ -502,9 +503,14 @@ int run_daemon(const CommandLine& command_line) {
     jobs.refresh_estimates();
   });
   ModelService& models = *models_holder;
+  // What finished jobs teach: corrects and calibrates estimates (rows rebuilt after recovery).
+  OutcomeService outcomes;
+  api.set_outcomes(&outcomes);
   jobs.set_model_info([&](const std::string& device) {
     const auto source = model_sources.find(device);
-    return models.model_info(source == model_sources.end() ? device : source->second);
+    auto info = models.model_info(source == model_sources.end() ? device : source->second);
+    info["calibration"] = outcomes.view(device);
+    return info;
   });
   jobs.set_estimator([&](const schedulers::JobSpec& spec) {
     std::vector<std::string> names;
@@ -512,7 +518,10 @@ int run_daemon(const CommandLine& command_line) {
       if (schedulers::device_allowed(spec.constraints, name)) names.push_back(name);
     nlohmann::json body = {{"model", estimator::to_json(*spec.model)}, {"training", estimator::to_json(*spec.training)}};
     auto answer = estimate_request(body, names, models_for_estimates());
-    return answer ? (*answer)["estimates"] : nlohmann::json(nullptr);
+    if (!answer) return nlohmann::json(nullptr);
+    nlohmann::json estimates = std::move((*answer)["estimates"]);
+    outcomes.apply(estimates);
+    return estimates;
   });
   ProbeServiceOptions probe_options;
   probe_options.probing = config.probing;
@@ -522,7 +531,10 @@ int run_daemon(const CommandLine& command_line) {
   ProbeService probes(io, storage, metrics, models, jobs, probe_options);
   api.set_probes(&probes);
   jobs.set_device_hooks([&](const std::string& device) { probes.preempt(device); },
-                        [&](const JobService::Feedback& feedback) { probes.feedback(feedback); });
+                        [&](const JobService::Feedback& feedback) {
+                          probes.feedback(feedback);
+                          outcomes.record(feedback);
+                        });
   std::unique_ptr<ClusterCoordinator> coordinator;
   std::unique_ptr<ClusterAgent> agent;
   if (is_coordinator) {
@@ -565,6 +577,11 @@ int run_daemon(const CommandLine& command_line) {
   jobs.set_api_url(fmt::format("{}://{}:{}", scheme, job_host, endpoint->port()));
   if (auto recovered = jobs.recover(std::move(stored_jobs).value(), std::move(stored_events).value()); !recovered)
     throw std::runtime_error(recovered.error().message);
+  {
+    std::size_t learnt = 0;
+    for (const auto& feedback : jobs.finished_feedback()) learnt += outcomes.record(feedback) ? 1 : 0;
+    if (learnt > 0) spdlog::info("estimates: learnt from {} finished job{}", learnt, learnt == 1 ? "" : "s");
+  }
   jobs.sample_meters();
   {
     std::vector<ProbeableDevice> probeable;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -705,7 +706,7 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
             for (const auto& row : estimates)
               if (row.value("device", "") == device->name)
                 on_finished_(Feedback{device->name, row, *job.row.energy_joules, job.row.energy_source,
-                                      job.energy_partial});
+                                      job.energy_partial, job.row.id, job.row.finished_ms.value_or(0)});
           }
         }
       }
@@ -1215,6 +1216,30 @@ Result<json> JobService::jobs(const std::optional<std::string>& state, std::size
     }
   }
   return json{{"jobs", out}, {"total", total}, {"next", more && last ? json(last->row.id) : json(nullptr)}};
+}
+
+std::vector<JobService::Feedback> JobService::finished_feedback() const {
+  std::vector<const Job*> done;
+  for (const auto& [sequence, job] : by_sequence_)
+    if (job->state == JobState::succeeded && job->row.energy_joules && !job->row.estimate_json.empty() &&
+        job->row.finished_ms)
+      done.push_back(job);
+  std::stable_sort(done.begin(), done.end(),
+                   [](const Job* a, const Job* b) { return *a->row.finished_ms < *b->row.finished_ms; });
+  std::vector<Feedback> out;
+  for (const Job* job : done) {
+    const auto estimates = json::parse(job->row.estimate_json, nullptr, false);
+    if (!estimates.is_array()) continue;
+    // An adopted job's energy was metered from the restart on only.
+    const bool partial = std::any_of(job->events.begin(), job->events.end(), [](const StoredEvent& event) {
+      return event.message.rfind("adopted process group", 0) == 0 || event.message.find("while jouled was down") != std::string::npos;
+    });
+    for (const auto& row : estimates)
+      if (row.value("device", "") == job->row.device)
+        out.push_back(Feedback{job->row.device, row, *job->row.energy_joules, job->row.energy_source, partial,
+                               job->row.id, *job->row.finished_ms});
+  }
+  return out;
 }
 
 Result<std::filesystem::path> JobService::log_path(const std::string& id, const std::string& stream) const {

@@ -98,3 +98,54 @@ TEST(EstimatesTest, a_simulated_device_learns_its_model_and_estimates_jobs) {
   std::filesystem::remove_all(state);
   std::filesystem::remove_all(state.string() + "-jobs");  // the jobs' directories, beside it
 }
+
+// Finished jobs teach the estimates: a simulated device that runs jobs meters each (simulated
+// joules, the same source as its model), and once enough have ended the next estimates are
+// calibrated, say so, keep the model's own figure, and the rows are rebuilt after a restart.
+TEST(EstimatesTest, finished_jobs_calibrate_the_next_estimates_and_survive_a_restart) {
+  auto state = std::filesystem::temp_directory_path() / ("joule-outcomes-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");
+  const std::string config = "[[devices]]\nname = \"sim:laptop-cpu\"\nprobes = 120\nruns_jobs = true\n";
+  const json training = {{"batch_size", 64}, {"epochs", 1}, {"samples_per_epoch", 6400}};
+  const auto rows_of = [](const DaemonProcess& daemon) {
+    auto [status, devices] = daemon.call("GET", "/v1/devices");
+    for (const auto& d : devices["devices"])
+      if (d["name"] == "sim:laptop-cpu") return d["model"]["calibration"];
+    return json();
+  };
+  {
+    DaemonProcess daemon({.config_toml = config}, state);
+    ASSERT_TRUE(daemon.start()) << daemon.log();
+    ASSERT_EQ(wait_model_ready(daemon, "sim:laptop-cpu")["model"]["state"], "ready") << daemon.log();
+    EXPECT_EQ(rows_of(daemon)["rows"], 0);
+    for (int i = 0; i < 6; ++i) {
+      json job = {{"name", "learn-" + std::to_string(i)},
+                  {"model", mlp()},
+                  {"training", training},
+                  {"run", {{"command", {"sh", "-c", "sleep 0.3"}}}}};
+      const auto id = daemon.submit(job);
+      ASSERT_FALSE(id.empty());
+      auto done = daemon.wait_state(id, {"succeeded", "failed"});
+      ASSERT_EQ(done["state"], "succeeded") << done.dump(2);
+      ASSERT_EQ(done["energy"]["source"], "simulated") << done.dump(2);
+    }
+    const json calibration = rows_of(daemon);
+    EXPECT_EQ(calibration["rows"], 6) << calibration.dump(2);
+    EXPECT_TRUE(calibration["error_raw"].is_number()) << calibration.dump(2);
+    EXPECT_TRUE(calibration["coverage_2sigma_calibrated_leave_one_out"].is_number()) << calibration.dump(2);
+    json request = {{"model", mlp()}, {"training", training}};
+    auto [status, answer] = daemon.call("POST", "/v1/estimate", request.dump());
+    ASSERT_EQ(status, 200u) << answer.dump();
+    const auto& row = answer["estimates"][0];
+    EXPECT_EQ(row["calibration"]["rows"], 6) << row.dump(2);
+    EXPECT_GT(row["raw_joules"]["mean"].get<double>(), 0.0) << row.dump(2);
+    EXPECT_GT(row["joules"]["std"].get<double>(), 0.0) << row.dump(2);
+  }
+  DaemonProcess restarted({.config_toml = config}, state);
+  ASSERT_TRUE(restarted.start()) << restarted.log();
+  EXPECT_EQ(rows_of(restarted)["rows"], 6) << restarted.log();
+  EXPECT_NE(restarted.log().find("estimates: learnt from 6 finished jobs"), std::string::npos) << restarted.log();
+  std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");
+}

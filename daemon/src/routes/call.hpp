@@ -95,6 +95,7 @@ struct ApiContext {
   AccessConfig access;
   bool ready = false;
   DeviceModels models;
+  const OutcomeService* outcomes = nullptr;
   ProbeService* probes = nullptr;
   ClusterCoordinator* coordinator = nullptr;
   ClusterAgent* agent = nullptr;

@@ -68,8 +68,11 @@ void add_node_routes(RouteTable& table, ApiContext& context) {
   table.add(Verb::post, "/v1/estimate", {Guard::read, false, [&context](Call& call) {
                                            auto body = parse_json_body(call.request.body());
                                            if (!body) return call.fail(body.error());
-                                           call.send(estimate_request(*body, context.jobs.device_names(),
-                                                                      context.models));
+                                           auto answer =
+                                               estimate_request(*body, context.jobs.device_names(), context.models);
+                                           if (answer && context.outcomes && answer->contains("estimates"))
+                                             context.outcomes->apply((*answer)["estimates"]);
+                                           call.send(std::move(answer));
                                          }});
 
   table.add(Verb::get, "/v1/probes", {Guard::read, false, [&context](Call& call) {

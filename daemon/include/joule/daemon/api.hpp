@@ -19,6 +19,7 @@
 #include "joule/daemon/http_server.hpp"
 #include "joule/daemon/job_service.hpp"
 #include "joule/daemon/metrics.hpp"
+#include "joule/daemon/outcome_service.hpp"
 #include "joule/daemon/probe_service.hpp"
 #include "joule/daemon/slurm_executor.hpp"
 
@@ -49,6 +50,8 @@ class Api {
   void set_ready(bool ready);
   /// The energy models estimates are made from (none until probing runs on this node).
   void set_models(DeviceModels models);
+  /// Corrects POST /v1/estimate's figures by what finished jobs taught (none: raw estimates).
+  void set_outcomes(const OutcomeService* outcomes);
   /// Serves /v1/probes from the probe service (501 without one).
   void set_probes(ProbeService* probes);
   /// A coordinator serves POST /v1/cluster/sync and its nodes in GET /v1/nodes; an agent its link.

@@ -168,7 +168,12 @@ class JobService {
     double joules = 0.0;
     std::string source;
     bool partial = false;  ///< adopted after a restart: part of its energy was not metered
+    std::string job_id;
+    std::int64_t finished_ms = 0;
   };
+  /// The feedback of every job that succeeded, in the order they ended (rebuilding what finished
+  /// jobs taught, at start); jobs adopted after a restart count as partial.
+  std::vector<Feedback> finished_feedback() const;
   /// `claim` runs just before a job is placed on a device (probing there must stop at once);
   /// `finished` after a job that ran to its end was metered.
   void set_device_hooks(std::function<void(const std::string& device)> claim,

@@ -1,0 +1,36 @@
+#pragma once
+// What finished jobs teach the estimates (estimator/outcome_calibration.hpp), per device: a
+// job that succeeded with an estimate and metered joules of the same source becomes a row, and
+// new estimates are corrected (mean) and calibrated (spread) by the rows. The rows are rebuilt
+// from the job book at start, so they survive restarts without a table of their own.
+// No I/O and no clock: feedback in, corrected estimate JSON and views out.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "joule/daemon/job_service.hpp"
+#include "joule/estimator/outcome_calibration.hpp"
+
+namespace joule::daemon {
+
+class OutcomeService {
+ public:
+  /// A job that ran to its end and was metered: learnt from when it is complete (not adopted
+  /// after a restart), its estimate row is "ok" and the estimate and the meter share a source.
+  /// Returns whether it became a row.
+  bool record(const JobService::Feedback& feedback);
+  /// Corrects, in place, every "ok" row of an estimates array (as POST /v1/estimate and a job's
+  /// stored estimate hold them) on a device with enough rows: "joules" becomes the corrected
+  /// figure, "raw_joules" keeps the model's own, and "calibration" says what was done.
+  void apply(nlohmann::json& estimates) const;
+  /// GET /v1/devices' "calibration" of one device: rows, leave-one-out errors and coverage.
+  nlohmann::json view(const std::string& device) const;
+
+ private:
+  std::map<std::string, estimator::OutcomeCalibration> devices_;
+};
+
+}  // namespace joule::daemon

@@ -1,0 +1,97 @@
+#include "joule/daemon/outcome_service.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace joule::daemon {
+
+using nlohmann::json;
+
+namespace {
+
+json optional_number(const std::optional<double>& value) { return value ? json(*value) : json(nullptr); }
+
+double flops_per_step(const json& estimate) {
+  double flops = 0.0;
+  if (const auto layers = estimate.find("layers"); layers != estimate.end() && layers->is_array())
+    for (const auto& layer : *layers)
+      if (layer.is_object()) flops += layer.value("flops_per_step", 0.0);
+  return flops;
+}
+
+// A figure {"mean", "std"} of an estimate row; the model's own when the row was corrected.
+const json& model_joules(const json& estimate) {
+  if (const auto raw = estimate.find("raw_joules"); raw != estimate.end() && raw->is_object()) return *raw;
+  static const json kNone = json::object();
+  const auto joules = estimate.find("joules");
+  return joules != estimate.end() && joules->is_object() ? *joules : kNone;
+}
+
+}  // namespace
+
+bool OutcomeService::record(const JobService::Feedback& feedback) {
+  const json& estimate = feedback.estimate;
+  if (feedback.partial || !estimate.is_object() || estimate.value("status", "") != "ok") return false;
+  // Like with like: a modelled estimate says nothing about what a hardware meter reads.
+  if (estimate.value("source", "") != feedback.source) return false;
+  const json& joules = model_joules(estimate);
+  estimator::OutcomeRow row;
+  row.job_id = feedback.job_id;
+  row.finished_ms = feedback.finished_ms;
+  row.estimated_joules = joules.value("mean", 0.0);
+  row.estimated_std = joules.value("std", 0.0);
+  row.estimated_seconds = estimate.contains("seconds") && estimate["seconds"].is_object()
+                              ? estimate["seconds"].value("mean", 0.0)
+                              : 0.0;
+  row.flops_per_step = flops_per_step(estimate);
+  row.steps = estimate.value("steps", std::int64_t{0});
+  row.metered_joules = feedback.joules;
+  auto& calibration = devices_[feedback.device];
+  if (!calibration.add(std::move(row))) return false;
+  const auto& summary = calibration.summary();
+  if (summary.raw_error && summary.corrected_error)
+    spdlog::debug("device {}: {} finished jobs; estimate error {:.1f} % raw, {:.1f} % corrected ({}); sigma x{:.2f}",
+                  feedback.device, summary.rows, 100.0 * *summary.raw_error, 100.0 * *summary.corrected_error,
+                  summary.correction_active ? "applied" : "not applied", summary.sigma_scale);
+  return true;
+}
+
+void OutcomeService::apply(json& estimates) const {
+  if (!estimates.is_array()) return;
+  for (auto& row : estimates) {
+    if (!row.is_object() || row.value("status", "") != "ok") continue;
+    const auto device = devices_.find(row.value("device", ""));
+    if (device == devices_.end()) continue;
+    const auto& calibration = device->second;
+    if (calibration.rows().size() < estimator::OutcomeCalibration::kMinRows) continue;
+    const json raw = model_joules(row);
+    const double seconds = row.contains("seconds") && row["seconds"].is_object() ? row["seconds"].value("mean", 0.0) : 0.0;
+    const auto calibrated = calibration.apply(raw.value("mean", 0.0), raw.value("std", 0.0), seconds,
+                                              flops_per_step(row), row.value("steps", std::int64_t{0}));
+    const auto& summary = calibration.summary();
+    row["raw_joules"] = raw;
+    row["joules"] = {{"mean", calibrated.joules.mean}, {"std", calibrated.joules.std}};
+    row["calibration"] = {{"method", summary.correction_active ? "kernel-ridge+conformal" : "conformal"},
+                          {"rows", summary.rows},
+                          {"mean_factor", calibrated.mean_factor},
+                          {"sigma_scale", calibrated.sigma_scale}};
+  }
+}
+
+json OutcomeService::view(const std::string& device) const {
+  const auto it = devices_.find(device);
+  if (it == devices_.end())
+    return {{"rows", 0}, {"min_rows", estimator::OutcomeCalibration::kMinRows}, {"correction", "none"}};
+  const auto& summary = it->second.summary();
+  return {{"rows", summary.rows},
+          {"min_rows", estimator::OutcomeCalibration::kMinRows},
+          {"correction", summary.rows < estimator::OutcomeCalibration::kMinRows ? "none"
+                         : summary.correction_active                             ? "mean and spread"
+                                                                                 : "spread only"},
+          {"error_raw", optional_number(summary.raw_error)},
+          {"error_corrected_leave_one_out", optional_number(summary.corrected_error)},
+          {"coverage_2sigma_raw", optional_number(summary.raw_coverage)},
+          {"coverage_2sigma_calibrated_leave_one_out", optional_number(summary.calibrated_coverage)},
+          {"sigma_scale", summary.sigma_scale}};
+}
+
+}  // namespace joule::daemon

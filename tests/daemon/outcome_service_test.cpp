@@ -1,0 +1,69 @@
+#include "joule/daemon/outcome_service.hpp"
+
+#include <gtest/gtest.h>
+
+using joule::daemon::JobService;
+using joule::daemon::OutcomeService;
+using nlohmann::json;
+
+namespace {
+
+// An estimate row as POST /v1/estimate and a job's stored estimate hold it.
+json estimate_row(double joules, double std, const std::string& source = "modelled") {
+  return {{"device", "cpu"},
+          {"status", "ok"},
+          {"source", source},
+          {"steps", 100},
+          {"joules", {{"mean", joules}, {"std", std}}},
+          {"seconds", {{"mean", joules / 10.0}, {"std", 1.0}}},
+          {"layers", json::array({{{"flops_per_step", joules * 1e6}}})}};
+}
+
+JobService::Feedback finished(double estimated, double metered, int i, const std::string& source = "modelled") {
+  return JobService::Feedback{"cpu", estimate_row(estimated, estimated * 0.05), metered, source, false,
+                              "job-" + std::to_string(i), i};
+}
+
+}  // namespace
+
+TEST(OutcomeServiceTest, jobs_that_used_twice_their_estimate_double_the_next_estimate_and_keep_the_raw_one) {
+  OutcomeService outcomes;
+  for (int i = 0; i < 12; ++i) {
+    const double estimated = 100.0 + 50.0 * i;
+    EXPECT_TRUE(outcomes.record(finished(estimated, 2.0 * estimated * (i % 2 ? 1.02 : 0.98), i)));
+  }
+  json estimates = json::array({estimate_row(300.0, 15.0), {{"device", "gpu"}, {"status", "no-model"}}});
+  outcomes.apply(estimates);
+  EXPECT_NEAR(estimates[0]["joules"]["mean"].get<double>(), 600.0, 60.0);
+  EXPECT_EQ(estimates[0]["raw_joules"]["mean"], 300.0);
+  EXPECT_EQ(estimates[0]["calibration"]["rows"], 12);
+  EXPECT_FALSE(estimates[1].contains("calibration"));
+  const json view = outcomes.view("cpu");
+  EXPECT_EQ(view["correction"], "mean and spread");
+  EXPECT_GT(view["error_raw"].get<double>(), 0.4);
+  EXPECT_LT(view["error_corrected_leave_one_out"].get<double>(), 0.1);
+  // Learning from a corrected row uses the model's own figure, not the corrected one.
+  auto again = finished(300.0, 600.0, 13);
+  again.estimate = estimates[0];
+  EXPECT_TRUE(outcomes.record(again));
+  EXPECT_EQ(outcomes.view("cpu")["rows"], 13);
+}
+
+TEST(OutcomeServiceTest, partial_mismatched_and_failed_estimates_teach_nothing) {
+  OutcomeService outcomes;
+  auto partial = finished(100.0, 200.0, 1);
+  partial.partial = true;
+  EXPECT_FALSE(outcomes.record(partial));
+  EXPECT_FALSE(outcomes.record(finished(100.0, 200.0, 2, "rapl")));  // modelled estimate, rapl joules
+  auto no_model = finished(100.0, 200.0, 3);
+  no_model.estimate = {{"device", "cpu"}, {"status", "no-model"}};
+  EXPECT_FALSE(outcomes.record(no_model));
+  EXPECT_EQ(outcomes.view("cpu")["rows"], 0);
+  // Below the minimum rows an estimate is left as the model made it.
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(outcomes.record(finished(100.0, 200.0, 10 + i)));
+  json estimates = json::array({estimate_row(300.0, 15.0)});
+  outcomes.apply(estimates);
+  EXPECT_EQ(estimates[0]["joules"]["mean"], 300.0);
+  EXPECT_FALSE(estimates[0].contains("raw_joules"));
+  EXPECT_EQ(outcomes.view("cpu")["correction"], "none");
+}
