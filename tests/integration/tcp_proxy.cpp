@@ -64,6 +64,9 @@ void TcpProxy::run() {
       fds.push_back({b, POLLIN, 0});
     }
     if (::poll(fds.data(), fds.size(), 20) <= 0) continue;
+    // Only the pairs that were polled have entries in fds; one accepted below waits for the next
+    // poll (ASan found the loop reading past fds after an accept).
+    const std::size_t polled = pairs.size();
     if (fds[0].revents & POLLIN) {
       const int client = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
       const int upstream = cut_ ? -1 : connect_to(target_port_);
@@ -73,7 +76,7 @@ void TcpProxy::run() {
         pairs.emplace_back(client, upstream);
       }
     }
-    for (std::size_t i = pairs.size(); i-- > 0;) {
+    for (std::size_t i = polled; i-- > 0;) {
       const auto& from_client = fds[1 + 2 * i];
       const auto& from_upstream = fds[2 + 2 * i];
       char buffer[65536];
