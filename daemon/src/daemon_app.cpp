@@ -577,11 +577,8 @@ int run_daemon(const CommandLine& command_line) {
   jobs.set_api_url(fmt::format("{}://{}:{}", scheme, job_host, endpoint->port()));
   if (auto recovered = jobs.recover(std::move(stored_jobs).value(), std::move(stored_events).value()); !recovered)
     throw std::runtime_error(recovered.error().message);
-  {
-    std::size_t learnt = 0;
-    for (const auto& feedback : jobs.finished_feedback()) learnt += outcomes.record(feedback) ? 1 : 0;
-    if (learnt > 0) spdlog::info("estimates: learnt from {} finished job{}", learnt, learnt == 1 ? "" : "s");
-  }
+  if (const std::size_t learnt = outcomes.record_all(jobs.finished_feedback()); learnt > 0)
+    spdlog::info("estimates: learnt from {} finished job{}", learnt, learnt == 1 ? "" : "s");
   jobs.sample_meters();
   {
     std::vector<ProbeableDevice> probeable;

@@ -28,11 +28,11 @@ const json& model_joules(const json& estimate) {
 
 }  // namespace
 
-bool OutcomeService::record(const JobService::Feedback& feedback) {
+std::optional<estimator::OutcomeRow> OutcomeService::row_of(const JobService::Feedback& feedback) {
   const json& estimate = feedback.estimate;
-  if (feedback.partial || !estimate.is_object() || estimate.value("status", "") != "ok") return false;
+  if (feedback.partial || !estimate.is_object() || estimate.value("status", "") != "ok") return std::nullopt;
   // Like with like: a modelled estimate says nothing about what a hardware meter reads.
-  if (estimate.value("source", "") != feedback.source) return false;
+  if (estimate.value("source", "") != feedback.source) return std::nullopt;
   const json& joules = model_joules(estimate);
   estimator::OutcomeRow row;
   row.job_id = feedback.job_id;
@@ -45,14 +45,30 @@ bool OutcomeService::record(const JobService::Feedback& feedback) {
   row.flops_per_step = flops_per_step(estimate);
   row.steps = estimate.value("steps", std::int64_t{0});
   row.metered_joules = feedback.joules;
+  if (!row.usable()) return std::nullopt;
+  return row;
+}
+
+bool OutcomeService::record(const JobService::Feedback& feedback) {
+  auto row = row_of(feedback);
+  if (!row) return false;
   auto& calibration = devices_[feedback.device];
-  if (!calibration.add(std::move(row))) return false;
+  if (!calibration.add(std::move(*row))) return false;
   const auto& summary = calibration.summary();
   if (summary.raw_error && summary.corrected_error)
     spdlog::debug("device {}: {} finished jobs; estimate error {:.1f} % raw, {:.1f} % corrected ({}); sigma x{:.2f}",
                   feedback.device, summary.rows, 100.0 * *summary.raw_error, 100.0 * *summary.corrected_error,
                   summary.correction_active ? "applied" : "not applied", summary.sigma_scale);
   return true;
+}
+
+std::size_t OutcomeService::record_all(const std::vector<JobService::Feedback>& history) {
+  std::map<std::string, std::vector<estimator::OutcomeRow>> rows;
+  for (const auto& feedback : history)
+    if (auto row = row_of(feedback)) rows[feedback.device].push_back(std::move(*row));
+  std::size_t kept = 0;
+  for (auto& [device, device_rows] : rows) kept += devices_[device].add_all(std::move(device_rows));
+  return kept;
 }
 
 void OutcomeService::apply(json& estimates) const {

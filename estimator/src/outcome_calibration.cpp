@@ -70,6 +70,18 @@ bool OutcomeCalibration::add(OutcomeRow row) {
   return true;
 }
 
+std::size_t OutcomeCalibration::add_all(std::vector<OutcomeRow> rows) {
+  std::size_t kept = 0;
+  for (auto& row : rows) {
+    if (!row.usable()) continue;
+    rows_.push_back(std::move(row));
+    ++kept;
+  }
+  if (rows_.size() > kMaxRows) rows_.erase(rows_.begin(), rows_.begin() + (rows_.size() - kMaxRows));
+  if (kept > 0) refit();
+  return kept;
+}
+
 void OutcomeCalibration::refit() {
   summary_ = CalibrationSummary{};
   summary_.rows = rows_.size();

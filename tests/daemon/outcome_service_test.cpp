@@ -67,3 +67,13 @@ TEST(OutcomeServiceTest, partial_mismatched_and_failed_estimates_teach_nothing) 
   EXPECT_FALSE(estimates[0].contains("raw_joules"));
   EXPECT_EQ(outcomes.view("cpu")["correction"], "none");
 }
+
+TEST(OutcomeServiceTest, the_history_at_start_gives_the_same_rows_as_jobs_one_by_one) {
+  std::vector<JobService::Feedback> history;
+  for (int i = 0; i < 12; ++i) history.push_back(finished(100.0 + 50.0 * i, 2.0 * (100.0 + 50.0 * i), i));
+  history.push_back(finished(100.0, 200.0, 99, "rapl"));  // teaches nothing
+  OutcomeService at_start, live;
+  EXPECT_EQ(at_start.record_all(history), 12u);
+  for (const auto& feedback : history) live.record(feedback);
+  EXPECT_EQ(at_start.view("cpu"), live.view("cpu"));
+}

@@ -6,6 +6,7 @@
 // No I/O and no clock: feedback in, corrected estimate JSON and views out.
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,9 @@ class OutcomeService {
   /// after a restart), its estimate row is "ok" and the estimate and the meter share a source.
   /// Returns whether it became a row.
   bool record(const JobService::Feedback& feedback);
+  /// The same for the history of finished jobs at start, refitting each device once; returns
+  /// how many became rows.
+  std::size_t record_all(const std::vector<JobService::Feedback>& history);
   /// Corrects, in place, every "ok" row of an estimates array (as POST /v1/estimate and a job's
   /// stored estimate hold them) on a device with enough rows: "joules" becomes the corrected
   /// figure, "raw_joules" keeps the model's own, and "calibration" says what was done.
@@ -30,6 +34,9 @@ class OutcomeService {
   nlohmann::json view(const std::string& device) const;
 
  private:
+  /// The row a feedback makes, when it teaches anything.
+  static std::optional<estimator::OutcomeRow> row_of(const JobService::Feedback& feedback);
+
   std::map<std::string, estimator::OutcomeCalibration> devices_;
 };
 

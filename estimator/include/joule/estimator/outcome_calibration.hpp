@@ -69,6 +69,9 @@ class OutcomeCalibration {
 
   /// Adds a finished job (an unusable row is ignored; returns whether it was kept) and refits.
   bool add(OutcomeRow row);
+  /// Adds many rows in order and refits once (a refit is O(rows³), ~10 ms at kMaxRows): for
+  /// rebuilding from history at start. Returns how many were kept.
+  std::size_t add_all(std::vector<OutcomeRow> rows);
   const std::vector<OutcomeRow>& rows() const { return rows_; }
   const CalibrationSummary& summary() const { return summary_; }
 
