@@ -363,6 +363,22 @@ std::filesystem::path find_worker(const config::ProbingConfig& probing, const st
   return {};
 }
 
+// The Python package `joule` for jobs' PYTHONPATH: installed beside jouled
+// (<prefix>/share/joule/python for <prefix>/bin/jouled), else the source tree this jouled was
+// built from. Empty when neither has it.
+std::filesystem::path find_python_package(const std::filesystem::path& self) {
+  std::vector<std::filesystem::path> candidates = {self.parent_path() / ".." / "share" / "joule" / "python"};
+#ifdef JOULE_PYTHON_SOURCE_DIR
+  candidates.emplace_back(JOULE_PYTHON_SOURCE_DIR);
+#endif
+  for (const auto& candidate : candidates) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(candidate / "joule" / "__init__.py", ec))
+      return std::filesystem::weakly_canonical(candidate, ec);
+  }
+  return {};
+}
+
 }  // namespace
 
 int run_daemon(const CommandLine& command_line) {
@@ -458,6 +474,11 @@ int run_daemon(const CommandLine& command_line) {
   job_options.accounts = job_accounts;
   job_options.user_identity = local_user_identity;
   job_options.runner = std::filesystem::read_symlink("/proc/self/exe", ec);
+  job_options.python_path = find_python_package(job_options.runner);
+  if (job_options.python_path.empty())
+    spdlog::info("the Python package joule was not found (share/joule/python beside jouled): jobs get no PYTHONPATH");
+  else
+    spdlog::info("jobs import the Python package joule from {}", job_options.python_path.string());
   job_options.kill_grace_seconds = config.kill_grace_seconds;
   job_options.max_queued_jobs = config.server.max_queued_jobs;
   job_options.boot_id = adapters::read_boot_id();

@@ -578,6 +578,12 @@ std::vector<std::string> JobService::job_environment(const Job& job, const std::
         identity->user_name.empty() ? options_.accounts.user_name(*identity) : identity->user_name;
   }
   for (const auto& [name, value] : job.spec.run.env) env[name] = value;
+  if (!options_.python_path.empty()) {
+    // Before the job's own entries: the package that speaks this jouled's API comes first.
+    const auto own = env.find("PYTHONPATH");
+    env["PYTHONPATH"] =
+        options_.python_path.string() + (own != env.end() && !own->second.empty() ? ":" + own->second : "");
+  }
   env["JOULE_JOB_ID"] = job.row.id;
   env["JOULE_DEVICE"] = device;
   if (device.rfind("cuda:", 0) == 0) env["CUDA_VISIBLE_DEVICES"] = device.substr(5);

@@ -88,6 +88,10 @@ struct JobServiceOptions {
   std::shared_ptr<adapters::JobCgroups> cgroups;
   /// An agent takes jobs only from its coordinator; POST /v1/jobs is refused with this message.
   std::string refuse_submissions;
+  /// The directory holding the Python package `joule` (python/ of the source tree, or
+  /// share/joule/python of an install): put first on every job's PYTHONPATH, so training
+  /// scripts `import joule` without installing it. Empty: PYTHONPATH is the job's own.
+  std::filesystem::path python_path;
 };
 
 class JobService {
