@@ -20,6 +20,8 @@ packages=(
   # scripts/slurm-up.sh; the packages' services are not started, see policy-rc.d below)
   slurm-wlm slurm-client munge
   procps curl python3
+  # the Python package (python/): PyTorch for its tracing tests, setuptools for pip install ./python
+  python3-torch python3-torchvision python3-setuptools
 )
 
 missing=()
