@@ -45,7 +45,9 @@ def spec(model, example_input, *, loss="cross_entropy", name=None):
     torch.no_grad and in eval mode so that batch-norm statistics are not touched, to learn
     every tensor's shape; the modules' train/eval flags are restored afterwards.
 
-    Raises SpecError (one line) for anything Joule cannot describe exactly.
+    Raises SpecError (one line) for anything Joule cannot describe exactly. Under Python 3.11
+    and torch 1.13 it replaces torch.fx's Proxy.__iter__ while it traces (see _proxy_iter), so
+    do not trace with torch.fx in another thread meanwhile.
     """
     import torch
 
@@ -75,7 +77,7 @@ def spec(model, example_input, *, loss="cross_entropy", name=None):
     finally:
         for each, training in modes:
             each.training = training
-    converter = _Converter(model, module, tracer, example_input)
+    converter = _Converter(model, module, example_input)
     layers = converter.convert()
     model_input = {"shape": [int(d) for d in example_input.shape[1:]]}
     if token:
@@ -719,7 +721,7 @@ class _Value:
 class _Converter:
     """Walks the traced graph in order and emits one Joule layer per op."""
 
-    def __init__(self, model, module, tracer, example_input):
+    def __init__(self, model, module, example_input):
         self.model = model
         self.module = module
         self.batch = int(example_input.shape[0])
