@@ -35,13 +35,16 @@ Result<json> estimate_request(const json& body, const std::vector<std::string>& 
 
   json layer_rows = json::array();
   for (const auto& layer : *layers) {
-    layer_rows.push_back({{"index", layer.index},
-                          {"type", layer.type},
-                          {"input_shape", layer.input_shape},
-                          {"output_shape", layer.output_shape},
-                          {"parameters", layer.cost.parameters},
-                          {"flops_per_step", layer.cost.forward_flops + layer.cost.backward_flops},
-                          {"activation_bytes_per_step", layer.cost.activation_bytes}});
+    json row = {{"index", layer.index},
+                {"type", layer.type},
+                {"input_shape", layer.input_shape},
+                {"output_shape", layer.output_shape},
+                {"parameters", layer.cost.parameters},
+                {"flops_per_step", layer.cost.forward_flops + layer.cost.backward_flops},
+                {"activation_bytes_per_step", layer.cost.activation_bytes}};
+    if (!layer.name.empty()) row["name"] = layer.name;
+    if (layer.input_shapes.size() > 1) row["input_shapes"] = layer.input_shapes;
+    layer_rows.push_back(std::move(row));
   }
   const auto total = estimator::total_cost(*layers);
   json estimates = json::array();

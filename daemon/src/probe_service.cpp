@@ -70,11 +70,7 @@ std::optional<estimator::LayerKey> parse_key(const std::string& name) {
 }
 
 json target_json(const estimator::ProbeTarget& target) {
-  return {{"layer", [&] {
-             json layer = target.layer.args;
-             layer["type"] = target.layer.type;
-             return layer;
-           }()},
+  return {{"layer", estimator::to_json(target.layer)},
           {"input_shape", target.input_shape},
           {"input_dtype", target.input_dtype},
           {"batch_size", target.batch_size},
@@ -87,7 +83,9 @@ std::optional<estimator::ProbeTarget> parse_target(const json& j) {
     estimator::ProbeTarget target;
     json layer = j.at("layer");
     target.layer.type = layer.at("type").get<std::string>();
-    layer.erase("type");
+    if (layer.contains("inputs")) target.layer.inputs = layer.at("inputs").get<std::vector<std::string>>();
+    if (layer.contains("name")) target.layer.name = layer.at("name").get<std::string>();
+    for (const char* wiring : {"type", "inputs", "name"}) layer.erase(wiring);
     target.layer.args = layer;
     target.input_shape = j.at("input_shape").get<std::vector<std::int64_t>>();
     target.input_dtype = j.at("input_dtype").get<std::string>();

@@ -91,11 +91,13 @@ double elements_of(const Shape& shape) {
   return n;
 }
 
-// What a layer analyser sees: the layer, its input shape and how to fail.
+// What a layer analyser sees: the layer, its input shapes and how to fail.
 struct Layer {
   const LayerSpec& spec;
   std::size_t index;
-  const Shape& in;
+  const std::vector<Shape>& ins;
+  const std::vector<std::string>& in_names;  // how messages name each input ("layer 3 relu", "the input")
+  const Shape& in;                           // ins.front()
   const std::string& where;
 
   std::int64_t arg(const char* key, std::int64_t fallback) const {
@@ -107,7 +109,7 @@ struct Layer {
     return it != spec.args.end() && it->is_boolean() ? it->get<bool>() : fallback;
   }
   Error fail(const std::string& reason) const {
-    return make_error(ErrorCode::invalid_argument, fmt::format("layer {} {}: {}", index, spec.type, reason), where);
+    return make_error(ErrorCode::invalid_argument, fmt::format("{}: {}", layer_label(index, spec), reason), where);
   }
 };
 
@@ -125,49 +127,174 @@ Error needs_chw(const Layer& layer, const std::string& fix = {}) {
   return layer.fail(fmt::format("expects a [channels, height, width] input, got {}{}", format_shape(layer.in), fix));
 }
 
-Result<Step> conv2d(const Layer& layer) {
-  if (layer.in.size() != 3) return needs_chw(layer);
-  const std::int64_t channels = layer.in[0], height = layer.in[1], width = layer.in[2];
+// The output size of a window of `kernel` taps `dilation` apart, sliding by `stride` over
+// `size` + 2 × `padding`; 0 when the window does not fit.
+std::int64_t window_output(std::int64_t size, std::int64_t kernel, std::int64_t stride, std::int64_t padding,
+                           std::int64_t dilation) {
+  const std::int64_t span = dilation * (kernel - 1) + 1, padded = size + 2 * padding;
+  return span > padded ? 0 : (padded - span) / stride + 1;
+}
+
+// conv1d over [C, L] (spatial = {L}) and conv2d over [C, H, W] (spatial = {H, W}).
+Result<Step> convolution(const Layer& layer, std::size_t spatial_dims) {
+  if (layer.in.size() != spatial_dims + 1) {
+    if (spatial_dims == 2) return needs_chw(layer);
+    return layer.fail(fmt::format("expects a [channels, length] input, got {}", format_shape(layer.in)));
+  }
+  const std::int64_t channels = layer.in[0];
   const std::int64_t out = layer.arg("out_channels", 1), kernel = layer.arg("kernel_size", 1);
   const std::int64_t stride = layer.arg("stride", 1), padding = layer.arg("padding", 0);
+  const std::int64_t dilation = layer.arg("dilation", 1), groups = layer.arg("groups", 1);
   const bool bias = layer.flag("bias", true);
-  const std::int64_t padded_h = height + 2 * padding, padded_w = width + 2 * padding;
-  if (kernel > padded_h || kernel > padded_w)
-    return layer.fail(fmt::format("kernel {} is larger than the padded input {}x{}", kernel, padded_h, padded_w));
-  const std::int64_t out_h = (padded_h - kernel) / stride + 1, out_w = (padded_w - kernel) / stride + 1;
-  const double fan_in = static_cast<double>(channels) * kernel * kernel;
-  return Step{{out, out_h, out_w},
-              matmul(static_cast<double>(out_h) * out_w, fan_in, out),
-              fan_in * out + (bias ? out : 0),
-              {{"in_channels", num(channels)},
-               {"out_channels", num(out)},
-               {"kernel_size", num(kernel)},
-               {"stride", num(stride)},
-               {"padding", num(padding)},
-               {"in_height", num(height)},
-               {"in_width", num(width)},
-               {"bias", bias ? 1.0 : 0.0}}};
+  if (channels % groups != 0 || out % groups != 0)
+    return layer.fail(
+        fmt::format("groups {} must divide both in_channels {} and out_channels {}", groups, channels, out));
+  Shape out_shape{out};
+  double positions = 1;
+  for (std::size_t d = 1; d <= spatial_dims; ++d) {
+    const std::int64_t size = window_output(layer.in[d], kernel, stride, padding, dilation);
+    if (size == 0) {
+      std::string padded;
+      for (std::size_t e = 1; e <= spatial_dims; ++e)
+        padded += (e == 1 ? "" : "x") + std::to_string(layer.in[e] + 2 * padding);
+      return layer.fail(fmt::format("kernel {}{} is larger than the padded input {}", kernel,
+                                    dilation > 1 ? fmt::format(" (dilation {})", dilation) : "", padded));
+    }
+    out_shape.push_back(size);
+    positions *= static_cast<double>(size);
+  }
+  double taps = 1;
+  for (std::size_t d = 0; d < spatial_dims; ++d) taps *= static_cast<double>(kernel);
+  const double fan_in = static_cast<double>(channels / groups) * taps;
+  std::map<std::string, double> features{{"in_channels", num(channels)}, {"out_channels", num(out)},
+                                         {"kernel_size", num(kernel)},   {"stride", num(stride)},
+                                         {"padding", num(padding)},      {"bias", bias ? 1.0 : 0.0}};
+  if (spatial_dims == 2) {
+    features["in_height"] = num(layer.in[1]);
+    features["in_width"] = num(layer.in[2]);
+  } else {
+    features["in_length"] = num(layer.in[1]);
+  }
+  if (groups > 1) features["groups"] = num(groups);
+  return Step{std::move(out_shape), matmul(positions, fan_in, out), fan_in * out + (bias ? out : 0),
+              std::move(features)};
 }
 
 Result<Step> pool2d(const Layer& layer, bool max) {
   if (layer.in.size() != 3) return needs_chw(layer);
   const std::int64_t channels = layer.in[0], height = layer.in[1], width = layer.in[2];
   const std::int64_t kernel = layer.arg("kernel_size", 1), stride = layer.arg("stride", kernel);
-  if (kernel > height || kernel > width)
+  const std::int64_t padding = layer.arg("padding", 0);
+  if (2 * padding > kernel)
+    return layer.fail(fmt::format("padding {} is more than half the kernel {} (torch refuses it)", padding, kernel));
+  const std::int64_t out_h = window_output(height, kernel, stride, padding, 1);
+  const std::int64_t out_w = window_output(width, kernel, stride, padding, 1);
+  if (out_h == 0 || out_w == 0)
     return layer.fail(
         fmt::format("kernel {} is larger than the input {}x{}; the output would be empty; remove "
                     "this pooling or use a smaller kernel_size",
                     kernel, height, width));
-  const Shape out{channels, (height - kernel) / stride + 1, (width - kernel) / stride + 1};
+  const Shape out{channels, out_h, out_w};
   const double window = static_cast<double>(kernel) * kernel;
+  std::map<std::string, double> features{{"channels", num(channels)},
+                                         {"in_height", num(height)},
+                                         {"in_width", num(width)},
+                                         {"kernel_size", num(kernel)},
+                                         {"stride", num(stride)}};
+  if (padding > 0) features["padding"] = num(padding);
+  return Step{out, elementwise(elements_of(out), window, max ? 1 : window), 0, std::move(features)};
+}
+
+Result<Step> adaptive_avgpool2d(const Layer& layer) {
+  if (layer.in.size() != 3) return needs_chw(layer);
+  const std::int64_t size = layer.arg("output_size", 1);
+  const double in = elements_of(layer.in);
+  const Shape out{layer.in[0], size, size};
+  // Every input element is read once forward and receives its share of a gradient backward.
   return Step{out,
-              elementwise(elements_of(out), window, max ? 1 : window),
+              {in, 0, in, elements_of(out)},
               0,
-              {{"channels", num(channels)},
-               {"in_height", num(height)},
-               {"in_width", num(width)},
-               {"kernel_size", num(kernel)},
-               {"stride", num(stride)}}};
+              {{"channels", num(layer.in[0])},
+               {"in_height", num(layer.in[1])},
+               {"in_width", num(layer.in[2])},
+               {"output_size", num(size)}}};
+}
+
+Result<Step> batchnorm1d(const Layer& layer) {
+  if (layer.in.size() != 1 && layer.in.size() != 2)
+    return layer.fail(
+        fmt::format("expects a [channels] or [channels, length] input, got {}; use batchnorm2d for "
+                    "images",
+                    format_shape(layer.in)));
+  const double length = layer.in.size() == 2 ? num(layer.in[1]) : 1.0;
+  return Step{layer.in,
+              normalization(elements_of(layer.in)),
+              2.0 * layer.in[0],
+              {{"channels", num(layer.in[0])}, {"length", length}}};
+}
+
+// A per-sample dim argument, torch style: negative counts from the end.
+Result<std::size_t> dim_argument(const Layer& layer, const Shape& shape, std::int64_t fallback) {
+  const std::int64_t rank = static_cast<std::int64_t>(shape.size());
+  const std::int64_t dim = layer.arg("dim", fallback);
+  const std::int64_t resolved = dim < 0 ? dim + rank : dim;
+  if (resolved < 0 || resolved >= rank)
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("{}: dim {} is outside the input {} (dims count per sample, without the batch)",
+                                  layer_label(layer.index, layer.spec), dim, format_shape(shape)),
+                      layer.where + "/dim");
+  return static_cast<std::size_t>(resolved);
+}
+
+Result<Step> softmax(const Layer& layer) {
+  auto dim = dim_argument(layer, layer.in, -1);
+  if (!dim) return dim.error();
+  const double elements = elements_of(layer.in);
+  Step step{layer.in, elementwise(elements, 5, 4), 0, {{"elements", elements}, {"dim_size", num(layer.in[*dim])}}};
+  return step;
+}
+
+// add and mul: torch's broadcasting of the inputs' per-sample shapes.
+Result<Step> broadcast_join(const Layer& layer, bool multiply) {
+  Shape out = layer.ins.front();
+  for (std::size_t k = 1; k < layer.ins.size(); ++k) {
+    const Shape& next = layer.ins[k];
+    Shape joined(std::max(out.size(), next.size()), 1);
+    for (std::size_t d = 0; d < joined.size(); ++d) {
+      const std::int64_t a = d < out.size() ? out[out.size() - 1 - d] : 1;
+      const std::int64_t b = d < next.size() ? next[next.size() - 1 - d] : 1;
+      if (a != b && a != 1 && b != 1)
+        return layer.fail(fmt::format("{} {} and {} {} do not broadcast (dim {} from the end: {} against {})",
+                                      layer.in_names[0], format_shape(layer.ins[0]), layer.in_names[k],
+                                      format_shape(next), d + 1, a, b));
+      joined[joined.size() - 1 - d] = std::max(a, b);
+    }
+    out = std::move(joined);
+  }
+  const double elements = elements_of(out), inputs = num(static_cast<std::int64_t>(layer.ins.size()));
+  return Step{
+      out, elementwise(elements, inputs - 1, multiply ? inputs : 1), 0, {{"elements", elements}, {"inputs", inputs}}};
+}
+
+Result<Step> concat(const Layer& layer) {
+  auto dim = dim_argument(layer, layer.in, 0);
+  if (!dim) return dim.error();
+  Shape out = layer.in;
+  for (std::size_t k = 1; k < layer.ins.size(); ++k) {
+    const Shape& next = layer.ins[k];
+    bool fits = next.size() == out.size();
+    for (std::size_t d = 0; fits && d < out.size(); ++d) fits = d == *dim || next[d] == out[d];
+    if (!fits)
+      return layer.fail(fmt::format("{} {} and {} {} differ outside dim {}; concat needs every other dim equal",
+                                    layer.in_names[0], format_shape(layer.ins[0]), layer.in_names[k],
+                                    format_shape(next), *dim));
+    out[*dim] += next[*dim];
+  }
+  const double elements = elements_of(out);
+  return Step{out,
+              {0, 0, 0, elements},
+              0,
+              {{"elements", elements}, {"inputs", num(static_cast<std::int64_t>(layer.ins.size()))}}};
 }
 
 Result<Step> batchnorm2d(const Layer& layer) {
@@ -213,6 +340,8 @@ Result<Step> flatten(const Layer& layer) {
   const double elements = elements_of(layer.in);  // a view: no work, nothing written
   return Step{{static_cast<std::int64_t>(elements)}, {}, 0, {{"elements", elements}}};
 }
+
+Result<Step> identity(const Layer& layer) { return Step{layer.in, {}, 0, {{"elements", elements_of(layer.in)}}}; }
 
 Result<Step> embedding(const Layer& layer) {
   const std::int64_t vocabulary = layer.arg("num_embeddings", 1), dim = layer.arg("embedding_dim", 1);
@@ -299,9 +428,20 @@ Result<Step> transformer_encoder_layer(const Layer& layer) {
 
 const std::map<std::string, Analyser>& analysers() {
   static const std::map<std::string, Analyser> table = {
-      {"conv2d", conv2d},
+      {"conv2d", [](const Layer& layer) { return convolution(layer, 2); }},
+      {"conv1d", [](const Layer& layer) { return convolution(layer, 1); }},
       {"linear", linear},
       {"relu", pointwise(1, 1)},
+      {"relu6", pointwise(1, 1)},
+      {"silu", pointwise(5, 6)},
+      {"hardswish", pointwise(4, 3)},
+      {"softmax", softmax},
+      {"identity", identity},
+      {"adaptive_avgpool2d", adaptive_avgpool2d},
+      {"batchnorm1d", batchnorm1d},
+      {"add", [](const Layer& layer) { return broadcast_join(layer, false); }},
+      {"mul", [](const Layer& layer) { return broadcast_join(layer, true); }},
+      {"concat", concat},
       {"gelu", pointwise(8, 8)},
       {"tanh", pointwise(4, 3)},
       {"sigmoid", pointwise(4, 3)},
@@ -327,6 +467,7 @@ std::optional<Error> check_arguments(const Layer& layer) {
       {"out_channels", 1}, {"kernel_size", 1},    {"stride", 1},        {"padding", 0},
       {"out_features", 1}, {"num_embeddings", 1}, {"embedding_dim", 1}, {"hidden_size", 1},
       {"num_layers", 1},   {"num_heads", 1},      {"nhead", 1},         {"dim_feedforward", 1},
+      {"dilation", 1},     {"groups", 1},         {"output_size", 1},   {"dim", -kMaxArgument},
   };
   for (const auto& [key, minimum] : kMinimums) {
     const auto it = layer.spec.args.find(key);
@@ -334,13 +475,13 @@ std::optional<Error> check_arguments(const Layer& layer) {
     const std::string where = layer.where + "/" + key;
     if (!it->is_number_integer())
       return make_error(ErrorCode::invalid_argument,
-                        fmt::format("layer {} {}: {} must be an integer", layer.index, layer.spec.type, key), where);
+                        fmt::format("{}: {} must be an integer", layer_label(layer.index, layer.spec), key), where);
     const auto value = it->get<std::int64_t>();
     if (value < minimum || value > kMaxArgument)
-      return make_error(
-          ErrorCode::invalid_argument,
-          fmt::format("layer {} {}: {} {} is outside [{}, 2^40]", layer.index, layer.spec.type, key, value, minimum),
-          where);
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("{}: {} {} is outside [{}, 2^40]", layer_label(layer.index, layer.spec), key, value,
+                                    minimum == -kMaxArgument ? "-2^40" : std::to_string(minimum)),
+                        where);
   }
   return std::nullopt;
 }
@@ -403,14 +544,34 @@ Result<std::vector<AnalyzedLayer>> analyze_model(const ModelSpec& spec, std::int
                       fmt::format("input {} has more than 2^40 elements per sample", format_shape(shape)),
                       pointer + "/input/shape");
 
+  auto wiring = resolve_inputs(spec.layers, pointer);
+  if (!wiring) return wiring.error();
+
   const double batch = static_cast<double>(batch_size);
-  bool tokens = spec.input_dtype == "token";
-  bool upstream_parameters = false;  // some earlier layer learns, so this one owes it a gradient
+  const bool token_input = spec.input_dtype == "token";
+  // Per layer: whether it or an ancestor learns, so a layer reading it owes it a gradient.
+  std::vector<bool> learns_upstream(spec.layers.size(), false);
   std::vector<AnalyzedLayer> analyzed;
   analyzed.reserve(spec.layers.size());
   for (std::size_t i = 0; i < spec.layers.size(); ++i) {
     const std::string where = fmt::format("{}/layers/{}", pointer, i);
-    const Layer layer{spec.layers[i], i, shape, where};
+    const auto& sources = (*wiring)[i];
+    std::vector<Shape> ins;
+    std::vector<std::string> in_names;
+    bool upstream_parameters = false, tokens = false;
+    for (const auto source : sources) {
+      if (source < 0) {
+        ins.push_back(shape);
+        in_names.push_back("the input");
+        tokens = tokens || token_input;
+      } else {
+        const auto& from = analyzed[static_cast<std::size_t>(source)];
+        ins.push_back(from.output_shape);
+        in_names.push_back(layer_label(from.index, spec.layers[from.index]));
+        upstream_parameters = upstream_parameters || learns_upstream[from.index];
+      }
+    }
+    const Layer layer{spec.layers[i], i, ins, in_names, ins.front(), where};
     const auto analyser = analysers().find(layer.spec.type);
     if (analyser == analysers().end())
       return make_error(ErrorCode::invalid_argument, fmt::format("layer {}: unknown type \"{}\"", i, layer.spec.type),
@@ -424,7 +585,10 @@ Result<std::vector<AnalyzedLayer>> analyze_model(const ModelSpec& spec, std::int
     AnalyzedLayer out;
     out.index = i;
     out.type = layer.spec.type;
-    out.input_shape = shape;
+    out.name = layer.spec.name;
+    out.inputs = sources;
+    out.input_shape = ins.front();
+    out.input_shapes = std::move(ins);
     out.output_shape = step->out;
     out.input_gradient = upstream_parameters;
     const Work& work = step->work;
@@ -435,12 +599,16 @@ Result<std::vector<AnalyzedLayer>> analyze_model(const ModelSpec& spec, std::int
     out.cost.parameter_bytes = 4.0 * step->parameters;
     out.features = std::move(step->features);
 
-    upstream_parameters = upstream_parameters || out.cost.parameters > 0;
-    tokens = false;  // only an embedding takes tokens, and it gives floats
-    shape = out.output_shape;
+    learns_upstream[i] = upstream_parameters || out.cost.parameters > 0;
     analyzed.push_back(std::move(out));
   }
   return analyzed;
+}
+
+std::string model_kind(const AnalyzedLayer& layer) {
+  if ((layer.type == "conv2d" || layer.type == "conv1d") && layer.features.contains("groups"))
+    return layer.type + "_grouped";
+  return layer.type;
 }
 
 LayerCost total_cost(const std::vector<AnalyzedLayer>& layers) {

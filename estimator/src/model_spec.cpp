@@ -11,29 +11,48 @@ namespace {
 
 using nlohmann::json;
 
-enum class ArgKind { positive_int, non_negative_int, boolean, probability, positive_number, output_mode };
+enum class ArgKind { positive_int, non_negative_int, integer, boolean, probability, positive_number, output_mode };
 
 struct ArgRule {
   ArgKind kind;
   bool required;
 };
 
+std::map<std::string, ArgRule> convolution_rules() {
+  return {{"out_channels", {ArgKind::positive_int, true}},
+          {"kernel_size", {ArgKind::positive_int, true}},
+          {"stride", {ArgKind::positive_int, false}},
+          {"padding", {ArgKind::non_negative_int, false}},
+          {"dilation", {ArgKind::positive_int, false}},
+          {"groups", {ArgKind::positive_int, false}},
+          {"bias", {ArgKind::boolean, false}}};
+}
+
+std::map<std::string, ArgRule> pooling_rules() {
+  return {{"kernel_size", {ArgKind::positive_int, true}},
+          {"stride", {ArgKind::positive_int, false}},
+          {"padding", {ArgKind::non_negative_int, false}}};
+}
+
 // Arguments each layer type accepts; anything else is rejected so typos do not pass silently.
 const std::map<std::string, std::map<std::string, ArgRule>>& layer_rules() {
   static const std::map<std::string, std::map<std::string, ArgRule>> rules = {
-      {"conv2d",
-       {{"out_channels", {ArgKind::positive_int, true}},
-        {"kernel_size", {ArgKind::positive_int, true}},
-        {"stride", {ArgKind::positive_int, false}},
-        {"padding", {ArgKind::non_negative_int, false}},
-        {"bias", {ArgKind::boolean, false}}}},
+      {"conv2d", convolution_rules()},
+      {"conv1d", convolution_rules()},
       {"linear", {{"out_features", {ArgKind::positive_int, true}}, {"bias", {ArgKind::boolean, false}}}},
       {"relu", {}},
       {"gelu", {}},
       {"tanh", {}},
       {"sigmoid", {}},
-      {"maxpool2d", {{"kernel_size", {ArgKind::positive_int, true}}, {"stride", {ArgKind::positive_int, false}}}},
-      {"avgpool2d", {{"kernel_size", {ArgKind::positive_int, true}}, {"stride", {ArgKind::positive_int, false}}}},
+      {"silu", {}},
+      {"hardswish", {}},
+      {"relu6", {}},
+      {"identity", {}},
+      {"softmax", {{"dim", {ArgKind::integer, false}}}},
+      {"maxpool2d", pooling_rules()},
+      {"avgpool2d", pooling_rules()},
+      {"adaptive_avgpool2d", {{"output_size", {ArgKind::positive_int, false}}}},
+      {"batchnorm1d", {}},
       {"batchnorm2d", {}},
       {"layernorm", {}},
       {"dropout", {{"p", {ArgKind::probability, false}}}},
@@ -51,8 +70,19 @@ const std::map<std::string, std::map<std::string, ArgRule>>& layer_rules() {
       {"multihead_attention", {{"num_heads", {ArgKind::positive_int, true}}}},
       {"transformer_encoder_layer",
        {{"nhead", {ArgKind::positive_int, true}}, {"dim_feedforward", {ArgKind::positive_int, true}}}},
+      {"add", {}},
+      {"mul", {}},
+      {"concat", {{"dim", {ArgKind::integer, false}}}},
   };
   return rules;
+}
+
+bool valid_name(const std::string& name) {
+  if (name.empty() || name.size() > 128 || name == kModelInput) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+           c == ':' || c == '-';
+  });
 }
 
 Error invalid(std::string message, std::string where) {
@@ -68,6 +98,9 @@ std::optional<Error> check_arg(const json& value, ArgKind kind, const std::strin
     case ArgKind::non_negative_int:
       if (!value.is_number_integer() || value.get<std::int64_t>() < 0)
         return invalid(fmt::format("{} must be an integer >= 0", what), where);
+      break;
+    case ArgKind::integer:
+      if (!value.is_number_integer()) return invalid(fmt::format("{} must be an integer", what), where);
       break;
     case ArgKind::boolean:
       if (!value.is_boolean()) return invalid(fmt::format("{} must be true or false", what), where);
@@ -99,9 +132,27 @@ Result<LayerSpec> parse_layer(const json& layer, std::size_t index, const std::s
   if (rule_it == rules.end())
     return invalid(fmt::format("layer {}: unknown type \"{}\"", index, type), where + "/type");
 
-  LayerSpec spec{type, json::object()};
+  LayerSpec spec{type, json::object(), {}, {}};
+  if (const auto name = layer.find("name"); name != layer.end()) {
+    if (!name->is_string() || !valid_name(name->get<std::string>()))
+      return invalid(fmt::format("layer {} {}: \"name\" must be 1-128 letters, digits or _.:- and not \"{}\"", index,
+                                 type, kModelInput),
+                     where + "/name");
+    spec.name = name->get<std::string>();
+  }
+  if (const auto inputs = layer.find("inputs"); inputs != layer.end()) {
+    if (!inputs->is_array() || inputs->empty())
+      return invalid(fmt::format("{}: \"inputs\" must be a non-empty array of layer names", layer_label(index, spec)),
+                     where + "/inputs");
+    for (std::size_t i = 0; i < inputs->size(); ++i) {
+      if (!(*inputs)[i].is_string())
+        return invalid(fmt::format("{}: inputs are layer names (strings)", layer_label(index, spec)),
+                       fmt::format("{}/inputs/{}", where, i));
+      spec.inputs.push_back((*inputs)[i].get<std::string>());
+    }
+  }
   for (const auto& [key, value] : layer.items()) {
-    if (key == "type") continue;
+    if (key == "type" || key == "name" || key == "inputs") continue;
     const auto arg_it = rule_it->second.find(key);
     if (arg_it == rule_it->second.end())
       return invalid(fmt::format("layer {} {}: unknown argument \"{}\"", index, type, key), where + "/" + key);
@@ -118,6 +169,74 @@ Result<LayerSpec> parse_layer(const json& layer, std::size_t index, const std::s
 }
 
 }  // namespace
+
+bool is_join_layer(const std::string& type) { return type == "add" || type == "mul" || type == "concat"; }
+
+std::string layer_label(std::size_t index, const LayerSpec& layer) {
+  if (layer.name.empty()) return fmt::format("layer {} {}", index, layer.type);
+  return fmt::format("layer {} {} \"{}\"", index, layer.type, layer.name);
+}
+
+Result<std::vector<std::vector<std::int64_t>>> resolve_inputs(const std::vector<LayerSpec>& layers,
+                                                              const std::string& pointer) {
+  std::map<std::string, std::int64_t> by_name;
+  std::vector<std::vector<std::int64_t>> sources(layers.size());
+  std::vector<bool> used(layers.size(), false);
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const LayerSpec& layer = layers[i];
+    const std::string where = fmt::format("{}/layers/{}", pointer, i);
+    const bool join = is_join_layer(layer.type);
+    if (layer.inputs.empty()) {
+      if (join)
+        return invalid(fmt::format("{}: joins two or more layers; name them in \"inputs\"", layer_label(i, layer)),
+                       where + "/inputs");
+      sources[i] = {static_cast<std::int64_t>(i) - 1};
+    } else {
+      if (join && layer.inputs.size() < 2)
+        return invalid(
+            fmt::format("{}: joins two or more layers, got {} input", layer_label(i, layer), layer.inputs.size()),
+            where + "/inputs");
+      if (!join && layer.inputs.size() != 1)
+        return invalid(fmt::format("{}: takes one input, got {}; join branches with add, mul or concat",
+                                   layer_label(i, layer), layer.inputs.size()),
+                       where + "/inputs");
+      for (std::size_t k = 0; k < layer.inputs.size(); ++k) {
+        const std::string& input = layer.inputs[k];
+        const std::string input_where = fmt::format("{}/inputs/{}", where, k);
+        if (input == kModelInput) {
+          sources[i].push_back(-1);
+          continue;
+        }
+        const auto found = by_name.find(input);
+        if (found != by_name.end()) {
+          sources[i].push_back(found->second);
+          continue;
+        }
+        const bool later = std::any_of(layers.begin() + static_cast<std::ptrdiff_t>(i), layers.end(),
+                                       [&](const LayerSpec& other) { return other.name == input; });
+        return invalid(later ? fmt::format("{}: input \"{}\" is not an earlier layer; a layer reads only layers "
+                                           "above it",
+                                           layer_label(i, layer), input)
+                             : fmt::format("{}: no earlier layer is named \"{}\" (the model's input is \"{}\")",
+                                           layer_label(i, layer), input, kModelInput),
+                       input_where);
+      }
+    }
+    for (const auto source : sources[i])
+      if (source >= 0) used[static_cast<std::size_t>(source)] = true;
+    if (!layer.name.empty() && !by_name.emplace(layer.name, static_cast<std::int64_t>(i)).second)
+      return invalid(
+          fmt::format("{}: the name is already used by layer {}", layer_label(i, layer), by_name[layer.name]),
+          where + "/name");
+  }
+  for (std::size_t i = 0; i + 1 < layers.size(); ++i) {
+    if (!used[i])
+      return invalid(fmt::format("{}: its output is never used; name it in a later layer's \"inputs\" or remove it",
+                                 layer_label(i, layers[i])),
+                     fmt::format("{}/layers/{}", pointer, i));
+  }
+  return sources;
+}
 
 const std::vector<std::string>& known_layer_types() {
   static const std::vector<std::string> types = [] {
@@ -160,6 +279,7 @@ Result<ModelSpec> parse_model_spec(const json& model, const std::string& pointer
     if (!layer) return layer.error();
     spec.layers.push_back(std::move(layer).value());
   }
+  if (auto wiring = resolve_inputs(spec.layers, pointer); !wiring) return wiring.error();
   if (auto it = model.find("loss"); it != model.end()) {
     if (!it->is_string() || (*it != "cross_entropy" && *it != "mse"))
       return invalid("loss must be \"cross_entropy\" or \"mse\"", pointer + "/loss");
@@ -209,13 +329,17 @@ std::int64_t steps_of(const TrainingConfig& training) {
   return steps;
 }
 
+json to_json(const LayerSpec& layer) {
+  json entry = layer.args;
+  entry["type"] = layer.type;
+  if (!layer.name.empty()) entry["name"] = layer.name;
+  if (!layer.inputs.empty()) entry["inputs"] = layer.inputs;
+  return entry;
+}
+
 json to_json(const ModelSpec& spec) {
   json layers = json::array();
-  for (const auto& layer : spec.layers) {
-    json entry = layer.args;
-    entry["type"] = layer.type;
-    layers.push_back(std::move(entry));
-  }
+  for (const auto& layer : spec.layers) layers.push_back(to_json(layer));
   json out = {{"input", {{"shape", spec.input_shape}}}, {"layers", layers}, {"loss", spec.loss}};
   if (!spec.name.empty()) out["name"] = spec.name;
   if (spec.input_dtype != "float") out["input"]["dtype"] = spec.input_dtype;

@@ -15,7 +15,7 @@ namespace {
 
 // The width argument of each layer type that variations scale.
 const char* width_argument(const std::string& type) {
-  if (type == "conv2d") return "out_channels";
+  if (type == "conv2d" || type == "conv1d") return "out_channels";
   if (type == "linear") return "out_features";
   if (type == "lstm" || type == "gru") return "hidden_size";
   if (type == "transformer_encoder_layer") return "dim_feedforward";
@@ -25,8 +25,8 @@ const char* width_argument(const std::string& type) {
 }  // namespace
 
 std::string target_id(const ProbeTarget& target) {
-  return fmt::format("{}|{}|{}|{}|{}", target.layer.type, target.layer.args.dump(), format_shape(target.input_shape),
-                     target.batch_size, static_cast<int>(target.position));
+  return fmt::format("{}|{}|{}|{}|{}|{}", target.layer.type, target.layer.args.dump(), format_shape(target.input_shape),
+                     target.batch_size, static_cast<int>(target.position), target.layer.inputs.size());
 }
 
 NetworkMeter simulated_network_meter(SimulatedDevice& device, int repetitions) {
@@ -63,8 +63,12 @@ std::vector<ProbeTarget> candidate_targets(const std::vector<WorkloadItem>& work
       if (keys[i].position != LayerPosition::output && is_free_layer((*layers)[i])) continue;
       ProbeTarget base;
       base.layer = item.model.layers[i];
+      base.layer.name.clear();  // the graph's wiring is not the probe's (plan_probe)
+      if (!is_join_layer(base.layer.type)) base.layer.inputs.clear();
       base.input_shape = (*layers)[i].input_shape;
-      base.input_dtype = i == 0 ? item.model.input_dtype : "float";
+      const auto& reads = (*layers)[i].inputs;
+      const bool reads_input = std::find(reads.begin(), reads.end(), -1) != reads.end();
+      base.input_dtype = reads_input ? item.model.input_dtype : "float";
       base.position = keys[i].position;
       base.loss = item.model.loss;
       std::vector<std::int64_t> batches = batch_sizes;

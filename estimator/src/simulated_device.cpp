@@ -20,7 +20,7 @@ double feature(const AnalyzedLayer& layer, const char* name, double fallback = 0
 
 // Kernels a layer launches per step: forward, and backward pieces when it has work to do.
 int kernel_launches(const AnalyzedLayer& layer) {
-  if (layer.type == "flatten") return 0;
+  if (layer.type == "flatten" || layer.type == "identity") return 0;  // views
   const bool has_weights = layer.cost.parameters > 0;
   int kernels = 1 + (has_weights ? 1 : 0) + (layer.input_gradient ? 1 : 0);
   if (layer.type == "lstm" || layer.type == "gru") kernels *= static_cast<int>(std::max(1.0, feature(layer, "seq_len", 1)));

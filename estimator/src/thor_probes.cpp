@@ -1,12 +1,14 @@
 #include "joule/estimator/thor_probes.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace joule::estimator {
 namespace {
 
 LayerSpec make_layer(const std::string& type, nlohmann::json args = nlohmann::json::object()) {
-  return LayerSpec{type, std::move(args)};
+  return LayerSpec{type, std::move(args), {}, {}};
 }
 
 // The classifier head on a per-sample shape: flatten when needed, then a linear layer.
@@ -60,7 +62,7 @@ std::vector<LayerKey> layer_keys(const std::vector<AnalyzedLayer>& layers) {
     const auto position = i + 1 == layers.size() ? LayerPosition::output
                           : layer.input_gradient ? LayerPosition::hidden
                                                  : LayerPosition::input;
-    keys.push_back(LayerKey{layer.type, position});
+    keys.push_back(LayerKey{model_kind(layer), position});
   }
   return keys;
 }
@@ -70,8 +72,21 @@ Result<ProbePlan> plan_probe(const ProbeTarget& target, int head_classes) {
   plan.target = target;
   const auto& shape = target.input_shape;
   const auto& dtype = target.input_dtype;
+  // The target comes out of some network's graph: in a probe it reads only what comes before
+  // it, a join all its inputs from that one tensor (x + x): the backward then sums the
+  // gradients of a tensor read twice, as it does for the skip connection a join closes.
+  auto reading = [&](const std::string& from) {
+    LayerSpec layer = target.layer;
+    layer.name.clear();
+    if (is_join_layer(layer.type))
+      layer.inputs.assign(std::max<std::size_t>(2, target.layer.inputs.size()), from);
+    else
+      layer.inputs.clear();
+    return layer;
+  };
+  const LayerSpec first = reading(kModelInput);
   // The target's output shape decides its head: analyse it alone first.
-  auto alone = analyze_model(network(shape, dtype, {target.layer}, target.loss), target.batch_size, "/probe");
+  auto alone = analyze_model(network(shape, dtype, {first}, target.loss), target.batch_size, "/probe");
   if (!alone) return alone.error();
   const auto out_shape = alone->front().output_shape;
   auto with = [](std::vector<LayerSpec> first, const std::vector<LayerSpec>& rest) {
@@ -81,11 +96,11 @@ Result<ProbePlan> plan_probe(const ProbeTarget& target, int head_classes) {
   std::size_t target_index = 0;
   switch (target.position) {
     case LayerPosition::output:
-      plan.networks = {network(shape, dtype, {target.layer}, target.loss)};
+      plan.networks = {network(shape, dtype, {first}, target.loss)};
       plan.signs = {+1};
       break;
     case LayerPosition::input:
-      plan.networks = {network(shape, dtype, with({target.layer}, head_on(out_shape, head_classes)), target.loss),
+      plan.networks = {network(shape, dtype, with({first}, head_on(out_shape, head_classes)), target.loss),
                        network(out_shape, "float", head_on(out_shape, head_classes), target.loss)};
       plan.signs = {+1, -1};
       break;
@@ -93,9 +108,11 @@ Result<ProbePlan> plan_probe(const ProbeTarget& target, int head_classes) {
       if (dtype == "token")
         return make_error(ErrorCode::invalid_argument,
                           fmt::format("{} takes token ids, so it can only be an input layer", target.layer.type));
-      const LayerSpec reference = reference_layer(shape);
+      LayerSpec reference = reference_layer(shape);
+      reference.name = "reference";
       plan.networks = {
-          network(shape, dtype, with({reference, target.layer}, head_on(out_shape, head_classes)), target.loss),
+          network(shape, dtype, with({reference, reading(reference.name)}, head_on(out_shape, head_classes)),
+                  target.loss),
           network(shape, dtype, with({reference}, head_on(shape, head_classes)), target.loss),
           network(shape, dtype, head_on(shape, head_classes), target.loss),
           network(out_shape, "float", head_on(out_shape, head_classes), target.loss)};
@@ -116,7 +133,7 @@ Result<LayerSample> decompose(const ProbePlan& plan, const std::vector<NetworkMe
                       fmt::format("{} measurements for a plan of {} networks", measured.size(), plan.networks.size()));
   }
   LayerSample sample;
-  sample.key = LayerKey{plan.target.layer.type, plan.target.position};
+  sample.key = LayerKey{model_kind(plan.analyzed), plan.target.position};
   sample.features = plan.analyzed.features;
   sample.features["batch_size"] = static_cast<double>(plan.target.batch_size);
   sample.cost = plan.analyzed.cost;

@@ -65,7 +65,51 @@ std::map<std::string, json> one_network_per_layer_type() {
       {"transformer_encoder_layer",
        model({5, 8},
              {{{"type", "transformer_encoder_layer"}, {"nhead", 2}, {"dim_feedforward", 16}}, flatten, linear3})},
+      {"conv1d",
+       model({3, 10}, {{{"type", "conv1d"}, {"out_channels", 4}, {"kernel_size", 3}, {"dilation", 2}, {"padding", 1}},
+                       {{"type", "conv1d"}, {"out_channels", 4}, {"kernel_size", 3}, {"groups", 4}, {"bias", false}},
+                       flatten,
+                       linear3})},
+      {"batchnorm1d", around_linear({{"type", "batchnorm1d"}})},
+      {"adaptive_avgpool2d", after_conv({{"type", "adaptive_avgpool2d"}, {"output_size", 2}})},
+      {"silu", around_linear({{"type", "silu"}})},
+      {"hardswish", around_linear({{"type", "hardswish"}})},
+      {"relu6", around_linear({{"type", "relu6"}})},
+      {"identity", around_linear({{"type", "identity"}})},
+      {"softmax", around_linear({{"type", "softmax"}, {"dim", 0}})},
+      // A residual block: conv → relu → depthwise conv, added to the block's input.
+      {"add",
+       model({4, 6, 6}, {{{"type", "conv2d"}, {"out_channels", 4}, {"kernel_size", 1}, {"name", "stem"}},
+                         {{"type", "relu"}},
+                         {{"type", "conv2d"}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}, {"groups", 4}},
+                         {{"type", "add"}, {"inputs", {"stem", "2"}}},
+                         flatten,
+                         linear3})},
+      // Squeeze-and-excitation: channel weights [C, 1, 1] broadcast over [C, H, W].
+      {"mul",
+       model({4, 6, 6},
+             {{{"type", "conv2d"}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}, {"name", "features"}},
+              {{"type", "adaptive_avgpool2d"}},
+              {{"type", "conv2d"}, {"out_channels", 4}, {"kernel_size", 1}},
+              {{"type", "sigmoid"}, {"name", "weights"}},
+              {{"type", "mul"}, {"inputs", {"features", "weights"}}},
+              {{"type", "maxpool2d"}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}},
+              flatten,
+              linear3})},
+      // Two branches on the input, joined along channels.
+      {"concat", model({2, 5, 5}, {{{"type", "conv2d"}, {"out_channels", 3}, {"kernel_size", 1}, {"name", "narrow"}},
+                                   {{"type", "conv2d"},
+                                    {"out_channels", 2},
+                                    {"kernel_size", 3},
+                                    {"padding", 1},
+                                    {"inputs", {"input"}},
+                                    {"name", "wide"}},
+                                   {{"type", "concat"}, {"inputs", {"narrow", "wide"}}},
+                                   flatten,
+                                   linear3})},
   };
+  // The residual block's add names its second input by a name given here, so the JSON above stays readable.
+  networks["add"]["layers"][2]["name"] = "2";
   return networks;
 }
 
@@ -94,11 +138,15 @@ TEST_F(NetworkBuilderTest, every_layer_type_matches_the_estimator_shapes_and_par
     auto network = build_network(spec_of(json_model), kBatch);
     ASSERT_TRUE(network) << network.error().message;
     const SyntheticBatch batch = make_synthetic_batch(*network, kBatch, torch::kCPU);
-    torch::Tensor x = batch.inputs;
     ASSERT_EQ(network->module->size(), network->layers.size());
+    std::vector<torch::Tensor> outputs;
     for (std::size_t i = 0; i < network->layers.size(); ++i) {
       const auto& layer = network->layers[i];
-      x = (network->module->begin() + static_cast<std::ptrdiff_t>(i))->forward(x);
+      std::vector<torch::Tensor> inputs;
+      for (const auto source : layer.inputs)
+        inputs.push_back(source < 0 ? batch.inputs : outputs.at(static_cast<std::size_t>(source)));
+      const torch::Tensor x = network->module->forward_layer(i, inputs);
+      outputs.push_back(x);
       std::vector<std::int64_t> expected{kBatch};
       expected.insert(expected.end(), layer.output_shape.begin(), layer.output_shape.end());
       EXPECT_EQ(x.sizes().vec(), expected) << "layer " << i << " " << layer.type;

@@ -81,6 +81,12 @@ class EncoderLayerImpl : public nn::Module {
 };
 TORCH_MODULE(EncoderLayer);
 
+// A per-sample dim (negative counts from the end) as a dim of the batched tensor.
+std::int64_t batched_dim(const LayerSpec& spec, std::int64_t fallback) {
+  const std::int64_t dim = arg(spec, "dim", fallback);
+  return dim < 0 ? dim : dim + 1;
+}
+
 nn::AnyModule make_layer(const LayerSpec& spec, const AnalyzedLayer& layer) {
   const auto& in = layer.input_shape;
   const std::string& type = spec.type;
@@ -89,8 +95,32 @@ nn::AnyModule make_layer(const LayerSpec& spec, const AnalyzedLayer& layer) {
     return nn::AnyModule(nn::Conv2d(nn::Conv2dOptions(in.at(0), arg(spec, "out_channels", 1), kernel)
                                         .stride(arg(spec, "stride", 1))
                                         .padding(arg(spec, "padding", 0))
+                                        .dilation(arg(spec, "dilation", 1))
+                                        .groups(arg(spec, "groups", 1))
                                         .bias(flag(spec, "bias", true))));
   }
+  if (type == "conv1d") {
+    const std::int64_t kernel = arg(spec, "kernel_size", 1);
+    return nn::AnyModule(nn::Conv1d(nn::Conv1dOptions(in.at(0), arg(spec, "out_channels", 1), kernel)
+                                        .stride(arg(spec, "stride", 1))
+                                        .padding(arg(spec, "padding", 0))
+                                        .dilation(arg(spec, "dilation", 1))
+                                        .groups(arg(spec, "groups", 1))
+                                        .bias(flag(spec, "bias", true))));
+  }
+  if (type == "relu6") return nn::AnyModule(nn::ReLU6());
+  if (type == "silu") return nn::AnyModule(nn::SiLU());
+  // LibTorch 1.13 has no Hardswish module; the function is the same kernel torch.nn's calls.
+  if (type == "hardswish")
+    return nn::AnyModule(nn::Functional([](const torch::Tensor& x) { return torch::hardswish(x); }));
+  if (type == "identity") return nn::AnyModule(nn::Identity());
+  if (type == "softmax") return nn::AnyModule(nn::Softmax(nn::SoftmaxOptions(batched_dim(spec, -1))));
+  if (type == "adaptive_avgpool2d")
+    return nn::AnyModule(nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions(arg(spec, "output_size", 1))));
+  if (type == "batchnorm1d") return nn::AnyModule(nn::BatchNorm1d(nn::BatchNorm1dOptions(in.at(0))));
+  // Joins have no module: GraphNetwork applies them to their inputs; a parameter-free placeholder
+  // keeps layer i at position i.
+  if (estimator::is_join_layer(type)) return nn::AnyModule(nn::Identity());
   if (type == "linear")
     return nn::AnyModule(
         nn::Linear(nn::LinearOptions(in.back(), arg(spec, "out_features", 1)).bias(flag(spec, "bias", true))));
@@ -101,8 +131,10 @@ nn::AnyModule make_layer(const LayerSpec& spec, const AnalyzedLayer& layer) {
   if (type == "maxpool2d" || type == "avgpool2d") {
     const std::int64_t kernel = arg(spec, "kernel_size", 1);
     const std::int64_t stride = arg(spec, "stride", kernel);
-    if (type == "maxpool2d") return nn::AnyModule(nn::MaxPool2d(nn::MaxPool2dOptions(kernel).stride(stride)));
-    return nn::AnyModule(nn::AvgPool2d(nn::AvgPool2dOptions(kernel).stride(stride)));
+    const std::int64_t padding = arg(spec, "padding", 0);
+    if (type == "maxpool2d")
+      return nn::AnyModule(nn::MaxPool2d(nn::MaxPool2dOptions(kernel).stride(stride).padding(padding)));
+    return nn::AnyModule(nn::AvgPool2d(nn::AvgPool2dOptions(kernel).stride(stride).padding(padding)));
   }
   if (type == "batchnorm2d") return nn::AnyModule(nn::BatchNorm2d(nn::BatchNorm2dOptions(in.at(0))));
   if (type == "layernorm") return nn::AnyModule(nn::LayerNorm(nn::LayerNormOptions({in.back()})));
@@ -132,15 +164,56 @@ std::vector<std::int64_t> batched(std::int64_t batch_size, const std::vector<std
 
 }  // namespace
 
+void GraphNetworkImpl::add(const std::string& name, torch::nn::AnyModule module, std::vector<std::int64_t> inputs,
+                           std::string join) {
+  modules_.push_back(module);
+  register_module(name, module.ptr());
+  inputs_.push_back(std::move(inputs));
+  joins_.push_back(std::move(join));
+}
+
+std::shared_ptr<torch::nn::Module> GraphNetworkImpl::ptr(std::size_t index) const { return modules_.at(index).ptr(); }
+
+torch::Tensor GraphNetworkImpl::forward_layer(std::size_t index, const std::vector<torch::Tensor>& inputs) {
+  const std::string& join = joins_.at(index);
+  if (join.empty()) return modules_[index].forward(inputs.at(0));
+  if (join == "concat") return torch::cat(inputs, concat_dims_.at(index));
+  torch::Tensor out = inputs.at(0);
+  for (std::size_t k = 1; k < inputs.size(); ++k) out = join == "add" ? out + inputs[k] : out * inputs[k];
+  return out;
+}
+
+torch::Tensor GraphNetworkImpl::forward(const torch::Tensor& input) {
+  // Outputs are kept only while some later layer still reads them: a chain holds one at a time.
+  std::vector<std::size_t> last_reader(modules_.size(), 0);
+  for (std::size_t i = 0; i < modules_.size(); ++i)
+    for (const auto source : inputs_[i])
+      if (source >= 0) last_reader[static_cast<std::size_t>(source)] = i;
+  std::vector<torch::Tensor> outputs(modules_.size());
+  for (std::size_t i = 0; i < modules_.size(); ++i) {
+    std::vector<torch::Tensor> ins;
+    ins.reserve(inputs_[i].size());
+    for (const auto source : inputs_[i]) ins.push_back(source < 0 ? input : outputs[static_cast<std::size_t>(source)]);
+    outputs[i] = forward_layer(i, ins);
+    for (const auto source : inputs_[i])
+      if (source >= 0 && last_reader[static_cast<std::size_t>(source)] == i)
+        outputs[static_cast<std::size_t>(source)] = torch::Tensor();
+  }
+  return outputs.back();
+}
+
 Result<BuiltNetwork> build_network(const estimator::ModelSpec& spec, std::int64_t batch_size,
                                    const std::string& pointer) {
   auto analyzed = estimator::analyze_model(spec, batch_size, pointer);
   if (!analyzed) return analyzed.error();
-  BuiltNetwork network{spec, std::move(analyzed).value(), nn::Sequential()};
+  BuiltNetwork network{spec, std::move(analyzed).value(), GraphNetwork()};
   for (const auto& layer : network.layers) {
     const LayerSpec& layer_spec = spec.layers.at(layer.index);
     try {
-      network.module->push_back(fmt::format("{}_{}", layer.index, layer_spec.type), make_layer(layer_spec, layer));
+      const std::string join = estimator::is_join_layer(layer_spec.type) ? layer_spec.type : std::string();
+      network.module->add(fmt::format("{}_{}", layer.index, layer_spec.type), make_layer(layer_spec, layer),
+                          layer.inputs, join);
+      if (join == "concat") network.module->set_concat_dim(layer.index, batched_dim(layer_spec, 0));
     } catch (const std::exception& e) {
       return make_error(ErrorCode::invalid_argument,
                         fmt::format("layer {} {}: cannot build: {}", layer.index, layer_spec.type, e.what()),

@@ -6,6 +6,9 @@
 // the estimator counts:
 //   conv2d(stride 1, padding 0, bias), linear(bias), maxpool2d/avgpool2d(stride = kernel_size),
 //   batchnorm2d(C), layernorm(last dim), dropout(p 0.5), flatten(all per-sample dims),
+//   conv1d(as conv2d), dilation and groups as torch, batchnorm1d(C), adaptive_avgpool2d(1),
+//   silu, hardswish, relu6, identity, softmax(dim -1 per sample), add/mul/concat (torch's
+//   broadcasting; concat along per-sample dim 0),
 //   embedding, lstm/gru(batch_first, num_layers 1, output "last"), multihead_attention
 //   (self-attention, no dropout, weights not returned), transformer_encoder_layer (post-norm,
 //   relu, dropout 0.1). LibTorch 1.13's attention modules are sequence-first: the wrappers
@@ -20,6 +23,7 @@
 // same-shape N(0, 1) target.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,11 +35,36 @@
 
 namespace joule::worker {
 
+/// A model spec's graph as a module: layer i reads the outputs its spec names (model_spec.hpp)
+/// and joins (add, mul, concat) are applied to their inputs in forward.
+class GraphNetworkImpl : public torch::nn::Module {
+ public:
+  /// Appends layer size(): `module` (a parameter-free placeholder for a join), the layers it
+  /// reads (-1: the network's input) and, for a join, "add", "mul" or "concat".
+  void add(const std::string& name, torch::nn::AnyModule module, std::vector<std::int64_t> inputs,
+           std::string join = {});
+  /// The batched dim a concat layer joins along.
+  void set_concat_dim(std::size_t index, std::int64_t dim) { concat_dims_[index] = dim; }
+
+  torch::Tensor forward(const torch::Tensor& input);
+  /// One layer applied to its inputs (in the order of its spec's inputs).
+  torch::Tensor forward_layer(std::size_t index, const std::vector<torch::Tensor>& inputs);
+  std::size_t size() const { return modules_.size(); }
+  std::shared_ptr<torch::nn::Module> ptr(std::size_t index) const;
+
+ private:
+  std::vector<torch::nn::AnyModule> modules_;
+  std::vector<std::vector<std::int64_t>> inputs_;
+  std::vector<std::string> joins_;
+  std::map<std::size_t, std::int64_t> concat_dims_;
+};
+TORCH_MODULE(GraphNetwork);
+
 /// A spec built into modules, layer i of the spec at position i of `module`.
 struct BuiltNetwork {
   estimator::ModelSpec spec;
   std::vector<estimator::AnalyzedLayer> layers;  ///< shapes per sample, from the estimator
-  torch::nn::Sequential module;
+  GraphNetwork module;
 };
 
 /// Builds the modules (weights initialised from torch's global generator: seed it first).

@@ -26,13 +26,28 @@
 //      relu                       1                          1
 //      tanh, sigmoid              4                          3
 //      gelu                       8                          8
+//      silu                       5                          6
+//      hardswish                  4                          3
+//      relu6                      1                          1
+//      softmax                    5                          4
 //      dropout                    2 (mask and scale)         2
-//      batchnorm2d, layernorm     8 (stats, normalise, γβ)   3 (γ, β) + 5 (input)
+//      batchnorm1d/2d, layernorm  8 (stats, normalise, γβ)   3 (γ, β) + 5 (input)
 //      maxpool2d                  k² per output              1 per output (scatter)
 //      avgpool2d                  k² per output              k² per output
-//      flatten                    0 (a view)                 0
+//      adaptive_avgpool2d         1 per input element        1 per input element
+//      flatten, identity          0 (a view)                 0
 //      embedding                  0 (a gather)               dim per token (scatter-add)
+//      add                        (inputs − 1) per output    1 per output (a reduction where broadcast)
+//      mul                        (inputs − 1) per output    inputs per output
+//      concat                     0 (a copy)                 0 (views of the gradient)
 //
+//  * conv1d / conv2d with groups g count (in_channels / g) × kernel taps per output: a
+//    depthwise convolution (g = in_channels) is as cheap in FLOPs as it is in parameters.
+//    Dilation changes the output size only.
+//  * In a graph (model_spec.hpp), "an earlier layer has parameters" means an ancestor: some
+//    layer on a path from the model's input to this one. A tensor read by several layers gets
+//    their gradients summed in backward; that sum is not counted (one add per element, where a
+//    residual block's join already costs more).
 //  * lstm / gru count their gate matrix products (4 gates for lstm, 3 for gru, input-to-hidden
 //    and hidden-to-hidden, every time step, every stacked layer); gate nonlinearities (O(h) per
 //    step against O(h²)) are neglected. multihead_attention counts its projections, QKᵀ,
@@ -74,19 +89,27 @@ struct LayerCost {
 struct AnalyzedLayer {
   std::size_t index = 0;                  ///< position in ModelSpec::layers
   std::string type;                       ///< the layer type as written ("conv2d", "lstm"...)
-  std::vector<std::int64_t> input_shape;  ///< per sample, batch excluded
+  std::string name;                       ///< the layer's name, if it has one
+  std::vector<std::int64_t> inputs;       ///< indices of the layers it reads; -1: the model's input
+  std::vector<std::int64_t> input_shape;  ///< per sample, batch excluded (the first input's)
+  std::vector<std::vector<std::int64_t>> input_shapes;  ///< every input's, in `inputs` order
   std::vector<std::int64_t> output_shape;
-  /// True when some earlier layer has parameters, so this layer's backward computes the
+  /// True when some ancestor layer has parameters, so this layer's backward computes the
   /// gradient w.r.t. its input. False for the first layer: the THOR "input" position.
   bool input_gradient = false;
   LayerCost cost;
   /// The layer's configuration, for the GP of its kind (the caller adds batch_size):
-  ///   conv2d: in_channels, out_channels, kernel_size, stride, padding, in_height, in_width, bias
+  ///   conv2d: in_channels, out_channels, kernel_size, stride, padding, in_height, in_width, bias,
+  ///     and groups when above 1 (a grouped convolution is a model kind of its own, model_kind())
+  ///   conv1d: in_channels, out_channels, kernel_size, stride, padding, in_length, bias (groups as conv2d)
   ///   linear: in_features, out_features, rows (product of the leading dims, 1 if flat), bias
   ///   maxpool2d, avgpool2d: channels, in_height, in_width, kernel_size, stride
-  ///   batchnorm2d: channels, height, width
+  ///   adaptive_avgpool2d: channels, in_height, in_width, output_size
+  ///   batchnorm2d: channels, height, width; batchnorm1d: channels, length (1 for a flat input)
   ///   layernorm: normalized_size (last dim), rows
-  ///   relu, gelu, tanh, sigmoid, flatten: elements (per sample); dropout: elements, p
+  ///   relu, gelu, tanh, sigmoid, silu, hardswish, relu6, flatten, identity: elements (per
+  ///     sample); dropout: elements, p; softmax: elements, dim_size
+  ///   add, mul, concat: elements (of the output, per sample), inputs
   ///   embedding: num_embeddings, embedding_dim, seq_len (tokens per sample)
   ///   lstm, gru: input_size, hidden_size, num_layers, seq_len, output_sequence (0 or 1)
   ///   multihead_attention: embed_dim, num_heads, seq_len
@@ -97,13 +120,17 @@ struct AnalyzedLayer {
 /// Infers every layer's shapes and costs like torch.nn would build the network for a batch of
 /// `batch_size` samples (1 <= batch_size <= 2^40).
 ///
-/// Shape rules: conv2d, pooling and batchnorm2d need [C, H, W]; linear acts on the last dim of
+/// Layers are analysed in order; each reads the outputs named by its inputs (model_spec.hpp).
+/// Shape rules: conv2d, pooling and batchnorm2d need [C, H, W], conv1d [C, L], batchnorm1d [C]
+/// or [C, L]; linear acts on the last dim of
 /// a flat [in] or sequence [seq, in] input; layernorm normalises the last dim; flatten turns
 /// every per-sample dim into one; embedding needs token ids (input dtype "token") and must come
 /// first, [..] → [.., embedding_dim]; lstm/gru take [seq, features] and give [hidden] (output
 /// "last", the default) or [seq, hidden] ("sequence"); multihead_attention and
 /// transformer_encoder_layer are self-attention over [seq, features] with features divisible
-/// by the heads; activations and dropout keep the shape.
+/// by the heads; activations, softmax and dropout keep the shape; add and mul broadcast their
+/// inputs like torch (aligned from the last dim; a dim of 1 stretches), concat joins along
+/// "dim" (per sample, default 0: channels) with every other dim equal.
 ///
 /// Fails with ErrorCode::invalid_argument on the first layer whose shapes do not fit. The
 /// message names the layer and the reason, with a fix where one is obvious ("layer 7 linear:
@@ -112,6 +139,11 @@ struct AnalyzedLayer {
 /// in the request, as for parse_model_spec.
 Result<std::vector<AnalyzedLayer>> analyze_model(const ModelSpec& spec, std::int64_t batch_size,
                                                  const std::string& pointer = "/model");
+
+/// The energy-model kind of a layer: its type, except "conv2d_grouped" / "conv1d_grouped" for
+/// grouped and depthwise convolutions, whose cost per FLOP differs from a dense one's by an
+/// order of magnitude (they are memory-bound).
+std::string model_kind(const AnalyzedLayer& layer);
 
 /// The sum of every layer's cost.
 LayerCost total_cost(const std::vector<AnalyzedLayer>& layers);

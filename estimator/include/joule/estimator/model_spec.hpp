@@ -1,8 +1,14 @@
 #pragma once
 // Model specs and training configs: the JSON of a job's `model` and `training`, parsed and checked.
 //
-// This stage checks structure (known layer types, argument types and ranges, a usable input);
-// shape inference and FLOPs counting build on it in the estimator proper.
+// This stage checks structure (known layer types, argument types and ranges, a usable input,
+// the graph's wiring); shape inference and FLOPs counting build on it in the estimator proper.
+//
+// A spec is a graph written in order: each layer reads the previous layer's output unless it
+// names its "inputs" (earlier layers by "name", or "input" for the model's input). The join
+// layers add, mul (both broadcast like torch) and concat take two or more inputs; every other
+// layer takes one. The last layer is the network's output, and every other layer must feed a
+// later one. A spec without names or inputs is the plain list it always was.
 
 #include <cstdint>
 #include <string>
@@ -17,8 +23,27 @@ namespace joule::estimator {
 /// One layer as the user wrote it: its torch.nn-like type and its arguments, kept verbatim.
 struct LayerSpec {
   std::string type;
-  nlohmann::json args;  ///< the layer object without "type"
+  nlohmann::json args;  ///< the layer object without "type", "name" and "inputs"
+  std::string name;     ///< optional; how later layers refer to this one
+  /// Layer names (or "input") this layer reads; empty: the previous layer (the input for the first).
+  std::vector<std::string> inputs;
 };
+
+/// The name that means the model's input in a layer's "inputs".
+inline constexpr const char* kModelInput = "input";
+
+/// Whether layers of this type take two or more inputs (add, mul, concat).
+bool is_join_layer(const std::string& type);
+
+/// How messages name a layer: `layer 3 conv2d`, or `layer 3 conv2d "block1.conv"` when named.
+std::string layer_label(std::size_t index, const LayerSpec& layer);
+
+/// Where each layer's inputs come from: per layer, the indices of the layers it reads, -1 for
+/// the model's input. Fails, naming the layer and its pointer ("<pointer>/layers/4/inputs/1"),
+/// on a duplicate or malformed name, an input that is not an earlier layer, the wrong number of
+/// inputs, or a layer whose output nothing uses.
+Result<std::vector<std::vector<std::int64_t>>> resolve_inputs(const std::vector<LayerSpec>& layers,
+                                                              const std::string& pointer);
 
 /// A network description: per-sample input shape, layers in order, and the loss.
 struct ModelSpec {
@@ -56,6 +81,7 @@ Result<TrainingConfig> parse_training_config(const nlohmann::json& json, const s
 /// not positive, INT64_MAX where the product would overflow (configs built in code).
 std::int64_t steps_of(const TrainingConfig& training);
 
+nlohmann::json to_json(const LayerSpec& layer);
 nlohmann::json to_json(const ModelSpec& spec);
 nlohmann::json to_json(const TrainingConfig& training);
 

@@ -14,7 +14,12 @@
 //   hidden: [R, L, H], [R, H'], [H'] and [H]       E_hid(L)   = m([R, L, H]) − (m([R, H']) − m([H'])) − m([H])
 // H is the output head on L's output (a linear classifier, after a flatten when needed), H' the
 // same head on S, and R a shape-preserving reference layer with parameters (a 1×1 conv2d on
-// [C, H, W], a linear layer otherwise) that puts L in the hidden position.
+// [C, H, W], a linear layer otherwise) that puts L in the hidden position. A join layer (add,
+// mul, concat) reads the tensor before it as every one of its inputs; in a network, positions
+// come from the graph (layer_analysis.hpp: "hidden" when an ancestor has parameters).
+//
+// The model of a layer is keyed by model_kind(), not the type: grouped convolutions have models
+// of their own.
 
 #include <cstdint>
 #include <map>
@@ -47,8 +52,8 @@ std::vector<LayerKey> layer_keys(const std::vector<AnalyzedLayer>& layers);
 
 /// One layer configuration to learn: the layer, what it receives, the batch, the position.
 struct ProbeTarget {
-  LayerSpec layer;
-  std::vector<std::int64_t> input_shape;  ///< per sample
+  LayerSpec layer;                        ///< its name is ignored; a join's `inputs` count how many it joins
+  std::vector<std::int64_t> input_shape;  ///< per sample (a join's first input)
   std::string input_dtype = "float";
   std::int64_t batch_size = 32;
   LayerPosition position = LayerPosition::hidden;
