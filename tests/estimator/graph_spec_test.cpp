@@ -284,3 +284,24 @@ TEST(GraphSpecTest, probes_learn_a_residual_network_well_enough_to_estimate_it) 
   EXPECT_NEAR(estimate->joules_per_step.mean / truth, 1.0, 0.25);
   EXPECT_EQ(estimate->steps, 100);
 }
+
+TEST(GraphSpecTest, bundled_resnet18_and_mobilenetv2_count_what_torchvision_counts) {
+  // torchvision.models.resnet18(num_classes=10) and mobilenet_v2(num_classes=10):
+  // sum(p.numel() for p in model.parameters()), as torchvision documents them for 1,000 classes
+  // less the classifier difference (512·990 + 990 and 1280·990 + 990).
+  const std::map<std::string, std::int64_t> expected = {{"resnet18_cifar", 11'689'512 - 512 * 990 - 990},
+                                                        {"mobilenetv2_cifar", 3'504'872 - 1280 * 990 - 990}};
+  for (const auto& [name, count] : expected) {
+    SCOPED_TRACE(name);
+    auto layers = analyze(joule::testing::example_model(name), 8);
+    ASSERT_TRUE(layers) << layers.error().message;
+    EXPECT_EQ(parameters(*layers), count);
+    EXPECT_EQ(layers->back().output_shape, (Shape{10}));
+  }
+  // MobileNetV2's depthwise convolutions are grouped-convolution models; ResNet's joins are adds.
+  auto mobile = analyze(joule::testing::example_model("mobilenetv2_cifar"), 8);
+  ASSERT_TRUE(mobile);
+  const auto keys = layer_keys(*mobile);
+  EXPECT_TRUE(std::any_of(keys.begin(), keys.end(), [](const LayerKey& k) { return k.kind == "conv2d_grouped"; }));
+  EXPECT_TRUE(std::any_of(keys.begin(), keys.end(), [](const LayerKey& k) { return k.kind == "add"; }));
+}
