@@ -287,7 +287,8 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
   std::set<std::string> names;
   for (const auto& element : *array) {
     const auto& table = *element.as_table();
-    check.warn_unknown(table, "devices.", {"name", "meter", "idle_watts", "watts_per_busy_core", "probes", "runs_jobs"});
+    check.warn_unknown(table, "devices.",
+                       {"name", "meter", "idle_watts", "watts_per_busy_core", "probes", "runs_jobs", "threads"});
     DeviceConfig device;
     if (auto name = check.get<std::string>(table, "name", "devices.name"))
       device.name = *name;
@@ -326,6 +327,7 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
         check.positive(table, "watts_per_busy_core", "devices.watts_per_busy_core", device.watts_per_busy_core, true);
     device.probes = static_cast<std::size_t>(
         check.integer_in(table, "probes", "devices.probes", 10, 100000, static_cast<std::int64_t>(device.probes)));
+    device.threads = static_cast<int>(check.integer_in(table, "threads", "devices.threads", 1, 1024, device.threads));
     if (const toml::node* runs = table.get("runs_jobs")) {
       if (!runs->value<bool>())
         check.problem(*runs, "devices.runs_jobs must be true or false");
@@ -553,7 +555,8 @@ nlohmann::json to_json(const DaemonConfig& config) {
                        {"idle_watts", d.idle_watts},
                        {"watts_per_busy_core", d.watts_per_busy_core},
                        {"probes", d.probes},
-                       {"runs_jobs", d.runs_jobs}});
+                       {"runs_jobs", d.runs_jobs},
+                       {"threads", device_threads(d, config.probing)}});
   }
   return {
       {"source", config.source},

@@ -26,23 +26,24 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "joule/adapters/database.hpp"
-#include "joule/config/policy_config.hpp"
 #include "joule/adapters/job_process.hpp"
 #include "joule/adapters/meter_selection.hpp"
 #include "joule/adapters/modelled_cpu_meter.hpp"
 #include "joule/adapters/simulated_meter.hpp"
-#include "joule/daemon/probe_service.hpp"
-#include "joule/daemon/model_service.hpp"
-#include "joule/estimator/simulated_device.hpp"
 #include "joule/adapters/storage_writer.hpp"
+#include "joule/config/policy_config.hpp"
 #include "joule/daemon/api.hpp"
 #include "joule/daemon/cluster_service.hpp"
-#include "joule/daemon/slurm_executor.hpp"
 #include "joule/daemon/http_server.hpp"
 #include "joule/daemon/job_service.hpp"
-#include "joule/daemon/outcome_service.hpp"
 #include "joule/daemon/metrics.hpp"
+#include "joule/daemon/model_service.hpp"
+#include "joule/daemon/outcome_service.hpp"
+#include "joule/daemon/probe_service.hpp"
+#include "joule/daemon/slurm_executor.hpp"
 #include "joule/daemon/systemd_notify.hpp"
+#include "joule/daemon/thread_settings.hpp"
+#include "joule/estimator/simulated_device.hpp"
 
 #ifndef JOULE_VERSION
 #define JOULE_VERSION "0.0.0"
@@ -269,6 +270,7 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
         return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
       });
       device.runs_jobs = device_config.runs_jobs;
+      if (device.runs_jobs) device.threads = config::device_threads(device_config, config.probing);
       device.meter_note =
           device.runs_jobs
               ? fmt::format("simulated {} ({}): jobs run on this host's CPU while the meter adds the power the "
@@ -280,6 +282,7 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
       devices.push_back(std::move(device));
       continue;
     }
+    device.threads = config::device_threads(device_config, config.probing);
     adapters::MeterRequest request;
     request.device = device.name;
     request.meter = device_config.meter;
@@ -542,6 +545,12 @@ int run_daemon(const CommandLine& command_line) {
     if (!answer) return nlohmann::json(nullptr);
     nlohmann::json estimates = std::move((*answer)["estimates"]);
     outcomes.apply(estimates);
+    for (auto& row : estimates) {
+      if (row.value("status", "") != "ok") continue;
+      const auto device = row.value("device", "");
+      if (auto warning = thread_count_warning(spec.run.env, jobs.device_threads(device)))
+        row["warnings"].push_back(*warning);
+    }
     return estimates;
   });
   ProbeServiceOptions probe_options;

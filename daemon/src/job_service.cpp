@@ -26,6 +26,7 @@
 #include "joule/common/energy_source.hpp"
 #include "joule/common/sha256.hpp"
 #include "joule/common/text.hpp"
+#include "joule/daemon/thread_settings.hpp"
 #include "joule/schedulers/step_projection.hpp"
 
 namespace joule::daemon {
@@ -577,6 +578,10 @@ std::vector<std::string> JobService::job_environment(const Job& job, const std::
     env["USER"] = env["LOGNAME"] =
         identity->user_name.empty() ? options_.accounts.user_name(*identity) : identity->user_name;
   }
+  // The device's count, the one its model is learnt at; the job's own run.env may ask otherwise
+  // (its estimate then says so).
+  const auto placed = std::find_if(devices_.begin(), devices_.end(), [&](const Device& d) { return d.name == device; });
+  if (placed != devices_.end()) set_thread_variables(env, placed->threads);
   for (const auto& [name, value] : job.spec.run.env) env[name] = value;
   if (!options_.python_path.empty()) {
     // Before the job's own entries: the package that speaks this jouled's API comes first.
@@ -1266,9 +1271,16 @@ json JobService::devices() const {
                    {"meter_error", device.meter_error ? json(*device.meter_error) : json(nullptr)},
                    {"job", device.job ? json(*device.job) : json(nullptr)},
                    {"runs_jobs", device.runs_jobs},
+                   {"threads", device.threads > 0 ? nlohmann::json(device.threads) : nlohmann::json(nullptr)},
                    {"model", model_info_ ? model_info_(device.name) : json{{"state", "none"}, {"samples", 0}}}});
   }
   return json{{"devices", out}};
+}
+
+int JobService::device_threads(const std::string& device) const {
+  for (const auto& candidate : devices_)
+    if (candidate.name == device) return candidate.threads;
+  return 0;
 }
 
 std::vector<std::string> JobService::device_names() const {

@@ -460,8 +460,9 @@ void ProbeService::check_environment(Device& device) {
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
   adapters::LaunchSpec spec;
-  spec.argv = {options_.worker.string(), "env", "--device", device.config.name, "--threads",
-               std::to_string(options_.probing.threads)};
+  spec.argv = {
+      options_.worker.string(), "env",       "--device",
+      device.config.name,       "--threads", std::to_string(config::device_threads(device.config, options_.probing))};
   spec.workdir = directory;
   spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", fmt::format("TMPDIR={}", directory.string())};
   spec.stdout_path = directory / "stdout";
@@ -507,7 +508,7 @@ void ProbeService::start_probe(Device& device) {
 
   worker::ProbeRequest request;
   request.device = device.config.name;
-  request.threads = options_.probing.threads;
+  request.threads = config::device_threads(device.config, options_.probing);
   request.batch_size = plan->target.batch_size;
   request.warmup_steps = options_.probing.warmup_steps;
   request.steps_per_repetition = options_.probing.steps_per_repetition;
@@ -534,8 +535,8 @@ void ProbeService::start_probe(Device& device) {
   spec.argv = {options_.worker.string(), "probe", "--request", (directory / "request.json").string()};
   spec.workdir = directory;
   spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", fmt::format("TMPDIR={}", directory.string()),
-              fmt::format("OMP_NUM_THREADS={}", options_.probing.threads),
-              fmt::format("OPENBLAS_NUM_THREADS={}", options_.probing.threads)};
+              fmt::format("OMP_NUM_THREADS={}", request.threads), fmt::format("MKL_NUM_THREADS={}", request.threads),
+              fmt::format("OPENBLAS_NUM_THREADS={}", request.threads)};
   spec.stdout_path = directory / "result.json";
   spec.stderr_path = directory / "stderr.log";
   spec.status_path = directory / "status";

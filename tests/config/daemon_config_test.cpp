@@ -142,6 +142,24 @@ TEST(DaemonConfigTest, simulated_devices_name_a_known_profile) {
   EXPECT_NE(unknown.error().message.find("jetson-orin"), std::string::npos);  // the known names are listed
 }
 
+TEST(DaemonConfigTest, a_device_runs_probes_and_jobs_at_its_own_thread_count_or_the_probing_one) {
+  auto loaded = parse_config(
+      "[probing]\nthreads = 2\n[[devices]]\nname = \"cpu\"\nthreads = 4\n"
+      "[[devices]]\nname = \"cuda:0\"\n",
+      "jouled.toml");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(device_threads(loaded->config.devices[0], loaded->config.probing), 4);
+  EXPECT_EQ(device_threads(loaded->config.devices[1], loaded->config.probing), 2);
+  EXPECT_EQ(to_json(loaded->config)["devices"][1]["threads"], 2);
+  auto defaults = parse_config("", "jouled.toml");
+  ASSERT_TRUE(defaults);
+  EXPECT_EQ(device_threads(defaults->config.devices[0], defaults->config.probing), 1);
+  auto zero = parse_config("[[devices]]\nname = \"cpu\"\nthreads = 0\n", "jouled.toml");
+  ASSERT_FALSE(zero);
+  EXPECT_NE(zero.error().message.find("jouled.toml:3:"), std::string::npos) << zero.error().message;
+  EXPECT_NE(zero.error().message.find("devices.threads must be between 1 and 1024, got 0"), std::string::npos);
+}
+
 TEST(DaemonConfigTest, cluster_roles_are_read_and_checked) {
   auto agent = parse_config(R"(
 [cluster]

@@ -28,6 +28,10 @@ struct DeviceConfig {
   /// Simulated devices only: run jobs (the real process runs on this host's CPU; the device's
   /// meter adds the job's simulated power, labelled "simulated"). For trying clusters.
   bool runs_jobs = false;
+  /// Intra-op and BLAS threads of the device's probes and of every job placed on it (jobs get
+  /// OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS and JOULE_THREADS), so that the
+  /// model is learnt under the conditions jobs run in. 0: [probing] threads.
+  int threads = 0;
 };
 
 /// Background probing (THOR): when a real device is idle, joule-worker trains small networks
@@ -40,13 +44,18 @@ struct ProbingConfig {
   double max_joules_per_day = 0.0;  ///< metered probe energy per calendar day; 0 = no cap
   double max_model_age_hours = 168.0;  ///< re-probe a model older than this
   double target_sigma = 0.15;       ///< stop when the model is this sure (latent σ of log J)
-  int threads = 1;                  ///< joule-worker intra-op threads
+  int threads = 1;                  ///< threads of devices that set none (DeviceConfig::threads)
   int warmup_steps = 10;
   int steps_per_repetition = 20;
   int repetitions = 5;
   std::size_t refit_every = 5;      ///< refit the GPs after this many new probes
   std::filesystem::path worker;     ///< joule-worker; empty = beside the jouled binary, then $PATH
 };
+
+/// The thread count probes and jobs use on a device: its own, else [probing] threads.
+inline int device_threads(const DeviceConfig& device, const ProbingConfig& probing) {
+  return device.threads > 0 ? device.threads : probing.threads;
+}
 
 struct ServerConfig {
   std::string host = "127.0.0.1";

@@ -42,6 +42,8 @@ struct Device {
   std::unique_ptr<adapters::EnergyMeter> meter;
   std::string meter_note;          ///< why this meter was chosen, shown in GET /v1/devices
   bool runs_jobs = true;  ///< false for simulated devices: they estimate, they run nothing
+  /// Threads a job placed here gets (thread_settings.hpp), the count its probes use; 0: unset.
+  int threads = 0;
   std::optional<std::string> job;  ///< the job placed or running on it
   double energy_joules = 0.0;      ///< metered since start
   double power_watts = 0.0;
@@ -146,6 +148,8 @@ class JobService {
   Result<std::filesystem::path> log_path(const std::string& id, const std::string& stream) const;
   nlohmann::json devices() const;
   std::vector<std::string> device_names() const;
+  /// The thread count jobs get on a device (Device::threads); 0 for unknown devices or none set.
+  int device_threads(const std::string& device) const;
   /// One line for systemd's STATUS=: jobs waiting and running, and each device's power.
   std::string summary() const;
 
