@@ -9,6 +9,7 @@
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -16,6 +17,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <fstream>
@@ -207,9 +209,38 @@ std::optional<ExitStatus> read_status_file(const std::filesystem::path& path) {
   std::string kind;
   int value = 0;
   if (!(in >> kind >> value)) return std::nullopt;
-  if (kind == "exit") return ExitStatus{false, value};
-  if (kind == "signal") return ExitStatus{true, value};
-  return std::nullopt;
+  if (kind != "exit" && kind != "signal") return std::nullopt;
+  ExitStatus status{kind == "signal", value, std::nullopt};
+  std::string key;
+  double seconds = 0.0;
+  if (in >> key >> seconds && key == "cpu" && std::isfinite(seconds) && seconds >= 0.0) status.cpu_seconds = seconds;
+  return status;
+}
+
+std::optional<double> process_group_cpu_seconds(pid_t pgid, const std::filesystem::path& proc_root) {
+  static const long ticks_per_second = ::sysconf(_SC_CLK_TCK);
+  std::error_code ec;
+  std::optional<double> total;
+  for (const auto& entry : std::filesystem::directory_iterator(proc_root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat_file(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat_file, line)) continue;
+    // Fields after the command's closing parenthesis: state(3) ppid(4) pgrp(5) ... utime(14)
+    // stime(15) cutime(16) cstime(17), numbered as proc(5) numbers them.
+    const auto close = line.rfind(')');
+    if (close == std::string::npos || close + 2 > line.size()) continue;
+    std::istringstream fields(line.substr(close + 2));
+    std::vector<std::string> values;
+    std::string field;
+    while (values.size() < 15 && fields >> field) values.push_back(field);
+    if (values.size() < 15 || values[2] != std::to_string(pgid)) continue;
+    double ticks = 0.0;
+    for (std::size_t i = 11; i <= 14; ++i) ticks += std::strtod(values[i].c_str(), nullptr);
+    total = total.value_or(0.0) + ticks / static_cast<double>(ticks_per_second > 0 ? ticks_per_second : 100);
+  }
+  return total;
 }
 
 namespace {
@@ -366,13 +397,17 @@ int job_runner_main(int argc, char** argv) {
   }
   ::sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);
   int status = 0;
-  while (::waitpid(child, &status, 0) < 0) {
+  struct rusage usage {};
+  while (::wait4(child, &status, 0, &usage) < 0) {
     if (errno != EINTR) return 127;
   }
   const ExitStatus exit = from_wait_status(status);
+  // The command's CPU time with its waited-for descendants': what a modelled meter charges the job.
+  const double cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                             static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
   const auto tmp = status_path.string() + ".tmp";
   if (FILE* out = std::fopen(tmp.c_str(), "w")) {
-    std::fprintf(out, "%s %d\n", exit.signaled ? "signal" : "exit", exit.value);
+    std::fprintf(out, "%s %d cpu %.6f\n", exit.signaled ? "signal" : "exit", exit.value, cpu_seconds);
     std::fflush(out);
     ::fsync(::fileno(out));
     std::fclose(out);

@@ -49,6 +49,15 @@ Result<ModelledCpuMeter::CpuTicks> ModelledCpuMeter::read_ticks() const {
   return ticks;
 }
 
+double ModelledCpuMeter::joules(double wall_seconds, double cpu_seconds) const {
+  return params_.idle_watts * std::max(wall_seconds, 0.0) + params_.watts_per_busy_core * std::max(cpu_seconds, 0.0);
+}
+
+std::string ModelledCpuMeter::describe() const {
+  return fmt::format("the job's own, modelled: {} W idle over its run time + {} W per CPU-second of its processes",
+                     params_.idle_watts, params_.watts_per_busy_core);
+}
+
 Result<Joules> ModelledCpuMeter::read() {
   auto now = read_ticks();
   if (!now) return now.error();

@@ -707,8 +707,8 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
     if (job.row.energy_joules) metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
   } else if (device && job.row.started_ms) {
     if (job.energy_at_start) {
-      if (auto end = read_device_energy(*device)) {
-        job.row.energy_joules = std::max(0.0, *end - *job.energy_at_start);
+      if (auto end = energy_used(job, *device, exit ? &*exit : nullptr)) {
+        job.row.energy_joules = *end;
         job.row.energy_source = std::string(device->meter->source());
         metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
         if (on_finished_ && state == JobState::succeeded && !job.row.estimate_json.empty()) {
@@ -806,6 +806,24 @@ void JobService::send_kill(const std::string& id) {
   (void)adapters::signal_process_group(static_cast<pid_t>(it->second->row.pid), SIGKILL);
 }
 
+std::optional<double> JobService::energy_used(Job& job, Device& device, const adapters::ExitStatus* exit) {
+  if (const auto* model = device.meter->cpu_time_model(); model && job.row.started_ms && job.row.pid > 0) {
+    // The runner's wait4 at the end counts every descendant it waited for; while running, the
+    // group's live processes are read. CPU time never goes back: the largest reading stands.
+    const auto cpu = exit && exit->cpu_seconds
+                         ? exit->cpu_seconds
+                         : adapters::process_group_cpu_seconds(static_cast<pid_t>(job.row.pid), options_.proc_root);
+    if (cpu) job.cpu_seconds = std::max(job.cpu_seconds.value_or(0.0), *cpu);
+    const auto until = job.row.finished_ms.value_or(now_ms());
+    const double wall = static_cast<double>(std::max<std::int64_t>(0, until - *job.row.started_ms)) / 1000.0;
+    return model->joules(wall, job.cpu_seconds.value_or(0.0));
+  }
+  if (!job.energy_at_start) return std::nullopt;
+  auto now = read_device_energy(device);
+  if (!now) return std::nullopt;
+  return std::max(0.0, *now - *job.energy_at_start);
+}
+
 std::optional<double> JobService::read_device_energy(Device& device) {
   auto reading = device.meter->read();
   if (!reading) {
@@ -868,7 +886,10 @@ void JobService::track_running(schedulers::UnixMillis now) {
     Job& job = *it->second;
     if (job.state != JobState::running && job.state != JobState::throttled) continue;
     double used = 0.0;
-    if (job.energy_at_start && !device.meter_error) used = std::max(0.0, device.energy_joules - *job.energy_at_start);
+    if (device.node.empty() && device.meter->cpu_time_model())
+      used = energy_used(job, device).value_or(0.0);
+    else if (job.energy_at_start && !device.meter_error)
+      used = std::max(0.0, device.energy_joules - *job.energy_at_start);
     if (!device.node.empty()) used = job.reported_used.value_or(0.0);
     const auto expected = job.projection ? std::optional(job.projection->total) : job.prior;
     schedulers::EnergyDistribution still;
@@ -1160,9 +1181,7 @@ Result<json> JobService::report_progress(const std::string& id, const std::strin
 
   Device* device = find_device(job.row.device);
   std::optional<double> used;
-  if (device && job.energy_at_start) {
-    if (auto now = read_device_energy(*device)) used = std::max(0.0, *now - *job.energy_at_start);
-  }
+  if (device && job.energy_at_start) used = energy_used(job, *device);
   json out = {{"id", id}, {"epoch", epoch}, {"epochs", epochs}};
   if (!used) {
     out["energy"] = nullptr;
@@ -1298,6 +1317,15 @@ std::string JobService::summary() const {
   return text;
 }
 
+std::string JobService::energy_scope(const std::string& device_name, const std::string& source) const {
+  for (const auto& device : devices_) {
+    if (device.name != device_name || !device.node.empty()) continue;
+    if (const auto* model = device.meter->cpu_time_model(); model && source == device.meter->source())
+      return model->describe();
+  }
+  return "device energy over the job's run";
+}
+
 json JobService::to_json(const Job& job, bool with_events) const {
   const auto& row = job.row;
   json energy = nullptr;
@@ -1306,7 +1334,7 @@ json JobService::to_json(const Job& job, bool with_events) const {
     energy = {{"joules", *row.energy_joules},
               {"source", row.energy_source},
               {"measured", measured},
-              {"scope", "device energy over the job's run"},
+              {"scope", energy_scope(row.device, row.energy_source)},
               {"partial", job.energy_partial}};
   }
   std::optional<double> seconds;

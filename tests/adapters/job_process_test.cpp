@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "temp_dir.hpp"
@@ -160,4 +161,46 @@ TEST(JobProcessTest, boot_id_comes_from_proc) {
   proc.write("sys/kernel/random/boot_id", "0f5c7b3e-2f1d-4c9a-9d4e-1b2c3d4e5f60\n");
   EXPECT_EQ(joule::adapters::read_boot_id(proc.path()), "0f5c7b3e-2f1d-4c9a-9d4e-1b2c3d4e5f60");
   EXPECT_FALSE(joule::adapters::read_boot_id().empty());
+}
+
+TEST(JobProcessTest, the_runner_records_the_commands_cpu_time_with_its_childrens) {
+  TempDir dir;
+  // A child that burns CPU and is waited for, then the command itself exits: both count.
+  auto process = joule::adapters::launch_job(
+      spec_in(dir, {"sh", "-c", "(i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done); sleep 0.2"}));
+  ASSERT_TRUE(process) << process.error().message;
+  wait_for_exit(process->pid);
+  ASSERT_TRUE(joule::adapters::reap_child(process->pid));
+  auto status = joule::adapters::read_status_file(dir / "status");
+  ASSERT_TRUE(status);
+  EXPECT_EQ(status->value, 0);
+  ASSERT_TRUE(status->cpu_seconds) << slurp(dir / "status");
+  EXPECT_GT(*status->cpu_seconds, 0.05) << slurp(dir / "status");
+  EXPECT_LT(*status->cpu_seconds, 30.0);
+  // A status file of an older runner, without the CPU time, still reads.
+  dir.write("old-status", "signal 15\n");
+  auto old = joule::adapters::read_status_file(dir / "old-status");
+  ASSERT_TRUE(old);
+  EXPECT_TRUE(old->signaled);
+  EXPECT_FALSE(old->cpu_seconds);
+  dir.write("bad-status", "exit 0 cpu -3\n");
+  EXPECT_FALSE(joule::adapters::read_status_file(dir / "bad-status")->cpu_seconds);
+}
+
+TEST(JobProcessTest, a_process_groups_cpu_time_sums_its_members_and_their_waited_children) {
+  TempDir proc;
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  // Fields 14-17: utime stime cutime cstime, in clock ticks. Group 500 has two members.
+  const auto stat = [&](int pid, int group, long utime, long stime, long cutime, long cstime) {
+    return fmt::format("{} (py (torch)) R 1 {} {} 0 -1 0 0 0 0 0 {} {} {} {} 20 0 3 0 100 0 0\n", pid, group, group,
+                       utime, stime, cutime, cstime);
+  };
+  proc.write("500/stat", stat(500, 500, 0, 0, 3 * hz, hz));  // the runner: its waited command
+  proc.write("501/stat", stat(501, 500, 2 * hz, hz / 2, 0, 0));
+  proc.write("600/stat", stat(600, 600, 50 * hz, 0, 0, 0));  // another group
+  proc.write("self/stat", "not a pid\n");
+  auto seconds = joule::adapters::process_group_cpu_seconds(500, proc.path());
+  ASSERT_TRUE(seconds);
+  EXPECT_NEAR(*seconds, 3.0 + 1.0 + 2.0 + 0.5, 1e-9);
+  EXPECT_FALSE(joule::adapters::process_group_cpu_seconds(700, proc.path()));
 }

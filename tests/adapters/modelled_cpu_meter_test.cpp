@@ -71,3 +71,12 @@ TEST(ModelledCpuMeterTest, reads_the_real_proc_stat) {
   ASSERT_TRUE(later);
   EXPECT_GE(later->value, 0.0);
 }
+
+TEST(ModelledCpuMeterTest, a_jobs_own_share_is_idle_power_over_its_run_and_busy_power_over_its_cpu_time) {
+  joule::adapters::ModelledCpuMeter meter({10.0, 12.0}, "/nonexistent");
+  const auto* model = meter.cpu_time_model();
+  ASSERT_NE(model, nullptr);
+  EXPECT_DOUBLE_EQ(model->joules(30.0, 45.0), 10.0 * 30.0 + 12.0 * 45.0);  // 1.5 cores busy for 30 s
+  EXPECT_DOUBLE_EQ(model->joules(-1.0, -1.0), 0.0);
+  EXPECT_NE(model->describe().find("12 W per CPU-second of its processes"), std::string::npos) << model->describe();
+}

@@ -1,5 +1,6 @@
 // Jobs end to end: the real daemon runs real processes and meters them.
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -49,6 +50,37 @@ TEST(JobsTest, a_job_runs_to_success_with_its_output_and_modelled_energy) {
   EXPECT_NE(metrics->body.find("joule_jobs{state=\"succeeded\"} 1"), std::string::npos);
   EXPECT_NE(metrics->body.find("joule_jobs_submitted_total 1"), std::string::npos);
   EXPECT_NE(metrics->body.find("joule_job_energy_joules_total{device=\"cpu\",node="), std::string::npos);
+}
+
+// On a modelled CPU a job's energy is its own, metered as probes are: idle power over its run
+// plus busy power over its processes' CPU time (the defaults: 10 W and 12 W per busy core), not
+// whatever else the node ran meanwhile.
+TEST(JobsTest, a_modelled_jobs_energy_is_its_own_cpu_time_not_the_nodes) {
+  DaemonProcess daemon;
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    volatile std::uint64_t spin = 0;
+    while (!stop.load()) spin = spin + 1;
+  });
+  const auto sleeper = daemon.submit(job("sleeper", {"sh", "-c", "sleep 1"}));
+  auto slept = daemon.wait_state(sleeper, {"succeeded", "failed"});
+  stop = true;
+  busy.join();
+  ASSERT_EQ(slept["state"], "succeeded") << slept.dump(2);
+  const double wall = slept["seconds"].get<double>();
+  const double joules = slept["energy"]["joules"].get<double>();
+  EXPECT_GE(joules, 10.0 * wall - 1e-6) << slept.dump(2);
+  EXPECT_LE(joules, 10.0 * wall + 12.0 * 0.2) << slept.dump(2);  // the busy core outside is not its
+  EXPECT_NE(slept["energy"]["scope"].get<std::string>().find("the job's own, modelled"), std::string::npos)
+      << slept.dump(2);
+
+  const auto spinner = daemon.submit(job("spinner", {"sh", "-c", "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done"}));
+  auto spun = daemon.wait_state(spinner, {"succeeded", "failed"}, std::chrono::seconds(120));
+  ASSERT_EQ(spun["state"], "succeeded") << spun.dump(2);
+  const double spun_wall = spun["seconds"].get<double>();
+  // Its own busy core counts (at least a fifth of one on this shared machine).
+  EXPECT_GT(spun["energy"]["joules"].get<double>() - 10.0 * spun_wall, 12.0 * 0.2 * spun_wall) << spun.dump(2);
 }
 
 TEST(JobsTest, failures_keep_exit_code_and_reason) {

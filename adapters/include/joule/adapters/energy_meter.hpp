@@ -1,5 +1,6 @@
 #pragma once
 #include <memory>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -42,6 +43,19 @@ class ModelledLoad {
   virtual void set_load_watts(double watts) = 0;
 };
 
+/// A meter that models power from CPU time (the `modelled` CPU meter) can model one job's own
+/// energy the same way: the job's share is its wall time at idle power plus its own CPU time,
+/// not whatever else the node ran meanwhile. This is also how joule-worker meters probes
+/// (ProcessModelledMeter), so jobs and the probes their estimates come from are metered alike.
+class CpuTimeModel {
+ public:
+  virtual ~CpuTimeModel() = default;
+  /// Joules of a process tree that ran `wall_seconds` and used `cpu_seconds` of CPU time.
+  virtual double joules(double wall_seconds, double cpu_seconds) const = 0;
+  /// How the figure is made, for the job's energy "scope".
+  virtual std::string describe() const = 0;
+};
+
 /// A cumulative energy counter of one device (RAPL package, GPU, INA3221 rail, a model...).
 /// Readings are monotonic joules since the meter was opened; wraparound and resets of the
 /// underlying counter are handled inside. Not thread-safe: each meter is sampled from one
@@ -58,6 +72,7 @@ class EnergyMeter {
   virtual const GpuPowerControl* gpu_power_control() const { return nullptr; }
   virtual const BatteryGauge* battery_gauge() const { return nullptr; }
   virtual ModelledLoad* modelled_load() { return nullptr; }
+  virtual const CpuTimeModel* cpu_time_model() const { return nullptr; }
 };
 
 }  // namespace joule::adapters

@@ -54,6 +54,9 @@ struct ProcessIdentity {
 struct ExitStatus {
   bool signaled = false;
   int value = 0;  ///< exit code, or the signal number when `signaled`
+  /// CPU seconds (user + system) of the command and the descendants it waited for, from the
+  /// runner's wait4; absent where unknown (a child reaped directly, an older runner's file).
+  std::optional<double> cpu_seconds;
   bool success() const { return !signaled && value == 0; }
   /// "exit code 3", "killed by signal 9 (Killed)".
   std::string describe() const;
@@ -86,8 +89,13 @@ Status signal_process_group(pid_t pgid, int signal);
 /// not our child (an adopted job).
 std::optional<ExitStatus> reap_child(pid_t pid);
 
-/// The status the runner wrote, if it did.
+/// The status the runner wrote, if it did: "exit N" or "signal N", then "cpu SECONDS".
 std::optional<ExitStatus> read_status_file(const std::filesystem::path& path);
+
+/// CPU seconds (user + system, with waited-for children's) of every live process in the group
+/// `pgid`: a running job's CPU time so far (its runner leads the group). Nothing if the group
+/// has no live process.
+std::optional<double> process_group_cpu_seconds(pid_t pgid, const std::filesystem::path& proc_root = "/proc");
 
 /// The runner's own main: `STATUS_PATH [--env-fd N] [--uid U --gid G [--groups G,...]]
 /// [--workdir DIR] -- ARGV...`. Returns the process exit code.

@@ -23,7 +23,7 @@ struct ModelledCpuParams {
 /// time is the sum of all fields over the number of CPUs, so no clock is read and fixture files
 /// drive it completely. E = idle_watts × elapsed + watts_per_busy_core × busy core-seconds.
 /// Its source is always "modelled": these joules are never a measurement.
-class ModelledCpuMeter final : public EnergyMeter {
+class ModelledCpuMeter final : public EnergyMeter, public CpuTimeModel {
  public:
   /// `ticks_per_second` is the kernel's USER_HZ (sysconf(_SC_CLK_TCK), 100 on Linux).
   explicit ModelledCpuMeter(ModelledCpuParams params, std::filesystem::path proc_root = "/proc",
@@ -34,6 +34,11 @@ class ModelledCpuMeter final : public EnergyMeter {
 
   const ModelledCpuParams& params() const { return params_; }
   void set_params(ModelledCpuParams params) { params_ = params; }
+
+  const CpuTimeModel* cpu_time_model() const override { return this; }
+  /// idle_watts × wall seconds + watts_per_busy_core × CPU seconds.
+  double joules(double wall_seconds, double cpu_seconds) const override;
+  std::string describe() const override;
 
  private:
   struct CpuTicks {

@@ -273,6 +273,12 @@ class JobService {
   void count_state(schedulers::JobState state, int delta);
   std::optional<double> read_device_energy(Device& device);
   Device* find_device(const std::string& name);
+  /// What a job on one of this node's devices has used so far, or in all once `exit` is known:
+  /// its own share where the meter models CPU time (CpuTimeModel), else the device's energy
+  /// since the job started. Nothing where the meter cannot say.
+  std::optional<double> energy_used(Job& job, Device& device, const adapters::ExitStatus* exit = nullptr);
+  /// What a job's energy figure covers on `device`, as GET /v1/jobs/{id} says it.
+  std::string energy_scope(const std::string& device, const std::string& source) const;
   std::filesystem::path job_directory(const std::string& id) const;
   /// The job's own directory: its default workdir, HOME and TMPDIR (see work_directory option).
   std::filesystem::path work_directory(const std::string& id) const;
