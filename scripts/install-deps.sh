@@ -22,6 +22,9 @@ packages=(
   procps curl python3
   # the Python package (python/): PyTorch for its tracing tests, setuptools for pip install ./python
   python3-torch python3-torchvision python3-setuptools
+  # the REST API's contract (docs/openapi.yaml): read, validated against the OpenAPI 3.0
+  # meta-schema that openapi-specification ships, and live answers validated against it
+  python3-yaml python3-jsonschema openapi-specification
 )
 
 missing=()
