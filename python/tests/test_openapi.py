@@ -345,6 +345,10 @@ class LiveApiTest(unittest.TestCase):
         answer = self.send(daemon, method, target, body, token, headers)
         self.assertEqual(answer.status, status, f"{answer}\n{daemon.log()[-3000:]}")
         self.validate(answer, method.lower(), template)
+        if status < 300 and isinstance(body, dict):
+            # What jouled accepted, the document accepts too.
+            schema = self.operations[(method.lower(), template)]["requestBody"]["content"]["application/json"]["schema"]
+            self.assertEqual(self.schema_errors(body, to_json_schema(schema), f"{method} {target} request"), [])
         return answer
 
     # ------------------------------------------------------------------ validation
