@@ -14,7 +14,8 @@ packages=(
   libtorch-dev libopenblas0-pthread
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
-  prometheus  # the real server the metrics test scrapes with, and promtool
+  prometheus  # the real server the metrics and dashboards tests scrape with, and promtool
+  python3-yaml  # the dashboards test reads alerts/ and the Grafana provisioning files
   systemd     # systemd-analyze for the unit checks (systemd need not be running)
   # the Slurm adapter's real-Slurm test (tests/slurm/run.sh starts its own single-host Slurm with
   # scripts/slurm-up.sh; the packages' services are not started, see policy-rc.d below)
