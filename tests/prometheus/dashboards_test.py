@@ -637,7 +637,7 @@ def check_panels(boards, expectations, known):
         for key, expr in pending:
             where = f"{key[0]}: panel '{key[1]}' query {key[2]}"
             result, error = instant(expr)
-            if error and "HTTP 400" in error:  # a parse or evaluation error is no matter of time
+            if error and error.startswith(("HTTP 400", "HTTP 422")):  # parse, evaluation: no matter of time
                 raise Failure(f"{where} does not parse or evaluate: {error}\n  {expr}")
             if result is not None and finite(result):
                 if VERBOSE:
@@ -714,17 +714,18 @@ def check_alerts(alerts, known):
         if result is None:
             raise Failure(f"alert {rule['alert']}: expression does not parse or evaluate: {error}")
 
-    # Prometheus evaluates the loaded rules itself every second: each must be healthy.
+    # Prometheus evaluates the loaded rules itself every second: each must be healthy ("unknown"
+    # until its first evaluation, "err" with lastError when it fails).
     def evaluated():
         code, answer = prom_get("/api/v1/rules", {})
         rules = [r for g in answer["data"]["groups"] for r in g["rules"]]
         if len(rules) != len(alerts):
             raise Failure(f"Prometheus loaded {len(rules)} rules from {RULES}, the file has {len(alerts)}")
-        bad = [f"{r['name']}: {r.get('health')} {r.get('lastError', '')}" for r in rules if r.get("health") != "ok"]
-        return (not bad and rules) or (bad if any("err" in b for b in bad) else None)
+        failed = [f"{r['name']}: {r.get('lastError', '')}" for r in rules if r.get("health") == "err"]
+        if failed:
+            raise Failure("rules that Prometheus fails to evaluate:\n  " + "\n  ".join(failed))
+        return rules if all(r.get("health") == "ok" for r in rules) else None
     rules = wait_for("Prometheus evaluating every rule", evaluated, 15)
-    if rules and isinstance(rules[0], str):
-        raise Failure("rules that Prometheus fails to evaluate:\n  " + "\n  ".join(rules))
     return sorted({f"{a['labels']['alertname']} {a['state']}" for r in rules for a in r.get("alerts", [])})
 
 
