@@ -10,7 +10,7 @@ namespace joule::adapters {
 namespace {
 
 // Each entry moves the schema from version i to i + 1. Never edit a released entry: add one.
-constexpr std::array<const char*, 6> kMigrations = {
+constexpr std::array<const char*, 7> kMigrations = {
     R"sql(
 CREATE TABLE jobs (
   id              TEXT PRIMARY KEY,
@@ -105,23 +105,31 @@ ALTER TABLE jobs ADD COLUMN origin TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN owner_uid INTEGER;
 )sql",
+    // Whether a job's energy covers only part of its run (adopted after a restart). Rows from
+    // before the column get it from the events that said so.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN energy_partial INTEGER NOT NULL DEFAULT 0;
+UPDATE jobs SET energy_partial = 1 WHERE id IN (SELECT job_id FROM job_events
+  WHERE message LIKE 'adopted process group%' OR message LIKE '%while jouled was down%');
+)sql",
 };
 
 constexpr const char* kInsertJob =
     "INSERT INTO jobs (id, sequence, name, spec, state, priority, device, submitted_ms, started_ms,"
     " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate,"
-    " token_sha256, epoch, origin, owner, owner_uid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"
-    " ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)";
+    " token_sha256, epoch, origin, owner, owner_uid, energy_partial) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,"
+    " ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)";
 constexpr const char* kUpdateJob =
     "UPDATE jobs SET sequence = ?2, name = ?3, spec = ?4, state = ?5, priority = ?6, device = ?7,"
     " submitted_ms = ?8, started_ms = ?9, finished_ms = ?10, exit_code = ?11, reason = ?12,"
     " energy_joules = ?13, energy_source = ?14, pid = ?15, pid_start_ticks = ?16, boot_id = ?17,"
-    " estimate = ?18, token_sha256 = ?19, epoch = ?20, origin = ?21, owner = ?22, owner_uid = ?23"
+    " estimate = ?18, token_sha256 = ?19, epoch = ?20, origin = ?21, owner = ?22, owner_uid = ?23,"
+    " energy_partial = ?24"
     " WHERE id = ?1";
 constexpr const char* kSelectJobs =
     "SELECT id, sequence, name, spec, state, priority, device, submitted_ms, started_ms,"
     " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate,"
-    " token_sha256, epoch, origin, owner, owner_uid FROM jobs ORDER BY sequence";
+    " token_sha256, epoch, origin, owner, owner_uid, energy_partial FROM jobs ORDER BY sequence";
 constexpr const char* kInsertEnergyUse =
     "INSERT INTO energy_uses (node, device, work, start_ms, end_ms, joules, source) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 constexpr const char* kSelectEnergyUses =
@@ -190,6 +198,7 @@ void bind_job(sqlite3_stmt* stmt, const StoredJob& job) {
   bind_text(stmt, 21, job.origin);
   bind_text(stmt, 22, job.owner);
   bind_optional(stmt, 23, job.owner_uid);
+  sqlite3_bind_int(stmt, 24, job.energy_partial ? 1 : 0);
 }
 
 std::string column_text(sqlite3_stmt* stmt, int column) {
@@ -371,6 +380,7 @@ Result<std::vector<StoredJob>> Database::load_jobs() {
     job.origin = column_text(*stmt, 20);
     job.owner = column_text(*stmt, 21);
     job.owner_uid = column_optional<std::int64_t>(*stmt, 22);
+    job.energy_partial = sqlite3_column_int(*stmt, 23) != 0;
     jobs.push_back(std::move(job));
   }
   if (rc != SQLITE_DONE) return sqlite_error("loading jobs");

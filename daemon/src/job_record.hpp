@@ -27,7 +27,6 @@ struct JobService::Job {
   std::unique_ptr<asio::posix::stream_descriptor> exit_watch;
   std::unique_ptr<asio::steady_timer> kill_timer;
   bool cancel_requested = false;
-  bool energy_partial = false;  // adopted after a restart: energy before it was not metered
   // Scheduling:
   schedulers::PendingJob pending;                   // what placement sees while it is queued
   std::optional<schedulers::WaitReason> waiting;     // why it is not running, from the last pass

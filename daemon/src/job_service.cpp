@@ -717,7 +717,7 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
             for (const auto& row : estimates)
               if (row.value("device", "") == device->name)
                 on_finished_(Feedback{device->name, row, *job.row.energy_joules, job.row.energy_source,
-                                      job.energy_partial, job.row.id, job.row.finished_ms.value_or(0)});
+                                      job.row.energy_partial, job.row.id, job.row.finished_ms.value_or(0)});
           }
         }
       }
@@ -1104,7 +1104,7 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
       job.row.pid_start_ticks = process->start_ticks;
       job.row.boot_id = options_.boot_id;
       if (!job.row.started_ms) job.row.started_ms = now_ms();
-      job.energy_partial = true;
+      job.row.energy_partial = true;
       job.energy_at_start = device ? read_device_energy(*device) : std::nullopt;
       // Its reservation again, from its estimate there (the energy it used before is unknown).
       job.prior = estimate_on(job, job.row.device);
@@ -1194,7 +1194,7 @@ Result<json> JobService::report_progress(const std::string& id, const std::strin
   step.warmup_epochs = budgets_.policy().warmup_epochs;
   job.projection = schedulers::project_energy(job.progress, job.prior, step);
   const std::string source(device->meter->source());
-  out["energy"] = {{"joules", *used}, {"source", source}, {"partial", job.energy_partial}};
+  out["energy"] = {{"joules", *used}, {"source", source}, {"partial", job.row.energy_partial}};
   out["projection"] = projection_json(*job.projection, source);
   if (first_projection && job.projection->step) {
     job.events.push_back(StoredEvent{id, now_ms(), job.row.state,
@@ -1260,14 +1260,10 @@ std::vector<JobService::Feedback> JobService::finished_feedback() const {
   for (const Job* job : done) {
     const auto estimates = json::parse(job->row.estimate_json, nullptr, false);
     if (!estimates.is_array()) continue;
-    // An adopted job's energy was metered from the restart on only.
-    const bool partial = std::any_of(job->events.begin(), job->events.end(), [](const StoredEvent& event) {
-      return event.message.rfind("adopted process group", 0) == 0 || event.message.find("while jouled was down") != std::string::npos;
-    });
     for (const auto& row : estimates)
       if (row.value("device", "") == job->row.device)
-        out.push_back(Feedback{job->row.device, row, *job->row.energy_joules, job->row.energy_source, partial,
-                               job->row.id, *job->row.finished_ms});
+        out.push_back(Feedback{job->row.device, row, *job->row.energy_joules, job->row.energy_source,
+                               job->row.energy_partial, job->row.id, *job->row.finished_ms});
   }
   return out;
 }
@@ -1335,7 +1331,7 @@ json JobService::to_json(const Job& job, bool with_events) const {
               {"source", row.energy_source},
               {"measured", measured},
               {"scope", energy_scope(row.device, row.energy_source)},
-              {"partial", job.energy_partial}};
+              {"partial", job.row.energy_partial}};
   }
   std::optional<double> seconds;
   if (row.started_ms) seconds = static_cast<double>(row.finished_ms.value_or(now_ms()) - *row.started_ms) / 1000.0;

@@ -185,7 +185,7 @@ void JobService::finish_remote(Job& job, const cluster::ReportedJob& report) {
         job.row.energy_source = row.value("source", "") == "simulated" ? "simulated" : "modelled";
       }
   }
-  job.energy_partial = report.energy_partial;
+  job.row.energy_partial = report.energy_partial;
   std::optional<adapters::ExitStatus> exit;
   if (report.exit_code) {
     adapters::ExitStatus status;
@@ -358,7 +358,7 @@ std::vector<cluster::ReportedJob> JobService::assignment_reports(
     report.exit_code = row.exit_code;
     report.started_ms = row.started_ms;
     report.finished_ms = row.finished_ms;
-    report.energy_partial = job->energy_partial;
+    report.energy_partial = job->row.energy_partial;
     if (row.energy_joules) {
       report.energy_joules = row.energy_joules;
       report.energy_source = row.energy_source;

@@ -191,3 +191,39 @@ TEST(DatabaseTest, the_budget_ledger_and_job_tokens_round_trip_and_old_entries_a
   ASSERT_TRUE((*db)->forget_energy_uses(6000));
   EXPECT_EQ((*db)->load_energy_uses(0)->size(), 1u);
 }
+
+TEST(DatabaseTest, a_partial_energy_flag_is_stored_and_older_files_get_it_from_their_events) {
+  TempDir dir;
+  {
+    auto db = Database::open(dir / "jouled.db");
+    ASSERT_TRUE(db) << db.error().message;
+    StoredJob adopted = sample_job("adopted", 1);
+    adopted.energy_partial = true;
+    ASSERT_TRUE((*db)->insert_job(adopted));
+    ASSERT_TRUE((*db)->insert_job(sample_job("whole", 2)));
+    ASSERT_TRUE((*db)->insert_job(sample_job("older", 3)));
+    ASSERT_TRUE((*db)->insert_event(StoredEvent{"older", 2000, "running",
+                                                "adopted process group 42 after a daemon restart; energy is metered "
+                                                "from now on only"}));
+  }
+  // Make the file look as a jouled before the column left it: no column, the previous version.
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open((dir / "jouled.db").c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE jobs DROP COLUMN energy_partial", nullptr, nullptr, nullptr), SQLITE_OK);
+  const std::string previous = "PRAGMA user_version = " + std::to_string(Database::latest_schema_version() - 1);
+  ASSERT_EQ(sqlite3_exec(raw, previous.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(raw);
+
+  auto db = Database::open(dir / "jouled.db");
+  ASSERT_TRUE(db) << db.error().message;
+  auto jobs = (*db)->load_jobs();
+  ASSERT_TRUE(jobs);
+  ASSERT_EQ(jobs->size(), 3u);
+  EXPECT_FALSE((*jobs)[0].energy_partial);  // the column was dropped with its value; no event says so
+  EXPECT_FALSE((*jobs)[1].energy_partial);
+  EXPECT_TRUE((*jobs)[2].energy_partial);  // its event did
+  StoredJob again = (*jobs)[0];
+  again.energy_partial = true;
+  ASSERT_TRUE((*db)->update_job(again));
+  EXPECT_TRUE((*(*db)->load_jobs())[0].energy_partial);
+}

@@ -49,6 +49,9 @@ struct StoredJob {
   /// The local user who submitted it, where the kernel named one: a root jouled runs the job
   /// as that user.
   std::optional<std::int64_t> owner_uid;
+  /// Its energy covers only part of its run: it was adopted after a daemon restart, and what
+  /// it used before was not metered. Such a figure teaches estimates nothing.
+  bool energy_partial = false;
 };
 
 /// One entry of the budget ledger: metered energy of a job or probe on one device.
