@@ -1,0 +1,993 @@
+#!/usr/bin/python3
+"""e2e_accuracy.py: estimates of real PyTorch training jobs run through jouled, from an empty state.
+
+    /usr/bin/python3 bench/e2e_accuracy.py --json /tmp/e2e.json          # ~45 min: 600 s probing, 18 jobs
+    /usr/bin/python3 bench/e2e_accuracy.py --quick                        # ~5 min smoke test
+    /usr/bin/python3 bench/e2e_accuracy.py --calibrate                    # seconds per step, to size the jobs
+
+Run with Debian's /usr/bin/python3 (python3-torch): the networks are traced with joule.spec here
+and trained by the jobs. What it does, in order (bench/README.md, "End-to-end accuracy"):
+
+  1. copies build/daemon/jouled and build/worker/joule-worker into a temp dir and starts that
+     jouled on 127.0.0.1:0 with an empty state dir, one real `cpu` device (meter auto: the
+     `modelled` meter where there is no RAPL, and the report says which, from GET /v1/devices)
+     with `threads = T`, background probing enabled, and a clean environment (no OMP_*/MKL_*/
+     OPENBLAS_* of ours: the jobs' thread count comes from jouled);
+  2. POST /v1/probes once: --probe-seconds (600) on cpu, naming every network x batch of the
+     benchmark as the workload, and waits for the run to end and the model to hold its samples;
+  3. runs every network x batch as a real job through jouled, one after the other (each
+     submitted when the previous one has ended): `/usr/bin/python3 bench/e2e/train.py --net N
+     --batch-size B --epochs E --samples S`, its `training` block saying exactly that, with the
+     spec traced from the same nn.Module; records the estimate the 201 answer carried (made at
+     submit; after 5 finished jobs jouled corrects it, `raw_joules` keeping the model's figure),
+     the metered energy and its source, the job's own timings and CPU (its E2E_RESULT line);
+  4. reads GET /v1/devices (model samples per kind, the outcome calibration: rows, leave-one-out
+     error before/after correction, 2-sigma coverage before/after), stops jouled;
+  5. measures every network x batch with `joule-worker measure --threads T` (joules/step x the
+     job's steps): "the estimate against the worker's own measurement", apart from "against the
+     real job";
+  6. prints a table and summaries per set: "tuning" networks may inform the estimator's design,
+     "held-out" ones never (bench/e2e/nets.py declares which), and writes everything to --json.
+
+Every exit (the end, an error, Ctrl-C, SIGTERM, the --limit watchdog) cancels the jobs, stops
+jouled, kills what is left of its jobs and probes, and removes the temp dir (unless --keep).
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+E2E = os.path.join(HERE, "e2e")
+TRAIN = os.path.join(E2E, "train.py")
+PYTHON_PACKAGE = os.path.join(REPO, "python")
+LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
+ENDED = ("succeeded", "failed", "cancelled")
+QUICK_NETWORKS = ("lenet", "mlp", "resnet")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--jouled", default=os.path.join(REPO, "build", "daemon", "jouled"))
+    p.add_argument("--worker", default=os.path.join(REPO, "build", "worker", "joule-worker"))
+    p.add_argument("--python", default="/usr/bin/python3", help="the jobs' interpreter (needs torch)")
+    p.add_argument("--threads", type=int, default=2, help="[[devices]] threads of cpu: probes, jobs, measure")
+    p.add_argument("--probe-seconds", type=float, default=None, help="the requested probe run (600; at most 600)")
+    p.add_argument("--networks", default="", help="comma-separated subset of bench/e2e/nets.py (default all)")
+    p.add_argument("--batches", default=None, help="comma-separated batch sizes (16,64)")
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--scale", type=float, default=1.0, help="multiplies every job's steps (nets.STEPS)")
+    p.add_argument("--job-timeout", type=float, default=300.0, help="a job running longer is cancelled")
+    p.add_argument("--no-measure", action="store_true", help="skip the joule-worker measurements")
+    p.add_argument("--measure-min-reading", type=float, default=0.5,
+                   help="joule-worker measure --min-reading-seconds (5 readings, median)")
+    p.add_argument("--wait-quiet", type=float, default=0.0,
+                   help="wait up to this many seconds for the machine to be under 25 %% busy first")
+    p.add_argument("--quick", action="store_true",
+                   help=f"smoke test: 60 s of probing, {', '.join(QUICK_NETWORKS)} at batch 16, 10-s jobs")
+    p.add_argument("--limit", type=float, default=3000.0, help="watchdog: stop everything after this many seconds")
+    p.add_argument("--keep", action="store_true", help="keep the temp dir (config, logs, SQLite state, specs)")
+    p.add_argument("--json", default="", help="write every figure here")
+    p.add_argument("--calibrate", action="store_true",
+                   help="only time each network x batch at --threads in a fresh process and print job sizes")
+    p.add_argument("--target-seconds", type=float, default=None,
+                   help="training seconds per job (30), from a timing of each network x batch at the start "
+                        "(and for --calibrate)")
+    p.add_argument("--fixed-steps", action="store_true",
+                   help="job sizes from bench/e2e/nets.py STEPS (x --scale) instead of a timing at the start")
+    p.add_argument("--quiet-wait", type=float, default=300.0,
+                   help="--calibrate: wait up to this long for a quiet machine before each timing")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.probe_seconds = 60.0 if args.probe_seconds is None else args.probe_seconds
+        args.networks = args.networks or ",".join(QUICK_NETWORKS)
+        args.batches = args.batches or "16"
+        args.target_seconds = 10.0 if args.target_seconds is None else args.target_seconds
+        if args.scale == 1.0 and args.fixed_steps:
+            args.scale = 1.0 / 3.0
+    args.probe_seconds = 600.0 if args.probe_seconds is None else args.probe_seconds
+    args.batches = args.batches or "16,64"
+    args.target_seconds = 30.0 if args.target_seconds is None else args.target_seconds
+    if not 0 < args.probe_seconds <= 600:
+        p.error("--probe-seconds must be in (0, 600]")
+    return args
+
+
+def log(message):
+    print(f"[e2e {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# ---------------------------------------------------------------- the machine
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return [float(x) for x in f.read().split()[:3]]
+
+
+def cpu_ticks():
+    """(busy, total) jiffies of the whole machine from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
+    return busy, busy + v[3] + v[4]
+
+
+def proc_cpu_seconds(pid):
+    """utime+stime+cutime+cstime of a process in seconds, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Window:
+    """Load and CPU of the machine over one phase."""
+
+    def __init__(self, name):
+        self.name = name
+        self.t0 = time.time()
+        self.load0 = loadavg()
+        self.busy0, self.total0 = cpu_ticks()
+
+    def close(self, **extra):
+        busy, total = cpu_ticks()
+        hz = os.sysconf("SC_CLK_TCK")
+        wall = time.time() - self.t0
+        out = {"phase": self.name, "seconds": round(wall, 1), "loadavg_start": self.load0, "loadavg_end": loadavg(),
+               "busy_cpus": round((busy - self.busy0) / hz / max(wall, 1e-9), 2), "cpus": os.cpu_count()}
+        out.update(extra)
+        return out
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
+
+
+def wait_quiet(seconds):
+    end = time.time() + seconds
+    while True:
+        b0, _ = cpu_ticks()
+        time.sleep(5)
+        b1, _ = cpu_ticks()
+        share = (b1 - b0) / os.sysconf("SC_CLK_TCK") / 5 / os.cpu_count()
+        if share < 0.25 or time.time() >= end:
+            log(f"machine {100 * share:.0f} % busy{' (gave up waiting)' if share >= 0.25 else ''}")
+            return share
+        log(f"machine {100 * share:.0f} % busy; waiting")
+
+
+def readable_by_others(path):
+    """Problems that keep another account from reading `path` (o+x on every directory above it)."""
+    problems = []
+    path = os.path.abspath(path)
+    parts = path.split(os.sep)
+    for i in range(2, len(parts)):
+        d = os.sep.join(parts[:i]) or os.sep
+        if not os.stat(d).st_mode & 0o001:
+            problems.append(f"{d} is not o+x")
+    if not os.stat(path).st_mode & 0o004:
+        problems.append(f"{path} is not o+r")
+    return problems
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def git(*args):
+    try:
+        return subprocess.run(["git", "-C", REPO] + list(args), capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+# ---------------------------------------------------------------- jouled
+
+class ApiError(Exception):
+    pass
+
+
+class Session:
+    """The temp dir, the jouled copy, its children; cleanup() is safe to call twice and from any thread."""
+
+    def __init__(self, args):
+        self.args = args
+        self.dir = tempfile.mkdtemp(prefix="joule-e2e-")
+        os.chmod(self.dir, 0o755)  # jobs run as accounts of their own: their dirs are under this one
+        self.marker = uuid.uuid4().hex
+        self.bin = os.path.join(self.dir, "bin")
+        os.makedirs(self.bin)
+        self.jouled = os.path.join(self.bin, "jouled")
+        self.worker = os.path.join(self.bin, "joule-worker")
+        shutil.copy2(args.jouled, self.jouled)
+        shutil.copy2(args.worker, self.worker)
+        self.state = os.path.join(self.dir, "state")
+        self.workdir = os.path.join(self.dir, "work")
+        os.makedirs(self.workdir)
+        os.chmod(self.workdir, 0o755)
+        self.specs = os.path.join(self.dir, "specs")
+        os.makedirs(self.specs)
+        self.log_path = os.path.join(self.dir, "jouled.log")
+        self.config = os.path.join(self.dir, "jouled.toml")
+        self.proc = None
+        self.port = None
+        self.child = None  # a joule-worker measure running now
+        self.job_ids = []
+        self.lock = threading.RLock()
+        self.cleaned = False
+
+    def write_config(self):
+        text = "\n".join([
+            "[log]", 'level = "info"',
+            "[[devices]]", 'name = "cpu"', 'meter = "auto"', f"threads = {self.args.threads}",
+            "[probing]", "enabled = true", f'worker = "{self.worker}"',
+            "[jobs]", 'run_as = "per-job"',
+        ]) + "\n"
+        with open(self.config, "w") as f:
+            f.write(text)
+        return text
+
+    def start(self):
+        env = {k: v for k, v in os.environ.items()
+               if not (k.startswith("OMP_") or k.startswith("MKL_") or k.startswith("OPENBLAS_")
+                       or k.startswith("JOULE_") or k == "PYTHONPATH")}
+        with self.lock:
+            log_file = open(self.log_path, "wb")
+            self.proc = subprocess.Popen([self.jouled, "--state-dir", self.state, "--listen", "127.0.0.1:0",
+                                          "--config", self.config], stdout=log_file, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env)
+            log_file.close()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            m = LISTENING.search(self.read_log())
+            if m:
+                self.port = int(m.group(1))
+                break
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        if not self.port:
+            raise RuntimeError(f"jouled did not start (exit {self.proc.poll()}):\n{self.read_log()[-3000:]}")
+        while time.monotonic() < deadline:
+            try:
+                self.call("GET", "/readyz")
+                return
+            except (ApiError, OSError):
+                time.sleep(0.2)
+        raise RuntimeError("jouled never became ready")
+
+    def read_log(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def call(self, method, path, body=None, timeout=60, raw=False):
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as reply:
+                text = reply.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as e:
+            raise ApiError(f"{method} {path}: HTTP {e.code}: {e.read().decode('utf-8', 'replace')[:2000]}")
+        if raw:
+            return text
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+    def cpu_device(self):
+        for device in self.call("GET", "/v1/devices")["devices"]:
+            if device["name"] == "cpu":
+                return device
+        raise RuntimeError("jouled has no cpu device")
+
+    def stored_samples(self):
+        """Probe samples in jouled's SQLite state that a model keeps (positive joules and seconds)."""
+        try:
+            db = sqlite3.connect(f"file:{os.path.join(self.state, 'jouled.db')}?mode=ro", uri=True, timeout=10)
+            try:
+                return db.execute("select count(*) from probe_samples where device = 'cpu' and joules_per_step > 0 "
+                                  "and seconds_per_step > 0").fetchone()[0]
+            finally:
+                db.close()
+        except sqlite3.Error:
+            return None
+
+    def our_pids(self):
+        """Processes of this run: jobs (E2E_RUN=marker in their environment) and the worker copy."""
+        needle = ("E2E_RUN=" + self.marker).encode()
+        out = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                if os.readlink(f"/proc/{entry}/exe").startswith(self.bin + os.sep):
+                    out.append(int(entry))
+                    continue
+            except OSError:
+                pass
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if needle in f.read():
+                        out.append(int(entry))
+            except OSError:
+                pass
+        return out
+
+    def stop_jouled(self):
+        with self.lock:
+            if self.proc and self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+
+    def cleanup(self):
+        with self.lock:
+            if self.cleaned:
+                return
+            self.cleaned = True
+        if self.child is not None and self.child.poll() is None:
+            self.child.kill()
+            self.child.wait()
+        if self.proc and self.proc.poll() is None:
+            for job_id in self.job_ids:  # cancel what still runs (TERM, then KILL after the grace)
+                try:
+                    job = self.call("GET", f"/v1/jobs/{job_id}", timeout=5)
+                    if job.get("state") not in ENDED:
+                        self.call("DELETE", f"/v1/jobs/{job_id}", timeout=5)
+                except Exception:  # noqa: BLE001 - stopping anyway
+                    pass
+        self.stop_jouled()
+        for _ in range(2):
+            pids = self.our_pids()
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            if not pids:
+                break
+            time.sleep(0.5)
+        if self.args.keep:
+            log(f"kept {self.dir}")
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- networks and jobs
+
+def load_nets():
+    sys.path.insert(0, E2E)
+    sys.path.insert(0, PYTHON_PACKAGE)
+    import nets  # noqa: E402
+    return nets
+
+
+def plan(args, nets, timings=None):
+    names = [n.strip() for n in args.networks.split(",") if n.strip()] or list(nets.NETWORKS)
+    unknown = [n for n in names if n not in nets.NETWORKS]
+    if unknown:
+        raise SystemExit(f"unknown networks {unknown}; bench/e2e/nets.py has {sorted(nets.NETWORKS)}")
+    batches = [int(b) for b in args.batches.split(",") if b.strip()]
+    rows = []
+    # Every network at the first batch, then every network at the next: the outcome
+    # calibration (which starts after 5 finished jobs) sees a mix of networks, not one at a time.
+    for b in batches:
+        for name in names:
+            if timings:
+                # --target-seconds of training at the seconds per step timed just before
+                steps = args.target_seconds / timings[name][b]
+            else:
+                known = nets.STEPS[name]
+                nearest = min(known, key=lambda k: abs(k - b))
+                steps = known.get(b) or max(1, known[nearest] * nearest // b)  # the nearest batch's samples
+            per_epoch = max(1, round(steps * args.scale / args.epochs))
+            rows.append({"network": name, "set": nets.NETWORKS[name][2], "batch": b, "epochs": args.epochs,
+                         "steps_per_epoch": per_epoch, "samples_per_epoch": per_epoch * b,
+                         "steps": per_epoch * args.epochs,
+                         "timed_seconds_per_step": timings[name][b] if timings else None})
+    return names, batches, rows
+
+
+def specs_of(names, nets):
+    import joule
+    out = {}
+    for name in names:
+        model = nets.build(name)
+        inputs, _ = nets.batch(name, 2)
+        out[name] = joule.spec(model, inputs, name=name)
+    return out
+
+
+def training_of(row):
+    return {"batch_size": row["batch"], "epochs": row["epochs"], "samples_per_epoch": row["samples_per_epoch"],
+            "optimizer": "sgd"}
+
+
+def cpu_estimate(estimates):
+    if isinstance(estimates, list):
+        for e in estimates:
+            if e.get("device") == "cpu":
+                return e
+    return None
+
+
+def run_job(session, args, row, spec):
+    job = {"name": f"e2e-{row['network']}-b{row['batch']}", "model": spec, "training": training_of(row),
+           "run": {"command": [args.python, TRAIN, "--net", row["network"], "--batch-size", str(row["batch"]),
+                               "--epochs", str(row["epochs"]), "--samples", str(row["samples_per_epoch"])],
+                   "workdir": session.workdir, "env": {"E2E_RUN": session.marker}},
+           "constraints": {"devices": ["cpu"]}}
+    row["command"] = job["run"]["command"]
+    load0 = loadavg()
+    busy0, _ = cpu_ticks()
+    t0 = time.time()
+    created = session.call("POST", "/v1/jobs", job)
+    job_id = created["id"]
+    session.job_ids.append(job_id)
+    row["job_id"] = job_id
+    row["estimate_at_submit"] = cpu_estimate(created.get("estimate"))
+    timed_out = False
+    while True:
+        time.sleep(1.0)
+        current = session.call("GET", f"/v1/jobs/{job_id}")
+        if current["state"] in ENDED:
+            break
+        if time.time() - t0 > args.job_timeout and not timed_out:
+            log(f"  {row['network']} b{row['batch']}: over --job-timeout {args.job_timeout:.0f} s; cancelling")
+            session.call("DELETE", f"/v1/jobs/{job_id}")
+            timed_out = True
+    busy1, _ = cpu_ticks()
+    wall = time.time() - t0
+    row["state"] = current["state"]
+    row["reason"] = current.get("reason")
+    row["exit_code"] = current.get("exit_code")
+    row["job_seconds"] = current.get("seconds")
+    row["energy"] = current.get("energy")
+    row["estimate_at_end"] = cpu_estimate(current.get("estimate"))
+    row["estimate_error_by_jouled"] = current.get("estimate_error")
+    row["load_start"], row["load_end"] = load0, loadavg()
+    row["machine_busy_cpus"] = round((busy1 - busy0) / os.sysconf("SC_CLK_TCK") / max(wall, 1e-9), 2)
+    row["timed_out"] = timed_out
+    try:
+        stdout = session.call("GET", f"/v1/jobs/{job_id}/log?stream=stdout&tail_bytes=65536", raw=True)
+    except ApiError as e:
+        stdout = ""
+        row["log_error"] = str(e)
+    row["result"] = None
+    for line in stdout.splitlines():
+        if line.startswith("E2E_RESULT "):
+            try:
+                row["result"] = json.loads(line[len("E2E_RESULT "):])
+            except ValueError:
+                pass
+    if current["state"] != "succeeded":
+        try:
+            row["stderr_tail"] = session.call("GET", f"/v1/jobs/{job_id}/log?stream=stderr&tail_bytes=4000", raw=True)
+        except ApiError:
+            row["stderr_tail"] = ""
+    row["calibration_after"] = session.cpu_device().get("model", {}).get("calibration")
+    return row
+
+
+def worker_measure(session, args, row, spec_path):
+    cmd = [session.worker, "measure", "--model", spec_path, "--batch-size", str(row["batch"]), "--optimizer", "sgd",
+           "--threads", str(args.threads), "--warmup", "5", "--steps", "5", "--repetitions", "5",
+           "--min-reading-seconds", str(args.measure_min_reading), "--json"]
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("OMP_") or k.startswith("OPENBLAS_"))}
+    env.update(OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads),
+               MKL_NUM_THREADS=str(args.threads), E2E_RUN=session.marker)
+    t0 = time.time()
+    session.child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        out, err = session.child.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        session.child.kill()
+        out, err = session.child.communicate()
+    code = session.child.returncode
+    session.child = None
+    if code != 0:
+        return {"command": cmd, "error": f"exit {code}: {err.strip()[-1000:]}"}
+    result = json.loads(out)
+    net = result["networks"][0]
+    return {"command": cmd, "wall_seconds": round(time.time() - t0, 2), "joules_per_step": net["joules_per_step"],
+            "seconds_per_step": net["seconds_per_step"], "joules_spread": net.get("joules_spread"),
+            "steps_per_reading": net.get("steps_per_repetition"), "source": result.get("meter_source"),
+            "threads": (result.get("environment") or {}).get("threads"), "raw": result}
+
+
+# ---------------------------------------------------------------- statistics
+
+def rel(estimate, truth):
+    if estimate is None or truth is None or truth <= 0:
+        return None
+    return (estimate - truth) / truth
+
+
+def inside(mean, std, truth):
+    if mean is None or std is None or truth is None:
+        return None
+    return abs(mean - truth) <= 2.0 * std
+
+
+def figure(estimate, key):
+    if not estimate or estimate.get("status") != "ok":
+        return None, None
+    value = estimate.get(key)
+    if not isinstance(value, dict):
+        return None, None
+    return value.get("mean"), value.get("std")
+
+
+def analyse_row(row, modelled_watts):
+    est = row.get("estimate_at_submit")
+    ok = bool(est) and est.get("status") == "ok"
+    row["estimate_status"] = "ok" if ok else (est or {}).get("status", "none")
+    raw_mean, raw_std = figure(est, "raw_joules") if ok and est.get("raw_joules") else figure(est, "joules")
+    served_mean, served_std = figure(est, "joules")
+    baseline = (est.get("baseline") or {}).get("joules") if ok else None
+    metered = (row.get("energy") or {}).get("joules") if row.get("state") == "succeeded" else None
+    row["raw"] = {"mean": raw_mean, "std": raw_std}
+    row["served"] = {"mean": served_mean, "std": served_std, "calibrated": bool(ok and est.get("raw_joules")),
+                     "calibration": est.get("calibration") if ok else None}
+    row["baseline_joules"] = baseline
+    row["metered_joules"] = metered
+    row["metered_source"] = (row.get("energy") or {}).get("source")
+    row["error_raw"] = rel(raw_mean, metered)
+    row["error_served"] = rel(served_mean, metered)
+    row["error_flops"] = rel(baseline, metered)
+    row["in_2sigma_raw"] = inside(raw_mean, raw_std, metered)
+    row["in_2sigma_served"] = inside(served_mean, served_std, metered)
+    if ok and est.get("seconds"):
+        row["estimated_seconds"] = est["seconds"].get("mean")
+    res = row.get("result") or {}
+    # What the modelled meter would have read had nothing but this job's process run:
+    # idle W x the job's seconds + W per busy core x the process's own CPU seconds.
+    if metered is not None and res.get("cpu_seconds_total") is not None and row.get("job_seconds"):
+        own = modelled_watts[0] * row["job_seconds"] + modelled_watts[1] * res["cpu_seconds_total"]
+        row["own_process_joules"] = own
+        row["others_share"] = max(0.0, metered - own) / metered
+        row["error_raw_vs_own"] = rel(raw_mean, own)
+        row["error_flops_vs_own"] = rel(baseline, own)
+        row["in_2sigma_raw_vs_own"] = inside(raw_mean, raw_std, own)
+    if res.get("seconds_to_first_step") is not None and row.get("job_seconds"):
+        row["startup_share"] = res["seconds_to_first_step"] / row["job_seconds"]
+    m = row.get("measure") or {}
+    if m.get("joules_per_step"):
+        steps = row["steps"]
+        worker_joules = m["joules_per_step"] * steps
+        row["worker_joules"] = worker_joules
+        # joule-worker measures training steps only: a per-job overhead the estimate may carry as a
+        # line of its own (process start, imports; issue 14) is left out of this comparison.
+        overhead = (((est or {}).get("overhead") or {}).get("joules") or {}).get("mean") if ok else None
+        row["estimate_overhead_joules"] = overhead
+        steps_mean = None if raw_mean is None else raw_mean - (overhead or 0.0)
+        row["error_raw_vs_worker"] = rel(steps_mean, worker_joules)
+        row["error_flops_vs_worker"] = rel(baseline, worker_joules)
+        row["in_2sigma_raw_vs_worker"] = inside(steps_mean, raw_std, worker_joules)
+        if metered is not None:
+            row["job_over_worker"] = metered / worker_joules
+        if res.get("training_seconds") and m.get("seconds_per_step"):
+            row["job_step_seconds_over_worker"] = res["training_seconds"] / steps / m["seconds_per_step"]
+    return row
+
+
+def summary(rows, error_key, flops_key, cover_key):
+    errs = [(r, r.get(error_key)) for r in rows if r.get(error_key) is not None]
+    if not errs:
+        return {"n": 0}
+    flops = [abs(r[flops_key]) for r, _ in errs if r.get(flops_key) is not None]
+    covered = [r.get(cover_key) for r, _ in errs if r.get(cover_key) is not None]
+    worst_row, worst = max(errs, key=lambda x: abs(x[1]))
+    mape = statistics.fmean(abs(e) for _, e in errs)
+    flops_mape = statistics.fmean(flops) if flops else None
+    return {"n": len(errs), "mape": mape, "median_abs": statistics.median(abs(e) for _, e in errs),
+            "mean_signed": statistics.fmean(e for _, e in errs),
+            "worst": {"network": worst_row["network"], "batch": worst_row["batch"], "error": worst},
+            "under_20_percent": sum(abs(e) < 0.20 for _, e in errs),
+            "coverage_2sigma": (sum(covered) / len(covered)) if covered else None,
+            "flops_mape": flops_mape, "flops_over_mape": (flops_mape / mape) if flops_mape and mape else None}
+
+
+def summaries(rows):
+    out = {}
+    for label, subset in (("tuning", [r for r in rows if r["set"] == "tuning"]),
+                          ("held-out", [r for r in rows if r["set"] == "held-out"]), ("all", rows)):
+        served = [r for r in subset if r["served"]["calibrated"]]
+        out[label] = {
+            "vs_real_jobs": summary(subset, "error_raw", "error_flops", "in_2sigma_raw"),
+            "vs_worker_measure": summary(subset, "error_raw_vs_worker", "error_flops_vs_worker",
+                                         "in_2sigma_raw_vs_worker"),
+            # The job's own process as the modelled meter would read it alone (idle W x its seconds
+            # + W per busy core x its CPU seconds): the real job without the other load on the node.
+            "vs_job_own_process": summary(subset, "error_raw_vs_own", "error_flops_vs_own", "in_2sigma_raw_vs_own"),
+            # The estimates as jouled served them at submit: corrected by the jobs that had ended
+            # before (only those submitted after 5 jobs had ended), against the same jobs raw.
+            "served_calibrated_at_submit": summary(served, "error_served", "error_flops", "in_2sigma_served"),
+            "same_jobs_raw": summary(served, "error_raw", "error_flops", "in_2sigma_raw"),
+        }
+    return out
+
+
+def pct(x, digits=1):
+    return "-" if x is None else f"{100.0 * x:+.{digits}f}%"
+
+
+def apct(x, digits=1):
+    return "-" if x is None else f"{100.0 * x:.{digits}f}%"
+
+
+def num(x, fmt="{:.0f}"):
+    return "-" if x is None else fmt.format(x)
+
+
+def report(data):
+    p = print
+    p("")
+    p(f"End-to-end accuracy of real PyTorch jobs through jouled -- joules from the `{data['meter_source']}` meter"
+      + ("" if data["meter_measured"] else " (CPU seconds x W per busy core + wall seconds x idle W: "
+                                           "a MODEL of energy, not a measurement)"))
+    p(f"machine: {data['machine']['cpu_model']}, {data['machine']['cpus']} CPUs; threads T = {data['threads']}; "
+      f"jouled {data['jouled']['version']} (sha256 {data['jouled']['sha256'][:12]}, built "
+      f"{data['jouled']['built_utc']} UTC), git HEAD {data['git_head']}")
+    pr = data.get("probe_run") or {}
+    p(f"probe run {pr.get('id')}: requested {data['probe_seconds']:.0f} s -> {pr.get('state')} "
+      f"({pr.get('message')}); {pr.get('probes')} probes, {pr.get('failed')} failed, "
+      f"{num(pr.get('probe_seconds'), '{:.1f}')} s in probes; model v{data['model_after_probing'].get('version')} "
+      f"with {data['model_after_probing'].get('samples')} samples")
+    scopes = sorted({(r.get("energy") or {}).get("scope") for r in data["rows"] if r.get("energy")} - {None})
+    p(f"jobs' energy scope (GET /v1/jobs/ID energy.scope): {'; '.join(scopes) or '-'}")
+    for w in data["phases"]:
+        p(f"  phase {w['phase']:<8} {w['seconds']:>7.1f} s, load {w['loadavg_start'][0]:.2f} -> "
+          f"{w['loadavg_end'][0]:.2f}, machine busy {w['busy_cpus']:.2f} of {w['cpus']} CPUs")
+    p("")
+    hdr = (f"{'network':<12}{'set':<9}{'B':>3}{'steps':>6}{'job s':>7}{'est s':>7}{'metered J':>10}"
+           f"{'raw est J ± std':>18}{'err':>8}{'2σ':>4}{'FLOPs':>8}{'served':>8}{'worker J':>10}{'vs wkr':>8}"
+           f"{'job/wkr':>8}{'others':>7}{'start':>6}{'thr':>4}")
+    p(hdr)
+    for r in data["rows"]:
+        res = r.get("result") or {}
+        p(f"{r['network']:<12}{r['set']:<9}{r['batch']:>3}{r['steps']:>6}{num(r.get('job_seconds'), '{:.1f}'):>7}"
+          f"{num(r.get('estimated_seconds'), '{:.1f}'):>7}{num(r.get('metered_joules')):>10}"
+          f"{(num(r['raw']['mean']) + ' ± ' + num(r['raw']['std'])) if r['raw']['mean'] is not None else r['estimate_status']:>18}"
+          f"{pct(r.get('error_raw'), 0):>8}{({True: 'in', False: 'out'}).get(r.get('in_2sigma_raw'), '-'):>4}"
+          f"{pct(r.get('error_flops'), 0):>8}{pct(r.get('error_served'), 0) if r['served']['calibrated'] else '':>8}"
+          f"{num(r.get('worker_joules')):>10}{pct(r.get('error_raw_vs_worker'), 0):>8}"
+          f"{num(r.get('job_over_worker'), '{:.2f}'):>8}{apct(r.get('others_share'), 0):>7}"
+          f"{apct(r.get('startup_share'), 0):>6}{num(res.get('torch_threads'), '{}'):>4}"
+          + ("" if r.get("state") == "succeeded" else f"  {r.get('state')}: {r.get('reason')}"))
+    p("")
+    p("err: (raw estimate - metered) / metered; 2σ: metered within the raw estimate's mean ± 2 std; FLOPs: the "
+      "FLOPs baseline's error; served: the estimate as served at submit, corrected by earlier jobs (after 5); "
+      "worker J: joule-worker measure J/step x steps; vs wkr: raw estimate against it; job/wkr: metered / worker J; "
+      "others: share of the metered joules beyond idle W x the job's seconds + W/core x its own CPU seconds (0 where jouled "
+      "meters the job's process group alone); start: "
+      "share of the job's seconds before its first step; thr: torch's thread count in the job")
+    p("")
+    p(f"{'summary':<34}{'set':<9}{'n':>3}{'MAPE':>8}{'median':>8}{'signed':>8}{'worst':>24}{'<20%':>6}{'2σ cov':>8}"
+      f"{'FLOPs':>8}{'F/MAPE':>7}")
+    for what, key in (("vs real jobs (raw)", "vs_real_jobs"), ("vs joule-worker measure (raw)", "vs_worker_measure"),
+                      ("vs the job's own process (raw)", "vs_job_own_process"),
+                      ("served at submit (calibrated)", "served_calibrated_at_submit"),
+                      ("  the same jobs, raw", "same_jobs_raw")):
+        for label in ("tuning", "held-out", "all"):
+            s = data["summaries"][label][key]
+            if not s.get("n"):
+                p(f"{what:<34}{label:<9}{0:>3}")
+                continue
+            worst = f"{s['worst']['network']}/{s['worst']['batch']} {pct(s['worst']['error'], 0)}"
+            p(f"{what:<34}{label:<9}{s['n']:>3}{apct(s['mape']):>8}{apct(s['median_abs']):>8}{pct(s['mean_signed']):>8}"
+              f"{worst:>24}{s['under_20_percent']:>6}{apct(s['coverage_2sigma'], 0):>8}{apct(s['flops_mape']):>8}"
+              f"{num(s['flops_over_mape'], '{:.2f}'):>7}")
+    cal = data.get("calibration_final") or {}
+    p("")
+    p(f"PRE outcome calibration (GET /v1/devices, cpu): rows {cal.get('rows')}, correction {cal.get('correction')}, "
+      f"error raw {apct(cal.get('error_raw'))}, corrected (leave-one-out) "
+      f"{apct(cal.get('error_corrected_leave_one_out'))}, 2σ coverage raw {apct(cal.get('coverage_2sigma_raw'), 0)}, "
+      f"calibrated (leave-one-out) {apct(cal.get('coverage_2sigma_calibrated_leave_one_out'), 0)}, sigma x"
+      f"{num(cal.get('sigma_scale'), '{:.2f}')}")
+    m = data.get("model_final") or {}
+    p(f"model at the end: v{m.get('version')}, {m.get('samples')} samples; per kind: "
+      + ", ".join(f"{k} {v}" for k, v in sorted((m.get("layers") or {}).items())))
+    runs = data.get("probe_runs") or []
+    if len(runs) > 1:
+        p("probe runs: " + "; ".join(f"{r.get('reason')} {r.get('state')} {r.get('probes')} probes "
+                                       f"{num(r.get('probe_seconds'), '{:.0f}')} s" for r in runs))
+
+
+# ---------------------------------------------------------------- calibrate
+
+TIMING = r"""
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import torch, torch.nn as nn, nets
+name, seconds = sys.argv[2], float(sys.argv[3])
+for b in sys.argv[4:]:
+    b = int(b)
+    m = nets.build(name); x, y = nets.batch(name, b)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01); lf = nn.CrossEntropyLoss()
+    def step():
+        opt.zero_grad(); l = lf(m(x), y); l.backward(); opt.step(); l.item()
+    for _ in range(3): step()
+    t = time.monotonic(); n = 0
+    while time.monotonic() - t < seconds: step(); n += 1
+    print(b, (time.monotonic() - t) / n, torch.get_num_threads(), flush=True)
+"""
+
+
+def time_steps(args, name, batches, seconds):
+    """{batch: seconds per training step} of one network in a fresh /usr/bin/python3 at --threads
+    (what train.py does per step, on one fixed batch), and the machine's busy CPUs meanwhile."""
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("OMP_") or k.startswith("OPENBLAS_"))}
+    env.update(OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads),
+               MKL_NUM_THREADS=str(args.threads))
+    t0, (busy0, _) = time.time(), cpu_ticks()
+    out = subprocess.run([args.python, "-c", TIMING, E2E, name, str(seconds)] + [str(b) for b in batches],
+                         capture_output=True, text=True, env=env, timeout=600)
+    busy1, _ = cpu_ticks()
+    if out.returncode != 0:
+        raise RuntimeError(f"timing {name} failed: {out.stderr.strip()[-2000:]}")
+    result = {}
+    for line in out.stdout.splitlines():
+        b, sps, threads = line.split()
+        result[int(b)] = float(sps)
+    busy = (busy1 - busy0) / os.sysconf("SC_CLK_TCK") / max(time.time() - t0, 1e-9)
+    return result, busy, int(threads)
+
+
+def calibrate(args):
+    """Prints seconds per step of every network x batch and the nets.STEPS table they give."""
+    nets = load_nets()
+    names, batches, _ = plan(args, nets)
+    print(f"load {loadavg()}; {args.threads} threads; steps for {args.target_seconds:.0f} s of training")
+    table = {}
+    hz = os.sysconf("SC_CLK_TCK")
+    for name in names:
+        # A quiet machine first (under 0.1 CPU busy over 3 s, waiting at most --quiet-wait s): with
+        # T threads on 2 CPUs, one other busy process slows a step by up to 15x (see the README).
+        waited = time.time()
+        while time.time() - waited < args.quiet_wait:
+            b0, _ = cpu_ticks()
+            time.sleep(3)
+            b1, _ = cpu_ticks()
+            if (b1 - b0) / hz / 3 < 0.1:
+                break
+        timing, busy, threads = time_steps(args, name, batches, 3.0)
+        for b, sps in timing.items():
+            steps = max(args.epochs, int(round(args.target_seconds / sps / args.epochs)) * args.epochs)
+            table.setdefault(name, {})[b] = steps
+            print(f"{name:<12} {b:>3}: {1000 * sps:8.2f} ms/step ({threads} threads) -> {steps} steps", flush=True)
+        print(f"{'':<12} machine {busy:.2f} CPUs busy while timing (ours included), waited "
+              f"{max(0.0, time.time() - waited - 3 - 3.0 * len(batches)):.0f} s for quiet", flush=True)
+    print(f"load {loadavg()}")
+    print("STEPS = {\n" + "".join(f'    "{n}": {json.dumps(v).replace(chr(34), "")},\n' for n, v in table.items()) + "}")
+    return 0
+
+
+# ---------------------------------------------------------------- main
+
+SESSION = None
+
+
+def on_signal(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def watchdog(limit):
+    print(f"watchdog: --limit {limit:.0f} s passed; stopping everything", file=sys.stderr, flush=True)
+    if SESSION is not None:
+        try:
+            SESSION.cleanup()
+        except Exception as e:  # noqa: BLE001
+            print(f"watchdog: {e}", file=sys.stderr)
+    os._exit(3)
+
+
+def main():
+    global SESSION
+    args = parse_args()
+    if args.calibrate:
+        return calibrate(args)
+    for path, what in ((args.jouled, "jouled"), (args.worker, "joule-worker"), (args.python, "the jobs' python")):
+        if not os.path.exists(path):
+            print(f"no {what} at {path}", file=sys.stderr)
+            return 2
+    problems = [p for path in (TRAIN, os.path.join(E2E, "nets.py"), os.path.join(PYTHON_PACKAGE, "joule", "__init__.py"))
+                for p in readable_by_others(path)]
+    if problems:
+        print("jobs run under accounts of their own and cannot read the benchmark: " + "; ".join(problems),
+              file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    timer = threading.Timer(args.limit, watchdog, (args.limit,))
+    timer.daemon = True
+    timer.start()
+    started = time.time()
+    nets = load_nets()
+    names, batches, rows = plan(args, nets)
+    timings = None
+    if not args.fixed_steps:
+        # Job sizes from the speed of the moment: --target-seconds of training each (2 s of timing
+        # per network x batch in a fresh python at T threads, before jouled starts).
+        window = Window("timing")
+        timings, busy_by_net = {}, {}
+        for name in names:
+            timings[name], busy_by_net[name], _ = time_steps(args, name, batches, 2.0)
+            log(f"timed {name}: " + ", ".join(f"b{b} {1000 * t:.1f} ms/step" for b, t in timings[name].items())
+                + f" (machine {busy_by_net[name]:.2f} CPUs busy)")
+        names, batches, rows = plan(args, nets, timings)
+        timing_window = window.close(busy_cpus_by_network=busy_by_net)
+    data = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv,
+            "threads": args.threads, "probe_seconds": args.probe_seconds, "epochs": args.epochs, "scale": args.scale,
+            "quick": args.quick, "networks": {n: nets.NETWORKS[n][2] for n in names}, "batches": batches,
+            "machine": {"cpu_model": cpu_model(), "cpus": os.cpu_count()}, "git_head": git("log", "-1", "--format=%h %s"),
+            # What else the build tree held: the binaries may be built from uncommitted sources.
+            "git_uncommitted": [l for l in git("status", "--short", "--untracked-files=no").splitlines()],
+            "phases": [], "rows": rows, "target_seconds": None if args.fixed_steps else args.target_seconds,
+            "steps_from": "nets.STEPS" if args.fixed_steps else "timing at start"}
+    if timings:
+        data["phases"].append(timing_window)
+    try:
+        if args.wait_quiet > 0:
+            data["quiet_share_at_start"] = wait_quiet(args.wait_quiet)
+        SESSION = session = Session(args)
+        data["config"] = session.write_config()
+        data["jouled"] = {"copied_from": os.path.abspath(args.jouled), "sha256": sha256(session.jouled),
+                          "built_utc": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(os.path.getmtime(args.jouled))),
+                          "version": subprocess.run([session.jouled, "--version"], capture_output=True,
+                                                    text=True).stdout.strip()}
+        data["worker"] = {"copied_from": os.path.abspath(args.worker), "sha256": sha256(session.worker),
+                          "built_utc": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(os.path.getmtime(args.worker)))}
+        log(f"tracing {len(names)} networks with joule.spec; temp dir {session.dir}")
+        specs = specs_of(names, nets)
+        for name, spec in specs.items():
+            with open(os.path.join(session.specs, f"{name}.json"), "w") as f:
+                json.dump(spec, f)
+        data["specs"] = specs
+        session.start()
+        effective = re.search(r"effective config: (\{.*\})", session.read_log())
+        data["effective_config"] = json.loads(effective.group(1)) if effective else None
+        device = session.cpu_device()
+        data["device"] = device
+        meter = device.get("meter") or {}
+        data["meter_source"] = meter.get("source") if isinstance(meter, dict) else device.get("source")
+        data["meter_source"] = data["meter_source"] or device.get("source") or "?"
+        data["meter_measured"] = bool(meter.get("measured") if isinstance(meter, dict) else device.get("measured"))
+        log(f"jouled {data['jouled']['version']} on 127.0.0.1:{session.port}, pid {session.proc.pid}; cpu meter "
+            f"`{data['meter_source']}` ({'a measurement' if data['meter_measured'] else 'NOT a measurement'}); "
+            f"load {loadavg()}")
+
+        # -- 2. one requested probe run, the benchmark's networks as the workload
+        window = Window("probing")
+        body = {"device": "cpu", "seconds": args.probe_seconds,
+                "models": [{"model": specs[r["network"]], "training": training_of(r)} for r in rows]}
+        run = session.call("POST", "/v1/probes", body)
+        log(f"probe run {run['id']}: {args.probe_seconds:.0f} s on cpu, {len(rows)} network x batch entries named")
+        last = time.time()
+        while True:
+            time.sleep(2)
+            run = session.call("GET", f"/v1/probes/{run['id']}")
+            if run["state"] != "running":
+                break
+            if time.time() - last >= 60:
+                last = time.time()
+                log(f"  {run['probes']} probes, {run['probe_seconds']:.0f} s in probes, {run['failed']} failed; "
+                    f"load {loadavg()}")
+        log(f"probe run {run['state']}: {run['message']}; {run['probes']} probes in {run['probe_seconds']:.1f} s")
+        data["probe_run"] = run
+        deadline = time.time() + 300
+        while time.time() < deadline:  # the end of the run refits: wait until the model holds every sample
+            model = session.cpu_device().get("model", {})
+            kept = session.stored_samples()
+            if model.get("state") == "ready" and kept is not None and model.get("samples", 0) >= kept:
+                break
+            time.sleep(1)
+        else:
+            log("WARNING: the model did not catch up with the stored samples in 300 s")
+        data["model_after_probing"] = session.cpu_device().get("model", {})
+        data["phases"].append(window.close(probe_cpu_seconds=proc_cpu_seconds(session.proc.pid)))
+
+        # -- 3. the real jobs, one after the other
+        window = Window("jobs")
+        for i, row in enumerate(rows):
+            log(f"job {i + 1}/{len(rows)}: {row['network']} ({row['set']}) batch {row['batch']}, {row['epochs']} x "
+                f"{row['samples_per_epoch']} samples = {row['steps']} steps; load {loadavg()}")
+            run_job(session, args, row, specs[row["network"]])
+            est = row.get("estimate_at_submit") or {}
+            res = row.get("result") or {}
+            log(f"  {row['state']} in {num(row.get('job_seconds'), '{:.1f}')} s ({res.get('torch_threads')} torch "
+                f"threads, first step after {num(res.get('seconds_to_first_step'), '{:.1f}')} s): metered "
+                f"{num((row.get('energy') or {}).get('joules'))} J ({(row.get('energy') or {}).get('source')}), "
+                f"estimate {num((est.get('joules') or {}).get('mean'))} ± {num((est.get('joules') or {}).get('std'))} J"
+                + (f" (raw {num(est['raw_joules'].get('mean'))})" if est.get("raw_joules") else "")
+                + ("" if est.get("status", "ok") == "ok" else f" [{est.get('status')}: {est.get('detail')}]"))
+        data["phases"].append(window.close())
+        device = session.cpu_device()
+        data["model_final"] = device.get("model", {})
+        data["calibration_final"] = data["model_final"].get("calibration")
+        data["probe_runs"] = session.call("GET", "/v1/probes")
+        data["probe_runs"] = data["probe_runs"].get("runs", data["probe_runs"]) if isinstance(data["probe_runs"], dict) \
+            else data["probe_runs"]
+        try:
+            metrics = session.call("GET", "/metrics", raw=True)
+            data["build_info"] = [l for l in metrics.splitlines() if l.startswith("joule_build_info")]
+        except ApiError:
+            data["build_info"] = []
+        data["jouled_warnings"] = [l for l in session.read_log().splitlines() if " warning: " in l or " error: " in l][:200]
+        log(f"jobs done; calibration {data['calibration_final']}; stopping jouled")
+        session.stop_jouled()
+
+        # -- 5. joule-worker measure, each network x batch, the job's conditions as far as it has them
+        if not args.no_measure:
+            window = Window("measure")
+            for row in rows:
+                row["measure"] = worker_measure(session, args, row, os.path.join(session.specs, f"{row['network']}.json"))
+                m = row["measure"]
+                log(f"measure {row['network']} b{row['batch']}: "
+                    + (m["error"] if "error" in m else f"{m['joules_per_step']:.4g} J/step, "
+                       f"{1000 * m['seconds_per_step']:.2f} ms/step ({m['source']})"))
+            data["phases"].append(window.close())
+
+        idle = (data["effective_config"] or {}).get("devices", [{}])
+        cfg_dev = next((d for d in idle if d.get("name") == "cpu"), {}) if isinstance(idle, list) else {}
+        watts = (cfg_dev.get("idle_watts", 10.0), cfg_dev.get("watts_per_busy_core", 12.0))
+        data["modelled_watts"] = {"idle": watts[0], "per_busy_core": watts[1]}
+        for row in rows:
+            analyse_row(row, watts)
+        data["rows"] = rows
+        data["summaries"] = summaries(rows)
+        data["seconds"] = round(time.time() - started, 1)
+        report(data)
+        return 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    finally:
+        timer.cancel()
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(data, f, indent=1, default=str)
+            log(f"wrote {args.json}")
+        if SESSION is not None:
+            SESSION.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
