@@ -842,18 +842,6 @@ def main():
     started = time.time()
     nets = load_nets()
     names, batches, rows = plan(args, nets)
-    timings = None
-    if not args.fixed_steps:
-        # Job sizes from the speed of the moment: --target-seconds of training each (2 s of timing
-        # per network x batch in a fresh python at T threads, before jouled starts).
-        window = Window("timing")
-        timings, busy_by_net = {}, {}
-        for name in names:
-            timings[name], busy_by_net[name], _ = time_steps(args, name, batches, 2.0)
-            log(f"timed {name}: " + ", ".join(f"b{b} {1000 * t:.1f} ms/step" for b, t in timings[name].items())
-                + f" (machine {busy_by_net[name]:.2f} CPUs busy)")
-        names, batches, rows = plan(args, nets, timings)
-        timing_window = window.close(busy_cpus_by_network=busy_by_net)
     data = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv,
             "threads": args.threads, "probe_seconds": args.probe_seconds, "epochs": args.epochs, "scale": args.scale,
             "quick": args.quick, "networks": {n: nets.NETWORKS[n][2] for n in names}, "batches": batches,
@@ -862,11 +850,21 @@ def main():
             "git_uncommitted": [l for l in git("status", "--short", "--untracked-files=no").splitlines()],
             "phases": [], "rows": rows, "target_seconds": None if args.fixed_steps else args.target_seconds,
             "steps_from": "nets.STEPS" if args.fixed_steps else "timing at start"}
-    if timings:
-        data["phases"].append(timing_window)
     try:
         if args.wait_quiet > 0:
             data["quiet_share_at_start"] = wait_quiet(args.wait_quiet)
+        if not args.fixed_steps:
+            # Job sizes from the speed of the moment: --target-seconds of training each (2 s of
+            # timing per network x batch in a fresh python at T threads, before jouled starts).
+            window = Window("timing")
+            timings, busy_by_net = {}, {}
+            for name in names:
+                timings[name], busy_by_net[name], _ = time_steps(args, name, batches, 2.0)
+                log(f"timed {name}: " + ", ".join(f"b{b} {1000 * t:.1f} ms/step" for b, t in timings[name].items())
+                    + f" (machine {busy_by_net[name]:.2f} CPUs busy)")
+            names, batches, rows = plan(args, nets, timings)
+            data["rows"] = rows
+            data["phases"].append(window.close(busy_cpus_by_network=busy_by_net))
         SESSION = session = Session(args)
         data["config"] = session.write_config()
         data["jouled"] = {"copied_from": os.path.abspath(args.jouled), "sha256": sha256(session.jouled),
