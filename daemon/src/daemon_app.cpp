@@ -530,6 +530,12 @@ int run_daemon(const CommandLine& command_line) {
   // What finished jobs teach: corrects and calibrates estimates (rows rebuilt after recovery).
   OutcomeService outcomes;
   api.set_outcomes(&outcomes);
+  const auto publish_calibration = [&] {
+    for (const auto& [device, summary] : outcomes.summaries()) {
+      metrics.set_calibration(device, {summary.rows, summary.raw_error, summary.corrected_error, summary.raw_coverage,
+                                       summary.calibrated_coverage, summary.sigma_scale});
+    }
+  };
   jobs.set_model_info([&](const std::string& device) {
     const auto source = model_sources.find(device);
     auto info = models.model_info(source == model_sources.end() ? device : source->second);
@@ -563,7 +569,7 @@ int run_daemon(const CommandLine& command_line) {
   jobs.set_device_hooks([&](const std::string& device) { probes.preempt(device); },
                         [&](const JobService::Feedback& feedback) {
                           probes.feedback(feedback);
-                          outcomes.record(feedback);
+                          if (outcomes.record(feedback)) publish_calibration();
                         });
   std::unique_ptr<ClusterCoordinator> coordinator;
   std::unique_ptr<ClusterAgent> agent;
@@ -609,6 +615,7 @@ int run_daemon(const CommandLine& command_line) {
     throw std::runtime_error(recovered.error().message);
   if (const std::size_t learnt = outcomes.record_all(jobs.finished_feedback()); learnt > 0)
     spdlog::info("estimates: learnt from {} finished job{}", learnt, learnt == 1 ? "" : "s");
+  publish_calibration();
   jobs.sample_meters();
   {
     std::vector<ProbeableDevice> probeable;

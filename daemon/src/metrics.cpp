@@ -96,7 +96,25 @@ Metrics::Metrics()
       throttle_actions_(BuildCounter()
                             .Name("joule_throttle_actions_total")
                             .Help("Throttling actions taken on running jobs, by action")
-                            .Register(*registry_)) {
+                            .Register(*registry_)),
+      calibration_rows_(BuildGauge()
+                            .Name("joule_calibration_rows")
+                            .Help("Finished jobs each device's estimates learn from (same meter source, not partial)")
+                            .Register(*registry_)),
+      calibration_error_(BuildGauge()
+                             .Name("joule_calibration_error_ratio")
+                             .Help("Mean |estimate - metered| / metered over the rows: estimate=\"raw\" for the "
+                                   "model's own, \"corrected\" for the correction with each row left out")
+                             .Register(*registry_)),
+      calibration_coverage_(BuildGauge()
+                                .Name("joule_calibration_coverage_ratio")
+                                .Help("Share of the rows whose metered joules fell inside the estimate's 2 sigma: "
+                                      "estimate=\"raw\", or \"calibrated\" (each row left out)")
+                                .Register(*registry_)),
+      calibration_sigma_scale_(BuildGauge()
+                                   .Name("joule_calibration_sigma_scale")
+                                   .Help("Factor applied to the log-space sigma of new estimates (1: none)")
+                                   .Register(*registry_)) {
   for (const char* action :
        {"pause", "resume", "cpu-quota", "clear-cpu-quota", "gpu-power-limit", "clear-gpu-power-limit"})
     throttle_actions_.Add({{"action", action}});
@@ -170,6 +188,19 @@ void Metrics::set_model_state(const std::string& device, double version, double 
   model_version_.Add({{"device", device}}).Set(version);
   model_heldout_error_.Add({{"device", device}}).Set(heldout_error);
   model_last_probe_.Add({{"device", device}}).Set(last_probe_seconds);
+}
+
+void Metrics::set_calibration(const std::string& device, const CalibrationFigures& figures) {
+  calibration_rows_.Add({{"device", device}}).Set(static_cast<double>(figures.rows));
+  calibration_sigma_scale_.Add({{"device", device}}).Set(figures.sigma_scale);
+  const auto set = [&](prometheus::Family<prometheus::Gauge>& family, const char* estimate,
+                       const std::optional<double>& value) {
+    if (value) family.Add({{"device", device}, {"estimate", estimate}}).Set(*value);
+  };
+  set(calibration_error_, "raw", figures.raw_error);
+  set(calibration_error_, "corrected", figures.corrected_error);
+  set(calibration_coverage_, "raw", figures.raw_coverage);
+  set(calibration_coverage_, "calibrated", figures.calibrated_coverage);
 }
 
 void Metrics::add_probe_energy(const std::string& device, const std::string& source, double joules) {

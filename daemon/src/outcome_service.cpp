@@ -71,6 +71,12 @@ std::size_t OutcomeService::record_all(const std::vector<JobService::Feedback>& 
   return kept;
 }
 
+std::map<std::string, estimator::CalibrationSummary> OutcomeService::summaries() const {
+  std::map<std::string, estimator::CalibrationSummary> out;
+  for (const auto& [device, calibration] : devices_) out.emplace(device, calibration.summary());
+  return out;
+}
+
 void OutcomeService::apply(json& estimates) const {
   if (!estimates.is_array()) return;
   for (auto& row : estimates) {

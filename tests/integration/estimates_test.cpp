@@ -141,11 +141,20 @@ TEST(EstimatesTest, finished_jobs_calibrate_the_next_estimates_and_survive_a_res
     EXPECT_EQ(row["calibration"]["rows"], 6) << row.dump(2);
     EXPECT_GT(row["raw_joules"]["mean"].get<double>(), 0.0) << row.dump(2);
     EXPECT_GT(row["joules"]["std"].get<double>(), 0.0) << row.dump(2);
+    const auto metrics = daemon.client().request("GET", "/metrics");
+    ASSERT_TRUE(metrics);
+    for (const char* series : {"joule_calibration_rows{device=\"sim:laptop-cpu\"} 6",
+                               "joule_calibration_error_ratio{device=\"sim:laptop-cpu\",estimate=\"corrected\"}",
+                               "joule_calibration_coverage_ratio{device=\"sim:laptop-cpu\",estimate=\"calibrated\"}"})
+      EXPECT_NE(metrics->body.find(series), std::string::npos) << series;
   }
   DaemonProcess restarted({.config_toml = config}, state);
   ASSERT_TRUE(restarted.start()) << restarted.log();
   EXPECT_EQ(rows_of(restarted)["rows"], 6) << restarted.log();
   EXPECT_NE(restarted.log().find("estimates: learnt from 6 finished jobs"), std::string::npos) << restarted.log();
+  EXPECT_NE(
+      restarted.client().request("GET", "/metrics")->body.find("joule_calibration_rows{device=\"sim:laptop-cpu\"} 6"),
+      std::string::npos);
   std::filesystem::remove_all(state);
   std::filesystem::remove_all(state.string() + "-jobs");
 }

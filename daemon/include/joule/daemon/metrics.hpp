@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,6 +61,18 @@ class Metrics {
   /// One throttling action: pause, resume, cpu-quota, gpu-power-limit and their clears.
   void count_throttle_action(const std::string& action);
 
+  /// What a device's finished jobs teach its estimates (OutcomeService), for the
+  /// joule_calibration_* gauges; the errors and coverages exist from 5 rows on.
+  struct CalibrationFigures {
+    std::size_t rows = 0;
+    std::optional<double> raw_error;
+    std::optional<double> corrected_error;
+    std::optional<double> raw_coverage;
+    std::optional<double> calibrated_coverage;
+    double sigma_scale = 1.0;
+  };
+  void set_calibration(const std::string& device, const CalibrationFigures& figures);
+
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& device_energy_;
@@ -87,6 +100,10 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& budget_spent_;
   prometheus::Family<prometheus::Gauge>& budget_reserved_;
   prometheus::Family<prometheus::Counter>& throttle_actions_;
+  prometheus::Family<prometheus::Gauge>& calibration_rows_;
+  prometheus::Family<prometheus::Gauge>& calibration_error_;
+  prometheus::Family<prometheus::Gauge>& calibration_coverage_;
+  prometheus::Family<prometheus::Gauge>& calibration_sigma_scale_;
   std::vector<std::string> budget_names_;
 };
 

@@ -32,6 +32,8 @@ class OutcomeService {
   void apply(nlohmann::json& estimates) const;
   /// GET /v1/devices' "calibration" of one device: rows, leave-one-out errors and coverage.
   nlohmann::json view(const std::string& device) const;
+  /// The same figures for the metrics, of every device that has rows.
+  std::map<std::string, estimator::CalibrationSummary> summaries() const;
 
  private:
   /// The row a feedback makes, when it teaches anything.
