@@ -357,6 +357,15 @@ void JobService::schedule() {
     else
       job.waiting.reset();
   }
+  // Why the queue waits, for joule_jobs_waiting: a queued job without a reason waits its turn.
+  std::map<std::string, double> waiting;
+  for (const auto* pending : queue) {
+    const Job& job = *jobs_.at(pending->id);
+    if (job.state != JobState::queued) continue;
+    waiting[job.waiting ? std::string(schedulers::to_string(job.waiting->kind)) : "behind"] += 1.0;
+  }
+  if (queue_.size() > queue.size()) waiting["behind"] += static_cast<double>(queue_.size() - queue.size());
+  metrics_.set_jobs_waiting(waiting);
   if (pass.next_retry) schedule_retry(*pass.next_retry);
 }
 

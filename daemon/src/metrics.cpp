@@ -1,5 +1,7 @@
 #include "joule/daemon/metrics.hpp"
 
+#include "joule/schedulers/placement.hpp"
+
 #include <prometheus/text_serializer.h>
 
 #include <array>
@@ -22,6 +24,11 @@ Metrics::Metrics()
                         .Help("Mean power of each device over the last meter interval, by meter source")
                         .Register(*registry_)),
       jobs_(BuildGauge().Name("joule_jobs").Help("Jobs known to this node, by state").Register(*registry_)),
+      jobs_waiting_(BuildGauge()
+                        .Name("joule_jobs_waiting")
+                        .Help("Queued jobs by why they wait (behind: their turn has not come; budget, "
+                              "power-cap, battery-floor, deadline, device-busy...)")
+                        .Register(*registry_)),
       nodes_(BuildGauge()
                  .Name("joule_nodes")
                  .Help("Agents known to this coordinator, by state (joining, ready, lost)")
@@ -121,6 +128,10 @@ Metrics::Metrics()
   for (const char* state : {"queued", "placed", "running", "throttled", "succeeded", "failed", "cancelled"}) {
     jobs_.Add({{"state", state}}).Set(0);
   }
+  using Kind = schedulers::WaitReason::Kind;
+  for (const auto kind : {Kind::behind, Kind::device_busy, Kind::no_free_device, Kind::budget, Kind::max_energy,
+                          Kind::power_cap, Kind::battery_floor, Kind::deadline, Kind::no_estimate, Kind::unavailable})
+    jobs_waiting_.Add({{"reason", std::string(schedulers::to_string(kind))}}).Set(0);
   submitted_.Add({});
 }
 
@@ -148,6 +159,13 @@ void Metrics::set_nodes_in_state(const std::string& state, double count) { nodes
 
 void Metrics::set_jobs_in_state(std::string_view state, double count) {
   jobs_.Add({{"state", std::string(state)}}).Set(count);
+}
+
+void Metrics::set_jobs_waiting(const std::map<std::string, double>& by_reason) {
+  for (const auto& [reason, count] : waiting_seen_)
+    if (!by_reason.contains(reason)) jobs_waiting_.Add({{"reason", reason}}).Set(0);
+  for (const auto& [reason, count] : by_reason) jobs_waiting_.Add({{"reason", reason}}).Set(count);
+  waiting_seen_ = by_reason;
 }
 
 void Metrics::count_submission() { submitted_.Add({}).Increment(); }

@@ -139,6 +139,10 @@ TEST(PolicyTest, sighup_installs_a_valid_policy_set_whole_and_refuses_a_bad_one)
   ASSERT_EQ(daemon.wait_state(first, {"succeeded"})["state"], "succeeded");
   auto waiting = wait_for(daemon, blocked, [](const json& j) { return j.contains("waiting") && j["waiting"]["reason"] == "budget"; });
   ASSERT_EQ(waiting["state"], "queued") << waiting.dump(2);
+  // The queue's reasons are metrics too, every reason present (0 where none waits for it).
+  const auto metrics = daemon.client().request("GET", "/metrics")->body;
+  EXPECT_NE(metrics.find("joule_jobs_waiting{reason=\"budget\"} 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("joule_jobs_waiting{reason=\"power-cap\"} 0"), std::string::npos) << metrics;
 
   // A bad file: the whole set is refused with file and line; the running policy stays.
   policies.write("20-bad.toml", "[[budgets]]\nname = \"typo\"\nscope = \"node\"\ntarget = \"lab1\"\njoules = 10\nwindow = \"1y\"\n");

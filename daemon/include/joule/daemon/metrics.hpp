@@ -32,6 +32,9 @@ class Metrics {
   void add_device_energy(const std::string& device, const std::string& source, double joules);
   void set_device_power(const std::string& device, const std::string& source, double watts);
   void set_jobs_in_state(std::string_view state, double count);
+  /// Queued jobs by wait reason ("behind", "budget"...), after each placement pass; reasons
+  /// not in `by_reason` read 0.
+  void set_jobs_waiting(const std::map<std::string, double>& by_reason);
   void count_submission();
   void add_job_energy(const std::string& device, const std::string& source, double joules);
   /// One answered HTTP request; `route` is the route template, never the raw path.
@@ -81,6 +84,8 @@ class Metrics {
 
   std::string node_ = "localhost";
   prometheus::Family<prometheus::Gauge>& jobs_;
+  prometheus::Family<prometheus::Gauge>& jobs_waiting_;
+  std::map<std::string, double> waiting_seen_;
   prometheus::Family<prometheus::Gauge>& nodes_;
   prometheus::Family<prometheus::Counter>& submitted_;
   prometheus::Family<prometheus::Counter>& job_energy_;
