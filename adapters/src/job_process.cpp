@@ -29,8 +29,8 @@ namespace joule::adapters {
 namespace {
 
 ExitStatus from_wait_status(int status) {
-  if (WIFSIGNALED(status)) return ExitStatus{true, WTERMSIG(status)};
-  return ExitStatus{false, WEXITSTATUS(status)};
+  if (WIFSIGNALED(status)) return ExitStatus{true, WTERMSIG(status), std::nullopt};
+  return ExitStatus{false, WEXITSTATUS(status), std::nullopt};
 }
 
 using detail::c_strings;

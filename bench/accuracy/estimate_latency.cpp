@@ -21,11 +21,11 @@ ModelSpec deep_mlp() {
   spec.name = "mlp-100";
   spec.input_shape = {256};
   for (int block = 0; block < 33; ++block) {
-    spec.layers.push_back(LayerSpec{"linear", {{"out_features", 256}}});
-    spec.layers.push_back(LayerSpec{"relu", nlohmann::json::object()});
-    spec.layers.push_back(LayerSpec{"dropout", {{"p", 0.1}}});
+    spec.layers.push_back(LayerSpec{"linear", {{"out_features", 256}}, {}, {}});
+    spec.layers.push_back(LayerSpec{"relu", nlohmann::json::object(), {}, {}});
+    spec.layers.push_back(LayerSpec{"dropout", {{"p", 0.1}}, {}, {}});
   }
-  spec.layers.push_back(LayerSpec{"linear", {{"out_features", 10}}});
+  spec.layers.push_back(LayerSpec{"linear", {{"out_features", 10}}, {}, {}});
   return spec;
 }
 

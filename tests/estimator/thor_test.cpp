@@ -16,7 +16,7 @@ ModelSpec lenet() { return *parse_model_spec(joule::testing::example_model("lene
 
 ProbeTarget conv_target(LayerPosition position) {
   ProbeTarget target;
-  target.layer = LayerSpec{"conv2d", {{"out_channels", 16}, {"kernel_size", 3}}};
+  target.layer = LayerSpec{"conv2d", {{"out_channels", 16}, {"kernel_size", 3}}, {}, {}};
   target.input_shape = {8, 12, 12};
   target.batch_size = 32;
   target.position = position;
@@ -64,7 +64,7 @@ TEST(ThorProbesTest, plans_one_two_or_four_networks_with_signs) {
 
 TEST(ThorProbesTest, embeddings_cannot_be_hidden_and_misfits_are_refused) {
   ProbeTarget embedding;
-  embedding.layer = LayerSpec{"embedding", {{"num_embeddings", 100}, {"embedding_dim", 8}}};
+  embedding.layer = LayerSpec{"embedding", {{"num_embeddings", 100}, {"embedding_dim", 8}}, {}, {}};
   embedding.input_shape = {16};
   embedding.input_dtype = "token";
   embedding.position = LayerPosition::hidden;
