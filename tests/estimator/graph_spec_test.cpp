@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "example_models.hpp"
+#include "noise_free_meter.hpp"
 
 #include "joule/estimator/device_energy_model.hpp"
 #include "joule/estimator/layer_analysis.hpp"
@@ -13,6 +14,7 @@
 #include "joule/estimator/thor_probes.hpp"
 
 using namespace joule::estimator;
+using joule::testing::noise_free_meter;
 using nlohmann::json;
 using Shape = std::vector<std::int64_t>;
 
@@ -244,10 +246,9 @@ TEST(GraphSpecTest, a_join_probe_reads_one_tensor_twice_and_decomposes) {
   SimulatedDevice device(*find_simulated_profile("laptop-cpu"), 1);
   std::vector<NetworkMeasurement> measured;
   for (const auto& network : plan->networks) {
-    auto layers = analyze_model(network, 8, "/probe");
-    ASSERT_TRUE(layers) << layers.error().message;
-    const auto cost = device.step_cost(*layers, network.loss);
-    measured.push_back({cost.joules, cost.seconds});
+    auto measurement = noise_free_meter(device)(network, 8);
+    ASSERT_TRUE(measurement) << measurement.error().message;
+    measured.push_back(*measurement);
   }
   auto sample = decompose(*plan, measured);
   ASSERT_TRUE(sample);
@@ -262,13 +263,7 @@ TEST(GraphSpecTest, probes_learn_a_residual_network_well_enough_to_estimate_it) 
   options.probes = 120;
   options.gp.restarts = 1;
   const ModelSpec network = *parse(residual_block());
-  NetworkMeter meter = [&device](const ModelSpec& probe, std::int64_t batch) -> joule::Result<NetworkMeasurement> {
-    auto layers = analyze_model(probe, batch, "/probe");
-    if (!layers) return layers.error();
-    const auto cost = device.step_cost(*layers, probe.loss);
-    return NetworkMeasurement{cost.joules, cost.seconds};
-  };
-  auto report = run_campaign(model, {WorkloadItem{network, 32}}, meter, options);
+  auto report = run_campaign(model, {WorkloadItem{network, 32}}, noise_free_meter(device), options);
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_EQ(report->failed_measurements, 0u);
   TrainingConfig training;

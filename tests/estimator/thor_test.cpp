@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "example_models.hpp"
+#include "noise_free_meter.hpp"
 
 #include "joule/estimator/device_energy_model.hpp"
 #include "joule/estimator/probe_campaign.hpp"
@@ -8,6 +9,7 @@
 #include "joule/estimator/thor_probes.hpp"
 
 using namespace joule::estimator;
+using joule::testing::noise_free_meter;
 using nlohmann::json;
 
 namespace {
@@ -21,15 +23,6 @@ ProbeTarget conv_target(LayerPosition position) {
   target.batch_size = 32;
   target.position = position;
   return target;
-}
-
-NetworkMeter noise_free_meter(const SimulatedDevice& device) {
-  return [&device](const ModelSpec& network, std::int64_t batch) -> joule::Result<NetworkMeasurement> {
-    auto layers = analyze_model(network, batch, "/probe");
-    if (!layers) return layers.error();
-    const auto cost = device.step_cost(*layers, network.loss);
-    return NetworkMeasurement{cost.joules, cost.seconds};
-  };
 }
 
 }  // namespace

@@ -87,27 +87,22 @@ std::int64_t batched_dim(const LayerSpec& spec, std::int64_t fallback) {
   return dim < 0 ? dim : dim + 1;
 }
 
+// conv1d and conv2d take the same arguments (square kernels: one size for every dim).
+template <typename Convolution, typename Options>
+nn::AnyModule convolution(const LayerSpec& spec, std::int64_t in_channels) {
+  return nn::AnyModule(Convolution(Options(in_channels, arg(spec, "out_channels", 1), arg(spec, "kernel_size", 1))
+                                       .stride(arg(spec, "stride", 1))
+                                       .padding(arg(spec, "padding", 0))
+                                       .dilation(arg(spec, "dilation", 1))
+                                       .groups(arg(spec, "groups", 1))
+                                       .bias(flag(spec, "bias", true))));
+}
+
 nn::AnyModule make_layer(const LayerSpec& spec, const AnalyzedLayer& layer) {
   const auto& in = layer.input_shape;
   const std::string& type = spec.type;
-  if (type == "conv2d") {
-    const std::int64_t kernel = arg(spec, "kernel_size", 1);
-    return nn::AnyModule(nn::Conv2d(nn::Conv2dOptions(in.at(0), arg(spec, "out_channels", 1), kernel)
-                                        .stride(arg(spec, "stride", 1))
-                                        .padding(arg(spec, "padding", 0))
-                                        .dilation(arg(spec, "dilation", 1))
-                                        .groups(arg(spec, "groups", 1))
-                                        .bias(flag(spec, "bias", true))));
-  }
-  if (type == "conv1d") {
-    const std::int64_t kernel = arg(spec, "kernel_size", 1);
-    return nn::AnyModule(nn::Conv1d(nn::Conv1dOptions(in.at(0), arg(spec, "out_channels", 1), kernel)
-                                        .stride(arg(spec, "stride", 1))
-                                        .padding(arg(spec, "padding", 0))
-                                        .dilation(arg(spec, "dilation", 1))
-                                        .groups(arg(spec, "groups", 1))
-                                        .bias(flag(spec, "bias", true))));
-  }
+  if (type == "conv2d") return convolution<nn::Conv2d, nn::Conv2dOptions>(spec, in.at(0));
+  if (type == "conv1d") return convolution<nn::Conv1d, nn::Conv1dOptions>(spec, in.at(0));
   if (type == "relu6") return nn::AnyModule(nn::ReLU6());
   if (type == "silu") return nn::AnyModule(nn::SiLU());
   // LibTorch 1.13 has no Hardswish module; the function is the same kernel torch.nn's calls.
