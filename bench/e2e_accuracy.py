@@ -34,6 +34,7 @@ jouled, kills what is left of its jobs and probes, and removes the temp dir (unl
 """
 
 import argparse
+import collections
 import hashlib
 import json
 import os
@@ -169,16 +170,22 @@ def cpu_model():
 
 
 def wait_quiet(seconds):
-    end = time.time() + seconds
+    """Waits until the machine is under 25 % busy over 5 s, at most `seconds`; the last share."""
+    start = time.time()
+    said = 0.0
     while True:
         b0, _ = cpu_ticks()
         time.sleep(5)
         b1, _ = cpu_ticks()
         share = (b1 - b0) / os.sysconf("SC_CLK_TCK") / 5 / os.cpu_count()
-        if share < 0.25 or time.time() >= end:
-            log(f"machine {100 * share:.0f} % busy{' (gave up waiting)' if share >= 0.25 else ''}")
+        waited = time.time() - start
+        if share < 0.25 or waited >= seconds:
+            log(f"machine {100 * share:.0f} % busy after {waited:.0f} s"
+                + (" (gave up waiting)" if share >= 0.25 else ""))
             return share
-        log(f"machine {100 * share:.0f} % busy; waiting")
+        if waited - said >= 60 or not said:
+            said = waited
+            log(f"machine {100 * share:.0f} % busy; waiting (up to {seconds:.0f} s)")
 
 
 def readable_by_others(path):
@@ -325,6 +332,24 @@ class Session:
                 db.close()
         except sqlite3.Error:
             return None
+
+    def probe_samples(self):
+        """Every probe sample jouled stored (kept or not), in order, with its target."""
+        out = []
+        try:
+            db = sqlite3.connect(f"file:{os.path.join(self.state, 'jouled.db')}?mode=ro", uri=True, timeout=10)
+            try:
+                for row in db.execute("select id, at_ms, layer_key, joules_per_step, seconds_per_step, source, detail "
+                                      "from probe_samples where device = 'cpu' order by id"):
+                    target = (json.loads(row[6]) or {}).get("target") or {}
+                    out.append({"id": row[0], "at_ms": row[1], "key": row[2], "joules_per_step": row[3],
+                                "seconds_per_step": row[4], "source": row[5], "batch": target.get("batch_size"),
+                                "input_shape": target.get("input_shape"), "layer": target.get("layer")})
+            finally:
+                db.close()
+        except (sqlite3.Error, ValueError):
+            pass
+        return out
 
     def our_pids(self):
         """Processes of this run: jobs (E2E_RUN=marker in their environment) and the worker copy."""
@@ -673,6 +698,19 @@ def report(data):
       f"with {data['model_after_probing'].get('samples')} samples")
     scopes = sorted({(r.get("energy") or {}).get("scope") for r in data["rows"] if r.get("energy")} - {None})
     p(f"jobs' energy scope (GET /v1/jobs/ID energy.scope): {'; '.join(scopes) or '-'}")
+    samples = data.get("probe_samples") or []
+    if samples:
+        kept = [x for x in samples if x["joules_per_step"] > 0 and x["seconds_per_step"] > 0]
+        gaps = [(b["at_ms"] - a["at_ms"]) / 1000 for a, b in zip(samples, samples[1:])]
+        p(f"probe samples stored: {len(samples)}, kept (positive joules and seconds) {len(kept)}; seconds between "
+          f"samples median {statistics.median(gaps) if gaps else 0:.1f}, max {max(gaps) if gaps else 0:.1f}; batches "
+          + ", ".join(f"{b}: {n}" for b, n in sorted(collections.Counter(x['batch'] for x in samples).items(),
+                                                    key=lambda kv: str(kv[0]))))
+    n_est = sum(1 for r in data["rows"] if r.get("estimate_status") == "ok")
+    p(f"jobs with an estimate at submit: {n_est} of {len(data['rows'])}"
+      + ("" if n_est == len(data["rows"]) else " (the others: " + "; ".join(sorted({
+          f"{r['network']}: {r.get('estimate_status')}" for r in data["rows"] if r.get("estimate_status") != "ok"}))
+         + ")"))
     for w in data["phases"]:
         p(f"  phase {w['phase']:<8} {w['seconds']:>7.1f} s, load {w['loadavg_start'][0]:.2f} -> "
           f"{w['loadavg_end'][0]:.2f}, machine busy {w['busy_cpus']:.2f} of {w['cpus']} CPUs")
@@ -951,6 +989,7 @@ def main():
         data["jouled_warnings"] = [l for l in session.read_log().splitlines() if " warning: " in l or " error: " in l][:200]
         log(f"jobs done; calibration {data['calibration_final']}; stopping jouled")
         session.stop_jouled()
+        data["probe_samples"] = session.probe_samples()
 
         # -- 5. joule-worker measure, each network x batch, the job's conditions as far as it has them
         if not args.no_measure:
