@@ -14,19 +14,21 @@ and trained by the jobs. What it does, in order (bench/README.md, "End-to-end ac
      with `threads = T`, background probing enabled, and a clean environment (no OMP_*/MKL_*/
      OPENBLAS_* of ours: the jobs' thread count comes from jouled);
   2. POST /v1/probes once: --probe-seconds (600) on cpu, naming every network x batch of the
-     benchmark as the workload, and waits for the run to end and the model to hold its samples;
+     benchmark as the workload, and waits for the run to end and the model to hold its samples
+     (--more-probing S: further requested runs until every job would have an estimate or S more
+     seconds are spent; beyond the issue's 10 minutes, and reported so);
   3. runs every network x batch as a real job through jouled, one after the other (each
      submitted when the previous one has ended): `/usr/bin/python3 bench/e2e/train.py --net N
      --batch-size B --epochs E --samples S`, its `training` block saying exactly that, with the
      spec traced from the same nn.Module; records the estimate the 201 answer carried (made at
      submit; after 5 finished jobs jouled corrects it, `raw_joules` keeping the model's figure),
      the metered energy and its source, the job's own timings and CPU (its E2E_RESULT line);
+     right after each job, measures the same network x batch with `joule-worker measure
+     --threads T` (joules/step x the job's steps): "the estimate against the worker's own
+     measurement", apart from "against the real job";
   4. reads GET /v1/devices (model samples per kind, the outcome calibration: rows, leave-one-out
      error before/after correction, 2-sigma coverage before/after), stops jouled;
-  5. measures every network x batch with `joule-worker measure --threads T` (joules/step x the
-     job's steps): "the estimate against the worker's own measurement", apart from "against the
-     real job";
-  6. prints a table and summaries per set: "tuning" networks may inform the estimator's design,
+  5. prints a table and summaries per set: "tuning" networks may inform the estimator's design,
      "held-out" ones never (bench/e2e/nets.py declares which), and writes everything to --json.
 
 Every exit (the end, an error, Ctrl-C, SIGTERM, the --limit watchdog) cancels the jobs, stops
@@ -1020,6 +1022,20 @@ def main():
                 f"estimate {num((est.get('joules') or {}).get('mean'))} ± {num((est.get('joules') or {}).get('std'))} J"
                 + (f" (raw {num(est['raw_joules'].get('mean'))})" if est.get("raw_joules") else "")
                 + ("" if est.get("status", "ok") == "ok" else f" [{est.get('status')}: {est.get('detail')}]"))
+            if not args.no_measure:
+                # Right after the job, so that both meet the same load on this shared machine (a
+                # measure phase at the end met other load than the jobs had). The device is idle
+                # meanwhile for well under [probing] idle_seconds: no background probe starts.
+                busy0, t0 = cpu_ticks()[0], time.time()
+                row["measure"] = worker_measure(session, args, row,
+                                                os.path.join(session.specs, f"{row['network']}.json"))
+                row["measure"]["machine_busy_cpus"] = round(
+                    (cpu_ticks()[0] - busy0) / os.sysconf("SC_CLK_TCK") / max(time.time() - t0, 1e-9), 2)
+                m = row["measure"]
+                log(f"  joule-worker measure: " + (m["error"] if "error" in m else
+                    f"{m['joules_per_step']:.4g} J/step, {1000 * m['seconds_per_step']:.2f} ms/step ({m['source']}; "
+                    f"the job: {1000 * res['training_seconds'] / row['steps']:.2f} ms/step)"
+                    if res.get("training_seconds") else f"{m['joules_per_step']:.4g} J/step"))
         data["phases"].append(window.close())
         device = session.cpu_device()
         data["model_final"] = device.get("model", {})
@@ -1036,17 +1052,6 @@ def main():
         log(f"jobs done; calibration {data['calibration_final']}; stopping jouled")
         session.stop_jouled()
         data["probe_samples"] = session.probe_samples()
-
-        # -- 5. joule-worker measure, each network x batch, the job's conditions as far as it has them
-        if not args.no_measure:
-            window = Window("measure")
-            for row in rows:
-                row["measure"] = worker_measure(session, args, row, os.path.join(session.specs, f"{row['network']}.json"))
-                m = row["measure"]
-                log(f"measure {row['network']} b{row['batch']}: "
-                    + (m["error"] if "error" in m else f"{m['joules_per_step']:.4g} J/step, "
-                       f"{1000 * m['seconds_per_step']:.2f} ms/step ({m['source']})"))
-            data["phases"].append(window.close())
 
         idle = (data["effective_config"] or {}).get("devices", [{}])
         cfg_dev = next((d for d in idle if d.get("name") == "cpu"), {}) if isinstance(idle, list) else {}
