@@ -240,9 +240,10 @@ std::optional<std::pair<int, int>> parse_hours(const std::string& text) {
 }
 
 void parse_probing(Checker& check, const toml::table& table, ProbingConfig& probing) {
-  check.warn_unknown(table, "probing.",
-                     {"enabled", "idle_seconds", "hours", "max_joules_per_day", "max_model_age_hours", "target_sigma",
-                      "threads", "warmup_steps", "steps_per_repetition", "repetitions", "refit_every", "worker"});
+  check.warn_unknown(
+      table, "probing.",
+      {"enabled", "idle_seconds", "hours", "max_joules_per_day", "max_model_age_hours", "target_sigma", "threads",
+       "warmup_steps", "steps_per_repetition", "reading_seconds", "repetitions", "refit_every", "worker"});
   if (const toml::node* enabled = table.get("enabled")) {
     if (auto value = enabled->value<bool>())
       probing.enabled = *value;
@@ -270,6 +271,8 @@ void parse_probing(Checker& check, const toml::table& table, ProbingConfig& prob
       static_cast<int>(check.integer_in(table, "warmup_steps", "probing.warmup_steps", 0, 10000, probing.warmup_steps));
   probing.steps_per_repetition = static_cast<int>(check.integer_in(
       table, "steps_per_repetition", "probing.steps_per_repetition", 1, 100000, probing.steps_per_repetition));
+  probing.reading_seconds =
+      check.positive(table, "reading_seconds", "probing.reading_seconds", probing.reading_seconds, true);
   probing.repetitions =
       static_cast<int>(check.integer_in(table, "repetitions", "probing.repetitions", 1, 1000, probing.repetitions));
   probing.refit_every = static_cast<std::size_t>(check.integer_in(table, "refit_every", "probing.refit_every", 1,

@@ -228,10 +228,15 @@ void ProbeService::start(const std::vector<config::DeviceConfig>& devices, Store
         sample.features = detail.value("features", std::map<std::string, double>{});
         sample.joules_per_step = row.joules_per_step;
         sample.seconds_per_step = row.seconds_per_step;
+        auto target = parse_target(detail.value("target", json::object()));
+        // The layer's counts (its work, which the kind's prior scales with) follow from its target.
+        if (target) {
+          if (auto plan = estimator::plan_probe(*target)) sample.cost = plan->analyzed.cost;
+        }
         if (device->learning->add_sample(sample)) ++device->samples;
         for (const auto& network : detail.value("networks", json::array()))
           device->learning->add_network(network.value("flops", 0.0), network.value("joules_per_step", 0.0));
-        if (auto target = parse_target(detail.value("target", json::object()))) device->planner->mark_probed(*target);
+        if (target) device->planner->mark_probed(*target);
       }
       device->samples_at_fit = device->samples;
       spdlog::info("device {}: {} stored probe samples resume its model ({})", config.name, device->samples,
@@ -512,6 +517,7 @@ void ProbeService::start_probe(Device& device) {
   request.batch_size = plan->target.batch_size;
   request.warmup_steps = options_.probing.warmup_steps;
   request.steps_per_repetition = options_.probing.steps_per_repetition;
+  request.min_reading_seconds = options_.probing.reading_seconds;
   request.repetitions = options_.probing.repetitions;
   request.meter = device.config.meter;
   request.idle_watts = device.config.idle_watts;

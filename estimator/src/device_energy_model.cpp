@@ -1,5 +1,6 @@
 #include "joule/estimator/device_energy_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -29,7 +30,16 @@ json to_json(const Uncertain& value) { return {{"mean", value.mean}, {"std", val
 constexpr const char* kBlockedFeatures[] = {"in_channels", "out_channels", "in_features", "out_features",
                                             "hidden_size", "embed_dim", "d_model"};
 
+// How strongly the prior's slope is pulled towards 1, in units of Σ(log work − mean)²: with
+// two or three samples a few-fold apart the slope stays near proportional; many samples spread
+// over orders of magnitude decide it themselves.
+constexpr double kSlopePrior = 1.0;
+
 }  // namespace
+
+double layer_work(const LayerCost& cost) {
+  return cost.forward_flops + cost.backward_flops + kFlopsPerByte * (cost.activation_bytes + cost.parameter_bytes);
+}
 
 json to_json(const Estimate& estimate) {
   json layers = json::array();
@@ -40,7 +50,8 @@ json to_json(const Estimate& estimate) {
                       {"joules_per_step", to_json(layer.joules_per_step)},
                       {"seconds_per_step", to_json(layer.seconds_per_step)},
                       {"flops_per_step", layer.flops_per_step},
-                      {"extrapolated", layer.extrapolated}});
+                      {"extrapolated", layer.extrapolated},
+                      {"sparse", layer.sparse}});
   }
   return {{"device", estimate.device},
           {"method", estimate.method},
@@ -114,10 +125,73 @@ bool DeviceEnergyModel::add_sample(const LayerSample& sample) {
   }
   KeyModel& model = models_[sample.key.name()];
   if (model.names.empty()) model.names = feature_names(sample.features);
+  const bool work_known = model.x.empty() || model.work_known();
   model.x.push_back(feature_vector(sample.features, model.names));
   model.log_joules.push_back(std::log(sample.joules_per_step));
   model.log_seconds.push_back(std::log(sample.seconds_per_step));
+  const double work = layer_work(sample.cost);
+  if (work_known && work > 0.0) {
+    model.log_work.push_back(std::log(work));
+  } else {
+    model.log_work.clear();  // one sample without its work: no prior for this key
+    model.energy_prior.reset();
+    model.time_prior.reset();
+  }
   return true;
+}
+
+DeviceEnergyModel::LogLinear DeviceEnergyModel::fit_prior(const std::vector<double>& log_work,
+                                                          const std::vector<double>& log_y) {
+  // min Σ (y − a − b u)² + λ (b − 1)²: centring u separates a from b.
+  const auto n = static_cast<double>(log_work.size());
+  double u_mean = 0.0, y_mean = 0.0;
+  for (std::size_t i = 0; i < log_work.size(); ++i) {
+    u_mean += log_work[i] / n;
+    y_mean += log_y[i] / n;
+  }
+  double suu = 0.0, suy = 0.0;
+  for (std::size_t i = 0; i < log_work.size(); ++i) {
+    suu += (log_work[i] - u_mean) * (log_work[i] - u_mean);
+    suy += (log_work[i] - u_mean) * (log_y[i] - y_mean);
+  }
+  LogLinear prior;
+  // A layer never costs less for more work, nor more than quadratically.
+  prior.slope = std::clamp((suy + kSlopePrior) / (suu + kSlopePrior), 0.0, 2.0);
+  prior.intercept = y_mean - prior.slope * u_mean;
+  for (std::size_t i = 0; i < log_work.size(); ++i) {
+    const double r = log_y[i] - prior(log_work[i]);
+    prior.residual_variance += r * r / n;
+  }
+  return prior;
+}
+
+namespace {
+
+// The spread of a prior used alone: kSparseSigma, or more where its samples already disagree.
+double sparse_variance(double residual_variance) { return kSparseSigma * kSparseSigma + residual_variance; }
+
+}  // namespace
+
+DeviceEnergyModel::LogPrediction DeviceEnergyModel::predict_energy(const KeyModel& model, const Eigen::VectorXd& x,
+                                                                   double log_work) {
+  const double prior = model.energy_prior ? (*model.energy_prior)(log_work) : 0.0;
+  if (model.energy) {
+    const auto p = model.energy->predict(x);
+    return {prior + p.mean, p.variance, p.variance_with_noise, false};
+  }
+  const double variance = sparse_variance(model.energy_prior->residual_variance);
+  return {prior, variance, variance, true};
+}
+
+DeviceEnergyModel::LogPrediction DeviceEnergyModel::predict_time(const KeyModel& model, const Eigen::VectorXd& x,
+                                                                 double log_work) {
+  const double prior = model.time_prior ? (*model.time_prior)(log_work) : 0.0;
+  if (model.time) {
+    const auto p = model.time->predict(x);
+    return {prior + p.mean, p.variance, p.variance_with_noise, false};
+  }
+  const double variance = sparse_variance(model.time_prior->residual_variance);
+  return {prior, variance, variance, true};
 }
 
 void DeviceEnergyModel::add_network(double flops_per_step, double joules_per_step) {
@@ -128,12 +202,23 @@ void DeviceEnergyModel::add_network(double flops_per_step, double joules_per_ste
 
 Status DeviceEnergyModel::fit(const GpFitOptions& options, std::size_t min_samples) {
   for (auto& [name, model] : models_) {
+    if (model.work_known()) {
+      model.energy_prior = fit_prior(model.log_work, model.log_joules);
+      model.time_prior = fit_prior(model.log_work, model.log_seconds);
+    }
     if (model.x.size() < min_samples) continue;
     const auto n = static_cast<Eigen::Index>(model.x.size());
     Eigen::MatrixXd X(n, static_cast<Eigen::Index>(model.names.size()));
     for (Eigen::Index i = 0; i < n; ++i) X.row(i) = model.x[static_cast<std::size_t>(i)].transpose();
-    const Eigen::VectorXd energy = Eigen::Map<const Eigen::VectorXd>(model.log_joules.data(), n);
-    const Eigen::VectorXd time = Eigen::Map<const Eigen::VectorXd>(model.log_seconds.data(), n);
+    Eigen::VectorXd energy = Eigen::Map<const Eigen::VectorXd>(model.log_joules.data(), n);
+    Eigen::VectorXd time = Eigen::Map<const Eigen::VectorXd>(model.log_seconds.data(), n);
+    if (model.energy_prior) {
+      for (Eigen::Index i = 0; i < n; ++i) {
+        const double u = model.log_work[static_cast<std::size_t>(i)];
+        energy[i] -= (*model.energy_prior)(u);
+        time[i] -= (*model.time_prior)(u);
+      }
+    }
     GaussianProcess energy_gp;
     if (auto s = energy_gp.fit(X, energy, options); !s)
       return make_error(s.error().code, fmt::format("{}: energy model: {}", name, s.error().message));
@@ -148,10 +233,11 @@ Status DeviceEnergyModel::fit(const GpFitOptions& options, std::size_t min_sampl
 
 double DeviceEnergyModel::uncertainty(const LayerKey& key, const AnalyzedLayer& layer, std::int64_t batch_size) const {
   const auto it = models_.find(key.name());
-  if (it == models_.end() || !it->second.energy) return std::numeric_limits<double>::infinity();
+  if (it == models_.end() || !it->second.usable()) return std::numeric_limits<double>::infinity();
   auto features = layer.features;
   features["batch_size"] = static_cast<double>(batch_size);
-  return std::sqrt(it->second.energy->predict(feature_vector(features, it->second.names)).variance);
+  const auto x = feature_vector(features, it->second.names);
+  return std::sqrt(predict_energy(it->second, x, std::log(std::max(layer_work(layer.cost), 1.0))).variance);
 }
 
 Result<Estimate> DeviceEnergyModel::estimate(const ModelSpec& model, const TrainingConfig& training) const {
@@ -169,7 +255,7 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
     const auto& key = keys[i];
     if (key.position != LayerPosition::output && is_free_layer((*layers)[i])) continue;
     const auto it = models_.find(key.name());
-    if ((it == models_.end() || !it->second.energy) &&
+    if ((it == models_.end() || !it->second.usable()) &&
         std::find(missing.begin(), missing.end(), key.name()) == missing.end())
       missing.push_back(key.name());
   }
@@ -189,9 +275,11 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
   struct Predicted {
     const KeyModel* model;
     Eigen::VectorXd x;
-    GpPrediction energy;
-    GpPrediction time;
+    double log_work;
+    LogPrediction energy;
+    LogPrediction time;
   };
+  std::vector<std::string> sparse_keys;
   std::vector<Predicted> predictions;  // distinct layers of this network: a handful
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const auto& layer = (*layers)[i];
@@ -206,15 +294,18 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
     std::string key_name = keys[i].name();
     const auto& km = models_.at(key_name);
     Eigen::VectorXd x = feature_vector(layer.features, km.names, static_cast<double>(training.batch_size));
+    const double log_work = std::log(std::max(layer_work(layer.cost), 1.0));
     // Deep networks repeat the same block: predict each distinct (model, input) once.
-    auto cached = std::find_if(predictions.begin(), predictions.end(),
-                               [&](const Predicted& p) { return p.model == &km && p.x == x; });
+    auto cached = std::find_if(predictions.begin(), predictions.end(), [&](const Predicted& p) {
+      return p.model == &km && p.x == x && p.log_work == log_work;
+    });
     if (cached == predictions.end()) {
-      predictions.push_back(Predicted{&km, x, km.energy->predict(x), km.time->predict(x)});
+      predictions.push_back(
+          Predicted{&km, x, log_work, predict_energy(km, x, log_work), predict_time(km, x, log_work)});
       cached = std::prev(predictions.end());
     }
-    const GpPrediction& energy = cached->energy;
-    const GpPrediction& time = cached->time;
+    const LogPrediction& energy = cached->energy;
+    const LogPrediction& time = cached->time;
     LayerEstimate estimate;
     estimate.index = layer.index;
     estimate.type = layer.type;
@@ -226,6 +317,9 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
     estimate.seconds_per_step = log_normal(time.mean, time.variance_with_noise);
     estimate.flops_per_step = layer.cost.forward_flops + layer.cost.backward_flops;
     estimate.extrapolated = std::sqrt(energy.variance) > kExtrapolationSigma;
+    estimate.sparse = energy.sparse;
+    if (estimate.sparse && std::find(sparse_keys.begin(), sparse_keys.end(), estimate.key) == sparse_keys.end())
+      sparse_keys.push_back(estimate.key);
     if (estimate.extrapolated) {
       out.warnings.push_back(fmt::format("layer {} {}: far from every probed configuration; its share is uncertain",
                                          layer.index, layer.type));
@@ -236,6 +330,12 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
     seconds_var += estimate.seconds_per_step.std * estimate.seconds_per_step.std;
     flops += estimate.flops_per_step;
     out.layers.push_back(std::move(estimate));
+  }
+  for (const auto& key : sparse_keys) {
+    out.warnings.push_back(
+        fmt::format("{}: {} probe sample(s), too few for its GP; estimated from the layers' work "
+                    "(FLOPs and bytes) scaled by them, ±{:.0f} % at one σ",
+                    key, models_.at(key).x.size(), 100.0 * std::expm1(kSparseSigma)));
   }
   out.joules_per_step.std = std::sqrt(step_var);
   const double steps = static_cast<double>(out.steps);
@@ -260,6 +360,12 @@ json DeviceEnergyModel::save() const {
     json x = json::array();
     for (const auto& row : model.x) x.push_back(std::vector<double>(row.data(), row.data() + row.size()));
     json entry = {{"names", model.names}, {"x", x}, {"log_joules", model.log_joules}, {"log_seconds", model.log_seconds}};
+    if (model.work_known()) entry["log_work"] = model.log_work;
+    auto prior_json = [](const LogLinear& p) {
+      return json{{"intercept", p.intercept}, {"slope", p.slope}, {"residual_variance", p.residual_variance}};
+    };
+    if (model.energy_prior && model.time_prior)
+      entry["prior"] = {{"energy", prior_json(*model.energy_prior)}, {"time", prior_json(*model.time_prior)}};
     if (model.energy) entry["energy"] = model.energy->save();
     if (model.time) entry["time"] = model.time->save();
     models[name] = entry;
@@ -276,6 +382,14 @@ std::optional<std::string> DeviceEnergyModel::inconsistency(const KeyModel& mode
     if (x.size() != features) return fmt::format("a row of x has {} values for {} names", x.size(), features);
   // estimate() checks only the energy GP and then predicts with both.
   if (model.energy.has_value() != model.time.has_value()) return "it has an energy GP or a time GP, not both";
+  if (model.energy_prior.has_value() != model.time_prior.has_value()) return "it has one prior, not both";
+  if (!model.log_work.empty() && model.log_work.size() != model.x.size()) return "log_work and x differ in length";
+  if (model.energy_prior && !model.work_known()) return "it has a prior but not the work of every sample";
+  for (const auto* prior : {&model.energy_prior, &model.time_prior}) {
+    if (*prior && (!std::isfinite((*prior)->intercept) || !std::isfinite((*prior)->slope) ||
+                   !std::isfinite((*prior)->residual_variance) || (*prior)->residual_variance < 0.0))
+      return "a prior is not finite";
+  }
   for (const auto* gp : {&model.energy, &model.time}) {
     if (*gp && (*gp)->dimensions() != features)
       return fmt::format("a GP has {} inputs for {} names", (*gp)->dimensions(), features);
@@ -298,6 +412,15 @@ Result<DeviceEnergyModel> DeviceEnergyModel::load(const json& in) {
       }
       model.log_joules = entry.at("log_joules").get<std::vector<double>>();
       model.log_seconds = entry.at("log_seconds").get<std::vector<double>>();
+      if (entry.contains("log_work")) model.log_work = entry["log_work"].get<std::vector<double>>();
+      if (entry.contains("prior")) {
+        auto prior = [](const json& p) {
+          return LogLinear{p.at("intercept").get<double>(), p.at("slope").get<double>(),
+                           p.at("residual_variance").get<double>()};
+        };
+        model.energy_prior = prior(entry["prior"].at("energy"));
+        model.time_prior = prior(entry["prior"].at("time"));
+      }
       if (entry.contains("energy")) {
         auto gp = GaussianProcess::load(entry["energy"]);
         if (!gp) return gp.error();

@@ -125,7 +125,25 @@ double distance_to_nearest(const Eigen::VectorXd& point, const std::vector<Eigen
   return nearest;
 }
 
+// What a plan costs to measure, in units of one small network: the worker times each network
+// for a fixed span (its readings last at least [probing] reading_seconds), longer where one step
+// takes longer than that, so a network costs max(1, its FLOPs / kFlopsPerReading); plus the
+// worker's start.
+double plan_cost(const ProbePlan& plan) {
+  constexpr double kFlopsPerReading = 2e9;
+  constexpr double kWorkerStart = 0.5;
+  double cost = kWorkerStart;
+  for (const auto& network : plan.networks) {
+    double flops = 0.0;
+    if (auto layers = analyze_model(network, plan.target.batch_size)) flops = total_flops(*layers);
+    cost += std::max(1.0, flops / kFlopsPerReading);
+  }
+  return cost;
+}
+
 }  // namespace
+
+LayerKey planned_key(const ProbePlan& plan) { return LayerKey{model_kind(plan.analyzed), plan.target.position}; }
 
 ProbePlanner::ProbePlanner(std::vector<WorkloadItem> workload, const CampaignOptions& options, double target_sigma)
     : batch_sizes_(options.batch_sizes), seed_samples_(options.seed_samples), target_sigma_(target_sigma) {
@@ -137,6 +155,8 @@ void ProbePlanner::set_workload(std::vector<WorkloadItem> workload) {
   plans_.clear();
   ids_.clear();
   exact_.clear();
+  keys_.clear();
+  costs_.clear();
   // The workload's own configurations: each item's layers at the item's batch size.
   std::set<std::string> exact;
   for (const auto& target : candidate_targets(workload, {}, /*variations=*/false)) exact.insert(target_id(target));
@@ -145,66 +165,108 @@ void ProbePlanner::set_workload(std::vector<WorkloadItem> workload) {
     if (!plan) continue;
     ids_.push_back(target_id(target));
     exact_.push_back(exact.contains(ids_.back()));
+    keys_.push_back(planned_key(*plan).name());
+    costs_.push_back(plan_cost(*plan));
     plans_.push_back(std::move(plan).value());
   }
+  // Targets probed before (by id) keep their design points under the new plans.
+  probed_points_.clear();
+  for (std::size_t i = 0; i < plans_.size(); ++i)
+    if (probed_.contains(ids_[i])) probed_points_[keys_[i]].push_back(design_point(plans_[i]));
 }
 
 void ProbePlanner::mark_probed(const ProbeTarget& target) {
-  if (!probed_.insert(target_id(target)).second) return;
-  const std::string key = LayerKey{target.layer.type, target.position}.name();
-  ++per_key_[key];
-  for (const auto& plan : plans_) {
-    if (target_id(plan.target) == target_id(target)) {
-      probed_points_[key].push_back(design_point(plan));
-      break;
+  const std::string id = target_id(target);
+  if (!probed_.insert(id).second) return;
+  for (std::size_t i = 0; i < plans_.size(); ++i) {
+    if (ids_[i] == id) {
+      ++per_key_[keys_[i]];
+      probed_points_[keys_[i]].push_back(design_point(plans_[i]));
+      return;
     }
   }
+  // Not a candidate of this workload (an earlier one's): count it under its own key.
+  if (auto plan = plan_probe(target)) ++per_key_[planned_key(*plan).name()];
+}
+
+std::set<std::string> ProbePlanner::keys_with_unprobed_exact() const {
+  std::set<std::string> keys;
+  for (std::size_t i = 0; i < plans_.size(); ++i)
+    if (exact_[i] && !probed_.contains(ids_[i])) keys.insert(keys_[i]);
+  return keys;
+}
+
+std::size_t ProbePlanner::probes_of(const std::string& key) const {
+  const auto it = per_key_.find(key);
+  return it == per_key_.end() ? 0 : it->second;
 }
 
 bool ProbePlanner::seeding() const {
   for (std::size_t i = 0; i < plans_.size(); ++i) {
     if (probed_.contains(ids_[i])) continue;
-    const auto it = per_key_.find(LayerKey{plans_[i].target.layer.type, plans_[i].target.position}.name());
-    if (it == per_key_.end() || it->second < seed_samples_) return true;
+    if (probes_of(keys_[i]) < seed_samples_) return true;
   }
   return false;
 }
 
 std::optional<ProbePlan> ProbePlanner::next(const DeviceEnergyModel& model) const {
-  // Seed phase: the key with the fewest probes below seed_samples gets the candidate farthest
-  // from what it has (maximin), which spreads the first samples over the space.
+  // Seed phase, breadth first: the key with the fewest probes below seed_samples gets a probe,
+  // so every kind the workload needs has one sample (and its prior: an estimate) before any has
+  // two. Seeds are the workload's own configurations while the key has unprobed ones, then its
+  // variations: the first the medoid of them (the one nearest all the others), the next ones
+  // the farthest from what the key has (maximin). Seeds drawn from the variations from the
+  // start went to the extremes (twice the width at batch 128), costing minutes each and pulling
+  // the model towards configurations nobody runs.
+  const auto with_exact = keys_with_unprobed_exact();
+  auto seed_candidate = [&](std::size_t i) { return exact_[i] || !with_exact.contains(keys_[i]); };
   std::optional<std::size_t> seed_pick;
   std::size_t fewest = seed_samples_;
-  double farthest = -1.0;
+  double best_seed = -std::numeric_limits<double>::infinity();
+  std::map<std::string, std::vector<Eigen::VectorXd>> exact_points;  // per key, for medoids
   for (std::size_t i = 0; i < plans_.size(); ++i) {
-    if (probed_.contains(ids_[i])) continue;
-    const std::string key = LayerKey{plans_[i].target.layer.type, plans_[i].target.position}.name();
-    const auto it = per_key_.find(key);
-    const std::size_t have = it == per_key_.end() ? 0 : it->second;
+    if (probed_.contains(ids_[i]) || !seed_candidate(i)) continue;
+    const std::size_t have = probes_of(keys_[i]);
     if (have >= seed_samples_ || have > fewest) continue;
-    const auto points = probed_points_.find(key);
-    const double distance = points == probed_points_.end()
-                                ? std::numeric_limits<double>::max() - static_cast<double>(i)  // first: keep order
-                                : distance_to_nearest(design_point(plans_[i]), points->second);
-    if (have < fewest || distance > farthest) {
+    const auto points = probed_points_.find(keys_[i]);
+    double score = 0.0;
+    if (points == probed_points_.end() || points->second.empty()) {
+      auto& others = exact_points[keys_[i]];
+      if (others.empty()) {
+        for (std::size_t j = 0; j < plans_.size(); ++j)
+          if (keys_[j] == keys_[i] && seed_candidate(j) && !probed_.contains(ids_[j]))
+            others.push_back(design_point(plans_[j]));
+      }
+      const auto here = design_point(plans_[i]);
+      double total = 0.0;
+      for (const auto& other : others)
+        if (other.size() == here.size()) total += (other - here).norm();
+      score = -total;
+    } else {
+      score = distance_to_nearest(design_point(plans_[i]), points->second);
+    }
+    if (have < fewest || score > best_seed) {
       fewest = have;
-      farthest = distance;
+      best_seed = score;
       seed_pick = i;
     }
   }
   if (seed_pick) return plans_[*seed_pick];
 
+  // Then the most valuable probe per unit of cost: latent σ × sqrt(workload weight of its key)
+  // × the bonus of an exact configuration, over sqrt(cost) (a probe twice as long must be worth
+  // more than one cheap one, but not twice: the costly configurations are the workload's big
+  // layers, which carry most of its energy).
   double best_score = -1.0;
   std::optional<std::size_t> best;
   for (std::size_t i = 0; i < plans_.size(); ++i) {
     if (probed_.contains(ids_[i])) continue;
     const auto& plan = plans_[i];
-    const LayerKey key{plan.target.layer.type, plan.target.position};
-    double sigma = model.uncertainty(key, plan.analyzed, plan.target.batch_size);
+    double sigma = model.uncertainty(planned_key(plan), plan.analyzed, plan.target.batch_size);
     if (!std::isfinite(sigma)) sigma = 10.0;
     if (sigma < target_sigma_) continue;
-    const auto weight = weight_.find(key.name());
-    const double score = sigma * std::sqrt(weight == weight_.end() ? 1.0 : weight->second) * (exact_[i] ? kExactBonus : 1.0);
+    const auto weight = weight_.find(keys_[i]);
+    const double score = sigma * std::sqrt(weight == weight_.end() ? 1.0 : weight->second) *
+                         (exact_[i] ? kExactBonus : 1.0) / std::sqrt(costs_[i]);
     if (score > best_score) {
       best_score = score;
       best = i;
@@ -219,9 +281,7 @@ double ProbePlanner::worst_uncertainty(const DeviceEnergyModel& model) const {
   for (std::size_t i = 0; i < plans_.size(); ++i) {
     if (probed_.contains(ids_[i])) continue;
     const auto& plan = plans_[i];
-    worst = std::max(worst,
-                     model.uncertainty(LayerKey{plan.target.layer.type, plan.target.position}, plan.analyzed,
-                                       plan.target.batch_size));
+    worst = std::max(worst, model.uncertainty(planned_key(plan), plan.analyzed, plan.target.batch_size));
   }
   return worst;
 }

@@ -19,10 +19,13 @@ std::vector<LayerSpec> head_on(const std::vector<std::int64_t>& shape, int class
   return head;
 }
 
-// A shape-preserving layer with parameters, so the next layer computes its input gradient.
+// A shape-preserving layer with parameters, so the next layer computes its input gradient. A
+// normalisation, whose cost is linear in the tensor: a 1×1 convolution or a square linear layer
+// costs C² per position, and on wide inputs (6,144 features, batch 128) it made one probe last
+// minutes while adding only noise to the subtraction.
 LayerSpec reference_layer(const std::vector<std::int64_t>& shape) {
-  if (shape.size() == 3) return make_layer("conv2d", {{"out_channels", shape[0]}, {"kernel_size", 1}});
-  return make_layer("linear", {{"out_features", shape.back()}});
+  if (shape.size() == 3) return make_layer("batchnorm2d");
+  return make_layer("layernorm");
 }
 
 ModelSpec network(const std::vector<std::int64_t>& input_shape, const std::string& dtype,

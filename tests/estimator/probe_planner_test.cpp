@@ -1,4 +1,5 @@
-// The probe planner: space-filling seeds, variance-driven picks, a stop when the model is sure.
+// The probe planner: seeds from the workload's own configurations, then space-filling ones,
+// variance-per-cost picks, a stop when the model is sure.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -16,7 +17,7 @@ ModelSpec mlp() {
                            "/model");
 }
 
-std::string key_of(const ProbePlan& plan) { return LayerKey{plan.target.layer.type, plan.target.position}.name(); }
+std::string key_of(const ProbePlan& plan) { return planned_key(plan).name(); }
 
 TEST(ProbePlannerTest, seeds_every_needed_kind_and_position_before_variance_picks) {
   CampaignOptions options;
@@ -91,8 +92,7 @@ TEST(ProbePlannerTest, stops_once_the_model_is_sure_enough_where_the_workload_ne
   while (tight.seeding()) tight.mark_probed(tight.next(model)->target);
   EXPECT_TRUE(tight.next(model));
   const auto next = tight.next(model);
-  EXPECT_LT(model.uncertainty(LayerKey{next->target.layer.type, next->target.position}, next->analyzed,
-                              next->target.batch_size),
+  EXPECT_LT(model.uncertainty(planned_key(*next), next->analyzed, next->target.batch_size),
             5.0);  // what the loose planner refused to probe
 }
 
@@ -102,19 +102,64 @@ TEST(ProbePlannerTest, stops_once_the_model_is_sure_enough_where_the_workload_ne
 namespace joule::estimator {
 namespace {
 
-TEST(ProbePlannerTest, after_the_seeds_the_workloads_own_configurations_come_first_at_equal_doubt) {
+TEST(ProbePlannerTest, seeds_are_the_workloads_own_configurations_breadth_first) {
   CampaignOptions options;
   options.seed_samples = 1;
   ProbePlanner planner({WorkloadItem{mlp(), 48}}, options);  // 48: a batch size no variation uses
-  DeviceEnergyModel model("cpu", "simulated");  // no GP: every candidate equally unsure
-  while (planner.seeding()) planner.mark_probed(planner.next(model)->target);
-  const auto plan = planner.next(model);
-  ASSERT_TRUE(plan);
-  EXPECT_EQ(plan->target.batch_size, 48);
-  const auto& args = plan->target.layer.args;
-  if (args.contains("out_features") && plan->target.position != LayerPosition::output) {
-    EXPECT_EQ(args["out_features"], 128);
+  DeviceEnergyModel model("cpu", "simulated");
+  std::set<std::string> keys;
+  while (planner.seeding()) {
+    const auto plan = planner.next(model);
+    ASSERT_TRUE(plan);
+    EXPECT_TRUE(keys.insert(key_of(*plan)).second) << "a key seeded twice before every key had one";
+    EXPECT_EQ(plan->target.batch_size, 48);
+    const auto& args = plan->target.layer.args;
+    if (args.contains("out_features") && plan->target.position != LayerPosition::output) {
+      EXPECT_EQ(args["out_features"], 128);
+    }
+    planner.mark_probed(plan->target);
   }
+  EXPECT_EQ(keys.size(), 3u);
+}
+
+TEST(ProbePlannerTest, a_keys_first_seed_is_the_medoid_of_its_configurations) {
+  // Three linear@hidden layers of 64, 256 and 1024 features: the middle one seeds first.
+  auto spec = parse_model_spec(nlohmann::json::parse(R"({"input": {"shape": [128]}, "layers": [
+      {"type": "linear", "out_features": 128}, {"type": "linear", "out_features": 64},
+      {"type": "linear", "out_features": 256}, {"type": "linear", "out_features": 1024},
+      {"type": "linear", "out_features": 10}]})"),
+                               "/model");
+  ASSERT_TRUE(spec);
+  ProbePlanner planner({WorkloadItem{*spec, 32}}, CampaignOptions{});
+  DeviceEnergyModel model("cpu", "simulated");
+  while (auto plan = planner.next(model)) {
+    if (key_of(*plan) == "linear@hidden") {
+      EXPECT_EQ(plan->target.layer.args["out_features"], 256) << plan->target.input_shape[0];
+      break;
+    }
+    planner.mark_probed(plan->target);
+  }
+}
+
+TEST(ProbePlannerTest, grouped_convolutions_seed_a_model_of_their_own) {
+  auto spec = parse_model_spec(nlohmann::json::parse(R"({"input": {"shape": [16, 8, 8]}, "layers": [
+      {"type": "conv2d", "out_channels": 16, "kernel_size": 3, "padding": 1},
+      {"type": "conv2d", "out_channels": 16, "kernel_size": 3, "padding": 1, "groups": 16},
+      {"type": "flatten"}, {"type": "linear", "out_features": 10}]})"),
+                               "/model");
+  ASSERT_TRUE(spec);
+  CampaignOptions options;
+  options.seed_samples = 1;
+  ProbePlanner planner({WorkloadItem{*spec, 32}}, options);
+  DeviceEnergyModel model("cpu", "simulated");
+  std::set<std::string> keys;
+  while (planner.seeding()) {
+    const auto plan = planner.next(model);
+    ASSERT_TRUE(plan);
+    keys.insert(key_of(*plan));
+    planner.mark_probed(plan->target);
+  }
+  EXPECT_EQ(keys, (std::set<std::string>{"conv2d@input", "conv2d_grouped@hidden", "linear@output"}));
 }
 
 }  // namespace

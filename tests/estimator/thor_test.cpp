@@ -149,3 +149,109 @@ TEST(DeviceEnergyModelTest, a_probe_campaign_estimates_an_unmeasured_network) {
   ASSERT_TRUE(again);
   EXPECT_NEAR(again->joules.mean, estimate->joules.mean, 1e-9 * estimate->joules.mean);
 }
+
+namespace {
+
+// A sample of a linear output layer on `features` inputs at batch 32 that cost `joules`.
+LayerSample linear_output_sample(std::int64_t features, double joules) {
+  ProbeTarget target;
+  target.layer = LayerSpec{"linear", {{"out_features", 10}}, {}, {}};
+  target.input_shape = {features};
+  target.batch_size = 32;
+  target.position = LayerPosition::output;
+  auto plan = plan_probe(target);
+  EXPECT_TRUE(plan);
+  LayerSample sample;
+  sample.key = LayerKey{"linear", LayerPosition::output};
+  sample.features = plan->analyzed.features;
+  sample.features["batch_size"] = 32;
+  sample.cost = plan->analyzed.cost;
+  sample.joules_per_step = joules;
+  sample.seconds_per_step = joules / 10.0;
+  return sample;
+}
+
+ModelSpec linear_classifier(std::int64_t features) {
+  ModelSpec spec;
+  spec.input_shape = {features};
+  spec.layers = {LayerSpec{"linear", {{"out_features", 10}}, {}, {}}};
+  return spec;
+}
+
+double work_of(std::int64_t features) {
+  auto layers = analyze_model(linear_classifier(features), 32);
+  return layer_work(layers->front().cost);
+}
+
+TrainingConfig one_step() {
+  TrainingConfig training;
+  training.batch_size = 32;
+  training.samples_per_epoch = 32;
+  return training;
+}
+
+}  // namespace
+
+TEST(DeviceEnergyModelTest, one_sample_estimates_by_work_with_a_wide_spread_and_says_so) {
+  DeviceEnergyModel model("cpu", "rapl");
+  ASSERT_TRUE(model.add_sample(linear_output_sample(256, 0.01)));
+  ASSERT_TRUE(model.fit());
+  auto estimate = model.estimate(linear_classifier(1024), one_step());
+  ASSERT_TRUE(estimate) << estimate.error().message;
+  ASSERT_EQ(estimate->layers.size(), 1u);
+  EXPECT_TRUE(estimate->layers[0].sparse);
+  // One sample: the prior is proportional to work, the median exactly the sample scaled by it.
+  const double median = 0.01 * work_of(1024) / work_of(256);
+  EXPECT_NEAR(estimate->joules_per_step.mean / median, std::exp(kSparseSigma * kSparseSigma / 2.0), 1e-6);
+  EXPECT_NEAR(estimate->joules_per_step.std / estimate->joules_per_step.mean, std::sqrt(std::expm1(0.25)), 1e-6);
+  ASSERT_FALSE(estimate->warnings.empty());
+  EXPECT_NE(estimate->warnings.back().find("linear@output: 1 probe sample(s)"), std::string::npos)
+      << estimate->warnings.back();
+  EXPECT_EQ(to_json(*estimate)["layers"][0]["sparse"], true);
+}
+
+TEST(DeviceEnergyModelTest, far_from_its_samples_a_kind_scales_with_work_not_towards_their_mean) {
+  // Energy proportional to work (±1 %): a GP with a constant mean would pull a layer 16 times
+  // the largest probed one back towards the probes' average; the prior carries it.
+  DeviceEnergyModel model("cpu", "rapl");
+  const double per_work = 2e-10;
+  int i = 0;
+  for (std::int64_t features : {32, 48, 64, 96, 128, 192, 256}) {
+    const double wobble = 1.0 + 0.01 * ((i++ % 3) - 1);
+    ASSERT_TRUE(model.add_sample(linear_output_sample(features, per_work * work_of(features) * wobble)));
+  }
+  GpFitOptions options;
+  options.restarts = 1;
+  ASSERT_TRUE(model.fit(options));
+  auto estimate = model.estimate(linear_classifier(4096), one_step());
+  ASSERT_TRUE(estimate) << estimate.error().message;
+  EXPECT_FALSE(estimate->layers[0].sparse);
+  EXPECT_NEAR(estimate->joules_per_step.mean / (per_work * work_of(4096)), 1.0, 0.1);
+
+  auto loaded = DeviceEnergyModel::load(model.save());
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  auto again = loaded->estimate(linear_classifier(4096), one_step());
+  ASSERT_TRUE(again);
+  EXPECT_NEAR(again->joules_per_step.mean, estimate->joules_per_step.mean, 1e-9 * estimate->joules_per_step.mean);
+}
+
+TEST(DeviceEnergyModelTest, a_saved_prior_without_the_work_of_its_samples_is_refused) {
+  DeviceEnergyModel model("cpu", "rapl");
+  ASSERT_TRUE(model.add_sample(linear_output_sample(256, 0.01)));
+  ASSERT_TRUE(model.fit());
+  auto saved = model.save();
+  saved["models"]["linear@output"].erase("log_work");
+  auto loaded = DeviceEnergyModel::load(saved);
+  ASSERT_FALSE(loaded);
+  EXPECT_NE(loaded.error().message.find("work"), std::string::npos) << loaded.error().message;
+}
+
+TEST(DeviceEnergyModelTest, a_sample_without_its_counts_leaves_its_kind_without_a_prior) {
+  // Samples restored from rows that lost their target: the kind waits for a GP, as before priors.
+  DeviceEnergyModel model("cpu", "rapl");
+  auto sample = linear_output_sample(256, 0.01);
+  sample.cost = LayerCost{};
+  ASSERT_TRUE(model.add_sample(sample));
+  ASSERT_TRUE(model.fit());
+  EXPECT_FALSE(model.estimate(linear_classifier(256), one_step()));
+}

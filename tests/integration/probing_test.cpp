@@ -28,7 +28,8 @@ std::string config(const std::string& probing) {
   return "[[devices]]\nname = \"cpu\"\nmeter = \"modelled\"\n\n[probing]\n" + probing;
 }
 // Probes of a fraction of a second, a refit every other probe: a model within seconds.
-const std::string kQuick = "warmup_steps = 2\nsteps_per_repetition = 3\nrepetitions = 3\nrefit_every = 2\n";
+const std::string kQuick =
+    "warmup_steps = 2\nsteps_per_repetition = 3\nreading_seconds = 0.02\nrepetitions = 3\nrefit_every = 2\n";
 const std::string kLearn = "idle_seconds = 0\n" + kQuick;
 
 // A temp state directory shared by a daemon and its restart, removed however the test ends.

@@ -69,8 +69,10 @@ Status check_device(const std::string& device) {
 }
 
 double default_min_reading_seconds(std::string_view source) {
-  if (source == "rapl") return 0.2;      // updated every ~1 ms; 61 µJ units
-  if (source == "modelled") return 0.05;  // process CPU clock: nanoseconds
+  // RAPL is updated every ~1 ms in 61 µJ units and the modelled meter reads the process's CPU
+  // clock, but a reading also averages what the machine does meanwhile (other processes, cache
+  // and frequency changes): a quarter second keeps one reading's spread within a few per cent.
+  if (source == "rapl" || source == "modelled") return 0.25;
   return 2.0;  // nvml, ina3221, hwmon, battery: power or energy updated every 10-100 ms or slower
 }
 
@@ -94,7 +96,8 @@ Result<ProbeResult> run_probe(const ProbeRequest& request, adapters::EnergyMeter
   std::vector<torch::Tensor> last_loss(sessions.size());
   std::vector<int> steps_per_reading(sessions.size(), request.steps_per_repetition);
   for (std::size_t i = 0; i < sessions.size(); ++i) {
-    const int timed = std::max(1, std::min(5, request.warmup_steps));
+    // The first step allocates what the later ones reuse: it is never timed when there are more.
+    const int timed = std::max(1, std::min(5, request.warmup_steps - 1));
     for (int step = 0; step < request.warmup_steps - timed; ++step) last_loss[i] = sessions[i].step();
     synchronize(device);
     const auto before = Clock::now();

@@ -7,8 +7,10 @@
 //  * the process pins glibc malloc's thresholds before anything allocates (pin_allocator);
 //  * threads are set explicitly: ATen intra-op = `threads`, inter-op = 1, OpenBLAS = `threads`
 //    (ATen does not set OpenBLAS's own pool, which otherwise uses every core);
-//  * each network gets `warmup_steps` unmetered steps, then `repetitions` rounds run every
-//    network for `steps_per_repetition` steps in turn; each block is one reading of the meter
+//  * each network gets `warmup_steps` unmetered steps (all but the first timed, to size the
+//    readings), then `repetitions` rounds run every network in turn for as many steps as make
+//    a reading last `min_reading_seconds`, at least `steps_per_repetition`; each block is one
+//    reading of the meter
 //    and of CLOCK_MONOTONIC (a GPU is synchronised before each reading);
 //  * a network's figures are the medians of its readings; spreads are (max − min) / median.
 

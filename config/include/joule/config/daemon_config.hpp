@@ -41,12 +41,13 @@ struct ProbingConfig {
   double idle_seconds = 60.0;       ///< the device must have been idle this long first
   int start_minute = 0;             ///< allowed hours of the day, local time: [start, end)
   int end_minute = 24 * 60;
-  double max_joules_per_day = 0.0;  ///< metered probe energy per calendar day; 0 = no cap
+  double max_joules_per_day = 500e3;   ///< metered probe energy per device and calendar day; 0 = no cap
   double max_model_age_hours = 168.0;  ///< re-probe a model older than this
   double target_sigma = 0.15;       ///< stop when the model is this sure (latent σ of log J)
   int threads = 1;                  ///< threads of devices that set none (DeviceConfig::threads)
-  int warmup_steps = 10;
-  int steps_per_repetition = 20;
+  int warmup_steps = 3;
+  int steps_per_repetition = 1;  ///< at least this many steps per reading
+  double reading_seconds = 0.0;  ///< a reading lasts at least this long; 0 = what its meter needs
   int repetitions = 5;
   std::size_t refit_every = 5;      ///< refit the GPs after this many new probes
   std::filesystem::path worker;     ///< joule-worker; empty = beside the jouled binary, then $PATH

@@ -4,6 +4,14 @@
 // networks. estimate() turns a model spec and training config into joules and seconds with a
 // standard deviation, per layer and in total (THOR equation 1 times the number of steps).
 //
+// Each GP models what a work-proportional prior leaves over. The prior of a (kind, position) is
+//   log E ≈ a + b · log work,   work = FLOPs + kFlopsPerByte × (activation + parameter bytes)
+// fitted by least squares with b pulled towards 1 (ridge, kSlopePrior): far from every probe a
+// layer twice the work costs about twice the energy, where a GP with a constant mean would fall
+// back to the average of what was probed (measured: seeds probed at larger configurations than a
+// network's pulled its small layers' estimates up). A kind with fewer samples than a GP needs is
+// estimated by its prior alone, with a wide spread (kSparseSigma) and a warning saying so.
+//
 // GP inputs are the layer's configuration (layer_analysis.hpp features + batch_size) on a
 // log1p scale, plus channel counts padded to blocks of 8 and 16 (vector units and convolution
 // libraries work in such blocks; measured: 2.2× jumps at multiples of 16). The
@@ -29,6 +37,14 @@
 namespace joule::estimator {
 
 inline constexpr double kExtrapolationSigma = 0.7;
+/// Bytes moved count as this many FLOPs in a layer's work (CPUs and GPUs do a few FLOPs per byte
+/// of memory traffic in the time one byte moves: elementwise layers are bound by their bytes).
+inline constexpr double kFlopsPerByte = 4.0;
+/// Latent σ (log units) of a layer estimated by its kind's prior alone, before a GP is fitted.
+inline constexpr double kSparseSigma = 0.5;
+
+/// A layer's work in FLOP-equivalents: what the prior mean scales with.
+double layer_work(const LayerCost& cost);
 
 /// Mean and standard deviation of one quantity.
 struct Uncertain {
@@ -45,6 +61,7 @@ struct LayerEstimate {
   Uncertain seconds_per_step;
   double flops_per_step = 0.0;
   bool extrapolated = false;  ///< far from every probed configuration: wide variance
+  bool sparse = false;        ///< its kind has too few probe samples for a GP: prior alone
 };
 
 /// What one job will cost on one device.
@@ -80,11 +97,12 @@ class DeviceEnergyModel {
   bool add_sample(const LayerSample& sample);
   /// A whole probe network as measured: feeds the FLOPs baseline.
   void add_network(double flops_per_step, double joules_per_step);
-  /// (Re)fits every (kind, position) that has at least `min_samples` samples.
+  /// (Re)fits every (kind, position): its prior from any sample, its GPs from `min_samples` on.
   Status fit(const GpFitOptions& options = {}, std::size_t min_samples = 3);
 
   /// The estimate of a job; fails, saying which models are missing and how to get them, when a
-  /// layer's (kind, position) has no fitted model. No number is invented.
+  /// layer's (kind, position) has neither a GP nor a prior (never probed, or probed only before
+  /// samples carried their work). No number is invented.
   Result<Estimate> estimate(const ModelSpec& model, const TrainingConfig& training) const;
   /// The same for a network already analysed at `training.batch_size` (estimating one network
   /// on many devices analyses it once). Identical layers (same kind, position and inputs) are
@@ -92,7 +110,8 @@ class DeviceEnergyModel {
   Result<Estimate> estimate(const std::vector<AnalyzedLayer>& layers, const TrainingConfig& training) const;
 
   /// Latent standard deviation (log energy) of the model of `key` at a layer: how unsure the
-  /// model is there; +inf when there is no model. The probe planner maximises this.
+  /// model is there (kSparseSigma for a prior alone); +inf when there is no model. The probe
+  /// planner maximises this.
   double uncertainty(const LayerKey& key, const AnalyzedLayer& layer, std::int64_t batch_size) const;
 
   std::map<std::string, std::size_t> sample_counts() const;
@@ -110,14 +129,38 @@ class DeviceEnergyModel {
   static std::vector<std::string> feature_names(const std::map<std::string, double>& features);
 
  private:
+  /// log y ≈ intercept + slope · log work.
+  struct LogLinear {
+    double intercept = 0.0;
+    double slope = 1.0;
+    double residual_variance = 0.0;  ///< mean squared residual of the fit
+    double operator()(double log_work) const { return intercept + slope * log_work; }
+  };
   struct KeyModel {
     std::vector<std::string> names;
     std::vector<Eigen::VectorXd> x;
     std::vector<double> log_joules;
     std::vector<double> log_seconds;
-    std::optional<GaussianProcess> energy;
+    /// log layer_work per sample; empty once any sample came without its cost (models saved
+    /// before priors existed): such a key keeps a constant-mean GP and no prior.
+    std::vector<double> log_work;
+    std::optional<LogLinear> energy_prior;  ///< set by fit() when every sample has its work
+    std::optional<LogLinear> time_prior;
+    std::optional<GaussianProcess> energy;  ///< on log joules minus the prior (raw without one)
     std::optional<GaussianProcess> time;
+    bool work_known() const { return log_work.size() == x.size() && !x.empty(); }
+    bool usable() const { return energy.has_value() || energy_prior.has_value(); }
   };
+  /// Latent prediction (log units) of a key at an input: prior plus GP, or the prior alone.
+  struct LogPrediction {
+    double mean = 0.0;
+    double variance = 0.0;
+    double variance_with_noise = 0.0;
+    bool sparse = false;
+  };
+  static LogPrediction predict_energy(const KeyModel& model, const Eigen::VectorXd& x, double log_work);
+  static LogPrediction predict_time(const KeyModel& model, const Eigen::VectorXd& x, double log_work);
+  static LogLinear fit_prior(const std::vector<double>& log_work, const std::vector<double>& log_y);
   static std::map<std::string, double> with_padding(const std::map<std::string, double>& features);
   /// What in a loaded KeyModel does not fit together (lengths, GP inputs vs names), if anything.
   static std::optional<std::string> inconsistency(const KeyModel& model);

@@ -61,18 +61,24 @@ std::vector<ProbeTarget> candidate_targets(const std::vector<WorkloadItem>& work
 /// A stable identity of a target (layer, input, batch, position), for "already probed" sets.
 std::string target_id(const ProbeTarget& target);
 
+/// The model a plan's target belongs to (its model_kind: grouped convolutions apart).
+LayerKey planned_key(const ProbePlan& plan);
+
 /// Chooses probes one at a time for one device model, so a daemon can probe in the gaps
 /// between jobs, be pre-empted, and resume (a campaign is this planner in a loop).
 ///
-/// Seeding is space-filling: while a needed (kind, position) has fewer than `seed_samples`
-/// probes, its next probe is the candidate farthest (in the GP's log-feature space) from those
-/// already probed, so the first few samples span the configurations instead of clustering.
-/// After that the next probe maximises latent σ × sqrt(workload weight of its kind and
-/// position), counting a configuration the workload itself uses (its layer, input and batch
-/// size, not a variation) `exact_bonus` times: the estimates users ask for sum exactly those
-/// layers, and summing probes of exactly a network's layers is within a few per cent of the
-/// whole network (measured: 3.6 %), while the GP's interpolation is the larger error. Planning
-/// stops when σ is below `target_sigma` everywhere.
+/// Seeding is breadth first and drawn from the workload's own configurations: while a needed
+/// (kind, position) has fewer than `seed_samples` probes, the key with the fewest gets one, so
+/// every kind has a sample (and with it a prior, so every network an estimate) before any has
+/// two. A key's first seed is the medoid of its configurations, the next ones the farthest (in
+/// the GP's log-feature space) from those already probed. After that the next probe maximises
+/// latent σ × sqrt(workload weight of its kind and position) / sqrt(its cost), counting a
+/// configuration the workload itself uses (its layer, input and batch size, not a variation)
+/// `exact_bonus` times: the estimates users ask for sum exactly those layers, and summing probes
+/// of exactly a network's layers is within a few per cent of the whole network (measured:
+/// 3.6 %), while the GP's interpolation is the larger error. The cost is the plan's networks'
+/// measuring time in units of one small network (FLOPs beyond a reading's worth lengthen it).
+/// Planning stops when σ is below `target_sigma` everywhere.
 class ProbePlanner {
  public:
   ProbePlanner(std::vector<WorkloadItem> workload, const CampaignOptions& options, double target_sigma = 0.0);
@@ -93,17 +99,23 @@ class ProbePlanner {
   std::size_t probed_count() const { return probed_.size(); }
 
  private:
+  /// The keys that still have an unprobed configuration of the workload's own.
+  std::set<std::string> keys_with_unprobed_exact() const;
+  std::size_t probes_of(const std::string& key) const;
+
   std::vector<std::int64_t> batch_sizes_;
   std::size_t seed_samples_;
   double target_sigma_;
   static constexpr double kExactBonus = 3.0;
   std::vector<ProbePlan> plans_;
   std::vector<std::string> ids_;
-  std::vector<bool> exact_;  // the workload's own configuration, not a variation
+  std::vector<bool> exact_;                      // the workload's own configuration, not a variation
+  std::vector<std::string> keys_;                // planned_key(plans_[i]).name()
+  std::vector<double> costs_;                    // plan_cost of plans_[i]
   std::map<std::string, double> weight_;         // by LayerKey::name()
   std::set<std::string> probed_;                 // target ids
   std::map<std::string, std::size_t> per_key_;   // probes per LayerKey::name()
-  std::map<std::string, std::vector<Eigen::VectorXd>> probed_points_;  // seeds' log features
+  std::map<std::string, std::vector<Eigen::VectorXd>> probed_points_;  // probed design points per key
 };
 
 /// Runs `options.probes` probes against `meter`, adding every decomposed sample and every

@@ -13,8 +13,8 @@
 //   input:  [L, H] and [H]                         E_in(L)    = m([L, H]) − m([H])
 //   hidden: [R, L, H], [R, H'], [H'] and [H]       E_hid(L)   = m([R, L, H]) − (m([R, H']) − m([H'])) − m([H])
 // H is the output head on L's output (a linear classifier, after a flatten when needed), H' the
-// same head on S, and R a shape-preserving reference layer with parameters (a 1×1 conv2d on
-// [C, H, W], a linear layer otherwise) that puts L in the hidden position. A join layer (add,
+// same head on S, and R a shape-preserving reference layer with parameters whose cost is linear
+// in its input (batchnorm2d on [C, H, W], layernorm otherwise) that puts L in the hidden position. A join layer (add,
 // mul, concat) reads the tensor before it as every one of its inputs; in a network, positions
 // come from the graph (layer_analysis.hpp: "hidden" when an ancestor has parameters).
 //

@@ -27,8 +27,8 @@ struct ProbeRequest {
   int repetitions = 5;             ///< readings per network, interleaved across networks
   /// A reading lasts at least this long (more steps than steps_per_repetition where needed):
   /// NVML and hwmon power update every 10-100 ms, so short readings read zero or noise.
-  /// 0 = chosen by the meter: 2 s for nvml, ina3221, hwmon and battery, 0.2 s for rapl,
-  /// 0.05 s for the modelled meter.
+  /// 0 = chosen by the meter: 2 s for nvml, ina3221, hwmon and battery, 0.25 s for rapl and
+  /// the modelled meter.
   double min_reading_seconds = 0.0;
   std::string meter = "auto";     ///< as MeterRequest::meter
   double idle_watts = 10.0;       ///< modelled meter coefficients
