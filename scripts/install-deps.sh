@@ -17,6 +17,7 @@ packages=(
   prometheus  # the real server the metrics and dashboards tests scrape with, and promtool
   python3-yaml  # the dashboards test reads alerts/ and the Grafana provisioning files
   systemd     # systemd-analyze for the unit checks (systemd need not be running)
+  python3-seccomp  # the unit's RestrictAddressFamilies= applied to a real jouled (systemd_address_families)
   # the Slurm adapter's real-Slurm test (tests/slurm/run.sh starts its own single-host Slurm with
   # scripts/slurm-up.sh; the packages' services are not started, see policy-rc.d below)
   slurm-wlm slurm-client munge
