@@ -27,6 +27,8 @@ packages=(
   # the REST API's contract (docs/openapi.yaml): read, validated against the OpenAPI 3.0
   # meta-schema that openapi-specification ships, and live answers validated against it
   python3-yaml python3-jsonschema openapi-specification
+  # the status page's test (python_status_page): jouled's page in a real headless browser
+  chromium
 )
 
 missing=()

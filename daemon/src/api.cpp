@@ -25,6 +25,7 @@ Api::Api(JobService& jobs, Metrics& metrics)
   routes::add_health_routes(routes_->table, *context_);
   routes::add_job_routes(routes_->table, *context_);
   routes::add_node_routes(routes_->table, *context_);
+  routes::add_page_routes(routes_->table, *context_);
 }
 
 Api::~Api() = default;

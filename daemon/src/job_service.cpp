@@ -1222,14 +1222,14 @@ Result<json> JobService::job(const std::string& id) const {
 }
 
 Result<json> JobService::jobs(const std::optional<std::string>& state, std::size_t limit,
-                              const std::optional<std::string>& after) const {
+                              const std::optional<std::string>& after, bool newest_first) const {
   if (state && !schedulers::job_state_from_string(*state)) {
     return invalid(
         fmt::format("unknown state \"{}\"; use queued, placed, running, throttled, succeeded, failed or cancelled",
                     *state),
         "state");
   }
-  std::int64_t after_sequence = std::numeric_limits<std::int64_t>::min();
+  std::optional<std::int64_t> after_sequence;
   if (after) {
     auto it = jobs_.find(*after);
     if (it == jobs_.end())
@@ -1237,22 +1237,28 @@ Result<json> JobService::jobs(const std::optional<std::string>& state, std::size
                         fmt::format("no job {} to list after; start again without \"after\"", *after), "after");
     after_sequence = it->second->row.sequence;
   }
-  // by_sequence_ keeps submission order, so listing never sorts. Counting the total walks every
-  // job but builds nothing; only the page is turned into JSON.
+  // by_sequence_ keeps submission order, so listing never sorts (newest first walks it
+  // backwards). Counting the total walks every job but builds nothing; only the page is turned
+  // into JSON.
   json out = json::array();
   std::size_t total = 0;
   const Job* last = nullptr;
   bool more = false;
-  for (const auto& [sequence, job] : by_sequence_) {
-    if (state && job->row.state != *state) continue;
+  const auto visit = [&](std::int64_t sequence, const Job* job) {
+    if (state && job->row.state != *state) return;
     ++total;
-    if (sequence <= after_sequence) continue;
+    if (after_sequence && (newest_first ? sequence >= *after_sequence : sequence <= *after_sequence)) return;
     if (out.size() < limit) {
       out.push_back(to_json(*job, false));
       last = job;
     } else {
       more = true;
     }
+  };
+  if (newest_first) {
+    for (auto it = by_sequence_.rbegin(); it != by_sequence_.rend(); ++it) visit(it->first, it->second);
+  } else {
+    for (const auto& [sequence, job] : by_sequence_) visit(sequence, job);
   }
   return json{{"jobs", out}, {"total", total}, {"next", more && last ? json(last->row.id) : json(nullptr)}};
 }

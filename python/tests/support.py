@@ -45,7 +45,7 @@ def require_torch(test_case_class):
 class Jouled:
     """jouled as a child process; stop() (or the with block) kills it and removes its files."""
 
-    def __init__(self, config=CONFIG):
+    def __init__(self, config=CONFIG, host="127.0.0.1"):
         binary = jouled_binary()
         if binary is None:
             raise unittest.SkipTest("no jouled binary: build it (cmake --build build) or set JOULED_BINARY")
@@ -64,10 +64,11 @@ class Jouled:
         env = dict(os.environ, NOTIFY_SOCKET=notify_path)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [binary, "--state-dir", self.state_dir, "--listen", "127.0.0.1:0", "--config", config_path],
+                [binary, "--state-dir", self.state_dir, "--listen", f"{host}:0", "--config", config_path],
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env)
+        self.host = host  # another than loopback needs API tokens in the config
         self.port = self._wait_ready(timeout=30)
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
 
     def _wait_ready(self, timeout):
         deadline = time.monotonic() + timeout

@@ -479,6 +479,10 @@ class LiveApiTest(unittest.TestCase):
         answer = self.call(self.node, "GET", "/metrics", "/metrics", 200)
         self.assertIn(b"joule_build_info", answer.body)
         self.call(self.node, "HEAD", "/metrics", "/metrics", 200)
+        # The status page is open even where tokens guard /v1 (it holds no data).
+        answer = self.call(self.node, "GET", "/", "/", 200)
+        self.assertIn(b"<title>Joule</title>", answer.body)
+        self.call(self.node, "HEAD", "/", "/", 200)
 
     def node_routes(self):
         # The simulated device learns its energy model from simulated probes within seconds.
@@ -599,9 +603,14 @@ class LiveApiTest(unittest.TestCase):
         self.assertEqual([job["id"] for job in answer.json["jobs"]], [modelled_id, queued_id])
         self.assertIsNone(answer.json["next"])
         self.assertIsNone(answer.header("Link"))
+        answer = self.call(node, "GET", "/v1/jobs?order=newest&limit=2", "/v1/jobs", 200)
+        self.assertEqual([job["id"] for job in answer.json["jobs"]], [queued_id, modelled_id])
+        self.assertEqual(answer.header("Link"), f'</v1/jobs?limit=2&after={modelled_id}&order=newest>; rel="next"')
+        answer = self.call(node, "GET", f"/v1/jobs?order=newest&after={modelled_id}", "/v1/jobs", 200)
+        self.assertEqual([job["id"] for job in answer.json["jobs"]], [long_id])
         self.call(node, "HEAD", "/v1/jobs", "/v1/jobs", 200)
         for query, parameter in (("limit=0", "limit"), ("limit=1001", "limit"), ("state=sleeping", "state"),
-                                 ("after=no-such-job", "after")):
+                                 ("after=no-such-job", "after"), ("order=random", "order")):
             answer = self.call(node, "GET", f"/v1/jobs?{query}", "/v1/jobs", 400)
             self.assert_problem(answer, parameter=parameter)
         self.call(node, "GET", "/v1/jobs", "/v1/jobs", 401, token=BAD_TOKEN)

@@ -1,4 +1,5 @@
 #include "joule/daemon/api.hpp"
+#include "joule/daemon/status_page.hpp"
 
 #include <fstream>
 
@@ -203,6 +204,32 @@ TEST_F(ApiTest, the_job_list_is_paged_with_a_next_cursor_and_a_link_header) {
   EXPECT_EQ(call(http::verb::get, "/v1/jobs?limit=1000").result_int(), 200u);
 }
 
+TEST_F(ApiTest, the_job_list_newest_first_pages_backwards) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto response = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["sleep", "5"]}})");
+    ASSERT_EQ(response.result_int(), 201u) << response.body();
+    ids.push_back(body_of(response)["id"]);
+  }
+  auto first = call(http::verb::get, "/v1/jobs?order=newest&limit=2");
+  ASSERT_EQ(first.result_int(), 200u) << first.body();
+  auto page = body_of(first);
+  ASSERT_EQ(page["jobs"].size(), 2u);
+  EXPECT_EQ(page["jobs"][0]["id"], ids[2]);
+  EXPECT_EQ(page["jobs"][1]["id"], ids[1]);
+  EXPECT_EQ(page["total"], 3);
+  EXPECT_EQ(page["next"], ids[1]);
+  EXPECT_EQ(first[http::field::link], "</v1/jobs?limit=2&after=" + ids[1] + "&order=newest>; rel=\"next\"");
+  page = body_of(call(http::verb::get, "/v1/jobs?order=newest&limit=2&after=" + ids[1]));
+  ASSERT_EQ(page["jobs"].size(), 1u);
+  EXPECT_EQ(page["jobs"][0]["id"], ids[0]);
+  EXPECT_TRUE(page["next"].is_null());
+  EXPECT_EQ(body_of(call(http::verb::get, "/v1/jobs?order=oldest&limit=1"))["jobs"][0]["id"], ids[0]);
+  auto sideways = call(http::verb::get, "/v1/jobs?order=sideways");
+  EXPECT_EQ(sideways.result_int(), 400u);
+  EXPECT_EQ(body_of(sideways)["errors"][0]["parameter"], "order");
+}
+
 TEST_F(ApiTest, a_full_queue_answers_429_with_retry_after) {
   // Device busy with the first job; the limit of 2 waiting jobs is then reached.
   ASSERT_EQ(call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["sleep", "5"]}})").result_int(), 201u);
@@ -245,6 +272,19 @@ TEST_F(ApiTest, tokens_guard_the_v1_routes_but_not_health) {
   EXPECT_EQ(call(http::verb::get, "/v1/jobs", "", "wrong", 0u).result_int(), 401u) << "a wrong token is never ignored";
   EXPECT_EQ(call(http::verb::get, "/v1/jobs", "", "s3cret", std::nullopt).result_int(), 200u);
   EXPECT_EQ(call(http::verb::get, "/healthz", "", "", std::nullopt).result_int(), 200u);
+}
+
+// The page at / is open (it holds no data) and may run nothing but its own inline script.
+TEST_F(ApiTest, the_status_page_is_open_and_served_under_its_content_security_policy) {
+  api_.set_access(tokens_for_test());
+  auto page = call(http::verb::get, "/", "", "", std::nullopt);
+  ASSERT_EQ(page.result_int(), 200u);
+  EXPECT_EQ(page[http::field::content_type], "text/html; charset=utf-8");
+  EXPECT_EQ(page["Content-Security-Policy"], joule::daemon::status_page_policy(joule::daemon::status_page_html()));
+  EXPECT_EQ(page["X-Content-Type-Options"], "nosniff");
+  EXPECT_EQ(page.body(), joule::daemon::status_page_html());
+  EXPECT_EQ(call(http::verb::get, "/v1/jobs", "", "", std::nullopt).result_int(), 401u) << "its data is not";
+  EXPECT_EQ(call(http::verb::post, "/", "", "", std::nullopt).result_int(), 405u);
 }
 
 // Every route, with no token, a wrong one, and each scope: what each may do.

@@ -108,5 +108,7 @@ void add_health_routes(RouteTable& table, ApiContext& context);
 void add_job_routes(RouteTable& table, ApiContext& context);
 /// /v1/devices, /v1/nodes, /v1/budgets, /v1/estimate, /v1/probes, /v1/cluster/sync.
 void add_node_routes(RouteTable& table, ApiContext& context);
+/// GET /: the status page (daemon/assets/status.html).
+void add_page_routes(RouteTable& table, ApiContext& context);
 
 }  // namespace joule::daemon::routes

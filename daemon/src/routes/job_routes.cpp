@@ -58,7 +58,16 @@ void list(Call& call, const JobService& jobs) {
                                   "limit"));
     limit = *count;
   }
-  auto listed = jobs.jobs(state, limit, call.query("after"));
+  // Submission order by default; the newest first for a look at what happened last (the
+  // status page's recent jobs), without paging through every older job to get there.
+  const std::string order = call.query("order").value_or("oldest");
+  if (order != "oldest" && order != "newest")
+    return call.fail(make_error(ErrorCode::invalid_argument,
+                                fmt::format("order must be oldest (submission order, the default) or newest, not "
+                                            "\"{}\"",
+                                            order),
+                                "order"));
+  auto listed = jobs.jobs(state, limit, call.query("after"), order == "newest");
   if (!listed) return call.fail(listed.error());
   for (auto& job : (*listed)["jobs"]) {
     if (!call.principal->may_act_on(job.value("owner", ""))) hide_env_values(job);
@@ -67,6 +76,7 @@ void list(Call& call, const JobService& jobs) {
   if (const auto& next = (*listed)["next"]; next.is_string()) {
     std::string link = fmt::format("/v1/jobs?limit={}&after={}", limit, percent_encode(next.get<std::string>()));
     if (state) link += "&state=" + percent_encode(*state);
+    if (order == "newest") link += "&order=newest";
     response.set(http::field::link, fmt::format("<{}>; rel=\"next\"", link));
   }
   call.answer(std::move(response));

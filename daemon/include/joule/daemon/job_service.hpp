@@ -139,11 +139,12 @@ class JobService {
   /// GET /v1/budgets.
   nlohmann::json budgets_view() const;
   Result<nlohmann::json> job(const std::string& id) const;
-  /// One page of jobs in submission order, optionally only those in `state`: at most `limit`,
-  /// starting after the job `after` (a cursor from the previous page's "next"). The answer holds
-  /// "jobs", "total" (every job in `state`) and "next" (the id to list after, or null at the end).
+  /// One page of jobs in submission order (newest first with `newest_first`), optionally only
+  /// those in `state`: at most `limit`, starting after the job `after` in that order (a cursor
+  /// from the previous page's "next"). The answer holds "jobs", "total" (every job in `state`)
+  /// and "next" (the id to list after, or null at the end).
   Result<nlohmann::json> jobs(const std::optional<std::string>& state, std::size_t limit,
-                              const std::optional<std::string>& after = std::nullopt) const;
+                              const std::optional<std::string>& after = std::nullopt, bool newest_first = false) const;
   /// The file holding a job's "stdout" or "stderr".
   Result<std::filesystem::path> log_path(const std::string& id, const std::string& stream) const;
   nlohmann::json devices() const;
