@@ -700,9 +700,12 @@ void ProbeService::accept_result(Device& device, const Running& probe, const jso
                         {"joules_per_step", network.joules_per_step},
                         {"seconds_per_step", network.seconds_per_step},
                         {"joules_spread", network.joules_spread}});
-    for (const auto& repetition : network.repetitions)
-      joules += repetition.joules_per_step *
-                (network.steps_per_repetition > 0 ? network.steps_per_repetition : options_.probing.steps_per_repetition);
+    for (const auto& repetition : network.repetitions) {
+      const int steps = repetition.steps > 0               ? repetition.steps
+                        : network.steps_per_repetition > 0 ? network.steps_per_repetition
+                                                           : options_.probing.steps_per_repetition;
+      joules += repetition.joules_per_step * steps;
+    }
   }
   device.planner->mark_probed(probe.plan.target);
   auto sample = estimator::decompose(probe.plan, measured);

@@ -375,9 +375,14 @@ TEST_F(NetworkBuilderTest, readings_are_lengthened_until_the_meter_can_resolve_t
   ASSERT_TRUE(result) << result.error().message;
   const auto& network = result->networks[0];
   EXPECT_GT(network.steps_per_repetition, 4);
-  EXPECT_DOUBLE_EQ(network.joules_per_step, 1.0 / network.steps_per_repetition);
+  // Each reading is sized by the pace of the one before: its joules are one count over its steps.
+  for (const auto& repetition : network.repetitions) {
+    EXPECT_GT(repetition.steps, 4);
+    EXPECT_DOUBLE_EQ(repetition.joules_per_step, 1.0 / repetition.steps);
+  }
+  EXPECT_EQ(network.repetitions.front().steps, network.steps_per_repetition);
   EXPECT_DOUBLE_EQ(default_min_reading_seconds("nvml"), 2.0);
-  EXPECT_DOUBLE_EQ(default_min_reading_seconds("modelled"), 0.05);
+  EXPECT_DOUBLE_EQ(default_min_reading_seconds("modelled"), 0.25);
 }
 
 }  // namespace

@@ -117,6 +117,7 @@ Result<Repetition> parse_repetition(const json& value, const std::string& pointe
   Repetition repetition;
   if (auto e = reader.number("joules_per_step", repetition.joules_per_step, 0.0)) return *e;
   if (auto e = reader.number("seconds_per_step", repetition.seconds_per_step, 0.0)) return *e;
+  if (auto e = reader.integer("steps", repetition.steps, 0, 100000000)) return *e;
   if (auto e = reader.required("joules_per_step")) return *e;
   if (auto e = reader.required("seconds_per_step")) return *e;
   if (auto e = reader.no_unknown_fields()) return *e;
@@ -247,8 +248,9 @@ json to_json(const ProbeResult& result) {
   for (const auto& network : result.networks) {
     json repetitions = json::array();
     for (const auto& repetition : network.repetitions)
-      repetitions.push_back(
-          {{"joules_per_step", repetition.joules_per_step}, {"seconds_per_step", repetition.seconds_per_step}});
+      repetitions.push_back({{"joules_per_step", repetition.joules_per_step},
+                             {"seconds_per_step", repetition.seconds_per_step},
+                             {"steps", repetition.steps}});
     networks.push_back({{"name", network.name},
                         {"joules_per_step", network.joules_per_step},
                         {"seconds_per_step", network.seconds_per_step},

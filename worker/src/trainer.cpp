@@ -129,8 +129,14 @@ Result<ProbeResult> run_probe(const ProbeRequest& request, adapters::EnergyMeter
       const auto time_after = Clock::now();
       auto energy_after = meter.read();
       if (!energy_after) return energy_after.error();
-      result.networks[i].repetitions.push_back(Repetition{(energy_after->value - energy_before->value) / steps,
-                                                          seconds_between(time_before, time_after) / steps});
+      const double step_seconds = seconds_between(time_before, time_after) / steps;
+      result.networks[i].repetitions.push_back(
+          Repetition{(energy_after->value - energy_before->value) / steps, step_seconds, steps_per_reading[i]});
+      // The next reading is sized by this one's pace: warm-up steps timed on a busy machine (or
+      // before caches settle) were off by 10x, and readings meant to last 0.25 s lasted 2.5 s.
+      const double needed = std::ceil(min_reading / std::max(1e-6, step_seconds));
+      steps_per_reading[i] =
+          static_cast<int>(std::clamp(needed, static_cast<double>(request.steps_per_repetition), 1e6));
     }
   }
 
@@ -143,7 +149,7 @@ Result<ProbeResult> run_probe(const ProbeRequest& request, adapters::EnergyMeter
       joules.push_back(repetition.joules_per_step);
       seconds.push_back(repetition.seconds_per_step);
     }
-    network.steps_per_repetition = steps_per_reading[i];
+    network.steps_per_repetition = network.repetitions.empty() ? steps_per_reading[i] : network.repetitions[0].steps;
     network.joules_per_step = median_of(joules);
     network.seconds_per_step = median_of(seconds);
     network.joules_spread = spread_of(joules);

@@ -9,8 +9,8 @@
 //    (ATen does not set OpenBLAS's own pool, which otherwise uses every core);
 //  * each network gets `warmup_steps` unmetered steps (all but the first timed, to size the
 //    readings), then `repetitions` rounds run every network in turn for as many steps as make
-//    a reading last `min_reading_seconds`, at least `steps_per_repetition`; each block is one
-//    reading of the meter
+//    a reading last `min_reading_seconds` at the pace of its previous reading (the warm-up's
+//    at first), at least `steps_per_repetition`; each block is one reading of the meter
 //    and of CLOCK_MONOTONIC (a GPU is synchronised before each reading);
 //  * a network's figures are the medians of its readings; spreads are (max − min) / median.
 

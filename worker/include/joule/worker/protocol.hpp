@@ -53,6 +53,7 @@ struct WorkerEnvironment {
 struct Repetition {
   double joules_per_step = 0.0;
   double seconds_per_step = 0.0;
+  int steps = 0;  ///< steps in this reading; 0 (results of older workers): the network's steps_per_repetition
 };
 
 struct NetworkResult {
@@ -62,7 +63,7 @@ struct NetworkResult {
   double seconds_per_step = 0.0;  ///< median of the repetitions
   double joules_spread = 0.0;     ///< (max − min) / median of joules per step
   double seconds_spread = 0.0;
-  int steps_per_repetition = 0;  ///< steps in each reading (≥ the request's, see min_reading_seconds)
+  int steps_per_repetition = 0;  ///< steps in the first reading (≥ the request's, see min_reading_seconds)
   double final_loss = 0.0;  ///< the loss of the last step: finite, or the run failed
 };
 
