@@ -134,6 +134,9 @@ class StatusPageTest(unittest.TestCase):
         errors = [error for error in chromium.console_errors()[since:]]
         self.assertEqual(errors, [], f"console errors; chromium's log:\n{chromium.log()}")
         self.assertFalse(chromium.evaluate("document.getElementById('page-errors').textContent"))
+        text = chromium.evaluate("document.body.innerText")
+        for slip in ("[object", "undefined", "NaN"):  # a value the page failed to format
+            self.assertNotIn(slip, text)
 
     def sim_ready(self, daemon, token=None):
         def ready():
@@ -198,7 +201,9 @@ class StatusPageTest(unittest.TestCase):
 
         budgets = chromium.evaluate("[...document.querySelectorAll('#budgets .budget')].map((b) => b.innerText)")
         self.assertEqual(len(budgets), 2, budgets)
-        self.assertTrue(any(text.startswith("node-day") for text in budgets), budgets)
+        day = next(text for text in budgets if text.startswith("node-day"))
+        for term in ("limit", "spent", "reserved", "remaining", "resets", " J"):
+            self.assertIn(term, day)
         self.assertEqual(chromium.evaluate("document.querySelectorAll('#budgets svg.burn .ideal').length"), 1,
                          "the calendar budget's even pace")
         self.assertEqual(chromium.evaluate("document.querySelectorAll('#budgets svg.burn .now').length"), 2)
