@@ -160,7 +160,7 @@ class StatusPageTest(unittest.TestCase):
         self.sim_ready(node)
         constraints = {"devices": [SIM]}
         first = api(node, "POST", "/v1/jobs", {"name": "page-first", "model": MODEL, "training": TRAINING,
-                                               "run": {"command": ["sleep", "6"]}, "constraints": constraints},
+                                               "run": {"command": ["sleep", "120"]}, "constraints": constraints},
                     status=201)["id"]
         wait_for("the first job to run", lambda: api(node, "GET", f"/v1/jobs/{first}")["state"] == "running")
         second = api(node, "POST", "/v1/jobs", {"name": "page-second", "model": MODEL, "training": TRAINING,
@@ -210,20 +210,22 @@ class StatusPageTest(unittest.TestCase):
         self.assertIn("sim-cap", chromium.evaluate("document.getElementById('caps').innerText"))
         self.assertIn("pagetest", chromium.evaluate("document.getElementById('where').textContent"))
 
-        # Once both ended, the page (refreshed every 5 s) shows them among the recent jobs with
-        # the estimate beside the metered joules.
-        for job in (first, second):
-            wait_for(f"job {job} to end", lambda job=job: api(node, "GET", f"/v1/jobs/{job}")["state"] == "succeeded")
-        recent = chromium.wait_until("the first job among the recent ones, ended",
-                                     f"(r => r && r[2].includes('succeeded') && r)({row_of('recent', first)})",
-                                     timeout=20)
-        job = api(node, "GET", f"/v1/jobs/{first}")
+        # The first is cancelled, so the second runs; once it ended the page (refreshed every
+        # 5 s) shows both among the recent jobs, the second with its estimate beside its metered
+        # joules and the error between them.
+        api(node, "DELETE", f"/v1/jobs/{first}", status=202)
+        wait_for(f"job {second} to end", lambda: api(node, "GET", f"/v1/jobs/{second}")["state"] == "succeeded")
+        recent = chromium.wait_until("the second job among the recent ones, ended",
+                                     f"(r => r && r[2].includes('succeeded') && r)({row_of('recent', second)})",
+                                     timeout=30)
+        job = api(node, "GET", f"/v1/jobs/{second}")
         self.assertIn("simulated", recent[6], f"estimate: {recent}")
         self.assertIn("simulated", recent[7], f"metered: {recent}")
         self.assertIn("%", recent[8], f"the estimate's error: {recent}")
         self.assertIn("2σ", recent[8])
         self.assertIn(f"{100 * job['estimate_error']['relative']:.1f} %".lstrip("-"), recent[8].replace("+", ""))
-        self.assertTrue(chromium.evaluate(row_of("recent", second)))
+        chromium.wait_until("the first job, cancelled",
+                            f"(r => r && r[2].includes('cancelled'))({row_of('recent', first)})", timeout=30)
         order = chromium.evaluate("[...document.querySelectorAll('#recent tbody tr')].map((r) => r.cells[0].textContent)")
         self.assertEqual(order[:2], [second, first], "newest first")
         self.assert_clean(chromium)
