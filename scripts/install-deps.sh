@@ -18,6 +18,7 @@ packages=(
   python3-yaml  # the dashboards test reads alerts/ and the Grafana provisioning files
   systemd     # systemd-analyze for the unit checks (systemd need not be running)
   python3-seccomp  # the unit's RestrictAddressFamilies= applied to a real jouled (systemd_address_families)
+  lintian     # the Debian package's test (debian_package): cpack builds it, lintian checks it
   # the Slurm adapter's real-Slurm test (tests/slurm/run.sh starts its own single-host Slurm with
   # scripts/slurm-up.sh; the packages' services are not started, see policy-rc.d below)
   slurm-wlm slurm-client munge

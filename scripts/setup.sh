@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 ./scripts/install-deps.sh
-./scripts/build.sh
+# Only the programs this script runs; ./scripts/test.sh builds the test suite and benchmarks.
+./scripts/build.sh jouled joulectl joule-worker
 
 server=http://127.0.0.1:8571
 jouled=build/daemon/jouled

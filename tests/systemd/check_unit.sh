@@ -5,12 +5,15 @@
 #       unknown keys and bad values, so any output counts as a failure);
 #   (b) `systemd-analyze security --offline=yes` must score <= MAX_EXPOSURE.
 #
-# Usage: check_unit.sh UNIT [JOULED_BINARY]
+# Usage: check_unit.sh [--drop-in FILE]... [--max SCORE] UNIT [JOULED_BINARY]
 #   JOULED_BINARY (e.g. the freshly built daemon) replaces ExecStart='s program
 #   in a temporary copy, because verify fails when that program does not exist
 #   on this machine. Without it the installed program is used if present,
 #   else `true`. Only program paths are swapped: every directive is still
 #   parsed, which a self-test below proves on each run.
+#   --drop-in FILE (repeatable) puts FILE in UNIT.d/ beside the copy, as
+#   /etc/systemd/system/UNIT.d/ would, so both checks see the unit with it.
+#   --max SCORE is the highest exposure accepted (default MAX_EXPOSURE).
 set -euo pipefail
 
 # 2.2: running each job under an account of its own (so that jobs cannot reach
@@ -20,7 +23,15 @@ MAX_EXPOSURE=${MAX_EXPOSURE:-2.2}
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-[[ $# -ge 1 && $# -le 2 ]] || fail "usage: $0 UNIT [JOULED_BINARY]"
+drop_ins=()
+while [[ $# -gt 0 && $1 == --* ]]; do
+    case $1 in
+        --drop-in) [[ $# -ge 2 && -f $2 ]] || fail "--drop-in needs an existing file"; drop_ins+=("$2"); shift 2 ;;
+        --max) [[ $# -ge 2 ]] || fail "--max needs a score"; MAX_EXPOSURE=$2; shift 2 ;;
+        *) fail "unknown option $1" ;;
+    esac
+done
+[[ $# -ge 1 && $# -le 2 ]] || fail "usage: $0 [--drop-in FILE]... [--max SCORE] UNIT [JOULED_BINARY]"
 unit=$1
 [[ -f $unit ]] || fail "no such unit file: $unit"
 command -v systemd-analyze >/dev/null || fail "systemd-analyze not found"
@@ -56,6 +67,11 @@ while IFS= read -r line || [[ -n $line ]]; do
     fi
     printf '%s\n' "$line"
 done <"$unit" >"$copy"
+# Drop-ins beside the copy: systemd-analyze reads UNIT.d/*.conf from the unit's directory.
+if [[ ${#drop_ins[@]} -gt 0 ]]; then
+    mkdir "$copy.d"
+    for drop_in in "${drop_ins[@]}"; do cp "$drop_in" "$copy.d/"; done
+fi
 
 verify() { systemd-analyze verify --man=no "$1" 2>&1 || true; }
 
@@ -70,12 +86,13 @@ sed '/^\[Service\]/a ProtectSystm=strict' "$copy" >"$tmp/selftest/$(basename "$u
 out=$(verify "$copy")
 if [[ -n $out ]]; then
     printf '%s\n' "${out//"$copy"/$unit}" >&2
-    fail "systemd-analyze verify reported problems in $unit"
+    fail "systemd-analyze verify reported problems in $unit ${drop_ins[*]}"
 fi
-echo "ok: systemd-analyze verify is clean"
+echo "ok: systemd-analyze verify is clean${drop_ins[*]:+ with ${drop_ins[*]}}"
 
-# (b) security: parse "Overall exposure level for NAME: 1.4 OK".
-report=$(systemd-analyze security --no-pager --offline=yes "$unit" 2>&1) ||
+# (b) security: parse "Overall exposure level for NAME: 1.4 OK". On the copy, which carries
+# the drop-ins; its swapped program paths do not enter the score.
+report=$(systemd-analyze security --no-pager --offline=yes "$copy" 2>&1) ||
     { printf '%s\n' "$report" >&2; fail "systemd-analyze security failed"; }
 score=$(sed -nE 's/.*Overall exposure level for [^:]*: ([0-9]+\.[0-9]+).*/\1/p' <<<"$report")
 [[ -n $score ]] || { printf '%s\n' "$report" >&2; fail "no overall exposure level in the output"; }
