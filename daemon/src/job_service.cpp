@@ -525,8 +525,8 @@ bool JobService::work_waiting_for(const std::string& device) const {
       .has_value();
 }
 
-std::vector<std::pair<estimator::ModelSpec, std::int64_t>> JobService::workload(std::size_t recent) const {
-  std::vector<std::pair<estimator::ModelSpec, std::int64_t>> out;
+std::vector<estimator::WorkloadItem> JobService::workload(std::size_t recent) const {
+  std::vector<estimator::WorkloadItem> out;
   std::size_t finished = 0;
   for (auto it = by_sequence_.rbegin(); it != by_sequence_.rend(); ++it) {
     const Job& job = *it->second;
@@ -534,7 +534,7 @@ std::vector<std::pair<estimator::ModelSpec, std::int64_t>> JobService::workload(
     const bool terminal = schedulers::is_terminal(job.state);
     if (terminal && finished >= recent) continue;
     if (terminal) ++finished;
-    out.emplace_back(*job.spec.model, job.spec.training->batch_size);
+    out.push_back(estimator::WorkloadItem{*job.spec.model, job.spec.training->batch_size, job.spec.training->optimizer});
     if (out.size() >= 4 * recent + 256) break;  // bounded: the planner needs the mix, not every copy
   }
   return out;

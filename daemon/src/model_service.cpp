@@ -86,6 +86,11 @@ void ModelService::start(const std::vector<adapters::StoredModelSnapshot>& snaps
   for (const auto& device : devices) probing_[device.name] = true;
   auto starter = starter_workload();
   workload.insert(workload.end(), starter.begin(), starter.end());
+  // A simulated device learns every optimizer's step too (cheap here; real devices probe the
+  // optimizers their jobs name).
+  for (const auto& optimizer : estimator::known_optimizers())
+    if (optimizer != "sgd" && !starter.empty())
+      workload.push_back(estimator::WorkloadItem{starter.front().model, 64, optimizer});
   worker_ = std::thread([this, devices = std::move(devices), workload = std::move(workload), alive = alive_] {
     for (const auto& device : devices) {
       if (stopping_) return;

@@ -75,7 +75,8 @@ json target_json(const estimator::ProbeTarget& target) {
           {"input_dtype", target.input_dtype},
           {"batch_size", target.batch_size},
           {"position", std::string(estimator::to_string(target.position))},
-          {"loss", target.loss}};
+          {"loss", target.loss},
+          {"optimizer", target.optimizer}};
 }
 
 std::optional<estimator::ProbeTarget> parse_target(const json& j) {
@@ -94,6 +95,7 @@ std::optional<estimator::ProbeTarget> parse_target(const json& j) {
     if (!key) return std::nullopt;
     target.position = key->position;
     target.loss = j.at("loss").get<std::string>();
+    target.optimizer = j.value("optimizer", "");  // absent in rows from before optimizer probes
     return target;
   } catch (const json::exception&) {
     return std::nullopt;
@@ -302,8 +304,7 @@ void ProbeService::tick() {
 }
 
 void ProbeService::refresh_workload(Device& device) {
-  std::vector<estimator::WorkloadItem> workload;
-  for (auto& [model, batch] : jobs_.workload(32)) workload.push_back(estimator::WorkloadItem{model, batch});
+  std::vector<estimator::WorkloadItem> workload = jobs_.workload(32);
   for (auto& item : ModelService::starter_workload()) workload.push_back(std::move(item));
   workload.insert(workload.end(), device.requested_models.begin(), device.requested_models.end());
   if (!device.planner) {
@@ -524,6 +525,7 @@ void ProbeService::start_probe(Device& device) {
   request.watts_per_busy_core = device.config.watts_per_busy_core;
   request.seed = next_run_;
   request.networks = plan->networks;
+  request.network_optimizers = plan->optimizers;
 
   const auto directory = options_.state_directory / "probes" / fmt::format("{}-{}", *device.active_run, next_run_++);
   std::error_code ec;
@@ -872,7 +874,7 @@ Result<json> ProbeService::request(const json& body) {
         return make_error(ErrorCode::invalid_argument, "each entry needs a model", where + "/model");
       auto model = estimator::parse_model_spec(entry["model"], where + "/model");
       if (!model) return model.error();
-      // Only the batch size matters to probing: {"batch_size": B} is enough.
+      // Only the batch size and the optimizer matter to probing: {"batch_size": B} is enough.
       estimator::TrainingConfig training;
       if (entry.contains("training")) {
         const auto& given = entry["training"];
@@ -881,10 +883,17 @@ Result<json> ProbeService::request(const json& body) {
           return make_error(ErrorCode::invalid_argument, "training.batch_size must be a positive integer",
                             where + "/training/batch_size");
         training.batch_size = given["batch_size"].get<std::int64_t>();
+        if (given.contains("optimizer")) {
+          if (!given["optimizer"].is_string() || !estimator::is_known_optimizer(given["optimizer"].get<std::string>()))
+            return make_error(ErrorCode::invalid_argument,
+                              fmt::format("training.optimizer must be one of {}", estimator::known_optimizer_list()),
+                              where + "/training/optimizer");
+          training.optimizer = given["optimizer"].get<std::string>();
+        }
       }
       if (auto layers = estimator::analyze_model(*model, training.batch_size, where + "/model"); !layers)
         return layers.error();
-      extra.push_back(estimator::WorkloadItem{*model, training.batch_size});
+      extra.push_back(estimator::WorkloadItem{*model, training.batch_size, training.optimizer});
     }
   }
   if (!body.contains("device") || !body["device"].is_string())

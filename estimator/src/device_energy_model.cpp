@@ -259,6 +259,14 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
         std::find(missing.begin(), missing.end(), key.name()) == missing.end())
       missing.push_back(key.name());
   }
+  // Probes train with sgd: another optimizer adds its own line, from its own model.
+  const bool other_optimizer = !training.optimizer.empty() && training.optimizer != "sgd";
+  const std::string optimizer_key =
+      other_optimizer ? LayerKey{optimizer_kind(training.optimizer), LayerPosition::output}.name() : "";
+  if (other_optimizer) {
+    const auto it = models_.find(optimizer_key);
+    if (it == models_.end() || !it->second.usable()) missing.push_back(optimizer_key);
+  }
   if (!missing.empty()) {
     std::string names;
     for (const auto& name : missing) names += (names.empty() ? "" : ", ") + name;
@@ -331,12 +339,40 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
     flops += estimate.flops_per_step;
     out.layers.push_back(std::move(estimate));
   }
+  if (other_optimizer) {
+    std::int64_t parameters = 0;
+    for (const auto& layer : *layers) parameters += layer.cost.parameters;
+    const AnalyzedLayer step = optimizer_step(parameters);
+    const auto& km = models_.at(optimizer_key);
+    const Eigen::VectorXd x = feature_vector(step.features, km.names, std::nullopt);
+    const double log_work = std::log(std::max(layer_work(step.cost), 1.0));
+    const auto energy = predict_energy(km, x, log_work);
+    const auto time = predict_time(km, x, log_work);
+    LayerEstimate line;
+    line.index = layers->size();  // after the layers: the step's update, not a layer
+    line.type = "optimizer";
+    line.key = optimizer_key;
+    line.joules_per_step = log_normal(energy.mean, energy.variance_with_noise);
+    line.seconds_per_step = log_normal(time.mean, time.variance_with_noise);
+    line.extrapolated = std::sqrt(energy.variance) > kExtrapolationSigma;
+    line.sparse = energy.sparse;
+    if (line.sparse) sparse_keys.push_back(optimizer_key);
+    out.joules_per_step.mean += line.joules_per_step.mean;
+    step_var += line.joules_per_step.std * line.joules_per_step.std;
+    seconds_mean += line.seconds_per_step.mean;
+    seconds_var += line.seconds_per_step.std * line.seconds_per_step.std;
+    out.layers.push_back(std::move(line));
+  }
   for (const auto& key : sparse_keys) {
     out.warnings.push_back(
         fmt::format("{}: {} probe sample(s), too few for its GP; estimated from the layers' work "
                     "(FLOPs and bytes) scaled by them, ±{:.0f} % at one σ",
                     key, models_.at(key).x.size(), 100.0 * std::expm1(kSparseSigma)));
   }
+  // The layers' spreads are independent and shrink in the sum; what the sum itself misses (a
+  // real job's step is not exactly its probed layers') is shared by every layer: one more term.
+  step_var += (kStructuralSigma * out.joules_per_step.mean) * (kStructuralSigma * out.joules_per_step.mean);
+  seconds_var += (kStructuralSigma * seconds_mean) * (kStructuralSigma * seconds_mean);
   out.joules_per_step.std = std::sqrt(step_var);
   const double steps = static_cast<double>(out.steps);
   // The same per-step error repeats every step (a bias, not independent noise): std scales

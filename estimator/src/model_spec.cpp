@@ -238,6 +238,22 @@ Result<std::vector<std::vector<std::int64_t>>> resolve_inputs(const std::vector<
   return sources;
 }
 
+const std::vector<std::string>& known_optimizers() {
+  static const std::vector<std::string> names = {"sgd", "sgd_momentum", "adam", "adamw", "rmsprop"};
+  return names;
+}
+
+bool is_known_optimizer(std::string_view optimizer) {
+  const auto& names = known_optimizers();
+  return std::find(names.begin(), names.end(), optimizer) != names.end();
+}
+
+std::string known_optimizer_list() {
+  std::string out;
+  for (const auto& name : known_optimizers()) out += (out.empty() ? "\"" : ", \"") + name + "\"";
+  return out;
+}
+
 const std::vector<std::string>& known_layer_types() {
   static const std::vector<std::string> types = [] {
     std::vector<std::string> names;
@@ -300,8 +316,8 @@ Result<TrainingConfig> parse_training_config(const json& training, const std::st
         return invalid(fmt::format("training {} must be an integer >= 1", key), where);
       *it->second = value.get<std::int64_t>();
     } else if (key == "optimizer") {
-      if (!value.is_string() || (value != "sgd" && value != "adam"))
-        return invalid("training optimizer must be \"sgd\" or \"adam\"", where);
+      if (!value.is_string() || !is_known_optimizer(value.get<std::string>()))
+        return invalid(fmt::format("training optimizer must be one of {}", known_optimizer_list()), where);
       config.optimizer = value.get<std::string>();
     } else {
       return invalid(fmt::format("training: unknown field \"{}\"", key), where);

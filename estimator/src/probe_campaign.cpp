@@ -25,17 +25,19 @@ const char* width_argument(const std::string& type) {
 }  // namespace
 
 std::string target_id(const ProbeTarget& target) {
-  return fmt::format("{}|{}|{}|{}|{}|{}", target.layer.type, target.layer.args.dump(), format_shape(target.input_shape),
-                     target.batch_size, static_cast<int>(target.position), target.layer.inputs.size());
+  return fmt::format("{}|{}|{}|{}|{}|{}{}", target.layer.type, target.layer.args.dump(),
+                     format_shape(target.input_shape), target.batch_size, static_cast<int>(target.position),
+                     target.layer.inputs.size(), target.optimizer.empty() ? "" : "|" + target.optimizer);
 }
 
 NetworkMeter simulated_network_meter(SimulatedDevice& device, int repetitions) {
-  return [&device, repetitions](const ModelSpec& network, std::int64_t batch) -> Result<NetworkMeasurement> {
+  return [&device, repetitions](const ModelSpec& network, std::int64_t batch,
+                                const std::string& optimizer) -> Result<NetworkMeasurement> {
     auto layers = analyze_model(network, batch, "/probe");
     if (!layers) return layers.error();
     std::vector<double> joules, seconds;
     for (int rep = 0; rep < std::max(1, repetitions); ++rep) {
-      const auto step = device.measure_step(*layers, network.loss);
+      const auto step = device.measure_step(*layers, network.loss, optimizer);
       joules.push_back(step.joules);
       seconds.push_back(step.seconds);
     }
@@ -58,6 +60,16 @@ std::vector<ProbeTarget> candidate_targets(const std::vector<WorkloadItem>& work
   for (const auto& item : workload) {
     auto layers = analyze_model(item.model, item.batch_size);
     if (!layers) continue;
+    if (item.optimizer != "sgd" && is_known_optimizer(item.optimizer)) {
+      // The optimizer's step over the network's parameters, and over half and twice as many.
+      std::int64_t parameters = 0;
+      for (const auto& layer : *layers) parameters += layer.cost.parameters;
+      add(optimizer_target(item.optimizer, parameters));
+      if (variations) {
+        add(optimizer_target(item.optimizer, std::max<std::int64_t>(1, parameters / 2)));
+        add(optimizer_target(item.optimizer, 2 * parameters));
+      }
+    }
     const auto keys = layer_keys(*layers);
     for (std::size_t i = 0; i < layers->size(); ++i) {
       if (keys[i].position != LayerPosition::output && is_free_layer((*layers)[i])) continue;
@@ -106,6 +118,8 @@ std::map<std::string, double> workload_weights(const std::vector<WorkloadItem>& 
       const auto keys = layer_keys(*layers);
       for (std::size_t i = 0; i < keys.size(); ++i)
         if (keys[i].position == LayerPosition::output || !is_free_layer((*layers)[i])) weight[keys[i].name()] += 1.0;
+      if (item.optimizer != "sgd")
+        weight[LayerKey{optimizer_kind(item.optimizer), LayerPosition::output}.name()] += 1.0;
     }
   }
   return weight;
@@ -143,7 +157,10 @@ double plan_cost(const ProbePlan& plan) {
 
 }  // namespace
 
-LayerKey planned_key(const ProbePlan& plan) { return LayerKey{model_kind(plan.analyzed), plan.target.position}; }
+LayerKey planned_key(const ProbePlan& plan) {
+  if (!plan.target.optimizer.empty()) return LayerKey{optimizer_kind(plan.target.optimizer), LayerPosition::output};
+  return LayerKey{model_kind(plan.analyzed), plan.target.position};
+}
 
 ProbePlanner::ProbePlanner(std::vector<WorkloadItem> workload, const CampaignOptions& options, double target_sigma)
     : batch_sizes_(options.batch_sizes), seed_samples_(options.seed_samples), target_sigma_(target_sigma) {
@@ -306,8 +323,9 @@ Result<CampaignReport> run_campaign(DeviceEnergyModel& model, const std::vector<
     planner.mark_probed(plan->target);
     std::vector<NetworkMeasurement> measured;
     bool failed = false;
-    for (const auto& network : plan->networks) {
-      auto result = meter(network, plan->target.batch_size);
+    for (std::size_t i = 0; i < plan->networks.size(); ++i) {
+      const auto& network = plan->networks[i];
+      auto result = meter(network, plan->target.batch_size, plan->optimizers.empty() ? "sgd" : plan->optimizers[i]);
       ++report.networks_measured;
       if (!result) {
         ++report.failed_measurements;  // counted and skipped

@@ -151,15 +151,29 @@ StepCost SimulatedDevice::loss_cost(const std::vector<AnalyzedLayer>& layers, co
   return cost;
 }
 
-StepCost SimulatedDevice::overhead_cost(const std::vector<AnalyzedLayer>& layers) const {
+namespace {
+
+// Passes over the parameters' bytes an optimizer's update makes: weights and gradients read,
+// weights written (sgd), plus a read and a write per state tensor (momentum; Adam's two
+// moments), plus AdamW's separate decay.
+double parameter_passes(const std::string& optimizer) {
+  if (optimizer == "sgd_momentum") return 5.0;
+  if (optimizer == "rmsprop") return 6.0;
+  if (optimizer == "adam") return 7.0;
+  if (optimizer == "adamw") return 8.0;
+  return 3.0;
+}
+
+}  // namespace
+
+StepCost SimulatedDevice::overhead_cost(const std::vector<AnalyzedLayer>& layers, const std::string& optimizer) const {
   double parameter_bytes = 0.0;
   int tensors = 0;
   for (const auto& layer : layers) {
     parameter_bytes += layer.cost.parameter_bytes;
     tensors += layer.cost.parameters > 0 ? 2 : 0;
   }
-  // The optimizer reads weights and gradients and writes weights: 3 passes over the parameters.
-  const double bytes = 3.0 * parameter_bytes;
+  const double bytes = parameter_passes(optimizer) * parameter_bytes;
   StepCost cost;
   cost.seconds = profile_.step_overhead_seconds + bytes / profile_.bandwidth_bytes_per_second +
                  tensors * profile_.launch_seconds;
@@ -167,8 +181,9 @@ StepCost SimulatedDevice::overhead_cost(const std::vector<AnalyzedLayer>& layers
   return cost;
 }
 
-StepCost SimulatedDevice::step_cost(const std::vector<AnalyzedLayer>& layers, const std::string& loss) const {
-  StepCost total = overhead_cost(layers);
+StepCost SimulatedDevice::step_cost(const std::vector<AnalyzedLayer>& layers, const std::string& loss,
+                                    const std::string& optimizer) const {
+  StepCost total = overhead_cost(layers, optimizer);
   const StepCost loss_part = loss_cost(layers, loss);
   total.joules += loss_part.joules;
   total.seconds += loss_part.seconds;
@@ -180,8 +195,9 @@ StepCost SimulatedDevice::step_cost(const std::vector<AnalyzedLayer>& layers, co
   return total;
 }
 
-StepCost SimulatedDevice::measure_step(const std::vector<AnalyzedLayer>& layers, const std::string& loss) {
-  StepCost cost = step_cost(layers, loss);
+StepCost SimulatedDevice::measure_step(const std::vector<AnalyzedLayer>& layers, const std::string& loss,
+                                       const std::string& optimizer) {
+  StepCost cost = step_cost(layers, loss, optimizer);
   std::normal_distribution<double> noise(0.0, profile_.noise_sigma);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   double factor = std::exp(noise(rng_));

@@ -70,9 +70,45 @@ std::vector<LayerKey> layer_keys(const std::vector<AnalyzedLayer>& layers) {
   return keys;
 }
 
+std::string optimizer_kind(const std::string& optimizer) { return "optimizer:" + optimizer; }
+
+ProbeTarget optimizer_target(const std::string& optimizer, std::int64_t parameters) {
+  constexpr std::int64_t kFeatures = 1024;
+  ProbeTarget target;
+  target.optimizer = optimizer;
+  target.input_shape = {kFeatures};
+  target.batch_size = 16;
+  target.position = LayerPosition::output;
+  const std::int64_t classes = std::max<std::int64_t>(2, (parameters + kFeatures) / (kFeatures + 1));
+  target.layer = make_layer("linear", {{"out_features", classes}});
+  return target;
+}
+
+AnalyzedLayer optimizer_step(std::int64_t parameters) {
+  AnalyzedLayer step;
+  step.type = "optimizer";
+  step.features = {{"parameters", static_cast<double>(parameters)}};
+  step.cost.parameters = parameters;
+  step.cost.parameter_bytes = 4.0 * static_cast<double>(parameters);
+  return step;
+}
+
 Result<ProbePlan> plan_probe(const ProbeTarget& target, int head_classes) {
   ProbePlan plan;
   plan.target = target;
+  if (!target.optimizer.empty()) {
+    if (!is_known_optimizer(target.optimizer) || target.optimizer == "sgd")
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("no optimizer probe for \"{}\": every probe trains with sgd", target.optimizer));
+    const ModelSpec classifier = network(target.input_shape, target.input_dtype, {target.layer}, target.loss);
+    auto analyzed = analyze_model(classifier, target.batch_size, "/probe");
+    if (!analyzed) return analyzed.error();
+    plan.networks = {classifier, classifier};
+    plan.optimizers = {target.optimizer, "sgd"};
+    plan.signs = {+1, -1};
+    plan.analyzed = optimizer_step(analyzed->front().cost.parameters);
+    return plan;
+  }
   const auto& shape = target.input_shape;
   const auto& dtype = target.input_dtype;
   // The target comes out of some network's graph: in a probe it reads only what comes before
@@ -136,10 +172,16 @@ Result<LayerSample> decompose(const ProbePlan& plan, const std::vector<NetworkMe
                       fmt::format("{} measurements for a plan of {} networks", measured.size(), plan.networks.size()));
   }
   LayerSample sample;
-  sample.key = LayerKey{model_kind(plan.analyzed), plan.target.position};
-  sample.features = plan.analyzed.features;
-  sample.features["batch_size"] = static_cast<double>(plan.target.batch_size);
   sample.cost = plan.analyzed.cost;
+  if (!plan.target.optimizer.empty()) {
+    // An optimizer step does not depend on the batch: parameters are its only feature.
+    sample.key = LayerKey{optimizer_kind(plan.target.optimizer), LayerPosition::output};
+    sample.features = plan.analyzed.features;
+  } else {
+    sample.key = LayerKey{model_kind(plan.analyzed), plan.target.position};
+    sample.features = plan.analyzed.features;
+    sample.features["batch_size"] = static_cast<double>(plan.target.batch_size);
+  }
   for (std::size_t i = 0; i < measured.size(); ++i) {
     sample.joules_per_step += plan.signs[i] * measured[i].joules_per_step;
     sample.seconds_per_step += plan.signs[i] * measured[i].seconds_per_step;

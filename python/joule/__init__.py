@@ -15,7 +15,8 @@ runs find this package on their PYTHONPATH.
 
 from ._client import DEFAULT_URL, TERMINAL_STATES, ApiError, Client
 from ._progress import progress
-from ._spec import SpecError, dumps, spec
+from ._spec import OPTIMIZERS, SpecError, dumps, optimizer_name, spec
 
-__all__ = ["ApiError", "Client", "DEFAULT_URL", "SpecError", "TERMINAL_STATES", "dumps", "progress", "spec"]
+__all__ = ["ApiError", "Client", "DEFAULT_URL", "OPTIMIZERS", "SpecError", "TERMINAL_STATES", "dumps",
+           "optimizer_name", "progress", "spec"]
 __version__ = "0.1.0"

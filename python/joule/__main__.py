@@ -18,7 +18,7 @@ import os
 import sys
 
 from ._client import ApiError, Client
-from ._spec import LOSSES, SpecError, dumps, spec
+from ._spec import LOSSES, OPTIMIZERS, SpecError, dumps, spec
 
 USAGE_ERROR = 2
 
@@ -117,6 +117,8 @@ def _parser():
     submit.add_argument("--batch-size", type=int, required=True)
     submit.add_argument("--epochs", type=int, required=True)
     submit.add_argument("--samples-per-epoch", type=int, required=True)
+    submit.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd",
+                        help="the script's torch.optim optimizer (sgd_momentum: SGD with momentum); default sgd")
     submit.add_argument("--name", help="the job's name (default: the script's name)")
     submit.add_argument("--priority", type=int)
     submit.add_argument("--device", action="append", help="only devices matching this pattern (repeatable)")
@@ -136,7 +138,7 @@ def _job(args, script_args, model):
         "name": args.name or os.path.splitext(os.path.basename(args.script))[0],
         "model": model,
         "training": {"batch_size": args.batch_size, "epochs": args.epochs,
-                     "samples_per_epoch": args.samples_per_epoch},
+                     "samples_per_epoch": args.samples_per_epoch, "optimizer": args.optimizer},
         "run": {"command": [args.python, args.script] + script_args, "workdir": os.getcwd()},
     }
     if args.device:

@@ -86,6 +86,29 @@ def spec(model, example_input, *, loss="cross_entropy", name=None):
             "loss": loss}
 
 
+OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw", "rmsprop")
+
+
+def optimizer_name(optimizer):
+    """The name a job's ``training.optimizer`` gives a ``torch.optim`` optimizer.
+
+    jouled's estimate adds the optimizer's step to the network's (Adam's two moments cost more
+    than SGD's plain update); it knows sgd, sgd_momentum (SGD with momentum), adam, adamw and
+    rmsprop. Another optimizer is a ``SpecError`` naming it, not the nearest known one.
+    """
+    import torch
+
+    kind = type(optimizer)
+    if kind is torch.optim.SGD:
+        momentum = any(group.get("momentum", 0) for group in optimizer.param_groups)
+        return "sgd_momentum" if momentum else "sgd"
+    names = {torch.optim.Adam: "adam", torch.optim.AdamW: "adamw", torch.optim.RMSprop: "rmsprop"}
+    if kind in names:
+        return names[kind]
+    raise SpecError(f"{kind.__module__}.{kind.__name__}: jouled estimates {', '.join(OPTIMIZERS)} "
+                    "(torch.optim.SGD, with or without momentum, Adam, AdamW, RMSprop)")
+
+
 def dumps(model_spec):
     """The spec as JSON text, one layer per line (as examples/models/*.json are written)."""
     import json

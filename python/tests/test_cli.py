@@ -138,6 +138,7 @@ class CommandLineTest(unittest.TestCase):
         self.assertEqual(dry.returncode, 0, dry.stderr)
         job = json.loads(dry.stdout)
         self.assertEqual(job["run"]["command"], ["python3", "train.py"])
+        self.assertEqual(job["training"]["optimizer"], "sgd")
         self.assertEqual(job["name"], "train")
         waited = self.joule_cli("submit", "train.py", "--spec-from", "networks:mlp", "--input", "1,28,28",
                                 "--batch-size", "32", "--epochs", "1", "--samples-per-epoch", "64",

@@ -106,6 +106,19 @@ class SpecStructureTest(unittest.TestCase):
         factory, batch = networks.NETWORKS[name]
         return joule.spec(factory(), batch())
 
+    def test_optimizer_names_are_what_a_jobs_training_says(self):
+        import torch
+
+        parameters = [torch.nn.Parameter(torch.zeros(2))]
+        self.assertEqual(joule.optimizer_name(torch.optim.SGD(parameters, lr=0.1)), "sgd")
+        self.assertEqual(joule.optimizer_name(torch.optim.SGD(parameters, lr=0.1, momentum=0.9)), "sgd_momentum")
+        self.assertEqual(joule.optimizer_name(torch.optim.Adam(parameters)), "adam")
+        self.assertEqual(joule.optimizer_name(torch.optim.AdamW(parameters)), "adamw")
+        self.assertEqual(joule.optimizer_name(torch.optim.RMSprop(parameters)), "rmsprop")
+        with self.assertRaises(joule.SpecError) as raised:
+            joule.optimizer_name(torch.optim.Adagrad(parameters))
+        self.assertIn("Adagrad", str(raised.exception))
+
     def test_resnet_blocks_join_with_add_naming_their_branches(self):
         spec = self.spec_of("resnet18")
         adds = [layer for layer in spec["layers"] if layer["type"] == "add"]

@@ -103,8 +103,9 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
     std::set<std::string> seen;
     for (std::size_t j = 0; j < trace.jobs.size(); ++j) {
       if (std::find(eligible[j].begin(), eligible[j].end(), d) == eligible[j].end()) continue;
-      if (seen.insert(analysis_key(trace.jobs[j])).second)
-        workload.push_back(estimator::WorkloadItem{trace.jobs[j].model, trace.jobs[j].training.batch_size});
+      const auto& job = trace.jobs[j];
+      if (seen.insert(analysis_key(job) + "|" + job.training.optimizer).second)
+        workload.push_back(estimator::WorkloadItem{job.model, job.training.batch_size, job.training.optimizer});
     }
     if (workload.empty()) return;
     estimator::SimulatedDevice hardware(truths[d].profile(), mix(options.seed, kProbeNoise, d));
@@ -157,7 +158,7 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
     for (const std::size_t d : eligible[j]) {
       JobCost cost;
       cost.device = d;
-      const estimator::StepCost step = truths[d].step_cost(layers, job.model.loss);
+      const estimator::StepCost step = truths[d].step_cost(layers, job.model.loss, job.training.optimizer);
       cost.truth = TrueCost{step.joules * steps * factor, step.seconds * steps * factor};
       if (models[d]) {
         auto estimate = models[d]->estimate(layers, job.training);

@@ -246,7 +246,7 @@ TEST(GraphSpecTest, a_join_probe_reads_one_tensor_twice_and_decomposes) {
   SimulatedDevice device(*find_simulated_profile("laptop-cpu"), 1);
   std::vector<NetworkMeasurement> measured;
   for (const auto& network : plan->networks) {
-    auto measurement = noise_free_meter(device)(network, 8);
+    auto measurement = noise_free_meter(device)(network, 8, "sgd");
     ASSERT_TRUE(measurement) << measurement.error().message;
     measured.push_back(*measurement);
   }

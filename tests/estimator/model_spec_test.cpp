@@ -4,6 +4,7 @@
 
 #include "example_models.hpp"
 
+using joule::estimator::known_optimizers;
 using joule::estimator::parse_model_spec;
 using joule::estimator::parse_training_config;
 using nlohmann::json;
@@ -94,6 +95,15 @@ TEST(TrainingConfigTest, rejects_zero_batch_and_unknown_optimizer) {
                 .error()
                 .where,
             "/training/optimizer");
+  const auto lion =
+      parse_training_config(json::parse(R"({"optimizer": "lion", "samples_per_epoch": 10})"), "/training");
+  EXPECT_NE(lion.error().message.find("\"sgd_momentum\", \"adam\", \"adamw\", \"rmsprop\""), std::string::npos)
+      << lion.error().message;
+  for (const auto& name : known_optimizers()) {
+    auto config = parse_training_config(json{{"optimizer", name}, {"samples_per_epoch", 10}}, "/training");
+    ASSERT_TRUE(config) << name;
+    EXPECT_EQ(config->optimizer, name);
+  }
   EXPECT_EQ(parse_training_config(json::parse(R"({"epochs": 1})"), "/training").error().where,
             "/training/samples_per_epoch");
 }

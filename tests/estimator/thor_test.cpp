@@ -73,7 +73,7 @@ TEST(ThorProbesTest, decomposition_recovers_an_output_layer_exactly_on_a_noise_f
   SimulatedDevice device(*find_simulated_profile("laptop-cpu"), 1);
   auto plan = plan_probe(conv_target(LayerPosition::output));
   ASSERT_TRUE(plan);
-  auto measured = noise_free_meter(device)(plan->networks[0], 32);
+  auto measured = noise_free_meter(device)(plan->networks[0], 32, "sgd");
   auto sample = decompose(*plan, {*measured});
   ASSERT_TRUE(sample);
   EXPECT_EQ(sample->key.name(), "conv2d@output");
@@ -87,7 +87,7 @@ TEST(ThorProbesTest, decomposed_input_layer_is_its_own_cost_plus_the_head_gradie
   auto plan = plan_probe(conv_target(LayerPosition::input));
   ASSERT_TRUE(plan);
   std::vector<NetworkMeasurement> measured;
-  for (const auto& network : plan->networks) measured.push_back(*noise_free_meter(device)(network, 32));
+  for (const auto& network : plan->networks) measured.push_back(*noise_free_meter(device)(network, 32, "sgd"));
   auto sample = decompose(*plan, measured);
   ASSERT_TRUE(sample);
   // The layer's own cost is a lower bound: the head after it now computes an input gradient too.
@@ -203,7 +203,9 @@ TEST(DeviceEnergyModelTest, one_sample_estimates_by_work_with_a_wide_spread_and_
   // One sample: the prior is proportional to work, the median exactly the sample scaled by it.
   const double median = 0.01 * work_of(1024) / work_of(256);
   EXPECT_NEAR(estimate->joules_per_step.mean / median, std::exp(kSparseSigma * kSparseSigma / 2.0), 1e-6);
-  EXPECT_NEAR(estimate->joules_per_step.std / estimate->joules_per_step.mean, std::sqrt(std::expm1(0.25)), 1e-6);
+  // Its spread: the prior's σ = 0.5 in log space, plus the step's structural share.
+  EXPECT_NEAR(estimate->joules_per_step.std / estimate->joules_per_step.mean,
+              std::sqrt(std::expm1(0.25) + kStructuralSigma * kStructuralSigma), 1e-6);
   ASSERT_FALSE(estimate->warnings.empty());
   EXPECT_NE(estimate->warnings.back().find("linear@output: 1 probe sample(s)"), std::string::npos)
       << estimate->warnings.back();
@@ -254,4 +256,61 @@ TEST(DeviceEnergyModelTest, a_sample_without_its_counts_leaves_its_kind_without_
   ASSERT_TRUE(model.add_sample(sample));
   ASSERT_TRUE(model.fit());
   EXPECT_FALSE(model.estimate(linear_classifier(256), one_step()));
+}
+
+TEST(ThorProbesTest, an_optimizer_probe_measures_one_classifier_with_the_optimizer_and_with_sgd) {
+  auto plan = plan_probe(optimizer_target("adam", 100'000));
+  ASSERT_TRUE(plan) << plan.error().message;
+  ASSERT_EQ(plan->networks.size(), 2u);
+  EXPECT_EQ(to_json(plan->networks[0]), to_json(plan->networks[1]));
+  EXPECT_EQ(plan->optimizers, (std::vector<std::string>{"adam", "sgd"}));
+  EXPECT_EQ(plan->signs, (std::vector<int>{+1, -1}));
+  // About the parameters asked for: a linear classifier on 1,024 features.
+  EXPECT_NEAR(static_cast<double>(plan->analyzed.cost.parameters), 100'000.0, 1'025.0);
+  EXPECT_FALSE(plan_probe(optimizer_target("sgd", 1000)));  // sgd is what every probe trains with
+  EXPECT_FALSE(plan_probe(optimizer_target("lion", 1000)));
+
+  SimulatedDevice device(*find_simulated_profile("laptop-cpu"), 1);
+  const auto meter = noise_free_meter(device);
+  auto with = meter(plan->networks[0], plan->target.batch_size, "adam");
+  auto without = meter(plan->networks[1], plan->target.batch_size, "sgd");
+  auto sample = decompose(*plan, {*with, *without});
+  ASSERT_TRUE(sample);
+  EXPECT_EQ(sample->key.name(), "optimizer:adam@output");
+  EXPECT_EQ(sample->features, (std::map<std::string, double>{{"parameters", plan->analyzed.cost.parameters}}));
+  EXPECT_GT(sample->joules_per_step, 0.0);  // Adam's moments cost more passes over the parameters
+}
+
+TEST(DeviceEnergyModelTest, another_optimizer_adds_its_own_line_learnt_from_its_probes) {
+  SimulatedDevice device(*find_simulated_profile("laptop-cpu"), 9);
+  DeviceEnergyModel model("sim:laptop-cpu", "simulated");
+  TrainingConfig training;
+  training.batch_size = 64;
+  training.samples_per_epoch = 6400;
+  training.optimizer = "adam";
+  CampaignOptions options;
+  options.probes = 60;
+  options.gp.restarts = 1;
+  // Probed for sgd only: an Adam job has no estimate, and the error names the missing model.
+  ASSERT_TRUE(run_campaign(model, {WorkloadItem{lenet(), 64}}, noise_free_meter(device), options));
+  auto missing = model.estimate(lenet(), training);
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message.find("optimizer:adam@output"), std::string::npos) << missing.error().message;
+
+  options.probes = 150;
+  DeviceEnergyModel learnt("sim:laptop-cpu", "simulated");
+  ASSERT_TRUE(run_campaign(learnt, {WorkloadItem{lenet(), 64, "adam"}}, noise_free_meter(device), options));
+  auto estimate = learnt.estimate(lenet(), training);
+  ASSERT_TRUE(estimate) << estimate.error().message;
+  ASSERT_EQ(estimate->layers.back().type, "optimizer");
+  EXPECT_EQ(estimate->layers.back().key, "optimizer:adam@output");
+  EXPECT_GT(estimate->layers.back().joules_per_step.mean, 0.0);
+  auto layers = analyze_model(lenet(), 64);
+  const double truth = device.step_cost(*layers, "cross_entropy", "adam").joules * 100;
+  EXPECT_NEAR(estimate->joules.mean / truth, 1.0, 0.15);
+  training.optimizer = "sgd";
+  auto sgd = learnt.estimate(lenet(), training);
+  ASSERT_TRUE(sgd);
+  EXPECT_NE(sgd->layers.back().type, "optimizer");
+  EXPECT_LT(sgd->joules.mean, estimate->joules.mean);
 }

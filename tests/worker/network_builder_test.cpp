@@ -297,6 +297,28 @@ TEST_F(NetworkBuilderTest, run_probe_reads_the_meter_around_every_block) {
   EXPECT_GE(result->wall_seconds, result->networks[1].seconds_per_step * 12);
 }
 
+TEST_F(NetworkBuilderTest, every_optimizer_trains_and_each_network_may_name_its_own) {
+  for (const auto& optimizer : estimator::known_optimizers()) {
+    SessionOptions options;
+    options.batch_size = 4;
+    options.optimizer = optimizer;
+    auto session = TrainingSession::create(spec_of(testing::example_model("mlp")), options, "/model");
+    ASSERT_TRUE(session) << optimizer << ": " << session.error().message;
+    const double first = session->step().item<double>();
+    double last = first;
+    for (int i = 0; i < 20; ++i) last = session->step().item<double>();
+    EXPECT_TRUE(std::isfinite(last)) << optimizer;
+    EXPECT_LT(last, first) << optimizer << " does not train the same batch";
+  }
+  CountingMeter meter("modelled");
+  ProbeRequest request = small_request();
+  request.networks[1] = request.networks[0];
+  request.network_optimizers = {"adamw", "sgd"};  // an optimizer probe: one network, two optimizers
+  auto result = run_probe(request, meter);
+  ASSERT_TRUE(result) << result.error().message;
+  EXPECT_EQ(result->networks.size(), 2u);
+}
+
 TEST_F(NetworkBuilderTest, run_probe_calls_only_real_meters_measured) {
   CountingMeter meter("rapl");
   auto result = run_probe(small_request(), meter);

@@ -78,8 +78,19 @@ TEST(ProtocolTest, probe_request_errors_name_the_pointer) {
   request["device"] = "gpu";
   EXPECT_EQ(where(request), "/device");
   request = lenet_request();
-  request["optimizer"] = "rmsprop";
+  request["optimizer"] = "lion";
   EXPECT_EQ(where(request), "/optimizer");
+  request = lenet_request();
+  request["network_optimizers"] = {"adam", "sgd"};  // two optimizers for one network
+  EXPECT_EQ(where(request), "/network_optimizers");
+  request = lenet_request();
+  request["network_optimizers"] = {"lion"};
+  EXPECT_EQ(where(request), "/network_optimizers/0");
+  request = lenet_request();
+  request["network_optimizers"] = {"rmsprop"};
+  auto per_network = parse_probe_request(request);
+  ASSERT_TRUE(per_network) << per_network.error().message;
+  EXPECT_EQ(per_network->optimizer_of(0), "rmsprop");
   request = lenet_request();
   request["meter"] = "wattmeter";
   EXPECT_EQ(where(request), "/meter");

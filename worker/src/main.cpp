@@ -223,7 +223,9 @@ int run(int argc, char** argv) {
   measure_cmd->add_option("--threads", measure.threads, "Intra-op and BLAS threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  measure_cmd->add_option("--optimizer", measure.optimizer, "sgd or adam (default: the job's, else sgd)")
+  measure_cmd
+      ->add_option("--optimizer", measure.optimizer,
+                   "sgd, sgd_momentum, adam, adamw or rmsprop (default: the job's, else sgd)")
       ->check(CLI::IsMember({"sgd", "adam"}));
   measure_cmd->add_option("--meter", measure.meter, "auto, rapl, nvml, ina3221, hwmon, battery or modelled")
       ->capture_default_str();

@@ -263,13 +263,22 @@ Result<TrainingSession> TrainingSession::create(const estimator::ModelSpec& spec
   network->module->to(options.device);
   SyntheticBatch batch = make_synthetic_batch(*network, options.batch_size, options.device);
   std::shared_ptr<torch::optim::Optimizer> optimizer;
+  // torch.optim's defaults but for the learning rate (and SGD's momentum in sgd_momentum): the
+  // cost of a step depends on the state each keeps per parameter, not on its hyperparameters.
+  auto parameters = network->module->parameters();
   if (options.optimizer == "sgd")
-    optimizer = std::make_shared<torch::optim::SGD>(network->module->parameters(), torch::optim::SGDOptions(0.01));
+    optimizer = std::make_shared<torch::optim::SGD>(parameters, torch::optim::SGDOptions(0.01));
+  else if (options.optimizer == "sgd_momentum")
+    optimizer = std::make_shared<torch::optim::SGD>(parameters, torch::optim::SGDOptions(0.01).momentum(0.9));
   else if (options.optimizer == "adam")
-    optimizer = std::make_shared<torch::optim::Adam>(network->module->parameters(), torch::optim::AdamOptions(1e-3));
+    optimizer = std::make_shared<torch::optim::Adam>(parameters, torch::optim::AdamOptions(1e-3));
+  else if (options.optimizer == "adamw")
+    optimizer = std::make_shared<torch::optim::AdamW>(parameters, torch::optim::AdamWOptions(1e-3));
+  else if (options.optimizer == "rmsprop")
+    optimizer = std::make_shared<torch::optim::RMSprop>(parameters, torch::optim::RMSpropOptions(1e-3));
   else
-    return make_error(ErrorCode::invalid_argument,
-                      fmt::format("optimizer must be \"sgd\" or \"adam\", got \"{}\"", options.optimizer));
+    return make_error(ErrorCode::invalid_argument, fmt::format("optimizer must be one of {}, got \"{}\"",
+                                                               estimator::known_optimizer_list(), options.optimizer));
   return TrainingSession(std::move(network).value(), std::move(batch), std::move(optimizer));
 }
 

@@ -87,7 +87,7 @@ torch::Tensor compute_loss(const std::string& loss, const torch::Tensor& output,
 /// What a session trains with.
 struct SessionOptions {
   std::int64_t batch_size = 32;
-  std::string optimizer = "sgd";  ///< "sgd" (lr 0.01) or "adam" (lr 0.001)
+  std::string optimizer = "sgd";  ///< estimator::known_optimizers(): sgd (lr 0.01), adam (lr 0.001)...
   torch::Device device = torch::kCPU;
   std::uint64_t seed = 1;
 };

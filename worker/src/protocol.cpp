@@ -107,7 +107,8 @@ bool valid_device(const std::string& device) {
 }
 
 std::optional<Error> check_optimizer(const std::string& optimizer, const std::string& where) {
-  if (optimizer != "sgd" && optimizer != "adam") return invalid("optimizer must be \"sgd\" or \"adam\"", where);
+  if (!estimator::is_known_optimizer(optimizer))
+    return invalid(fmt::format("optimizer must be one of {}", estimator::known_optimizer_list()), where);
   return std::nullopt;
 }
 
@@ -186,7 +187,8 @@ json to_json(const ProbeRequest& request) {
           {"idle_watts", request.idle_watts},
           {"watts_per_busy_core", request.watts_per_busy_core},
           {"seed", request.seed},
-          {"networks", std::move(networks)}};
+          {"networks", std::move(networks)},
+          {"network_optimizers", request.network_optimizers}};
 }
 
 Result<ProbeRequest> parse_probe_request(const json& value) {
@@ -229,6 +231,17 @@ Result<ProbeRequest> parse_probe_request(const json& value) {
     if (auto analyzed = estimator::analyze_model(*spec, request.batch_size, pointer); !analyzed)
       return analyzed.error();
     request.networks.push_back(std::move(spec).value());
+  }
+  if (const json* optimizers = reader.find("network_optimizers")) {
+    if (!optimizers->is_array() || (!optimizers->empty() && optimizers->size() != request.networks.size()))
+      return invalid("network_optimizers must be an array with one optimizer per network (or empty)",
+                     reader.where("network_optimizers"));
+    for (std::size_t i = 0; i < optimizers->size(); ++i) {
+      const std::string where = fmt::format("/network_optimizers/{}", i);
+      if (!(*optimizers)[i].is_string()) return invalid("an optimizer must be a string", where);
+      if (auto e = check_optimizer((*optimizers)[i].get<std::string>(), where)) return *e;
+      request.network_optimizers.push_back((*optimizers)[i].get<std::string>());
+    }
   }
   if (auto e = reader.no_unknown_fields()) return *e;
   return request;

@@ -84,7 +84,7 @@ Result<ProbeResult> run_probe(const ProbeRequest& request, adapters::EnergyMeter
 
   std::vector<TrainingSession> sessions;
   for (std::size_t i = 0; i < request.networks.size(); ++i) {
-    SessionOptions options{request.batch_size, request.optimizer, device, request.seed};
+    SessionOptions options{request.batch_size, request.optimizer_of(i), device, request.seed};
     auto session = TrainingSession::create(request.networks[i], options, fmt::format("/networks/{}", i));
     if (!session) return session.error();
     sessions.push_back(std::move(session).value());

@@ -31,6 +31,7 @@
 #include "joule/daemon/budget_service.hpp"
 #include "joule/daemon/job_accounts.hpp"
 #include "joule/daemon/metrics.hpp"
+#include "joule/estimator/probe_campaign.hpp"
 #include "joule/schedulers/job.hpp"
 #include "joule/schedulers/job_queue.hpp"
 
@@ -229,7 +230,7 @@ class JobService {
   bool work_waiting_for(const std::string& device) const;
   /// The models of queued jobs and of the latest `recent` finished ones, with their batch sizes:
   /// what the probe planner should learn.
-  std::vector<std::pair<estimator::ModelSpec, std::int64_t>> workload(std::size_t recent) const;
+  std::vector<estimator::WorkloadItem> workload(std::size_t recent) const;
 
  private:
   struct Job;

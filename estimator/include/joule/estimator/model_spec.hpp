@@ -65,6 +65,13 @@ struct TrainingConfig {
 /// The layer types a model spec may use, in the spelling users write.
 const std::vector<std::string>& known_layer_types();
 
+/// The optimizers a job's training may name, as torch.optim spells them in lower case:
+/// sgd (no momentum), sgd_momentum (momentum 0.9), adam, adamw, rmsprop.
+const std::vector<std::string>& known_optimizers();
+bool is_known_optimizer(std::string_view optimizer);
+/// "sgd", "adam" or … in quotes, joined with commas, for error messages.
+std::string known_optimizer_list();
+
 /// Parses and checks a model spec. `pointer` is the JSON pointer of `json` inside the request,
 /// so errors name the exact field (e.g. "/model/layers/3/out_channels").
 Result<ModelSpec> parse_model_spec(const nlohmann::json& json, const std::string& pointer);

@@ -29,10 +29,13 @@ namespace joule::estimator {
 struct WorkloadItem {
   ModelSpec model;
   std::int64_t batch_size = 32;
+  std::string optimizer = "sgd";  ///< another one adds an optimizer target (thor_probes.hpp)
 };
 
-/// Measures one probe network on the device: the median per-step cost of its repetitions.
-using NetworkMeter = std::function<Result<NetworkMeasurement>(const ModelSpec& network, std::int64_t batch_size)>;
+/// Measures one probe network on the device, trained with `optimizer`: the median per-step
+/// cost of its repetitions.
+using NetworkMeter = std::function<Result<NetworkMeasurement>(const ModelSpec& network, std::int64_t batch_size,
+                                                              const std::string& optimizer)>;
 
 /// A meter for a simulated device: the median of `repetitions` noisy steps of the network
 /// (`repetitions` = 1 and a noise-free profile give the exact cost). The device must outlive it.

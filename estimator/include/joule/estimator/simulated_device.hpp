@@ -64,14 +64,17 @@ class SimulatedDevice {
 
   /// The noise-free cost of one layer in its position (its `input_gradient` flag) in a step.
   StepCost layer_cost(const AnalyzedLayer& layer) const;
-  /// The noise-free cost of one training step of a whole network: layers + loss + overhead.
-  StepCost step_cost(const std::vector<AnalyzedLayer>& layers, const std::string& loss) const;
+  /// The noise-free cost of one training step of a whole network: layers + loss + overhead
+  /// (the optimizer's update: passes over the parameters, 3 for sgd up to 8 for adamw).
+  StepCost step_cost(const std::vector<AnalyzedLayer>& layers, const std::string& loss,
+                     const std::string& optimizer = "sgd") const;
   /// One measured step: step_cost with measurement noise.
-  StepCost measure_step(const std::vector<AnalyzedLayer>& layers, const std::string& loss);
+  StepCost measure_step(const std::vector<AnalyzedLayer>& layers, const std::string& loss,
+                        const std::string& optimizer = "sgd");
 
  private:
   StepCost loss_cost(const std::vector<AnalyzedLayer>& layers, const std::string& loss) const;
-  StepCost overhead_cost(const std::vector<AnalyzedLayer>& layers) const;
+  StepCost overhead_cost(const std::vector<AnalyzedLayer>& layers, const std::string& optimizer) const;
 
   SimulatedProfile profile_;
   std::mt19937_64 rng_;

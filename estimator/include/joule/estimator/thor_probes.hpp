@@ -20,6 +20,12 @@
 //
 // The model of a layer is keyed by model_kind(), not the type: grouped convolutions have models
 // of their own.
+//
+// Optimizers: every probe trains with sgd, so a layer's samples include sgd's update of its
+// parameters. Another optimizer O costs its difference on top, a function of the parameter
+// count (and O's state per parameter), learnt like a layer under the key "optimizer:O@output":
+//   E_O(P) = m([linear], O) − m([linear], sgd)
+// for one linear classifier of P parameters, measured twice in one worker run.
 
 #include <cstdint>
 #include <map>
@@ -58,7 +64,19 @@ struct ProbeTarget {
   std::int64_t batch_size = 32;
   LayerPosition position = LayerPosition::hidden;
   std::string loss = "cross_entropy";
+  /// Non-empty: not a layer but this optimizer's cost over sgd's for `layer` (a linear
+  /// classifier) on `input_shape`: an optimizer target (optimizer_target()).
+  std::string optimizer;
 };
+
+/// The key kind of an optimizer's model: "optimizer:adam".
+std::string optimizer_kind(const std::string& optimizer);
+/// The optimizer target for a network of `parameters` parameters: a linear classifier of about
+/// that many on 1,024 features, at batch 16 (its forward and backward cancel out).
+ProbeTarget optimizer_target(const std::string& optimizer, std::int64_t parameters);
+/// A layer-like configuration of an optimizer step over `parameters` parameters: its features
+/// ({"parameters": P}) and counts (4 bytes per parameter, no FLOPs), as samples and estimates use.
+AnalyzedLayer optimizer_step(std::int64_t parameters);
 
 /// The networks to measure for one target; networks[0] contains the target.
 struct ProbePlan {
@@ -66,6 +84,8 @@ struct ProbePlan {
   std::vector<ModelSpec> networks;
   /// +1 or −1 per network: E_target = Σ sign_i × m(networks[i]).
   std::vector<int> signs;
+  /// Per network, the optimizer it trains with; empty: sgd for every one.
+  std::vector<std::string> optimizers;
   /// The target layer as analysed inside networks[0] (its features and counts).
   AnalyzedLayer analyzed;
 };

@@ -35,6 +35,14 @@ struct ProbeRequest {
   double watts_per_busy_core = 12.0;
   std::uint64_t seed = 1;  ///< synthetic data and initial weights
   std::vector<estimator::ModelSpec> networks;
+  /// Per network, the optimizer it trains with; empty: `optimizer` for all. An optimizer probe
+  /// measures one network twice, with the optimizer and with sgd.
+  std::vector<std::string> network_optimizers;
+
+  /// The optimizer network i trains with.
+  const std::string& optimizer_of(std::size_t i) const {
+    return network_optimizers.empty() ? optimizer : network_optimizers[i];
+  }
 };
 
 /// The software and hardware a measurement was taken under. A device model learnt under one
