@@ -364,3 +364,38 @@ TEST(ProbingTest, a_broken_worker_is_reported_once_and_not_rerun) {
   EXPECT_FALSE(eventually([&] { return !failed(cpu = cpu_device(daemon)) || count() > 1; }, 4s))
       << cpu.dump(2) << daemon.log();
 }
+
+TEST(ProbingTest, a_requested_run_learns_the_optimizer_its_models_name) {
+  DaemonProcess daemon({.config_toml = config("enabled = false\n" + kQuick)});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  const json mlp = json::parse(R"({"input": {"shape": [64]}, "layers": [
+      {"type": "linear", "out_features": 32}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
+  const json adam_job = {{"model", mlp}, {"training", {{"batch_size", 16}, {"optimizer", "adam"}, {"samples_per_epoch", 160}}}};
+  // Before: the optimizer has no model, and the estimate says which one is missing.
+  auto [before_status, before] = daemon.call("POST", "/v1/estimate", adam_job.dump());
+  ASSERT_EQ(before_status, 200u) << before.dump();
+  EXPECT_EQ(text(before, "/estimates/0/status"), "no-model") << before.dump(2);
+
+  const json bad = {{"device", "cpu"}, {"models", {{{"model", mlp}, {"training", {{"batch_size", 16}, {"optimizer", "lion"}}}}}}};
+  auto [refused, problem] = daemon.call("POST", "/v1/probes", bad.dump());
+  EXPECT_EQ(refused, 400u);
+  EXPECT_EQ(text(problem, "/errors/0/pointer"), "/models/0/training/optimizer") << problem.dump();
+
+  const json request = {{"device", "cpu"}, {"seconds", 60}, {"models", {{{"model", mlp}, {"training", {{"batch_size", 16}, {"optimizer", "adam"}}}}}}};
+  auto [status, accepted] = daemon.call("POST", "/v1/probes", request.dump());
+  ASSERT_EQ(status, 202u) << accepted.dump();
+  json estimate;
+  const bool learnt = eventually(
+      [&] {
+        estimate = daemon.call("POST", "/v1/estimate", adam_job.dump()).second;
+        return text(estimate, "/estimates/0/status") == "ok";
+      },
+      90s);
+  ASSERT_TRUE(learnt) << estimate.dump(2) << daemon.log();
+  const auto& layers = estimate["estimates"][0]["layers"];
+  ASSERT_FALSE(layers.empty());
+  EXPECT_EQ(layers.back()["type"], "optimizer") << layers.dump(2);
+  EXPECT_EQ(layers.back()["model"], "optimizer:adam@output");
+  EXPECT_GT(layers.back()["joules_per_step"]["mean"].get<double>(), 0.0);
+  EXPECT_NE(text(cpu_device(daemon), "/model/layers/optimizer:adam@output"), "null") << cpu_device(daemon).dump(2);
+}
