@@ -107,20 +107,35 @@ std::vector<ProbeTarget> candidate_targets(const std::vector<WorkloadItem>& work
 
 namespace {
 
-// How often each (kind, position) occurs in the workload: the weight of its uncertainty.
-// (Weighting by share of FLOPs instead was tried: better on the simulator per probe, worse on
-// the real CPU per second, 16.5 % against 9.0 % GP MAPE, since it spends the time on the
-// costliest probes; bench/README.md, probe_accuracy.)
+// The weight of each (kind, position)'s uncertainty: its share of the work (layer_work) of
+// every workload network's step, summed over the networks. An estimate's error in joules is a
+// kind's error times its share, so a kind that is half of every step matters 50 times more
+// than one that is 1 %: weighted by how often a kind occurs instead, a run spent 38 of 94
+// probes on residual adds and activations and 3 on the convolutions that carry the energy.
+// (Weighting by FLOPs share without the cost below was tried first and spent the time on the
+// costliest probes: 16.5 % against 9.0 % GP MAPE per second on the CPU, probe_accuracy.)
 std::map<std::string, double> workload_weights(const std::vector<WorkloadItem>& workload) {
   std::map<std::string, double> weight;
   for (const auto& item : workload) {
-    if (auto layers = analyze_model(item.model, item.batch_size)) {
-      const auto keys = layer_keys(*layers);
-      for (std::size_t i = 0; i < keys.size(); ++i)
-        if (keys[i].position == LayerPosition::output || !is_free_layer((*layers)[i])) weight[keys[i].name()] += 1.0;
-      if (item.optimizer != "sgd")
-        weight[LayerKey{optimizer_kind(item.optimizer), LayerPosition::output}.name()] += 1.0;
+    auto layers = analyze_model(item.model, item.batch_size);
+    if (!layers) continue;
+    const auto keys = layer_keys(*layers);
+    std::map<std::string, double> work;
+    double total = 0.0;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i].position != LayerPosition::output && is_free_layer((*layers)[i])) continue;
+      const double w = layer_work((*layers)[i].cost);
+      work[keys[i].name()] += w;
+      total += w;
     }
+    if (item.optimizer != "sgd") {
+      std::int64_t parameters = 0;
+      for (const auto& layer : *layers) parameters += layer.cost.parameters;
+      const double w = layer_work(optimizer_step(parameters).cost);
+      work[LayerKey{optimizer_kind(item.optimizer), LayerPosition::output}.name()] += w;
+      total += w;
+    }
+    for (const auto& [key, w] : work) weight[key] += total > 0.0 ? w / total : 0.0;
   }
   return weight;
 }
@@ -269,10 +284,13 @@ std::optional<ProbePlan> ProbePlanner::next(const DeviceEnergyModel& model) cons
   }
   if (seed_pick) return plans_[*seed_pick];
 
-  // Then the most valuable probe per unit of cost: latent σ × sqrt(workload weight of its key)
-  // × the bonus of an exact configuration, over sqrt(cost) (a probe twice as long must be worth
+  // Then the most valuable probe per unit of cost: σ × its key's share of the workload's work ×
+  // the bonus of an exact configuration, over sqrt(cost) (a probe twice as long must be worth
   // more than one cheap one, but not twice: the costly configurations are the workload's big
-  // layers, which carry most of its energy).
+  // layers, which carry most of its energy). σ is the model's latent σ, but never less than a
+  // prior's shrunk by the key's samples, kSparseSigma × sqrt(seed_samples / n): a GP on three
+  // samples can claim to be sure everywhere (measured: a collapsed fit left a kind with most of
+  // the workload's energy at its 3 seeds while cheap kinds got 11-15 probes).
   double best_score = -1.0;
   std::optional<std::size_t> best;
   for (std::size_t i = 0; i < plans_.size(); ++i) {
@@ -281,9 +299,12 @@ std::optional<ProbePlan> ProbePlanner::next(const DeviceEnergyModel& model) cons
     double sigma = model.uncertainty(planned_key(plan), plan.analyzed, plan.target.batch_size);
     if (!std::isfinite(sigma)) sigma = 10.0;
     if (sigma < target_sigma_) continue;
+    const std::size_t samples = std::max<std::size_t>(1, probes_of(keys_[i]));
+    sigma =
+        std::max(sigma, kSparseSigma * std::sqrt(static_cast<double>(seed_samples_) / static_cast<double>(samples)));
     const auto weight = weight_.find(keys_[i]);
-    const double score = sigma * std::sqrt(weight == weight_.end() ? 1.0 : weight->second) *
-                         (exact_[i] ? kExactBonus : 1.0) / std::sqrt(costs_[i]);
+    const double score = sigma * (weight == weight_.end() ? 0.0 : weight->second) * (exact_[i] ? kExactBonus : 1.0) /
+                         std::sqrt(costs_[i]);
     if (score > best_score) {
       best_score = score;
       best = i;

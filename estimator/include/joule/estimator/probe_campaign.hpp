@@ -75,7 +75,8 @@ LayerKey planned_key(const ProbePlan& plan);
 /// every kind has a sample (and with it a prior, so every network an estimate) before any has
 /// two. A key's first seed is the medoid of its configurations, the next ones the farthest (in
 /// the GP's log-feature space) from those already probed. After that the next probe maximises
-/// latent σ × sqrt(workload weight of its kind and position) / sqrt(its cost), counting a
+/// σ × (its kind and position's share of the workload's work) / sqrt(its cost), with σ the
+/// latent σ but at least kSparseSigma × sqrt(seed_samples / the key's samples), counting a
 /// configuration the workload itself uses (its layer, input and batch size, not a variation)
 /// `exact_bonus` times: the estimates users ask for sum exactly those layers, and summing probes
 /// of exactly a network's layers is within a few per cent of the whole network (measured:
