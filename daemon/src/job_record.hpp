@@ -24,6 +24,7 @@ struct JobService::Job {
   // Run-time only:
   std::optional<double> energy_at_start;
   std::optional<double> cpu_seconds;  // its process group's CPU time, last read (CpuTimeModel meters)
+  std::optional<double> used_joules;  // its energy so far while it runs, as of the last meter sample
   std::unique_ptr<asio::posix::stream_descriptor> exit_watch;
   std::unique_ptr<asio::steady_timer> kill_timer;
   bool cancel_requested = false;

@@ -894,12 +894,14 @@ void JobService::track_running(schedulers::UnixMillis now) {
     if (it == jobs_.end()) continue;
     Job& job = *it->second;
     if (job.state != JobState::running && job.state != JobState::throttled) continue;
-    double used = 0.0;
+    std::optional<double> metered;
     if (device.node.empty() && device.meter->cpu_time_model())
-      used = energy_used(job, device).value_or(0.0);
+      metered = energy_used(job, device);
     else if (job.energy_at_start && !device.meter_error)
-      used = std::max(0.0, device.energy_joules - *job.energy_at_start);
-    if (!device.node.empty()) used = job.reported_used.value_or(0.0);
+      metered = std::max(0.0, device.energy_joules - *job.energy_at_start);
+    if (!device.node.empty()) metered = job.reported_used;
+    job.used_joules = metered;  // shown as energy_so_far
+    const double used = metered.value_or(0.0);
     const auto expected = job.projection ? std::optional(job.projection->total) : job.prior;
     schedulers::EnergyDistribution still;
     if (expected) still = {std::max(0.0, expected->mean_joules - used), expected->variance};
@@ -1403,12 +1405,17 @@ json JobService::to_json(const Job& job, bool with_events) const {
     const auto& last = job.progress.back();
     out["progress"] = {{"epoch", last.epoch}, {"epochs", last.epochs}, {"reported_at", schedulers::format_rfc3339(last.at)}};
   }
-  if (job.projection && job.projection->step) {
-    // While it runs the job has no energy source of its own yet: its device's meter is it.
+  // While it runs the job has no energy source of its own yet: its device's meter is it.
+  const auto running_source = [&] {
     std::string source = row.energy_source;
     for (const auto& device : devices_)
       if (source.empty() && device.name == row.device) source = std::string(device.meter->source());
-    out["projection"] = projection_json(*job.projection, source);
+    return source;
+  };
+  if (job.projection && job.projection->step) out["projection"] = projection_json(*job.projection, running_source());
+  if (job.state == JobState::running || job.state == JobState::throttled) {
+    if (const std::string source = running_source(); job.used_joules && !source.empty())
+      out["energy_so_far"] = {{"joules", *job.used_joules}, {"source", source}, {"measured", is_measurement(source)}};
   }
   if (job.paused || job.cpu_quota || job.gpu_limit_watts) {
     out["throttle"] = {{"paused", job.paused},
