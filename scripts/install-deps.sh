@@ -30,6 +30,9 @@ packages=(
   python3-yaml python3-jsonschema openapi-specification
   # the status page's test (python_status_page): jouled's page in a real headless browser
   chromium
+  # joulectl's completion is tested under the bash-completion framework as well as without it,
+  # and its man page is rendered by man (cli_joulectl)
+  bash-completion man-db
 )
 
 missing=()

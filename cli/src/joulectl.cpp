@@ -16,11 +16,14 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "joule/cli/command_docs.hpp"
+#include "joule/cli/progress_line.hpp"
 #include "joule/client/http_client.hpp"
 #include "joule/common/sha256.hpp"
 
 namespace {
 
+using joule::cli::joules_text;
 using joule::client::HttpClient;
 using nlohmann::json;
 
@@ -102,13 +105,6 @@ void print_probe_run(const json& run) {
              run["failed"].get<long long>(), run["probe_seconds"].get<double>(), energy["joules"].get<double>(),
              energy["source"].get<std::string>(), energy["measured"].get<bool>() ? "" : " (modelled, not measured)");
   if (!run["message"].get<std::string>().empty()) fmt::print("  {}\n", run["message"].get<std::string>());
-}
-
-std::string joules_text(double joules) {
-  const double magnitude = std::abs(joules);
-  if (magnitude >= 1e6) return fmt::format("{:.2f} MJ", joules / 1e6);
-  if (magnitude >= 1e3) return fmt::format("{:.2f} kJ", joules / 1e3);
-  return fmt::format("{:.1f} J", joules);
 }
 
 void print_budgets(const json& view) {
@@ -284,6 +280,50 @@ std::string read_input(const std::string& file) {
 
 bool is_terminal(const std::string& state) { return state == "succeeded" || state == "failed" || state == "cancelled"; }
 
+long long unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// What `joulectl --man-page` says besides the command tree (packaging/ installs the page).
+joule::cli::ManPage man_page() {
+  joule::cli::ManPage page;
+  page.name = "joulectl";
+  page.source = "joule " JOULE_VERSION;
+  page.description = {
+      "joulectl is the command-line client of jouled, the daemon of Joule, an energy-aware scheduler for "
+      "deep-learning training jobs. It submits jobs and shows them with their energy (metered, with the meter it "
+      "came from, beside the estimate made at submission), the node's devices and energy models, probe runs, "
+      "budgets, power caps and battery floors, and a coordinator's nodes. It speaks jouled's REST API (/v1); "
+      "--json prints the API's JSON instead of tables.",
+      "While submit --wait and probe --wait wait, a progress line on standard error shows the job's state, "
+      "epoch k of N and energy so far (a probe run's time, probes and energy): rewritten in place on a terminal, "
+      "otherwise one line per change of state. Standard output keeps the final report (or JSON) alone.",
+      "Errors print one line on standard error and exit 1."};
+  page.sections = {
+      {"ENVIRONMENT",
+       {{"JOULE_SERVER", "jouled's URL where --server is not given (default http://127.0.0.1:8571)."},
+        {"JOULE_TOKEN",
+         "The API bearer token where --token is not given. Without a token, a client on loopback is known by its "
+         "local user."},
+        {"JOULE_CA_FILE", "CA certificate(s) to verify an https:// server with, where --ca-file is not given."}}},
+      {"EXIT STATUS",
+       {{"0", "Done; for submit --wait, the job succeeded; for probe --wait, the run did not fail."},
+        {"1",
+         "An error (jouled's answer, no connection, bad input), or with --wait a job that failed or was "
+         "cancelled, or a probe run that failed."},
+        {"100 and above", "The command line could not be parsed (CLI11's codes); the message says why."}}},
+      {"EXAMPLES",
+       {{"joulectl submit --wait job.json", "Submit a job, follow it, and show its state, seconds and joules."},
+        {"joulectl job ID", "One job with its event history, and why it waits."},
+        {"joulectl probe --device cpu --seconds 120 --wait", "Probe the CPU now and show what it learnt."},
+        {"joulectl --json jobs --state running", "The running jobs as the API's JSON."},
+        {"source <(joulectl completion bash)",
+         "Completion in the current shell, where the package's completion file is not installed."}}},
+      {"SEE ALSO", {{"", "jouled(1), joule-sim(1); joule-worker --help."}}}};
+  return page;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -292,61 +332,79 @@ int main(int argc, char** argv) {
   std::string server = std::getenv("JOULE_SERVER") ? std::getenv("JOULE_SERVER") : "http://127.0.0.1:8571";
   std::string token = std::getenv("JOULE_TOKEN") ? std::getenv("JOULE_TOKEN") : "";
   bool as_json = false;
-  app.add_option("--server", server, "jouled's URL (env JOULE_SERVER; default http://127.0.0.1:8571)");
-  app.add_option("--token", token, "API bearer token (env JOULE_TOKEN)");
+  app.add_option("--server", server, "jouled's URL (env JOULE_SERVER; default http://127.0.0.1:8571)")
+      ->type_name("URL");
+  app.add_option("--token", token, "API bearer token (env JOULE_TOKEN)")->type_name("TOKEN");
   std::string ca_file = std::getenv("JOULE_CA_FILE") ? std::getenv("JOULE_CA_FILE") : "";
   app.add_option("--ca-file", ca_file,
-                 "CA certificate(s) to verify an https:// server with (env JOULE_CA_FILE; default: the system's)");
+                 "CA certificate(s) to verify an https:// server with (env JOULE_CA_FILE; default: the system's)")
+      ->type_name("FILE");
   app.add_flag("--json", as_json, "print the API's JSON instead of tables");
+  app.set_version_flag("--version", JOULE_VERSION);
+  joule::cli::add_man_page_flag(app, man_page());
 
   std::string file;
   bool wait = false;
   double wait_timeout = 0;
   auto* submit = app.add_subcommand("submit", "submit a job file (JSON; - reads stdin)");
-  submit->add_option("FILE", file, "job JSON")->required();
-  submit->add_flag("--wait", wait, "wait until the job ends and print how it went");
-  submit->add_option("--timeout", wait_timeout, "with --wait: give up after this many seconds (0: never)");
+  submit->add_option("FILE", file, "job JSON")->required()->type_name("FILE");
+  submit->add_flag("--wait", wait,
+                   "wait until the job ends and print how it went; meanwhile its state, epoch and energy so far on "
+                   "standard error");
+  submit->add_option("--timeout", wait_timeout, "with --wait: give up after this many seconds (0: never)")
+      ->type_name("SECONDS");
 
   std::string state;
   std::size_t limit = 0;
   auto* jobs = app.add_subcommand("jobs", "list jobs");
-  jobs->add_option("--state", state, "only jobs in this state");
-  jobs->add_option("--limit", limit, "at most this many");
+  jobs->add_option("--state", state, "only jobs in this state")->type_name("STATE");
+  jobs->add_option("--limit", limit, "at most this many")->type_name("N");
 
   std::string id;
   auto* job = app.add_subcommand("job", "show one job with its history");
-  job->add_option("ID", id)->required();
+  job->add_option("ID", id, "job id")->required();
   auto* cancel = app.add_subcommand("cancel", "cancel a job (running ones get TERM, then KILL)");
-  cancel->add_option("ID", id)->required();
+  cancel->add_option("ID", id, "job id")->required();
   bool stderr_stream = false;
   std::size_t tail = 0;
   auto* pause_cmd = app.add_subcommand("pause", "pause a running job (SIGSTOP, or scontrol suspend on Slurm)");
   std::string pause_id;
-  pause_cmd->add_option("id", pause_id, "job id")->required();
+  pause_cmd->add_option("ID", pause_id, "job id")->required();
   auto* resume_cmd = app.add_subcommand("resume", "resume a job paused by hand");
   std::string resume_id;
-  resume_cmd->add_option("id", resume_id, "job id")->required();
+  resume_cmd->add_option("ID", resume_id, "job id")->required();
   auto* logs = app.add_subcommand("logs", "print a job's output");
-  logs->add_option("ID", id)->required();
+  logs->add_option("ID", id, "job id")->required();
   logs->add_flag("--stderr", stderr_stream, "standard error instead of standard output");
-  logs->add_option("--tail", tail, "only the last N bytes");
+  logs->add_option("--tail", tail, "only the last N bytes")->type_name("N");
   auto* devices = app.add_subcommand("devices", "devices of the node, their meters and power");
   std::string model_file, device_pattern;
   std::int64_t batch_size = 32, epochs = 1, samples_per_epoch = 0;
   auto* estimate = app.add_subcommand("estimate", "estimate a model's training energy on this node's devices");
-  estimate->add_option("MODEL", model_file, "model spec JSON (- reads stdin)")->required();
-  estimate->add_option("--batch-size", batch_size, "training batch size")->check(CLI::PositiveNumber);
-  estimate->add_option("--epochs", epochs, "epochs")->check(CLI::PositiveNumber);
-  estimate->add_option("--samples-per-epoch", samples_per_epoch, "samples per epoch")->required()->check(CLI::PositiveNumber);
-  estimate->add_option("--device", device_pattern, "only devices matching this pattern (e.g. cuda:*)");
+  estimate->add_option("MODEL", model_file, "model spec JSON (- reads stdin)")->required()->type_name("FILE");
+  estimate->add_option("--batch-size", batch_size, "training batch size")->check(CLI::PositiveNumber)->type_name("N");
+  estimate->add_option("--epochs", epochs, "epochs")->check(CLI::PositiveNumber)->type_name("N");
+  estimate->add_option("--samples-per-epoch", samples_per_epoch, "samples per epoch")
+      ->required()
+      ->check(CLI::PositiveNumber)
+      ->type_name("N");
+  estimate->add_option("--device", device_pattern, "only devices matching this pattern (e.g. cuda:*)")
+      ->type_name("PATTERN");
   double probe_seconds = 60.0;
   std::vector<std::string> probe_models;
   auto* probe = app.add_subcommand("probe", "probe a device now to learn its energy model (joule-worker trains small networks)");
-  probe->add_option("--device", device_pattern, "device to probe, e.g. cpu or cuda:0")->required();
-  probe->add_option("--seconds", probe_seconds, "how long to probe (default 60)")->check(CLI::PositiveNumber);
-  probe->add_option("--model", probe_models, "also learn the layers of this model spec (repeatable)");
-  probe->add_option("--batch-size", batch_size, "batch size of the --model specs")->check(CLI::PositiveNumber);
-  probe->add_flag("--wait", wait, "wait until the run ends and print what it learnt");
+  probe->add_option("--device", device_pattern, "device to probe, e.g. cpu or cuda:0")->required()->type_name("DEVICE");
+  probe->add_option("--seconds", probe_seconds, "how long to probe (default 60)")
+      ->check(CLI::PositiveNumber)
+      ->type_name("SECONDS");
+  probe->add_option("--model", probe_models, "also learn the layers of this model spec (repeatable)")
+      ->type_name("FILE");
+  probe->add_option("--batch-size", batch_size, "batch size of the --model specs")
+      ->check(CLI::PositiveNumber)
+      ->type_name("N");
+  probe->add_flag("--wait", wait,
+                  "wait until the run ends and print what it learnt; meanwhile its time, probes and energy on "
+                  "standard error");
   auto* probes = app.add_subcommand("probes", "list probe runs (background, requested, re-probes)");
   auto* nodes = app.add_subcommand("nodes", "the cluster's nodes: state, last heartbeat, devices, power and budgets");
   auto* budgets = app.add_subcommand("budgets", "energy budgets, power caps and battery floors: limit, spent, reserved, remaining");
@@ -354,9 +412,17 @@ int main(int argc, char** argv) {
   token_cmd->require_subcommand(1);
   auto* token_new = token_cmd->add_subcommand("new", "print a new random token and the config line with its hash");
   auto* token_hash = token_cmd->add_subcommand("hash", "print the SHA-256 of a token read from stdin");
+  std::string shell;
+  auto* completion = app.add_subcommand(
+      "completion", "print a shell completion script for joulectl (bash): source <(joulectl completion bash)");
+  completion->add_option("SHELL", shell, "the shell")->required()->check(CLI::IsMember({"bash"}));
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (completion->parsed()) {
+      fmt::print("{}", joule::cli::bash_completion(app, "joulectl"));
+      return 0;
+    }
     if (token_new->parsed()) {
       unsigned char bytes[32];
       if (RAND_bytes(bytes, sizeof bytes) != 1) throw Failure{"no randomness available"};
@@ -389,14 +455,19 @@ int main(int argc, char** argv) {
       }
       const auto started = std::chrono::steady_clock::now();
       json current = accepted;
+      auto progress = joule::cli::ProgressLine::for_stderr(std::cerr);
+      progress.show(joule::cli::job_progress_key(current), joule::cli::job_progress_text(current));
       while (!is_terminal(current["state"].get<std::string>())) {
-        if (wait_timeout > 0 &&
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() > wait_timeout)
+        const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        if (wait_timeout > 0 && waited > wait_timeout)
           throw Failure{
               fmt::format("job {} is still {} after {} s", job_id, current["state"].get<std::string>(), wait_timeout)};
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        // Short jobs end promptly; a long one is asked once a second.
+        std::this_thread::sleep_for(std::chrono::milliseconds(waited < 5.0 ? 200 : 1000));
         current = expect_json(client.request("GET", "/v1/jobs/" + job_id));
+        progress.show(joule::cli::job_progress_key(current), joule::cli::job_progress_text(current));
       }
+      progress.finish();
       if (as_json)
         fmt::print("{}\n", current.dump(2));
       else
@@ -519,10 +590,14 @@ int main(int argc, char** argv) {
                      run["state"].get<std::string>(), probe_seconds);
         return 0;
       }
+      auto progress = joule::cli::ProgressLine::for_stderr(std::cerr);
+      progress.show(run["state"].get<std::string>(), joule::cli::probe_progress_text(run, unix_ms_now()));
       while (run["state"] == "running") {
         std::this_thread::sleep_for(std::chrono::seconds(1));
         run = expect_json(client.request("GET", "/v1/probes/" + run_id));
+        progress.show(run["state"].get<std::string>(), joule::cli::probe_progress_text(run, unix_ms_now()));
       }
+      progress.finish();
       if (as_json) {
         fmt::print("{}\n", run.dump(2));
       } else {

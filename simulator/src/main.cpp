@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "joule/cli/command_docs.hpp"
 #include "joule/config/policy_config.hpp"
 #include "joule/simulator/cluster.hpp"
 #include "joule/simulator/replay.hpp"
@@ -22,6 +23,29 @@ namespace {
 int fail(const std::string& message) {
   fmt::print(stderr, "joule-sim: {}\n", message);
   return 1;
+}
+
+// What `joule-sim --man-page` says besides its options (packaging/ installs the page).
+joule::cli::ManPage man_page() {
+  joule::cli::ManPage page;
+  page.name = "joule-sim";
+  page.source = "joule " JOULE_VERSION;
+  page.description = {
+      "joule-sim replays a job trace on simulated edge and server devices and reports, for the policy of a "
+      "policy file and the baselines (fifo, round-robin, least-loaded, flops-greedy, and an oracle that knows "
+      "every job's true cost) run on the same trace from scratch, the energy, waits, makespan, deadline misses, "
+      "budget violations and throttle actions. The scheduler code is jouled's; the devices, their energy models "
+      "and the clock are simulated.",
+      "Every joule it reports is simulated: the simulator's truth, never a measurement.",
+      "The cluster file (TOML) names the nodes, their devices (by simulated profile), batteries and solar "
+      "input; the trace has one job per line (JSON) with its arrival, model, training and constraints; the "
+      "policy files are jouled's policies.d files. Errors in any input name the file and line (for the trace, "
+      "the JSON pointer too)."};
+  page.sections = {
+      {"EXIT STATUS",
+       {{"0", "The replay ran."}, {"1", "An input could not be read or is invalid; the message says where."}}},
+      {"SEE ALSO", {{"", "jouled(1), joulectl(1); simulator/README.md in Joule's source."}}}};
+  return page;
 }
 
 }  // namespace
@@ -57,6 +81,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 2.0));
   app.add_option("--only", only, "run only these policies (names as in the output: min-energy, fifo, oracle...)");
   app.add_option("--events", events, "print the event log (starts, finishes, waits, throttling) of this run to stderr");
+  joule::cli::add_man_page_flag(app, man_page());
   CLI11_PARSE(app, argc, argv);
 
   try {

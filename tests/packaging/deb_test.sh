@@ -42,6 +42,8 @@ echo "ok: built $(basename "$deb") ($(du -k "$deb" | cut -f1) KiB)"
 dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\./|/|' >"$tmp/files"
 expected=(
   /usr/bin/jouled /usr/bin/joulectl /usr/bin/joule-worker
+  /usr/share/man/man1/jouled.1.gz /usr/share/man/man1/joulectl.1.gz /usr/share/man/man1/joule-sim.1.gz
+  /usr/share/bash-completion/completions/joulectl
   /usr/lib/systemd/system/jouled.service
   /usr/lib/sysusers.d/jouled.conf
   /usr/lib/udev/rules.d/60-jouled-rapl.rules
