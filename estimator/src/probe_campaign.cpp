@@ -297,7 +297,16 @@ std::optional<ProbePlan> ProbePlanner::next(const DeviceEnergyModel& model) cons
     if (probed_.contains(ids_[i])) continue;
     const auto& plan = plans_[i];
     double sigma = model.uncertainty(planned_key(plan), plan.analyzed, plan.target.batch_size);
-    if (!std::isfinite(sigma)) sigma = 10.0;
+    if (!std::isfinite(sigma)) {
+      // No model at all (its seeds failed or their subtraction came out negative and was
+      // dropped): every network with this kind lacks an estimate, whatever its share.
+      const double score = 1e9 * (exact_[i] ? kExactBonus : 1.0) / std::sqrt(costs_[i]);
+      if (score > best_score) {
+        best_score = score;
+        best = i;
+      }
+      continue;
+    }
     if (sigma < target_sigma_) continue;
     const std::size_t samples = std::max<std::size_t>(1, probes_of(keys_[i]));
     sigma =

@@ -164,3 +164,35 @@ TEST(ProbePlannerTest, grouped_convolutions_seed_a_model_of_their_own) {
 
 }  // namespace
 }  // namespace joule::estimator
+
+namespace joule::estimator {
+namespace {
+
+TEST(ProbePlannerTest, a_kind_without_a_model_after_its_seeds_comes_first) {
+  // The seeds of relu@hidden were probed but none was kept (a cheap layer's subtraction can come
+  // out negative): whatever its small share of the work, it is probed again before anything else.
+  CampaignOptions options;
+  options.seed_samples = 1;
+  ProbePlanner planner({WorkloadItem{mlp(), 32}}, options);
+  auto profile = find_simulated_profile("laptop-cpu");
+  ASSERT_TRUE(profile);
+  SimulatedDevice device(*profile, 3);
+  DeviceEnergyModel model("sim", "simulated");
+  const auto meter = simulated_network_meter(device);
+  while (planner.seeding()) {
+    const auto plan = planner.next(model);
+    ASSERT_TRUE(plan);
+    planner.mark_probed(plan->target);
+    if (key_of(*plan) == "relu@hidden") continue;  // dropped
+    std::vector<NetworkMeasurement> measured;
+    for (const auto& network : plan->networks) measured.push_back(*meter(network, plan->target.batch_size, "sgd"));
+    ASSERT_TRUE(model.add_sample(*decompose(*plan, measured)));
+  }
+  ASSERT_TRUE(model.fit());
+  const auto next = planner.next(model);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(key_of(*next), "relu@hidden");
+}
+
+}  // namespace
+}  // namespace joule::estimator
