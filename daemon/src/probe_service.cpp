@@ -674,9 +674,11 @@ void ProbeService::accept_result(Device& device, const Running& probe, const jso
   device.environment = environment;
   if (device.learning->source().empty()) device.learning->set_source(device.source);
 
-  // Held-out error: the model in use predicts each probe network before its measurement joins.
+  // Held-out error: the model in use predicts each probe network before its measurement joins
+  // (not an optimizer probe's: its networks train with another optimizer than the prediction's).
   const auto& models = models_.models();
-  if (auto in_use = models.find(name); in_use != models.end() && in_use->second) {
+  if (auto in_use = models.find(name);
+      in_use != models.end() && in_use->second && probe.plan.target.optimizer.empty()) {
     for (std::size_t i = 0; i < probe.plan.networks.size(); ++i) {
       estimator::TrainingConfig one_step{probe.plan.target.batch_size, 1, probe.plan.target.batch_size, "sgd"};
       auto predicted = in_use->second->estimate(probe.plan.networks[i], one_step);
