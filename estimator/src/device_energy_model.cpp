@@ -172,26 +172,16 @@ double sparse_variance(double residual_variance) { return kSparseSigma * kSparse
 
 }  // namespace
 
-DeviceEnergyModel::LogPrediction DeviceEnergyModel::predict_energy(const KeyModel& model, const Eigen::VectorXd& x,
-                                                                   double log_work) {
-  const double prior = model.energy_prior ? (*model.energy_prior)(log_work) : 0.0;
-  if (model.energy) {
-    const auto p = model.energy->predict(x);
-    return {prior + p.mean, p.variance, p.variance_with_noise, false};
+DeviceEnergyModel::LogPrediction DeviceEnergyModel::predict(const std::optional<LogLinear>& prior,
+                                                            const std::optional<GaussianProcess>& gp,
+                                                            const Eigen::VectorXd& x, double log_work) {
+  const double mean = prior ? (*prior)(log_work) : 0.0;
+  if (gp) {
+    const auto p = gp->predict(x);
+    return {mean + p.mean, p.variance, p.variance_with_noise, false};
   }
-  const double variance = sparse_variance(model.energy_prior->residual_variance);
-  return {prior, variance, variance, true};
-}
-
-DeviceEnergyModel::LogPrediction DeviceEnergyModel::predict_time(const KeyModel& model, const Eigen::VectorXd& x,
-                                                                 double log_work) {
-  const double prior = model.time_prior ? (*model.time_prior)(log_work) : 0.0;
-  if (model.time) {
-    const auto p = model.time->predict(x);
-    return {prior + p.mean, p.variance, p.variance_with_noise, false};
-  }
-  const double variance = sparse_variance(model.time_prior->residual_variance);
-  return {prior, variance, variance, true};
+  const double variance = sparse_variance(prior->residual_variance);
+  return {mean, variance, variance, true};
 }
 
 void DeviceEnergyModel::add_network(double flops_per_step, double joules_per_step) {
@@ -237,7 +227,8 @@ double DeviceEnergyModel::uncertainty(const LayerKey& key, const AnalyzedLayer& 
   auto features = layer.features;
   features["batch_size"] = static_cast<double>(batch_size);
   const auto x = feature_vector(features, it->second.names);
-  return std::sqrt(predict_energy(it->second, x, std::log(std::max(layer_work(layer.cost), 1.0))).variance);
+  const auto& km = it->second;
+  return std::sqrt(predict(km.energy_prior, km.energy, x, std::log(std::max(layer_work(layer.cost), 1.0))).variance);
 }
 
 Result<Estimate> DeviceEnergyModel::estimate(const ModelSpec& model, const TrainingConfig& training) const {
@@ -289,6 +280,25 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
   };
   std::vector<std::string> sparse_keys;
   std::vector<Predicted> predictions;  // distinct layers of this network: a handful
+  // A line's share of the step from its predictions; the lines' means and variances add up.
+  auto add_line = [&](LayerEstimate line, const LogPrediction& energy, const LogPrediction& time) -> LayerEstimate& {
+    // A job's step is a new observation, not the latent mean: the noise a probe sees (run to
+    // run, process to process) belongs in its spread. Without it, kinds whose noise fit sits
+    // at its lower bound claimed ±0.1 % and 2σ held for 44 % of jobs (bench/probe_accuracy).
+    line.joules_per_step = log_normal(energy.mean, energy.variance_with_noise);
+    line.seconds_per_step = log_normal(time.mean, time.variance_with_noise);
+    line.extrapolated = std::sqrt(energy.variance) > kExtrapolationSigma;
+    line.sparse = energy.sparse;
+    if (line.sparse && std::find(sparse_keys.begin(), sparse_keys.end(), line.key) == sparse_keys.end())
+      sparse_keys.push_back(line.key);
+    out.joules_per_step.mean += line.joules_per_step.mean;
+    step_var += line.joules_per_step.std * line.joules_per_step.std;
+    seconds_mean += line.seconds_per_step.mean;
+    seconds_var += line.seconds_per_step.std * line.seconds_per_step.std;
+    flops += line.flops_per_step;
+    out.layers.push_back(std::move(line));
+    return out.layers.back();
+  };
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const auto& layer = (*layers)[i];
     if (keys[i].position != LayerPosition::output && is_free_layer(layer)) {
@@ -308,60 +318,31 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
       return p.model == &km && p.x == x && p.log_work == log_work;
     });
     if (cached == predictions.end()) {
-      predictions.push_back(
-          Predicted{&km, x, log_work, predict_energy(km, x, log_work), predict_time(km, x, log_work)});
+      predictions.push_back(Predicted{&km, x, log_work, predict(km.energy_prior, km.energy, x, log_work),
+                                      predict(km.time_prior, km.time, x, log_work)});
       cached = std::prev(predictions.end());
     }
-    const LogPrediction& energy = cached->energy;
-    const LogPrediction& time = cached->time;
-    LayerEstimate estimate;
-    estimate.index = layer.index;
-    estimate.type = layer.type;
-    estimate.key = std::move(key_name);
-    // A job's step is a new observation, not the latent mean: the noise a probe sees (run to
-    // run, process to process) belongs in its spread. Without it, kinds whose noise fit sits
-    // at its lower bound claimed ±0.1 % and 2σ held for 44 % of jobs (bench/probe_accuracy).
-    estimate.joules_per_step = log_normal(energy.mean, energy.variance_with_noise);
-    estimate.seconds_per_step = log_normal(time.mean, time.variance_with_noise);
-    estimate.flops_per_step = layer.cost.forward_flops + layer.cost.backward_flops;
-    estimate.extrapolated = std::sqrt(energy.variance) > kExtrapolationSigma;
-    estimate.sparse = energy.sparse;
-    if (estimate.sparse && std::find(sparse_keys.begin(), sparse_keys.end(), estimate.key) == sparse_keys.end())
-      sparse_keys.push_back(estimate.key);
-    if (estimate.extrapolated) {
+    LayerEstimate line;
+    line.index = layer.index;
+    line.type = layer.type;
+    line.key = std::move(key_name);
+    line.flops_per_step = layer.cost.forward_flops + layer.cost.backward_flops;
+    if (add_line(std::move(line), cached->energy, cached->time).extrapolated) {
       out.warnings.push_back(fmt::format("layer {} {}: far from every probed configuration; its share is uncertain",
                                          layer.index, layer.type));
     }
-    out.joules_per_step.mean += estimate.joules_per_step.mean;
-    step_var += estimate.joules_per_step.std * estimate.joules_per_step.std;
-    seconds_mean += estimate.seconds_per_step.mean;
-    seconds_var += estimate.seconds_per_step.std * estimate.seconds_per_step.std;
-    flops += estimate.flops_per_step;
-    out.layers.push_back(std::move(estimate));
   }
   if (other_optimizer) {
-    std::int64_t parameters = 0;
-    for (const auto& layer : *layers) parameters += layer.cost.parameters;
-    const AnalyzedLayer step = optimizer_step(parameters);
+    const AnalyzedLayer step = optimizer_step(total_cost(*layers).parameters);
     const auto& km = models_.at(optimizer_key);
     const Eigen::VectorXd x = feature_vector(step.features, km.names, std::nullopt);
     const double log_work = std::log(std::max(layer_work(step.cost), 1.0));
-    const auto energy = predict_energy(km, x, log_work);
-    const auto time = predict_time(km, x, log_work);
     LayerEstimate line;
     line.index = layers->size();  // after the layers: the step's update, not a layer
     line.type = "optimizer";
     line.key = optimizer_key;
-    line.joules_per_step = log_normal(energy.mean, energy.variance_with_noise);
-    line.seconds_per_step = log_normal(time.mean, time.variance_with_noise);
-    line.extrapolated = std::sqrt(energy.variance) > kExtrapolationSigma;
-    line.sparse = energy.sparse;
-    if (line.sparse) sparse_keys.push_back(optimizer_key);
-    out.joules_per_step.mean += line.joules_per_step.mean;
-    step_var += line.joules_per_step.std * line.joules_per_step.std;
-    seconds_mean += line.seconds_per_step.mean;
-    seconds_var += line.seconds_per_step.std * line.seconds_per_step.std;
-    out.layers.push_back(std::move(line));
+    add_line(std::move(line), predict(km.energy_prior, km.energy, x, log_work),
+             predict(km.time_prior, km.time, x, log_work));
   }
   for (const auto& key : sparse_keys) {
     out.warnings.push_back(

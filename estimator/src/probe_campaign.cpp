@@ -62,8 +62,7 @@ std::vector<ProbeTarget> candidate_targets(const std::vector<WorkloadItem>& work
     if (!layers) continue;
     if (item.optimizer != "sgd" && is_known_optimizer(item.optimizer)) {
       // The optimizer's step over the network's parameters, and over half and twice as many.
-      std::int64_t parameters = 0;
-      for (const auto& layer : *layers) parameters += layer.cost.parameters;
+      const std::int64_t parameters = total_cost(*layers).parameters;
       add(optimizer_target(item.optimizer, parameters));
       if (variations) {
         add(optimizer_target(item.optimizer, std::max<std::int64_t>(1, parameters / 2)));
@@ -129,9 +128,7 @@ std::map<std::string, double> workload_weights(const std::vector<WorkloadItem>& 
       total += w;
     }
     if (item.optimizer != "sgd") {
-      std::int64_t parameters = 0;
-      for (const auto& layer : *layers) parameters += layer.cost.parameters;
-      const double w = layer_work(optimizer_step(parameters).cost);
+      const double w = layer_work(optimizer_step(total_cost(*layers).parameters).cost);
       work[LayerKey{optimizer_kind(item.optimizer), LayerPosition::output}.name()] += w;
       total += w;
     }

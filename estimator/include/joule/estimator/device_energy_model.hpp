@@ -161,15 +161,16 @@ class DeviceEnergyModel {
     bool work_known() const { return log_work.size() == x.size() && !x.empty(); }
     bool usable() const { return energy.has_value() || energy_prior.has_value(); }
   };
-  /// Latent prediction (log units) of a key at an input: prior plus GP, or the prior alone.
+  /// Latent prediction (log units) at an input: prior plus GP, or the prior alone.
   struct LogPrediction {
     double mean = 0.0;
     double variance = 0.0;
     double variance_with_noise = 0.0;
     bool sparse = false;
   };
-  static LogPrediction predict_energy(const KeyModel& model, const Eigen::VectorXd& x, double log_work);
-  static LogPrediction predict_time(const KeyModel& model, const Eigen::VectorXd& x, double log_work);
+  /// Of energy (energy_prior, energy) or time (time_prior, time); one of the two must be set.
+  static LogPrediction predict(const std::optional<LogLinear>& prior, const std::optional<GaussianProcess>& gp,
+                               const Eigen::VectorXd& x, double log_work);
   static LogLinear fit_prior(const std::vector<double>& log_work, const std::vector<double>& log_y);
   static std::map<std::string, double> with_padding(const std::map<std::string, double>& features);
   /// What in a loaded KeyModel does not fit together (lengths, GP inputs vs names), if anything.
