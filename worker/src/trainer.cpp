@@ -93,6 +93,11 @@ Result<ProbeResult> run_probe(const ProbeRequest& request, adapters::EnergyMeter
   // Warm-up, timing its last steps: a reading must last long enough for the meter to resolve it.
   const double min_reading = request.min_reading_seconds > 0.0 ? request.min_reading_seconds
                                                                 : default_min_reading_seconds(meter.source());
+  // Steps that make a reading last min_reading at this pace, at least steps_per_repetition.
+  auto steps_lasting = [&](double step_seconds) {
+    const double needed = std::ceil(min_reading / std::max(1e-6, step_seconds));
+    return static_cast<int>(std::clamp(needed, static_cast<double>(request.steps_per_repetition), 1e6));
+  };
   std::vector<torch::Tensor> last_loss(sessions.size());
   std::vector<int> steps_per_reading(sessions.size(), request.steps_per_repetition);
   for (std::size_t i = 0; i < sessions.size(); ++i) {
@@ -103,9 +108,7 @@ Result<ProbeResult> run_probe(const ProbeRequest& request, adapters::EnergyMeter
     const auto before = Clock::now();
     for (int step = 0; step < timed; ++step) last_loss[i] = sessions[i].step();
     synchronize(device);
-    const double step_seconds = std::max(1e-6, seconds_between(before, Clock::now()) / timed);
-    const double needed = std::ceil(min_reading / step_seconds);
-    steps_per_reading[i] = static_cast<int>(std::clamp(needed, static_cast<double>(request.steps_per_repetition), 1e6));
+    steps_per_reading[i] = steps_lasting(seconds_between(before, Clock::now()) / timed);
   }
 
   ProbeResult result;
@@ -134,9 +137,7 @@ Result<ProbeResult> run_probe(const ProbeRequest& request, adapters::EnergyMeter
           Repetition{(energy_after->value - energy_before->value) / steps, step_seconds, steps_per_reading[i]});
       // The next reading is sized by this one's pace: warm-up steps timed on a busy machine (or
       // before caches settle) were off by 10x, and readings meant to last 0.25 s lasted 2.5 s.
-      const double needed = std::ceil(min_reading / std::max(1e-6, step_seconds));
-      steps_per_reading[i] =
-          static_cast<int>(std::clamp(needed, static_cast<double>(request.steps_per_repetition), 1e6));
+      steps_per_reading[i] = steps_lasting(step_seconds);
     }
   }
 
