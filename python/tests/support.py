@@ -42,6 +42,18 @@ def require_torch(test_case_class):
     return test_case_class
 
 
+def wait_for(what, predicate, timeout=30.0, interval=0.05):
+    """predicate()'s first true value, polled until `timeout` seconds; AssertionError naming `what` after."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
 class Jouled:
     """jouled as a child process; stop() (or the with block) kills it and removes its files."""
 

@@ -32,7 +32,7 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE]
 
-from support import CONFIG, SOURCE_DIR, Jouled  # noqa: E402
+from support import CONFIG, SOURCE_DIR, Jouled, wait_for  # noqa: E402
 
 try:
     import jsonschema
@@ -434,14 +434,7 @@ class LiveApiTest(unittest.TestCase):
             self.assertEqual(errors[0].get("parameter"), parameter, answer)
 
     def wait_for(self, what, predicate, timeout=20.0):
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                self.fail(f"timed out waiting for {what}")
-            time.sleep(0.05)
+        return wait_for(what, predicate, timeout)
 
     def job(self, job_id, token=TOKENS["admin"]):
         return self.call(self.node, "GET", f"/v1/jobs/{job_id}", "/v1/jobs/{id}", 200, token=token).json

@@ -19,14 +19,13 @@ import shutil
 import socket
 import sys
 import tempfile
-import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE]
 
 from browser import Chromium, chromium_binary  # noqa: E402
-from support import CONFIG, Jouled  # noqa: E402
+from support import CONFIG, Jouled, wait_for  # noqa: E402
 
 SIM = "sim:laptop-cpu"
 MODEL = {"input": {"shape": [16]}, "layers": [{"type": "linear", "out_features": 8}, {"type": "relu"},
@@ -80,15 +79,6 @@ def api(daemon, method, path, body=None, token=None, status=200):
     return json.loads(data)
 
 
-def wait_for(what, predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def row_of(table, job_id):
