@@ -1,5 +1,7 @@
 #include "joule/daemon/job_service.hpp"
 
+#include "executors/local_executor.hpp"
+#include "executors/node_executor.hpp"
 #include "job_record.hpp"
 
 #include <signal.h>
@@ -69,6 +71,46 @@ json optional_json(const std::optional<std::int64_t>& millis) {
 
 }  // namespace
 
+// The executors' view of the book: every call lands on the event loop, as the executors do.
+class JobService::Host final : public ExecutorHost {
+ public:
+  explicit Host(JobService& book) : book_(book) {}
+  std::int64_t now_ms() const override { return book_.now_ms(); }
+  void running(JobRecord& job, const std::string& note) override { book_.transition(job, JobState::running, note); }
+  void ended(JobRecord& job, JobState state, const std::string& reason,
+             std::optional<adapters::ExitStatus> exit) override {
+    book_.finish(job, state, reason, std::move(exit));
+  }
+  void note(JobRecord& job, const std::string& message) override { book_.note(job, message); }
+  void requeue(JobRecord& job, const std::string& why) override { book_.requeue(job, why); }
+  void count_as_run(JobRecord& job) override {
+    book_.count_state(job.state, -1);
+    book_.count_state(JobState::running, +1);
+    job.state = JobState::running;
+  }
+  void reserve_again(JobRecord& job) override {
+    job.prior = book_.estimate_on(job, job.row.device);
+    if (job.prior) book_.budgets_.reserve(job.row.id, job.row.device, *job.prior);
+  }
+  std::optional<schedulers::Estimate> estimate_for(const JobRecord& job, const std::string& device) const override {
+    return book_.estimate_for(job, device);
+  }
+  JobRecord* find_job(const std::string& id) override {
+    const auto it = book_.jobs_.find(id);
+    return it == book_.jobs_.end() ? nullptr : it->second.get();
+  }
+  Device* find_device(const std::string& name) override { return book_.find_device(name); }
+  std::string device_node(const std::string& device) const override { return book_.budgets_.device_ref(device).node; }
+  void node_changed(const std::string& device) override { book_.changed(device); }
+  void adopt(JobRecord& job, Device& device, const std::string& note, const std::string& report_state,
+             std::optional<std::int64_t> started_ms) override {
+    book_.adopt(job, device, note, report_state, started_ms);
+  }
+
+ private:
+  JobService& book_;
+};
+
 JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
                        std::vector<Device> devices, JobServiceOptions options)
     : io_(io),
@@ -77,7 +119,10 @@ JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, M
       devices_(std::move(devices)),
       options_(std::move(options)),
       budgets_(storage, metrics, options_.node_name, options_.utc_offset_minutes),
-      retry_timer_(std::make_unique<asio::steady_timer>(io)) {
+      retry_timer_(std::make_unique<asio::steady_timer>(io)),
+      host_(std::make_unique<Host>(*this)),
+      local_(std::make_unique<LocalExecutor>(io, *host_, options_)),
+      nodes_(std::make_unique<NodeExecutor>(*host_, devices_)) {
   for (auto& device : devices_) {
     metrics_.add_device_energy(device.name, std::string(device.meter->source()), 0.0);
     metrics_.set_device_power(device.name, std::string(device.meter->source()), 0.0);
@@ -92,36 +137,21 @@ JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, M
 
 JobService::~JobService() { *alive_ = false; }
 
+void JobService::set_api_url(std::string url) { local_->set_api_url(std::move(url)); }
+
+Executor& JobService::executor_for(const Device& device) {
+  if (device.node.empty()) return *local_;
+  return *nodes_;
+}
+
+Executor& JobService::executor_for(const std::string& device_name) {
+  if (const Device* device = find_device(device_name)) return executor_for(*device);
+  return *local_;
+}
+
 std::int64_t JobService::now_ms() const {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::filesystem::path JobService::job_directory(const std::string& id) const {
-  return options_.state_directory / "jobs" / id;
-}
-
-std::filesystem::path JobService::work_directory(const std::string& id) const {
-  return options_.work_directory.empty() ? job_directory(id) : options_.work_directory / id;
-}
-
-Status JobService::prepare_work_directory(const std::string& id,
-                                          const std::optional<adapters::JobIdentity>& identity) const {
-  const auto dir = work_directory(id);
-  for (const auto& path : {dir, dir / "tmp"}) {
-    // mkdir, not create_directories: an existing entry (a job id's leftover, or a link
-    // planted by someone) is checked below rather than followed.
-    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
-      return make_error(ErrorCode::io, fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)));
-    struct stat info {};
-    if (::lstat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
-      return make_error(ErrorCode::io, fmt::format("{} is not a directory", path.string()));
-    if (identity && ::lchown(path.c_str(), identity->uid, identity->gid) != 0) {
-      return make_error(ErrorCode::io, fmt::format("cannot hand {} to uid {}: {}", path.string(), identity->uid,
-                                                   std::strerror(errno)));
-    }
-  }
-  return {};
 }
 
 Device* JobService::find_device(const std::string& name) {
@@ -141,6 +171,12 @@ void JobService::persist(Write write, std::function<void(Status)> done) {
       if (done) done(status);
     });
   });
+}
+
+void JobService::note(Job& job, const std::string& message) {
+  job.events.push_back(StoredEvent{job.row.id, now_ms(), job.row.state, message});
+  persist([event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
+  spdlog::info("job {}: {}", job.row.id, printable(message));
 }
 
 void JobService::transition(Job& job, JobState to, const std::string& message, std::function<void(Status)> done) {
@@ -180,16 +216,6 @@ void JobService::refresh_state_metrics() {
     const auto state = static_cast<JobState>(i);
     metrics_.set_jobs_in_state(schedulers::to_string(state), static_cast<double>(state_counts_[i]));
   }
-}
-
-std::optional<adapters::JobIdentity> JobService::job_identity(std::int64_t sequence,
-                                                              const std::optional<std::int64_t>& owner_uid) const {
-  if (options_.accounts.mode == JobAccounts::Mode::daemon) return std::nullopt;
-  // A local user's job runs as that user: it reaches what they may, and no more.
-  if (owner_uid && options_.user_identity) {
-    if (auto own = options_.user_identity(*owner_uid)) return own;
-  }
-  return options_.accounts.identity_for(sequence);
 }
 
 Result<std::string> JobService::owner_of(const std::string& id) const {
@@ -248,7 +274,7 @@ Status JobService::check_runnable(const schedulers::JobSpec& spec,
   const std::string& program = spec.run.argv.front();
   if (program.find('/') != std::string::npos) {
     std::filesystem::path path = program;
-    if (path.is_relative()) path = (workdir.empty() ? work_directory("_") : workdir) / path;
+    if (path.is_relative()) path = (workdir.empty() ? local_->work_directory("_") : workdir) / path;
     if (workdir.empty() && std::filesystem::path(program).is_relative())
       return invalid("a relative program path needs run.workdir", "/run/command/0");
     if (!is_executable_file(path))
@@ -272,7 +298,7 @@ void JobService::submit(const json& body, Submitter submitter, Done done) {
   if (!options_.refuse_submissions.empty()) return done(make_error(ErrorCode::conflict, options_.refuse_submissions));
   auto spec = schedulers::parse_job_spec(body);
   if (!spec) return done(spec.error());
-  if (auto runnable = check_runnable(*spec, job_identity(next_sequence_, submitter.uid)); !runnable)
+  if (auto runnable = check_runnable(*spec, local_->job_identity(next_sequence_, submitter.uid)); !runnable)
     return done(runnable.error());
   if (queue_.size() + submissions_in_flight_ >= options_.max_queued_jobs) {
     return done(
@@ -467,9 +493,14 @@ schedulers::PendingJob JobService::pending_job(const std::string& id, const sche
   return pending;
 }
 
-std::optional<schedulers::EnergyDistribution> JobService::estimate_on(const Job& job, const std::string& device) const {
+std::optional<schedulers::Estimate> JobService::estimate_for(const Job& job, const std::string& device) const {
   for (const auto& candidate : job.pending.candidates)
-    if (devices_[candidate.device].name == device && candidate.estimate) return candidate.estimate->energy();
+    if (devices_[candidate.device].name == device && candidate.estimate) return candidate.estimate;
+  return std::nullopt;
+}
+
+std::optional<schedulers::EnergyDistribution> JobService::estimate_on(const Job& job, const std::string& device) const {
+  if (const auto estimate = estimate_for(job, device)) return estimate->energy();
   if (job.spec.constraints.max_energy_joules) return schedulers::EnergyDistribution{*job.spec.constraints.max_energy_joules, 0.0};
   return std::nullopt;
 }
@@ -541,166 +572,30 @@ std::vector<estimator::WorkloadItem> JobService::workload(std::size_t recent) co
 }
 
 void JobService::place(Job& job, Device& device, const std::string& note) {
-  if (!device.node.empty()) return place_remote(job, device, note);
   if (on_claim_) on_claim_(device.name);
   queue_.erase(job.row.id);
   device.job = job.row.id;
   job.row.device = device.name;
-  // The placement is committed before the process starts: a crash in between leaves a
-  // "placed" job that no process ran, which recovery safely queues again.
-  transition(job, JobState::placed, fmt::format("placed on {}: {}", device.name, note), [this, id = job.row.id](Status status) {
-    auto it = jobs_.find(id);
-    if (it == jobs_.end()) return;
-    Job& placed = *it->second;
-    if (placed.cancel_requested) {
-      finish(placed, JobState::cancelled, "cancelled before it started", std::nullopt);
-      return;
-    }
-    if (!status) {
-      finish(placed, JobState::failed, "could not record the placement: " + status.error().message, std::nullopt);
-      return;
-    }
-    if (!scheduling_) return;  // shutting down: the next daemon finds it placed and queues it again
-    launch(id);
-  });
-}
-
-std::vector<std::string> JobService::job_environment(const Job& job, const std::string& device) const {
-  std::map<std::string, std::string> env;
-  // A small, predictable base: what programs need to run, plus the BLAS/OpenMP settings that
-  // decide how (and on some CPUs whether correctly) numerical code runs.
-  for (char** entry = environ; entry && *entry; ++entry) {
-    const std::string text = *entry;
-    const auto eq = text.find('=');
-    if (eq == std::string::npos) continue;
-    const std::string name = text.substr(0, eq);
-    if (name == "PATH" || name == "HOME" || name == "USER" || name == "LOGNAME" || name == "LANG" || name == "LC_ALL" ||
-        name == "TZ" || name.rfind("OPENBLAS_", 0) == 0 || name.rfind("OMP_", 0) == 0 || name.rfind("MKL_", 0) == 0)
-      env[name] = text.substr(eq + 1);
-  }
-  if (!env.contains("PATH")) env["PATH"] = daemon_path();
-  // systemd removes the service's private /tmp when jouled stops, but jobs outlive it.
-  env["TMPDIR"] = (work_directory(job.row.id) / "tmp").string();
-  if (const auto identity = job_identity(job.row.sequence, job.row.owner_uid)) {
-    // The daemon's HOME is not the job's to read or write.
-    env["HOME"] = work_directory(job.row.id).string();
-    env["USER"] = env["LOGNAME"] =
-        identity->user_name.empty() ? options_.accounts.user_name(*identity) : identity->user_name;
-  }
-  // The device's count, the one its model is learnt at; the job's own run.env may ask otherwise
-  // (its estimate then says so).
-  const auto placed = std::find_if(devices_.begin(), devices_.end(), [&](const Device& d) { return d.name == device; });
-  if (placed != devices_.end()) set_thread_variables(env, placed->threads);
-  for (const auto& [name, value] : job.spec.run.env) env[name] = value;
-  if (!options_.python_path.empty()) {
-    // Before the job's own entries: the package that speaks this jouled's API comes first.
-    const auto own = env.find("PYTHONPATH");
-    env["PYTHONPATH"] =
-        options_.python_path.string() + (own != env.end() && !own->second.empty() ? ":" + own->second : "");
-  }
-  env["JOULE_JOB_ID"] = job.row.id;
-  env["JOULE_DEVICE"] = device;
-  if (device.rfind("cuda:", 0) == 0) env["CUDA_VISIBLE_DEVICES"] = device.substr(5);
-  if (!api_url_.empty()) env["JOULE_URL"] = api_url_;
-  std::vector<std::string> out;
-  for (const auto& [name, value] : env) out.push_back(name + "=" + value);
-  return out;
-}
-
-void JobService::launch(const std::string& id) {
-  Job& job = *jobs_.at(id);
-  Device* device = find_device(job.row.device);
-  // The job's logs and status stay in the state directory, which only jouled may enter; what
-  // the job itself may write is its work directory, owned by its own account.
-  const auto dir = job_directory(id);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec)
-    return finish(job, JobState::failed, fmt::format("cannot create {}: {}", dir.string(), ec.message()), std::nullopt);
-  const auto identity = job_identity(job.row.sequence, job.row.owner_uid);
-  if (auto prepared = prepare_work_directory(id, identity); !prepared)
-    return finish(job, JobState::failed, prepared.error().message, std::nullopt);
-
-  adapters::LaunchSpec spec;
-  spec.argv = job.spec.run.argv;
-  spec.identity = identity;
-  spec.workdir = job.spec.run.workdir.empty() ? work_directory(id) : std::filesystem::path(job.spec.run.workdir);
-  spec.env = job_environment(job, job.row.device);
-  // The job's own token for POST /v1/jobs/{id}/progress: only its hash is stored.
-  std::array<unsigned char, 24> secret{};
-  if (RAND_bytes(secret.data(), static_cast<int>(secret.size())) == 1) {
-    std::string token;
-    for (const unsigned char byte : secret) token += fmt::format("{:02x}", byte);
-    job.row.token_sha256 = joule::sha256_hex(token);
-    spec.env.push_back("JOULE_JOB_TOKEN=" + token);
-  }
-  spec.stdout_path = dir / "stdout.log";
-  spec.stderr_path = dir / "stderr.log";
-  spec.status_path = dir / "status";
-  spec.runner = options_.runner;
-  job.energy_at_start = device ? read_device_energy(*device) : std::nullopt;
-  auto process = adapters::launch_job(spec);
-  if (!process) return finish(job, JobState::failed, process.error().message, std::nullopt);
-  if (auto* modelled = device ? device->meter->modelled_load() : nullptr) {
-    // A simulated device that runs jobs draws, while this one runs, the power its model
-    // expects of it (estimated joules over estimated seconds): simulated joules, labelled so.
-    double watts = 0.0;
-    for (const auto& candidate : job.pending.candidates)
-      if (devices_[candidate.device].name == device->name && candidate.estimate && candidate.estimate->seconds_mean > 0)
-        watts = candidate.estimate->joules_mean / candidate.estimate->seconds_mean;
-    modelled->set_load_watts(watts);
-  }
-  job.row.pid = process->pid;
-  job.row.pid_start_ticks = process->start_ticks;
-  job.row.boot_id = options_.boot_id;
-  job.row.started_ms = now_ms();
-  if (options_.cgroups && options_.cgroups->usable()) {
-    if (auto cgroup = options_.cgroups->create_for(id, process->pid))
-      job.cgroup = *cgroup;
-    else
-      spdlog::warn("job {}: no cgroup of its own ({}); it can be paused (SIGSTOP) but gets no CPU quota", id,
-                   cgroup.error().message);
-  }
-  transition(job, JobState::running, fmt::format("started as process group {}", process->pid));
-  watch_exit(id);
-}
-
-void JobService::watch_exit(const std::string& id) {
-  Job& job = *jobs_.at(id);
-  auto pidfd = adapters::open_pidfd(static_cast<pid_t>(job.row.pid));
-  if (!pidfd) {
-    // Already gone (an adopted process that ended in between): handle it now.
-    asio::post(io_, [this, alive = alive_, id] {
-      if (*alive) on_exit(id);
-    });
-    return;
-  }
-  job.exit_watch = std::make_unique<asio::posix::stream_descriptor>(io_, *pidfd);
-  job.exit_watch->async_wait(asio::posix::stream_descriptor::wait_read,
-                             [this, alive = alive_, id](boost::system::error_code ec) {
-                               if (!*alive || ec == asio::error::operation_aborted) return;
-                               on_exit(id);
-                             });
-}
-
-void JobService::on_exit(const std::string& id) {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end() || schedulers::is_terminal(it->second->state)) return;
-  Job& job = *it->second;
-  job.exit_watch.reset();
-  if (job.kill_timer) job.kill_timer->cancel();
-  const auto runner_status = adapters::reap_child(static_cast<pid_t>(job.row.pid));
-  auto exit = adapters::read_status_file(job_directory(id) / "status");
-  if (!exit) exit = runner_status;  // the runner itself was killed (KILL after the grace period)
-  if (job.cancel_requested) {
-    finish(job, JobState::cancelled, exit ? "cancelled; the job ended with " + exit->describe() : "cancelled", exit);
-  } else if (!exit) {
-    finish(job, JobState::failed, "the job's process ended but left no exit status", std::nullopt);
-  } else if (exit->success()) {
-    finish(job, JobState::succeeded, "exit code 0", exit);
-  } else {
-    finish(job, JobState::failed, exit->describe(), exit);
-  }
+  Executor& executor = executor_for(device);
+  const std::string run = executor.prepare(job, device);
+  // The placement is committed before anything runs it: a crash in between leaves a "placed"
+  // job that nothing ran (recovery queues it again), and another node only ever sees a stored epoch.
+  transition(job, JobState::placed, fmt::format("placed on {}{}: {}", device.name, run, note),
+             [this, id = job.row.id, epoch = job.row.epoch](Status status) {
+               auto it = jobs_.find(id);
+               if (it == jobs_.end() || it->second->row.epoch != epoch) return;
+               Job& placed = *it->second;
+               if (schedulers::is_terminal(placed.state)) return;  // cancelled before its node took it up
+               if (placed.cancel_requested)
+                 return finish(placed, JobState::cancelled, "cancelled before it started", std::nullopt);
+               if (!status)
+                 return finish(placed, JobState::failed, "could not record the placement: " + status.error().message,
+                               std::nullopt);
+               if (!scheduling_) return;  // shutting down: the next daemon finds it placed and queues it again
+               Device* where = find_device(placed.row.device);
+               if (!where) return finish(placed, JobState::failed, "its device is gone", std::nullopt);
+               executor_for(*where).start(placed, *where);
+             });
 }
 
 void JobService::finish(Job& job, JobState state, const std::string& reason, std::optional<adapters::ExitStatus> exit) {
@@ -708,27 +603,18 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
   job.row.reason = reason;
   job.row.finished_ms = now_ms();
   queue_.erase(job.row.id);
-  if (Device* device = find_device(job.row.device); device && device->node.empty()) {
-    if (auto* modelled = device->meter->modelled_load()) modelled->set_load_watts(0.0);
-  }
-  if (Device* device = find_device(job.row.device); device && !device->node.empty()) {
-    // Metered on the agent: finish_remote has set the energy and its source from the report.
-    if (job.row.energy_joules) metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
-  } else if (device && job.row.started_ms) {
-    if (job.energy_at_start) {
-      if (auto end = energy_used(job, *device, exit ? &*exit : nullptr)) {
-        job.row.energy_joules = *end;
-        job.row.energy_source = std::string(device->meter->source());
-        metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
-        if (on_finished_ && state == JobState::succeeded && !job.row.estimate_json.empty()) {
-          const auto estimates = nlohmann::json::parse(job.row.estimate_json, nullptr, false);
-          if (estimates.is_array()) {
-            for (const auto& row : estimates)
-              if (row.value("device", "") == device->name)
-                on_finished_(Feedback{device->name, row, *job.row.energy_joules, job.row.energy_source,
-                                      job.row.energy_partial, job.row.id, job.row.finished_ms.value_or(0)});
-          }
-        }
+  Device* device = find_device(job.row.device);
+  Executor& executor = executor_for(job.row.device);
+  const bool metered_here = executor.settle_energy(job, device, exit ? &*exit : nullptr);
+  if (device && job.row.energy_joules && job.row.started_ms) {
+    metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
+    if (metered_here && on_finished_ && state == JobState::succeeded && !job.row.estimate_json.empty()) {
+      const auto estimates = nlohmann::json::parse(job.row.estimate_json, nullptr, false);
+      if (estimates.is_array()) {
+        for (const auto& row : estimates)
+          if (row.value("device", "") == device->name)
+            on_finished_(Feedback{device->name, row, *job.row.energy_joules, job.row.energy_source,
+                                  job.row.energy_partial, job.row.id, job.row.finished_ms.value_or(0)});
       }
     }
   }
@@ -740,18 +626,10 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
                                         job.row.finished_ms.value_or(now_ms()), *job.row.energy_joules,
                                         job.row.energy_source};
   budgets_.settle(job.row.id, metered);
-  if (Device* device = find_device(job.row.device); device && job.row.started_ms)
+  if (device && job.row.started_ms)
     device->work_seconds += static_cast<double>(*job.row.finished_ms - *job.row.started_ms) / 1000.0;
-  release_controls(job);
-  // Also for a job adopted after a restart, whose cgroup this daemon did not make.
-  if (options_.cgroups && options_.cgroups->usable() && !is_remote(job)) {
-    if (auto removed = options_.cgroups->remove(job.row.id); !removed)
-      spdlog::warn("job {}: its cgroup stays: {}", job.row.id, removed.error().message);
-    job.cgroup.reset();
-  }
+  release_controls(job, /*ended=*/true);
   release_device(job);
-  if (job.kill_timer) job.kill_timer->cancel();
-  job.exit_watch.reset();
   transition(job, state, reason);
   schedule();
 }
@@ -760,6 +638,14 @@ void JobService::release_device(Job& job) {
   for (auto& device : devices_) {
     if (device.job == job.row.id) device.job.reset();
   }
+}
+
+void JobService::requeue(Job& job, const std::string& why) {
+  job.row.device.clear();
+  job.row.pid = 0;
+  transition(job, JobState::queued, why);
+  job.pending = pending_job(job.row.id, job.spec, job.row.estimate_json);
+  queue_.push(job.row.id, job.row.priority, job.row.sequence);
 }
 
 void JobService::cancel(const std::string& id, Done done) {
@@ -779,68 +665,12 @@ void JobService::cancel(const std::string& id, Done done) {
     });
     return;
   }
-  if (!job.cancel_requested && is_remote(job)) {
+  if (!job.cancel_requested) {
+    // TERM then KILL after the grace period here; on another node, its runner stops it.
     job.cancel_requested = true;
-    if (!job.agent_seen) {
-      // The agent has not taken it up: it ends here, and leaves the node's desired state.
-      finish(job, JobState::cancelled, "cancelled before it started", std::nullopt);
-    } else {
-      job.events.push_back(StoredEvent{id, now_ms(), job.row.state, "cancel requested; the agent stops it"});
-      persist([event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
-      changed(job.row.device);
-    }
-  } else if (!job.cancel_requested) {
-    job.cancel_requested = true;
-    job.events.push_back(StoredEvent{id, now_ms(), job.row.state, "cancel requested"});
-    persist([event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
-    if (job.state == JobState::running || job.state == JobState::throttled) {
-      const auto pgid = static_cast<pid_t>(job.row.pid);
-      (void)adapters::signal_process_group(pgid, SIGTERM);
-      (void)adapters::signal_process_group(pgid, SIGCONT);  // a stopped job must run to see TERM
-      job.kill_timer = std::make_unique<asio::steady_timer>(io_);
-      job.kill_timer->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(options_.kill_grace_seconds)));
-      job.kill_timer->async_wait([this, alive = alive_, id](boost::system::error_code ec) {
-        if (*alive && !ec) send_kill(id);
-      });
-    }
+    executor_for(job.row.device).stop(job);
   }
   done(to_json(job, true));
-}
-
-void JobService::send_kill(const std::string& id) {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end() || schedulers::is_terminal(it->second->state)) return;
-  spdlog::warn("job {}: still running {} s after TERM; sending KILL", id, options_.kill_grace_seconds);
-  (void)adapters::signal_process_group(static_cast<pid_t>(it->second->row.pid), SIGKILL);
-}
-
-std::optional<double> JobService::energy_used(Job& job, Device& device, const adapters::ExitStatus* exit) {
-  if (const auto* model = device.meter->cpu_time_model(); model && job.row.started_ms && job.row.pid > 0) {
-    // The runner's wait4 at the end counts every descendant it waited for; while running, the
-    // group's live processes are read. CPU time never goes back: the largest reading stands.
-    const auto cpu = exit && exit->cpu_seconds
-                         ? exit->cpu_seconds
-                         : adapters::process_group_cpu_seconds(static_cast<pid_t>(job.row.pid), options_.proc_root);
-    if (cpu) job.cpu_seconds = std::max(job.cpu_seconds.value_or(0.0), *cpu);
-    const auto until = job.row.finished_ms.value_or(now_ms());
-    const double wall = static_cast<double>(std::max<std::int64_t>(0, until - *job.row.started_ms)) / 1000.0;
-    return model->joules(wall, job.cpu_seconds.value_or(0.0));
-  }
-  if (!job.energy_at_start) return std::nullopt;
-  auto now = read_device_energy(device);
-  if (!now) return std::nullopt;
-  return std::max(0.0, *now - *job.energy_at_start);
-}
-
-std::optional<double> JobService::read_device_energy(Device& device) {
-  auto reading = device.meter->read();
-  if (!reading) {
-    device.meter_error = reading.error().message;
-    return std::nullopt;
-  }
-  device.meter_error.reset();
-  return reading->value;
 }
 
 void JobService::sample_meters() {
@@ -894,12 +724,8 @@ void JobService::track_running(schedulers::UnixMillis now) {
     if (it == jobs_.end()) continue;
     Job& job = *it->second;
     if (job.state != JobState::running && job.state != JobState::throttled) continue;
-    std::optional<double> metered;
-    if (device.node.empty() && device.meter->cpu_time_model())
-      metered = energy_used(job, device);
-    else if (job.energy_at_start && !device.meter_error)
-      metered = std::max(0.0, device.energy_joules - *job.energy_at_start);
-    if (!device.node.empty()) metered = job.reported_used;
+    Executor& executor = executor_for(device);
+    const std::optional<double> metered = executor.energy_so_far(job, device, nullptr);
     job.used_joules = metered;  // shown as energy_so_far
     const double used = metered.value_or(0.0);
     const auto expected = job.projection ? std::optional(job.projection->total) : job.prior;
@@ -915,7 +741,7 @@ void JobService::track_running(schedulers::UnixMillis now) {
     view.paused = job.paused;
     view.cpu_quota = job.cpu_quota;
     view.gpu_limit_watts = job.gpu_limit_watts;
-    view.can_limit_cpu = job.cgroup && !job.cgroup->cpu_dir.empty();
+    view.can_limit_cpu = executor.can_limit_cpu(job);
     view.can_limit_gpu = device.can_limit_gpu;
     view.gpu_min_watts = device.gpu_min_watts;
     view.cpus = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
@@ -925,92 +751,25 @@ void JobService::track_running(schedulers::UnixMillis now) {
   for (const auto& action : budgets_.throttle(now, device_statuses(), running)) apply(action);
 }
 
-Status JobService::apply_here(Job& job, const schedulers::ThrottleAction& action) {
-  const auto pgid = static_cast<pid_t>(job.row.pid);
-  using Kind = schedulers::ThrottleAction::Kind;
-  Status done;
-  switch (action.kind) {
-    case Kind::pause:
-      // SIGSTOP, not the cgroup freezer: a jouled killed with -9 while a job is paused leaves
-      // only a SIGCONT for the next one to send on adoption, which needs no cgroup path.
-      if (!job.pauser) job.pauser = std::make_unique<adapters::JobPauser>(pgid, std::nullopt);
-      done = job.pauser->pause();
-      if (done) {
-        job.paused = true;
-        const Device* device = find_device(job.row.device);
-        budgets_.pause_running(job.row.id, now_ms(), device ? std::string(device->meter->source()) : std::string());
-      }
-      break;
-    case Kind::resume:
-      done = job.pauser ? job.pauser->resume() : adapters::signal_process_group(pgid, SIGCONT);
-      if (done) {
-        job.paused = false;
-        budgets_.resume_running(job.row.id, now_ms());
-      }
-      break;
-    case Kind::cpu_quota:
-      if (!job.cgroup) {
-        done = make_error(ErrorCode::unavailable, "the job has no cgroup of its own");
-        break;
-      }
-      if (!job.quota) job.quota = std::make_unique<adapters::CpuQuota>(*job.cgroup);
-      done = job.quota->set_fraction(action.value);
-      if (done) job.cpu_quota = action.value;
-      break;
-    case Kind::clear_cpu_quota:
-      done = job.quota ? job.quota->clear() : Status{};
-      if (done) job.cpu_quota.reset();
-      break;
-    case Kind::gpu_power_limit: {
-      Device* device = find_device(job.row.device);
-      const auto* gpu = device ? device->meter->gpu_power_control() : nullptr;
-      if (!gpu) {
-        done = make_error(ErrorCode::unavailable, fmt::format("{} has no NVML to set a power limit with", job.row.device));
-        break;
-      }
-      if (!job.gpu_limit)
-        job.gpu_limit = std::make_unique<adapters::GpuPowerLimit>(
-            *gpu, static_cast<unsigned>(std::stoul(job.row.device.substr(5))));
-      auto set = job.gpu_limit->set_watts(action.value);
-      if (!set) {
-        done = set.error();
-        break;
-      }
-      job.gpu_limit_watts = set->applied_watts;
-      break;
-    }
-    case Kind::clear_gpu_power_limit:
-      done = job.gpu_limit ? job.gpu_limit->restore() : Status{};
-      if (done) job.gpu_limit_watts.reset();
-      break;
-  }
-  return done;
-}
-
 void JobService::apply(const schedulers::ThrottleAction& action) {
   auto it = jobs_.find(action.job);
   if (it == jobs_.end()) return;
   Job& job = *it->second;
+  Device* device = find_device(job.row.device);
+  if (!device) return;
   using Kind = schedulers::ThrottleAction::Kind;
-  Status done;
-  if (is_remote(job)) {
-    // The agent pauses and resumes it as the node's desired state says on its next sync; CPU
-    // quotas and GPU limits stay with the agent's own policy (track_running offers none here).
-    if (action.kind != Kind::pause && action.kind != Kind::resume) return;
-    job.paused = action.kind == Kind::pause;
-    if (job.paused)
-      budgets_.pause_running(job.row.id, now_ms(), std::string(find_device(job.row.device)->meter->source()));
-    else
-      budgets_.resume_running(job.row.id, now_ms());
-    changed(job.row.device);
-  } else {
-    done = apply_here(job, action);
-  }
+  const bool was_paused = job.paused;
+  const Status done = executor_for(*device).throttle(job, *device, action);
   if (!done) {
     spdlog::warn("job {}: throttling ({}) failed: {}", job.row.id, schedulers::to_string(action.kind),
                  done.error().message);
     return;
   }
+  // A paused job's reservation stops accruing until it runs again.
+  if (action.kind == Kind::pause && job.paused && !was_paused)
+    budgets_.pause_running(job.row.id, now_ms(), std::string(device->meter->source()));
+  else if (action.kind == Kind::resume && !job.paused && was_paused)
+    budgets_.resume_running(job.row.id, now_ms());
   metrics_.count_throttle_action(std::string(schedulers::to_string(action.kind)));
   const bool throttled = job.paused || job.cpu_quota || job.gpu_limit_watts;
   const std::string message = fmt::format("{}: {}", schedulers::to_string(action.kind), action.reason);
@@ -1019,24 +778,13 @@ void JobService::apply(const schedulers::ThrottleAction& action) {
   } else if (!throttled && job.state == JobState::throttled) {
     transition(job, JobState::running, message);
   } else {
-    job.events.push_back(StoredEvent{job.row.id, now_ms(), job.row.state, message});
-    persist([event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
-    spdlog::info("job {}: {}", job.row.id, message);
+    note(job, message);
   }
 }
 
-void JobService::release_controls(Job& job) {
-  // Nothing stays throttled once jouled lets go of a job (it ends, or jouled stops).
-  if (!job.pauser && job.paused && job.row.pid > 0)
-    (void)adapters::signal_process_group(static_cast<pid_t>(job.row.pid), SIGCONT);
-  for (adapters::RestorableControl* control :
-       std::initializer_list<adapters::RestorableControl*>{job.pauser.get(), job.quota.get(), job.gpu_limit.get()}) {
-    if (!control) continue;
-    if (auto restored = control->restore(); !restored) spdlog::warn("job {}: {}", job.row.id, restored.error().message);
-  }
-  job.pauser.reset();
-  job.quota.reset();
-  job.gpu_limit.reset();
+void JobService::release_controls(Job& job, bool ended) {
+  // Nothing stays throttled once jouled lets go of a job (it ends, its node is lost, or jouled stops).
+  executor_for(job.row.device).release(job, ended);
   job.paused = false;
   job.cpu_quota.reset();
   job.gpu_limit_watts.reset();
@@ -1046,11 +794,9 @@ void JobService::release_controls(Job& job) {
 void JobService::stop_scheduling() {
   scheduling_ = false;
   retry_timer_->cancel();
-  for (auto& [id, job] : jobs_) {
-    if (job->state == JobState::throttled) release_controls(*job);
-    if (job->kill_timer) job->kill_timer->cancel();
-    job->exit_watch.reset();
-  }
+  // Running jobs go on; the next daemon adopts them.
+  for (auto& [id, job] : jobs_)
+    if (!schedulers::is_terminal(job->state) && job->state != JobState::queued) release_controls(*job, false);
 }
 
 Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent> events) {
@@ -1087,73 +833,12 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
     jobs_.emplace(id, std::move(job));
   }
 
+  // Each executor finds what became of its runs while no daemon watched: adopted, finished, or
+  // queued again.
   for (const auto& id : to_reconcile) {
     Job& job = *jobs_.at(id);
-    if (is_remote(job)) {
-      recover_remote(job);
-      continue;
-    }
-    const auto status_path = job_directory(id) / "status";
-    std::optional<adapters::ProcessIdentity> process;
-    const adapters::ProcessIdentity stored{static_cast<pid_t>(job.row.pid), job.row.pid_start_ticks};
-    if (job.row.pid > 0 && job.row.boot_id == options_.boot_id && adapters::is_alive(stored, options_.proc_root))
-      process = stored;
-    else
-      process = adapters::find_job_runner(status_path, options_.proc_root);
-
-    if (process) {
-      Device* device = find_device(job.row.device);
-      if (!device || device->job) {
-        spdlog::error("job {}: its process {} lives but device {} is unavailable; cancelling it", id, process->pid,
-                      job.row.device);
-        job.row.pid = process->pid;
-        job.cancel_requested = true;
-        (void)adapters::signal_process_group(process->pid, SIGKILL);
-      }
-      if (device && !device->job) device->job = id;
-      job.row.pid = process->pid;
-      job.row.pid_start_ticks = process->start_ticks;
-      job.row.boot_id = options_.boot_id;
-      if (!job.row.started_ms) job.row.started_ms = now_ms();
-      job.row.energy_partial = true;
-      job.energy_at_start = device ? read_device_energy(*device) : std::nullopt;
-      // Its reservation again, from its estimate there (the energy it used before is unknown).
-      job.prior = estimate_on(job, job.row.device);
-      if (auto expected = job.prior) budgets_.reserve(id, job.row.device, *expected);
-      if (job.state == JobState::throttled) {
-        // The last daemon released its controls when it stopped: it runs freely now.
-        (void)adapters::signal_process_group(process->pid, SIGCONT);
-        transition(job, JobState::running, "throttling released: jouled restarted");
-      }
-      const std::string note = fmt::format(
-          "adopted process group {} after a daemon restart; energy is metered from now on only", process->pid);
-      if (job.state == JobState::placed)
-        transition(job, JobState::running, note);
-      else {
-        job.events.push_back(StoredEvent{id, now_ms(), job.row.state, note});
-        persist([event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
-        spdlog::info("job {}: {}", id, note);
-      }
-      watch_exit(id);
-    } else if (auto exit = adapters::read_status_file(status_path)) {
-      const std::string reason =
-          fmt::format("{} (finished while jouled was down; energy not metered)", exit->describe());
-      if (job.state == JobState::placed) {  // it did run
-        count_state(JobState::placed, -1);
-        count_state(JobState::running, +1);
-        job.state = JobState::running;
-      }
-      finish(job, exit->success() ? JobState::succeeded : JobState::failed, reason, exit);
-    } else if (job.state == JobState::placed) {
-      job.row.device.clear();
-      job.row.pid = 0;
-      transition(job, JobState::queued, "queued again: jouled stopped before starting it");
-      job.pending = pending_job(id, job.spec, job.row.estimate_json);
-      queue_.push(id, job.row.priority, job.row.sequence);
-    } else {
-      finish(job, JobState::failed, "lost: its process was gone after a daemon restart and no exit status was recorded",
-             std::nullopt);
-    }
+    Device* device = find_device(job.row.device);
+    (device ? executor_for(*device) : *local_).recover(job, device);
   }
   refresh_state_metrics();
   schedule();
@@ -1192,7 +877,7 @@ Result<json> JobService::report_progress(const std::string& id, const std::strin
 
   Device* device = find_device(job.row.device);
   std::optional<double> used;
-  if (device && job.energy_at_start) used = energy_used(job, *device);
+  if (device) used = executor_for(*device).energy_so_far(job, *device, nullptr);
   json out = {{"id", id}, {"epoch", epoch}, {"epochs", epochs}};
   if (!used) {
     out["energy"] = nullptr;
@@ -1288,7 +973,7 @@ std::vector<JobService::Feedback> JobService::finished_feedback() const {
 Result<std::filesystem::path> JobService::log_path(const std::string& id, const std::string& stream) const {
   if (!jobs_.contains(id)) return make_error(ErrorCode::not_found, fmt::format("no job {}", id), "id");
   if (stream != "stdout" && stream != "stderr") return invalid("stream must be stdout or stderr", "stream");
-  return job_directory(id) / (stream + ".log");
+  return local_->job_directory(id) / (stream + ".log");
 }
 
 json JobService::devices() const {

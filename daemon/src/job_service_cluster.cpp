@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "executors/local_executor.hpp"
+#include "executors/node_executor.hpp"
 #include "job_record.hpp"
 #include "joule/common/energy_source.hpp"
 #include "joule/daemon/job_service.hpp"
@@ -20,12 +22,6 @@ namespace {
 // Ends an agent keeps reporting, after a restart, until the coordinator acknowledges them.
 constexpr std::int64_t kReportEndsForMs = 10 * 60 * 1000;
 }  // namespace
-
-bool JobService::is_remote(const Job& job) const {
-  for (const auto& device : devices_)
-    if (device.name == job.row.device) return !device.node.empty();
-  return job.row.device.find('/') != std::string::npos;
-}
 
 void JobService::changed(const std::string& device_name) {
   if (const Device* device = find_device(device_name); device && !device->node.empty())
@@ -73,143 +69,25 @@ void JobService::update_node(const std::string& node, const std::vector<cluster:
   if (added || woke) schedule();
 }
 
-void JobService::place_remote(Job& job, Device& device, const std::string& note) {
-  queue_.erase(job.row.id);
-  device.job = job.row.id;
-  job.row.device = device.name;
-  job.row.epoch += 1;
-  job.agent_seen = false;
-  job.reported_used.reset();
-  const auto epoch = job.row.epoch;
-  // Stored before the agent may see it: an agent only ever runs an epoch that survives a crash.
-  transition(job, JobState::placed, fmt::format("placed on {} (epoch {}): {}", device.name, epoch, note),
-             [this, id = job.row.id, epoch](Status status) {
-               auto it = jobs_.find(id);
-               if (it == jobs_.end() || it->second->row.epoch != epoch) return;
-               Job& placed = *it->second;
-               if (!status)
-                 return finish(placed, JobState::failed, "could not record the placement: " + status.error().message,
-                               std::nullopt);
-               if (placed.cancel_requested)
-                 return finish(placed, JobState::cancelled, "cancelled before it started", std::nullopt);
-               placed.committed_epoch = epoch;
-               changed(placed.row.device);
-             });
-}
-
 std::vector<cluster::Assignment> JobService::desired_for(const std::string& node) const {
-  std::vector<cluster::Assignment> out;
-  for (const auto& device : devices_) {
-    if (device.node != node || !device.job) continue;
-    const auto it = jobs_.find(*device.job);
-    if (it == jobs_.end()) continue;
-    const Job& job = *it->second;
-    if (schedulers::is_terminal(job.state) || job.committed_epoch != job.row.epoch) continue;
-    cluster::Assignment assignment;
-    assignment.id = job.row.id;
-    assignment.epoch = job.row.epoch;
-    assignment.device = device.agent_device;
-    assignment.name = job.row.name;
-    assignment.priority = job.row.priority;
-    assignment.spec = json::parse(job.row.spec_json, nullptr, false);
-    assignment.paused = job.paused;
-    assignment.stop = job.cancel_requested;
-    out.push_back(std::move(assignment));
-  }
-  return out;
+  return nodes_->desired_for(node);
 }
 
 std::vector<std::pair<std::string, std::int64_t>> JobService::apply_reports(
     const std::string& node, const std::vector<cluster::ReportedJob>& reports) {
-  std::vector<std::pair<std::string, std::int64_t>> recorded;
-  for (const auto& report : reports) {
-    auto it = jobs_.find(report.id);
-    std::optional<cluster::CoordinatorJob> known;
-    if (it != jobs_.end()) {
-      const Job& job = *it->second;
-      known = cluster::CoordinatorJob{job.state, job.committed_epoch, budgets_.device_ref(job.row.device).node};
-    }
-    const auto verdict = cluster::judge_report(known, node, report);
-    if (verdict == cluster::Verdict::stale) {
-      // A fenced run that ended: nothing to record, but the agent may stop reporting it.
-      const auto state = schedulers::job_state_from_string(report.state);
-      if (state && schedulers::is_terminal(*state)) recorded.emplace_back(report.id, report.epoch);
-      continue;
-    }
-    Job& job = *it->second;
-    switch (verdict) {
-      case cluster::Verdict::started:
-        job.agent_seen = true;
-        job.reported_used = report.energy_joules;
-        job.row.started_ms = report.started_ms.value_or(now_ms());
-        transition(job, JobState::running, fmt::format("started on {} (epoch {})", job.row.device, report.epoch));
-        break;
-      case cluster::Verdict::progress:
-        job.agent_seen = true;
-        job.reported_used = report.energy_joules;
-        break;
-      case cluster::Verdict::finished:
-        finish_remote(job, report);
-        recorded.emplace_back(report.id, report.epoch);
-        break;
-      case cluster::Verdict::recorded:
-        recorded.emplace_back(report.id, report.epoch);
-        break;
-      case cluster::Verdict::adopt:
-        if (Device* device = find_device(job.row.device); device && !device->job) adopt_remote(job, *device, report);
-        break;
-      case cluster::Verdict::stale:
-        break;
-    }
-  }
-  return recorded;
+  return nodes_->apply_reports(node, reports);
 }
 
-void JobService::finish_remote(Job& job, const cluster::ReportedJob& report) {
-  const auto state = schedulers::job_state_from_string(report.state).value_or(JobState::failed);
-  if (job.state == JobState::placed && state != JobState::cancelled && state != JobState::failed) {
-    // It started and ended between two syncs: it did run.
-    count_state(JobState::placed, -1);
-    count_state(JobState::running, +1);
-    job.state = JobState::running;
-  }
-  if (!job.row.started_ms && report.started_ms) job.row.started_ms = report.started_ms;
-  job.row.energy_joules = report.energy_joules;
-  job.row.energy_source = report.energy_source;
-  if (!report.energy_joules && job.row.started_ms) {
-    // No meter where it ran (a Slurm node): it is charged its estimate there, labelled a model's figure.
-    const auto estimates = json::parse(job.row.estimate_json.empty() ? "null" : job.row.estimate_json, nullptr, false);
-    for (const auto& row : estimates.is_array() ? estimates : json::array())
-      if (row.value("device", "") == job.row.device && row.value("status", "") == "ok") {
-        job.row.energy_joules = row["joules"].value("mean", 0.0);
-        job.row.energy_source = row.value("source", "") == "simulated" ? "simulated" : "modelled";
-      }
-  }
-  job.row.energy_partial = report.energy_partial;
-  std::optional<adapters::ExitStatus> exit;
-  if (report.exit_code) {
-    adapters::ExitStatus status;
-    status.signaled = *report.exit_code > 128;
-    status.value = status.signaled ? *report.exit_code - 128 : *report.exit_code;
-    exit = status;
-  }
-  const std::string reason = fmt::format("{} (on {}, epoch {})", report.reason.empty() ? report.state : report.reason,
-                                         job.row.device, report.epoch);
-  finish(job, state, reason, exit);
-}
-
-void JobService::adopt_remote(Job& job, Device& device, const cluster::ReportedJob& report) {
+void JobService::adopt(Job& job, Device& device, const std::string& note, const std::string& report_state,
+                       std::optional<std::int64_t> started_ms) {
   queue_.erase(job.row.id);
   device.job = job.row.id;
-  job.agent_seen = true;
-  job.reported_used = report.energy_joules;
   job.waiting.reset();
   job.prior = estimate_on(job, device.name);
   if (job.prior) budgets_.reserve(job.row.id, device.name, *job.prior);
-  const std::string note = fmt::format("adopted: {} came back still running it (epoch {})", device.node, report.epoch);
   transition(job, JobState::placed, note);
-  if (report.state != "placed") {
-    if (!job.row.started_ms) job.row.started_ms = report.started_ms.value_or(now_ms());
+  if (report_state != "placed") {
+    if (!job.row.started_ms) job.row.started_ms = started_ms.value_or(now_ms());
     transition(job, JobState::running, note);
   }
 }
@@ -235,14 +113,19 @@ void JobService::node_lost(const std::string& node) {
     }
     // Its energy on the lost node up to the last report is kept; the run is fenced by epoch.
     std::optional<adapters::StoredEnergyUse> used;
-    if (job.reported_used && job.row.started_ms)
-      used = adapters::StoredEnergyUse{node, device.agent_device, job.row.id, *job.row.started_ms, now_ms(),
-                                       *job.reported_used, std::string(device.meter->source())};
+    const auto reported = nodes_->energy_so_far(job, device, nullptr);
+    if (reported && job.row.started_ms)
+      used = adapters::StoredEnergyUse{node,
+                                       device.agent_device,
+                                       job.row.id,
+                                       *job.row.started_ms,
+                                       now_ms(),
+                                       *reported,
+                                       std::string(device.meter->source())};
     budgets_.settle(job.row.id, used);
-    release_controls(job);
+    release_controls(job, /*ended=*/false);  // the epoch stays: the node may come back with it
     device.job.reset();
     job.row.started_ms.reset();
-    job.paused = false;
     transition(job, JobState::queued, fmt::format("{}: queued again (epoch {} is fenced)", why, job.row.epoch));
     job.pending = pending_job(job.row.id, job.spec, job.row.estimate_json);
     queue_.push(job.row.id, job.row.priority, job.row.sequence);
@@ -265,17 +148,6 @@ Device& JobService::remote_device(const std::string& name) {
   device.node_ready = false;
   devices_.push_back(std::move(device));
   return devices_.back();
-}
-
-void JobService::recover_remote(Job& job) {
-  Device& device = remote_device(job.row.device);
-  device.job = job.row.id;
-  job.committed_epoch = job.row.epoch;
-  job.agent_seen = job.state != JobState::placed;
-  job.prior = estimate_on(job, device.name);
-  if (job.prior) budgets_.reserve(job.row.id, device.name, *job.prior);
-  spdlog::info("job {}: {} on {} (epoch {}); waiting for node {} to report it", job.row.id, job.row.state, device.name,
-               job.row.epoch, device.node);
 }
 
 std::vector<std::string> JobService::nodes_with_jobs() const {
@@ -362,11 +234,13 @@ std::vector<cluster::ReportedJob> JobService::assignment_reports(
     if (row.energy_joules) {
       report.energy_joules = row.energy_joules;
       report.energy_source = row.energy_source;
-    } else if (job->energy_at_start) {
+    } else {
       for (const auto& device : devices_) {
-        if (device.name != row.device || device.meter_error) continue;
-        report.energy_joules = std::max(0.0, device.energy_joules - *job->energy_at_start);
-        report.energy_source = std::string(device.meter->source());
+        if (device.name != row.device) continue;
+        if (const auto used = local_->sampled_energy(*job, device)) {
+          report.energy_joules = used;
+          report.energy_source = std::string(device.meter->source());
+        }
       }
     }
     out.push_back(std::move(report));
@@ -393,7 +267,7 @@ void JobService::assign(const cluster::Assignment& assignment) {
     refused = fmt::format("the coordinator's job does not parse here: {} at {}", spec.error().message, spec.error().where);
   } else {
     spec->constraints.devices = {assignment.device};
-    if (auto runnable = check_runnable(*spec, job_identity(next_sequence_, std::nullopt)); !runnable)
+    if (auto runnable = check_runnable(*spec, local_->job_identity(next_sequence_, std::nullopt)); !runnable)
       refused = fmt::format("cannot run here: {} ({})", runnable.error().message, runnable.error().where);
     job->spec = std::move(spec).value();
   }

@@ -1,7 +1,9 @@
 #pragma once
-// The jobs of one node: accepted durably, queued, started one per device as real processes,
-// metered, finished, cancelled, and reconciled after a restart. Lives on the daemon's
-// io_context thread; every state change is persisted through the group-commit writer.
+// The job book of one node: jobs accepted durably, queued, placed one per device, metered,
+// finished, cancelled, and reconciled after a restart. What runs a placed job is its device's
+// executor (src/executors/): a process group here, or a placement another node's runner takes
+// up. Lives on the daemon's io_context thread; every state change is persisted through the
+// group-commit writer.
 
 #include <array>
 #include <chrono>
@@ -16,7 +18,6 @@
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
 
@@ -36,6 +37,11 @@
 #include "joule/schedulers/job_queue.hpp"
 
 namespace joule::daemon {
+
+struct JobRecord;
+class Executor;
+class LocalExecutor;
+class NodeExecutor;
 
 /// A device of this node with its meter and what it is doing.
 struct Device {
@@ -131,7 +137,7 @@ class JobService {
   /// Whether `token` is the job's progress token (constant time).
   bool job_token_matches(const std::string& id, const std::string& token) const;
   /// The URL jobs reach the API at (JOULE_URL), known once the server listens.
-  void set_api_url(std::string url) { api_url_ = std::move(url); }
+  void set_api_url(std::string url);
 
   /// The policy, budget ledger and throttling of this node.
   BudgetService& budgets() { return budgets_; }
@@ -233,60 +239,47 @@ class JobService {
   std::vector<estimator::WorkloadItem> workload(std::size_t recent) const;
 
  private:
-  struct Job;
+  using Job = JobRecord;
+  class Host;  // the ExecutorHost the executors report to (job_service.cpp)
   using Write = adapters::StorageWriter::Write;
 
   Status check_runnable(const schedulers::JobSpec& spec,
                         const std::optional<adapters::JobIdentity>& identity = std::nullopt) const;
-  /// Who the job with this number, submitted by `owner_uid`, runs as (nothing: as jouled).
-  std::optional<adapters::JobIdentity> job_identity(std::int64_t sequence,
-                                                    const std::optional<std::int64_t>& owner_uid) const;
   void persist(Write write, std::function<void(Status)> done = {});
+  /// An event in the job's history that changes no state (stored, and logged).
+  void note(Job& job, const std::string& message);
   void transition(Job& job, schedulers::JobState to, const std::string& message, std::function<void(Status)> done = {});
   void schedule();
   void schedule_retry(schedulers::UnixMillis at);
   std::vector<schedulers::DeviceStatus> device_statuses() const;
   schedulers::PendingJob pending_job(const std::string& id, const schedulers::JobSpec& spec,
                                      const std::string& estimate_json) const;
+  std::optional<schedulers::Estimate> estimate_for(const Job& job, const std::string& device) const;
   std::optional<schedulers::EnergyDistribution> estimate_on(const Job& job, const std::string& device) const;
   void note_waiting(Job& job, schedulers::WaitReason reason);
   void track_running(schedulers::UnixMillis now);
   void apply(const schedulers::ThrottleAction& action);
-  Status apply_here(Job& job, const schedulers::ThrottleAction& action);
-  void release_controls(Job& job);
+  void release_controls(Job& job, bool ended);
   double average_power(const Device& device, double seconds) const;
   void place(Job& job, Device& device, const std::string& note);
-  void place_remote(Job& job, Device& device, const std::string& note);
-  void finish_remote(Job& job, const cluster::ReportedJob& report);
-  void adopt_remote(Job& job, Device& device, const cluster::ReportedJob& report);
+  /// The executor that runs jobs on `device`: this node's processes, or another node's runner.
+  Executor& executor_for(const Device& device);
+  /// The executor of a job placed or running on `device_name` (this node's when it is unknown).
+  Executor& executor_for(const std::string& device_name);
+  void adopt(Job& job, Device& device, const std::string& note, const std::string& report_state,
+             std::optional<std::int64_t> started_ms);
+  void requeue(Job& job, const std::string& why);
   void changed(const std::string& device_name);
   void refresh_pending();
-  bool is_remote(const Job& job) const;
   Device& remote_device(const std::string& name);
-  void recover_remote(Job& job);
-  void launch(const std::string& id);
-  void watch_exit(const std::string& id);
-  void on_exit(const std::string& id);
   void finish(Job& job, schedulers::JobState state, const std::string& reason,
               std::optional<adapters::ExitStatus> exit);
-  void send_kill(const std::string& id);
   void release_device(Job& job);
   void refresh_state_metrics();
   void count_state(schedulers::JobState state, int delta);
-  std::optional<double> read_device_energy(Device& device);
   Device* find_device(const std::string& name);
-  /// What a job on one of this node's devices has used so far, or in all once `exit` is known:
-  /// its own share where the meter models CPU time (CpuTimeModel), else the device's energy
-  /// since the job started. Nothing where the meter cannot say.
-  std::optional<double> energy_used(Job& job, Device& device, const adapters::ExitStatus* exit = nullptr);
   /// What a job's energy figure covers on `device`, as GET /v1/jobs/{id} says it.
   std::string energy_scope(const std::string& device, const std::string& source) const;
-  std::filesystem::path job_directory(const std::string& id) const;
-  /// The job's own directory: its default workdir, HOME and TMPDIR (see work_directory option).
-  std::filesystem::path work_directory(const std::string& id) const;
-  /// Creates the job's directory and its tmp/, owned by `identity` when there is one.
-  Status prepare_work_directory(const std::string& id, const std::optional<adapters::JobIdentity>& identity) const;
-  std::vector<std::string> job_environment(const Job& job, const std::string& device) const;
   nlohmann::json to_json(const Job& job, bool with_events) const;
   std::int64_t now_ms() const;
 
@@ -312,8 +305,10 @@ class JobService {
   BudgetService budgets_;
   std::unique_ptr<boost::asio::steady_timer> retry_timer_;
   std::optional<schedulers::UnixMillis> retry_at_;
-  std::string api_url_;
   std::set<std::string> assignments_in_flight_;  // agent: assignments being stored
+  std::unique_ptr<Host> host_;
+  std::unique_ptr<LocalExecutor> local_;  // jobs on this node's devices
+  std::unique_ptr<NodeExecutor> nodes_;   // coordinator: jobs on agents' and Slurm's devices
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -1,0 +1,84 @@
+#pragma once
+// How a placed job runs, behind one interface: on this node as a process group
+// (LocalExecutor), or on another node whose runner, an agent or Slurm, takes it from that
+// node's desired state (NodeExecutor). The job book (JobService) decides what runs where and
+// keeps each job's state; an executor makes a placement happen and tells the book what became
+// of it through an ExecutorHost. Executors live on the daemon's event loop.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "joule/adapters/job_process.hpp"
+#include "joule/common/result.hpp"
+#include "joule/schedulers/job.hpp"
+#include "joule/schedulers/placement.hpp"
+#include "joule/schedulers/throttle_controller.hpp"
+
+namespace joule::daemon {
+
+struct Device;
+struct JobRecord;
+
+/// What an executor may ask of, and tell, the job book.
+class ExecutorHost {
+ public:
+  virtual ~ExecutorHost() = default;
+  virtual std::int64_t now_ms() const = 0;
+  /// The job runs (from placed, or from throttled when its controls were let go); `note` is the event.
+  virtual void running(JobRecord& job, const std::string& note) = 0;
+  /// The job ended: its energy figure, device, reservation and controls are settled by the book.
+  virtual void ended(JobRecord& job, schedulers::JobState state, const std::string& reason,
+                     std::optional<adapters::ExitStatus> exit) = 0;
+  /// An event in the job's history that changes no state.
+  virtual void note(JobRecord& job, const std::string& message) = 0;
+  /// A placement that never started goes back to the queue.
+  virtual void requeue(JobRecord& job, const std::string& why) = 0;
+  /// A job stored as placed that is found to have run since: counted as running, without an event.
+  virtual void count_as_run(JobRecord& job) = 0;
+  /// Reserves the job's expected energy on its device again (after a restart or an adoption).
+  virtual void reserve_again(JobRecord& job) = 0;
+  /// The job's estimate on `device`, when it has one there.
+  virtual std::optional<schedulers::Estimate> estimate_for(const JobRecord& job, const std::string& device) const = 0;
+  virtual JobRecord* find_job(const std::string& id) = 0;
+  virtual Device* find_device(const std::string& name) = 0;
+  /// The node a device belongs to, as budgets and cluster reports name it.
+  virtual std::string device_node(const std::string& device) const = 0;
+  /// The desired state of the node holding `device` changed (a waiting sync answers, Slurm acts).
+  virtual void node_changed(const std::string& device) = 0;
+  /// A node came back still running a job the book had queued again: it is placed there again
+  /// (and running unless `report_state` is "placed").
+  virtual void adopt(JobRecord& job, Device& device, const std::string& note, const std::string& report_state,
+                     std::optional<std::int64_t> started_ms) = 0;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  /// The job is being placed on `device`: what identifies this run is set up before the
+  /// placement is stored. Returns what the placement event adds after the device (" (epoch 3)").
+  virtual std::string prepare(JobRecord& job, Device& device) = 0;
+  /// The placement is stored: start the run. The book hears running() or ended() later.
+  virtual void start(JobRecord& job, Device& device) = 0;
+  /// Stop a placed or running job (cancel_requested is set): it ends later, or at once when
+  /// nothing had started yet.
+  virtual void stop(JobRecord& job) = 0;
+  /// Applies a throttling action to a running job; sets the record's paused, cpu_quota and
+  /// gpu_limit_watts to what is in force.
+  virtual Status throttle(JobRecord& job, Device& device, const schedulers::ThrottleAction& action) = 0;
+  /// Whether a CPU quota can be set on this run.
+  virtual bool can_limit_cpu(const JobRecord& job) const = 0;
+  /// Joules the run has used so far (all of them once `exit` is known); nothing where unknown.
+  virtual std::optional<double> energy_so_far(JobRecord& job, Device& device,
+                                              const adapters::ExitStatus* exit = nullptr) = 0;
+  /// The run ended: record its energy figure on the row where this executor meters it. Returns
+  /// whether this node metered it (so its figure can teach this node's energy model).
+  virtual bool settle_energy(JobRecord& job, Device* device, const adapters::ExitStatus* exit) = 0;
+  /// Lets go of the run: controls restored, watches and timers stopped, its state forgotten.
+  /// `ended`: the job is over (its cgroup goes too); otherwise jouled stops and a later one adopts it.
+  virtual void release(JobRecord& job, bool ended) = 0;
+  /// After a restart, for a job stored as placed or running here: adopt, finish or requeue it.
+  virtual void recover(JobRecord& job, Device* device) = 0;
+};
+
+}  // namespace joule::daemon

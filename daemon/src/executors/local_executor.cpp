@@ -1,0 +1,438 @@
+#include "local_executor.hpp"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+#include <fmt/format.h>
+#include <openssl/rand.h>
+#include <spdlog/spdlog.h>
+#include <boost/asio/post.hpp>
+
+#include "../job_record.hpp"
+#include "joule/common/sha256.hpp"
+#include "joule/daemon/thread_settings.hpp"
+
+extern char** environ;
+
+namespace joule::daemon {
+
+namespace asio = boost::asio;
+using schedulers::JobState;
+
+namespace {
+
+std::string daemon_path() {
+  const char* path = std::getenv("PATH");
+  return path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
+}
+
+}  // namespace
+
+LocalExecutor::LocalExecutor(asio::io_context& io, ExecutorHost& host, const JobServiceOptions& options)
+    : io_(io), host_(host), options_(options) {}
+
+LocalExecutor::~LocalExecutor() { *alive_ = false; }
+
+LocalExecutor::Run& LocalExecutor::run_of(const JobRecord& job) { return runs_[job.row.id]; }
+
+std::optional<adapters::JobIdentity> LocalExecutor::job_identity(std::int64_t sequence,
+                                                                 const std::optional<std::int64_t>& owner_uid) const {
+  if (options_.accounts.mode == JobAccounts::Mode::daemon) return std::nullopt;
+  // A local user's job runs as that user: it reaches what they may, and no more.
+  if (owner_uid && options_.user_identity) {
+    if (auto own = options_.user_identity(*owner_uid)) return own;
+  }
+  return options_.accounts.identity_for(sequence);
+}
+
+std::filesystem::path LocalExecutor::job_directory(const std::string& id) const {
+  return options_.state_directory / "jobs" / id;
+}
+
+std::filesystem::path LocalExecutor::work_directory(const std::string& id) const {
+  return options_.work_directory.empty() ? job_directory(id) : options_.work_directory / id;
+}
+
+Status LocalExecutor::prepare_work_directory(const std::string& id,
+                                             const std::optional<adapters::JobIdentity>& identity) const {
+  const auto dir = work_directory(id);
+  for (const auto& path : {dir, dir / "tmp"}) {
+    // mkdir, not create_directories: an existing entry (a job id's leftover, or a link
+    // planted by someone) is checked below rather than followed.
+    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
+      return make_error(ErrorCode::io, fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)));
+    struct stat info {};
+    if (::lstat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
+      return make_error(ErrorCode::io, fmt::format("{} is not a directory", path.string()));
+    if (identity && ::lchown(path.c_str(), identity->uid, identity->gid) != 0) {
+      return make_error(ErrorCode::io, fmt::format("cannot hand {} to uid {}: {}", path.string(), identity->uid,
+                                                   std::strerror(errno)));
+    }
+  }
+  return {};
+}
+
+std::vector<std::string> LocalExecutor::job_environment(const JobRecord& job, const Device& device) const {
+  std::map<std::string, std::string> env;
+  // A small, predictable base: what programs need to run, plus the BLAS/OpenMP settings that
+  // decide how (and on some CPUs whether correctly) numerical code runs.
+  for (char** entry = environ; entry && *entry; ++entry) {
+    const std::string text = *entry;
+    const auto eq = text.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string name = text.substr(0, eq);
+    if (name == "PATH" || name == "HOME" || name == "USER" || name == "LOGNAME" || name == "LANG" || name == "LC_ALL" ||
+        name == "TZ" || name.rfind("OPENBLAS_", 0) == 0 || name.rfind("OMP_", 0) == 0 || name.rfind("MKL_", 0) == 0)
+      env[name] = text.substr(eq + 1);
+  }
+  if (!env.contains("PATH")) env["PATH"] = daemon_path();
+  // systemd removes the service's private /tmp when jouled stops, but jobs outlive it.
+  env["TMPDIR"] = (work_directory(job.row.id) / "tmp").string();
+  if (const auto identity = job_identity(job.row.sequence, job.row.owner_uid)) {
+    // The daemon's HOME is not the job's to read or write.
+    env["HOME"] = work_directory(job.row.id).string();
+    env["USER"] = env["LOGNAME"] =
+        identity->user_name.empty() ? options_.accounts.user_name(*identity) : identity->user_name;
+  }
+  // The device's count, the one its model is learnt at; the job's own run.env may ask otherwise
+  // (its estimate then says so).
+  set_thread_variables(env, device.threads);
+  for (const auto& [name, value] : job.spec.run.env) env[name] = value;
+  if (!options_.python_path.empty()) {
+    // Before the job's own entries: the package that speaks this jouled's API comes first.
+    const auto own = env.find("PYTHONPATH");
+    env["PYTHONPATH"] =
+        options_.python_path.string() + (own != env.end() && !own->second.empty() ? ":" + own->second : "");
+  }
+  env["JOULE_JOB_ID"] = job.row.id;
+  env["JOULE_DEVICE"] = device.name;
+  if (device.name.rfind("cuda:", 0) == 0) env["CUDA_VISIBLE_DEVICES"] = device.name.substr(5);
+  if (!api_url_.empty()) env["JOULE_URL"] = api_url_;
+  std::vector<std::string> out;
+  for (const auto& [name, value] : env) out.push_back(name + "=" + value);
+  return out;
+}
+
+std::string LocalExecutor::prepare(JobRecord& job, Device&) {
+  runs_.erase(job.row.id);
+  return "";
+}
+
+void LocalExecutor::start(JobRecord& job, Device& device) {
+  const std::string id = job.row.id;
+  // The job's logs and status stay in the state directory, which only jouled may enter; what
+  // the job itself may write is its work directory, owned by its own account.
+  const auto dir = job_directory(id);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return host_.ended(job, JobState::failed, fmt::format("cannot create {}: {}", dir.string(), ec.message()),
+                       std::nullopt);
+  const auto identity = job_identity(job.row.sequence, job.row.owner_uid);
+  if (auto prepared = prepare_work_directory(id, identity); !prepared)
+    return host_.ended(job, JobState::failed, prepared.error().message, std::nullopt);
+
+  adapters::LaunchSpec spec;
+  spec.argv = job.spec.run.argv;
+  spec.identity = identity;
+  spec.workdir = job.spec.run.workdir.empty() ? work_directory(id) : std::filesystem::path(job.spec.run.workdir);
+  spec.env = job_environment(job, device);
+  // The job's own token for POST /v1/jobs/{id}/progress: only its hash is stored.
+  std::array<unsigned char, 24> secret{};
+  if (RAND_bytes(secret.data(), static_cast<int>(secret.size())) == 1) {
+    std::string token;
+    for (const unsigned char byte : secret) token += fmt::format("{:02x}", byte);
+    job.row.token_sha256 = joule::sha256_hex(token);
+    spec.env.push_back("JOULE_JOB_TOKEN=" + token);
+  }
+  spec.stdout_path = dir / "stdout.log";
+  spec.stderr_path = dir / "stderr.log";
+  spec.status_path = dir / "status";
+  spec.runner = options_.runner;
+  Run& run = run_of(job);
+  run.energy_at_start = read_energy(device);
+  auto process = adapters::launch_job(spec);
+  if (!process) return host_.ended(job, JobState::failed, process.error().message, std::nullopt);
+  if (auto* modelled = device.meter->modelled_load()) {
+    // A simulated device that runs jobs draws, while this one runs, the power its model
+    // expects of it (estimated joules over estimated seconds): simulated joules, labelled so.
+    const auto estimate = host_.estimate_for(job, device.name);
+    modelled->set_load_watts(estimate && estimate->seconds_mean > 0 ? estimate->joules_mean / estimate->seconds_mean
+                                                                    : 0.0);
+  }
+  job.row.pid = process->pid;
+  job.row.pid_start_ticks = process->start_ticks;
+  job.row.boot_id = options_.boot_id;
+  job.row.started_ms = host_.now_ms();
+  if (options_.cgroups && options_.cgroups->usable()) {
+    if (auto cgroup = options_.cgroups->create_for(id, process->pid))
+      run.cgroup = *cgroup;
+    else
+      spdlog::warn("job {}: no cgroup of its own ({}); it can be paused (SIGSTOP) but gets no CPU quota", id,
+                   cgroup.error().message);
+  }
+  host_.running(job, fmt::format("started as process group {}", process->pid));
+  watch_exit(id);
+}
+
+void LocalExecutor::watch_exit(const std::string& id) {
+  JobRecord* job = host_.find_job(id);
+  if (!job) return;
+  auto pidfd = adapters::open_pidfd(static_cast<pid_t>(job->row.pid));
+  if (!pidfd) {
+    // Already gone (an adopted process that ended in between): handle it now.
+    asio::post(io_, [this, alive = alive_, id] {
+      if (*alive) on_exit(id);
+    });
+    return;
+  }
+  Run& run = run_of(*job);
+  run.exit_watch = std::make_unique<asio::posix::stream_descriptor>(io_, *pidfd);
+  run.exit_watch->async_wait(asio::posix::stream_descriptor::wait_read,
+                             [this, alive = alive_, id](boost::system::error_code ec) {
+                               if (!*alive || ec == asio::error::operation_aborted) return;
+                               on_exit(id);
+                             });
+}
+
+void LocalExecutor::on_exit(const std::string& id) {
+  JobRecord* found = host_.find_job(id);
+  if (!found || schedulers::is_terminal(found->state)) return;
+  JobRecord& job = *found;
+  Run& run = run_of(job);
+  run.exit_watch.reset();
+  if (run.kill_timer) run.kill_timer->cancel();
+  const auto runner_status = adapters::reap_child(static_cast<pid_t>(job.row.pid));
+  auto exit = adapters::read_status_file(job_directory(id) / "status");
+  if (!exit) exit = runner_status;  // the runner itself was killed (KILL after the grace period)
+  // `run` is gone once the book has settled the job: nothing below may touch it.
+  if (job.cancel_requested) {
+    host_.ended(job, JobState::cancelled, exit ? "cancelled; the job ended with " + exit->describe() : "cancelled",
+                exit);
+  } else if (!exit) {
+    host_.ended(job, JobState::failed, "the job's process ended but left no exit status", std::nullopt);
+  } else if (exit->success()) {
+    host_.ended(job, JobState::succeeded, "exit code 0", exit);
+  } else {
+    host_.ended(job, JobState::failed, exit->describe(), exit);
+  }
+}
+
+void LocalExecutor::stop(JobRecord& job) {
+  host_.note(job, "cancel requested");
+  // A job still being placed ends when its placement is stored (the book sees cancel_requested).
+  if (job.state != JobState::running && job.state != JobState::throttled) return;
+  const auto pgid = static_cast<pid_t>(job.row.pid);
+  (void)adapters::signal_process_group(pgid, SIGTERM);
+  (void)adapters::signal_process_group(pgid, SIGCONT);  // a stopped job must run to see TERM
+  Run& run = run_of(job);
+  run.kill_timer = std::make_unique<asio::steady_timer>(io_);
+  run.kill_timer->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(options_.kill_grace_seconds)));
+  run.kill_timer->async_wait([this, alive = alive_, id = job.row.id](boost::system::error_code ec) {
+    if (*alive && !ec) send_kill(id);
+  });
+}
+
+void LocalExecutor::send_kill(const std::string& id) {
+  const JobRecord* job = host_.find_job(id);
+  if (!job || schedulers::is_terminal(job->state)) return;
+  spdlog::warn("job {}: still running {} s after TERM; sending KILL", id, options_.kill_grace_seconds);
+  (void)adapters::signal_process_group(static_cast<pid_t>(job->row.pid), SIGKILL);
+}
+
+Status LocalExecutor::throttle(JobRecord& job, Device& device, const schedulers::ThrottleAction& action) {
+  const auto pgid = static_cast<pid_t>(job.row.pid);
+  Run& run = run_of(job);
+  using Kind = schedulers::ThrottleAction::Kind;
+  Status done;
+  switch (action.kind) {
+    case Kind::pause:
+      // SIGSTOP, not the cgroup freezer: a jouled killed with -9 while a job is paused leaves
+      // only a SIGCONT for the next one to send on adoption, which needs no cgroup path.
+      if (!run.pauser) run.pauser = std::make_unique<adapters::JobPauser>(pgid, std::nullopt);
+      done = run.pauser->pause();
+      if (done) job.paused = true;
+      break;
+    case Kind::resume:
+      done = run.pauser ? run.pauser->resume() : adapters::signal_process_group(pgid, SIGCONT);
+      if (done) job.paused = false;
+      break;
+    case Kind::cpu_quota:
+      if (!run.cgroup) {
+        done = make_error(ErrorCode::unavailable, "the job has no cgroup of its own");
+        break;
+      }
+      if (!run.quota) run.quota = std::make_unique<adapters::CpuQuota>(*run.cgroup);
+      done = run.quota->set_fraction(action.value);
+      if (done) job.cpu_quota = action.value;
+      break;
+    case Kind::clear_cpu_quota:
+      done = run.quota ? run.quota->clear() : Status{};
+      if (done) job.cpu_quota.reset();
+      break;
+    case Kind::gpu_power_limit: {
+      const auto* gpu = device.meter->gpu_power_control();
+      if (!gpu) {
+        done = make_error(ErrorCode::unavailable, fmt::format("{} has no NVML to set a power limit with", device.name));
+        break;
+      }
+      if (!run.gpu_limit)
+        run.gpu_limit =
+            std::make_unique<adapters::GpuPowerLimit>(*gpu, static_cast<unsigned>(std::stoul(device.name.substr(5))));
+      auto set = run.gpu_limit->set_watts(action.value);
+      if (!set) {
+        done = set.error();
+        break;
+      }
+      job.gpu_limit_watts = set->applied_watts;
+      break;
+    }
+    case Kind::clear_gpu_power_limit:
+      done = run.gpu_limit ? run.gpu_limit->restore() : Status{};
+      if (done) job.gpu_limit_watts.reset();
+      break;
+  }
+  return done;
+}
+
+bool LocalExecutor::can_limit_cpu(const JobRecord& job) const {
+  const auto it = runs_.find(job.row.id);
+  return it != runs_.end() && it->second.cgroup && !it->second.cgroup->cpu_dir.empty();
+}
+
+std::optional<double> LocalExecutor::read_energy(Device& device) const {
+  auto reading = device.meter->read();
+  if (!reading) {
+    device.meter_error = reading.error().message;
+    return std::nullopt;
+  }
+  device.meter_error.reset();
+  return reading->value;
+}
+
+std::optional<double> LocalExecutor::energy_so_far(JobRecord& job, Device& device, const adapters::ExitStatus* exit) {
+  Run& run = run_of(job);
+  if (const auto* model = device.meter->cpu_time_model(); model && job.row.started_ms && job.row.pid > 0) {
+    // The runner's wait4 at the end counts every descendant it waited for; while running, the
+    // group's live processes are read. CPU time never goes back: the largest reading stands.
+    const auto cpu = exit && exit->cpu_seconds
+                         ? exit->cpu_seconds
+                         : adapters::process_group_cpu_seconds(static_cast<pid_t>(job.row.pid), options_.proc_root);
+    if (cpu) run.cpu_seconds = std::max(run.cpu_seconds.value_or(0.0), *cpu);
+    const auto until = job.row.finished_ms.value_or(host_.now_ms());
+    const double wall = static_cast<double>(std::max<std::int64_t>(0, until - *job.row.started_ms)) / 1000.0;
+    return model->joules(wall, run.cpu_seconds.value_or(0.0));
+  }
+  if (!run.energy_at_start) return std::nullopt;
+  auto now = read_energy(device);
+  if (!now) return std::nullopt;
+  return std::max(0.0, *now - *run.energy_at_start);
+}
+
+std::optional<double> LocalExecutor::sampled_energy(const JobRecord& job, const Device& device) const {
+  const auto it = runs_.find(job.row.id);
+  if (it == runs_.end() || !it->second.energy_at_start || device.meter_error) return std::nullopt;
+  return std::max(0.0, device.energy_joules - *it->second.energy_at_start);
+}
+
+bool LocalExecutor::settle_energy(JobRecord& job, Device* device, const adapters::ExitStatus* exit) {
+  if (!device) return false;
+  if (auto* modelled = device->meter->modelled_load()) modelled->set_load_watts(0.0);
+  const auto it = runs_.find(job.row.id);
+  if (!job.row.started_ms || it == runs_.end() || !it->second.energy_at_start) return false;
+  const auto used = energy_so_far(job, *device, exit);
+  if (!used) return false;
+  job.row.energy_joules = *used;
+  job.row.energy_source = std::string(device->meter->source());
+  return true;
+}
+
+void LocalExecutor::release(JobRecord& job, bool ended) {
+  const auto it = runs_.find(job.row.id);
+  // Nothing stays throttled once jouled lets go of a job (it ends, or jouled stops).
+  const bool has_pauser = it != runs_.end() && it->second.pauser;
+  if (!has_pauser && job.paused && job.row.pid > 0)
+    (void)adapters::signal_process_group(static_cast<pid_t>(job.row.pid), SIGCONT);
+  if (it != runs_.end()) {
+    Run& run = it->second;
+    for (adapters::RestorableControl* control :
+         std::initializer_list<adapters::RestorableControl*>{run.pauser.get(), run.quota.get(), run.gpu_limit.get()}) {
+      if (!control) continue;
+      if (auto restored = control->restore(); !restored)
+        spdlog::warn("job {}: {}", job.row.id, restored.error().message);
+    }
+    run.pauser.reset();
+    run.quota.reset();
+    run.gpu_limit.reset();
+    if (run.kill_timer) run.kill_timer->cancel();
+    run.exit_watch.reset();
+  }
+  if (!ended) return;  // jouled stops: the next one adopts the process and its cgroup
+  // Also for a job adopted after a restart, whose cgroup this daemon did not make.
+  if (options_.cgroups && options_.cgroups->usable()) {
+    if (auto removed = options_.cgroups->remove(job.row.id); !removed)
+      spdlog::warn("job {}: its cgroup stays: {}", job.row.id, removed.error().message);
+  }
+  if (it != runs_.end()) runs_.erase(it);
+}
+
+void LocalExecutor::recover(JobRecord& job, Device* device) {
+  const std::string id = job.row.id;
+  const auto status_path = job_directory(id) / "status";
+  std::optional<adapters::ProcessIdentity> process;
+  const adapters::ProcessIdentity stored{static_cast<pid_t>(job.row.pid), job.row.pid_start_ticks};
+  if (job.row.pid > 0 && job.row.boot_id == options_.boot_id && adapters::is_alive(stored, options_.proc_root))
+    process = stored;
+  else
+    process = adapters::find_job_runner(status_path, options_.proc_root);
+
+  if (process) {
+    if (!device || device->job) {
+      spdlog::error("job {}: its process {} lives but device {} is unavailable; cancelling it", id, process->pid,
+                    job.row.device);
+      job.row.pid = process->pid;
+      job.cancel_requested = true;
+      (void)adapters::signal_process_group(process->pid, SIGKILL);
+    }
+    if (device && !device->job) device->job = id;
+    job.row.pid = process->pid;
+    job.row.pid_start_ticks = process->start_ticks;
+    job.row.boot_id = options_.boot_id;
+    if (!job.row.started_ms) job.row.started_ms = host_.now_ms();
+    job.row.energy_partial = true;
+    run_of(job).energy_at_start = device ? read_energy(*device) : std::nullopt;
+    // Its reservation again, from its estimate there (the energy it used before is unknown).
+    host_.reserve_again(job);
+    if (job.state == JobState::throttled) {
+      // The last daemon released its controls when it stopped: it runs freely now.
+      (void)adapters::signal_process_group(process->pid, SIGCONT);
+      host_.running(job, "throttling released: jouled restarted");
+    }
+    const std::string note = fmt::format(
+        "adopted process group {} after a daemon restart; energy is metered from now on only", process->pid);
+    if (job.state == JobState::placed)
+      host_.running(job, note);
+    else
+      host_.note(job, note);
+    watch_exit(id);
+  } else if (auto exit = adapters::read_status_file(status_path)) {
+    const std::string reason = fmt::format("{} (finished while jouled was down; energy not metered)", exit->describe());
+    if (job.state == JobState::placed) host_.count_as_run(job);  // it did run
+    host_.ended(job, exit->success() ? JobState::succeeded : JobState::failed, reason, exit);
+  } else if (job.state == JobState::placed) {
+    host_.requeue(job, "queued again: jouled stopped before starting it");
+  } else {
+    host_.ended(job, JobState::failed,
+                "lost: its process was gone after a daemon restart and no exit status was recorded", std::nullopt);
+  }
+}
+
+}  // namespace joule::daemon

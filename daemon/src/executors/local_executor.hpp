@@ -1,0 +1,81 @@
+#pragma once
+// Jobs run on this node: each one a process group started through the job runner (jouled
+// --job-runner) under the job's account, in a directory of its own, watched by pidfd, metered
+// by its device's meter, paused with SIGSTOP and limited through its cgroup or NVML, and
+// adopted by the next jouled when this one stops.
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "executor.hpp"
+#include "joule/adapters/job_controls.hpp"
+#include "joule/daemon/job_service.hpp"
+
+namespace joule::daemon {
+
+class LocalExecutor final : public Executor {
+ public:
+  LocalExecutor(boost::asio::io_context& io, ExecutorHost& host, const JobServiceOptions& options);
+  ~LocalExecutor() override;
+
+  std::string prepare(JobRecord& job, Device& device) override;
+  void start(JobRecord& job, Device& device) override;
+  void stop(JobRecord& job) override;
+  Status throttle(JobRecord& job, Device& device, const schedulers::ThrottleAction& action) override;
+  bool can_limit_cpu(const JobRecord& job) const override;
+  std::optional<double> energy_so_far(JobRecord& job, Device& device, const adapters::ExitStatus* exit) override;
+  bool settle_energy(JobRecord& job, Device* device, const adapters::ExitStatus* exit) override;
+  void release(JobRecord& job, bool ended) override;
+  void recover(JobRecord& job, Device* device) override;
+
+  /// The joules a job has used since it started on `device`, as of the device's last sample.
+  std::optional<double> sampled_energy(const JobRecord& job, const Device& device) const;
+  /// Who the job with this number, submitted by `owner_uid`, runs as (nothing: as jouled).
+  std::optional<adapters::JobIdentity> job_identity(std::int64_t sequence,
+                                                    const std::optional<std::int64_t>& owner_uid) const;
+  /// Where jouled keeps a job's logs and exit status (the state directory, jouled's own).
+  std::filesystem::path job_directory(const std::string& id) const;
+  /// The job's own directory: its default workdir, HOME and TMPDIR (JobServiceOptions::work_directory).
+  std::filesystem::path work_directory(const std::string& id) const;
+  /// The URL jobs reach the API at (JOULE_URL), known once the server listens.
+  void set_api_url(std::string url) { api_url_ = std::move(url); }
+
+ private:
+  /// What runs one job here.
+  struct Run {
+    std::optional<double> energy_at_start;  // its device's meter when it started
+    std::optional<double> cpu_seconds;      // its process group's CPU time, last read (CpuTimeModel meters)
+    std::unique_ptr<boost::asio::posix::stream_descriptor> exit_watch;
+    std::unique_ptr<boost::asio::steady_timer> kill_timer;
+    std::optional<adapters::JobCgroup> cgroup;
+    std::unique_ptr<adapters::JobPauser> pauser;
+    std::unique_ptr<adapters::CpuQuota> quota;
+    std::unique_ptr<adapters::GpuPowerLimit> gpu_limit;
+  };
+
+  Run& run_of(const JobRecord& job);
+  /// Creates the job's directory and its tmp/, owned by `identity` when there is one.
+  Status prepare_work_directory(const std::string& id, const std::optional<adapters::JobIdentity>& identity) const;
+  std::vector<std::string> job_environment(const JobRecord& job, const Device& device) const;
+  void watch_exit(const std::string& id);
+  void on_exit(const std::string& id);
+  void send_kill(const std::string& id);
+  std::optional<double> read_energy(Device& device) const;
+
+  boost::asio::io_context& io_;
+  ExecutorHost& host_;
+  const JobServiceOptions& options_;
+  std::string api_url_;
+  std::map<std::string, Run> runs_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace joule::daemon

@@ -1,0 +1,193 @@
+#include "node_executor.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+#include "../job_record.hpp"
+#include "joule/cluster/reconcile.hpp"
+
+namespace joule::daemon {
+
+using nlohmann::json;
+using schedulers::JobState;
+
+NodeExecutor::NodeExecutor(ExecutorHost& host, std::vector<Device>& devices) : host_(host), devices_(devices) {}
+
+std::string NodeExecutor::prepare(JobRecord& job, Device&) {
+  // A new epoch per placement: whatever still runs an older one is fenced by it.
+  job.row.epoch += 1;
+  Run& run = runs_[job.row.id];
+  run.seen = false;
+  run.reported_used.reset();
+  return fmt::format(" (epoch {})", job.row.epoch);
+}
+
+void NodeExecutor::start(JobRecord& job, Device&) {
+  // Stored before the node may see it: a node only ever runs an epoch that survives a crash.
+  runs_[job.row.id].committed_epoch = job.row.epoch;
+  host_.node_changed(job.row.device);
+}
+
+void NodeExecutor::stop(JobRecord& job) {
+  if (!runs_[job.row.id].seen) {
+    // The node has not taken it up: it ends here, and leaves the node's desired state.
+    host_.ended(job, JobState::cancelled, "cancelled before it started", std::nullopt);
+    return;
+  }
+  host_.note(job, "cancel requested; the agent stops it");
+  host_.node_changed(job.row.device);
+}
+
+Status NodeExecutor::throttle(JobRecord& job, Device&, const schedulers::ThrottleAction& action) {
+  // The node pauses and resumes it as its desired state says on its next sync; CPU quotas and
+  // GPU limits stay with the node's own policy (it offers none here: can_limit_cpu is false).
+  using Kind = schedulers::ThrottleAction::Kind;
+  if (action.kind != Kind::pause && action.kind != Kind::resume)
+    return make_error(ErrorCode::unavailable, "a job on another node is only paused or resumed from here");
+  job.paused = action.kind == Kind::pause;
+  host_.node_changed(job.row.device);
+  return {};
+}
+
+std::optional<double> NodeExecutor::energy_so_far(JobRecord& job, Device&, const adapters::ExitStatus*) {
+  const auto it = runs_.find(job.row.id);
+  return it == runs_.end() ? std::nullopt : it->second.reported_used;
+}
+
+bool NodeExecutor::settle_energy(JobRecord&, Device*, const adapters::ExitStatus*) {
+  // finish() has put the node's figure on the row; the node's own model learns from it there.
+  return false;
+}
+
+void NodeExecutor::release(JobRecord& job, bool ended) {
+  if (ended) {
+    runs_.erase(job.row.id);
+    return;
+  }
+  // Its node is lost: the epoch stays, so that the node coming back with it can be adopted.
+  const auto it = runs_.find(job.row.id);
+  if (it == runs_.end()) return;
+  it->second.seen = false;
+  it->second.reported_used.reset();
+}
+
+void NodeExecutor::recover(JobRecord& job, Device* device) {
+  if (device) device->job = job.row.id;
+  Run& run = runs_[job.row.id];
+  run.committed_epoch = job.row.epoch;
+  run.seen = job.state != JobState::placed;
+  host_.reserve_again(job);
+  spdlog::info("job {}: {} on {} (epoch {}); waiting for node {} to report it", job.row.id, job.row.state,
+               job.row.device, job.row.epoch, host_.device_node(job.row.device));
+}
+
+std::vector<cluster::Assignment> NodeExecutor::desired_for(const std::string& node) const {
+  std::vector<cluster::Assignment> out;
+  for (const auto& device : devices_) {
+    if (device.node != node || !device.job) continue;
+    JobRecord* found = host_.find_job(*device.job);
+    if (!found) continue;
+    const JobRecord& job = *found;
+    const auto run = runs_.find(job.row.id);
+    if (schedulers::is_terminal(job.state) || run == runs_.end() || run->second.committed_epoch != job.row.epoch)
+      continue;
+    cluster::Assignment assignment;
+    assignment.id = job.row.id;
+    assignment.epoch = job.row.epoch;
+    assignment.device = device.agent_device;
+    assignment.name = job.row.name;
+    assignment.priority = job.row.priority;
+    assignment.spec = json::parse(job.row.spec_json, nullptr, false);
+    assignment.paused = job.paused;
+    assignment.stop = job.cancel_requested;
+    out.push_back(std::move(assignment));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::int64_t>> NodeExecutor::apply_reports(
+    const std::string& node, const std::vector<cluster::ReportedJob>& reports) {
+  std::vector<std::pair<std::string, std::int64_t>> recorded;
+  for (const auto& report : reports) {
+    JobRecord* found = host_.find_job(report.id);
+    std::optional<cluster::CoordinatorJob> known;
+    if (found) {
+      const auto run = runs_.find(found->row.id);
+      known = cluster::CoordinatorJob{found->state, run == runs_.end() ? 0 : run->second.committed_epoch,
+                                      host_.device_node(found->row.device)};
+    }
+    const auto verdict = cluster::judge_report(known, node, report);
+    if (verdict == cluster::Verdict::stale) {
+      // A fenced run that ended: nothing to record, but the node may stop reporting it.
+      const auto state = schedulers::job_state_from_string(report.state);
+      if (state && schedulers::is_terminal(*state)) recorded.emplace_back(report.id, report.epoch);
+      continue;
+    }
+    JobRecord& job = *found;
+    Run& run = runs_[job.row.id];
+    switch (verdict) {
+      case cluster::Verdict::started:
+        run.seen = true;
+        run.reported_used = report.energy_joules;
+        job.row.started_ms = report.started_ms.value_or(host_.now_ms());
+        host_.running(job, fmt::format("started on {} (epoch {})", job.row.device, report.epoch));
+        break;
+      case cluster::Verdict::progress:
+        run.seen = true;
+        run.reported_used = report.energy_joules;
+        break;
+      case cluster::Verdict::finished:
+        finish(job, report);
+        recorded.emplace_back(report.id, report.epoch);
+        break;
+      case cluster::Verdict::recorded:
+        recorded.emplace_back(report.id, report.epoch);
+        break;
+      case cluster::Verdict::adopt:
+        if (Device* device = host_.find_device(job.row.device); device && !device->job) {
+          run.seen = true;
+          run.reported_used = report.energy_joules;
+          host_.adopt(job, *device,
+                      fmt::format("adopted: {} came back still running it (epoch {})", device->node, report.epoch),
+                      report.state, report.started_ms);
+        }
+        break;
+      case cluster::Verdict::stale:
+        break;
+    }
+  }
+  return recorded;
+}
+
+void NodeExecutor::finish(JobRecord& job, const cluster::ReportedJob& report) {
+  const auto state = schedulers::job_state_from_string(report.state).value_or(JobState::failed);
+  // It started and ended between two syncs: it did run.
+  if (job.state == JobState::placed && state != JobState::cancelled && state != JobState::failed)
+    host_.count_as_run(job);
+  if (!job.row.started_ms && report.started_ms) job.row.started_ms = report.started_ms;
+  job.row.energy_joules = report.energy_joules;
+  job.row.energy_source = report.energy_source;
+  if (!report.energy_joules && job.row.started_ms) {
+    // No meter where it ran (a Slurm node): it is charged its estimate there, labelled a model's figure.
+    const auto estimates = json::parse(job.row.estimate_json.empty() ? "null" : job.row.estimate_json, nullptr, false);
+    for (const auto& row : estimates.is_array() ? estimates : json::array())
+      if (row.value("device", "") == job.row.device && row.value("status", "") == "ok") {
+        job.row.energy_joules = row["joules"].value("mean", 0.0);
+        job.row.energy_source = row.value("source", "") == "simulated" ? "simulated" : "modelled";
+      }
+  }
+  job.row.energy_partial = report.energy_partial;
+  std::optional<adapters::ExitStatus> exit;
+  if (report.exit_code) {
+    adapters::ExitStatus status;
+    status.signaled = *report.exit_code > 128;
+    status.value = status.signaled ? *report.exit_code - 128 : *report.exit_code;
+    exit = status;
+  }
+  const std::string reason = fmt::format("{} (on {}, epoch {})", report.reason.empty() ? report.state : report.reason,
+                                         job.row.device, report.epoch);
+  host_.ended(job, state, reason, exit);
+}
+
+}  // namespace joule::daemon

@@ -1,0 +1,57 @@
+#pragma once
+// Jobs placed on another node's devices (coordinator side): the placement is stored with a new
+// epoch, then published in that node's desired state, which its runner takes up (an agent on
+// its next sync, or the Slurm executor); the runner's reports say when it started, how much it
+// used and how it ended. A report for another epoch never settles the current placement
+// (cluster/reconcile.hpp judges them).
+
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "executor.hpp"
+#include "joule/cluster/sync.hpp"
+#include "joule/daemon/job_service.hpp"
+
+namespace joule::daemon {
+
+class NodeExecutor final : public Executor {
+ public:
+  /// `devices` is the book's device list, the agents' devices among them (Device::node set).
+  NodeExecutor(ExecutorHost& host, std::vector<Device>& devices);
+
+  std::string prepare(JobRecord& job, Device& device) override;
+  void start(JobRecord& job, Device& device) override;
+  void stop(JobRecord& job) override;
+  Status throttle(JobRecord& job, Device& device, const schedulers::ThrottleAction& action) override;
+  bool can_limit_cpu(const JobRecord&) const override { return false; }
+  std::optional<double> energy_so_far(JobRecord& job, Device& device, const adapters::ExitStatus* exit) override;
+  bool settle_energy(JobRecord& job, Device* device, const adapters::ExitStatus* exit) override;
+  void release(JobRecord& job, bool ended) override;
+  void recover(JobRecord& job, Device* device) override;
+
+  /// What `node` should run now: its placements whose epoch is stored.
+  std::vector<cluster::Assignment> desired_for(const std::string& node) const;
+  /// The node's reports of the jobs it runs: starts, energy so far, ends, adoptions. Returns the
+  /// ends recorded (now or before), which the node may stop reporting.
+  std::vector<std::pair<std::string, std::int64_t>> apply_reports(const std::string& node,
+                                                                  const std::vector<cluster::ReportedJob>& reports);
+
+ private:
+  /// A placement on a node, as far as its reports tell.
+  struct Run {
+    std::int64_t committed_epoch = 0;     // the placement epoch that is stored (only that one is published)
+    bool seen = false;                    // the node reported this epoch
+    std::optional<double> reported_used;  // joules so far, metered on the node
+  };
+
+  void finish(JobRecord& job, const cluster::ReportedJob& report);
+
+  ExecutorHost& host_;
+  std::vector<Device>& devices_;
+  std::map<std::string, Run> runs_;  // by job id; kept while the job is queued again (it may be adopted)
+};
+
+}  // namespace joule::daemon

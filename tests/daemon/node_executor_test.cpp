@@ -1,0 +1,282 @@
+#include "executors/node_executor.hpp"
+
+#include <gtest/gtest.h>
+
+#include "job_record.hpp"
+#include "joule/daemon/reported_meter.hpp"
+
+using joule::daemon::Device;
+using joule::daemon::ExecutorHost;
+using joule::daemon::JobRecord;
+using joule::daemon::NodeExecutor;
+using joule::schedulers::JobState;
+
+namespace {
+
+// The job book as the node executor sees it: records what it is told, and changes state the
+// way the book does (without storage, placement or budgets).
+class FakeBook final : public ExecutorHost {
+ public:
+  std::int64_t now_ms() const override { return now; }
+  void running(JobRecord& job, const std::string& note) override {
+    job.state = JobState::running;
+    notes.push_back("running: " + note);
+  }
+  void ended(JobRecord& job, JobState state, const std::string& reason,
+             std::optional<joule::adapters::ExitStatus> exit) override {
+    job.state = state;
+    job.row.reason = reason;
+    if (exit) job.row.exit_code = exit->signaled ? 128 + exit->value : exit->value;
+    notes.push_back("ended: " + reason);
+  }
+  void note(JobRecord&, const std::string& message) override { notes.push_back("note: " + message); }
+  void requeue(JobRecord& job, const std::string&) override { job.state = JobState::queued; }
+  void count_as_run(JobRecord& job) override { job.state = JobState::running; }
+  void reserve_again(JobRecord& job) override { reserved.push_back(job.row.id); }
+  std::optional<joule::schedulers::Estimate> estimate_for(const JobRecord&, const std::string&) const override {
+    return std::nullopt;
+  }
+  JobRecord* find_job(const std::string& id) override {
+    const auto it = jobs.find(id);
+    return it == jobs.end() ? nullptr : &it->second;
+  }
+  Device* find_device(const std::string& name) override {
+    for (auto& device : devices)
+      if (device.name == name) return &device;
+    return nullptr;
+  }
+  std::string device_node(const std::string& device) const override {
+    const auto slash = device.find('/');
+    return slash == std::string::npos ? "here" : device.substr(0, slash);
+  }
+  void node_changed(const std::string& device) override { changed.push_back(device); }
+  void adopt(JobRecord& job, Device& device, const std::string& note, const std::string& report_state,
+             std::optional<std::int64_t>) override {
+    device.job = job.row.id;
+    job.state = report_state == "placed" ? JobState::placed : JobState::running;
+    notes.push_back("adopted: " + note);
+  }
+
+  std::int64_t now = 1'000'000;
+  std::map<std::string, JobRecord> jobs;
+  std::vector<Device> devices;
+  std::vector<std::string> notes;
+  std::vector<std::string> changed;
+  std::vector<std::string> reserved;
+};
+
+Device agent_device(const std::string& node, const std::string& name) {
+  Device device;
+  device.name = node + "/" + name;
+  device.node = node;
+  device.agent_device = name;
+  device.meter = std::make_unique<joule::daemon::ReportedMeter>("rapl");
+  return device;
+}
+
+joule::cluster::ReportedJob report(const std::string& id, std::int64_t epoch, const std::string& state) {
+  joule::cluster::ReportedJob out;
+  out.id = id;
+  out.epoch = epoch;
+  out.state = state;
+  return out;
+}
+
+class NodeExecutorTest : public ::testing::Test {
+ protected:
+  NodeExecutorTest() {
+    book.devices.push_back(agent_device("agent-1", "cpu"));
+    book.devices.push_back(agent_device("agent-2", "cpu"));
+    JobRecord job;
+    job.row.id = "job-1";
+    job.row.name = "train";
+    job.row.spec_json = R"({"run": {"command": ["true"]}})";
+    book.jobs.emplace("job-1", std::move(job));
+  }
+
+  // Places job-1 on `device` the way the book does: prepare, store (here at once), start.
+  JobRecord& place(const std::string& device_name) {
+    JobRecord& job = book.jobs.at("job-1");
+    Device& device = *book.find_device(device_name);
+    device.job = job.row.id;
+    job.row.device = device.name;
+    placement_note = executor.prepare(job, device);
+    job.state = JobState::placed;
+    executor.start(job, device);
+    return job;
+  }
+
+  FakeBook book;
+  NodeExecutor executor{book, book.devices};
+  std::string placement_note;
+};
+
+}  // namespace
+
+TEST_F(NodeExecutorTest, each_placement_gets_a_new_epoch_that_is_published_only_once_stored) {
+  JobRecord& job = book.jobs.at("job-1");
+  Device& device = book.devices[0];
+  device.job = job.row.id;
+  job.row.device = device.name;
+  EXPECT_EQ(executor.prepare(job, device), " (epoch 1)");
+  job.state = JobState::placed;
+  // Prepared but not stored yet: the node must not see an epoch a crash could lose.
+  EXPECT_TRUE(executor.desired_for("agent-1").empty());
+  executor.start(job, device);
+  const auto desired = executor.desired_for("agent-1");
+  ASSERT_EQ(desired.size(), 1u);
+  EXPECT_EQ(desired[0].id, "job-1");
+  EXPECT_EQ(desired[0].epoch, 1);
+  EXPECT_EQ(desired[0].device, "cpu");  // the agent's own name for it
+  EXPECT_EQ(book.changed, std::vector<std::string>{"agent-1/cpu"});
+  EXPECT_TRUE(executor.desired_for("agent-2").empty());
+}
+
+TEST_F(NodeExecutorTest, a_report_of_an_older_epoch_never_settles_the_current_placement) {
+  JobRecord& job = place("agent-1/cpu");
+  book.devices[0].job.reset();
+  (void)executor.prepare(job, book.devices[1]);  // placed again elsewhere: epoch 2
+  job.row.device = "agent-2/cpu";
+  book.devices[1].job = job.row.id;
+  executor.start(job, book.devices[1]);
+  ASSERT_EQ(job.row.epoch, 2);
+
+  // agent-1 still reports epoch 1 ending: acknowledged (it may stop reporting it), not recorded.
+  auto old_end = report("job-1", 1, "succeeded");
+  old_end.energy_joules = 500.0;
+  old_end.energy_source = "rapl";
+  const auto recorded = executor.apply_reports("agent-1", {old_end});
+  EXPECT_EQ(recorded, (std::vector<std::pair<std::string, std::int64_t>>{{"job-1", 1}}));
+  EXPECT_EQ(job.state, JobState::placed);
+  EXPECT_FALSE(job.row.energy_joules.has_value());
+  // Epoch 2 reported by the wrong node is stale too.
+  (void)executor.apply_reports("agent-1", {report("job-1", 2, "running")});
+  EXPECT_EQ(job.state, JobState::placed);
+}
+
+TEST_F(NodeExecutorTest, reports_start_meter_and_end_the_run_with_the_nodes_energy_and_exit_code) {
+  JobRecord& job = place("agent-1/cpu");
+  auto started = report("job-1", 1, "running");
+  started.started_ms = 900'000;
+  started.energy_joules = 12.0;
+  started.energy_source = "rapl";
+  (void)executor.apply_reports("agent-1", {started});
+  EXPECT_EQ(job.state, JobState::running);
+  EXPECT_EQ(job.row.started_ms, 900'000);
+  EXPECT_EQ(executor.energy_so_far(job, book.devices[0], nullptr), 12.0);
+
+  auto progress = report("job-1", 1, "running");
+  progress.energy_joules = 40.0;
+  (void)executor.apply_reports("agent-1", {progress});
+  EXPECT_EQ(executor.energy_so_far(job, book.devices[0], nullptr), 40.0);
+
+  auto ended = report("job-1", 1, "failed");
+  ended.energy_joules = 55.0;
+  ended.energy_source = "rapl";
+  ended.exit_code = 137;  // killed by signal 9 on the agent
+  ended.reason = "killed by signal 9";
+  const auto recorded = executor.apply_reports("agent-1", {ended});
+  EXPECT_EQ(recorded.size(), 1u);
+  EXPECT_EQ(job.state, JobState::failed);
+  EXPECT_EQ(job.row.energy_joules, 55.0);
+  EXPECT_EQ(job.row.energy_source, "rapl");
+  EXPECT_EQ(job.row.exit_code, 137);
+  EXPECT_EQ(job.row.reason, "killed by signal 9 (on agent-1/cpu, epoch 1)");
+  // The node's own model learns from its figure there, not this node's.
+  EXPECT_FALSE(executor.settle_energy(job, &book.devices[0], nullptr));
+}
+
+TEST_F(NodeExecutorTest, a_run_that_started_and_ended_between_two_syncs_counts_as_run) {
+  JobRecord& job = place("agent-1/cpu");
+  auto ended = report("job-1", 1, "succeeded");
+  ended.started_ms = 950'000;
+  ended.energy_joules = 30.0;
+  ended.energy_source = "rapl";
+  (void)executor.apply_reports("agent-1", {ended});
+  EXPECT_EQ(job.state, JobState::succeeded);
+  EXPECT_EQ(job.row.started_ms, 950'000);
+}
+
+TEST_F(NodeExecutorTest, a_node_without_a_meter_charges_the_estimate_labelled_as_a_models_figure) {
+  JobRecord& job = place("agent-1/cpu");
+  job.row.estimate_json =
+      R"([{"device": "agent-1/cpu", "status": "ok", "source": "simulated", "joules": {"mean": 321.0, "std": 10.0}}])";
+  auto ended = report("job-1", 1, "succeeded");
+  ended.started_ms = 950'000;
+  (void)executor.apply_reports("agent-1", {ended});
+  EXPECT_EQ(job.row.energy_joules, 321.0);
+  EXPECT_EQ(job.row.energy_source, "simulated");
+}
+
+TEST_F(NodeExecutorTest, a_cancel_before_the_node_took_the_job_up_ends_it_here_at_once) {
+  JobRecord& job = place("agent-1/cpu");
+  job.cancel_requested = true;
+  executor.stop(job);
+  EXPECT_EQ(job.state, JobState::cancelled);
+  EXPECT_EQ(job.row.reason, "cancelled before it started");
+}
+
+TEST_F(NodeExecutorTest, a_cancel_after_the_node_took_the_job_up_is_left_to_the_node) {
+  JobRecord& job = place("agent-1/cpu");
+  (void)executor.apply_reports("agent-1", {report("job-1", 1, "running")});
+  book.changed.clear();
+  job.cancel_requested = true;
+  executor.stop(job);
+  EXPECT_EQ(job.state, JobState::running);
+  EXPECT_EQ(book.changed, std::vector<std::string>{"agent-1/cpu"});
+  const auto desired = executor.desired_for("agent-1");
+  ASSERT_EQ(desired.size(), 1u);
+  EXPECT_TRUE(desired[0].stop);
+}
+
+TEST_F(NodeExecutorTest, only_pause_and_resume_are_applied_from_here) {
+  JobRecord& job = place("agent-1/cpu");
+  (void)executor.apply_reports("agent-1", {report("job-1", 1, "running")});
+  joule::schedulers::ThrottleAction pause;
+  pause.kind = joule::schedulers::ThrottleAction::Kind::pause;
+  pause.job = "job-1";
+  ASSERT_TRUE(executor.throttle(job, book.devices[0], pause));
+  EXPECT_TRUE(job.paused);
+  EXPECT_TRUE(executor.desired_for("agent-1")[0].paused);
+  joule::schedulers::ThrottleAction quota;
+  quota.kind = joule::schedulers::ThrottleAction::Kind::cpu_quota;
+  quota.value = 0.5;
+  EXPECT_FALSE(executor.throttle(job, book.devices[0], quota));
+  EXPECT_FALSE(job.cpu_quota.has_value());
+  EXPECT_FALSE(executor.can_limit_cpu(job));
+}
+
+TEST_F(NodeExecutorTest, a_node_that_comes_back_still_running_the_job_is_adopted_under_the_same_epoch) {
+  JobRecord& job = place("agent-1/cpu");
+  (void)executor.apply_reports("agent-1", {report("job-1", 1, "running")});
+  // The node is lost: the book queues the job again and lets go of the run, keeping its epoch.
+  executor.release(job, /*ended=*/false);
+  book.devices[0].job.reset();
+  job.state = JobState::queued;
+  EXPECT_FALSE(executor.energy_so_far(job, book.devices[0], nullptr).has_value());
+
+  auto back = report("job-1", 1, "running");
+  back.energy_joules = 70.0;
+  (void)executor.apply_reports("agent-1", {back});
+  EXPECT_EQ(job.state, JobState::running);
+  EXPECT_EQ(book.devices[0].job, "job-1");
+  EXPECT_EQ(executor.energy_so_far(job, book.devices[0], nullptr), 70.0);
+  EXPECT_EQ(executor.desired_for("agent-1").size(), 1u);
+}
+
+TEST_F(NodeExecutorTest, recovery_publishes_the_stored_epoch_and_reserves_the_job_again) {
+  JobRecord& job = book.jobs.at("job-1");
+  job.row.device = "agent-2/cpu";
+  job.row.epoch = 4;
+  job.state = JobState::running;
+  executor.recover(job, &book.devices[1]);
+  EXPECT_EQ(book.devices[1].job, "job-1");
+  EXPECT_EQ(book.reserved, std::vector<std::string>{"job-1"});
+  const auto desired = executor.desired_for("agent-2");
+  ASSERT_EQ(desired.size(), 1u);
+  EXPECT_EQ(desired[0].epoch, 4);
+  // It ran before the restart: a cancel now is the node's to carry out.
+  job.cancel_requested = true;
+  executor.stop(job);
+  EXPECT_EQ(job.state, JobState::running);
+}
