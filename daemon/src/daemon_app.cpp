@@ -505,7 +505,7 @@ int run_daemon(const CommandLine& command_line) {
   const std::string agent_token = is_agent ? read_token_file(config.cluster.token_file) : std::string();
   auto policy = load_policy(policy_directory(config, command_line));
   if (!policy) throw std::runtime_error("policies: " + policy.error().message);
-  JobService jobs(io, storage, metrics, open_devices(config), job_options);
+  JobService jobs(io, storage, metrics, open_devices(config), job_options, joule::system_clock());
   jobs.budgets().set_policy(std::move(policy).value());
   jobs.budgets().load(*stored_uses);
 

@@ -3,6 +3,7 @@
 // queue and what is in force on it. What runs it (a process group here, a placement on another
 // node) is its executor's own state, kept by the executor. Private to the daemon's sources.
 
+#include <chrono>
 #include <optional>
 #include <vector>
 
@@ -18,6 +19,11 @@ struct JobRecord {
   schedulers::JobSpec spec;
   schedulers::JobState state = schedulers::JobState::queued;
   std::vector<adapters::StoredEvent> events;
+  /// When this daemon saw it start, on the monotonic clock (not for runs adopted or reported
+  /// from another node), and how long that run lasted once it ended: durations a wall clock set
+  /// back cannot make negative.
+  std::optional<std::chrono::steady_clock::time_point> started_steady;
+  std::optional<double> run_seconds;
   std::optional<double> used_joules;  // its energy so far while it runs, as of the last meter sample
   bool cancel_requested = false;
   // Scheduling:

@@ -75,7 +75,7 @@ json optional_json(const std::optional<std::int64_t>& millis) {
 class JobService::Host final : public ExecutorHost {
  public:
   explicit Host(JobService& book) : book_(book) {}
-  std::int64_t now_ms() const override { return book_.now_ms(); }
+  const Clock& clock() const override { return book_.clock_; }
   void running(JobRecord& job, const std::string& note) override { book_.transition(job, JobState::running, note); }
   void ended(JobRecord& job, JobState state, const std::string& reason,
              std::optional<adapters::ExitStatus> exit) override {
@@ -112,12 +112,13 @@ class JobService::Host final : public ExecutorHost {
 };
 
 JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
-                       std::vector<Device> devices, JobServiceOptions options)
+                       std::vector<Device> devices, JobServiceOptions options, const Clock& clock)
     : io_(io),
       storage_(storage),
       metrics_(metrics),
       devices_(std::move(devices)),
       options_(std::move(options)),
+      clock_(clock),
       budgets_(storage, metrics, options_.node_name, options_.utc_offset_minutes),
       retry_timer_(std::make_unique<asio::steady_timer>(io)),
       host_(std::make_unique<Host>(*this)),
@@ -149,9 +150,13 @@ Executor& JobService::executor_for(const std::string& device_name) {
   return *local_;
 }
 
-std::int64_t JobService::now_ms() const {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+std::optional<double> JobService::run_seconds(const Job& job) const {
+  if (job.run_seconds) return job.run_seconds;
+  if (job.started_steady && !job.row.finished_ms)
+    return std::chrono::duration<double>(clock_.steady() - *job.started_steady).count();
+  if (!job.row.started_ms) return std::nullopt;
+  return static_cast<double>(std::max<std::int64_t>(0, job.row.finished_ms.value_or(now_ms()) - *job.row.started_ms)) /
+         1000.0;
 }
 
 Device* JobService::find_device(const std::string& name) {
@@ -626,8 +631,9 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
                                         job.row.finished_ms.value_or(now_ms()), *job.row.energy_joules,
                                         job.row.energy_source};
   budgets_.settle(job.row.id, metered);
-  if (device && job.row.started_ms)
-    device->work_seconds += static_cast<double>(*job.row.finished_ms - *job.row.started_ms) / 1000.0;
+  if (job.started_steady)
+    job.run_seconds = std::chrono::duration<double>(clock_.steady() - *job.started_steady).count();
+  if (device && job.row.started_ms) device->work_seconds += run_seconds(job).value_or(0.0);
   release_controls(job, /*ended=*/true);
   release_device(job);
   transition(job, state, reason);
@@ -674,7 +680,7 @@ void JobService::cancel(const std::string& id, Done done) {
 }
 
 void JobService::sample_meters() {
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = clock_.steady();
   for (auto& device : devices_) {
     const double before = device.energy_joules;
     auto reading = device.meter->read();
@@ -1035,8 +1041,7 @@ json JobService::to_json(const Job& job, bool with_events) const {
               {"scope", energy_scope(row.device, row.energy_source)},
               {"partial", job.row.energy_partial}};
   }
-  std::optional<double> seconds;
-  if (row.started_ms) seconds = static_cast<double>(row.finished_ms.value_or(now_ms()) - *row.started_ms) / 1000.0;
+  const std::optional<double> seconds = run_seconds(job);
   json out = {{"id", row.id},
               {"name", row.name},
               {"owner", row.owner},

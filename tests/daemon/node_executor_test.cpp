@@ -17,7 +17,7 @@ namespace {
 // way the book does (without storage, placement or budgets).
 class FakeBook final : public ExecutorHost {
  public:
-  std::int64_t now_ms() const override { return now; }
+  const joule::Clock& clock() const override { return time; }
   void running(JobRecord& job, const std::string& note) override {
     job.state = JobState::running;
     notes.push_back("running: " + note);
@@ -57,7 +57,7 @@ class FakeBook final : public ExecutorHost {
     notes.push_back("adopted: " + note);
   }
 
-  std::int64_t now = 1'000'000;
+  joule::ManualClock time{1'000'000};
   std::map<std::string, JobRecord> jobs;
   std::vector<Device> devices;
   std::vector<std::string> notes;

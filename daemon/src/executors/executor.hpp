@@ -10,6 +10,7 @@
 #include <string>
 
 #include "joule/adapters/job_process.hpp"
+#include "joule/common/clock.hpp"
 #include "joule/common/result.hpp"
 #include "joule/schedulers/job.hpp"
 #include "joule/schedulers/placement.hpp"
@@ -24,7 +25,8 @@ struct JobRecord;
 class ExecutorHost {
  public:
   virtual ~ExecutorHost() = default;
-  virtual std::int64_t now_ms() const = 0;
+  /// The book's clock: wall time for what is stored, monotonic time for how long a run lasts.
+  virtual const Clock& clock() const = 0;
   /// The job runs (from placed, or from throttled when its controls were let go); `note` is the event.
   virtual void running(JobRecord& job, const std::string& note) = 0;
   /// The job ended: its energy figure, device, reservation and controls are settled by the book.

@@ -170,7 +170,8 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
   job.row.pid = process->pid;
   job.row.pid_start_ticks = process->start_ticks;
   job.row.boot_id = options_.boot_id;
-  job.row.started_ms = host_.now_ms();
+  job.row.started_ms = host_.clock().unix_ms();
+  job.started_steady = host_.clock().steady();
   if (options_.cgroups && options_.cgroups->usable()) {
     if (auto cgroup = options_.cgroups->create_for(id, process->pid))
       run.cgroup = *cgroup;
@@ -327,8 +328,12 @@ std::optional<double> LocalExecutor::energy_so_far(JobRecord& job, Device& devic
                          ? exit->cpu_seconds
                          : adapters::process_group_cpu_seconds(static_cast<pid_t>(job.row.pid), options_.proc_root);
     if (cpu) run.cpu_seconds = std::max(run.cpu_seconds.value_or(0.0), *cpu);
-    const auto until = job.row.finished_ms.value_or(host_.now_ms());
-    const double wall = static_cast<double>(std::max<std::int64_t>(0, until - *job.row.started_ms)) / 1000.0;
+    // Its run on the monotonic clock where this daemon started it; an adopted run has only
+    // its stored start.
+    const auto until = job.row.finished_ms.value_or(host_.clock().unix_ms());
+    const double wall = job.started_steady
+                            ? std::chrono::duration<double>(host_.clock().steady() - *job.started_steady).count()
+                            : static_cast<double>(std::max<std::int64_t>(0, until - *job.row.started_ms)) / 1000.0;
     return model->joules(wall, run.cpu_seconds.value_or(0.0));
   }
   if (!run.energy_at_start) return std::nullopt;
@@ -406,7 +411,7 @@ void LocalExecutor::recover(JobRecord& job, Device* device) {
     job.row.pid = process->pid;
     job.row.pid_start_ticks = process->start_ticks;
     job.row.boot_id = options_.boot_id;
-    if (!job.row.started_ms) job.row.started_ms = host_.now_ms();
+    if (!job.row.started_ms) job.row.started_ms = host_.clock().unix_ms();
     job.row.energy_partial = true;
     run_of(job).energy_at_start = device ? read_energy(*device) : std::nullopt;
     // Its reservation again, from its estimate there (the energy it used before is unknown).

@@ -130,7 +130,7 @@ std::vector<std::pair<std::string, std::int64_t>> NodeExecutor::apply_reports(
       case cluster::Verdict::started:
         run.seen = true;
         run.reported_used = report.energy_joules;
-        job.row.started_ms = report.started_ms.value_or(host_.now_ms());
+        job.row.started_ms = report.started_ms.value_or(host_.clock().unix_ms());
         host_.running(job, fmt::format("started on {} (epoch {})", job.row.device, report.epoch));
         break;
       case cluster::Verdict::progress:

@@ -28,6 +28,7 @@
 #include "joule/adapters/storage_writer.hpp"
 #include "joule/cluster/reconcile.hpp"
 #include "joule/cluster/sync.hpp"
+#include "joule/common/clock.hpp"
 #include "joule/common/result.hpp"
 #include "joule/daemon/budget_service.hpp"
 #include "joule/daemon/job_accounts.hpp"
@@ -107,8 +108,9 @@ class JobService {
  public:
   using Done = std::function<void(Result<nlohmann::json>)>;
 
+  /// `clock`: wall time for what is stored and shown, monotonic time for durations and meter rates.
   JobService(boost::asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
-             std::vector<Device> devices, JobServiceOptions options);
+             std::vector<Device> devices, JobServiceOptions options, const Clock& clock = system_clock());
   ~JobService();
 
   /// Loads the stored jobs and reconciles those that were placed or running when the last
@@ -281,13 +283,17 @@ class JobService {
   /// What a job's energy figure covers on `device`, as GET /v1/jobs/{id} says it.
   std::string energy_scope(const std::string& device, const std::string& source) const;
   nlohmann::json to_json(const Job& job, bool with_events) const;
-  std::int64_t now_ms() const;
+  std::int64_t now_ms() const { return clock_.unix_ms(); }
+  /// How long a job has run (or ran): on the monotonic clock where this daemon timed it, else
+  /// from its stored timestamps, never below zero.
+  std::optional<double> run_seconds(const Job& job) const;
 
   boost::asio::io_context& io_;
   adapters::StorageWriter& storage_;
   Metrics& metrics_;
   std::vector<Device> devices_;
   JobServiceOptions options_;
+  const Clock& clock_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   std::map<std::int64_t, Job*> by_sequence_;  // the same jobs in submission order
   std::array<std::size_t, 7> state_counts_{};  // jobs per JobState, kept as they change

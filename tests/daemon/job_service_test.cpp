@@ -1,0 +1,183 @@
+// The job book driven by a manual clock: time-dependent rules (deadlines, durations) read the
+// clock it is given, and a coordinator's jobs run through the NodeExecutor without processes.
+
+#include "joule/daemon/job_service.hpp"
+
+#include <gtest/gtest.h>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include "joule/adapters/storage_writer.hpp"
+#include "joule/common/clock.hpp"
+#include "temp_dir.hpp"
+
+using joule::daemon::JobService;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A meter whose every read adds one joule: energy flows without hardware.
+class CountingMeter final : public joule::adapters::EnergyMeter {
+ public:
+  std::string_view source() const override { return "simulated"; }
+  joule::Result<joule::Joules> read() override { return joule::Joules{total_ += 1.0}; }
+
+ private:
+  double total_ = 0.0;
+};
+
+class JobServiceTest : public ::testing::Test {
+ protected:
+  JobServiceTest()
+      : writer_(std::move(joule::adapters::Database::open(dir_ / "jouled.db")).value()),
+        jobs_(io_, writer_, metrics_, devices(), options(), clock_) {
+    EXPECT_TRUE(jobs_.recover({}, {}));
+  }
+
+  static std::vector<joule::daemon::Device> devices() {
+    std::vector<joule::daemon::Device> out(1);
+    out[0].name = "cpu";
+    out[0].meter = std::make_unique<CountingMeter>();
+    return out;
+  }
+  joule::daemon::JobServiceOptions options() const {
+    joule::daemon::JobServiceOptions o;
+    o.state_directory = dir_.path();
+    o.runner = JOULED_BINARY;
+    o.node_name = "coordinator";
+    return o;
+  }
+
+  // Runs the loop until `done` holds (commits come back from the storage thread through it).
+  template <typename Predicate>
+  bool run_until(Predicate done) {
+    auto busy = boost::asio::make_work_guard(io_);
+    for (int i = 0; i < 1000 && !done(); ++i) {
+      io_.run_for(std::chrono::milliseconds(5));
+      io_.restart();
+    }
+    return done();
+  }
+
+  joule::Result<json> submit(const json& body) {
+    std::optional<joule::Result<json>> answer;
+    jobs_.submit(body, JobService::Submitter{"token:test", std::nullopt},
+                 [&](joule::Result<json> result) { answer = std::move(result); });
+    EXPECT_TRUE(run_until([&] { return answer.has_value(); }));
+    return answer.value_or(joule::make_error(joule::ErrorCode::internal, "no answer"));
+  }
+
+  std::string state_of(const std::string& id) { return jobs_.job(id).value()["state"]; }
+
+  // An agent with one device that runs jobs, metered by RAPL there.
+  void agent_joins(const std::string& node) {
+    joule::cluster::ReportedDevice device;
+    device.name = "cpu";
+    device.source = "rapl";
+    jobs_.update_node(node, {device});
+  }
+
+  joule::testing::TempDir dir_;
+  joule::ManualClock clock_{1'900'000'000'000};  // 2030-03-17
+  boost::asio::io_context io_;
+  joule::adapters::StorageWriter writer_;
+  joule::daemon::Metrics metrics_;
+  JobService jobs_;
+};
+
+joule::cluster::ReportedJob report(const std::string& id, std::int64_t epoch, const std::string& state) {
+  joule::cluster::ReportedJob out;
+  out.id = id;
+  out.epoch = epoch;
+  out.state = state;
+  return out;
+}
+
+}  // namespace
+
+TEST_F(JobServiceTest, a_deadline_is_judged_by_the_clock_the_service_is_given) {
+  // In the future by the system's clock in 2026, past by this service's.
+  auto late = submit({{"run", {{"command", {"true"}}}}, {"constraints", {{"deadline", "2029-01-01T00:00:00Z"}}}});
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().where, "/constraints/deadline");
+  EXPECT_TRUE(submit({{"run", {{"command", {"true"}}}}, {"constraints", {{"deadline", "2031-01-01T00:00:00Z"}}}}));
+}
+
+TEST_F(JobServiceTest, a_job_on_an_agent_runs_through_its_reports_and_keeps_their_energy_and_times) {
+  agent_joins("agent-1");
+  auto submitted = submit({{"run", {{"command", {"train"}}}}, {"constraints", {{"devices", {"agent-1/cpu"}}}}});
+  ASSERT_TRUE(submitted) << submitted.error().message;
+  const std::string id = (*submitted)["id"];
+  // Placed once stored; published to the agent once the placement is stored too.
+  ASSERT_TRUE(run_until([&] { return !jobs_.desired_for("agent-1").empty(); }));
+  EXPECT_EQ(state_of(id), "placed");
+  const auto desired = jobs_.desired_for("agent-1");
+  EXPECT_EQ(desired[0].id, id);
+  EXPECT_EQ(desired[0].epoch, 1);
+  EXPECT_EQ(desired[0].device, "cpu");
+
+  auto started = report(id, 1, "running");
+  started.started_ms = clock_.unix_ms();
+  started.energy_joules = 5.0;
+  started.energy_source = "rapl";
+  (void)jobs_.apply_reports("agent-1", {started});
+  EXPECT_EQ(state_of(id), "running");
+
+  clock_.advance(90s);
+  auto ended = report(id, 1, "succeeded");
+  ended.started_ms = started.started_ms;
+  ended.finished_ms = clock_.unix_ms();
+  ended.energy_joules = 250.0;
+  ended.energy_source = "rapl";
+  ended.exit_code = 0;
+  const auto recorded = jobs_.apply_reports("agent-1", {ended});
+  EXPECT_EQ(recorded.size(), 1u);
+  ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
+  const json job = jobs_.job(id).value();
+  EXPECT_EQ(job["state"], "succeeded");
+  EXPECT_EQ(job["energy"]["joules"], 250.0);
+  EXPECT_EQ(job["energy"]["source"], "rapl");
+  EXPECT_EQ(job["energy"]["measured"], true);
+  EXPECT_EQ(job["seconds"], 90.0);
+  EXPECT_TRUE(jobs_.desired_for("agent-1").empty());  // ended: no longer the agent's to run
+}
+
+TEST_F(JobServiceTest, a_lost_agents_job_is_queued_again_and_adopted_when_the_agent_comes_back_running_it) {
+  agent_joins("agent-1");
+  agent_joins("agent-2");
+  auto submitted = submit({{"run", {{"command", {"train"}}}}, {"constraints", {{"devices", {"agent-1/cpu"}}}}});
+  ASSERT_TRUE(submitted);
+  const std::string id = (*submitted)["id"];
+  ASSERT_TRUE(run_until([&] { return !jobs_.desired_for("agent-1").empty(); }));
+  (void)jobs_.apply_reports("agent-1", {report(id, 1, "running")});
+  jobs_.node_lost("agent-1");
+  EXPECT_EQ(state_of(id), "queued");
+  EXPECT_TRUE(jobs_.desired_for("agent-1").empty());
+  auto late = report(id, 1, "succeeded");
+  late.energy_joules = 900.0;
+  late.energy_source = "rapl";
+  // It is still the job's last placement, so agent-1 coming back with it running is adopted...
+  (void)jobs_.apply_reports("agent-1", {report(id, 1, "running")});
+  EXPECT_EQ(state_of(id), "running");
+  // ...and its end recorded, once.
+  EXPECT_EQ(jobs_.apply_reports("agent-1", {late}).size(), 1u);
+  EXPECT_EQ(state_of(id), "succeeded");
+  EXPECT_EQ(jobs_.job(id).value()["energy"]["joules"], 900.0);
+  EXPECT_EQ(jobs_.apply_reports("agent-1", {late}).size(), 1u);  // acknowledged again, not counted twice
+}
+
+TEST_F(JobServiceTest, a_running_jobs_duration_follows_the_monotonic_clock_when_the_wall_clock_is_set_back) {
+  auto submitted = submit({{"run", {{"command", {"/bin/sleep", "30"}}}}});
+  ASSERT_TRUE(submitted) << submitted.error().message;
+  const std::string id = (*submitted)["id"];
+  ASSERT_TRUE(run_until([&] { return state_of(id) == "running"; }));
+  clock_.advance(5s);
+  clock_.set_wall(clock_.unix_ms() - 3'600'000);  // an hour back
+  EXPECT_EQ(jobs_.job(id).value()["seconds"], 5.0);
+  clock_.advance(2s);
+  std::optional<joule::Result<json>> cancelled;
+  jobs_.cancel(id, [&](joule::Result<json> result) { cancelled = std::move(result); });
+  ASSERT_TRUE(run_until([&] { return state_of(id) == "cancelled"; }));
+  EXPECT_GE(jobs_.job(id).value()["seconds"].get<double>(), 7.0);
+}
