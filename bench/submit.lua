@@ -7,6 +7,7 @@
 --                (jouled answers 201 only after the job is committed to SQLite).
 --                "get": every request reads one job; the expected status is 200.
 --   BENCH_JOB_ID the job to read in "get" mode.
+--   BENCH_PATH   in "get" mode, a path to read instead of /v1/jobs/{BENCH_JOB_ID} (a listing).
 --   BENCH_BODY   the JSON to submit in "post" mode (default: a job running `true`).
 --
 -- Every response's status is counted per wrk thread; done() adds them up and prints one
@@ -15,6 +16,7 @@
 
 local mode = os.getenv("BENCH_MODE") or "post"
 local job_id = os.getenv("BENCH_JOB_ID") or ""
+local path = os.getenv("BENCH_PATH") or ""
 local body = os.getenv("BENCH_BODY") or '{"name":"b","run":{"command":["true"]},"priority":0}'
 
 local threads = {}
@@ -31,7 +33,7 @@ function init(args)
     wrk.method = "GET"
     wrk.body = nil
     wrk.headers["Content-Type"] = nil
-    request_text = wrk.format("GET", "/v1/jobs/" .. job_id)
+    request_text = wrk.format("GET", path ~= "" and path or ("/v1/jobs/" .. job_id))
   else
     request_text = wrk.format("POST", "/v1/jobs", { ["Content-Type"] = "application/json" }, body)
   end

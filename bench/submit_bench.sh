@@ -427,7 +427,7 @@ wrk_run() {  # wrk_run LABEL CONNECTIONS SECONDS MODE [JOB_ID]
     sampler=$!; background_pids+=("$sampler")
   fi
   window_start
-  out=$(BENCH_MODE=$mode BENCH_JOB_ID=$id BENCH_BODY=$job_body \
+  out=$(BENCH_MODE=$mode BENCH_JOB_ID=$id BENCH_PATH=${bench_path:-} BENCH_BODY=$job_body \
     wrk -t"$threads" -c"$conns" -d"${secs}s" --timeout 10s -s "$here/submit.lua" "$url" 2>&1)
   local others; others=$(window_others)
   if [ -n "$sampler" ]; then
@@ -473,6 +473,14 @@ commands+=("wrk (POST): BENCH_MODE=post wrk -t{1,2,2} -c{1,8,64} -d${duration}s 
 get_id=$(curl -fsS "$url/v1/jobs?state=queued&limit=1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["id"])')
 wrk_run "jouled GET /v1/jobs/{id}, wrk 8 conn" 8 "$duration" get "$get_id"
 commands+=("wrk (GET): BENCH_MODE=get BENCH_JOB_ID=<a queued job> wrk -t2 -c8 -d${duration}s --timeout 10s -s bench/submit.lua $url")
+# The last job in the queue (its answer carries its position, which once cost a walk of the
+# queue), and one page of the queue (100 jobs, each with its position).
+last_id=$(curl -fsS "$url/v1/jobs?state=queued&limit=1&order=newest" | python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["id"])')
+wrk_run "jouled GET /v1/jobs/{id} of the last queued job, wrk 8 conn" 8 "$duration" get "$last_id"
+bench_path="/v1/jobs?state=queued&limit=100"
+wrk_run "jouled GET /v1/jobs?state=queued&limit=100, wrk 8 conn" 8 "$duration" get
+bench_path=""
+commands+=("wrk (GET, listing): BENCH_MODE=get BENCH_PATH='/v1/jobs?state=queued&limit=100' wrk -t2 -c8 -d${duration}s --timeout 10s -s bench/submit.lua $url")
 
 # The same 1-connection run again, now that the state holds many more jobs.
 repeat_secs=$(( duration < 5 ? duration : 5 ))

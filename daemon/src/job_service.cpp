@@ -14,6 +14,7 @@
 #include <cstring>
 #include <limits>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -83,11 +84,7 @@ class JobService::Host final : public ExecutorHost {
   }
   void note(JobRecord& job, const std::string& message) override { book_.note(job, message); }
   void requeue(JobRecord& job, const std::string& why) override { book_.requeue(job, why); }
-  void count_as_run(JobRecord& job) override {
-    book_.count_state(job.state, -1);
-    book_.count_state(JobState::running, +1);
-    job.state = JobState::running;
-  }
+  void count_as_run(JobRecord& job) override { book_.set_state(job, JobState::running); }
   void reserve_again(JobRecord& job) override {
     job.prior = book_.estimate_on(job, job.row.device);
     if (job.prior) book_.budgets_.reserve(job.row.id, job.row.device, *job.prior);
@@ -191,10 +188,7 @@ void JobService::transition(Job& job, JobState to, const std::string& message, s
     if (done) done(make_error(ErrorCode::internal, "invalid state transition"));
     return;
   }
-  count_state(job.state, -1);
-  count_state(to, +1);
-  job.state = to;
-  job.row.state = std::string(schedulers::to_string(to));
+  set_state(job, to);
   StoredEvent event{job.row.id, now_ms(), job.row.state, message};
   job.events.push_back(event);
   // Names and messages (a program's words, Slurm's) are escaped: a newline must not forge a line.
@@ -210,16 +204,23 @@ void JobService::transition(Job& job, JobState to, const std::string& message, s
       std::move(done));
 }
 
-void JobService::count_state(JobState state, int delta) {
-  auto& count = state_counts_[static_cast<std::size_t>(state)];
-  count = delta < 0 && count == 0 ? 0 : count + static_cast<std::size_t>(static_cast<long>(delta));
+void JobService::index(Job& job) {
+  by_sequence_.emplace(job.row.sequence, &job);
+  sequences_by_state_[static_cast<std::size_t>(job.state)].insert(job.row.sequence);
+}
+
+void JobService::set_state(Job& job, JobState to) {
+  sequences_by_state_[static_cast<std::size_t>(job.state)].erase(job.row.sequence);
+  sequences_by_state_[static_cast<std::size_t>(to)].insert(job.row.sequence);
+  job.state = to;
+  job.row.state = std::string(schedulers::to_string(to));
 }
 
 void JobService::refresh_state_metrics() {
-  // O(1): the counts are kept as jobs change state, never recomputed from all jobs.
-  for (std::size_t i = 0; i < state_counts_.size(); ++i) {
+  // O(1): the indexes are kept as jobs change state, never recomputed from all jobs.
+  for (std::size_t i = 0; i < sequences_by_state_.size(); ++i) {
     const auto state = static_cast<JobState>(i);
-    metrics_.set_jobs_in_state(schedulers::to_string(state), static_cast<double>(state_counts_[i]));
+    metrics_.set_jobs_in_state(schedulers::to_string(state), static_cast<double>(sequences_by_state_[i].size()));
   }
 }
 
@@ -349,8 +350,7 @@ void JobService::submit(const json& body, Submitter submitter, Done done) {
     const std::string id = job->row.id;
     auto owned = std::make_unique<Job>(std::move(*job));
     queue_.push(id, owned->row.priority, owned->row.sequence);
-    by_sequence_.emplace(owned->row.sequence, owned.get());
-    count_state(JobState::queued, +1);
+    index(*owned);
     jobs_.emplace(id, std::move(owned));
     metrics_.count_submission();
     refresh_state_metrics();
@@ -815,29 +815,43 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
     if (state && !schedulers::is_terminal(*state) && row.device.find('/') != std::string::npos)
       (void)remote_device(row.device);
   }
+  std::size_t skipped = 0;
   for (auto& row : rows) {
-    auto job = std::make_unique<Job>();
+    next_sequence_ = std::max(next_sequence_, row.sequence + 1);
+    // One bad row must not keep the daemon from starting: it is left in the database as it is,
+    // for someone to inspect, and the rest is served.
     auto state = schedulers::job_state_from_string(row.state);
-    if (!state) return make_error(ErrorCode::internal, fmt::format("job {} has unknown state {}", row.id, row.state));
+    if (!state) {
+      spdlog::error("job {}: skipped at start: unknown state \"{}\" (the row stays in the database)", row.id,
+                    printable(row.state));
+      ++skipped;
+      continue;
+    }
     json spec_json = json::parse(row.spec_json, nullptr, false);
     auto spec = schedulers::parse_job_spec(spec_json);
     if (!spec) {
-      return make_error(ErrorCode::internal, fmt::format("stored job {} no longer parses: {} at {}", row.id,
-                                                         spec.error().message, spec.error().where));
+      spdlog::error(
+          "job {}: skipped at start: its stored spec no longer parses: {} at {} (the row stays in the "
+          "database)",
+          row.id, spec.error().message, spec.error().where);
+      ++skipped;
+      continue;
     }
+    auto job = std::make_unique<Job>();
     job->spec = std::move(spec).value();
     job->state = *state;
     job->events = std::move(history[row.id]);
-    next_sequence_ = std::max(next_sequence_, row.sequence + 1);
     const std::string id = row.id;
     job->row = std::move(row);
     if (!schedulers::is_terminal(job->state)) job->pending = pending_job(id, job->spec, job->row.estimate_json);
     if (job->state == JobState::queued) queue_.push(id, job->row.priority, job->row.sequence);
     if (!schedulers::is_terminal(job->state) && job->state != JobState::queued) to_reconcile.push_back(id);
-    by_sequence_.emplace(job->row.sequence, job.get());
-    count_state(job->state, +1);
+    index(*job);
     jobs_.emplace(id, std::move(job));
   }
+  if (skipped > 0)
+    spdlog::warn("{} stored job{} could not be read and {} skipped (see above)", skipped, skipped == 1 ? "" : "s",
+                 skipped == 1 ? "was" : "were");
 
   // Each executor finds what became of its runs while no daemon watched: adopted, finished, or
   // queued again.
@@ -930,30 +944,38 @@ Result<json> JobService::jobs(const std::optional<std::string>& state, std::size
                         fmt::format("no job {} to list after; start again without \"after\"", *after), "after");
     after_sequence = it->second->row.sequence;
   }
-  // by_sequence_ keeps submission order, so listing never sorts (newest first walks it
-  // backwards). Counting the total walks every job but builds nothing; only the page is turned
-  // into JSON.
-  json out = json::array();
-  std::size_t total = 0;
-  const Job* last = nullptr;
-  bool more = false;
-  const auto visit = [&](std::int64_t sequence, const Job* job) {
-    if (state && job->row.state != *state) return;
-    ++total;
-    if (after_sequence && (newest_first ? sequence >= *after_sequence : sequence <= *after_sequence)) return;
-    if (out.size() < limit) {
-      out.push_back(to_json(*job, false));
-      last = job;
-    } else {
-      more = true;
-    }
+  // A page costs its own jobs plus a logarithm: the submission numbers are kept sorted, in all
+  // (by_sequence_) and per state, so listing never walks or sorts the jobs it does not show.
+  const auto page = [&](const auto& sequences, std::size_t total) {
+    const auto sequence_of = [](const auto& entry) -> std::int64_t {
+      if constexpr (std::is_same_v<std::decay_t<decltype(entry)>, std::int64_t>)
+        return entry;
+      else
+        return entry.first;
+    };
+    json out = json::array();
+    const Job* last = nullptr;
+    bool more = false;
+    const auto take = [&](auto it, auto end) {
+      for (; it != end; ++it) {
+        if (out.size() == limit) {
+          more = true;
+          break;
+        }
+        last = by_sequence_.at(sequence_of(*it));
+        out.push_back(to_json(*last, false));
+      }
+    };
+    if (newest_first)
+      take(after_sequence ? std::make_reverse_iterator(sequences.lower_bound(*after_sequence)) : sequences.rbegin(),
+           sequences.rend());
+    else
+      take(after_sequence ? sequences.upper_bound(*after_sequence) : sequences.begin(), sequences.end());
+    return json{{"jobs", out}, {"total", total}, {"next", more && last ? json(last->row.id) : json(nullptr)}};
   };
-  if (newest_first) {
-    for (auto it = by_sequence_.rbegin(); it != by_sequence_.rend(); ++it) visit(it->first, it->second);
-  } else {
-    for (const auto& [sequence, job] : by_sequence_) visit(sequence, job);
-  }
-  return json{{"jobs", out}, {"total", total}, {"next", more && last ? json(last->row.id) : json(nullptr)}};
+  if (!state) return page(by_sequence_, by_sequence_.size());
+  const auto& sequences = sequences_by_state_[static_cast<std::size_t>(*schedulers::job_state_from_string(*state))];
+  return page(sequences, sequences.size());
 }
 
 std::vector<JobService::Feedback> JobService::finished_feedback() const {

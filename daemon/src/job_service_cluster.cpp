@@ -295,8 +295,7 @@ void JobService::assign(const cluster::Assignment& assignment) {
           return;
         }
         auto owned = std::make_unique<Job>(std::move(*job));
-        by_sequence_.emplace(owned->row.sequence, owned.get());
-        count_state(JobState::queued, +1);
+        index(*owned);
         jobs_.emplace(id, std::move(owned));
         Job& stored = *jobs_.at(id);
         if (!refused.empty()) return finish(stored, JobState::failed, refused, std::nullopt);

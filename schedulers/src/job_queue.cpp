@@ -32,7 +32,7 @@ std::vector<std::string> JobQueue::first(std::size_t limit) const {
 std::optional<std::size_t> JobQueue::position(const std::string& job_id) const {
   const auto it = index_.find(job_id);
   if (it == index_.end()) return std::nullopt;
-  return static_cast<std::size_t>(std::distance(order_.begin(), order_.find(it->second)));
+  return static_cast<std::size_t>(order_.order_of_key(it->second));
 }
 
 std::optional<std::string> JobQueue::next(const std::function<bool(const std::string&)>& eligible) const {

@@ -181,3 +181,58 @@ TEST_F(JobServiceTest, a_running_jobs_duration_follows_the_monotonic_clock_when_
   ASSERT_TRUE(run_until([&] { return state_of(id) == "cancelled"; }));
   EXPECT_GE(jobs_.job(id).value()["seconds"].get<double>(), 7.0);
 }
+
+TEST_F(JobServiceTest, listing_by_state_pages_with_a_cursor_both_ways_and_counts_the_state) {
+  agent_joins("agent-1");
+  std::vector<std::string> ids;
+  for (int i = 0; i < 7; ++i) {
+    // Only agent-1 may run them: one is placed, the others wait.
+    auto submitted = submit({{"run", {{"command", {"train"}}}}, {"constraints", {{"devices", {"agent-1/cpu"}}}}});
+    ASSERT_TRUE(submitted);
+    ids.push_back((*submitted)["id"]);
+  }
+  ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
+  const auto ids_of = [](const json& page) {
+    std::vector<std::string> out;
+    for (const auto& job : page["jobs"]) out.push_back(job["id"]);
+    return out;
+  };
+  auto first = jobs_.jobs("queued", 4).value();
+  EXPECT_EQ(first["total"], 6);
+  EXPECT_EQ(ids_of(first), (std::vector<std::string>{ids[1], ids[2], ids[3], ids[4]}));
+  auto second = jobs_.jobs("queued", 4, first["next"].get<std::string>()).value();
+  EXPECT_EQ(ids_of(second), (std::vector<std::string>{ids[5], ids[6]}));
+  EXPECT_TRUE(second["next"].is_null());
+  auto newest = jobs_.jobs("queued", 2, std::nullopt, true).value();
+  EXPECT_EQ(ids_of(newest), (std::vector<std::string>{ids[6], ids[5]}));
+  auto older = jobs_.jobs("queued", 10, newest["next"].get<std::string>(), true).value();
+  EXPECT_EQ(ids_of(older), (std::vector<std::string>{ids[4], ids[3], ids[2], ids[1]}));
+  auto all = jobs_.jobs(std::nullopt, 100).value();
+  EXPECT_EQ(all["total"], 7);
+  EXPECT_EQ(ids_of(all), ids);
+  // The cursor may be a job of another state: listing goes on after its place in the order.
+  EXPECT_EQ(ids_of(jobs_.jobs("queued", 100, ids[0]).value()).size(), 6u);
+  EXPECT_EQ(jobs_.jobs("placed", 100).value()["total"], 1);
+}
+
+TEST_F(JobServiceTest, a_stored_job_that_cannot_be_read_is_skipped_and_the_rest_is_served) {
+  joule::adapters::StoredJob good;
+  good.id = "good";
+  good.sequence = 1;
+  good.state = "succeeded";
+  good.spec_json = R"({"run": {"command": ["true"]}})";
+  joule::adapters::StoredJob unknown_state = good;
+  unknown_state.id = "odd-state";
+  unknown_state.sequence = 2;
+  unknown_state.state = "exploded";
+  joule::adapters::StoredJob bad_spec = good;
+  bad_spec.id = "bad-spec";
+  bad_spec.sequence = 3;
+  bad_spec.spec_json = R"({"run": {"command": []}})";
+  JobService restarted(io_, writer_, metrics_, devices(), options(), clock_);
+  ASSERT_TRUE(restarted.recover({good, unknown_state, bad_spec}, {}));
+  EXPECT_TRUE(restarted.job("good"));
+  EXPECT_FALSE(restarted.job("odd-state"));
+  EXPECT_FALSE(restarted.job("bad-spec"));
+  EXPECT_EQ(restarted.jobs(std::nullopt, 10).value()["total"], 1);
+}

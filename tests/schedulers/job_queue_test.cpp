@@ -40,3 +40,16 @@ TEST(JobQueueTest, erase_and_push_again_are_safe) {
   queue.erase("a");
   EXPECT_FALSE(queue.next(any));
 }
+
+TEST(JobQueueTest, a_jobs_position_counts_the_jobs_ahead_of_it_in_order) {
+  JobQueue queue;
+  for (int i = 0; i < 1000; ++i) queue.push("job-" + std::to_string(i), i % 3 == 0 ? 1 : 0, i);
+  // 334 jobs of priority 1 (i = 0, 3, ..., 999) come first, then the rest in submission order.
+  EXPECT_EQ(queue.position("job-0"), 0u);
+  EXPECT_EQ(queue.position("job-999"), 333u);
+  EXPECT_EQ(queue.position("job-1"), 334u);
+  EXPECT_EQ(queue.position("job-998"), 999u);
+  queue.erase("job-0");
+  EXPECT_EQ(queue.position("job-1"), 333u);
+  EXPECT_FALSE(queue.position("job-0"));
+}

@@ -278,7 +278,10 @@ class JobService {
               std::optional<adapters::ExitStatus> exit);
   void release_device(Job& job);
   void refresh_state_metrics();
-  void count_state(schedulers::JobState state, int delta);
+  /// Takes a job into the book's indexes (submission order, jobs per state).
+  void index(Job& job);
+  /// Moves a job to another state in the indexes (no event, nothing stored: see transition).
+  void set_state(Job& job, schedulers::JobState to);
   Device* find_device(const std::string& name);
   /// What a job's energy figure covers on `device`, as GET /v1/jobs/{id} says it.
   std::string energy_scope(const std::string& device, const std::string& source) const;
@@ -296,7 +299,9 @@ class JobService {
   const Clock& clock_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   std::map<std::int64_t, Job*> by_sequence_;  // the same jobs in submission order
-  std::array<std::size_t, 7> state_counts_{};  // jobs per JobState, kept as they change
+  // The submission numbers of the jobs in each JobState, kept as they change: counting and
+  // listing by state cost a page, not a walk over every job.
+  std::array<std::set<std::int64_t>, 7> sequences_by_state_;
   schedulers::JobQueue queue_;
   std::int64_t next_sequence_ = 1;
   std::size_t submissions_in_flight_ = 0;
