@@ -258,6 +258,8 @@ Error Database::sqlite_error(const std::string& what) const {
   return make_error(ErrorCode::io, fmt::format("{}: {}: {}", path_.string(), what, sqlite3_errmsg(db_)));
 }
 
+Status Database::set_query_only(bool on) { return exec(on ? "PRAGMA query_only = ON" : "PRAGMA query_only = OFF"); }
+
 Status Database::exec(const char* sql) {
   char* message = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {

@@ -169,7 +169,13 @@ void JobService::persist(Write write, std::function<void(Status)> done) {
     asio::post(io_, [this, alive, done = std::move(done), status = std::move(status)] {
       if (!*alive) return;
       --writes_in_flight_;
-      if (!status) spdlog::error("storage: {}", status.error().message);
+      if (!status) {
+        spdlog::error("storage: {}", status.error().message);
+        storage_failure_ = status.error().message;
+      } else if (storage_failure_) {
+        spdlog::info("storage: writes succeed again");
+        storage_failure_.reset();
+      }
       if (done) done(status);
     });
   });
@@ -363,6 +369,11 @@ void JobService::submit(const json& body, Submitter submitter, Done done) {
 void JobService::schedule() {
   if (!scheduling_) return;
   const auto now = now_ms();
+  if (placing_paused_until_ && now < *placing_paused_until_) {
+    schedule_retry(*placing_paused_until_);  // placing resumes then, if nothing else calls before
+    return;
+  }
+  placing_paused_until_.reset();
   const auto statuses = device_statuses();
   std::vector<const schedulers::PendingJob*> queue;
   for (const auto& id : queue_.first(1000)) queue.push_back(&jobs_.at(id)->pending);
@@ -593,9 +604,7 @@ void JobService::place(Job& job, Device& device, const std::string& note) {
                if (schedulers::is_terminal(placed.state)) return;  // cancelled before its node took it up
                if (placed.cancel_requested)
                  return finish(placed, JobState::cancelled, "cancelled before it started", std::nullopt);
-               if (!status)
-                 return finish(placed, JobState::failed, "could not record the placement: " + status.error().message,
-                               std::nullopt);
+               if (!status) return unplace(placed, "could not record the placement: " + status.error().message);
                if (!scheduling_) return;  // shutting down: the next daemon finds it placed and queues it again
                Device* where = find_device(placed.row.device);
                if (!where) return finish(placed, JobState::failed, "its device is gone", std::nullopt);
@@ -644,6 +653,22 @@ void JobService::release_device(Job& job) {
   for (auto& device : devices_) {
     if (device.job == job.row.id) device.job.reset();
   }
+}
+
+void JobService::unplace(Job& job, const std::string& why) {
+  // Nothing ran it and the database still holds it queued: memory goes back to that.
+  constexpr std::int64_t kRetryAfterMs = 5000;
+  spdlog::warn("job {}: {}; it waits in the queue, placing again in {} s", job.row.id, why, kRetryAfterMs / 1000);
+  executor_for(job.row.device).release(job, /*ended=*/true);
+  budgets_.settle(job.row.id, std::nullopt);
+  release_device(job);
+  if (!job.events.empty() && job.events.back().state == "placed") job.events.pop_back();
+  job.row.device.clear();
+  set_state(job, JobState::queued);
+  queue_.push(job.row.id, job.row.priority, job.row.sequence);
+  refresh_state_metrics();
+  placing_paused_until_ = now_ms() + kRetryAfterMs;
+  schedule_retry(*placing_paused_until_);
 }
 
 void JobService::requeue(Job& job, const std::string& why) {

@@ -30,9 +30,16 @@ class CountingMeter final : public joule::adapters::EnergyMeter {
 class JobServiceTest : public ::testing::Test {
  protected:
   JobServiceTest()
-      : writer_(std::move(joule::adapters::Database::open(dir_ / "jouled.db")).value()),
+      : writer_(keep(std::move(joule::adapters::Database::open(dir_ / "jouled.db")).value())),
         jobs_(io_, writer_, metrics_, devices(), options(), clock_) {
     EXPECT_TRUE(jobs_.recover({}, {}));
+  }
+
+  // The writer owns the database; the test keeps a way to make it refuse writes, as a full disk
+  // would (SQLite connections are serialized: a call here waits for the writer's).
+  std::unique_ptr<joule::adapters::Database> keep(std::unique_ptr<joule::adapters::Database> database) {
+    database_ = database.get();
+    return database;
   }
 
   static std::vector<joule::daemon::Device> devices() {
@@ -81,6 +88,7 @@ class JobServiceTest : public ::testing::Test {
   joule::testing::TempDir dir_;
   joule::ManualClock clock_{1'900'000'000'000};  // 2030-03-17
   boost::asio::io_context io_;
+  joule::adapters::Database* database_ = nullptr;
   joule::adapters::StorageWriter writer_;
   joule::daemon::Metrics metrics_;
   JobService jobs_;
@@ -235,4 +243,32 @@ TEST_F(JobServiceTest, a_stored_job_that_cannot_be_read_is_skipped_and_the_rest_
   EXPECT_FALSE(restarted.job("odd-state"));
   EXPECT_FALSE(restarted.job("bad-spec"));
   EXPECT_EQ(restarted.jobs(std::nullopt, 10).value()["total"], 1);
+}
+
+TEST_F(JobServiceTest, a_placement_the_database_refuses_leaves_the_job_waiting_until_writes_succeed_again) {
+  agent_joins("agent-1");
+  jobs_.node_lost("agent-1");  // the job waits for its only device
+  auto submitted = submit({{"run", {{"command", {"train"}}}}, {"constraints", {{"devices", {"agent-1/cpu"}}}}});
+  ASSERT_TRUE(submitted);
+  const std::string id = (*submitted)["id"];
+  EXPECT_FALSE(jobs_.storage_failure());
+
+  // The database turns read-only (as a full disk or a damaged file make it), then the agent is back.
+  ASSERT_TRUE(database_->set_query_only(true));
+  agent_joins("agent-1");
+  ASSERT_TRUE(run_until([&] { return jobs_.storage_failure().has_value(); }));
+  EXPECT_EQ(state_of(id), "queued");  // waits, not failed
+  EXPECT_TRUE(jobs_.desired_for("agent-1").empty());
+  EXPECT_EQ(jobs_.jobs("placed", 10).value()["total"], 0);
+
+  ASSERT_TRUE(database_->set_query_only(false));
+  // Placing waits a while before it tries again.
+  jobs_.sample_meters();
+  EXPECT_EQ(state_of(id), "queued");
+  clock_.advance(6s);
+  jobs_.sample_meters();
+  ASSERT_TRUE(run_until([&] { return !jobs_.desired_for("agent-1").empty(); }));
+  EXPECT_EQ(state_of(id), "placed");
+  EXPECT_FALSE(jobs_.storage_failure());
+  EXPECT_EQ(jobs_.desired_for("agent-1")[0].epoch, 2);  // the refused placement's epoch is never reused
 }

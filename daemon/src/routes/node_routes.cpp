@@ -35,6 +35,10 @@ void add_health_routes(RouteTable& table, ApiContext& context) {
   table.add(Verb::get, "/readyz", {Guard::open, false, [&context](Call& call) {
                                      if (!context.ready)
                                        return call.fail(make_error(ErrorCode::unavailable, "jouled is starting"));
+                                     // Accepting work means storing it: not ready while the database refuses writes.
+                                     if (const auto& failure = context.jobs.storage_failure())
+                                       return call.fail(make_error(ErrorCode::unavailable,
+                                                                   "the database takes no writes: " + *failure));
                                      call.answer(json_response(http::status::ok, {{"status", "ready"}}));
                                    }});
   table.add(Verb::get, "/metrics", {Guard::open, false, [&context](Call& call) {

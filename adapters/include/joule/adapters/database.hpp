@@ -160,6 +160,10 @@ class Database {
   /// Drops entries no budget window can count any more.
   Status forget_energy_uses(std::int64_t before_ms);
 
+  /// Refuses every write on this connection from now on, or allows them again (PRAGMA
+  /// query_only): how a full disk or a damaged file look to jouled, for tests of how it degrades.
+  Status set_query_only(bool on);
+
  private:
   explicit Database(sqlite3* db, std::filesystem::path path);
   Status exec(const char* sql);

@@ -168,6 +168,9 @@ class JobService {
   /// Stops starting new jobs (running ones go on and are adopted by the next daemon).
   void stop_scheduling();
   std::size_t writes_in_flight() const { return writes_in_flight_; }
+  /// Why the database takes no writes, while its last write failed (a full disk, a damaged
+  /// file); nothing once a write succeeds again. /readyz is not ready meanwhile.
+  const std::optional<std::string>& storage_failure() const { return storage_failure_; }
 
   /// Estimates a submitted job on every eligible device (stored with the job), and describes a
   /// device's energy model in GET /v1/devices. Both are optional hooks set by the daemon.
@@ -264,6 +267,9 @@ class JobService {
   void release_controls(Job& job, bool ended);
   double average_power(const Device& device, double seconds) const;
   void place(Job& job, Device& device, const std::string& note);
+  /// A placement that could not be stored: the job waits in the queue again (as the database
+  /// still has it) and placing pauses for a while, instead of the job failing.
+  void unplace(Job& job, const std::string& why);
   /// The executor that runs jobs on `device`: this node's processes, or another node's runner.
   Executor& executor_for(const Device& device);
   /// The executor of a job placed or running on `device_name` (this node's when it is unknown).
@@ -317,6 +323,8 @@ class JobService {
   std::unique_ptr<boost::asio::steady_timer> retry_timer_;
   std::optional<schedulers::UnixMillis> retry_at_;
   std::set<std::string> assignments_in_flight_;  // agent: assignments being stored
+  std::optional<std::string> storage_failure_;
+  std::optional<schedulers::UnixMillis> placing_paused_until_;  // after a placement could not be stored
   std::unique_ptr<Host> host_;
   std::unique_ptr<LocalExecutor> local_;  // jobs on this node's devices
   std::unique_ptr<NodeExecutor> nodes_;   // coordinator: jobs on agents' and Slurm's devices
