@@ -134,6 +134,9 @@ Result<ProcessIdentity> launch_job(const LaunchSpec& spec) {
                              "--groups", groups});
     if (!spec.workdir.empty()) args.insert(args.end(), {"--workdir", spec.workdir.string()});
   }
+  if (!spec.lease_path.empty())
+    args.insert(args.end(), {"--lease", spec.lease_path.string(), "--lease-ms",
+                             std::to_string(static_cast<long>(std::lround(spec.lease_seconds * 1000.0)))});
   args.push_back("--");
   args.insert(args.end(), spec.argv.begin(), spec.argv.end());
   auto argv = c_strings(args);
@@ -214,6 +217,7 @@ std::optional<ExitStatus> read_status_file(const std::filesystem::path& path) {
   std::string key;
   double seconds = 0.0;
   if (in >> key >> seconds && key == "cpu" && std::isfinite(seconds) && seconds >= 0.0) status.cpu_seconds = seconds;
+  if (in >> key && key == "fenced") status.fenced = true;
   return status;
 }
 
@@ -251,6 +255,8 @@ struct RunnerOptions {
   int env_fd = -1;
   std::optional<JobIdentity> identity;
   std::string workdir;
+  std::string lease;
+  long lease_ms = 0;
   char** command = nullptr;
 };
 
@@ -297,12 +303,107 @@ std::optional<RunnerOptions> parse_runner_options(int argc, char** argv) {
       }
     } else if (arg == "--workdir") {
       options.workdir = value;
+    } else if (arg == "--lease") {
+      options.lease = value;
+    } else if (arg == "--lease-ms") {
+      const auto ms = number(value);
+      if (!ms || *ms == 0) return std::nullopt;
+      options.lease_ms = static_cast<long>(*ms);
     } else {
       return std::nullopt;
     }
   }
   return std::nullopt;
 }
+
+// Signals every process of the runner's group but the runner: SIGSTOP and SIGKILL cannot be
+// ignored, and the runner must stay to record how the command ended.
+void signal_group_but_runner(int sig) {
+  const pid_t self = ::getpid();
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (pid == self) continue;
+    std::ifstream stat_file(entry.path() / "stat");
+    std::string line;
+    std::getline(stat_file, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(line.substr(close + 2));
+    std::string state;
+    long parent = 0, group = 0;
+    if (fields >> state >> parent >> group && group == self) ::kill(pid, sig);
+  }
+}
+
+// The runner's side of a job's lease: pauses the job when the daemon stops renewing it,
+// resumes it when renewals come back, ends it when they stay away.
+class LeaseWatch {
+ public:
+  LeaseWatch(std::string path, long lease_ms) : path_(std::move(path)), lease_ms_(lease_ms) {
+    seen_ = modified();
+    renewed_ = now_ms();
+  }
+
+  /// Whether the runner ended the job for want of a lease.
+  bool ended_it() const { return ending_; }
+
+  void check() {
+    const auto stamp = modified();
+    const long now = now_ms();
+    if (stamp != seen_) {
+      seen_ = stamp;
+      renewed_ = now;
+      if (paused_ && !ending_) {
+        ::kill(0, SIGCONT);  // the runner is not stopped: the group may be sent it whole
+        paused_ = false;
+        std::fprintf(stderr, "joule: the lease is renewed: the job runs again\n");
+      }
+    }
+    const long silent = now - renewed_;
+    if (!paused_ && silent > lease_ms_) {
+      signal_group_but_runner(SIGSTOP);
+      paused_ = true;
+      std::fprintf(stderr, "joule: jouled has not renewed this job's lease for %.1f s: the job is paused\n",
+                   static_cast<double>(silent) / 1000.0);
+    }
+    if (!ending_ && silent > 2 * lease_ms_) {
+      ending_ = true;
+      ended_at_ = now;
+      std::fprintf(stderr, "joule: no lease for %.1f s: the job is ended (it may run elsewhere now)\n",
+                   static_cast<double>(silent) / 1000.0);
+      ::kill(0, SIGTERM);  // the runner ignores TERM
+      ::kill(0, SIGCONT);  // a stopped process must run to see it
+    }
+    if (ending_ && !killed_ && now - ended_at_ > 10'000) {
+      signal_group_but_runner(SIGKILL);
+      killed_ = true;
+    }
+  }
+
+ private:
+  static long now_ms() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000 + ts.tv_nsec / 1'000'000;
+  }
+  std::pair<long, long> modified() const {
+    struct stat info {};
+    if (::stat(path_.c_str(), &info) != 0) return {0, 0};
+    return {info.st_mtim.tv_sec, info.st_mtim.tv_nsec};
+  }
+
+  std::string path_;
+  long lease_ms_;
+  std::pair<long, long> seen_;
+  long renewed_ = 0;
+  bool paused_ = false;
+  bool ending_ = false;
+  bool killed_ = false;
+  long ended_at_ = 0;
+};
 
 // The environment block of launch_job, read whole from its descriptor.
 std::vector<std::string> read_environment(int fd) {
@@ -354,7 +455,7 @@ int job_runner_main(int argc, char** argv) {
   if (!options) {
     std::fprintf(stderr,
                  "usage: jouled --job-runner STATUS_FILE [--env-fd N] [--uid U --gid G --groups G,...] "
-                 "[--workdir DIR] -- PROGRAM [ARGS...]\n");
+                 "[--workdir DIR] [--lease FILE --lease-ms MS] -- PROGRAM [ARGS...]\n");
     return 2;
   }
   const std::filesystem::path status_path = options->status_path;
@@ -398,8 +499,23 @@ int job_runner_main(int argc, char** argv) {
   ::sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);
   int status = 0;
   struct rusage usage {};
-  while (::wait4(child, &status, 0, &usage) < 0) {
-    if (errno != EINTR) return 127;
+  std::optional<LeaseWatch> lease;
+  if (options->lease.empty()) {
+    while (::wait4(child, &status, 0, &usage) < 0) {
+      if (errno != EINTR) return 127;
+    }
+  } else {
+    // Four looks per lease (at most every 250 ms): a lapse is noticed within a quarter of it.
+    lease.emplace(options->lease, options->lease_ms);
+    const long step_ms = std::clamp(options->lease_ms / 4, 10L, 250L);
+    for (;;) {
+      const pid_t done = ::wait4(child, &status, WNOHANG, &usage);
+      if (done == child) break;
+      if (done < 0 && errno != EINTR) return 127;
+      lease->check();
+      timespec pause{step_ms / 1000, (step_ms % 1000) * 1'000'000};
+      ::nanosleep(&pause, nullptr);
+    }
   }
   const ExitStatus exit = from_wait_status(status);
   // The command's CPU time with its waited-for descendants': what a modelled meter charges the job.
@@ -407,7 +523,8 @@ int job_runner_main(int argc, char** argv) {
                              static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
   const auto tmp = status_path.string() + ".tmp";
   if (FILE* out = std::fopen(tmp.c_str(), "w")) {
-    std::fprintf(out, "%s %d cpu %.6f\n", exit.signaled ? "signal" : "exit", exit.value, cpu_seconds);
+    std::fprintf(out, "%s %d cpu %.6f%s\n", exit.signaled ? "signal" : "exit", exit.value, cpu_seconds,
+                 lease && lease->ended_it() ? " fenced" : "");
     std::fflush(out);
     ::fsync(::fileno(out));
     std::fclose(out);
@@ -419,6 +536,21 @@ int job_runner_main(int argc, char** argv) {
 }  // namespace joule::adapters
 
 namespace joule::adapters {
+
+Status renew_lease(const std::filesystem::path& lease_path) {
+  // O_CREAT without O_TRUNC, then a fresh modification time: the runner looks only at that.
+  const int fd = ::open(lease_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    return make_error(ErrorCode::io,
+                      fmt::format("cannot renew the lease {}: {}", lease_path.string(), std::strerror(errno)));
+  const int rc = ::futimens(fd, nullptr);
+  const int saved = errno;
+  ::close(fd);
+  if (rc != 0)
+    return make_error(ErrorCode::io,
+                      fmt::format("cannot renew the lease {}: {}", lease_path.string(), std::strerror(saved)));
+  return {};
+}
 
 std::optional<ProcessIdentity> find_job_runner(const std::filesystem::path& status_path,
                                                const std::filesystem::path& proc_root) {

@@ -300,6 +300,9 @@ void ClusterAgent::apply(const cluster::SyncReply& reply) {
     spdlog::info("agent {}: the coordinator answers again; reconciling", options_.node);
     fenced_ = false;
   }
+  // A job run here holds a lease its runner enforces: if this jouled dies, the job pauses within
+  // half the coordinator's lease, before the coordinator may place it elsewhere.
+  jobs_.set_job_lease_seconds(reply.lease_seconds / 2.0);
   const auto plan = cluster::plan_agent(reply.jobs, jobs_.local_assignments());
   for (const auto& [local_id, why] : plan.stop) jobs_.stop_assignment(local_id, why);
   for (const auto& local_id : plan.pause) jobs_.pause_assignment(local_id, true, "paused by the coordinator's policy");

@@ -137,6 +137,8 @@ JobService::~JobService() { *alive_ = false; }
 
 void JobService::set_api_url(std::string url) { local_->set_api_url(std::move(url)); }
 
+void JobService::set_job_lease_seconds(double seconds) { local_->set_lease_seconds(seconds); }
+
 Executor& JobService::executor_for(const Device& device) {
   if (device.node.empty()) return *local_;
   return *nodes_;

@@ -204,3 +204,70 @@ TEST(JobProcessTest, a_process_groups_cpu_time_sums_its_members_and_their_waited
   EXPECT_NEAR(*seconds, 3.0 + 1.0 + 2.0 + 0.5, 1e-9);
   EXPECT_FALSE(joule::adapters::process_group_cpu_seconds(700, proc.path()));
 }
+
+namespace {
+
+// The state letter (R, S, T...) of the one process of `group` that is not its leader (the
+// runner's command), or '?' while there is none.
+char command_state(pid_t group) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos || std::stol(name) == group) continue;
+    const std::string line = slurp(entry.path() / "stat");
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(line.substr(close + 2));
+    char state = '?';
+    long parent = 0, pgrp = 0;
+    if (fields >> state >> parent >> pgrp && pgrp == group) return state;
+  }
+  return '?';
+}
+
+// Polls `condition` every 50 ms for up to `seconds`.
+template <typename Condition>
+bool within(double seconds, Condition condition) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return condition();
+}
+
+}  // namespace
+
+TEST(JobProcessTest, a_job_whose_lease_lapses_is_paused_resumed_when_renewed_and_ended_when_it_stays_away) {
+  TempDir dir;
+  auto spec = spec_in(dir, {"sleep", "60"});
+  spec.lease_path = dir / "lease";
+  spec.lease_seconds = 0.6;
+  ASSERT_TRUE(joule::adapters::renew_lease(spec.lease_path));
+  auto process = joule::adapters::launch_job(spec);
+  ASSERT_TRUE(process) << process.error().message;
+  ASSERT_TRUE(within(5, [&] { return command_state(process->pid) == 'S'; }));
+
+  // Renewed: it runs on past its lease.
+  for (int i = 0; i < 8; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    ASSERT_TRUE(joule::adapters::renew_lease(spec.lease_path));
+  }
+  EXPECT_EQ(command_state(process->pid), 'S');
+  // Not renewed (its jouled is gone): paused, though its runner still waits for it.
+  ASSERT_TRUE(within(3, [&] { return command_state(process->pid) == 'T'; }));
+  EXPECT_TRUE(joule::adapters::is_alive(*process));
+  // Renewed again (a jouled adopted it in time): it runs again.
+  ASSERT_TRUE(joule::adapters::renew_lease(spec.lease_path));
+  ASSERT_TRUE(within(3, [&] { return command_state(process->pid) == 'S'; }));
+  // Gone for good: ended, and its end recorded by the runner.
+  wait_for_exit(process->pid);
+  (void)joule::adapters::reap_child(process->pid);
+  auto status = joule::adapters::read_status_file(dir / "status");
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(status->signaled);
+  EXPECT_EQ(status->value, SIGTERM);
+  const std::string log = slurp(dir / "stderr.log");
+  EXPECT_NE(log.find("the job is paused"), std::string::npos) << log;
+  EXPECT_NE(log.find("the lease is renewed"), std::string::npos) << log;
+  EXPECT_NE(log.find("the job is ended"), std::string::npos) << log;
+}

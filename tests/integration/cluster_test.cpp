@@ -15,6 +15,7 @@
 
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -66,13 +67,15 @@ std::string agent_config(const std::string& node, const std::string& profile, st
 
 // A small MLP: on the simulated profiles the Jetson Orin is far cheaper than the server GPU.
 json training_job(const std::string& name, const std::vector<std::string>& command) {
-  return {{"name", name},
-          {"model",
-           {{"input", {{"shape", {784}}}},
-            {"layers", {{{"type", "linear"}, {"out_features", 256}}, {{"type", "relu"}}, {{"type", "linear"}, {"out_features", 10}}}},
-            {"loss", "cross_entropy"}}},
-          {"training", {{"batch_size", 64}, {"epochs", 1}, {"samples_per_epoch", 6400}}},
-          {"run", {{"command", command}}}};
+  return {
+      {"name", name},
+      {"model",
+       {{"input", {{"shape", {784}}}},
+        {"layers",
+         {{{"type", "linear"}, {"out_features", 256}}, {{"type", "relu"}}, {{"type", "linear"}, {"out_features", 10}}}},
+        {"loss", "cross_entropy"}}},
+      {"training", {{"batch_size", 64}, {"epochs", 1}, {"samples_per_epoch", 6400}}},
+      {"run", {{"command", command}}}};
 }
 
 // A job that appends "<JOULE_JOB_ID>" to `marks` when it starts, then sleeps.
@@ -167,8 +170,8 @@ class ClusterNodesTest : public ::testing::Test {
   std::unique_ptr<DaemonProcess> start_agent(const std::string& node, const std::string& profile, std::uint16_t port,
                                              const std::string& extra = "") {
     std::filesystem::create_directories(dir_ / node);
-    auto daemon = std::make_unique<DaemonProcess>(DaemonOptions{.config_toml = agent_config(node, profile, port, extra)},
-                                                  dir_ / node);
+    auto daemon = std::make_unique<DaemonProcess>(
+        DaemonOptions{.config_toml = agent_config(node, profile, port, extra)}, dir_ / node);
     EXPECT_TRUE(daemon->start()) << daemon->log();
     return daemon;
   }
@@ -217,12 +220,13 @@ TEST_F(ClusterNodesTest, jobs_go_to_the_agent_where_they_cost_least_and_their_en
   }
   auto metrics = coordinator->client().request("GET", "/metrics");
   ASSERT_TRUE(metrics);
-  EXPECT_NE(metrics->body.find("joule_device_energy_joules_total{device=\"sim:jetson-orin\",node=\"orin\",source=\"simulated\"}"),
+  EXPECT_NE(metrics->body.find(
+                "joule_device_energy_joules_total{device=\"sim:jetson-orin\",node=\"orin\",source=\"simulated\"}"),
             std::string::npos)
       << metrics->body;
   EXPECT_NE(metrics->body.find("joule_nodes{state=\"ready\"} 2"), std::string::npos);
-  const auto [code, text] = joule::testing::run_program(
-      {JOULECTL_BINARY, "--server", fmt::format("http://127.0.0.1:{}", port), "nodes"});
+  const auto [code, text] =
+      joule::testing::run_program({JOULECTL_BINARY, "--server", fmt::format("http://127.0.0.1:{}", port), "nodes"});
   EXPECT_EQ(code, 0) << text;
   EXPECT_NE(text.find("orin"), std::string::npos) << text;
   EXPECT_NE(text.find("server"), std::string::npos) << text;
@@ -238,7 +242,8 @@ TEST_F(ClusterNodesTest, a_lost_agents_job_runs_again_elsewhere_once_and_the_ret
   auto coordinator = start_coordinator(port);
   auto orin = start_agent("orin", "jetson-orin", port);
   auto server = start_agent("server", "server-gpu", port);
-  ASSERT_TRUE(all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 2); }), 2));
+  ASSERT_TRUE(
+      all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 2); }), 2));
 
   const std::string id = coordinator->submit(training_job("long", marking_command(marks_, 6)));
   json job = coordinator->wait_state(id, {"running"});
@@ -269,11 +274,59 @@ TEST_F(ClusterNodesTest, a_lost_agents_job_runs_again_elsewhere_once_and_the_ret
   EXPECT_EQ(lines_of(marks_), (std::vector<std::string>{id + ".1", id + ".2"}));
 }
 
+TEST_F(ClusterNodesTest, a_killed_agents_job_is_paused_by_its_runner_before_it_runs_elsewhere) {
+  const auto port = free_port();
+  auto coordinator = start_coordinator(port);
+  auto orin = start_agent("orin", "jetson-orin", port);
+  auto server = start_agent("server", "server-gpu", port);
+  ASSERT_TRUE(
+      all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 2); }), 2));
+
+  // The job marks every 50 ms that it runs, with the time: its own record of when it ran.
+  const std::string beat = fmt::format(
+      "end=$(( $(date +%s) + 5 )); while [ $(date +%s) -lt $end ]; do echo \"$JOULE_JOB_ID $(date +%s%N)\" >> {}; "
+      "sleep 0.05; done",
+      marks_.string());
+  const std::string id = coordinator->submit(training_job("beat", {"sh", "-c", beat}));
+  ASSERT_EQ(coordinator->wait_state(id, {"running"})["device"], "orin/sim:jetson-orin");
+  std::this_thread::sleep_for(500ms);
+
+  orin->signal(SIGKILL);  // nothing watches its job now but the job's own runner
+  orin->wait_exit();
+  const json job = coordinator->wait_state(id, {"succeeded", "failed", "cancelled"}, 30s);
+  EXPECT_EQ(job["state"], "succeeded") << job.dump(2);
+  EXPECT_EQ(job["device"], "server/sim:server-gpu") << job.dump(2);
+
+  // By the jobs' own marks: the orphan's last beat came before the new placement's first.
+  std::int64_t orphan_last = 0, next_first = std::numeric_limits<std::int64_t>::max();
+  for (const auto& line : lines_of(marks_)) {
+    const auto space = line.find(' ');
+    const std::int64_t at = std::stoll(line.substr(space + 1));
+    if (line.substr(0, space) == id + ".1") orphan_last = std::max(orphan_last, at);
+    if (line.substr(0, space) == id + ".2") next_first = std::min(next_first, at);
+  }
+  ASSERT_GT(orphan_last, 0);
+  ASSERT_LT(next_first, std::numeric_limits<std::int64_t>::max());
+  EXPECT_LT(orphan_last, next_first) << "the orphan ran " << (orphan_last - next_first) / 1e6
+                                     << " ms beside its next placement";
+  // Its runner ended it: nothing of it runs on.
+  EXPECT_EQ(wait_until([&] { return json(std::string(1, process_state_of_job(id + ".1"))); },
+                       [](const json& state) { return state == "?"; }, 10s),
+            "?");
+
+  // The agent comes back: the run it finds ended by its runner is recorded as fenced.
+  ASSERT_TRUE(orin->start()) << orin->log();
+  const json copy = orin->wait_state(id + ".1", {"cancelled", "succeeded", "failed"});
+  EXPECT_EQ(copy["state"], "cancelled") << copy.dump(2);
+  EXPECT_TRUE(has_event(copy, "fenced")) << copy.dump(2);
+}
+
 TEST_F(ClusterNodesTest, a_job_with_restart_fail_fails_when_its_node_is_lost) {
   const auto port = free_port();
   auto coordinator = start_coordinator(port);
   auto orin = start_agent("orin", "jetson-orin", port);
-  ASSERT_TRUE(all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 1); }), 1));
+  ASSERT_TRUE(
+      all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 1); }), 1));
   json spec = training_job("once", marking_command(marks_, 30));
   spec["restart"] = "fail";
   const std::string id = coordinator->submit(spec);
@@ -292,10 +345,12 @@ TEST_F(ClusterNodesTest, a_coordinator_killed_with_9_loses_nothing_and_resumes_w
   auto coordinator = start_coordinator(port);
   auto orin = start_agent("orin", "jetson-orin", port);
   auto pi = start_agent("pi", "raspberry-pi-4", port);
-  ASSERT_TRUE(all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 2); }), 2));
+  ASSERT_TRUE(
+      all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 2); }), 2));
 
   std::vector<std::string> ids;
-  for (int i = 0; i < 4; ++i) ids.push_back(coordinator->submit(training_job(fmt::format("j{}", i), marking_command(marks_, 1.5))));
+  for (int i = 0; i < 4; ++i)
+    ids.push_back(coordinator->submit(training_job(fmt::format("j{}", i), marking_command(marks_, 1.5))));
   for (const auto& id : ids) ASSERT_FALSE(id.empty());
   ASSERT_EQ(coordinator->wait_state(ids[0], {"running"})["state"], "running");
   coordinator->signal(SIGKILL);
@@ -319,14 +374,16 @@ TEST_F(ClusterNodesTest, a_partitioned_agent_pauses_its_job_after_the_lease_and_
   TcpProxy link(port);
   auto orin = start_agent("orin", "jetson-orin", link.port());
   auto server = start_agent("server", "server-gpu", port);
-  ASSERT_TRUE(all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 2); }), 2));
+  ASSERT_TRUE(
+      all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 2); }), 2));
 
   const std::string id = coordinator->submit(training_job("cut", marking_command(marks_, 8)));
   ASSERT_EQ(coordinator->wait_state(id, {"running"})["device"], "orin/sim:jetson-orin");
   link.cut();
   // The coordinator places it again elsewhere; the cut-off agent pauses its copy by itself.
-  json job = wait_until([&] { return coordinator->call("GET", "/v1/jobs/" + id).second; },
-                        [](const json& j) { return j["device"] == "server/sim:server-gpu" && j["state"] == "running"; });
+  json job =
+      wait_until([&] { return coordinator->call("GET", "/v1/jobs/" + id).second; },
+                 [](const json& j) { return j["device"] == "server/sim:server-gpu" && j["state"] == "running"; });
   ASSERT_EQ(job["device"], "server/sim:server-gpu") << job.dump(2);
   const json fenced = wait_until([&] { return orin->call("GET", "/v1/jobs/" + id + ".1").second; },
                                  [](const json& j) { return j["state"] == "throttled"; }, 5s);
@@ -369,7 +426,8 @@ TEST_F(ClusterNodesTest, agents_sync_over_tls_and_verify_the_coordinators_certif
   std::string config = coordinator_config(port);
   config.replace(config.find("[server]\n"), 9, tls);
   std::filesystem::create_directories(dir_ / "coordinator");
-  DaemonProcess coordinator(DaemonOptions{.config_toml = config, .listen_loopback_any_port = false}, dir_ / "coordinator");
+  DaemonProcess coordinator(DaemonOptions{.config_toml = config, .listen_loopback_any_port = false},
+                            dir_ / "coordinator");
   ASSERT_TRUE(coordinator.start()) << coordinator.log();
   const std::string https = fmt::format("https://127.0.0.1:{}", port);
 
@@ -400,7 +458,8 @@ TEST_F(ClusterNodesTest, agents_sync_over_tls_and_verify_the_coordinators_certif
   const json refused = wait_until([&] { return untrusting->call("GET", "/v1/nodes").second; },
                                   [](const json& n) { return n.contains("error") && n["error"].is_string(); });
   ASSERT_TRUE(refused.contains("error") && refused["error"].is_string()) << refused.dump(2);
-  EXPECT_NE(refused["error"].get<std::string>().find("certificate verify failed"), std::string::npos) << refused.dump(2);
+  EXPECT_NE(refused["error"].get<std::string>().find("certificate verify failed"), std::string::npos)
+      << refused.dump(2);
   // joulectl without the CA is refused too, and says why.
   const auto [bad, said] = joule::testing::run_program({JOULECTL_BINARY, "--server", https, "nodes"});
   EXPECT_NE(bad, 0);

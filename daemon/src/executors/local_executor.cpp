@@ -36,7 +36,7 @@ std::string daemon_path() {
 }  // namespace
 
 LocalExecutor::LocalExecutor(asio::io_context& io, ExecutorHost& host, const JobServiceOptions& options)
-    : io_(io), host_(host), options_(options) {}
+    : io_(io), host_(host), options_(options), lease_timer_(io) {}
 
 LocalExecutor::~LocalExecutor() { *alive_ = false; }
 
@@ -157,6 +157,14 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
   spec.status_path = dir / "status";
   spec.runner = options_.runner;
   Run& run = run_of(job);
+  if (!job.row.origin.empty() && lease_seconds_ > 0) {
+    // Created before the runner starts: its first look sees a lease that is already held.
+    run.lease = dir / "lease";
+    if (auto held = adapters::renew_lease(run.lease); !held)
+      return host_.ended(job, JobState::failed, held.error().message, std::nullopt);
+    spec.lease_path = run.lease;
+    spec.lease_seconds = lease_seconds_;
+  }
   run.energy_at_start = read_energy(device);
   auto process = adapters::launch_job(spec);
   if (!process) return host_.ended(job, JobState::failed, process.error().message, std::nullopt);
@@ -181,6 +189,28 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
   }
   host_.running(job, fmt::format("started as process group {}", process->pid));
   watch_exit(id);
+}
+
+void LocalExecutor::set_lease_seconds(double seconds) {
+  const bool was_renewing = lease_seconds_ > 0;
+  lease_seconds_ = seconds;
+  if (!was_renewing && seconds > 0) renew_leases();
+}
+
+void LocalExecutor::renew_leases() {
+  for (auto& [id, run] : runs_) {
+    if (run.lease.empty()) continue;
+    if (auto renewed = adapters::renew_lease(run.lease); !renewed)
+      spdlog::warn("job {}: {}", id, renewed.error().message);
+  }
+  // Four renewals per lease: one late tick of a busy loop does not pause a job.
+  // Before the coordinator has said how long leases are (an adopted run after a restart), often.
+  const double every = lease_seconds_ > 0 ? std::clamp(lease_seconds_ / 4.0, 0.05, 1.0) : 0.25;
+  lease_timer_.expires_after(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(every)));
+  lease_timer_.async_wait([this, alive = alive_](boost::system::error_code ec) {
+    if (!ec && *alive) renew_leases();
+  });
 }
 
 void LocalExecutor::watch_exit(const std::string& id) {
@@ -214,7 +244,10 @@ void LocalExecutor::on_exit(const std::string& id) {
   auto exit = adapters::read_status_file(job_directory(id) / "status");
   if (!exit) exit = runner_status;  // the runner itself was killed (KILL after the grace period)
   // `run` is gone once the book has settled the job: nothing below may touch it.
-  if (job.cancel_requested) {
+  if (exit && exit->fenced) {
+    host_.ended(job, JobState::cancelled,
+                "fenced: jouled did not renew its lease, so its runner ended it (" + exit->describe() + ")", exit);
+  } else if (job.cancel_requested) {
     host_.ended(job, JobState::cancelled, exit ? "cancelled; the job ended with " + exit->describe() : "cancelled",
                 exit);
   } else if (!exit) {
@@ -413,7 +446,13 @@ void LocalExecutor::recover(JobRecord& job, Device* device) {
     job.row.boot_id = options_.boot_id;
     if (!job.row.started_ms) job.row.started_ms = host_.clock().unix_ms();
     job.row.energy_partial = true;
-    run_of(job).energy_at_start = device ? read_energy(*device) : std::nullopt;
+    Run& run = run_of(job);
+    run.energy_at_start = device ? read_energy(*device) : std::nullopt;
+    // Its runner holds a lease if the last jouled gave it one: renewing it goes on from here.
+    if (std::error_code ec; std::filesystem::exists(job_directory(id) / "lease", ec)) {
+      run.lease = job_directory(id) / "lease";
+      renew_leases();
+    }
     // Its reservation again, from its estimate there (the energy it used before is unknown).
     host_.reserve_again(job);
     if (job.state == JobState::throttled) {
@@ -429,9 +468,18 @@ void LocalExecutor::recover(JobRecord& job, Device* device) {
       host_.note(job, note);
     watch_exit(id);
   } else if (auto exit = adapters::read_status_file(status_path)) {
-    const std::string reason = fmt::format("{} (finished while jouled was down; energy not metered)", exit->describe());
     if (job.state == JobState::placed) host_.count_as_run(job);  // it did run
-    host_.ended(job, exit->success() ? JobState::succeeded : JobState::failed, reason, exit);
+    if (exit->fenced) {
+      // No jouled renewed its lease for too long: its runner ended it, as its node's coordinator
+      // will have placed it elsewhere by now.
+      host_.ended(job, JobState::cancelled,
+                  fmt::format("fenced: no jouled renewed its lease, so its runner ended it ({}; energy not metered)",
+                              exit->describe()),
+                  exit);
+    } else {
+      host_.ended(job, exit->success() ? JobState::succeeded : JobState::failed,
+                  fmt::format("{} (finished while jouled was down; energy not metered)", exit->describe()), exit);
+    }
   } else if (job.state == JobState::placed) {
     host_.requeue(job, "queued again: jouled stopped before starting it");
   } else {

@@ -47,6 +47,12 @@ class LocalExecutor final : public Executor {
   std::filesystem::path work_directory(const std::string& id) const;
   /// The URL jobs reach the API at (JOULE_URL), known once the server listens.
   void set_api_url(std::string url) { api_url_ = std::move(url); }
+  /// Jobs run for a coordinator from now on hold a lease of this many seconds (0: none): their
+  /// runner pauses them when jouled stops renewing it, and ends them after twice that, so a job
+  /// whose agent died cannot run on beside its next placement (adapters::LaunchSpec::lease_path).
+  void set_lease_seconds(double seconds);
+  /// Renews the lease of every run that holds one; then again after a quarter of the lease.
+  void renew_leases();
 
  private:
   /// What runs one job here.
@@ -59,6 +65,7 @@ class LocalExecutor final : public Executor {
     std::unique_ptr<adapters::JobPauser> pauser;
     std::unique_ptr<adapters::CpuQuota> quota;
     std::unique_ptr<adapters::GpuPowerLimit> gpu_limit;
+    std::filesystem::path lease;  // its lease file, renewed while jouled runs it; empty: none
   };
 
   Run& run_of(const JobRecord& job);
@@ -74,6 +81,8 @@ class LocalExecutor final : public Executor {
   ExecutorHost& host_;
   const JobServiceOptions& options_;
   std::string api_url_;
+  double lease_seconds_ = 0.0;
+  boost::asio::steady_timer lease_timer_;
   std::map<std::string, Run> runs_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

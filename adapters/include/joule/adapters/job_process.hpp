@@ -41,7 +41,18 @@ struct LaunchSpec {
   /// account, with no capabilities. The workdir is then entered after the switch, so a
   /// directory the account may not enter fails the job (exit 127, the reason on stderr).
   std::optional<JobIdentity> identity;
+  /// A lease the runner holds for the job (empty: none, the job outlives its daemon to be
+  /// adopted). The daemon renews it by touching the file (renew_lease); when its modification
+  /// time has not changed for `lease_seconds` of the runner's monotonic time the runner pauses
+  /// the job (SIGSTOP), resumes it if the lease is renewed, and after twice that ends it (TERM,
+  /// then KILL 10 s later). A job run for a coordinator holds one, so that it cannot go on
+  /// running beside its next placement once its agent is gone.
+  std::filesystem::path lease_path;
+  double lease_seconds = 0.0;
 };
+
+/// Renews a job's lease (creates the file if needed): its modification time moves on.
+Status renew_lease(const std::filesystem::path& lease_path);
 
 /// A process named so that a recycled pid is never mistaken for it: pid plus its start time
 /// in clock ticks since boot (field 22 of /proc/PID/stat).
@@ -57,6 +68,8 @@ struct ExitStatus {
   /// CPU seconds (user + system) of the command and the descendants it waited for, from the
   /// runner's wait4; absent where unknown (a child reaped directly, an older runner's file).
   std::optional<double> cpu_seconds;
+  /// Its runner ended it because the daemon stopped renewing its lease (LaunchSpec::lease_path).
+  bool fenced = false;
   bool success() const { return !signaled && value == 0; }
   /// "exit code 3", "killed by signal 9 (Killed)".
   std::string describe() const;

@@ -140,6 +140,9 @@ class JobService {
   bool job_token_matches(const std::string& id, const std::string& token) const;
   /// The URL jobs reach the API at (JOULE_URL), known once the server listens.
   void set_api_url(std::string url);
+  /// Agent: jobs run for the coordinator from now on hold a lease of this many seconds, renewed
+  /// at every meter sample; their runner pauses them when jouled stops renewing it (0: none).
+  void set_job_lease_seconds(double seconds);
 
   /// The policy, budget ledger and throttling of this node.
   BudgetService& budgets() { return budgets_; }
