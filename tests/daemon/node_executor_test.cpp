@@ -280,3 +280,23 @@ TEST_F(NodeExecutorTest, recovery_publishes_the_stored_epoch_and_reserves_the_jo
   executor.stop(job);
   EXPECT_EQ(job.state, JobState::running);
 }
+
+TEST_F(NodeExecutorTest, an_old_runs_end_reported_while_the_job_is_placed_again_on_the_same_node_settles_nothing) {
+  JobRecord& job = place("agent-1/cpu");
+  (void)executor.apply_reports("agent-1", {report("job-1", 1, "running")});
+  // agent-1 is lost; the book queues the job again, then places it on agent-1 once more.
+  executor.release(job, /*ended=*/false);
+  job.state = JobState::queued;
+  (void)executor.prepare(job, book.devices[0]);  // epoch 2, being stored: not published yet
+  job.state = JobState::placed;
+  ASSERT_EQ(job.row.epoch, 2);
+  // Back, agent-1 reports how epoch 1 ended while it was away: not this placement's end.
+  auto old_end = report("job-1", 1, "succeeded");
+  old_end.energy_joules = 80.0;
+  old_end.energy_source = "rapl";
+  EXPECT_EQ(executor.apply_reports("agent-1", {old_end}).size(), 1u);  // acknowledged
+  EXPECT_EQ(job.state, JobState::placed);
+  EXPECT_FALSE(job.row.energy_joules.has_value());
+  executor.start(job, book.devices[0]);
+  EXPECT_EQ(executor.desired_for("agent-1")[0].epoch, 2);
+}

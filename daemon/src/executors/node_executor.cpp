@@ -113,9 +113,10 @@ std::vector<std::pair<std::string, std::int64_t>> NodeExecutor::apply_reports(
     JobRecord* found = host_.find_job(report.id);
     std::optional<cluster::CoordinatorJob> known;
     if (found) {
-      const auto run = runs_.find(found->row.id);
-      known = cluster::CoordinatorJob{found->state, run == runs_.end() ? 0 : run->second.committed_epoch,
-                                      host_.device_node(found->row.device)};
+      // The job's latest epoch, stored or still being stored: while a new placement's write is
+      // in flight, a report of the one before it is stale (it once settled the new placement
+      // with the old run's end).
+      known = cluster::CoordinatorJob{found->state, found->row.epoch, host_.device_node(found->row.device)};
     }
     const auto verdict = cluster::judge_report(known, node, report);
     if (verdict == cluster::Verdict::stale) {
