@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "joule/adapters/database.hpp"
+#include "joule/daemon/job_estimate.hpp"
 #include "joule/schedulers/job.hpp"
 #include "joule/schedulers/placement.hpp"
 #include "joule/schedulers/step_projection.hpp"
@@ -19,6 +20,8 @@ struct JobRecord {
   schedulers::JobSpec spec;
   schedulers::JobState state = schedulers::JobState::queued;
   std::vector<adapters::StoredEvent> events;
+  /// Its estimate on each eligible device, read once from row.estimate_json (the stored form).
+  std::vector<DeviceEstimate> estimates;
   /// When this daemon saw it start, on the monotonic clock (not for runs adopted or reported
   /// from another node), and how long that run lasted once it ended: durations a wall clock set
   /// back cannot make negative.

@@ -331,8 +331,8 @@ void JobService::submit(const json& body, Submitter submitter, Done done) {
   job->row.owner = std::move(submitter.name);
   job->row.owner_uid = submitter.uid;
   job->spec = std::move(spec).value();
-  if (estimator_ && job->spec.model && job->spec.training) job->row.estimate_json = estimator_(job->spec).dump();
-  job->pending = pending_job(job->row.id, job->spec, job->row.estimate_json);
+  if (estimator_ && job->spec.model && job->spec.training) set_estimates(*job, estimator_(job->spec));
+  job->pending = pending_job(*job);
   if (auto never = budgets_.never_fits(now_ms(), device_statuses(), job->pending)) {
     const char* where = never->kind == schedulers::WaitReason::Kind::deadline     ? "/constraints/deadline"
                         : never->kind == schedulers::WaitReason::Kind::max_energy ? "/constraints/max_energy_joules"
@@ -483,28 +483,29 @@ double JobService::average_power(const Device& device, double seconds) const {
   return span > 0 ? (newest.second - oldest.second) / span : device.power_watts;
 }
 
-schedulers::PendingJob JobService::pending_job(const std::string& id, const schedulers::JobSpec& spec,
-                                               const std::string& estimate_json) const {
+void JobService::set_estimates(Job& job, const json& rows) {
+  job.row.estimate_json = rows.dump();
+  job.estimates = read_estimates(rows);
+}
+
+schedulers::PendingJob JobService::pending_job(const Job& job) const {
+  const auto& spec = job.spec;
   schedulers::PendingJob pending;
-  pending.id = id;
+  pending.id = job.row.id;
   pending.priority = spec.priority;
   pending.deadline = spec.constraints.deadline;
   pending.max_energy_joules = spec.constraints.max_energy_joules;
-  const json estimates = estimate_json.empty() ? json(nullptr) : json::parse(estimate_json, nullptr, false);
   // Indexed once: with a thousand agents' devices a search per device made this quadratic.
-  std::unordered_map<std::string, const json*> usable;
-  if (estimates.is_array())
-    for (const auto& row : estimates)
-      if (row.value("status", "") == "ok") usable[row.value("device", "")] = &row;
+  std::unordered_map<std::string, const DeviceEstimate*> usable;
+  for (const auto& estimate : job.estimates)
+    if (estimate.ok) usable[estimate.device] = &estimate;
   for (std::size_t d = 0; d < devices_.size(); ++d) {
     const Device& device = devices_[d];
     if (!device.runs_jobs || !schedulers::device_allowed(spec.constraints, device.name)) continue;
     schedulers::Candidate candidate{d, std::nullopt, std::nullopt};
     if (const auto it = usable.find(device.name); it != usable.end()) {
-      const json& row = *it->second;
-      candidate.estimate = schedulers::Estimate{row["joules"].value("mean", 0.0), row["joules"].value("std", 0.0),
-                                                row["seconds"].value("mean", 0.0)};
-      if (row.contains("baseline")) candidate.flops_joules = row["baseline"].value("joules", 0.0);
+      candidate.estimate = it->second->placement();
+      candidate.flops_joules = it->second->baseline_joules;
     }
     pending.candidates.push_back(std::move(candidate));
   }
@@ -529,10 +530,10 @@ void JobService::refresh_estimates(std::size_t limit) {
   for (const auto& id : queue_.first(limit)) {
     Job& job = *jobs_.at(id);
     if (!job.spec.model || !job.spec.training) continue;
-    std::string estimate = estimator_(job.spec).dump();
-    if (estimate == job.row.estimate_json) continue;
-    job.row.estimate_json = std::move(estimate);
-    job.pending = pending_job(id, job.spec, job.row.estimate_json);
+    const json estimate = estimator_(job.spec);
+    if (estimate.dump() == job.row.estimate_json) continue;
+    set_estimates(job, estimate);
+    job.pending = pending_job(job);
     changed.push_back(job.row);
   }
   if (changed.empty()) return;
@@ -624,14 +625,10 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
   const bool metered_here = executor.settle_energy(job, device, exit ? &*exit : nullptr);
   if (device && job.row.energy_joules && job.row.started_ms) {
     metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
-    if (metered_here && on_finished_ && state == JobState::succeeded && !job.row.estimate_json.empty()) {
-      const auto estimates = nlohmann::json::parse(job.row.estimate_json, nullptr, false);
-      if (estimates.is_array()) {
-        for (const auto& row : estimates)
-          if (row.value("device", "") == device->name)
-            on_finished_(Feedback{device->name, row, *job.row.energy_joules, job.row.energy_source,
-                                  job.row.energy_partial, job.row.id, job.row.finished_ms.value_or(0)});
-      }
+    if (metered_here && on_finished_ && state == JobState::succeeded) {
+      if (const auto* estimate = find_estimate(job.estimates, device->name))
+        on_finished_(Feedback{device->name, *estimate, *job.row.energy_joules, job.row.energy_source,
+                              job.row.energy_partial, job.row.id, job.row.finished_ms.value_or(0)});
     }
   }
   // The budget ledger trades the job's reservation for what it was metered to use.
@@ -677,7 +674,7 @@ void JobService::requeue(Job& job, const std::string& why) {
   job.row.device.clear();
   job.row.pid = 0;
   transition(job, JobState::queued, why);
-  job.pending = pending_job(job.row.id, job.spec, job.row.estimate_json);
+  job.pending = pending_job(job);
   queue_.push(job.row.id, job.row.priority, job.row.sequence);
 }
 
@@ -870,7 +867,8 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
     job->events = std::move(history[row.id]);
     const std::string id = row.id;
     job->row = std::move(row);
-    if (!schedulers::is_terminal(job->state)) job->pending = pending_job(id, job->spec, job->row.estimate_json);
+    job->estimates = read_estimates(job->row.estimate_json);
+    if (!schedulers::is_terminal(job->state)) job->pending = pending_job(*job);
     if (job->state == JobState::queued) queue_.push(id, job->row.priority, job->row.sequence);
     if (!schedulers::is_terminal(job->state) && job->state != JobState::queued) to_reconcile.push_back(id);
     index(*job);
@@ -1008,20 +1006,15 @@ Result<json> JobService::jobs(const std::optional<std::string>& state, std::size
 std::vector<JobService::Feedback> JobService::finished_feedback() const {
   std::vector<const Job*> done;
   for (const auto& [sequence, job] : by_sequence_)
-    if (job->state == JobState::succeeded && job->row.energy_joules && !job->row.estimate_json.empty() &&
-        job->row.finished_ms)
+    if (job->state == JobState::succeeded && job->row.energy_joules && !job->estimates.empty() && job->row.finished_ms)
       done.push_back(job);
   std::stable_sort(done.begin(), done.end(),
                    [](const Job* a, const Job* b) { return *a->row.finished_ms < *b->row.finished_ms; });
   std::vector<Feedback> out;
-  for (const Job* job : done) {
-    const auto estimates = json::parse(job->row.estimate_json, nullptr, false);
-    if (!estimates.is_array()) continue;
-    for (const auto& row : estimates)
-      if (row.value("device", "") == job->row.device)
-        out.push_back(Feedback{job->row.device, row, *job->row.energy_joules, job->row.energy_source,
-                               job->row.energy_partial, job->row.id, *job->row.finished_ms});
-  }
+  for (const Job* job : done)
+    if (const auto* estimate = find_estimate(job->estimates, job->row.device))
+      out.push_back(Feedback{job->row.device, *estimate, *job->row.energy_joules, job->row.energy_source,
+                             job->row.energy_partial, job->row.id, *job->row.finished_ms});
   return out;
 }
 
@@ -1108,17 +1101,14 @@ json JobService::to_json(const Job& job, bool with_events) const {
               {"estimate", row.estimate_json.empty() ? json(nullptr) : json::parse(row.estimate_json, nullptr, false)}};
   // Feedback: the metered energy beside the estimate for the device the job ran on (only when
   // both come from the same source: modelled joules are not compared with measured ones).
-  if (row.energy_joules && out["estimate"].is_array()) {
-    for (const auto& estimate : out["estimate"]) {
-      if (estimate.value("device", "") != row.device || estimate.value("status", "") != "ok") continue;
-      const double mean = estimate["joules"].value("mean", 0.0);
-      if (mean > 0.0 && estimate.value("source", "") == row.energy_source)
-        out["estimate_error"] = {{"estimated_joules", mean},
-                                 {"estimated_std", estimate["joules"].value("std", 0.0)},
-                                 {"metered_joules", *row.energy_joules},
-                                 {"relative", (*row.energy_joules - mean) / mean},
-                                 {"source", row.energy_source}};
-    }
+  if (row.energy_joules) {
+    const auto* estimate = find_estimate(job.estimates, row.device);
+    if (estimate && estimate->ok && estimate->joules_mean > 0.0 && estimate->source == row.energy_source)
+      out["estimate_error"] = {{"estimated_joules", estimate->joules_mean},
+                               {"estimated_std", estimate->joules_std},
+                               {"metered_joules", *row.energy_joules},
+                               {"relative", (*row.energy_joules - estimate->joules_mean) / estimate->joules_mean},
+                               {"source", row.energy_source}};
   }
   if (job.state == JobState::queued) {
     // Why it waits: the last placement pass's reason, or its place in the queue.

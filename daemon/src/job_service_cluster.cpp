@@ -31,7 +31,7 @@ void JobService::changed(const std::string& device_name) {
 void JobService::refresh_pending() {
   for (const auto& id : queue_.first(queue_.size())) {
     Job& job = *jobs_.at(id);
-    job.pending = pending_job(id, job.spec, job.row.estimate_json);
+    job.pending = pending_job(job);
   }
 }
 
@@ -127,7 +127,7 @@ void JobService::node_lost(const std::string& node) {
     device.job.reset();
     job.row.started_ms.reset();
     transition(job, JobState::queued, fmt::format("{}: queued again (epoch {} is fenced)", why, job.row.epoch));
-    job.pending = pending_job(job.row.id, job.spec, job.row.estimate_json);
+    job.pending = pending_job(job);
     queue_.push(job.row.id, job.row.priority, job.row.sequence);
   }
   schedule();
@@ -273,8 +273,8 @@ void JobService::assign(const cluster::Assignment& assignment) {
   }
   job->row.spec_json = spec ? schedulers::to_json(job->spec).dump() : assignment.spec.dump();
   if (refused.empty() && estimator_ && job->spec.model && job->spec.training)
-    job->row.estimate_json = estimator_(job->spec).dump();
-  if (refused.empty()) job->pending = pending_job(local_id, job->spec, job->row.estimate_json);
+    set_estimates(*job, estimator_(job->spec));
+  if (refused.empty()) job->pending = pending_job(*job);
   StoredEvent event{local_id, job->row.submitted_ms, "queued",
                     fmt::format("assigned by the coordinator: job {} epoch {} on {}", assignment.id, assignment.epoch,
                                 assignment.device)};

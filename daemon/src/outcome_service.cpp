@@ -29,21 +29,19 @@ const json& model_joules(const json& estimate) {
 }  // namespace
 
 std::optional<estimator::OutcomeRow> OutcomeService::row_of(const JobService::Feedback& feedback) {
-  const json& estimate = feedback.estimate;
-  if (feedback.partial || !estimate.is_object() || estimate.value("status", "") != "ok") return std::nullopt;
+  const DeviceEstimate& estimate = feedback.estimate;
+  if (feedback.partial || !estimate.ok) return std::nullopt;
   // Like with like: a modelled estimate says nothing about what a hardware meter reads.
-  if (estimate.value("source", "") != feedback.source) return std::nullopt;
-  const json& joules = model_joules(estimate);
+  if (estimate.source != feedback.source) return std::nullopt;
   estimator::OutcomeRow row;
   row.job_id = feedback.job_id;
   row.finished_ms = feedback.finished_ms;
-  row.estimated_joules = joules.value("mean", 0.0);
-  row.estimated_std = joules.value("std", 0.0);
-  row.estimated_seconds = estimate.contains("seconds") && estimate["seconds"].is_object()
-                              ? estimate["seconds"].value("mean", 0.0)
-                              : 0.0;
-  row.flops_per_step = flops_per_step(estimate);
-  row.steps = estimate.value("steps", std::int64_t{0});
+  // The model's own figure: the calibration learns what the model gets wrong.
+  row.estimated_joules = estimate.model_joules_mean;
+  row.estimated_std = estimate.model_joules_std;
+  row.estimated_seconds = estimate.seconds_mean;
+  row.flops_per_step = estimate.flops_per_step;
+  row.steps = estimate.steps;
   row.metered_joules = feedback.joules;
   if (!row.usable()) return std::nullopt;
   return row;

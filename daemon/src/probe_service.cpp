@@ -841,13 +841,12 @@ void ProbeService::feedback(const JobService::Feedback& feedback) {
   const auto it = devices_.find(feedback.device);
   if (it == devices_.end()) return;
   Device& device = *it->second;
-  if (feedback.partial || feedback.estimate.value("status", "") != "ok") return;
+  if (feedback.partial || !feedback.estimate.ok) return;
   // Only like with like: a job metered by another source than the model learnt from says
   // nothing about the model's error.
-  if (feedback.estimate.value("source", "") != feedback.source) return;
-  const auto& joules = feedback.estimate["joules"];
-  const double mean = joules.value("mean", 0.0);
-  const double std = joules.value("std", 0.0);
+  if (feedback.estimate.source != feedback.source) return;
+  const double mean = feedback.estimate.joules_mean;
+  const double std = feedback.estimate.joules_std;
   if (!(mean > 0.0) || !(feedback.joules > 0.0)) return;
   const auto verdict = device.drift.observe(feedback.joules, mean, std);
   metrics_.observe_estimate_error(feedback.device, verdict.relative_error);

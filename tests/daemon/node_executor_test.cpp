@@ -199,8 +199,8 @@ TEST_F(NodeExecutorTest, a_run_that_started_and_ended_between_two_syncs_counts_a
 
 TEST_F(NodeExecutorTest, a_node_without_a_meter_charges_the_estimate_labelled_as_a_models_figure) {
   JobRecord& job = place("agent-1/cpu");
-  job.row.estimate_json =
-      R"([{"device": "agent-1/cpu", "status": "ok", "source": "simulated", "joules": {"mean": 321.0, "std": 10.0}}])";
+  job.estimates = joule::daemon::read_estimates(std::string(
+      R"([{"device": "agent-1/cpu", "status": "ok", "source": "simulated", "joules": {"mean": 321.0, "std": 10.0}}])"));
   auto ended = report("job-1", 1, "succeeded");
   ended.started_ms = 950'000;
   (void)executor.apply_reports("agent-1", {ended});

@@ -20,8 +20,11 @@ json estimate_row(double joules, double std, const std::string& source = "modell
 }
 
 JobService::Feedback finished(double estimated, double metered, int i, const std::string& source = "modelled") {
-  return JobService::Feedback{"cpu", estimate_row(estimated, estimated * 0.05), metered, source, false,
-                              "job-" + std::to_string(i), i};
+  return JobService::Feedback{
+      "cpu",   joule::daemon::read_estimates(json::array({estimate_row(estimated, estimated * 0.05)}))[0],
+      metered, source,
+      false,   "job-" + std::to_string(i),
+      i};
 }
 
 }  // namespace
@@ -44,7 +47,9 @@ TEST(OutcomeServiceTest, jobs_that_used_twice_their_estimate_double_the_next_est
   EXPECT_LT(view["error_corrected_leave_one_out"].get<double>(), 0.1);
   // Learning from a corrected row uses the model's own figure, not the corrected one.
   auto again = finished(300.0, 600.0, 13);
-  again.estimate = estimates[0];
+  again.estimate = joule::daemon::read_estimates(json::array({estimates[0]}))[0];
+  EXPECT_EQ(again.estimate.joules_mean, estimates[0]["joules"]["mean"].get<double>());
+  EXPECT_EQ(again.estimate.model_joules_mean, 300.0);
   EXPECT_TRUE(outcomes.record(again));
   EXPECT_EQ(outcomes.view("cpu")["rows"], 13);
 }
@@ -56,7 +61,7 @@ TEST(OutcomeServiceTest, partial_mismatched_and_failed_estimates_teach_nothing) 
   EXPECT_FALSE(outcomes.record(partial));
   EXPECT_FALSE(outcomes.record(finished(100.0, 200.0, 2, "rapl")));  // modelled estimate, rapl joules
   auto no_model = finished(100.0, 200.0, 3);
-  no_model.estimate = {{"device", "cpu"}, {"status", "no-model"}};
+  no_model.estimate = joule::daemon::read_estimates(json::array({{{"device", "cpu"}, {"status", "no-model"}}}))[0];
   EXPECT_FALSE(outcomes.record(no_model));
   EXPECT_EQ(outcomes.view("cpu")["rows"], 0);
   // Below the minimum rows an estimate is left as the model made it.

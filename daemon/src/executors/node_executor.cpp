@@ -171,12 +171,10 @@ void NodeExecutor::finish(JobRecord& job, const cluster::ReportedJob& report) {
   job.row.energy_source = report.energy_source;
   if (!report.energy_joules && job.row.started_ms) {
     // No meter where it ran (a Slurm node): it is charged its estimate there, labelled a model's figure.
-    const auto estimates = json::parse(job.row.estimate_json.empty() ? "null" : job.row.estimate_json, nullptr, false);
-    for (const auto& row : estimates.is_array() ? estimates : json::array())
-      if (row.value("device", "") == job.row.device && row.value("status", "") == "ok") {
-        job.row.energy_joules = row["joules"].value("mean", 0.0);
-        job.row.energy_source = row.value("source", "") == "simulated" ? "simulated" : "modelled";
-      }
+    if (const auto* estimate = find_estimate(job.estimates, job.row.device); estimate && estimate->ok) {
+      job.row.energy_joules = estimate->joules_mean;
+      job.row.energy_source = estimate->source == "simulated" ? "simulated" : "modelled";
+    }
   }
   job.row.energy_partial = report.energy_partial;
   std::optional<adapters::ExitStatus> exit;

@@ -32,6 +32,7 @@
 #include "joule/common/result.hpp"
 #include "joule/daemon/budget_service.hpp"
 #include "joule/daemon/job_accounts.hpp"
+#include "joule/daemon/job_estimate.hpp"
 #include "joule/daemon/metrics.hpp"
 #include "joule/estimator/probe_campaign.hpp"
 #include "joule/schedulers/job.hpp"
@@ -188,7 +189,7 @@ class JobService {
   /// What a finished job tells the device's energy model: its estimate there and its metered energy.
   struct Feedback {
     std::string device;
-    nlohmann::json estimate;  ///< the stored estimate row of that device ("status": "ok"...)
+    DeviceEstimate estimate;  ///< the job's estimate on that device
     double joules = 0.0;
     std::string source;
     bool partial = false;  ///< adopted after a restart: part of its energy was not metered
@@ -260,8 +261,10 @@ class JobService {
   void schedule();
   void schedule_retry(schedulers::UnixMillis at);
   std::vector<schedulers::DeviceStatus> device_statuses() const;
-  schedulers::PendingJob pending_job(const std::string& id, const schedulers::JobSpec& spec,
-                                     const std::string& estimate_json) const;
+  /// What placement sees of a queued job: its constraints and its estimate on each device.
+  schedulers::PendingJob pending_job(const Job& job) const;
+  /// Keeps a job's estimates: the stored text (the API shows it) and what the daemon decides with.
+  void set_estimates(Job& job, const nlohmann::json& rows);
   std::optional<schedulers::Estimate> estimate_for(const Job& job, const std::string& device) const;
   std::optional<schedulers::EnergyDistribution> estimate_on(const Job& job, const std::string& device) const;
   void note_waiting(Job& job, schedulers::WaitReason reason);

@@ -1,0 +1,44 @@
+#pragma once
+// A job's estimate on one device, as the daemon decides with it: read once from the stored
+// estimate (the estimator's JSON rows, which stay the form kept in SQLite and shown by the API),
+// then passed around typed, to placement, the ledger and the feedback that teaches the models.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "joule/schedulers/placement.hpp"
+
+namespace joule::daemon {
+
+struct DeviceEstimate {
+  std::string device;
+  /// Whether the device had a model for it ("status": "ok"); the figures below are set only then.
+  bool ok = false;
+  std::string source;  ///< of the joules: "modelled", "simulated", or a meter's once calibrated on one
+  double joules_mean = 0.0;
+  double joules_std = 0.0;
+  /// The model's own figure where the served one was corrected from finished jobs (raw_joules).
+  double model_joules_mean = 0.0;
+  double model_joules_std = 0.0;
+  double seconds_mean = 0.0;
+  std::optional<double> baseline_joules;  ///< the FLOPs baseline's figure
+  double flops_per_step = 0.0;            ///< summed over the layers
+  std::int64_t steps = 0;
+
+  /// What placement weighs it by.
+  schedulers::Estimate placement() const { return {joules_mean, joules_std, seconds_mean}; }
+};
+
+/// Reads the estimator's rows (a JSON array of per-device rows); rows without a device are
+/// skipped, and anything but an array gives none.
+std::vector<DeviceEstimate> read_estimates(const nlohmann::json& rows);
+/// The same from the stored text ("" or text that does not parse: none).
+std::vector<DeviceEstimate> read_estimates(const std::string& stored);
+/// The estimate on `device` among `estimates`, or nullptr.
+const DeviceEstimate* find_estimate(const std::vector<DeviceEstimate>& estimates, const std::string& device);
+
+}  // namespace joule::daemon
