@@ -30,12 +30,13 @@ std::int64_t millis(double seconds) { return static_cast<std::int64_t>(seconds *
 // ---------------------------------------------------------------- coordinator
 
 ClusterCoordinator::ClusterCoordinator(asio::io_context& io, JobService& jobs, ModelService& models, Metrics& metrics,
-                                       CoordinatorOptions options)
+                                       CoordinatorOptions options, const Clock& clock)
     : io_(io),
       jobs_(jobs),
       models_(models),
       metrics_(metrics),
       options_(options),
+      clock_(clock),
       registry_(millis(options.lost_after_seconds), now_ms()),
       lease_timer_(io) {
   static thread_local boost::uuids::random_generator make_uuid;
@@ -48,8 +49,11 @@ ClusterCoordinator::ClusterCoordinator(asio::io_context& io, JobService& jobs, M
 ClusterCoordinator::~ClusterCoordinator() { *alive_ = false; }
 
 std::int64_t ClusterCoordinator::now_ms() const {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(clock_.steady().time_since_epoch()).count();
+}
+
+std::int64_t ClusterCoordinator::wall_ms(std::int64_t registry_ms) const {
+  return clock_.unix_ms() - (now_ms() - registry_ms);
 }
 
 void ClusterCoordinator::start() {
@@ -213,18 +217,18 @@ json ClusterCoordinator::nodes() const {
                             {"limit_joules", rule->limit_joules},
                             {"remaining_joules", budget.value("remaining_joules", 0.0)}});
     }
-    out.push_back(
-        {{"name", name},
-         {"state", cluster::to_string(node.state)},
-         {"since", schedulers::format_rfc3339(node.since)},
-         {"last_heartbeat", node.last_heard ? json(schedulers::format_rfc3339(*node.last_heard)) : json(nullptr)},
-         {"seconds_since_heartbeat",
-          node.last_heard ? json(static_cast<double>(now - *node.last_heard) / 1000.0) : json(nullptr)},
-         {"version", node.version},
-         {"power_watts", power},
-         {"running_jobs", running},
-         {"devices", devices},
-         {"budgets", covering}});
+    out.push_back({{"name", name},
+                   {"state", cluster::to_string(node.state)},
+                   {"since", schedulers::format_rfc3339(wall_ms(node.since))},
+                   {"last_heartbeat",
+                    node.last_heard ? json(schedulers::format_rfc3339(wall_ms(*node.last_heard))) : json(nullptr)},
+                   {"seconds_since_heartbeat",
+                    node.last_heard ? json(static_cast<double>(now - *node.last_heard) / 1000.0) : json(nullptr)},
+                   {"version", node.version},
+                   {"power_watts", power},
+                   {"running_jobs", running},
+                   {"devices", devices},
+                   {"budgets", covering}});
   }
   return json{{"role", "coordinator"},
               {"lost_after_seconds", options_.lost_after_seconds},

@@ -576,7 +576,7 @@ int run_daemon(const CommandLine& command_line) {
   if (is_coordinator) {
     coordinator = std::make_unique<ClusterCoordinator>(
         io, jobs, models, metrics,
-        CoordinatorOptions{config.cluster.heartbeat_seconds, config.cluster.lost_after_seconds});
+        CoordinatorOptions{config.cluster.heartbeat_seconds, config.cluster.lost_after_seconds}, joule::system_clock());
   }
   if (is_agent) {
     agent = std::make_unique<ClusterAgent>(

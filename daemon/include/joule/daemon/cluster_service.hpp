@@ -23,6 +23,7 @@
 #include "joule/client/http_client.hpp"
 #include "joule/cluster/node_registry.hpp"
 #include "joule/cluster/sync.hpp"
+#include "joule/common/clock.hpp"
 #include "joule/common/result.hpp"
 #include "joule/daemon/job_service.hpp"
 #include "joule/daemon/metrics.hpp"
@@ -39,8 +40,10 @@ class ClusterCoordinator {
  public:
   using Answer = std::function<void(Result<nlohmann::json>)>;
 
+  /// `clock`: leases run on its monotonic time (a wall clock set forward must not declare every
+  /// node lost); its wall time only dates what GET /v1/nodes shows.
   ClusterCoordinator(boost::asio::io_context& io, JobService& jobs, ModelService& models, Metrics& metrics,
-                     CoordinatorOptions options);
+                     CoordinatorOptions options, const Clock& clock = system_clock());
   ~ClusterCoordinator();
 
   /// Expects the nodes the stored jobs were placed on, and starts watching leases.
@@ -63,13 +66,17 @@ class ClusterCoordinator {
   void release_held(const std::string& node, bool timed_out_only);
   void check_leases();
   void publish_node_counts();
+  /// Monotonic milliseconds: the registry's time, for leases.
   std::int64_t now_ms() const;
+  /// A registry time as wall time, for display.
+  std::int64_t wall_ms(std::int64_t registry_ms) const;
 
   boost::asio::io_context& io_;
   JobService& jobs_;
   ModelService& models_;
   Metrics& metrics_;
   CoordinatorOptions options_;
+  const Clock& clock_;
   cluster::NodeRegistry registry_;
   std::map<std::string, std::list<HeldSync>> held_;
   std::map<std::string, std::int64_t> model_versions_;  // by "node/device"
