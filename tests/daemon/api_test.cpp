@@ -8,6 +8,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "counting_meter.hpp"
 #include "joule/adapters/database.hpp"
 #include "joule/adapters/storage_writer.hpp"
 #include "joule/common/sha256.hpp"
@@ -24,16 +25,6 @@ using nlohmann::json;
 
 namespace {
 
-// A meter whose every read adds one joule: enough to see energy flow without hardware.
-class CountingMeter final : public joule::adapters::EnergyMeter {
- public:
-  std::string_view source() const override { return "simulated"; }
-  joule::Result<joule::Joules> read() override { return joule::Joules{total_ += 1.0}; }
-
- private:
-  double total_ = 0.0;
-};
-
 class ApiTest : public ::testing::Test {
  protected:
   ApiTest()
@@ -46,7 +37,7 @@ class ApiTest : public ::testing::Test {
   static std::vector<joule::daemon::Device> devices() {
     std::vector<joule::daemon::Device> out(1);
     out[0].name = "cpu";
-    out[0].meter = std::make_unique<CountingMeter>();
+    out[0].meter = std::make_unique<joule::testing::CountingMeter>();
     return out;
   }
   joule::daemon::JobServiceOptions options() const {
@@ -115,8 +106,9 @@ TEST_F(ApiTest, metrics_are_the_text_exposition) {
   EXPECT_EQ(response.result_int(), 200u);
   EXPECT_EQ(response[http::field::content_type], "text/plain; version=0.0.4; charset=utf-8");
   // Device metrics carry the node (the default node name here is "localhost").
-  EXPECT_NE(response.body().find("joule_device_energy_joules_total{device=\"cpu\",node=\"localhost\",source=\"simulated\"}"),
-            std::string::npos)
+  EXPECT_NE(
+      response.body().find("joule_device_energy_joules_total{device=\"cpu\",node=\"localhost\",source=\"simulated\"}"),
+      std::string::npos)
       << response.body();
   EXPECT_NE(response.body().find("joule_jobs{state=\"queued\"} 0"), std::string::npos);
 }
@@ -396,12 +388,15 @@ TEST_F(ApiTest, estimate_without_a_model_gives_counts_and_says_why_no_joules) {
 }
 
 TEST_F(ApiTest, estimate_errors_name_the_field) {
-  auto misfit = body_of(call(http::verb::post, "/v1/estimate",
-                             R"({"model": {"input": {"shape": [1, 4, 4]}, "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 5}]},
+  auto misfit = body_of(call(
+      http::verb::post, "/v1/estimate",
+      R"({"model": {"input": {"shape": [1, 4, 4]}, "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 5}]},
                                  "training": {"samples_per_epoch": 10}})"));
   EXPECT_EQ(misfit["status"], 400);
   EXPECT_EQ(misfit["errors"][0]["pointer"], "/model/layers/0");
-  auto no_training = body_of(call(http::verb::post, "/v1/estimate", R"({"model": {"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": 2}]}})"));
+  auto no_training =
+      body_of(call(http::verb::post, "/v1/estimate",
+                   R"({"model": {"input": {"shape": [4]}, "layers": [{"type": "linear", "out_features": 2}]}})"));
   EXPECT_EQ(no_training["errors"][0]["pointer"], "/training");
   json filtered = json::parse(kEstimateBody);
   filtered["devices"] = json::array({"cuda:*"});

@@ -7,25 +7,18 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "counting_meter.hpp"
 #include "joule/adapters/storage_writer.hpp"
 #include "joule/common/clock.hpp"
+#include "reported_job.hpp"
 #include "temp_dir.hpp"
 
 using joule::daemon::JobService;
+using joule::testing::reported_job;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
 namespace {
-
-// A meter whose every read adds one joule: energy flows without hardware.
-class CountingMeter final : public joule::adapters::EnergyMeter {
- public:
-  std::string_view source() const override { return "simulated"; }
-  joule::Result<joule::Joules> read() override { return joule::Joules{total_ += 1.0}; }
-
- private:
-  double total_ = 0.0;
-};
 
 class JobServiceTest : public ::testing::Test {
  protected:
@@ -45,7 +38,7 @@ class JobServiceTest : public ::testing::Test {
   static std::vector<joule::daemon::Device> devices() {
     std::vector<joule::daemon::Device> out(1);
     out[0].name = "cpu";
-    out[0].meter = std::make_unique<CountingMeter>();
+    out[0].meter = std::make_unique<joule::testing::CountingMeter>();
     return out;
   }
   joule::daemon::JobServiceOptions options() const {
@@ -94,14 +87,6 @@ class JobServiceTest : public ::testing::Test {
   JobService jobs_;
 };
 
-joule::cluster::ReportedJob report(const std::string& id, std::int64_t epoch, const std::string& state) {
-  joule::cluster::ReportedJob out;
-  out.id = id;
-  out.epoch = epoch;
-  out.state = state;
-  return out;
-}
-
 }  // namespace
 
 TEST_F(JobServiceTest, a_deadline_is_judged_by_the_clock_the_service_is_given) {
@@ -125,7 +110,7 @@ TEST_F(JobServiceTest, a_job_on_an_agent_runs_through_its_reports_and_keeps_thei
   EXPECT_EQ(desired[0].epoch, 1);
   EXPECT_EQ(desired[0].device, "cpu");
 
-  auto started = report(id, 1, "running");
+  auto started = reported_job(id, 1, "running");
   started.started_ms = clock_.unix_ms();
   started.energy_joules = 5.0;
   started.energy_source = "rapl";
@@ -133,7 +118,7 @@ TEST_F(JobServiceTest, a_job_on_an_agent_runs_through_its_reports_and_keeps_thei
   EXPECT_EQ(state_of(id), "running");
 
   clock_.advance(90s);
-  auto ended = report(id, 1, "succeeded");
+  auto ended = reported_job(id, 1, "succeeded");
   ended.started_ms = started.started_ms;
   ended.finished_ms = clock_.unix_ms();
   ended.energy_joules = 250.0;
@@ -158,15 +143,15 @@ TEST_F(JobServiceTest, a_lost_agents_job_is_queued_again_and_adopted_when_the_ag
   ASSERT_TRUE(submitted);
   const std::string id = (*submitted)["id"];
   ASSERT_TRUE(run_until([&] { return !jobs_.desired_for("agent-1").empty(); }));
-  (void)jobs_.apply_reports("agent-1", {report(id, 1, "running")});
+  (void)jobs_.apply_reports("agent-1", {reported_job(id, 1, "running")});
   jobs_.node_lost("agent-1");
   EXPECT_EQ(state_of(id), "queued");
   EXPECT_TRUE(jobs_.desired_for("agent-1").empty());
-  auto late = report(id, 1, "succeeded");
+  auto late = reported_job(id, 1, "succeeded");
   late.energy_joules = 900.0;
   late.energy_source = "rapl";
   // It is still the job's last placement, so agent-1 coming back with it running is adopted...
-  (void)jobs_.apply_reports("agent-1", {report(id, 1, "running")});
+  (void)jobs_.apply_reports("agent-1", {reported_job(id, 1, "running")});
   EXPECT_EQ(state_of(id), "running");
   // ...and its end recorded, once.
   EXPECT_EQ(jobs_.apply_reports("agent-1", {late}).size(), 1u);

@@ -4,12 +4,14 @@
 
 #include "job_record.hpp"
 #include "joule/daemon/reported_meter.hpp"
+#include "reported_job.hpp"
 
 using joule::daemon::Device;
 using joule::daemon::ExecutorHost;
 using joule::daemon::JobRecord;
 using joule::daemon::NodeExecutor;
 using joule::schedulers::JobState;
+using joule::testing::reported_job;
 
 namespace {
 
@@ -74,14 +76,6 @@ Device agent_device(const std::string& node, const std::string& name) {
   return device;
 }
 
-joule::cluster::ReportedJob report(const std::string& id, std::int64_t epoch, const std::string& state) {
-  joule::cluster::ReportedJob out;
-  out.id = id;
-  out.epoch = epoch;
-  out.state = state;
-  return out;
-}
-
 class NodeExecutorTest : public ::testing::Test {
  protected:
   NodeExecutorTest() {
@@ -142,7 +136,7 @@ TEST_F(NodeExecutorTest, a_report_of_an_older_epoch_never_settles_the_current_pl
   ASSERT_EQ(job.row.epoch, 2);
 
   // agent-1 still reports epoch 1 ending: acknowledged (it may stop reporting it), not recorded.
-  auto old_end = report("job-1", 1, "succeeded");
+  auto old_end = reported_job("job-1", 1, "succeeded");
   old_end.energy_joules = 500.0;
   old_end.energy_source = "rapl";
   const auto recorded = executor.apply_reports("agent-1", {old_end});
@@ -150,13 +144,13 @@ TEST_F(NodeExecutorTest, a_report_of_an_older_epoch_never_settles_the_current_pl
   EXPECT_EQ(job.state, JobState::placed);
   EXPECT_FALSE(job.row.energy_joules.has_value());
   // Epoch 2 reported by the wrong node is stale too.
-  (void)executor.apply_reports("agent-1", {report("job-1", 2, "running")});
+  (void)executor.apply_reports("agent-1", {reported_job("job-1", 2, "running")});
   EXPECT_EQ(job.state, JobState::placed);
 }
 
 TEST_F(NodeExecutorTest, reports_start_meter_and_end_the_run_with_the_nodes_energy_and_exit_code) {
   JobRecord& job = place("agent-1/cpu");
-  auto started = report("job-1", 1, "running");
+  auto started = reported_job("job-1", 1, "running");
   started.started_ms = 900'000;
   started.energy_joules = 12.0;
   started.energy_source = "rapl";
@@ -165,12 +159,12 @@ TEST_F(NodeExecutorTest, reports_start_meter_and_end_the_run_with_the_nodes_ener
   EXPECT_EQ(job.row.started_ms, 900'000);
   EXPECT_EQ(executor.energy_so_far(job, book.devices[0], nullptr), 12.0);
 
-  auto progress = report("job-1", 1, "running");
+  auto progress = reported_job("job-1", 1, "running");
   progress.energy_joules = 40.0;
   (void)executor.apply_reports("agent-1", {progress});
   EXPECT_EQ(executor.energy_so_far(job, book.devices[0], nullptr), 40.0);
 
-  auto ended = report("job-1", 1, "failed");
+  auto ended = reported_job("job-1", 1, "failed");
   ended.energy_joules = 55.0;
   ended.energy_source = "rapl";
   ended.exit_code = 137;  // killed by signal 9 on the agent
@@ -188,7 +182,7 @@ TEST_F(NodeExecutorTest, reports_start_meter_and_end_the_run_with_the_nodes_ener
 
 TEST_F(NodeExecutorTest, a_run_that_started_and_ended_between_two_syncs_counts_as_run) {
   JobRecord& job = place("agent-1/cpu");
-  auto ended = report("job-1", 1, "succeeded");
+  auto ended = reported_job("job-1", 1, "succeeded");
   ended.started_ms = 950'000;
   ended.energy_joules = 30.0;
   ended.energy_source = "rapl";
@@ -201,7 +195,7 @@ TEST_F(NodeExecutorTest, a_node_without_a_meter_charges_the_estimate_labelled_as
   JobRecord& job = place("agent-1/cpu");
   job.estimates = joule::daemon::read_estimates(std::string(
       R"([{"device": "agent-1/cpu", "status": "ok", "source": "simulated", "joules": {"mean": 321.0, "std": 10.0}}])"));
-  auto ended = report("job-1", 1, "succeeded");
+  auto ended = reported_job("job-1", 1, "succeeded");
   ended.started_ms = 950'000;
   (void)executor.apply_reports("agent-1", {ended});
   EXPECT_EQ(job.row.energy_joules, 321.0);
@@ -218,7 +212,7 @@ TEST_F(NodeExecutorTest, a_cancel_before_the_node_took_the_job_up_ends_it_here_a
 
 TEST_F(NodeExecutorTest, a_cancel_after_the_node_took_the_job_up_is_left_to_the_node) {
   JobRecord& job = place("agent-1/cpu");
-  (void)executor.apply_reports("agent-1", {report("job-1", 1, "running")});
+  (void)executor.apply_reports("agent-1", {reported_job("job-1", 1, "running")});
   book.changed.clear();
   job.cancel_requested = true;
   executor.stop(job);
@@ -231,7 +225,7 @@ TEST_F(NodeExecutorTest, a_cancel_after_the_node_took_the_job_up_is_left_to_the_
 
 TEST_F(NodeExecutorTest, only_pause_and_resume_are_applied_from_here) {
   JobRecord& job = place("agent-1/cpu");
-  (void)executor.apply_reports("agent-1", {report("job-1", 1, "running")});
+  (void)executor.apply_reports("agent-1", {reported_job("job-1", 1, "running")});
   joule::schedulers::ThrottleAction pause;
   pause.kind = joule::schedulers::ThrottleAction::Kind::pause;
   pause.job = "job-1";
@@ -248,14 +242,14 @@ TEST_F(NodeExecutorTest, only_pause_and_resume_are_applied_from_here) {
 
 TEST_F(NodeExecutorTest, a_node_that_comes_back_still_running_the_job_is_adopted_under_the_same_epoch) {
   JobRecord& job = place("agent-1/cpu");
-  (void)executor.apply_reports("agent-1", {report("job-1", 1, "running")});
+  (void)executor.apply_reports("agent-1", {reported_job("job-1", 1, "running")});
   // The node is lost: the book queues the job again and lets go of the run, keeping its epoch.
   executor.release(job, /*ended=*/false);
   book.devices[0].job.reset();
   job.state = JobState::queued;
   EXPECT_FALSE(executor.energy_so_far(job, book.devices[0], nullptr).has_value());
 
-  auto back = report("job-1", 1, "running");
+  auto back = reported_job("job-1", 1, "running");
   back.energy_joules = 70.0;
   (void)executor.apply_reports("agent-1", {back});
   EXPECT_EQ(job.state, JobState::running);
@@ -283,7 +277,7 @@ TEST_F(NodeExecutorTest, recovery_publishes_the_stored_epoch_and_reserves_the_jo
 
 TEST_F(NodeExecutorTest, an_old_runs_end_reported_while_the_job_is_placed_again_on_the_same_node_settles_nothing) {
   JobRecord& job = place("agent-1/cpu");
-  (void)executor.apply_reports("agent-1", {report("job-1", 1, "running")});
+  (void)executor.apply_reports("agent-1", {reported_job("job-1", 1, "running")});
   // agent-1 is lost; the book queues the job again, then places it on agent-1 once more.
   executor.release(job, /*ended=*/false);
   job.state = JobState::queued;
@@ -291,7 +285,7 @@ TEST_F(NodeExecutorTest, an_old_runs_end_reported_while_the_job_is_placed_again_
   job.state = JobState::placed;
   ASSERT_EQ(job.row.epoch, 2);
   // Back, agent-1 reports how epoch 1 ended while it was away: not this placement's end.
-  auto old_end = report("job-1", 1, "succeeded");
+  auto old_end = reported_job("job-1", 1, "succeeded");
   old_end.energy_joules = 80.0;
   old_end.energy_source = "rapl";
   EXPECT_EQ(executor.apply_reports("agent-1", {old_end}).size(), 1u);  // acknowledged
