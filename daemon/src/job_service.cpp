@@ -755,7 +755,7 @@ void JobService::track_running(schedulers::UnixMillis now) {
     Job& job = *it->second;
     if (job.state != JobState::running && job.state != JobState::throttled) continue;
     Executor& executor = executor_for(device);
-    const std::optional<double> metered = executor.energy_so_far(job, device, nullptr);
+    const std::optional<double> metered = executor.energy_as_sampled(job, device);
     job.used_joules = metered;  // shown as energy_so_far
     const double used = metered.value_or(0.0);
     const auto expected = job.projection ? std::optional(job.projection->total) : job.prior;

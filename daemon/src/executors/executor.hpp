@@ -70,9 +70,13 @@ class Executor {
   virtual Status throttle(JobRecord& job, Device& device, const schedulers::ThrottleAction& action) = 0;
   /// Whether a CPU quota can be set on this run.
   virtual bool can_limit_cpu(const JobRecord& job) const = 0;
-  /// Joules the run has used so far (all of them once `exit` is known); nothing where unknown.
+  /// Joules the run has used so far (all of them once `exit` is known), from a fresh reading;
+  /// nothing where unknown.
   virtual std::optional<double> energy_so_far(JobRecord& job, Device& device,
                                               const adapters::ExitStatus* exit = nullptr) = 0;
+  /// The same as of the device's last meter sample (what every sample's bookkeeping uses, so
+  /// that a sample reads each meter once).
+  virtual std::optional<double> energy_as_sampled(JobRecord& job, Device& device) = 0;
   /// The run ended: record its energy figure on the row where this executor meters it. Returns
   /// whether this node metered it (so its figure can teach this node's energy model).
   virtual bool settle_energy(JobRecord& job, Device* device, const adapters::ExitStatus* exit) = 0;

@@ -375,6 +375,12 @@ std::optional<double> LocalExecutor::energy_so_far(JobRecord& job, Device& devic
   return std::max(0.0, *now - *run.energy_at_start);
 }
 
+std::optional<double> LocalExecutor::energy_as_sampled(JobRecord& job, Device& device) {
+  // A CPU-time model has no device reading to reuse: the job's own CPU time is read.
+  if (device.meter->cpu_time_model()) return energy_so_far(job, device, nullptr);
+  return sampled_energy(job, device);
+}
+
 std::optional<double> LocalExecutor::sampled_energy(const JobRecord& job, const Device& device) const {
   const auto it = runs_.find(job.row.id);
   if (it == runs_.end() || !it->second.energy_at_start || device.meter_error) return std::nullopt;

@@ -32,6 +32,7 @@ class LocalExecutor final : public Executor {
   Status throttle(JobRecord& job, Device& device, const schedulers::ThrottleAction& action) override;
   bool can_limit_cpu(const JobRecord& job) const override;
   std::optional<double> energy_so_far(JobRecord& job, Device& device, const adapters::ExitStatus* exit) override;
+  std::optional<double> energy_as_sampled(JobRecord& job, Device& device) override;
   bool settle_energy(JobRecord& job, Device* device, const adapters::ExitStatus* exit) override;
   void release(JobRecord& job, bool ended) override;
   void recover(JobRecord& job, Device* device) override;

@@ -28,6 +28,9 @@ class NodeExecutor final : public Executor {
   Status throttle(JobRecord& job, Device& device, const schedulers::ThrottleAction& action) override;
   bool can_limit_cpu(const JobRecord&) const override { return false; }
   std::optional<double> energy_so_far(JobRecord& job, Device& device, const adapters::ExitStatus* exit) override;
+  std::optional<double> energy_as_sampled(JobRecord& job, Device& device) override {
+    return energy_so_far(job, device, nullptr);
+  }
   bool settle_energy(JobRecord& job, Device* device, const adapters::ExitStatus* exit) override;
   void release(JobRecord& job, bool ended) override;
   void recover(JobRecord& job, Device* device) override;
