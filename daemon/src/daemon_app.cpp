@@ -564,7 +564,7 @@ int run_daemon(const CommandLine& command_line) {
   probe_options.state_directory = config.state_directory;
   probe_options.runner = job_options.runner;
   probe_options.worker = find_worker(config.probing, job_options.runner);
-  ProbeService probes(io, storage, metrics, models, jobs, probe_options);
+  ProbeService probes(io, storage, metrics, models, jobs, probe_options, joule::system_clock());
   api.set_probes(&probes);
   jobs.set_device_hooks([&](const std::string& device) { probes.preempt(device); },
                         [&](const JobService::Feedback& feedback) {

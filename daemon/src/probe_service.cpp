@@ -102,14 +102,6 @@ std::optional<estimator::ProbeTarget> parse_target(const json& j) {
   }
 }
 
-// Minute of the local day, and the local calendar day (for the daily joule cap).
-std::pair<int, int> local_minute_and_day() {
-  const std::time_t now = std::time(nullptr);
-  std::tm local{};
-  localtime_r(&now, &local);
-  return {local.tm_hour * 60 + local.tm_min, local.tm_year * 1000 + local.tm_yday};
-}
-
 }  // namespace
 
 struct ProbeService::Running {
@@ -155,13 +147,14 @@ struct ProbeService::Device {
 };
 
 ProbeService::ProbeService(asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
-                           ModelService& models, JobService& jobs, ProbeServiceOptions options)
+                           ModelService& models, JobService& jobs, ProbeServiceOptions options, const Clock& clock)
     : io_(io),
       storage_(storage),
       metrics_(metrics),
       models_(models),
       jobs_(jobs),
       options_(std::move(options)),
+      clock_(clock),
       timer_(io) {}
 
 ProbeService::~ProbeService() {
@@ -170,9 +163,11 @@ ProbeService::~ProbeService() {
   if (fitter_.joinable()) fitter_.join();
 }
 
-std::int64_t ProbeService::now_ms() const {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+std::pair<int, int> ProbeService::local_minute_and_day() const {
+  const std::time_t now = static_cast<std::time_t>(clock_.unix_ms() / 1000);
+  std::tm local{};
+  localtime_r(&now, &local);
+  return {local.tm_hour * 60 + local.tm_min, local.tm_year * 1000 + local.tm_yday};
 }
 
 void ProbeService::start(const std::vector<config::DeviceConfig>& devices, StoredProbeState stored) {
@@ -318,8 +313,7 @@ void ProbeService::refresh_workload(Device& device) {
 std::optional<std::string> ProbeService::why_not_now(const Device& device, bool requested) const {
   if (device.environment_failed) return device.waiting;
   if (!device.environment_known) return "checking joule-worker's environment";
-  if (std::chrono::steady_clock::now() < device.backoff_until)
-    return "paused after repeated probe failures (see GET /v1/probes)";
+  if (clock_.steady() < device.backoff_until) return "paused after repeated probe failures (see GET /v1/probes)";
   const auto [minute, day] = local_minute_and_day();
   return probing_refusal(options_.probing, ProbeMoment{requested, minute, device.joules_today});
 }
@@ -342,7 +336,7 @@ void ProbeService::consider(Device& device) {
     check_environment(device);
     return;
   }
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = clock_.steady();
   const auto [minute, day] = local_minute_and_day();
   if (day != device.day) {
     device.day = day;
@@ -488,7 +482,7 @@ void ProbeService::check_environment(Device& device) {
   Running running;
   running.process = *process;
   running.directory = directory;
-  running.started = std::chrono::steady_clock::now();
+  running.started = clock_.steady();
   running.environment_only = true;
   device.probe = std::move(running);
   watch_worker(device);
@@ -535,7 +529,7 @@ void ProbeService::start_probe(Device& device) {
     out << worker::to_json(request).dump();
     if (!out) {
       device.waiting = fmt::format("cannot write {}", (directory / "request.json").string());
-      device.backoff_until = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+      device.backoff_until = clock_.steady() + std::chrono::minutes(1);
       return;
     }
   }
@@ -552,7 +546,7 @@ void ProbeService::start_probe(Device& device) {
   auto process = adapters::launch_job(spec);
   if (!process) {
     spdlog::error("device {}: cannot start a probe: {}", device.config.name, process.error().message);
-    device.backoff_until = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    device.backoff_until = clock_.steady() + std::chrono::minutes(1);
     return;
   }
   Running running;
@@ -560,7 +554,7 @@ void ProbeService::start_probe(Device& device) {
   running.plan = std::move(plan).value();
   running.process = *process;
   running.directory = directory;
-  running.started = std::chrono::steady_clock::now();
+  running.started = clock_.steady();
   device.probe = std::move(running);
   watch_worker(device);
 }
@@ -585,7 +579,7 @@ void ProbeService::on_probe_exit(const std::string& device_name) {
   const auto runner_status = adapters::reap_child(probe.process.pid);
   auto exit = adapters::read_status_file(probe.directory / "status");
   if (!exit) exit = runner_status;
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - probe.started).count();
+  const double seconds = std::chrono::duration<double>(clock_.steady() - probe.started).count();
   std::error_code ec;
 
   if (probe.environment_only) {
@@ -637,7 +631,7 @@ void ProbeService::on_probe_exit(const std::string& device_name) {
       save_run(run->first);
     }
     if (++device.consecutive_failures >= kFailuresBeforeBackoff) {
-      device.backoff_until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+      device.backoff_until = clock_.steady() + std::chrono::minutes(10);
       device.consecutive_failures = 0;
       close_run(device, "failed", message + " (probing paused for 10 minutes)");
     }
@@ -726,7 +720,7 @@ void ProbeService::accept_result(Device& device, const Running& probe, const jso
   {
     // Probing spends the budgets that cover the device like any other work.
     const auto ended = now_ms();
-    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - probe.started);
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clock_.steady() - probe.started);
     jobs_.budgets().record(adapters::StoredEnergyUse{jobs_.budgets().node(), name, "probe", ended - took.count(), ended,
                                                      joules, result->meter_source});
   }
@@ -773,7 +767,7 @@ void ProbeService::maybe_fit(Device& device, bool force) {
   const std::size_t samples = device.samples;
   device.samples_at_fit = samples;
   fitter_ = std::thread([this, alive = alive_, copy, samples, name = device.config.name] {
-    const auto started = std::chrono::steady_clock::now();
+    const auto started = std::chrono::steady_clock::now();  // how long the fit computes: real time
     estimator::GpFitOptions gp;
     gp.restarts = 1;
     auto fitted = copy->fit(gp);
@@ -918,8 +912,8 @@ Result<json> ProbeService::request(const json& body) {
   Device& device = *it->second;
   if (device.active_run) close_run(device, "done", "superseded by a requested run");
   const std::string id = open_run(device, "requested", seconds);
-  device.requested_until = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                                  std::chrono::duration<double>(seconds));
+  device.requested_until = clock_.steady() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                 std::chrono::duration<double>(seconds));
   // A requested run goes on where the model is already sure (σ target 0) and learns the
   // models it names besides the queued and recent jobs'.
   device.requested_models = std::move(extra);

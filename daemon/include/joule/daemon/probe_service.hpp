@@ -37,6 +37,7 @@
 #include "joule/adapters/database.hpp"
 #include "joule/adapters/job_process.hpp"
 #include "joule/adapters/storage_writer.hpp"
+#include "joule/common/clock.hpp"
 #include "joule/config/daemon_config.hpp"
 #include "joule/daemon/job_service.hpp"
 #include "joule/daemon/metrics.hpp"
@@ -62,8 +63,10 @@ struct StoredProbeState {
 
 class ProbeService {
  public:
+  /// `clock`: wall time for stored runs, snapshots and the local day of the daily cap;
+  /// monotonic time for back-offs, idleness and requested runs' ends.
   ProbeService(boost::asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics, ModelService& models,
-               JobService& jobs, ProbeServiceOptions options);
+               JobService& jobs, ProbeServiceOptions options, const Clock& clock = system_clock());
   ~ProbeService();
 
   /// Takes over the real devices (cpu, cuda:N) of the config, resumes from what was stored,
@@ -111,7 +114,9 @@ class ProbeService {
   nlohmann::json run_json(const adapters::StoredProbeRun& run) const;
   nlohmann::json snapshot_meta(const Device& device) const;
   void publish_model_state(const Device& device, std::int64_t version);
-  std::int64_t now_ms() const;
+  std::int64_t now_ms() const { return clock_.unix_ms(); }
+  /// Minute of the local day, and the local calendar day (for probing hours and the daily cap).
+  std::pair<int, int> local_minute_and_day() const;
 
   boost::asio::io_context& io_;
   adapters::StorageWriter& storage_;
@@ -119,6 +124,7 @@ class ProbeService {
   ModelService& models_;
   JobService& jobs_;
   ProbeServiceOptions options_;
+  const Clock& clock_;
   std::map<std::string, std::unique_ptr<Device>> devices_;
   std::map<std::string, adapters::StoredProbeRun> runs_;
   std::deque<std::string> run_order_;
