@@ -16,7 +16,11 @@
 namespace joule::daemon {
 
 struct JobRecord {
-  adapters::StoredJob row;  // everything that is persisted
+  adapters::StoredJob row;  // everything that is persisted, as the daemon decides it
+  /// The row as last committed: what the API shows and lists by (a state is shown only once it
+  /// is durable), and the events committed so far.
+  adapters::StoredJob shown;
+  std::size_t events_shown = 0;
   schedulers::JobSpec spec;
   schedulers::JobState state = schedulers::JobState::queued;
   std::vector<adapters::StoredEvent> events;

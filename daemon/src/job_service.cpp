@@ -183,9 +183,35 @@ void JobService::persist(Write write, std::function<void(Status)> done) {
   });
 }
 
+void JobService::persist_job(Job& job, bool writes_row, Write write, std::function<void(Status)> done) {
+  std::optional<adapters::StoredJob> row;
+  if (writes_row) row = job.row;
+  persist(std::move(write), [this, id = job.row.id, row = std::move(row), events = job.events.size(),
+                             done = std::move(done)](Status status) {
+    if (status) show(id, row, events);
+    if (done) done(status);
+  });
+}
+
+void JobService::show(const std::string& id, const std::optional<adapters::StoredJob>& row, std::size_t events) {
+  const auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  job.events_shown = std::max(job.events_shown, std::min(events, job.events.size()));
+  if (!row) return;
+  const auto before = schedulers::job_state_from_string(job.shown.state);
+  const auto after = schedulers::job_state_from_string(row->state);
+  if (before && after && *before != *after) {
+    sequences_by_state_[static_cast<std::size_t>(*before)].erase(job.row.sequence);
+    sequences_by_state_[static_cast<std::size_t>(*after)].insert(job.row.sequence);
+    refresh_state_metrics();
+  }
+  job.shown = *row;
+}
+
 void JobService::note(Job& job, const std::string& message) {
   job.events.push_back(StoredEvent{job.row.id, now_ms(), job.row.state, message});
-  persist([event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
+  persist_job(job, false, [event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
   spdlog::info("job {}: {}", job.row.id, printable(message));
 }
 
@@ -202,9 +228,9 @@ void JobService::transition(Job& job, JobState to, const std::string& message, s
   // Names and messages (a program's words, Slurm's) are escaped: a newline must not forge a line.
   spdlog::info("job {} ({}): {}{}", job.row.id, printable(job.row.name), job.row.state,
                message.empty() ? "" : ": " + printable(message));
-  refresh_state_metrics();
   if (!job.row.origin.empty() && assignment_changed_) assignment_changed_();
-  persist(
+  persist_job(
+      job, true,
       [row = job.row, event](adapters::Database& db) -> Status {
         if (auto s = db.update_job(row); !s) return s;
         return db.insert_event(event);
@@ -213,13 +239,14 @@ void JobService::transition(Job& job, JobState to, const std::string& message, s
 }
 
 void JobService::index(Job& job) {
+  // Only stored jobs come here: what is stored is what is shown.
+  job.shown = job.row;
+  job.events_shown = job.events.size();
   by_sequence_.emplace(job.row.sequence, &job);
   sequences_by_state_[static_cast<std::size_t>(job.state)].insert(job.row.sequence);
 }
 
 void JobService::set_state(Job& job, JobState to) {
-  sequences_by_state_[static_cast<std::size_t>(job.state)].erase(job.row.sequence);
-  sequences_by_state_[static_cast<std::size_t>(to)].insert(job.row.sequence);
   job.state = to;
   job.row.state = std::string(schedulers::to_string(to));
 }
@@ -434,7 +461,7 @@ void JobService::note_waiting(Job& job, schedulers::WaitReason reason) {
                               reason.kind != Kind::device_busy;
   if (changed && worth_an_event) {
     job.events.push_back(StoredEvent{job.row.id, now_ms(), job.row.state, "waiting: " + reason.message});
-    persist([event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
+    persist_job(job, false, [event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
   }
   job.waiting = std::move(reason);
 }
@@ -538,11 +565,19 @@ void JobService::refresh_estimates(std::size_t limit) {
   }
   if (changed.empty()) return;
   spdlog::info("estimated {} queued job{} again with the new energy model", changed.size(), changed.size() == 1 ? "" : "s");
-  persist([rows = std::move(changed)](adapters::Database& db) -> Status {
-    for (const auto& row : rows)
-      if (auto s = db.update_job(row); !s) return s;
-    return {};
-  });
+  std::vector<std::pair<std::string, std::string>> estimates;  // shown once stored
+  for (const auto& row : changed) estimates.emplace_back(row.id, row.estimate_json);
+  persist(
+      [rows = std::move(changed)](adapters::Database& db) -> Status {
+        for (const auto& row : rows)
+          if (auto s = db.update_job(row); !s) return s;
+        return {};
+      },
+      [this, estimates = std::move(estimates)](Status status) {
+        if (!status) return;
+        for (const auto& [id, estimate] : estimates)
+          if (const auto it = jobs_.find(id); it != jobs_.end()) it->second->shown.estimate_json = estimate;
+      });
   schedule();
 }
 
@@ -942,7 +977,7 @@ Result<json> JobService::report_progress(const std::string& id, const std::strin
                                      fmt::format("STEP projection after epoch {} of {}: {:.0f} J ({} joules, {})",
                                                  epoch, epochs, job.projection->total.mean_joules, source,
                                                  job.projection->method)});
-    persist([event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
+    persist_job(job, false, [event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
   }
   return out;
 }
@@ -1073,7 +1108,9 @@ std::string JobService::energy_scope(const std::string& device_name, const std::
 }
 
 json JobService::to_json(const Job& job, bool with_events) const {
-  const auto& row = job.row;
+  // What is committed: a state is shown only once it would survive a crash.
+  const auto& row = job.shown;
+  const auto shown_state = schedulers::job_state_from_string(row.state).value_or(job.state);
   json energy = nullptr;
   if (row.energy_joules) {
     const bool measured = is_measurement(row.energy_source);
@@ -1081,9 +1118,9 @@ json JobService::to_json(const Job& job, bool with_events) const {
               {"source", row.energy_source},
               {"measured", measured},
               {"scope", energy_scope(row.device, row.energy_source)},
-              {"partial", job.row.energy_partial}};
+              {"partial", row.energy_partial}};
   }
-  const std::optional<double> seconds = run_seconds(job);
+  const std::optional<double> seconds = row.started_ms ? run_seconds(job) : std::nullopt;
   json out = {{"id", row.id},
               {"name", row.name},
               {"owner", row.owner},
@@ -1110,7 +1147,7 @@ json JobService::to_json(const Job& job, bool with_events) const {
                                {"relative", (*row.energy_joules - estimate->joules_mean) / estimate->joules_mean},
                                {"source", row.energy_source}};
   }
-  if (job.state == JobState::queued) {
+  if (shown_state == JobState::queued) {
     // Why it waits: the last placement pass's reason, or its place in the queue.
     json waiting;
     if (job.waiting && job.waiting->kind != schedulers::WaitReason::Kind::behind) {
@@ -1142,7 +1179,7 @@ json JobService::to_json(const Job& job, bool with_events) const {
     return source;
   };
   if (job.projection && job.projection->step) out["projection"] = projection_json(*job.projection, running_source());
-  if (job.state == JobState::running || job.state == JobState::throttled) {
+  if (shown_state == JobState::running || shown_state == JobState::throttled) {
     if (const std::string source = running_source(); job.used_joules && !source.empty())
       out["energy_so_far"] = {{"joules", *job.used_joules}, {"source", source}, {"measured", is_measurement(source)}};
   }
@@ -1154,7 +1191,8 @@ json JobService::to_json(const Job& job, bool with_events) const {
   if (with_events) {
     out["spec"] = json::parse(row.spec_json, nullptr, false);
     json events = json::array();
-    for (const auto& event : job.events) {
+    for (std::size_t i = 0; i < job.events_shown && i < job.events.size(); ++i) {
+      const auto& event = job.events[i];
       events.push_back(
           {{"at", schedulers::format_rfc3339(event.at_ms)}, {"state", event.state}, {"message", event.message}});
     }

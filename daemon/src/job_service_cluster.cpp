@@ -310,7 +310,8 @@ void JobService::stop_assignment(const std::string& local_id, const std::string&
   if (it == jobs_.end() || schedulers::is_terminal(it->second->state)) return;
   spdlog::info("job {}: stopping: {}", local_id, why);
   it->second->events.push_back(StoredEvent{local_id, now_ms(), it->second->row.state, "stop: " + why});
-  persist([event = it->second->events.back()](adapters::Database& db) { return db.insert_event(event); });
+  persist_job(*it->second, false,
+              [event = it->second->events.back()](adapters::Database& db) { return db.insert_event(event); });
   cancel(local_id, [](Result<json>) {});
 }
 

@@ -68,7 +68,13 @@ class JobServiceTest : public ::testing::Test {
     return answer.value_or(joule::make_error(joule::ErrorCode::internal, "no answer"));
   }
 
-  std::string state_of(const std::string& id) { return jobs_.job(id).value()["state"]; }
+  // The state the API shows once what is being written has committed.
+  std::string state_of(const std::string& id) {
+    EXPECT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
+    return shown_now(id);
+  }
+  // The state the API shows at this moment.
+  std::string shown_now(const std::string& id) { return jobs_.job(id).value()["state"]; }
 
   // An agent with one device that runs jobs, metered by RAPL there.
   void agent_joins(const std::string& node) {
@@ -115,7 +121,11 @@ TEST_F(JobServiceTest, a_job_on_an_agent_runs_through_its_reports_and_keeps_thei
   started.energy_joules = 5.0;
   started.energy_source = "rapl";
   (void)jobs_.apply_reports("agent-1", {started});
+  // Shown once durable: until its write commits, the job is shown as the database has it.
+  EXPECT_EQ(shown_now(id), "placed");
+  EXPECT_EQ(jobs_.jobs("running", 10).value()["total"], 0);
   EXPECT_EQ(state_of(id), "running");
+  EXPECT_EQ(jobs_.jobs("running", 10).value()["total"], 1);
 
   clock_.advance(90s);
   auto ended = reported_job(id, 1, "succeeded");
@@ -242,7 +252,7 @@ TEST_F(JobServiceTest, a_placement_the_database_refuses_leaves_the_job_waiting_u
   ASSERT_TRUE(database_->set_query_only(true));
   agent_joins("agent-1");
   ASSERT_TRUE(run_until([&] { return jobs_.storage_failure().has_value(); }));
-  EXPECT_EQ(state_of(id), "queued");  // waits, not failed
+  EXPECT_EQ(state_of(id), "queued");  // waits, not failed, and "placed" was never shown
   EXPECT_TRUE(jobs_.desired_for("agent-1").empty());
   EXPECT_EQ(jobs_.jobs("placed", 10).value()["total"], 0);
 

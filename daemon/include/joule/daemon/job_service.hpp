@@ -255,6 +255,12 @@ class JobService {
   Status check_runnable(const schedulers::JobSpec& spec,
                         const std::optional<adapters::JobIdentity>& identity = std::nullopt) const;
   void persist(Write write, std::function<void(Status)> done = {});
+  /// Persists a write of `job`'s events, and of its row where `writes_row`; once it commits,
+  /// that row and those events are what the API shows of the job.
+  void persist_job(Job& job, bool writes_row, Write write, std::function<void(Status)> done = {});
+  /// A commit's row (if it wrote one) and events become the job's shown ones, and its state in
+  /// the indexes.
+  void show(const std::string& id, const std::optional<adapters::StoredJob>& row, std::size_t events);
   /// An event in the job's history that changes no state (stored, and logged).
   void note(Job& job, const std::string& message);
   void transition(Job& job, schedulers::JobState to, const std::string& message, std::function<void(Status)> done = {});
@@ -290,9 +296,9 @@ class JobService {
               std::optional<adapters::ExitStatus> exit);
   void release_device(Job& job);
   void refresh_state_metrics();
-  /// Takes a job into the book's indexes (submission order, jobs per state).
+  /// Takes a stored job into the book's indexes (submission order, jobs per shown state).
   void index(Job& job);
-  /// Moves a job to another state in the indexes (no event, nothing stored: see transition).
+  /// Moves a job to another state (no event, nothing stored: see transition).
   void set_state(Job& job, schedulers::JobState to);
   Device* find_device(const std::string& name);
   /// What a job's energy figure covers on `device`, as GET /v1/jobs/{id} says it.
@@ -311,8 +317,8 @@ class JobService {
   const Clock& clock_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   std::map<std::int64_t, Job*> by_sequence_;  // the same jobs in submission order
-  // The submission numbers of the jobs in each JobState, kept as they change: counting and
-  // listing by state cost a page, not a walk over every job.
+  // The submission numbers of the jobs in each shown (committed) state, kept as commits land:
+  // counting and listing by state cost a page, not a walk over every job.
   std::array<std::set<std::int64_t>, 7> sequences_by_state_;
   schedulers::JobQueue queue_;
   std::int64_t next_sequence_ = 1;
