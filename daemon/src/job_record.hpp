@@ -15,11 +15,29 @@
 
 namespace joule::daemon {
 
+/// The parts of a job's row that change as it runs, as last committed: what the API shows.
+struct ShownRow {
+  std::string state;
+  std::string device;
+  std::optional<std::int64_t> started_ms;
+  std::optional<std::int64_t> finished_ms;
+  std::optional<int> exit_code;
+  std::string reason;
+  std::optional<double> energy_joules;
+  std::string energy_source;
+  bool energy_partial = false;
+
+  static ShownRow of(const adapters::StoredJob& row) {
+    return {row.state,  row.device,        row.started_ms,    row.finished_ms,   row.exit_code,
+            row.reason, row.energy_joules, row.energy_source, row.energy_partial};
+  }
+};
+
 struct JobRecord {
   adapters::StoredJob row;  // everything that is persisted, as the daemon decides it
   /// The row as last committed: what the API shows and lists by (a state is shown only once it
   /// is durable), and the events committed so far.
-  adapters::StoredJob shown;
+  ShownRow shown;
   std::size_t events_shown = 0;
   schedulers::JobSpec spec;
   schedulers::JobState state = schedulers::JobState::queued;

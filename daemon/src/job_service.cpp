@@ -184,8 +184,8 @@ void JobService::persist(Write write, std::function<void(Status)> done) {
 }
 
 void JobService::persist_job(Job& job, bool writes_row, Write write, std::function<void(Status)> done) {
-  std::optional<adapters::StoredJob> row;
-  if (writes_row) row = job.row;
+  std::optional<ShownRow> row;
+  if (writes_row) row = ShownRow::of(job.row);
   persist(std::move(write), [this, id = job.row.id, row = std::move(row), events = job.events.size(),
                              done = std::move(done)](Status status) {
     if (status) show(id, row, events);
@@ -193,7 +193,7 @@ void JobService::persist_job(Job& job, bool writes_row, Write write, std::functi
   });
 }
 
-void JobService::show(const std::string& id, const std::optional<adapters::StoredJob>& row, std::size_t events) {
+void JobService::show(const std::string& id, const std::optional<ShownRow>& row, std::size_t events) {
   const auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   Job& job = *it->second;
@@ -240,7 +240,7 @@ void JobService::transition(Job& job, JobState to, const std::string& message, s
 
 void JobService::index(Job& job) {
   // Only stored jobs come here: what is stored is what is shown.
-  job.shown = job.row;
+  job.shown = ShownRow::of(job.row);
   job.events_shown = job.events.size();
   by_sequence_.emplace(job.row.sequence, &job);
   sequences_by_state_[static_cast<std::size_t>(job.state)].insert(job.row.sequence);
@@ -565,19 +565,11 @@ void JobService::refresh_estimates(std::size_t limit) {
   }
   if (changed.empty()) return;
   spdlog::info("estimated {} queued job{} again with the new energy model", changed.size(), changed.size() == 1 ? "" : "s");
-  std::vector<std::pair<std::string, std::string>> estimates;  // shown once stored
-  for (const auto& row : changed) estimates.emplace_back(row.id, row.estimate_json);
-  persist(
-      [rows = std::move(changed)](adapters::Database& db) -> Status {
-        for (const auto& row : rows)
-          if (auto s = db.update_job(row); !s) return s;
-        return {};
-      },
-      [this, estimates = std::move(estimates)](Status status) {
-        if (!status) return;
-        for (const auto& [id, estimate] : estimates)
-          if (const auto it = jobs_.find(id); it != jobs_.end()) it->second->shown.estimate_json = estimate;
-      });
+  persist([rows = std::move(changed)](adapters::Database& db) -> Status {
+    for (const auto& row : rows)
+      if (auto s = db.update_job(row); !s) return s;
+    return {};
+  });
   schedule();
 }
 
@@ -1108,44 +1100,45 @@ std::string JobService::energy_scope(const std::string& device_name, const std::
 }
 
 json JobService::to_json(const Job& job, bool with_events) const {
-  // What is committed: a state is shown only once it would survive a crash.
-  const auto& row = job.shown;
-  const auto shown_state = schedulers::job_state_from_string(row.state).value_or(job.state);
+  // What changes as it runs is shown as committed: a state only once it would survive a crash.
+  const auto& row = job.row;
+  const ShownRow& shown = job.shown;
+  const auto shown_state = schedulers::job_state_from_string(shown.state).value_or(job.state);
   json energy = nullptr;
-  if (row.energy_joules) {
-    const bool measured = is_measurement(row.energy_source);
-    energy = {{"joules", *row.energy_joules},
-              {"source", row.energy_source},
+  if (shown.energy_joules) {
+    const bool measured = is_measurement(shown.energy_source);
+    energy = {{"joules", *shown.energy_joules},
+              {"source", shown.energy_source},
               {"measured", measured},
-              {"scope", energy_scope(row.device, row.energy_source)},
-              {"partial", row.energy_partial}};
+              {"scope", energy_scope(shown.device, shown.energy_source)},
+              {"partial", shown.energy_partial}};
   }
-  const std::optional<double> seconds = row.started_ms ? run_seconds(job) : std::nullopt;
+  const std::optional<double> seconds = shown.started_ms ? run_seconds(job) : std::nullopt;
   json out = {{"id", row.id},
               {"name", row.name},
               {"owner", row.owner},
-              {"state", row.state},
+              {"state", shown.state},
               {"priority", row.priority},
-              {"device", row.device.empty() ? json(nullptr) : json(row.device)},
+              {"device", shown.device.empty() ? json(nullptr) : json(shown.device)},
               {"submitted_at", schedulers::format_rfc3339(row.submitted_ms)},
-              {"started_at", optional_json(row.started_ms)},
-              {"finished_at", optional_json(row.finished_ms)},
+              {"started_at", optional_json(shown.started_ms)},
+              {"finished_at", optional_json(shown.finished_ms)},
               {"seconds", seconds ? json(*seconds) : json(nullptr)},
-              {"exit_code", row.exit_code ? json(*row.exit_code) : json(nullptr)},
-              {"reason", row.reason},
+              {"exit_code", shown.exit_code ? json(*shown.exit_code) : json(nullptr)},
+              {"reason", shown.reason},
               {"energy", energy},
               {"cancel_requested", job.cancel_requested},
               {"estimate", row.estimate_json.empty() ? json(nullptr) : json::parse(row.estimate_json, nullptr, false)}};
   // Feedback: the metered energy beside the estimate for the device the job ran on (only when
   // both come from the same source: modelled joules are not compared with measured ones).
-  if (row.energy_joules) {
-    const auto* estimate = find_estimate(job.estimates, row.device);
-    if (estimate && estimate->ok && estimate->joules_mean > 0.0 && estimate->source == row.energy_source)
+  if (shown.energy_joules) {
+    const auto* estimate = find_estimate(job.estimates, shown.device);
+    if (estimate && estimate->ok && estimate->joules_mean > 0.0 && estimate->source == shown.energy_source)
       out["estimate_error"] = {{"estimated_joules", estimate->joules_mean},
                                {"estimated_std", estimate->joules_std},
-                               {"metered_joules", *row.energy_joules},
-                               {"relative", (*row.energy_joules - estimate->joules_mean) / estimate->joules_mean},
-                               {"source", row.energy_source}};
+                               {"metered_joules", *shown.energy_joules},
+                               {"relative", (*shown.energy_joules - estimate->joules_mean) / estimate->joules_mean},
+                               {"source", shown.energy_source}};
   }
   if (shown_state == JobState::queued) {
     // Why it waits: the last placement pass's reason, or its place in the queue.

@@ -41,6 +41,7 @@
 namespace joule::daemon {
 
 struct JobRecord;
+struct ShownRow;
 class Executor;
 class LocalExecutor;
 class NodeExecutor;
@@ -260,7 +261,7 @@ class JobService {
   void persist_job(Job& job, bool writes_row, Write write, std::function<void(Status)> done = {});
   /// A commit's row (if it wrote one) and events become the job's shown ones, and its state in
   /// the indexes.
-  void show(const std::string& id, const std::optional<adapters::StoredJob>& row, std::size_t events);
+  void show(const std::string& id, const std::optional<ShownRow>& row, std::size_t events);
   /// An event in the job's history that changes no state (stored, and logged).
   void note(Job& job, const std::string& message);
   void transition(Job& job, schedulers::JobState to, const std::string& message, std::function<void(Status)> done = {});
