@@ -36,6 +36,26 @@ ExitStatus from_wait_status(int status) {
 using detail::c_strings;
 using detail::SpawnSetup;
 
+// The fields of a /proc/PID/stat file after the command name, which may hold spaces and
+// parentheses: they resume after the last ')', starting with state (field 3), ppid, pgrp.
+std::optional<std::istringstream> stat_fields(const std::filesystem::path& stat_path) {
+  std::ifstream in(stat_path);
+  std::string line;
+  if (!in || !std::getline(in, line)) return std::nullopt;
+  const auto close = line.rfind(')');
+  if (close == std::string::npos || close + 2 > line.size()) return std::nullopt;
+  return std::istringstream(line.substr(close + 2));
+}
+
+// The process group of a /proc entry, where it reads.
+std::optional<long> process_group_of(const std::filesystem::path& proc_entry) {
+  auto fields = stat_fields(proc_entry / "stat");
+  std::string state;
+  long parent = 0, group = 0;
+  if (!fields || !(*fields >> state >> parent >> group)) return std::nullopt;
+  return group;
+}
+
 }  // namespace
 
 std::string ExitStatus::describe() const {
@@ -154,22 +174,17 @@ Result<ProcessIdentity> launch_job(const LaunchSpec& spec) {
 }
 
 std::optional<std::uint64_t> process_start_ticks(pid_t pid, const std::filesystem::path& proc_root) {
-  std::ifstream in(proc_root / std::to_string(pid) / "stat");
-  std::string line;
-  if (!in || !std::getline(in, line)) return std::nullopt;
-  // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-  const auto close = line.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream fields(line.substr(close + 2));
+  auto fields = stat_fields(proc_root / std::to_string(pid) / "stat");
+  if (!fields) return std::nullopt;
   std::string field;
   // Field 3 (state) is the first here; starttime is field 22.
   std::string state;
-  fields >> state;
+  *fields >> state;
   if (state == "Z" || state == "X") return std::nullopt;  // ended, waiting to be reaped
-  for (int i = 4; i < 22 && fields >> field; ++i) {
+  for (int i = 4; i < 22 && *fields >> field; ++i) {
   }
   std::uint64_t start = 0;
-  if (!(fields >> start)) return std::nullopt;
+  if (!(*fields >> start)) return std::nullopt;
   return start;
 }
 
@@ -228,17 +243,12 @@ std::optional<double> process_group_cpu_seconds(pid_t pgid, const std::filesyste
   for (const auto& entry : std::filesystem::directory_iterator(proc_root, ec)) {
     const std::string name = entry.path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat_file(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat_file, line)) continue;
-    // Fields after the command's closing parenthesis: state(3) ppid(4) pgrp(5) ... utime(14)
-    // stime(15) cutime(16) cstime(17), numbered as proc(5) numbers them.
-    const auto close = line.rfind(')');
-    if (close == std::string::npos || close + 2 > line.size()) continue;
-    std::istringstream fields(line.substr(close + 2));
+    // state(3) ppid(4) pgrp(5) ... utime(14) stime(15) cutime(16) cstime(17), as proc(5) numbers them.
+    auto fields = stat_fields(entry.path() / "stat");
+    if (!fields) continue;
     std::vector<std::string> values;
     std::string field;
-    while (values.size() < 15 && fields >> field) values.push_back(field);
+    while (values.size() < 15 && *fields >> field) values.push_back(field);
     if (values.size() < 15 || values[2] != std::to_string(pgid)) continue;
     double ticks = 0.0;
     for (std::size_t i = 11; i <= 14; ++i) ticks += std::strtod(values[i].c_str(), nullptr);
@@ -325,16 +335,7 @@ void signal_group_but_runner(int sig) {
     const std::string name = entry.path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(name));
-    if (pid == self) continue;
-    std::ifstream stat_file(entry.path() / "stat");
-    std::string line;
-    std::getline(stat_file, line);
-    const auto close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream fields(line.substr(close + 2));
-    std::string state;
-    long parent = 0, group = 0;
-    if (fields >> state >> parent >> group && group == self) ::kill(pid, sig);
+    if (pid != self && process_group_of(entry.path()) == self) ::kill(pid, sig);
   }
 }
 
@@ -572,15 +573,7 @@ std::optional<ProcessIdentity> find_job_runner(const std::filesystem::path& stat
     const pid_t pid = static_cast<pid_t>(std::stol(name));
     // The command, between the runner's fork and its exec, shows the runner's cmdline too; the
     // runner is the one that leads the job's process group.
-    std::ifstream stat_file(entry.path() / "stat");
-    std::string stat_line;
-    std::getline(stat_file, stat_line);
-    const auto close = stat_line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream fields(stat_line.substr(close + 2));
-    std::string state;
-    long parent = 0, group = 0;
-    if (!(fields >> state >> parent >> group) || group != pid) continue;
+    if (process_group_of(entry.path()) != pid) continue;
     if (auto ticks = process_start_ticks(pid, proc_root)) return ProcessIdentity{pid, *ticks};
   }
   return std::nullopt;

@@ -8,7 +8,6 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 
 #include <fmt/format.h>
@@ -244,9 +243,9 @@ void LocalExecutor::on_exit(const std::string& id) {
   const auto runner_status = adapters::reap_child(static_cast<pid_t>(job.row.pid));
   auto exit = adapters::read_status_file(job_directory(id) / "status");
   if (!exit) exit = runner_status;  // the runner itself was killed (KILL after the grace period)
-  if (!exit && still_running(job)) {
-    // Woken, but the runner lives on and has recorded nothing: a stale readiness (a descriptor
-    // number reused after another job's pidfd closed). Watch again rather than fail the job.
+  if (!exit && adapters::is_alive({static_cast<pid_t>(job.row.pid), job.row.pid_start_ticks}, options_.proc_root)) {
+    // Woken, but the runner lives on (not a zombie: is_alive says so) and has recorded nothing:
+    // a stale readiness. Watch again rather than fail the job.
     spdlog::warn("job {}: woken for an exit, but its runner {} still runs; watching it again", id, job.row.pid);
     return watch_exit(id);
   }
@@ -280,18 +279,6 @@ void LocalExecutor::stop(JobRecord& job) {
   run.kill_timer->async_wait([this, alive = alive_, id = job.row.id](boost::system::error_code ec) {
     if (*alive && !ec) send_kill(id);
   });
-}
-
-bool LocalExecutor::still_running(const JobRecord& job) const {
-  // Alive, and not a zombie: /proc/PID/stat's state after the command name is not Z or X.
-  if (!adapters::is_alive({static_cast<pid_t>(job.row.pid), job.row.pid_start_ticks}, options_.proc_root)) return false;
-  std::ifstream stat(options_.proc_root / std::to_string(job.row.pid) / "stat");
-  std::string line;
-  std::getline(stat, line);
-  const auto close = line.rfind(')');
-  if (close == std::string::npos || close + 2 >= line.size()) return false;
-  const char state = line[close + 2];
-  return state != 'Z' && state != 'X';
 }
 
 void LocalExecutor::send_kill(const std::string& id) {

@@ -76,8 +76,6 @@ class LocalExecutor final : public Executor {
   void watch_exit(const std::string& id);
   void on_exit(const std::string& id);
   void send_kill(const std::string& id);
-  /// Whether the job's runner is alive and not a zombie.
-  bool still_running(const JobRecord& job) const;
   std::optional<double> read_energy(Device& device) const;
 
   boost::asio::io_context& io_;
