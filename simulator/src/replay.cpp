@@ -4,13 +4,12 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
 #include "joule/schedulers/budget_ledger.hpp"
-#include "joule/schedulers/placement.hpp"
-#include "joule/schedulers/step_projection.hpp"
-#include "joule/schedulers/throttle_controller.hpp"
+#include "joule/schedulers/scheduling_core.hpp"
 
 namespace joule::simulator {
 namespace {
@@ -52,9 +51,8 @@ struct JobState {
   double seconds_done = 0.0;  // of cost->truth.seconds
   double joules_done = 0.0;
   bool paused = false;
-  std::optional<double> expected_seconds;  // what the scheduler expects it to take
-  EnergyDistribution reserve;
-  std::vector<schedulers::EpochReport> reports;
+  double reserved_joules = 0.0;  // what the scheduler reserved for it, for the event log
+  int epochs_reported = 0;
   UnixMillis segment_start = 0;
   double segment_joules = 0.0;
   std::optional<schedulers::WaitReason::Kind> last_wait;
@@ -158,16 +156,16 @@ class Replay {
       : world_(world),
         run_(run),
         options_(options),
-        placer_(run.policy),
-        throttle_(run.policy),
-        ledger_(world.utc_offset_minutes),
+        core_(run.policy, world.utc_offset_minutes, schedulers::CoreOptions{.throttle = run.throttle}),
         jobs_(world.jobs.size()),
         device_job_(world.devices.size()),
         work_seconds_(world.devices.size(), 0.0),
         usage_(world.devices.size()),
         nodes_(world.nodes.size()) {
-    ledger_.set_budgets(run.policy.budgets);
-    for (std::size_t j = 0; j < world.jobs.size(); ++j) jobs_[j].pending = pending_job(world.jobs[j]);
+    for (std::size_t j = 0; j < world.jobs.size(); ++j) {
+      jobs_[j].pending = pending_job(world.jobs[j]);
+      index_.emplace(world.jobs[j].id, j);
+    }
     for (std::size_t n = 0; n < world.nodes.size(); ++n) {
       if (!world.nodes[n].battery) continue;
       nodes_[n].capacity_joules = world.nodes[n].battery->capacity_wh * 3600.0;
@@ -256,7 +254,7 @@ class Replay {
     return count;
   }
 
-  std::vector<schedulers::DeviceStatus> device_statuses(UnixMillis now) const {
+  std::vector<schedulers::DeviceStatus> device_statuses() const {
     std::vector<schedulers::DeviceStatus> out(world_.devices.size());
     for (std::size_t d = 0; d < world_.devices.size(); ++d) {
       auto& status = out[d];
@@ -265,10 +263,7 @@ class Replay {
       status.work_seconds = work_seconds_[d];
       if (const auto& j = device_job_[d]) {
         const JobState& job = jobs_[*j];
-        status.busy = true;
-        if (job.expected_seconds)
-          status.busy_until = now + static_cast<UnixMillis>(
-                                        std::llround(std::max(0.0, *job.expected_seconds - job.seconds_done) * 1000.0));
+        status.busy = true;  // when it is expected to be free is the core's to say, from what it was told
         if (is_progressing(job)) status.average_power_watts = job.cost->truth.watts();
       }
       const NodeState& node = nodes_[world_.devices[d].node];
@@ -294,11 +289,8 @@ class Replay {
       consider(now + std::max<UnixMillis>(1, static_cast<UnixMillis>(std::ceil(left * 1000.0))));
     }
     const bool waiting = queued_ > 0 || running_ > progressing();
-    if (waiting) {
-      if (retry_) consider(*retry_);
-      for (const auto& state : ledger_.states(now))
-        if (state.resets_at) consider(*state.resets_at);
-    }
+    if (waiting)
+      if (const auto wake = core_.wake_at(now)) consider(*wake);
     const bool tick =
         (batteries_ && (queued_ > 0 || running_ > 0)) || (run_.throttle && running_ > 0) || (solar_ && waiting);
     if (tick) consider(now + static_cast<UnixMillis>(std::llround(options_.tick_seconds * 1000.0)));
@@ -386,11 +378,10 @@ class Replay {
       job.phase = JobState::Phase::done;
       job.finished = now;
       log(now, fmt::format("finish {} on {}: {:.0f} J (reserved {:.0f} J)", job.pending.id,
-                           world_.devices[d].ref.qualified(), job.joules_done, job.reserve.mean_joules));
+                           world_.devices[d].ref.qualified(), job.joules_done, job.reserved_joules));
       close_segment(job, now);
-      ledger_.settle(job.pending.id, schedulers::EnergyUse{world_.devices[d].ref, job.pending.id, job.started, now,
-                                                           job.joules_done, "simulated"});
-      throttle_.forget(job.pending.id);
+      core_.end(job.pending.id, schedulers::EnergyUse{world_.devices[d].ref, job.pending.id, job.started, now,
+                                                      job.joules_done, "simulated"});
       device_job_[d].reset();
       --running_;
       last_progress_ = now;
@@ -398,23 +389,18 @@ class Replay {
     }
     while (next_submit_ < world_.jobs.size() && world_.jobs[next_submit_].submit <= now) {
       JobState& job = jobs_[next_submit_];
-      const auto statuses = device_statuses(now);
-      if (auto never = placer_.never_fits(now, statuses, job.pending, ledger_)) {
+      if (auto never = core_.never_fits(now, device_statuses(), job.pending)) {
         job.phase = JobState::Phase::rejected;
         log(now, fmt::format("reject {}: {}", job.pending.id, never->message));
       } else {
         job.phase = JobState::Phase::queued;
-        queue_.push_back(next_submit_);
+        core_.enqueue(job.pending, static_cast<std::int64_t>(next_submit_));
         ++queued_;
       }
       ++next_submit_;
     }
     if (run_.policy.admission || run_.throttle) track_running(now);
     place(now);
-    if (now - last_prune_ > kDay) {
-      ledger_.prune(now);
-      last_prune_ = now;
-    }
   }
 
   // Epoch reports, as a job's progress callbacks would send them: the true energy at each
@@ -424,84 +410,58 @@ class Replay {
     const SimJob& spec = world_.jobs[j];
     const double fraction = job.cost->truth.seconds > 0 ? job.seconds_done / job.cost->truth.seconds : 1.0;
     const int done = std::min(spec.epochs, static_cast<int>(std::floor(fraction * spec.epochs + 1e-9)));
-    const int reported = job.reports.empty() ? 0 : job.reports.back().epoch;
-    for (int e = reported + 1; e <= done; ++e)
-      job.reports.push_back({e, spec.epochs, job.cost->truth.joules * e / spec.epochs, now});
+    for (int e = job.epochs_reported + 1; e <= done; ++e)
+      core_.report(job.pending.id, {e, spec.epochs, job.cost->truth.joules * e / spec.epochs, now});
+    job.epochs_reported = std::max(job.epochs_reported, done);
   }
 
-  // As jouled does: each running job's energy so far and its projection feed the ledger; then
-  // the throttle controller acts.
+  // As jouled does: each running job's energy so far feeds the core, which keeps its
+  // projection in the ledger; then the throttle actions it asks for are applied.
   void track_running(UnixMillis now) {
-    std::vector<schedulers::RunningJob> running;
-    const auto statuses = device_statuses(now);
-    schedulers::StepOptions step;
-    step.warmup_epochs = run_.policy.warmup_epochs;
+    const auto statuses = device_statuses();
+    std::vector<schedulers::RunningSample> samples;
     for (std::size_t d = 0; d < world_.devices.size(); ++d) {
       if (!device_job_[d]) continue;
-      JobState& job = jobs_[*device_job_[d]];
-      std::optional<EnergyDistribution> prior;
-      if (run_.knowledge != Knowledge::none) prior = job.reserve;
-      const auto projection = schedulers::project_energy(job.reports, prior, step);
-      EnergyDistribution still;
-      if (prior || projection.step)
-        still = {std::max(0.0, projection.total.mean_joules - job.joules_done), projection.total.variance};
-      ledger_.update_running(job.pending.id, job.started, now, job.joules_done, still);
-      schedulers::RunningJob view;
-      view.id = job.pending.id;
-      view.device = d;
-      view.priority = job.pending.priority;
-      view.still_expected = still;
-      view.power_watts = statuses[d].average_power_watts;
-      view.paused = job.paused;
-      running.push_back(view);
+      const JobState& job = jobs_[*device_job_[d]];
+      schedulers::RunningSample sample;
+      sample.id = job.pending.id;
+      sample.used_joules = job.joules_done;
+      sample.controls.power_watts = statuses[d].average_power_watts;
+      sample.controls.paused = job.paused;
+      samples.push_back(std::move(sample));
     }
-    if (!run_.throttle || running.empty()) return;
-    for (const auto& action : throttle_.evaluate(now, statuses, running, ledger_)) {
-      for (auto& j : device_job_) {
-        if (!j || jobs_[*j].pending.id != action.job) continue;
-        JobState& job = jobs_[*j];
-        ++throttle_actions_[std::string(schedulers::to_string(action.kind))];
-        log(now, fmt::format("{} {}: {}", schedulers::to_string(action.kind), action.job, action.reason));
-        if (action.kind == schedulers::ThrottleAction::Kind::pause && !job.paused) {
-          close_segment(job, now);
-          ledger_.pause_running(job.pending.id, now);
-          job.paused = true;
-        } else if (action.kind == schedulers::ThrottleAction::Kind::resume && job.paused) {
-          job.segment_start = now;
-          ledger_.resume_running(job.pending.id, now);
-          job.paused = false;
-        }
+    for (const auto& action : core_.track(now, statuses, std::move(samples))) {
+      const auto it = index_.find(action.job);
+      if (it == index_.end()) continue;
+      JobState& job = jobs_[it->second];
+      if (job.phase != JobState::Phase::running) continue;
+      ++throttle_actions_[std::string(schedulers::to_string(action.kind))];
+      log(now, fmt::format("{} {}: {}", schedulers::to_string(action.kind), action.job, action.reason));
+      if (action.kind == schedulers::ThrottleAction::Kind::pause && !job.paused) {
+        close_segment(job, now);
+        core_.paused(job.pending.id, now);
+        job.paused = true;
+      } else if (action.kind == schedulers::ThrottleAction::Kind::resume && job.paused) {
+        job.segment_start = now;
+        core_.resumed(job.pending.id, now);
+        job.paused = false;
       }
     }
   }
 
   void place(UnixMillis now) {
-    retry_.reset();
-    if (queue_.empty()) return;
-    std::stable_sort(queue_.begin(), queue_.end(),
-                     [&](std::size_t a, std::size_t b) { return world_.jobs[a].priority > world_.jobs[b].priority; });
-    const auto statuses = device_statuses(now);
-    if (std::none_of(statuses.begin(), statuses.end(), [](const auto& s) { return s.accepts_work && !s.busy; })) return;
-    std::vector<const schedulers::PendingJob*> queue;
-    for (const std::size_t j : queue_) queue.push_back(&jobs_[j].pending);
     const auto started = std::chrono::steady_clock::now();
-    const schedulers::PassResult result = placer_.decide(now, statuses, queue, ledger_);
+    const schedulers::PassResult result = core_.place(now, device_statuses());
     placer_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    ++passes_;
-    retry_ = result.next_retry;
-    for (const auto& [id, why] : result.waiting)
-      for (const std::size_t j : queue_)
-        if (jobs_[j].pending.id == id) {
-          if (jobs_[j].last_wait != why.kind && why.kind != schedulers::WaitReason::Kind::behind)
-            log(now, fmt::format("wait {}: {}", id, why.message));
-          jobs_[j].last_wait = why.kind;
-        }
+    if (result.considered > 0) ++passes_;
+    for (const auto& [id, why] : result.waiting) {
+      JobState& job = jobs_[index_.at(id)];
+      if (job.last_wait != why.kind && why.kind != schedulers::WaitReason::Kind::behind)
+        log(now, fmt::format("wait {}: {}", id, why.message));
+      job.last_wait = why.kind;
+    }
     for (const auto& placement : result.placements) {
-      const auto it = std::find_if(queue_.begin(), queue_.end(),
-                                   [&](std::size_t j) { return jobs_[j].pending.id == placement.job; });
-      if (it == queue_.end()) continue;
-      const std::size_t j = *it;
-      queue_.erase(it);
+      const std::size_t j = index_.at(placement.job);
       --queued_;
       JobState& job = jobs_[j];
       for (const auto& cost : world_.jobs[j].costs)
@@ -509,9 +469,7 @@ class Replay {
       job.phase = JobState::Phase::running;
       job.started = now;
       job.segment_start = now;
-      job.reserve = placement.reserve;
-      if (placement.estimate) job.expected_seconds = placement.estimate->seconds_mean;
-      ledger_.reserve(job.pending.id, world_.devices[placement.device].ref, placement.reserve);
+      job.reserved_joules = placement.reserve.mean_joules;
       device_job_[placement.device] = j;
       log(now, fmt::format("start {}: {}", job.pending.id, placement.note));
       ++usage_[placement.device].jobs;
@@ -569,7 +527,7 @@ class Replay {
       m.wait_mean_seconds = sum / static_cast<double>(waits.size());
       m.wait_p95_seconds = percentile(waits, 0.95);
     }
-    m.violations = find_violations(world_, run_.policy.budgets, segments_, ledger_);
+    m.violations = find_violations(world_, run_.policy.budgets, segments_, core_.ledger());
     for (const auto& v : m.violations) m.max_overrun_joules = std::max(m.max_overrun_joules, v.overrun_joules());
     m.throttle_actions = throttle_actions_;
     for (const auto& [kind, count] : throttle_actions_) m.throttle_action_count += count;
@@ -591,10 +549,9 @@ class Replay {
   const World& world_;
   const PolicyRun& run_;
   ReplayOptions options_;
-  schedulers::Placer placer_;
-  schedulers::ThrottleController throttle_;
-  BudgetLedger ledger_;
+  schedulers::SchedulingCore core_;
   std::vector<JobState> jobs_;
+  std::unordered_map<std::string, std::size_t> index_;  // job id → jobs_
   std::vector<std::optional<std::size_t>> device_job_;
   std::vector<double> work_seconds_;
   std::vector<DeviceUsage> usage_;
@@ -603,10 +560,8 @@ class Replay {
   std::map<std::string, double> empty_seconds_;
   std::map<std::string, double> floor_seconds_;
   std::map<std::string, double> cap_seconds_;
-  std::vector<std::size_t> queue_;  // queued jobs, submission order
   std::vector<Segment> segments_;
   std::map<std::string, std::size_t> throttle_actions_;
-  std::optional<UnixMillis> retry_;
   std::size_t next_submit_ = 0;
   std::size_t queued_ = 0;
   std::size_t running_ = 0;
@@ -618,7 +573,6 @@ class Replay {
   bool batteries_ = false;
   bool solar_ = false;
   UnixMillis last_progress_ = 0;
-  UnixMillis last_prune_ = 0;
   UnixMillis stall_limit_ = 2 * kDay;
 };
 

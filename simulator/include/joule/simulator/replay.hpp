@@ -1,17 +1,19 @@
 #pragma once
 // The discrete-event replay: one policy, one World, a virtual clock.
 //
-// Events are submissions, job finishes, the retry times placement asks for (a budget window
-// that resets, a busy device expected free) and, where batteries or throttling are simulated, a
-// tick every `tick_seconds` (battery and solar update, throttle check). At each event time the
-// replay applies what happened, asks schedulers::Placer::decide for a pass over the queue and
-// starts what it places, reserving the placement's energy in a schedulers::BudgetLedger. A
-// running job progresses at its true pace and draws its true power (joules / seconds); every
-// epoch it reports progress, and with admission on the ledger holds its STEP projection
-// (step_projection.hpp) of what it has still to use. A job that ends is settled in the ledger
-// with its true energy over its whole run, as a meter would read it.
+// Events are submissions, job finishes, the moments the scheduler asks to be woken at (a budget
+// window that resets, a retry placement asked for) and, where batteries or throttling are
+// simulated, a tick every `tick_seconds` (battery and solar update, throttle check). The
+// scheduler is jouled's: schedulers::SchedulingCore (queue, placer, budget ledger, STEP
+// projections, throttle controller), driven as jouled drives it. At each event time the replay
+// tells it what happened, asks it for a placement pass and starts what it places. A running job
+// progresses at its true pace and draws its true power (joules / seconds); every epoch it reports
+// progress, and with admission on the ledger holds its STEP projection of what it has still to
+// use. The core sees only what jouled would: estimates, reports and metered energy, never the
+// true remaining time. A job that ends is settled with its true energy over its whole run, as a
+// meter would read it.
 //
-// Throttling (runs with `throttle`): schedulers::ThrottleController is evaluated at every event;
+// Throttling (runs with `throttle`): the core's throttle controller is evaluated at every event;
 // a pause stops a job's progress and energy, a resume continues it. The simulated devices offer
 // no GPU power limit or CPU quota, so every throttle action is a pause or a resume.
 //

@@ -1,0 +1,134 @@
+#pragma once
+// The scheduler jouled and joule-sim both drive: events in, decisions and the next wake-up out.
+//
+// It keeps the run queue (priority, then submission), what it expects of every job it has
+// placed or been told runs (its reservation, its estimated seconds, its epoch reports and STEP
+// projection), the budget ledger, the placer and the throttle controller. A driver tells it what
+// happened (a submission, a report, a meter sample, a pause, an end) with the time, asks it for a
+// placement pass and throttle actions, carries those out in its world (processes and agents in
+// jouled, simulated devices in joule-sim), and wakes it again at `wake_at`. Pure: no clock, no
+// I/O; time is passed in, and the same events give the same decisions.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "joule/schedulers/budget_ledger.hpp"
+#include "joule/schedulers/job_queue.hpp"
+#include "joule/schedulers/placement.hpp"
+#include "joule/schedulers/policy.hpp"
+#include "joule/schedulers/step_projection.hpp"
+#include "joule/schedulers/throttle_controller.hpp"
+
+namespace joule::schedulers {
+
+/// What the core expects of a job that runs (placed by a pass, or recovered, adopted or
+/// reported running by the driver).
+struct TrackedRun {
+  std::string id;
+  std::size_t device = 0;  ///< index into the driver's device statuses
+  int priority = 0;
+  UnixMillis started = 0;  ///< when it was placed or started (the ledger counts its use from here)
+  /// Its estimate where it runs, reserved in the ledger; nullopt: nothing was expected of it.
+  std::optional<EnergyDistribution> prior;
+  std::optional<double> expected_seconds;  ///< its estimated run time there
+  std::vector<EpochReport> reports;
+  std::optional<Projection> projection;  ///< from the reports, once there is one
+  double used_joules = 0.0;              ///< metered so far, as of the last sample
+};
+
+/// A running job as the driver samples it: its energy so far and the controls in force. The
+/// core fills in its device, priority and what it is still expected to use.
+struct RunningSample {
+  std::string id;
+  std::optional<double> used_joules;  ///< nullopt: its meter could not be read (counts as 0)
+  RunningJob controls;                ///< power, pause and limits now, and which limits exist
+};
+
+struct CoreOptions {
+  std::size_t max_scan = 1000;  ///< queued jobs a pass looks at (the rest wait their turn)
+  /// Whether `track` asks the throttle controller for actions (joule-sim's baselines: off).
+  bool throttle = true;
+  /// Each running job's busy_until is its start plus its estimated seconds, or from its STEP
+  /// projection once there is one. Off: the driver's statuses are left as given.
+  bool fill_busy_until = true;
+};
+
+class SchedulingCore {
+ public:
+  explicit SchedulingCore(Policy policy = {}, int utc_offset_minutes = 0, CoreOptions options = {});
+
+  /// A new policy (a reload): budgets, caps and floors apply from the next pass; spent energy,
+  /// reservations and the queue are kept.
+  void set_policy(Policy policy);
+  const Policy& policy() const { return policy_; }
+  void set_utc_offset_minutes(int minutes) { ledger_.set_utc_offset_minutes(minutes); }
+  BudgetLedger& ledger() { return ledger_; }
+  const BudgetLedger& ledger() const { return ledger_; }
+
+  // --- The queue ---
+  /// Why the job could never run here (refuse it at submission), or nullopt.
+  std::optional<WaitReason> never_fits(UnixMillis now, std::span<const DeviceStatus> devices,
+                                       const PendingJob& job) const;
+  /// A job waits for placement; `sequence` orders equal priorities (unique, increasing).
+  void enqueue(PendingJob job, std::int64_t sequence);
+  /// A queued job's candidates changed (it was estimated again); a no-op if it is not queued.
+  void update_pending(PendingJob job);
+  /// A job leaves the queue without being placed (cancelled, or placed by someone else).
+  void dequeue(const std::string& id);
+  const JobQueue& queue() const { return queue_; }
+  const PendingJob* pending(const std::string& id) const;
+
+  // --- Passes ---
+  /// One placement pass over the first `max_scan` queued jobs. Placed jobs leave the queue and
+  /// are tracked as running from `now` with their reservation in the ledger. A pass with no
+  /// device free and accepting work places nothing and explains nothing.
+  PassResult place(UnixMillis now, std::vector<DeviceStatus> devices);
+  /// The running jobs' energy so far and projections feed the ledger; then, with throttling on,
+  /// the controller's actions (the driver applies them and reports `paused` / `resumed`).
+  std::vector<ThrottleAction> track(UnixMillis now, std::vector<DeviceStatus> devices,
+                                    std::vector<RunningSample> samples);
+  /// When a pass should run again though nothing happens: the last pass's retry, or a budget
+  /// window moving on while work waits. nullopt: only an event can change anything.
+  std::optional<UnixMillis> wake_at(UnixMillis now) const;
+
+  // --- Running jobs ---
+  /// A job runs without this core's pass having placed it (recovered at start, adopted, or
+  /// reported by an agent): it is tracked, and its prior reserved.
+  void track_run(TrackedRun run, const DeviceRef& device);
+  /// An epoch report: the job's STEP projection is updated and returned (nullptr if the job is
+  /// not tracked).
+  const Projection* report(const std::string& id, EpochReport report);
+  /// Throttling paused a job: the stretch it ran is recorded (returned, for the driver to store).
+  std::optional<EnergyUse> paused(const std::string& id, UnixMillis now);
+  void resumed(const std::string& id, UnixMillis now);
+  /// A job stopped running (ended, requeued, lost): its reservation ends and its metered use,
+  /// if any, is recorded (returned, for the driver to store).
+  std::optional<EnergyUse> end(const std::string& id, std::optional<EnergyUse> metered);
+  const TrackedRun* running(const std::string& id) const;
+  std::size_t running_count() const { return running_.size(); }
+
+  /// The devices as given, with busy_until filled from the tracked runs (see CoreOptions).
+  std::vector<DeviceStatus> with_expectations(UnixMillis now, std::vector<DeviceStatus> devices) const;
+
+ private:
+  /// What a running job is still expected to use: its projection (or prior) less what it used.
+  EnergyDistribution still_expected(const TrackedRun& run) const;
+
+  Policy policy_;
+  CoreOptions options_;
+  BudgetLedger ledger_;
+  Placer placer_;
+  ThrottleController throttle_;
+  JobQueue queue_;
+  std::unordered_map<std::string, PendingJob> pending_;
+  std::map<std::string, TrackedRun> running_;
+  std::optional<UnixMillis> retry_at_;
+  UnixMillis last_prune_ = 0;
+};
+
+}  // namespace joule::schedulers
