@@ -26,55 +26,28 @@ json optional_time(const std::optional<sched::UnixMillis>& at) {
 
 BudgetService::BudgetService(adapters::StorageWriter& storage, Metrics& metrics, std::string node,
                              int utc_offset_minutes)
-    : storage_(storage),
-      metrics_(metrics),
-      node_(std::move(node)),
-      ledger_(utc_offset_minutes),
-      placer_(policy_),
-      throttle_(policy_) {}
+    : storage_(storage), metrics_(metrics), node_(std::move(node)), core_(sched::Policy{}, utc_offset_minutes) {}
 
 void BudgetService::set_policy(sched::Policy policy) {
-  policy_ = std::move(policy);
-  ledger_.set_policy(policy_);
-  placer_.set_policy(policy_);
-  throttle_.set_policy(policy_);
+  core_.set_policy(std::move(policy));
+  const sched::Policy& installed = core_.policy();
   spdlog::info("policy from {}: objective {}, risk {:g}, {} budgets, {} power caps, {} battery floors",
-               policy_.source, sched::to_string(policy_.objective), policy_.risk, policy_.budgets.size(),
-               policy_.power_caps.size(), policy_.battery_floors.size());
+               installed.source, sched::to_string(installed.objective), installed.risk, installed.budgets.size(),
+               installed.power_caps.size(), installed.battery_floors.size());
 }
 
 sched::DeviceRef BudgetService::device_ref(const std::string& device) const {
   // An agent's device on the coordinator is "node/device".
   const auto slash = device.find('/');
-  if (slash == std::string::npos) return sched::DeviceRef{node_, device, policy_.groups_of(node_)};
+  if (slash == std::string::npos) return sched::DeviceRef{node_, device, core_.policy().groups_of(node_)};
   const std::string node = device.substr(0, slash);
-  return sched::DeviceRef{node, device.substr(slash + 1), policy_.groups_of(node)};
+  return sched::DeviceRef{node, device.substr(slash + 1), core_.policy().groups_of(node)};
 }
 
 sched::UnixMillis BudgetService::history_needed(sched::UnixMillis now) { return now - 367 * kDay; }
 
 void BudgetService::load(const std::vector<adapters::StoredEnergyUse>& uses) {
-  for (const auto& row : uses) ledger_.record(to_use(row, policy_.groups_of(row.node)));
-}
-
-sched::PassResult BudgetService::place(sched::UnixMillis now, std::span<const sched::DeviceStatus> devices,
-                                       std::span<const sched::PendingJob* const> queue) {
-  return placer_.decide(now, devices, queue, ledger_);
-}
-
-std::optional<sched::WaitReason> BudgetService::never_fits(sched::UnixMillis now,
-                                                           std::span<const sched::DeviceStatus> devices,
-                                                           const sched::PendingJob& job) const {
-  return placer_.never_fits(now, devices, job, ledger_);
-}
-
-void BudgetService::reserve(const std::string& job, const std::string& device, sched::EnergyDistribution expected) {
-  ledger_.reserve(job, device_ref(device), expected);
-}
-
-void BudgetService::update_running(const std::string& job, sched::UnixMillis start, sched::UnixMillis now,
-                                   double used_joules, sched::EnergyDistribution still_expected) {
-  ledger_.update_running(job, start, now, used_joules, still_expected);
+  for (const auto& row : uses) core_.ledger().record(to_use(row, core_.policy().groups_of(row.node)));
 }
 
 namespace {
@@ -85,21 +58,20 @@ adapters::StoredEnergyUse to_row(const sched::EnergyUse& use) {
 }  // namespace
 
 void BudgetService::settle(const std::string& job, std::optional<adapters::StoredEnergyUse> metered) {
-  throttle_.forget(job);
   std::optional<sched::EnergyUse> use;
-  if (metered) use = to_use(*metered, policy_.groups_of(metered->node));
-  if (auto recorded = ledger_.settle(job, use)) store(to_row(*recorded));
+  if (metered) use = to_use(*metered, core_.policy().groups_of(metered->node));
+  if (auto recorded = core_.end(job, use)) store(to_row(*recorded));
 }
 
 void BudgetService::pause_running(const std::string& job, sched::UnixMillis now, const std::string& source) {
-  if (auto stretch = ledger_.pause_running(job, now)) {
+  if (auto stretch = core_.paused(job, now)) {
     auto row = to_row(*stretch);
     row.source = source;
     store(row);
   }
 }
 
-void BudgetService::resume_running(const std::string& job, sched::UnixMillis now) { ledger_.resume_running(job, now); }
+void BudgetService::resume_running(const std::string& job, sched::UnixMillis now) { core_.resumed(job, now); }
 
 void BudgetService::store(const adapters::StoredEnergyUse& row) {
   storage_.submit([row](adapters::Database& db) { return db.insert_energy_use(row); },
@@ -109,19 +81,13 @@ void BudgetService::store(const adapters::StoredEnergyUse& row) {
 }
 
 void BudgetService::record(const adapters::StoredEnergyUse& use) {
-  ledger_.record(to_use(use, policy_.groups_of(use.node)));
+  core_.ledger().record(to_use(use, core_.policy().groups_of(use.node)));
   store(use);
-}
-
-std::vector<sched::ThrottleAction> BudgetService::throttle(sched::UnixMillis now,
-                                                           std::span<const sched::DeviceStatus> devices,
-                                                           std::span<const sched::RunningJob> jobs) {
-  return throttle_.evaluate(now, devices, jobs, ledger_);
 }
 
 json BudgetService::describe(sched::UnixMillis now, std::span<const sched::DeviceStatus> devices) const {
   json budgets = json::array();
-  for (const auto& state : ledger_.states(now)) {
+  for (const auto& state : core_.ledger().states(now)) {
     const auto& budget = state.budget;
     budgets.push_back({{"name", budget.name},
                        {"scope", sched::to_string(budget.scope.scope)},
@@ -139,7 +105,7 @@ json BudgetService::describe(sched::UnixMillis now, std::span<const sched::Devic
                         })}});
   }
   json caps = json::array();
-  for (const auto& cap : policy_.power_caps) {
+  for (const auto& cap : core_.policy().power_caps) {
     double watts = 0.0;
     for (const auto& device : devices)
       if (cap.scope.covers(device.ref)) watts += device.average_power_watts;
@@ -151,7 +117,7 @@ json BudgetService::describe(sched::UnixMillis now, std::span<const sched::Devic
                     {"power_watts", watts}});
   }
   json floors = json::array();
-  for (const auto& floor : policy_.battery_floors) {
+  for (const auto& floor : core_.policy().battery_floors) {
     json charge = nullptr;
     for (const auto& device : devices)
       if (floor.scope.covers(device.ref) && device.battery_percent) charge = *device.battery_percent;
@@ -164,10 +130,10 @@ json BudgetService::describe(sched::UnixMillis now, std::span<const sched::Devic
   }
   return json{{"node", node_},
               {"policy",
-               {{"source", policy_.source},
-                {"objective", sched::to_string(policy_.objective)},
-                {"risk", policy_.risk},
-                {"warmup_epochs", policy_.warmup_epochs}}},
+               {{"source", core_.policy().source},
+                {"objective", sched::to_string(core_.policy().objective)},
+                {"risk", core_.policy().risk},
+                {"warmup_epochs", core_.policy().warmup_epochs}}},
               {"budgets", budgets},
               {"power_caps", caps},
               {"battery_floors", floors},
@@ -178,13 +144,13 @@ json BudgetService::describe(sched::UnixMillis now, std::span<const sched::Devic
 
 void BudgetService::publish(sched::UnixMillis now) {
   std::vector<Metrics::BudgetFigures> figures;
-  for (const auto& state : ledger_.states(now))
+  for (const auto& state : core_.ledger().states(now))
     figures.push_back({state.budget.name, state.budget.limit_joules, state.spent_joules, state.reserved.mean_joules,
                        state.remaining_joules()});
   metrics_.set_budgets(figures);
+  // The core forgets uses no window can count by itself; the stored ones go here.
   if (now - last_prune_ > 3'600'000) {
     last_prune_ = now;
-    ledger_.prune(now);
     storage_.submit([before = history_needed(now)](adapters::Database& db) { return db.forget_energy_uses(before); },
                     [](Status status) {
                       if (!status) spdlog::error("budget ledger: {}", status.error().message);

@@ -51,11 +51,10 @@ struct JobRecord {
   std::optional<double> run_seconds;
   std::optional<double> used_joules;  // its energy so far while it runs, as of the last meter sample
   bool cancel_requested = false;
-  // Scheduling:
-  schedulers::PendingJob pending;                       // what placement sees while it is queued
-  std::optional<schedulers::WaitReason> waiting;        // why it is not running, from the last pass
-  std::optional<schedulers::EnergyDistribution> prior;  // its estimate where it was placed
-  std::vector<schedulers::EpochReport> progress;
+  // Scheduling (what the core decides with, its queue entry and its run's reports, is the core's):
+  std::optional<schedulers::WaitReason> waiting;  // why it is not running, from the last pass
+  // Shown by the API: its last epoch report and the projection the core made from it.
+  std::optional<schedulers::EpochReport> last_report;
   std::optional<schedulers::Projection> projection;
   // Throttling in force (set by its executor, shown in GET /v1/jobs/{id}, offered to the controller):
   bool paused = false;

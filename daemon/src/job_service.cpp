@@ -16,6 +16,7 @@
 #include <thread>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -86,8 +87,8 @@ class JobService::Host final : public ExecutorHost {
   void requeue(JobRecord& job, const std::string& why) override { book_.requeue(job, why); }
   void count_as_run(JobRecord& job) override { book_.set_state(job, JobState::running); }
   void reserve_again(JobRecord& job) override {
-    job.prior = book_.estimate_on(job, job.row.device);
-    if (job.prior) book_.budgets_.reserve(job.row.id, job.row.device, *job.prior);
+    if (const Device* device = book_.find_device(job.row.device))
+      book_.track_run(job, *device, job.row.started_ms.value_or(book_.now_ms()));
   }
   std::optional<schedulers::Estimate> estimate_for(const JobRecord& job, const std::string& device) const override {
     return book_.estimate_for(job, device);
@@ -158,11 +159,15 @@ std::optional<double> JobService::run_seconds(const Job& job) const {
          1000.0;
 }
 
-Device* JobService::find_device(const std::string& name) {
-  for (auto& device : devices_) {
+const Device* JobService::find_device(const std::string& name) const {
+  for (const auto& device : devices_) {
     if (device.name == name) return &device;
   }
   return nullptr;
+}
+
+Device* JobService::find_device(const std::string& name) {
+  return const_cast<Device*>(std::as_const(*this).find_device(name));
 }
 
 void JobService::persist(Write write, std::function<void(Status)> done) {
@@ -341,10 +346,11 @@ void JobService::submit(const json& body, Submitter submitter, Done done) {
   if (!spec) return done(spec.error());
   if (auto runnable = check_runnable(*spec, local_->job_identity(next_sequence_, submitter.uid)); !runnable)
     return done(runnable.error());
-  if (queue_.size() + submissions_in_flight_ >= options_.max_queued_jobs) {
+  const std::size_t queued = core().queue().size();
+  if (queued + submissions_in_flight_ >= options_.max_queued_jobs) {
     return done(
         make_error(ErrorCode::too_many, fmt::format("{} jobs are already waiting (the limit is {}); retry later",
-                                                    queue_.size() + submissions_in_flight_, options_.max_queued_jobs)));
+                                                    queued + submissions_in_flight_, options_.max_queued_jobs)));
   }
   auto job = std::make_unique<Job>();
   static thread_local boost::uuids::random_generator make_uuid;
@@ -359,8 +365,7 @@ void JobService::submit(const json& body, Submitter submitter, Done done) {
   job->row.owner_uid = submitter.uid;
   job->spec = std::move(spec).value();
   if (estimator_ && job->spec.model && job->spec.training) set_estimates(*job, estimator_(job->spec));
-  job->pending = pending_job(*job);
-  if (auto never = budgets_.never_fits(now_ms(), device_statuses(), job->pending)) {
+  if (auto never = core().never_fits(now_ms(), device_statuses(), pending_job(*job))) {
     const char* where = never->kind == schedulers::WaitReason::Kind::deadline     ? "/constraints/deadline"
                         : never->kind == schedulers::WaitReason::Kind::max_energy ? "/constraints/max_energy_joules"
                                                                                   : "/training";
@@ -384,7 +389,7 @@ void JobService::submit(const json& body, Submitter submitter, Done done) {
     }
     const std::string id = job->row.id;
     auto owned = std::make_unique<Job>(std::move(*job));
-    queue_.push(id, owned->row.priority, owned->row.sequence);
+    enqueue(*owned);
     index(*owned);
     jobs_.emplace(id, std::move(owned));
     metrics_.count_submission();
@@ -403,26 +408,23 @@ void JobService::schedule() {
     return;
   }
   placing_paused_until_.reset();
-  const auto statuses = device_statuses();
-  std::vector<const schedulers::PendingJob*> queue;
-  for (const auto& id : queue_.first(1000)) queue.push_back(&jobs_.at(id)->pending);
-  const auto pass = budgets_.place(now, statuses, queue);
+  // The jobs the pass looks at, in order, before it takes the placed ones out of the queue.
+  const std::vector<std::string> scanned = core().queue().first(core().options().max_scan);
+  const auto pass = core().place(now, device_statuses());
   for (const auto& placement : pass.placements) {
     Job& job = *jobs_.at(placement.job);
-    Device& device = devices_[placement.device];
-    budgets_.reserve(job.row.id, device.name, placement.reserve);
-    // What it is expected to use: its estimate there, else its own max_energy_joules.
-    job.prior = placement.reserve.mean_joules > 0 ? std::optional(placement.reserve) : std::nullopt;
     job.waiting.reset();
-    place(job, device, placement.note);
+    place(job, devices_[placement.device], placement.note);
   }
   for (const auto& [id, reason] : pass.waiting) note_waiting(*jobs_.at(id), reason);
   // The pass stopped before the rest: say whether they wait for a device or for their turn.
-  for (std::size_t i = pass.considered; i < queue.size(); ++i) {
-    Job& job = *jobs_.at(queue[i]->id);
-    const bool all_busy = std::all_of(job.pending.candidates.begin(), job.pending.candidates.end(),
+  for (std::size_t i = pass.considered; i < scanned.size(); ++i) {
+    Job& job = *jobs_.at(scanned[i]);
+    const schedulers::PendingJob* pending = core().pending(job.row.id);
+    if (!pending) continue;
+    const bool all_busy = std::all_of(pending->candidates.begin(), pending->candidates.end(),
                                       [&](const auto& c) { return devices_[c.device].job.has_value(); });
-    if (all_busy && !job.pending.candidates.empty())
+    if (all_busy && !pending->candidates.empty())
       note_waiting(job, schedulers::WaitReason(schedulers::WaitReason::Kind::no_free_device,
                                                "every device it may run on is busy"));
     else
@@ -430,14 +432,16 @@ void JobService::schedule() {
   }
   // Why the queue waits, for joule_jobs_waiting: a queued job without a reason waits its turn.
   std::map<std::string, double> waiting;
-  for (const auto* pending : queue) {
-    const Job& job = *jobs_.at(pending->id);
+  std::size_t counted = 0;
+  for (const auto& id : scanned) {
+    const Job& job = *jobs_.at(id);
     if (job.state != JobState::queued) continue;
     waiting[job.waiting ? std::string(schedulers::to_string(job.waiting->kind)) : "behind"] += 1.0;
+    ++counted;
   }
-  if (queue_.size() > queue.size()) waiting["behind"] += static_cast<double>(queue_.size() - queue.size());
+  if (core().queue().size() > counted) waiting["behind"] += static_cast<double>(core().queue().size() - counted);
   metrics_.set_jobs_waiting(waiting);
-  if (pass.next_retry) schedule_retry(*pass.next_retry);
+  if (const auto wake = core().wake_at(now)) schedule_retry(*wake);
 }
 
 void JobService::schedule_retry(schedulers::UnixMillis at) {
@@ -479,17 +483,7 @@ std::vector<schedulers::DeviceStatus> JobService::device_statuses() const {
     status.average_power_watts = average_power(device, longest_cap);
     status.work_seconds = device.work_seconds;
     status.battery_percent = device.battery_percent;
-    if (device.job) {
-      const auto it = jobs_.find(*device.job);
-      if (it != jobs_.end() && it->second->row.started_ms) {
-        const Job& job = *it->second;
-        for (const auto& candidate : job.pending.candidates)
-          if (candidate.estimate && devices_[candidate.device].name == device.name)
-            status.busy_until = *job.row.started_ms + static_cast<std::int64_t>(candidate.estimate->seconds_mean * 1000);
-        if (job.projection && job.projection->seconds_remaining > 0)
-          status.busy_until = now_ms() + static_cast<std::int64_t>(job.projection->seconds_remaining * 1000);
-      }
-    }
+    // When its job is expected to end is the core's to say (its estimate, then its projection).
     out.push_back(std::move(status));
   }
   return out;
@@ -540,9 +534,24 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
 }
 
 std::optional<schedulers::Estimate> JobService::estimate_for(const Job& job, const std::string& device) const {
-  for (const auto& candidate : job.pending.candidates)
-    if (devices_[candidate.device].name == device && candidate.estimate) return candidate.estimate;
-  return std::nullopt;
+  const Device* where = find_device(device);
+  if (!where || !where->runs_jobs || !schedulers::device_allowed(job.spec.constraints, device)) return std::nullopt;
+  const DeviceEstimate* estimate = find_estimate(job.estimates, device);
+  if (!estimate || !estimate->ok) return std::nullopt;
+  return estimate->placement();
+}
+
+void JobService::enqueue(const Job& job) { core().enqueue(pending_job(job), job.row.sequence); }
+
+void JobService::track_run(const Job& job, const Device& device, schedulers::UnixMillis started) {
+  schedulers::TrackedRun run;
+  run.id = job.row.id;
+  run.device = static_cast<std::size_t>(&device - devices_.data());
+  run.priority = job.row.priority;
+  run.started = started;
+  run.prior = estimate_on(job, device.name);
+  if (const auto estimate = estimate_for(job, device.name)) run.expected_seconds = estimate->seconds_mean;
+  core().track_run(std::move(run), budgets_.device_ref(device.name));
 }
 
 std::optional<schedulers::EnergyDistribution> JobService::estimate_on(const Job& job, const std::string& device) const {
@@ -554,13 +563,13 @@ std::optional<schedulers::EnergyDistribution> JobService::estimate_on(const Job&
 void JobService::refresh_estimates(std::size_t limit) {
   if (!estimator_ || !scheduling_) return;
   std::vector<adapters::StoredJob> changed;
-  for (const auto& id : queue_.first(limit)) {
+  for (const auto& id : core().queue().first(limit)) {
     Job& job = *jobs_.at(id);
     if (!job.spec.model || !job.spec.training) continue;
     const json estimate = estimator_(job.spec);
     if (estimate.dump() == job.row.estimate_json) continue;
     set_estimates(job, estimate);
-    job.pending = pending_job(job);
+    core().update_pending(pending_job(job));
     changed.push_back(job.row);
   }
   if (changed.empty()) return;
@@ -592,7 +601,8 @@ bool JobService::work_waiting_for(const std::string& device) const {
   // Jobs held back by a budget, cap, floor or a missing model do not claim the device: probing
   // it is what gives them a model.
   using Kind = schedulers::WaitReason::Kind;
-  return queue_
+  return core()
+      .queue()
       .next([&](const std::string& id) {
         const Job& job = *jobs_.at(id);
         if (!schedulers::device_allowed(job.spec.constraints, device)) return false;
@@ -619,7 +629,6 @@ std::vector<estimator::WorkloadItem> JobService::workload(std::size_t recent) co
 
 void JobService::place(Job& job, Device& device, const std::string& note) {
   if (on_claim_) on_claim_(device.name);
-  queue_.erase(job.row.id);
   device.job = job.row.id;
   job.row.device = device.name;
   Executor& executor = executor_for(device);
@@ -646,7 +655,7 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
   if (exit) job.row.exit_code = exit->signaled ? 128 + exit->value : exit->value;
   job.row.reason = reason;
   job.row.finished_ms = now_ms();
-  queue_.erase(job.row.id);
+  core().dequeue(job.row.id);
   Device* device = find_device(job.row.device);
   Executor& executor = executor_for(job.row.device);
   const bool metered_here = executor.settle_energy(job, device, exit ? &*exit : nullptr);
@@ -691,7 +700,7 @@ void JobService::unplace(Job& job, const std::string& why) {
   if (!job.events.empty() && job.events.back().state == "placed") job.events.pop_back();
   job.row.device.clear();
   set_state(job, JobState::queued);
-  queue_.push(job.row.id, job.row.priority, job.row.sequence);
+  enqueue(job);
   refresh_state_metrics();
   placing_paused_until_ = now_ms() + kRetryAfterMs;
   schedule_retry(*placing_paused_until_);
@@ -700,9 +709,10 @@ void JobService::unplace(Job& job, const std::string& why) {
 void JobService::requeue(Job& job, const std::string& why) {
   job.row.device.clear();
   job.row.pid = 0;
+  // Whatever its run had reserved ends with it (the executor settles what it metered first).
+  if (core().running(job.row.id)) budgets_.settle(job.row.id, std::nullopt);
   transition(job, JobState::queued, why);
-  job.pending = pending_job(job);
-  queue_.push(job.row.id, job.row.priority, job.row.sequence);
+  enqueue(job);
 }
 
 void JobService::cancel(const std::string& id, Done done) {
@@ -713,7 +723,7 @@ void JobService::cancel(const std::string& id, Done done) {
     return done(make_error(ErrorCode::conflict, fmt::format("job {} has already {}", id, job.row.state)));
   }
   if (job.state == JobState::queued) {
-    queue_.erase(id);
+    core().dequeue(id);
     job.row.finished_ms = now_ms();
     job.row.reason = "cancelled while queued";
     transition(job, JobState::cancelled, job.row.reason, [this, id, done = std::move(done)](Status status) {
@@ -773,7 +783,7 @@ void JobService::sample_meters() {
 void JobService::track_running(schedulers::UnixMillis now) {
   // Each running job's energy so far and what it should still need feed the ledger; then the
   // throttle controller looks at caps, budgets and floors.
-  std::vector<schedulers::RunningJob> running;
+  std::vector<schedulers::RunningSample> samples;
   for (std::size_t d = 0; d < devices_.size(); ++d) {
     Device& device = devices_[d];
     if (!device.job) continue;
@@ -784,28 +794,23 @@ void JobService::track_running(schedulers::UnixMillis now) {
     Executor& executor = executor_for(device);
     const std::optional<double> metered = executor.energy_as_sampled(job, device);
     job.used_joules = metered;  // shown as energy_so_far
-    const double used = metered.value_or(0.0);
-    const auto expected = job.projection ? std::optional(job.projection->total) : job.prior;
-    schedulers::EnergyDistribution still;
-    if (expected) still = {std::max(0.0, expected->mean_joules - used), expected->variance};
-    if (job.row.started_ms) budgets_.update_running(job.row.id, *job.row.started_ms, now, used, still);
-    schedulers::RunningJob view;
-    view.id = job.row.id;
-    view.device = d;
-    view.priority = job.row.priority;
-    view.still_expected = still;
-    view.power_watts = device.power_watts;
-    view.paused = job.paused;
-    view.cpu_quota = job.cpu_quota;
-    view.gpu_limit_watts = job.gpu_limit_watts;
-    view.can_limit_cpu = executor.can_limit_cpu(job);
-    view.can_limit_gpu = device.can_limit_gpu;
-    view.gpu_min_watts = device.gpu_min_watts;
-    view.cpus = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
-    running.push_back(std::move(view));
+    if (!job.row.started_ms) continue;  // placed, not started: its reservation stands as it is
+    schedulers::RunningSample sample;
+    sample.id = job.row.id;
+    sample.started = *job.row.started_ms;
+    sample.used_joules = metered;
+    sample.controls.power_watts = device.power_watts;
+    sample.controls.paused = job.paused;
+    sample.controls.cpu_quota = job.cpu_quota;
+    sample.controls.gpu_limit_watts = job.gpu_limit_watts;
+    sample.controls.can_limit_cpu = executor.can_limit_cpu(job);
+    sample.controls.can_limit_gpu = device.can_limit_gpu;
+    sample.controls.gpu_min_watts = device.gpu_min_watts;
+    sample.controls.cpus = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+    samples.push_back(std::move(sample));
   }
-  if (running.empty()) return;
-  for (const auto& action : budgets_.throttle(now, device_statuses(), running)) apply(action);
+  if (samples.empty()) return;
+  for (const auto& action : core().track(now, device_statuses(), std::move(samples))) apply(action);
 }
 
 void JobService::apply(const schedulers::ThrottleAction& action) {
@@ -845,7 +850,6 @@ void JobService::release_controls(Job& job, bool ended) {
   job.paused = false;
   job.cpu_quota.reset();
   job.gpu_limit_watts.reset();
-  budgets_.forget(job.row.id);
 }
 
 void JobService::stop_scheduling() {
@@ -895,8 +899,7 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
     const std::string id = row.id;
     job->row = std::move(row);
     job->estimates = read_estimates(job->row.estimate_json);
-    if (!schedulers::is_terminal(job->state)) job->pending = pending_job(*job);
-    if (job->state == JobState::queued) queue_.push(id, job->row.priority, job->row.sequence);
+    if (job->state == JobState::queued) enqueue(*job);
     if (!schedulers::is_terminal(job->state) && job->state != JobState::queued) to_reconcile.push_back(id);
     index(*job);
     jobs_.emplace(id, std::move(job));
@@ -944,8 +947,8 @@ Result<json> JobService::report_progress(const std::string& id, const std::strin
   const auto epoch = epoch_it->get<std::int64_t>();
   const auto epochs = epochs_it->get<std::int64_t>();
   if (epoch > epochs) return invalid(fmt::format("epoch {} is more than epochs {}", epoch, epochs), "/epoch");
-  if (!job.progress.empty() && epoch <= job.progress.back().epoch)
-    return invalid(fmt::format("epoch {} was already reported (last: {})", epoch, job.progress.back().epoch), "/epoch");
+  if (job.last_report && epoch <= job.last_report->epoch)
+    return invalid(fmt::format("epoch {} was already reported (last: {})", epoch, job.last_report->epoch), "/epoch");
 
   Device* device = find_device(job.row.device);
   std::optional<double> used;
@@ -957,10 +960,15 @@ Result<json> JobService::report_progress(const std::string& id, const std::strin
     return out;
   }
   const bool first_projection = !(job.projection && job.projection->step);
-  job.progress.push_back({static_cast<int>(epoch), static_cast<int>(epochs), *used, now_ms()});
-  schedulers::StepOptions step;
-  step.warmup_epochs = budgets_.policy().warmup_epochs;
-  job.projection = schedulers::project_energy(job.progress, job.prior, step);
+  job.last_report = schedulers::EpochReport{static_cast<int>(epoch), static_cast<int>(epochs), *used, now_ms()};
+  if (!core().running(id) && device) track_run(job, *device, job.row.started_ms.value_or(now_ms()));
+  const schedulers::Projection* projection = core().report(id, *job.last_report);
+  if (!projection) {
+    out["energy"] = nullptr;
+    out["note"] = "the job is not running here: no projection from this report";
+    return out;
+  }
+  job.projection = *projection;
   const std::string source(device->meter->source());
   out["energy"] = {{"joules", *used}, {"source", source}, {"partial", job.row.energy_partial}};
   out["projection"] = projection_json(*job.projection, source);
@@ -1084,7 +1092,7 @@ std::vector<std::string> JobService::device_names() const {
 std::string JobService::summary() const {
   std::size_t running = 0;
   for (const auto& device : devices_) running += device.job ? 1 : 0;
-  std::string text = fmt::format("{} queued, {} running", queue_.size(), running);
+  std::string text = fmt::format("{} queued, {} running", core().queue().size(), running);
   for (const auto& device : devices_)
     text += fmt::format("; {} {:.1f} W ({})", device.name, device.power_watts, device.meter->source());
   return text;
@@ -1153,15 +1161,15 @@ json JobService::to_json(const Job& job, bool with_events) const {
       if (why.needed_joules) waiting["needed_joules"] = *why.needed_joules;
       if (why.retry_at) waiting["retry_at"] = schedulers::format_rfc3339(*why.retry_at);
     } else {
-      const std::size_t ahead = queue_.position(row.id).value_or(0);
+      const std::size_t ahead = core().queue().position(row.id).value_or(0);
       waiting = {{"reason", "behind"},
                  {"message", ahead == 0 ? std::string("next in line; waiting for a placement pass")
                                         : fmt::format("{} job{} ahead of it in the queue", ahead, ahead == 1 ? "" : "s")}};
     }
     out["waiting"] = waiting;
   }
-  if (!job.progress.empty()) {
-    const auto& last = job.progress.back();
+  if (job.last_report) {
+    const auto& last = *job.last_report;
     out["progress"] = {{"epoch", last.epoch}, {"epochs", last.epochs}, {"reported_at", schedulers::format_rfc3339(last.at)}};
   }
   // While it runs the job has no energy source of its own yet: its device's meter is it.

@@ -29,10 +29,7 @@ void JobService::changed(const std::string& device_name) {
 }
 
 void JobService::refresh_pending() {
-  for (const auto& id : queue_.first(queue_.size())) {
-    Job& job = *jobs_.at(id);
-    job.pending = pending_job(job);
-  }
+  for (const auto& id : core().queue().first(core().queue().size())) core().update_pending(pending_job(*jobs_.at(id)));
 }
 
 void JobService::update_node(const std::string& node, const std::vector<cluster::ReportedDevice>& reported) {
@@ -80,11 +77,9 @@ std::vector<std::pair<std::string, std::int64_t>> JobService::apply_reports(
 
 void JobService::adopt(Job& job, Device& device, const std::string& note, const std::string& report_state,
                        std::optional<std::int64_t> started_ms) {
-  queue_.erase(job.row.id);
   device.job = job.row.id;
   job.waiting.reset();
-  job.prior = estimate_on(job, device.name);
-  if (job.prior) budgets_.reserve(job.row.id, device.name, *job.prior);
+  track_run(job, device, started_ms.value_or(now_ms()));
   transition(job, JobState::placed, note);
   if (report_state != "placed") {
     if (!job.row.started_ms) job.row.started_ms = started_ms.value_or(now_ms());
@@ -127,8 +122,7 @@ void JobService::node_lost(const std::string& node) {
     device.job.reset();
     job.row.started_ms.reset();
     transition(job, JobState::queued, fmt::format("{}: queued again (epoch {} is fenced)", why, job.row.epoch));
-    job.pending = pending_job(job);
-    queue_.push(job.row.id, job.row.priority, job.row.sequence);
+    enqueue(job);
   }
   schedule();
 }
@@ -274,7 +268,6 @@ void JobService::assign(const cluster::Assignment& assignment) {
   job->row.spec_json = spec ? schedulers::to_json(job->spec).dump() : assignment.spec.dump();
   if (refused.empty() && estimator_ && job->spec.model && job->spec.training)
     set_estimates(*job, estimator_(job->spec));
-  if (refused.empty()) job->pending = pending_job(*job);
   StoredEvent event{local_id, job->row.submitted_ms, "queued",
                     fmt::format("assigned by the coordinator: job {} epoch {} on {}", assignment.id, assignment.epoch,
                                 assignment.device)};
@@ -299,7 +292,7 @@ void JobService::assign(const cluster::Assignment& assignment) {
         jobs_.emplace(id, std::move(owned));
         Job& stored = *jobs_.at(id);
         if (!refused.empty()) return finish(stored, JobState::failed, refused, std::nullopt);
-        queue_.push(id, stored.row.priority, stored.row.sequence);
+        enqueue(stored);
         refresh_state_metrics();
         schedule();
       });

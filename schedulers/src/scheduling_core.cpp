@@ -77,8 +77,6 @@ PassResult SchedulingCore::place(UnixMillis now, std::vector<DeviceStatus> devic
     last_prune_ = now;
   }
   if (queue_.size() == 0) return {};
-  // Nothing can start: a finish or a device coming back is an event that calls again.
-  if (std::none_of(devices.begin(), devices.end(), [](const auto& d) { return d.accepts_work && !d.busy; })) return {};
   devices = with_expectations(now, std::move(devices));
   std::vector<const PendingJob*> queue;
   for (const auto& id : queue_.first(options_.max_scan)) queue.push_back(&pending_.at(id));
@@ -117,6 +115,7 @@ std::vector<ThrottleAction> SchedulingCore::track(UnixMillis now, std::vector<De
     auto it = running_.find(sample.id);
     if (it == running_.end()) continue;
     TrackedRun& run = it->second;
+    if (sample.started) run.started = *sample.started;
     run.used_joules = sample.used_joules.value_or(0.0);
     const EnergyDistribution still = still_expected(run);
     ledger_.update_running(run.id, run.started, now, run.used_joules, still);

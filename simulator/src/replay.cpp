@@ -286,7 +286,8 @@ class Replay {
       if (!j || !is_progressing(jobs_[*j])) continue;
       const JobState& job = jobs_[*j];
       const double left = std::max(0.0, job.cost->truth.seconds - job.seconds_done);
-      consider(now + std::max<UnixMillis>(1, static_cast<UnixMillis>(std::ceil(left * 1000.0))));
+      // Less a hair: seconds summed over events carry rounding that would make it a millisecond late.
+      consider(now + std::max<UnixMillis>(1, static_cast<UnixMillis>(std::ceil(left * 1000.0 - 1e-6))));
     }
     const bool waiting = queued_ > 0 || running_ > progressing();
     if (waiting)
@@ -472,6 +473,7 @@ class Replay {
       job.reserved_joules = placement.reserve.mean_joules;
       device_job_[placement.device] = j;
       log(now, fmt::format("start {}: {}", job.pending.id, placement.note));
+      if (options_.on_placement) options_.on_placement(now, placement);
       ++usage_[placement.device].jobs;
       ++running_;
       ++placements_;

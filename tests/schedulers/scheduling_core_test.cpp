@@ -57,15 +57,18 @@ TEST(SchedulingCoreTest, a_pass_takes_the_queue_by_priority_then_submission_and_
   EXPECT_TRUE(core.ledger().has_reservation("urgent"));
 }
 
-TEST(SchedulingCoreTest, a_pass_with_every_device_busy_places_and_explains_nothing) {
-  SchedulingCore core;
-  core.enqueue(job("a", 100, 60), 1);
+TEST(SchedulingCoreTest, a_pass_with_every_device_busy_places_nothing_and_still_says_what_holds_a_job_back) {
+  SchedulingCore core(daily_budget(500.0));
+  core.enqueue(job("fits", 100, 60), 1);
+  core.enqueue(job("too-big", 800, 60), 2);
   DeviceStatus busy = device("cpu");
   busy.busy = true;
   const PassResult pass = core.place(kNow, {busy});
   EXPECT_TRUE(pass.placements.empty());
-  EXPECT_TRUE(pass.waiting.empty());
-  EXPECT_EQ(core.queue().size(), 1u);
+  EXPECT_EQ(core.queue().size(), 2u);
+  std::map<std::string, WaitReason::Kind> why;
+  for (const auto& [id, reason] : pass.waiting) why[id] = reason.kind;
+  EXPECT_EQ(why["too-big"], WaitReason::Kind::budget) << "the budget, not only the busy device";
 }
 
 TEST(SchedulingCoreTest, a_busy_device_is_expected_free_by_the_estimate_then_by_the_step_projection) {

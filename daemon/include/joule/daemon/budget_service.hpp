@@ -1,7 +1,8 @@
 #pragma once
 // The node's energy policy at run time: the placement policy and its budgets, caps and floors
-// (from policies.d, replaced whole on reload), the budget ledger kept in SQLite, and the
-// throttle controller. Wraps the pure schedulers:: logic with persistence, metrics and the
+// (from policies.d, replaced whole on reload) and the scheduling core that decides with them
+// (queue, placer, budget ledger, STEP projections, throttle controller; the same core joule-sim
+// drives). Adds what the pure core leaves out: the ledger's uses kept in SQLite, metrics and the
 // GET /v1/budgets view. Lives on the daemon's io_context thread.
 
 #include <optional>
@@ -14,10 +15,8 @@
 #include "joule/adapters/database.hpp"
 #include "joule/adapters/storage_writer.hpp"
 #include "joule/daemon/metrics.hpp"
-#include "joule/schedulers/budget_ledger.hpp"
-#include "joule/schedulers/placement.hpp"
 #include "joule/schedulers/policy.hpp"
-#include "joule/schedulers/throttle_controller.hpp"
+#include "joule/schedulers/scheduling_core.hpp"
 
 namespace joule::daemon {
 
@@ -29,7 +28,7 @@ class BudgetService {
 
   /// Installs a policy (at start and on a reload that validated).
   void set_policy(schedulers::Policy policy);
-  const schedulers::Policy& policy() const { return policy_; }
+  const schedulers::Policy& policy() const { return core_.policy(); }
   const std::string& node() const { return node_; }
   /// Where a device of this node sits for the policy's scopes.
   schedulers::DeviceRef device_ref(const std::string& device) const;
@@ -39,27 +38,19 @@ class BudgetService {
   /// How far back the ledger must be loaded: the longest window anyone may configure.
   static schedulers::UnixMillis history_needed(schedulers::UnixMillis now);
 
-  schedulers::PassResult place(schedulers::UnixMillis now, std::span<const schedulers::DeviceStatus> devices,
-                               std::span<const schedulers::PendingJob* const> queue);
-  std::optional<schedulers::WaitReason> never_fits(schedulers::UnixMillis now,
-                                                   std::span<const schedulers::DeviceStatus> devices,
-                                                   const schedulers::PendingJob& job) const;
+  /// The scheduler the job book drives: the queue, placement passes, running jobs' projections
+  /// and throttling. What it records in the ledger goes through `pause_running` and `settle`,
+  /// which also store it.
+  schedulers::SchedulingCore& core() { return core_; }
+  const schedulers::SchedulingCore& core() const { return core_; }
 
-  void reserve(const std::string& job, const std::string& device, schedulers::EnergyDistribution expected);
-  void update_running(const std::string& job, schedulers::UnixMillis start, schedulers::UnixMillis now,
-                      double used_joules, schedulers::EnergyDistribution still_expected);
   /// A job paused or resumed by throttling: the ledger counts its energy in stretches.
   void pause_running(const std::string& job, schedulers::UnixMillis now, const std::string& source);
   void resume_running(const std::string& job, schedulers::UnixMillis now);
-  /// Ends a job's reservation and, when it was metered, records and stores its energy.
+  /// Ends a job's tracking and reservation and, when it was metered, records and stores its energy.
   void settle(const std::string& job, std::optional<adapters::StoredEnergyUse> metered);
   /// Records and stores the metered energy of probing.
   void record(const adapters::StoredEnergyUse& use);
-
-  std::vector<schedulers::ThrottleAction> throttle(schedulers::UnixMillis now,
-                                                   std::span<const schedulers::DeviceStatus> devices,
-                                                   std::span<const schedulers::RunningJob> jobs);
-  void forget(const std::string& job) { throttle_.forget(job); }
 
   /// GET /v1/budgets: the policy, each budget's limit, spent, reserved and remaining, caps with
   /// their scope's power now, floors with the charge now.
@@ -67,7 +58,7 @@ class BudgetService {
   /// Refreshes the joule_budget_* gauges.
   void publish(schedulers::UnixMillis now);
   /// Local time's offset from UTC now, for calendar windows (it changes with daylight saving).
-  void set_utc_offset_minutes(int minutes) { ledger_.set_utc_offset_minutes(minutes); }
+  void set_utc_offset_minutes(int minutes) { core_.set_utc_offset_minutes(minutes); }
 
  private:
   void store(const adapters::StoredEnergyUse& row);
@@ -75,10 +66,7 @@ class BudgetService {
   adapters::StorageWriter& storage_;
   Metrics& metrics_;
   std::string node_;
-  schedulers::Policy policy_;
-  schedulers::BudgetLedger ledger_;
-  schedulers::Placer placer_;
-  schedulers::ThrottleController throttle_;
+  schedulers::SchedulingCore core_;
   schedulers::UnixMillis last_prune_ = 0;
 };
 

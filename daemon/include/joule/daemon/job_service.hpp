@@ -270,6 +270,13 @@ class JobService {
   std::vector<schedulers::DeviceStatus> device_statuses() const;
   /// What placement sees of a queued job: its constraints and its estimate on each device.
   schedulers::PendingJob pending_job(const Job& job) const;
+  /// The job waits in the scheduling core's queue.
+  void enqueue(const Job& job);
+  /// The core tracks a job that runs without its pass having placed it (adopted, recovered),
+  /// with its estimate there reserved.
+  void track_run(const Job& job, const Device& device, schedulers::UnixMillis started);
+  schedulers::SchedulingCore& core() { return budgets_.core(); }
+  const schedulers::SchedulingCore& core() const { return budgets_.core(); }
   /// Keeps a job's estimates: the stored text (the API shows it) and what the daemon decides with.
   void set_estimates(Job& job, const nlohmann::json& rows);
   std::optional<schedulers::Estimate> estimate_for(const Job& job, const std::string& device) const;
@@ -302,6 +309,7 @@ class JobService {
   /// Moves a job to another state (no event, nothing stored: see transition).
   void set_state(Job& job, schedulers::JobState to);
   Device* find_device(const std::string& name);
+  const Device* find_device(const std::string& name) const;
   /// What a job's energy figure covers on `device`, as GET /v1/jobs/{id} says it.
   std::string energy_scope(const std::string& device, const std::string& source) const;
   nlohmann::json to_json(const Job& job, bool with_events) const;
@@ -321,7 +329,6 @@ class JobService {
   // The submission numbers of the jobs in each shown (committed) state, kept as commits land:
   // counting and listing by state cost a page, not a walk over every job.
   std::array<std::set<std::int64_t>, 7> sequences_by_state_;
-  schedulers::JobQueue queue_;
   std::int64_t next_sequence_ = 1;
   std::size_t submissions_in_flight_ = 0;
   std::size_t writes_in_flight_ = 0;

@@ -45,6 +45,9 @@ struct TrackedRun {
 /// core fills in its device, priority and what it is still expected to use.
 struct RunningSample {
   std::string id;
+  /// When it began to run, where that is after its placement (a process or an agent starts it
+  /// a little later): its energy so far is counted from then.
+  std::optional<UnixMillis> started;
   std::optional<double> used_joules;  ///< nullopt: its meter could not be read (counts as 0)
   RunningJob controls;                ///< power, pause and limits now, and which limits exist
 };
@@ -66,6 +69,7 @@ class SchedulingCore {
   /// reservations and the queue are kept.
   void set_policy(Policy policy);
   const Policy& policy() const { return policy_; }
+  const CoreOptions& options() const { return options_; }
   void set_utc_offset_minutes(int minutes) { ledger_.set_utc_offset_minutes(minutes); }
   BudgetLedger& ledger() { return ledger_; }
   const BudgetLedger& ledger() const { return ledger_; }
@@ -85,8 +89,8 @@ class SchedulingCore {
 
   // --- Passes ---
   /// One placement pass over the first `max_scan` queued jobs. Placed jobs leave the queue and
-  /// are tracked as running from `now` with their reservation in the ledger. A pass with no
-  /// device free and accepting work places nothing and explains nothing.
+  /// are tracked as running from `now` with their reservation in the ledger. A pass runs even
+  /// with every device busy: it still says why each job waits (a budget, not only a busy device).
   PassResult place(UnixMillis now, std::vector<DeviceStatus> devices);
   /// The running jobs' energy so far and projections feed the ledger; then, with throttling on,
   /// the controller's actions (the driver applies them and reports `paused` / `resumed`).

@@ -71,6 +71,8 @@ struct ReplayOptions {
   /// Called with every start, finish, throttle action and budget wait, in time order (for
   /// `joule-sim --events`); empty: no log.
   std::function<void(schedulers::UnixMillis, const std::string&)> on_event;
+  /// Called with every placement as it starts (device: index into World::devices); empty: none.
+  std::function<void(schedulers::UnixMillis, const schedulers::Placement&)> on_placement;
 };
 
 /// A budget window whose true spent energy exceeded its limit.
