@@ -408,9 +408,8 @@ void JobService::schedule() {
     return;
   }
   placing_paused_until_.reset();
-  // The jobs the pass looks at, in order, before it takes the placed ones out of the queue.
-  const std::vector<std::string> scanned = core().queue().first(core().options().max_scan);
   const auto pass = core().place(now, device_statuses());
+  const std::vector<std::string> scanned = core().scanned();  // a copy: placing may call back in
   for (const auto& placement : pass.placements) {
     Job& job = *jobs_.at(placement.job);
     job.waiting.reset();

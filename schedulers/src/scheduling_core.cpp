@@ -76,10 +76,12 @@ PassResult SchedulingCore::place(UnixMillis now, std::vector<DeviceStatus> devic
     ledger_.prune(now);
     last_prune_ = now;
   }
-  if (queue_.size() == 0) return {};
+  scanned_ = queue_.first(options_.max_scan);
+  if (scanned_.empty()) return {};
   devices = with_expectations(now, std::move(devices));
   std::vector<const PendingJob*> queue;
-  for (const auto& id : queue_.first(options_.max_scan)) queue.push_back(&pending_.at(id));
+  queue.reserve(scanned_.size());
+  for (const auto& id : scanned_) queue.push_back(&pending_.at(id));
   PassResult result = placer_.decide(now, devices, queue, ledger_);
   retry_at_ = result.next_retry;
   for (const auto& placement : result.placements) {
