@@ -409,18 +409,14 @@ void JobService::schedule() {
   }
   placing_paused_until_.reset();
   const auto pass = core().place(now, device_statuses());
-  const std::vector<std::string> scanned = core().scanned();  // a copy: placing may call back in
-  for (const auto& placement : pass.placements) {
-    Job& job = *jobs_.at(placement.job);
-    job.waiting.reset();
-    place(job, devices_[placement.device], placement.note);
-  }
+  // Explained before anything is placed, which is all that could call back into the core.
+  const std::vector<const schedulers::PendingJob*>& scanned = core().scanned();
   for (const auto& [id, reason] : pass.waiting) note_waiting(*jobs_.at(id), reason);
   // The pass stopped before the rest: say whether they wait for a device or for their turn.
   for (std::size_t i = pass.considered; i < scanned.size(); ++i) {
-    Job& job = *jobs_.at(scanned[i]);
-    const schedulers::PendingJob* pending = core().pending(job.row.id);
-    if (!pending) continue;
+    const schedulers::PendingJob* pending = scanned[i];
+    if (!pending) continue;  // placed by this pass
+    Job& job = *jobs_.at(pending->id);
     const bool all_busy = std::all_of(pending->candidates.begin(), pending->candidates.end(),
                                       [&](const auto& c) { return devices_[c.device].job.has_value(); });
     if (all_busy && !pending->candidates.empty())
@@ -430,16 +426,21 @@ void JobService::schedule() {
       job.waiting.reset();
   }
   // Why the queue waits, for joule_jobs_waiting: a queued job without a reason waits its turn.
-  std::map<std::string, double> waiting;
+  std::map<std::string_view, double> waiting;
   std::size_t counted = 0;
-  for (const auto& id : scanned) {
-    const Job& job = *jobs_.at(id);
-    if (job.state != JobState::queued) continue;
-    waiting[job.waiting ? std::string(schedulers::to_string(job.waiting->kind)) : "behind"] += 1.0;
+  for (const schedulers::PendingJob* pending : scanned) {
+    if (!pending) continue;  // placed by this pass
+    const Job& job = *jobs_.at(pending->id);
+    waiting[job.waiting ? schedulers::to_string(job.waiting->kind) : "behind"] += 1.0;
     ++counted;
   }
   if (core().queue().size() > counted) waiting["behind"] += static_cast<double>(core().queue().size() - counted);
-  metrics_.set_jobs_waiting(waiting);
+  metrics_.set_jobs_waiting({waiting.begin(), waiting.end()});
+  for (const auto& placement : pass.placements) {
+    Job& job = *jobs_.at(placement.job);
+    job.waiting.reset();
+    place(job, devices_[placement.device], placement.note);
+  }
   if (const auto wake = core().wake_at(now)) schedule_retry(*wake);
 }
 

@@ -76,13 +76,11 @@ PassResult SchedulingCore::place(UnixMillis now, std::vector<DeviceStatus> devic
     ledger_.prune(now);
     last_prune_ = now;
   }
-  scanned_ = queue_.first(options_.max_scan);
+  scanned_.clear();
+  for (const auto& id : queue_.first(options_.max_scan)) scanned_.push_back(&pending_.at(id));
   if (scanned_.empty()) return {};
   devices = with_expectations(now, std::move(devices));
-  std::vector<const PendingJob*> queue;
-  queue.reserve(scanned_.size());
-  for (const auto& id : scanned_) queue.push_back(&pending_.at(id));
-  PassResult result = placer_.decide(now, devices, queue, ledger_);
+  PassResult result = placer_.decide(now, devices, scanned_, ledger_);
   retry_at_ = result.next_retry;
   for (const auto& placement : result.placements) {
     auto it = pending_.find(placement.job);
@@ -97,6 +95,8 @@ PassResult SchedulingCore::place(UnixMillis now, std::vector<DeviceStatus> devic
     if (placement.estimate) run.expected_seconds = placement.estimate->seconds_mean;
     ledger_.reserve(run.id, devices[placement.device].ref, placement.reserve);
     queue_.erase(placement.job);
+    std::replace(scanned_.begin(), scanned_.end(), static_cast<const PendingJob*>(&it->second),
+                 static_cast<const PendingJob*>(nullptr));
     pending_.erase(it);
     running_.insert_or_assign(run.id, std::move(run));
   }

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "environment.hpp"
+#include "joule/adapters/measurement_window.hpp"
 #include "joule/adapters/meter_selection.hpp"
 #include "joule/common/energy_source.hpp"
 #include "joule/estimator/model_spec.hpp"
@@ -174,23 +175,19 @@ json meters_report(const std::string& device, const std::string& meter, const st
   json considered = json::array();
   for (const auto& candidate : selected.considered)
     considered.push_back({{"source", candidate.source}, {"taken", candidate.taken}, {"reason", candidate.reason}});
-  auto before = selected.meter->read();
-  if (!before) fail(before.error());
-  const auto start = std::chrono::steady_clock::now();
+  auto window = joule::adapters::MeasurementWindow::begin(*selected.meter, std::chrono::steady_clock::now());
+  if (!window) fail(window.error());
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  auto after = selected.meter->read();
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!after) fail(after.error());
-  const std::string source(selected.meter->source());
-  const double joules = after->value - before->value;
+  auto measured = window->read(*selected.meter, std::chrono::steady_clock::now());
+  if (!measured) fail(measured.error());
   return {{"device", device},
           {"scope", scope},
           {"considered", std::move(considered)},
-          {"meter_source", source},
-          {"measured", joule::is_measurement(source)},
-          {"seconds", elapsed},
-          {"joules", joules},
-          {"mean_watts", elapsed > 0.0 ? joules / elapsed : 0.0}};
+          {"meter_source", measured->source},
+          {"measured", measured->is_measurement()},
+          {"seconds", measured->seconds},
+          {"joules", measured->joules},
+          {"mean_watts", measured->mean_watts()}};
 }
 
 int run(int argc, char** argv) {

@@ -1,5 +1,6 @@
 #include "trainer.hpp"
 
+#include "joule/adapters/measurement_window.hpp"
 #include "joule/common/energy_source.hpp"
 
 #include <dlfcn.h>
@@ -124,17 +125,15 @@ Result<ProbeResult> run_probe(const ProbeRequest& request, adapters::EnergyMeter
     for (std::size_t i = 0; i < sessions.size(); ++i) {
       const double steps = static_cast<double>(steps_per_reading[i]);
       synchronize(device);
-      auto energy_before = meter.read();
-      const auto time_before = Clock::now();
-      if (!energy_before) return energy_before.error();
+      auto window = joule::adapters::MeasurementWindow::begin(meter, Clock::now());
+      if (!window) return window.error();
       for (int step = 0; step < steps_per_reading[i]; ++step) last_loss[i] = sessions[i].step();
       synchronize(device);
-      const auto time_after = Clock::now();
-      auto energy_after = meter.read();
-      if (!energy_after) return energy_after.error();
-      const double step_seconds = seconds_between(time_before, time_after) / steps;
+      auto measured = window->read(meter, Clock::now());
+      if (!measured) return measured.error();
+      const double step_seconds = measured->seconds / steps;
       result.networks[i].repetitions.push_back(
-          Repetition{(energy_after->value - energy_before->value) / steps, step_seconds, steps_per_reading[i]});
+          Repetition{measured->joules / steps, step_seconds, steps_per_reading[i]});
       // The next reading is sized by this one's pace: warm-up steps timed on a busy machine (or
       // before caches settle) were off by 10x, and readings meant to last 0.25 s lasted 2.5 s.
       steps_per_reading[i] = steps_lasting(step_seconds);

@@ -165,7 +165,7 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
     spec.lease_path = run.lease;
     spec.lease_seconds = lease_seconds_;
   }
-  run.energy_at_start = read_energy(device);
+  run.window = open_window(device, /*partial=*/false);
   auto process = adapters::launch_job(spec);
   if (!process) return host_.ended(job, JobState::failed, process.error().message, std::nullopt);
   if (auto* modelled = device.meter->modelled_load()) {
@@ -348,14 +348,14 @@ bool LocalExecutor::can_limit_cpu(const JobRecord& job) const {
   return it != runs_.end() && it->second.cgroup && !it->second.cgroup->cpu_dir.empty();
 }
 
-std::optional<double> LocalExecutor::read_energy(Device& device) const {
-  auto reading = device.meter->read();
-  if (!reading) {
-    device.meter_error = reading.error().message;
+std::optional<adapters::MeasurementWindow> LocalExecutor::open_window(Device& device, bool partial) const {
+  auto window = adapters::MeasurementWindow::begin(*device.meter, host_.clock().steady(), partial);
+  if (!window) {
+    device.meter_error = window.error().message;
     return std::nullopt;
   }
   device.meter_error.reset();
-  return reading->value;
+  return std::move(window).value();
 }
 
 std::optional<double> LocalExecutor::energy_so_far(JobRecord& job, Device& device, const adapters::ExitStatus* exit) {
@@ -375,10 +375,14 @@ std::optional<double> LocalExecutor::energy_so_far(JobRecord& job, Device& devic
                             : static_cast<double>(std::max<std::int64_t>(0, until - *job.row.started_ms)) / 1000.0;
     return model->joules(wall, run.cpu_seconds.value_or(0.0));
   }
-  if (!run.energy_at_start) return std::nullopt;
-  auto now = read_energy(device);
-  if (!now) return std::nullopt;
-  return std::max(0.0, *now - *run.energy_at_start);
+  if (!run.window) return std::nullopt;
+  auto measured = run.window->read(*device.meter, host_.clock().steady());
+  if (!measured) {
+    device.meter_error = measured.error().message;
+    return std::nullopt;
+  }
+  device.meter_error.reset();
+  return measured->joules;
 }
 
 std::optional<double> LocalExecutor::energy_as_sampled(JobRecord& job, Device& device) {
@@ -389,15 +393,15 @@ std::optional<double> LocalExecutor::energy_as_sampled(JobRecord& job, Device& d
 
 std::optional<double> LocalExecutor::sampled_energy(const JobRecord& job, const Device& device) const {
   const auto it = runs_.find(job.row.id);
-  if (it == runs_.end() || !it->second.energy_at_start || device.meter_error) return std::nullopt;
-  return std::max(0.0, device.energy_joules - *it->second.energy_at_start);
+  if (it == runs_.end() || !it->second.window || device.meter_error) return std::nullopt;
+  return it->second.window->at(device.energy_joules, host_.clock().steady()).joules;
 }
 
 bool LocalExecutor::settle_energy(JobRecord& job, Device* device, const adapters::ExitStatus* exit) {
   if (!device) return false;
   if (auto* modelled = device->meter->modelled_load()) modelled->set_load_watts(0.0);
   const auto it = runs_.find(job.row.id);
-  if (!job.row.started_ms || it == runs_.end() || !it->second.energy_at_start) return false;
+  if (!job.row.started_ms || it == runs_.end() || !it->second.window) return false;
   const auto used = energy_so_far(job, *device, exit);
   if (!used) return false;
   job.row.energy_joules = *used;
@@ -459,7 +463,7 @@ void LocalExecutor::recover(JobRecord& job, Device* device) {
     if (!job.row.started_ms) job.row.started_ms = host_.clock().unix_ms();
     job.row.energy_partial = true;
     Run& run = run_of(job);
-    run.energy_at_start = device ? read_energy(*device) : std::nullopt;
+    run.window = device ? open_window(*device, /*partial=*/true) : std::nullopt;
     // Its runner holds a lease if the last jouled gave it one: renewing it goes on from here.
     if (std::error_code ec; std::filesystem::exists(job_directory(id) / "lease", ec)) {
       run.lease = job_directory(id) / "lease";

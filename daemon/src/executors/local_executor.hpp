@@ -17,6 +17,7 @@
 
 #include "executor.hpp"
 #include "joule/adapters/job_controls.hpp"
+#include "joule/adapters/measurement_window.hpp"
 #include "joule/daemon/job_service.hpp"
 
 namespace joule::daemon {
@@ -58,7 +59,8 @@ class LocalExecutor final : public Executor {
  private:
   /// What runs one job here.
   struct Run {
-    std::optional<double> energy_at_start;  // its device's meter when it started
+    // On its device's meter from its start (partial from an adoption); nullopt: unreadable then.
+    std::optional<adapters::MeasurementWindow> window;
     std::optional<double> cpu_seconds;      // its process group's CPU time, last read (CpuTimeModel meters)
     std::unique_ptr<boost::asio::posix::stream_descriptor> exit_watch;
     std::unique_ptr<boost::asio::steady_timer> kill_timer;
@@ -76,7 +78,9 @@ class LocalExecutor final : public Executor {
   void watch_exit(const std::string& id);
   void on_exit(const std::string& id);
   void send_kill(const std::string& id);
-  std::optional<double> read_energy(Device& device) const;
+  /// A window on the device's meter from now; nullopt (and the meter's error noted on the
+  /// device) if it cannot be read.
+  std::optional<adapters::MeasurementWindow> open_window(Device& device, bool partial) const;
 
   boost::asio::io_context& io_;
   ExecutorHost& host_;

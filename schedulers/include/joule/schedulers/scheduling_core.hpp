@@ -92,9 +92,10 @@ class SchedulingCore {
   /// are tracked as running from `now` with their reservation in the ledger. A pass runs even
   /// with every device busy: it still says why each job waits (a budget, not only a busy device).
   PassResult place(UnixMillis now, std::vector<DeviceStatus> devices);
-  /// The queued jobs the last pass looked at, in order (placed ones included): a driver says
-  /// why those after `PassResult::considered` wait without asking the queue again.
-  const std::vector<std::string>& scanned() const { return scanned_; }
+  /// The queued jobs the last pass looked at, in order, nullptr where it placed one: a driver
+  /// says why those after `PassResult::considered` wait without asking the queue again. Valid
+  /// until the next call that changes the queue.
+  const std::vector<const PendingJob*>& scanned() const { return scanned_; }
   /// The running jobs' energy so far and projections feed the ledger; then, with throttling on,
   /// the controller's actions (the driver applies them and reports `paused` / `resumed`).
   std::vector<ThrottleAction> track(UnixMillis now, std::vector<DeviceStatus> devices,
@@ -134,7 +135,7 @@ class SchedulingCore {
   JobQueue queue_;
   std::unordered_map<std::string, PendingJob> pending_;
   std::map<std::string, TrackedRun> running_;
-  std::vector<std::string> scanned_;
+  std::vector<const PendingJob*> scanned_;
   std::optional<UnixMillis> retry_at_;
   UnixMillis last_prune_ = 0;
 };
