@@ -695,7 +695,6 @@ void JobService::unplace(Job& job, const std::string& why) {
   constexpr std::int64_t kRetryAfterMs = 5000;
   spdlog::warn("job {}: {}; it waits in the queue, placing again in {} s", job.row.id, why, kRetryAfterMs / 1000);
   executor_for(job.row.device).release(job, /*ended=*/true);
-  budgets_.settle(job.row.id, std::nullopt);
   release_device(job);
   if (!job.events.empty() && job.events.back().state == "placed") job.events.pop_back();
   job.row.device.clear();
@@ -709,8 +708,6 @@ void JobService::unplace(Job& job, const std::string& why) {
 void JobService::requeue(Job& job, const std::string& why) {
   job.row.device.clear();
   job.row.pid = 0;
-  // Whatever its run had reserved ends with it (the executor settles what it metered first).
-  if (core().running(job.row.id)) budgets_.settle(job.row.id, std::nullopt);
   transition(job, JobState::queued, why);
   enqueue(job);
 }
@@ -961,7 +958,6 @@ Result<json> JobService::report_progress(const std::string& id, const std::strin
   }
   const bool first_projection = !(job.projection && job.projection->step);
   job.last_report = schedulers::EpochReport{static_cast<int>(epoch), static_cast<int>(epochs), *used, now_ms()};
-  if (!core().running(id) && device) track_run(job, *device, job.row.started_ms.value_or(now_ms()));
   const schedulers::Projection* projection = core().report(id, *job.last_report);
   if (!projection) {
     out["energy"] = nullptr;

@@ -37,6 +37,7 @@ std::optional<WaitReason> SchedulingCore::never_fits(UnixMillis now, std::span<c
 }
 
 void SchedulingCore::enqueue(PendingJob job, std::int64_t sequence) {
+  if (running_.contains(job.id)) end(job.id, std::nullopt);
   queue_.push(job.id, job.priority, sequence);
   std::string id = job.id;
   pending_.insert_or_assign(std::move(id), std::move(job));
@@ -58,7 +59,6 @@ const PendingJob* SchedulingCore::pending(const std::string& id) const {
 }
 
 std::vector<DeviceStatus> SchedulingCore::with_expectations(UnixMillis now, std::vector<DeviceStatus> devices) const {
-  if (!options_.fill_busy_until) return devices;
   for (const auto& [id, run] : running_) {
     if (run.device >= devices.size()) continue;
     DeviceStatus& status = devices[run.device];

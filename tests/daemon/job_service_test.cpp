@@ -4,14 +4,10 @@
 #include "joule/daemon/job_service.hpp"
 
 #include <gtest/gtest.h>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
 
 #include "counting_meter.hpp"
-#include "joule/adapters/storage_writer.hpp"
-#include "joule/common/clock.hpp"
+#include "job_book.hpp"
 #include "reported_job.hpp"
-#include "temp_dir.hpp"
 
 using joule::daemon::JobService;
 using joule::testing::reported_job;
@@ -20,52 +16,15 @@ using namespace std::chrono_literals;
 
 namespace {
 
-class JobServiceTest : public ::testing::Test {
+class JobServiceTest : public ::testing::Test, protected joule::testing::JobBook {
  protected:
-  JobServiceTest()
-      : writer_(keep(std::move(joule::adapters::Database::open(dir_ / "jouled.db")).value())),
-        jobs_(io_, writer_, metrics_, devices(), options(), clock_) {
-    EXPECT_TRUE(jobs_.recover({}, {}));
-  }
-
-  // The writer owns the database; the test keeps a way to make it refuse writes, as a full disk
-  // would (SQLite connections are serialized: a call here waits for the writer's).
-  std::unique_ptr<joule::adapters::Database> keep(std::unique_ptr<joule::adapters::Database> database) {
-    database_ = database.get();
-    return database;
-  }
+  JobServiceTest() : JobBook(devices(), 1'900'000'000'000) {}  // 2030-03-17
 
   static std::vector<joule::daemon::Device> devices() {
     std::vector<joule::daemon::Device> out(1);
     out[0].name = "cpu";
     out[0].meter = std::make_unique<joule::testing::CountingMeter>();
     return out;
-  }
-  joule::daemon::JobServiceOptions options() const {
-    joule::daemon::JobServiceOptions o;
-    o.state_directory = dir_.path();
-    o.runner = JOULED_BINARY;
-    o.node_name = "coordinator";
-    return o;
-  }
-
-  // Runs the loop until `done` holds (commits come back from the storage thread through it).
-  template <typename Predicate>
-  bool run_until(Predicate done) {
-    auto busy = boost::asio::make_work_guard(io_);
-    for (int i = 0; i < 1000 && !done(); ++i) {
-      io_.run_for(std::chrono::milliseconds(5));
-      io_.restart();
-    }
-    return done();
-  }
-
-  joule::Result<json> submit(const json& body) {
-    std::optional<joule::Result<json>> answer;
-    jobs_.submit(body, JobService::Submitter{"token:test", std::nullopt},
-                 [&](joule::Result<json> result) { answer = std::move(result); });
-    EXPECT_TRUE(run_until([&] { return answer.has_value(); }));
-    return answer.value_or(joule::make_error(joule::ErrorCode::internal, "no answer"));
   }
 
   // The state the API shows once what is being written has committed.
@@ -83,14 +42,6 @@ class JobServiceTest : public ::testing::Test {
     device.source = "rapl";
     jobs_.update_node(node, {device});
   }
-
-  joule::testing::TempDir dir_;
-  joule::ManualClock clock_{1'900'000'000'000};  // 2030-03-17
-  boost::asio::io_context io_;
-  joule::adapters::Database* database_ = nullptr;
-  joule::adapters::StorageWriter writer_;
-  joule::daemon::Metrics metrics_;
-  JobService jobs_;
 };
 
 }  // namespace

@@ -4,24 +4,17 @@
 // no processes), on a manual clock moved from event to event.
 
 #include <gtest/gtest.h>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
 
 #include <algorithm>
 #include <map>
 #include <random>
 #include <set>
 
-#include "counting_meter.hpp"
-#include "joule/adapters/storage_writer.hpp"
-#include "joule/common/clock.hpp"
-#include "joule/daemon/job_service.hpp"
+#include "job_book.hpp"
 #include "joule/schedulers/time_format.hpp"
 #include "joule/simulator/replay.hpp"
 #include "reported_job.hpp"
-#include "temp_dir.hpp"
 
-using joule::daemon::JobService;
 using joule::schedulers::UnixMillis;
 using nlohmann::json;
 
@@ -121,12 +114,9 @@ std::map<std::string, Start> through_the_simulator(const std::vector<TraceJob>& 
 }
 
 // jouled's side: the job book as a coordinator, its agents played by the test.
-class Coordinator {
+class Coordinator : joule::testing::JobBook {
  public:
-  Coordinator()
-      : writer_(std::move(joule::adapters::Database::open(dir_ / "jouled.db")).value()),
-        jobs_(io_, writer_, metrics_, {}, options(), clock_) {
-    EXPECT_TRUE(jobs_.recover({}, {}));
+  Coordinator() : JobBook({}, kStart) {
     for (const auto& [node, device] : kDevices) {
       joule::cluster::ReportedDevice reported;
       reported.name = device;
@@ -178,24 +168,6 @@ class Coordinator {
   }
 
  private:
-  joule::daemon::JobServiceOptions options() const {
-    joule::daemon::JobServiceOptions o;
-    o.state_directory = dir_.path();
-    o.runner = JOULED_BINARY;
-    o.node_name = "coordinator";
-    return o;
-  }
-
-  template <typename Predicate>
-  bool run_until(Predicate done) {
-    auto busy = boost::asio::make_work_guard(io_);
-    for (int i = 0; i < 2000 && !done(); ++i) {
-      io_.run_for(std::chrono::milliseconds(2));
-      io_.restart();
-    }
-    return done();
-  }
-
   void submit(const TraceJob& job) {
     std::vector<std::string> devices;
     for (const std::size_t d : job.devices) devices.push_back(kDevices[d].first + "/" + kDevices[d].second);
@@ -206,12 +178,9 @@ class Coordinator {
                  {"training", {{"batch_size", 8}, {"epochs", 1}, {"samples_per_epoch", 64}}},
                  {"constraints", {{"devices", devices}}}};
     if (job.deadline) body["constraints"]["deadline"] = joule::schedulers::format_rfc3339(*job.deadline);
-    std::optional<joule::Result<json>> answer;
-    jobs_.submit(body, JobService::Submitter{"token:test", std::nullopt},
-                 [&](joule::Result<json> result) { answer = std::move(result); });
-    ASSERT_TRUE(run_until([&] { return answer.has_value(); }));
-    ASSERT_TRUE(*answer) << job.name << ": " << answer->error().message;
-    names_[(**answer)["id"]] = job.name;
+    const auto answer = JobBook::submit(body);
+    ASSERT_TRUE(answer) << job.name << ": " << answer.error().message;
+    names_[(*answer)["id"]] = job.name;
   }
 
   // Every placement published to an agent starts there now and ends after its true time.
@@ -243,12 +212,6 @@ class Coordinator {
     double joules = 0.0;
   };
 
-  joule::testing::TempDir dir_;
-  joule::ManualClock clock_{kStart};
-  boost::asio::io_context io_;
-  joule::adapters::StorageWriter writer_;
-  joule::daemon::Metrics metrics_;
-  JobService jobs_;
   std::map<std::string, std::string> names_;  // job id → trace name
   std::map<std::string, Run> running_;        // by job id
   std::map<std::string, Start> starts_;       // by trace name

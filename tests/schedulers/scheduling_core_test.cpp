@@ -165,5 +165,17 @@ TEST(SchedulingCoreTest, a_run_it_did_not_place_is_tracked_with_its_prior_reserv
   EXPECT_NEAR(core.ledger().states(kNow).at(0).reserved.mean_joules, 300.0, 1e-6);
 }
 
+TEST(SchedulingCoreTest, a_job_queued_again_leaves_its_run_and_its_reservation) {
+  SchedulingCore core(daily_budget(1000.0));
+  core.enqueue(job("again", 300, 60), 1);
+  ASSERT_EQ(core.place(kNow, {device("cpu")}).placements.size(), 1u);
+  ASSERT_TRUE(core.ledger().has_reservation("again"));
+  core.enqueue(job("again", 300, 60), 1);  // its node was lost, or its placement not stored
+  EXPECT_EQ(core.running("again"), nullptr);
+  EXPECT_FALSE(core.ledger().has_reservation("again"));
+  EXPECT_NEAR(core.ledger().states(kNow).at(0).reserved.mean_joules, 0.0, 1e-9);
+  EXPECT_EQ(core.queue().size(), 1u);
+}
+
 }  // namespace
 }  // namespace joule::schedulers

@@ -56,9 +56,6 @@ struct CoreOptions {
   std::size_t max_scan = 1000;  ///< queued jobs a pass looks at (the rest wait their turn)
   /// Whether `track` asks the throttle controller for actions (joule-sim's baselines: off).
   bool throttle = true;
-  /// Each running job's busy_until is its start plus its estimated seconds, or from its STEP
-  /// projection once there is one. Off: the driver's statuses are left as given.
-  bool fill_busy_until = true;
 };
 
 class SchedulingCore {
@@ -69,7 +66,6 @@ class SchedulingCore {
   /// reservations and the queue are kept.
   void set_policy(Policy policy);
   const Policy& policy() const { return policy_; }
-  const CoreOptions& options() const { return options_; }
   void set_utc_offset_minutes(int minutes) { ledger_.set_utc_offset_minutes(minutes); }
   BudgetLedger& ledger() { return ledger_; }
   const BudgetLedger& ledger() const { return ledger_; }
@@ -78,7 +74,8 @@ class SchedulingCore {
   /// Why the job could never run here (refuse it at submission), or nullopt.
   std::optional<WaitReason> never_fits(UnixMillis now, std::span<const DeviceStatus> devices,
                                        const PendingJob& job) const;
-  /// A job waits for placement; `sequence` orders equal priorities (unique, increasing).
+  /// A job waits for placement; `sequence` orders equal priorities (unique, increasing). A job
+  /// is queued or running, never both: a run it had (requeued, unplaced) ends without a use.
   void enqueue(PendingJob job, std::int64_t sequence);
   /// A queued job's candidates changed (it was estimated again); a no-op if it is not queued.
   void update_pending(PendingJob job);
@@ -120,7 +117,8 @@ class SchedulingCore {
   const TrackedRun* running(const std::string& id) const;
   std::size_t running_count() const { return running_.size(); }
 
-  /// The devices as given, with busy_until filled from the tracked runs (see CoreOptions).
+  /// The devices as given, with each tracked run's device expected free at its start plus its
+  /// estimated seconds, or by its STEP projection once there is one.
   std::vector<DeviceStatus> with_expectations(UnixMillis now, std::vector<DeviceStatus> devices) const;
 
  private:

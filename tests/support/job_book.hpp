@@ -1,0 +1,80 @@
+#pragma once
+// The job book (daemon::JobService) on a manual clock, for unit tests: a state directory and a
+// database of its own (kept reachable, so a test can make it refuse writes), the event loop run
+// until a condition holds, and submissions answered once they are committed. A test fixture
+// derives from it to use the members by name.
+
+#include <gtest/gtest.h>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "joule/adapters/storage_writer.hpp"
+#include "joule/common/clock.hpp"
+#include "joule/daemon/job_service.hpp"
+#include "temp_dir.hpp"
+
+namespace joule::testing {
+
+class JobBook {
+ public:
+  explicit JobBook(std::vector<daemon::Device> devices, std::int64_t start_unix_ms)
+      : clock_(start_unix_ms),
+        writer_(keep(std::move(adapters::Database::open(dir_ / "jouled.db")).value())),
+        jobs_(io_, writer_, metrics_, std::move(devices), options(), clock_) {
+    EXPECT_TRUE(jobs_.recover({}, {}));
+  }
+
+  /// A coordinator's options: it runs nothing itself unless a test gives it local devices.
+  daemon::JobServiceOptions options() const {
+    daemon::JobServiceOptions o;
+    o.state_directory = dir_.path();
+    o.runner = JOULED_BINARY;
+    o.node_name = "coordinator";
+    return o;
+  }
+
+  /// Runs the loop until `done` holds (commits come back from the storage thread through it).
+  template <typename Predicate>
+  bool run_until(Predicate done) {
+    auto busy = boost::asio::make_work_guard(io_);
+    for (int i = 0; i < 2000 && !done(); ++i) {
+      io_.run_for(std::chrono::milliseconds(2));
+      io_.restart();
+    }
+    return done();
+  }
+
+  /// POST /v1/jobs as the book answers it: once the job is stored, or with why not.
+  Result<nlohmann::json> submit(const nlohmann::json& body) {
+    std::optional<Result<nlohmann::json>> answer;
+    jobs_.submit(body, daemon::JobService::Submitter{"token:test", std::nullopt},
+                 [&](Result<nlohmann::json> result) { answer = std::move(result); });
+    EXPECT_TRUE(run_until([&] { return answer.has_value(); }));
+    return answer.value_or(make_error(ErrorCode::internal, "no answer"));
+  }
+
+ protected:
+  // The writer owns the database; the book keeps a way to make it refuse writes, as a full disk
+  // would (SQLite connections are serialized: a call here waits for the writer's).
+  std::unique_ptr<adapters::Database> keep(std::unique_ptr<adapters::Database> database) {
+    database_ = database.get();
+    return database;
+  }
+
+  TempDir dir_;
+  ManualClock clock_;
+  boost::asio::io_context io_;
+  adapters::Database* database_ = nullptr;
+  adapters::StorageWriter writer_;
+  daemon::Metrics metrics_;
+  daemon::JobService jobs_;
+};
+
+}  // namespace joule::testing
