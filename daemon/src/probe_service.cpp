@@ -29,7 +29,6 @@ namespace {
 
 constexpr std::size_t kHeldOutWindow = 50;
 constexpr std::size_t kRunsKept = 200;
-constexpr int kFailuresBeforeBackoff = 3;
 
 // The held-out error shown and exported: the upper median of the recent |relative errors|.
 std::optional<double> median_error(const std::deque<double>& errors) {
@@ -107,8 +106,7 @@ std::optional<estimator::ProbeTarget> parse_target(const json& j) {
 struct ProbeService::Running {
   std::string run_id;
   estimator::ProbePlan plan;
-  adapters::ProcessIdentity process;
-  std::unique_ptr<asio::posix::stream_descriptor> watch;
+  std::unique_ptr<ChildProcess> worker;
   std::filesystem::path directory;
   SteadyTime started;
   bool preempted = false;
@@ -131,19 +129,12 @@ struct ProbeService::Device {
   estimator::DriftDetector drift;
   std::string campaign_reason = "initial";  // why the current samples are being gathered
   std::shared_ptr<const estimator::DeviceEnergyModel> replacing;  // the model a re-probe replaces
-  bool environment_known = false;
-  bool environment_failed = false;  // `joule-worker env` failed: no probing until a reload
-  bool converged = false;
-  std::optional<SteadyTime> idle_since;
+  ProbeCycle cycle;  // checking, busy, settling, probing, converged...: when it probes
   std::optional<Running> probe;
   std::optional<std::string> active_run;
-  std::optional<SteadyTime> requested_until;
   std::vector<estimator::WorkloadItem> requested_models;  // named by the latest POST /v1/probes
-  SteadyTime backoff_until{};
-  int consecutive_failures = 0;
   double joules_today = 0.0;
   int day = -1;
-  std::string waiting;  // why it is not probing now, for GET /v1/devices
 };
 
 ProbeService::ProbeService(asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
@@ -266,7 +257,7 @@ void ProbeService::stop() {
   for (auto& [name, device] : devices_) {
     if (device->probe) {
       device->probe->preempted = true;
-      (void)adapters::signal_process_group(device->probe->process.pid, SIGKILL);
+      device->probe->worker->kill();
     }
   }
 }
@@ -275,11 +266,11 @@ void ProbeService::set_config(const config::ProbingConfig& probing) {
   const bool environment_may_change = probing.threads != options_.probing.threads || probing.worker != options_.probing.worker;
   options_.probing = probing;
   for (auto& [name, device] : devices_) {
-    device->planner->set_target_sigma(device->requested_until ? 0.0 : probing.target_sigma);
+    device->planner->set_target_sigma(device->cycle.requested() ? 0.0 : probing.target_sigma);
     // Other threads (or another worker) make another environment: ask the worker again
     // before the next probe, so a model learnt under the old one is not extended.
-    if (environment_may_change) device->environment_known = false;
-    device->environment_failed = false;  // a reload retries a worker that failed
+    if (environment_may_change) device->cycle.environment_may_have_changed();
+    device->cycle.reload();  // a reload retries a worker that failed
   }
 }
 
@@ -310,14 +301,6 @@ void ProbeService::refresh_workload(Device& device) {
   }
 }
 
-std::optional<std::string> ProbeService::why_not_now(const Device& device, bool requested) const {
-  if (device.environment_failed) return device.waiting;
-  if (!device.environment_known) return "checking joule-worker's environment";
-  if (clock_.steady() < device.backoff_until) return "paused after repeated probe failures (see GET /v1/probes)";
-  const auto [minute, day] = local_minute_and_day();
-  return probing_refusal(options_.probing, ProbeMoment{requested, minute, device.joules_today});
-}
-
 bool ProbeService::needs_probing(Device& device) {
   if (!device.campaign_reason.empty()) return true;
   const double age_hours = static_cast<double>(now_ms() - device.model_saved_ms) / 3.6e6;
@@ -330,56 +313,37 @@ bool ProbeService::needs_probing(Device& device) {
 }
 
 void ProbeService::consider(Device& device) {
-  if (device.probe) return;
-  if (!device.environment_known && !device.environment_failed) {
-    device.waiting = "checking joule-worker's environment";
-    check_environment(device);
-    return;
-  }
-  const auto now = clock_.steady();
+  if (device.cycle.worker_running()) return;  // its end is what moves the device on
   const auto [minute, day] = local_minute_and_day();
   if (day != device.day) {
     device.day = day;
     device.joules_today = 0.0;
   }
-  if (device.requested_until && now >= *device.requested_until) {
-    device.requested_until.reset();
+  const std::string& name = device.config.name;
+  ProbeConditions conditions;
+  conditions.device_busy = !jobs_.device_idle(name) || jobs_.work_waiting_for(name);
+  conditions.refusal = probing_refusal(options_.probing, ProbeMoment{false, minute, device.joules_today});
+  conditions.refusal_when_requested = probing_refusal(options_.probing, ProbeMoment{true, minute, device.joules_today});
+  conditions.idle_seconds = options_.probing.idle_seconds;
+  conditions.needs_probing = [this, &device] { return needs_probing(device); };
+  const ProbeStep step = device.cycle.step(clock_.steady(), conditions);
+  if (step.request_over) {
     device.planner->set_target_sigma(options_.probing.target_sigma);
     close_run(device, "done", "the requested time is over");
   }
-  const bool requested = device.requested_until.has_value();
-  if (!jobs_.device_idle(device.config.name) || jobs_.work_waiting_for(device.config.name)) {
-    device.idle_since.reset();
-    device.waiting = "a job runs on the device or waits for it";
-    if (device.active_run && !requested) close_run(device, "done", "the device is needed for jobs");
-    return;
+  if (step.end_background_run && device.active_run) close_run(device, "done", *step.end_background_run);
+  if (step.newly_converged)
+    spdlog::info("device {}: energy model is as sure as [probing] target_sigma asks where the workload needs it", name);
+  switch (step.action) {
+    case ProbeStep::Action::check_environment:
+      check_environment(device);
+      break;
+    case ProbeStep::Action::start_probe:
+      start_probe(device);
+      break;
+    case ProbeStep::Action::none:
+      break;
   }
-  if (!device.idle_since) device.idle_since = now;
-  if (auto reason = why_not_now(device, requested)) {
-    device.waiting = *reason;
-    if (device.active_run && !requested) close_run(device, "done", *reason);
-    return;
-  }
-  if (!requested) {
-    const double idle = std::chrono::duration<double>(now - *device.idle_since).count();
-    if (idle < options_.probing.idle_seconds) {
-      device.waiting = fmt::format("waiting for {:.0f} s of idleness ([probing] idle_seconds)",
-                                   options_.probing.idle_seconds - idle);
-      return;
-    }
-    if (!needs_probing(device)) {
-      device.waiting = "";
-      if (!device.converged)
-        spdlog::info("device {}: energy model is as sure as [probing] target_sigma asks where the workload needs it",
-                     device.config.name);
-      device.converged = true;
-      if (device.active_run) close_run(device, "done", "the model is sure enough where the workload needs it");
-      return;
-    }
-  }
-  device.converged = false;
-  device.waiting = "";
-  start_probe(device);
 }
 
 void ProbeService::begin_campaign(Device& device, const std::string& reason) {
@@ -435,24 +399,6 @@ void ProbeService::save_run(const std::string& id) {
                   });
 }
 
-void ProbeService::watch_worker(Device& device) {
-  // The worker's exit is seen through a pidfd on the loop; if it has already gone, at once.
-  const std::string name = device.config.name;
-  auto pidfd = adapters::open_pidfd(device.probe->process.pid);
-  if (!pidfd) {
-    asio::post(io_, [this, alive = alive_, name] {
-      if (*alive) on_probe_exit(name);
-    });
-    return;
-  }
-  device.probe->watch = std::make_unique<asio::posix::stream_descriptor>(io_, *pidfd);
-  device.probe->watch->async_wait(asio::posix::stream_descriptor::wait_read,
-                                  [this, alive = alive_, name](boost::system::error_code ec) {
-                                    if (!*alive || ec == asio::error::operation_aborted) return;
-                                    on_probe_exit(name);
-                                  });
-}
-
 void ProbeService::check_environment(Device& device) {
   // `joule-worker env` says which LibTorch, BLAS and threads probes would run under now; a
   // model learnt under others is withdrawn before it estimates anything.
@@ -471,21 +417,27 @@ void ProbeService::check_environment(Device& device) {
   spec.runner = options_.runner;
   std::filesystem::remove(spec.stdout_path, ec);
   std::filesystem::remove(spec.status_path, ec);
-  auto process = adapters::launch_job(spec);
-  if (!process) {
-    device.waiting = "joule-worker env failed: cannot start it: " + process.error().message;
-    device.environment_failed = true;
+  auto worker = launch_worker(device, spec, "joule-worker env");
+  if (!worker) {
     spdlog::error("device {}: cannot start {}: {}", device.config.name, options_.worker.string(),
-                  process.error().message);
+                  worker.error().message);
+    device.cycle.environment_failed("joule-worker env failed: cannot start it: " + worker.error().message);
     return;
   }
   Running running;
-  running.process = *process;
+  running.worker = std::move(*worker);
   running.directory = directory;
   running.started = clock_.steady();
   running.environment_only = true;
   device.probe = std::move(running);
-  watch_worker(device);
+  device.cycle.environment_check_started();
+}
+
+Result<std::unique_ptr<ChildProcess>> ProbeService::launch_worker(Device& device, const adapters::LaunchSpec& spec,
+                                                                  const std::string& what) {
+  return ChildProcess::launch(
+      io_, spec, fmt::format("device {}: {}", device.config.name, what),
+      [this, name = device.config.name](std::optional<adapters::ExitStatus> exit) { on_probe_exit(name, exit); });
 }
 
 void ProbeService::start_probe(Device& device) {
@@ -493,10 +445,10 @@ void ProbeService::start_probe(Device& device) {
   if (!device.active_run) refresh_workload(device);
   const auto& model = device.fitted ? *device.fitted : *device.learning;
   auto plan = device.planner->next(model);
-  const bool requested = device.requested_until.has_value();
+  const bool requested = device.cycle.requested();
   if (!plan && requested) {
     // Every candidate of the workload is probed: end the request early rather than repeat.
-    device.requested_until.reset();
+    device.cycle.end_request();
     device.planner->set_target_sigma(options_.probing.target_sigma);
     close_run(device, "done", "every candidate configuration of the workload is probed");
     return;
@@ -528,8 +480,8 @@ void ProbeService::start_probe(Device& device) {
     std::ofstream out(directory / "request.json");
     out << worker::to_json(request).dump();
     if (!out) {
-      device.waiting = fmt::format("cannot write {}", (directory / "request.json").string());
-      device.backoff_until = clock_.steady() + std::chrono::minutes(1);
+      device.cycle.launch_failed(clock_.steady(),
+                                 fmt::format("cannot write {}", (directory / "request.json").string()));
       return;
     }
   }
@@ -543,20 +495,20 @@ void ProbeService::start_probe(Device& device) {
   spec.stderr_path = directory / "stderr.log";
   spec.status_path = directory / "status";
   spec.runner = options_.runner;
-  auto process = adapters::launch_job(spec);
-  if (!process) {
-    spdlog::error("device {}: cannot start a probe: {}", device.config.name, process.error().message);
-    device.backoff_until = clock_.steady() + std::chrono::minutes(1);
+  auto worker = launch_worker(device, spec, "probe");
+  if (!worker) {
+    spdlog::error("device {}: cannot start a probe: {}", device.config.name, worker.error().message);
+    device.cycle.launch_failed(clock_.steady(), "cannot start joule-worker: " + worker.error().message);
     return;
   }
   Running running;
   running.run_id = *device.active_run;
   running.plan = std::move(plan).value();
-  running.process = *process;
+  running.worker = std::move(*worker);
   running.directory = directory;
   running.started = clock_.steady();
   device.probe = std::move(running);
-  watch_worker(device);
+  device.cycle.probe_started();
 }
 
 void ProbeService::preempt(const std::string& device_name) {
@@ -565,20 +517,17 @@ void ProbeService::preempt(const std::string& device_name) {
   Device& device = *it->second;
   device.probe->preempted = true;
   // At once: the job must not share the device with a probe, and a half-measured probe is worthless.
-  (void)adapters::signal_process_group(device.probe->process.pid, SIGKILL);
+  device.probe->worker->kill();
   spdlog::info("device {}: probe pre-empted by a job", device_name);
 }
 
-void ProbeService::on_probe_exit(const std::string& device_name) {
+void ProbeService::on_probe_exit(const std::string& device_name, const std::optional<adapters::ExitStatus>& exit) {
   const auto it = devices_.find(device_name);
   if (it == devices_.end() || !it->second->probe) return;
   Device& device = *it->second;
+  // Its ChildProcess (which calls this) goes with `probe` at the end: nothing of it is used below.
   Running probe = std::move(*device.probe);
   device.probe.reset();
-  probe.watch.reset();
-  const auto runner_status = adapters::reap_child(probe.process.pid);
-  auto exit = adapters::read_status_file(probe.directory / "status");
-  if (!exit) exit = runner_status;
   const double seconds = std::chrono::duration<double>(clock_.steady() - probe.started).count();
   std::error_code ec;
 
@@ -586,13 +535,13 @@ void ProbeService::on_probe_exit(const std::string& device_name) {
     const auto parsed = json::parse(read_file(probe.directory / "stdout"), nullptr, false);
     if (!exit || !exit->success() || !parsed.is_object()) {
       const std::string why = last_line(read_file(probe.directory / "stderr", 4096));
-      device.waiting = fmt::format("joule-worker env failed: {}", why.empty() ? "no output" : why);
-      device.environment_failed = true;
-      spdlog::error("device {}: {} (probing is off for this device until a reload)", device_name, device.waiting);
+      device.cycle.environment_failed(fmt::format("joule-worker env failed: {}", why.empty() ? "no output" : why));
+      spdlog::error("device {}: {} (probing is off for this device until a reload)", device_name,
+                    device.cycle.waiting());
       return;
     }
     const std::string environment = parsed.value("fingerprint", "");
-    device.environment_known = true;
+    device.cycle.environment_known();
     if (!device.environment.empty() && environment != device.environment) {
       spdlog::warn("device {}: its energy model was learnt under \"{}\" but probes now run under \"{}\"; the model "
                    "is withdrawn and the device re-probes",
@@ -609,6 +558,7 @@ void ProbeService::on_probe_exit(const std::string& device_name) {
 
   auto run = runs_.find(probe.run_id);
   if (probe.preempted) {
+    device.cycle.probe_ended(clock_.steady(), ProbeOutcome::preempted);
     metrics_.count_probe_outcome(device_name, "preempted");
     if (run != runs_.end()) ++run->second.preempted;
     std::filesystem::remove_all(probe.directory, ec);
@@ -630,14 +580,11 @@ void ProbeService::on_probe_exit(const std::string& device_name) {
       run->second.message = message;
       save_run(run->first);
     }
-    if (++device.consecutive_failures >= kFailuresBeforeBackoff) {
-      device.backoff_until = clock_.steady() + std::chrono::minutes(10);
-      device.consecutive_failures = 0;
-      close_run(device, "failed", message + " (probing paused for 10 minutes)");
-    }
+    if (device.cycle.probe_ended(clock_.steady(), ProbeOutcome::failed))
+      close_run(device, "failed", message + " (" + device.cycle.backoff_reason() + ")");
     return;
   }
-  device.consecutive_failures = 0;
+  device.cycle.probe_ended(clock_.steady(), ProbeOutcome::completed);
   const auto result = json::parse(output, nullptr, false);
   accept_result(device, probe, result);
   std::filesystem::remove_all(probe.directory, ec);
@@ -912,8 +859,8 @@ Result<json> ProbeService::request(const json& body) {
   Device& device = *it->second;
   if (device.active_run) close_run(device, "done", "superseded by a requested run");
   const std::string id = open_run(device, "requested", seconds);
-  device.requested_until = clock_.steady() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                 std::chrono::duration<double>(seconds));
+  device.cycle.request(clock_.steady() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             std::chrono::duration<double>(seconds)));
   // A requested run goes on where the model is already sure (σ target 0) and learns the
   // models it names besides the queued and recent jobs'.
   device.requested_models = std::move(extra);
@@ -961,14 +908,12 @@ json ProbeService::info(const std::string& name) const {
   json heldout = nullptr;
   if (auto median = median_error(device.heldout))
     heldout = {{"median_abs_relative_error", *median}, {"networks", device.heldout.size()}};
-  json probing = {{"state", device.probe && !device.probe->environment_only ? "probing"
-                            : device.converged                                 ? "converged"
-                                                                                : "idle"},
+  json probing = {{"state", std::string(to_string(device.cycle.state()))},
                   {"samples_learning", device.samples},
                   {"environment", device.environment},
                   {"campaign", device.campaign_reason.empty() ? json(nullptr) : json(device.campaign_reason)},
                   {"probes_today_joules", device.joules_today}};
-  if (!device.waiting.empty()) probing["waiting"] = device.waiting;
+  if (!device.cycle.waiting().empty()) probing["waiting"] = device.cycle.waiting();
   if (device.active_run) probing["run"] = *device.active_run;
   return {{"last_probe_ms", device.last_probe_ms ? json(*device.last_probe_ms) : json(nullptr)},
           {"heldout_error", heldout},

@@ -166,8 +166,11 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
     spec.lease_seconds = lease_seconds_;
   }
   run.window = open_window(device, /*partial=*/false);
-  auto process = adapters::launch_job(spec);
-  if (!process) return host_.ended(job, JobState::failed, process.error().message, std::nullopt);
+  auto child = ChildProcess::launch(io_, spec, "job " + id,
+                                    [this, id](std::optional<adapters::ExitStatus> exit) { on_exit(id, exit); });
+  if (!child) return host_.ended(job, JobState::failed, child.error().message, std::nullopt);
+  run.child = std::move(*child);
+  const adapters::ProcessIdentity* process = &run.child->process();
   if (auto* modelled = device.meter->modelled_load()) {
     // A simulated device that runs jobs draws, while this one runs, the power its model
     // expects of it (estimated joules over estimated seconds): simulated joules, labelled so.
@@ -188,7 +191,6 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
                    cgroup.error().message);
   }
   host_.running(job, fmt::format("started as process group {}", process->pid));
-  watch_exit(id);
 }
 
 void LocalExecutor::set_lease_seconds(double seconds) {
@@ -213,42 +215,10 @@ void LocalExecutor::renew_leases() {
   });
 }
 
-void LocalExecutor::watch_exit(const std::string& id) {
-  JobRecord* job = host_.find_job(id);
-  if (!job) return;
-  auto pidfd = adapters::open_pidfd(static_cast<pid_t>(job->row.pid));
-  if (!pidfd) {
-    // Already gone (an adopted process that ended in between): handle it now.
-    asio::post(io_, [this, alive = alive_, id] {
-      if (*alive) on_exit(id);
-    });
-    return;
-  }
-  Run& run = run_of(*job);
-  run.exit_watch = std::make_unique<asio::posix::stream_descriptor>(io_, *pidfd);
-  run.exit_watch->async_wait(asio::posix::stream_descriptor::wait_read,
-                             [this, alive = alive_, id](boost::system::error_code ec) {
-                               if (!*alive || ec == asio::error::operation_aborted) return;
-                               on_exit(id);
-                             });
-}
-
-void LocalExecutor::on_exit(const std::string& id) {
+void LocalExecutor::on_exit(const std::string& id, const std::optional<adapters::ExitStatus>& exit) {
   JobRecord* found = host_.find_job(id);
   if (!found || schedulers::is_terminal(found->state)) return;
   JobRecord& job = *found;
-  Run& run = run_of(job);
-  run.exit_watch.reset();
-  if (run.kill_timer) run.kill_timer->cancel();
-  const auto runner_status = adapters::reap_child(static_cast<pid_t>(job.row.pid));
-  auto exit = adapters::read_status_file(job_directory(id) / "status");
-  if (!exit) exit = runner_status;  // the runner itself was killed (KILL after the grace period)
-  if (!exit && adapters::is_alive({static_cast<pid_t>(job.row.pid), job.row.pid_start_ticks}, options_.proc_root)) {
-    // Woken, but the runner lives on (not a zombie: is_alive says so) and has recorded nothing:
-    // a stale readiness. Watch again rather than fail the job.
-    spdlog::warn("job {}: woken for an exit, but its runner {} still runs; watching it again", id, job.row.pid);
-    return watch_exit(id);
-  }
   // `run` is gone once the book has settled the job: nothing below may touch it.
   if (exit && exit->fenced) {
     host_.ended(job, JobState::cancelled,
@@ -269,23 +239,8 @@ void LocalExecutor::stop(JobRecord& job) {
   host_.note(job, "cancel requested");
   // A job still being placed ends when its placement is stored (the book sees cancel_requested).
   if (job.state != JobState::running && job.state != JobState::throttled) return;
-  const auto pgid = static_cast<pid_t>(job.row.pid);
-  (void)adapters::signal_process_group(pgid, SIGTERM);
-  (void)adapters::signal_process_group(pgid, SIGCONT);  // a stopped job must run to see TERM
-  Run& run = run_of(job);
-  run.kill_timer = std::make_unique<asio::steady_timer>(io_);
-  run.kill_timer->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(options_.kill_grace_seconds)));
-  run.kill_timer->async_wait([this, alive = alive_, id = job.row.id](boost::system::error_code ec) {
-    if (*alive && !ec) send_kill(id);
-  });
-}
-
-void LocalExecutor::send_kill(const std::string& id) {
-  const JobRecord* job = host_.find_job(id);
-  if (!job || schedulers::is_terminal(job->state)) return;
-  spdlog::warn("job {}: still running {} s after TERM; sending KILL", id, options_.kill_grace_seconds);
-  (void)adapters::signal_process_group(static_cast<pid_t>(job->row.pid), SIGKILL);
+  if (Run& run = run_of(job); run.child)
+    run.child->terminate(std::chrono::duration<double>(options_.kill_grace_seconds));
 }
 
 Status LocalExecutor::throttle(JobRecord& job, Device& device, const schedulers::ThrottleAction& action) {
@@ -426,8 +381,7 @@ void LocalExecutor::release(JobRecord& job, bool ended) {
     run.pauser.reset();
     run.quota.reset();
     run.gpu_limit.reset();
-    if (run.kill_timer) run.kill_timer->cancel();
-    run.exit_watch.reset();
+    run.child.reset();  // stops watching; the process itself is left alone
   }
   if (!ended) return;  // jouled stops: the next one adopts the process and its cgroup
   // Also for a job adopted after a restart, whose cgroup this daemon did not make.
@@ -482,7 +436,9 @@ void LocalExecutor::recover(JobRecord& job, Device* device) {
       host_.running(job, note);
     else
       host_.note(job, note);
-    watch_exit(id);
+    run.child = ChildProcess::watch(
+        io_, *process, status_path, "job " + id,
+        [this, id](std::optional<adapters::ExitStatus> exit) { on_exit(id, exit); }, options_.proc_root);
   } else if (auto exit = adapters::read_status_file(status_path)) {
     if (job.state == JobState::placed) host_.count_as_run(job);  // it did run
     if (exit->fenced) {

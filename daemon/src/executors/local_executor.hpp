@@ -12,12 +12,12 @@
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "executor.hpp"
 #include "joule/adapters/job_controls.hpp"
 #include "joule/adapters/measurement_window.hpp"
+#include "joule/daemon/child_process.hpp"
 #include "joule/daemon/job_service.hpp"
 
 namespace joule::daemon {
@@ -62,8 +62,7 @@ class LocalExecutor final : public Executor {
     // On its device's meter from its start (partial from an adoption); nullopt: unreadable then.
     std::optional<adapters::MeasurementWindow> window;
     std::optional<double> cpu_seconds;      // its process group's CPU time, last read (CpuTimeModel meters)
-    std::unique_ptr<boost::asio::posix::stream_descriptor> exit_watch;
-    std::unique_ptr<boost::asio::steady_timer> kill_timer;
+    std::unique_ptr<ChildProcess> child;    // its runner, watched for its end
     std::optional<adapters::JobCgroup> cgroup;
     std::unique_ptr<adapters::JobPauser> pauser;
     std::unique_ptr<adapters::CpuQuota> quota;
@@ -75,9 +74,8 @@ class LocalExecutor final : public Executor {
   /// Creates the job's directory and its tmp/, owned by `identity` when there is one.
   Status prepare_work_directory(const std::string& id, const std::optional<adapters::JobIdentity>& identity) const;
   std::vector<std::string> job_environment(const JobRecord& job, const Device& device) const;
-  void watch_exit(const std::string& id);
-  void on_exit(const std::string& id);
-  void send_kill(const std::string& id);
+  /// Called by the job's ChildProcess when its runner has ended.
+  void on_exit(const std::string& id, const std::optional<adapters::ExitStatus>& exit);
   /// A window on the device's meter from now; nullopt (and the meter's error noted on the
   /// device) if it cannot be read.
   std::optional<adapters::MeasurementWindow> open_window(Device& device, bool partial) const;

@@ -30,7 +30,6 @@
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
 
@@ -39,9 +38,11 @@
 #include "joule/adapters/storage_writer.hpp"
 #include "joule/common/clock.hpp"
 #include "joule/config/daemon_config.hpp"
+#include "joule/daemon/child_process.hpp"
 #include "joule/daemon/job_service.hpp"
 #include "joule/daemon/metrics.hpp"
 #include "joule/daemon/model_service.hpp"
+#include "joule/daemon/probe_cycle.hpp"
 #include "joule/estimator/probe_campaign.hpp"
 
 namespace joule::daemon {
@@ -95,12 +96,14 @@ class ProbeService {
 
   void tick();
   void schedule_tick();
+  /// Steps the device's ProbeCycle and does what it says.
   void consider(Device& device);
-  std::optional<std::string> why_not_now(const Device& device, bool requested) const;
   bool needs_probing(Device& device);
   void start_probe(Device& device);
-  void watch_worker(Device& device);
-  void on_probe_exit(const std::string& device_name);
+  /// Starts joule-worker for `device`; its end comes to on_probe_exit.
+  Result<std::unique_ptr<ChildProcess>> launch_worker(Device& device, const adapters::LaunchSpec& spec,
+                                                      const std::string& what);
+  void on_probe_exit(const std::string& device_name, const std::optional<adapters::ExitStatus>& exit);
   void accept_result(Device& device, const Running& probe, const nlohmann::json& result_json);
   void begin_campaign(Device& device, const std::string& reason);
   void refresh_workload(Device& device);
