@@ -238,8 +238,14 @@ json ClusterCoordinator::nodes() const {
 
 // ---------------------------------------------------------------- agent
 
-ClusterAgent::ClusterAgent(asio::io_context& io, JobService& jobs, ModelService& models, AgentOptions options)
-    : io_(io), jobs_(jobs), models_(models), options_(std::move(options)), lease_seconds_(options_.lost_after_seconds) {
+ClusterAgent::ClusterAgent(asio::io_context& io, JobService& jobs, ModelService& models, AgentOptions options,
+                           const Clock& clock)
+    : io_(io),
+      jobs_(jobs),
+      models_(models),
+      options_(std::move(options)),
+      clock_(clock),
+      lease_seconds_(options_.lost_after_seconds) {
   tls_.ca_file = options_.ca_file;
   static thread_local boost::uuids::random_generator make_uuid;
   incarnation_ = boost::uuids::to_string(make_uuid());
@@ -251,7 +257,7 @@ void ClusterAgent::start() {
   auto url = client::parse_server_url(options_.coordinator);
   if (!url) throw std::runtime_error("cluster.coordinator: " + url.error().message);
   spdlog::info("agent {}: syncing with coordinator {}", options_.node, options_.coordinator);
-  last_ok_ = std::chrono::steady_clock::now();
+  last_ok_ = clock_.steady();
   jobs_.set_assignment_changed_hook([this] { report_soon(); });
   poller_ = std::thread([this, url = *url] { poll(url); });
   reporter_ = std::thread([this, url = *url] { report(url); });
@@ -364,8 +370,8 @@ std::optional<cluster::SyncReply> ClusterAgent::exchange(const client::ServerUrl
   }
   std::lock_guard lock(status_mutex_);
   if (reply) {
-    last_ok_ = std::chrono::steady_clock::now();
-    last_sync_ = std::chrono::system_clock::now();
+    last_ok_ = clock_.steady();
+    last_sync_ms_ = clock_.unix_ms();
     last_error_.clear();
     lease_seconds_ = reply->lease_seconds;
     heartbeat_seconds_ = reply->heartbeat_seconds;
@@ -391,7 +397,7 @@ void ClusterAgent::poll(const client::ServerUrl& url) {
     double silent = 0.0, lease = 30.0, heartbeat = 1.0;
     {
       std::lock_guard lock(status_mutex_);
-      silent = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_ok_).count();
+      silent = std::chrono::duration<double>(clock_.steady() - last_ok_).count();
       lease = lease_seconds_;
       heartbeat = heartbeat_seconds_;
     }
@@ -430,10 +436,7 @@ json ClusterAgent::status() const {
               {"lease_seconds", lease_seconds_},
               {"last_sync", nullptr},
               {"error", last_error_.empty() ? json(nullptr) : json(last_error_)}};
-  if (last_sync_) {
-    out["last_sync"] = schedulers::format_rfc3339(
-        std::chrono::duration_cast<std::chrono::milliseconds>(last_sync_->time_since_epoch()).count());
-  }
+  if (last_sync_ms_) out["last_sync"] = schedulers::format_rfc3339(*last_sync_ms_);
   return out;
 }
 

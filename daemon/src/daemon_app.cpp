@@ -267,7 +267,7 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
       const auto profile = estimator::find_simulated_profile(device.name.substr(4));
       const double idle_watts = profile ? profile->static_watts : 0.0;
       device.meter = std::make_unique<adapters::SimulatedMeter>(idle_watts, [] {
-        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+        return std::chrono::duration<double>(joule::system_clock().steady().time_since_epoch()).count();
       });
       device.runs_jobs = device_config.runs_jobs;
       if (device.runs_jobs) device.threads = config::device_threads(device_config, config.probing);
@@ -450,9 +450,7 @@ int run_daemon(const CommandLine& command_line) {
     if (!samples) throw std::runtime_error(samples.error().message);
     stored_probe_state.samples[device.name] = std::move(samples).value();
   }
-  const auto now_millis = std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
+  const auto now_millis = joule::system_clock().unix_ms();
   auto stored_uses = (*database)->load_energy_uses(BudgetService::history_needed(now_millis));
   if (!stored_uses) throw std::runtime_error(stored_uses.error().message);
   auto stored_runs = (*database)->load_probe_runs(200);
@@ -505,7 +503,9 @@ int run_daemon(const CommandLine& command_line) {
   const std::string agent_token = is_agent ? read_token_file(config.cluster.token_file) : std::string();
   auto policy = load_policy(policy_directory(config, command_line));
   if (!policy) throw std::runtime_error("policies: " + policy.error().message);
-  JobService jobs(io, storage, metrics, open_devices(config), job_options, joule::system_clock());
+  // Every service reads this one clock (tests give theirs a ManualClock).
+  const Clock& clock = joule::system_clock();
+  JobService jobs(io, storage, metrics, open_devices(config), job_options, clock);
   jobs.budgets().set_policy(std::move(policy).value());
   jobs.budgets().load(*stored_uses);
 
@@ -513,7 +513,7 @@ int run_daemon(const CommandLine& command_line) {
   api.set_access(access_config(config));
   // Slurm's slot devices estimate with their node type's model (learnt here, or an agent's).
   std::unique_ptr<SlurmExecutor> slurm;
-  if (!config.slurm.node_types.empty()) slurm = std::make_unique<SlurmExecutor>(io, jobs, config.slurm);
+  if (!config.slurm.node_types.empty()) slurm = std::make_unique<SlurmExecutor>(io, jobs, config.slurm, clock);
   const std::map<std::string, std::string> model_sources = slurm ? slurm->model_sources() : std::map<std::string, std::string>{};
   std::unique_ptr<ModelService> models_holder;
   auto models_for_estimates = [&] {
@@ -522,10 +522,13 @@ int run_daemon(const CommandLine& command_line) {
       if (const auto it = all.find(source); it != all.end()) all[slot] = it->second;
     return all;
   };
-  models_holder = std::make_unique<ModelService>(io, storage, metrics, [&] {
-    api.set_models(models_for_estimates());
-    jobs.refresh_estimates();
-  });
+  models_holder = std::make_unique<ModelService>(
+      io, storage, metrics,
+      [&] {
+        api.set_models(models_for_estimates());
+        jobs.refresh_estimates();
+      },
+      clock);
   ModelService& models = *models_holder;
   // What finished jobs teach: corrects and calibrates estimates (rows rebuilt after recovery).
   OutcomeService outcomes;
@@ -564,7 +567,7 @@ int run_daemon(const CommandLine& command_line) {
   probe_options.state_directory = config.state_directory;
   probe_options.runner = job_options.runner;
   probe_options.worker = find_worker(config.probing, job_options.runner);
-  ProbeService probes(io, storage, metrics, models, jobs, probe_options, joule::system_clock());
+  ProbeService probes(io, storage, metrics, models, jobs, probe_options, clock);
   api.set_probes(&probes);
   jobs.set_device_hooks([&](const std::string& device) { probes.preempt(device); },
                         [&](const JobService::Feedback& feedback) {
@@ -576,13 +579,14 @@ int run_daemon(const CommandLine& command_line) {
   if (is_coordinator) {
     coordinator = std::make_unique<ClusterCoordinator>(
         io, jobs, models, metrics,
-        CoordinatorOptions{config.cluster.heartbeat_seconds, config.cluster.lost_after_seconds}, joule::system_clock());
+        CoordinatorOptions{config.cluster.heartbeat_seconds, config.cluster.lost_after_seconds}, clock);
   }
   if (is_agent) {
     agent = std::make_unique<ClusterAgent>(
         io, jobs, models,
         AgentOptions{job_options.node_name, config.cluster.coordinator, agent_token, config.cluster.ca_file,
-                     JOULE_VERSION, config.cluster.lost_after_seconds});
+                     JOULE_VERSION, config.cluster.lost_after_seconds},
+        clock);
   }
   api.set_cluster(coordinator.get(), agent.get());
   api.set_slurm(slurm.get());

@@ -118,7 +118,7 @@ JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, M
       options_(std::move(options)),
       clock_(clock),
       budgets_(storage, metrics, options_.node_name, options_.utc_offset_minutes),
-      retry_timer_(std::make_unique<asio::steady_timer>(io)),
+      retry_timer_(std::make_unique<ClockTimer>(io, clock)),
       host_(std::make_unique<Host>(*this)),
       local_(std::make_unique<LocalExecutor>(io, *host_, options_)),
       nodes_(std::make_unique<NodeExecutor>(*host_, devices_)) {
@@ -448,9 +448,8 @@ void JobService::schedule_retry(schedulers::UnixMillis at) {
   // One timer: the earliest moment a waiting job may fit (a budget window moving on).
   if (retry_at_ && *retry_at_ <= at && *retry_at_ > now_ms()) return;
   retry_at_ = at;
-  retry_timer_->expires_after(std::chrono::milliseconds(std::max<std::int64_t>(at - now_ms(), 0) + 10));
-  retry_timer_->async_wait([this, alive = alive_](boost::system::error_code ec) {
-    if (ec || !*alive) return;
+  // On the service's clock: the core's moments are its wall time, the wait its monotonic time.
+  retry_timer_->wait_for(std::chrono::milliseconds(std::max<std::int64_t>(at - now_ms(), 0)), [this] {
     retry_at_.reset();
     schedule();
   });

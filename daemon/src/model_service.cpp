@@ -15,8 +15,8 @@ namespace asio = boost::asio;
 using nlohmann::json;
 
 ModelService::ModelService(asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
-                           std::function<void()> on_change)
-    : io_(io), storage_(storage), metrics_(metrics), on_change_(std::move(on_change)) {}
+                           std::function<void()> on_change, const Clock& clock)
+    : io_(io), storage_(storage), metrics_(metrics), clock_(clock), on_change_(std::move(on_change)) {}
 
 ModelService::~ModelService() {
   *alive_ = false;
@@ -116,11 +116,8 @@ void ModelService::start(const std::vector<adapters::StoredModelSnapshot>& snaps
         metrics_.add_probe_runs(device.name, static_cast<double>(report->probes));
         spdlog::info("device {}: energy model version {} learnt from {} simulated probes ({} networks) in {:.1f} s",
                      device.name, version, report->probes, report->networks_measured, seconds);
-        adapters::StoredModelSnapshot snapshot{
-            device.name, version,
-            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-                .count(),
-            "simulated", model->save().dump()};
+        adapters::StoredModelSnapshot snapshot{device.name, version, clock_.unix_ms(), "simulated",
+                                               model->save().dump()};
         storage_.submit([snapshot](adapters::Database& db) { return db.save_model_snapshot(snapshot); },
                         [name = device.name](Status s) {
                           if (!s) spdlog::error("device {}: saving its model failed: {}", name, s.error().message);

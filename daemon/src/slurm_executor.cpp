@@ -17,11 +17,6 @@ using nlohmann::json;
 
 namespace {
 
-std::int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string node_name(const config::SlurmNodeType& type) { return "slurm:" + type.name; }
 
 std::string current_user() {
@@ -39,8 +34,13 @@ adapters::SlurmOptions slurm_options(const config::SlurmConfig& config) {
 
 }  // namespace
 
-SlurmExecutor::SlurmExecutor(asio::io_context& io, JobService& jobs, config::SlurmConfig config)
-    : io_(io), jobs_(jobs), config_(std::move(config)), cli_(slurm_options(config_)), user_(current_user()) {
+SlurmExecutor::SlurmExecutor(asio::io_context& io, JobService& jobs, config::SlurmConfig config, const Clock& clock)
+    : io_(io),
+      jobs_(jobs),
+      clock_(clock),
+      config_(std::move(config)),
+      cli_(slurm_options(config_)),
+      user_(current_user()) {
   jobs_.add_node_changed_hook([this, alive = alive_](const std::string& node) {
     if (*alive && owns(node)) wake();
   });
@@ -184,7 +184,7 @@ void SlurmExecutor::cycle() {
   {
     std::lock_guard lock(mutex_);
     last_error_.clear();
-    last_listing_ms_ = now_ms();
+    last_listing_ms_ = clock_.unix_ms();
   }
   std::map<std::string, const adapters::SlurmJob*> by_joule_id;
   for (const auto& job : *listing)
@@ -196,7 +196,7 @@ void SlurmExecutor::cycle() {
       const auto found = by_joule_id.find(joule_id);
       if (found == by_joule_id.end()) continue;
       Handed adopted;
-      adopted.record = {joule_id, found->second->slurm_id, found->second->start_ms.value_or(now_ms()),
+      adopted.record = {joule_id, found->second->slurm_id, found->second->start_ms.value_or(clock_.unix_ms()),
                         adapters::has_started(*found->second), 0};
       adopted.job = assignment.id;
       adopted.epoch = assignment.epoch;
@@ -212,7 +212,7 @@ void SlurmExecutor::cycle() {
     if (!handed.failure && !handed.lost && !(handed.last && adapters::is_final_slurm_state(handed.last->state)))
       records.push_back(handed.record);
   adapters::ReconcileOptions options;
-  options.now_ms = now_ms();
+  options.now_ms = clock_.unix_ms();
   options.user = user_;
   for (const auto& decision : adapters::reconcile(records, *listing, options)) {
     auto it = handed_.find(decision.joule_id);
@@ -273,7 +273,7 @@ void SlurmExecutor::cycle() {
         handed.epoch = assignment.epoch;
         handed.node = node_name(type);
         handed.record.joule_id = joule_id;
-        handed.record.submitted_ms = now_ms();
+        handed.record.submitted_ms = clock_.unix_ms();
         if (submitted) {
           handed.record.slurm_id = *submitted;
           spdlog::info("slurm: job {} submitted as Slurm job {}", joule_id, *submitted);

@@ -97,7 +97,10 @@ struct AgentOptions {
 
 class ClusterAgent {
  public:
-  ClusterAgent(boost::asio::io_context& io, JobService& jobs, ModelService& models, AgentOptions options);
+  /// `clock`: how long the coordinator has been silent (the lease) and when it last answered;
+  /// read on the agent's sync threads.
+  ClusterAgent(boost::asio::io_context& io, JobService& jobs, ModelService& models, AgentOptions options,
+               const Clock& clock = system_clock());
   ~ClusterAgent();  ///< stops the sync thread
 
   void start();
@@ -121,6 +124,7 @@ class ClusterAgent {
   JobService& jobs_;
   ModelService& models_;
   AgentOptions options_;
+  const Clock& clock_;
   std::string incarnation_;
   client::ClientTls tls_;
   std::thread poller_;    // long-polls the coordinator for the desired state
@@ -139,7 +143,7 @@ class ClusterAgent {
   bool fenced_ = false;
   // Shared with status():
   mutable std::mutex status_mutex_;
-  std::optional<std::chrono::system_clock::time_point> last_sync_;
+  std::optional<std::int64_t> last_sync_ms_;
   std::chrono::steady_clock::time_point last_ok_;
   std::string last_error_;
   double lease_seconds_;

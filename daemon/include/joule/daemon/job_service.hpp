@@ -31,6 +31,7 @@
 #include "joule/common/clock.hpp"
 #include "joule/common/result.hpp"
 #include "joule/daemon/budget_service.hpp"
+#include "joule/daemon/clock_timer.hpp"
 #include "joule/daemon/job_accounts.hpp"
 #include "joule/daemon/job_estimate.hpp"
 #include "joule/daemon/metrics.hpp"
@@ -340,7 +341,7 @@ class JobService {
   std::vector<std::function<void(const std::string&)>> node_changed_;
   std::function<void()> assignment_changed_;
   BudgetService budgets_;
-  std::unique_ptr<boost::asio::steady_timer> retry_timer_;
+  std::unique_ptr<ClockTimer> retry_timer_;
   std::optional<schedulers::UnixMillis> retry_at_;
   std::set<std::string> assignments_in_flight_;  // agent: assignments being stored
   std::optional<std::string> storage_failure_;

@@ -16,6 +16,7 @@
 
 #include "joule/adapters/database.hpp"
 #include "joule/adapters/storage_writer.hpp"
+#include "joule/common/clock.hpp"
 #include "joule/daemon/estimates.hpp"
 #include "joule/daemon/metrics.hpp"
 #include "joule/estimator/probe_campaign.hpp"
@@ -32,8 +33,9 @@ struct ProbeableDevice {
 class ModelService {
  public:
   /// `on_change` runs on the loop whenever a model is installed (to refresh the API's view).
+  /// `clock`: the wall time stamped on saved snapshots.
   ModelService(boost::asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
-               std::function<void()> on_change);
+               std::function<void()> on_change, const Clock& clock = system_clock());
   ~ModelService();  ///< waits for a campaign in progress (seconds at most)
 
   /// Installs stored snapshots, then probes every probeable device that has none, learning
@@ -61,6 +63,7 @@ class ModelService {
   boost::asio::io_context& io_;
   adapters::StorageWriter& storage_;
   Metrics& metrics_;
+  const Clock& clock_;
   std::function<void()> on_change_;
   DeviceModels models_;
   std::map<std::string, std::int64_t> versions_;

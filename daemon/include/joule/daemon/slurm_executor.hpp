@@ -29,7 +29,9 @@ namespace joule::daemon {
 
 class SlurmExecutor {
  public:
-  SlurmExecutor(boost::asio::io_context& io, JobService& jobs, config::SlurmConfig config);
+  /// `clock`: the wall time of hand-overs, listings and reports (read on its Slurm thread too).
+  SlurmExecutor(boost::asio::io_context& io, JobService& jobs, config::SlurmConfig config,
+                const Clock& clock = system_clock());
   ~SlurmExecutor();
 
   /// Registers the node types' devices with the JobService (on the loop) and starts following Slurm.
@@ -64,6 +66,7 @@ class SlurmExecutor {
 
   boost::asio::io_context& io_;
   JobService& jobs_;
+  const Clock& clock_;
   config::SlurmConfig config_;
   adapters::SlurmCli cli_;
   std::string user_;
