@@ -3,6 +3,8 @@
 
 #include "joule/daemon/job_service.hpp"
 
+#include "joule/schedulers/time_format.hpp"
+
 #include <gtest/gtest.h>
 
 #include "counting_meter.hpp"
@@ -217,4 +219,59 @@ TEST_F(JobServiceTest, a_placement_the_database_refuses_leaves_the_job_waiting_u
   EXPECT_EQ(state_of(id), "placed");
   EXPECT_FALSE(jobs_.storage_failure());
   EXPECT_EQ(jobs_.desired_for("agent-1")[0].epoch, 2);  // the refused placement's epoch is never reused
+}
+
+TEST_F(JobServiceTest, a_job_waiting_for_a_budget_is_placed_when_the_services_clock_reaches_the_windows_turn) {
+  agent_joins("agent-1");
+  joule::schedulers::Policy policy;
+  joule::schedulers::EnergyBudget budget;
+  budget.name = "agent-hour";
+  budget.scope = {joule::schedulers::Scope::device, "agent-1/cpu"};
+  budget.limit_joules = 1000.0;
+  budget.window.rolling_seconds = 3600;
+  policy.budgets.push_back(budget);
+  jobs_.budgets().set_policy(policy);
+  // 900 J spent in the last hour: a 500 J job does not fit until that use leaves the window.
+  const auto now = clock_.unix_ms();
+  jobs_.budgets().record({"agent-1", "cpu", "earlier", now - 600'000, now - 60'000, 900.0, "rapl"});
+  jobs_.set_estimator([](const joule::schedulers::JobSpec&) {
+    return json::array({{{"device", "agent-1/cpu"},
+                         {"status", "ok"},
+                         {"source", "rapl"},
+                         {"joules", {{"mean", 500.0}, {"std", 5.0}}},
+                         {"seconds", {{"mean", 60.0}, {"std", 0.0}}}}});
+  });
+  auto submitted =
+      submit({{"run", {{"command", {"train"}}}},
+              {"model", {{"input", {{"shape", {1, 8}}}}, {"layers", {{{"type", "linear"}, {"out_features", 2}}}}}},
+              {"training", {{"batch_size", 8}, {"epochs", 1}, {"samples_per_epoch", 64}}},
+              {"constraints", {{"devices", {"agent-1/cpu"}}}}});
+  ASSERT_TRUE(submitted) << submitted.error().message;
+  const std::string id = (*submitted)["id"];
+  ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
+  EXPECT_EQ(state_of(id), "queued");
+  const json waiting = jobs_.job(id).value()["waiting"];
+  ASSERT_EQ(waiting["reason"], "budget") << waiting.dump(2);
+  // The 900 J leave the window when their end does: 3540 s from now, as the job is told.
+  const auto fits_at = now + 3'540'000;
+  EXPECT_EQ(waiting["retry_at"], joule::schedulers::format_rfc3339(fits_at));
+  // The wake-up is a timer on the service's clock: real time passing changes nothing...
+  ASSERT_TRUE(clock_.next_deadline());
+  {
+    auto busy = boost::asio::make_work_guard(io_);
+    io_.run_for(50ms);
+    io_.restart();
+  }
+  EXPECT_EQ(state_of(id), "queued");
+  // ...and moving the clock from deadline to deadline places it at the moment it was told.
+  while (jobs_.desired_for("agent-1").empty() && clock_.unix_ms() < fits_at + 60'000) {
+    ASSERT_TRUE(clock_.next_deadline()) << "nothing waits to wake the job up at " << clock_.unix_ms() - now;
+    const auto step = std::max(*clock_.next_deadline() - clock_.steady(), std::chrono::steady_clock::duration(1ms));
+    clock_.advance(std::chrono::duration_cast<std::chrono::milliseconds>(step));
+    ASSERT_TRUE(run_until([&] { return !clock_.next_deadline() || *clock_.next_deadline() > clock_.steady(); }));
+    ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
+  }
+  EXPECT_FALSE(jobs_.desired_for("agent-1").empty());
+  EXPECT_EQ(clock_.unix_ms(), fits_at);
+  EXPECT_EQ(state_of(id), "placed");
 }
