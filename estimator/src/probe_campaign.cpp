@@ -218,6 +218,28 @@ void ProbePlanner::mark_probed(const ProbeTarget& target) {
   if (auto plan = plan_probe(target)) ++per_key_[planned_key(*plan).name()];
 }
 
+void ProbePlanner::unmark_probed(const ProbeTarget& target) {
+  const std::string id = target_id(target);
+  if (probed_.erase(id) == 0) return;
+  const auto forget = [&](const std::string& key) {
+    if (auto it = per_key_.find(key); it != per_key_.end() && it->second > 0) --it->second;
+  };
+  for (std::size_t i = 0; i < plans_.size(); ++i) {
+    if (ids_[i] != id) continue;
+    forget(keys_[i]);
+    auto& points = probed_points_[keys_[i]];
+    const Eigen::VectorXd point = design_point(plans_[i]);
+    for (auto it = points.begin(); it != points.end(); ++it) {
+      if (it->size() == point.size() && *it == point) {
+        points.erase(it);
+        break;
+      }
+    }
+    return;
+  }
+  if (auto plan = plan_probe(target)) forget(planned_key(*plan).name());
+}
+
 std::set<std::string> ProbePlanner::keys_with_unprobed_exact() const {
   std::set<std::string> keys;
   for (std::size_t i = 0; i < plans_.size(); ++i)

@@ -34,6 +34,36 @@ TEST(ProbePlannerTest, seeds_every_needed_kind_and_position_before_variance_pick
   EXPECT_EQ(seeds, (std::map<std::string, int>{{"linear@input", 2}, {"relu@hidden", 2}, {"linear@output", 2}}));
 }
 
+TEST(ProbePlannerTest, a_target_unmarked_is_planned_again_as_if_never_taken) {
+  CampaignOptions options;
+  options.seed_samples = 2;
+  ProbePlanner planner({WorkloadItem{mlp(), 32}}, options);
+  DeviceEnergyModel model("cpu", "simulated");
+  // A batch of three taken, as jouled takes plans for one worker run...
+  std::vector<ProbePlan> batch;
+  for (int i = 0; i < 3; ++i) {
+    auto plan = planner.next(model);
+    ASSERT_TRUE(plan);
+    planner.mark_probed(plan->target);
+    batch.push_back(*plan);
+  }
+  EXPECT_EQ(planner.probed_count(), 3u);
+  // ...and the last two never ran (the batch was pre-empted): they come back, in the same order.
+  planner.unmark_probed(batch[2].target);
+  planner.unmark_probed(batch[1].target);
+  planner.unmark_probed(batch[1].target);  // twice is once
+  EXPECT_EQ(planner.probed_count(), 1u);
+  for (std::size_t i = 1; i < 3; ++i) {
+    auto plan = planner.next(model);
+    ASSERT_TRUE(plan);
+    EXPECT_EQ(plan->target.layer.type, batch[i].target.layer.type);
+    EXPECT_EQ(plan->target.batch_size, batch[i].target.batch_size);
+    EXPECT_EQ(plan->target.layer.args, batch[i].target.layer.args);
+    EXPECT_EQ(plan->target.position, batch[i].target.position);
+    planner.mark_probed(plan->target);
+  }
+}
+
 TEST(ProbePlannerTest, second_seed_is_the_candidate_farthest_from_the_first) {
   CampaignOptions options;
   options.seed_samples = 2;

@@ -97,6 +97,9 @@ class ProbePlanner {
   bool seeding() const;
   /// Records that a target was probed (or failed for good: it is not tried again).
   void mark_probed(const ProbeTarget& target);
+  /// Undoes mark_probed: a target taken into a batch of probes that never ran (the batch was
+  /// pre-empted or failed before it) is a candidate again.
+  void unmark_probed(const ProbeTarget& target);
   /// The largest weighted latent σ over unprobed candidates (+inf where a needed model is missing).
   double worst_uncertainty(const DeviceEnergyModel& model) const;
   std::size_t candidate_count() const { return plans_.size(); }
