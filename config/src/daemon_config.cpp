@@ -240,10 +240,10 @@ std::optional<std::pair<int, int>> parse_hours(const std::string& text) {
 }
 
 void parse_probing(Checker& check, const toml::table& table, ProbingConfig& probing) {
-  check.warn_unknown(
-      table, "probing.",
-      {"enabled", "idle_seconds", "hours", "max_joules_per_day", "max_model_age_hours", "target_sigma", "threads",
-       "warmup_steps", "steps_per_repetition", "reading_seconds", "repetitions", "refit_every", "worker"});
+  check.warn_unknown(table, "probing.",
+                     {"enabled", "idle_seconds", "hours", "max_joules_per_day", "max_model_age_hours", "target_sigma",
+                      "threads", "warmup_steps", "steps_per_repetition", "reading_seconds", "repetitions",
+                      "refit_every", "plans_per_run", "worker"});
   if (const toml::node* enabled = table.get("enabled")) {
     if (auto value = enabled->value<bool>())
       probing.enabled = *value;
@@ -277,6 +277,8 @@ void parse_probing(Checker& check, const toml::table& table, ProbingConfig& prob
       static_cast<int>(check.integer_in(table, "repetitions", "probing.repetitions", 1, 1000, probing.repetitions));
   probing.refit_every = static_cast<std::size_t>(check.integer_in(table, "refit_every", "probing.refit_every", 1,
                                                                   10000, static_cast<std::int64_t>(probing.refit_every)));
+  probing.plans_per_run =
+      static_cast<int>(check.integer_in(table, "plans_per_run", "probing.plans_per_run", 1, 64, probing.plans_per_run));
   if (auto worker = check.get<std::string>(table, "worker", "probing.worker")) probing.worker = *worker;
 }
 

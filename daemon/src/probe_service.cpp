@@ -105,7 +105,9 @@ std::optional<estimator::ProbeTarget> parse_target(const json& j) {
 
 struct ProbeService::Running {
   std::string run_id;
-  estimator::ProbePlan plan;
+  std::vector<estimator::ProbePlan> plans;  // measured in this order, one result line each
+  std::size_t taken = 0;                    // result lines learnt from so far
+  SteadyTime taken_at;                      // when they were (the budgets' energy use starts there)
   std::unique_ptr<ChildProcess> worker;
   std::filesystem::path directory;
   SteadyTime started;
@@ -313,7 +315,11 @@ bool ProbeService::needs_probing(Device& device) {
 }
 
 void ProbeService::consider(Device& device) {
-  if (device.cycle.worker_running()) return;  // its end is what moves the device on
+  if (device.cycle.worker_running()) {
+    // Its end is what moves the device on; meanwhile each plan it finishes is learnt from.
+    if (device.probe && !device.probe->environment_only) take_results(device, *device.probe);
+    return;
+  }
   const auto [minute, day] = local_minute_and_day();
   if (day != device.day) {
     device.day = day;
@@ -444,71 +450,113 @@ void ProbeService::start_probe(Device& device) {
   // Each stretch of probing learns for the jobs queued and finished since the last one.
   if (!device.active_run) refresh_workload(device);
   const auto& model = device.fitted ? *device.fitted : *device.learning;
-  auto plan = device.planner->next(model);
+  // Up to plans_per_run plans for one worker process. Each is marked as taken, so the next pick
+  // spreads away from it; one that never runs (pre-empted, or after a failure) is unmarked.
+  std::vector<estimator::ProbePlan> plans;
+  while (plans.size() < static_cast<std::size_t>(std::max(1, options_.probing.plans_per_run))) {
+    auto plan = device.planner->next(model);
+    if (!plan) break;
+    device.planner->mark_probed(plan->target);
+    plans.push_back(std::move(plan).value());
+  }
   const bool requested = device.cycle.requested();
-  if (!plan && requested) {
+  if (plans.empty() && requested) {
     // Every candidate of the workload is probed: end the request early rather than repeat.
     device.cycle.end_request();
     device.planner->set_target_sigma(options_.probing.target_sigma);
     close_run(device, "done", "every candidate configuration of the workload is probed");
     return;
   }
-  if (!plan) return;
+  if (plans.empty()) return;
   if (!device.active_run)
     open_run(device, requested ? "requested" : (device.campaign_reason.empty() ? "idle" : device.campaign_reason),
              std::nullopt);
+  const auto give_back = [&] {
+    for (const auto& plan : plans) device.planner->unmark_probed(plan.target);
+  };
 
-  worker::ProbeRequest request;
-  request.device = device.config.name;
-  request.threads = config::device_threads(device.config, options_.probing);
-  request.batch_size = plan->target.batch_size;
-  request.warmup_steps = options_.probing.warmup_steps;
-  request.steps_per_repetition = options_.probing.steps_per_repetition;
-  request.min_reading_seconds = options_.probing.reading_seconds;
-  request.repetitions = options_.probing.repetitions;
-  request.meter = device.config.meter;
-  request.idle_watts = device.config.idle_watts;
-  request.watts_per_busy_core = device.config.watts_per_busy_core;
-  request.seed = next_run_;
-  request.networks = plan->networks;
-  request.network_optimizers = plan->optimizers;
-
+  const int threads = config::device_threads(device.config, options_.probing);
   const auto directory = options_.state_directory / "probes" / fmt::format("{}-{}", *device.active_run, next_run_++);
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
-  {
-    std::ofstream out(directory / "request.json");
+  adapters::LaunchSpec spec;
+  spec.argv = {options_.worker.string(), "probe"};
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    worker::ProbeRequest request;
+    request.device = device.config.name;
+    request.threads = threads;
+    request.batch_size = plans[i].target.batch_size;
+    request.warmup_steps = options_.probing.warmup_steps;
+    request.steps_per_repetition = options_.probing.steps_per_repetition;
+    request.min_reading_seconds = options_.probing.reading_seconds;
+    request.repetitions = options_.probing.repetitions;
+    request.meter = device.config.meter;
+    request.idle_watts = device.config.idle_watts;
+    request.watts_per_busy_core = device.config.watts_per_busy_core;
+    request.seed = next_run_++;
+    request.networks = plans[i].networks;
+    request.network_optimizers = plans[i].optimizers;
+    const auto file = directory / fmt::format("request-{}.json", i);
+    std::ofstream out(file);
     out << worker::to_json(request).dump();
     if (!out) {
-      device.cycle.launch_failed(clock_.steady(),
-                                 fmt::format("cannot write {}", (directory / "request.json").string()));
+      give_back();
+      device.cycle.launch_failed(clock_.steady(), fmt::format("cannot write {}", file.string()));
       return;
     }
+    spec.argv.insert(spec.argv.end(), {"--request", file.string()});
   }
-  adapters::LaunchSpec spec;
-  spec.argv = {options_.worker.string(), "probe", "--request", (directory / "request.json").string()};
   spec.workdir = directory;
   spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", fmt::format("TMPDIR={}", directory.string()),
-              fmt::format("OMP_NUM_THREADS={}", request.threads), fmt::format("MKL_NUM_THREADS={}", request.threads),
-              fmt::format("OPENBLAS_NUM_THREADS={}", request.threads)};
-  spec.stdout_path = directory / "result.json";
+              fmt::format("OMP_NUM_THREADS={}", threads), fmt::format("MKL_NUM_THREADS={}", threads),
+              fmt::format("OPENBLAS_NUM_THREADS={}", threads)};
+  spec.stdout_path = directory / "results.jsonl";  // one line per plan, each written once measured
   spec.stderr_path = directory / "stderr.log";
   spec.status_path = directory / "status";
   spec.runner = options_.runner;
   auto worker = launch_worker(device, spec, "probe");
   if (!worker) {
+    give_back();
     spdlog::error("device {}: cannot start a probe: {}", device.config.name, worker.error().message);
     device.cycle.launch_failed(clock_.steady(), "cannot start joule-worker: " + worker.error().message);
     return;
   }
   Running running;
   running.run_id = *device.active_run;
-  running.plan = std::move(plan).value();
+  running.plans = std::move(plans);
   running.worker = std::move(*worker);
   running.directory = directory;
   running.started = clock_.steady();
+  running.taken_at = running.started;
   device.probe = std::move(running);
   device.cycle.probe_started();
+}
+
+void ProbeService::take_results(Device& device, Running& probe) {
+  // Only whole lines: the worker flushes each result once measured; a line cut short by a
+  // kill has no newline and is never read.
+  const std::string output = read_file(probe.directory / "results.jsonl");
+  std::vector<std::string> lines;
+  for (std::size_t from = 0, end; (end = output.find('\n', from)) != std::string::npos; from = end + 1)
+    if (end > from) lines.push_back(output.substr(from, end - from));
+  double joules = 0.0;
+  std::string source;
+  for (; probe.taken < lines.size() && probe.taken < probe.plans.size(); ++probe.taken) {
+    const auto parsed = json::parse(lines[probe.taken], nullptr, false);
+    if (const auto metered = accept_result(device, probe.run_id, probe.plans[probe.taken], parsed)) {
+      joules += metered->first;
+      source = metered->second;
+    }
+  }
+  if (joules > 0.0) {
+    // Probing spends the budgets that cover the device like any other work.
+    const auto ended = now_ms();
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clock_.steady() - probe.taken_at);
+    jobs_.budgets().record(adapters::StoredEnergyUse{jobs_.budgets().node(), device.config.name, "probe",
+                                                     ended - took.count(), ended, joules, source});
+  }
+  if (probe.taken > 0) probe.taken_at = clock_.steady();
+  if (auto run = runs_.find(probe.run_id); run != runs_.end() && joules > 0.0) save_run(run->first);
 }
 
 void ProbeService::preempt(const std::string& device_name) {
@@ -557,49 +605,52 @@ void ProbeService::on_probe_exit(const std::string& device_name, const std::opti
   }
 
   auto run = runs_.find(probe.run_id);
+  if (run != runs_.end()) run->second.probe_seconds += seconds;
+  // What the worker measured before it ended is kept however it ended (a pre-empted batch
+  // keeps the plans it finished).
+  take_results(device, probe);
+  std::size_t done = probe.taken;
+  std::string failure;
+  ProbeOutcome outcome = ProbeOutcome::completed;
   if (probe.preempted) {
-    device.cycle.probe_ended(clock_.steady(), ProbeOutcome::preempted);
+    outcome = ProbeOutcome::preempted;
     metrics_.count_probe_outcome(device_name, "preempted");
     if (run != runs_.end()) ++run->second.preempted;
-    std::filesystem::remove_all(probe.directory, ec);
-    if (run != runs_.end()) save_run(run->first);
-    return;
-  }
-  if (run != runs_.end()) run->second.probe_seconds += seconds;
-  const std::string output = read_file(probe.directory / "result.json");
-  if (!exit || !exit->success()) {
+  } else if (done < probe.plans.size()) {
+    // The plan it was on failed (or the worker ended without its result): not tried again. The
+    // ones after it never ran.
+    outcome = ProbeOutcome::failed;
+    const auto& target = probe.plans[done].target;
     const std::string why = last_line(read_file(probe.directory / "stderr.log", 8192));
     metrics_.count_probe_outcome(device_name, "failed");
-    device.planner->mark_probed(probe.plan.target);  // not tried again
-    const std::string message =
-        fmt::format("probe of {} ({}) failed with {}: {}", probe.plan.target.layer.type,
-                    estimator::to_string(probe.plan.target.position), exit ? exit->describe() : "no exit status", why);
-    spdlog::warn("device {}: {}", device_name, message);
+    failure = fmt::format("probe of {} ({}) failed with {}: {}", target.layer.type,
+                          estimator::to_string(target.position), exit ? exit->describe() : "no exit status", why);
+    spdlog::warn("device {}: {}", device_name, failure);
     if (run != runs_.end()) {
       ++run->second.failed;
-      run->second.message = message;
-      save_run(run->first);
+      run->second.message = failure;
     }
-    if (device.cycle.probe_ended(clock_.steady(), ProbeOutcome::failed))
-      close_run(device, "failed", message + " (" + device.cycle.backoff_reason() + ")");
-    return;
+    ++done;
   }
-  device.cycle.probe_ended(clock_.steady(), ProbeOutcome::completed);
-  const auto result = json::parse(output, nullptr, false);
-  accept_result(device, probe, result);
+  for (std::size_t i = done; i < probe.plans.size(); ++i) device.planner->unmark_probed(probe.plans[i].target);
+  if (run != runs_.end()) save_run(run->first);
   std::filesystem::remove_all(probe.directory, ec);
+  if (device.cycle.probe_ended(clock_.steady(), outcome))
+    close_run(device, "failed", failure + " (" + device.cycle.backoff_reason() + ")");
 }
 
-void ProbeService::accept_result(Device& device, const Running& probe, const json& result_json) {
+std::optional<std::pair<double, std::string>> ProbeService::accept_result(Device& device, const std::string& run_id,
+                                                                          const estimator::ProbePlan& plan,
+                                                                          const json& result_json) {
   const std::string& name = device.config.name;
   auto result = worker::parse_probe_result(result_json);
-  auto run = runs_.find(probe.run_id);
-  if (!result || result->networks.size() != probe.plan.networks.size()) {
+  auto run = runs_.find(run_id);
+  if (!result || result->networks.size() != plan.networks.size()) {
     spdlog::error("device {}: unreadable probe result: {}", name,
                   result ? "wrong number of networks" : result.error().message);
     if (run != runs_.end()) ++run->second.failed;
-    device.planner->mark_probed(probe.plan.target);
-    return;
+    device.planner->mark_probed(plan.target);
+    return std::nullopt;
   }
   const std::string environment = result->environment.fingerprint();
   if (device.source.empty()) device.source = result->meter_source;
@@ -618,11 +669,10 @@ void ProbeService::accept_result(Device& device, const Running& probe, const jso
   // Held-out error: the model in use predicts each probe network before its measurement joins
   // (not an optimizer probe's: its networks train with another optimizer than the prediction's).
   const auto& models = models_.models();
-  if (auto in_use = models.find(name);
-      in_use != models.end() && in_use->second && probe.plan.target.optimizer.empty()) {
-    for (std::size_t i = 0; i < probe.plan.networks.size(); ++i) {
-      estimator::TrainingConfig one_step{probe.plan.target.batch_size, 1, probe.plan.target.batch_size, "sgd"};
-      auto predicted = in_use->second->estimate(probe.plan.networks[i], one_step);
+  if (auto in_use = models.find(name); in_use != models.end() && in_use->second && plan.target.optimizer.empty()) {
+    for (std::size_t i = 0; i < plan.networks.size(); ++i) {
+      estimator::TrainingConfig one_step{plan.target.batch_size, 1, plan.target.batch_size, "sgd"};
+      auto predicted = in_use->second->estimate(plan.networks[i], one_step);
       const double measured = result->networks[i].joules_per_step;
       if (predicted && measured > 0.0) {
         device.heldout.push_back(std::abs(predicted->joules_per_step.mean - measured) / measured);
@@ -634,11 +684,11 @@ void ProbeService::accept_result(Device& device, const Running& probe, const jso
   std::vector<estimator::NetworkMeasurement> measured;
   json networks = json::array();
   double joules = 0.0;
-  for (std::size_t i = 0; i < probe.plan.networks.size(); ++i) {
+  for (std::size_t i = 0; i < plan.networks.size(); ++i) {
     const auto& network = result->networks[i];
     measured.push_back({network.joules_per_step, network.seconds_per_step});
     double flops = 0.0;
-    if (auto layers = estimator::analyze_model(probe.plan.networks[i], probe.plan.target.batch_size))
+    if (auto layers = estimator::analyze_model(plan.networks[i], plan.target.batch_size))
       flops = estimator::total_flops(*layers);
     device.learning->add_network(flops, network.joules_per_step);
     networks.push_back({{"flops", flops},
@@ -652,31 +702,26 @@ void ProbeService::accept_result(Device& device, const Running& probe, const jso
       joules += repetition.joules_per_step * steps;
     }
   }
-  device.planner->mark_probed(probe.plan.target);
-  auto sample = estimator::decompose(probe.plan, measured);
-  if (!sample) {
-    spdlog::warn("device {}: probe not decomposable: {}", name, sample.error().message);
-    return;
-  }
-  if (device.learning->add_sample(*sample)) ++device.samples;
+  device.planner->mark_probed(plan.target);
+  // The energy was spent whether or not the sample decomposes: the day's cap, the run and the
+  // budgets (the caller's, for the whole worker run) count it.
+  const std::pair<double, std::string> metered{joules, result->meter_source};
   device.last_probe_ms = now_ms();
   device.joules_today += joules;
   metrics_.add_probe_runs(name, 1.0);
   metrics_.count_probe_outcome(name, "completed");
   metrics_.add_probe_energy(name, result->meter_source, joules);
-  {
-    // Probing spends the budgets that cover the device like any other work.
-    const auto ended = now_ms();
-    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clock_.steady() - probe.started);
-    jobs_.budgets().record(adapters::StoredEnergyUse{jobs_.budgets().node(), name, "probe", ended - took.count(), ended,
-                                                     joules, result->meter_source});
-  }
   if (run != runs_.end()) {
     ++run->second.probes;
     run->second.joules += joules;
     run->second.source = result->meter_source;
-    save_run(run->first);
   }
+  auto sample = estimator::decompose(plan, measured);
+  if (!sample) {
+    spdlog::warn("device {}: probe not decomposable: {}", name, sample.error().message);
+    return metered;
+  }
+  if (device.learning->add_sample(*sample)) ++device.samples;
   adapters::StoredProbeSample row;
   row.device = name;
   row.fingerprint = device.environment + "; meter " + device.source;
@@ -685,11 +730,11 @@ void ProbeService::accept_result(Device& device, const Running& probe, const jso
   row.joules_per_step = sample->joules_per_step;
   row.seconds_per_step = sample->seconds_per_step;
   row.source = result->meter_source;
-  row.detail_json = json{{"features", sample->features},
-                         {"target", target_json(probe.plan.target)},
-                         {"networks", networks},
-                         {"run", probe.run_id}}
-                        .dump();
+  row.detail_json = json{
+      {"features", sample->features},
+      {"target", target_json(plan.target)},
+      {"networks", networks},
+      {"run", run_id}}.dump();
   storage_.submit([row](adapters::Database& db) { return db.insert_probe_sample(row); },
                   [name](Status s) {
                     if (!s) spdlog::error("device {}: probe sample not saved: {}", name, s.error().message);
@@ -697,6 +742,7 @@ void ProbeService::accept_result(Device& device, const Running& probe, const jso
   spdlog::debug("device {}: probe {} -> {:.4g} J/step ({})", name, sample->key.name(), sample->joules_per_step,
                 result->meter_source);
   maybe_fit(device, false);
+  return metered;
 }
 
 void ProbeService::maybe_fit(Device& device, bool force) {

@@ -12,14 +12,23 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "counting_meter.hpp"
 #include "job_book.hpp"
+#include "joule/worker/protocol.hpp"
 
 namespace joule::daemon {
 namespace {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
+
+/// How the stand-in joule-worker behaves.
+struct FakeWorker {
+  double seconds_per_plan = 0.0;  ///< before each plan's result
+  int fail_at = -1;               ///< the plan (0-based, within a process) that fails; -1: none
+};
 
 class ProbeServiceTest : public ::testing::Test, protected joule::testing::JobBook {
  protected:
@@ -37,20 +46,66 @@ class ProbeServiceTest : public ::testing::Test, protected joule::testing::JobBo
     models_.reset();
   }
 
-  /// A joule-worker that knows its environment and whose probes fail after `probe_seconds`;
-  /// each probe's command line is appended to calls.log.
-  void start(config::ProbingConfig probing, double probe_seconds = 0.0) {
-    const auto worker = dir_ / "fake-worker";
-    {
-      std::ofstream out(worker);
-      out << "#!/bin/sh\n"
-          << "case \"$1\" in\n"
-          << "  env) echo '{\"fingerprint\": \"fake worker; threads 1\"}' ;;\n"
-          << "  probe) echo \"$*\" >> '" << (dir_ / "calls.log").string() << "'; sleep " << probe_seconds
-          << "; echo 'no LibTorch here' >&2; exit 1 ;;\n"
-          << "  *) exit 2 ;;\n"
-          << "esac\n";
-    }
+  /// A stand-in for joule-worker at its process boundary: `env` answers with an environment,
+  /// `probe --request F ...` reads each request and prints one result line per request in the
+  /// real format (a network costs the sum of its layers, so probes decompose), flushed as it goes. Each
+  /// process is a line of calls.log and each plan done a line of done.log.
+  void start(config::ProbingConfig probing, FakeWorker fake = {}) {
+    worker::WorkerEnvironment environment;
+    environment.torch_version = "1.13.1";
+    environment.blas = "fake BLAS";
+    environment.threads = 1;
+    environment.device = "cpu";
+    environment.device_name = "fake CPU";
+    worker::ProbeResult result;
+    result.environment = environment;
+    result.meter_source = "modelled";
+    worker::NetworkResult network;
+    network.name = "net";
+    network.repetitions = {{0.01, 0.001, 10}};
+    network.joules_per_step = 0.01;
+    network.seconds_per_step = 0.001;
+    network.steps_per_repetition = 10;
+    network.final_loss = 1.0;
+    result.networks = {network};
+    const auto worker = dir_.write(
+        "fake-worker",
+        fmt::format(R"(#!/usr/bin/env python3
+import json, sys, time
+args = sys.argv[1:]
+if args[0] == "env":
+    print({env})
+    sys.exit(0)
+template = json.loads({result})
+requests = [args[i + 1] for i, arg in enumerate(args) if arg == "--request"]
+with open("{calls}", "a") as calls:
+    calls.write(" ".join(args) + "\n")
+for n, path in enumerate(requests):
+    with open(path) as f:
+        request = json.load(f)
+    with open("{requests}", "a") as log:
+        log.write(json.dumps([request["batch_size"], request["networks"]], sort_keys=True) + "\n")
+    time.sleep({seconds})
+    if n == {fail_at}:
+        sys.stderr.write("no LibTorch here\n")
+        sys.exit(1)
+    out = dict(template, batch_size=request["batch_size"])
+    net = template["networks"][0]
+    # Each layer costs in proportion to the size of its spec: networks cost the sum of their
+    # layers, as THOR's subtraction assumes, so every probe decomposes into a positive layer.
+    size = lambda network: sum(len(json.dumps(layer)) for layer in network["layers"]) / 100.0
+    out["networks"] = [dict(net, joules_per_step=net["joules_per_step"] * size(spec),
+                            seconds_per_step=net["seconds_per_step"] * size(spec))
+                       for spec in request["networks"]]
+    print(json.dumps(out), flush=True)
+    with open("{done}", "a") as done:
+        done.write(path + "\n")
+)",
+                    fmt::arg("env", json(worker::to_json(environment).dump()).dump()),
+                    fmt::arg("result", json(worker::to_json(result).dump()).dump()),
+                    fmt::arg("calls", (dir_ / "calls.log").string()), fmt::arg("done", (dir_ / "done.log").string()),
+                    fmt::arg("requests", (dir_ / "requests.log").string()), fmt::arg("seconds", fake.seconds_per_plan),
+                    fmt::arg("fail_at", fake.fail_at)));
     ::chmod(worker.c_str(), 0755);
     models_ = std::make_unique<ModelService>(io_, writer_, metrics_, [] {});
     ProbeServiceOptions options;
@@ -69,12 +124,23 @@ class ProbeServiceTest : public ::testing::Test, protected joule::testing::JobBo
   std::string state() { return shown()["state"]; }
   std::string waiting() { return shown().value("waiting", ""); }
 
-  int probes_started() const {
-    std::ifstream in(dir_ / "calls.log");
+  int lines_of(const std::string& name) const {
+    std::ifstream in(dir_ / name);
     int lines = 0;
     for (std::string line; std::getline(in, line);) ++lines;
     return lines;
   }
+  /// Worker processes started for probes.
+  int probes_started() const { return lines_of("calls.log"); }
+  /// Each request a worker read, in order (its batch size and networks, as one line).
+  std::vector<std::string> requests_read() const {
+    std::ifstream in(dir_ / "requests.log");
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  }
+  /// Plans whose result was printed.
+  int plans_done() const { return lines_of("done.log"); }
 
   /// Runs the loop for `real` time with the manual clock standing still.
   void idle_for(std::chrono::milliseconds real) {
@@ -107,7 +173,7 @@ TEST_F(ProbeServiceTest, probes_once_the_device_has_been_idle_for_idle_seconds_o
 TEST_F(ProbeServiceTest, three_failed_probes_pause_probing_for_ten_minutes_of_its_clock) {
   config::ProbingConfig probing;
   probing.idle_seconds = 0.0;
-  start(probing);
+  start(probing, {.fail_at = 0});
   ASSERT_TRUE(run_until([&] { return state() == "backing_off"; })) << shown().dump();
   EXPECT_EQ(probes_started(), 3);
   EXPECT_EQ(waiting(), "paused for 10 minutes after 3 failed probes in a row (see GET /v1/probes)");
@@ -127,7 +193,7 @@ TEST_F(ProbeServiceTest, three_failed_probes_pause_probing_for_ten_minutes_of_it
 TEST_F(ProbeServiceTest, a_requested_run_probes_while_background_probing_is_off_and_ends_on_its_clock) {
   config::ProbingConfig probing;
   probing.enabled = false;
-  start(probing, /*probe_seconds=*/0.3);
+  start(probing, {.seconds_per_plan = 0.3, .fail_at = 0});
   ASSERT_TRUE(run_until([&] { return state() == "refused"; })) << shown().dump();
   EXPECT_EQ(waiting(), "probing is disabled ([probing] enabled = false)");
 
@@ -144,6 +210,45 @@ TEST_F(ProbeServiceTest, a_requested_run_probes_while_background_probing_is_off_
   EXPECT_EQ(state(), "refused");
   idle_for(100ms);
   EXPECT_EQ(probes_started(), 1);
+}
+
+TEST_F(ProbeServiceTest, one_worker_process_measures_a_batch_of_plans_and_each_joins_the_model) {
+  config::ProbingConfig probing;
+  probing.idle_seconds = 0.0;
+  probing.plans_per_run = 3;
+  start(probing, {.seconds_per_plan = 0.05});
+  ASSERT_TRUE(run_until([&] { return plans_done() >= 3; })) << shown().dump();
+  ASSERT_TRUE(run_until([&] { return probes_->runs().back()["probes"] >= 3; })) << probes_->runs().dump();
+  std::ifstream calls(dir_ / "calls.log");
+  std::string first;
+  std::getline(calls, first);
+  std::size_t requests = 0;
+  for (auto at = first.find("--request"); at != std::string::npos; at = first.find("--request", at + 1)) ++requests;
+  EXPECT_EQ(requests, 3u) << first;
+  const auto run = probes_->runs().back();
+  EXPECT_EQ(run["failed"], 0) << run.dump();
+  EXPECT_EQ(run["energy"]["source"], "modelled");
+  EXPECT_GT(run["energy"]["joules"].get<double>(), 0.0);
+  EXPECT_GE(shown()["samples_learning"].get<int>(), 2) << shown().dump();
+}
+
+TEST_F(ProbeServiceTest, a_preempted_batch_keeps_the_plans_it_finished_and_plans_the_rest_again) {
+  config::ProbingConfig probing;
+  probing.idle_seconds = 0.0;
+  probing.plans_per_run = 3;
+  start(probing, {.seconds_per_plan = 1.0});
+  ASSERT_TRUE(run_until([&] { return plans_done() >= 1; })) << shown().dump();
+  ASSERT_TRUE(run_until([&] { return requests_read().size() >= 2; }));  // the second plan runs now
+  probes_->preempt("cpu");
+  ASSERT_TRUE(run_until([&] { return probes_->runs().back()["preempted"] == 1; })) << probes_->runs().dump();
+  const auto run = probes_->runs().back();
+  EXPECT_EQ(run["probes"], 1) << run.dump();
+  EXPECT_EQ(run["failed"], 0);
+  // The next worker starts with the plan that was cut short, not with one after it.
+  ASSERT_TRUE(run_until([&] { return requests_read().size() >= 3; }));
+  const auto read = requests_read();
+  EXPECT_EQ(read[2], read[1]);
+  EXPECT_NE(read[1], read[0]);
 }
 
 }  // namespace

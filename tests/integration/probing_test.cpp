@@ -97,12 +97,13 @@ std::vector<std::string> processes_with(const std::string& needle) {
   return found;
 }
 
-// The request file of a live probe process under `probes_dir` ("" when there is none).
+// The first request file of a live probe process under `probes_dir` ("" when there is none):
+// a worker measures a batch of plans, one request-N.json each.
 std::string probe_request(const std::string& probes_dir) {
   for (const auto& cmdline : processes_with(probes_dir)) {
     std::istringstream words(cmdline);
     for (std::string word; words >> word;)
-      if (word.ends_with("/request.json")) return word;
+      if (word.ends_with("/request-0.json")) return word;
   }
   return "";
 }

@@ -92,6 +92,38 @@ TEST_F(WorkerProcessTest, probe_reads_the_request_from_stdin) {
   EXPECT_TRUE(parse_probe_result(json::parse(run.out)));
 }
 
+TEST_F(WorkerProcessTest, probe_runs_a_batch_of_requests_in_one_process_one_result_line_each) {
+  json mlp_only = small_request();
+  mlp_only["networks"] = {testing::example_model("mlp")};
+  mlp_only["batch_size"] = 8;
+  const WorkerRun run = worker("probe --request " + write_json("a.json", small_request()) + " --request " +
+                               write_json("b.json", mlp_only));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::istringstream lines(run.out);
+  std::vector<ProbeResult> results;
+  for (std::string line; std::getline(lines, line);) {
+    auto result = parse_probe_result(json::parse(line));
+    ASSERT_TRUE(result) << result.error().where << ": " << result.error().message;
+    results.push_back(std::move(result).value());
+  }
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].networks.size(), 2u);
+  EXPECT_EQ(results[0].batch_size, 4);
+  ASSERT_EQ(results[1].networks.size(), 1u);
+  EXPECT_EQ(results[1].batch_size, 8);
+  EXPECT_GT(results[1].networks[0].joules_per_step, 0.0);
+}
+
+TEST_F(WorkerProcessTest, a_bad_request_in_a_batch_is_bad_input_before_anything_runs) {
+  json bad = small_request();
+  bad["batch_size"] = 0;
+  const WorkerRun run =
+      worker("probe --request " + write_json("a.json", small_request()) + " --request " + write_json("b.json", bad));
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_TRUE(run.out.empty()) << run.out;
+  EXPECT_NE(run.err.find("b.json"), std::string::npos) << run.err;
+}
+
 TEST_F(WorkerProcessTest, measure_lenet5_as_json) {
   const WorkerRun run = worker(
       fmt::format("measure --model {} --batch-size 4 --steps 3 --warmup 1 --repetitions 3 --json", example("lenet5")));

@@ -194,9 +194,14 @@ int run(int argc, char** argv) {
   CLI::App app{"joule-worker: trains model specs with LibTorch and meters their energy per step"};
   app.require_subcommand(1);
 
-  std::string request_file;
-  auto* probe_cmd = app.add_subcommand("probe", "Train and meter the networks of a probe request (JSON result)");
-  probe_cmd->add_option("--request", request_file, "Probe request JSON file, or - for stdin")->required();
+  std::vector<std::string> request_files;
+  auto* probe_cmd = app.add_subcommand(
+      "probe", "Train and meter the networks of each probe request, in order (one JSON result line each)");
+  probe_cmd
+      ->add_option("--request", request_files,
+                   "Probe request JSON file, or - for stdin; repeated, the requests run in one process and each "
+                   "result is printed (and flushed) as soon as it is measured")
+      ->required();
 
   MeasureOptions measure;
   auto* measure_cmd = app.add_subcommand("measure", "Train one whole model and meter joules and seconds per step");
@@ -279,9 +284,16 @@ int run(int argc, char** argv) {
   }
 
   if (probe_cmd->parsed()) {
-    auto request = parse_probe_request(read_json(request_file));
-    if (!request) fail(request.error(), request_file == "-" ? "stdin" : request_file);
-    print_json(to_json(probe(*request)));
+    // Every request is checked before the first runs: a bad one is bad input, not a failure
+    // halfway through a batch. Results are printed one per line, each flushed once measured,
+    // so a batch ended early (jouled pre-empts it for a job) keeps what it measured.
+    std::vector<ProbeRequest> requests;
+    for (const auto& file : request_files) {
+      auto request = parse_probe_request(read_json(file));
+      if (!request) fail(request.error(), file == "-" ? "stdin" : file);
+      requests.push_back(std::move(request).value());
+    }
+    for (const auto& request : requests) print_json(to_json(probe(request)));
   } else if (measure_cmd->parsed()) {
     const ProbeRequest request = measure_request(measure);
     const ProbeResult result = probe(request);

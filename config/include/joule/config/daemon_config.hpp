@@ -50,6 +50,9 @@ struct ProbingConfig {
   double reading_seconds = 0.0;  ///< a reading lasts at least this long; 0 = what its meter needs
   int repetitions = 5;
   std::size_t refit_every = 5;      ///< refit the GPs after this many new probes
+  /// Probe plans one joule-worker process measures in turn: each process pays ~0.6 s of LibTorch
+  /// start (and a CUDA context on GPUs) before it meters anything.
+  int plans_per_run = 4;
   std::filesystem::path worker;     ///< joule-worker; empty = beside the jouled binary, then $PATH
 };
 

@@ -104,7 +104,12 @@ class ProbeService {
   Result<std::unique_ptr<ChildProcess>> launch_worker(Device& device, const adapters::LaunchSpec& spec,
                                                       const std::string& what);
   void on_probe_exit(const std::string& device_name, const std::optional<adapters::ExitStatus>& exit);
-  void accept_result(Device& device, const Running& probe, const nlohmann::json& result_json);
+  /// Learns from the result lines a probe's worker has written since the last look.
+  void take_results(Device& device, Running& probe);
+  /// Learns from one plan's result line; the joules it metered and their source, if it read.
+  std::optional<std::pair<double, std::string>> accept_result(Device& device, const std::string& run_id,
+                                                              const estimator::ProbePlan& plan,
+                                                              const nlohmann::json& result_json);
   void begin_campaign(Device& device, const std::string& reason);
   void refresh_workload(Device& device);
   void maybe_fit(Device& device, bool force);
