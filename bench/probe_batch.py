@@ -43,6 +43,7 @@ def loadavg():
 
 def one_run(jouled, plans_per_run, seconds):
     tmp = tempfile.mkdtemp(prefix="joule-probe-batch-")
+    os.chmod(tmp, 0o755)  # the jobs' directory beside the state must be reachable by their accounts
     config = os.path.join(tmp, "jouled.toml")
     with open(config, "w") as f:
         f.write(f"[probing]\nenabled = false\nthreads = 1\nplans_per_run = {plans_per_run}\n")
@@ -60,7 +61,8 @@ def one_run(jouled, plans_per_run, seconds):
                 break
             time.sleep(0.1)
         if not port:
-            raise SystemExit(f"jouled did not say where it listens (log: {log_path})")
+            with open(log_path) as f:
+                raise SystemExit(f"jouled did not say where it listens; its log:\n{f.read()[-3000:]}")
         base = f"http://127.0.0.1:{port}"
         for _ in range(300):
             try:

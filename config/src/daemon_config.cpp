@@ -604,6 +604,7 @@ nlohmann::json to_json(const DaemonConfig& config) {
         {"max_model_age_hours", config.probing.max_model_age_hours},
         {"target_sigma", config.probing.target_sigma},
         {"threads", config.probing.threads},
+        {"plans_per_run", config.probing.plans_per_run},
         {"worker", config.probing.worker.string()}}}};
 }
 
