@@ -226,10 +226,10 @@ void print_job(const json& job) {
   }
   if (job.contains("projection")) {
     const auto& projection = job["projection"];
-    fmt::print("projected: {:.1f} ± {:.1f} J in all ({}, {} stable epochs; {} joules)\n",
+    fmt::print("projected: {:.1f} ± {:.1f} J in all ({}, {} stable epochs after epoch {}; {} joules)\n",
                projection["joules"]["mean"].get<double>(), projection["joules"]["std"].get<double>(),
                projection["method"].get<std::string>(), projection["stable_epochs"].get<int>(),
-               text_or(projection["source"]));
+               projection.value("stable_from_epoch", 0), text_or(projection["source"]));
   }
   fmt::print("energy:    {}\n", energy_text(job["energy"]));
   if (!job["energy"].is_null() && !job["energy"]["measured"].get<bool>())

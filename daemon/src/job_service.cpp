@@ -63,6 +63,7 @@ json projection_json(const schedulers::Projection& projection, const std::string
   return {{"joules", {{"mean", projection.total.mean_joules}, {"std", std::sqrt(projection.total.variance)}}},
           {"method", projection.method},
           {"stable_epochs", projection.stable_epochs},
+          {"stable_from_epoch", projection.stable_from_epoch},
           {"seconds_remaining", projection.seconds_remaining},
           {"source", source.empty() ? json(nullptr) : json(source)}};
 }

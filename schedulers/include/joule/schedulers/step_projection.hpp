@@ -3,9 +3,14 @@
 // Training Epoch Projection"), combined with the estimate it was placed with.
 //
 // A job reports "epoch k of N done"; the daemon notes the job's metered energy at each report.
-// The first `warmup_epochs` are skipped (data loading, JIT and cache warm-up make them
-// unrepresentative). From the stable epochs' energies e_i (mean m, sample variance s², n of
-// them) the total is projected as
+// Epochs before power has settled are skipped (data loading, JIT, cache and clock warm-up make
+// them unrepresentative; the seed finds over 90 % of runs settled by epoch 4). At least the
+// first `warmup_epochs` are skipped; after them, settling is detected rather than assumed: the
+// per-epoch energies of the latest stretches (the last half, at least two) give a plateau (their
+// median) and a noise band (the larger of `settle_tolerance` of the plateau and 3 of their
+// standard deviations), and the stable epochs start after the last earlier stretch outside
+// that band. The projection says which epoch they start from. From the stable epochs'
+// energies e_i (mean m, sample variance s², n of them) the total is projected as
 //   E = J(k) + (N - k) m,   Var E = (N - k)² s² / n + (N - k) s²
 // (uncertainty of the mean plus epoch-to-epoch spread). With one stable epoch, s is taken as
 // `single_epoch_cv` × m. The projection and the prior estimate are combined weighting each by
@@ -29,15 +34,19 @@ struct EpochReport {
 };
 
 struct StepOptions {
-  int warmup_epochs = 1;
+  int warmup_epochs = 1;           ///< skipped always; settling is detected after them
+  bool detect_settling = true;     ///< false: exactly `warmup_epochs` are skipped
+  double settle_tolerance = 0.05;  ///< per-epoch energies this close to the plateau are settled
   double single_epoch_cv = 0.1;
 };
 
 struct Projection {
-  EnergyDistribution total;           ///< the combined projection of the whole job's energy
+  EnergyDistribution total;                ///< the combined projection of the whole job's energy
   std::optional<EnergyDistribution> step;  ///< STEP's own projection, once there are stable epochs
-  double seconds_remaining = 0.0;     ///< from the stable epochs' pace; 0 if unknown
+  double seconds_remaining = 0.0;          ///< from the stable epochs' pace; 0 if unknown
   int stable_epochs = 0;
+  /// The epoch the stable stretch starts after (epochs after it count); 0 before there is one.
+  int stable_from_epoch = 0;
   /// "prior" (no stable epoch yet), "step" (no prior), or "combined".
   const char* method = "prior";
 };
