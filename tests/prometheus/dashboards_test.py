@@ -560,6 +560,9 @@ def workload(coord, agent, policies):
             raise Failure(f"cpu job {job_id}: no ok estimate or not modelled: {json.dumps(job)[:2000]}")
         cpu_jobs.append(job_id)
         scraped(f'joule_estimate_relative_error_count{{device="cpu"}} >= {i + 1}')
+    # The error is observed when the job ends, its state once that end is committed: a scrape
+    # between the two shows the last job still running. Wait for a scrape of the committed state.
+    scraped(f'joule_jobs{{instance="{coord.url.split("//")[1]}", state="succeeded"}} == 6')
     events = [e["message"] for e in done.get("events", [])]
     return {"throttled": capped, "events": events, "edge": edge, "cpu": cpu_jobs}
 
