@@ -2,8 +2,6 @@
 
 #include "joule/common/energy_source.hpp"
 
-#include <signal.h>
-
 #include <algorithm>
 #include <cmath>
 #include <ctime>

@@ -13,7 +13,6 @@
 #include <fmt/format.h>
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
-#include <boost/asio/post.hpp>
 
 #include "../job_record.hpp"
 #include "joule/common/sha256.hpp"
