@@ -315,7 +315,8 @@ bool ProbeService::needs_probing(Device& device) {
 void ProbeService::consider(Device& device) {
   if (device.cycle.worker_running()) {
     // Its end is what moves the device on; meanwhile each plan it finishes is learnt from.
-    if (device.probe && !device.probe->environment_only) take_results(device, *device.probe);
+    if (device.probe && !device.probe->environment_only && take_results(device, *device.probe))
+      save_run(device.probe->run_id);
     return;
   }
   const auto [minute, day] = local_minute_and_day();
@@ -530,13 +531,14 @@ void ProbeService::start_probe(Device& device) {
   device.cycle.probe_started();
 }
 
-void ProbeService::take_results(Device& device, Running& probe) {
+bool ProbeService::take_results(Device& device, Running& probe) {
   // Only whole lines: the worker flushes each result once measured; a line cut short by a
   // kill has no newline and is never read.
   const std::string output = read_file(probe.directory / "results.jsonl");
   std::vector<std::string> lines;
   for (std::size_t from = 0, end; (end = output.find('\n', from)) != std::string::npos; from = end + 1)
     if (end > from) lines.push_back(output.substr(from, end - from));
+  const std::size_t taken_before = probe.taken;
   double joules = 0.0;
   std::string source;
   for (; probe.taken < lines.size() && probe.taken < probe.plans.size(); ++probe.taken) {
@@ -554,7 +556,7 @@ void ProbeService::take_results(Device& device, Running& probe) {
                                                      ended - took.count(), ended, joules, source});
   }
   if (probe.taken > 0) probe.taken_at = clock_.steady();
-  if (auto run = runs_.find(probe.run_id); run != runs_.end() && joules > 0.0) save_run(run->first);
+  return taken_before != probe.taken;
 }
 
 void ProbeService::preempt(const std::string& device_name) {

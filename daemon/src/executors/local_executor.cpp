@@ -169,7 +169,7 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
                                     [this, id](std::optional<adapters::ExitStatus> exit) { on_exit(id, exit); });
   if (!child) return host_.ended(job, JobState::failed, child.error().message, std::nullopt);
   run.child = std::move(*child);
-  const adapters::ProcessIdentity* process = &run.child->process();
+  const adapters::ProcessIdentity& process = run.child->process();
   if (auto* modelled = device.meter->modelled_load()) {
     // A simulated device that runs jobs draws, while this one runs, the power its model
     // expects of it (estimated joules over estimated seconds): simulated joules, labelled so.
@@ -177,19 +177,19 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
     modelled->set_load_watts(estimate && estimate->seconds_mean > 0 ? estimate->joules_mean / estimate->seconds_mean
                                                                     : 0.0);
   }
-  job.row.pid = process->pid;
-  job.row.pid_start_ticks = process->start_ticks;
+  job.row.pid = process.pid;
+  job.row.pid_start_ticks = process.start_ticks;
   job.row.boot_id = options_.boot_id;
   job.row.started_ms = host_.clock().unix_ms();
   job.started_steady = host_.clock().steady();
   if (options_.cgroups && options_.cgroups->usable()) {
-    if (auto cgroup = options_.cgroups->create_for(id, process->pid))
+    if (auto cgroup = options_.cgroups->create_for(id, process.pid))
       run.cgroup = *cgroup;
     else
       spdlog::warn("job {}: no cgroup of its own ({}); it can be paused (SIGSTOP) but gets no CPU quota", id,
                    cgroup.error().message);
   }
-  host_.running(job, fmt::format("started as process group {}", process->pid));
+  host_.running(job, fmt::format("started as process group {}", process.pid));
 }
 
 void LocalExecutor::set_lease_seconds(double seconds) {

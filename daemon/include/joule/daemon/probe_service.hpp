@@ -104,8 +104,9 @@ class ProbeService {
   Result<std::unique_ptr<ChildProcess>> launch_worker(Device& device, const adapters::LaunchSpec& spec,
                                                       const std::string& what);
   void on_probe_exit(const std::string& device_name, const std::optional<adapters::ExitStatus>& exit);
-  /// Learns from the result lines a probe's worker has written since the last look.
-  void take_results(Device& device, Running& probe);
+  /// Learns from the result lines a probe's worker has written since the last look; whether
+  /// there were any (the caller saves the run).
+  bool take_results(Device& device, Running& probe);
   /// Learns from one plan's result line; the joules it metered and their source, if it read.
   std::optional<std::pair<double, std::string>> accept_result(Device& device, const std::string& run_id,
                                                               const estimator::ProbePlan& plan,
