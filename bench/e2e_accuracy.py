@@ -639,7 +639,8 @@ def analyse_row(row, modelled_watts):
     metered = (row.get("energy") or {}).get("joules") if row.get("state") == "succeeded" else None
     row["raw"] = {"mean": raw_mean, "std": raw_std}
     row["served"] = {"mean": served_mean, "std": served_std, "calibrated": bool(ok and est.get("raw_joules")),
-                     "calibration": est.get("calibration") if ok else None}
+                     "calibration": est.get("calibration") if ok else None,
+                     "overhead": est.get("overhead") if ok else None}
     row["baseline_joules"] = baseline
     row["metered_joules"] = metered
     row["metered_source"] = (row.get("energy") or {}).get("source")
@@ -815,6 +816,15 @@ def report(data):
       f"{apct(cal.get('error_corrected_leave_one_out'))}, 2σ coverage raw {apct(cal.get('coverage_2sigma_raw'), 0)}, "
       f"calibrated (leave-one-out) {apct(cal.get('coverage_2sigma_calibrated_leave_one_out'), 0)}, sigma x"
       f"{num(cal.get('sigma_scale'), '{:.2f}')}")
+    overhead = (cal.get("overhead") or {})
+    line = overhead.get("joules") or {}
+    seconds = overhead.get("seconds") or {}
+    if line:
+        p(f"job overhead learnt from the jobs: {num(line.get('per_job'), '{:.1f}')} J per job + "
+          f"{num(line.get('per_epoch'), '{:.1f}')} J per epoch (steps x{num(line.get('steps_scale'), '{:.2f}')}); "
+          f"{num(seconds.get('per_job'), '{:.2f}')} s per job, seconds corrected: {overhead.get('seconds_applied')} "
+          f"(error raw {apct(overhead.get('seconds_error_raw'))}, corrected "
+          f"{apct(overhead.get('seconds_error_corrected_leave_one_out'))})")
     m = data.get("model_final") or {}
     p(f"model at the end: v{m.get('version')}, {m.get('samples')} samples; per kind: "
       + ", ".join(f"{k} {v}" for k, v in sorted((m.get("layers") or {}).items())))

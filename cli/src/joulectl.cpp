@@ -68,6 +68,17 @@ std::string energy_text(const json& energy) {
                      energy["measured"].get<bool>() ? "" : ", not measured");
 }
 
+// "of which 82.0 J and 4.1 s outside the steps (start-up 80.0 J per job, 0.5 J per epoch; from 12
+// finished jobs)": an estimate row's job overhead line.
+std::string overhead_text(const json& row) {
+  const json& overhead = row["overhead"];
+  return fmt::format(
+      "of which {:.1f} J and {:.1f} s outside the training steps (start-up {:.1f} J per job, {:.1f} J per "
+      "epoch; learnt from {} finished jobs)",
+      overhead.value("joules", 0.0), overhead.value("seconds", 0.0), overhead.value("per_job_joules", 0.0),
+      overhead.value("per_epoch_joules", 0.0), overhead.value("learnt_from", 0));
+}
+
 std::string seconds_text(const json& seconds) {
   return seconds.is_null() ? "-" : fmt::format("{:.1f}", seconds.get<double>());
 }
@@ -246,6 +257,7 @@ void print_job(const json& job) {
                  row["joules"]["std"].get<double>(), row["seconds"]["mean"].get<double>(),
                  row["source"].get<std::string>(), row["baseline"]["joules"].get<double>(),
                  row["warnings"].empty() ? "" : "  [some layers far from probed ones]");
+      if (row.contains("overhead")) fmt::print("  {:<20} {}\n", "", overhead_text(row));
     }
   } else {
     fmt::print("estimate:  none (the job has no model spec and training config)\n");
@@ -568,6 +580,7 @@ int main(int argc, char** argv) {
                    row["device"].get<std::string>(), row["joules"]["mean"].get<double>(), row["joules"]["std"].get<double>(),
                    row["seconds"]["mean"].get<double>(), row["seconds"]["std"].get<double>(), row["method"].get<std::string>(),
                    row["source"].get<std::string>(), row["baseline"]["joules"].get<double>());
+        if (row.contains("overhead")) fmt::print("  {}\n", overhead_text(row));
         for (const auto& warning : row["warnings"]) fmt::print("  warning: {}\n", warning.get<std::string>());
       }
       return 0;

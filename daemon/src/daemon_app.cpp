@@ -535,8 +535,18 @@ int run_daemon(const CommandLine& command_line) {
   api.set_outcomes(&outcomes);
   const auto publish_calibration = [&] {
     for (const auto& [device, summary] : outcomes.summaries()) {
-      metrics.set_calibration(device, {summary.rows, summary.raw_error, summary.corrected_error, summary.raw_coverage,
-                                       summary.calibrated_coverage, summary.sigma_scale});
+      Metrics::CalibrationFigures figures;
+      figures.rows = summary.rows;
+      figures.raw_error = summary.raw_error;
+      figures.corrected_error = summary.corrected_error;
+      figures.raw_coverage = summary.raw_coverage;
+      figures.calibrated_coverage = summary.calibrated_coverage;
+      figures.sigma_scale = summary.sigma_scale;
+      if (summary.overhead_joules) {
+        figures.overhead_joules_per_job = summary.overhead_joules->per_job;
+        figures.overhead_joules_per_epoch = summary.overhead_joules->per_epoch;
+      }
+      metrics.set_calibration(device, figures);
     }
   };
   jobs.set_model_info([&](const std::string& device) {

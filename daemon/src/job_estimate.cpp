@@ -1,5 +1,7 @@
 #include "joule/daemon/job_estimate.hpp"
 
+#include <algorithm>
+
 namespace joule::daemon {
 
 using nlohmann::json;
@@ -35,7 +37,9 @@ std::vector<DeviceEstimate> read_estimates(const json& rows) {
       const auto model = figure(row, "raw_joules").value_or(joules);
       estimate.model_joules_mean = model.first;
       estimate.model_joules_std = model.second;
-      estimate.seconds_mean = figure(row, "seconds").value_or(std::pair{0.0, 0.0}).first;
+      const auto seconds = figure(row, "seconds").value_or(std::pair{0.0, 0.0});
+      estimate.seconds_mean = seconds.first;
+      estimate.model_seconds_mean = figure(row, "raw_seconds").value_or(seconds).first;
       if (const auto baseline = row.find("baseline"); baseline != row.end() && baseline->is_object())
         estimate.baseline_joules = baseline->value("joules", 0.0);
       if (const auto layers = row.find("layers"); layers != row.end() && layers->is_array())
@@ -43,6 +47,9 @@ std::vector<DeviceEstimate> read_estimates(const json& rows) {
           if (layer.is_object()) estimate.flops_per_step += layer.value("flops_per_step", 0.0);
       if (const auto steps = row.find("steps"); steps != row.end() && steps->is_number_integer())
         estimate.steps = steps->get<std::int64_t>();
+      // Estimates stored before they named their epochs: one.
+      if (const auto epochs = row.find("epochs"); epochs != row.end() && epochs->is_number_integer())
+        estimate.epochs = std::max<std::int64_t>(1, epochs->get<std::int64_t>());
     }
     out.push_back(std::move(estimate));
   }

@@ -659,12 +659,14 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
   Device* device = find_device(job.row.device);
   Executor& executor = executor_for(job.row.device);
   const bool metered_here = executor.settle_energy(job, device, exit ? &*exit : nullptr);
+  if (job.started_steady)
+    job.run_seconds = std::chrono::duration<double>(clock_.steady() - *job.started_steady).count();
   if (device && job.row.energy_joules && job.row.started_ms) {
     metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
     if (metered_here && on_finished_ && state == JobState::succeeded) {
       if (const auto* estimate = find_estimate(job.estimates, device->name))
         on_finished_(Feedback{device->name, *estimate, *job.row.energy_joules, job.row.energy_source,
-                              job.row.energy_partial, job.row.id, job.row.finished_ms.value_or(0)});
+                              job.row.energy_partial, job.row.id, job.row.finished_ms.value_or(0), job.run_seconds});
     }
   }
   // The budget ledger trades the job's reservation for what it was metered to use.
@@ -675,8 +677,6 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
                                         job.row.finished_ms.value_or(now_ms()), *job.row.energy_joules,
                                         job.row.energy_source};
   budgets_.settle(job.row.id, metered);
-  if (job.started_steady)
-    job.run_seconds = std::chrono::duration<double>(clock_.steady() - *job.started_steady).count();
   if (device && job.row.started_ms) device->work_seconds += run_seconds(job).value_or(0.0);
   release_controls(job, /*ended=*/true);
   release_device(job);
@@ -1045,7 +1045,7 @@ std::vector<JobService::Feedback> JobService::finished_feedback() const {
   for (const Job* job : done)
     if (const auto* estimate = find_estimate(job->estimates, job->row.device))
       out.push_back(Feedback{job->row.device, *estimate, *job->row.energy_joules, job->row.energy_source,
-                             job->row.energy_partial, job->row.id, *job->row.finished_ms});
+                             job->row.energy_partial, job->row.id, *job->row.finished_ms, run_seconds(*job)});
   return out;
 }
 

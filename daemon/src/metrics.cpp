@@ -121,7 +121,12 @@ Metrics::Metrics()
       calibration_sigma_scale_(BuildGauge()
                                    .Name("joule_calibration_sigma_scale")
                                    .Help("Factor applied to the log-space sigma of new estimates (1: none)")
-                                   .Register(*registry_)) {
+                                   .Register(*registry_)),
+      job_overhead_(BuildGauge()
+                        .Name("joule_job_overhead_joules")
+                        .Help("What jobs use outside their training steps, learnt from finished jobs: per=\"job\" "
+                              "(start-up) or \"epoch\"")
+                        .Register(*registry_)) {
   for (const char* action :
        {"pause", "resume", "cpu-quota", "clear-cpu-quota", "gpu-power-limit", "clear-gpu-power-limit"})
     throttle_actions_.Add({{"action", action}});
@@ -219,6 +224,10 @@ void Metrics::set_calibration(const std::string& device, const CalibrationFigure
   set(calibration_error_, "corrected", figures.corrected_error);
   set(calibration_coverage_, "raw", figures.raw_coverage);
   set(calibration_coverage_, "calibrated", figures.calibrated_coverage);
+  if (figures.overhead_joules_per_job)
+    job_overhead_.Add({{"device", device}, {"per", "job"}}).Set(*figures.overhead_joules_per_job);
+  if (figures.overhead_joules_per_epoch)
+    job_overhead_.Add({{"device", device}, {"per", "epoch"}}).Set(*figures.overhead_joules_per_epoch);
 }
 
 void Metrics::add_probe_energy(const std::string& device, const std::string& source, double joules) {

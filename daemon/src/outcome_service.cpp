@@ -18,12 +18,16 @@ double flops_per_step(const json& estimate) {
   return flops;
 }
 
-// A figure {"mean", "std"} of an estimate row; the model's own when the row was corrected.
-const json& model_joules(const json& estimate) {
-  if (const auto raw = estimate.find("raw_joules"); raw != estimate.end() && raw->is_object()) return *raw;
-  static const json kNone = json::object();
-  const auto joules = estimate.find("joules");
-  return joules != estimate.end() && joules->is_object() ? *joules : kNone;
+// A figure {"mean", "std"} of an estimate row ("joules", "seconds"); the model's own
+// ("raw_joules", "raw_seconds") when the row was corrected.
+json model_figure(const json& estimate, const std::string& name) {
+  if (const auto raw = estimate.find("raw_" + name); raw != estimate.end() && raw->is_object()) return *raw;
+  const auto figure = estimate.find(name);
+  return figure != estimate.end() && figure->is_object() ? *figure : json::object();
+}
+
+json overhead_json(const estimator::JobOverhead& line) {
+  return {{"per_job", line.per_job}, {"per_epoch", line.per_epoch}, {"steps_scale", line.scale}};
 }
 
 }  // namespace
@@ -39,10 +43,12 @@ std::optional<estimator::OutcomeRow> OutcomeService::row_of(const JobService::Fe
   // The model's own figure: the calibration learns what the model gets wrong.
   row.estimated_joules = estimate.model_joules_mean;
   row.estimated_std = estimate.model_joules_std;
-  row.estimated_seconds = estimate.seconds_mean;
+  row.estimated_seconds = estimate.model_seconds_mean;
   row.flops_per_step = estimate.flops_per_step;
   row.steps = estimate.steps;
+  row.epochs = estimate.epochs;
   row.metered_joules = feedback.joules;
+  row.metered_seconds = feedback.seconds;
   if (!row.usable()) return std::nullopt;
   return row;
 }
@@ -83,17 +89,42 @@ void OutcomeService::apply(json& estimates) const {
     if (device == devices_.end()) continue;
     const auto& calibration = device->second;
     if (calibration.rows().size() < estimator::OutcomeCalibration::kMinRows) continue;
-    const json raw = model_joules(row);
-    const double seconds = row.contains("seconds") && row["seconds"].is_object() ? row["seconds"].value("mean", 0.0) : 0.0;
-    const auto calibrated = calibration.apply(raw.value("mean", 0.0), raw.value("std", 0.0), seconds,
-                                              flops_per_step(row), row.value("steps", std::int64_t{0}));
+    const json raw = model_figure(row, "joules");
+    const json raw_seconds = model_figure(row, "seconds");
+    const std::int64_t epochs =
+        row.contains("epochs") && row["epochs"].is_number_integer() ? row["epochs"].get<std::int64_t>() : 1;
+    const auto calibrated =
+        calibration.apply(raw.value("mean", 0.0), raw.value("std", 0.0), raw_seconds.value("mean", 0.0),
+                          flops_per_step(row), row.value("steps", std::int64_t{0}), epochs);
     const auto& summary = calibration.summary();
+    const bool mean_corrected = summary.correction_active && !calibrated.far_from_rows;
     row["raw_joules"] = raw;
     row["joules"] = {{"mean", calibrated.joules.mean}, {"std", calibrated.joules.std}};
-    row["calibration"] = {{"method", summary.correction_active ? "kernel-ridge+conformal" : "conformal"},
+    row.erase("raw_seconds");
+    if (summary.seconds_correction_active) {
+      row["raw_seconds"] = raw_seconds;
+      // The overhead's seconds are learnt as a figure, not a distribution: the spread stays the model's.
+      row["seconds"] = {{"mean", calibrated.seconds}, {"std", raw_seconds.value("std", 0.0)}};
+    } else {
+      row["seconds"] = raw_seconds;
+    }
+    // The job's cost outside its steps, as a line of its own: part of "joules" (and of
+    // "seconds") when applied.
+    row.erase("overhead");
+    if (calibrated.overhead_joules > 0.0 || calibrated.overhead_seconds > 0.0)
+      row["overhead"] = {{"joules", calibrated.overhead_joules},
+                         {"seconds", calibrated.overhead_seconds},
+                         {"per_job_joules", summary.overhead_joules ? summary.overhead_joules->per_job : 0.0},
+                         {"per_epoch_joules", summary.overhead_joules ? summary.overhead_joules->per_epoch : 0.0},
+                         {"learnt_from", summary.rows}};
+    row["calibration"] = {{"method", mean_corrected ? "kernel-ridge+conformal" : "conformal"},
                           {"rows", summary.rows},
                           {"mean_factor", calibrated.mean_factor},
                           {"sigma_scale", calibrated.sigma_scale}};
+    if (calibrated.far_from_rows)
+      row["calibration"]["note"] =
+          "this job lies far from every finished job (its size, length or work per step): its mean is the model's "
+          "own, only its spread is calibrated";
   }
 }
 
@@ -105,13 +136,19 @@ json OutcomeService::view(const std::string& device) const {
   return {{"rows", summary.rows},
           {"min_rows", estimator::OutcomeCalibration::kMinRows},
           {"correction", summary.rows < estimator::OutcomeCalibration::kMinRows ? "none"
-                         : summary.correction_active                             ? "mean and spread"
-                                                                                 : "spread only"},
+                         : summary.correction_active                            ? "mean and spread"
+                                                                                : "spread only"},
           {"error_raw", optional_number(summary.raw_error)},
           {"error_corrected_leave_one_out", optional_number(summary.corrected_error)},
           {"coverage_2sigma_raw", optional_number(summary.raw_coverage)},
           {"coverage_2sigma_calibrated_leave_one_out", optional_number(summary.calibrated_coverage)},
-          {"sigma_scale", summary.sigma_scale}};
+          {"sigma_scale", summary.sigma_scale},
+          {"overhead",
+           {{"joules", summary.overhead_joules ? overhead_json(*summary.overhead_joules) : json(nullptr)},
+            {"seconds", summary.overhead_seconds ? overhead_json(*summary.overhead_seconds) : json(nullptr)},
+            {"seconds_error_raw", optional_number(summary.seconds_raw_error)},
+            {"seconds_error_corrected_leave_one_out", optional_number(summary.seconds_corrected_error)},
+            {"seconds_applied", summary.seconds_correction_active}}}};
 }
 
 }  // namespace joule::daemon

@@ -57,12 +57,15 @@ json to_json(const Estimate& estimate) {
           {"method", estimate.method},
           {"source", estimate.source},
           {"steps", estimate.steps},
+          {"epochs", estimate.epochs},
           {"joules", to_json(estimate.joules)},
           {"seconds", to_json(estimate.seconds)},
           {"joules_per_step", to_json(estimate.joules_per_step)},
           {"layers", layers},
-          {"baseline", {{"method", "flops"}, {"joules", estimate.flops_baseline_joules},
-                        {"joules_per_flop", estimate.joules_per_flop}}},
+          {"baseline",
+           {{"method", "flops"},
+            {"joules", estimate.flops_baseline_joules},
+            {"joules_per_flop", estimate.joules_per_flop}}},
           {"warnings", estimate.warnings}};
 }
 
@@ -270,6 +273,7 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
   out.device = device_;
   out.source = source_;
   out.steps = steps_of(training);
+  out.epochs = training.epochs;
   double step_var = 0.0, seconds_var = 0.0, seconds_mean = 0.0, flops = 0.0;
   struct Predicted {
     const KeyModel* model;

@@ -18,10 +18,17 @@ constexpr double kLengthScale = 2.0;
 // A constant added to the kernel: the intercept (the rows' common ratio) is part of the same
 // regression, lightly penalised, so leave-one-out stays exact in closed form.
 constexpr double kInterceptVariance = 4.0;
+// A job further than this from every row (in standardised features: two length scales, where
+// the nearest row's kernel weight is e⁻² of a twin's) is outside what the rows say: its mean is
+// left as the model has it.
+constexpr double kFarDistance = 2.0 * kLengthScale;
 // Ridge penalties tried; the one with the lowest leave-one-out error is kept.
 constexpr double kLambdas[] = {0.03, 0.1, 0.3, 1.0, 3.0};
 // The log-space σ of an estimate is at least this (a model that claims 1 % is not trusted to).
 constexpr double kMinLogSigma = 0.01;
+// What a row's steps used is its metered joules less the overhead line, but at least this share
+// of them: a small job the line over-explains still teaches a finite factor.
+constexpr double kMinStepsShare = 0.05;
 
 bool positive(double value) { return std::isfinite(value) && value > 0.0; }
 
@@ -36,15 +43,16 @@ double log_sigma(double mean, double std) {
   return std::max(std::sqrt(std::log1p(ratio * ratio)), kMinLogSigma);
 }
 
-double kernel(const std::vector<double>& a, const std::vector<double>& b) {
-  double distance = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) distance += (a[i] - b[i]) * (a[i] - b[i]);
-  return std::exp(-distance / (2.0 * kLengthScale * kLengthScale)) + kInterceptVariance;
+double distance(const std::vector<double>& a, const std::vector<double>& b) {
+  double squared = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) squared += (a[i] - b[i]) * (a[i] - b[i]);
+  return std::sqrt(squared);
 }
 
-// |estimate − metered| / metered for an estimate off by the log ratio `log_error`
-// (ln(estimate / metered)).
-double relative_error(double log_error) { return std::abs(std::expm1(log_error)); }
+double kernel(const std::vector<double>& a, const std::vector<double>& b) {
+  const double d = distance(a, b);
+  return std::exp(-d * d / (2.0 * kLengthScale * kLengthScale)) + kInterceptVariance;
+}
 
 // The conformal quantile: the ⌈(n + 1)·coverage⌉-th smallest score (the largest when there are
 // too few scores for the guarantee).
@@ -59,7 +67,8 @@ double conformal_quantile(std::vector<double> scores, double coverage) {
 
 bool OutcomeRow::usable() const {
   return positive(estimated_joules) && positive(estimated_seconds) && positive(metered_joules) &&
-         std::isfinite(estimated_std) && estimated_std >= 0.0 && std::isfinite(flops_per_step) && steps > 0;
+         std::isfinite(estimated_std) && estimated_std >= 0.0 && std::isfinite(flops_per_step) && steps > 0 &&
+         epochs >= 1 && (!metered_seconds || std::isfinite(*metered_seconds));
 }
 
 bool OutcomeCalibration::add(OutcomeRow row) {
@@ -89,15 +98,31 @@ void OutcomeCalibration::refit() {
   weights_.clear();
   const std::size_t n = rows_.size();
   if (n < kMinRows) return;
+  refit_seconds();
 
-  // Standardised features, targets and the estimates' own log-space σ.
+  // The overhead line, from every row and from every row but one (to score that row honestly).
+  std::vector<OverheadSample> samples(n);
+  for (std::size_t i = 0; i < n; ++i)
+    samples[i] = {rows_[i].estimated_joules, rows_[i].epochs, rows_[i].metered_joules};
+  summary_.overhead_joules = fit_job_overhead(samples);
+  std::vector<double> overhead_left_out(n, 0.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::vector<OverheadSample> others = samples;
+    others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
+    if (const auto line = fit_job_overhead(others)) overhead_left_out[i] = line->at(rows_[i].epochs);
+  }
+
+  // Standardised features, targets (what the steps used over what they were estimated to) and
+  // the estimates' own log-space σ.
   std::vector<std::vector<double>> raw(n);
   Eigen::VectorXd y(static_cast<Eigen::Index>(n));
   std::vector<double> sigma(n);
   for (std::size_t i = 0; i < n; ++i) {
     const auto& row = rows_[i];
     raw[i] = features_of(row.estimated_joules, row.estimated_seconds, row.flops_per_step, row.steps);
-    y(static_cast<Eigen::Index>(i)) = std::log(row.metered_joules / row.estimated_joules);
+    const double overhead = summary_.overhead_joules ? summary_.overhead_joules->at(row.epochs) : 0.0;
+    const double steps_joules = std::max(row.metered_joules - overhead, kMinStepsShare * row.metered_joules);
+    y(static_cast<Eigen::Index>(i)) = std::log(steps_joules / row.estimated_joules);
     sigma[i] = log_sigma(row.estimated_joules, row.estimated_std);
   }
   feature_mean_.assign(kFeatures, 0.0);
@@ -120,13 +145,14 @@ void OutcomeCalibration::refit() {
           gram(static_cast<Eigen::Index>(j), static_cast<Eigen::Index>(i)) = kernel(inputs_[i], inputs_[j]);
 
   // Kernel ridge regression with exact leave-one-out: with M = K + λI and α = M⁻¹y, the
-  // residual of row i predicted from the others is α_i / (M⁻¹)_ii.
+  // residual of row i predicted from the others is α_i / (M⁻¹)_ii. A row's prediction is its
+  // steps' estimate times the learnt factor plus the overhead fitted without it.
   double raw_error = 0.0;
-  for (std::size_t i = 0; i < n; ++i) raw_error += relative_error(-y(static_cast<Eigen::Index>(i)));
+  for (const auto& row : rows_) raw_error += std::abs(row.estimated_joules - row.metered_joules) / row.metered_joules;
   raw_error /= static_cast<double>(n);
   double best_error = std::numeric_limits<double>::infinity();
   Eigen::VectorXd best_alpha;
-  std::vector<double> best_loo(n, 0.0);
+  std::vector<double> best_predicted(n, 0.0);
   for (const double lambda : kLambdas) {
     Eigen::MatrixXd m = gram;
     m.diagonal().array() += lambda;
@@ -135,18 +161,18 @@ void OutcomeCalibration::refit() {
     const Eigen::VectorXd alpha = llt.solve(y);
     const Eigen::MatrixXd inverse = llt.solve(Eigen::MatrixXd::Identity(m.rows(), m.cols()));
     double error = 0.0;
-    std::vector<double> loo(n);
+    std::vector<double> predicted(n);
     for (std::size_t i = 0; i < n; ++i) {
       const auto k = static_cast<Eigen::Index>(i);
-      const double residual = alpha(k) / inverse(k, k);  // y_i − prediction without row i
-      loo[i] = y(k) - residual;
-      error += relative_error(loo[i] - y(k));
+      const double left_out = y(k) - alpha(k) / inverse(k, k);  // the factor's log without row i
+      predicted[i] = rows_[i].estimated_joules * std::exp(left_out) + overhead_left_out[i];
+      error += std::abs(predicted[i] - rows_[i].metered_joules) / rows_[i].metered_joules;
     }
     error /= static_cast<double>(n);
     if (error < best_error) {
       best_error = error;
       best_alpha = alpha;
-      best_loo = std::move(loo);
+      best_predicted = std::move(predicted);
       lambda_ = lambda;
     }
   }
@@ -161,10 +187,11 @@ void OutcomeCalibration::refit() {
   std::vector<double> scores(n);
   std::size_t raw_covered = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const double yi = y(static_cast<Eigen::Index>(i));
-    const double residual = summary_.correction_active ? yi - best_loo[i] : yi;
+    const double raw_residual = std::log(rows_[i].metered_joules / rows_[i].estimated_joules);
+    const double residual =
+        summary_.correction_active ? std::log(rows_[i].metered_joules / best_predicted[i]) : raw_residual;
     scores[i] = std::abs(residual) / sigma[i];
-    if (std::abs(yi) <= 2.0 * sigma[i]) ++raw_covered;
+    if (std::abs(raw_residual) <= 2.0 * sigma[i]) ++raw_covered;
   }
   // Leave-one-out coverage of the calibrated band: row i against the scale of the others.
   std::size_t calibrated_covered = 0;
@@ -181,22 +208,58 @@ void OutcomeCalibration::refit() {
   summary_.sigma_scale = std::max(conformal_quantile(scores, kCoverage) / 2.0, 0.05);
 }
 
+void OutcomeCalibration::refit_seconds() {
+  std::vector<OverheadSample> samples;
+  for (const auto& row : rows_)
+    if (row.metered_seconds && positive(*row.metered_seconds))
+      samples.push_back({row.estimated_seconds, row.epochs, *row.metered_seconds});
+  if (samples.size() < kMinRows) return;
+  summary_.overhead_seconds = fit_job_overhead(samples);
+  double raw_error = 0.0;
+  double corrected_error = 0.0;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    std::vector<OverheadSample> others = samples;
+    others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
+    const auto line = fit_job_overhead(others);
+    const double corrected =
+        line ? line->scale * samples[i].estimated + line->at(samples[i].epochs) : samples[i].estimated;
+    raw_error += std::abs(samples[i].estimated - samples[i].metered) / samples[i].metered;
+    corrected_error += std::abs(corrected - samples[i].metered) / samples[i].metered;
+  }
+  summary_.seconds_raw_error = raw_error / static_cast<double>(samples.size());
+  summary_.seconds_corrected_error = corrected_error / static_cast<double>(samples.size());
+  summary_.seconds_correction_active =
+      summary_.overhead_seconds && *summary_.seconds_corrected_error < *summary_.seconds_raw_error;
+}
+
 Calibrated OutcomeCalibration::apply(double estimated_joules, double estimated_std, double estimated_seconds,
-                                     double flops_per_step, std::int64_t steps) const {
+                                     double flops_per_step, std::int64_t steps, std::int64_t epochs) const {
   Calibrated out{{estimated_joules, estimated_std}, 1.0, 1.0};
+  out.seconds = estimated_seconds;
   if (rows_.size() < kMinRows || !positive(estimated_joules) || !positive(estimated_seconds)) return out;
   double log_shift = 0.0;
-  if (!weights_.empty()) {
+  if (summary_.correction_active) {
     const auto raw = features_of(estimated_joules, estimated_seconds, flops_per_step, steps);
     std::vector<double> x(kFeatures);
     for (std::size_t f = 0; f < kFeatures; ++f) x[f] = (raw[f] - feature_mean_[f]) / feature_scale_[f];
-    for (std::size_t i = 0; i < inputs_.size(); ++i) log_shift += weights_[i] * kernel(x, inputs_[i]);
+    double nearest = std::numeric_limits<double>::infinity();
+    for (const auto& input : inputs_) nearest = std::min(nearest, distance(x, input));
+    out.far_from_rows = nearest > kFarDistance;
+    if (!out.far_from_rows) {
+      for (std::size_t i = 0; i < inputs_.size(); ++i) log_shift += weights_[i] * kernel(x, inputs_[i]);
+      if (summary_.overhead_joules) out.overhead_joules = summary_.overhead_joules->at(epochs);
+    }
   }
-  out.mean_factor = std::exp(log_shift);
+  out.joules.mean = estimated_joules * std::exp(log_shift) + out.overhead_joules;
+  out.mean_factor = out.joules.mean / estimated_joules;
   out.sigma_scale = summary_.sigma_scale;
-  out.joules.mean = estimated_joules * out.mean_factor;
   const double sigma = log_sigma(estimated_joules, std::max(estimated_std, 0.0)) * out.sigma_scale;
   out.joules.std = out.joules.mean * std::sqrt(std::expm1(sigma * sigma));
+  if (summary_.seconds_correction_active) {
+    const auto& line = *summary_.overhead_seconds;
+    out.overhead_seconds = line.at(epochs);
+    out.seconds = line.scale * estimated_seconds + out.overhead_seconds;
+  }
   return out;
 }
 

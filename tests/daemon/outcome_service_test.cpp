@@ -24,7 +24,7 @@ JobService::Feedback finished(double estimated, double metered, int i, const std
       "cpu",   joule::daemon::read_estimates(json::array({estimate_row(estimated, estimated * 0.05)}))[0],
       metered, source,
       false,   "job-" + std::to_string(i),
-      i};
+      i,       std::nullopt};
 }
 
 }  // namespace
@@ -81,4 +81,36 @@ TEST(OutcomeServiceTest, the_history_at_start_gives_the_same_rows_as_jobs_one_by
   EXPECT_EQ(at_start.record_all(history), 12u);
   for (const auto& feedback : history) live.record(feedback);
   EXPECT_EQ(at_start.view("cpu"), live.view("cpu"));
+}
+
+TEST(OutcomeServiceTest, a_start_up_every_job_pays_is_its_own_line_in_the_next_estimates) {
+  OutcomeService outcomes;
+  // Jobs of 50-1150 J of steps (as estimated, ±2 %) that each spent 80 J and 4 s starting.
+  for (int i = 0; i < 12; ++i) {
+    const double estimated = 50.0 + 100.0 * i;
+    auto feedback = finished(estimated, estimated * (i % 2 ? 1.02 : 0.98) + 80.0, i);
+    feedback.seconds = estimated / 10.0 + 4.0;
+    EXPECT_TRUE(outcomes.record(feedback));
+  }
+  json estimates = json::array({estimate_row(100.0, 5.0)});
+  outcomes.apply(estimates);
+  const json& row = estimates[0];
+  ASSERT_TRUE(row.contains("overhead")) << row.dump(2);
+  EXPECT_NEAR(row["overhead"]["joules"].get<double>(), 80.0, 15.0);
+  EXPECT_NEAR(row["overhead"]["seconds"].get<double>(), 4.0, 1.0);
+  EXPECT_EQ(row["overhead"]["learnt_from"], 12);
+  EXPECT_NEAR(row["joules"]["mean"].get<double>(), 180.0, 20.0);  // the steps' 100 J and the start
+  EXPECT_EQ(row["raw_seconds"]["mean"], 10.0);
+  EXPECT_NEAR(row["seconds"]["mean"].get<double>(), 14.0, 1.0);
+  const json view = outcomes.view("cpu");
+  EXPECT_NEAR(view["overhead"]["joules"]["per_job"].get<double>(), 80.0, 15.0);
+  EXPECT_TRUE(view["overhead"]["seconds_applied"].get<bool>());
+  // A corrected row teaches with the model's own seconds and joules, not the served ones.
+  const auto again = joule::daemon::read_estimates(estimates)[0];
+  EXPECT_EQ(again.model_seconds_mean, 10.0);
+  EXPECT_EQ(again.model_joules_mean, 100.0);
+  // Applying twice gives the same row (a stored estimate is corrected again after a refit).
+  json twice = estimates;
+  outcomes.apply(twice);
+  EXPECT_EQ(twice, estimates);
 }

@@ -117,3 +117,68 @@ TEST(OutcomeCalibrationTest, unusable_rows_are_refused_and_only_the_latest_rows_
   EXPECT_EQ(calibration.rows().size(), OutcomeCalibration::kMaxRows);
   EXPECT_EQ(calibration.rows().front().job_id, "job-10");
 }
+
+namespace {
+
+// Jobs of varied size that each pay a start-up cost the model knows nothing of (a process start
+// and a framework import) and run for `epochs` epochs; the meter sees the steps (as estimated,
+// with 3 % noise) plus the start-up, and the run lasts the estimated seconds plus its start.
+std::vector<OutcomeRow> jobs_with_a_start_up(int count, double start_joules, double start_seconds) {
+  std::mt19937 random{5};
+  std::uniform_real_distribution<double> size(std::log(50.0), std::log(5000.0));
+  std::normal_distribution<double> error(0.0, 0.03);
+  std::vector<OutcomeRow> rows;
+  for (int i = 0; i < count; ++i) {
+    OutcomeRow row;
+    row.job_id = "job-" + std::to_string(i);
+    row.finished_ms = i;
+    row.estimated_joules = std::exp(size(random));
+    row.estimated_std = 0.1 * row.estimated_joules;
+    row.estimated_seconds = row.estimated_joules / 20.0;
+    row.flops_per_step = row.estimated_joules * 1e7;
+    row.steps = 100 + i;
+    row.epochs = 1 + i % 4;
+    row.metered_joules = row.estimated_joules * std::exp(error(random)) + start_joules;
+    row.metered_seconds = row.estimated_seconds * std::exp(error(random)) + start_seconds;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST(OutcomeCalibrationTest, a_start_up_cost_every_job_pays_becomes_a_line_of_its_own) {
+  OutcomeCalibration calibration;
+  EXPECT_EQ(calibration.add_all(jobs_with_a_start_up(30, 100.0, 5.0)), 30u);
+  const auto& summary = calibration.summary();
+  ASSERT_TRUE(summary.overhead_joules && summary.overhead_seconds);
+  EXPECT_NEAR(summary.overhead_joules->at(2), 100.0, 25.0);
+  EXPECT_NEAR(summary.overhead_seconds->at(2), 5.0, 1.5);
+  EXPECT_TRUE(summary.correction_active);
+  EXPECT_LT(*summary.corrected_error, 0.5 * *summary.raw_error);
+  EXPECT_TRUE(summary.seconds_correction_active);
+  EXPECT_LT(*summary.seconds_corrected_error, *summary.seconds_raw_error);
+  // A small job: the start-up is most of it, and a factor on the steps could not say so.
+  const auto small = calibration.apply(60.0, 6.0, 3.0, 60.0 * 1e7, 110, 2);
+  EXPECT_FALSE(small.far_from_rows);
+  EXPECT_NEAR(small.overhead_joules, 100.0, 25.0);
+  EXPECT_NEAR(small.joules.mean, 160.0, 30.0);
+  EXPECT_NEAR(small.overhead_seconds, 5.0, 1.5);
+  EXPECT_NEAR(small.seconds, 8.0, 1.5);
+  // A large one: the start-up is a few per cent.
+  const auto large = calibration.apply(4000.0, 400.0, 200.0, 4000.0 * 1e7, 120, 2);
+  EXPECT_NEAR(large.joules.mean, 4100.0, 200.0);
+}
+
+TEST(OutcomeCalibrationTest, a_job_far_from_every_row_keeps_the_models_mean) {
+  OutcomeCalibration calibration;
+  calibration.add_all(jobs_with_a_start_up(30, 100.0, 5.0));
+  ASSERT_TRUE(calibration.summary().correction_active);
+  // A thousand times the largest job any row had, at a hundred times the steps.
+  const auto far = calibration.apply(5e6, 5e5, 2.5e5, 5e6 * 1e7, 100000, 2);
+  EXPECT_TRUE(far.far_from_rows);
+  EXPECT_DOUBLE_EQ(far.joules.mean, 5e6);
+  EXPECT_DOUBLE_EQ(far.overhead_joules, 0.0);
+  EXPECT_TRUE(std::isfinite(far.joules.std));
+  EXPECT_GT(far.joules.std, 0.0);
+}

@@ -134,6 +134,9 @@ TEST(EstimatesTest, finished_jobs_calibrate_the_next_estimates_and_survive_a_res
     EXPECT_EQ(calibration["rows"], 6) << calibration.dump(2);
     EXPECT_TRUE(calibration["error_raw"].is_number()) << calibration.dump(2);
     EXPECT_TRUE(calibration["coverage_2sigma_calibrated_leave_one_out"].is_number()) << calibration.dump(2);
+    // The job overhead line is fitted from the same rows (jobs of one size: all of it per job).
+    EXPECT_GE(calibration["overhead"]["joules"]["per_job"].get<double>(), 0.0) << calibration.dump(2);
+    EXPECT_EQ(calibration["overhead"]["joules"]["per_epoch"], 0.0) << calibration.dump(2);
     json request = {{"model", mlp()}, {"training", training}};
     auto [status, answer] = daemon.call("POST", "/v1/estimate", request.dump());
     ASSERT_EQ(status, 200u) << answer.dump();
@@ -145,7 +148,8 @@ TEST(EstimatesTest, finished_jobs_calibrate_the_next_estimates_and_survive_a_res
     ASSERT_TRUE(metrics);
     for (const char* series : {"joule_calibration_rows{device=\"sim:laptop-cpu\"} 6",
                                "joule_calibration_error_ratio{device=\"sim:laptop-cpu\",estimate=\"corrected\"}",
-                               "joule_calibration_coverage_ratio{device=\"sim:laptop-cpu\",estimate=\"calibrated\"}"})
+                               "joule_calibration_coverage_ratio{device=\"sim:laptop-cpu\",estimate=\"calibrated\"}",
+                               "joule_job_overhead_joules{device=\"sim:laptop-cpu\",per=\"job\"}"})
       EXPECT_NE(metrics->body.find(series), std::string::npos) << series;
   }
   DaemonProcess restarted({.config_toml = config}, state);

@@ -92,13 +92,21 @@ TEST(PolicyTest, a_budget_holds_jobs_back_says_why_and_refuses_what_can_never_fi
   const auto second = daemon.submit(job("second", {"true"}, 600.0));
   auto running = daemon.wait_state(first, {"running"});
   ASSERT_EQ(running["state"], "running");
-  shown = wait_for(daemon, second, [](const json& j) { return j.contains("waiting") && j["waiting"]["reason"] == "budget"; });
+  // The waiting reason is shown at once; its event once committed (the API shows only durable
+  // events), so wait for both.
+  const auto budget_event = [](const json& j) {
+    if (!j.contains("events")) return false;
+    for (const auto& e : j["events"])
+      if (e["message"].get<std::string>().rfind("waiting: budget daily", 0) == 0) return true;
+    return false;
+  };
+  shown = wait_for(daemon, second, [&](const json& j) {
+    return j.contains("waiting") && j["waiting"]["reason"] == "budget" && budget_event(j);
+  });
   ASSERT_EQ(shown["waiting"]["reason"], "budget") << shown.dump(2);
   EXPECT_EQ(shown["waiting"]["rule"], "daily");
   EXPECT_LT(shown["waiting"]["remaining_joules"].get<double>(), 600.0);
-  bool event = false;
-  for (const auto& e : shown["events"]) event = event || e["message"].get<std::string>().rfind("waiting: budget daily", 0) == 0;
-  EXPECT_TRUE(event) << shown.dump(2);
+  EXPECT_TRUE(budget_event(shown)) << shown.dump(2);
   const auto [rc2, job_text] = joule::testing::run_program(
       {JOULECTL_BINARY, "--server", "http://127.0.0.1:" + std::to_string(daemon.port()), "job", second});
   EXPECT_NE(job_text.find("waiting:   budget daily"), std::string::npos) << job_text;

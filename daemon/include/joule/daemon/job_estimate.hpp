@@ -25,9 +25,12 @@ struct DeviceEstimate {
   double model_joules_mean = 0.0;
   double model_joules_std = 0.0;
   double seconds_mean = 0.0;
+  /// The model's own seconds where the served ones include a learnt job overhead (raw_seconds).
+  double model_seconds_mean = 0.0;
   std::optional<double> baseline_joules;  ///< the FLOPs baseline's figure
   double flops_per_step = 0.0;            ///< summed over the layers
   std::int64_t steps = 0;
+  std::int64_t epochs = 1;
 
   /// What placement weighs it by.
   schedulers::Estimate placement() const { return {joules_mean, joules_std, seconds_mean}; }

@@ -197,6 +197,7 @@ class JobService {
     bool partial = false;  ///< adopted after a restart: part of its energy was not metered
     std::string job_id;
     std::int64_t finished_ms = 0;
+    std::optional<double> seconds;  ///< how long the run lasted, where this daemon timed it
   };
   /// The feedback of every job that succeeded, in the order they ended (rebuilding what finished
   /// jobs taught, at start); jobs adopted after a restart count as partial.

@@ -73,6 +73,9 @@ class Metrics {
     std::optional<double> raw_coverage;
     std::optional<double> calibrated_coverage;
     double sigma_scale = 1.0;
+    /// The job overhead line in joules (estimator/job_overhead.hpp), once fitted.
+    std::optional<double> overhead_joules_per_job;
+    std::optional<double> overhead_joules_per_epoch;
   };
   void set_calibration(const std::string& device, const CalibrationFigures& figures);
 
@@ -109,6 +112,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& calibration_error_;
   prometheus::Family<prometheus::Gauge>& calibration_coverage_;
   prometheus::Family<prometheus::Gauge>& calibration_sigma_scale_;
+  prometheus::Family<prometheus::Gauge>& job_overhead_;
   std::vector<std::string> budget_names_;
 };
 

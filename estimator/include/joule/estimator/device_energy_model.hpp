@@ -80,6 +80,7 @@ struct Estimate {
   std::string method = "thor-gp";
   std::string source;  ///< meter source of the probe data ("rapl", "simulated"...)
   std::int64_t steps = 0;
+  std::int64_t epochs = 1;
   Uncertain joules;   ///< whole job
   Uncertain seconds;  ///< whole job
   Uncertain joules_per_step;
