@@ -4,9 +4,10 @@
 #include <openssl/rand.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -297,6 +298,72 @@ long long unix_ms_now() {
       .count();
 }
 
+// joulectl advise: POST /v1/advise, the layers ranked by their share of the energy with the
+// widths the advice gives them, the saving on every device, and the advised spec written out.
+int advise_command(const HttpClient& client, const std::string& model_file, double target, std::int64_t batch_size,
+                   std::int64_t samples_per_epoch, const std::string& device, double min_multiplier,
+                   const std::string& out_file, bool as_json) {
+  json model = json::parse(read_input(model_file), nullptr, false);
+  if (model.is_discarded()) throw Failure{fmt::format("{} is not valid JSON", model_file)};
+  if (model.contains("model")) model = model["model"];  // a job file
+  json request = {{"model", model},
+                  {"training",
+                   {{"batch_size", batch_size},
+                    {"samples_per_epoch", samples_per_epoch > 0 ? samples_per_epoch : 100 * batch_size}}},
+                  {"target", target},
+                  {"min_multiplier", min_multiplier}};
+  if (!device.empty()) request["device"] = device;
+  const json answer = expect_json(client.request("POST", "/v1/advise", request.dump()));
+  if (!out_file.empty()) {
+    std::ofstream out(out_file);
+    out << answer["model"].dump(2) << "\n";
+    if (!out) throw Failure{fmt::format("cannot write {}", out_file)};
+  }
+  if (as_json) {
+    fmt::print("{}\n", answer.dump(2));
+    return answer["reached"].get<bool>() ? 0 : 1;
+  }
+  fmt::print("on {} ({} data): {:.1f} % of {:.1f} J saved (target {:.0f} %), {} -> {} parameters\n",
+             answer["device"].get<std::string>(), answer["source"].get<std::string>(),
+             100.0 * answer["saving"].get<double>(), answer["original"]["joules"]["mean"].get<double>(),
+             100.0 * answer["target"].get<double>(), answer["original"]["parameters"].get<long long>(),
+             answer["advised"]["parameters"].get<long long>());
+  // The layers by their share of the energy, the costliest first; those under 1 % that keep
+  // their width are left out.
+  std::vector<json> layers(answer["layers"].begin(), answer["layers"].end());
+  std::stable_sort(layers.begin(), layers.end(), [](const json& a, const json& b) {
+    return a["energy_share"].get<double>() > b["energy_share"].get<double>();
+  });
+  fmt::print("{:>3}  {:<30}  {:>7}  {:<14}  {}\n", "#", "LAYER", "ENERGY", "WIDTH", "");
+  for (const auto& layer : layers) {
+    const bool narrowed = layer.contains("width") && layer["advised_width"] != layer["width"];
+    if (!narrowed && layer["energy_share"].get<double>() < 0.01) continue;
+    std::string label = layer["type"].get<std::string>();
+    if (layer.contains("name")) label += " \"" + layer["name"].get<std::string>() + "\"";
+    std::string width = layer.contains("width") ? fmt::format("{} -> {}", layer["width"].get<long long>(),
+                                                              layer["advised_width"].get<long long>())
+                                                : "-";
+    fmt::print("{:>3}  {:<30}  {:>6.1f}%  {:<14}  {}\n", layer["index"].get<int>(), label,
+               100.0 * layer["energy_share"].get<double>(), width, layer.value("fixed_because", ""));
+  }
+  for (const auto& row : answer["devices"]) {
+    if (row["status"] != "ok") {
+      fmt::print("{}: no estimate ({})\n", row["device"].get<std::string>(), row.value("detail", "no energy model"));
+      continue;
+    }
+    fmt::print("{}: {:.1f} J -> {:.1f} J, {:.1f} % saved ({})\n", row["device"].get<std::string>(),
+               row["original_joules"]["mean"].get<double>(), row["advised_joules"]["mean"].get<double>(),
+               100.0 * row["saving"].get<double>(), row["source"].get<std::string>());
+  }
+  for (const auto& warning : answer["advised"]["warnings"]) fmt::print("warning: {}\n", warning.get<std::string>());
+  if (!out_file.empty()) fmt::print("advised model spec written to {}\n", out_file);
+  if (!answer["reached"].get<bool>()) {
+    fmt::print(stderr, "joulectl: {}\n", answer["detail"].get<std::string>());
+    return 1;
+  }
+  return 0;
+}
+
 // What `joulectl --man-page` says besides the command tree (packaging/ installs the page).
 joule::cli::ManPage man_page() {
   joule::cli::ManPage page;
@@ -330,6 +397,8 @@ joule::cli::ManPage man_page() {
         {"joulectl job ID", "One job with its event history, and why it waits."},
         {"joulectl probe --device cpu --seconds 120 --wait", "Probe the CPU now and show what it learnt."},
         {"joulectl --json jobs --state running", "The running jobs as the API's JSON."},
+        {"joulectl advise model.json --target 0.5 --out narrow.json",
+         "Which layers to narrow to save half of the model's estimated energy, and the narrowed spec."},
         {"source <(joulectl completion bash)",
          "Completion in the current shell, where the package's completion file is not installed."}}},
       {"SEE ALSO", {{"", "jouled(1), joule-sim(1); joule-worker --help."}}}};
@@ -402,6 +471,31 @@ int main(int argc, char** argv) {
       ->type_name("N");
   estimate->add_option("--device", device_pattern, "only devices matching this pattern (e.g. cuda:*)")
       ->type_name("PATTERN");
+  double advise_target = 0.0, min_multiplier = 0.5;
+  std::string advise_device, advise_out;
+  std::int64_t advise_samples = 0;
+  auto* advise = app.add_subcommand(
+      "advise", "which layers to narrow to save a share of a model's estimated training energy (pruning advice)");
+  advise->add_option("MODEL", model_file, "model spec JSON, or a job file with one (- reads stdin)")
+      ->required()
+      ->type_name("FILE");
+  advise->add_option("--target", advise_target, "share of the estimated energy to save, e.g. 0.5")
+      ->required()
+      ->check(CLI::Range(0.0, 1.0))
+      ->type_name("SHARE");
+  advise->add_option("--batch-size", batch_size, "training batch size")->check(CLI::PositiveNumber)->type_name("N");
+  advise
+      ->add_option("--samples-per-epoch", advise_samples, "samples per epoch (default 100 batches; savings are ratios)")
+      ->check(CLI::PositiveNumber)
+      ->type_name("N");
+  advise->add_option("--device", advise_device, "the device whose model advises (default: the first with one)")
+      ->type_name("DEVICE");
+  advise
+      ->add_option("--min-multiplier", min_multiplier,
+                   "narrowest width multiplier, in eighths (default 0.5: narrower is extrapolated)")
+      ->check(CLI::Range(0.125, 1.0))
+      ->type_name("M");
+  advise->add_option("--out", advise_out, "write the advised model spec to this file")->type_name("FILE");
   double probe_seconds = 60.0;
   std::vector<std::string> probe_models;
   auto* probe = app.add_subcommand("probe", "probe a device now to learn its energy model (joule-worker trains small networks)");
@@ -585,6 +679,9 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
+    if (advise->parsed())
+      return advise_command(client, model_file, advise_target, batch_size, advise_samples, advise_device,
+                            min_multiplier, advise_out, as_json);
     if (probe->parsed()) {
       json request = {{"device", device_pattern}, {"seconds", probe_seconds}};
       for (const auto& path : probe_models) {

@@ -146,6 +146,7 @@ json ModelService::model_info(const std::string& device) const {
             {"version", versions_.at(device)},
             {"source", it->second->source()},
             {"layers", it->second->sample_counts()}};
+    if (!it->second->unresolved().empty()) info["unresolved"] = it->second->unresolved();
   }
   if (probe_info_) {
     const json probing = probe_info_(device);

@@ -124,8 +124,11 @@ Eigen::VectorXd DeviceEnergyModel::feature_vector(const std::map<std::string, do
 bool DeviceEnergyModel::add_sample(const LayerSample& sample) {
   if (!(sample.joules_per_step > 0.0) || !(sample.seconds_per_step > 0.0)) {
     ++dropped_;
+    const auto it = models_.find(sample.key.name());
+    if (it == models_.end() || it->second.x.empty()) ++unresolved_[sample.key.name()];
     return false;
   }
+  unresolved_.erase(sample.key.name());
   KeyModel& model = models_[sample.key.name()];
   if (model.names.empty()) model.names = feature_names(sample.features);
   const bool work_known = model.x.empty() || model.work_known();
@@ -224,9 +227,35 @@ Status DeviceEnergyModel::fit(const GpFitOptions& options, std::size_t min_sampl
   return {};
 }
 
+bool DeviceEnergyModel::stands_in(const std::string& key) const {
+  const auto it = unresolved_.find(key);
+  return it != unresolved_.end() && it->second >= kUnresolvedProbes;
+}
+
+std::optional<DeviceEnergyModel::LogPrediction> DeviceEnergyModel::pooled_prediction(bool energy,
+                                                                                     double log_work) const {
+  std::vector<double> work, y;
+  for (const auto& [name, model] : models_) {
+    if (!model.work_known()) continue;
+    work.insert(work.end(), model.log_work.begin(), model.log_work.end());
+    const auto& values = energy ? model.log_joules : model.log_seconds;
+    y.insert(y.end(), values.begin(), values.end());
+  }
+  if (work.empty()) return std::nullopt;
+  const LogLinear prior = fit_prior(work, y);
+  const double variance = sparse_variance(prior.residual_variance);
+  return LogPrediction{prior(log_work), variance, variance, true};
+}
+
 double DeviceEnergyModel::uncertainty(const LayerKey& key, const AnalyzedLayer& layer, std::int64_t batch_size) const {
   const auto it = models_.find(key.name());
-  if (it == models_.end() || !it->second.usable()) return std::numeric_limits<double>::infinity();
+  if (it == models_.end() || !it->second.usable()) {
+    // Probed enough that more of the same would be dropped too: as sure as the pooled prior.
+    if (stands_in(key.name()))
+      if (const auto pooled = pooled_prediction(true, std::log(std::max(layer_work(layer.cost), 1.0))))
+        return std::sqrt(pooled->variance);
+    return std::numeric_limits<double>::infinity();
+  }
   auto features = layer.features;
   features["batch_size"] = static_cast<double>(batch_size);
   const auto x = feature_vector(features, it->second.names);
@@ -249,7 +278,7 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
     const auto& key = keys[i];
     if (key.position != LayerPosition::output && is_free_layer((*layers)[i])) continue;
     const auto it = models_.find(key.name());
-    if ((it == models_.end() || !it->second.usable()) &&
+    if ((it == models_.end() || !it->second.usable()) && !(stands_in(key.name()) && !models_.empty()) &&
         std::find(missing.begin(), missing.end(), key.name()) == missing.end())
       missing.push_back(key.name());
   }
@@ -283,6 +312,7 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
     LogPrediction time;
   };
   std::vector<std::string> sparse_keys;
+  std::vector<std::string> unresolved_keys;
   std::vector<Predicted> predictions;  // distinct layers of this network: a handful
   // A line's share of the step from its predictions; the lines' means and variances add up.
   auto add_line = [&](LayerEstimate line, const LogPrediction& energy, const LogPrediction& time) -> LayerEstimate& {
@@ -314,9 +344,25 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
       continue;
     }
     std::string key_name = keys[i].name();
-    const auto& km = models_.at(key_name);
-    Eigen::VectorXd x = feature_vector(layer.features, km.names, static_cast<double>(training.batch_size));
     const double log_work = std::log(std::max(layer_work(layer.cost), 1.0));
+    const auto own = models_.find(key_name);
+    if (own == models_.end() || !own->second.usable()) {
+      // An unresolved kind (stands_in): its cost from its work at the device's pooled rate.
+      const auto energy = pooled_prediction(true, log_work);
+      const auto time = pooled_prediction(false, log_work);
+      if (!energy || !time) return make_error(ErrorCode::unavailable, fmt::format("no model for {}", key_name));
+      if (std::find(unresolved_keys.begin(), unresolved_keys.end(), key_name) == unresolved_keys.end())
+        unresolved_keys.push_back(key_name);
+      LayerEstimate line;
+      line.index = layer.index;
+      line.type = layer.type;
+      line.key = std::move(key_name);
+      line.flops_per_step = layer.cost.forward_flops + layer.cost.backward_flops;
+      add_line(std::move(line), *energy, *time);
+      continue;
+    }
+    const auto& km = own->second;
+    Eigen::VectorXd x = feature_vector(layer.features, km.names, static_cast<double>(training.batch_size));
     // Deep networks repeat the same block: predict each distinct (model, input) once.
     auto cached = std::find_if(predictions.begin(), predictions.end(), [&](const Predicted& p) {
       return p.model == &km && p.x == x && p.log_work == log_work;
@@ -348,7 +394,16 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
     add_line(std::move(line), predict(km.energy_prior, km.energy, x, log_work),
              predict(km.time_prior, km.time, x, log_work));
   }
+  for (const auto& key : unresolved_keys) {
+    out.warnings.push_back(
+        fmt::format("{}: its {} probes all came out at or below zero after subtraction (it costs less than "
+                    "the meter resolves beside the rest of the probe); estimated from its work at the device's "
+                    "joules per unit of work over every probed kind, ±{:.0f} % or more at one σ",
+                    key, unresolved_.at(key), 100.0 * std::expm1(kSparseSigma)));
+  }
   for (const auto& key : sparse_keys) {
+    if (std::find(unresolved_keys.begin(), unresolved_keys.end(), key) != unresolved_keys.end())
+      continue;  // said above
     out.warnings.push_back(
         fmt::format("{}: {} probe sample(s), too few for its GP; estimated from the layers' work "
                     "(FLOPs and bytes) scaled by them, ±{:.0f} % at one σ",
@@ -391,8 +446,13 @@ json DeviceEnergyModel::save() const {
     if (model.time) entry["time"] = model.time->save();
     models[name] = entry;
   }
-  return {{"device", device_}, {"source", source_}, {"models", models}, {"flops_sum_xx", flops_sum_xx_},
-          {"flops_sum_xy", flops_sum_xy_}, {"dropped", dropped_}};
+  return {{"device", device_},
+          {"source", source_},
+          {"models", models},
+          {"flops_sum_xx", flops_sum_xx_},
+          {"flops_sum_xy", flops_sum_xy_},
+          {"dropped", dropped_},
+          {"unresolved", unresolved_}};
 }
 
 std::optional<std::string> DeviceEnergyModel::inconsistency(const KeyModel& model) {
@@ -424,6 +484,8 @@ Result<DeviceEnergyModel> DeviceEnergyModel::load(const json& in) {
     out.flops_sum_xx_ = in.at("flops_sum_xx").get<double>();
     out.flops_sum_xy_ = in.at("flops_sum_xy").get<double>();
     out.dropped_ = in.at("dropped").get<std::size_t>();
+    // Models saved before unresolved kinds were remembered have none.
+    if (in.contains("unresolved")) out.unresolved_ = in["unresolved"].get<std::map<std::string, std::size_t>>();
     for (const auto& [name, entry] : in.at("models").items()) {
       KeyModel model;
       model.names = entry.at("names").get<std::vector<std::string>>();

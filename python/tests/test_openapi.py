@@ -60,6 +60,7 @@ NOT_PROVOKED = {
     ("post", "/v1/jobs/{id}/progress", 413): "the body limit is the parser's, the same for every route: "
                                              "checked on POST /v1/jobs",
     ("post", "/v1/estimate", 413): "the parser's body limit, checked on POST /v1/jobs",
+    ("post", "/v1/advise", 413): "the parser's body limit, checked on POST /v1/jobs",
     ("post", "/v1/probes", 413): "the parser's body limit, checked on POST /v1/jobs",
     ("post", "/v1/cluster/sync", 413): "the parser's body limit, checked on POST /v1/jobs",
 }
@@ -521,6 +522,20 @@ class LiveApiTest(unittest.TestCase):
         self.assert_problem(answer, pointer="/devices")
         self.call(self.node, "POST", "/v1/estimate", "/v1/estimate", 401, body=body, token=BAD_TOKEN)
         self.call(self.node, "POST", "/v1/estimate", "/v1/estimate", 403, body=body, token=TOKENS["nobody"])
+
+        # Pruning advice from the simulated device's model; the cpu has none (503).
+        advise = {"model": MODEL, "training": TRAINING, "target": 0.3}
+        answer = self.call(self.node, "POST", "/v1/advise", "/v1/advise", 200, body=advise, token=TOKENS["reader"])
+        self.assertEqual(answer.json["device"], "sim:laptop-cpu")
+        self.assertEqual(answer.json["layers"][0]["name"], "fc1")
+        self.assertEqual(answer.json["layers"][2]["advised_width"], 2)  # the output: its classes
+        answer = self.call(self.node, "POST", "/v1/advise", "/v1/advise", 400, body=dict(advise, target=1.5))
+        self.assert_problem(answer, pointer="/target")
+        answer = self.call(self.node, "POST", "/v1/advise", "/v1/advise", 400, body=dict(advise, min_multiplier=0.01))
+        self.assert_problem(answer, pointer="/min_multiplier")
+        self.call(self.node, "POST", "/v1/advise", "/v1/advise", 503, body=dict(advise, device="cpu"))
+        self.call(self.node, "POST", "/v1/advise", "/v1/advise", 401, body=advise, token=BAD_TOKEN)
+        self.call(self.node, "POST", "/v1/advise", "/v1/advise", 403, body=advise, token=TOKENS["nobody"])
 
     def jobs(self):
         node, alice, bob = self.node, TOKENS["alice"], TOKENS["bob"]

@@ -314,3 +314,45 @@ TEST(DeviceEnergyModelTest, another_optimizer_adds_its_own_line_learnt_from_its_
   EXPECT_NE(sgd->layers.back().type, "optimizer");
   EXPECT_LT(sgd->joules.mean, estimate->joules.mean);
 }
+
+TEST(DeviceEnergyModelTest, a_kind_every_probe_of_which_came_out_below_zero_is_estimated_from_the_pooled_rate) {
+  DeviceEnergyModel model("cpu", "rapl");
+  for (const std::int64_t features : {128, 256, 512})
+    ASSERT_TRUE(model.add_sample(linear_output_sample(features, features * 4e-5)));
+  // A two-layer network: its first linear (the input position) is a kind of its own.
+  ModelSpec network;
+  network.input_shape = {256};
+  network.layers = {LayerSpec{"linear", {{"out_features", 64}}, {}, {}},
+                    LayerSpec{"linear", {{"out_features", 10}}, {}, {}}};
+  LayerSample below_zero = linear_output_sample(256, -1e-4);
+  below_zero.key = LayerKey{"linear", LayerPosition::input};
+  const auto input_key = below_zero.key;
+  for (std::size_t drop = 1; drop <= DeviceEnergyModel::kUnresolvedProbes; ++drop) {
+    ASSERT_TRUE(model.fit());
+    // Until enough probes agree that it is below the meter's resolution: no number.
+    auto layers = analyze_model(network, 32);
+    EXPECT_TRUE(std::isinf(model.uncertainty(input_key, layers->front(), 32)));
+    EXPECT_FALSE(model.estimate(network, one_step()));
+    EXPECT_FALSE(model.add_sample(below_zero));
+  }
+  ASSERT_TRUE(model.fit());
+  EXPECT_EQ(model.unresolved().at("linear@input"), DeviceEnergyModel::kUnresolvedProbes);
+  auto estimate = model.estimate(network, one_step());
+  ASSERT_TRUE(estimate) << estimate.error().message;
+  EXPECT_TRUE(estimate->layers[0].sparse);
+  EXPECT_GT(estimate->layers[0].joules_per_step.mean, 0.0);
+  ASSERT_FALSE(estimate->warnings.empty());
+  EXPECT_NE(estimate->warnings.front().find("linear@input: its 3 probes all came out at or below zero"),
+            std::string::npos)
+      << estimate->warnings.front();
+  auto layers = analyze_model(network, 32);
+  EXPECT_TRUE(std::isfinite(model.uncertainty(input_key, layers->front(), 32)));
+  // Saved and loaded, it stays unresolved; a kept sample of the kind ends that.
+  auto loaded = DeviceEnergyModel::load(model.save());
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->unresolved(), model.unresolved());
+  LayerSample resolved = linear_output_sample(256, 2e-3);
+  resolved.key = input_key;
+  EXPECT_TRUE(model.add_sample(resolved));
+  EXPECT_TRUE(model.unresolved().empty());
+}

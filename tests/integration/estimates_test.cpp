@@ -2,6 +2,8 @@
 // their models, estimates jobs on them, and keeps the models across a restart.
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -198,6 +200,50 @@ TEST(EstimatesTest, jobs_get_their_devices_thread_count_and_an_estimate_says_whe
   EXPECT_NE(warnings.find("run.env sets OMP_NUM_THREADS=1, but this device's model is learnt at 3 threads"),
             std::string::npos)
       << warnings;
+  std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");
+}
+
+// joulectl advise from a learnt simulated device: the costly layers narrowed to save the target,
+// the advised spec written out (and estimated lower by jouled); a target no pruning reaches
+// says how far it got and exits 1.
+TEST(EstimatesTest, joulectl_advise_narrows_the_costly_layers_and_writes_the_spec) {
+  auto state = std::filesystem::temp_directory_path() / ("joule-advise-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");
+  {
+    DaemonProcess daemon({.config_toml = kConfig}, state);
+    ASSERT_TRUE(daemon.start()) << daemon.log();
+    ASSERT_EQ(wait_model_ready(daemon, "sim:laptop-cpu")["model"]["state"], "ready") << daemon.log();
+    const std::string server = "http://127.0.0.1:" + std::to_string(daemon.port());
+    const auto spec = state.string() + "-mlp.json";
+    const auto out = state.string() + "-narrow.json";
+    std::ofstream(spec) << mlp().dump();
+    const auto [rc, text] = joule::testing::run_program(
+        {JOULECTL_BINARY, "--server", server, "advise", spec, "--target", "0.3", "--batch-size", "64", "--out", out});
+    EXPECT_EQ(rc, 0) << text;
+    EXPECT_NE(text.find("on sim:laptop-cpu (simulated data)"), std::string::npos) << text;
+    EXPECT_NE(text.find("256 -> "), std::string::npos) << text;  // the hidden layer, narrowed
+    EXPECT_NE(text.find("cpu: no estimate"), std::string::npos) << text;
+    std::ifstream written(out);
+    const json narrow = json::parse(written, nullptr, false);
+    ASSERT_FALSE(narrow.is_discarded()) << text;
+    EXPECT_EQ(narrow["layers"][2]["out_features"], 10);  // the classes stay
+    EXPECT_LT(narrow["layers"][0]["out_features"].get<int>(), 256);
+    const json training = {{"batch_size", 64}, {"samples_per_epoch", 6400}};
+    const auto joules = [&](const json& model) {
+      json request = {{"model", model}, {"training", training}, {"devices", {"sim:*"}}};
+      return daemon.call("POST", "/v1/estimate", request.dump()).second["estimates"][0]["joules"]["mean"].get<double>();
+    };
+    EXPECT_LE(joules(narrow), 0.7 * joules(mlp()) * 1.0001);
+
+    const auto [far_rc, far_text] =
+        joule::testing::run_program({JOULECTL_BINARY, "--server", server, "advise", spec, "--target", "0.99"});
+    EXPECT_EQ(far_rc, 1) << far_text;
+    EXPECT_NE(far_text.find("reaches a 99 % saving: the most is"), std::string::npos) << far_text;
+    std::filesystem::remove(spec);
+    std::filesystem::remove(out);
+  }
   std::filesystem::remove_all(state);
   std::filesystem::remove_all(state.string() + "-jobs");
 }

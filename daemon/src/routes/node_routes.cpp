@@ -79,6 +79,13 @@ void add_node_routes(RouteTable& table, ApiContext& context) {
                                            call.send(std::move(answer));
                                          }});
 
+  // Advice is a computation on the models that changes nothing: read scope.
+  table.add(Verb::post, "/v1/advise", {Guard::read, false, [&context](Call& call) {
+                                         auto body = parse_json_body(call.request.body());
+                                         if (!body) return call.fail(body.error());
+                                         call.send(advise_request(*body, context.jobs.device_names(), context.models));
+                                       }});
+
   table.add(Verb::get, "/v1/probes", {Guard::read, false, [&context](Call& call) {
                                         if (!context.probes) return no_probes(call);
                                         call.answer(json_response(http::status::ok, context.probes->runs()));

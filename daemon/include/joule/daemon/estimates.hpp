@@ -23,4 +23,12 @@ using DeviceModels = std::map<std::string, std::shared_ptr<const estimator::Devi
 Result<nlohmann::json> estimate_request(const nlohmann::json& body, const std::vector<std::string>& devices,
                                         const DeviceModels& models);
 
+/// POST /v1/advise: `{"model", "training", "target", "device"?, "min_multiplier"?}`, energy-aware
+/// pruning advice (estimator/pruning_advice.hpp) from one device's model (the one named, or
+/// the first of `devices` that has a model), with the advised network's saving estimated on
+/// every device that has a model. Errors name the field by JSON pointer; no device with a model
+/// is a 503 that says how to get one.
+Result<nlohmann::json> advise_request(const nlohmann::json& body, const std::vector<std::string>& devices,
+                                      const DeviceModels& models);
+
 }  // namespace joule::daemon

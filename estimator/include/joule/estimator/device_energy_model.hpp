@@ -103,7 +103,10 @@ class DeviceEnergyModel {
   void set_source(std::string source) { source_ = std::move(source); }
 
   /// Keeps a decomposed probe sample; non-positive energies (noise larger than the layer) are
-  /// counted and dropped, since the model works in log energy.
+  /// counted and dropped, since the model works in log energy, and the kind is remembered as
+  /// unresolved: after kUnresolvedProbes such drops and no kept sample, its layers are estimated
+  /// from the device's joules per unit of work over every kind (pooled_prior), with a wide σ
+  /// and a warning, rather than leaving every network with such a layer without an estimate.
   /// Returns whether it was kept.
   bool add_sample(const LayerSample& sample);
   /// A whole probe network as measured: feeds the FLOPs baseline.
@@ -127,6 +130,10 @@ class DeviceEnergyModel {
 
   std::map<std::string, std::size_t> sample_counts() const;
   std::size_t dropped_samples() const { return dropped_; }
+  /// Probes of a kind dropped before it is estimated from the pooled prior instead of waiting.
+  static constexpr std::size_t kUnresolvedProbes = 3;
+  /// Kinds every probe of which came out at or below zero, with how many did.
+  const std::map<std::string, std::size_t>& unresolved() const { return unresolved_; }
 
   nlohmann::json save() const;
   /// Rebuilds a model from save()'s output; refuses (never throws on) JSON that is not one,
@@ -176,6 +183,11 @@ class DeviceEnergyModel {
   static std::map<std::string, double> with_padding(const std::map<std::string, double>& features);
   /// What in a loaded KeyModel does not fit together (lengths, GP inputs vs names), if anything.
   static std::optional<std::string> inconsistency(const KeyModel& model);
+  /// Whether `key` has no model of its own but has been probed enough to stand in for one.
+  bool stands_in(const std::string& key) const;
+  /// log y ≈ a + b log work over every kind's samples (energy or time), its residual variance
+  /// widened by kSparseSigma²: how an unresolved kind is estimated. Nothing without samples.
+  std::optional<LogPrediction> pooled_prediction(bool energy, double log_work) const;
   static Eigen::VectorXd feature_vector(const std::map<std::string, double>& features,
                                         const std::vector<std::string>& names, std::optional<double> batch_size);
 
@@ -185,6 +197,7 @@ class DeviceEnergyModel {
   double flops_sum_xx_ = 0.0;               // least squares through the origin: J = k × FLOPs
   double flops_sum_xy_ = 0.0;
   std::size_t dropped_ = 0;
+  std::map<std::string, std::size_t> unresolved_;  // kinds with no kept sample: drops so far
 };
 
 }  // namespace joule::estimator
