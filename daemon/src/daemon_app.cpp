@@ -627,7 +627,8 @@ int run_daemon(const CommandLine& command_line) {
   jobs.set_api_url(fmt::format("{}://{}:{}", scheme, job_host, endpoint->port()));
   if (auto recovered = jobs.recover(std::move(stored_jobs).value(), std::move(stored_events).value()); !recovered)
     throw std::runtime_error(recovered.error().message);
-  if (const std::size_t learnt = outcomes.record_all(jobs.finished_feedback()); learnt > 0)
+  const auto history = jobs.finished_feedback();
+  if (const std::size_t learnt = outcomes.record_all(history); learnt > 0)
     spdlog::info("estimates: learnt from {} finished job{}", learnt, learnt == 1 ? "" : "s");
   publish_calibration();
   jobs.sample_meters();
@@ -647,6 +648,7 @@ int run_daemon(const CommandLine& command_line) {
       spdlog::info("probing with {} ({})", probe_options.worker.string(),
                    config.probing.enabled ? "enabled when a device is idle" : "only on request: [probing] enabled = false");
       probes.start(config.devices, std::move(stored_probe_state));
+      probes.remember_jobs(history);
     }
   }
   if (coordinator) coordinator->start();

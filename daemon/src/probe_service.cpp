@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <deque>
 #include <fstream>
 #include <sstream>
 
@@ -135,6 +136,12 @@ struct ProbeService::Device {
   std::vector<estimator::WorkloadItem> requested_models;  // named by the latest POST /v1/probes
   double joules_today = 0.0;
   int day = -1;
+  // What deciding whether a probe pays needs: what probe plans have cost here, and the energy
+  // of the jobs whose estimates this model makes, over the last day (finished ms, joules).
+  double probe_joules = 0.0;
+  std::size_t probe_plans = 0;
+  std::deque<std::pair<std::int64_t, double>> job_joules;
+  std::string not_paying;  // why background probing stopped before the model converged, if it did
 };
 
 ProbeService::ProbeService(asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
@@ -238,8 +245,12 @@ void ProbeService::start(const std::vector<config::DeviceConfig>& devices, Store
     const auto [minute, day] = local_minute_and_day();
     const std::int64_t midnight_ms = now_ms() - static_cast<std::int64_t>(minute) * 60000 - 60000;
     device->day = day;
-    for (const auto& [id, run] : runs_)
-      if (run.device == config.name && run.started_ms >= midnight_ms) device->joules_today += run.joules;
+    for (const auto& [id, run] : runs_) {
+      if (run.device != config.name) continue;
+      if (run.started_ms >= midnight_ms) device->joules_today += run.joules;
+      device->probe_joules += run.joules;
+      device->probe_plans += run.probes;
+    }
     const std::string name = config.name;
     devices_.emplace(name, std::move(device));
     refresh_workload(*devices_.at(name));
@@ -309,7 +320,36 @@ bool ProbeService::needs_probing(Device& device) {
     return true;
   }
   const auto& model = device.fitted ? *device.fitted : *device.learning;
-  return device.planner->next(model).has_value();
+  const auto planned = device.planner->next_planned(model);
+  if (!planned) return false;
+  if (device.cycle.requested()) return true;  // a requested run probes for its time
+  const bool pays = probe_pays(device, *planned);
+  if (pays) device.not_paying.clear();
+  return pays;
+}
+
+bool ProbeService::probe_pays(Device& device, const estimator::PlannedProbe& planned) {
+  // A seed, or a kind with no model at all: without it the workload has no estimate.
+  if (!std::isfinite(planned.error_reduction) || device.probe_plans == 0) return true;
+  const std::int64_t day_ago = now_ms() - 86'400'000;
+  while (!device.job_joules.empty() && device.job_joules.front().first < day_ago) device.job_joules.pop_front();
+  double jobs_joules = 0.0;
+  for (const auto& [finished, joules] : device.job_joules) jobs_joules += joules;
+  // The estimates serve until the model is re-probed for its age (at least a day).
+  const double days = std::max(options_.probing.max_model_age_hours / 24.0, 1.0);
+  const double worth = planned.error_reduction * jobs_joules * days;
+  const double cost = device.probe_joules / static_cast<double>(device.probe_plans);
+  if (worth >= cost) return true;
+  std::string note = fmt::format(
+      "probing no longer pays: the best next probe would cut the estimates' expected error by {:.2g} % of the "
+      "{:.4g} J that jobs estimated here used in the last day (over the model's {:.0f} days: {:.3g} J), less than "
+      "the {:.3g} J a probe costs",
+      100.0 * planned.error_reduction, jobs_joules, days, worth, cost);
+  if (device.not_paying.empty())
+    spdlog::info("device {}: {}; background probing waits for more jobs (a requested run still probes)",
+                 device.config.name, note);
+  device.not_paying = std::move(note);
+  return false;
 }
 
 void ProbeService::consider(Device& device) {
@@ -336,8 +376,11 @@ void ProbeService::consider(Device& device) {
     device.planner->set_target_sigma(options_.probing.target_sigma);
     close_run(device, "done", "the requested time is over");
   }
-  if (step.end_background_run && device.active_run) close_run(device, "done", *step.end_background_run);
-  if (step.newly_converged)
+  if (step.end_background_run && device.active_run)
+    close_run(device, "done",
+              device.cycle.state() == ProbeState::converged && !device.not_paying.empty() ? device.not_paying
+                                                                                          : *step.end_background_run);
+  if (step.newly_converged && device.not_paying.empty())
     spdlog::info("device {}: energy model is as sure as [probing] target_sigma asks where the workload needs it", name);
   switch (step.action) {
     case ProbeStep::Action::check_environment:
@@ -708,6 +751,8 @@ std::optional<std::pair<double, std::string>> ProbeService::accept_result(Device
   const std::pair<double, std::string> metered{joules, result->meter_source};
   device.last_probe_ms = now_ms();
   device.joules_today += joules;
+  device.probe_joules += joules;
+  ++device.probe_plans;
   metrics_.add_probe_runs(name, 1.0);
   metrics_.count_probe_outcome(name, "completed");
   metrics_.add_probe_energy(name, result->meter_source, joules);
@@ -829,6 +874,7 @@ void ProbeService::feedback(const JobService::Feedback& feedback) {
   if (it == devices_.end()) return;
   Device& device = *it->second;
   if (feedback.partial || !feedback.estimate.ok) return;
+  remember_job_energy(device, feedback);
   // Only like with like: a job metered by another source than the model learnt from says
   // nothing about the model's error.
   if (feedback.estimate.source != feedback.source) return;
@@ -842,6 +888,19 @@ void ProbeService::feedback(const JobService::Feedback& feedback) {
                  "(last: {:.4g} J metered vs {:.4g} +- {:.2g} J estimated); re-probing",
                  feedback.device, device.drift.misses(), feedback.joules, mean, std);
     begin_campaign(device, "drift");
+  }
+}
+
+void ProbeService::remember_job_energy(Device& device, const JobService::Feedback& feedback) {
+  if (!(feedback.joules > 0.0)) return;
+  device.job_joules.emplace_back(feedback.finished_ms, feedback.joules);
+  if (device.job_joules.size() > 100'000) device.job_joules.pop_front();  // bounded; a day is what counts
+}
+
+void ProbeService::remember_jobs(const std::vector<JobService::Feedback>& history) {
+  for (const auto& feedback : history) {
+    const auto it = devices_.find(feedback.device);
+    if (it != devices_.end() && !feedback.partial && feedback.estimate.ok) remember_job_energy(*it->second, feedback);
   }
 }
 
@@ -960,6 +1019,8 @@ json ProbeService::info(const std::string& name) const {
                   {"campaign", device.campaign_reason.empty() ? json(nullptr) : json(device.campaign_reason)},
                   {"probes_today_joules", device.joules_today}};
   if (!device.cycle.waiting().empty()) probing["waiting"] = device.cycle.waiting();
+  if (device.cycle.state() == ProbeState::converged && !device.not_paying.empty())
+    probing["waiting"] = device.not_paying;
   if (device.active_run) probing["run"] = *device.active_run;
   return {{"last_probe_ms", device.last_probe_ms ? json(*device.last_probe_ms) : json(nullptr)},
           {"heldout_error", heldout},

@@ -181,6 +181,7 @@ ProbePlanner::ProbePlanner(std::vector<WorkloadItem> workload, const CampaignOpt
 
 void ProbePlanner::set_workload(std::vector<WorkloadItem> workload) {
   weight_ = workload_weights(workload);
+  workload_items_ = workload.size();
   plans_.clear();
   ids_.clear();
   exact_.clear();
@@ -261,6 +262,13 @@ bool ProbePlanner::seeding() const {
 }
 
 std::optional<ProbePlan> ProbePlanner::next(const DeviceEnergyModel& model) const {
+  auto planned = next_planned(model);
+  if (!planned) return std::nullopt;
+  return std::move(planned->plan);
+}
+
+std::optional<PlannedProbe> ProbePlanner::next_planned(const DeviceEnergyModel& model) const {
+  constexpr double kAlways = std::numeric_limits<double>::infinity();
   // Seed phase, breadth first: the key with the fewest probes below seed_samples gets a probe,
   // so every kind the workload needs has one sample (and its prior: an estimate) before any has
   // two. Seeds are the workload's own configurations while the key has unprobed ones, then its
@@ -301,7 +309,7 @@ std::optional<ProbePlan> ProbePlanner::next(const DeviceEnergyModel& model) cons
       seed_pick = i;
     }
   }
-  if (seed_pick) return plans_[*seed_pick];
+  if (seed_pick) return PlannedProbe{plans_[*seed_pick], kAlways, costs_[*seed_pick]};
 
   // Then the most valuable probe per unit of cost: σ × its key's share of the workload's work ×
   // the bonus of an exact configuration, over sqrt(cost) (a probe twice as long must be worth
@@ -311,6 +319,7 @@ std::optional<ProbePlan> ProbePlanner::next(const DeviceEnergyModel& model) cons
   // samples can claim to be sure everywhere (measured: a collapsed fit left a kind with most of
   // the workload's energy at its 3 seeds while cheap kinds got 11-15 probes).
   double best_score = -1.0;
+  double best_reduction = 0.0;
   std::optional<std::size_t> best;
   for (std::size_t i = 0; i < plans_.size(); ++i) {
     if (probed_.contains(ids_[i])) continue;
@@ -322,6 +331,7 @@ std::optional<ProbePlan> ProbePlanner::next(const DeviceEnergyModel& model) cons
       const double score = 1e9 * (exact_[i] ? kExactBonus : 1.0) / std::sqrt(costs_[i]);
       if (score > best_score) {
         best_score = score;
+        best_reduction = kAlways;
         best = i;
       }
       continue;
@@ -331,15 +341,18 @@ std::optional<ProbePlan> ProbePlanner::next(const DeviceEnergyModel& model) cons
     sigma =
         std::max(sigma, kSparseSigma * std::sqrt(static_cast<double>(seed_samples_) / static_cast<double>(samples)));
     const auto weight = weight_.find(keys_[i]);
-    const double score = sigma * (weight == weight_.end() ? 0.0 : weight->second) * (exact_[i] ? kExactBonus : 1.0) /
-                         std::sqrt(costs_[i]);
+    const double share = weight == weight_.end() ? 0.0 : weight->second;
+    const double score = sigma * share * (exact_[i] ? kExactBonus : 1.0) / std::sqrt(costs_[i]);
     if (score > best_score) {
       best_score = score;
+      const double n = static_cast<double>(samples);
+      best_reduction = (workload_items_ > 0 ? share / static_cast<double>(workload_items_) : 0.0) * sigma *
+                       (1.0 - std::sqrt(n / (n + 1.0)));
       best = i;
     }
   }
   if (!best) return std::nullopt;
-  return plans_[*best];
+  return PlannedProbe{plans_[*best], best_reduction, costs_[*best]};
 }
 
 double ProbePlanner::worst_uncertainty(const DeviceEnergyModel& model) const {

@@ -251,5 +251,35 @@ TEST_F(ProbeServiceTest, a_preempted_batch_keeps_the_plans_it_finished_and_plans
   EXPECT_NE(read[1], read[0]);
 }
 
+TEST_F(ProbeServiceTest, background_probing_stops_when_a_probe_no_longer_pays_and_resumes_for_jobs_worth_it) {
+  config::ProbingConfig probing;
+  probing.idle_seconds = 0.0;
+  probing.target_sigma = 0.0;  // only what a probe is worth stops it
+  start(probing);
+  // No job has used any energy here: once the seeds are in, no further probe is worth its joules.
+  const auto not_paying = [&] { return waiting().starts_with("probing no longer pays"); };
+  for (int i = 0; i < 20 && !not_paying(); ++i) run_until(not_paying);
+  ASSERT_TRUE(not_paying()) << shown().dump();
+  EXPECT_EQ(state(), "converged");
+  EXPECT_NE(waiting().find("of the 0 J that jobs estimated here used in the last day"), std::string::npos) << waiting();
+  const auto run = probes_->runs().back();
+  EXPECT_EQ(run["message"], waiting()) << run.dump();
+  const int before = probes_started();
+  idle_for(200ms);
+  EXPECT_EQ(probes_started(), before);
+
+  // A job estimated here that used a great deal: a better estimate is now worth probes again.
+  JobService::Feedback job;
+  job.device = "cpu";
+  job.estimate.ok = true;
+  job.estimate.source = "modelled";
+  job.source = "modelled";
+  job.joules = 1e9;
+  job.finished_ms = 1'900'000'000'000;
+  probes_->feedback(job);
+  ASSERT_TRUE(run_until([&] { return probes_started() > before; })) << shown().dump();
+  EXPECT_EQ(waiting().find("probing no longer pays"), std::string::npos) << waiting();
+}
+
 }  // namespace
 }  // namespace joule::daemon

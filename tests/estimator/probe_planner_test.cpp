@@ -2,11 +2,13 @@
 // variance-per-cost picks, a stop when the model is sure.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 
 #include "example_models.hpp"
 #include "joule/estimator/probe_campaign.hpp"
 #include "joule/estimator/simulated_device.hpp"
+#include "joule/estimator/thor_probes.hpp"
 
 namespace joule::estimator {
 namespace {
@@ -124,6 +126,48 @@ TEST(ProbePlannerTest, stops_once_the_model_is_sure_enough_where_the_workload_ne
   const auto next = tight.next(model);
   EXPECT_LT(model.uncertainty(planned_key(*next), next->analyzed, next->target.batch_size),
             5.0);  // what the loose planner refused to probe
+}
+
+TEST(ProbePlannerTest, a_probe_is_worth_less_the_more_its_kind_has_been_probed_and_seeds_are_always_worth_it) {
+  auto profile = find_simulated_profile("laptop-cpu");
+  ASSERT_TRUE(profile);
+  SimulatedDevice device(*profile, 3);
+  DeviceEnergyModel model("sim", "simulated");
+  CampaignOptions options;
+  options.seed_samples = 2;
+  ProbePlanner planner({WorkloadItem{mlp(), 32}}, options);
+  auto meter = simulated_network_meter(device);
+  // Seeds: worth whatever they cost (without them the workload has no estimate).
+  while (planner.seeding()) {
+    const auto planned = planner.next_planned(model);
+    ASSERT_TRUE(planned);
+    EXPECT_TRUE(std::isinf(planned->error_reduction));
+    EXPECT_GT(planned->cost, 0.0);
+    std::vector<NetworkMeasurement> measured;
+    for (const auto& network : planned->plan.networks)
+      measured.push_back(*meter(network, planned->plan.target.batch_size, "sgd"));
+    if (auto sample = decompose(planned->plan, measured)) model.add_sample(*sample);
+    planner.mark_probed(planned->plan.target);
+  }
+  ASSERT_TRUE(model.fit());
+  // Then a share of the workload's error, below 1, that falls as samples come in.
+  double first = 0.0, last = 0.0;
+  for (int i = 0; i < 12; ++i) {
+    const auto planned = planner.next_planned(model);
+    ASSERT_TRUE(planned);
+    ASSERT_TRUE(std::isfinite(planned->error_reduction));
+    EXPECT_GT(planned->error_reduction, 0.0);
+    EXPECT_LT(planned->error_reduction, 1.0);
+    if (i == 0) first = planned->error_reduction;
+    last = planned->error_reduction;
+    std::vector<NetworkMeasurement> measured;
+    for (const auto& network : planned->plan.networks)
+      measured.push_back(*meter(network, planned->plan.target.batch_size, "sgd"));
+    if (auto sample = decompose(planned->plan, measured)) model.add_sample(*sample);
+    planner.mark_probed(planned->plan.target);
+    ASSERT_TRUE(model.fit());
+  }
+  EXPECT_LT(last, first);
 }
 
 }  // namespace

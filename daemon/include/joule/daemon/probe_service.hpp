@@ -81,6 +81,9 @@ class ProbeService {
   void preempt(const std::string& device);
   /// A finished job's metered energy beside its estimate: error metric and drift check.
   void feedback(const JobService::Feedback& feedback);
+  /// The finished jobs of the stored history (at start): their energy is what probing's worth
+  /// is weighed by (probe_pays).
+  void remember_jobs(const std::vector<JobService::Feedback>& history);
 
   /// POST /v1/probes: {"device": "cpu", "seconds": 60}; 202 with the run.
   Result<nlohmann::json> request(const nlohmann::json& body);
@@ -99,6 +102,13 @@ class ProbeService {
   /// Steps the device's ProbeCycle and does what it says.
   void consider(Device& device);
   bool needs_probing(Device& device);
+  /// Whether the planner's best next probe is worth its cost in a background run: its expected
+  /// fall of the estimates' error (PlannedProbe::error_reduction, a share of the workload's
+  /// energy) × the energy jobs estimated on the device used in the last day × the model's life
+  /// in days (max_model_age_hours), against the mean joules of a probe plan here. Seeds and
+  /// kinds with no model always pay. When it does not, GET /v1/devices says so.
+  bool probe_pays(Device& device, const estimator::PlannedProbe& planned);
+  static void remember_job_energy(Device& device, const JobService::Feedback& feedback);
   void start_probe(Device& device);
   /// Starts joule-worker for `device`; its end comes to on_probe_exit.
   Result<std::unique_ptr<ChildProcess>> launch_worker(Device& device, const adapters::LaunchSpec& spec,

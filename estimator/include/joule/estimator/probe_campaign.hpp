@@ -83,6 +83,19 @@ LayerKey planned_key(const ProbePlan& plan);
 /// 3.6 %), while the GP's interpolation is the larger error. The cost is the plan's networks'
 /// measuring time in units of one small network (FLOPs beyond a reading's worth lengthen it).
 /// Planning stops when σ is below `target_sigma` everywhere.
+///
+/// What a probe is worth (next_planned): the expected fall of the workload's estimate error, as
+/// a share of the workload's energy, from one more sample of its key: the key's share of the
+/// workload's work × σ × (1 − √(n / (n + 1))) (a GP's σ shrinks about as 1/√n). A daemon weighs
+/// that against what a probe costs (ProbeService: probing stops when it no longer pays).
+struct PlannedProbe {
+  ProbePlan plan;
+  /// Expected fall of the workload's relative estimate error; +inf for a seed or a kind with no
+  /// model at all (the workload has no estimate without it: always worth probing).
+  double error_reduction = 0.0;
+  double cost = 0.0;  ///< in units of one small network's measuring time (plan_cost)
+};
+
 class ProbePlanner {
  public:
   ProbePlanner(std::vector<WorkloadItem> workload, const CampaignOptions& options, double target_sigma = 0.0);
@@ -91,6 +104,8 @@ class ProbePlanner {
   void set_workload(std::vector<WorkloadItem> workload);
   /// The next probe, or nothing when every candidate is probed or the model is sure enough.
   std::optional<ProbePlan> next(const DeviceEnergyModel& model) const;
+  /// The same with what it is worth.
+  std::optional<PlannedProbe> next_planned(const DeviceEnergyModel& model) const;
   /// Plans stop once σ is below this everywhere (0: go on until every candidate is probed).
   void set_target_sigma(double sigma) { target_sigma_ = sigma; }
   /// Whether some needed (kind, position) still lacks its seed probes.
@@ -119,7 +134,8 @@ class ProbePlanner {
   std::vector<bool> exact_;                      // the workload's own configuration, not a variation
   std::vector<std::string> keys_;                // planned_key(plans_[i]).name()
   std::vector<double> costs_;                    // plan_cost of plans_[i]
-  std::map<std::string, double> weight_;         // by LayerKey::name()
+  std::map<std::string, double> weight_;         // by LayerKey::name(): Σ of each item's share
+  std::size_t workload_items_ = 0;
   std::set<std::string> probed_;                 // target ids
   std::map<std::string, std::size_t> per_key_;   // probes per LayerKey::name()
   std::map<std::string, std::vector<Eigen::VectorXd>> probed_points_;  // probed design points per key
