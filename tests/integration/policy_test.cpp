@@ -14,8 +14,8 @@
 
 #include "daemon_process.hpp"
 
-using joule::testing::DaemonProcess;
 using joule::testing::DaemonOptions;
+using joule::testing::DaemonProcess;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -82,7 +82,8 @@ TEST(PolicyTest, a_budget_holds_jobs_back_says_why_and_refuses_what_can_never_fi
   // No estimate and no max_energy_joules: the budget cannot be checked, so it waits.
   const auto unknown = daemon.submit(job("unknown", {"true"}));
   ASSERT_FALSE(unknown.empty());
-  auto shown = wait_for(daemon, unknown, [](const json& j) { return j.contains("waiting") && j["waiting"]["reason"] == "no-estimate"; });
+  auto shown = wait_for(daemon, unknown,
+                        [](const json& j) { return j.contains("waiting") && j["waiting"]["reason"] == "no-estimate"; });
   EXPECT_EQ(shown["state"], "queued") << shown.dump(2);
   EXPECT_EQ(shown["waiting"]["rule"], "daily") << shown.dump(2);
 
@@ -145,7 +146,8 @@ TEST(PolicyTest, sighup_installs_a_valid_policy_set_whole_and_refuses_a_bad_one)
   const auto first = daemon.submit(job("first", {"sleep", "1"}, 30.0));
   const auto blocked = daemon.submit(job("blocked", {"true"}, 45.0));
   ASSERT_EQ(daemon.wait_state(first, {"succeeded"})["state"], "succeeded");
-  auto waiting = wait_for(daemon, blocked, [](const json& j) { return j.contains("waiting") && j["waiting"]["reason"] == "budget"; });
+  auto waiting = wait_for(daemon, blocked,
+                          [](const json& j) { return j.contains("waiting") && j["waiting"]["reason"] == "budget"; });
   ASSERT_EQ(waiting["state"], "queued") << waiting.dump(2);
   // The queue's reasons are metrics too, every reason present (0 where none waits for it).
   const auto metrics = daemon.client().request("GET", "/metrics")->body;
@@ -153,7 +155,8 @@ TEST(PolicyTest, sighup_installs_a_valid_policy_set_whole_and_refuses_a_bad_one)
   EXPECT_NE(metrics.find("joule_jobs_waiting{reason=\"power-cap\"} 0"), std::string::npos) << metrics;
 
   // A bad file: the whole set is refused with file and line; the running policy stays.
-  policies.write("20-bad.toml", "[[budgets]]\nname = \"typo\"\nscope = \"node\"\ntarget = \"lab1\"\njoules = 10\nwindow = \"1y\"\n");
+  policies.write("20-bad.toml",
+                 "[[budgets]]\nname = \"typo\"\nscope = \"node\"\ntarget = \"lab1\"\njoules = 10\nwindow = \"1y\"\n");
   daemon.signal(SIGHUP);
   ASSERT_TRUE(daemon.wait_notification("last reload refused", 10s)) << daemon.log();
   EXPECT_NE(daemon.log().find("20-bad.toml:6: budgets[0].window \"1y\" is not a duration"), std::string::npos)
@@ -164,7 +167,8 @@ TEST(PolicyTest, sighup_installs_a_valid_policy_set_whole_and_refuses_a_bad_one)
 
   // A good set: a larger budget lets the blocked job run.
   policies.remove("20-bad.toml");
-  policies.write("10-budget.toml", "[[budgets]]\nname = \"daily\"\nscope = \"cluster\"\njoules = 100000\ncalendar = \"day\"\n");
+  policies.write("10-budget.toml",
+                 "[[budgets]]\nname = \"daily\"\nscope = \"cluster\"\njoules = 100000\ncalendar = \"day\"\n");
   daemon.signal(SIGHUP);
   ASSERT_TRUE(daemon.wait_notification("config reloaded", 10s)) << daemon.log();
   auto done = daemon.wait_state(blocked, {"succeeded", "failed"});
@@ -197,7 +201,8 @@ print(json.dumps(answers))
   EXPECT_EQ(code, 401u) << refused.dump(2);
 
   auto done = daemon.wait_state(id, {"succeeded", "failed"});
-  ASSERT_EQ(done["state"], "succeeded") << done.dump(2) << daemon.client().request("GET", "/v1/jobs/" + id + "/log?stream=stderr")->body;
+  ASSERT_EQ(done["state"], "succeeded")
+      << done.dump(2) << daemon.client().request("GET", "/v1/jobs/" + id + "/log?stream=stderr")->body;
   const auto out = daemon.client().request("GET", "/v1/jobs/" + id + "/log");
   const auto answers = json::parse(out->body);
   ASSERT_EQ(answers.size(), 4u);
@@ -210,11 +215,46 @@ print(json.dumps(answers))
             4 - answers[3]["projection"]["stable_epochs"].get<int>());
   EXPECT_EQ(answers[3]["energy"]["source"], "modelled");
   // With every epoch done, the projection is what was metered so far.
-  EXPECT_NEAR(answers[3]["projection"]["joules"]["mean"].get<double>(), answers[3]["energy"]["joules"].get<double>(), 1e-6);
+  EXPECT_NEAR(answers[3]["projection"]["joules"]["mean"].get<double>(), answers[3]["energy"]["joules"].get<double>(),
+              1e-6);
   EXPECT_EQ(done["progress"]["epoch"], 4);
   bool event = false;
-  for (const auto& e : done["events"]) event = event || e["message"].get<std::string>().rfind("STEP projection", 0) == 0;
+  for (const auto& e : done["events"])
+    event = event || e["message"].get<std::string>().rfind("STEP projection", 0) == 0;
   EXPECT_TRUE(event) << done.dump(2);
+}
+
+// joule-worker's built-in trainer run as a job reports its epochs as a job's own script does,
+// with its token, so STEP follows it with no code from the user.
+TEST(PolicyTest, the_built_in_trainer_run_as_a_job_reports_its_epochs) {
+#ifndef JOULE_WORKER_BINARY
+  GTEST_SKIP() << "joule-worker is not built here";
+#else
+  PolicyDir policies;
+  DaemonProcess daemon({.config_toml = policies.config()});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  const auto job_file =
+      std::filesystem::temp_directory_path() / ("joule-train-job-" + std::to_string(::getpid()) + ".json");
+  const json trained = {
+      {"model",
+       {{"input", {{"shape", {32}}}},
+        {"layers",
+         {{{"type", "linear"}, {"out_features", 64}}, {{"type", "relu"}}, {{"type", "linear"}, {"out_features", 4}}}}}},
+      {"training", {{"batch_size", 32}, {"epochs", 3}, {"samples_per_epoch", 2048}}}};
+  std::ofstream(job_file) << trained.dump();
+  std::filesystem::permissions(job_file, std::filesystem::perms::others_read, std::filesystem::perm_options::add);
+  const auto id = daemon.submit(job("built-in", {JOULE_WORKER_BINARY, "train", "--job", job_file.string()}));
+  auto done = daemon.wait_state(id, {"succeeded", "failed"});
+  ASSERT_EQ(done["state"], "succeeded")
+      << done.dump(2) << daemon.client().request("GET", "/v1/jobs/" + id + "/log?stream=stderr")->body;
+  EXPECT_EQ(done["progress"]["epoch"], 3) << done.dump(2);
+  EXPECT_EQ(done["progress"]["epochs"], 3) << done.dump(2);
+  const auto err = daemon.client().request("GET", "/v1/jobs/" + id + "/log?stream=stderr")->body;
+  EXPECT_EQ(err.find("could not report progress"), std::string::npos) << err;
+  const auto out = daemon.client().request("GET", "/v1/jobs/" + id + "/log")->body;
+  EXPECT_NE(out.find(R"("epoch":3)"), std::string::npos) << out;
+  std::filesystem::remove(job_file);
+#endif
 }
 
 TEST(PolicyTest, an_exceeded_power_cap_pauses_a_running_job_and_dropping_the_cap_resumes_it) {
@@ -225,7 +265,9 @@ TEST(PolicyTest, an_exceeded_power_cap_pauses_a_running_job_and_dropping_the_cap
   ASSERT_EQ(daemon.wait_state(id, {"running"})["state"], "running");
 
   // No machine draws less than a milliwatt: the cap is exceeded at once.
-  policies.write("10-cap.toml", "[[power_caps]]\nname = \"tiny\"\nscope = \"node\"\ntarget = \"lab1\"\nwatts = 0.001\naverage_seconds = 2\n");
+  policies.write(
+      "10-cap.toml",
+      "[[power_caps]]\nname = \"tiny\"\nscope = \"node\"\ntarget = \"lab1\"\nwatts = 0.001\naverage_seconds = 2\n");
   daemon.signal(SIGHUP);
   auto throttled = daemon.wait_state(id, {"throttled", "succeeded", "failed"});
   ASSERT_EQ(throttled["state"], "throttled") << throttled.dump(2);
@@ -278,18 +320,22 @@ TEST(PolicyTest, a_capped_gpu_job_gets_a_lower_power_limit_and_the_original_come
   // 300 W: 300 J more at every reading (jouled reads about once a second).
   std::string energy = "energy_mj";
   for (int i = 0; i < 2000; ++i) energy += " " + std::to_string(i * 300000LL);
-  std::ofstream(dir / "script") << "devices 1\nname NVIDIA Fake A100\n" << energy
-                                << "\nlimit_mw 250000\nlimit_constraints_mw 100000 300000\nlog " << (dir / "nvml.log").string()
-                                << "\n";
-  DaemonProcess daemon({.config_toml = policies.config() + "[[devices]]\nname = \"cpu\"\n[[devices]]\nname = \"cuda:0\"\nmeter = \"nvml\"\n",
-                        .env = {{"LD_LIBRARY_PATH", dir.string()}, {"JOULE_FAKE_NVML_SCRIPT", (dir / "script").string()}}});
+  std::ofstream(dir / "script") << "devices 1\nname NVIDIA Fake A100\n"
+                                << energy << "\nlimit_mw 250000\nlimit_constraints_mw 100000 300000\nlog "
+                                << (dir / "nvml.log").string() << "\n";
+  DaemonProcess daemon(
+      {.config_toml =
+           policies.config() + "[[devices]]\nname = \"cpu\"\n[[devices]]\nname = \"cuda:0\"\nmeter = \"nvml\"\n",
+       .env = {{"LD_LIBRARY_PATH", dir.string()}, {"JOULE_FAKE_NVML_SCRIPT", (dir / "script").string()}}});
   ASSERT_TRUE(daemon.start()) << daemon.log();
   json spec = job("gpu", {"sh", "-c", "sleep 8; echo $CUDA_VISIBLE_DEVICES"});
   spec["constraints"] = {{"devices", {"cuda:*"}}};
   const auto id = daemon.submit(spec);
   ASSERT_EQ(daemon.wait_state(id, {"running"})["device"], "cuda:0");
 
-  policies.write("10-cap.toml", "[[power_caps]]\nname = \"gpu\"\nscope = \"device\"\ntarget = \"cuda:0\"\nwatts = 200\naverage_seconds = 2\n");
+  policies.write(
+      "10-cap.toml",
+      "[[power_caps]]\nname = \"gpu\"\nscope = \"device\"\ntarget = \"cuda:0\"\nwatts = 200\naverage_seconds = 2\n");
   daemon.signal(SIGHUP);
   auto throttled = daemon.wait_state(id, {"throttled", "succeeded", "failed"});
   ASSERT_EQ(throttled["state"], "throttled") << throttled.dump(2) << daemon.log();
@@ -308,7 +354,8 @@ TEST(PolicyTest, a_capped_gpu_job_gets_a_lower_power_limit_and_the_original_come
   EXPECT_EQ(limits.front(), "200000");  // 300 W measured, 200 W cap: limit 300 x 200/300
   EXPECT_EQ(limits.back(), "250000");   // the original, restored
   bool event = false;
-  for (const auto& e : done["events"]) event = event || e["message"].get<std::string>().rfind("gpu-power-limit: power cap gpu", 0) == 0;
+  for (const auto& e : done["events"])
+    event = event || e["message"].get<std::string>().rfind("gpu-power-limit: power cap gpu", 0) == 0;
   EXPECT_TRUE(event) << done.dump(2);
   std::filesystem::remove_all(dir);
 }

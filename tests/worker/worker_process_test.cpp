@@ -202,7 +202,78 @@ TEST_F(WorkerProcessTest, bad_input_exits_2_naming_the_problem) {
   expect_bad("measure --model " + write_json("lenet.json", model), "/layers/3/type");
   expect_bad(fmt::format("measure --model {} --device tpu", example("lenet5")), "--device");
   expect_bad(fmt::format("measure --model {} --steps 0", example("lenet5")), "--steps");
-  expect_bad("train", "unknown subcommand \"train\"");
+  expect_bad("fly", "unknown subcommand \"fly\": use probe, measure, train, meters or env");
+}
+
+// The built-in trainer on a CSV dataset the test writes: two classes a line apart, an MLP.
+TEST_F(WorkerProcessTest, train_reports_each_epoch_checkpoints_and_resumes_after_the_last_epoch) {
+  std::ostringstream csv;
+  csv << "x,y,class\n";
+  for (int i = 0; i < 240; ++i) {
+    // A grid visited in a scrambled order (7 is prime to 240), so the held-out rows are like the rest.
+    const int cell = (7 * i) % 240;
+    const double x = (cell % 24) / 12.0 - 1.0, y = (cell / 24) / 5.0 - 1.0;
+    csv << x << "," << y << "," << (x + y > 0 ? 1 : 0) << "\n";
+  }
+  dir_.write("points.csv", csv.str());
+  json job = {
+      {"name", "points"},
+      {"model",
+       {{"input", {{"shape", {2}}}},
+        {"layers",
+         {{{"type", "linear"}, {"out_features", 16}}, {{"type", "relu"}}, {{"type", "linear"}, {"out_features", 2}}}}}},
+      {"training", {{"batch_size", 16}, {"epochs", 6}, {"samples_per_epoch", 216}, {"optimizer", "sgd_momentum"}}},
+      {"run",
+       {{"builtin",
+         {{"dataset",
+           {{"format", "csv"}, {"file", (dir_ / "points.csv").string()}, {"header", true}, {"holdout", 0.25}}}}}}}};
+  const auto checkpoint = (dir_ / "checkpoint").string();
+  WorkerRun run = worker(fmt::format("train --job {} --checkpoint {}", write_json("job.json", job), checkpoint));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::vector<json> lines;
+  std::istringstream out(run.out);
+  for (std::string line; std::getline(out, line);) lines.push_back(json::parse(line));
+  ASSERT_EQ(lines.size(), 7u) << run.out;
+  EXPECT_EQ(lines[0]["epoch"], 1);
+  EXPECT_EQ(lines[5]["epoch"], 6);
+  EXPECT_EQ(lines[5]["epochs"], 6);
+  EXPECT_EQ(lines[5]["train_samples"], 180);
+  EXPECT_EQ(lines[5]["holdout_samples"], 60);
+  EXPECT_LT(lines[5]["loss"].get<double>(), lines[0]["loss"].get<double>()) << run.out;
+  ASSERT_TRUE(lines[5].contains("accuracy"));
+  EXPECT_GT(lines[5]["accuracy"].get<double>(), 0.8) << run.out;  // a separable set, learnt
+  EXPECT_EQ(lines[6]["done"], true);
+  EXPECT_EQ(lines[6]["first_epoch"], 1);
+  EXPECT_TRUE(std::filesystem::exists(lines[6]["weights"].get<std::string>()));
+
+  // Two more epochs asked of the same checkpoint: it goes on from epoch 7.
+  job["training"]["epochs"] = 8;
+  run = worker(fmt::format("train --job {} --checkpoint {}", write_json("job.json", job), checkpoint));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(json::parse(run.out.substr(0, run.out.find('\n')))["epoch"], 7) << run.out;
+  EXPECT_NE(run.out.find(R"("first_epoch":7)"), std::string::npos) << run.out;
+
+  // Another network is not resumed from this checkpoint; a dataset that does not fit is refused.
+  job["model"]["layers"][0]["out_features"] = 8;
+  run = worker(fmt::format("train --job {} --checkpoint {}", write_json("other.json", job), checkpoint));
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("holds a checkpoint of another network or training"), std::string::npos) << run.err;
+  job["model"]["input"]["shape"] = {3};
+  run = worker(fmt::format("train --job {}", write_json("wide.json", job)));
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("/run/builtin/dataset: the dataset's samples are [2] but the model's input is [3]"),
+            std::string::npos)
+      << run.err;
+}
+
+TEST_F(WorkerProcessTest, train_on_synthetic_data_by_default) {
+  json job = {{"model", testing::example_model("lenet5")},
+              {"training", {{"batch_size", 8}, {"epochs", 1}, {"samples_per_epoch", 40}}}};
+  const WorkerRun run = worker("train --job " + write_json("lenet.json", job));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json first = json::parse(run.out.substr(0, run.out.find('\n')));
+  EXPECT_EQ(first["train_samples"], 36);  // 40 samples, a tenth held out
+  EXPECT_TRUE(first.contains("accuracy"));
 }
 
 TEST_F(WorkerProcessTest, cuda_without_cuda_exits_1) {

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -14,9 +16,11 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "builtin_training.hpp"
 #include "environment.hpp"
 #include "joule/adapters/measurement_window.hpp"
 #include "joule/adapters/meter_selection.hpp"
+#include "joule/client/http_client.hpp"
 #include "joule/common/energy_source.hpp"
 #include "joule/estimator/model_spec.hpp"
 #include "joule/worker/protocol.hpp"
@@ -190,6 +194,82 @@ json meters_report(const std::string& device, const std::string& meter, const st
           {"mean_watts", measured->mean_watts()}};
 }
 
+struct TrainOptions {
+  std::string job_file;
+  std::string checkpoint;
+  std::string device = "cpu";
+  int threads = 1;
+  std::uint64_t seed = 1;
+};
+
+// A job file's model, training and run.builtin.dataset (synthetic data when it names none).
+TrainRequest train_request(const TrainOptions& options) {
+  const json job = read_json(options.job_file);
+  if (!job.is_object() || !job.contains("model") || !job.contains("training"))
+    throw Failure{kExitBadInput, fmt::format("{}: a job with \"model\" and \"training\" is needed", options.job_file)};
+  TrainRequest request;
+  auto model = estimator::parse_model_spec(job.at("model"), "/model");
+  if (!model) fail(model.error(), options.job_file);
+  auto training = estimator::parse_training_config(job.at("training"), "/training");
+  if (!training) fail(training.error(), options.job_file);
+  request.model = std::move(model).value();
+  request.training = std::move(training).value();
+  json dataset = {{"format", "synthetic"}};
+  if (const json* builtin = job.contains("run") && job.at("run").is_object() && job.at("run").contains("builtin")
+                                ? &job.at("run").at("builtin")
+                                : nullptr;
+      builtin && builtin->is_object() && builtin->contains("dataset"))
+    dataset = builtin->at("dataset");
+  auto parsed = parse_dataset_spec(dataset, "/run/builtin/dataset");  // relative paths: from here
+  if (!parsed) fail(parsed.error(), options.job_file);
+  request.dataset = std::move(parsed).value();
+  request.device = options.device;
+  request.threads = options.threads;
+  request.seed = options.seed;
+  request.checkpoint_directory = options.checkpoint;
+  return request;
+}
+
+// Reports an epoch to jouled as a job's own script would (POST /v1/jobs/{id}/progress with its
+// token), when run as a job ($JOULE_URL and $JOULE_JOB_ID set). Never stops training: the
+// first failure is one line on stderr, later ones are silent.
+class ProgressReporter {
+ public:
+  ProgressReporter() {
+    const char* url = std::getenv("JOULE_URL");
+    const char* job = std::getenv("JOULE_JOB_ID");
+    if (!url || !job || !*url || !*job) return;
+    auto server = client::parse_server_url(url);
+    if (!server) {
+      warn(fmt::format("JOULE_URL {}: {}", url, server.error().message));
+      return;
+    }
+    const char* token = std::getenv("JOULE_JOB_TOKEN");
+    client_.emplace(*server, token ? token : "", std::chrono::seconds(5));
+    target_ = fmt::format("/v1/jobs/{}/progress", job);
+  }
+
+  void report(const EpochReport& epoch) {
+    if (!client_) return;
+    json body = {{"epoch", epoch.epoch}, {"epochs", epoch.epochs}, {"loss", epoch.loss}};
+    if (epoch.accuracy) body["accuracy"] = *epoch.accuracy;
+    const auto reply = client_->request("POST", target_, body.dump());
+    if (!reply) return warn(reply.error().message);
+    if (reply->status >= 300) warn(fmt::format("HTTP {}: {}", reply->status, reply->body.substr(0, 300)));
+  }
+
+ private:
+  void warn(const std::string& why) {
+    if (warned_) return;
+    warned_ = true;
+    std::cerr << "joule-worker: could not report progress to jouled (" << why << "); training goes on\n";
+  }
+
+  std::optional<client::HttpClient> client_;
+  std::string target_;
+  bool warned_ = false;
+};
+
 int run(int argc, char** argv) {
   CLI::App app{"joule-worker: trains model specs with LibTorch and meters their energy per step"};
   app.require_subcommand(1);
@@ -218,8 +298,9 @@ int run(int argc, char** argv) {
   measure_cmd->add_option("--repetitions", measure.repetitions, "Metered readings (medians are reported)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
-  measure_cmd->add_option("--min-reading-seconds", measure.min_reading_seconds,
-                          "Each reading lasts at least this long (0: by meter, 2 s for NVML)")
+  measure_cmd
+      ->add_option("--min-reading-seconds", measure.min_reading_seconds,
+                   "Each reading lasts at least this long (0: by meter, 2 s for NVML)")
       ->check(CLI::Range(0.0, 3600.0));
   measure_cmd->add_option("--device", measure.device, "cpu or cuda:N")->capture_default_str();
   measure_cmd->add_option("--threads", measure.threads, "Intra-op and BLAS threads")
@@ -251,6 +332,21 @@ int run(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 3600.0));
 
+  TrainOptions train;
+  auto* train_cmd = app.add_subcommand(
+      "train", "Train a job's model spec on its run.builtin dataset (or synthetic data): one JSON line per epoch");
+  train_cmd->add_option("--job", train.job_file, "Job JSON with \"model\", \"training\" and run.builtin.dataset")
+      ->required();
+  train_cmd->add_option("--checkpoint", train.checkpoint,
+                        "Directory for checkpoints after each epoch; a run given one that holds a checkpoint of the "
+                        "same job resumes after its epoch");
+  train_cmd->add_option("--device", train.device, "cpu or cuda:N")->capture_default_str();
+  train_cmd->add_option("--threads", train.threads, "Intra-op and BLAS threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  train_cmd->add_option("--seed", train.seed, "Seed of weights, synthetic data and the epochs' order")
+      ->capture_default_str();
+
   std::string env_device = "cpu";
   int env_threads = 1;
   auto* env_cmd = app.add_subcommand("env", "Print the environment (LibTorch, BLAS, threads, device) as JSON");
@@ -274,12 +370,13 @@ int run(int argc, char** argv) {
                     : measure_cmd->parsed() ? measure_cmd->help()
                     : meters_cmd->parsed()  ? meters_cmd->help()
                     : env_cmd->parsed()     ? env_cmd->help()
+                    : train_cmd->parsed()   ? train_cmd->help()
                                             : app.help());
       return 0;
     }
     if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty())
       throw Failure{kExitBadInput,
-                    fmt::format("unknown subcommand \"{}\": use probe, measure, meters or env", argv[1])};
+                    fmt::format("unknown subcommand \"{}\": use probe, measure, train, meters or env", argv[1])};
     throw Failure{kExitBadInput, e.what()};
   }
 
@@ -303,6 +400,26 @@ int run(int argc, char** argv) {
       print_table(result, request.threads, request.repetitions);
   } else if (meters_cmd->parsed()) {
     print_json(meters_report(meters_device, meters_meter, meters_scope, meters_seconds));
+  } else if (train_cmd->parsed()) {
+    const TrainRequest request = train_request(train);
+    ProgressReporter progress;
+    auto summary = run_training(request, [&](const EpochReport& epoch) {
+      json line = {{"epoch", epoch.epoch},
+                   {"epochs", epoch.epochs},
+                   {"loss", epoch.loss},
+                   {"train_samples", epoch.train_samples},
+                   {"holdout_samples", epoch.holdout_samples},
+                   {"seconds", epoch.seconds}};
+      if (epoch.accuracy) line["accuracy"] = *epoch.accuracy;
+      print_json(line);
+      progress.report(epoch);
+    });
+    if (!summary) fail(summary.error(), train.job_file);
+    json done = {{"done", true}, {"first_epoch", summary->first_epoch}, {"epochs", summary->epochs}};
+    if (summary->final_loss) done["final_loss"] = *summary->final_loss;
+    if (summary->final_accuracy) done["final_accuracy"] = *summary->final_accuracy;
+    if (!summary->weights.empty()) done["weights"] = summary->weights.string();
+    print_json(done);
   } else if (env_cmd->parsed()) {
     if (auto status = check_device(env_device); !status) fail(status.error());
     set_worker_threads(env_threads);

@@ -286,11 +286,13 @@ TrainingSession::TrainingSession(BuiltNetwork network, SyntheticBatch batch,
                                  std::shared_ptr<torch::optim::Optimizer> optimizer)
     : network_(std::move(network)), batch_(std::move(batch)), optimizer_(std::move(optimizer)) {}
 
-torch::Tensor TrainingSession::step() {
+torch::Tensor TrainingSession::step() { return step(batch_.inputs, batch_.targets); }
+
+torch::Tensor TrainingSession::step(const torch::Tensor& inputs, const torch::Tensor& targets) {
   network_.module->train();
   optimizer_->zero_grad();
-  const torch::Tensor output = network_.module->forward(batch_.inputs);
-  torch::Tensor loss = compute_loss(network_.spec.loss, output, batch_.targets);
+  const torch::Tensor output = network_.module->forward(inputs);
+  torch::Tensor loss = compute_loss(network_.spec.loss, output, targets);
   loss.backward();
   optimizer_->step();
   return loss.detach();

@@ -103,9 +103,12 @@ class TrainingSession {
   /// One forward, loss, backward and optimizer step; returns the loss (still on the device:
   /// reading it synchronises a GPU, so callers read it only outside timed regions).
   torch::Tensor step();
+  /// The same on a batch of the caller's (the built-in trainer's data, already on the device).
+  torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& targets);
 
   BuiltNetwork& network() { return network_; }
   const SyntheticBatch& batch() const { return batch_; }
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
 
  private:
   TrainingSession(BuiltNetwork network, SyntheticBatch batch, std::shared_ptr<torch::optim::Optimizer> optimizer);
