@@ -27,7 +27,10 @@ json model_figure(const json& estimate, const std::string& name) {
 }
 
 json overhead_json(const estimator::JobOverhead& line) {
-  return {{"per_job", line.per_job}, {"per_epoch", line.per_epoch}, {"steps_scale", line.scale}};
+  return {{"per_job", line.per_job},
+          {"per_epoch", line.per_epoch},
+          {"steps_scale", line.scale},
+          {"separable", line.separable}};
 }
 
 }  // namespace

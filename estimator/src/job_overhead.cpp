@@ -13,6 +13,8 @@ namespace {
 // error. Enough to settle jobs of one size; nothing against a few jobs of different sizes.
 constexpr double kScalePriorWeight = 1.0;
 constexpr std::size_t kMinSamples = 3;
+// Jobs whose sizes spread less than this (SD of ln estimated) are of one size: no intercept.
+constexpr double kMinSizeSpread = 0.05;
 
 bool usable(const OverheadSample& sample) {
   return std::isfinite(sample.estimated) && sample.estimated > 0.0 && std::isfinite(sample.metered) &&
@@ -67,18 +69,42 @@ std::optional<JobOverhead> fit_job_overhead(const std::vector<OverheadSample>& s
 
   // Non-negative least squares over two terms: the best of the solutions whose free terms came
   // out non-negative, over every choice of free terms (the true optimum is one of them).
-  std::optional<Fit> best;
-  const auto consider = [&](bool with_per_job, bool with_per_epoch) {
-    if (auto fit = solve(kept, with_per_job, with_per_epoch); fit && (!best || fit->objective < best->objective))
-      best = fit;
+  const auto best_of = [&](bool with_overhead) {
+    std::optional<Fit> best;
+    const auto consider = [&](bool with_per_job, bool with_per_epoch) {
+      if (auto fit = solve(kept, with_per_job, with_per_epoch); fit && (!best || fit->objective < best->objective))
+        best = fit;
+    };
+    consider(false, false);
+    if (with_overhead) {
+      consider(true, false);
+      if (epochs_vary) {
+        consider(false, true);
+        consider(true, true);
+      }
+    }
+    return best;
   };
-  consider(false, false);
-  consider(true, false);
-  if (epochs_vary) {
-    consider(false, true);
-    consider(true, true);
-  }
+  auto best = best_of(true);
   if (!best) return std::nullopt;
+  // Errors in the estimates are errors in the regressor: unless the jobs' sizes spread well
+  // beyond the scatter the line leaves, the slope is flattened and the intercept takes up the
+  // difference. Then only the scale is fitted.
+  const auto spread = [&](auto value) {
+    double mean = 0.0, squares = 0.0;
+    for (const auto& sample : kept) mean += value(sample) / static_cast<double>(kept.size());
+    for (const auto& sample : kept) squares += (value(sample) - mean) * (value(sample) - mean);
+    return std::sqrt(squares / static_cast<double>(kept.size()));
+  };
+  const JobOverhead line = best->line;
+  const double sizes = spread([](const OverheadSample& s) { return std::log(s.estimated); });
+  const double scatter = spread(
+      [&](const OverheadSample& s) { return std::log(s.metered / (line.scale * s.estimated + line.at(s.epochs))); });
+  if (sizes < std::max(kMinSizeSpread, kSeparation * scatter)) {
+    best = best_of(false);
+    if (!best) return std::nullopt;
+    best->line.separable = false;
+  }
   return best->line;
 }
 
