@@ -137,17 +137,20 @@ TEST(ProbePlannerTest, a_probe_is_worth_less_the_more_its_kind_has_been_probed_a
   options.seed_samples = 2;
   ProbePlanner planner({WorkloadItem{mlp(), 32}}, options);
   auto meter = simulated_network_meter(device);
+  const auto probe = [&](const PlannedProbe& planned) {
+    std::vector<NetworkMeasurement> measured;
+    for (const auto& network : planned.plan.networks)
+      measured.push_back(*meter(network, planned.plan.target.batch_size, "sgd"));
+    if (auto sample = decompose(planned.plan, measured)) model.add_sample(*sample);
+    planner.mark_probed(planned.plan.target);
+  };
   // Seeds: worth whatever they cost (without them the workload has no estimate).
   while (planner.seeding()) {
     const auto planned = planner.next_planned(model);
     ASSERT_TRUE(planned);
     EXPECT_TRUE(std::isinf(planned->error_reduction));
     EXPECT_GT(planned->cost, 0.0);
-    std::vector<NetworkMeasurement> measured;
-    for (const auto& network : planned->plan.networks)
-      measured.push_back(*meter(network, planned->plan.target.batch_size, "sgd"));
-    if (auto sample = decompose(planned->plan, measured)) model.add_sample(*sample);
-    planner.mark_probed(planned->plan.target);
+    probe(*planned);
   }
   ASSERT_TRUE(model.fit());
   // Then a share of the workload's error, below 1, that falls as samples come in.
@@ -160,11 +163,7 @@ TEST(ProbePlannerTest, a_probe_is_worth_less_the_more_its_kind_has_been_probed_a
     EXPECT_LT(planned->error_reduction, 1.0);
     if (i == 0) first = planned->error_reduction;
     last = planned->error_reduction;
-    std::vector<NetworkMeasurement> measured;
-    for (const auto& network : planned->plan.networks)
-      measured.push_back(*meter(network, planned->plan.target.batch_size, "sgd"));
-    if (auto sample = decompose(planned->plan, measured)) model.add_sample(*sample);
-    planner.mark_probed(planned->plan.target);
+    probe(*planned);
     ASSERT_TRUE(model.fit());
   }
   EXPECT_LT(last, first);

@@ -21,12 +21,6 @@ Error invalid(std::string message, std::string where = {}) {
   return make_error(ErrorCode::invalid_argument, std::move(message), std::move(where));
 }
 
-std::vector<std::int64_t> batched(std::int64_t rows, const std::vector<std::int64_t>& shape) {
-  std::vector<std::int64_t> out{rows};
-  out.insert(out.end(), shape.begin(), shape.end());
-  return out;
-}
-
 // What identifies a checkpoint's network and training: resuming another one would load weights
 // of other shapes (or train on with another optimizer's state).
 std::string identity_of(const TrainRequest& request) {

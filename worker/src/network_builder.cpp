@@ -151,13 +151,13 @@ nn::AnyModule make_layer(const LayerSpec& spec, const AnalyzedLayer& layer) {
   throw std::logic_error(fmt::format("layer {}: no LibTorch module for type \"{}\"", layer.index, type));
 }
 
+}  // namespace
+
 std::vector<std::int64_t> batched(std::int64_t batch_size, const std::vector<std::int64_t>& shape) {
   std::vector<std::int64_t> sizes{batch_size};
   sizes.insert(sizes.end(), shape.begin(), shape.end());
   return sizes;
 }
-
-}  // namespace
 
 void GraphNetworkImpl::add(const std::string& name, torch::nn::AnyModule module, std::vector<std::int64_t> inputs,
                            std::string join) {

@@ -72,6 +72,9 @@ struct BuiltNetwork {
 Result<BuiltNetwork> build_network(const estimator::ModelSpec& spec, std::int64_t batch_size,
                                    const std::string& pointer = "/model");
 
+/// A per-sample shape with the batch (or sample count) in front: {rows, shape...}.
+std::vector<std::int64_t> batched(std::int64_t rows, const std::vector<std::int64_t>& shape);
+
 /// One batch of inputs and targets for a network.
 struct SyntheticBatch {
   torch::Tensor inputs;   ///< [B, input_shape...]: float, or int64 token ids
