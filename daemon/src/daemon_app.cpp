@@ -534,20 +534,7 @@ int run_daemon(const CommandLine& command_line) {
   OutcomeService outcomes;
   api.set_outcomes(&outcomes);
   const auto publish_calibration = [&] {
-    for (const auto& [device, summary] : outcomes.summaries()) {
-      Metrics::CalibrationFigures figures;
-      figures.rows = summary.rows;
-      figures.raw_error = summary.raw_error;
-      figures.corrected_error = summary.corrected_error;
-      figures.raw_coverage = summary.raw_coverage;
-      figures.calibrated_coverage = summary.calibrated_coverage;
-      figures.sigma_scale = summary.sigma_scale;
-      if (summary.overhead_joules) {
-        figures.overhead_joules_per_job = summary.overhead_joules->per_job;
-        figures.overhead_joules_per_epoch = summary.overhead_joules->per_epoch;
-      }
-      metrics.set_calibration(device, figures);
-    }
+    for (const auto& [device, summary] : outcomes.summaries()) metrics.set_calibration(device, summary);
   };
   jobs.set_model_info([&](const std::string& device) {
     const auto source = model_sources.find(device);

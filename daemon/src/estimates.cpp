@@ -113,7 +113,8 @@ Result<json> advise_request(const json& body, const std::vector<std::string>& de
   if (!model) return model.error();
   auto training = estimator::parse_training_config(body["training"], "/training");
   if (!training) return training.error();
-  if (auto layers = estimator::analyze_model(*model, training->batch_size, "/model"); !layers) return layers.error();
+  const auto original_layers = estimator::analyze_model(*model, training->batch_size, "/model");
+  if (!original_layers) return original_layers.error();
 
   // The device whose model advises: the one named, or the first with a model.
   std::string device;
@@ -163,7 +164,6 @@ Result<json> advise_request(const json& body, const std::vector<std::string>& de
   // the costly layers differ.
   json per_device = json::array();
   const auto advised_layers = estimator::analyze_model(advice->model, training->batch_size);
-  const auto original_layers = estimator::analyze_model(*model, training->batch_size);
   for (const auto& name : devices) {
     const auto m = models.find(name);
     if (m == models.end() || !m->second) {

@@ -213,7 +213,7 @@ void Metrics::set_model_state(const std::string& device, double version, double 
   model_last_probe_.Add({{"device", device}}).Set(last_probe_seconds);
 }
 
-void Metrics::set_calibration(const std::string& device, const CalibrationFigures& figures) {
+void Metrics::set_calibration(const std::string& device, const estimator::CalibrationSummary& figures) {
   calibration_rows_.Add({{"device", device}}).Set(static_cast<double>(figures.rows));
   calibration_sigma_scale_.Add({{"device", device}}).Set(figures.sigma_scale);
   const auto set = [&](prometheus::Family<prometheus::Gauge>& family, const char* estimate,
@@ -224,10 +224,10 @@ void Metrics::set_calibration(const std::string& device, const CalibrationFigure
   set(calibration_error_, "corrected", figures.corrected_error);
   set(calibration_coverage_, "raw", figures.raw_coverage);
   set(calibration_coverage_, "calibrated", figures.calibrated_coverage);
-  if (figures.overhead_joules_per_job)
-    job_overhead_.Add({{"device", device}, {"per", "job"}}).Set(*figures.overhead_joules_per_job);
-  if (figures.overhead_joules_per_epoch)
-    job_overhead_.Add({{"device", device}, {"per", "epoch"}}).Set(*figures.overhead_joules_per_epoch);
+  if (figures.overhead_joules) {
+    job_overhead_.Add({{"device", device}, {"per", "job"}}).Set(figures.overhead_joules->per_job);
+    job_overhead_.Add({{"device", device}, {"per", "epoch"}}).Set(figures.overhead_joules->per_epoch);
+  }
 }
 
 void Metrics::add_probe_energy(const std::string& device, const std::string& source, double joules) {

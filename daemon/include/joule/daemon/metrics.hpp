@@ -16,6 +16,8 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "joule/estimator/outcome_calibration.hpp"
+
 namespace joule::daemon {
 
 class Metrics {
@@ -65,19 +67,9 @@ class Metrics {
   void count_throttle_action(const std::string& action);
 
   /// What a device's finished jobs teach its estimates (OutcomeService), for the
-  /// joule_calibration_* gauges; the errors and coverages exist from 5 rows on.
-  struct CalibrationFigures {
-    std::size_t rows = 0;
-    std::optional<double> raw_error;
-    std::optional<double> corrected_error;
-    std::optional<double> raw_coverage;
-    std::optional<double> calibrated_coverage;
-    double sigma_scale = 1.0;
-    /// The job overhead line in joules (estimator/job_overhead.hpp), once fitted.
-    std::optional<double> overhead_joules_per_job;
-    std::optional<double> overhead_joules_per_epoch;
-  };
-  void set_calibration(const std::string& device, const CalibrationFigures& figures);
+  /// joule_calibration_* and joule_job_overhead_joules gauges; the errors and coverages exist
+  /// from 5 rows on, the overhead line once fitted.
+  void set_calibration(const std::string& device, const estimator::CalibrationSummary& summary);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
