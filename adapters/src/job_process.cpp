@@ -95,7 +95,8 @@ constexpr int kEnvironmentFd = 3;
 
 }  // namespace
 
-std::optional<std::string> unreachable_by(const std::filesystem::path& path, const JobIdentity& identity) {
+std::optional<std::string> unreachable_by(const std::filesystem::path& path, const JobIdentity& identity,
+                                          mode_t last_access) {
   const auto allows = [&](const struct stat& info, mode_t bit) {
     if (info.st_uid == identity.uid) return (info.st_mode & (bit << 6)) != 0;
     const bool in_group = info.st_gid == identity.gid || std::find(identity.groups.begin(), identity.groups.end(),
@@ -112,7 +113,7 @@ std::optional<std::string> unreachable_by(const std::filesystem::path& path, con
     }
   }
   struct stat last {};
-  if (::stat(path.c_str(), &last) == 0 && !allows(last, S_IXOTH))
+  if (::stat(path.c_str(), &last) == 0 && !allows(last, last_access))
     return fmt::format("{} is mode {:04o}, owned by uid {}", path.string(), last.st_mode & 07777, last.st_uid);
   return std::nullopt;
 }

@@ -234,7 +234,24 @@ void print_job(const json& job) {
                    : fmt::format("GPU limit {:.0f} W", throttle["gpu_power_limit_watts"].get<double>()));
   }
   if (job.contains("progress")) {
-    fmt::print("progress:  epoch {} of {}\n", job["progress"]["epoch"].get<int>(), job["progress"]["epochs"].get<int>());
+    const auto& progress = job["progress"];
+    std::string figures;
+    if (progress.contains("loss")) figures += fmt::format(", loss {:.4g}", progress["loss"].get<double>());
+    if (progress.contains("accuracy"))
+      figures += fmt::format(", held-out accuracy {:.1f} %", 100.0 * progress["accuracy"].get<double>());
+    fmt::print("progress:  epoch {} of {}{}\n", progress["epoch"].get<int>(), progress["epochs"].get<int>(), figures);
+    if (progress.contains("firing_rates")) {
+      std::string rates;
+      for (const auto& [layer, rate] : progress["firing_rates"].items())
+        rates += fmt::format("{}{} {:.1f} %", rates.empty() ? "" : ", ", layer, 100.0 * rate.get<double>());
+      fmt::print("firing:    {}\n", rates);
+    }
+  }
+  if (job.contains("builtin") && job["builtin"].contains("weights")) {
+    const auto& builtin = job["builtin"];
+    fmt::print("weights:   {}{}{}\n", builtin["weights"].get<std::string>(),
+               builtin.contains("node") ? " on " + builtin["node"].get<std::string>() : "",
+               builtin.value("weights_saved", true) ? "" : " (none saved yet)");
   }
   if (job.contains("projection")) {
     const auto& projection = job["projection"];

@@ -476,6 +476,7 @@ int run_daemon(const CommandLine& command_line) {
   job_options.user_identity = local_user_identity;
   job_options.runner = std::filesystem::read_symlink("/proc/self/exe", ec);
   job_options.python_path = find_python_package(job_options.runner);
+  job_options.worker = find_worker(config.probing, job_options.runner);
   if (job_options.python_path.empty())
     spdlog::info("the Python package joule was not found (share/joule/python beside jouled): jobs get no PYTHONPATH");
   else
@@ -563,7 +564,7 @@ int run_daemon(const CommandLine& command_line) {
   probe_options.probing = config.probing;
   probe_options.state_directory = config.state_directory;
   probe_options.runner = job_options.runner;
-  probe_options.worker = find_worker(config.probing, job_options.runner);
+  probe_options.worker = job_options.worker;
   ProbeService probes(io, storage, metrics, models, jobs, probe_options, clock);
   api.set_probes(&probes);
   jobs.set_device_hooks([&](const std::string& device) { probes.preempt(device); },

@@ -70,6 +70,10 @@ Result<json> estimate_request(const json& body, const std::vector<std::string>& 
     json row = estimator::to_json(*estimate);
     row["device"] = device;  // an agent's model names its own device; here it is "node/device"
     row["status"] = "ok";
+    if (training->eat)
+      row["warnings"].push_back(
+          "training.eat adds its penalty (a few elementwise passes over every activation) and a firing count per "
+          "epoch, which probes do not run: the estimate leaves them out");
     estimates.push_back(std::move(row));
   }
   if (estimates.empty() && !filter.devices.empty())

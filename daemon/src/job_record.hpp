@@ -56,6 +56,8 @@ struct JobRecord {
   // Shown by the API: its last epoch report and the projection the core made from it.
   std::optional<schedulers::EpochReport> last_report;
   std::optional<schedulers::Projection> projection;
+  /// What the job said of its training with its last report (loss, accuracy, firing_rates).
+  nlohmann::json training_figures = nlohmann::json::object();
   // Throttling in force (set by its executor, shown in GET /v1/jobs/{id}, offered to the controller):
   bool paused = false;
   std::optional<double> cpu_quota;

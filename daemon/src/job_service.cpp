@@ -32,6 +32,7 @@
 #include "joule/common/text.hpp"
 #include "joule/daemon/thread_settings.hpp"
 #include "joule/schedulers/step_projection.hpp"
+#include "joule/worker/datasets.hpp"
 
 namespace joule::daemon {
 
@@ -135,7 +136,12 @@ JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, M
   }
 }
 
-JobService::~JobService() { *alive_ = false; }
+JobService::~JobService() {
+  *alive_ = false;
+  // A check still reading posts nothing once alive_ is false; those not started are dropped.
+  dataset_checks_->stop();
+  dataset_checks_->join();
+}
 
 void JobService::set_api_url(std::string url) { local_->set_api_url(std::move(url)); }
 
@@ -271,6 +277,26 @@ Result<std::string> JobService::owner_of(const std::string& id) const {
   return it->second->row.owner;
 }
 
+namespace {
+
+// run.builtin's dataset read and checked against the job's model, as joule-worker will load it.
+Status inspect_builtin_dataset(const schedulers::JobSpec& spec) {
+  auto dataset = worker::parse_dataset_spec(spec.run.builtin->dataset, "/run/builtin/dataset", spec.run.workdir);
+  if (!dataset) return dataset.error();
+  auto info = worker::check_dataset_for_model(*dataset, *spec.model);
+  if (!info) return info.error();
+  // The estimate counts samples_per_epoch; the trainer trains on the dataset's training split.
+  const auto split = worker::split_dataset(*dataset, info->samples, spec.training->samples_per_epoch);
+  if (split.train != spec.training->samples_per_epoch)
+    return invalid(fmt::format("the dataset holds {} samples and the trainer trains on {} of them each epoch ({} held "
+                               "out): set samples_per_epoch to {}, which the estimate counts",
+                               info->samples, split.train, split.holdout, split.train),
+                   "/training/samples_per_epoch");
+  return {};
+}
+
+}  // namespace
+
 Status JobService::check_runnable(const schedulers::JobSpec& spec,
                                   const std::optional<adapters::JobIdentity>& identity) const {
   const bool any_device = std::any_of(devices_.begin(), devices_.end(), [&](const Device& d) {
@@ -289,10 +315,7 @@ Status JobService::check_runnable(const schedulers::JobSpec& spec,
     return invalid("the deadline has already passed", "/constraints/deadline");
   // Where it can only run on agents, the agent checks its program and workdir, and a job
   // that cannot start there fails with the agent's reason.
-  const bool any_local = std::any_of(devices_.begin(), devices_.end(), [&](const Device& d) {
-    return d.runs_jobs && d.node.empty() && schedulers::device_allowed(spec.constraints, d.name);
-  });
-  if (!any_local) return {};
+  if (!runs_here(spec)) return {};
 
   std::filesystem::path workdir = spec.run.workdir;
   if (!workdir.empty()) {
@@ -305,18 +328,45 @@ Status JobService::check_runnable(const schedulers::JobSpec& spec,
   }
   // Jobs run under accounts of their own: a workdir or program in a private home or temp
   // directory is refused now, with the directory in the way, rather than failing at start.
-  auto reachable = [&](const std::filesystem::path& path, const char* what, const char* pointer) -> Status {
+  auto reachable = [&](const std::filesystem::path& path, const char* what, const char* pointer,
+                       mode_t access = S_IXOTH) -> Status {
     if (!identity) return {};
-    if (auto why = adapters::unreachable_by(path, *identity)) {
-      return invalid(fmt::format("{} {} is out of reach of the job's account (uid {}): {}; give others access "
-                                 "(chmod o+x) or use another directory",
-                                 what, path.string(), identity->uid, *why),
-                     pointer);
+    if (auto why = adapters::unreachable_by(path, *identity, access)) {
+      return invalid(
+          fmt::format("{} {} is out of reach of the job's account (uid {}): {}; give others access "
+                      "(chmod o+x on directories{}) or use another directory",
+                      what, path.string(), identity->uid, *why, access == S_IROTH ? ", o+r on the file" : ""),
+          pointer);
     }
     return {};
   };
   if (!workdir.empty()) {
     if (auto status = reachable(workdir, "run.workdir", "/run/workdir"); !status) return status;
+  }
+  if (spec.run.builtin) {
+    if (options_.worker.empty())
+      return invalid("run.builtin trains with joule-worker, which this jouled did not find (set [probing] worker)",
+                     "/run/builtin");
+    // The files' contents are read off the loop (inspect_builtin_dataset); here, only where they are.
+    auto dataset = worker::parse_dataset_spec(spec.run.builtin->dataset, "/run/builtin/dataset", workdir);
+    if (!dataset) return dataset.error();
+    for (const auto& file : dataset->files) {
+      if (file.is_relative())
+        return invalid(fmt::format("dataset file {} is a relative path: give an absolute one, or run.workdir to "
+                                   "read it from",
+                                   file.string()),
+                       "/run/builtin/dataset");
+      if (auto status = reachable(file, "dataset file", "/run/builtin/dataset", S_IROTH); !status) return status;
+    }
+    if (const std::filesystem::path dir = spec.run.builtin->checkpoint_directory; !dir.empty()) {
+      std::error_code ec;
+      if (!std::filesystem::is_directory(dir.parent_path(), ec))
+        return invalid(
+            fmt::format("run.builtin.checkpoint {}: {} does not exist", dir.string(), dir.parent_path().string()),
+            "/run/builtin/checkpoint");
+      return reachable(dir.parent_path(), "run.builtin.checkpoint's parent", "/run/builtin/checkpoint");
+    }
+    return {};
   }
   const std::string& program = spec.run.argv.front();
   if (program.find('/') != std::string::npos) {
@@ -347,6 +397,35 @@ void JobService::submit(const json& body, Submitter submitter, Done done) {
   if (!spec) return done(spec.error());
   if (auto runnable = check_runnable(*spec, local_->job_identity(next_sequence_, submitter.uid)); !runnable)
     return done(runnable.error());
+  if (!spec->run.builtin || !runs_here(*spec))
+    return accept(std::move(spec).value(), std::move(submitter), std::move(done));
+  // The built-in trainer's dataset is read (headers and labels: up to CIFAR-10's whole batches)
+  // on a thread of its own, not on the loop every request waits on.
+  if (dataset_checks_in_flight_ >= kMaxDatasetChecks)
+    return done(make_error(ErrorCode::too_many, fmt::format("{} built-in jobs' datasets are being checked; retry later",
+                                                            kMaxDatasetChecks)));
+  ++dataset_checks_in_flight_;
+  auto checked = std::make_shared<schedulers::JobSpec>(std::move(spec).value());
+  boost::asio::post(*dataset_checks_, [this, alive = alive_, checked, submitter = std::move(submitter),
+                                       done = std::move(done)]() mutable {
+    Status fits = inspect_builtin_dataset(*checked);
+    boost::asio::post(io_, [this, alive, checked, fits = std::move(fits), submitter = std::move(submitter),
+                            done = std::move(done)]() mutable {
+      if (!*alive) return;
+      --dataset_checks_in_flight_;
+      if (!fits) return done(fits.error());
+      accept(std::move(*checked), std::move(submitter), std::move(done));
+    });
+  });
+}
+
+bool JobService::runs_here(const schedulers::JobSpec& spec) const {
+  return std::any_of(devices_.begin(), devices_.end(), [&](const Device& d) {
+    return d.runs_jobs && d.node.empty() && schedulers::device_allowed(spec.constraints, d.name);
+  });
+}
+
+void JobService::accept(schedulers::JobSpec spec, Submitter submitter, Done done) {
   const std::size_t queued = core().queue().size();
   if (queued + submissions_in_flight_ >= options_.max_queued_jobs) {
     return done(
@@ -357,14 +436,14 @@ void JobService::submit(const json& body, Submitter submitter, Done done) {
   static thread_local boost::uuids::random_generator make_uuid;
   job->row.id = boost::uuids::to_string(make_uuid());
   job->row.sequence = next_sequence_++;
-  job->row.name = spec->name.empty() ? fmt::format("job-{}", job->row.sequence) : spec->name;
-  job->row.spec_json = schedulers::to_json(*spec).dump();
+  job->row.name = spec.name.empty() ? fmt::format("job-{}", job->row.sequence) : spec.name;
+  job->row.spec_json = schedulers::to_json(spec).dump();
   job->row.state = "queued";
-  job->row.priority = spec->priority;
+  job->row.priority = spec.priority;
   job->row.submitted_ms = now_ms();
   job->row.owner = std::move(submitter.name);
   job->row.owner_uid = submitter.uid;
-  job->spec = std::move(spec).value();
+  job->spec = std::move(spec);
   if (estimator_ && job->spec.model && job->spec.training) set_estimates(*job, estimator_(job->spec));
   if (auto never = core().never_fits(now_ms(), device_statuses(), pending_job(*job))) {
     const char* where = never->kind == schedulers::WaitReason::Kind::deadline     ? "/constraints/deadline"
@@ -708,6 +787,10 @@ void JobService::unplace(Job& job, const std::string& why) {
 void JobService::requeue(Job& job, const std::string& why) {
   job.row.device.clear();
   job.row.pid = 0;
+  // Its next run reports its own epochs (from 1, or after the checkpoint it resumes from).
+  job.last_report.reset();
+  job.projection.reset();
+  job.training_figures = json::object();
   transition(job, JobState::queued, why);
   enqueue(job);
 }
@@ -947,6 +1030,28 @@ Result<json> JobService::report_progress(const std::string& id, const std::strin
   if (job.last_report && epoch <= job.last_report->epoch)
     return invalid(fmt::format("epoch {} was already reported (last: {})", epoch, job.last_report->epoch), "/epoch");
 
+  // What training says of itself (the built-in trainer sends these): shown with the progress.
+  json figures = json::object();
+  for (const char* key : {"loss", "accuracy"}) {
+    if (const auto it = body.find(key); it != body.end() && !it->is_null()) {
+      if (!it->is_number() || !std::isfinite(it->get<double>()))
+        return invalid(fmt::format("{} must be a finite number", key), fmt::format("/{}", key));
+      figures[key] = it->get<double>();
+    }
+  }
+  if (const auto it = body.find("firing_rates"); it != body.end()) {
+    if (!it->is_object() || it->size() > 1024)
+      return invalid("firing_rates must be an object of at most 1024 layers, each a share in [0, 1]", "/firing_rates");
+    for (const auto& [layer, rate] : it->items()) {
+      if (!rate.is_number() || rate.get<double>() < 0.0 || rate.get<double>() > 1.0 || layer.size() > 256)
+        return invalid("firing rates are shares in [0, 1], by layer names of at most 256 characters",
+                       "/firing_rates/" + std::string(printable(layer, 100)));
+    }
+    figures["firing_rates"] = *it;
+  }
+
+  job.training_figures = std::move(figures);
+
   Device* device = find_device(job.row.device);
   std::optional<double> used;
   if (device) used = executor_for(*device).energy_so_far(job, *device, nullptr);
@@ -1167,6 +1272,7 @@ json JobService::to_json(const Job& job, bool with_events) const {
   if (job.last_report) {
     const auto& last = *job.last_report;
     out["progress"] = {{"epoch", last.epoch}, {"epochs", last.epochs}, {"reported_at", schedulers::format_rfc3339(last.at)}};
+    for (const auto& [key, value] : job.training_figures.items()) out["progress"][key] = value;
   }
   // While it runs the job has no energy source of its own yet: its device's meter is it.
   const auto running_source = [&] {
@@ -1179,6 +1285,27 @@ json JobService::to_json(const Job& job, bool with_events) const {
   if (shown_state == JobState::running || shown_state == JobState::throttled) {
     if (const std::string source = running_source(); job.used_joules && !source.empty())
       out["energy_so_far"] = {{"joules", *job.used_joules}, {"source", source}, {"measured", is_measurement(source)}};
+  }
+  if (const auto& builtin = job.spec.run.builtin) {
+    // Where the trainer keeps its checkpoints, and so the trained weights (model.pt): in the work
+    // directory of the node it ran on, unless the job named a directory.
+    const Device* ran_on = nullptr;
+    for (const auto& device : devices_)
+      if (device.name == shown.device) ran_on = &device;
+    json where = {{"checkpoints", builtin->checkpoints}};
+    if (ran_on && !ran_on->node.empty()) where["node"] = ran_on->node;
+    const std::filesystem::path dir = ran_on && !ran_on->node.empty()
+                                          ? std::filesystem::path(builtin->checkpoint_directory)
+                                          : local_->checkpoint_directory(job);
+    if (builtin->checkpoints && !dir.empty()) {
+      where["checkpoint_directory"] = dir.string();
+      where["weights"] = (dir / "model.pt").string();
+      if (with_events && (!ran_on || ran_on->node.empty())) {
+        std::error_code ec;
+        where["weights_saved"] = std::filesystem::exists(dir / "model.pt", ec);
+      }
+    }
+    out["builtin"] = where;
   }
   if (job.paused || job.cpu_quota || job.gpu_limit_watts) {
     out["throttle"] = {{"paused", job.paused},

@@ -266,9 +266,20 @@ void SlurmExecutor::cycle() {
         continue;
       }
       if (it == handed_.end() || (it->second.record.slurm_id.empty() && !it->second.failure && !it->second.lost)) {
+        Handed& handed = handed_[joule_id];
+        if (assignment.spec.value("run", json::object()).contains("builtin")) {
+          // The built-in trainer is joule-worker on a node that runs jouled; a Slurm node may
+          // have neither, and the job's files live under this node's state directory.
+          handed.job = assignment.id;
+          handed.epoch = assignment.epoch;
+          handed.node = node_name(type);
+          handed.failure =
+              "run.builtin is not run on Slurm partitions; give run.command (for instance "
+              "joule-worker train --job FILE) or a device of a node running jouled";
+          continue;
+        }
         const auto submission = submission_for(assignment, type);
         auto submitted = cli_.submit(submission);
-        Handed& handed = handed_[joule_id];
         handed.job = assignment.id;
         handed.epoch = assignment.epoch;
         handed.node = node_name(type);

@@ -1,6 +1,7 @@
 #include "joule/estimator/model_spec.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 
@@ -304,6 +305,38 @@ Result<ModelSpec> parse_model_spec(const json& model, const std::string& pointer
   return spec;
 }
 
+namespace {
+
+// training.eat: {"lambda": λ >= 0, "sigma": σ > 0}. The ranges are wide (the seed sweeps λ over
+// 0.01-10 and σ over 1e-7-0.1); what they refuse is what cannot train (negative, not finite).
+Result<EatConfig> parse_eat(const json& value, const std::string& pointer) {
+  if (!value.is_object())
+    return invalid("training.eat must be an object: {\"lambda\": 0.1, \"sigma\": 0.001}", pointer);
+  EatConfig eat;
+  for (const auto& [key, field] : value.items()) {
+    const std::string where = pointer + "/" + key;
+    const bool finite = field.is_number() && std::isfinite(field.get<double>());
+    if (key == "lambda") {
+      if (!finite || field.get<double>() < 0.0 || field.get<double>() > 1e6)
+        return invalid("training.eat.lambda (the penalty's weight) must be a number between 0 and 1e6", where);
+      eat.lambda = field.get<double>();
+    } else if (key == "sigma") {
+      if (!finite || field.get<double>() < 1e-12 || field.get<double>() > 1e6)
+        return invalid(
+            "training.eat.sigma (how sharply the penalty counts an activation) must be a number between "
+            "1e-12 and 1e6",
+            where);
+      eat.sigma = field.get<double>();
+    } else {
+      return invalid(fmt::format("training.eat: unknown field \"{}\" (lambda, sigma)", key), where);
+    }
+  }
+  if (!value.contains("lambda")) return invalid("training.eat.lambda is required", pointer + "/lambda");
+  return eat;
+}
+
+}  // namespace
+
 Result<TrainingConfig> parse_training_config(const json& training, const std::string& pointer) {
   if (!training.is_object()) return invalid("training must be an object", pointer);
   TrainingConfig config;
@@ -319,6 +352,10 @@ Result<TrainingConfig> parse_training_config(const json& training, const std::st
       if (!value.is_string() || !is_known_optimizer(value.get<std::string>()))
         return invalid(fmt::format("training optimizer must be one of {}", known_optimizer_list()), where);
       config.optimizer = value.get<std::string>();
+    } else if (key == "eat") {
+      auto eat = parse_eat(value, where);
+      if (!eat) return eat.error();
+      config.eat = *eat;
     } else {
       return invalid(fmt::format("training: unknown field \"{}\"", key), where);
     }
@@ -363,10 +400,12 @@ json to_json(const ModelSpec& spec) {
 }
 
 json to_json(const TrainingConfig& training) {
-  return {{"batch_size", training.batch_size},
-          {"epochs", training.epochs},
-          {"samples_per_epoch", training.samples_per_epoch},
-          {"optimizer", training.optimizer}};
+  json out = {{"batch_size", training.batch_size},
+              {"epochs", training.epochs},
+              {"samples_per_epoch", training.samples_per_epoch},
+              {"optimizer", training.optimizer}};
+  if (training.eat) out["eat"] = {{"lambda", training.eat->lambda}, {"sigma", training.eat->sigma}};
+  return out;
 }
 
 }  // namespace joule::estimator

@@ -58,32 +58,64 @@ std::optional<std::string> reserved_env_name(std::string_view name) {
   return std::nullopt;
 }
 
+Result<BuiltinRun> parse_builtin(const json& input) {
+  if (!input.is_object())
+    return invalid("run.builtin must be an object: {\"dataset\": {...}, \"checkpoint\": true}", "/run/builtin");
+  BuiltinRun builtin;
+  for (const auto& [key, value] : input.items()) {
+    const std::string where = "/run/builtin/" + pointer_token(key);
+    if (key == "dataset") {
+      if (!value.is_object())
+        return invalid("run.builtin.dataset must be an object with a \"format\" (mnist-idx, cifar10, csv, synthetic)",
+                       where);
+      builtin.dataset = value;
+    } else if (key == "checkpoint") {
+      if (value.is_boolean()) {
+        builtin.checkpoints = value.get<bool>();
+      } else if (value.is_string() && !value.get<std::string>().empty() && value.get<std::string>()[0] == '/' &&
+                 value.get<std::string>().find('\0') == std::string::npos) {
+        builtin.checkpoint_directory = value.get<std::string>();
+      } else {
+        return invalid("run.builtin.checkpoint must be true, false or an absolute directory", where);
+      }
+    } else {
+      return invalid(fmt::format("run.builtin: unknown field \"{}\" (dataset, checkpoint)", printable(key, 100)),
+                     where);
+    }
+  }
+  return builtin;
+}
+
 Result<RunCommand> parse_run(const json& run, const JobLimits& limits) {
-  if (!run.is_object()) return invalid("run must be an object with a \"command\"", "/run");
-  if (run.contains("builtin"))
-    return invalid(
-        "run.builtin (training the spec with joule-worker) is not available in this version; "
-        "give run.command",
-        "/run/builtin");
+  if (!run.is_object()) return invalid("run must be an object with a \"command\" or a \"builtin\"", "/run");
   RunCommand command;
   for (const auto& [key, value] : run.items()) {
-    if (key != "command" && key != "workdir" && key != "env")
+    if (key != "command" && key != "builtin" && key != "workdir" && key != "env")
       return invalid(fmt::format("run: unknown field \"{}\"", key), "/run/" + key);
   }
   const auto argv = run.find("command");
-  if (argv == run.end()) return invalid("run.command is required", "/run/command");
-  if (!argv->is_array()) return invalid("run.command must be an array of strings (argv)", "/run/command");
-  if (argv->empty()) return invalid("run.command is empty; give at least the program", "/run/command");
-  if (argv->size() > limits.max_argv)
-    return invalid(fmt::format("run.command has more than {} arguments", limits.max_argv), "/run/command");
-  for (std::size_t i = 0; i < argv->size(); ++i) {
-    const auto& arg = (*argv)[i];
-    const std::string where = fmt::format("/run/command/{}", i);
-    if (!arg.is_string()) return invalid("run.command entries must be strings", where);
-    const auto text = arg.get<std::string>();
-    if (text.find('\0') != std::string::npos) return invalid("argument contains a NUL byte", where);
-    if (i == 0 && text.empty()) return invalid("the program name is empty", where);
-    command.argv.push_back(text);
+  if (const auto builtin = run.find("builtin"); builtin != run.end()) {
+    if (argv != run.end())
+      return invalid("run has both a command and builtin: give one (builtin trains the job's model itself)",
+                     "/run/builtin");
+    auto parsed = parse_builtin(*builtin);
+    if (!parsed) return parsed.error();
+    command.builtin = std::move(parsed).value();
+  } else {
+    if (argv == run.end()) return invalid("run.command (or run.builtin) is required", "/run/command");
+    if (!argv->is_array()) return invalid("run.command must be an array of strings (argv)", "/run/command");
+    if (argv->empty()) return invalid("run.command is empty; give at least the program", "/run/command");
+    if (argv->size() > limits.max_argv)
+      return invalid(fmt::format("run.command has more than {} arguments", limits.max_argv), "/run/command");
+    for (std::size_t i = 0; i < argv->size(); ++i) {
+      const auto& arg = (*argv)[i];
+      const std::string where = fmt::format("/run/command/{}", i);
+      if (!arg.is_string()) return invalid("run.command entries must be strings", where);
+      const auto text = arg.get<std::string>();
+      if (text.find('\0') != std::string::npos) return invalid("argument contains a NUL byte", where);
+      if (i == 0 && text.empty()) return invalid("the program name is empty", where);
+      command.argv.push_back(text);
+    }
   }
   if (auto it = run.find("workdir"); it != run.end()) {
     if (!it->is_string() || it->get<std::string>().empty() || it->get<std::string>()[0] != '/' ||
@@ -195,6 +227,11 @@ Result<JobSpec> parse_job_spec(const json& body, const JobLimits& limits) {
   }
   if (!body.contains("run")) return invalid("run is required: {\"command\": [\"program\", ...]}", "/run");
   if (spec.training && !spec.model) return invalid("training is given without a model to train", "/model");
+  if (spec.run.builtin && !spec.model)
+    return invalid("run.builtin trains the job's model spec: give \"model\" (and \"training\")", "/model");
+  if (spec.run.builtin && !spec.training)
+    return invalid("run.builtin needs \"training\" (epochs, batch size, optimizer) to train the model with",
+                   "/training");
   if (spec.model) {
     // Shapes must fit layer by layer (the error names the layer, its pointer and a fix).
     auto analyzed = estimator::analyze_model(*spec.model, spec.training ? spec.training->batch_size : 1, "/model");
@@ -204,7 +241,14 @@ Result<JobSpec> parse_job_spec(const json& body, const JobLimits& limits) {
 }
 
 json to_json(const JobSpec& spec) {
-  json run = {{"command", spec.run.argv}};
+  json run = json::object();
+  if (spec.run.builtin) {
+    json checkpoint = spec.run.builtin->checkpoint_directory.empty() ? json(spec.run.builtin->checkpoints)
+                                                                     : json(spec.run.builtin->checkpoint_directory);
+    run["builtin"] = {{"dataset", spec.run.builtin->dataset}, {"checkpoint", checkpoint}};
+  } else {
+    run["command"] = spec.run.argv;
+  }
   if (!spec.run.workdir.empty()) run["workdir"] = spec.run.workdir;
   if (!spec.run.env.empty()) run["env"] = spec.run.env;
   json constraints = json::object();

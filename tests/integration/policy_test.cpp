@@ -224,48 +224,6 @@ print(json.dumps(answers))
   EXPECT_TRUE(event) << done.dump(2);
 }
 
-// joule-worker's built-in trainer run as a job reports its epochs as a job's own script does,
-// with its token, so STEP follows it (from the epochs after power settled) with no code from
-// the user.
-TEST(PolicyTest, the_built_in_trainer_run_as_a_job_reports_its_epochs) {
-#ifndef JOULE_WORKER_BINARY
-  GTEST_SKIP() << "joule-worker is not built here";
-#else
-  PolicyDir policies;
-  DaemonProcess daemon({.config_toml = policies.config()});
-  ASSERT_TRUE(daemon.start()) << daemon.log();
-  const auto job_file =
-      std::filesystem::temp_directory_path() / ("joule-train-job-" + std::to_string(::getpid()) + ".json");
-  const json trained = {
-      {"model",
-       {{"input", {{"shape", {32}}}},
-        {"layers",
-         {{{"type", "linear"}, {"out_features", 64}}, {{"type", "relu"}}, {{"type", "linear"}, {"out_features", 4}}}}}},
-      {"training", {{"batch_size", 32}, {"epochs", 4}, {"samples_per_epoch", 32768}}}};
-  std::ofstream(job_file) << trained.dump();
-  std::filesystem::permissions(job_file, std::filesystem::perms::others_read, std::filesystem::perm_options::add);
-  const auto id = daemon.submit(job("built-in", {JOULE_WORKER_BINARY, "train", "--job", job_file.string()}));
-  auto done = daemon.wait_state(id, {"succeeded", "failed"});
-  ASSERT_EQ(done["state"], "succeeded")
-      << done.dump(2) << daemon.client().request("GET", "/v1/jobs/" + id + "/log?stream=stderr")->body;
-  EXPECT_EQ(done["progress"]["epoch"], 4) << done.dump(2);
-  EXPECT_EQ(done["progress"]["epochs"], 4) << done.dump(2);
-  // STEP on the trainer's real epochs: it projects from the epochs after power settled.
-  ASSERT_TRUE(done.contains("projection")) << done.dump(2);
-  EXPECT_EQ(done["projection"]["method"], "step") << done.dump(2);
-  // The first epoch is always skipped (the warm-up); the stable ones follow the last outlier.
-  EXPECT_GE(done["projection"]["stable_from_epoch"].get<int>(), 1) << done.dump(2);
-  EXPECT_GE(done["projection"]["stable_epochs"].get<int>(), 2) << done.dump(2);
-  EXPECT_EQ(done["projection"]["stable_from_epoch"].get<int>() + done["projection"]["stable_epochs"].get<int>(), 4)
-      << done.dump(2);
-  const auto err = daemon.client().request("GET", "/v1/jobs/" + id + "/log?stream=stderr")->body;
-  EXPECT_EQ(err.find("could not report progress"), std::string::npos) << err;
-  const auto out = daemon.client().request("GET", "/v1/jobs/" + id + "/log")->body;
-  EXPECT_NE(out.find(R"("epoch":4)"), std::string::npos) << out;
-  std::filesystem::remove(job_file);
-#endif
-}
-
 TEST(PolicyTest, an_exceeded_power_cap_pauses_a_running_job_and_dropping_the_cap_resumes_it) {
   PolicyDir policies;
   DaemonProcess daemon({.config_toml = policies.config()});

@@ -73,12 +73,68 @@ TEST(JobSpecTest, every_bad_field_is_named_by_pointer) {
   EXPECT_EQ(error_pointer(json::array()), "");
 }
 
-TEST(JobSpecTest, builtin_runs_are_refused_with_a_reason) {
-  json body = minimal_job();
-  body["run"] = json{{"builtin", {{"eat", true}}}};
-  auto parsed = parse_job_spec(body);
-  ASSERT_FALSE(parsed);
-  EXPECT_EQ(parsed.error().where, "/run/builtin");
+json builtin_job() {
+  return json::parse(R"({"name": "lenet",
+    "model": {"input": {"shape": [1, 28, 28]}, "layers": [{"type": "flatten"}, {"type": "linear", "out_features": 10}]},
+    "training": {"batch_size": 64, "epochs": 2, "samples_per_epoch": 600, "eat": {"lambda": 0.1, "sigma": 0.001}},
+    "run": {"builtin": {"dataset": {"format": "mnist-idx", "images": "/data/i", "labels": "/data/l"},
+                        "checkpoint": "/shared/ckpt"}}})");
+}
+
+TEST(JobSpecTest, a_builtin_run_trains_the_jobs_own_spec_and_round_trips) {
+  auto spec = parse_job_spec(builtin_job());
+  ASSERT_TRUE(spec) << spec.error().message << " at " << spec.error().where;
+  ASSERT_TRUE(spec->run.builtin);
+  EXPECT_TRUE(spec->run.argv.empty());
+  EXPECT_EQ(spec->run.builtin->dataset["format"], "mnist-idx");
+  EXPECT_EQ(spec->run.builtin->checkpoint_directory, "/shared/ckpt");
+  ASSERT_TRUE(spec->training->eat);
+  EXPECT_DOUBLE_EQ(spec->training->eat->lambda, 0.1);
+  EXPECT_DOUBLE_EQ(spec->training->eat->sigma, 0.001);
+  auto again = parse_job_spec(joule::schedulers::to_json(*spec));
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(joule::schedulers::to_json(*again), joule::schedulers::to_json(*spec));
+  // No dataset: synthetic data; checkpoints in the job's own directory unless told otherwise.
+  json body = builtin_job();
+  body["run"] = json{{"builtin", json::object()}};
+  spec = parse_job_spec(body);
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_TRUE(spec->run.builtin->checkpoints);
+  EXPECT_TRUE(spec->run.builtin->checkpoint_directory.empty());
+  body["run"] = json{{"builtin", {{"checkpoint", false}}}};
+  spec = parse_job_spec(body);
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_FALSE(spec->run.builtin->checkpoints);
+}
+
+TEST(JobSpecTest, a_builtin_run_that_cannot_train_is_refused_naming_the_field) {
+  auto with_run = [](json run) {
+    json body = builtin_job();
+    body["run"] = std::move(run);
+    return error_pointer(body);
+  };
+  EXPECT_EQ(with_run({{"builtin", {{"dataset", {}}}}, {"command", {"x"}}}), "/run/builtin");
+  EXPECT_EQ(with_run({{"builtin", "mnist"}}), "/run/builtin");
+  EXPECT_EQ(with_run({{"builtin", {{"dataset", "mnist"}}}}), "/run/builtin/dataset");
+  EXPECT_EQ(with_run({{"builtin", {{"checkpoint", "relative/dir"}}}}), "/run/builtin/checkpoint");
+  EXPECT_EQ(with_run({{"builtin", {{"eat", true}}}}), "/run/builtin/eat");
+  json body = builtin_job();
+  body.erase("training");
+  EXPECT_EQ(error_pointer(body), "/training");
+  body.erase("model");
+  EXPECT_EQ(error_pointer(body), "/model");
+  // EAT's settings, each named.
+  body = builtin_job();
+  body["training"]["eat"] = {{"lambda", -1}};
+  EXPECT_EQ(error_pointer(body), "/training/eat/lambda");
+  body["training"]["eat"] = {{"lambda", 0.1}, {"sigma", 0}};
+  EXPECT_EQ(error_pointer(body), "/training/eat/sigma");
+  body["training"]["eat"] = {{"sigma", 0.1}};
+  EXPECT_EQ(error_pointer(body), "/training/eat/lambda");
+  body["training"]["eat"] = {{"lambda", 0.1}, {"beta", 1}};
+  EXPECT_EQ(error_pointer(body), "/training/eat/beta");
+  body["training"]["eat"] = 0.1;
+  EXPECT_EQ(error_pointer(body), "/training/eat");
 }
 
 TEST(JobSpecTest, device_patterns_are_globs) {

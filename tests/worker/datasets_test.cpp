@@ -171,6 +171,41 @@ TEST_F(DatasetsTest, a_dataset_that_does_not_fit_the_model_says_how) {
   EXPECT_EQ(classes.error().message, "the dataset has labels up to 9 (10 classes) but the model's output has 5");
 }
 
+// What the trainer trains on each epoch is what the estimate counts (samples_per_epoch).
+TEST_F(DatasetsTest, the_split_trains_on_samples_per_epoch_for_synthetic_data_and_holds_out_a_share_of_files) {
+  DatasetSpec synthetic;  // drawn to size: samples_per_epoch train, a tenth of that more held out
+  EXPECT_EQ(split_dataset(synthetic, 0, 40).train, 40);
+  EXPECT_EQ(split_dataset(synthetic, 0, 40).holdout, 4);
+  DatasetSpec files;
+  files.format = DatasetSpec::Format::csv;
+  files.holdout = 0.25;
+  EXPECT_EQ(split_dataset(files, 240, 0).train, 180);
+  EXPECT_EQ(split_dataset(files, 240, 0).holdout, 60);
+  files.holdout = 0.99;  // one sample at least trains
+  EXPECT_EQ(split_dataset(files, 3, 0).train, 1);
+}
+
+TEST_F(DatasetsTest, a_model_that_cannot_train_on_files_is_told_why) {
+  dir_.write("points.csv", "1,2,0\n3,4,1\n");
+  auto parsed = spec({{"format", "csv"}, {"file", "points.csv"}});
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  auto model = estimator::parse_model_spec(
+      json{{"input", {{"shape", {2}}}}, {"layers", {{{"type", "linear"}, {"out_features", 2}}}}, {"loss", "mse"}},
+      "/model");
+  ASSERT_TRUE(model) << model.error().message;
+  auto checked = check_dataset_for_model(*parsed, *model);
+  ASSERT_FALSE(checked);
+  EXPECT_EQ(checked.error().where, "/run/builtin/dataset/format");
+  model->loss = "cross_entropy";
+  checked = check_dataset_for_model(*parsed, *model);
+  ASSERT_TRUE(checked) << checked.error().message;
+  EXPECT_EQ(checked->samples, 2);
+  model->layers[0].args["out_features"] = 1;  // labels 0 and 1 need two classes
+  checked = check_dataset_for_model(*parsed, *model);
+  ASSERT_FALSE(checked);
+  EXPECT_NE(checked.error().message.find("the model's output has 1"), std::string::npos) << checked.error().message;
+}
+
 TEST_F(DatasetsTest, dataset_specs_name_the_field_that_is_wrong) {
   const auto where = [&](const json& dataset) {
     auto parsed = spec(dataset);

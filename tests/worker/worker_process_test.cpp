@@ -205,8 +205,8 @@ TEST_F(WorkerProcessTest, bad_input_exits_2_naming_the_problem) {
   expect_bad("fly", "unknown subcommand \"fly\": use probe, measure, train, meters or env");
 }
 
-// The built-in trainer on a CSV dataset the test writes: two classes a line apart, an MLP.
-TEST_F(WorkerProcessTest, train_reports_each_epoch_checkpoints_and_resumes_after_the_last_epoch) {
+// A job of the built-in trainer on a CSV dataset written here: two classes a line apart, an MLP.
+json points_job(const testing::TempDir& dir) {
   std::ostringstream csv;
   csv << "x,y,class\n";
   for (int i = 0; i < 240; ++i) {
@@ -215,8 +215,8 @@ TEST_F(WorkerProcessTest, train_reports_each_epoch_checkpoints_and_resumes_after
     const double x = (cell % 24) / 12.0 - 1.0, y = (cell / 24) / 5.0 - 1.0;
     csv << x << "," << y << "," << (x + y > 0 ? 1 : 0) << "\n";
   }
-  dir_.write("points.csv", csv.str());
-  json job = {
+  dir.write("points.csv", csv.str());
+  return {
       {"name", "points"},
       {"model",
        {{"input", {{"shape", {2}}}},
@@ -226,7 +226,11 @@ TEST_F(WorkerProcessTest, train_reports_each_epoch_checkpoints_and_resumes_after
       {"run",
        {{"builtin",
          {{"dataset",
-           {{"format", "csv"}, {"file", (dir_ / "points.csv").string()}, {"header", true}, {"holdout", 0.25}}}}}}}};
+           {{"format", "csv"}, {"file", (dir / "points.csv").string()}, {"header", true}, {"holdout", 0.25}}}}}}}};
+}
+
+TEST_F(WorkerProcessTest, train_reports_each_epoch_checkpoints_and_resumes_after_the_last_epoch) {
+  json job = points_job(dir_);
   const auto checkpoint = (dir_ / "checkpoint").string();
   WorkerRun run = worker(fmt::format("train --job {} --checkpoint {}", write_json("job.json", job), checkpoint));
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -266,13 +270,43 @@ TEST_F(WorkerProcessTest, train_reports_each_epoch_checkpoints_and_resumes_after
       << run.err;
 }
 
+// EAT (seed 004): the penalty on activations makes fewer of them fire, and each epoch says how
+// many fire per layer (the logits, the last layer, are not counted).
+TEST_F(WorkerProcessTest, train_with_eat_fires_fewer_activations_and_reports_their_rates) {
+  auto last_epoch = [&](double lambda, const std::string& file) {
+    json job = points_job(dir_);
+    job["training"]["eat"] = {{"lambda", lambda}, {"sigma", 1e-3}};
+    const WorkerRun run = worker("train --job " + write_json(file, job));
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    std::istringstream out(run.out);
+    std::string line, last;
+    while (std::getline(out, line))
+      if (line.find(R"("done")") == std::string::npos) last = line;
+    return last.empty() ? json::object() : json::parse(last);
+  };
+  const json plain = last_epoch(0.0, "plain.json");
+  const json sparse = last_epoch(5.0, "sparse.json");
+  ASSERT_TRUE(plain.contains("firing_rates")) << plain.dump();
+  ASSERT_TRUE(sparse.contains("firing_rates")) << sparse.dump();
+  EXPECT_TRUE(plain["firing_rates"].contains("0_linear")) << plain.dump();
+  EXPECT_FALSE(plain["firing_rates"].contains("2_linear")) << plain.dump();
+  EXPECT_TRUE(plain.contains("sparsity_penalty")) << plain.dump();
+  const double plain_relu = plain["firing_rates"]["1_relu"], sparse_relu = sparse["firing_rates"]["1_relu"];
+  EXPECT_GT(plain_relu, 0.0);
+  EXPECT_LT(sparse_relu, plain_relu) << plain.dump() << "\n" << sparse.dump();
+  EXPECT_LT(sparse["sparsity_penalty"].get<double>(), plain["sparsity_penalty"].get<double>());
+  // Both still classify (accuracy is reported for both, on the held-out rows).
+  EXPECT_TRUE(sparse.contains("accuracy")) << sparse.dump();
+}
+
 TEST_F(WorkerProcessTest, train_on_synthetic_data_by_default) {
   json job = {{"model", testing::example_model("lenet5")},
               {"training", {{"batch_size", 8}, {"epochs", 1}, {"samples_per_epoch", 40}}}};
   const WorkerRun run = worker("train --job " + write_json("lenet.json", job));
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const json first = json::parse(run.out.substr(0, run.out.find('\n')));
-  EXPECT_EQ(first["train_samples"], 36);  // 40 samples, a tenth held out
+  EXPECT_EQ(first["train_samples"], 40);   // samples_per_epoch, as estimated
+  EXPECT_EQ(first["holdout_samples"], 4);  // and a tenth of that more, held out
   EXPECT_TRUE(first.contains("accuracy"));
 }
 

@@ -45,6 +45,12 @@ Status write_atomically(const fs::path& file, Save save) {
   return {};
 }
 
+// How a layer is named in firing rates: its name in the spec, else its index and type ("3_relu").
+std::string layer_label(const estimator::ModelSpec& spec, std::size_t index) {
+  const auto& layer = spec.layers.at(index);
+  return layer.name.empty() ? fmt::format("{}_{}", index, layer.type) : layer.name;
+}
+
 }  // namespace
 
 Result<TrainSummary> run_training(const TrainRequest& request,
@@ -58,32 +64,20 @@ Result<TrainSummary> run_training(const TrainRequest& request,
   const auto& spec = request.model;
   const auto& output = session->network().layers.back().output_shape;
   const bool classifies = spec.loss != "mse";
-  if (request.dataset.format != DatasetSpec::Format::synthetic) {
-    if (spec.input_dtype == "token")
-      return invalid(
-          "a model whose input is token ids trains on synthetic data only (the file formats hold pixels or "
-          "numbers)",
-          "/run/builtin/dataset/format");
-    if (!classifies)
-      return invalid(
-          "a model trained with the mse loss trains on synthetic data only (the file formats hold class "
-          "labels)",
-          "/run/builtin/dataset/format");
-  }
+  if (auto checked = check_dataset_for_model(request.dataset, spec); !checked) return checked.error();
 
-  // The dataset, checked against the model, as tensors: the last `holdout` share held out.
+  // The dataset, checked against the model, as tensors: the last `holdout` samples held out.
   DatasetSpec dataset = request.dataset;
-  if (dataset.format == DatasetSpec::Format::synthetic && dataset.samples == 0)
-    dataset.samples = std::max<std::int64_t>(request.training.samples_per_epoch, request.training.batch_size);
+  const std::int64_t samples_per_epoch = request.training.samples_per_epoch;
+  if (dataset.format == DatasetSpec::Format::synthetic && dataset.samples == 0) {
+    const auto split = split_dataset(dataset, 0, samples_per_epoch);
+    dataset.samples = split.train + split.holdout;
+  }
   if (dataset.format == DatasetSpec::Format::synthetic && classifies) dataset.classes = output.back();
   auto data = load_dataset(dataset, spec.input_shape, request.seed);
   if (!data) return data.error();
-  if (auto fits = check_dataset_fits(data->info, spec.input_shape, classifies ? output.back() : 0); !fits)
-    return invalid(fits.error().message, "/run/builtin/dataset");
   const std::int64_t samples = data->info.samples;
-  const auto holdout =
-      std::min<std::int64_t>(static_cast<std::int64_t>(std::floor(dataset.holdout * samples)), samples - 1);
-  const std::int64_t train = samples - holdout;
+  const auto [train, holdout] = split_dataset(request.dataset, samples, samples_per_epoch);
   torch::Tensor inputs;
   if (spec.input_dtype == "token") {
     std::int64_t vocabulary = 1;
@@ -143,6 +137,7 @@ Result<TrainSummary> run_training(const TrainRequest& request,
   }
 
   auto& module = session->network().module;
+  const std::optional<estimator::EatConfig>& eat = request.training.eat;
   const std::int64_t batch = request.training.batch_size;
   for (int epoch = summary.first_epoch; epoch <= summary.epochs; ++epoch) {
     const auto started = std::chrono::steady_clock::now();
@@ -150,14 +145,19 @@ Result<TrainSummary> run_training(const TrainRequest& request,
     // batches the uninterrupted one would have.
     torch::manual_seed(request.seed * 1000003 + static_cast<std::uint64_t>(epoch));
     const torch::Tensor order = torch::randperm(train, torch::kLong).to(device);
-    double loss_sum = 0.0;
+    double loss_sum = 0.0, penalty_sum = 0.0;
     std::int64_t batches = 0;
     for (std::int64_t from = 0; from < train; from += batch) {
       const auto rows = order.slice(0, from, std::min(from + batch, train));
       torch::Tensor batch_targets = targets.index_select(0, rows);
       if (classifies) batch_targets = batch_targets.reshape(-1);  // B·positions rows, as compute_loss has them
-      const torch::Tensor loss = session->step(inputs.index_select(0, rows), batch_targets);
-      loss_sum += loss.item<double>();
+      if (eat) {
+        const auto [loss, penalty] = session->step(inputs.index_select(0, rows), batch_targets, *eat);
+        loss_sum += loss.item<double>();
+        penalty_sum += penalty.item<double>();
+      } else {
+        loss_sum += session->step(inputs.index_select(0, rows), batch_targets).item<double>();
+      }
       ++batches;
     }
     EpochReport report;
@@ -168,19 +168,36 @@ Result<TrainSummary> run_training(const TrainRequest& request,
     report.holdout_samples = holdout;
     if (!std::isfinite(report.loss))
       return make_error(ErrorCode::internal, fmt::format("epoch {}: the training loss became {}", epoch, report.loss));
-    if (classifies && holdout > 0) {
+    if (eat) report.penalty = batches > 0 ? penalty_sum / static_cast<double>(batches) : 0.0;
+    if ((classifies && holdout > 0) || eat) {
+      // One pass in eval mode over the held-out samples (the training ones where none are held
+      // out, for firing rates only): accuracy, and with EAT which activations fire.
       torch::NoGradGuard no_grad;
       module->eval();
+      const bool on_holdout = holdout > 0;
+      const std::int64_t first = on_holdout ? train : 0, last = on_holdout ? samples : train;
       std::int64_t correct = 0, counted = 0;
-      for (std::int64_t from = train; from < samples; from += batch) {
-        const auto to = std::min(from + batch, samples);
-        const torch::Tensor predicted = module->forward(inputs.slice(0, from, to)).argmax(-1).reshape(-1);
+      std::vector<double> fired(module->size(), 0.0), seen(module->size(), 0.0);
+      const auto count_firing = [&](std::size_t index, const torch::Tensor& activations) {
+        if (!is_sparsity_layer(session->network(), index)) return;
+        fired[index] += static_cast<double>(activations.ne(0).sum().item<std::int64_t>());
+        seen[index] += static_cast<double>(activations.numel());
+      };
+      for (std::int64_t from = first; from < last; from += batch) {
+        const auto to = std::min(from + batch, last);
+        const torch::Tensor output = eat ? module->forward_observed(inputs.slice(0, from, to), count_firing)
+                                         : module->forward(inputs.slice(0, from, to));
+        if (!classifies || !on_holdout) continue;
+        const torch::Tensor predicted = output.argmax(-1).reshape(-1);
         const torch::Tensor expected = targets.slice(0, from, to).reshape(-1);
         correct += predicted.eq(expected).sum().item<std::int64_t>();
         counted += expected.numel();
       }
       module->train();
-      report.accuracy = counted > 0 ? static_cast<double>(correct) / static_cast<double>(counted) : 0.0;
+      if (classifies && on_holdout)
+        report.accuracy = counted > 0 ? static_cast<double>(correct) / static_cast<double>(counted) : 0.0;
+      for (std::size_t i = 0; i < fired.size(); ++i)
+        if (seen[i] > 0) report.firing_rates.emplace_back(layer_label(spec, i), fired[i] / seen[i]);
     }
     report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (!directory.empty()) {

@@ -10,6 +10,8 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "joule/common/result.hpp"
 #include "joule/estimator/model_spec.hpp"
@@ -34,6 +36,11 @@ struct EpochReport {
   int epochs = 0;
   double loss = 0.0;               ///< mean training loss over the epoch
   std::optional<double> accuracy;  ///< on the held-out samples (cross_entropy models with a holdout)
+  /// EAT (training.eat): the penalty's mean over the epoch (before λ), and the share of each
+  /// counted layer's outputs that are not zero on the held-out samples (the training samples
+  /// where none are held out), in eval mode: what zero-skipping hardware would skip.
+  std::optional<double> penalty;
+  std::vector<std::pair<std::string, double>> firing_rates;
   std::int64_t train_samples = 0;
   std::int64_t holdout_samples = 0;
   double seconds = 0.0;

@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "joule/estimator/layer_analysis.hpp"
+
 namespace joule::worker {
 
 namespace {
@@ -362,6 +364,46 @@ Status check_dataset_fits(const DatasetInfo& info, const std::vector<std::int64_
     return invalid(fmt::format("the dataset has labels up to {} ({} classes) but the model's output has {}",
                                info.classes - 1, info.classes, model_classes));
   return {};
+}
+
+DatasetSplit split_dataset(const DatasetSpec& spec, std::int64_t samples, std::int64_t samples_per_epoch) {
+  if (spec.format == DatasetSpec::Format::synthetic && spec.samples == 0) {
+    const std::int64_t train = std::max<std::int64_t>(samples_per_epoch, 1);
+    return {train, static_cast<std::int64_t>(std::floor(spec.holdout * static_cast<double>(train)))};
+  }
+  const auto holdout = std::min<std::int64_t>(
+      static_cast<std::int64_t>(std::floor(spec.holdout * static_cast<double>(samples))), samples - 1);
+  return {samples - holdout, holdout};
+}
+
+Result<DatasetInfo> check_dataset_for_model(const DatasetSpec& spec, const estimator::ModelSpec& model) {
+  const std::string pointer = "/run/builtin/dataset";
+  const bool classifies = model.loss != "mse";
+  if (spec.format != DatasetSpec::Format::synthetic) {
+    if (model.input_dtype == "token")
+      return invalid(
+          "a model whose input is token ids trains on synthetic data only (the file formats hold pixels or numbers)",
+          pointer + "/format");
+    if (!classifies)
+      return invalid(
+          "a model trained with the mse loss trains on synthetic data only (the file formats hold class labels)",
+          pointer + "/format");
+  }
+  auto layers = estimator::analyze_model(model, 1, "/model");
+  if (!layers) return layers.error();
+  const std::int64_t classes = classifies && !layers->empty() ? layers->back().output_shape.back() : 0;
+  if (spec.format == DatasetSpec::Format::synthetic) {
+    DatasetInfo info;
+    info.samples = spec.samples;
+    info.sample_shape = model.input_shape;
+    info.classes = classes;
+    return info;
+  }
+  auto info = inspect_dataset(spec);
+  if (!info) return info.error();
+  if (auto fits = check_dataset_fits(*info, model.input_shape, classes); !fits)
+    return invalid(fits.error().message, pointer);
+  return info;
 }
 
 }  // namespace joule::worker

@@ -230,6 +230,13 @@ TrainRequest train_request(const TrainOptions& options) {
   return request;
 }
 
+// EAT's firing rates, by layer name.
+json firing_json(const EpochReport& epoch) {
+  json rates = json::object();
+  for (const auto& [layer, rate] : epoch.firing_rates) rates[layer] = rate;
+  return rates;
+}
+
 // Reports an epoch to jouled as a job's own script would (POST /v1/jobs/{id}/progress with its
 // token), when run as a job ($JOULE_URL and $JOULE_JOB_ID set). Never stops training: the
 // first failure is one line on stderr, later ones are silent.
@@ -253,6 +260,7 @@ class ProgressReporter {
     if (!client_) return;
     json body = {{"epoch", epoch.epoch}, {"epochs", epoch.epochs}, {"loss", epoch.loss}};
     if (epoch.accuracy) body["accuracy"] = *epoch.accuracy;
+    if (!epoch.firing_rates.empty()) body["firing_rates"] = firing_json(epoch);
     const auto reply = client_->request("POST", target_, body.dump());
     if (!reply) return warn(reply.error().message);
     if (reply->status >= 300) warn(fmt::format("HTTP {}: {}", reply->status, reply->body.substr(0, 300)));
@@ -411,6 +419,8 @@ int run(int argc, char** argv) {
                    {"holdout_samples", epoch.holdout_samples},
                    {"seconds", epoch.seconds}};
       if (epoch.accuracy) line["accuracy"] = *epoch.accuracy;
+      if (epoch.penalty) line["sparsity_penalty"] = *epoch.penalty;
+      if (!epoch.firing_rates.empty()) line["firing_rates"] = firing_json(epoch);
       print_json(line);
       progress.report(epoch);
     });

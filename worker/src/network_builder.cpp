@@ -178,7 +178,9 @@ torch::Tensor GraphNetworkImpl::forward_layer(std::size_t index, const std::vect
   return out;
 }
 
-torch::Tensor GraphNetworkImpl::forward(const torch::Tensor& input) {
+torch::Tensor GraphNetworkImpl::forward(const torch::Tensor& input) { return forward_observed(input, {}); }
+
+torch::Tensor GraphNetworkImpl::forward_observed(const torch::Tensor& input, const LayerObserver& observe) {
   // Outputs are kept only while some later layer still reads them: a chain holds one at a time.
   std::vector<std::size_t> last_reader(modules_.size(), 0);
   for (std::size_t i = 0; i < modules_.size(); ++i)
@@ -190,6 +192,7 @@ torch::Tensor GraphNetworkImpl::forward(const torch::Tensor& input) {
     ins.reserve(inputs_[i].size());
     for (const auto source : inputs_[i]) ins.push_back(source < 0 ? input : outputs[static_cast<std::size_t>(source)]);
     outputs[i] = forward_layer(i, ins);
+    if (observe) observe(i, outputs[i]);
     for (const auto source : inputs_[i])
       if (source >= 0 && last_reader[static_cast<std::size_t>(source)] == i)
         outputs[static_cast<std::size_t>(source)] = torch::Tensor();
@@ -286,7 +289,33 @@ TrainingSession::TrainingSession(BuiltNetwork network, SyntheticBatch batch,
                                  std::shared_ptr<torch::optim::Optimizer> optimizer)
     : network_(std::move(network)), batch_(std::move(batch)), optimizer_(std::move(optimizer)) {}
 
+bool is_sparsity_layer(const BuiltNetwork& network, std::size_t index) {
+  if (index + 1 >= network.layers.size()) return false;
+  const std::string& type = network.spec.layers.at(network.layers.at(index).index).type;
+  return type != "flatten" && type != "identity";
+}
+
 torch::Tensor TrainingSession::step() { return step(batch_.inputs, batch_.targets); }
+
+std::pair<torch::Tensor, torch::Tensor> TrainingSession::step(const torch::Tensor& inputs, const torch::Tensor& targets,
+                                                              const estimator::EatConfig& eat) {
+  network_.module->train();
+  optimizer_->zero_grad();
+  torch::Tensor penalty_sum = torch::zeros({}, inputs.options().dtype(torch::kFloat));
+  std::int64_t counted = 0;
+  const torch::Tensor output =
+      network_.module->forward_observed(inputs, [&](std::size_t index, const torch::Tensor& activations) {
+        if (!is_sparsity_layer(network_, index) || !activations.is_floating_point()) return;
+        const torch::Tensor squared = activations.square();
+        penalty_sum = penalty_sum + (squared / (squared + eat.sigma)).sum();
+        counted += activations.numel();
+      });
+  const torch::Tensor loss = compute_loss(network_.spec.loss, output, targets);
+  const torch::Tensor penalty = counted > 0 ? penalty_sum / static_cast<double>(counted) : penalty_sum;
+  (loss + eat.lambda * penalty).backward();
+  optimizer_->step();
+  return {loss.detach(), penalty.detach()};
+}
 
 torch::Tensor TrainingSession::step(const torch::Tensor& inputs, const torch::Tensor& targets) {
   network_.module->train();

@@ -23,8 +23,10 @@
 // same-shape N(0, 1) target.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -47,6 +49,9 @@ class GraphNetworkImpl : public torch::nn::Module {
   void set_concat_dim(std::size_t index, std::int64_t dim) { concat_dims_[index] = dim; }
 
   torch::Tensor forward(const torch::Tensor& input);
+  /// The same, showing `observe` each layer's output (index, tensor) as it is computed.
+  using LayerObserver = std::function<void(std::size_t, const torch::Tensor&)>;
+  torch::Tensor forward_observed(const torch::Tensor& input, const LayerObserver& observe);
   /// One layer applied to its inputs (in the order of its spec's inputs).
   torch::Tensor forward_layer(std::size_t index, const std::vector<torch::Tensor>& inputs);
   std::size_t size() const { return modules_.size(); }
@@ -87,6 +92,10 @@ SyntheticBatch make_synthetic_batch(const BuiltNetwork& network, std::int64_t ba
 /// The spec's loss of `output` against `targets` (see the header comment for the shapes).
 torch::Tensor compute_loss(const std::string& loss, const torch::Tensor& output, const torch::Tensor& targets);
 
+/// Whether EAT counts a layer's outputs as activations: every layer but the network's last (its
+/// logits) and those that only reshape (flatten, identity), whose outputs are their inputs'.
+bool is_sparsity_layer(const BuiltNetwork& network, std::size_t index);
+
 /// What a session trains with.
 struct SessionOptions {
   std::int64_t batch_size = 32;
@@ -108,6 +117,11 @@ class TrainingSession {
   torch::Tensor step();
   /// The same on a batch of the caller's (the built-in trainer's data, already on the device).
   torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& targets);
+  /// EAT (seed 004): a step that minimises the loss plus λ × the mean of x² / (x² + σ) over the
+  /// activations of every layer that counts (is_sparsity_layer). Returns the loss and the penalty
+  /// (before λ), both detached.
+  std::pair<torch::Tensor, torch::Tensor> step(const torch::Tensor& inputs, const torch::Tensor& targets,
+                                               const estimator::EatConfig& eat);
 
   BuiltNetwork& network() { return network_; }
   const SyntheticBatch& batch() const { return batch_; }

@@ -1,5 +1,6 @@
 #include "local_executor.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -119,6 +120,57 @@ std::vector<std::string> LocalExecutor::job_environment(const JobRecord& job, co
   return out;
 }
 
+std::filesystem::path LocalExecutor::checkpoint_directory(const JobRecord& job) const {
+  const auto& builtin = job.spec.run.builtin;
+  if (!builtin || !builtin->checkpoints) return {};
+  if (!builtin->checkpoint_directory.empty()) return builtin->checkpoint_directory;
+  return work_directory(job.row.id) / "checkpoint";
+}
+
+Result<std::vector<std::string>> LocalExecutor::builtin_command(
+    const JobRecord& job, const Device& device, const std::optional<adapters::JobIdentity>& identity) const {
+  if (options_.worker.empty())
+    return make_error(ErrorCode::unavailable, "run.builtin needs joule-worker, which this jouled did not find");
+  // The stored spec (model, training, run.builtin.dataset): what the trainer reads. Rewritten at
+  // each start, so a requeued job trains what was submitted whatever the job did to the file.
+  const auto file = work_directory(job.row.id) / "builtin-job.json";
+  // The directory is the job account's: whatever a run left there (a link to a file of jouled's,
+  // say) is removed, never followed, and the file is created anew.
+  if (::unlink(file.c_str()) != 0 && errno != ENOENT)
+    return make_error(ErrorCode::io, fmt::format("cannot replace {}: {}", file.string(), std::strerror(errno)));
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return make_error(ErrorCode::io, fmt::format("cannot create {}: {}", file.string(), std::strerror(errno)));
+  const std::string text = job.row.spec_json + "\n";
+  bool written = true;
+  for (std::size_t done = 0; written && done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    written = n > 0;
+    if (written) done += static_cast<std::size_t>(n);
+  }
+  const bool handed = !identity || ::fchown(fd, identity->uid, identity->gid) == 0;
+  const int saved = errno;
+  ::close(fd);
+  if (!written) return make_error(ErrorCode::io, fmt::format("cannot write {}", file.string()));
+  if (!handed)
+    return make_error(ErrorCode::io,
+                      fmt::format("cannot hand {} to uid {}: {}", file.string(), identity->uid, std::strerror(saved)));
+  // CUDA_VISIBLE_DEVICES leaves the job one GPU, its first; a simulated device's job runs on the CPU.
+  const std::string torch_device = device.name.rfind("cuda:", 0) == 0 ? "cuda:0" : "cpu";
+  std::vector<std::string> argv = {options_.worker.string(),
+                                   "train",
+                                   "--job",
+                                   file.string(),
+                                   "--device",
+                                   torch_device,
+                                   "--threads",
+                                   std::to_string(std::max(1, device.threads))};
+  if (const auto checkpoints = checkpoint_directory(job); !checkpoints.empty())
+    argv.insert(argv.end(), {"--checkpoint", checkpoints.string()});
+  return argv;
+}
+
 std::string LocalExecutor::prepare(JobRecord& job, Device&) {
   runs_.erase(job.row.id);
   return "";
@@ -139,7 +191,13 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
     return host_.ended(job, JobState::failed, prepared.error().message, std::nullopt);
 
   adapters::LaunchSpec spec;
-  spec.argv = job.spec.run.argv;
+  if (job.spec.run.builtin) {
+    auto command = builtin_command(job, device, identity);
+    if (!command) return host_.ended(job, JobState::failed, command.error().message, std::nullopt);
+    spec.argv = std::move(command).value();
+  } else {
+    spec.argv = job.spec.run.argv;
+  }
   spec.identity = identity;
   spec.workdir = job.spec.run.workdir.empty() ? work_directory(id) : std::filesystem::path(job.spec.run.workdir);
   spec.env = job_environment(job, device);
@@ -453,6 +511,13 @@ void LocalExecutor::recover(JobRecord& job, Device* device) {
     }
   } else if (job.state == JobState::placed) {
     host_.requeue(job, "queued again: jouled stopped before starting it");
+  } else if (job.spec.run.builtin && job.spec.run.builtin->checkpoints &&
+             job.spec.restart == schedulers::RestartPolicy::requeue) {
+    // The node went down with it (or something killed its runner): the built-in trainer picks up
+    // after its last checkpoint, so running it again loses at most an epoch.
+    host_.requeue(job,
+                  "queued again: its process was gone after a daemon restart; the built-in trainer resumes from its "
+                  "last checkpoint");
   } else {
     host_.ended(job, JobState::failed,
                 "lost: its process was gone after a daemon restart and no exit status was recorded", std::nullopt);

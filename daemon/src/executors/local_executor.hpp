@@ -47,6 +47,9 @@ class LocalExecutor final : public Executor {
   std::filesystem::path job_directory(const std::string& id) const;
   /// The job's own directory: its default workdir, HOME and TMPDIR (JobServiceOptions::work_directory).
   std::filesystem::path work_directory(const std::string& id) const;
+  /// Where a `run.builtin` job's checkpoints go (its own or its work directory's checkpoint/);
+  /// empty when it keeps none. The trained weights are model.pt there.
+  std::filesystem::path checkpoint_directory(const JobRecord& job) const;
   /// The URL jobs reach the API at (JOULE_URL), known once the server listens.
   void set_api_url(std::string url) { api_url_ = std::move(url); }
   /// Jobs run for a coordinator from now on hold a lease of this many seconds (0: none): their
@@ -74,6 +77,9 @@ class LocalExecutor final : public Executor {
   /// Creates the job's directory and its tmp/, owned by `identity` when there is one.
   Status prepare_work_directory(const std::string& id, const std::optional<adapters::JobIdentity>& identity) const;
   std::vector<std::string> job_environment(const JobRecord& job, const Device& device) const;
+  /// `joule-worker train` for a `run.builtin` job, with its job file written to its work directory.
+  Result<std::vector<std::string>> builtin_command(const JobRecord& job, const Device& device,
+                                                   const std::optional<adapters::JobIdentity>& identity) const;
   /// Called by the job's ChildProcess when its runner has ended.
   void on_exit(const std::string& id, const std::optional<adapters::ExitStatus>& exit);
   /// A window on the device's meter from now; nullopt (and the meter's error noted on the

@@ -6,6 +6,7 @@
 // writes its exit status to a file. The file is what lets a restarted daemon (after kill -9 or
 // an upgrade) learn how a job ended that it could not wait for itself.
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -75,11 +76,11 @@ struct ExitStatus {
   std::string describe() const;
 };
 
-/// Why `identity` cannot reach `path` (search every directory on the way, and `access` on the
-/// last: X_OK to enter a directory or run a program), e.g. "/root is mode 0700, owned by uid 0";
-/// nothing when it can. Judged by the mode bits as the kernel would for that account (POSIX
-/// ACLs are not read).
-std::optional<std::string> unreachable_by(const std::filesystem::path& path, const JobIdentity& identity);
+/// Why `identity` cannot reach `path` (search every directory on the way, and `last_access` on
+/// the last: S_IXOTH to enter a directory or run a program, S_IROTH to read a file), e.g. "/root is mode 0700, owned by
+/// uid 0"; nothing when it can. Judged by the mode bits as the kernel would for that account (POSIX ACLs are not read).
+std::optional<std::string> unreachable_by(const std::filesystem::path& path, const JobIdentity& identity,
+                                          mode_t last_access = S_IXOTH);
 
 /// Starts the runner in a new process group (pgid = pid), stdin from /dev/null, stdout and
 /// stderr appended to their files (never through a symbolic link), in `workdir`, with no

@@ -19,6 +19,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <nlohmann/json.hpp>
 
 #include "joule/adapters/database.hpp"
@@ -105,6 +106,9 @@ struct JobServiceOptions {
   /// share/joule/python of an install): put first on every job's PYTHONPATH, so training
   /// scripts `import joule` without installing it. Empty: PYTHONPATH is the job's own.
   std::filesystem::path python_path;
+  /// joule-worker, which runs jobs with `run.builtin` (the built-in trainer). Empty: such jobs
+  /// are refused.
+  std::filesystem::path worker;
 };
 
 class JobService {
@@ -257,6 +261,10 @@ class JobService {
 
   Status check_runnable(const schedulers::JobSpec& spec,
                         const std::optional<adapters::JobIdentity>& identity = std::nullopt) const;
+  /// Whether a device of this node (not an agent's) may run it.
+  bool runs_here(const schedulers::JobSpec& spec) const;
+  /// A checked submission stored and queued: `done` gets the job once it is committed.
+  void accept(schedulers::JobSpec spec, Submitter submitter, Done done);
   void persist(Write write, std::function<void(Status)> done = {});
   /// Persists a write of `job`'s events, and of its row where `writes_row`; once it commits,
   /// that row and those events are what the API shows of the job.
@@ -351,6 +359,10 @@ class JobService {
   std::unique_ptr<LocalExecutor> local_;  // jobs on this node's devices
   std::unique_ptr<NodeExecutor> nodes_;   // coordinator: jobs on agents' and Slurm's devices
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  /// Reads built-in jobs' datasets at submit, off the loop; at most kMaxDatasetChecks waiting.
+  std::unique_ptr<boost::asio::thread_pool> dataset_checks_ = std::make_unique<boost::asio::thread_pool>(1);
+  std::size_t dataset_checks_in_flight_ = 0;
+  static constexpr std::size_t kMaxDatasetChecks = 64;
 };
 
 }  // namespace joule::daemon

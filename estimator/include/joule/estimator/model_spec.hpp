@@ -11,6 +11,7 @@
 // later one. A spec without names or inputs is the plain list it always was.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,11 +56,21 @@ struct ModelSpec {
 };
 
 /// How the network is trained: what turns per-step energy into per-job energy.
+/// EAT (energy-aware training, seed 004): the loss gains λ times a differentiable count of the
+/// activations that fire, the mean over every layer's outputs (all but the last) of
+/// x² / (x² + σ). σ sets how sharp the count is; λ = 0 trains as usual and still reports the
+/// firing rates.
+struct EatConfig {
+  double lambda = 0.0;
+  double sigma = 1e-3;
+};
+
 struct TrainingConfig {
   std::int64_t batch_size = 32;
   std::int64_t epochs = 1;
   std::int64_t samples_per_epoch = 0;
   std::string optimizer = "sgd";
+  std::optional<EatConfig> eat;  ///< `training.eat`: trained by the built-in trainer with EAT's penalty
 };
 
 /// The layer types a model spec may use, in the spelling users write.

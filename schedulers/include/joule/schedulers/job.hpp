@@ -18,9 +18,23 @@
 
 namespace joule::schedulers {
 
-/// The program a job runs: argv (no shell), an optional working directory, extra environment.
+/// `run.builtin`: jouled trains the job's own model spec with joule-worker (the probes' code, at
+/// the device's thread count) instead of running a program of the user's.
+struct BuiltinRun {
+  /// `run.builtin.dataset` as given (format and files); checked where the job runs, by the code
+  /// that loads it. Absent: synthetic data.
+  nlohmann::json dataset = nlohmann::json::object();
+  bool checkpoints = true;
+  /// Where checkpoints go: empty for the job's own work directory (kept across pauses, restarts
+  /// and a requeue on this node); an absolute directory (shared storage) to resume on another.
+  std::string checkpoint_directory;
+};
+
+/// What a job runs: a program (argv, no shell) or the built-in trainer, in an optional working
+/// directory, with extra environment.
 struct RunCommand {
-  std::vector<std::string> argv;
+  std::vector<std::string> argv;  ///< empty for the built-in trainer
+  std::optional<BuiltinRun> builtin;
   std::string workdir;  ///< empty: the job's own directory under the state directory
   std::map<std::string, std::string> env;
 };

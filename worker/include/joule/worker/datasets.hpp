@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "joule/common/result.hpp"
+#include "joule/estimator/model_spec.hpp"
 
 namespace joule::worker {
 
@@ -64,6 +65,23 @@ Result<DatasetInfo> inspect_dataset(const DatasetSpec& spec);
 /// must be the dataset's, and the output layer's classes must cover its labels.
 Status check_dataset_fits(const DatasetInfo& info, const std::vector<std::int64_t>& input_shape,
                           std::int64_t model_classes);
+
+/// How the built-in trainer splits a dataset: `train` samples each epoch, then `holdout` held out
+/// (the last ones) to report accuracy on.
+struct DatasetSplit {
+  std::int64_t train = 0;
+  std::int64_t holdout = 0;
+};
+/// Synthetic data drawn to size (no `samples` given) trains on `samples_per_epoch` samples and
+/// holds out the `holdout` share of that many more; a dataset of `samples` holds out that share
+/// of them (rounded down; one sample at least trains).
+DatasetSplit split_dataset(const DatasetSpec& spec, std::int64_t samples, std::int64_t samples_per_epoch);
+
+/// The built-in trainer's whole check of a job's dataset against its model (jouled's at submit,
+/// joule-worker's before training): files only for classifiers of pixels or numbers (token
+/// inputs and the mse loss train on synthetic data), then the files' headers and labels, then
+/// the shapes and classes. Errors point under /run/builtin/dataset.
+Result<DatasetInfo> check_dataset_for_model(const DatasetSpec& spec, const estimator::ModelSpec& model);
 
 /// Loads every sample (synthetic data is drawn from `seed` with `input_shape`).
 Result<Dataset> load_dataset(const DatasetSpec& spec, const std::vector<std::int64_t>& input_shape,
