@@ -1,15 +1,15 @@
 #!/usr/bin/python3
 """eat_bench.py: energy-aware training (EAT, seed 004) with and without its penalty, through jouled.
 
-    /usr/bin/python3 bench/eat_bench.py --json /tmp/eat.json       # ~10 min on 2 cores
-    /usr/bin/python3 bench/eat_bench.py --quick                    # ~2 min smoke run
+    /usr/bin/python3 bench/eat_bench.py --json /tmp/eat.json       # ~2 min on 2 cores
+    /usr/bin/python3 bench/eat_bench.py --quick                    # ~20 s smoke run
 
 The benchmark writes two small datasets in real formats (nothing is downloaded): 28x28 grey
 shapes in MNIST's IDX pair, and 32x32 colour shapes in CIFAR-10's binary format, ten classes
 each (bars, crosses, rings, boxes... at jittered places, with noise). A fresh jouled (one `cpu`
 device, `threads = 1`, probing off) then runs, one at a time, LeNet-5 on the first and a small
 CNN on the second as built-in jobs (`run.builtin`), each with `training.eat` at lambda = 0 (the
-usual training, firing rates still counted) and at the seed's lambda (`--lambda`, 0.1; sigma 1e-3).
+usual training, firing rates still counted), at the seed's lambda (0.1; sigma 1e-3) and at 1.
 
 Reported per network and lambda: held-out accuracy, the firing rate (share of outputs that are
 not zero) of every counted layer and their mean, the job's energy and seconds as jouled metered
@@ -189,7 +189,7 @@ def macs_by_layer(jouled, model, batch_size, samples):
     answer = jouled.call("POST", "/v1/estimate", {"model": model, "training": {
         "batch_size": batch_size, "epochs": 1, "samples_per_epoch": samples}})
     out = {}
-    for row in answer["layers"]:
+    for row in answer["model"]["layers"]:
         layer = model["layers"][row["index"]]
         outputs = 1
         for d in row["output_shape"]:
@@ -236,10 +236,11 @@ def run_job(jouled, name, model, dataset, samples, epochs, lam, sigma):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", default=os.path.join(REPO, "build"))
-    parser.add_argument("--lambda", dest="lam", type=float, default=0.1, help="the seed's lambda (default 0.1)")
+    parser.add_argument("--lambdas", default="0,0.1,1",
+                        help="comma-separated lambdas (default 0, the seed's 0.1, and 1 for the trend)")
     parser.add_argument("--sigma", type=float, default=1e-3)
-    parser.add_argument("--samples", type=int, default=3000, help="images per dataset (a tenth held out)")
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--samples", type=int, default=6000, help="images per dataset (a tenth held out)")
+    parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--quick", action="store_true", help="800 images, 2 epochs")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
@@ -257,7 +258,7 @@ def main():
         load = os.getloadavg()[0]
         for name, model in (("lenet5", LENET5), ("cnn_small", CNN_SMALL)):
             macs = macs_by_layer(jouled, model, 32, train)
-            for lam in (0.0, args.lam):
+            for lam in [float(x) for x in args.lambdas.split(",")]:
                 log(f"{name}, lambda {lam:g}: training")
                 done = run_job(jouled, name, model, datasets[name], train, args.epochs, lam, args.sigma)
                 rates = done["progress"].get("firing_rates", {})
