@@ -14,6 +14,7 @@ std::string_view to_string(Verdict verdict) {
     case Verdict::finished: return "finished";
     case Verdict::recorded: return "recorded";
     case Verdict::adopt: return "adopt";
+    case Verdict::ended_while_lost: return "ended_while_lost";
   }
   return "?";
 }
@@ -24,6 +25,8 @@ Verdict judge_report(const std::optional<CoordinatorJob>& job, const std::string
   if (!reported) return Verdict::stale;
   const bool ended = schedulers::is_terminal(*reported);
   if (schedulers::is_terminal(job->state)) return ended ? Verdict::recorded : Verdict::stale;
+  if (ended && job->state == JobState::queued)
+    return *reported == JobState::succeeded ? Verdict::ended_while_lost : Verdict::stale;
   if (ended) return Verdict::finished;
   if (job->state == JobState::queued) return Verdict::adopt;
   const bool runs = *reported == JobState::running || *reported == JobState::throttled;

@@ -126,6 +126,10 @@ void ClusterCoordinator::sync(const json& body, Answer answer) {
   if (heard.restarted) spdlog::info("node {}: its jouled restarted; reconciling its jobs", request->node);
   // Counted when a node changes state, not on every sync (it walks every node).
   if (heard.new_node || heard.came_back || heard.joined) publish_node_counts();
+  // Its reports first: a node coming back with the end of a job queued again while it was lost
+  // settles that job before its devices, ready again, are offered to the queue (which would
+  // otherwise run the job a second time).
+  auto recorded = jobs_.apply_reports(request->node, request->jobs);
   jobs_.update_node(request->node, request->devices);
 
   for (const auto& upload : request->models) {
@@ -141,8 +145,6 @@ void ClusterCoordinator::sync(const json& body, Answer answer) {
     models_.install(name, std::make_shared<const estimator::DeviceEnergyModel>(std::move(model).value()),
                     upload.version);
   }
-  auto recorded = jobs_.apply_reports(request->node, request->jobs);
-
   auto reply = reply_for(request->node);
   reply.recorded = std::move(recorded);
   bool wants_upload = false;

@@ -41,6 +41,18 @@ TEST(JudgeReportTest, a_job_queued_again_after_its_node_was_lost_is_adopted_if_n
   EXPECT_EQ(judge_report(CoordinatorJob{JobState::placed, 3, "edge2"}, "edge1", report("running")), Verdict::stale);
 }
 
+// A job queued again after its node was lost must not be settled by that node's report of a run
+// it fenced or lost (once, such a report cancelled it; a refused "succeeded" left it queued but
+// out of the queue, never to run): only a run that succeeded ends it; any other end is stale
+// and the job runs again.
+TEST(JudgeReportTest, a_run_that_ended_while_its_node_was_lost_ends_the_job_only_if_it_succeeded) {
+  const CoordinatorJob queued{JobState::queued, 2, "edge1"};
+  EXPECT_EQ(judge_report(queued, "edge1", report("succeeded", 2)), Verdict::ended_while_lost);
+  EXPECT_EQ(judge_report(queued, "edge1", report("cancelled", 2)), Verdict::stale);
+  EXPECT_EQ(judge_report(queued, "edge1", report("failed", 2)), Verdict::stale);
+  EXPECT_EQ(judge_report(queued, "edge2", report("succeeded", 2)), Verdict::stale);
+}
+
 Assignment want(std::string id, std::int64_t epoch, bool paused = false, bool stop = false) {
   Assignment a;
   a.id = std::move(id);

@@ -340,6 +340,28 @@ TEST_F(ClusterNodesTest, a_job_with_restart_fail_fails_when_its_node_is_lost) {
   EXPECT_EQ(orin->wait_state(id + ".1", {"cancelled", "succeeded", "failed"})["state"], "cancelled");
 }
 
+// A hung agent (SIGSTOP: a partition as the coordinator sees it) is declared lost and its job
+// queued again; its job ends meanwhile (the runner does not need the agent). When the agent
+// comes back with that success, the job is taken back and ends: it once stayed queued for good,
+// out of the queue, after a refused "queued -> succeeded".
+TEST_F(ClusterNodesTest, a_job_that_succeeded_while_its_agent_was_lost_ends_when_the_agent_is_back) {
+  const auto port = free_port();
+  auto coordinator = start_coordinator(port);
+  auto orin = start_agent("orin", "jetson-orin", port);
+  ASSERT_TRUE(
+      all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 1); }), 1));
+  const std::string id = coordinator->submit(training_job("short", marking_command(marks_, 0.2)));
+  ASSERT_EQ(coordinator->wait_state(id, {"running"})["state"], "running");
+  orin->signal(SIGSTOP);
+  const json lost = coordinator->wait_state(id, {"queued"});
+  ASSERT_EQ(lost["state"], "queued") << lost.dump(2);
+  orin->signal(SIGCONT);
+  const json job = coordinator->wait_state(id, {"succeeded", "failed", "cancelled"});
+  EXPECT_EQ(job["state"], "succeeded") << job.dump(2);
+  EXPECT_TRUE(has_event(job, "came back having run it to the end")) << job.dump(2);
+  EXPECT_EQ(lines_of(marks_).size(), 1u);  // it ran once
+}
+
 TEST_F(ClusterNodesTest, a_coordinator_killed_with_9_loses_nothing_and_resumes_with_its_agents) {
   const auto port = free_port();
   auto coordinator = start_coordinator(port);

@@ -142,6 +142,18 @@ std::vector<std::pair<std::string, std::int64_t>> NodeExecutor::apply_reports(
         finish(job, report);
         recorded.emplace_back(report.id, report.epoch);
         break;
+      case cluster::Verdict::ended_while_lost:
+        // Queued again after its node was lost, and that node ran it to the end: taken back onto
+        // its device and ended, if the device is still free for it; else it runs again.
+        if (Device* device = host_.find_device(job.row.device); device && !device->job) {
+          run.seen = true;
+          host_.adopt(job, *device,
+                      fmt::format("{} came back having run it to the end (epoch {})", device->node, report.epoch),
+                      "running", report.started_ms);
+          finish(job, report);
+        }
+        recorded.emplace_back(report.id, report.epoch);
+        break;
       case cluster::Verdict::recorded:
         recorded.emplace_back(report.id, report.epoch);
         break;

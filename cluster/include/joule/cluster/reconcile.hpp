@@ -29,6 +29,11 @@ enum class Verdict {
   recorded,  ///< an end already recorded: acknowledge it so the agent stops reporting it
   adopt,     ///< the node was declared lost and the job queued again, but it still runs there
              ///< and was not placed elsewhere: take it back as it is
+  /// The node was declared lost and the job queued again, and the node comes back having run
+  /// it to success: take it back and record that end (it need not run again). Any other end of
+  /// such a run (its runner fenced it, its agent died with it) is `stale`: the job, queued
+  /// again, runs again as its restart policy says.
+  ended_while_lost,
 };
 std::string_view to_string(Verdict verdict);
 
