@@ -1,6 +1,10 @@
 #include "joule/daemon/job_estimate.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
 
 namespace joule::daemon {
 
@@ -19,7 +23,52 @@ std::optional<std::pair<double, double>> figure(const json& row, const char* key
   return std::pair{number("mean"), number("std")};
 }
 
+// Every floating-point number in `value` rounded to 6 significant digits: the shortest text
+// that reads back the same is then a few characters, not 17 digits.
+void round_numbers(json& value) {
+  if (value.is_number_float()) {
+    const double number = value.get<double>();
+    if (std::isfinite(number)) value = std::strtod(fmt::format("{:.6g}", number).c_str(), nullptr);
+  } else if (value.is_structured()) {
+    for (auto& item : value) round_numbers(item);
+  }
+}
+
+double summed_flops(const json& row) {
+  double flops = 0.0;
+  if (const auto layers = row.find("layers"); layers != row.end() && layers->is_array())
+    for (const auto& layer : *layers)
+      if (layer.is_object()) flops += layer.value("flops_per_step", 0.0);
+  return flops;
+}
+
 }  // namespace
+
+json compact_estimates(const json& rows, std::size_t detailed) {
+  if (!rows.is_array()) return rows;
+  // The cheapest devices (by estimated joules) keep their breakdown: where the job will likely run.
+  std::vector<std::pair<double, std::size_t>> cost;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    if (row.is_object() && row.value("status", "") == "ok")
+      cost.emplace_back(figure(row, "joules").value_or(std::pair{0.0, 0.0}).first, i);
+  }
+  std::sort(cost.begin(), cost.end());
+  std::vector<bool> keep(rows.size(), false);
+  for (std::size_t k = 0; k < cost.size() && k < detailed; ++k) keep[cost[k].second] = true;
+  json out = json::array();
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    json row = rows[i];
+    if (row.is_object() && row.contains("layers") && !keep[i]) {
+      row["flops_per_step"] = summed_flops(row);
+      row["layers"] = json::array();
+      row["layers_left_out"] = true;
+    }
+    round_numbers(row);
+    out.push_back(std::move(row));
+  }
+  return out;
+}
 
 std::vector<DeviceEstimate> read_estimates(const json& rows) {
   std::vector<DeviceEstimate> out;
@@ -42,9 +91,9 @@ std::vector<DeviceEstimate> read_estimates(const json& rows) {
       estimate.model_seconds_mean = figure(row, "raw_seconds").value_or(seconds).first;
       if (const auto baseline = row.find("baseline"); baseline != row.end() && baseline->is_object())
         estimate.baseline_joules = baseline->value("joules", 0.0);
-      if (const auto layers = row.find("layers"); layers != row.end() && layers->is_array())
-        for (const auto& layer : *layers)
-          if (layer.is_object()) estimate.flops_per_step += layer.value("flops_per_step", 0.0);
+      // A compact row keeps the layers' sum only.
+      const auto flops = row.find("flops_per_step");
+      estimate.flops_per_step = flops != row.end() && flops->is_number() ? flops->get<double>() : summed_flops(row);
       if (const auto steps = row.find("steps"); steps != row.end() && steps->is_number_integer())
         estimate.steps = steps->get<std::int64_t>();
       // Estimates stored before they named their epochs: one.

@@ -584,8 +584,9 @@ double JobService::average_power(const Device& device, double seconds) const {
 }
 
 void JobService::set_estimates(Job& job, const json& rows) {
-  job.row.estimate_json = rows.dump();
-  job.estimates = read_estimates(rows);
+  const json kept = compact_estimates(rows);
+  job.row.estimate_json = kept.dump();
+  job.estimates = read_estimates(kept);
 }
 
 schedulers::PendingJob JobService::pending_job(const Job& job) const {

@@ -49,3 +49,58 @@ TEST(JobEstimateTest, an_uncorrected_row_is_its_own_model_figure_and_bad_text_re
   EXPECT_TRUE(read_estimates(std::string("{not json")).empty());
   EXPECT_TRUE(read_estimates(json::object()).empty());
 }
+
+// A row as the estimator writes it, for a 3-layer network, with figures of full precision.
+json estimator_row(const std::string& device, double joules) {
+  json layers = json::array();
+  for (int i = 0; i < 3; ++i)
+    layers.push_back({{"index", i},
+                      {"type", i == 1 ? "relu" : "linear"},
+                      {"model", i == 1 ? "relu@hidden" : "linear@hidden"},
+                      {"joules_per_step", {{"mean", joules / 3000.0 / 3.0}, {"std", joules / 90000.0 / 7.0}}},
+                      {"seconds_per_step", {{"mean", 0.000475875561567412}, {"std", 4.935922947653508e-06}}},
+                      {"flops_per_step", 51380224.0 + i},
+                      {"extrapolated", false},
+                      {"sparse", false}});
+  return {{"device", device},
+          {"status", "ok"},
+          {"method", "thor-gp"},
+          {"source", "simulated"},
+          {"steps", 3000},
+          {"epochs", 1},
+          {"joules", {{"mean", joules}, {"std", joules / 7.0}}},
+          {"seconds", {{"mean", 1.4276266847022362}, {"std", 0.014807768842960523}}},
+          {"joules_per_step", {{"mean", joules / 3000.0}, {"std", joules / 21000.0}}},
+          {"layers", layers},
+          {"baseline", {{"method", "flops"}, {"joules", joules * 0.6461}, {"joules_per_flop", 1.5203067920204272e-10}}},
+          {"warnings", json::array()}};
+}
+
+TEST(JobEstimateTest, a_job_keeps_its_rows_compact_the_cheapest_devices_whole_and_the_figures_it_decides_with) {
+  json rows = json::array();
+  for (int d = 0; d < 1500; ++d) rows.push_back(estimator_row("agent-" + std::to_string(d) + "/sim:x", 1.0 + d * 0.37));
+  rows.push_back({{"device", "cuda:0"}, {"status", "no-model"}, {"detail", "no energy model yet"}});
+  const json kept = joule::daemon::compact_estimates(rows);
+  const std::size_t before = rows.dump().size(), after = kept.dump().size();
+  EXPECT_LT(after * 5, before * 2) << before << " bytes → " << after;  // measured: 1.81 MB → 0.60 MB
+  ASSERT_EQ(kept.size(), rows.size());
+  // The 8 cheapest devices keep their layers; the rest keep the layers' summed FLOPs.
+  std::size_t whole = 0;
+  for (const auto& row : kept)
+    if (row.contains("layers") && !row["layers"].empty()) ++whole;
+  EXPECT_EQ(whole, 8u);
+  EXPECT_EQ(kept[0]["layers"].size(), 3u);
+  EXPECT_TRUE(kept[100]["layers_left_out"].get<bool>());
+  // What placement, budgets and the outcome rows read is the same to 6 significant digits.
+  const auto full = read_estimates(rows), compact = read_estimates(kept);
+  ASSERT_EQ(full.size(), compact.size());
+  for (std::size_t i = 0; i < full.size(); ++i) {
+    EXPECT_EQ(compact[i].device, full[i].device);
+    EXPECT_EQ(compact[i].ok, full[i].ok);
+    EXPECT_NEAR(compact[i].joules_mean, full[i].joules_mean, 1e-5 * full[i].joules_mean);
+    EXPECT_NEAR(compact[i].joules_std, full[i].joules_std, 1e-5 * full[i].joules_std);
+    EXPECT_NEAR(compact[i].seconds_mean, full[i].seconds_mean, 1e-5 * full[i].seconds_mean);
+    EXPECT_NEAR(compact[i].flops_per_step, full[i].flops_per_step, 1e-5 * full[i].flops_per_step);
+    EXPECT_EQ(compact[i].steps, full[i].steps);
+  }
+}

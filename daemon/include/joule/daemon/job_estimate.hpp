@@ -36,6 +36,12 @@ struct DeviceEstimate {
   schedulers::Estimate placement() const { return {joules_mean, joules_std, seconds_mean}; }
 };
 
+/// The rows as a job keeps them (stored, shown): every number to 6 significant digits, and the
+/// per-layer breakdown only in the rows of the `detailed` cheapest devices; the other rows keep
+/// their summed `flops_per_step`, an empty `layers` and `layers_left_out` (POST /v1/estimate gives
+/// them whole). A job with 1,500 candidate devices kept megabytes of JSON before.
+nlohmann::json compact_estimates(const nlohmann::json& rows, std::size_t detailed = 8);
+
 /// Reads the estimator's rows (a JSON array of per-device rows); rows without a device are
 /// skipped, and anything but an array gives none.
 std::vector<DeviceEstimate> read_estimates(const nlohmann::json& rows);
