@@ -106,8 +106,11 @@ def main():
     parser.add_argument("--rate", type=float, default=2.0, help="submissions per second (default 2)")
     parser.add_argument("--kills", type=int, default=50, help="kills of agents, and of the coordinator, each")
     parser.add_argument("--job-seconds", type=float, default=2.0)
+    parser.add_argument("--seed", type=int, help="for the kills' timing and choices (default: random, printed)")
     parser.add_argument("--json")
     args = parser.parse_args()
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    random.seed(seed)
 
     root = tempfile.mkdtemp(prefix="joule-chaos-")
     os.chmod(root, 0o755)
@@ -190,7 +193,7 @@ enabled = false
         time.sleep(0.2)
     else:
         raise RuntimeError(f"the agents never became ready; logs in {root}")
-    log(f"chaos in {root}: coordinator on {port}, 3 agents ready; load {load_start:.2f}")
+    log(f"chaos in {root}: coordinator on {port}, 3 agents ready; load {load_start:.2f}; seed {seed}")
     submit_thread = threading.Thread(target=submitter, daemon=True)
     submit_thread.start()
 
@@ -206,6 +209,7 @@ enabled = false
                 else:
                     agent.start()
             choice = random.random()
+            before = sum(actions.values())
             idle = [a for a in agents if a.alive() and not a.stopped]
             if choice < 0.45 and actions["agent killed"] < args.kills and idle:
                 agent = random.choice(idle)
@@ -221,7 +225,7 @@ enabled = false
                 agent.hang(True)
                 restarts.append((now + random.uniform(2, 8), agent))
                 actions["agent hung"] += 1
-            if sum(actions.values()) % 20 == 0:
+            if sum(actions.values()) != before and sum(actions.values()) % 20 == 0:
                 log(f"{dict(actions)}; {len(acknowledged)} jobs acknowledged")
         for _, agent in restarts:
             if agent.stopped:

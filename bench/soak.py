@@ -140,8 +140,11 @@ def main():
     parser.add_argument("--kills", type=int, default=200)
     parser.add_argument("--every", type=float, default=1.2, help="seconds between kills (default 1.2)")
     parser.add_argument("--job-seconds", type=float, default=0.05, help="each job's sleep (default 0.05)")
+    parser.add_argument("--seed", type=int, help="for the kills' timing and choices (default: random, printed)")
     parser.add_argument("--json")
     args = parser.parse_args()
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    random.seed(seed)
 
     root = tempfile.mkdtemp(prefix="joule-soak-")
     os.chmod(root, 0o755)
@@ -212,7 +215,7 @@ def main():
             time.sleep(0.05)
 
     log(f"soak in {root}: {args.jobs} jobs at {args.rate}/s, {args.kills} kills every {args.every} s; "
-        f"load {load_start:.2f}")
+        f"load {load_start:.2f}; seed {seed}")
     started = time.monotonic()
     ready.append(node.start())
     threads = [threading.Thread(target=submitter, daemon=True), threading.Thread(target=watcher, daemon=True)]
