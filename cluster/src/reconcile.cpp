@@ -15,6 +15,8 @@ std::string_view to_string(Verdict verdict) {
     case Verdict::recorded: return "recorded";
     case Verdict::adopt: return "adopt";
     case Verdict::ended_while_lost: return "ended_while_lost";
+    case Verdict::fenced:
+      return "fenced";
   }
   return "?";
 }
@@ -27,6 +29,7 @@ Verdict judge_report(const std::optional<CoordinatorJob>& job, const std::string
   if (schedulers::is_terminal(job->state)) return ended ? Verdict::recorded : Verdict::stale;
   if (ended && job->state == JobState::queued)
     return *reported == JobState::succeeded ? Verdict::ended_while_lost : Verdict::stale;
+  if (ended && report.fenced) return Verdict::fenced;
   if (ended) return Verdict::finished;
   if (job->state == JobState::queued) return Verdict::adopt;
   const bool runs = *reported == JobState::running || *reported == JobState::throttled;

@@ -146,6 +146,7 @@ Result<SyncRequest> parse_sync_request(const json& body) {
     job.energy_joules = f.optional<double>("energy_joules");
     job.energy_source = f.text("energy_source", false);
     job.energy_partial = f.boolean("energy_partial", false);
+    job.fenced = f.boolean("fenced", false);
     if (!problem && job.epoch < 1) f.fail("epoch", "must be >= 1");
     return job;
   });
@@ -186,7 +187,8 @@ json to_json(const SyncRequest& request) {
                     {"finished_ms", optional_json(j.finished_ms)},
                     {"energy_joules", optional_json(j.energy_joules)},
                     {"energy_source", j.energy_source},
-                    {"energy_partial", j.energy_partial}});
+                    {"energy_partial", j.energy_partial},
+                    {"fenced", j.fenced}});
   json models = json::array();
   for (const auto& m : request.models)
     models.push_back({{"device", m.device}, {"version", m.version}, {"snapshot", m.snapshot}});

@@ -339,7 +339,7 @@ void ClusterAgent::fence(double silent_seconds) {
                options_.node, silent_seconds, paused, paused == 1 ? "" : "s");
 }
 
-std::optional<cluster::SyncReply> ClusterAgent::exchange(const client::ServerUrl& url, bool wait) {
+std::optional<cluster::SyncReply> ClusterAgent::exchange(client::HttpConnection& connection, bool wait) {
   double wait_seconds = 0.0;
   double lease = 30.0;
   {
@@ -351,9 +351,8 @@ std::optional<cluster::SyncReply> ClusterAgent::exchange(const client::ServerUrl
   if (!on_loop([&] { request = build_request(wait_seconds); })) return std::nullopt;
   // Past the lease without an answer the agent must notice, so no request outlives it.
   const double patience = wait_seconds + std::clamp(lease / 2.0, 1.0, 10.0);
-  client::HttpClient http(url, options_.token, std::chrono::milliseconds(static_cast<std::int64_t>(patience * 1000)),
-                          tls_);
-  auto answer = http.request("POST", "/v1/cluster/sync", cluster::to_json(request).dump());
+  auto answer = connection.request("POST", "/v1/cluster/sync", cluster::to_json(request).dump(),
+                                   std::chrono::milliseconds(static_cast<std::int64_t>(patience * 1000)));
   std::string error;
   std::optional<cluster::SyncReply> reply;
   if (!answer) {
@@ -386,11 +385,13 @@ std::optional<cluster::SyncReply> ClusterAgent::exchange(const client::ServerUrl
 }
 
 void ClusterAgent::poll(const client::ServerUrl& url) {
+  // Kept alive from sync to sync: one TLS handshake per agent, not one per heartbeat.
+  client::HttpConnection connection(client::HttpClient(url, options_.token, std::chrono::seconds(30), tls_));
   double backoff = 0.2;
   bool first = true;
   while (!stopping_) {
     // The first exchange after a start or an outage does not wait: it reconciles at once.
-    if (exchange(url, !first)) {
+    if (exchange(connection, !first)) {
       backoff = 0.2;
       first = false;
       continue;
@@ -411,6 +412,7 @@ void ClusterAgent::poll(const client::ServerUrl& url) {
 }
 
 void ClusterAgent::report(const client::ServerUrl& url) {
+  client::HttpConnection connection(client::HttpClient(url, options_.token, std::chrono::seconds(30), tls_));
   // A job that starts or ends here is told at once, not at the poller's next turn.
   while (!stopping_) {
     {
@@ -418,7 +420,7 @@ void ClusterAgent::report(const client::ServerUrl& url) {
       wake_.wait(lock, [this] { return stopping_.load() || report_wanted_; });
       report_wanted_ = false;
     }
-    if (!stopping_) (void)exchange(url, false);
+    if (!stopping_) (void)exchange(connection, false);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "joule/adapters/database.hpp"
@@ -14,6 +15,10 @@
 #include "joule/schedulers/step_projection.hpp"
 
 namespace joule::daemon {
+
+/// How the reason of a run its runner ended for want of lease renewals starts: an agent tells
+/// its coordinator so (ReportedJob::fenced), which queues the job again instead of ending it.
+inline constexpr std::string_view kFencedReason = "fenced: ";
 
 /// The parts of a job's row that change as it runs, as last committed: what the API shows.
 struct ShownRow {

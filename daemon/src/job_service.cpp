@@ -87,6 +87,7 @@ class JobService::Host final : public ExecutorHost {
   }
   void note(JobRecord& job, const std::string& message) override { book_.note(job, message); }
   void requeue(JobRecord& job, const std::string& why) override { book_.requeue(job, why); }
+  void run_lost(JobRecord& job, const std::string& why) override { book_.run_lost(job, why); }
   void count_as_run(JobRecord& job) override { book_.set_state(job, JobState::running); }
   void reserve_again(JobRecord& job) override {
     if (const Device* device = book_.find_device(job.row.device))

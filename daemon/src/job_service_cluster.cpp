@@ -102,28 +102,42 @@ void JobService::node_lost(const std::string& node) {
       finish(job, JobState::cancelled, why + "; it was being cancelled", std::nullopt);
       continue;
     }
-    if (job.spec.restart == schedulers::RestartPolicy::fail) {
-      finish(job, JobState::failed, why + "; restart = fail", std::nullopt);
-      continue;
-    }
-    // Its energy on the lost node up to the last report is kept; the run is fenced by epoch.
-    std::optional<adapters::StoredEnergyUse> used;
-    const auto reported = nodes_->energy_so_far(job, device, nullptr);
-    if (reported && job.row.started_ms)
-      used = adapters::StoredEnergyUse{node,
-                                       device.agent_device,
-                                       job.row.id,
-                                       *job.row.started_ms,
-                                       now_ms(),
-                                       *reported,
-                                       std::string(device.meter->source())};
-    budgets_.settle(job.row.id, used);
-    release_controls(job, /*ended=*/false);  // the epoch stays: the node may come back with it
-    device.job.reset();
-    job.row.started_ms.reset();
-    transition(job, JobState::queued, fmt::format("{}: queued again (epoch {} is fenced)", why, job.row.epoch));
-    enqueue(job);
+    queue_again(job, device, why);
   }
+  schedule();
+}
+
+void JobService::queue_again(Job& job, Device& device, const std::string& why) {
+  if (job.spec.restart == schedulers::RestartPolicy::fail) {
+    finish(job, JobState::failed, why + "; restart = fail", std::nullopt);
+    return;
+  }
+  // Its energy on the node up to the last report is kept; the run is fenced by epoch.
+  std::optional<adapters::StoredEnergyUse> used;
+  const auto reported = nodes_->energy_so_far(job, device, nullptr);
+  if (reported && job.row.started_ms)
+    used = adapters::StoredEnergyUse{device.node,
+                                     device.agent_device,
+                                     job.row.id,
+                                     *job.row.started_ms,
+                                     now_ms(),
+                                     *reported,
+                                     std::string(device.meter->source())};
+  budgets_.settle(job.row.id, used);
+  release_controls(job, /*ended=*/false);  // the epoch stays: the node may come back with it
+  device.job.reset();
+  job.row.started_ms.reset();
+  job.last_report.reset();
+  job.projection.reset();
+  job.training_figures = json::object();
+  transition(job, JobState::queued, fmt::format("{}: queued again (epoch {} is fenced)", why, job.row.epoch));
+  enqueue(job);
+}
+
+void JobService::run_lost(Job& job, const std::string& why) {
+  Device* device = find_device(job.row.device);
+  if (!device || schedulers::is_terminal(job.state)) return;
+  queue_again(job, *device, why);
   schedule();
 }
 
@@ -225,6 +239,7 @@ std::vector<cluster::ReportedJob> JobService::assignment_reports(
     report.started_ms = row.started_ms;
     report.finished_ms = row.finished_ms;
     report.energy_partial = job->row.energy_partial;
+    report.fenced = ended && job->state == JobState::cancelled && row.reason.rfind(kFencedReason, 0) == 0;
     if (row.energy_joules) {
       report.energy_joules = row.energy_joules;
       report.energy_source = row.energy_source;

@@ -53,6 +53,21 @@ TEST(JudgeReportTest, a_run_that_ended_while_its_node_was_lost_ends_the_job_only
   EXPECT_EQ(judge_report(queued, "edge2", report("succeeded", 2)), Verdict::stale);
 }
 
+// The agent was silent past the job's lease but back before the coordinator declared it lost:
+// the runner fenced the run, and the job, still running at the coordinator, must run again
+// rather than end "cancelled" (bench/chaos.py saw 2 of 400 jobs end so).
+TEST(JudgeReportTest, a_run_its_runner_fenced_queues_the_job_again) {
+  ReportedJob fenced = report("cancelled", 2);
+  fenced.fenced = true;
+  EXPECT_EQ(judge_report(CoordinatorJob{JobState::running, 2, "edge1"}, "edge1", fenced), Verdict::fenced);
+  EXPECT_EQ(judge_report(CoordinatorJob{JobState::placed, 2, "edge1"}, "edge1", fenced), Verdict::fenced);
+  EXPECT_EQ(judge_report(CoordinatorJob{JobState::queued, 2, "edge1"}, "edge1", fenced), Verdict::stale);
+  EXPECT_EQ(judge_report(CoordinatorJob{JobState::cancelled, 2, "edge1"}, "edge1", fenced), Verdict::recorded);
+  // Without the flag, a cancellation is the job's end (cancelled on the agent, by hand).
+  EXPECT_EQ(judge_report(CoordinatorJob{JobState::running, 2, "edge1"}, "edge1", report("cancelled", 2)),
+            Verdict::finished);
+}
+
 Assignment want(std::string id, std::int64_t epoch, bool paused = false, bool stop = false) {
   Assignment a;
   a.id = std::move(id);

@@ -29,6 +29,15 @@ TEST(SyncProtocolTest, request_and_reply_round_trip_through_json) {
   EXPECT_EQ(parsed->node, "edge-1");
   EXPECT_EQ(parsed->devices.at(0).model_version, 3);
   EXPECT_DOUBLE_EQ(*parsed->jobs.at(0).energy_joules, 4.5);
+  EXPECT_FALSE(parsed->jobs.at(0).fenced);
+  auto fenced = request("edge-1");
+  fenced.jobs.at(0).state = "cancelled";
+  fenced.jobs.at(0).fenced = true;
+  EXPECT_TRUE(parse_sync_request(to_json(fenced))->jobs.at(0).fenced);
+  // An agent of the version before says nothing of fencing: not fenced.
+  auto older = to_json(fenced);
+  older["jobs"][0].erase("fenced");
+  EXPECT_FALSE(parse_sync_request(older)->jobs.at(0).fenced);
 
   SyncReply reply;
   Assignment a;

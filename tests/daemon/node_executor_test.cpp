@@ -33,6 +33,10 @@ class FakeBook final : public ExecutorHost {
   }
   void note(JobRecord&, const std::string& message) override { notes.push_back("note: " + message); }
   void requeue(JobRecord& job, const std::string&) override { job.state = JobState::queued; }
+  void run_lost(JobRecord& job, const std::string& why) override {
+    job.state = JobState::queued;
+    notes.push_back("lost: " + why);
+  }
   void count_as_run(JobRecord& job) override { job.state = JobState::running; }
   void reserve_again(JobRecord& job) override { reserved.push_back(job.row.id); }
   std::optional<joule::schedulers::Estimate> estimate_for(const JobRecord&, const std::string&) const override {

@@ -362,6 +362,28 @@ TEST_F(ClusterNodesTest, a_job_that_succeeded_while_its_agent_was_lost_ends_when
   EXPECT_EQ(lines_of(marks_).size(), 1u);  // it ran once
 }
 
+// A hung agent back after its job's runner fenced the run, but before (or just after) the
+// coordinator declared it lost: the job is not over, whichever came first; it runs again and
+// ends succeeded, never "cancelled" by the fence (bench/chaos.py saw that for 2 jobs of 400).
+TEST_F(ClusterNodesTest, a_run_fenced_while_its_agent_hung_runs_again_instead_of_ending_cancelled) {
+  const auto port = free_port();
+  auto coordinator = start_coordinator(port);
+  auto orin = start_agent("orin", "jetson-orin", port);
+  ASSERT_TRUE(
+      all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 1); }), 1));
+  const std::string id = coordinator->submit(training_job("fenced", marking_command(marks_, 3)));
+  ASSERT_EQ(coordinator->wait_state(id, {"running"})["state"], "running");
+  orin->signal(SIGSTOP);
+  // The runner ends the run after twice the job's lease (half the coordinator's), 2 s here, when
+  // the coordinator also declares the node lost: which comes first is a race, and both are fine.
+  std::this_thread::sleep_for(2500ms);
+  orin->signal(SIGCONT);
+  const json job = coordinator->wait_state(id, {"succeeded", "failed", "cancelled"}, 30s);
+  EXPECT_EQ(job["state"], "succeeded") << job.dump(2);
+  EXPECT_TRUE(has_event(job, "was fenced") || has_event(job, "lost")) << job.dump(2);
+  EXPECT_GE(lines_of(marks_).size(), 2u) << job.dump(2);  // the fenced run, then the one that ended
+}
+
 TEST_F(ClusterNodesTest, a_coordinator_killed_with_9_loses_nothing_and_resumes_with_its_agents) {
   const auto port = free_port();
   auto coordinator = start_coordinator(port);

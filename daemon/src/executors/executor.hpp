@@ -36,6 +36,9 @@ class ExecutorHost {
   virtual void note(JobRecord& job, const std::string& message) = 0;
   /// A placement that never started goes back to the queue.
   virtual void requeue(JobRecord& job, const std::string& why) = 0;
+  /// A run on another node is gone but the job is not over (its runner fenced it): the device,
+  /// reservation and controls are let go and the job is queued again, its epoch fenced.
+  virtual void run_lost(JobRecord& job, const std::string& why) = 0;
   /// A job stored as placed that is found to have run since: counted as running, without an event.
   virtual void count_as_run(JobRecord& job) = 0;
   /// Reserves the job's expected energy on its device again (after a restart or an adoption).

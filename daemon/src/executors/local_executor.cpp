@@ -279,7 +279,9 @@ void LocalExecutor::on_exit(const std::string& id, const std::optional<adapters:
   // `run` is gone once the book has settled the job: nothing below may touch it.
   if (exit && exit->fenced) {
     host_.ended(job, JobState::cancelled,
-                "fenced: jouled did not renew its lease, so its runner ended it (" + exit->describe() + ")", exit);
+                std::string(kFencedReason) + "jouled did not renew its lease, so its runner ended it (" +
+                    exit->describe() + ")",
+                exit);
   } else if (job.cancel_requested) {
     host_.ended(job, JobState::cancelled, exit ? "cancelled; the job ended with " + exit->describe() : "cancelled",
                 exit);
@@ -502,8 +504,8 @@ void LocalExecutor::recover(JobRecord& job, Device* device) {
       // No jouled renewed its lease for too long: its runner ended it, as its node's coordinator
       // will have placed it elsewhere by now.
       host_.ended(job, JobState::cancelled,
-                  fmt::format("fenced: no jouled renewed its lease, so its runner ended it ({}; energy not metered)",
-                              exit->describe()),
+                  fmt::format("{}no jouled renewed its lease, so its runner ended it ({}; energy not metered)",
+                              kFencedReason, exit->describe()),
                   exit);
     } else {
       host_.ended(job, exit->success() ? JobState::succeeded : JobState::failed,

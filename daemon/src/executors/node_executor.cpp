@@ -142,6 +142,12 @@ std::vector<std::pair<std::string, std::int64_t>> NodeExecutor::apply_reports(
         finish(job, report);
         recorded.emplace_back(report.id, report.epoch);
         break;
+      case cluster::Verdict::fenced:
+        // Its agent was silent past the job's lease (down or hung) but back before the node was
+        // declared lost: the runner ended the run; the job runs again, on a new epoch.
+        host_.run_lost(job, fmt::format("its run on {} was fenced ({})", job.row.device, report.reason));
+        recorded.emplace_back(report.id, report.epoch);
+        break;
       case cluster::Verdict::ended_while_lost:
         // Queued again after its node was lost, and that node ran it to the end: taken back onto
         // its device and ended, if the device is still free for it; else it runs again.

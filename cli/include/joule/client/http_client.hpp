@@ -52,12 +52,39 @@ class HttpClient {
                             const std::string& content_type = "application/json") const;
 
  private:
+  friend class HttpConnection;  // shares the server, token, timeout and TLS setup
+
   struct TlsSetup;  // the verifying OpenSSL context, shared by copies of the client
 
   ServerUrl server_;
   std::string token_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<TlsSetup> tls_;  // null for http
+};
+
+/// One connection kept open from request to request (HTTP/1.1 keep-alive): a cluster agent's
+/// syncs then cost one TCP connect and one TLS handshake in all, not one each. It opens on the
+/// first request and again after the server or the network closed it; a request that fails at
+/// once (not by its timeout) on a connection that had already served one is sent once more on a
+/// fresh connection (the server may have closed it while idle). Errors as HttpClient's. Not
+/// thread-safe: one per thread.
+class HttpConnection {
+ public:
+  explicit HttpConnection(HttpClient client);
+  ~HttpConnection();
+  HttpConnection(const HttpConnection&) = delete;
+  HttpConnection& operator=(const HttpConnection&) = delete;
+
+  /// `timeout` covers this request (connecting too, when it must); 0: the client's.
+  Result<HttpReply> request(const std::string& method, const std::string& target, const std::string& body = {},
+                            std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  /// Connections opened so far: 1 while the server keeps the first one alive.
+  std::size_t connections_opened() const;
+
+ private:
+  struct State;
+  HttpClient client_;
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace joule::client

@@ -34,6 +34,10 @@ enum class Verdict {
   /// such a run (its runner fenced it, its agent died with it) is `stale`: the job, queued
   /// again, runs again as its restart policy says.
   ended_while_lost,
+  /// Its runner ended the current placement's run because no jouled renewed its lease (the
+  /// agent was down or hung, yet back before the coordinator declared it lost): the run is gone
+  /// but the job is not over: queue it again, as for a lost node.
+  fenced,
 };
 std::string_view to_string(Verdict verdict);
 

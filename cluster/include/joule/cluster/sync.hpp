@@ -41,6 +41,9 @@ struct ReportedJob {
   std::optional<double> energy_joules;  ///< so far while it runs; the total once it ended
   std::string energy_source;
   bool energy_partial = false;
+  /// Ended by its runner because no jouled renewed its lease: the run is gone, the job is not
+  /// over (the coordinator queues it again rather than recording this end).
+  bool fenced = false;
 };
 
 /// A device's energy model, sent when the coordinator holds an older version.

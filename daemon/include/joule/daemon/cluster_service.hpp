@@ -113,7 +113,8 @@ class ClusterAgent {
   void report(const client::ServerUrl& url);
   void report_soon();
   /// One sync: build the report on the loop, send it, apply the answer on the loop.
-  std::optional<cluster::SyncReply> exchange(const client::ServerUrl& url, bool wait);
+  /// One sync on `connection` (each thread keeps its own, alive from sync to sync).
+  std::optional<cluster::SyncReply> exchange(client::HttpConnection& connection, bool wait);
   /// Runs `work` on the event loop and waits for it (false when the loop is gone or stopping).
   bool on_loop(const std::function<void()>& work);
   cluster::SyncRequest build_request(double wait_seconds);

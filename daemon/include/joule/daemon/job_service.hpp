@@ -307,6 +307,10 @@ class JobService {
   void adopt(Job& job, Device& device, const std::string& note, const std::string& report_state,
              std::optional<std::int64_t> started_ms);
   void requeue(Job& job, const std::string& why);
+  /// A run on another node is gone (its node lost, or its runner fenced it): its reservation,
+  /// controls and device are let go and it is queued again (failed where restart = fail).
+  void queue_again(Job& job, Device& device, const std::string& why);
+  void run_lost(Job& job, const std::string& why);
   void changed(const std::string& device_name);
   void refresh_pending();
   Device& remote_device(const std::string& name);
