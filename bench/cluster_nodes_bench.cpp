@@ -13,6 +13,10 @@
 // writes everything (with a once-a-second timeline) to --json. Every joule is simulated.
 // See bench/README.md, "Cluster".
 //
+// --keep-alive keeps one connection per node and channel (polls, reports) from sync to sync, as
+// ClusterAgent's HttpConnection does, retrying a sync once on a fresh connection when a kept one
+// fails (the coordinator closed it while idle).
+//
 // The fake agents share one Asio io_context: a thread and a blocking HttpClient per node (1,000
 // threads, an io_context and a resolver per request) added up to 150 ms of its own queueing to
 // the latencies on this 2-core machine.
@@ -101,6 +105,9 @@ struct Options {
   std::string models;
   std::string samples_path;  // every sync as CSV: at_s,latency_ms,kind,ok,changed
   bool tls = false;  // HTTPS with a throw-away self-signed P-256 certificate (openssl CLI)
+  // One connection per node and channel (its polls, its reports) kept alive from sync to sync,
+  // as ClusterAgent's HttpConnection does; without it, a fresh connection (and handshake) per sync.
+  bool keep_alive = false;
   bool keep = false;
   unsigned seed = 1;
 };
@@ -112,7 +119,7 @@ struct Options {
              "  [--heartbeat 1] [--lost-after 30] [--jobs-per-second 5] [--job-seconds 2]\n"
              "  [--max-connections 4096 (0: jouled's default)] [--io-threads 1] [--log-level info]\n"
              "  [--objective fifo|min-energy|...] [--wait-quiet S] [--models DIR] [--samples FILE.csv] [--tls]\n"
-             "  [--json FILE] [--keep] [--seed 1]\n",
+             "  [--keep-alive] [--json FILE] [--keep] [--seed 1]\n",
              problem);
   std::exit(2);
 }
@@ -150,6 +157,7 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--models") o.models = value();
     else if (arg == "--samples") o.samples_path = value();
     else if (arg == "--tls") o.tls = true;
+    else if (arg == "--keep-alive") o.keep_alive = true;
     else if (arg == "--seed") o.seed = static_cast<unsigned>(std::stoul(value()));
     else usage("unknown option " + arg);
   }
@@ -403,6 +411,7 @@ struct FakeNode {
   bool report_in_flight = false;
   bool report_again = false;
   std::unique_ptr<asio::steady_timer> timer;  // the next regular exchange
+  std::shared_ptr<void> kept[2];  // --keep-alive: the open connection of its polls [0] and reports [1]
   Clock::time_point next_beat;
   std::map<std::string, std::int64_t> coordinator_models;  // what the last reply said it holds
   bool knows_coordinator_models = false;
@@ -631,23 +640,45 @@ class Fleet {
       --in_flight_;
       done(reply.has_value());
     };
+    const int channel = kind == Kind::report ? 1 : 0;
     if (tls_)
-      run<beast::ssl_stream<beast::tcp_stream>>(std::move(message), wait_seconds, std::move(finish));
+      run<beast::ssl_stream<beast::tcp_stream>>(node, channel, std::move(message), wait_seconds, std::move(finish));
     else
-      run<beast::tcp_stream>(std::move(message), wait_seconds, std::move(finish));
+      run<beast::tcp_stream>(node, channel, std::move(message), wait_seconds, std::move(finish));
   }
 
   template <class Stream, class Finish>
-  void run(http::request<http::string_body> message, double wait_seconds, Finish finish) {
-    auto call = std::make_shared<Call<Stream>>(io_, tls_.get());
+  void run(FakeNode& node, int channel, http::request<http::string_body> message, double wait_seconds, Finish finish) {
+    std::shared_ptr<Call<Stream>> call;
+    {
+      std::lock_guard lock(node.mutex);
+      if (o_.keep_alive && node.kept[channel]) {
+        call = std::static_pointer_cast<Call<Stream>>(node.kept[channel]);
+        node.kept[channel].reset();
+      }
+    }
+    const bool reused = call != nullptr;
+    if (!call) call = std::make_shared<Call<Stream>>(io_, tls_.get());
     call->request = std::move(message);
+    call->response = {};
     call->tcp().expires_after(seconds(wait_seconds + 10));
     // Ends the exchange as HttpClient does: the response is framed by its length, so the
-    // connection is shut without a TLS close_notify.
-    auto end = [call, finish = std::move(finish)](const std::string& problem) {
-      beast::error_code ignored;
-      call->tcp().socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-      call->tcp().close();
+    // connection is shut without a TLS close_notify; with --keep-alive it stays for the next.
+    auto end = [this, &node, channel, call, reused, wait_seconds, finish](const std::string& problem) {
+      if (!problem.empty() && reused) {
+        // As HttpConnection: a kept connection the server closed while idle fails at once; the
+        // sync goes again on a fresh one.
+        call->tcp().close();
+        return run<Stream>(node, channel, std::move(call->request), wait_seconds, finish);
+      }
+      if (problem.empty() && o_.keep_alive && call->response.keep_alive()) {
+        std::lock_guard lock(node.mutex);
+        node.kept[channel] = call;
+      } else {
+        beast::error_code ignored;
+        call->tcp().socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+        call->tcp().close();
+      }
       finish(call->response, problem);
     };
     auto send = [call, end]() {
@@ -658,6 +689,7 @@ class Fleet {
         });
       });
     };
+    if (reused) return send();
     call->tcp().async_connect(endpoint_, [this, call, end, send](beast::error_code ec) {
       if (ec) return end("connect: " + ec.message());
       if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
@@ -1169,6 +1201,7 @@ int main(int argc, char** argv) {
                 {"objective", o.objective},
                 {"io_threads", o.io_threads},
                 {"tls", o.tls},
+                {"keep_alive", o.keep_alive},
                 {"models", !o.models.empty()},
                 {"jouled", o.server.empty() ? o.jouled : std::string("(attached)")},
                 {"jouled_mtime", jouled_mtime},

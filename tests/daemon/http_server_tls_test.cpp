@@ -91,6 +91,28 @@ TEST_F(HttpsTest, a_client_trusting_the_ca_gets_the_handlers_answer_by_address_a
   }
 }
 
+// A cluster agent's syncs: one TLS handshake for many requests, and a connection the server
+// closed while idle is replaced without the caller seeing a failure.
+TEST_F(HttpsTest, a_kept_alive_connection_serves_many_requests_and_reopens_after_the_server_closed_it) {
+  joule::daemon::HttpServerOptions options;
+  options.timeout_seconds = 5.0;
+  options.idle_timeout_seconds = 0.3;
+  options.tls = context(pki_->server_chain, pki_->server_key);
+  RunningHttpServer server(hello, std::move(options));
+  joule::client::HttpConnection connection(client(server, "127.0.0.1", {pki_->ca_certificate}));
+  for (int i = 0; i < 5; ++i) {
+    auto reply = connection.request("POST", "/v1/cluster/sync", "{}");
+    ASSERT_TRUE(reply) << reply.error().message;
+    EXPECT_EQ(reply->body, "hello /v1/cluster/sync");
+  }
+  EXPECT_EQ(connection.connections_opened(), 1u);
+  std::this_thread::sleep_for(800ms);  // past the server's idle timeout: it closes the connection
+  auto again = connection.request("GET", "/v1/health");
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(again->body, "hello /v1/health");
+  EXPECT_EQ(connection.connections_opened(), 2u);
+}
+
 TEST_F(HttpsTest, a_client_without_the_ca_is_refused_with_a_verify_error) {
   auto server = start();
   // No CA file: the system's store, which does not know the test CA.
