@@ -74,9 +74,11 @@ TEST(EstimatesTest, a_simulated_device_learns_its_model_and_estimates_jobs) {
     request["training"]["eat"] = {{"lambda", 0.1}};
     std::tie(status, answer) = daemon.call("POST", "/v1/estimate", request.dump());
     ASSERT_EQ(status, 200u) << answer.dump();
-    for (const auto& row : answer["estimates"])
-      if (row["status"] == "ok")
+    for (const auto& row : answer["estimates"]) {
+      if (row["status"] == "ok") {
         EXPECT_NE(row["warnings"].dump().find("training.eat"), std::string::npos) << row.dump();
+      }
+    }
 
     // A job with a model carries its estimates; it runs on the cpu, never on the simulated device.
     json job = {{"name", "with-model"},
