@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -296,6 +297,26 @@ void print_job(const json& job) {
   }
 }
 
+// A built-in job's relative dataset paths mean the job file's directory: it becomes the job's
+// run.workdir (jouled reads relative paths from there), unless the job names one. True when set.
+bool read_from_job_directory(json& body, const std::filesystem::path& directory) {
+  if (!body.is_object() || !body.contains("run") || !body["run"].is_object()) return false;
+  json& run = body["run"];
+  if (!run.contains("builtin") || run.contains("workdir") || !run["builtin"].is_object()) return false;
+  const json dataset = run["builtin"].value("dataset", json::object());
+  bool relative = false;
+  const auto look = [&](const json& value) {
+    if (value.is_string() && !value.get<std::string>().empty() && value.get<std::string>()[0] != '/') relative = true;
+  };
+  for (const char* key : {"images", "labels", "file"})
+    if (dataset.is_object() && dataset.contains(key)) look(dataset[key]);
+  if (dataset.is_object() && dataset.contains("files") && dataset["files"].is_array())
+    for (const auto& each : dataset["files"]) look(each);
+  if (!relative) return false;
+  run["workdir"] = directory.lexically_normal().string();
+  return true;
+}
+
 std::string read_input(const std::string& file) {
   std::stringstream text;
   if (file == "-") {
@@ -444,7 +465,10 @@ int main(int argc, char** argv) {
   std::string file;
   bool wait = false;
   double wait_timeout = 0;
-  auto* submit = app.add_subcommand("submit", "submit a job file (JSON; - reads stdin)");
+  auto* submit = app.add_subcommand(
+      "submit",
+      "submit a job file (JSON; - reads stdin); a run.builtin job's relative dataset paths are read from the "
+      "file's directory (its run.workdir, unless it names one)");
   submit->add_option("FILE", file, "job JSON")->required()->type_name("FILE");
   submit->add_flag("--wait", wait,
                    "wait until the job ends and print how it went; meanwhile its state, epoch and energy so far on "
@@ -564,8 +588,10 @@ int main(int argc, char** argv) {
     const HttpClient client(*url, token, std::chrono::seconds(30), joule::client::ClientTls{ca_file});
 
     if (submit->parsed()) {
-      const std::string text = read_input(file);
-      if (json::parse(text, nullptr, false).is_discarded()) throw Failure{fmt::format("{} is not valid JSON", file)};
+      std::string text = read_input(file);
+      json body = json::parse(text, nullptr, false);
+      if (body.is_discarded()) throw Failure{fmt::format("{} is not valid JSON", file)};
+      if (file != "-" && read_from_job_directory(body, std::filesystem::absolute(file).parent_path())) text = body.dump();
       json accepted = expect_json(client.request("POST", "/v1/jobs", text));
       const std::string job_id = accepted["id"].get<std::string>();
       if (!wait) {

@@ -171,6 +171,17 @@ TEST(BuiltinTest, a_dataset_that_does_not_fit_is_refused_at_submit_naming_the_fi
   auto [list_status, list] = daemon.call("GET", "/v1/jobs");
   EXPECT_EQ(list_status, 200u);
   EXPECT_TRUE(list["jobs"].empty()) << list.dump(2);
+
+  // joulectl reads a job file's relative dataset paths from the file's directory.
+  relative["run"]["builtin"]["dataset"]["labels"] = "labels-idx1-ubyte";
+  std::ofstream(data / "job.json") << relative.dump();
+  auto [code, out] = joule::testing::run_program(
+      {JOULECTL_BINARY, "--server", "http://127.0.0.1:" + std::to_string(daemon.port()), "--json", "submit",
+       (data / "job.json").string()});
+  ASSERT_EQ(code, 0) << out;
+  const json submitted = json::parse(out, nullptr, false);
+  ASSERT_TRUE(submitted.is_object()) << out;
+  EXPECT_EQ(submitted["spec"]["run"]["workdir"], (data / "job.json").parent_path().string()) << out;
 }
 
 // The node goes down with the job (here: jouled and the job's process group killed with -9):
