@@ -75,6 +75,25 @@ std::size_t usable_connection_limit(std::size_t wanted) {
   return usable;
 }
 
+// How many held long polls fit beside `connections` in the descriptor limit (raised towards
+// what they need where the hard limit allows), at most `wanted`.
+std::size_t long_poll_room(std::size_t connections, std::size_t wanted) {
+  constexpr rlim_t kReserved = 256;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return wanted;
+  const rlim_t needed = connections + wanted + kReserved;
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < needed && limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = std::min<rlim_t>(limit.rlim_max, needed);
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= needed) return wanted;
+  const std::size_t room = limit.rlim_cur > connections + kReserved ? limit.rlim_cur - connections - kReserved : 0;
+  spdlog::warn("the descriptor limit ({}) leaves room for {} held agent syncs beside {} connections (raise LimitNOFILE)",
+               limit.rlim_cur, room, connections);
+  return room;
+}
+
 // Whether jouled may run jobs as other accounts: as root, or holding CAP_SETUID and CAP_SETGID
 // (to switch), CAP_CHOWN (to hand a job its directory) and CAP_KILL (to signal it), as the
 // systemd unit grants them.
@@ -591,6 +610,15 @@ int run_daemon(const CommandLine& command_line) {
   HttpServerOptions server_options{config.server.max_body_bytes, config.server.request_timeout_seconds,
                                    usable_connection_limit(config.server.max_connections),
                                    config.server.max_connections_per_client, config.server.idle_timeout_seconds};
+  if (is_coordinator) {
+    // Agents' syncs are long polls: held, they count apart from max_connections (up to 16,384,
+    // as the descriptor limit allows), so the agents a coordinator serves are not capped by it.
+    constexpr std::size_t kLongPolls = 16384;
+    server_options.max_long_polls = long_poll_room(server_options.max_connections, kLongPolls);
+    server_options.long_poll = [](const HttpRequest& request) {
+      return request.method() == boost::beast::http::verb::post && request.target() == "/v1/cluster/sync";
+    };
+  }
   if (!config.server.tls_certificate.empty()) {
     auto tls = make_server_tls_context({config.server.tls_certificate, config.server.tls_private_key});
     if (!tls) throw std::runtime_error("TLS: " + tls.error().message);

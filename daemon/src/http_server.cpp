@@ -163,7 +163,9 @@ class HttpSession {
   using Where = std::list<std::weak_ptr<HttpSession>>::iterator;
   explicit HttpSession(HttpServer& server) : server_(server), alive_(server.alive_) {}
   virtual ~HttpSession() {
-    if (*alive_) server_.forget(where_);
+    if (!*alive_) return;
+    hold(false);
+    server_.forget(where_);
   }
   HttpSession(const HttpSession&) = delete;
   HttpSession& operator=(const HttpSession&) = delete;
@@ -177,8 +179,19 @@ class HttpSession {
   /// Since when the connection waits for a request to arrive whole; nothing while one is handled.
   std::optional<std::chrono::steady_clock::time_point> waiting_since() const { return waiting_since_; }
   const asio::ip::address& client() const { return client_; }
+  /// Whether it holds a long poll now (counted apart from max_connections).
+  bool held() const { return held_; }
 
  protected:
+  void hold(bool on) {
+    if (held_ == on) return;
+    held_ = on;
+    if (on)
+      ++server_.held_;
+    else
+      --server_.held_;
+  }
+  bool is_long_poll(const HttpRequest& request) const { return options().long_poll && options().long_poll(request); }
   const HttpServerOptions& options() const { return server_.options_; }
   void handle(HttpRequest&& request, Reply reply) { server_.handler_(std::move(request), peer_, std::move(reply)); }
   void refused(unsigned status) {
@@ -193,6 +206,7 @@ class HttpSession {
  private:
   HttpServer& server_;
   std::shared_ptr<bool> alive_;
+  bool held_ = false;
 };
 
 namespace {
@@ -334,11 +348,13 @@ class BasicHttpSession final : public HttpSession, public std::enable_shared_fro
     keep_alive_ = request.keep_alive();
     head_ = request.method() == http::verb::head;
     lowest().expires_never();  // the handler may wait on a commit; the write has its own timeout
+    hold(is_long_poll(request));
     auto replied = std::make_shared<bool>(false);
     try {
       handle(std::move(request), [self = this->shared_from_this(), replied](HttpResponse response) {
         if (*replied) return;
         *replied = true;
+        self->hold(false);
         self->write(std::move(response), !self->keep_alive_);
       });
     } catch (const std::exception&) {
@@ -346,6 +362,7 @@ class BasicHttpSession final : public HttpSession, public std::enable_shared_fro
       // not cross this Asio handler (it would end io_context::run and the daemon).
       if (*replied) return;
       *replied = true;
+      hold(false);
       refuse(http::status::internal_server_error, "the request could not be handled");
     }
   }
@@ -514,13 +531,14 @@ bool HttpServer::admit(const asio::ip::address& client) {
     }
     return oldest && oldest->give_way();
   };
+  // Held long polls count against their own cap, not these (HttpServerOptions::long_poll).
   std::size_t from_client = 0;
   for (auto& weak : sessions_) {
-    if (auto session = weak.lock(); session && session->client() == client) ++from_client;
+    if (auto session = weak.lock(); session && session->client() == client && !session->held()) ++from_client;
   }
   if (from_client >= options_.max_connections_per_client && !make_room(true)) return false;
-  if (sessions_.size() >= options_.max_connections && !make_room(false)) return false;
-  return true;
+  if (sessions_.size() - held_ >= options_.max_connections && !make_room(false)) return false;
+  return sessions_.size() < options_.max_connections + options_.max_long_polls;
 }
 
 void HttpServer::accept_later() {

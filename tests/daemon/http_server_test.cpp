@@ -204,6 +204,50 @@ TEST_P(HttpServerTest, when_every_connection_is_busy_a_newcomer_gets_503_with_re
   }
 }
 
+// A coordinator's agent syncs are long polls: held, they do not count against max_connections
+// (nor the per-client cap: simulated agents share one address), so other clients still get in.
+TEST_P(HttpServerTest, held_long_polls_count_apart_from_the_connection_limit) {
+  HttpServerOptions options;
+  options.max_connections = 2;
+  options.max_connections_per_client = 2;
+  options.long_poll = [](const HttpRequest& request) { return request.target() == "/v1/cluster/sync"; };
+  HeldReplies held;
+  auto server = start(options, [&held](HttpRequest&& request, const joule::daemon::HttpPeer& peer, Reply reply) {
+    if (request.target() == "/v1/cluster/sync") return held.handler()(std::move(request), peer, std::move(reply));
+    echo(std::move(request), peer, std::move(reply));
+  });
+  std::vector<std::unique_ptr<TestConnection>> polls;
+  std::vector<std::future<std::optional<TestConnection::Response>>> answers;
+  for (int i = 0; i < 4; ++i) {
+    polls.push_back(std::make_unique<TestConnection>(server->port(), tls() ? &client_tls_ : nullptr));
+    answers.push_back(std::async(std::launch::async, [&poll = *polls.back()] { return poll.request("/v1/cluster/sync"); }));
+    ASSERT_TRUE(eventually([&] { return held.count() == static_cast<std::size_t>(i + 1); }));
+  }
+  EXPECT_EQ(server->on_io([](auto& s) { return s.long_polls(); }), 4u);
+  // Four held polls on a server capped at two connections; an ordinary client is served.
+  TestConnection other = connect(*server);
+  auto answer = other.request("/v1/jobs");
+  ASSERT_TRUE(answer) << other.error().message();
+  EXPECT_EQ(answer->body(), "GET /v1/jobs");
+  EXPECT_EQ(server->refused_503(), 0);
+  // Answered, a poll's connection counts as any other again.
+  server->on_io([&held](auto&) {
+    for (auto& reply : held.replies) {
+      HttpResponse response{http::status::ok, 11};
+      response.body() = "synced";
+      reply(std::move(response));
+    }
+    held.replies.clear();
+    return 0;
+  });
+  for (auto& pending : answers) {
+    auto done = pending.get();
+    ASSERT_TRUE(done);
+    EXPECT_EQ(done->body(), "synced");
+  }
+  EXPECT_EQ(server->on_io([](auto& s) { return s.long_polls(); }), 0u);
+}
+
 TEST_P(HttpServerTest, an_idle_kept_alive_connection_is_closed_after_the_idle_timeout) {
   HttpServerOptions options;
   options.idle_timeout_seconds = 0.2;  // the request timeout stays at 30 s

@@ -76,6 +76,12 @@ struct HttpServerOptions {
   double idle_timeout_seconds = 10.0;
   /// From make_server_tls_context: every connection starts with a TLS handshake. Null: plain HTTP.
   std::shared_ptr<boost::asio::ssl::context> tls = nullptr;
+  /// Requests held open on purpose (a coordinator's agent syncs): while one is held, its
+  /// connection counts against `max_long_polls` instead of `max_connections` and the per-client
+  /// cap, so agents' polls neither crowd out other clients nor cap the agents at
+  /// `max_connections`. Unset: none.
+  std::function<bool(const HttpRequest&)> long_poll;
+  std::size_t max_long_polls = 16384;
 };
 
 class HttpSession;
@@ -94,6 +100,8 @@ class HttpServer {
   /// Stops accepting and closes idle connections; requests in flight still get their answers.
   void stop();
   std::size_t connections() const { return sessions_.size(); }
+  /// Of those, the ones holding a long poll (HttpServerOptions::long_poll).
+  std::size_t long_polls() const { return held_; }
 
   /// Connections accepted from now on use this context (a renewed certificate); open ones keep
   /// the one they started with. Null switches new connections to plain HTTP.
@@ -114,6 +122,7 @@ class HttpServer {
   HttpServerOptions options_;
   RefusalObserver on_refusal_;
   std::list<std::weak_ptr<HttpSession>> sessions_;  ///< newest first
+  std::size_t held_ = 0;                             ///< sessions holding a long poll
   std::unique_ptr<boost::asio::steady_timer> accept_retry_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
