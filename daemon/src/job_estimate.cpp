@@ -34,15 +34,17 @@ void round_numbers(json& value) {
   }
 }
 
-double summed_flops(const json& row) {
+}  // namespace
+
+double flops_per_step(const json& row) {
+  if (const auto flops = row.find("flops_per_step"); flops != row.end() && flops->is_number())
+    return flops->get<double>();
   double flops = 0.0;
   if (const auto layers = row.find("layers"); layers != row.end() && layers->is_array())
     for (const auto& layer : *layers)
       if (layer.is_object()) flops += layer.value("flops_per_step", 0.0);
   return flops;
 }
-
-}  // namespace
 
 json compact_estimates(const json& rows, std::size_t detailed) {
   if (!rows.is_array()) return rows;
@@ -60,7 +62,7 @@ json compact_estimates(const json& rows, std::size_t detailed) {
   for (std::size_t i = 0; i < rows.size(); ++i) {
     json row = rows[i];
     if (row.is_object() && row.contains("layers") && !keep[i]) {
-      row["flops_per_step"] = summed_flops(row);
+      row["flops_per_step"] = flops_per_step(row);
       row["layers"] = json::array();
       row["layers_left_out"] = true;
     }
@@ -91,9 +93,7 @@ std::vector<DeviceEstimate> read_estimates(const json& rows) {
       estimate.model_seconds_mean = figure(row, "raw_seconds").value_or(seconds).first;
       if (const auto baseline = row.find("baseline"); baseline != row.end() && baseline->is_object())
         estimate.baseline_joules = baseline->value("joules", 0.0);
-      // A compact row keeps the layers' sum only.
-      const auto flops = row.find("flops_per_step");
-      estimate.flops_per_step = flops != row.end() && flops->is_number() ? flops->get<double>() : summed_flops(row);
+      estimate.flops_per_step = flops_per_step(row);
       if (const auto steps = row.find("steps"); steps != row.end() && steps->is_number_integer())
         estimate.steps = steps->get<std::int64_t>();
       // Estimates stored before they named their epochs: one.

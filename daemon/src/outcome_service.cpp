@@ -10,14 +10,6 @@ namespace {
 
 json optional_number(const std::optional<double>& value) { return value ? json(*value) : json(nullptr); }
 
-double flops_per_step(const json& estimate) {
-  double flops = 0.0;
-  if (const auto layers = estimate.find("layers"); layers != estimate.end() && layers->is_array())
-    for (const auto& layer : *layers)
-      if (layer.is_object()) flops += layer.value("flops_per_step", 0.0);
-  return flops;
-}
-
 // A figure {"mean", "std"} of an estimate row ("joules", "seconds"); the model's own
 // ("raw_joules", "raw_seconds") when the row was corrected.
 json model_figure(const json& estimate, const std::string& name) {

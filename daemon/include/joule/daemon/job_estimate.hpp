@@ -42,6 +42,9 @@ struct DeviceEstimate {
 /// them whole). A job with 1,500 candidate devices kept megabytes of JSON before.
 nlohmann::json compact_estimates(const nlohmann::json& rows, std::size_t detailed = 8);
 
+/// A row's FLOPs per step: the summed figure of a compact row, else the sum over its layers.
+double flops_per_step(const nlohmann::json& row);
+
 /// Reads the estimator's rows (a JSON array of per-device rows); rows without a device are
 /// skipped, and anything but an array gives none.
 std::vector<DeviceEstimate> read_estimates(const nlohmann::json& rows);
