@@ -132,6 +132,12 @@ void ClusterCoordinator::sync(const json& body, Answer answer) {
   auto recorded = jobs_.apply_reports(request->node, request->jobs);
   jobs_.update_node(request->node, request->devices);
 
+  for (const auto& device : request->devices) {
+    // A model kept from before this coordinator restarted (ModelService::keep): not asked for again.
+    const std::string name = request->node + "/" + device.name;
+    if (!model_versions_.contains(name))
+      if (const auto kept = models_.version(name); kept > 0) model_versions_[name] = kept;
+  }
   for (const auto& upload : request->models) {
     const std::string name = request->node + "/" + upload.device;
     auto model = estimator::DeviceEnergyModel::load(upload.snapshot);
@@ -142,8 +148,11 @@ void ClusterCoordinator::sync(const json& body, Answer answer) {
       continue;
     }
     spdlog::info("node {}: energy model of {} version {} installed", request->node, upload.device, upload.version);
-    models_.install(name, std::make_shared<const estimator::DeviceEnergyModel>(std::move(model).value()),
-                    upload.version);
+    std::string source;
+    for (const auto& device : request->devices)
+      if (device.name == upload.device) source = device.source;
+    models_.keep(name, upload.snapshot, upload.version, source,
+                 std::make_shared<const estimator::DeviceEnergyModel>(std::move(model).value()));
   }
   auto reply = reply_for(request->node);
   reply.recorded = std::move(recorded);

@@ -607,9 +607,14 @@ int run_daemon(const CommandLine& command_line) {
   }
   api.set_cluster(coordinator.get(), agent.get());
   api.set_slurm(slurm.get());
-  HttpServerOptions server_options{config.server.max_body_bytes, config.server.request_timeout_seconds,
+  HttpServerOptions server_options{config.server.max_body_bytes,
+                                   config.server.request_timeout_seconds,
                                    usable_connection_limit(config.server.max_connections),
-                                   config.server.max_connections_per_client, config.server.idle_timeout_seconds};
+                                   config.server.max_connections_per_client,
+                                   config.server.idle_timeout_seconds,
+                                   nullptr,
+                                   {},
+                                   16384};
   if (is_coordinator) {
     // Agents' syncs are long polls: held, they count apart from max_connections (up to 16,384,
     // as the descriptor limit allows), so the agents a coordinator serves are not capped by it.

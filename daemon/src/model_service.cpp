@@ -67,6 +67,16 @@ std::int64_t ModelService::version(const std::string& device) const {
   return it == versions_.end() ? 0 : it->second;
 }
 
+void ModelService::keep(const std::string& device, const json& snapshot, std::int64_t version,
+                        const std::string& source, std::shared_ptr<const estimator::DeviceEnergyModel> model) {
+  adapters::StoredModelSnapshot stored{device, version, clock_.unix_ms(), source, snapshot.dump()};
+  storage_.submit([stored](adapters::Database& db) { return db.save_model_snapshot(stored); },
+                  [device](Status s) {
+                    if (!s) spdlog::error("device {}: saving its model failed: {}", device, s.error().message);
+                  });
+  install(device, std::move(model), version);
+}
+
 void ModelService::start(const std::vector<adapters::StoredModelSnapshot>& snapshots,
                          std::vector<ProbeableDevice> devices, std::vector<estimator::WorkloadItem> workload) {
   for (const auto& snapshot : snapshots) {

@@ -714,7 +714,7 @@ std::optional<std::pair<double, std::string>> ProbeService::accept_result(Device
   const auto& models = models_.models();
   if (auto in_use = models.find(name); in_use != models.end() && in_use->second && plan.target.optimizer.empty()) {
     for (std::size_t i = 0; i < plan.networks.size(); ++i) {
-      estimator::TrainingConfig one_step{plan.target.batch_size, 1, plan.target.batch_size, "sgd"};
+      estimator::TrainingConfig one_step{plan.target.batch_size, 1, plan.target.batch_size, "sgd", std::nullopt};
       auto predicted = in_use->second->estimate(plan.networks[i], one_step);
       const double measured = result->networks[i].joules_per_step;
       if (predicted && measured > 0.0) {

@@ -410,6 +410,11 @@ TEST_F(ClusterNodesTest, a_coordinator_killed_with_9_loses_nothing_and_resumes_w
   auto marks = lines_of(marks_);
   EXPECT_EQ(marks.size(), ids.size());
   for (const auto& id : ids) EXPECT_EQ(std::count(marks.begin(), marks.end(), id + ".1"), 1) << id;
+  // The agents' models were kept: the restarted coordinator loaded them from its own state (an
+  // agent whose last answer predates its upload may still offer its model once more).
+  const std::string log = coordinator->log();
+  EXPECT_NE(log.find("device orin/sim:jetson-orin: energy model version 1 loaded"), std::string::npos) << log;
+  EXPECT_NE(log.find("device pi/sim:raspberry-pi-4: energy model version 1 loaded"), std::string::npos) << log;
 }
 
 TEST_F(ClusterNodesTest, a_partitioned_agent_pauses_its_job_after_the_lease_and_stops_it_when_the_network_heals) {

@@ -47,6 +47,10 @@ class ModelService {
   /// Publishes a device's fitted model for estimates (on the loop thread).
   void install(const std::string& device, std::shared_ptr<const estimator::DeviceEnergyModel> model,
                std::int64_t version);
+  /// Installs a model learnt elsewhere (an agent's, uploaded to its coordinator) and saves it, so
+  /// that a restarted coordinator has it at once instead of asking every agent again.
+  void keep(const std::string& device, const nlohmann::json& snapshot, std::int64_t version, const std::string& source,
+            std::shared_ptr<const estimator::DeviceEnergyModel> model);
   /// Stops estimating with a device's model (learnt under conditions that no longer hold).
   void withdraw(const std::string& device);
   std::int64_t version(const std::string& device) const;
