@@ -88,6 +88,7 @@ class JobService::Host final : public ExecutorHost {
   void note(JobRecord& job, const std::string& message) override { book_.note(job, message); }
   void requeue(JobRecord& job, const std::string& why) override { book_.requeue(job, why); }
   void run_lost(JobRecord& job, const std::string& why) override { book_.run_lost(job, why); }
+  const std::vector<std::size_t>& devices_of(const std::string& node) const override { return book_.devices_of(node); }
   void count_as_run(JobRecord& job) override { book_.set_state(job, JobState::running); }
   void reserve_again(JobRecord& job) override {
     if (const Device* device = book_.find_device(job.row.device))
@@ -125,6 +126,10 @@ JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, M
       host_(std::make_unique<Host>(*this)),
       local_(std::make_unique<LocalExecutor>(io, *host_, options_)),
       nodes_(std::make_unique<NodeExecutor>(*host_, devices_)) {
+  for (std::size_t i = 0; i < devices_.size(); ++i) {
+    device_index_[devices_[i].name] = i;
+    if (!devices_[i].node.empty()) node_devices_[devices_[i].node].push_back(i);
+  }
   for (auto& device : devices_) {
     metrics_.add_device_energy(device.name, std::string(device.meter->source()), 0.0);
     metrics_.set_device_power(device.name, std::string(device.meter->source()), 0.0);
@@ -168,10 +173,22 @@ std::optional<double> JobService::run_seconds(const Job& job) const {
 }
 
 const Device* JobService::find_device(const std::string& name) const {
-  for (const auto& device : devices_) {
-    if (device.name == name) return &device;
-  }
-  return nullptr;
+  const auto it = device_index_.find(name);
+  return it == device_index_.end() ? nullptr : &devices_[it->second];
+}
+
+Device& JobService::add_device(Device device) {
+  const std::size_t index = devices_.size();
+  device_index_[device.name] = index;
+  if (!device.node.empty()) node_devices_[device.node].push_back(index);
+  devices_.push_back(std::move(device));
+  return devices_.back();
+}
+
+const std::vector<std::size_t>& JobService::devices_of(const std::string& node) const {
+  static const std::vector<std::size_t> kNone;
+  const auto it = node_devices_.find(node);
+  return it == node_devices_.end() ? kNone : it->second;
 }
 
 Device* JobService::find_device(const std::string& name) {

@@ -45,8 +45,7 @@ void JobService::update_node(const std::string& node, const std::vector<cluster:
       fresh.agent_device = report.name;
       fresh.meter = std::make_unique<ReportedMeter>(report.source);
       fresh.meter_note = fmt::format("metered on agent {} by its {} meter", node, report.source);
-      devices_.push_back(std::move(fresh));
-      device = &devices_.back();
+      device = &add_device(std::move(fresh));
       metrics_.add_device_energy(name, report.source, 0.0);
       added = true;
       spdlog::info("node {}: device {} ({} meter{})", node, report.name, report.source,
@@ -88,8 +87,8 @@ void JobService::adopt(Job& job, Device& device, const std::string& note, const 
 }
 
 void JobService::node_lost(const std::string& node) {
-  for (auto& device : devices_) {
-    if (device.node != node) continue;
+  for (const std::size_t index : devices_of(node)) {
+    Device& device = devices_[index];
     device.node_ready = false;
     device.reported_busy = false;
     static_cast<ReportedMeter*>(device.meter.get())->silence(fmt::format("node {} is lost", node));
@@ -154,8 +153,7 @@ Device& JobService::remote_device(const std::string& name) {
   device.meter = std::move(meter);
   device.meter_note = fmt::format("metered on agent {}", device.node);
   device.node_ready = false;
-  devices_.push_back(std::move(device));
-  return devices_.back();
+  return add_device(std::move(device));
 }
 
 std::vector<std::string> JobService::nodes_with_jobs() const {
@@ -167,8 +165,8 @@ std::vector<std::string> JobService::nodes_with_jobs() const {
 
 json JobService::node_devices(const std::string& node) const {
   json out = json::array();
-  for (const auto& device : devices_) {
-    if (device.node != node) continue;
+  for (const std::size_t index : devices_of(node)) {
+    const Device& device = devices_[index];
     const std::string source(device.meter->source());
     out.push_back({{"name", device.agent_device},
                    {"source", source},

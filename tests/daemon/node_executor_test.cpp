@@ -51,6 +51,12 @@ class FakeBook final : public ExecutorHost {
       if (device.name == name) return &device;
     return nullptr;
   }
+  const std::vector<std::size_t>& devices_of(const std::string& node) const override {
+    indexes.clear();
+    for (std::size_t i = 0; i < devices.size(); ++i)
+      if (devices[i].node == node) indexes.push_back(i);
+    return indexes;
+  }
   std::string device_node(const std::string& device) const override {
     const auto slash = device.find('/');
     return slash == std::string::npos ? "here" : device.substr(0, slash);
@@ -69,6 +75,7 @@ class FakeBook final : public ExecutorHost {
   std::vector<std::string> notes;
   std::vector<std::string> changed;
   std::vector<std::string> reserved;
+  mutable std::vector<std::size_t> indexes;
 };
 
 Device agent_device(const std::string& node, const std::string& name) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "joule/adapters/job_process.hpp"
 #include "joule/common/clock.hpp"
@@ -49,6 +50,8 @@ class ExecutorHost {
   virtual Device* find_device(const std::string& name) = 0;
   /// The node a device belongs to, as budgets and cluster reports name it.
   virtual std::string device_node(const std::string& device) const = 0;
+  /// Indexes of `node`'s devices in the book's devices (an agent's; none for this node's own).
+  virtual const std::vector<std::size_t>& devices_of(const std::string& node) const = 0;
   /// The desired state of the node holding `device` changed (a waiting sync answers, Slurm acts).
   virtual void node_changed(const std::string& device) = 0;
   /// A node came back still running a job the book had queued again: it is placed there again

@@ -84,8 +84,9 @@ void NodeExecutor::recover(JobRecord& job, Device* device) {
 
 std::vector<cluster::Assignment> NodeExecutor::desired_for(const std::string& node) const {
   std::vector<cluster::Assignment> out;
-  for (const auto& device : devices_) {
-    if (device.node != node || !device.job) continue;
+  for (const std::size_t index : host_.devices_of(node)) {
+    const Device& device = devices_[index];
+    if (!device.job) continue;
     JobRecord* found = host_.find_job(*device.job);
     if (!found) continue;
     const JobRecord& job = *found;

@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -222,6 +223,8 @@ class JobService {
                                                                   const std::vector<cluster::ReportedJob>& reports);
   /// What the node should run now: its placements whose epoch is committed.
   std::vector<cluster::Assignment> desired_for(const std::string& node) const;
+  /// Indexes into the devices of `node` (an agent's; none for this node's own).
+  const std::vector<std::size_t>& devices_of(const std::string& node) const;
   /// A node went silent past its lease: its jobs go back to the queue or fail (their restart policy).
   void node_lost(const std::string& node);
   /// Nodes that hold placed or running jobs in the stored state (recovery expects them back).
@@ -336,6 +339,11 @@ class JobService {
   adapters::StorageWriter& storage_;
   Metrics& metrics_;
   std::vector<Device> devices_;
+  /// Devices by name, and an agent's devices by node (indexes into devices_, which only grows):
+  /// a sync of one of thousands of agents looks up its own devices, not every device.
+  std::unordered_map<std::string, std::size_t> device_index_;
+  std::unordered_map<std::string, std::vector<std::size_t>> node_devices_;
+  Device& add_device(Device device);
   JobServiceOptions options_;
   const Clock& clock_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
