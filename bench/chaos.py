@@ -29,14 +29,13 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
+
+from loopback import call, free_port  # bench/loopback.py, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -44,27 +43,6 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 
 def log(message):
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def call(port, method, path, body=None, timeout=5):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
-            return reply.status, json.loads(reply.read().decode() or "null")
-    except urllib.error.HTTPError as e:
-        text = e.read().decode("utf-8", "replace")
-        try:
-            return e.code, json.loads(text)
-        except ValueError:
-            return e.code, text
 
 
 class Daemon:

@@ -33,8 +33,8 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
+
+from loopback import call, free_port  # bench/loopback.py, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -105,31 +105,13 @@ class Node:
                     self.proc.kill()
 
     def call(self, method, path, body=None, timeout=10):
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as reply:
-                return reply.status, json.loads(reply.read().decode() or "null")
-        except urllib.error.HTTPError as e:
-            text = e.read().decode("utf-8", "replace")
-            try:
-                return e.code, json.loads(text)
-            except ValueError:
-                return e.code, text
+        return call(self.port, method, path, body, timeout)
 
 
 def probe_samples(node):
     """Each device's model samples at the end: what its probes learnt across every restart."""
     _, body = node.call("GET", "/v1/devices")
     return {d["name"]: (d.get("model") or {}).get("samples") for d in body["devices"]}
-
-
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main():
