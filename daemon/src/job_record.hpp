@@ -63,6 +63,14 @@ struct JobRecord {
   std::optional<schedulers::Projection> projection;
   /// What the job said of its training with its last report (loss, accuracy, firing_rates).
   nlohmann::json training_figures = nlohmann::json::object();
+
+  /// Before it is queued again: its next run reports its own epochs (from 1, or after the
+  /// checkpoint it resumes from), so what the last run reported is dropped.
+  void forget_run_reports() {
+    last_report.reset();
+    projection.reset();
+    training_figures = nlohmann::json::object();
+  }
   // Throttling in force (set by its executor, shown in GET /v1/jobs/{id}, offered to the controller):
   bool paused = false;
   std::optional<double> cpu_quota;

@@ -806,10 +806,7 @@ void JobService::unplace(Job& job, const std::string& why) {
 void JobService::requeue(Job& job, const std::string& why) {
   job.row.device.clear();
   job.row.pid = 0;
-  // Its next run reports its own epochs (from 1, or after the checkpoint it resumes from).
-  job.last_report.reset();
-  job.projection.reset();
-  job.training_figures = json::object();
+  job.forget_run_reports();
   transition(job, JobState::queued, why);
   enqueue(job);
 }

@@ -126,9 +126,7 @@ void JobService::queue_again(Job& job, Device& device, const std::string& why) {
   release_controls(job, /*ended=*/false);  // the epoch stays: the node may come back with it
   device.job.reset();
   job.row.started_ms.reset();
-  job.last_report.reset();
-  job.projection.reset();
-  job.training_figures = json::object();
+  job.forget_run_reports();
   transition(job, JobState::queued, fmt::format("{}: queued again (epoch {} is fenced)", why, job.row.epoch));
   enqueue(job);
 }
