@@ -52,9 +52,10 @@ def percentile(values, p):
 
 
 class Node:
-    """jouled on a fixed port, killed and started again."""
+    """jouled on a fixed port, killed and started again (bench/finished_jobs.py uses it too, with
+    a configuration of its own)."""
 
-    def __init__(self, build, root, port):
+    def __init__(self, build, root, port, config=None):
         self.jouled = os.path.join(build, "daemon", "jouled")
         self.worker = os.path.join(build, "worker", "joule-worker")
         self.state = os.path.join(root, "state")
@@ -62,7 +63,8 @@ class Node:
         self.config = os.path.join(root, "jouled.toml")
         self.log_path = os.path.join(root, "jouled.log")
         with open(self.config, "w") as f:
-            f.write("[log]\nlevel = \"warn\"\n"
+            f.write(config if config is not None else
+                    "[log]\nlevel = \"warn\"\n"
                     "[[devices]]\nname = \"cpu\"\nthreads = 1\n"
                     "[[devices]]\nname = \"sim:laptop-cpu\"\nruns_jobs = true\nprobes = 60\n"
                     f"[probing]\nenabled = true\nidle_seconds = 2\nworker = \"{self.worker}\"\n")

@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <array>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -10,7 +11,7 @@ namespace joule::adapters {
 namespace {
 
 // Each entry moves the schema from version i to i + 1. Never edit a released entry: add one.
-constexpr std::array<const char*, 7> kMigrations = {
+constexpr std::array<const char*, 8> kMigrations = {
     R"sql(
 CREATE TABLE jobs (
   id              TEXT PRIMARY KEY,
@@ -112,6 +113,13 @@ ALTER TABLE jobs ADD COLUMN energy_partial INTEGER NOT NULL DEFAULT 0;
 UPDATE jobs SET energy_partial = 1 WHERE id IN (SELECT job_id FROM job_events
   WHERE message LIKE 'adopted process group%' OR message LIKE '%while jouled was down%');
 )sql",
+    // Finished jobs are served from here, not from memory: a page of one state in submission
+    // order, and the latest succeeded ones by when they finished, each by an index.
+    R"sql(
+DROP INDEX IF EXISTS jobs_by_state;
+CREATE INDEX IF NOT EXISTS jobs_by_state_and_sequence ON jobs(state, sequence);
+CREATE INDEX IF NOT EXISTS jobs_by_state_and_finish ON jobs(state, finished_ms);
+)sql",
 };
 
 constexpr const char* kInsertJob =
@@ -126,10 +134,33 @@ constexpr const char* kUpdateJob =
     " estimate = ?18, token_sha256 = ?19, epoch = ?20, origin = ?21, owner = ?22, owner_uid = ?23,"
     " energy_partial = ?24"
     " WHERE id = ?1";
-constexpr const char* kSelectJobs =
-    "SELECT id, sequence, name, spec, state, priority, device, submitted_ms, started_ms,"
-    " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate,"
-    " token_sha256, epoch, origin, owner, owner_uid, energy_partial FROM jobs ORDER BY sequence";
+#define JOULE_JOB_COLUMNS                                                                                        \
+  "SELECT id, sequence, name, spec, state, priority, device, submitted_ms, started_ms, finished_ms, exit_code,"  \
+  " reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate, token_sha256, epoch, origin," \
+  " owner, owner_uid, energy_partial FROM jobs "
+constexpr const char* kSelectJobs = JOULE_JOB_COLUMNS "ORDER BY sequence";
+// Every job not finished (by state, through the index: a scan of a million finished rows
+// would read them all), then the latest finished ones, in submission order.
+constexpr const char* kSelectCurrentJobs =
+    "SELECT * FROM (" JOULE_JOB_COLUMNS
+    "WHERE state IN ('queued', 'placed', 'running', 'throttled')"
+    " UNION ALL SELECT * FROM (" JOULE_JOB_COLUMNS
+    "WHERE state IN ('succeeded', 'failed', 'cancelled') ORDER BY sequence DESC LIMIT ?1)) ORDER BY sequence";
+constexpr const char* kSelectJob = JOULE_JOB_COLUMNS "WHERE id = ?1";
+constexpr const char* kPageJobs = JOULE_JOB_COLUMNS "WHERE sequence > ?1 ORDER BY sequence LIMIT ?2";
+constexpr const char* kPageJobsNewest = JOULE_JOB_COLUMNS "WHERE sequence < ?1 ORDER BY sequence DESC LIMIT ?2";
+constexpr const char* kPageJobsInState =
+    JOULE_JOB_COLUMNS "WHERE state = ?3 AND sequence > ?1 ORDER BY sequence LIMIT ?2";
+constexpr const char* kPageJobsInStateNewest =
+    JOULE_JOB_COLUMNS "WHERE state = ?3 AND sequence < ?1 ORDER BY sequence DESC LIMIT ?2";
+constexpr const char* kLatestSucceededJobs = JOULE_JOB_COLUMNS
+    "WHERE state = 'succeeded' AND energy_joules IS NOT NULL ORDER BY finished_ms DESC, sequence DESC LIMIT ?1 OFFSET "
+    "?2";
+#undef JOULE_JOB_COLUMNS
+constexpr const char* kCountJobsByState = "SELECT state, COUNT(*) FROM jobs GROUP BY state";
+constexpr const char* kMaxJobSequence = "SELECT COALESCE(MAX(sequence), 0) FROM jobs";
+constexpr const char* kSelectJobEvents =
+    "SELECT job_id, at_ms, state, message FROM job_events WHERE job_id = ?1 ORDER BY id";
 constexpr const char* kInsertEnergyUse =
     "INSERT INTO energy_uses (node, device, work, start_ms, end_ms, joules, source) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 constexpr const char* kSelectEnergyUses =
@@ -254,6 +285,22 @@ Result<std::unique_ptr<Database>> Database::open(const std::filesystem::path& pa
   return db;
 }
 
+Result<std::unique_ptr<Database>> Database::open_reader(const std::filesystem::path& path) {
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string message = raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc);
+    sqlite3_close_v2(raw);
+    return make_error(ErrorCode::unavailable, fmt::format("cannot open {} for reading: {}", path.string(), message));
+  }
+  std::unique_ptr<Database> db(new Database(raw, path));
+  sqlite3_busy_timeout(raw, 5000);
+  if (const int version = db->schema_version(); version != latest_schema_version())
+    return make_error(ErrorCode::unavailable, fmt::format("{} has schema version {}, not {}: open it for writing first",
+                                                          path.string(), version, latest_schema_version()));
+  return db;
+}
+
 Error Database::sqlite_error(const std::string& what) const {
   return make_error(ErrorCode::io, fmt::format("{}: {}: {}", path_.string(), what, sqlite3_errmsg(db_)));
 }
@@ -351,42 +398,127 @@ Status Database::insert_event(const StoredEvent& event) {
   return {};
 }
 
-Result<std::vector<StoredJob>> Database::load_jobs() {
-  auto stmt = prepare(kSelectJobs);
+namespace {
+
+StoredJob read_job(sqlite3_stmt* stmt) {
+  StoredJob job;
+  job.id = column_text(stmt, 0);
+  job.sequence = sqlite3_column_int64(stmt, 1);
+  job.name = column_text(stmt, 2);
+  job.spec_json = column_text(stmt, 3);
+  job.state = column_text(stmt, 4);
+  job.priority = sqlite3_column_int(stmt, 5);
+  job.device = column_text(stmt, 6);
+  job.submitted_ms = sqlite3_column_int64(stmt, 7);
+  job.started_ms = column_optional<std::int64_t>(stmt, 8);
+  job.finished_ms = column_optional<std::int64_t>(stmt, 9);
+  job.exit_code = column_optional<int>(stmt, 10);
+  job.reason = column_text(stmt, 11);
+  job.energy_joules = column_optional<double>(stmt, 12);
+  job.energy_source = column_text(stmt, 13);
+  job.pid = sqlite3_column_int64(stmt, 14);
+  job.pid_start_ticks = static_cast<std::uint64_t>(sqlite3_column_int64(stmt, 15));
+  job.boot_id = column_text(stmt, 16);
+  job.estimate_json = column_text(stmt, 17);
+  job.token_sha256 = column_text(stmt, 18);
+  job.epoch = sqlite3_column_int64(stmt, 19);
+  job.origin = column_text(stmt, 20);
+  job.owner = column_text(stmt, 21);
+  job.owner_uid = column_optional<std::int64_t>(stmt, 22);
+  job.energy_partial = sqlite3_column_int(stmt, 23) != 0;
+  return job;
+}
+
+}  // namespace
+
+Result<std::vector<StoredJob>> Database::select_jobs(const char* sql, const std::function<void(sqlite3_stmt*)>& bind,
+                                                     const std::string& what) {
+  auto stmt = prepare(sql);
   if (!stmt) return stmt.error();
   StatementReset reset{*stmt};
+  if (bind) bind(*stmt);
   std::vector<StoredJob> jobs;
   int rc = 0;
-  while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) {
-    StoredJob job;
-    job.id = column_text(*stmt, 0);
-    job.sequence = sqlite3_column_int64(*stmt, 1);
-    job.name = column_text(*stmt, 2);
-    job.spec_json = column_text(*stmt, 3);
-    job.state = column_text(*stmt, 4);
-    job.priority = sqlite3_column_int(*stmt, 5);
-    job.device = column_text(*stmt, 6);
-    job.submitted_ms = sqlite3_column_int64(*stmt, 7);
-    job.started_ms = column_optional<std::int64_t>(*stmt, 8);
-    job.finished_ms = column_optional<std::int64_t>(*stmt, 9);
-    job.exit_code = column_optional<int>(*stmt, 10);
-    job.reason = column_text(*stmt, 11);
-    job.energy_joules = column_optional<double>(*stmt, 12);
-    job.energy_source = column_text(*stmt, 13);
-    job.pid = sqlite3_column_int64(*stmt, 14);
-    job.pid_start_ticks = static_cast<std::uint64_t>(sqlite3_column_int64(*stmt, 15));
-    job.boot_id = column_text(*stmt, 16);
-    job.estimate_json = column_text(*stmt, 17);
-    job.token_sha256 = column_text(*stmt, 18);
-    job.epoch = sqlite3_column_int64(*stmt, 19);
-    job.origin = column_text(*stmt, 20);
-    job.owner = column_text(*stmt, 21);
-    job.owner_uid = column_optional<std::int64_t>(*stmt, 22);
-    job.energy_partial = sqlite3_column_int(*stmt, 23) != 0;
-    jobs.push_back(std::move(job));
-  }
-  if (rc != SQLITE_DONE) return sqlite_error("loading jobs");
+  while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) jobs.push_back(read_job(*stmt));
+  if (rc != SQLITE_DONE) return sqlite_error(what);
   return jobs;
+}
+
+Result<std::vector<StoredJob>> Database::load_jobs() { return select_jobs(kSelectJobs, {}, "loading jobs"); }
+
+Result<std::vector<StoredJob>> Database::load_current_jobs(std::size_t finished) {
+  return select_jobs(
+      kSelectCurrentJobs,
+      [finished](sqlite3_stmt* stmt) { sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(finished)); },
+      "loading jobs");
+}
+
+Result<std::optional<StoredJob>> Database::find_job(const std::string& id) {
+  auto found = select_jobs(
+      kSelectJob, [&id](sqlite3_stmt* stmt) { bind_text(stmt, 1, id); }, fmt::format("reading job {}", id));
+  if (!found) return found.error();
+  if (found->empty()) return std::optional<StoredJob>();
+  return std::optional<StoredJob>(std::move(found->front()));
+}
+
+Result<std::vector<StoredJob>> Database::page_jobs(const std::optional<std::string>& state,
+                                                   std::optional<std::int64_t> after_sequence, std::size_t limit,
+                                                   bool newest_first) {
+  const char* sql =
+      state ? (newest_first ? kPageJobsInStateNewest : kPageJobsInState) : (newest_first ? kPageJobsNewest : kPageJobs);
+  const std::int64_t after =
+      after_sequence.value_or(newest_first ? std::numeric_limits<std::int64_t>::max() : std::int64_t{0});
+  return select_jobs(
+      sql,
+      [&](sqlite3_stmt* stmt) {
+        sqlite3_bind_int64(stmt, 1, after);
+        sqlite3_bind_int64(stmt, 2, static_cast<sqlite3_int64>(limit));
+        if (state) bind_text(stmt, 3, *state);
+      },
+      "listing jobs");
+}
+
+Result<std::vector<StoredJob>> Database::latest_succeeded_jobs(std::size_t limit, std::size_t offset) {
+  return select_jobs(
+      kLatestSucceededJobs,
+      [limit, offset](sqlite3_stmt* stmt) {
+        sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(limit));
+        sqlite3_bind_int64(stmt, 2, static_cast<sqlite3_int64>(offset));
+      },
+      "reading finished jobs");
+}
+
+Result<std::map<std::string, std::int64_t>> Database::count_jobs_by_state() {
+  auto stmt = prepare(kCountJobsByState);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  std::map<std::string, std::int64_t> counts;
+  int rc = 0;
+  while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) counts[column_text(*stmt, 0)] = sqlite3_column_int64(*stmt, 1);
+  if (rc != SQLITE_DONE) return sqlite_error("counting jobs");
+  return counts;
+}
+
+Result<std::int64_t> Database::max_job_sequence() {
+  auto stmt = prepare(kMaxJobSequence);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  if (sqlite3_step(*stmt) != SQLITE_ROW) return sqlite_error("reading the last job's number");
+  return static_cast<std::int64_t>(sqlite3_column_int64(*stmt, 0));
+}
+
+Result<std::vector<StoredEvent>> Database::load_job_events(const std::string& id) {
+  auto stmt = prepare(kSelectJobEvents);
+  if (!stmt) return stmt.error();
+  StatementReset reset{*stmt};
+  bind_text(*stmt, 1, id);
+  std::vector<StoredEvent> events;
+  int rc = 0;
+  while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW)
+    events.push_back(StoredEvent{column_text(*stmt, 0), sqlite3_column_int64(*stmt, 1), column_text(*stmt, 2),
+                                 column_text(*stmt, 3)});
+  if (rc != SQLITE_DONE) return sqlite_error(fmt::format("reading the events of job {}", id));
+  return events;
 }
 
 Status Database::save_model_snapshot(const StoredModelSnapshot& snapshot) {

@@ -442,10 +442,19 @@ int run_daemon(const CommandLine& command_line) {
   const auto db_path = config.state_directory / "jouled.db";
   auto database = adapters::Database::open(db_path);
   if (!database) throw std::runtime_error(database.error().message);
-  auto stored_jobs = (*database)->load_jobs();
+  // Memory holds the jobs not finished and the latest finished ones; the others stay in the
+  // database, which the job book reads back through a connection of its own when asked.
+  auto stored_jobs = (*database)->load_current_jobs(JobService::kFinishedKept);
   if (!stored_jobs) throw std::runtime_error(stored_jobs.error().message);
-  auto stored_events = (*database)->load_events();
-  if (!stored_events) throw std::runtime_error(stored_events.error().message);
+  Result<std::vector<adapters::StoredEvent>> stored_events = std::vector<adapters::StoredEvent>{};
+  for (const auto& job : *stored_jobs) {
+    auto events = (*database)->load_job_events(job.id);
+    if (!events) throw std::runtime_error(events.error().message);
+    stored_events->insert(stored_events->end(), std::make_move_iterator(events->begin()),
+                          std::make_move_iterator(events->end()));
+  }
+  auto archive = adapters::Database::open_reader(db_path);
+  if (!archive) throw std::runtime_error(archive.error().message);
   auto stored_models = (*database)->load_model_snapshots();
   if (!stored_models) throw std::runtime_error(stored_models.error().message);
   StoredProbeState stored_probe_state;
@@ -526,6 +535,7 @@ int run_daemon(const CommandLine& command_line) {
   // Every service reads this one clock (tests give theirs a ManualClock).
   const Clock& clock = joule::system_clock();
   JobService jobs(io, storage, metrics, open_devices(config), job_options, clock);
+  jobs.keep_finished_in(**archive);
   jobs.budgets().set_policy(std::move(policy).value());
   jobs.budgets().load(*stored_uses);
 

@@ -20,6 +20,10 @@ namespace joule::daemon {
 /// its coordinator so (ReportedJob::fenced), which queues the job again instead of ending it.
 inline constexpr std::string_view kFencedReason = "fenced: ";
 
+/// How long an agent reports a run's end (after a restart too) until its coordinator
+/// acknowledges it; the run stays in the agent's memory that long.
+inline constexpr std::int64_t kReportEndsForMs = 10 * 60 * 1000;
+
 /// The parts of a job's row that change as it runs, as last committed: what the API shows.
 struct ShownRow {
   std::string state;

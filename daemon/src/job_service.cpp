@@ -231,12 +231,17 @@ void JobService::show(const std::string& id, const std::optional<ShownRow>& row,
   if (!row) return;
   const auto before = schedulers::job_state_from_string(job.shown.state);
   const auto after = schedulers::job_state_from_string(row->state);
+  const bool ends = after && schedulers::is_terminal(*after) && !(before && schedulers::is_terminal(*before));
   if (before && after && *before != *after) {
     sequences_by_state_[static_cast<std::size_t>(*before)].erase(job.row.sequence);
     sequences_by_state_[static_cast<std::size_t>(*after)].insert(job.row.sequence);
     refresh_state_metrics();
   }
   job.shown = *row;
+  if (ends) {
+    finished_order_.push_back(id);
+    evict_finished();
+  }
 }
 
 void JobService::note(Job& job, const std::string& message) {
@@ -285,13 +290,17 @@ void JobService::refresh_state_metrics() {
   // O(1): the indexes are kept as jobs change state, never recomputed from all jobs.
   for (std::size_t i = 0; i < sequences_by_state_.size(); ++i) {
     const auto state = static_cast<JobState>(i);
-    metrics_.set_jobs_in_state(schedulers::to_string(state), static_cast<double>(sequences_by_state_[i].size()));
+    metrics_.set_jobs_in_state(schedulers::to_string(state), static_cast<double>(count_in(state)));
   }
 }
 
 Result<std::string> JobService::owner_of(const std::string& id) const {
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) return make_error(ErrorCode::not_found, fmt::format("no job {}", id), "id");
+  if (it == jobs_.end()) {
+    auto archived = read_back(id, false);
+    if (!archived) return archived.error();
+    return (*archived)->row.owner;
+  }
   return it->second->row.owner;
 }
 
@@ -813,7 +822,7 @@ void JobService::requeue(Job& job, const std::string& why) {
 
 void JobService::cancel(const std::string& id, Done done) {
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) return done(make_error(ErrorCode::not_found, fmt::format("no job {}", id), "id"));
+  if (it == jobs_.end()) return done(not_in_memory(id, "has already {}"));
   Job& job = *it->second;
   if (schedulers::is_terminal(job.state)) {
     return done(make_error(ErrorCode::conflict, fmt::format("job {} has already {}", id, job.row.state)));
@@ -868,6 +877,7 @@ void JobService::sample_meters() {
     while (device.history.size() > 2 && now - device.history.front().first > std::chrono::hours(1))
       device.history.pop_front();
   }
+  evict_finished();  // an agent's runs leave once their end is no longer reported
   if (!scheduling_) return;
   const auto now_millis = now_ms();
   if (options_.current_utc_offset_minutes) budgets_.set_utc_offset_minutes(options_.current_utc_offset_minutes());
@@ -997,8 +1007,29 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
     job->estimates = read_estimates(job->row.estimate_json);
     if (job->state == JobState::queued) enqueue(*job);
     if (!schedulers::is_terminal(job->state) && job->state != JobState::queued) to_reconcile.push_back(id);
+    if (schedulers::is_terminal(job->state)) finished_order_.push_back(id);
     index(*job);
     jobs_.emplace(id, std::move(job));
+  }
+  if (archive_) {
+    // Finished jobs not loaded are counted, not read: the database serves them when asked.
+    auto counts = archive_->count_jobs_by_state();
+    if (!counts) return counts.error();
+    auto last = archive_->max_job_sequence();
+    if (!last) return last.error();
+    next_sequence_ = std::max(next_sequence_, *last + 1);
+    for (const auto& [name, count] : *counts) {
+      const auto state = schedulers::job_state_from_string(name);
+      if (!state) {
+        spdlog::error("{} stored job{} in unknown state \"{}\" skipped (the rows stay in the database)", count,
+                      count == 1 ? "" : "s", printable(name));
+        skipped += static_cast<std::size_t>(count);
+      } else if (schedulers::is_terminal(*state)) {
+        const auto index = static_cast<std::size_t>(*state);
+        const auto loaded = static_cast<std::int64_t>(sequences_by_state_[index].size());
+        evicted_by_state_[index] = static_cast<std::size_t>(std::max<std::int64_t>(0, count - loaded));
+      }
+    }
   }
   if (skipped > 0)
     spdlog::warn("{} stored job{} could not be read and {} skipped (see above)", skipped, skipped == 1 ? "" : "s",
@@ -1011,6 +1042,7 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
     Device* device = find_device(job.row.device);
     (device ? executor_for(*device) : *local_).recover(job, device);
   }
+  evict_finished();
   refresh_state_metrics();
   schedule();
   return {};
@@ -1018,17 +1050,30 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
 
 bool JobService::job_token_matches(const std::string& id, const std::string& token) const {
   const auto it = jobs_.find(id);
-  if (it == jobs_.end() || it->second->row.token_sha256.empty() || token.empty()) return false;
+  std::unique_ptr<Job> archived;
+  if (it == jobs_.end()) {
+    auto read = read_back(id, false);
+    if (!read) return false;
+    archived = std::move(read).value();
+  }
+  const Job& job = archived ? *archived : *it->second;
+  if (job.row.token_sha256.empty() || token.empty()) return false;
   const std::string presented = joule::sha256_hex(token);
-  const std::string& stored = it->second->row.token_sha256;
+  const std::string& stored = job.row.token_sha256;
   return stored.size() == presented.size() && CRYPTO_memcmp(stored.data(), presented.data(), stored.size()) == 0;
 }
 
 Result<json> JobService::report_progress(const std::string& id, const std::string& token, const json& body) {
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) return make_error(ErrorCode::not_found, fmt::format("no job {}", id), "id");
+  std::optional<std::string> finished;  // the state of a job out of memory
+  if (it == jobs_.end()) {
+    auto archived = read_back(id, false);
+    if (!archived) return archived.error();
+    finished = (*archived)->row.state;
+  }
   if (!job_token_matches(id, token))
     return make_error(ErrorCode::unauthorized, "progress needs the job's own token (JOULE_JOB_TOKEN) as the bearer token");
+  if (finished) return make_error(ErrorCode::conflict, fmt::format("job {} is {}, not running", id, *finished));
   Job& job = *it->second;
   if (job.state != JobState::running && job.state != JobState::throttled)
     return make_error(ErrorCode::conflict, fmt::format("job {} is {}, not running", id, job.row.state));
@@ -1101,7 +1146,11 @@ Result<json> JobService::report_progress(const std::string& id, const std::strin
 
 Result<json> JobService::job(const std::string& id) const {
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) return make_error(ErrorCode::not_found, fmt::format("no job {}", id), "id");
+  if (it == jobs_.end()) {
+    auto archived = read_back(id, true);
+    if (!archived) return archived.error();
+    return to_json(**archived, true);
+  }
   return to_json(*it->second, true);
 }
 
@@ -1116,11 +1165,20 @@ Result<json> JobService::jobs(const std::optional<std::string>& state, std::size
   std::optional<std::int64_t> after_sequence;
   if (after) {
     auto it = jobs_.find(*after);
-    if (it == jobs_.end())
+    if (it != jobs_.end()) {
+      after_sequence = it->second->row.sequence;
+    } else if (auto archived = read_back(*after, false)) {
+      after_sequence = (*archived)->row.sequence;
+    } else if (archived.error().code != ErrorCode::not_found) {
+      return archived.error();
+    } else {
       return make_error(ErrorCode::invalid_argument,
                         fmt::format("no job {} to list after; start again without \"after\"", *after), "after");
-    after_sequence = it->second->row.sequence;
+    }
   }
+  // Every job, or the finished ones of a state, may be out of memory: the database pages them.
+  if (archive_ && (!state || schedulers::is_terminal(*schedulers::job_state_from_string(*state))))
+    return archived_page(state, limit, after_sequence, newest_first);
   // A page costs its own jobs plus a logarithm: the submission numbers are kept sorted, in all
   // (by_sequence_) and per state, so listing never walks or sorts the jobs it does not show.
   const auto page = [&](const auto& sequences, std::size_t total) {
@@ -1156,6 +1214,7 @@ Result<json> JobService::jobs(const std::optional<std::string>& state, std::size
 }
 
 std::vector<JobService::Feedback> JobService::finished_feedback() const {
+  if (archive_) return archived_feedback();
   std::vector<const Job*> done;
   for (const auto& [sequence, job] : by_sequence_)
     if (job->state == JobState::succeeded && job->row.energy_joules && !job->estimates.empty() && job->row.finished_ms)
@@ -1171,7 +1230,9 @@ std::vector<JobService::Feedback> JobService::finished_feedback() const {
 }
 
 Result<std::filesystem::path> JobService::log_path(const std::string& id, const std::string& stream) const {
-  if (!jobs_.contains(id)) return make_error(ErrorCode::not_found, fmt::format("no job {}", id), "id");
+  if (!jobs_.contains(id)) {
+    if (auto archived = read_back(id, false); !archived) return archived.error();
+  }
   if (stream != "stdout" && stream != "stderr") return invalid("stream must be stdout or stderr", "stream");
   return local_->job_directory(id) / (stream + ".log");
 }

@@ -18,11 +18,6 @@ using adapters::StoredEvent;
 using nlohmann::json;
 using schedulers::JobState;
 
-namespace {
-// Ends an agent keeps reporting, after a restart, until the coordinator acknowledges them.
-constexpr std::int64_t kReportEndsForMs = 10 * 60 * 1000;
-}  // namespace
-
 void JobService::changed(const std::string& device_name) {
   if (const Device* device = find_device(device_name); device && !device->node.empty())
     for (const auto& hook : node_changed_) hook(device->node);
@@ -181,7 +176,8 @@ json JobService::node_devices(const std::string& node) const {
 
 Result<json> JobService::pause(const std::string& id, bool pause) {
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) return make_error(ErrorCode::not_found, fmt::format("no job {}", id), "id");
+  if (it == jobs_.end())
+    return not_in_memory(id, fmt::format("is {{}}: only a running job can be {}", pause ? "paused" : "resumed"));
   Job& job = *it->second;
   if (job.state != JobState::running && job.state != JobState::throttled)
     return make_error(ErrorCode::conflict, fmt::format("job {} is {}: only a running job can be {}", id, job.row.state,
@@ -256,6 +252,10 @@ std::vector<cluster::ReportedJob> JobService::assignment_reports(
 void JobService::assign(const cluster::Assignment& assignment) {
   const std::string local_id = fmt::format("{}.{}", assignment.id, assignment.epoch);
   if (jobs_.contains(local_id) || assignments_in_flight_.contains(local_id)) return;
+  // Taken up before and ended long ago (out of memory): never run again.
+  if (archive_) {
+    if (auto stored = archive_->find_job(local_id); !stored || *stored) return;
+  }
   auto job = std::make_unique<Job>();
   job->row.id = local_id;
   job->row.origin = assignment.id;

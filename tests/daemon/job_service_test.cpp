@@ -5,6 +5,8 @@
 
 #include "joule/schedulers/time_format.hpp"
 
+#include <fmt/format.h>
+
 #include <gtest/gtest.h>
 
 #include "counting_meter.hpp"
@@ -274,4 +276,84 @@ TEST_F(JobServiceTest, a_job_waiting_for_a_budget_is_placed_when_the_services_cl
   EXPECT_FALSE(jobs_.desired_for("agent-1").empty());
   EXPECT_EQ(clock_.unix_ms(), fits_at);
   EXPECT_EQ(state_of(id), "placed");
+}
+
+TEST_F(JobServiceTest, finished_jobs_leave_memory_and_are_served_from_the_database_as_before) {
+  keep_finished(2);
+  agent_joins("agent-1");
+  std::vector<std::string> ids;
+  for (int i = 0; i < 8; ++i) {
+    // Only agent-1 may run them: the first is placed, the others wait and are cancelled.
+    auto submitted = submit({{"run", {{"command", {"train"}}}}, {"constraints", {{"devices", {"agent-1/cpu"}}}}});
+    ASSERT_TRUE(submitted);
+    ids.push_back((*submitted)["id"]);
+  }
+  for (std::size_t i = 1; i < ids.size(); ++i) {
+    std::optional<joule::Result<json>> cancelled;
+    jobs_.cancel(ids[i], [&](joule::Result<json> result) { cancelled = std::move(result); });
+    ASSERT_TRUE(run_until([&] { return cancelled.has_value(); }));
+    ASSERT_TRUE(*cancelled) << cancelled->error().message;
+  }
+  ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
+  const auto ids_of = [](const json& page) {
+    std::vector<std::string> out;
+    for (const auto& job : page["jobs"]) out.push_back(job["id"]);
+    return out;
+  };
+  // Five of the seven cancelled jobs are out of memory now; paging crosses from one to the other.
+  auto first = jobs_.jobs("cancelled", 3).value();
+  EXPECT_EQ(first["total"], 7);
+  EXPECT_EQ(ids_of(first), (std::vector<std::string>{ids[1], ids[2], ids[3]}));
+  auto rest = jobs_.jobs("cancelled", 10, first["next"].get<std::string>()).value();
+  EXPECT_EQ(ids_of(rest), (std::vector<std::string>{ids[4], ids[5], ids[6], ids[7]}));
+  EXPECT_TRUE(rest["next"].is_null());
+  auto newest = jobs_.jobs(std::nullopt, 3, std::nullopt, true).value();
+  EXPECT_EQ(newest["total"], 8);
+  EXPECT_EQ(ids_of(newest), (std::vector<std::string>{ids[7], ids[6], ids[5]}));
+  auto older = jobs_.jobs(std::nullopt, 10, newest["next"].get<std::string>(), true).value();
+  EXPECT_EQ(ids_of(older), (std::vector<std::string>{ids[4], ids[3], ids[2], ids[1], ids[0]}));
+  EXPECT_EQ(older["jobs"][4]["state"], "placed");  // shown from memory, as it stands
+  // A job read back shows what it showed in memory: its state, reason and history.
+  auto old = jobs_.job(ids[1]).value();
+  EXPECT_EQ(old["state"], "cancelled");
+  EXPECT_EQ(old["reason"], "cancelled while queued");
+  ASSERT_EQ(old["events"].size(), 2u);
+  EXPECT_EQ(old["events"][1]["state"], "cancelled");
+  EXPECT_EQ(jobs_.owner_of(ids[1]).value(), "token:test");
+  EXPECT_TRUE(jobs_.log_path(ids[1], "stdout"));
+  std::optional<joule::Result<json>> again;
+  jobs_.cancel(ids[1], [&](joule::Result<json> result) { again = std::move(result); });
+  ASSERT_TRUE(again.has_value() && !*again);
+  EXPECT_EQ(again->error().code, joule::ErrorCode::conflict);
+  EXPECT_EQ(again->error().message, fmt::format("job {} has already cancelled", ids[1]));
+  EXPECT_EQ(jobs_.pause(ids[1], true).error().code, joule::ErrorCode::conflict);
+  EXPECT_EQ(jobs_.job("no-such-job").error().code, joule::ErrorCode::not_found);
+
+  // A restarted book loads what is not finished and the latest finished, and counts the rest.
+  auto current = database_->load_current_jobs(2);
+  ASSERT_TRUE(current);
+  EXPECT_EQ(current->size(), 3u);  // the placed job and the last two cancelled
+  std::vector<joule::adapters::StoredEvent> events;
+  for (const auto& row : *current) {
+    auto stored = database_->load_job_events(row.id);
+    ASSERT_TRUE(stored);
+    for (auto& event : *stored) events.push_back(std::move(event));
+  }
+  JobService restarted(io_, writer_, metrics_, devices(), options(), clock_);
+  restarted.keep_finished_in(*archive_, 2);
+  ASSERT_TRUE(restarted.recover(std::move(current).value(), std::move(events)));
+  auto listed = restarted.jobs("cancelled", 100).value();
+  EXPECT_EQ(listed["total"], 7);
+  EXPECT_EQ(ids_of(listed).size(), 7u);
+  EXPECT_EQ(restarted.jobs(std::nullopt, 100).value()["total"], 8);
+  EXPECT_EQ(restarted.job(ids[2]).value()["state"], "cancelled");
+  // A new job is numbered after every stored one, not only after those loaded: it lists last.
+  std::optional<joule::Result<json>> submitted;
+  restarted.submit({{"run", {{"command", {"train"}}}}, {"constraints", {{"devices", {"agent-1/cpu"}}}}},
+                   JobService::Submitter{"token:test", std::nullopt},
+                   [&](joule::Result<json> result) { submitted = std::move(result); });
+  ASSERT_TRUE(run_until([&] { return submitted.has_value(); }));
+  ASSERT_TRUE(*submitted) << submitted->error().message;
+  auto latest = restarted.jobs(std::nullopt, 1, std::nullopt, true).value();
+  EXPECT_EQ(ids_of(latest), (std::vector<std::string>{(**submitted)["id"].get<std::string>()}));
 }

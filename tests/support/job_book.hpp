@@ -40,6 +40,13 @@ class JobBook {
     return o;
   }
 
+  /// Finished jobs beyond the latest `kept` leave the book's memory and are read back from the
+  /// database through a reader of the book's own (the daemon's set-up, on a book still empty).
+  void keep_finished(std::size_t kept) {
+    archive_ = std::move(adapters::Database::open_reader(dir_ / "jouled.db")).value();
+    jobs_.keep_finished_in(*archive_, kept);
+  }
+
   /// Runs the loop until `done` holds (commits come back from the storage thread through it).
   template <typename Predicate>
   bool run_until(Predicate done) {
@@ -73,6 +80,7 @@ class JobBook {
   boost::asio::io_context io_;
   adapters::Database* database_ = nullptr;
   adapters::StorageWriter writer_;
+  std::unique_ptr<adapters::Database> archive_;  // declared before the book, which reads through it
   daemon::Metrics metrics_;
   daemon::JobService jobs_;
 };

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -114,12 +115,16 @@ struct StoredEvent {
   std::string message;
 };
 
-/// One connection. Not thread-safe: the daemon uses it from its storage thread only.
+/// One connection. Not thread-safe: the daemon writes through one on its storage thread and reads
+/// finished jobs through another (open_reader) on its loop.
 class Database {
  public:
   /// Opens (creating if needed) and migrates. `full_sync` makes every commit durable against
   /// power loss, not only against a crash of the process.
   static Result<std::unique_ptr<Database>> open(const std::filesystem::path& path, bool full_sync = true);
+  /// A second, read-only connection to a file open() has migrated: how the daemon's loop reads
+  /// finished jobs back while the storage thread writes (WAL lets both run at once).
+  static Result<std::unique_ptr<Database>> open_reader(const std::filesystem::path& path);
   ~Database();
   Database(const Database&) = delete;
   Database& operator=(const Database&) = delete;
@@ -141,6 +146,24 @@ class Database {
   Status insert_event(const StoredEvent& event);
   Result<std::vector<StoredJob>> load_jobs();
   Result<std::vector<StoredEvent>> load_events();
+  /// What a starting daemon keeps in memory: every job not finished (queued, placed, running,
+  /// throttled) and the latest `finished` finished ones, in submission order.
+  Result<std::vector<StoredJob>> load_current_jobs(std::size_t finished);
+  Result<std::optional<StoredJob>> find_job(const std::string& id);
+  /// One job's events, oldest first.
+  Result<std::vector<StoredEvent>> load_job_events(const std::string& id);
+  /// At most `limit` jobs (of `state`, where given) after `after_sequence` in submission order,
+  /// or before it, newest first: a page in O(limit + log n).
+  Result<std::vector<StoredJob>> page_jobs(const std::optional<std::string>& state,
+                                           std::optional<std::int64_t> after_sequence, std::size_t limit,
+                                           bool newest_first);
+  /// Succeeded jobs that have an energy figure, the last to finish first: `limit` of them after
+  /// skipping `offset`.
+  Result<std::vector<StoredJob>> latest_succeeded_jobs(std::size_t limit, std::size_t offset = 0);
+  /// How many jobs each stored state holds (unknown states too: bad rows).
+  Result<std::map<std::string, std::int64_t>> count_jobs_by_state();
+  /// The highest submission number stored (0 with none).
+  Result<std::int64_t> max_job_sequence();
   /// Inserts or replaces the snapshot of its device.
   Status save_model_snapshot(const StoredModelSnapshot& snapshot);
   Result<std::vector<StoredModelSnapshot>> load_model_snapshots();
@@ -169,6 +192,8 @@ class Database {
   Status exec(const char* sql);
   Status migrate();
   Result<sqlite3_stmt*> prepare(const char* sql);
+  Result<std::vector<StoredJob>> select_jobs(const char* sql, const std::function<void(sqlite3_stmt*)>& bind,
+                                             const std::string& what);
   Error sqlite_error(const std::string& what) const;
 
   sqlite3* db_;

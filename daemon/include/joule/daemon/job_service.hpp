@@ -121,6 +121,14 @@ class JobService {
              std::vector<Device> devices, JobServiceOptions options, const Clock& clock = system_clock());
   ~JobService();
 
+  /// Finished jobs leave memory, all but the latest `kept`, and are read back from `archive`: a
+  /// read-only connection to the job database (Database::open_reader), used on this thread. Then
+  /// memory holds the jobs that are not finished, however many have finished. Before recover(),
+  /// which is then given the jobs Database::load_current_jobs(kept) reads. Without it, every job
+  /// stays in memory (unit tests).
+  void keep_finished_in(adapters::Database& archive, std::size_t kept = kFinishedKept);
+  static constexpr std::size_t kFinishedKept = 64;
+
   /// Loads the stored jobs and reconciles those that were placed or running when the last
   /// daemon stopped: finished ones get their recorded exit status, live ones are adopted,
   /// never-started ones are queued again, lost ones fail with the reason. Then schedules.
@@ -204,9 +212,13 @@ class JobService {
     std::int64_t finished_ms = 0;
     std::optional<double> seconds;  ///< how long the run lasted, where this daemon timed it
   };
-  /// The feedback of every job that succeeded, in the order they ended (rebuilding what finished
-  /// jobs taught, at start); jobs adopted after a restart count as partial.
+  /// The feedback of the jobs that succeeded (rebuilding what finished jobs taught, at start), in
+  /// the order they ended: every one in memory, or the latest kFeedbackRows from the archive. Jobs
+  /// adopted after a restart count as partial.
   std::vector<Feedback> finished_feedback() const;
+  /// Enough for every device's outcome rows (estimator::OutcomeCalibration::kMaxRows each) on a
+  /// node of ten devices; read with each one's estimate, so bounded.
+  static constexpr std::size_t kFeedbackRows = 2000;
   /// `claim` runs just before a job is placed on a device (probing there must stop at once);
   /// `finished` after a job that ran to its end was metered.
   void set_device_hooks(std::function<void(const std::string& device)> claim,
@@ -323,6 +335,23 @@ class JobService {
   void refresh_state_metrics();
   /// Takes a stored job into the book's indexes (submission order, jobs per shown state).
   void index(Job& job);
+  // --- Finished jobs out of memory (job_service_archive.cpp) ---
+  /// Finished jobs beyond the latest finished_kept_ leave memory (their rows are committed): an
+  /// agent's stay while it reports their end to its coordinator.
+  void evict_finished();
+  /// A job that left memory, read back from the archive (with its events where asked): a
+  /// record the API can show, detached from the book. Nothing where it is not stored.
+  Result<std::unique_ptr<Job>> read_back(const std::string& id, bool with_events) const;
+  std::unique_ptr<Job> record_of(adapters::StoredJob row, std::vector<adapters::StoredEvent> events) const;
+  /// A page of GET /v1/jobs from the archive (every job, or a finished state), the jobs in
+  /// memory shown as memory has them.
+  Result<nlohmann::json> archived_page(const std::optional<std::string>& state, std::size_t limit,
+                                       std::optional<std::int64_t> after_sequence, bool newest_first) const;
+  /// Jobs shown in `state`, in memory and out of it.
+  std::size_t count_in(schedulers::JobState state) const;
+  std::vector<Feedback> archived_feedback() const;
+  /// Why a job that is not in memory cannot be acted on: finished (so `conflict`), or unknown.
+  Error not_in_memory(const std::string& id, const std::string& finished_why) const;
   /// Moves a job to another state (no event, nothing stored: see transition).
   void set_state(Job& job, schedulers::JobState to);
   Device* find_device(const std::string& name);
@@ -352,6 +381,10 @@ class JobService {
   // counting and listing by state cost a page, not a walk over every job.
   std::array<std::set<std::int64_t>, 7> sequences_by_state_;
   std::int64_t next_sequence_ = 1;
+  adapters::Database* archive_ = nullptr;
+  std::size_t finished_kept_ = kFinishedKept;
+  std::deque<std::string> finished_order_;         // ids of the finished jobs in memory, as they finished
+  std::array<std::size_t, 7> evicted_by_state_{};  // finished jobs shown in each state, out of memory
   std::size_t submissions_in_flight_ = 0;
   std::size_t writes_in_flight_ = 0;
   bool scheduling_ = true;

@@ -1,0 +1,153 @@
+// The job book's finished jobs out of memory: they leave it once their last row is committed and
+// are read back from the database, page by page, when the API asks for them.
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "job_record.hpp"
+#include "joule/common/text.hpp"
+#include "joule/daemon/job_service.hpp"
+
+namespace joule::daemon {
+
+using adapters::StoredEvent;
+using adapters::StoredJob;
+using nlohmann::json;
+using schedulers::JobState;
+
+namespace {
+
+bool finished_row(const StoredJob& row) {
+  const auto state = schedulers::job_state_from_string(row.state);
+  return state && schedulers::is_terminal(*state);
+}
+
+}  // namespace
+
+void JobService::keep_finished_in(adapters::Database& archive, std::size_t kept) {
+  archive_ = &archive;
+  // The job that just finished stays: the answer to whoever finished it is built from it.
+  finished_kept_ = std::max<std::size_t>(kept, 1);
+}
+
+void JobService::evict_finished() {
+  if (!archive_) return;
+  const auto now = now_ms();
+  while (finished_order_.size() > finished_kept_) {
+    const auto it = jobs_.find(finished_order_.front());
+    if (it != jobs_.end()) {
+      const Job& job = *it->second;
+      const auto shown = schedulers::job_state_from_string(job.shown.state);
+      // A run for a coordinator: its end is reported until acknowledged, for kReportEndsForMs at
+      // most, and its id must stay known so that the assignment is never taken up again.
+      if (!job.row.origin.empty() && now - job.row.finished_ms.value_or(now) <= kReportEndsForMs) return;
+      if (!shown || !schedulers::is_terminal(*shown)) return;  // its end is not committed yet
+      sequences_by_state_[static_cast<std::size_t>(*shown)].erase(job.row.sequence);
+      ++evicted_by_state_[static_cast<std::size_t>(*shown)];
+      by_sequence_.erase(job.row.sequence);
+      jobs_.erase(it);
+    }
+    finished_order_.pop_front();
+  }
+}
+
+std::size_t JobService::count_in(JobState state) const {
+  const auto index = static_cast<std::size_t>(state);
+  return sequences_by_state_[index].size() + evicted_by_state_[index];
+}
+
+std::unique_ptr<JobRecord> JobService::record_of(StoredJob row, std::vector<StoredEvent> events) const {
+  auto job = std::make_unique<Job>();
+  // A finished row whose spec no longer parses is still shown as stored.
+  if (auto spec = schedulers::parse_job_spec(json::parse(row.spec_json, nullptr, false))) job->spec = std::move(*spec);
+  job->state = *schedulers::job_state_from_string(row.state);
+  job->estimates = read_estimates(row.estimate_json);
+  job->shown = ShownRow::of(row);
+  job->events = std::move(events);
+  job->events_shown = job->events.size();
+  job->row = std::move(row);
+  return job;
+}
+
+Result<std::unique_ptr<JobRecord>> JobService::read_back(const std::string& id, bool with_events) const {
+  if (!archive_) return make_error(ErrorCode::not_found, fmt::format("no job {}", id), "id");
+  auto row = archive_->find_job(id);
+  if (!row) return make_error(ErrorCode::unavailable, fmt::format("cannot read job {}: {}", id, row.error().message));
+  // A job not finished is in memory, unless its row could not be read at start: skipped, as
+  // there (the row stays in the database for inspection).
+  if (!*row || !finished_row(**row)) return make_error(ErrorCode::not_found, fmt::format("no job {}", id), "id");
+  std::vector<StoredEvent> events;
+  if (with_events) {
+    auto stored = archive_->load_job_events(id);
+    if (!stored)
+      return make_error(ErrorCode::unavailable, fmt::format("cannot read job {}: {}", id, stored.error().message));
+    events = std::move(stored).value();
+  }
+  return record_of(std::move(**row), std::move(events));
+}
+
+Error JobService::not_in_memory(const std::string& id, const std::string& finished_why) const {
+  auto job = read_back(id, false);
+  if (!job) return job.error();
+  return make_error(ErrorCode::conflict,
+                    fmt::format("job {} {}", id, fmt::format(fmt::runtime(finished_why), (*job)->row.state)));
+}
+
+Result<json> JobService::archived_page(const std::optional<std::string>& state, std::size_t limit,
+                                       std::optional<std::int64_t> after_sequence, bool newest_first) const {
+  auto rows = archive_->page_jobs(state, after_sequence, limit + 1, newest_first);
+  if (!rows) return make_error(ErrorCode::unavailable, fmt::format("cannot list jobs: {}", rows.error().message));
+  const bool more = rows->size() > limit;
+  if (more) rows->resize(limit);
+  const json next = more ? json(rows->back().id) : json(nullptr);
+  json out = json::array();
+  for (auto& row : *rows) {
+    // What is in memory may be newer than the row (a commit whose answer is on its way): the
+    // API shows a job one way whichever path reads it. A row out of memory that is not
+    // finished is one skipped at start, or a submission whose commit is not answered yet.
+    if (const auto it = jobs_.find(row.id); it != jobs_.end())
+      out.push_back(to_json(*it->second, false));
+    else if (finished_row(row))
+      out.push_back(to_json(*record_of(std::move(row), {}), false));
+  }
+  std::size_t total = 0;
+  if (state) {
+    total = count_in(*schedulers::job_state_from_string(*state));
+  } else {
+    for (std::size_t i = 0; i < sequences_by_state_.size(); ++i) total += count_in(static_cast<JobState>(i));
+  }
+  return json{{"jobs", std::move(out)}, {"total", total}, {"next", next}};
+}
+
+std::vector<JobService::Feedback> JobService::archived_feedback() const {
+  // Read a chunk at a time: a row's estimates are its largest part (hundreds of KB on a
+  // coordinator of a thousand devices), and only its device's estimate is kept.
+  constexpr std::size_t kChunk = 100;
+  std::vector<Feedback> out;
+  for (std::size_t offset = 0; offset < kFeedbackRows; offset += kChunk) {
+    auto rows = archive_->latest_succeeded_jobs(std::min(kChunk, kFeedbackRows - offset), offset);
+    if (!rows) {
+      spdlog::error("estimates: cannot read finished jobs to learn from: {}", rows.error().message);
+      break;
+    }
+    for (const StoredJob& row : *rows) {
+      if (!row.energy_joules || !row.finished_ms || row.estimate_json.empty()) continue;
+      const auto estimates = read_estimates(row.estimate_json);
+      const auto* estimate = find_estimate(estimates, row.device);
+      if (!estimate) continue;
+      std::optional<double> seconds;
+      if (row.started_ms)
+        seconds = static_cast<double>(std::max<std::int64_t>(0, *row.finished_ms - *row.started_ms)) / 1000.0;
+      out.push_back(Feedback{row.device, *estimate, *row.energy_joules, row.energy_source, row.energy_partial, row.id,
+                             *row.finished_ms, seconds});
+    }
+    if (rows->size() < kChunk) break;
+  }
+  // Newest first from the database; the feedback goes oldest first, as the jobs ended.
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace joule::daemon
