@@ -4,7 +4,8 @@
     python3 bench/finished_jobs.py --json /tmp/finished.json          # 0, 100,000, 1,000,000: ~10 min
     python3 bench/finished_jobs.py --counts 0 20000 --jobs 200        # a short run
 
-One jouled (a `cpu` device, probing off, its own state directory). First `--jobs` real jobs run
+One jouled (a `cpu` device, probing off, and a simulated device that only estimates, so that each
+job's stored estimate has a model's layers in it; its own state directory). First `--jobs` real jobs run
 through it (a shell command each, with a model and training so their rows carry estimates as
 real ones do). Then, for each count in `--counts`, jouled is stopped, the database is filled with
 copies of those finished rows (and their events) up to that many finished jobs, and jouled is
@@ -14,7 +15,8 @@ started again and measured:
   - reads: GET /v1/jobs?state=succeeded pages of 100 (the first 50, walked by cursor), the
     newest page of every job, 200 GET /v1/jobs/{id} of copies picked at random, each timed;
     /healthz meanwhile;
-  - running on: `--jobs` more real jobs submitted and run; VmRSS every 10 % of them.
+  - running on: `--jobs` more real jobs run in waves of 100 (each submitted, then waited for,
+    so the queue stays short); VmRSS after each wave.
 Memory that does not grow with the count, and reads that cost a page, are what issue 18 asks.
 No joules are measured here: the jobs' energy figures are the node's `modelled` meter.
 """
@@ -57,31 +59,27 @@ def timed(node, path):
     return time.monotonic() - started, status, body
 
 
-def run_jobs(node, count, tag):
-    """Submits `count` jobs and waits for them all to end; VmRSS every tenth of them."""
+def run_jobs(node, count, tag, wave=100):
+    """Runs `count` jobs in waves of `wave`, each submitted and then waited for, so that the queue
+    stays short: what memory holds after a wave is what the finished jobs left. VmRSS after every
+    wave, and the ids."""
     ids, rss = [], []
-    for i in range(count):
-        body = {"name": f"{tag}-{i}", "run": {"command": ["true"]}, "model": MODEL,
-                "training": {"batch_size": 8, "samples_per_epoch": 64, "epochs": 1}}
-        for _ in range(200):
+    for first in range(0, count, wave):
+        for i in range(first, min(count, first + wave)):
+            body = {"name": f"{tag}-{i}", "run": {"command": ["true"]}, "model": MODEL,
+                    "training": {"batch_size": 8, "samples_per_epoch": 64, "epochs": 1}}
             status, answer = node.call("POST", "/v1/jobs", body)
-            if status == 201:
-                ids.append(answer["id"])
-                break
-            time.sleep(0.05)  # 429: the queue is full, wait for jobs to end
-        else:
-            raise RuntimeError(f"job {i} not accepted: {status} {answer}")
-        if count >= 10 and (i + 1) % (count // 10) == 0:
-            rss.append(memory_kib(node.proc.pid)["VmRSS"])
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        _, page = node.call("GET", "/v1/jobs?state=queued&limit=1")
-        _, running = node.call("GET", "/v1/jobs?state=running&limit=1")
-        _, placed = node.call("GET", "/v1/jobs?state=placed&limit=1")
-        if page["total"] == 0 and running["total"] == 0 and placed["total"] == 0:
-            return ids, rss
-        time.sleep(0.2)
-    raise RuntimeError("jobs did not end within 10 minutes")
+            if status != 201:
+                raise RuntimeError(f"job {i} not accepted: {status} {answer}")
+            ids.append(answer["id"])
+        deadline = time.monotonic() + 300
+        while not all(node.call("GET", f"/v1/jobs?state={state}&limit=1")[1]["total"] == 0
+                      for state in ("queued", "placed", "running")):
+            if time.monotonic() > deadline:
+                raise RuntimeError("a wave of jobs did not end within 5 minutes")
+            time.sleep(0.05)
+        rss.append(memory_kib(node.proc.pid)["VmRSS"])
+    return ids, rss
 
 
 def fill(database, template_ids, count, log_every=200_000):
@@ -98,9 +96,10 @@ def fill(database, template_ids, count, log_every=200_000):
         db.execute("BEGIN")
         for n in range(batch):
             template = template_ids[(copy + n) % len(template_ids)]
-            new_id = f"{template}-copy-{copy + n}"
+            new_sequence = sequence + 1 + copy + n
+            new_id = f"{template}-copy-{new_sequence}"
             db.execute(f"INSERT INTO jobs (id, sequence, {columns}) SELECT ?, ?, {columns} FROM jobs WHERE id = ?",
-                       (new_id, sequence + 1 + copy + n, template))
+                       (new_id, new_sequence, template))
             db.execute("INSERT INTO job_events (job_id, at_ms, state, message) "
                        "SELECT ?, at_ms, state, message FROM job_events WHERE job_id = ? ORDER BY id",
                        (new_id, template))
@@ -157,7 +156,11 @@ def main():
     args = parser.parse_args()
     random.seed(args.seed)
     root = tempfile.mkdtemp(prefix="joule-finished-")
-    config = ("[log]\nlevel = \"warn\"\n[[devices]]\nname = \"cpu\"\nthreads = 1\n[probing]\nenabled = false\n"
+    os.chmod(root, 0o755)  # jobs run as accounts of their own when jouled runs as root
+    # The simulated device runs nothing; its model gives each job an estimate with its layers, so
+    # that rows are the size of a probed node's.
+    config = ("[log]\nlevel = \"warn\"\n[[devices]]\nname = \"cpu\"\nthreads = 1\n"
+              "[[devices]]\nname = \"sim:laptop-cpu\"\n[probing]\nenabled = false\n"
               "[server]\nmax_queued_jobs = 100000\n")
     node = Node(args.build, root, free_port(), config=config)
     database = os.path.join(node.state, "jouled.db")
@@ -181,7 +184,8 @@ def main():
             _, rss = run_jobs(node, args.jobs, f"after-{count}")
             round_result["rss_kib_while_running_jobs"] = rss
             round_result["rss_kib_after_jobs"] = memory_kib(node.proc.pid)["VmRSS"]
-            log(f"  {args.jobs} more jobs run: RSS {', '.join(f'{k / 1024:.1f}' for k in rss)} MiB")
+            shown = rss if len(rss) <= 10 else rss[:: len(rss) // 10]
+            log(f"  {args.jobs} more jobs run: RSS {', '.join(f'{k / 1024:.1f}' for k in shown)} MiB")
             results["rounds"].append(round_result)
             node.stop()
     finally:

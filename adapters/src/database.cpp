@@ -114,11 +114,25 @@ UPDATE jobs SET energy_partial = 1 WHERE id IN (SELECT job_id FROM job_events
   WHERE message LIKE 'adopted process group%' OR message LIKE '%while jouled was down%');
 )sql",
     // Finished jobs are served from here, not from memory: a page of one state in submission
-    // order, and the latest succeeded ones by when they finished, each by an index.
+    // order, and the latest succeeded ones by when they finished, each by an index; and the jobs
+    // of each state counted as rows change (counting a million rows at start took 2 s).
     R"sql(
 DROP INDEX IF EXISTS jobs_by_state;
 CREATE INDEX IF NOT EXISTS jobs_by_state_and_sequence ON jobs(state, sequence);
 CREATE INDEX IF NOT EXISTS jobs_by_state_and_finish ON jobs(state, finished_ms);
+DROP TABLE IF EXISTS job_counts;
+CREATE TABLE job_counts (state TEXT PRIMARY KEY, jobs INTEGER NOT NULL) WITHOUT ROWID;
+INSERT INTO job_counts (state, jobs) SELECT state, COUNT(*) FROM jobs GROUP BY state;
+CREATE TRIGGER IF NOT EXISTS job_counts_on_insert AFTER INSERT ON jobs BEGIN
+  INSERT INTO job_counts (state, jobs) VALUES (NEW.state, 1) ON CONFLICT(state) DO UPDATE SET jobs = jobs + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS job_counts_on_update AFTER UPDATE OF state ON jobs WHEN OLD.state != NEW.state BEGIN
+  UPDATE job_counts SET jobs = jobs - 1 WHERE state = OLD.state;
+  INSERT INTO job_counts (state, jobs) VALUES (NEW.state, 1) ON CONFLICT(state) DO UPDATE SET jobs = jobs + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS job_counts_on_delete AFTER DELETE ON jobs BEGIN
+  UPDATE job_counts SET jobs = jobs - 1 WHERE state = OLD.state;
+END;
 )sql",
 };
 
@@ -157,7 +171,7 @@ constexpr const char* kLatestSucceededJobs = JOULE_JOB_COLUMNS
     "WHERE state = 'succeeded' AND energy_joules IS NOT NULL ORDER BY finished_ms DESC, sequence DESC LIMIT ?1 OFFSET "
     "?2";
 #undef JOULE_JOB_COLUMNS
-constexpr const char* kCountJobsByState = "SELECT state, COUNT(*) FROM jobs GROUP BY state";
+constexpr const char* kCountJobsByState = "SELECT state, jobs FROM job_counts WHERE jobs != 0";
 constexpr const char* kMaxJobSequence = "SELECT COALESCE(MAX(sequence), 0) FROM jobs";
 constexpr const char* kSelectJobEvents =
     "SELECT job_id, at_ms, state, message FROM job_events WHERE job_id = ?1 ORDER BY id";

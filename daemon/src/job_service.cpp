@@ -216,11 +216,66 @@ void JobService::persist(Write write, std::function<void(Status)> done) {
 void JobService::persist_job(Job& job, bool writes_row, Write write, std::function<void(Status)> done) {
   std::optional<ShownRow> row;
   if (writes_row) row = ShownRow::of(job.row);
+  // Every write of a job stores the event its caller just added (and the row, where it says so).
+  std::optional<StoredEvent> event;
+  if (!job.events.empty()) event = job.events.back();
   persist(std::move(write), [this, id = job.row.id, row = std::move(row), events = job.events.size(),
-                             done = std::move(done)](Status status) {
-    if (status) show(id, row, events);
+                             event = std::move(event), done = std::move(done)](Status status) {
+    if (status) {
+      show(id, row, events);
+    } else {
+      Unsaved& unsaved = unsaved_[id];
+      unsaved.row = unsaved.row || row.has_value();
+      if (event) unsaved.events.push_back(*event);
+    }
     if (done) done(status);
   });
+}
+
+void JobService::store_unsaved() {
+  if (unsaved_.empty() || storing_unsaved_) return;
+  struct Again {
+    std::string id;
+    std::optional<StoredJob> row;  // as it stands now: later than the one that failed
+    std::vector<StoredEvent> events;
+    std::size_t events_known = 0;
+  };
+  std::vector<Again> again;
+  for (auto& [id, unsaved] : unsaved_) {
+    const auto it = jobs_.find(id);
+    if (it == jobs_.end()) continue;
+    again.push_back(Again{id, unsaved.row ? std::optional(it->second->row) : std::nullopt, std::move(unsaved.events),
+                          it->second->events.size()});
+  }
+  unsaved_.clear();
+  if (again.empty()) return;
+  storing_unsaved_ = true;
+  auto shared = std::make_shared<std::vector<Again>>(std::move(again));
+  persist(
+      [shared](adapters::Database& db) -> Status {
+        for (const auto& job : *shared) {
+          if (job.row)
+            if (auto s = db.update_job(*job.row); !s) return s;
+          for (const auto& event : job.events)
+            if (auto s = db.insert_event(event); !s) return s;
+        }
+        return {};
+      },
+      [this, shared](Status status) {
+        storing_unsaved_ = false;
+        for (auto& job : *shared) {
+          if (!status) {
+            Unsaved& unsaved = unsaved_[job.id];
+            unsaved.row = unsaved.row || job.row.has_value();
+            unsaved.events.insert(unsaved.events.begin(), job.events.begin(), job.events.end());
+            continue;
+          }
+          spdlog::info("job {}: stored now that the database takes writes again", job.id);
+          // Writes before this one have committed (the writer keeps their order): so have the
+          // events the job had when it was taken.
+          show(job.id, job.row ? std::optional(ShownRow::of(*job.row)) : std::nullopt, job.events_known);
+        }
+      });
 }
 
 void JobService::show(const std::string& id, const std::optional<ShownRow>& row, std::size_t events) {
@@ -804,6 +859,11 @@ void JobService::unplace(Job& job, const std::string& why) {
   executor_for(job.row.device).release(job, /*ended=*/true);
   release_device(job);
   if (!job.events.empty() && job.events.back().state == "placed") job.events.pop_back();
+  // Nor is its placement written again once the database takes writes.
+  if (auto unsaved = unsaved_.find(job.row.id); unsaved != unsaved_.end()) {
+    auto& events = unsaved->second.events;
+    if (!events.empty() && events.back().state == "placed") events.pop_back();
+  }
   job.row.device.clear();
   set_state(job, JobState::queued);
   enqueue(job);
@@ -877,6 +937,7 @@ void JobService::sample_meters() {
     while (device.history.size() > 2 && now - device.history.front().first > std::chrono::hours(1))
       device.history.pop_front();
   }
+  store_unsaved();
   evict_finished();  // an agent's runs leave once their end is no longer reported
   if (!scheduling_) return;
   const auto now_millis = now_ms();

@@ -267,6 +267,14 @@ TEST(DatabaseTest, finished_jobs_are_read_back_by_page_by_id_and_by_count_throug
   EXPECT_EQ(counts.at("succeeded"), 3);
   EXPECT_EQ(counts.at("queued"), 1);
   EXPECT_EQ((*reader)->max_job_sequence().value(), 6);
+  // Counts follow a job's row as it changes state.
+  StoredJob ended = (*db)->find_job("job-2").value().value();
+  ended.state = "succeeded";
+  ASSERT_TRUE((*db)->update_job(ended));
+  ASSERT_TRUE((*db)->update_job(ended));  // the same state again counts once
+  const auto after = (*reader)->count_jobs_by_state().value();
+  EXPECT_EQ(after.at("succeeded"), 4);
+  EXPECT_FALSE(after.contains("queued"));
   const auto found = (*reader)->find_job("job-3").value();
   ASSERT_TRUE(found);
   EXPECT_EQ(found->state, "failed");

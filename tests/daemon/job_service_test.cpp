@@ -223,6 +223,47 @@ TEST_F(JobServiceTest, a_placement_the_database_refuses_leaves_the_job_waiting_u
   EXPECT_EQ(jobs_.desired_for("agent-1")[0].epoch, 2);  // the refused placement's epoch is never reused
 }
 
+TEST_F(JobServiceTest, a_job_that_ends_while_the_database_refuses_writes_is_stored_and_shown_once_it_takes_them) {
+  agent_joins("agent-1");
+  auto submitted = submit({{"run", {{"command", {"train"}}}}, {"constraints", {{"devices", {"agent-1/cpu"}}}}});
+  ASSERT_TRUE(submitted);
+  const std::string id = (*submitted)["id"];
+  ASSERT_TRUE(run_until([&] { return !jobs_.desired_for("agent-1").empty(); }));
+  auto started = reported_job(id, 1, "running");
+  started.started_ms = clock_.unix_ms();
+  (void)jobs_.apply_reports("agent-1", {started});
+  EXPECT_EQ(state_of(id), "running");
+
+  // The job ends while the database takes no writes (a full disk): its end is not shown.
+  ASSERT_TRUE(database_->set_query_only(true));
+  clock_.advance(30s);
+  auto ended = reported_job(id, 1, "succeeded");
+  ended.started_ms = started.started_ms;
+  ended.finished_ms = clock_.unix_ms();
+  ended.energy_joules = 120.0;
+  ended.energy_source = "rapl";
+  ended.exit_code = 0;
+  (void)jobs_.apply_reports("agent-1", {ended});
+  ASSERT_TRUE(run_until([&] { return jobs_.storage_failure().has_value(); }));
+  EXPECT_EQ(state_of(id), "running");
+  jobs_.sample_meters();  // tries again, and fails again
+  EXPECT_EQ(state_of(id), "running");
+
+  // Once writes succeed again the next meter sample stores it, with its end in its history.
+  ASSERT_TRUE(database_->set_query_only(false));
+  jobs_.sample_meters();
+  ASSERT_TRUE(run_until([&] { return shown_now(id) == "succeeded"; }));
+  EXPECT_FALSE(jobs_.storage_failure());
+  const auto stored = database_->find_job(id).value();
+  ASSERT_TRUE(stored);
+  EXPECT_EQ(stored->state, "succeeded");
+  EXPECT_EQ(stored->energy_joules, 120.0);
+  const auto events = database_->load_job_events(id).value();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().state, "succeeded");
+  EXPECT_EQ(jobs_.job(id).value()["energy"]["joules"], 120.0);
+}
+
 TEST_F(JobServiceTest, a_job_waiting_for_a_budget_is_placed_when_the_services_clock_reaches_the_windows_turn) {
   agent_joins("agent-1");
   joule::schedulers::Policy policy;

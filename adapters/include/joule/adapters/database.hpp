@@ -160,7 +160,8 @@ class Database {
   /// Succeeded jobs that have an energy figure, the last to finish first: `limit` of them after
   /// skipping `offset`.
   Result<std::vector<StoredJob>> latest_succeeded_jobs(std::size_t limit, std::size_t offset = 0);
-  /// How many jobs each stored state holds (unknown states too: bad rows).
+  /// How many jobs each stored state holds (unknown states too: bad rows), as triggers keep
+  /// them: seven rows read, not the jobs counted.
   Result<std::map<std::string, std::int64_t>> count_jobs_by_state();
   /// The highest submission number stored (0 with none).
   Result<std::int64_t> max_job_sequence();

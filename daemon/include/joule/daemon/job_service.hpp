@@ -284,6 +284,10 @@ class JobService {
   /// Persists a write of `job`'s events, and of its row where `writes_row`; once it commits,
   /// that row and those events are what the API shows of the job.
   void persist_job(Job& job, bool writes_row, Write write, std::function<void(Status)> done = {});
+  /// Writes again what persist_job could not store (a full disk): each such job's row as it
+  /// stands and the events that were lost, then shows them. Without it a job that ended while
+  /// the disk was full would be shown running until a restart.
+  void store_unsaved();
   /// A commit's row (if it wrote one) and events become the job's shown ones, and its state in
   /// the indexes.
   void show(const std::string& id, const std::optional<ShownRow>& row, std::size_t events);
@@ -399,6 +403,12 @@ class JobService {
   std::optional<schedulers::UnixMillis> retry_at_;
   std::set<std::string> assignments_in_flight_;  // agent: assignments being stored
   std::optional<std::string> storage_failure_;
+  struct Unsaved {
+    bool row = false;
+    std::vector<adapters::StoredEvent> events;
+  };
+  std::map<std::string, Unsaved> unsaved_;  // by job id: what its failed writes held
+  bool storing_unsaved_ = false;
   std::optional<schedulers::UnixMillis> placing_paused_until_;  // after a placement could not be stored
   std::unique_ptr<Host> host_;
   std::unique_ptr<LocalExecutor> local_;  // jobs on this node's devices
