@@ -154,12 +154,16 @@ constexpr const char* kUpdateJob =
   " owner, owner_uid, energy_partial FROM jobs "
 constexpr const char* kSelectJobs = JOULE_JOB_COLUMNS "ORDER BY sequence";
 // Every job not finished (by state, through the index: a scan of a million finished rows
-// would read them all), then the latest finished ones, in submission order.
+// would read them all), then the latest finished ones of each finished state, in submission
+// order. One query over the three finished states sorted all their rows (2.4 s at a million).
+#define JOULE_LATEST_IN(state)                                                                      \
+  " UNION ALL SELECT * FROM (" JOULE_JOB_COLUMNS "INDEXED BY jobs_by_state_and_sequence WHERE state = '" state \
+  "' ORDER BY sequence DESC LIMIT ?1)"
 constexpr const char* kSelectCurrentJobs =
-    "SELECT * FROM (" JOULE_JOB_COLUMNS
-    "WHERE state IN ('queued', 'placed', 'running', 'throttled')"
-    " UNION ALL SELECT * FROM (" JOULE_JOB_COLUMNS
-    "WHERE state IN ('succeeded', 'failed', 'cancelled') ORDER BY sequence DESC LIMIT ?1)) ORDER BY sequence";
+    "SELECT * FROM (" JOULE_JOB_COLUMNS "INDEXED BY jobs_by_state_and_sequence"
+    " WHERE state IN ('queued', 'placed', 'running', 'throttled')" JOULE_LATEST_IN("succeeded") JOULE_LATEST_IN(
+        "failed") JOULE_LATEST_IN("cancelled") ") ORDER BY sequence";
+#undef JOULE_LATEST_IN
 constexpr const char* kSelectJob = JOULE_JOB_COLUMNS "WHERE id = ?1";
 constexpr const char* kPageJobs = JOULE_JOB_COLUMNS "WHERE sequence > ?1 ORDER BY sequence LIMIT ?2";
 constexpr const char* kPageJobsNewest = JOULE_JOB_COLUMNS "WHERE sequence < ?1 ORDER BY sequence DESC LIMIT ?2";

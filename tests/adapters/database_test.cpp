@@ -258,8 +258,8 @@ TEST(DatabaseTest, finished_jobs_are_read_back_by_page_by_id_and_by_count_throug
   EXPECT_EQ(ids((*reader)->page_jobs(std::nullopt, 4, 10, true)),
             (std::vector<std::string>{"job-3", "job-2", "job-1"}));
   EXPECT_EQ(ids((*reader)->page_jobs(std::nullopt, 5, 10, false)), (std::vector<std::string>{"job-6"}));
-  // Not finished, then the latest finished one, in submission order.
-  EXPECT_EQ(ids((*reader)->load_current_jobs(1)), (std::vector<std::string>{"job-2", "job-5", "job-6"}));
+  // Not finished, and the latest finished one of each finished state, in submission order.
+  EXPECT_EQ(ids((*reader)->load_current_jobs(1)), (std::vector<std::string>{"job-2", "job-3", "job-5", "job-6"}));
   // The last to finish first: finished at 1000, 1002, 1004, 1001, 1003, 1000.
   EXPECT_EQ(ids((*reader)->latest_succeeded_jobs(10)), (std::vector<std::string>{"job-4", "job-6", "job-1"}));
   EXPECT_EQ(ids((*reader)->latest_succeeded_jobs(1, 1)), (std::vector<std::string>{"job-6"}));

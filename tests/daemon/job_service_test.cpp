@@ -373,7 +373,7 @@ TEST_F(JobServiceTest, finished_jobs_leave_memory_and_are_served_from_the_databa
   // A restarted book loads what is not finished and the latest finished, and counts the rest.
   auto current = database_->load_current_jobs(2);
   ASSERT_TRUE(current);
-  EXPECT_EQ(current->size(), 3u);  // the placed job and the last two cancelled
+  EXPECT_EQ(current->size(), 3u);  // the placed job and the last two cancelled (none other ended)
   std::vector<joule::adapters::StoredEvent> events;
   for (const auto& row : *current) {
     auto stored = database_->load_job_events(row.id);

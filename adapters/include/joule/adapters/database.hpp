@@ -147,7 +147,7 @@ class Database {
   Result<std::vector<StoredJob>> load_jobs();
   Result<std::vector<StoredEvent>> load_events();
   /// What a starting daemon keeps in memory: every job not finished (queued, placed, running,
-  /// throttled) and the latest `finished` finished ones, in submission order.
+  /// throttled) and the latest `finished` of each finished state, in submission order.
   Result<std::vector<StoredJob>> load_current_jobs(std::size_t finished);
   Result<std::optional<StoredJob>> find_job(const std::string& id);
   /// One job's events, oldest first.
