@@ -790,7 +790,14 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (nodes->parsed()) {
+      // A coordinator answers at most 500 agents at a time; every page is followed (node
+      // names are letters, digits, '.', '_' and '-': nothing to escape in the query).
       json listed = expect_json(client.request("GET", "/v1/nodes"));
+      while (listed.value("next", json(nullptr)).is_string()) {
+        json page = expect_json(client.request("GET", "/v1/nodes?after=" + listed["next"].get<std::string>()));
+        for (auto& node : page["nodes"]) listed["nodes"].push_back(std::move(node));
+        listed["next"] = page.value("next", json(nullptr));
+      }
       if (as_json) {
         fmt::print("{}\n", listed.dump(2));
         return 0;

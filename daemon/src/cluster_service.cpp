@@ -202,11 +202,19 @@ void ClusterCoordinator::release_held(const std::string& node, bool timed_out_on
   if (it->second.empty()) held_.erase(it);
 }
 
-json ClusterCoordinator::nodes() const {
+json ClusterCoordinator::nodes(std::size_t limit, const std::optional<std::string>& after) const {
   json out = json::array();
   const auto now = now_ms();
   const auto budgets = jobs_.budgets_view();
-  for (const auto& [name, node] : registry_.nodes()) {
+  const auto& all = registry_.nodes();
+  json states = json::object();
+  for (const auto& [name, node] : all) {
+    auto& count = states[std::string(cluster::to_string(node.state))];
+    count = count.is_null() ? 1 : count.get<std::size_t>() + 1;
+  }
+  auto it = after ? all.upper_bound(*after) : all.begin();
+  for (; it != all.end() && out.size() < limit; ++it) {
+    const auto& [name, node] = *it;
     json devices = jobs_.node_devices(name);
     double power = 0.0;
     std::size_t running = 0;
@@ -241,9 +249,13 @@ json ClusterCoordinator::nodes() const {
                    {"devices", devices},
                    {"budgets", covering}});
   }
+  const bool more = it != all.end();
   return json{{"role", "coordinator"},
               {"lost_after_seconds", options_.lost_after_seconds},
               {"heartbeat_seconds", options_.heartbeat_seconds},
+              {"total", all.size()},
+              {"states", states},
+              {"next", more && !out.empty() ? json(out.back()["name"]) : json(nullptr)},
               {"nodes", out}};
 }
 

@@ -739,6 +739,19 @@ class LiveApiTest(unittest.TestCase):
             return {entry["name"] for entry in nodes["nodes"]} == {"agent1", "lab-2"} and nodes
         nodes = self.wait_for("the agent's first sync", agent_synced)
         self.assertEqual(nodes["role"], "coordinator")
+        self.assertEqual(nodes["total"], 2)
+        self.assertIsNone(nodes["next"])
+        # A page at a time, in name order, with the total and the next page's cursor.
+        first = self.call(coordinator, "GET", "/v1/nodes?limit=1", "/v1/nodes", 200)
+        self.assertEqual([entry["name"] for entry in first.json["nodes"]], ["agent1"])
+        self.assertEqual((first.json["total"], first.json["next"]), (2, "agent1"))
+        self.assertEqual(first.header("Link"), '</v1/nodes?limit=1&after=agent1>; rel="next"')
+        self.assertEqual(sum(first.json["states"].values()), 2)
+        second = self.call(coordinator, "GET", "/v1/nodes?limit=1&after=agent1", "/v1/nodes", 200)
+        self.assertEqual([entry["name"] for entry in second.json["nodes"]], ["lab-2"])
+        self.assertIsNone(second.json["next"])
+        self.assertIsNone(second.header("Link"))
+        self.assert_problem(self.call(coordinator, "GET", "/v1/nodes?limit=501", "/v1/nodes", 400), parameter="limit")
         answer = self.wait_for("the agent to report its sync", lambda: (
             lambda a: a.json["last_sync"] is not None and a)(self.call(agent, "GET", "/v1/nodes", "/v1/nodes", 200)))
         self.assertEqual((answer.json["role"], answer.json["node"]), ("agent", "agent1"))

@@ -63,7 +63,7 @@ class ClusterCoordinatorTest : public ::testing::Test {
   }
 
   std::string state_of(const std::string& node) const {
-    const json nodes = coordinator_.nodes();
+    const json nodes = coordinator_.nodes(500);
     for (const auto& entry : nodes["nodes"])
       if (entry["name"] == node) return entry["state"];
     return "unknown";
@@ -91,7 +91,7 @@ TEST_F(ClusterCoordinatorTest, leases_run_on_monotonic_time_whatever_the_wall_cl
   run_for(300ms);
   EXPECT_EQ(state_of("a"), "ready");
   // Shown in wall time all the same: heard from just now, by the wall clock as it is now.
-  const json node = coordinator_.nodes()["nodes"][0];
+  const json node = coordinator_.nodes(500)["nodes"][0];
   EXPECT_EQ(node["seconds_since_heartbeat"], 0.0);
   EXPECT_EQ(node["last_heartbeat"], joule::schedulers::format_rfc3339(clock_.unix_ms()));
 
