@@ -989,9 +989,8 @@ int main(int argc, char** argv) {
         }
         const json body = json::parse(answer->body, nullptr, false);
         std::map<std::string, std::size_t> states;
-        if (body.is_object())
-          for (const auto& [state, count] : body.value("states", json::object()).items())
-            states[state] = count.get<std::size_t>();
+        const json counts = body.is_object() ? body.value("states", json::object()) : json::object();
+        for (const auto& [state, count] : counts.items()) states[state] = count.get<std::size_t>();
         std::lock_guard lock(rec.mutex);
         rec.nodes_gets.push_back({since(t0), latency});
         rec.nodes_bytes.push_back(answer->body.size());
