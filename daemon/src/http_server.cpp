@@ -165,7 +165,7 @@ class HttpSession {
   virtual ~HttpSession() {
     if (!*alive_) return;
     hold(false);
-    server_.forget(where_);
+    server_.forget(where_, client_);
   }
   HttpSession(const HttpSession&) = delete;
   HttpSession& operator=(const HttpSession&) = delete;
@@ -186,10 +186,14 @@ class HttpSession {
   void hold(bool on) {
     if (held_ == on) return;
     held_ = on;
-    if (on)
+    // A held long poll counts against neither cap: nor against its client's connections.
+    if (on) {
       ++server_.held_;
-    else
+      --server_.open_by_client_[client_];
+    } else {
       --server_.held_;
+      ++server_.open_by_client_[client_];
+    }
   }
   bool is_long_poll(const HttpRequest& request) const { return options().long_poll && options().long_poll(request); }
   const HttpServerOptions& options() const { return server_.options_; }
@@ -531,11 +535,11 @@ bool HttpServer::admit(const asio::ip::address& client) {
     }
     return oldest && oldest->give_way();
   };
-  // Held long polls count against their own cap, not these (HttpServerOptions::long_poll).
-  std::size_t from_client = 0;
-  for (auto& weak : sessions_) {
-    if (auto session = weak.lock(); session && session->client() == client && !session->held()) ++from_client;
-  }
+  // Held long polls count against their own cap, not these (HttpServerOptions::long_poll). The
+  // count per client is kept as sessions open, close and hold: counting them here walked every
+  // connection per accept (a tenth of a coordinator's CPU at 10,000 agents).
+  const auto open = open_by_client_.find(client);
+  const std::size_t from_client = open == open_by_client_.end() ? 0 : open->second;
   if (from_client >= options_.max_connections_per_client && !make_room(true)) return false;
   if (sessions_.size() - held_ >= options_.max_connections && !make_room(false)) return false;
   return sessions_.size() < options_.max_connections + options_.max_long_polls;
@@ -577,6 +581,7 @@ void HttpServer::accept() {
         else
           session = std::make_shared<BasicHttpSession<PlainStream>>(std::move(socket), nullptr, *this);
         sessions_.push_front(session);
+        ++open_by_client_[client];
         session->start(sessions_.begin());
       }
     }
@@ -584,7 +589,11 @@ void HttpServer::accept() {
   });
 }
 
-void HttpServer::forget(std::list<std::weak_ptr<HttpSession>>::iterator where) { sessions_.erase(where); }
+void HttpServer::forget(std::list<std::weak_ptr<HttpSession>>::iterator where, const asio::ip::address& client) {
+  sessions_.erase(where);
+  if (const auto open = open_by_client_.find(client); open != open_by_client_.end() && --open->second == 0)
+    open_by_client_.erase(open);
+}
 
 void HttpServer::stop() {
   beast::error_code ignored;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -114,7 +115,7 @@ class HttpServer {
   void accept_later();
   /// Makes room for a connection from `client`; false when nothing could give way.
   bool admit(const boost::asio::ip::address& client);
-  void forget(std::list<std::weak_ptr<HttpSession>>::iterator where);
+  void forget(std::list<std::weak_ptr<HttpSession>>::iterator where, const boost::asio::ip::address& client);
 
   boost::asio::io_context& io_;
   boost::asio::ip::tcp::acceptor acceptor_;
@@ -123,6 +124,8 @@ class HttpServer {
   RefusalObserver on_refusal_;
   std::list<std::weak_ptr<HttpSession>> sessions_;  ///< newest first
   std::size_t held_ = 0;                             ///< sessions holding a long poll
+  /// Per client address, its sessions that hold no long poll (max_connections_per_client).
+  std::map<boost::asio::ip::address, std::size_t> open_by_client_;
   std::unique_ptr<boost::asio::steady_timer> accept_retry_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
