@@ -128,6 +128,7 @@ JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, M
       nodes_(std::make_unique<NodeExecutor>(*host_, devices_)) {
   for (std::size_t i = 0; i < devices_.size(); ++i) {
     device_index_[devices_[i].name] = i;
+    devices_[i].ref = budgets_.device_ref(devices_[i].name);
     if (!devices_[i].node.empty()) node_devices_[devices_[i].node].push_back(i);
   }
   for (auto& device : devices_) {
@@ -179,6 +180,7 @@ const Device* JobService::find_device(const std::string& name) const {
 
 Device& JobService::add_device(Device device) {
   const std::size_t index = devices_.size();
+  device.ref = budgets_.device_ref(device.name);
   device_index_[device.name] = index;
   if (!device.node.empty()) node_devices_[device.node].push_back(index);
   devices_.push_back(std::move(device));
@@ -634,14 +636,16 @@ void JobService::note_waiting(Job& job, schedulers::WaitReason reason) {
 std::vector<schedulers::DeviceStatus> JobService::device_statuses() const {
   double longest_cap = 60.0;
   for (const auto& cap : budgets_.policy().power_caps) longest_cap = std::max(longest_cap, cap.average_seconds);
+  // Only power caps read a device's average power: without any, its power now will do.
+  const bool capped = !budgets_.policy().power_caps.empty();
   std::vector<schedulers::DeviceStatus> out;
   out.reserve(devices_.size());
   for (const auto& device : devices_) {
     schedulers::DeviceStatus status;
-    status.ref = budgets_.device_ref(device.name);
+    status.ref = device.ref;
     status.accepts_work = device.runs_jobs && scheduling_ && device.node_ready;
     status.busy = device.job.has_value() || device.reported_busy;
-    status.average_power_watts = average_power(device, longest_cap);
+    status.average_power_watts = capped ? average_power(device, longest_cap) : device.power_watts;
     status.work_seconds = device.work_seconds;
     status.battery_percent = device.battery_percent;
     // When its job is expected to end is the core's to say (its estimate, then its projection).
@@ -745,6 +749,7 @@ void JobService::refresh_estimates(std::size_t limit) {
 
 void JobService::set_policy(schedulers::Policy policy) {
   budgets_.set_policy(std::move(policy));
+  for (auto& device : devices_) device.ref = budgets_.device_ref(device.name);
   budgets_.publish(now_ms());
   schedule();
 }

@@ -76,6 +76,9 @@ struct Device {
   bool node_ready = true;    ///< its agent is heard from (placement skips it otherwise)
   bool reported_busy = false;  ///< the agent says something else holds it (a probe)
   double reported_power_watts = 0.0;
+  /// Its node, name and the policy's groups of its node, as budgets and caps scope it: kept
+  /// (refreshed with the policy) since every placement pass asks it of every device.
+  schedulers::DeviceRef ref;
 };
 
 struct JobServiceOptions {
