@@ -66,7 +66,27 @@ void BudgetLedger::set_budgets(std::vector<EnergyBudget> budgets) {
 }
 
 void BudgetLedger::record(EnergyUse use) {
+  // The many short jobs of a busy device add up in one use per device and wall-clock minute, so
+  // the uses kept (a day, or the longest window) grow with devices and minutes, not with jobs.
+  // Calendar windows start on whole minutes and count such a use exactly; the edge of a rolling
+  // window may prorate that minute's energy over the merged span instead of each job's own.
+  const std::string key = use.device.qualified();
+  const UnixMillis minute = floor_div(use.start, kMinute);
+  if (minute == floor_div(use.end, kMinute)) {
+    const auto last = last_use_.find(key);
+    if (last != last_use_.end() && last->second >= first_use_) {
+      EnergyUse& into = uses_[last->second - first_use_];
+      if (floor_div(into.start, kMinute) == minute && floor_div(into.end, kMinute) == minute &&
+          into.source == use.source) {
+        into.start = std::min(into.start, use.start);
+        into.end = std::max(into.end, use.end);
+        into.joules += use.joules;
+        return;
+      }
+    }
+  }
   const std::uint64_t number = first_use_ + uses_.size();
+  last_use_[key] = number;
   for (std::size_t b = 0; b < budgets_.size(); ++b)
     if (budgets_[b].scope.covers(use.device)) covered_[b].push_back(number);
   uses_.push_back(std::move(use));

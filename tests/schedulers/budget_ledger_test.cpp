@@ -121,6 +121,29 @@ TEST(BudgetLedgerTest, calendar_budgets_free_everything_at_the_reset) {
   EXPECT_EQ(ledger.frees_by(state, 500.0, t + kHour), at("2026-11-27T00:00:00Z"));
 }
 
+TEST(BudgetLedgerTest, short_work_of_one_minute_adds_up_in_one_use_per_device_and_counts_the_same) {
+  BudgetLedger ledger;
+  ledger.set_budgets({budget("day", Scope::cluster, "", 1e6, {BudgetWindow::Kind::day, 0}),
+                      budget("n1", Scope::node, "n1", 1e6, rolling_hours(24))});
+  const UnixMillis t = at("2026-11-20T10:00:00Z");
+  // 120 jobs of a second each in two minutes on n1/cpu, interleaved with n2/cpu's, and a probe
+  // metered by another source.
+  for (int i = 0; i < 120; ++i) {
+    const UnixMillis start = t + i * 1000;
+    ledger.record({device("n1", "cpu"), "job-" + std::to_string(i), start, start + 900, 2.0, "rapl"});
+    ledger.record({device("n2", "cpu"), "other-" + std::to_string(i), start, start + 900, 1.0, "rapl"});
+  }
+  ledger.record({device("n1", "cpu"), "probe", t + 5000, t + 5500, 3.0, "modelled"});
+  EXPECT_EQ(ledger.uses(), 5u);  // two minutes on each device, and the probe's other source
+  // A use across a minute's end stays whole, and the next short one starts a use of its own.
+  ledger.record({device("n1", "cpu"), "long", t + 119'500, t + 121'000, 4.0, "rapl"});
+  ledger.record({device("n1", "cpu"), "after", t + 121'500, t + 122'000, 1.0, "rapl"});
+  EXPECT_EQ(ledger.uses(), 7u);
+  const auto states = ledger.states(t + kHour);
+  EXPECT_NEAR(states[0].spent_joules, 120 * 3.0 + 3.0 + 4.0 + 1.0, 1e-9);
+  EXPECT_NEAR(states[1].spent_joules, 120 * 2.0 + 3.0 + 4.0 + 1.0, 1e-9);
+}
+
 TEST(BudgetLedgerTest, prune_keeps_what_the_longest_window_still_counts) {
   BudgetLedger ledger;
   ledger.set_budgets({budget("2d", Scope::cluster, "", 1e6, rolling_hours(48))});

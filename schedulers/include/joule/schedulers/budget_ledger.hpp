@@ -59,7 +59,8 @@ class BudgetLedger {
   void set_policy(const Policy& policy);
   const std::vector<EnergyBudget>& budgets() const { return budgets_; }
 
-  /// Records metered work that has ended (a finished job, a probe).
+  /// Records metered work that has ended (a finished job, a probe). Work that ran inside one
+  /// wall-clock minute adds to its device's use of that minute, if there is one.
   void record(EnergyUse use);
   /// Reserves what a placed job is expected to use on its device.
   void reserve(const std::string& job, const DeviceRef& device, EnergyDistribution expected);
@@ -107,6 +108,8 @@ class BudgetLedger {
   int utc_offset_minutes_ = 0;
   std::vector<EnergyBudget> budgets_;
   std::deque<EnergyUse> uses_;  // in the order recorded
+  /// Each device's ("node/name") latest use, by number: short uses of one minute merge into it.
+  std::unordered_map<std::string, std::uint64_t> last_use_;
   // Per budget, the numbers of the uses it covers (use n is uses_[n - first_use_]): a budget
   // reads only its own uses, and the scope test runs once per use, when it is recorded.
   std::vector<std::deque<std::uint64_t>> covered_;
