@@ -358,7 +358,11 @@ TEST_F(ClusterNodesTest, a_job_that_succeeded_while_its_agent_was_lost_ends_when
   orin->signal(SIGCONT);
   const json job = coordinator->wait_state(id, {"succeeded", "failed", "cancelled"});
   EXPECT_EQ(job["state"], "succeeded") << job.dump(2);
-  EXPECT_TRUE(has_event(job, "came back having run it to the end")) << job.dump(2);
+  // The agent's first report after it resumes may come before it has reaped the runner that
+  // ended while it was stopped: then it is adopted running and ends with the next report.
+  // Either way it ends, and it ran once.
+  EXPECT_TRUE(has_event(job, "came back having run it to the end") || has_event(job, "came back still running it"))
+      << job.dump(2);
   EXPECT_EQ(lines_of(marks_).size(), 1u);  // it ran once
 }
 
