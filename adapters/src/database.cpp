@@ -177,6 +177,10 @@ constexpr const char* kLatestSucceededJobs = JOULE_JOB_COLUMNS
 #undef JOULE_JOB_COLUMNS
 constexpr const char* kCountJobsByState = "SELECT state, jobs FROM job_counts WHERE jobs != 0";
 constexpr const char* kMaxJobSequence = "SELECT COALESCE(MAX(sequence), 0) FROM jobs";
+constexpr const char* kOldFinishedJobs =
+    "SELECT id FROM jobs INDEXED BY jobs_by_state_and_finish WHERE state = ?1 AND finished_ms < ?2 LIMIT ?3";
+constexpr const char* kDeleteJobEvents = "DELETE FROM job_events WHERE job_id = ?1";
+constexpr const char* kDeleteJob = "DELETE FROM jobs WHERE id = ?1";
 constexpr const char* kSelectJobEvents =
     "SELECT job_id, at_ms, state, message FROM job_events WHERE job_id = ?1 ORDER BY id";
 constexpr const char* kInsertEnergyUse =
@@ -515,6 +519,38 @@ Result<std::map<std::string, std::int64_t>> Database::count_jobs_by_state() {
   while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) counts[column_text(*stmt, 0)] = sqlite3_column_int64(*stmt, 1);
   if (rc != SQLITE_DONE) return sqlite_error("counting jobs");
   return counts;
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> Database::forget_finished_jobs(std::int64_t before_ms,
+                                                                                        std::size_t limit) {
+  std::vector<std::pair<std::string, std::string>> forgotten;
+  for (const std::string state : {"succeeded", "failed", "cancelled"}) {
+    if (forgotten.size() >= limit) break;
+    auto select = prepare(kOldFinishedJobs);
+    if (!select) return select.error();
+    std::vector<std::string> ids;
+    {
+      StatementReset reset{*select};
+      bind_text(*select, 1, state);
+      sqlite3_bind_int64(*select, 2, before_ms);
+      sqlite3_bind_int64(*select, 3, static_cast<sqlite3_int64>(limit - forgotten.size()));
+      int rc = 0;
+      while ((rc = sqlite3_step(*select)) == SQLITE_ROW) ids.push_back(column_text(*select, 0));
+      if (rc != SQLITE_DONE) return sqlite_error("finding old finished jobs");
+    }
+    for (const auto& id : ids) {
+      // Its events first: they refer to it.
+      for (const char* sql : {kDeleteJobEvents, kDeleteJob}) {
+        auto stmt = prepare(sql);
+        if (!stmt) return stmt.error();
+        StatementReset reset{*stmt};
+        bind_text(*stmt, 1, id);
+        if (sqlite3_step(*stmt) != SQLITE_DONE) return sqlite_error(fmt::format("deleting job {}", id));
+      }
+      forgotten.emplace_back(id, state);
+    }
+  }
+  return forgotten;
 }
 
 Result<std::int64_t> Database::max_job_sequence() {

@@ -492,7 +492,8 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
   }
   if (const auto* probing = table_of("probing")) parse_probing(check, *probing, config.probing);
   if (const auto* jobs = table_of("jobs")) {
-    check.warn_unknown(*jobs, "jobs.", {"kill_grace_seconds", "cgroups", "run_as", "groups", "directory"});
+    check.warn_unknown(*jobs, "jobs.",
+                       {"kill_grace_seconds", "cgroups", "run_as", "groups", "directory", "keep_finished_days"});
     if (auto run_as = check.get<std::string>(*jobs, "run_as", "jobs.run_as")) {
       if (run_as->empty() || run_as->find_first_of(" \t\n:/") != std::string::npos)
         check.problem(*jobs->get("run_as"),
@@ -526,6 +527,8 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
     }
     config.kill_grace_seconds =
         check.positive(*jobs, "kill_grace_seconds", "jobs.kill_grace_seconds", config.kill_grace_seconds, true);
+    config.keep_finished_days = static_cast<int>(
+        check.integer_in(*jobs, "keep_finished_days", "jobs.keep_finished_days", 0, 36500, config.keep_finished_days));
   }
 
   if (!check.problems_.empty()) {

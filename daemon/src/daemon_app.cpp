@@ -510,6 +510,7 @@ int run_daemon(const CommandLine& command_line) {
   else
     spdlog::info("jobs import the Python package joule from {}", job_options.python_path.string());
   job_options.kill_grace_seconds = config.kill_grace_seconds;
+  job_options.keep_finished_days = config.keep_finished_days;
   job_options.max_queued_jobs = config.server.max_queued_jobs;
   job_options.boot_id = adapters::read_boot_id();
   job_options.node_name = config.node_name.empty() ? host_name() : config.node_name;

@@ -943,6 +943,7 @@ void JobService::sample_meters() {
   }
   store_unsaved();
   evict_finished();  // an agent's runs leave once their end is no longer reported
+  forget_old_finished();
   if (!scheduling_) return;
   const auto now_millis = now_ms();
   if (options_.current_utc_offset_minutes) budgets_.set_utc_offset_minutes(options_.current_utc_offset_minutes());

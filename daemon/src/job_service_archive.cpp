@@ -2,10 +2,16 @@
 // are read back from the database, page by page, when the API asks for them.
 
 #include <algorithm>
+#include <filesystem>
+#include <memory>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "executors/local_executor.hpp"
 #include "job_record.hpp"
 #include "joule/common/text.hpp"
 #include "joule/daemon/job_service.hpp"
@@ -51,6 +57,56 @@ void JobService::evict_finished() {
     }
     finished_order_.pop_front();
   }
+}
+
+void JobService::forget_old_finished() {
+  if (options_.keep_finished_days <= 0 || forgetting_ || now_ms() < forget_again_at_ms_) return;
+  constexpr std::size_t kBatch = 1000;
+  constexpr std::int64_t kDayMs = 86'400'000;
+  forgetting_ = true;
+  auto forgotten = std::make_shared<std::vector<std::pair<std::string, std::string>>>();
+  const std::int64_t before = now_ms() - options_.keep_finished_days * kDayMs;
+  persist(
+      [forgotten, before](adapters::Database& db) -> Status {
+        auto deleted = db.forget_finished_jobs(before, kBatch);
+        if (!deleted) return deleted.error();
+        *forgotten = std::move(deleted).value();
+        return {};
+      },
+      [this, forgotten](Status status) {
+        forgetting_ = false;
+        forget_again_at_ms_ = now_ms() + (status && forgotten->size() == kBatch ? 0 : 60'000);
+        if (!status || forgotten->empty()) return;
+        std::vector<std::filesystem::path> directories;
+        for (const auto& [id, state_name] : *forgotten) {
+          const auto state = schedulers::job_state_from_string(state_name);
+          if (!state) continue;
+          const auto index = static_cast<std::size_t>(*state);
+          if (const auto it = jobs_.find(id); it != jobs_.end()) {
+            // Still among the latest finished in memory (an idle node's): it leaves memory too.
+            sequences_by_state_[index].erase(it->second->row.sequence);
+            by_sequence_.erase(it->second->row.sequence);
+            jobs_.erase(it);
+            finished_order_.erase(std::remove(finished_order_.begin(), finished_order_.end(), id),
+                                  finished_order_.end());
+          } else if (evicted_by_state_[index] > 0) {
+            --evicted_by_state_[index];
+          }
+          directories.push_back(local_->job_directory(id));
+          directories.push_back(local_->work_directory(id));
+        }
+        refresh_state_metrics();
+        spdlog::info("{} finished job{} older than {} day{} deleted with {} log and work directories",
+                     forgotten->size(), forgotten->size() == 1 ? "" : "s", options_.keep_finished_days,
+                     options_.keep_finished_days == 1 ? "" : "s", forgotten->size() == 1 ? "its" : "their");
+        // Thousands of small directories: not on the loop.
+        boost::asio::post(*dataset_checks_, [directories = std::move(directories)] {
+          for (const auto& directory : directories) {
+            std::error_code ignored;
+            std::filesystem::remove_all(directory, ignored);
+          }
+        });
+      });
 }
 
 std::size_t JobService::count_in(JobState state) const {

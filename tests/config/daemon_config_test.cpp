@@ -37,9 +37,11 @@ idle_watts = 3.5
 watts_per_busy_core = 4
 [jobs]
 kill_grace_seconds = 0
+keep_finished_days = 30
 )",
                              "jouled.toml");
   ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->config.keep_finished_days, 30);
   EXPECT_EQ(loaded->config.server.host, "::1");
   EXPECT_EQ(loaded->config.server.port, 9000);
   EXPECT_EQ(loaded->config.server.max_queued_jobs, 5u);
@@ -57,10 +59,13 @@ max_queued_jobs = -3
 level = "loud"
 [auth]
 token_sha256 = ["my-secret-token"]
+[jobs]
+keep_finished_days = -1
 )",
                              "jouled.toml");
   ASSERT_FALSE(loaded);
   const std::string& message = loaded.error().message;
+  EXPECT_NE(message.find("jouled.toml:9: jobs.keep_finished_days"), std::string::npos) << message;
   EXPECT_NE(message.find("jouled.toml:2: server.listen"), std::string::npos) << message;
   EXPECT_NE(message.find("jouled.toml:3: server.max_queued_jobs"), std::string::npos) << message;
   EXPECT_NE(message.find("jouled.toml:5: log.level"), std::string::npos) << message;

@@ -398,3 +398,51 @@ TEST_F(JobServiceTest, finished_jobs_leave_memory_and_are_served_from_the_databa
   auto latest = restarted.jobs(std::nullopt, 1, std::nullopt, true).value();
   EXPECT_EQ(ids_of(latest), (std::vector<std::string>{(**submitted)["id"].get<std::string>()}));
 }
+
+TEST_F(JobServiceTest, finished_jobs_older_than_keep_finished_days_leave_the_database_with_their_directories) {
+  keep_finished(1);
+  agent_joins("agent-1");
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    auto submitted = submit({{"run", {{"command", {"train"}}}}, {"constraints", {{"devices", {"agent-1/cpu"}}}}});
+    ASSERT_TRUE(submitted);
+    ids.push_back((*submitted)["id"]);
+  }
+  // The first is placed; the next two are cancelled now, the last a day and a half later.
+  const auto cancel = [&](joule::daemon::JobService& book, const std::string& id) {
+    std::optional<joule::Result<json>> cancelled;
+    book.cancel(id, [&](joule::Result<json> result) { cancelled = std::move(result); });
+    ASSERT_TRUE(run_until([&] { return cancelled.has_value(); }));
+    ASSERT_TRUE(*cancelled);
+  };
+  cancel(jobs_, ids[1]);
+  cancel(jobs_, ids[2]);
+  ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
+  const auto log_directory = dir_.path() / "jobs" / ids[1];
+  std::filesystem::create_directories(log_directory);
+
+  // A node whose finished jobs are kept a day, started on what is stored.
+  auto options = this->options();
+  options.keep_finished_days = 1;
+  auto current = database_->load_current_jobs(1).value();
+  std::vector<joule::adapters::StoredEvent> events;
+  for (const auto& row : current) {
+    auto stored = database_->load_job_events(row.id);
+    ASSERT_TRUE(stored);
+    for (auto& event : *stored) events.push_back(std::move(event));
+  }
+  JobService pruning(io_, writer_, metrics_, devices(), options, clock_);
+  pruning.keep_finished_in(*archive_, 1);
+  ASSERT_TRUE(pruning.recover(std::move(current), std::move(events)));
+  clock_.advance(36h);
+  cancel(pruning, ids[3]);
+  pruning.sample_meters();
+  ASSERT_TRUE(run_until([&] { return pruning.writes_in_flight() == 0 && !database_->find_job(ids[1]).value(); }));
+  EXPECT_FALSE(database_->find_job(ids[2]).value());
+  EXPECT_TRUE(database_->load_job_events(ids[1]).value().empty());
+  EXPECT_EQ(pruning.job(ids[1]).error().code, joule::ErrorCode::not_found);
+  EXPECT_EQ(pruning.job(ids[3]).value()["state"], "cancelled");  // a day and a half younger
+  EXPECT_EQ(pruning.jobs("cancelled", 10).value()["total"], 1);
+  EXPECT_EQ(pruning.jobs(std::nullopt, 10).value()["total"], 2);  // and the placed one
+  ASSERT_TRUE(run_until([&] { return !std::filesystem::exists(log_directory); }));
+}

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "joule/common/result.hpp"
@@ -163,6 +164,10 @@ class Database {
   /// How many jobs each stored state holds (unknown states too: bad rows), as triggers keep
   /// them: seven rows read, not the jobs counted.
   Result<std::map<std::string, std::int64_t>> count_jobs_by_state();
+  /// Deletes finished jobs that ended before `before_ms` (at most `limit`), with their events;
+  /// returns each one's id and state.
+  Result<std::vector<std::pair<std::string, std::string>>> forget_finished_jobs(std::int64_t before_ms,
+                                                                                std::size_t limit);
   /// The highest submission number stored (0 with none).
   Result<std::int64_t> max_job_sequence();
   /// Inserts or replaces the snapshot of its device.

@@ -138,6 +138,9 @@ struct DaemonConfig {
   ProbingConfig probing;
   double meter_interval_seconds = 1.0;
   double kill_grace_seconds = 10.0;
+  /// [jobs] keep_finished_days: finished jobs older than this leave the database, with their
+  /// logs and directories; 0 keeps them for ever.
+  int keep_finished_days = 0;
   /// Give each job a cgroup of its own (freezer, CPU quota for throttling) where jouled's cgroup
   /// is delegated (systemd Delegate=yes, or root on cgroup v1).
   bool job_cgroups = true;

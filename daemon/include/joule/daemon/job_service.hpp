@@ -113,6 +113,9 @@ struct JobServiceOptions {
   /// joule-worker, which runs jobs with `run.builtin` (the built-in trainer). Empty: such jobs
   /// are refused.
   std::filesystem::path worker;
+  /// Finished jobs that ended longer ago than this leave the database, with their log and work
+  /// directories ([jobs] keep_finished_days); 0 keeps them.
+  int keep_finished_days = 0;
 };
 
 class JobService {
@@ -357,6 +360,9 @@ class JobService {
   /// Jobs shown in `state`, in memory and out of it.
   std::size_t count_in(schedulers::JobState state) const;
   std::vector<Feedback> archived_feedback() const;
+  /// [jobs] keep_finished_days: deletes up to a batch of finished jobs older than that (rows,
+  /// events, directories); again at the next meter sample while there are more, else a minute on.
+  void forget_old_finished();
   /// Why a job that is not in memory cannot be acted on: finished (so `conflict`), or unknown.
   Error not_in_memory(const std::string& id, const std::string& finished_why) const;
   /// Moves a job to another state (no event, nothing stored: see transition).
@@ -392,6 +398,8 @@ class JobService {
   std::size_t finished_kept_ = kFinishedKept;
   std::deque<std::string> finished_order_;         // ids of the finished jobs in memory, as they finished
   std::array<std::size_t, 7> evicted_by_state_{};  // finished jobs shown in each state, out of memory
+  bool forgetting_ = false;                        // a batch of old finished jobs is being deleted
+  std::int64_t forget_again_at_ms_ = 0;
   std::size_t submissions_in_flight_ = 0;
   std::size_t writes_in_flight_ = 0;
   bool scheduling_ = true;
@@ -417,7 +425,8 @@ class JobService {
   std::unique_ptr<LocalExecutor> local_;  // jobs on this node's devices
   std::unique_ptr<NodeExecutor> nodes_;   // coordinator: jobs on agents' and Slurm's devices
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-  /// Reads built-in jobs' datasets at submit, off the loop; at most kMaxDatasetChecks waiting.
+  /// Reads built-in jobs' datasets at submit, off the loop (at most kMaxDatasetChecks waiting),
+  /// and removes the directories of finished jobs that leave the database.
   std::unique_ptr<boost::asio::thread_pool> dataset_checks_ = std::make_unique<boost::asio::thread_pool>(1);
   std::size_t dataset_checks_in_flight_ = 0;
   static constexpr std::size_t kMaxDatasetChecks = 64;
