@@ -289,17 +289,23 @@ Database::~Database() {
 
 int Database::latest_schema_version() { return static_cast<int>(kMigrations.size()); }
 
-Result<std::unique_ptr<Database>> Database::open(const std::filesystem::path& path, bool full_sync) {
+Result<std::unique_ptr<Database>> Database::connect(const std::filesystem::path& path, int flags,
+                                                    std::string_view purpose) {
   sqlite3* raw = nullptr;
-  const int rc =
-      sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string message = raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc);
     sqlite3_close_v2(raw);
-    return make_error(ErrorCode::unavailable, fmt::format("cannot open {}: {}", path.string(), message));
+    return make_error(ErrorCode::unavailable, fmt::format("cannot open {}{}: {}", path.string(), purpose, message));
   }
-  std::unique_ptr<Database> db(new Database(raw, path));
   sqlite3_busy_timeout(raw, 5000);
+  return std::unique_ptr<Database>(new Database(raw, path));
+}
+
+Result<std::unique_ptr<Database>> Database::open(const std::filesystem::path& path, bool full_sync) {
+  auto connected = connect(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, "");
+  if (!connected) return connected.error();
+  auto db = std::move(connected).value();
   if (auto s = db->exec("PRAGMA journal_mode=WAL"); !s) return s.error();
   if (auto s = db->exec(full_sync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"); !s) return s.error();
   if (auto s = db->exec("PRAGMA foreign_keys=ON"); !s) return s.error();
@@ -308,15 +314,9 @@ Result<std::unique_ptr<Database>> Database::open(const std::filesystem::path& pa
 }
 
 Result<std::unique_ptr<Database>> Database::open_reader(const std::filesystem::path& path) {
-  sqlite3* raw = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
-  if (rc != SQLITE_OK) {
-    std::string message = raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc);
-    sqlite3_close_v2(raw);
-    return make_error(ErrorCode::unavailable, fmt::format("cannot open {} for reading: {}", path.string(), message));
-  }
-  std::unique_ptr<Database> db(new Database(raw, path));
-  sqlite3_busy_timeout(raw, 5000);
+  auto connected = connect(path, SQLITE_OPEN_READONLY, " for reading");
+  if (!connected) return connected.error();
+  auto db = std::move(connected).value();
   if (const int version = db->schema_version(); version != latest_schema_version())
     return make_error(ErrorCode::unavailable, fmt::format("{} has schema version {}, not {}: open it for writing first",
                                                           path.string(), version, latest_schema_version()));

@@ -36,6 +36,17 @@ class JobServiceTest : public ::testing::Test, protected joule::testing::JobBook
     EXPECT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
     return shown_now(id);
   }
+  // What a starting daemon reads of the database: the jobs it keeps in memory and their events.
+  std::pair<std::vector<joule::adapters::StoredJob>, std::vector<joule::adapters::StoredEvent>> stored_for_start(
+      std::size_t finished_kept) {
+    auto current = database_->load_current_jobs(finished_kept).value();
+    std::vector<joule::adapters::StoredEvent> events;
+    for (const auto& row : current) {
+      auto stored = database_->load_job_events(row.id).value();
+      events.insert(events.end(), stored.begin(), stored.end());
+    }
+    return {std::move(current), std::move(events)};
+  }
   // The state the API shows at this moment.
   std::string shown_now(const std::string& id) { return jobs_.job(id).value()["state"]; }
 
@@ -371,18 +382,11 @@ TEST_F(JobServiceTest, finished_jobs_leave_memory_and_are_served_from_the_databa
   EXPECT_EQ(jobs_.job("no-such-job").error().code, joule::ErrorCode::not_found);
 
   // A restarted book loads what is not finished and the latest finished, and counts the rest.
-  auto current = database_->load_current_jobs(2);
-  ASSERT_TRUE(current);
-  EXPECT_EQ(current->size(), 3u);  // the placed job and the last two cancelled (none other ended)
-  std::vector<joule::adapters::StoredEvent> events;
-  for (const auto& row : *current) {
-    auto stored = database_->load_job_events(row.id);
-    ASSERT_TRUE(stored);
-    for (auto& event : *stored) events.push_back(std::move(event));
-  }
+  auto [current, events] = stored_for_start(2);
+  EXPECT_EQ(current.size(), 3u);  // the placed job and the last two cancelled (none other ended)
   JobService restarted(io_, writer_, metrics_, devices(), options(), clock_);
   restarted.keep_finished_in(*archive_, 2);
-  ASSERT_TRUE(restarted.recover(std::move(current).value(), std::move(events)));
+  ASSERT_TRUE(restarted.recover(std::move(current), std::move(events)));
   auto listed = restarted.jobs("cancelled", 100).value();
   EXPECT_EQ(listed["total"], 7);
   EXPECT_EQ(ids_of(listed).size(), 7u);
@@ -424,13 +428,7 @@ TEST_F(JobServiceTest, finished_jobs_older_than_keep_finished_days_leave_the_dat
   // A node whose finished jobs are kept a day, started on what is stored.
   auto options = this->options();
   options.keep_finished_days = 1;
-  auto current = database_->load_current_jobs(1).value();
-  std::vector<joule::adapters::StoredEvent> events;
-  for (const auto& row : current) {
-    auto stored = database_->load_job_events(row.id);
-    ASSERT_TRUE(stored);
-    for (auto& event : *stored) events.push_back(std::move(event));
-  }
+  auto [current, events] = stored_for_start(1);
   JobService pruning(io_, writer_, metrics_, devices(), options, clock_);
   pruning.keep_finished_in(*archive_, 1);
   ASSERT_TRUE(pruning.recover(std::move(current), std::move(events)));

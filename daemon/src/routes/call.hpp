@@ -33,6 +33,9 @@ std::string percent_encode(std::string_view text);
 std::string bearer_token(const HttpRequest& request);
 /// A decimal count of at most 12 digits, or nothing.
 std::optional<std::size_t> parse_count(const std::string& text);
+/// A list's `limit` query value: `most` when there is none, else an integer from 1 to `most`, or
+/// an error naming the parameter (further pages come with `after`).
+Result<std::size_t> page_limit(const std::optional<std::string>& text, std::size_t most);
 
 /// The request target split and decoded: refused (as a 400) unless it is visible ASCII whose
 /// percent-decoded segments and query values are UTF-8 without control characters.

@@ -164,6 +164,17 @@ std::optional<std::size_t> parse_count(const std::string& text) {
   return static_cast<std::size_t>(std::stoull(text));
 }
 
+Result<std::size_t> page_limit(const std::optional<std::string>& text, std::size_t most) {
+  if (!text) return most;
+  const auto count = parse_count(*text);
+  if (!count || *count == 0 || *count > most)
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("limit must be an integer from 1 to {}; list further pages with "
+                                  "after=<the previous page's \"next\">",
+                                  most),
+                      "limit");
+  return *count;
+}
 
 // The token of "Authorization: Bearer TOKEN", or "" when there is none.
 std::string bearer_token(const HttpRequest& request) {

@@ -47,17 +47,9 @@ void list(Call& call, const JobService& jobs) {
   // A page is at most kMaxJobsPage jobs: building thousands at once held the event loop for
   // half a second and a slow reader kept megabytes of answer in memory. Clients page on with
   // `after`, from "next" or the Link header.
-  std::size_t limit = kMaxJobsPage;
-  if (const auto text = call.query("limit")) {
-    auto count = parse_count(*text);
-    if (!count || *count == 0 || *count > kMaxJobsPage)
-      return call.fail(make_error(ErrorCode::invalid_argument,
-                                  fmt::format("limit must be an integer from 1 to {}; list further pages with "
-                                              "after=<the previous page's \"next\">",
-                                              kMaxJobsPage),
-                                  "limit"));
-    limit = *count;
-  }
+  const auto limit_or = page_limit(call.query("limit"), kMaxJobsPage);
+  if (!limit_or) return call.fail(limit_or.error());
+  const std::size_t limit = *limit_or;
   // Submission order by default; the newest first for a look at what happened last (the
   // status page's recent jobs), without paging through every older job to get there.
   const std::string order = call.query("order").value_or("oldest");

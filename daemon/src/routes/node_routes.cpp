@@ -35,17 +35,9 @@ void list_nodes(Call& call, ApiContext& context) {
   json out;
   std::optional<std::string> link;
   if (context.coordinator) {
-    std::size_t limit = kMaxNodesPage;
-    if (const auto text = call.query("limit")) {
-      const auto count = parse_count(*text);
-      if (!count || *count == 0 || *count > kMaxNodesPage)
-        return call.fail(make_error(ErrorCode::invalid_argument,
-                                    fmt::format("limit must be an integer from 1 to {}; list further pages with "
-                                                "after=<the previous page's \"next\">",
-                                                kMaxNodesPage),
-                                    "limit"));
-      limit = *count;
-    }
+    const auto limit_or = page_limit(call.query("limit"), kMaxNodesPage);
+    if (!limit_or) return call.fail(limit_or.error());
+    const std::size_t limit = *limit_or;
     out = context.coordinator->nodes(limit, call.query("after"));
     if (const auto& next = out["next"]; next.is_string())
       link = fmt::format("</v1/nodes?limit={}&after={}>; rel=\"next\"", limit, percent_encode(next.get<std::string>()));

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -195,6 +196,10 @@ class Database {
 
  private:
   explicit Database(sqlite3* db, std::filesystem::path path);
+  /// A connection with `flags` (SQLite's), waiting up to 5 s for a lock; `purpose` completes
+  /// the error ("cannot open PATH<purpose>: why").
+  static Result<std::unique_ptr<Database>> connect(const std::filesystem::path& path, int flags,
+                                                   std::string_view purpose);
   Status exec(const char* sql);
   Status migrate();
   Result<sqlite3_stmt*> prepare(const char* sql);
