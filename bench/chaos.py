@@ -31,11 +31,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-from loopback import call, free_port  # bench/loopback.py, beside this script
+from loopback import call, free_port, marked_root, seeded  # bench/loopback.py, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -87,14 +86,9 @@ def main():
     parser.add_argument("--seed", type=int, help="for the kills' timing and choices (default: random, printed)")
     parser.add_argument("--json")
     args = parser.parse_args()
-    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
-    random.seed(seed)
+    seed = seeded(args.seed)
 
-    root = tempfile.mkdtemp(prefix="joule-chaos-")
-    os.chmod(root, 0o755)
-    marks = os.path.join(root, "marks")
-    os.mkdir(marks)
-    os.chmod(marks, 0o1777)
+    root, marks = marked_root("joule-chaos-")
     jouled = os.path.join(root, "jouled")
     shutil.copy2(os.path.join(args.build, "daemon", "jouled"), jouled)
     port = free_port()

@@ -1,9 +1,31 @@
-"""loopback.py: what bench/soak.py and bench/chaos.py share to talk to a jouled on 127.0.0.1."""
+"""loopback.py: what bench/soak.py and bench/chaos.py share: talking to a jouled on 127.0.0.1, a
+seed, and a directory for the jobs' own marks."""
 
 import json
+import os
+import random
 import socket
+import tempfile
 import urllib.error
 import urllib.request
+
+
+def seeded(seed):
+    """Seeds `random` with `seed`, or with a random seed when it is None; returns the seed (to print)."""
+    seed = seed if seed is not None else random.randrange(1 << 30)
+    random.seed(seed)
+    return seed
+
+
+def marked_root(prefix):
+    """A temporary directory others may enter, with a `marks` directory in it where every job's
+    account may write its marks: (root, marks)."""
+    root = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(root, 0o755)
+    marks = os.path.join(root, "marks")
+    os.mkdir(marks)
+    os.chmod(marks, 0o1777)
+    return root, marks
 
 
 def free_port():

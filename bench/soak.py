@@ -30,11 +30,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-from loopback import call, free_port  # bench/loopback.py, beside this script
+from loopback import call, free_port, marked_root, seeded  # bench/loopback.py, beside this script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -127,14 +126,9 @@ def main():
     parser.add_argument("--seed", type=int, help="for the kills' timing and choices (default: random, printed)")
     parser.add_argument("--json")
     args = parser.parse_args()
-    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
-    random.seed(seed)
+    seed = seeded(args.seed)
 
-    root = tempfile.mkdtemp(prefix="joule-soak-")
-    os.chmod(root, 0o755)
-    marks = os.path.join(root, "marks")
-    os.mkdir(marks)
-    os.chmod(marks, 0o1777)
+    root, marks = marked_root("joule-soak-")
     node = Node(args.build, root, free_port())
     acknowledged = {}  # id -> submit time
     shown_terminal = {}  # id -> the terminal state the API once showed
