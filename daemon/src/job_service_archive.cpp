@@ -13,7 +13,6 @@
 
 #include "executors/local_executor.hpp"
 #include "job_record.hpp"
-#include "joule/common/text.hpp"
 #include "joule/daemon/job_service.hpp"
 
 namespace joule::daemon {
