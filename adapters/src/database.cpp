@@ -453,17 +453,38 @@ StoredJob read_job(sqlite3_stmt* stmt) {
 
 }  // namespace
 
-Result<std::vector<StoredJob>> Database::select_jobs(const char* sql, const std::function<void(sqlite3_stmt*)>& bind,
-                                                     const std::string& what) {
+Status Database::each_row(const char* sql, const std::function<void(sqlite3_stmt*)>& bind,
+                          const std::function<void(sqlite3_stmt*)>& row, const std::string& what) {
   auto stmt = prepare(sql);
   if (!stmt) return stmt.error();
   StatementReset reset{*stmt};
   if (bind) bind(*stmt);
-  std::vector<StoredJob> jobs;
   int rc = 0;
-  while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) jobs.push_back(read_job(*stmt));
+  while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) row(*stmt);
   if (rc != SQLITE_DONE) return sqlite_error(what);
+  return {};
+}
+
+Result<std::vector<StoredJob>> Database::select_jobs(const char* sql, const std::function<void(sqlite3_stmt*)>& bind,
+                                                     const std::string& what) {
+  std::vector<StoredJob> jobs;
+  if (auto s = each_row(
+          sql, bind, [&](sqlite3_stmt* stmt) { jobs.push_back(read_job(stmt)); }, what);
+      !s)
+    return s.error();
   return jobs;
+}
+
+Result<std::vector<StoredEvent>> Database::select_events(const char* sql,
+                                                         const std::function<void(sqlite3_stmt*)>& bind,
+                                                         const std::string& what) {
+  std::vector<StoredEvent> events;
+  const auto read = [&](sqlite3_stmt* stmt) {
+    events.push_back(
+        StoredEvent{column_text(stmt, 0), sqlite3_column_int64(stmt, 1), column_text(stmt, 2), column_text(stmt, 3)});
+  };
+  if (auto s = each_row(sql, bind, read, what); !s) return s.error();
+  return events;
 }
 
 Result<std::vector<StoredJob>> Database::load_jobs() { return select_jobs(kSelectJobs, {}, "loading jobs"); }
@@ -511,13 +532,9 @@ Result<std::vector<StoredJob>> Database::latest_succeeded_jobs(std::size_t limit
 }
 
 Result<std::map<std::string, std::int64_t>> Database::count_jobs_by_state() {
-  auto stmt = prepare(kCountJobsByState);
-  if (!stmt) return stmt.error();
-  StatementReset reset{*stmt};
   std::map<std::string, std::int64_t> counts;
-  int rc = 0;
-  while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) counts[column_text(*stmt, 0)] = sqlite3_column_int64(*stmt, 1);
-  if (rc != SQLITE_DONE) return sqlite_error("counting jobs");
+  const auto read = [&](sqlite3_stmt* stmt) { counts[column_text(stmt, 0)] = sqlite3_column_int64(stmt, 1); };
+  if (auto s = each_row(kCountJobsByState, {}, read, "counting jobs"); !s) return s.error();
   return counts;
 }
 
@@ -526,26 +543,22 @@ Result<std::vector<std::pair<std::string, std::string>>> Database::forget_finish
   std::vector<std::pair<std::string, std::string>> forgotten;
   for (const std::string state : {"succeeded", "failed", "cancelled"}) {
     if (forgotten.size() >= limit) break;
-    auto select = prepare(kOldFinishedJobs);
-    if (!select) return select.error();
     std::vector<std::string> ids;
-    {
-      StatementReset reset{*select};
-      bind_text(*select, 1, state);
-      sqlite3_bind_int64(*select, 2, before_ms);
-      sqlite3_bind_int64(*select, 3, static_cast<sqlite3_int64>(limit - forgotten.size()));
-      int rc = 0;
-      while ((rc = sqlite3_step(*select)) == SQLITE_ROW) ids.push_back(column_text(*select, 0));
-      if (rc != SQLITE_DONE) return sqlite_error("finding old finished jobs");
-    }
+    const auto bind = [&](sqlite3_stmt* stmt) {
+      bind_text(stmt, 1, state);
+      sqlite3_bind_int64(stmt, 2, before_ms);
+      sqlite3_bind_int64(stmt, 3, static_cast<sqlite3_int64>(limit - forgotten.size()));
+    };
+    const auto read = [&](sqlite3_stmt* stmt) { ids.push_back(column_text(stmt, 0)); };
+    if (auto s = each_row(kOldFinishedJobs, bind, read, "finding old finished jobs"); !s) return s.error();
     for (const auto& id : ids) {
       // Its events first: they refer to it.
       for (const char* sql : {kDeleteJobEvents, kDeleteJob}) {
-        auto stmt = prepare(sql);
-        if (!stmt) return stmt.error();
-        StatementReset reset{*stmt};
-        bind_text(*stmt, 1, id);
-        if (sqlite3_step(*stmt) != SQLITE_DONE) return sqlite_error(fmt::format("deleting job {}", id));
+        const auto bind_id = [&id](sqlite3_stmt* stmt) { bind_text(stmt, 1, id); };
+        if (auto s = each_row(
+                sql, bind_id, [](sqlite3_stmt*) {}, fmt::format("deleting job {}", id));
+            !s)
+          return s.error();
       }
       forgotten.emplace_back(id, state);
     }
@@ -562,17 +575,9 @@ Result<std::int64_t> Database::max_job_sequence() {
 }
 
 Result<std::vector<StoredEvent>> Database::load_job_events(const std::string& id) {
-  auto stmt = prepare(kSelectJobEvents);
-  if (!stmt) return stmt.error();
-  StatementReset reset{*stmt};
-  bind_text(*stmt, 1, id);
-  std::vector<StoredEvent> events;
-  int rc = 0;
-  while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW)
-    events.push_back(StoredEvent{column_text(*stmt, 0), sqlite3_column_int64(*stmt, 1), column_text(*stmt, 2),
-                                 column_text(*stmt, 3)});
-  if (rc != SQLITE_DONE) return sqlite_error(fmt::format("reading the events of job {}", id));
-  return events;
+  return select_events(
+      kSelectJobEvents, [&id](sqlite3_stmt* stmt) { bind_text(stmt, 1, id); },
+      fmt::format("reading the events of job {}", id));
 }
 
 Status Database::save_model_snapshot(const StoredModelSnapshot& snapshot) {
@@ -741,17 +746,7 @@ Status Database::forget_energy_uses(std::int64_t before_ms) {
 }
 
 Result<std::vector<StoredEvent>> Database::load_events() {
-  auto stmt = prepare(kSelectEvents);
-  if (!stmt) return stmt.error();
-  StatementReset reset{*stmt};
-  std::vector<StoredEvent> events;
-  int rc = 0;
-  while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) {
-    events.push_back(StoredEvent{column_text(*stmt, 0), sqlite3_column_int64(*stmt, 1), column_text(*stmt, 2),
-                                 column_text(*stmt, 3)});
-  }
-  if (rc != SQLITE_DONE) return sqlite_error("loading job events");
-  return events;
+  return select_events(kSelectEvents, {}, "loading job events");
 }
 
 }  // namespace joule::adapters

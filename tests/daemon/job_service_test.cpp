@@ -36,6 +36,23 @@ class JobServiceTest : public ::testing::Test, protected joule::testing::JobBook
     EXPECT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
     return shown_now(id);
   }
+  // `count` jobs only agent-1 may run (the first is placed once it has joined, the others wait).
+  std::vector<std::string> submit_for_agent(int count) {
+    std::vector<std::string> ids;
+    for (int i = 0; i < count; ++i) {
+      auto submitted = submit({{"run", {{"command", {"train"}}}}, {"constraints", {{"devices", {"agent-1/cpu"}}}}});
+      EXPECT_TRUE(submitted);
+      if (submitted) ids.push_back((*submitted)["id"]);
+    }
+    return ids;
+  }
+  // A cancel on `book`, answered once it is committed (or refused).
+  joule::Result<json> cancel_on(JobService& book, const std::string& id) {
+    std::optional<joule::Result<json>> answer;
+    book.cancel(id, [&](joule::Result<json> result) { answer = std::move(result); });
+    EXPECT_TRUE(run_until([&] { return answer.has_value(); }));
+    return answer.value_or(joule::make_error(joule::ErrorCode::internal, "no answer"));
+  }
   // What a starting daemon reads of the database: the jobs it keeps in memory and their events.
   std::pair<std::vector<joule::adapters::StoredJob>, std::vector<joule::adapters::StoredEvent>> stored_for_start(
       std::size_t finished_kept) {
@@ -153,13 +170,8 @@ TEST_F(JobServiceTest, a_running_jobs_duration_follows_the_monotonic_clock_when_
 
 TEST_F(JobServiceTest, listing_by_state_pages_with_a_cursor_both_ways_and_counts_the_state) {
   agent_joins("agent-1");
-  std::vector<std::string> ids;
-  for (int i = 0; i < 7; ++i) {
-    // Only agent-1 may run them: one is placed, the others wait.
-    auto submitted = submit({{"run", {{"command", {"train"}}}}, {"constraints", {{"devices", {"agent-1/cpu"}}}}});
-    ASSERT_TRUE(submitted);
-    ids.push_back((*submitted)["id"]);
-  }
+  const auto ids = submit_for_agent(7);  // one is placed, the others wait
+  ASSERT_EQ(ids.size(), 7u);
   ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
   const auto ids_of = [](const json& page) {
     std::vector<std::string> out;
@@ -333,18 +345,12 @@ TEST_F(JobServiceTest, a_job_waiting_for_a_budget_is_placed_when_the_services_cl
 TEST_F(JobServiceTest, finished_jobs_leave_memory_and_are_served_from_the_database_as_before) {
   keep_finished(2);
   agent_joins("agent-1");
-  std::vector<std::string> ids;
-  for (int i = 0; i < 8; ++i) {
-    // Only agent-1 may run them: the first is placed, the others wait and are cancelled.
-    auto submitted = submit({{"run", {{"command", {"train"}}}}, {"constraints", {{"devices", {"agent-1/cpu"}}}}});
-    ASSERT_TRUE(submitted);
-    ids.push_back((*submitted)["id"]);
-  }
+  // The first is placed, the others wait and are cancelled.
+  const auto ids = submit_for_agent(8);
+  ASSERT_EQ(ids.size(), 8u);
   for (std::size_t i = 1; i < ids.size(); ++i) {
-    std::optional<joule::Result<json>> cancelled;
-    jobs_.cancel(ids[i], [&](joule::Result<json> result) { cancelled = std::move(result); });
-    ASSERT_TRUE(run_until([&] { return cancelled.has_value(); }));
-    ASSERT_TRUE(*cancelled) << cancelled->error().message;
+    const auto cancelled = cancel_on(jobs_, ids[i]);
+    ASSERT_TRUE(cancelled) << cancelled.error().message;
   }
   ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
   const auto ids_of = [](const json& page) {
@@ -373,11 +379,10 @@ TEST_F(JobServiceTest, finished_jobs_leave_memory_and_are_served_from_the_databa
   EXPECT_EQ(old["events"][1]["state"], "cancelled");
   EXPECT_EQ(jobs_.owner_of(ids[1]).value(), "token:test");
   EXPECT_TRUE(jobs_.log_path(ids[1], "stdout"));
-  std::optional<joule::Result<json>> again;
-  jobs_.cancel(ids[1], [&](joule::Result<json> result) { again = std::move(result); });
-  ASSERT_TRUE(again.has_value() && !*again);
-  EXPECT_EQ(again->error().code, joule::ErrorCode::conflict);
-  EXPECT_EQ(again->error().message, fmt::format("job {} has already cancelled", ids[1]));
+  const auto again = cancel_on(jobs_, ids[1]);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, joule::ErrorCode::conflict);
+  EXPECT_EQ(again.error().message, fmt::format("job {} has already cancelled", ids[1]));
   EXPECT_EQ(jobs_.pause(ids[1], true).error().code, joule::ErrorCode::conflict);
   EXPECT_EQ(jobs_.job("no-such-job").error().code, joule::ErrorCode::not_found);
 
@@ -406,21 +411,11 @@ TEST_F(JobServiceTest, finished_jobs_leave_memory_and_are_served_from_the_databa
 TEST_F(JobServiceTest, finished_jobs_older_than_keep_finished_days_leave_the_database_with_their_directories) {
   keep_finished(1);
   agent_joins("agent-1");
-  std::vector<std::string> ids;
-  for (int i = 0; i < 4; ++i) {
-    auto submitted = submit({{"run", {{"command", {"train"}}}}, {"constraints", {{"devices", {"agent-1/cpu"}}}}});
-    ASSERT_TRUE(submitted);
-    ids.push_back((*submitted)["id"]);
-  }
+  const auto ids = submit_for_agent(4);
+  ASSERT_EQ(ids.size(), 4u);
   // The first is placed; the next two are cancelled now, the last a day and a half later.
-  const auto cancel = [&](joule::daemon::JobService& book, const std::string& id) {
-    std::optional<joule::Result<json>> cancelled;
-    book.cancel(id, [&](joule::Result<json> result) { cancelled = std::move(result); });
-    ASSERT_TRUE(run_until([&] { return cancelled.has_value(); }));
-    ASSERT_TRUE(*cancelled);
-  };
-  cancel(jobs_, ids[1]);
-  cancel(jobs_, ids[2]);
+  ASSERT_TRUE(cancel_on(jobs_, ids[1]));
+  ASSERT_TRUE(cancel_on(jobs_, ids[2]));
   ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
   const auto log_directory = dir_.path() / "jobs" / ids[1];
   std::filesystem::create_directories(log_directory);
@@ -433,7 +428,7 @@ TEST_F(JobServiceTest, finished_jobs_older_than_keep_finished_days_leave_the_dat
   pruning.keep_finished_in(*archive_, 1);
   ASSERT_TRUE(pruning.recover(std::move(current), std::move(events)));
   clock_.advance(36h);
-  cancel(pruning, ids[3]);
+  ASSERT_TRUE(cancel_on(pruning, ids[3]));
   pruning.sample_meters();
   ASSERT_TRUE(run_until([&] { return pruning.writes_in_flight() == 0 && !database_->find_job(ids[1]).value(); }));
   EXPECT_FALSE(database_->find_job(ids[2]).value());

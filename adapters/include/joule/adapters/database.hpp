@@ -203,8 +203,14 @@ class Database {
   Status exec(const char* sql);
   Status migrate();
   Result<sqlite3_stmt*> prepare(const char* sql);
+  /// Runs `sql` with its parameters set by `bind` and hands each result row to `row`; `what`
+  /// names the work in the error.
+  Status each_row(const char* sql, const std::function<void(sqlite3_stmt*)>& bind,
+                  const std::function<void(sqlite3_stmt*)>& row, const std::string& what);
   Result<std::vector<StoredJob>> select_jobs(const char* sql, const std::function<void(sqlite3_stmt*)>& bind,
                                              const std::string& what);
+  Result<std::vector<StoredEvent>> select_events(const char* sql, const std::function<void(sqlite3_stmt*)>& bind,
+                                                 const std::string& what);
   Error sqlite_error(const std::string& what) const;
 
   sqlite3* db_;
