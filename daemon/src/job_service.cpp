@@ -199,8 +199,10 @@ Device* JobService::find_device(const std::string& name) {
 
 void JobService::persist(Write write, std::function<void(Status)> done) {
   ++writes_in_flight_;
-  storage_.submit(std::move(write), [this, alive = alive_, done = std::move(done)](Status status) mutable {
-    asio::post(io_, [this, alive, done = std::move(done), status = std::move(status)] {
+  // The completion runs on the storage thread, which may outlive this book (a daemon stopping, a
+  // test's second book): only the io_context, which outlives both, is touched there.
+  storage_.submit(std::move(write), [this, &io = io_, alive = alive_, done = std::move(done)](Status status) mutable {
+    asio::post(io, [this, alive, done = std::move(done), status = std::move(status)] {
       if (!*alive) return;
       --writes_in_flight_;
       if (!status) {
