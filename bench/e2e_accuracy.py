@@ -95,8 +95,12 @@ def parse_args(argv=None):
     p.add_argument("--calibrate", action="store_true",
                    help="only time each network x batch at --threads in a fresh process and print job sizes")
     p.add_argument("--target-seconds", type=float, default=None,
-                   help="training seconds per job (30), from a timing of each network x batch at the start "
-                        "(and for --calibrate)")
+                   help="training seconds of every job, from a timing of each network x batch at the start "
+                        "(and for --calibrate: 30); default: --lengths")
+    p.add_argument("--lengths", default="20,35,55",
+                   help="training seconds per job, taken in turn (network i at batch j gets length i + j): jobs "
+                        "of one length cannot tell a per-job start-up from a per-step scale, so jouled's "
+                        "overhead line needs several")
     p.add_argument("--fixed-steps", action="store_true",
                    help="job sizes from bench/e2e/nets.py STEPS (x --scale) instead of a timing at the start")
     p.add_argument("--quiet-wait", type=float, default=300.0,
@@ -111,7 +115,16 @@ def parse_args(argv=None):
             args.scale = 1.0 / 3.0
     args.probe_seconds = 600.0 if args.probe_seconds is None else args.probe_seconds
     args.batches = args.batches or "16,64"
-    args.target_seconds = 30.0 if args.target_seconds is None else args.target_seconds
+    if args.target_seconds is not None:
+        args.lengths = [args.target_seconds]
+    else:
+        try:
+            args.lengths = [float(x) for x in args.lengths.split(",") if x.strip()]
+        except ValueError:
+            p.error(f"--lengths: {args.lengths!r} is not a comma-separated list of seconds")
+        if not args.lengths or min(args.lengths) <= 0:
+            p.error("--lengths needs at least one length above 0 s")
+        args.target_seconds = 30.0 if args.calibrate else None
     if not 0 < args.probe_seconds <= 600:
         p.error("--probe-seconds must be in (0, 600]")
     return args
@@ -440,11 +453,12 @@ def plan(args, nets, timings=None):
     rows = []
     # Every network at the first batch, then every network at the next: the outcome
     # calibration (which starts after 5 finished jobs) sees a mix of networks, not one at a time.
-    for b in batches:
-        for name in names:
+    for j, b in enumerate(batches):
+        for i, name in enumerate(names):
+            length = args.lengths[(i + j) % len(args.lengths)]
             if timings:
-                # --target-seconds of training at the seconds per step timed just before
-                steps = args.target_seconds / timings[name][b]
+                # `length` seconds of training at the seconds per step timed just before
+                steps = length / timings[name][b]
             else:
                 known = nets.STEPS[name]
                 nearest = min(known, key=lambda k: abs(k - b))
@@ -453,7 +467,8 @@ def plan(args, nets, timings=None):
             rows.append({"network": name, "set": nets.NETWORKS[name][2], "batch": b, "epochs": args.epochs,
                          "steps_per_epoch": per_epoch, "samples_per_epoch": per_epoch * b,
                          "steps": per_epoch * args.epochs,
-                         "timed_seconds_per_step": timings[name][b] if timings else None})
+                         "timed_seconds_per_step": timings[name][b] if timings else None,
+                         "target_seconds": length if timings else None})
     return names, batches, rows
 
 
@@ -964,7 +979,7 @@ def main():
             "machine": {"cpu_model": cpu_model(), "cpus": os.cpu_count()}, "git_head": git("log", "-1", "--format=%h %s"),
             # What else the build tree held: the binaries may be built from uncommitted sources.
             "git_uncommitted": [l for l in git("status", "--short", "--untracked-files=no").splitlines()],
-            "phases": [], "rows": rows, "target_seconds": None if args.fixed_steps else args.target_seconds,
+            "phases": [], "rows": rows, "target_seconds": None if args.fixed_steps else args.lengths,
             "steps_from": "nets.STEPS" if args.fixed_steps else "timing at start"}
     try:
         if args.wait_quiet > 0:

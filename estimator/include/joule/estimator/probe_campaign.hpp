@@ -6,8 +6,8 @@
 // its batch size, and variations of it (widths ×½, ×¾, ×1½, ×2; other batch sizes), so the GP
 // sees the neighbourhood of what users run and not only the exact points. The plan first gives
 // every (kind, position) the workload needs `seed_samples` probes, then repeatedly probes the
-// candidate whose energy model is least sure (highest latent σ), weighted by how often its
-// (kind, position) occurs in the workload.
+// candidate whose next sample is expected to cut the workload's estimate error most per unit
+// of probing cost (ProbePlanner).
 
 #include <cstdint>
 #include <functional>
@@ -75,8 +75,8 @@ LayerKey planned_key(const ProbePlan& plan);
 /// every kind has a sample (and with it a prior, so every network an estimate) before any has
 /// two. A key's first seed is the medoid of its configurations, the next ones the farthest (in
 /// the GP's log-feature space) from those already probed. After that the next probe maximises
-/// σ × (its kind and position's share of the workload's work) / sqrt(its cost), with σ the
-/// latent σ but at least kSparseSigma × sqrt(seed_samples / the key's samples), counting a
+/// what it is worth (below) / sqrt(its cost), with σ the latent σ but at least
+/// kSparseSigma × sqrt(seed_samples / the key's samples), counting a
 /// configuration the workload itself uses (its layer, input and batch size, not a variation)
 /// `exact_bonus` times: the estimates users ask for sum exactly those layers, and summing probes
 /// of exactly a network's layers is within a few per cent of the whole network (measured:
