@@ -833,13 +833,14 @@ def report(data):
       f"error raw {apct(cal.get('error_raw'))}, corrected (leave-one-out) "
       f"{apct(cal.get('error_corrected_leave_one_out'))}, 2σ coverage raw {apct(cal.get('coverage_2sigma_raw'), 0)}, "
       f"calibrated (leave-one-out) {apct(cal.get('coverage_2sigma_calibrated_leave_one_out'), 0)}, sigma x"
-      f"{num(cal.get('sigma_scale'), '{:.2f}')}")
+      f"{num(cal.get('sigma_scale'), '{:.2f}')}; work mix used: {cal.get('uses_work_mix', 'n/a')}")
     overhead = (cal.get("overhead") or {})
     line = overhead.get("joules") or {}
     seconds = overhead.get("seconds") or {}
     if line:
         p(f"job overhead learnt from the jobs: {num(line.get('per_job'), '{:.1f}')} J per job + "
-          f"{num(line.get('per_epoch'), '{:.1f}')} J per epoch (steps x{num(line.get('steps_scale'), '{:.2f}')}); "
+          f"{num(line.get('per_epoch'), '{:.1f}')} J per epoch (steps x{num(line.get('steps_scale'), '{:.2f}')}, "
+          f"separable: {line.get('separable')}); "
           f"{num(seconds.get('per_job'), '{:.2f}')} s per job, seconds corrected: {overhead.get('seconds_applied')} "
           f"(error raw {apct(overhead.get('seconds_error_raw'))}, corrected "
           f"{apct(overhead.get('seconds_error_corrected_leave_one_out'))})")

@@ -46,6 +46,20 @@ double flops_per_step(const json& row) {
   return flops;
 }
 
+std::optional<estimator::WorkMix> work_mix_of(const json& row) {
+  const auto layers = row.find("layers");
+  if (layers == row.end() || !layers->is_array()) return std::nullopt;
+  std::vector<std::pair<std::string, double>> joules_by_key;
+  for (const auto& layer : *layers) {
+    if (!layer.is_object()) continue;
+    const auto key = layer.find("model");
+    if (key == layer.end() || !key->is_string()) continue;
+    joules_by_key.emplace_back(key->get<std::string>(),
+                               figure(layer, "joules_per_step").value_or(std::pair{0.0, 0.0}).first);
+  }
+  return estimator::work_mix(joules_by_key);
+}
+
 json compact_estimates(const json& rows, std::size_t detailed) {
   if (!rows.is_array()) return rows;
   // The cheapest devices (by estimated joules) keep their breakdown: where the job will likely run.
@@ -99,6 +113,7 @@ std::vector<DeviceEstimate> read_estimates(const json& rows) {
       // Estimates stored before they named their epochs: one.
       if (const auto epochs = row.find("epochs"); epochs != row.end() && epochs->is_number_integer())
         estimate.epochs = std::max<std::int64_t>(1, epochs->get<std::int64_t>());
+      estimate.mix = work_mix_of(row);
     }
     out.push_back(std::move(estimate));
   }

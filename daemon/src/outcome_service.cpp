@@ -44,6 +44,7 @@ std::optional<estimator::OutcomeRow> OutcomeService::row_of(const JobService::Fe
   row.epochs = estimate.epochs;
   row.metered_joules = feedback.joules;
   row.metered_seconds = feedback.seconds;
+  row.mix = estimate.mix;
   if (!row.usable()) return std::nullopt;
   return row;
 }
@@ -90,7 +91,7 @@ void OutcomeService::apply(json& estimates) const {
         row.contains("epochs") && row["epochs"].is_number_integer() ? row["epochs"].get<std::int64_t>() : 1;
     const auto calibrated =
         calibration.apply(raw.value("mean", 0.0), raw.value("std", 0.0), raw_seconds.value("mean", 0.0),
-                          flops_per_step(row), row.value("steps", std::int64_t{0}), epochs);
+                          flops_per_step(row), row.value("steps", std::int64_t{0}), epochs, work_mix_of(row));
     const auto& summary = calibration.summary();
     const bool mean_corrected = summary.correction_active && !calibrated.far_from_rows;
     row["raw_joules"] = raw;
@@ -138,6 +139,7 @@ json OutcomeService::view(const std::string& device) const {
           {"coverage_2sigma_raw", optional_number(summary.raw_coverage)},
           {"coverage_2sigma_calibrated_leave_one_out", optional_number(summary.calibrated_coverage)},
           {"sigma_scale", summary.sigma_scale},
+          {"uses_work_mix", summary.uses_work_mix},
           {"overhead",
            {{"joules", summary.overhead_joules ? overhead_json(*summary.overhead_joules) : json(nullptr)},
             {"seconds", summary.overhead_seconds ? overhead_json(*summary.overhead_seconds) : json(nullptr)},

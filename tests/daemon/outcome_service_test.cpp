@@ -114,3 +114,35 @@ TEST(OutcomeServiceTest, a_start_up_every_job_pays_is_its_own_line_in_the_next_e
   outcomes.apply(twice);
   EXPECT_EQ(twice, estimates);
 }
+
+// The work mix comes from the estimate rows' layers, as jobs store them and POST /v1/estimate
+// serves them: a device that under-estimates recurrent layers corrects the next LSTM's estimate
+// and not the next CNN's.
+TEST(OutcomeServiceTest, the_work_mix_of_the_estimates_layers_tells_which_jobs_to_correct) {
+  const auto row_of = [](double joules, const std::string& model) {
+    json row = estimate_row(joules, 0.05 * joules);
+    row["layers"] = json::array(
+        {{{"model", model}, {"joules_per_step", {{"mean", 0.9 * joules / 100}}}, {"flops_per_step", joules * 1e6}},
+         {{"model", "linear@output"}, {"joules_per_step", {{"mean", 0.1 * joules / 100}}}, {"flops_per_step", 0.0}}});
+    return row;
+  };
+  OutcomeService outcomes;
+  for (int i = 0; i < 16; ++i) {
+    const bool recurrent = i % 2 == 1;
+    const double estimated = 200.0 + 40.0 * (i / 2);
+    auto feedback = finished(estimated, 0.0, i);
+    feedback.estimate =
+        joule::daemon::read_estimates(json::array({row_of(estimated, recurrent ? "lstm@hidden" : "conv2d@hidden")}))[0];
+    ASSERT_TRUE(feedback.estimate.mix);
+    feedback.joules = (recurrent ? 1.5 : 0.7) * estimated * (i % 4 < 2 ? 1.01 : 0.99);
+    EXPECT_TRUE(outcomes.record(feedback));
+  }
+  EXPECT_EQ(outcomes.view("cpu")["uses_work_mix"], true);
+  json estimates = json::array({row_of(300.0, "lstm@hidden"), row_of(300.0, "conv2d@hidden")});
+  outcomes.apply(estimates);
+  EXPECT_NEAR(estimates[0]["joules"]["mean"].get<double>(), 450.0, 45.0);
+  EXPECT_NEAR(estimates[1]["joules"]["mean"].get<double>(), 210.0, 25.0);
+  // A stored row whose layers were left out (a job with many candidate devices) has no mix.
+  const json compact = joule::daemon::compact_estimates(json::array({row_of(300.0, "lstm@hidden")}), 0);
+  EXPECT_FALSE(joule::daemon::read_estimates(compact)[0].mix);
+}

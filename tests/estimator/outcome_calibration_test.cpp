@@ -182,3 +182,69 @@ TEST(OutcomeCalibrationTest, a_job_far_from_every_row_keeps_the_models_mean) {
   EXPECT_TRUE(std::isfinite(far.joules.std));
   EXPECT_GT(far.joules.std, 0.0);
 }
+
+TEST(OutcomeCalibrationTest, work_mix_sums_each_family_of_layer_kinds) {
+  const auto mix = joule::estimator::work_mix({{"conv2d@input", 2.0},
+                                               {"conv2d_grouped@hidden", 1.0},
+                                               {"linear@output", 1.0},
+                                               {"lstm@hidden", 2.0},
+                                               {"transformer_encoder_layer@hidden", 1.0},
+                                               {"optimizer:adam@output", 1.0},
+                                               {"relu@hidden", 2.0},
+                                               {"add@hidden", -1.0}});  // a negative line adds nothing
+  ASSERT_TRUE(mix);
+  EXPECT_DOUBLE_EQ(mix->convolution, 0.3);
+  EXPECT_DOUBLE_EQ(mix->linear, 0.1);
+  EXPECT_DOUBLE_EQ(mix->recurrent, 0.2);
+  EXPECT_DOUBLE_EQ(mix->attention, 0.1);
+  EXPECT_DOUBLE_EQ(mix->optimizer, 0.1);  // the other 0.2 is the activation's
+  EXPECT_FALSE(joule::estimator::work_mix({}));
+  EXPECT_FALSE(joule::estimator::work_mix({{"relu@hidden", 0.0}}));
+}
+
+// A device whose model over-estimates its convolutions and under-estimates its recurrent layers,
+// on jobs of the same sizes: their size cannot tell them apart, their work mix can.
+TEST(OutcomeCalibrationTest, a_model_that_misjudges_one_family_of_layers_is_corrected_by_the_jobs_work_mix) {
+  std::mt19937 random{11};
+  std::uniform_real_distribution<double> size(std::log(100.0), std::log(1000.0));
+  std::normal_distribution<double> noise(0.0, 0.03);
+  joule::estimator::WorkMix convolutions, recurrent;
+  convolutions.convolution = 0.9;
+  convolutions.linear = 0.1;
+  recurrent.recurrent = 0.8;
+  recurrent.linear = 0.2;
+  const auto job = [&](int i, bool is_recurrent) {
+    const double estimated = std::exp(size(random));
+    OutcomeRow row;
+    row.job_id = "job-" + std::to_string(i);
+    row.estimated_joules = estimated;
+    row.estimated_std = 0.1 * estimated;
+    row.estimated_seconds = estimated / 20.0;
+    row.flops_per_step = estimated * 1e7;
+    row.steps = 100;
+    row.metered_joules = (is_recurrent ? 1.5 : 0.7) * estimated * std::exp(noise(random));
+    row.mix = is_recurrent ? recurrent : convolutions;
+    return row;
+  };
+  OutcomeCalibration calibration;
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(calibration.add(job(i, i % 2 == 1)));
+  const auto& summary = calibration.summary();
+  EXPECT_TRUE(summary.correction_active);
+  EXPECT_TRUE(summary.uses_work_mix);
+  EXPECT_LT(*summary.corrected_error, 0.1);
+  EXPECT_GT(*summary.raw_error, 0.3);
+  const auto lstm = calibration.apply(300.0, 30.0, 15.0, 3e9, 100, 1, recurrent);
+  const auto cnn = calibration.apply(300.0, 30.0, 15.0, 3e9, 100, 1, convolutions);
+  EXPECT_NEAR(lstm.mean_factor, 1.5, 0.15);
+  EXPECT_NEAR(cnn.mean_factor, 0.7, 0.1);
+
+  // Rows that lost their layers: the size alone, and a job without a mix gets the rows' mean.
+  OutcomeCalibration without;
+  for (int i = 0; i < 20; ++i) {
+    auto row = job(i, i % 2 == 1);
+    row.mix.reset();
+    ASSERT_TRUE(without.add(row));
+  }
+  EXPECT_FALSE(without.summary().uses_work_mix);
+  EXPECT_GT(*without.summary().corrected_error, 0.2);
+}

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "joule/estimator/outcome_calibration.hpp"
 #include "joule/schedulers/placement.hpp"
 
 namespace joule::daemon {
@@ -31,6 +32,9 @@ struct DeviceEstimate {
   double flops_per_step = 0.0;            ///< summed over the layers
   std::int64_t steps = 0;
   std::int64_t epochs = 1;
+  /// Where the step's estimated energy goes, by family of layers (from the row's layers; nothing
+  /// where they were left out of the stored row).
+  std::optional<estimator::WorkMix> mix;
 
   /// What placement weighs it by.
   schedulers::Estimate placement() const { return {joules_mean, joules_std, seconds_mean}; }
@@ -44,6 +48,9 @@ nlohmann::json compact_estimates(const nlohmann::json& rows, std::size_t detaile
 
 /// A row's FLOPs per step: the summed figure of a compact row, else the sum over its layers.
 double flops_per_step(const nlohmann::json& row);
+/// A row's work mix, from its layers' models and joules per step (the model's own, "raw_" or
+/// not: corrections scale the whole row); nothing for a row without layers.
+std::optional<estimator::WorkMix> work_mix_of(const nlohmann::json& row);
 
 /// Reads the estimator's rows (a JSON array of per-device rows); rows without a device are
 /// skipped, and anything but an array gives none.

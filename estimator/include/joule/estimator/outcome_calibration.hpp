@@ -3,7 +3,10 @@
 // same source is a row, and each device's rows correct that device's next estimates twice.
 //   - The mean (PRE, seed 003: a regression on measured runs): kernel ridge regression of
 //     y = ln(metered / estimated) on the job's features (log estimated joules and seconds, log
-//     FLOPs per step, log steps, standardised), plus the rows' mean ratio. It is applied only
+//     FLOPs per step, log steps, standardised), plus the rows' mean ratio. The work mix (where
+//     the step's estimated energy goes, by family of layer kinds) joins them where that lowers
+//     the leave-one-out error by at least 5 %: a device whose model misjudges one family (its recurrent layers,
+//     say) is then corrected for the jobs made of it, not for every job alike. It is applied only
 //     while its leave-one-out error beats the raw estimate's, and both errors are reported.
 //   - The spread (split-conformal calibration): a row's score is its leave-one-out residual in
 //     log space over the estimate's own log-space σ; the σ of new estimates is scaled by the
@@ -20,12 +23,31 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "joule/estimator/device_energy_model.hpp"
 #include "joule/estimator/job_overhead.hpp"
 
 namespace joule::estimator {
+
+/// Where an estimate's step energy goes: each family's share of the estimated joules per step,
+/// in [0, 1]. What the five leave is the rest (activations, norms, pooling, joins, embeddings).
+struct WorkMix {
+  double convolution = 0.0;
+  double linear = 0.0;
+  double recurrent = 0.0;
+  double attention = 0.0;
+  double optimizer = 0.0;
+
+  static constexpr std::size_t kFamilies = 5;
+  std::vector<double> shares() const { return {convolution, linear, recurrent, attention, optimizer}; }
+};
+
+/// The work mix of an estimate's layers, given each layer's model key ("conv2d@hidden",
+/// "optimizer:adam@output", as estimates name them) and its estimated joules per step. Nothing
+/// when the layers hold no positive joules.
+std::optional<WorkMix> work_mix(const std::vector<std::pair<std::string, double>>& joules_by_key);
 
 /// One finished job on one device: what was estimated at submission and what was metered.
 struct OutcomeRow {
@@ -39,6 +61,9 @@ struct OutcomeRow {
   std::int64_t epochs = 1;
   double metered_joules = 0.0;
   std::optional<double> metered_seconds;  ///< how long the run lasted, where that is known
+  /// The estimate's work mix; nothing for estimates stored without their layers (the rows' mean
+  /// mix stands in).
+  std::optional<WorkMix> mix;
 
   /// Whether the row can be learnt from (every figure positive and finite).
   bool usable() const;
@@ -52,6 +77,8 @@ struct CalibrationSummary {
   std::optional<double> raw_error;
   std::optional<double> corrected_error;
   bool correction_active = false;  ///< corrected_error < raw_error: new estimates are corrected
+  /// Whether the correction uses the work mix (it did better leave-one-out than without it).
+  bool uses_work_mix = false;
   /// Share of rows whose metered joules fell inside the raw estimate's ±2σ, and inside the
   /// calibrated ±2σ (the scale from the other rows only).
   std::optional<double> raw_coverage;
@@ -102,7 +129,7 @@ class OutcomeCalibration {
   /// and its spread (once there are kMinRows rows), and its seconds (while their overhead line
   /// is active). Unchanged below kMinRows.
   Calibrated apply(double estimated_joules, double estimated_std, double estimated_seconds, double flops_per_step,
-                   std::int64_t steps, std::int64_t epochs = 1) const;
+                   std::int64_t steps, std::int64_t epochs = 1, const std::optional<WorkMix>& mix = std::nullopt) const;
 
  private:
   void refit();
@@ -117,6 +144,8 @@ class OutcomeCalibration {
   std::vector<std::vector<double>> inputs_;
   std::vector<double> weights_;
   double lambda_ = 1.0;  ///< the ridge penalty leave-one-out chose
+  std::size_t features_used_ = 0;  ///< the leading features the kernel reads (with the mix or not)
+  std::vector<double> mean_mix_;   ///< the rows' mean WorkMix::shares(), for a job whose estimate has no layers
 };
 
 }  // namespace joule::estimator
