@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+using joule::daemon::set_allocator_variables;
 using joule::daemon::set_thread_variables;
 using joule::daemon::thread_count_warning;
 
@@ -26,4 +27,11 @@ TEST(ThreadSettingsTest, a_job_asking_for_another_count_is_told_its_estimate_is_
   EXPECT_EQ(*warning,
             "run.env sets MKL_NUM_THREADS=8, but this device's model is learnt at 1 thread: the estimate "
             "is outside what was probed");
+}
+
+TEST(ThreadSettingsTest, jobs_get_the_malloc_thresholds_probes_are_measured_under) {
+  std::map<std::string, std::string> env{{"MALLOC_TRIM_THRESHOLD_", "1"}};
+  set_allocator_variables(env);
+  EXPECT_EQ(env.at("MALLOC_MMAP_THRESHOLD_"), std::to_string(joule::kMallocMmapThresholdBytes));
+  EXPECT_EQ(env.at("MALLOC_TRIM_THRESHOLD_"), "1073741824");  // jouled's own environment does not leak
 }

@@ -1,6 +1,7 @@
 #include "trainer.hpp"
 
 #include "joule/adapters/measurement_window.hpp"
+#include "joule/common/allocator_settings.hpp"
 #include "joule/common/energy_source.hpp"
 
 #include <dlfcn.h>
@@ -32,8 +33,8 @@ void synchronize(const torch::Device& device) {
 }  // namespace
 
 void pin_allocator() {
-  ::mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
-  ::mallopt(M_TRIM_THRESHOLD, 1024 * 1024 * 1024);
+  ::mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMallocMmapThresholdBytes));
+  ::mallopt(M_TRIM_THRESHOLD, static_cast<int>(kMallocTrimThresholdBytes));
 }
 
 void set_worker_threads(int threads) {

@@ -21,7 +21,8 @@
 namespace joule::worker {
 
 /// mallopt(M_MMAP_THRESHOLD, 32 MiB) and mallopt(M_TRIM_THRESHOLD, 1 GiB): glibc's dynamic
-/// thresholds otherwise make conv timings depend on what ran before (+22–40 %). Call first in main.
+/// thresholds otherwise make conv timings depend on what ran before (+22–40 %). Jobs get the same
+/// settings from jouled (joule/common/allocator_settings.hpp). Call first in main.
 void pin_allocator();
 
 /// Sets ATen's intra-op threads and OpenBLAS's threads to `threads`, and inter-op threads to 1

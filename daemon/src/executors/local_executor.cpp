@@ -104,6 +104,9 @@ std::vector<std::string> LocalExecutor::job_environment(const JobRecord& job, co
   // The device's count, the one its model is learnt at; the job's own run.env may ask otherwise
   // (its estimate then says so).
   set_thread_variables(env, device.threads);
+  // The allocator the probes ran under, for the same reason; run.env may ask otherwise (a node
+  // short of memory: a trim threshold of 1 GiB keeps up to that much freed memory in the job).
+  set_allocator_variables(env);
   for (const auto& [name, value] : job.spec.run.env) env[name] = value;
   if (!options_.python_path.empty()) {
     // Before the job's own entries: the package that speaks this jouled's API comes first.
