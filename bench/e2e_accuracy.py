@@ -877,8 +877,10 @@ def time_steps(args, name, batches, seconds):
     """{batch: seconds per training step} of one network in a fresh /usr/bin/python3 at --threads
     (what train.py does per step, on one fixed batch), and the machine's busy CPUs meanwhile."""
     env = {k: v for k, v in os.environ.items() if not (k.startswith("OMP_") or k.startswith("OPENBLAS_"))}
+    # As jouled runs the jobs (threads and the probes' malloc thresholds, README "Allocator").
     env.update(OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads),
-               MKL_NUM_THREADS=str(args.threads))
+               MKL_NUM_THREADS=str(args.threads), MALLOC_MMAP_THRESHOLD_="33554432",
+               MALLOC_TRIM_THRESHOLD_="1073741824")
     t0, (busy0, _) = time.time(), cpu_ticks()
     out = subprocess.run([args.python, "-c", TIMING, E2E, name, str(seconds)] + [str(b) for b in batches],
                          capture_output=True, text=True, env=env, timeout=600)
