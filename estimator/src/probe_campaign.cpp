@@ -106,35 +106,31 @@ std::vector<ProbeTarget> candidate_targets(const std::vector<WorkloadItem>& work
 
 namespace {
 
-// The weight of each (kind, position)'s uncertainty: its share of the work (layer_work) of
-// every workload network's step, summed over the networks. An estimate's error in joules is a
-// kind's error times its share, so a kind that is half of every step matters 50 times more
-// than one that is 1 %: weighted by how often a kind occurs instead, a run spent 38 of 94
-// probes on residual adds and activations and 3 on the convolutions that carry the energy.
-// (Weighting by FLOPs share without the cost below was tried first and spent the time on the
-// costliest probes: 16.5 % against 9.0 % GP MAPE per second on the CPU, probe_accuracy.)
-std::map<std::string, double> workload_weights(const std::vector<WorkloadItem>& workload) {
-  std::map<std::string, double> weight;
-  for (const auto& item : workload) {
-    auto layers = analyze_model(item.model, item.batch_size);
-    if (!layers) continue;
-    const auto keys = layer_keys(*layers);
-    std::map<std::string, double> work;
-    double total = 0.0;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      if (keys[i].position != LayerPosition::output && is_free_layer((*layers)[i])) continue;
-      const double w = layer_work((*layers)[i].cost);
-      work[keys[i].name()] += w;
-      total += w;
-    }
-    if (item.optimizer != "sgd") {
-      const double w = layer_work(optimizer_step(total_cost(*layers).parameters).cost);
-      work[LayerKey{optimizer_kind(item.optimizer), LayerPosition::output}.name()] += w;
-      total += w;
-    }
-    for (const auto& [key, w] : work) weight[key] += total > 0.0 ? w / total : 0.0;
+// Each workload item's (kind, position)s and their shares of its step's work (layer_work). An
+// estimate's error in joules is a kind's error times its share, so a kind that is half of every
+// step matters 50 times more than one that is 1 %: weighted by how often a kind occurs instead,
+// a run spent 38 of 94 probes on residual adds and activations and 3 on the convolutions that
+// carry the energy. (Weighting by FLOPs share without the cost below was tried first and spent
+// the time on the costliest probes: 16.5 % against 9.0 % GP MAPE per second on the CPU,
+// probe_accuracy.) Work is what the planner knows before the model can estimate the item; then
+// the item's estimated energy takes its place (ProbePlanner::weights).
+std::map<std::string, double> work_shares(const std::vector<AnalyzedLayer>& layers, const std::string& optimizer) {
+  const auto keys = layer_keys(layers);
+  std::map<std::string, double> work;
+  double total = 0.0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i].position != LayerPosition::output && is_free_layer(layers[i])) continue;
+    const double w = layer_work(layers[i].cost);
+    work[keys[i].name()] += w;
+    total += w;
   }
-  return weight;
+  if (optimizer != "sgd") {
+    const double w = layer_work(optimizer_step(total_cost(layers).parameters).cost);
+    work[LayerKey{optimizer_kind(optimizer), LayerPosition::output}.name()] += w;
+    total += w;
+  }
+  for (auto& [key, w] : work) w = total > 0.0 ? w / total : 0.0;
+  return work;
 }
 
 // The seed design's coordinates of a plan: its GP inputs on their log scale.
@@ -180,7 +176,16 @@ ProbePlanner::ProbePlanner(std::vector<WorkloadItem> workload, const CampaignOpt
 }
 
 void ProbePlanner::set_workload(std::vector<WorkloadItem> workload) {
-  weight_ = workload_weights(workload);
+  items_.clear();
+  for (const auto& item : workload) {
+    auto layers = analyze_model(item.model, item.batch_size);
+    if (!layers) continue;
+    TrainingConfig training;
+    training.batch_size = item.batch_size;
+    training.samples_per_epoch = item.batch_size;  // one step: shares, not totals
+    training.optimizer = item.optimizer;
+    items_.push_back({*layers, training, work_shares(*layers, item.optimizer)});
+  }
   workload_items_ = workload.size();
   plans_.clear();
   ids_.clear();
@@ -312,7 +317,7 @@ std::optional<PlannedProbe> ProbePlanner::next_planned(const DeviceEnergyModel& 
   if (seed_pick) return PlannedProbe{plans_[*seed_pick], kAlways, costs_[*seed_pick]};
 
   // Then the most valuable probe per unit of cost: its expected fall of the workload's error,
-  // its key's share of the workload's work × σ × (1 − √(n / (n + 1))), × the bonus of an exact
+  // its key's share of the workload (weights) × σ × (1 − √(n / (n + 1))), × the bonus of an exact
   // configuration, over sqrt(cost) (a probe twice as long must be worth more than one cheap one,
   // but not twice: the costly configurations are the workload's big layers, which carry most of
   // its energy). σ is the model's latent σ, but never less than a prior's shrunk by the key's
@@ -324,6 +329,7 @@ std::optional<PlannedProbe> ProbePlanner::next_planned(const DeviceEnergyModel& 
   // recurrent and linear kinds of the same workload kept their 3 seeds and erred by 40-85 %
   // (run 5 of e2e_accuracy, its tuning networks). Minimising Σ share × σ(n) for a budget of
   // probes gives each key samples in proportion to share^(2/3), which is what the fall does.
+  const auto weights = this->weights(model);
   double best_score = -1.0;
   double best_reduction = 0.0;
   std::optional<std::size_t> best;
@@ -345,8 +351,8 @@ std::optional<PlannedProbe> ProbePlanner::next_planned(const DeviceEnergyModel& 
     if (sigma < target_sigma_) continue;
     const double n = static_cast<double>(std::max<std::size_t>(1, probes_of(keys_[i])));
     sigma = std::max(sigma, kSparseSigma * std::sqrt(static_cast<double>(seed_samples_) / n));
-    const auto weight = weight_.find(keys_[i]);
-    const double share = weight == weight_.end() ? 0.0 : weight->second;
+    const auto weight = weights.find(keys_[i]);
+    const double share = weight == weights.end() ? 0.0 : weight->second;
     const double reduction = share * sigma * (1.0 - std::sqrt(n / (n + 1.0)));
     const double score = reduction * (exact_[i] ? kExactBonus : 1.0) / std::sqrt(costs_[i]);
     if (score > best_score) {
@@ -357,6 +363,27 @@ std::optional<PlannedProbe> ProbePlanner::next_planned(const DeviceEnergyModel& 
   }
   if (!best) return std::nullopt;
   return PlannedProbe{plans_[*best], best_reduction, costs_[*best]};
+}
+
+std::map<std::string, double> ProbePlanner::weights(const DeviceEnergyModel& model) const {
+  std::map<std::string, double> weights;
+  for (const auto& item : items_) {
+    std::map<std::string, double> shares;
+    double total = 0.0;
+    if (auto estimate = model.estimate(item.layers, item.training)) {
+      for (const auto& layer : estimate->layers) {
+        if (!(layer.joules_per_step.mean > 0.0)) continue;
+        shares[layer.key] += layer.joules_per_step.mean;
+        total += layer.joules_per_step.mean;
+      }
+    }
+    if (total > 0.0) {
+      for (const auto& [key, joules] : shares) weights[key] += joules / total;
+    } else {
+      for (const auto& [key, share] : item.work_shares) weights[key] += share;
+    }
+  }
+  return weights;
 }
 
 double ProbePlanner::worst_uncertainty(const DeviceEnergyModel& model) const {

@@ -169,17 +169,12 @@ TEST(ProbePlannerTest, a_probe_is_worth_less_the_more_its_kind_has_been_probed_a
   EXPECT_LT(last, first);
 }
 
-// A kind with most of the workload's work must not take every probe: the greedy choice by the
-// expected fall of the error gives kinds samples about as their share^(2/3), where σ × share
-// gave them share² and left the MLP's layers at their seeds (run 5 of bench/e2e_accuracy.py).
-TEST(ProbePlannerTest, probes_after_the_seeds_spread_over_kinds_by_their_expected_fall_of_the_error) {
-  auto profile = find_simulated_profile("laptop-cpu");
-  ASSERT_TRUE(profile);
-  SimulatedDevice device(*profile, 5);
+// Probes per key after the seeds, of a planner that learns `profile` for 70 probes (refitting
+// every 10) from four CNN jobs and one MLP job.
+std::map<std::string, int> probes_after_seeds(const SimulatedProfile& profile) {
+  SimulatedDevice device(profile, 5);
   DeviceEnergyModel model("sim", "simulated");
   const auto cnn = *parse_model_spec(joule::testing::example_model("cnn5"), "/model");
-  // Four CNN jobs to one MLP job: the hidden convolutions carry several times the share of the
-  // MLP's first linear layer.
   std::vector<WorkloadItem> workload{{cnn, 16}, {cnn, 32}, {cnn, 64}, {cnn, 128}, {mlp(), 32}};
   CampaignOptions options;
   options.gp.restarts = 0;
@@ -195,15 +190,46 @@ TEST(ProbePlannerTest, probes_after_the_seeds_spread_over_kinds_by_their_expecte
     if (auto sample = decompose(*plan, measured)) model.add_sample(*sample);
     planner.mark_probed(plan->target);
     if (!seeding) ++after_seeds[key_of(*plan)];
-    if (!seeding && probes % 10 == 0) ASSERT_TRUE(model.fit(options.gp));
-    if (seeding && !planner.seeding()) ASSERT_TRUE(model.fit(options.gp));
+    if ((!seeding && probes % 10 == 0) || (seeding && !planner.seeding())) {
+      EXPECT_TRUE(model.fit(options.gp));
+    }
   }
+  return after_seeds;
+}
+
+// A kind with most of the workload's energy must not take every probe: the greedy choice by the
+// expected fall of the error gives kinds samples about as their share^(2/3), where σ × share
+// gave them share² and left the MLP's layers at their seeds (run 5 of bench/e2e_accuracy.py).
+TEST(ProbePlannerTest, probes_after_the_seeds_spread_over_kinds_by_their_expected_fall_of_the_error) {
+  auto after_seeds = probes_after_seeds(*find_simulated_profile("laptop-cpu"));
+  int total = 0, keys_with_three = 0;
+  for (const auto& [key, count] : after_seeds) {
+    total += count;
+    keys_with_three += count >= 3 ? 1 : 0;
+  }
+  // Measured: conv2d@hidden 25 of the 52 probes after the seeds, five other keys 4-9 each;
+  // scored by σ × share, 48 of 52 and the linear layers 4.
   const int convolutions = after_seeds["conv2d@hidden"];
-  const int linear = after_seeds["linear@input"];
-  // Measured: 32 to 14 of the 52 probes after the seeds; scored by σ × share, 48 to 4.
-  EXPECT_GT(convolutions, linear);  // the larger share still gets more
-  EXPECT_GE(linear, 8);
-  EXPECT_GE(3 * linear, convolutions);
+  EXPECT_GT(convolutions, 0);
+  EXPECT_LE(convolutions, total * 6 / 10);
+  EXPECT_GE(keys_with_three, 4);
+}
+
+// Shares are of the workload's estimated energy once the model estimates it, not of its work: on
+// a device where moving bytes costs far more, the memory-bound layers (activations, pooling) get
+// more of the probes than on one where FLOPs dominate, for the same workload.
+TEST(ProbePlannerTest, probes_follow_where_the_devices_energy_goes_not_the_flops) {
+  auto compute_bound = *find_simulated_profile("laptop-cpu");
+  auto memory_bound = compute_bound;
+  memory_bound.joules_per_byte *= 50.0;
+  memory_bound.bandwidth_bytes_per_second /= 10.0;
+  const auto memory_layers = [](std::map<std::string, int> probes) {
+    return probes["relu@hidden"] + probes["maxpool2d@hidden"];
+  };
+  const int on_compute_bound = memory_layers(probes_after_seeds(compute_bound));
+  const int on_memory_bound = memory_layers(probes_after_seeds(memory_bound));
+  // Measured: 9 and 18 of the 52 probes after the seeds; weighted by work, 2 and 2.
+  EXPECT_GT(on_memory_bound, on_compute_bound + 3) << on_compute_bound << " vs " << on_memory_bound;
 }
 
 }  // namespace
