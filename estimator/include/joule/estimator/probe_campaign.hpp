@@ -87,10 +87,10 @@ LayerKey planned_key(const ProbePlan& plan);
 /// What a probe is worth (next_planned): the expected fall of the workload's estimate error, as
 /// a share of the workload's energy, from one more sample of its key: the key's share of the
 /// workload's estimated energy (of its work, for an item the model cannot estimate yet) × σ ×
-/// (1 − √(n / (n + 1))) (a GP's σ shrinks about as 1/√n). Energy, not work: a depthwise
-/// convolution or a normalisation costs far more than its FLOPs say, and weighted by work such a
-/// kind kept its 3 seeds while the estimates of the networks made of it erred by +37-67 %
-/// (e2e_accuracy run 7). A daemon weighs
+/// (1 − √(n / (n + 1))) (a GP's σ shrinks about as 1/√n). Energy, not work: batch norm,
+/// activations and pooling on large feature maps cost far more than their FLOPs say, and weighted
+/// by work they kept 3-5 samples while the estimates that put a fifth to a half of a network's
+/// energy in them erred by +37-67 % (e2e_accuracy run 7). A daemon weighs
 /// that against what a probe costs (ProbeService: probing stops when it no longer pays).
 struct PlannedProbe {
   ProbePlan plan;
