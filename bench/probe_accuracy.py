@@ -627,6 +627,13 @@ def additivity(args):
                 if free and position != "output":
                     continue
                 layer = spec["layers"][i]
+                if layer.get("inputs"):
+                    # A join (add, concat, mul) reads named layers: its probe networks would need
+                    # the graph around it (thor_probes.hpp builds them; this re-statement does not).
+                    # Left out of the sum and listed with probed 0.
+                    parts.append({"index": i, "type": layer["type"], "position": position, "probed": 0.0,
+                                  "networks": [], "spreads": [], "gp": None, "gp_std": None, "join": True})
+                    continue
                 dtype = spec["input"].get("dtype", "float") if i == 0 else "float"
                 key = json.dumps([layer, a["input_shape"], position], sort_keys=True)
                 if key not in cache:
