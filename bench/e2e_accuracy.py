@@ -880,7 +880,7 @@ def time_steps(args, name, batches, seconds):
     # As jouled runs the jobs (threads and the probes' malloc thresholds, README "Allocator").
     env.update(OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads),
                MKL_NUM_THREADS=str(args.threads), MALLOC_MMAP_THRESHOLD_="33554432",
-               MALLOC_TRIM_THRESHOLD_="1073741824")
+               MALLOC_TRIM_THRESHOLD_="1073741824", MALLOC_MMAP_MAX_="0")
     t0, (busy0, _) = time.time(), cpu_ticks()
     out = subprocess.run([args.python, "-c", TIMING, E2E, name, str(seconds)] + [str(b) for b in batches],
                          capture_output=True, text=True, env=env, timeout=600)

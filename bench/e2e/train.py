@@ -102,7 +102,7 @@ def main():
         "steps": steps, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
         "thread_env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                                        "JOULE_THREADS", "MALLOC_MMAP_THRESHOLD_",
-                                                       "MALLOC_TRIM_THRESHOLD_")},
+                                                       "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_MAX_")},
         "seconds_to_import_done": age_at_import, "seconds_to_first_step": age_at_first_step,
         "setup_seconds": setup_done - T_IMPORT,
         "training_seconds": training_seconds, "epoch_seconds": epoch_seconds, "losses": losses,

@@ -34,4 +34,5 @@ TEST(ThreadSettingsTest, jobs_get_the_malloc_thresholds_probes_are_measured_unde
   set_allocator_variables(env);
   EXPECT_EQ(env.at("MALLOC_MMAP_THRESHOLD_"), std::to_string(joule::kMallocMmapThresholdBytes));
   EXPECT_EQ(env.at("MALLOC_TRIM_THRESHOLD_"), "1073741824");  // jouled's own environment does not leak
+  EXPECT_EQ(env.at("MALLOC_MMAP_MAX_"), "0");
 }

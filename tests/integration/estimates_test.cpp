@@ -185,7 +185,7 @@ TEST(EstimatesTest, jobs_get_their_devices_thread_count_and_an_estimate_says_whe
   const json training = {{"batch_size", 64}, {"epochs", 1}, {"samples_per_epoch", 640}};
   const std::string print =
       "echo $OMP_NUM_THREADS $MKL_NUM_THREADS $OPENBLAS_NUM_THREADS $JOULE_THREADS $MALLOC_MMAP_THRESHOLD_ "
-      "$MALLOC_TRIM_THRESHOLD_";
+      "$MALLOC_TRIM_THRESHOLD_ $MALLOC_MMAP_MAX_";
   DaemonProcess daemon({.config_toml = config}, state);
   ASSERT_TRUE(daemon.start()) << daemon.log();
   auto device = wait_model_ready(daemon, "sim:laptop-cpu");
@@ -201,12 +201,12 @@ TEST(EstimatesTest, jobs_get_their_devices_thread_count_and_an_estimate_says_whe
     return std::make_pair(done, daemon.client().request("GET", "/v1/jobs/" + id + "/log")->body);
   };
   auto [plain, plain_log] = run(json::object());
-  EXPECT_NE(plain_log.find("3 3 3 3 33554432 1073741824"), std::string::npos) << plain_log;
+  EXPECT_NE(plain_log.find("3 3 3 3 33554432 1073741824 0"), std::string::npos) << plain_log;
   ASSERT_TRUE(plain["estimate"].is_array()) << plain.dump(2);
   EXPECT_EQ(plain["estimate"][0]["warnings"].dump().find("run.env sets"), std::string::npos) << plain.dump(2);
 
   auto [own, own_log] = run(json{{"OMP_NUM_THREADS", "1"}, {"MALLOC_TRIM_THRESHOLD_", "131072"}});
-  EXPECT_NE(own_log.find("1 3 3 3 33554432 131072"), std::string::npos) << own_log;
+  EXPECT_NE(own_log.find("1 3 3 3 33554432 131072 0"), std::string::npos) << own_log;
   ASSERT_TRUE(own["estimate"].is_array()) << own.dump(2);
   const std::string warnings = own["estimate"][0]["warnings"].dump();
   EXPECT_NE(warnings.find("run.env sets OMP_NUM_THREADS=1, but this device's model is learnt at 3 threads"),

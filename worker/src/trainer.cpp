@@ -35,6 +35,7 @@ void synchronize(const torch::Device& device) {
 void pin_allocator() {
   ::mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMallocMmapThresholdBytes));
   ::mallopt(M_TRIM_THRESHOLD, static_cast<int>(kMallocTrimThresholdBytes));
+  ::mallopt(M_MMAP_MAX, kMallocMmapMax);
 }
 
 void set_worker_threads(int threads) {

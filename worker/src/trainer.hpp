@@ -20,7 +20,8 @@
 
 namespace joule::worker {
 
-/// mallopt(M_MMAP_THRESHOLD, 32 MiB) and mallopt(M_TRIM_THRESHOLD, 1 GiB): glibc's dynamic
+/// mallopt(M_MMAP_THRESHOLD, 32 MiB), mallopt(M_TRIM_THRESHOLD, 1 GiB) and mallopt(M_MMAP_MAX, 0)
+/// (no chunk of 32 MiB or more mapped and unmapped each step): glibc's dynamic
 /// thresholds otherwise make conv timings depend on what ran before (+22–40 %). Jobs get the same
 /// settings from jouled (joule/common/allocator_settings.hpp). Call first in main.
 void pin_allocator();
