@@ -450,7 +450,9 @@ ErrorCode classify_slurm_error(std::string_view tool, std::string_view stderr_te
        {"Unable to contact slurm controller", "Socket timed out", "Zero Bytes were transmitted",
         "Communication connection failure", "Connection refused", "temporarily unable to accept job",
         "Resource temporarily unavailable", "Slurm backup controller in standby mode", "Munge encode failed",
-        "Transport endpoint is not connected"}) {
+        "Transport endpoint is not connected",
+        // A controller killed while it answers resets the connection instead of refusing it.
+        "Connection reset by peer"}) {
     if (contains(stderr_text, retryable)) return ErrorCode::unavailable;
   }
   if (contains(stderr_text, "Invalid job id")) return ErrorCode::not_found;

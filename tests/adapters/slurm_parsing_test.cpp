@@ -357,6 +357,9 @@ TEST(SlurmParsingTest, errors_are_classified_from_slurms_own_words) {
                                  "slurm_load_jobs error: Unable to contact slurm controller (connect "
                                  "failure)"),
             ErrorCode::unavailable);
+  // Seen in CI: scontrol connected just before slurmctld was killed.
+  EXPECT_EQ(classify_slurm_error("scontrol", "slurm_load_jobs error: Connection reset by peer"),
+            ErrorCode::unavailable);
   EXPECT_EQ(classify_slurm_error("sbatch",
                                  "sbatch: error: invalid partition specified: nope; sbatch: error: Batch "
                                  "job submission failed: Invalid partition name specified"),
