@@ -449,6 +449,9 @@ def plan(args, nets, timings=None):
     unknown = [n for n in names if n not in nets.NETWORKS]
     if unknown:
         raise SystemExit(f"unknown networks {unknown}; bench/e2e/nets.py has {sorted(nets.NETWORKS)}")
+    if args.fixed_steps and any(n not in nets.STEPS for n in names):
+        raise SystemExit(f"--fixed-steps: bench/e2e/nets.py STEPS has no sizes for "
+                         f"{[n for n in names if n not in nets.STEPS]} (time them with --calibrate)")
     batches = [int(b) for b in args.batches.split(",") if b.strip()]
     rows = []
     # Every network at the first batch, then every network at the next: the outcome

@@ -230,6 +230,126 @@ class TransformerClassifier(nn.Module):
         return self.fc(torch.flatten(self.encoder(self.embed(x)), 1))
 
 
+# ---------------------------------------------------------------- the second held-out set
+# Written on 2026-11-28 (session 12), after runs 1-9 had been read: none of these networks was
+# looked at before its first end-to-end run. Layer shapes differ from the first set's on purpose.
+
+class VGGish(nn.Module):
+    """VGG-style on 3x32x32: three stages of 3x3 conv-bn-relu (24, 48, 96 channels; two convs in
+    the first two stages), max-pooling between them, global average pooling, a linear head."""
+
+    def __init__(self):
+        super().__init__()
+
+        def stage(cin, cout, convs):
+            layers = []
+            for i in range(convs):
+                layers += [nn.Conv2d(cin if i == 0 else cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
+                           nn.ReLU()]
+            return layers
+
+        self.features = nn.Sequential(*stage(3, 24, 2), nn.MaxPool2d(2), *stage(24, 48, 2), nn.MaxPool2d(2),
+                                      *stage(48, 96, 1))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(96, CLASSES))
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
+class Bottleneck(nn.Module):
+    """A bottleneck residual block: 1x1 reduce, 3x3, 1x1 expand, SiLU, plus the input."""
+
+    def __init__(self, channels, reduced):
+        super().__init__()
+        self.block = nn.Sequential(
+            nn.Conv2d(channels, reduced, 1, bias=False), nn.BatchNorm2d(reduced), nn.SiLU(),
+            nn.Conv2d(reduced, reduced, 3, padding=1, bias=False), nn.BatchNorm2d(reduced), nn.SiLU(),
+            nn.Conv2d(reduced, channels, 1, bias=False), nn.BatchNorm2d(channels),
+        )
+
+    def forward(self, x):
+        return torch.nn.functional.silu(x + self.block(x))
+
+
+class BottleneckNet(nn.Module):
+    """Bottleneck residual blocks on 3x40x40: a strided stem (64 channels), three blocks
+    (64 -> 16 -> 64), average pooling, a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(64), nn.SiLU())
+        self.blocks = nn.Sequential(Bottleneck(64, 16), Bottleneck(64, 16), Bottleneck(64, 16))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, CLASSES))
+
+    def forward(self, x):
+        return self.head(self.blocks(self.stem(x)))
+
+
+class Audio1d(nn.Module):
+    """A 1-D CNN on one channel of 4000 samples (half a second at 8 kHz): three strided conv1d
+    (16, 32, 64 channels, kernel 9) with batch norm and ReLU, flattened, a linear head. (A mean
+    over time has no Joule kind: joule.spec refuses torch.mean over one dim of [N, C, L].)"""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv1d(1, 16, 9, stride=2, padding=4), nn.BatchNorm1d(16), nn.ReLU(),
+            nn.Conv1d(16, 32, 9, stride=2, padding=4), nn.BatchNorm1d(32), nn.ReLU(),
+            nn.Conv1d(32, 64, 9, stride=2, padding=4), nn.BatchNorm1d(64), nn.ReLU(),
+        )
+        self.fc = nn.Linear(64 * 500, CLASSES)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.features(x), 1))
+
+
+class TabularMLP(nn.Module):
+    """A residual-free MLP for tabular data: 128 features -> 512 -> 512 -> 256 -> classes, with
+    layer norm, GELU and dropout."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(128, 512), nn.LayerNorm(512), nn.GELU(), nn.Dropout(0.1),
+            nn.Linear(512, 512), nn.LayerNorm(512), nn.GELU(), nn.Dropout(0.1),
+            nn.Linear(512, 256), nn.GELU(), nn.Linear(256, CLASSES))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+SEQ2 = 32
+
+
+class WideTransformer(nn.Module):
+    """Token ids (32) -> embedding (128) -> three encoder layers (8 heads, feed-forward 256) ->
+    flatten -> linear. (A mean over the sequence has no Joule kind.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, 128)
+        layer = nn.TransformerEncoderLayer(128, 8, dim_feedforward=256, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, num_layers=3)
+        self.fc = nn.Linear(SEQ2 * 128, CLASSES)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.encoder(self.embed(x)), 1))
+
+
+class WideGRU(nn.Module):
+    """Token ids (32) -> embedding (48) -> one GRU of 192 -> the final hidden state -> linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, 48)
+        self.gru = nn.GRU(48, 192, batch_first=True)
+        self.fc = nn.Linear(192, CLASSES)
+
+    def forward(self, x):
+        _, h = self.gru(self.embed(x))
+        return self.fc(h[-1])
+
+
 # ---------------------------------------------------------------- data and the table
 
 def images(shape):
@@ -246,17 +366,34 @@ def features(batch, generator):
     return torch.randn(batch, 784, generator=generator)
 
 
-# name: (factory, input maker, set)
+def columns(batch, generator):
+    return torch.randn(batch, 128, generator=generator)
+
+
+def short_tokens(batch, generator):
+    return torch.randint(0, VOCAB, (batch, SEQ2), generator=generator)
+
+
+# name: (factory, input maker, set). The first six "tuning" networks after lstm were held out
+# until run 6; the diagnoses of runs 6-8 read their errors (bench/README.md, "End-to-end
+# accuracy"), so they count as tuning now. The held-out set is the second one, written after
+# run 9.
 NETWORKS = {
     "lenet": (LeNet, images((1, 28, 28)), "tuning"),
     "mlp": (MLP, features, "tuning"),
     "lstm": (LSTMClassifier, tokens, "tuning"),
-    "widecnn": (WideCNN, images((3, 32, 32)), "held-out"),
-    "gru": (GRUClassifier, tokens, "held-out"),
-    "transformer": (TransformerClassifier, tokens, "held-out"),
-    "resnet": (SmallResNet, images((3, 32, 32)), "held-out"),
-    "mobilenet": (MobileNetish, images((3, 32, 32)), "held-out"),
-    "inception": (MiniInception, images((3, 32, 32)), "held-out"),
+    "widecnn": (WideCNN, images((3, 32, 32)), "tuning"),
+    "gru": (GRUClassifier, tokens, "tuning"),
+    "transformer": (TransformerClassifier, tokens, "tuning"),
+    "resnet": (SmallResNet, images((3, 32, 32)), "tuning"),
+    "mobilenet": (MobileNetish, images((3, 32, 32)), "tuning"),
+    "inception": (MiniInception, images((3, 32, 32)), "tuning"),
+    "vgg": (VGGish, images((3, 32, 32)), "held-out"),
+    "bottleneck": (BottleneckNet, images((3, 40, 40)), "held-out"),
+    "audio1d": (Audio1d, images((1, 4000)), "held-out"),
+    "tabular": (TabularMLP, columns, "held-out"),
+    "transformer2": (WideTransformer, short_tokens, "held-out"),
+    "widegru": (WideGRU, short_tokens, "held-out"),
 }
 
 BATCHES = (16, 64)
