@@ -462,6 +462,8 @@ def plan(args, nets, timings=None):
             if timings:
                 # `length` seconds of training at the seconds per step timed just before
                 steps = length / timings[name][b]
+            elif name not in nets.STEPS:
+                continue  # sized once timed (the plan before the timing only names the jobs)
             else:
                 known = nets.STEPS[name]
                 nearest = min(known, key=lambda k: abs(k - b))
