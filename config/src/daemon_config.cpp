@@ -153,7 +153,7 @@ void parse_slurm(Checker& check, const toml::table& table, SlurmConfig& slurm) {
   for (const auto& element : *array) {
     const auto& type_table = *element.as_table();
     check.warn_unknown(type_table, "slurm.node_types.",
-                       {"name", "partition", "nodelist", "constraint", "slots", "model", "probes"});
+                       {"name", "partition", "nodelist", "constraint", "slots", "model", "probes", "threads"});
     SlurmNodeType type;
     if (auto name = check.get<std::string>(type_table, "name", "slurm.node_types.name")) type.name = *name;
     static const std::regex kName("[A-Za-z0-9._-]{1,48}");
@@ -168,6 +168,8 @@ void parse_slurm(Checker& check, const toml::table& table, SlurmConfig& slurm) {
     type.slots = static_cast<int>(check.integer_in(type_table, "slots", "slurm.node_types.slots", 1, 4096, type.slots));
     type.probes = static_cast<std::size_t>(check.integer_in(type_table, "probes", "slurm.node_types.probes", 10, 100000,
                                                             static_cast<std::int64_t>(type.probes)));
+    type.threads =
+        static_cast<int>(check.integer_in(type_table, "threads", "slurm.node_types.threads", 1, 4096, type.threads));
     if (auto model = check.get<std::string>(type_table, "model", "slurm.node_types.model")) {
       type.model = *model;
       if (model->rfind("sim:", 0) == 0) {

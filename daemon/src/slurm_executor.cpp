@@ -9,6 +9,7 @@
 #include <boost/asio/post.hpp>
 
 #include "joule/daemon/run_on_loop.hpp"
+#include "joule/daemon/thread_settings.hpp"
 
 namespace joule::daemon {
 
@@ -124,6 +125,10 @@ adapters::SlurmSubmission SlurmExecutor::submission_for(const cluster::Assignmen
   const auto& run = assignment.spec.value("run", json::object());
   submission.argv = run.value("command", std::vector<std::string>{});
   submission.workdir = run.value("workdir", config_.workdir);
+  // As on a local device: the thread count and allocator the model was probed under, unless
+  // the job's own run.env says otherwise.
+  set_thread_variables(submission.env, type.threads);
+  set_allocator_variables(submission.env);
   if (run.contains("env") && run["env"].is_object())
     for (const auto& [name, value] : run["env"].items()) submission.env[name] = value.get<std::string>();
   submission.env["JOULE_JOB_ID"] = assignment.id;

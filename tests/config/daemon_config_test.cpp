@@ -165,6 +165,21 @@ TEST(DaemonConfigTest, a_device_runs_probes_and_jobs_at_its_own_thread_count_or_
   EXPECT_NE(zero.error().message.find("devices.threads must be between 1 and 1024, got 0"), std::string::npos);
 }
 
+TEST(DaemonConfigTest, a_slurm_node_type_may_set_its_jobs_thread_count) {
+  const std::string head = "[[slurm.node_types]]\nname = \"cpu\"\nmodel = \"sim:laptop-cpu\"\n";
+  auto loaded = parse_config(head + "threads = 4\n", "jouled.toml");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->config.slurm.node_types.at(0).threads, 4);
+  auto unset = parse_config(head, "jouled.toml");
+  ASSERT_TRUE(unset) << unset.error().message;
+  EXPECT_EQ(unset->config.slurm.node_types.at(0).threads, 0);
+  auto zero = parse_config(head + "threads = 0\n", "jouled.toml");
+  ASSERT_FALSE(zero);
+  EXPECT_NE(zero.error().message.find("jouled.toml:4:"), std::string::npos) << zero.error().message;
+  EXPECT_NE(zero.error().message.find("slurm.node_types.threads must be between 1 and 4096, got 0"), std::string::npos)
+      << zero.error().message;
+}
+
 TEST(DaemonConfigTest, cluster_roles_are_read_and_checked) {
   auto agent = parse_config(R"(
 [cluster]

@@ -73,7 +73,7 @@ class SlurmThroughJouled : public ::testing::Test {
         "[[devices]]\nname = \"sim:laptop-cpu\"\nprobes = 40\n"
         "[slurm]\nconf = \"{}\"\nworkdir = \"{}\"\npoll_seconds = 0.3\n"
         "[[slurm.node_types]]\nname = \"cpu\"\npartition = \"joule\"\nslots = {}\nmodel = \"sim:laptop-cpu\"\n"
-        "probes = 40\n"
+        "probes = 40\nthreads = 3\n"
         "[[slurm.node_types]]\nname = \"odd\"\npartition = \"joule\"\nconstraint = \"no-such-feature\"\nslots = 1\n"
         "model = \"sim:server-gpu\"\nprobes = 40\n",
         env_or_empty("SLURM_CONF"), work_.string(), slots);
@@ -178,7 +178,12 @@ TEST_F(SlurmThroughJouled, submit_suspend_resume_cancel_a_failing_job_and_slurms
 
   // A failing job fails with its exit code; a good one succeeds, charged its estimate (no meter there).
   const std::string failing = jouled->submit(job("failing", "exit 3"));
-  const std::string good = jouled->submit(job("good", "echo hello"));
+  // The good one also writes the thread count and allocator settings it was given (the node
+  // type's `threads`, the probes' malloc settings), as a local device's jobs get them.
+  const auto seen = work_ / "environment-seen";
+  const std::string good = jouled->submit(
+      job("good",
+          fmt::format("echo hello; echo \"$OMP_NUM_THREADS $JOULE_THREADS $MALLOC_MMAP_MAX_\" > {}", seen.string())));
   const json failed = jouled->wait_state(failing, {"failed", "succeeded", "cancelled"});
   EXPECT_EQ(failed["state"], "failed") << failed.dump(2);
   EXPECT_EQ(failed["exit_code"], 3) << failed.dump(2);
@@ -186,6 +191,10 @@ TEST_F(SlurmThroughJouled, submit_suspend_resume_cancel_a_failing_job_and_slurms
   EXPECT_EQ(succeeded["state"], "succeeded") << succeeded.dump(2);
   EXPECT_EQ(succeeded["energy"]["source"], "simulated") << succeeded.dump(2);
   EXPECT_EQ(succeeded["energy"]["measured"], false);
+  std::ifstream seen_file(seen);
+  std::string seen_line;
+  std::getline(seen_file, seen_line);
+  EXPECT_EQ(seen_line, "3 3 0") << output_of(good + ".1");
 
   // Slurm refuses a node type's constraint: the job fails with Slurm's own words.
   const std::string refused = jouled->submit(job("refused", "true", "slurm:odd/*"));

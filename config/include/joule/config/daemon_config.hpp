@@ -102,6 +102,9 @@ struct SlurmNodeType {
   /// simulated profile ("sim:<profile>", learnt here, labelled simulated).
   std::string model;
   std::size_t probes = 200;  ///< simulated models: THOR probes of the campaign
+  /// The thread count its jobs get (OMP_NUM_THREADS and friends, as on a local device): the
+  /// count the model's device is probed at. 0: not set, the job's environment decides.
+  int threads = 0;
 };
 
 /// Slurm as the engine behind the coordinator (sbatch, squeue/scontrol, scancel).
