@@ -254,6 +254,23 @@ Result<Step> softmax(const Layer& layer) {
   return step;
 }
 
+// The mean over one per-sample dim (a sequence's tokens, a signal's time steps): that dim goes.
+Result<Step> mean(const Layer& layer) {
+  if (layer.in.size() < 2)
+    return layer.fail(
+        fmt::format("takes an input of at least 2 dims per sample, got {}; a mean over every "
+                    "feature of a sample is not a Joule layer",
+                    format_shape(layer.in)));
+  auto dim = dim_argument(layer, layer.in, 0);
+  if (!dim) return dim.error();
+  Shape out = layer.in;
+  out.erase(out.begin() + static_cast<std::ptrdiff_t>(*dim));
+  const double in = elements_of(layer.in);
+  // As global average pooling: every input element read once forward, and given its share of
+  // the gradient backward.
+  return Step{out, {in, 0, in, elements_of(out)}, 0, {{"elements", in}, {"dim_size", num(layer.in[*dim])}}};
+}
+
 // add and mul: torch's broadcasting of the inputs' per-sample shapes.
 Result<Step> broadcast_join(const Layer& layer, bool multiply) {
   Shape out = layer.ins.front();
@@ -438,6 +455,7 @@ const std::map<std::string, Analyser>& analysers() {
       {"softmax", softmax},
       {"identity", identity},
       {"adaptive_avgpool2d", adaptive_avgpool2d},
+      {"mean", mean},
       {"batchnorm1d", batchnorm1d},
       {"add", [](const Layer& layer) { return broadcast_join(layer, false); }},
       {"mul", [](const Layer& layer) { return broadcast_join(layer, true); }},

@@ -53,6 +53,7 @@ const std::map<std::string, std::map<std::string, ArgRule>>& layer_rules() {
       {"maxpool2d", pooling_rules()},
       {"avgpool2d", pooling_rules()},
       {"adaptive_avgpool2d", {{"output_size", {ArgKind::positive_int, false}}}},
+      {"mean", {{"dim", {ArgKind::integer, true}}}},
       {"batchnorm1d", {}},
       {"batchnorm2d", {}},
       {"layernorm", {}},

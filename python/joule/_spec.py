@@ -1089,16 +1089,21 @@ class _Converter:
         return self.layer(node, op, _pool_args(where, kernel, stride, padding, fixed), x)
 
     def mean(self, node, x, where):
-        # The mean over H and W of [N, C, H, W] is global average pooling, exactly.
+        # The mean over H and W of [N, C, H, W] is global average pooling, exactly; a mean over
+        # one other dim (a sequence's tokens, a signal's time steps) is Joule's `mean`.
         dims = _argument(node, 1, "dim", None)
         keepdim = _argument(node, 2, "keepdim", False)
         rank = len(self.in_shape(node))
-        dims_list = [dims] if isinstance(dims, int) else list(dims or ())
+        dims_list = [dims] if isinstance(dims, int) and not isinstance(dims, bool) else list(dims or ())
         normalized = sorted(d + rank if isinstance(d, int) and d < 0 else d for d in dims_list)
+        plain = keepdim is False and _argument(node, 3, "dtype", None) is None
+        if rank >= 3 and len(normalized) == 1 and normalized[0] != 0 and plain:
+            return self.layer(node, "mean", {"dim": self.sample_dim(node, normalized[0], where)}, x)
         if rank != 4 or normalized != [2, 3] or not isinstance(keepdim, bool) or \
                 _argument(node, 3, "dtype", None) is not None:
-            raise SpecError(f"{where}: a mean over dims {dims} of a {rank}-dim batch; Joule has a kind only for the "
-                            "mean over H and W of [N, C, H, W] (global average pooling)")
+            raise SpecError(f"{where}: a mean over dims {dims} of a {rank}-dim batch (keepdim={keepdim}); Joule has "
+                            "kinds for the mean over one dim of a sample (keepdim=False) and for the mean over H and W "
+                            "of [N, C, H, W] (global average pooling)")
         name = self.emit(node, "adaptive_avgpool2d", {"output_size": 1}, [x])
         if keepdim:
             return _Value("tensor", name)

@@ -223,6 +223,31 @@ def se_net():
     return SENet()
 
 
+class MeanOverTime(nn.Module):
+    """A conv1d's output averaged over its time steps with torch.mean(x, 2)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 16, 3, padding=1)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.head(torch.mean(F.relu(self.conv(x)), 2))
+
+
+class MeanOverTokens(nn.Module):
+    """An encoder's output averaged over its tokens with Tensor.mean(dim=-2)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(100, 24)
+        self.encoder = nn.TransformerEncoderLayer(24, nhead=4, dim_feedforward=32, batch_first=True)
+        self.head = nn.Linear(24, 3)
+
+    def forward(self, tokens):
+        return self.head(self.encoder(self.embedding(tokens)).mean(dim=-2))
+
+
 def float_batch(*shape):
     return torch.randn(2, *shape)
 
@@ -245,4 +270,6 @@ NETWORKS = {
     "conv1d_net": (conv1d_net, lambda: float_batch(4, 64)),
     "inception_net": (inception_net, lambda: float_batch(3, 16, 16)),
     "se_net": (se_net, lambda: float_batch(3, 16, 16)),
+    "mean_over_time": (MeanOverTime, lambda: float_batch(4, 50)),
+    "mean_over_tokens": (MeanOverTokens, lambda: token_batch(12, 100)),
 }

@@ -169,6 +169,9 @@ class SpecStructureTest(unittest.TestCase):
         self.assertEqual(mean, {"type": "adaptive_avgpool2d", "name": "se.mean", "output_size": 1})
         self.assertEqual(next(layer for layer in se["layers"] if layer["type"] == "mul")["inputs"],
                          ["conv", "se.sigmoid"])
+        # A mean over one dim of a sample (time steps, tokens) is Joule's mean, per-sample dim.
+        self.assertEqual(self.spec_of("mean_over_time")["layers"][2], {"type": "mean", "name": "mean", "dim": 1})
+        self.assertEqual(self.spec_of("mean_over_tokens")["layers"][2], {"type": "mean", "name": "mean", "dim": 0})
         concat = next(layer for layer in self.spec_of("inception_net")["layers"] if layer["type"] == "concat")
         self.assertEqual(concat["dim"], 0)
         self.assertEqual(concat["inputs"], ["mixed.branch1", "mixed.branch3.2", "mixed.branch5.2", "mixed.pool.1"])

@@ -226,6 +226,34 @@ TEST(GraphSpecTest, new_layer_kinds_have_torchs_shapes_and_parameters) {
   ASSERT_TRUE(pools) << pools.error().message;
   EXPECT_EQ(pools->front().output_shape, (Shape{4, 4, 4}));
   EXPECT_EQ(pools->back().output_shape, (Shape{4, 2, 2}));
+  // A mean over a sequence's tokens: that dim goes, read once forward and once backward.
+  auto pooled = analyze(model({12, 24}, {{{"type", "linear"}, {"out_features", 16}},
+                                         {{"type", "mean"}, {"dim", 0}},
+                                         {{"type", "linear"}, {"out_features", 3}}}));
+  ASSERT_TRUE(pooled) << pooled.error().message;
+  EXPECT_EQ((*pooled)[1].output_shape, (Shape{16}));
+  EXPECT_DOUBLE_EQ((*pooled)[1].cost.forward_flops, 12.0 * 16);
+  EXPECT_EQ((*pooled)[1].features.at("dim_size"), 12.0);
+  auto flat = analyze(model({6}, {{{"type", "mean"}, {"dim", 0}}, {{"type", "linear"}, {"out_features", 3}}}));
+  ASSERT_FALSE(flat);
+  EXPECT_NE(flat.error().message.find("layer 0 mean: takes an input of at least 2 dims per sample, got [6]"),
+            std::string::npos)
+      << flat.error().message;
+  auto outside = analyze(model({4, 6}, {{{"type", "mean"}, {"dim", 2}}, {{"type", "linear"}, {"out_features", 3}}}));
+  ASSERT_FALSE(outside);
+  EXPECT_NE(outside.error().message.find("dim 2 is outside the input [4, 6]"), std::string::npos)
+      << outside.error().message;
+  // And it is probed like any kind: where it sits in a network, by THOR's four networks.
+  ProbeTarget target;
+  target.layer = LayerSpec{"mean", json{{"dim", 0}}, "pool", {}};
+  target.input_shape = {12, 16};
+  target.batch_size = 8;
+  target.position = LayerPosition::hidden;
+  auto plan = plan_probe(target);
+  ASSERT_TRUE(plan) << plan.error().message;
+  EXPECT_EQ(plan->networks.size(), 4u);
+  EXPECT_EQ(plan->analyzed.type, "mean");
+  EXPECT_EQ(plan->analyzed.output_shape, (Shape{16}));
 }
 
 TEST(GraphSpecTest, a_join_probe_reads_one_tensor_twice_and_decomposes) {

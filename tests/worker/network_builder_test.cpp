@@ -77,6 +77,7 @@ std::map<std::string, json> one_network_per_layer_type() {
       {"relu6", around_linear({{"type", "relu6"}})},
       {"identity", around_linear({{"type", "identity"}})},
       {"softmax", around_linear({{"type", "softmax"}, {"dim", 0}})},
+      {"mean", model({4, 6}, {{{"type", "linear"}, {"out_features", 5}}, {{"type", "mean"}, {"dim", 0}}, linear3})},
       // A residual block: conv → relu → depthwise conv, added to the block's input.
       {"add",
        model({4, 6, 6}, {{{"type", "conv2d"}, {"out_channels", 4}, {"kernel_size", 1}, {"name", "stem"}},

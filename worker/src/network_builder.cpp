@@ -113,6 +113,10 @@ nn::AnyModule make_layer(const LayerSpec& spec, const AnalyzedLayer& layer) {
   if (type == "adaptive_avgpool2d")
     return nn::AnyModule(nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions(arg(spec, "output_size", 1))));
   if (type == "batchnorm1d") return nn::AnyModule(nn::BatchNorm1d(nn::BatchNorm1dOptions(in.at(0))));
+  if (type == "mean") {
+    const std::int64_t dim = batched_dim(spec, 0);
+    return nn::AnyModule(nn::Functional([dim](const torch::Tensor& x) { return x.mean(dim); }));
+  }
   // Joins have no module: GraphNetwork applies them to their inputs; a parameter-free placeholder
   // keeps layer i at position i.
   if (estimator::is_join_layer(type)) return nn::AnyModule(nn::Identity());

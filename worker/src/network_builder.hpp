@@ -7,6 +7,7 @@
 //   conv2d(stride 1, padding 0, bias), linear(bias), maxpool2d/avgpool2d(stride = kernel_size),
 //   batchnorm2d(C), layernorm(last dim), dropout(p 0.5), flatten(all per-sample dims),
 //   conv1d(as conv2d), dilation and groups as torch, batchnorm1d(C), adaptive_avgpool2d(1),
+//   mean(over its per-sample dim; torch.mean(x, dim + 1)),
 //   silu, hardswish, relu6, identity, softmax(dim -1 per sample), add/mul/concat (torch's
 //   broadcasting; concat along per-sample dim 0),
 //   embedding, lstm/gru(batch_first, num_layers 1, output "last"), multihead_attention

@@ -34,7 +34,7 @@
 //      batchnorm1d/2d, layernorm  8 (stats, normalise, γβ)   3 (γ, β) + 5 (input)
 //      maxpool2d                  k² per output              1 per output (scatter)
 //      avgpool2d                  k² per output              k² per output
-//      adaptive_avgpool2d         1 per input element        1 per input element
+//      adaptive_avgpool2d, mean   1 per input element        1 per input element
 //      flatten, identity          0 (a view)                 0
 //      embedding                  0 (a gather)               dim per token (scatter-add)
 //      add                        (inputs − 1) per output    1 per output (a reduction where broadcast)
@@ -105,6 +105,7 @@ struct AnalyzedLayer {
   ///   linear: in_features, out_features, rows (product of the leading dims, 1 if flat), bias
   ///   maxpool2d, avgpool2d: channels, in_height, in_width, kernel_size, stride
   ///   adaptive_avgpool2d: channels, in_height, in_width, output_size
+  ///   mean: elements (per sample, of the input), dim_size (the dim averaged away)
   ///   batchnorm2d: channels, height, width; batchnorm1d: channels, length (1 for a flat input)
   ///   layernorm: normalized_size (last dim), rows
   ///   relu, gelu, tanh, sigmoid, silu, hardswish, relu6, flatten, identity: elements (per
@@ -130,7 +131,8 @@ struct AnalyzedLayer {
 /// transformer_encoder_layer are self-attention over [seq, features] with features divisible
 /// by the heads; activations, softmax and dropout keep the shape; add and mul broadcast their
 /// inputs like torch (aligned from the last dim; a dim of 1 stretches), concat joins along
-/// "dim" (per sample, default 0: channels) with every other dim equal.
+/// "dim" (per sample, default 0: channels) with every other dim equal; mean averages away its
+/// "dim" (per sample; the input has at least 2 dims per sample).
 ///
 /// Fails with ErrorCode::invalid_argument on the first layer whose shapes do not fit. The
 /// message names the layer and the reason, with a fix where one is obvious ("layer 7 linear:
