@@ -1,0 +1,75 @@
+// What an idle node's probing check costs: jouled asks the planner for its next probe once a
+// second while a device is idle (ProbeService::needs_probing), also once the model has
+// converged. The workload is examples/models (11 networks) at batch 32 and 64, as queued jobs
+// would name them; the model is a simulated device's after a 120-probe campaign on it.
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "joule/estimator/device_energy_model.hpp"
+#include "joule/estimator/model_spec.hpp"
+#include "joule/estimator/probe_campaign.hpp"
+#include "joule/estimator/simulated_device.hpp"
+
+using namespace joule::estimator;
+
+namespace {
+
+std::vector<WorkloadItem> example_workload() {
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(JOULE_EXAMPLE_MODELS))
+    if (entry.path().extension() == ".json") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  std::vector<WorkloadItem> out;
+  for (const auto& file : files) {
+    std::ifstream in(file);
+    auto spec = parse_model_spec(nlohmann::json::parse(in), "/model");
+    if (!spec) continue;
+    for (std::int64_t batch : {32, 64}) out.push_back(WorkloadItem{*spec, batch});
+  }
+  return out;
+}
+
+struct Trained {
+  std::vector<WorkloadItem> workload = example_workload();
+  DeviceEnergyModel model{"sim:laptop-cpu", "simulated"};
+  CampaignOptions options;
+  Trained() {
+    SimulatedDevice device(*find_simulated_profile("laptop-cpu"), 1);
+    options.probes = 120;
+    options.gp.restarts = 1;
+    (void)run_campaign(model, workload, simulated_network_meter(device, 1), options);
+  }
+};
+
+Trained& trained() {
+  static Trained state;
+  return state;
+}
+
+void BM_next_planned_on_an_idle_check(benchmark::State& state) {
+  auto& t = trained();
+  ProbePlanner planner(t.workload, t.options);
+  // The daemon's planner has seen its seeds probed: past them, every check weighs every
+  // candidate (its σ under the model, its key's share of the workload's estimated energy).
+  while (planner.seeding()) {
+    auto plan = planner.next(t.model);
+    if (!plan) break;
+    planner.mark_probed(plan->target);
+  }
+  state.counters["probed"] = static_cast<double>(planner.probed_count());
+  state.counters["workload_items"] = static_cast<double>(t.workload.size());
+  state.counters["candidates"] = static_cast<double>(planner.candidate_count());
+  for (auto _ : state) {
+    auto planned = planner.next_planned(t.model);
+    benchmark::DoNotOptimize(planned);
+  }
+}
+BENCHMARK(BM_next_planned_on_an_idle_check)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
