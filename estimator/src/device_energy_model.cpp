@@ -1,6 +1,7 @@
 #include "joule/estimator/device_energy_model.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -121,7 +122,14 @@ Eigen::VectorXd DeviceEnergyModel::feature_vector(const std::map<std::string, do
   return x;
 }
 
+std::uint64_t DeviceEnergyModel::next_revision() {
+  // Atomic: a refit fits a copy of the model on a thread of its own.
+  static std::atomic<std::uint64_t> counter{0};
+  return ++counter;
+}
+
 bool DeviceEnergyModel::add_sample(const LayerSample& sample) {
+  revision_ = next_revision();
   if (!(sample.joules_per_step > 0.0) || !(sample.seconds_per_step > 0.0)) {
     ++dropped_;
     const auto it = models_.find(sample.key.name());
@@ -192,11 +200,13 @@ DeviceEnergyModel::LogPrediction DeviceEnergyModel::predict(const std::optional<
 
 void DeviceEnergyModel::add_network(double flops_per_step, double joules_per_step) {
   if (!(flops_per_step > 0.0) || !(joules_per_step > 0.0)) return;
+  revision_ = next_revision();
   flops_sum_xx_ += flops_per_step * flops_per_step;
   flops_sum_xy_ += flops_per_step * joules_per_step;
 }
 
 Status DeviceEnergyModel::fit(const GpFitOptions& options, std::size_t min_samples) {
+  revision_ = next_revision();
   for (auto& [name, model] : models_) {
     if (model.work_known()) {
       model.energy_prior = fit_prior(model.log_work, model.log_joules);

@@ -176,6 +176,7 @@ ProbePlanner::ProbePlanner(std::vector<WorkloadItem> workload, const CampaignOpt
 }
 
 void ProbePlanner::set_workload(std::vector<WorkloadItem> workload) {
+  ++revision_;
   items_.clear();
   for (const auto& item : workload) {
     auto layers = analyze_model(item.model, item.batch_size);
@@ -213,6 +214,7 @@ void ProbePlanner::set_workload(std::vector<WorkloadItem> workload) {
 void ProbePlanner::mark_probed(const ProbeTarget& target) {
   const std::string id = target_id(target);
   if (!probed_.insert(id).second) return;
+  ++revision_;
   for (std::size_t i = 0; i < plans_.size(); ++i) {
     if (ids_[i] == id) {
       ++per_key_[keys_[i]];
@@ -227,6 +229,7 @@ void ProbePlanner::mark_probed(const ProbeTarget& target) {
 void ProbePlanner::unmark_probed(const ProbeTarget& target) {
   const std::string id = target_id(target);
   if (probed_.erase(id) == 0) return;
+  ++revision_;
   const auto forget = [&](const std::string& key) {
     if (auto it = per_key_.find(key); it != per_key_.end() && it->second > 0) --it->second;
   };
@@ -273,6 +276,14 @@ std::optional<ProbePlan> ProbePlanner::next(const DeviceEnergyModel& model) cons
 }
 
 std::optional<PlannedProbe> ProbePlanner::next_planned(const DeviceEnergyModel& model) const {
+  // Model revisions are unique across models, so a stamp equal to the last one is the same
+  // model (or an unchanged copy of it).
+  if (last_ && last_->model_revision == model.revision() && last_->planner_revision == revision_) return last_->planned;
+  last_ = LastAnswer{model.revision(), revision_, plan_next(model)};
+  return last_->planned;
+}
+
+std::optional<PlannedProbe> ProbePlanner::plan_next(const DeviceEnergyModel& model) const {
   constexpr double kAlways = std::numeric_limits<double>::infinity();
   // Seed phase, breadth first: the key with the fewest probes below seed_samples gets a probe,
   // so every kind the workload needs has one sample (and its prior: an estimate) before any has

@@ -197,6 +197,63 @@ std::map<std::string, int> probes_after_seeds(const SimulatedProfile& profile) {
   return after_seeds;
 }
 
+// next_planned keeps its answer until the model or the planner changes (an idle daemon asks
+// once a second): every answer, kept or not, must be the one a planner built afresh from the
+// same workload, probes and σ target gives for the model as it is then.
+TEST(ProbePlannerTest, a_kept_answer_is_always_what_a_fresh_planner_would_say) {
+  auto profile = find_simulated_profile("laptop-cpu");
+  ASSERT_TRUE(profile);
+  SimulatedDevice device(*profile, 7);
+  DeviceEnergyModel model("sim", "simulated");
+  const auto cnn = *parse_model_spec(joule::testing::example_model("cnn5"), "/model");
+  const std::vector<WorkloadItem> workload{{cnn, 16}, {mlp(), 32}};
+  CampaignOptions options;
+  options.gp.restarts = 0;
+  ProbePlanner planner(workload, options);
+  std::vector<ProbeTarget> probed;
+  double sigma_target = 0.0;
+  const auto fresh_answer = [&] {
+    ProbePlanner fresh(workload, options, sigma_target);
+    for (const auto& target : probed) fresh.mark_probed(target);
+    return fresh.next_planned(model);
+  };
+  const auto expect_as_fresh = [&](const char* after) {
+    const auto kept = planner.next_planned(model);
+    const auto again = planner.next_planned(model);  // unchanged: the kept answer
+    const auto fresh = fresh_answer();
+    ASSERT_EQ(kept.has_value(), fresh.has_value()) << after;
+    ASSERT_EQ(again.has_value(), fresh.has_value()) << after;
+    if (!fresh) return;
+    EXPECT_EQ(target_id(kept->plan.target), target_id(fresh->plan.target)) << after;
+    EXPECT_EQ(target_id(again->plan.target), target_id(fresh->plan.target)) << after;
+    EXPECT_EQ(kept->error_reduction, fresh->error_reduction) << after;
+  };
+  auto meter = simulated_network_meter(device, 1);
+  for (int probes = 0; probes < 30; ++probes) {
+    expect_as_fresh("a probe marked");
+    auto plan = planner.next(model);
+    ASSERT_TRUE(plan);
+    std::vector<NetworkMeasurement> measured;
+    for (const auto& network : plan->networks) measured.push_back(*meter(network, plan->target.batch_size, "sgd"));
+    planner.mark_probed(plan->target);
+    probed.push_back(plan->target);
+    expect_as_fresh("a probe marked, its sample not yet in");
+    if (auto sample = decompose(*plan, measured)) model.add_sample(*sample);
+    if (!planner.seeding() && probes % 5 == 0) {
+      ASSERT_TRUE(model.fit(options.gp));
+      expect_as_fresh("a fit");
+    }
+  }
+  sigma_target = 0.5;
+  planner.set_target_sigma(sigma_target);
+  expect_as_fresh("a new σ target");
+  planner.unmark_probed(probed.back());
+  probed.pop_back();
+  expect_as_fresh("a probe unmarked");
+  const auto copy = model;  // an unchanged copy answers as its original
+  EXPECT_EQ(copy.revision(), model.revision());
+}
+
 // A kind with most of the workload's energy must not take every probe: the greedy choice by the
 // expected fall of the error gives kinds samples about as their share^(2/3), where σ × share
 // gave them share² and left the MLP's layers at their seeds (run 5 of bench/e2e_accuracy.py).

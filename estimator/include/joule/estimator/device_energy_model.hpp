@@ -26,6 +26,7 @@
 // kStructuralSigma of the step shared by all of them. A layer whose latent σ exceeds
 // kExtrapolationSigma (×2 either way at one σ) is flagged as outside what was probed.
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -129,6 +130,10 @@ class DeviceEnergyModel {
   double uncertainty(const LayerKey& key, const AnalyzedLayer& layer, std::int64_t batch_size) const;
 
   std::map<std::string, std::size_t> sample_counts() const;
+  /// A stamp that changes with every change to what the model predicts (a sample, a network, a
+  /// fit) and is unique across models in this process: an answer computed from the model can be
+  /// kept while the stamp stays. A copy keeps its original's stamp until either changes.
+  std::uint64_t revision() const { return revision_; }
   std::size_t dropped_samples() const { return dropped_; }
   /// Probes of a kind dropped before it is estimated from the pooled prior instead of waiting.
   static constexpr std::size_t kUnresolvedProbes = 3;
@@ -191,8 +196,11 @@ class DeviceEnergyModel {
   static Eigen::VectorXd feature_vector(const std::map<std::string, double>& features,
                                         const std::vector<std::string>& names, std::optional<double> batch_size);
 
+  static std::uint64_t next_revision();
+
   std::string device_;
   std::string source_;
+  std::uint64_t revision_ = next_revision();
   std::map<std::string, KeyModel> models_;  // by LayerKey::name()
   double flops_sum_xx_ = 0.0;               // least squares through the origin: J = k × FLOPs
   double flops_sum_xy_ = 0.0;
