@@ -1094,7 +1094,7 @@ class _Converter:
         dims = _argument(node, 1, "dim", None)
         keepdim = _argument(node, 2, "keepdim", False)
         rank = len(self.in_shape(node))
-        dims_list = [dims] if isinstance(dims, int) and not isinstance(dims, bool) else list(dims or ())
+        dims_list = [dims] if isinstance(dims, int) else list(dims or ())
         normalized = sorted(d + rank if isinstance(d, int) and d < 0 else d for d in dims_list)
         plain = keepdim is False and _argument(node, 3, "dtype", None) is None
         if rank >= 3 and len(normalized) == 1 and normalized[0] != 0 and plain:
