@@ -329,6 +329,13 @@ class BadModelsTest(unittest.TestCase):
 
         self.assertIn("indexing [:, :4] in Sliced.forward", self.refusal(Sliced()))
 
+        class KeptMean(nn.Module):
+            def forward(self, x):
+                return torch.relu(x.mean(1, keepdim=True))
+
+        self.assertIn("a mean over dims 1 of a 3-dim batch (keepdim=True); Joule has kinds for the mean over one dim "
+                      "of a sample (keepdim=False)", self.refusal(KeptMean(), torch.randn(2, 5, 8)))
+
     def test_a_shape_mismatch_names_the_module(self):
         import torch.nn as nn
 
