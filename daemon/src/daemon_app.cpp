@@ -553,20 +553,25 @@ int run_daemon(const CommandLine& command_line) {
       if (const auto it = all.find(source); it != all.end()) all[slot] = it->second;
     return all;
   };
-  models_holder = std::make_unique<ModelService>(
-      io, storage, metrics,
-      [&] {
-        api.set_models(models_for_estimates());
-        jobs.refresh_estimates();
-      },
-      clock);
-  ModelService& models = *models_holder;
   // What finished jobs teach: corrects and calibrates estimates (rows rebuilt after recovery).
   OutcomeService outcomes;
   api.set_outcomes(&outcomes);
   const auto publish_calibration = [&] {
     for (const auto& [device, summary] : outcomes.summaries()) metrics.set_calibration(device, summary);
   };
+  models_holder = std::make_unique<ModelService>(
+      io, storage, metrics,
+      [&] {
+        const DeviceModels installed = models_for_estimates();
+        // A model learnt under a new environment is corrected by that environment's rows only.
+        for (const auto& [device, model] : installed)
+          if (model) outcomes.set_environment(device, model->environment());
+        publish_calibration();
+        api.set_models(installed);
+        jobs.refresh_estimates();
+      },
+      clock);
+  ModelService& models = *models_holder;
   jobs.set_model_info([&](const std::string& device) {
     const auto source = model_sources.find(device);
     auto info = models.model_info(source == model_sources.end() ? device : source->second);

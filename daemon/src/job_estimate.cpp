@@ -96,6 +96,7 @@ std::vector<DeviceEstimate> read_estimates(const json& rows) {
     estimate.ok = row.value("status", "") == "ok";
     if (estimate.ok) {
       estimate.source = row.value("source", "");
+      estimate.environment = row.value("environment", "");
       const auto joules = figure(row, "joules").value_or(std::pair{0.0, 0.0});
       estimate.joules_mean = joules.first;
       estimate.joules_std = joules.second;

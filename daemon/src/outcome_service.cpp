@@ -49,11 +49,33 @@ std::optional<estimator::OutcomeRow> OutcomeService::row_of(const JobService::Fe
   return row;
 }
 
+const estimator::OutcomeCalibration* OutcomeService::calibration_for(const DeviceRows& rows,
+                                                                     const std::string& environment) {
+  if (const auto own = rows.by_environment.find(environment); own != rows.by_environment.end()) return &own->second;
+  if (const auto unnamed = rows.by_environment.find(""); unnamed != rows.by_environment.end()) return &unnamed->second;
+  return nullptr;
+}
+
+estimator::OutcomeCalibration& OutcomeService::calibration_of(DeviceRows& rows, const std::string& environment) {
+  auto [it, created] = rows.by_environment.try_emplace(environment);
+  if (created && !environment.empty()) it->second.add_all(rows.unnamed);
+  return it->second;
+}
+
 bool OutcomeService::record(const JobService::Feedback& feedback) {
   auto row = row_of(feedback);
   if (!row) return false;
-  auto& calibration = devices_[feedback.device];
+  auto& rows = devices_[feedback.device];
+  const std::string& environment = feedback.estimate.environment;
+  if (environment.empty()) {
+    rows.unnamed.push_back(*row);
+    if (rows.unnamed.size() > estimator::OutcomeCalibration::kMaxRows) rows.unnamed.erase(rows.unnamed.begin());
+    for (auto& [other, calibration] : rows.by_environment)
+      if (!other.empty()) calibration.add(*row);
+  }
+  auto& calibration = calibration_of(rows, environment);
   if (!calibration.add(std::move(*row))) return false;
+  ++rows.own_rows[environment];
   const auto& summary = calibration.summary();
   if (summary.raw_error && summary.corrected_error)
     spdlog::debug("device {}: {} finished jobs; estimate error {:.1f} % raw, {:.1f} % corrected ({}); sigma x{:.2f}",
@@ -63,17 +85,40 @@ bool OutcomeService::record(const JobService::Feedback& feedback) {
 }
 
 std::size_t OutcomeService::record_all(const std::vector<JobService::Feedback>& history) {
-  std::map<std::string, std::vector<estimator::OutcomeRow>> rows;
+  // By device and environment, each calibration refitted once.
+  std::map<std::string, std::map<std::string, std::vector<estimator::OutcomeRow>>> rows;
   for (const auto& feedback : history)
-    if (auto row = row_of(feedback)) rows[feedback.device].push_back(std::move(*row));
+    if (auto row = row_of(feedback)) rows[feedback.device][feedback.estimate.environment].push_back(std::move(*row));
   std::size_t kept = 0;
-  for (auto& [device, device_rows] : rows) kept += devices_[device].add_all(std::move(device_rows));
+  for (auto& [device, by_environment] : rows) {
+    auto& device_rows = devices_[device];
+    if (const auto unnamed = by_environment.find(""); unnamed != by_environment.end()) {
+      auto& kept_unnamed = device_rows.unnamed;
+      kept_unnamed.insert(kept_unnamed.end(), unnamed->second.begin(), unnamed->second.end());
+      if (kept_unnamed.size() > estimator::OutcomeCalibration::kMaxRows)
+        kept_unnamed.erase(kept_unnamed.begin(),
+                           kept_unnamed.begin() + static_cast<std::ptrdiff_t>(kept_unnamed.size() -
+                                                                              estimator::OutcomeCalibration::kMaxRows));
+      for (auto& [environment, calibration] : device_rows.by_environment)
+        if (!environment.empty()) calibration.add_all(unnamed->second);
+    }
+    for (auto& [environment, environment_rows] : by_environment) {
+      const std::size_t added = calibration_of(device_rows, environment).add_all(std::move(environment_rows));
+      device_rows.own_rows[environment] += added;
+      kept += added;
+    }
+  }
   return kept;
+}
+
+void OutcomeService::set_environment(const std::string& device, const std::string& environment) {
+  devices_[device].current = environment;
 }
 
 std::map<std::string, estimator::CalibrationSummary> OutcomeService::summaries() const {
   std::map<std::string, estimator::CalibrationSummary> out;
-  for (const auto& [device, calibration] : devices_) out.emplace(device, calibration.summary());
+  for (const auto& [device, rows] : devices_)
+    if (const auto* calibration = calibration_for(rows, rows.current)) out.emplace(device, calibration->summary());
   return out;
 }
 
@@ -83,7 +128,9 @@ void OutcomeService::apply(json& estimates) const {
     if (!row.is_object() || row.value("status", "") != "ok") continue;
     const auto device = devices_.find(row.value("device", ""));
     if (device == devices_.end()) continue;
-    const auto& calibration = device->second;
+    const auto* found = calibration_for(device->second, row.value("environment", ""));
+    if (!found) continue;
+    const auto& calibration = *found;
     if (calibration.rows().size() < estimator::OutcomeCalibration::kMinRows) continue;
     const json raw = model_figure(row, "joules");
     const json raw_seconds = model_figure(row, "seconds");
@@ -126,10 +173,20 @@ void OutcomeService::apply(json& estimates) const {
 
 json OutcomeService::view(const std::string& device) const {
   const auto it = devices_.find(device);
-  if (it == devices_.end())
-    return {{"rows", 0}, {"min_rows", estimator::OutcomeCalibration::kMinRows}, {"correction", "none"}};
-  const auto& summary = it->second.summary();
+  const auto* calibration = it == devices_.end() ? nullptr : calibration_for(it->second, it->second.current);
+  // Rows learnt under another environment than the model's: kept, not used.
+  std::size_t elsewhere = 0;
+  if (it != devices_.end())
+    for (const auto& [environment, count] : it->second.own_rows)
+      if (!environment.empty() && environment != it->second.current) elsewhere += count;
+  if (!calibration)
+    return {{"rows", 0},
+            {"min_rows", estimator::OutcomeCalibration::kMinRows},
+            {"correction", "none"},
+            {"rows_other_environments", elsewhere}};
+  const auto& summary = calibration->summary();
   return {{"rows", summary.rows},
+          {"rows_other_environments", elsewhere},
           {"min_rows", estimator::OutcomeCalibration::kMinRows},
           {"correction", summary.rows < estimator::OutcomeCalibration::kMinRows ? "none"
                          : summary.correction_active                            ? "mean and spread"

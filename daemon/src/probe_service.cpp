@@ -213,6 +213,7 @@ void ProbeService::start(const std::vector<config::DeviceConfig>& devices, Store
       }
     }
     device->learning = std::make_shared<estimator::DeviceEnergyModel>(config.name, device->source);
+    device->learning->set_environment(device->environment);
     if (auto it = stored.samples.find(config.name); it != stored.samples.end() && !device->environment.empty()) {
       for (const auto& row : it->second) {
         const auto detail = json::parse(row.detail_json, nullptr, false);
@@ -399,6 +400,7 @@ void ProbeService::begin_campaign(Device& device, const std::string& reason) {
   device.campaign_reason = reason;
   device.replacing = device.fitted;
   device.learning = std::make_shared<estimator::DeviceEnergyModel>(device.config.name, device.source);
+  device.learning->set_environment(device.environment);
   device.fitted.reset();
   device.samples = 0;
   device.samples_at_fit = 0;
@@ -708,6 +710,7 @@ std::optional<std::pair<double, std::string>> ProbeService::accept_result(Device
   }
   device.environment = environment;
   if (device.learning->source().empty()) device.learning->set_source(device.source);
+  if (device.learning->environment().empty()) device.learning->set_environment(environment);
 
   // Held-out error: the model in use predicts each probe network before its measurement joins
   // (not an optimizer probe's: its networks train with another optimizer than the prediction's).

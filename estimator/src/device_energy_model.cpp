@@ -54,20 +54,22 @@ json to_json(const Estimate& estimate) {
                       {"extrapolated", layer.extrapolated},
                       {"sparse", layer.sparse}});
   }
-  return {{"device", estimate.device},
-          {"method", estimate.method},
-          {"source", estimate.source},
-          {"steps", estimate.steps},
-          {"epochs", estimate.epochs},
-          {"joules", to_json(estimate.joules)},
-          {"seconds", to_json(estimate.seconds)},
-          {"joules_per_step", to_json(estimate.joules_per_step)},
-          {"layers", layers},
-          {"baseline",
-           {{"method", "flops"},
-            {"joules", estimate.flops_baseline_joules},
-            {"joules_per_flop", estimate.joules_per_flop}}},
-          {"warnings", estimate.warnings}};
+  json out = {{"device", estimate.device},
+              {"method", estimate.method},
+              {"source", estimate.source},
+              {"steps", estimate.steps},
+              {"epochs", estimate.epochs},
+              {"joules", to_json(estimate.joules)},
+              {"seconds", to_json(estimate.seconds)},
+              {"joules_per_step", to_json(estimate.joules_per_step)},
+              {"layers", layers},
+              {"baseline",
+               {{"method", "flops"},
+                {"joules", estimate.flops_baseline_joules},
+                {"joules_per_flop", estimate.joules_per_flop}}},
+              {"warnings", estimate.warnings}};
+  if (!estimate.environment.empty()) out["environment"] = estimate.environment;
+  return out;
 }
 
 DeviceEnergyModel::DeviceEnergyModel(std::string device, std::string source)
@@ -311,6 +313,7 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
   Estimate out;
   out.device = device_;
   out.source = source_;
+  out.environment = environment_;
   out.steps = steps_of(training);
   out.epochs = training.epochs;
   double step_var = 0.0, seconds_var = 0.0, seconds_mean = 0.0, flops = 0.0;
@@ -456,13 +459,15 @@ json DeviceEnergyModel::save() const {
     if (model.time) entry["time"] = model.time->save();
     models[name] = entry;
   }
-  return {{"device", device_},
-          {"source", source_},
-          {"models", models},
-          {"flops_sum_xx", flops_sum_xx_},
-          {"flops_sum_xy", flops_sum_xy_},
-          {"dropped", dropped_},
-          {"unresolved", unresolved_}};
+  json out = {{"device", device_},
+              {"source", source_},
+              {"models", models},
+              {"flops_sum_xx", flops_sum_xx_},
+              {"flops_sum_xy", flops_sum_xy_},
+              {"dropped", dropped_},
+              {"unresolved", unresolved_}};
+  if (!environment_.empty()) out["environment"] = environment_;
+  return out;
 }
 
 std::optional<std::string> DeviceEnergyModel::inconsistency(const KeyModel& model) {
@@ -496,6 +501,8 @@ Result<DeviceEnergyModel> DeviceEnergyModel::load(const json& in) {
     out.dropped_ = in.at("dropped").get<std::size_t>();
     // Models saved before unresolved kinds were remembered have none.
     if (in.contains("unresolved")) out.unresolved_ = in["unresolved"].get<std::map<std::string, std::size_t>>();
+    // Models saved before they named their environment have none.
+    if (in.contains("environment")) out.environment_ = in["environment"].get<std::string>();
     for (const auto& [name, entry] : in.at("models").items()) {
       KeyModel model;
       model.names = entry.at("names").get<std::vector<std::string>>();

@@ -146,3 +146,49 @@ TEST(OutcomeServiceTest, the_work_mix_of_the_estimates_layers_tells_which_jobs_t
   const json compact = joule::daemon::compact_estimates(json::array({row_of(300.0, "lstm@hidden")}), 0);
   EXPECT_FALSE(joule::daemon::read_estimates(compact)[0].mix);
 }
+
+// A LibTorch, BLAS or thread change re-probes the device under a new environment: what jobs
+// taught about the old model's estimates must not correct the new one's. Rows of estimates
+// stored before estimates named their environment count for every environment.
+TEST(OutcomeServiceTest, what_jobs_taught_under_one_environment_does_not_correct_another) {
+  const auto under = [](json row, const std::string& environment) {
+    if (!environment.empty()) row["environment"] = environment;
+    return row;
+  };
+  const auto finished_under = [&](double estimated, double metered, int i, const std::string& environment) {
+    auto feedback = finished(estimated, metered, i);
+    feedback.estimate =
+        joule::daemon::read_estimates(json::array({under(estimate_row(estimated, estimated * 0.05), environment)}))[0];
+    return feedback;
+  };
+  OutcomeService outcomes;
+  // Under "old" jobs used twice their estimates.
+  for (int i = 0; i < 12; ++i) {
+    const double estimated = 100.0 + 50.0 * i;
+    EXPECT_TRUE(outcomes.record(finished_under(estimated, 2.0 * estimated * (i % 2 ? 1.02 : 0.98), i, "old")));
+  }
+  json estimates = json::array({under(estimate_row(300.0, 15.0), "old"), under(estimate_row(300.0, 15.0), "new")});
+  outcomes.apply(estimates);
+  EXPECT_NEAR(estimates[0]["joules"]["mean"].get<double>(), 600.0, 60.0);
+  EXPECT_EQ(estimates[1]["joules"]["mean"], 300.0) << "the new environment's model has no rows of its own";
+  EXPECT_FALSE(estimates[1].contains("calibration"));
+  outcomes.set_environment("cpu", "new");
+  EXPECT_EQ(outcomes.view("cpu")["rows"], 0);
+  EXPECT_EQ(outcomes.view("cpu")["rows_other_environments"], 12);
+  EXPECT_TRUE(outcomes.summaries().empty());
+
+  // Rows that name no environment (stored before estimates did) count for both.
+  OutcomeService upgraded;
+  std::vector<JobService::Feedback> history;
+  for (int i = 0; i < 8; ++i) history.push_back(finished(100.0 + 50.0 * i, 2.0 * (100.0 + 50.0 * i), i));
+  EXPECT_EQ(upgraded.record_all(history), 8u);
+  EXPECT_TRUE(upgraded.record(finished_under(300.0, 600.0, 20, "new")));
+  json later = json::array({under(estimate_row(300.0, 15.0), "new"), estimate_row(300.0, 15.0)});
+  upgraded.apply(later);
+  EXPECT_EQ(later[0]["calibration"]["rows"], 9);
+  EXPECT_EQ(later[1]["calibration"]["rows"], 8);
+  EXPECT_NEAR(later[0]["joules"]["mean"].get<double>(), 600.0, 60.0);
+  upgraded.set_environment("cpu", "new");
+  EXPECT_EQ(upgraded.view("cpu")["rows"], 9);
+  EXPECT_EQ(upgraded.view("cpu")["rows_other_environments"], 0);
+}

@@ -281,5 +281,18 @@ TEST_F(ProbeServiceTest, background_probing_stops_when_a_probe_no_longer_pays_an
   EXPECT_EQ(waiting().find("probing no longer pays"), std::string::npos) << waiting();
 }
 
+// The installed model names the environment its samples came from, and so do its estimates:
+// the outcome calibration keeps jobs' lessons apart by it (OutcomeServiceTest).
+TEST_F(ProbeServiceTest, the_installed_model_names_the_environment_it_was_learnt_under) {
+  config::ProbingConfig probing;
+  probing.idle_seconds = 0.0;
+  probing.plans_per_run = 8;
+  start(probing, {});
+  ASSERT_TRUE(run_until([&] { return models_->models().contains("cpu"); })) << shown().dump();
+  const auto& model = *models_->models().at("cpu");
+  EXPECT_NE(model.environment().find("fake BLAS"), std::string::npos) << model.environment();
+  EXPECT_EQ(model.environment(), shown()["environment"]) << shown().dump();
+}
+
 }  // namespace
 }  // namespace joule::daemon

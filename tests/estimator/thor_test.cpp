@@ -148,6 +148,14 @@ TEST(DeviceEnergyModelTest, a_probe_campaign_estimates_an_unmeasured_network) {
   auto again = loaded->estimate(lenet(), training);
   ASSERT_TRUE(again);
   EXPECT_NEAR(again->joules.mean, estimate->joules.mean, 1e-9 * estimate->joules.mean);
+  EXPECT_FALSE(to_json(*again).contains("environment"));  // unknown: not named
+
+  // The environment it was learnt under travels with the model and names its estimates.
+  model.set_environment("libtorch 1.13.0; openblas 0.3.21; threads 1");
+  auto named = DeviceEnergyModel::load(model.save());
+  ASSERT_TRUE(named) << named.error().message;
+  EXPECT_EQ(named->environment(), "libtorch 1.13.0; openblas 0.3.21; threads 1");
+  EXPECT_EQ(to_json(*named->estimate(lenet(), training))["environment"], named->environment());
 }
 
 namespace {

@@ -20,6 +20,9 @@ struct DeviceEstimate {
   /// Whether the device had a model for it ("status": "ok"); the figures below are set only then.
   bool ok = false;
   std::string source;  ///< of the joules: "modelled", "simulated", or a meter's once calibrated on one
+  /// The conditions the model was learnt under (its environment fingerprint); empty: unknown (a
+  /// simulated device, or an estimate stored before estimates named them).
+  std::string environment;
   double joules_mean = 0.0;
   double joules_std = 0.0;
   /// The model's own figure where the served one was corrected from finished jobs (raw_joules).

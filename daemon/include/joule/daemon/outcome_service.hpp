@@ -3,6 +3,10 @@
 // job that succeeded with an estimate and metered joules of the same source becomes a row, and
 // new estimates are corrected (mean) and calibrated (spread) by the rows. The rows are rebuilt
 // from the job book at start, so they survive restarts without a table of their own.
+// Rows are kept apart by the environment the estimate's model was learnt under (LibTorch, BLAS,
+// threads: a change re-probes the device): what jobs taught about one environment's estimates
+// does not correct another's. Rows of estimates stored before estimates named their environment
+// count for every environment, as they did before.
 // No I/O and no clock: feedback in, corrected estimate JSON and views out.
 
 #include <map>
@@ -30,6 +34,9 @@ class OutcomeService {
   /// stored estimate hold them) on a device with enough rows: "joules" becomes the corrected
   /// figure, "raw_joules" keeps the model's own, and "calibration" says what was done.
   void apply(nlohmann::json& estimates) const;
+  /// The environment of the model a device now estimates with (DeviceEnergyModel::environment):
+  /// which of its rows view() and summaries() describe.
+  void set_environment(const std::string& device, const std::string& environment);
   /// GET /v1/devices' "calibration" of one device: rows, leave-one-out errors and coverage.
   nlohmann::json view(const std::string& device) const;
   /// The same figures for the metrics, of every device that has rows.
@@ -39,7 +46,21 @@ class OutcomeService {
   /// The row a feedback makes, when it teaches anything.
   static std::optional<estimator::OutcomeRow> row_of(const JobService::Feedback& feedback);
 
-  std::map<std::string, estimator::OutcomeCalibration> devices_;
+  struct DeviceRows {
+    /// By environment; "" holds the rows that name none (and a simulated device's).
+    std::map<std::string, estimator::OutcomeCalibration> by_environment;
+    /// Rows whose estimate named no environment: they join every environment's calibration.
+    std::vector<estimator::OutcomeRow> unnamed;
+    /// Rows each environment learnt from jobs of its own (not counting the unnamed).
+    std::map<std::string, std::size_t> own_rows;
+    std::string current;  ///< set_environment's
+  };
+  /// The calibration for estimates made under `environment`: its own, else the unnamed rows'.
+  static const estimator::OutcomeCalibration* calibration_for(const DeviceRows& rows, const std::string& environment);
+  /// The environment's calibration, created (with the unnamed rows) when it has none yet.
+  static estimator::OutcomeCalibration& calibration_of(DeviceRows& rows, const std::string& environment);
+
+  std::map<std::string, DeviceRows> devices_;
 };
 
 }  // namespace joule::daemon

@@ -80,6 +80,7 @@ struct Estimate {
   std::string device;
   std::string method = "thor-gp";
   std::string source;  ///< meter source of the probe data ("rapl", "simulated"...)
+  std::string environment;  ///< the model's DeviceEnergyModel::environment(); empty: unknown
   std::int64_t steps = 0;
   std::int64_t epochs = 1;
   Uncertain joules;   ///< whole job
@@ -102,6 +103,12 @@ class DeviceEnergyModel {
   const std::string& source() const { return source_; }
   /// Names the meter source once it is known (a model resumed before its first probe result).
   void set_source(std::string source) { source_ = std::move(source); }
+  /// The conditions its samples were measured under (joule-worker's environment fingerprint:
+  /// LibTorch, BLAS, threads); empty where unknown (a simulated device, a model saved before
+  /// models named them). Estimates carry it, so that what finished jobs teach about one
+  /// environment's estimates is not applied to another's.
+  const std::string& environment() const { return environment_; }
+  void set_environment(std::string environment) { environment_ = std::move(environment); }
 
   /// Keeps a decomposed probe sample; non-positive energies (noise larger than the layer) are
   /// counted and dropped, since the model works in log energy, and the kind is remembered as
@@ -200,6 +207,7 @@ class DeviceEnergyModel {
 
   std::string device_;
   std::string source_;
+  std::string environment_;
   std::uint64_t revision_ = next_revision();
   std::map<std::string, KeyModel> models_;  // by LayerKey::name()
   double flops_sum_xx_ = 0.0;               // least squares through the origin: J = k × FLOPs
