@@ -216,18 +216,24 @@ void Metrics::set_model_state(const std::string& device, double version, double 
 void Metrics::set_calibration(const std::string& device, const estimator::CalibrationSummary& figures) {
   calibration_rows_.Add({{"device", device}}).Set(static_cast<double>(figures.rows));
   calibration_sigma_scale_.Add({{"device", device}}).Set(figures.sigma_scale);
-  const auto set = [&](prometheus::Family<prometheus::Gauge>& family, const char* estimate,
-                       const std::optional<double>& value) {
-    if (value) family.Add({{"device", device}, {"estimate", estimate}}).Set(*value);
+  // A figure that no longer exists (a device re-probed under a new environment starts its
+  // calibration again) is removed, not left at the old environment's value.
+  const auto set = [](prometheus::Family<prometheus::Gauge>& family, const prometheus::Labels& labels,
+                      const std::optional<double>& value) {
+    if (value)
+      family.Add(labels).Set(*value);
+    else if (family.Has(labels))
+      family.Remove(&family.Add(labels));
   };
-  set(calibration_error_, "raw", figures.raw_error);
-  set(calibration_error_, "corrected", figures.corrected_error);
-  set(calibration_coverage_, "raw", figures.raw_coverage);
-  set(calibration_coverage_, "calibrated", figures.calibrated_coverage);
-  if (figures.overhead_joules) {
-    job_overhead_.Add({{"device", device}, {"per", "job"}}).Set(figures.overhead_joules->per_job);
-    job_overhead_.Add({{"device", device}, {"per", "epoch"}}).Set(figures.overhead_joules->per_epoch);
-  }
+  set(calibration_error_, {{"device", device}, {"estimate", "raw"}}, figures.raw_error);
+  set(calibration_error_, {{"device", device}, {"estimate", "corrected"}}, figures.corrected_error);
+  set(calibration_coverage_, {{"device", device}, {"estimate", "raw"}}, figures.raw_coverage);
+  set(calibration_coverage_, {{"device", device}, {"estimate", "calibrated"}}, figures.calibrated_coverage);
+  const auto& overhead = figures.overhead_joules;
+  set(job_overhead_, {{"device", device}, {"per", "job"}},
+      overhead ? std::optional<double>(overhead->per_job) : std::nullopt);
+  set(job_overhead_, {{"device", device}, {"per", "epoch"}},
+      overhead ? std::optional<double>(overhead->per_epoch) : std::nullopt);
 }
 
 void Metrics::add_probe_energy(const std::string& device, const std::string& source, double joules) {

@@ -117,8 +117,11 @@ void OutcomeService::set_environment(const std::string& device, const std::strin
 
 std::map<std::string, estimator::CalibrationSummary> OutcomeService::summaries() const {
   std::map<std::string, estimator::CalibrationSummary> out;
-  for (const auto& [device, rows] : devices_)
-    if (const auto* calibration = calibration_for(rows, rows.current)) out.emplace(device, calibration->summary());
+  // A device whose model's environment has no rows yet reports none (not the old environment's).
+  for (const auto& [device, rows] : devices_) {
+    const auto* calibration = calibration_for(rows, rows.current);
+    out.emplace(device, calibration ? calibration->summary() : estimator::CalibrationSummary{});
+  }
   return out;
 }
 

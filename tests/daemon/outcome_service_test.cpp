@@ -1,5 +1,7 @@
 #include "joule/daemon/outcome_service.hpp"
 
+#include "joule/daemon/metrics.hpp"
+
 #include <gtest/gtest.h>
 
 using joule::daemon::JobService;
@@ -175,7 +177,8 @@ TEST(OutcomeServiceTest, what_jobs_taught_under_one_environment_does_not_correct
   outcomes.set_environment("cpu", "new");
   EXPECT_EQ(outcomes.view("cpu")["rows"], 0);
   EXPECT_EQ(outcomes.view("cpu")["rows_other_environments"], 12);
-  EXPECT_TRUE(outcomes.summaries().empty());
+  EXPECT_EQ(outcomes.summaries().at("cpu").rows, 0u);
+  EXPECT_FALSE(outcomes.summaries().at("cpu").raw_error);
 
   // Rows that name no environment (stored before estimates did) count for both.
   OutcomeService upgraded;
@@ -191,4 +194,27 @@ TEST(OutcomeServiceTest, what_jobs_taught_under_one_environment_does_not_correct
   upgraded.set_environment("cpu", "new");
   EXPECT_EQ(upgraded.view("cpu")["rows"], 9);
   EXPECT_EQ(upgraded.view("cpu")["rows_other_environments"], 0);
+}
+
+// The metrics follow: once the model's environment has no rows, the old figures go.
+TEST(OutcomeServiceTest, a_new_environments_empty_calibration_clears_the_old_figures_from_the_metrics) {
+  OutcomeService outcomes;
+  for (int i = 0; i < 8; ++i) outcomes.record(finished(100.0 + 50.0 * i, 2.0 * (100.0 + 50.0 * i), i));
+  joule::daemon::Metrics metrics;
+  for (const auto& [device, summary] : outcomes.summaries()) metrics.set_calibration(device, summary);
+  EXPECT_NE(metrics.serialize().find("joule_calibration_error_ratio{device=\"cpu\",estimate=\"raw\"}"),
+            std::string::npos)
+      << metrics.serialize();
+  // The rows above name no environment and count for every one; rows of another do not.
+  OutcomeService named;
+  for (int i = 0; i < 8; ++i) {
+    auto feedback = finished(100.0 + 50.0 * i, 2.0 * (100.0 + 50.0 * i), i);
+    feedback.estimate.environment = "old";
+    named.record(feedback);
+  }
+  named.set_environment("cpu", "new");
+  for (const auto& [device, summary] : named.summaries()) metrics.set_calibration(device, summary);
+  const auto text = metrics.serialize();
+  EXPECT_EQ(text.find("joule_calibration_error_ratio{device=\"cpu\""), std::string::npos) << text;
+  EXPECT_NE(text.find("joule_calibration_rows{device=\"cpu\"} 0"), std::string::npos) << text;
 }

@@ -39,7 +39,8 @@ class OutcomeService {
   void set_environment(const std::string& device, const std::string& environment);
   /// GET /v1/devices' "calibration" of one device: rows, leave-one-out errors and coverage.
   nlohmann::json view(const std::string& device) const;
-  /// The same figures for the metrics, of every device that has rows.
+  /// The same figures for the metrics, of every device that has had rows (empty figures where its
+  /// model's environment has none yet).
   std::map<std::string, estimator::CalibrationSummary> summaries() const;
 
  private:
