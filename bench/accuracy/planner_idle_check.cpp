@@ -51,16 +51,21 @@ Trained& trained() {
   return state;
 }
 
-void BM_next_planned_on_an_idle_check(benchmark::State& state) {
-  auto& t = trained();
+// A planner as the daemon's is after its seeds were probed: past them, every answer weighs every
+// candidate (its σ under the model, its key's share of the workload's estimated energy).
+ProbePlanner planner_past_its_seeds(const Trained& t) {
   ProbePlanner planner(t.workload, t.options);
-  // The daemon's planner has seen its seeds probed: past them, every check weighs every
-  // candidate (its σ under the model, its key's share of the workload's estimated energy).
   while (planner.seeding()) {
     auto plan = planner.next(t.model);
     if (!plan) break;
     planner.mark_probed(plan->target);
   }
+  return planner;
+}
+
+void BM_next_planned_on_an_idle_check(benchmark::State& state) {
+  auto& t = trained();
+  ProbePlanner planner = planner_past_its_seeds(t);
   state.counters["probed"] = static_cast<double>(planner.probed_count());
   state.counters["workload_items"] = static_cast<double>(t.workload.size());
   state.counters["candidates"] = static_cast<double>(planner.candidate_count());
@@ -74,13 +79,7 @@ BENCHMARK(BM_next_planned_on_an_idle_check)->Unit(benchmark::kMicrosecond);
 // The same question after something changed (here the σ target, between two values that plan
 // alike): the answer is computed again, as after a probe, a fit or a new workload.
 void BM_next_planned_after_a_change(benchmark::State& state) {
-  auto& t = trained();
-  ProbePlanner planner(t.workload, t.options);
-  while (planner.seeding()) {
-    auto plan = planner.next(t.model);
-    if (!plan) break;
-    planner.mark_probed(plan->target);
-  }
+  ProbePlanner planner = planner_past_its_seeds(trained());
   bool flip = false;
   for (auto _ : state) {
     planner.set_target_sigma((flip = !flip) ? 1e-12 : 0.0);
