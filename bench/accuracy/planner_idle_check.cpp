@@ -79,7 +79,8 @@ BENCHMARK(BM_next_planned_on_an_idle_check)->Unit(benchmark::kMicrosecond);
 // The same question after something changed (here the σ target, between two values that plan
 // alike): the answer is computed again, as after a probe, a fit or a new workload.
 void BM_next_planned_after_a_change(benchmark::State& state) {
-  ProbePlanner planner = planner_past_its_seeds(trained());
+  auto& t = trained();
+  ProbePlanner planner = planner_past_its_seeds(t);
   bool flip = false;
   for (auto _ : state) {
     planner.set_target_sigma((flip = !flip) ? 1e-12 : 0.0);
