@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <vector>
 
 #include <fmt/format.h>
@@ -20,6 +19,7 @@
 #include "joule/estimator/layer_analysis.hpp"
 #include "joule/estimator/probe_campaign.hpp"
 #include "joule/estimator/simulated_device.hpp"
+#include "model_files.hpp"
 
 using namespace joule::estimator;
 
@@ -31,24 +31,14 @@ struct HeldOut {
 };
 
 std::vector<HeldOut> load_models(const std::filesystem::path& dir) {
-  std::vector<std::filesystem::path> files;
-  for (const auto& entry : std::filesystem::directory_iterator(dir))
-    if (entry.path().extension() == ".json") files.push_back(entry.path());
-  std::sort(files.begin(), files.end());
   std::vector<HeldOut> out;
-  for (const auto& file : files) {
-    std::ifstream in(file);
-    auto spec = parse_model_spec(nlohmann::json::parse(in), "/model");
-    if (!spec) {
-      fmt::print(stderr, "{}: {}\n", file.string(), spec.error().message);
-      std::exit(1);
-    }
+  for (const auto& spec : joule::bench::load_model_specs(dir)) {
     for (std::int64_t batch : {32, 64}) {
       TrainingConfig training;
       training.batch_size = batch;
       training.epochs = 1;
       training.samples_per_epoch = 10000;
-      out.push_back(HeldOut{*spec, training});
+      out.push_back(HeldOut{spec, training});
     }
   }
   return out;

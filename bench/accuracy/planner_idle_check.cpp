@@ -6,31 +6,20 @@
 
 #include <benchmark/benchmark.h>
 
-#include <algorithm>
-#include <filesystem>
-#include <fstream>
-
 #include "joule/estimator/device_energy_model.hpp"
 #include "joule/estimator/model_spec.hpp"
 #include "joule/estimator/probe_campaign.hpp"
 #include "joule/estimator/simulated_device.hpp"
+#include "model_files.hpp"
 
 using namespace joule::estimator;
 
 namespace {
 
 std::vector<WorkloadItem> example_workload() {
-  std::vector<std::filesystem::path> files;
-  for (const auto& entry : std::filesystem::directory_iterator(JOULE_EXAMPLE_MODELS))
-    if (entry.path().extension() == ".json") files.push_back(entry.path());
-  std::sort(files.begin(), files.end());
   std::vector<WorkloadItem> out;
-  for (const auto& file : files) {
-    std::ifstream in(file);
-    auto spec = parse_model_spec(nlohmann::json::parse(in), "/model");
-    if (!spec) continue;
-    for (std::int64_t batch : {32, 64}) out.push_back(WorkloadItem{*spec, batch});
-  }
+  for (const auto& spec : joule::bench::load_model_specs(JOULE_EXAMPLE_MODELS))
+    for (std::int64_t batch : {32, 64}) out.push_back(WorkloadItem{spec, batch});
   return out;
 }
 
