@@ -81,6 +81,10 @@ def parse_args(argv=None):
     p.add_argument("--scale", type=float, default=1.0, help="multiplies every job's steps (nets.STEPS)")
     p.add_argument("--job-timeout", type=float, default=300.0, help="a job running longer is cancelled")
     p.add_argument("--no-measure", action="store_true", help="skip the joule-worker measurements")
+    p.add_argument("--reference", default="lenet:16",
+                   help="NETWORK:BATCH measured with joule-worker measure after every job, interleaved with the jobs: "
+                        "the machine's own noise (the same reference measured again and again) beside every error; "
+                        "'' for none")
     p.add_argument("--measure-min-reading", type=float, default=0.5,
                    help="joule-worker measure --min-reading-seconds (5 readings, median)")
     p.add_argument("--wait-quiet", type=float, default=0.0,
@@ -276,7 +280,8 @@ class Session:
         text = "\n".join([
             "[log]", 'level = "info"',
             "[[devices]]", 'name = "cpu"', 'meter = "auto"', f"threads = {self.args.threads}",
-            "[probing]", "enabled = true", f'worker = "{self.worker}"',
+            # The runtime probe measures the interpreter the jobs run (their start-up, Python's per-step work).
+            "[probing]", "enabled = true", f'worker = "{self.worker}"', f'python = "{self.args.python}"',
             "[jobs]", 'run_as = "per-job"',
         ]) + "\n"
         with open(self.config, "w") as f:
@@ -667,6 +672,16 @@ def analyse_row(row, modelled_watts):
     row["metered_joules"] = metered
     row["metered_source"] = (row.get("energy") or {}).get("source")
     row["error_raw"] = rel(raw_mean, metered)
+    # The runtime lines (the interpreter's start-up and its per-step work beyond LibTorch, which
+    # jouled measures per device with `joule-worker runtime`): part of the raw estimate of a
+    # Python job. The estimate without them is what the layers alone say (issue 30's baseline).
+    runtime = (est or {}).get("runtime") if ok else None
+    runtime_joules = None
+    if runtime and raw_mean is not None:
+        runtime_joules = runtime["start_joules"]["mean"] + (est.get("steps") or 0) * runtime["step_joules"]["mean"]
+    row["runtime_joules"] = runtime_joules
+    layers_mean = raw_mean - runtime_joules if runtime_joules is not None else raw_mean
+    row["error_raw_without_runtime"] = rel(layers_mean, metered)
     row["error_served"] = rel(served_mean, metered)
     row["error_flops"] = rel(baseline, metered)
     row["in_2sigma_raw"] = inside(raw_mean, raw_std, metered)
@@ -695,7 +710,8 @@ def analyse_row(row, modelled_watts):
         # the served figure only, and recorded beside it.
         overhead = ((est or {}).get("overhead") or {}).get("joules") if ok else None
         row["estimate_overhead_joules"] = overhead
-        steps_mean = raw_mean
+        # The worker trains in LibTorch: the raw estimate's runtime lines are not in what it measures.
+        steps_mean = layers_mean
         row["error_raw_vs_worker"] = rel(steps_mean, worker_joules)
         row["error_flops_vs_worker"] = rel(baseline, worker_joules)
         row["in_2sigma_raw_vs_worker"] = inside(steps_mean, raw_std, worker_joules)
@@ -730,6 +746,8 @@ def summaries(rows):
         served = [r for r in subset if r["served"]["calibrated"]]
         out[label] = {
             "vs_real_jobs": summary(subset, "error_raw", "error_flops", "in_2sigma_raw"),
+            "vs_real_jobs_without_runtime": summary(subset, "error_raw_without_runtime", "error_flops",
+                                                    "in_2sigma_raw"),
             "vs_worker_measure": summary(subset, "error_raw_vs_worker", "error_flops_vs_worker",
                                          "in_2sigma_raw_vs_worker"),
             # The job's own process as the modelled meter would read it alone (idle W x its seconds
@@ -819,12 +837,14 @@ def report(data):
     p("")
     p(f"{'summary':<34}{'set':<9}{'n':>3}{'MAPE':>8}{'median':>8}{'signed':>8}{'worst':>24}{'<20%':>6}{'2σ cov':>8}"
       f"{'FLOPs':>8}{'F/MAPE':>7}")
-    for what, key in (("vs real jobs (raw)", "vs_real_jobs"), ("vs joule-worker measure (raw)", "vs_worker_measure"),
+    for what, key in (("vs real jobs (raw)", "vs_real_jobs"),
+                      ("  the same, without runtime lines", "vs_real_jobs_without_runtime"),
+                      ("vs joule-worker measure (raw)", "vs_worker_measure"),
                       ("vs the job's own process (raw)", "vs_job_own_process"),
                       ("served at submit (calibrated)", "served_calibrated_at_submit"),
                       ("  the same jobs, raw", "same_jobs_raw")):
         for label in ("tuning", "held-out", "all"):
-            s = data["summaries"][label][key]
+            s = data["summaries"][label].get(key) or {}
             if not s.get("n"):
                 p(f"{what:<34}{label:<9}{0:>3}")
                 continue
@@ -832,6 +852,16 @@ def report(data):
             p(f"{what:<34}{label:<9}{s['n']:>3}{apct(s['mape']):>8}{apct(s['median_abs']):>8}{pct(s['mean_signed']):>8}"
               f"{worst:>24}{s['under_20_percent']:>6}{apct(s['coverage_2sigma'], 0):>8}{apct(s['flops_mape']):>8}"
               f"{num(s['flops_over_mape'], '{:.2f}'):>7}")
+    ref = data.get("reference") or {}
+    readings = [r["joules_per_step"] for r in ref.get("readings", [])]
+    if len(readings) >= 2:
+        median = statistics.median(readings)
+        p("")
+        p(f"the machine's own noise: {ref['network']}/{ref['batch']} measured by joule-worker after each of "
+          f"{len(readings)} jobs: {median:.4g} J/step median, spread (max - min) / median "
+          f"{apct((max(readings) - min(readings)) / median)}, CV {apct(statistics.pstdev(readings) / statistics.fmean(readings))}"
+          f", first to last {pct(readings[-1] / readings[0] - 1.0)}; an error below the spread cannot be told from "
+          f"the machine's drift")
     cal = data.get("calibration_final") or {}
     p("")
     p(f"PRE outcome calibration (GET /v1/devices, cpu): rows {cal.get('rows')}, correction {cal.get('correction')}, "
@@ -852,6 +882,15 @@ def report(data):
     m = data.get("model_final") or {}
     p(f"model at the end: v{m.get('version')}, {m.get('samples')} samples; per kind: "
       + ", ".join(f"{k} {v}" for k, v in sorted((m.get("layers") or {}).items())))
+    python = (m.get("runtimes") or {}).get("python")
+    if python:
+        start, step = python.get("start") or {}, python.get("step") or {}
+        p(f"runtime probe ({python.get('interpreter')}, {python.get('version')}, {python.get('source')}): start-up "
+          f"{num(start.get('seconds'), '{:.2f}')} s, {num(start.get('joules'), '{:.1f}')} J; per step beyond LibTorch "
+          f"{num(1e6 * step.get('seconds_base', 0), '{:.0f}')} µs + {num(1e6 * step.get('seconds_per_module', 0), '{:.1f}')}"
+          f" µs per module, ±{apct(step.get('sigma'), 0)}")
+    else:
+        p("runtime probe: none in the model (" + str(((m.get("probing") or {}).get("runtime") or {})) + ")")
     runs = data.get("probe_runs") or []
     if len(runs) > 1:
         p("probe runs: " + "; ".join(f"{r.get('reason')} {r.get('state')} {r.get('probes')} probes "
@@ -1013,7 +1052,12 @@ def main():
         data["worker"] = {"copied_from": os.path.abspath(args.worker), "sha256": sha256(session.worker),
                           "built_utc": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(os.path.getmtime(args.worker)))}
         log(f"tracing {len(names)} networks with joule.spec; temp dir {session.dir}")
-        specs = specs_of(names, nets)
+        reference = None
+        if args.reference and not args.no_measure:
+            ref_name, ref_batch = args.reference.split(":")
+            reference = {"network": ref_name, "batch": int(ref_batch), "readings": []}
+            data["reference"] = reference
+        specs = specs_of(sorted(set(names) | ({reference["network"]} if reference else set())), nets)
         for name, spec in specs.items():
             with open(os.path.join(session.specs, f"{name}.json"), "w") as f:
                 json.dump(spec, f)
@@ -1077,6 +1121,14 @@ def main():
                                                 os.path.join(session.specs, f"{row['network']}.json"))
                 row["measure"]["machine_busy_cpus"] = round(
                     (cpu_ticks()[0] - busy0) / os.sysconf("SC_CLK_TCK") / max(time.time() - t0, 1e-9), 2)
+                if reference:
+                    ref = worker_measure(session, args, reference,
+                                         os.path.join(session.specs, f"{reference['network']}.json"))
+                    if "error" not in ref:
+                        reference["readings"].append({"after_job": i + 1, "at": time.time(),
+                                                      "joules_per_step": ref["joules_per_step"],
+                                                      "seconds_per_step": ref["seconds_per_step"],
+                                                      "joules_spread": ref.get("joules_spread")})
                 m = row["measure"]
                 log(f"  joule-worker measure: " + (m["error"] if "error" in m else
                     f"{m['joules_per_step']:.4g} J/step, {1000 * m['seconds_per_step']:.2f} ms/step ({m['source']}; "

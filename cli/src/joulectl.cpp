@@ -512,6 +512,13 @@ int main(int argc, char** argv) {
       ->type_name("N");
   estimate->add_option("--device", device_pattern, "only devices matching this pattern (e.g. cuda:*)")
       ->type_name("PATTERN");
+  std::string estimate_runtime = "none";
+  estimate
+      ->add_option("--runtime", estimate_runtime,
+                   "what the training loop runs in: python adds the device's measured interpreter start-up and "
+                   "per-step cost; none (a built-in job) adds nothing")
+      ->check(CLI::IsMember({"python", "none"}))
+      ->capture_default_str();
   double advise_target = 0.0, min_multiplier = 0.5;
   std::string advise_device, advise_out;
   std::int64_t advise_samples = 0;
@@ -694,6 +701,7 @@ int main(int argc, char** argv) {
       json request = {{"model", model},
                       {"training", {{"batch_size", batch_size}, {"epochs", epochs}, {"samples_per_epoch", samples_per_epoch}}}};
       if (!device_pattern.empty()) request["devices"] = json::array({device_pattern});
+      request["runtime"] = estimate_runtime;
       json answer = expect_json(client.request("POST", "/v1/estimate", request.dump()));
       if (as_json) {
         fmt::print("{}\n", answer.dump(2));
@@ -718,6 +726,12 @@ int main(int argc, char** argv) {
                    row["seconds"]["mean"].get<double>(), row["seconds"]["std"].get<double>(), row["method"].get<std::string>(),
                    row["source"].get<std::string>(), row["baseline"]["joules"].get<double>());
         if (row.contains("overhead")) fmt::print("  {}\n", overhead_text(row));
+        if (row.contains("runtime"))
+          fmt::print("  {}: {:.1f} J and {:.2f} s to start, {:.3g} J and {:.3g} ms per step beyond the layers\n",
+                     row["runtime"]["runtime"].get<std::string>(), row["runtime"]["start_joules"]["mean"].get<double>(),
+                     row["runtime"]["start_seconds"]["mean"].get<double>(),
+                     row["runtime"]["step_joules"]["mean"].get<double>(),
+                     1e3 * row["runtime"]["step_seconds"]["mean"].get<double>());
         for (const auto& warning : row["warnings"]) fmt::print("  warning: {}\n", warning.get<std::string>());
       }
       return 0;

@@ -245,7 +245,7 @@ void parse_probing(Checker& check, const toml::table& table, ProbingConfig& prob
   check.warn_unknown(table, "probing.",
                      {"enabled", "idle_seconds", "hours", "max_joules_per_day", "max_model_age_hours", "target_sigma",
                       "threads", "warmup_steps", "steps_per_repetition", "reading_seconds", "repetitions",
-                      "refit_every", "plans_per_run", "worker"});
+                      "refit_every", "plans_per_run", "worker", "python"});
   if (const toml::node* enabled = table.get("enabled")) {
     if (auto value = enabled->value<bool>())
       probing.enabled = *value;
@@ -282,6 +282,7 @@ void parse_probing(Checker& check, const toml::table& table, ProbingConfig& prob
   probing.plans_per_run =
       static_cast<int>(check.integer_in(table, "plans_per_run", "probing.plans_per_run", 1, 64, probing.plans_per_run));
   if (auto worker = check.get<std::string>(table, "worker", "probing.worker")) probing.worker = *worker;
+  if (auto python = check.get<std::string>(table, "python", "probing.python")) probing.python = *python;
 }
 
 void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config) {
@@ -610,7 +611,8 @@ nlohmann::json to_json(const DaemonConfig& config) {
         {"target_sigma", config.probing.target_sigma},
         {"threads", config.probing.threads},
         {"plans_per_run", config.probing.plans_per_run},
-        {"worker", config.probing.worker.string()}}}};
+        {"worker", config.probing.worker.string()},
+        {"python", config.probing.python}}}};
 }
 
 }  // namespace joule::config

@@ -43,6 +43,7 @@
 #include "joule/daemon/slurm_executor.hpp"
 #include "joule/daemon/systemd_notify.hpp"
 #include "joule/daemon/thread_settings.hpp"
+#include "joule/estimator/runtime_cost.hpp"
 #include "joule/estimator/simulated_device.hpp"
 
 #ifndef JOULE_VERSION
@@ -578,11 +579,17 @@ int run_daemon(const CommandLine& command_line) {
     info["calibration"] = outcomes.view(device);
     return info;
   });
+  ProbeService* probes_holder = nullptr;  // set below, once it exists: why a runtime is missing
   jobs.set_estimator([&](const schedulers::JobSpec& spec) {
     std::vector<std::string> names;
     for (const auto& name : jobs.device_names())
       if (schedulers::device_allowed(spec.constraints, name)) names.push_back(name);
-    nlohmann::json body = {{"model", estimator::to_json(*spec.model)}, {"training", estimator::to_json(*spec.training)}};
+    // A built-in job trains in joule-worker (LibTorch, as probes do); a command's runtime is what
+    // its program says it is: Python's start-up and per-step cost are measured per device.
+    const std::string runtime = spec.run.builtin ? "" : estimator::runtime_of_command(spec.run.argv);
+    nlohmann::json body = {{"model", estimator::to_json(*spec.model)},
+                           {"training", estimator::to_json(*spec.training)},
+                           {"runtime", runtime.empty() ? "none" : runtime}};
     auto answer = estimate_request(body, names, models_for_estimates());
     if (!answer) return nlohmann::json(nullptr);
     nlohmann::json estimates = std::move((*answer)["estimates"]);
@@ -592,6 +599,14 @@ int run_daemon(const CommandLine& command_line) {
       const auto device = row.value("device", "");
       if (auto warning = thread_count_warning(spec.run.env, jobs.device_threads(device)))
         row["warnings"].push_back(*warning);
+      if (runtime.empty() && !spec.run.builtin && !spec.run.argv.empty())
+        row["warnings"].push_back(fmt::format(
+            "{} is not a runtime Joule measures (Python is): the program's start-up and any per-step work beyond "
+            "the model's layers are not in this estimate until finished jobs teach them",
+            spec.run.argv.front()));
+      else if (!runtime.empty() && !row.contains("runtime"))
+        if (auto why = probes_holder ? probes_holder->runtime_problem(device) : std::nullopt)
+          row["warnings"].push_back(*why);
     }
     return estimates;
   });
@@ -601,6 +616,7 @@ int run_daemon(const CommandLine& command_line) {
   probe_options.runner = job_options.runner;
   probe_options.worker = job_options.worker;
   ProbeService probes(io, storage, metrics, models, jobs, probe_options, clock);
+  probes_holder = &probes;
   api.set_probes(&probes);
   jobs.set_device_hooks([&](const std::string& device) { probes.preempt(device); },
                         [&](const JobService::Feedback& feedback) {

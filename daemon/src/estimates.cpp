@@ -15,7 +15,7 @@ using nlohmann::json;
 Result<json> estimate_request(const json& body, const std::vector<std::string>& devices, const DeviceModels& models) {
   if (!body.is_object()) return make_error(ErrorCode::invalid_argument, "the request must be a JSON object", "");
   for (const auto& [key, value] : body.items()) {
-    if (key != "model" && key != "training" && key != "devices")
+    if (key != "model" && key != "training" && key != "devices" && key != "runtime")
       return make_error(ErrorCode::invalid_argument, fmt::format("unknown field \"{}\"", key), "/" + key);
   }
   if (!body.contains("model")) return make_error(ErrorCode::invalid_argument, "model is required", "/model");
@@ -24,6 +24,14 @@ Result<json> estimate_request(const json& body, const std::vector<std::string>& 
   if (!model) return model.error();
   auto training = estimator::parse_training_config(body["training"], "/training");
   if (!training) return training.error();
+  // What the job's loop runs in: "python" adds the device's measured interpreter start-up and
+  // per-step cost; "none" (or no field: a built-in job, a compiled trainer) adds nothing.
+  std::string runtime;
+  if (auto it = body.find("runtime"); it != body.end()) {
+    if (!it->is_string() || (*it != "python" && *it != "none"))
+      return make_error(ErrorCode::invalid_argument, "runtime must be \"python\" or \"none\"", "/runtime");
+    if (*it == "python") runtime = "python";
+  }
   schedulers::Constraints filter;
   if (auto it = body.find("devices"); it != body.end()) {
     if (!it->is_array()) return make_error(ErrorCode::invalid_argument, "devices must be an array of patterns", "/devices");
@@ -62,7 +70,7 @@ Result<json> estimate_request(const json& body, const std::vector<std::string>& 
                                                   device, device)}});
       continue;
     }
-    auto estimate = it->second->estimate(*model, *training);
+    auto estimate = it->second->estimate(*layers, *training, runtime);
     if (!estimate) {
       estimates.push_back({{"device", device}, {"status", "no-model"}, {"detail", estimate.error().message}});
       continue;

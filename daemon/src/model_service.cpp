@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "joule/common/energy_source.hpp"
 #include "joule/estimator/layer_analysis.hpp"
 #include "joule/estimator/simulated_device.hpp"
 
@@ -157,6 +158,14 @@ json ModelService::model_info(const std::string& device) const {
             {"source", it->second->source()},
             {"layers", it->second->sample_counts()}};
     if (!it->second->unresolved().empty()) info["unresolved"] = it->second->unresolved();
+    // What a job's runtime adds (Python's start-up and per-step work), as measured here.
+    json runtimes = json::object();
+    for (const auto& [name, cost] : it->second->runtimes()) {
+      json entry = estimator::to_json(cost);
+      entry["measured"] = is_measurement(cost.source);
+      runtimes[name] = std::move(entry);
+    }
+    info["runtimes"] = std::move(runtimes);
   }
   if (probe_info_) {
     const json probing = probe_info_(device);

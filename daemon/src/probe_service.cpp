@@ -112,6 +112,7 @@ struct ProbeService::Running {
   SteadyTime started;
   bool preempted = false;
   bool environment_only = false;  // `joule-worker env`, not a probe
+  bool runtime_only = false;      // `joule-worker runtime`: the interpreter's cost, not a layer
 };
 
 struct ProbeService::Device {
@@ -142,6 +143,8 @@ struct ProbeService::Device {
   std::size_t probe_plans = 0;
   std::deque<std::pair<std::int64_t, double>> job_joules;
   std::string not_paying;  // why background probing stopped before the model converged, if it did
+  bool runtime_tried = false;   // the runtime probe ended (either way) since the campaign began
+  std::string runtime_problem;  // why it stored nothing, when it did not
 };
 
 ProbeService::ProbeService(asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
@@ -240,6 +243,9 @@ void ProbeService::start(const std::vector<config::DeviceConfig>& devices, Store
     }
     if (auto models = models_.models(); models.contains(config.name)) {
       device->fitted = models.at(config.name);
+      // Runtimes are measured once per campaign, not stored as samples: the served model has them.
+      if (device->fitted && device->fitted->environment() == device->environment)
+        for (const auto& [runtime, cost] : device->fitted->runtimes()) device->learning->set_runtime(cost);
       publish_model_state(*device, models_.version(config.name));  // the resumed model, until the next fit
     }
     // The daily cap counts what runs since local midnight metered, across restarts.
@@ -276,8 +282,10 @@ void ProbeService::stop() {
 
 void ProbeService::set_config(const config::ProbingConfig& probing) {
   const bool environment_may_change = probing.threads != options_.probing.threads || probing.worker != options_.probing.worker;
+  const bool python_changed = probing.python != options_.probing.python;
   options_.probing = probing;
   for (auto& [name, device] : devices_) {
+    if (python_changed) device->runtime_tried = false;  // measure the new interpreter
     device->planner->set_target_sigma(device->cycle.requested() ? 0.0 : probing.target_sigma);
     // Other threads (or another worker) make another environment: ask the worker again
     // before the next probe, so a model learnt under the old one is not extended.
@@ -314,7 +322,7 @@ void ProbeService::refresh_workload(Device& device) {
 }
 
 bool ProbeService::needs_probing(Device& device) {
-  if (!device.campaign_reason.empty()) return true;
+  if (!device.campaign_reason.empty() || runtime_due(device)) return true;
   const double age_hours = static_cast<double>(now_ms() - device.model_saved_ms) / 3.6e6;
   if (device.model_saved_ms > 0 && age_hours > options_.probing.max_model_age_hours) {
     begin_campaign(device, "age");
@@ -356,7 +364,8 @@ bool ProbeService::probe_pays(Device& device, const estimator::PlannedProbe& pla
 void ProbeService::consider(Device& device) {
   if (device.cycle.worker_running()) {
     // Its end is what moves the device on; meanwhile each plan it finishes is learnt from.
-    if (device.probe && !device.probe->environment_only && take_results(device, *device.probe))
+    if (device.probe && !device.probe->environment_only && !device.probe->runtime_only &&
+        take_results(device, *device.probe))
       save_run(device.probe->run_id);
     return;
   }
@@ -406,6 +415,8 @@ void ProbeService::begin_campaign(Device& device, const std::string& reason) {
   device.samples_at_fit = 0;
   device.planner.reset();
   device.drift.reset();
+  device.runtime_tried = false;  // the new model measures its runtime again
+  device.runtime_problem.clear();
   refresh_workload(device);
 }
 
@@ -491,6 +502,10 @@ Result<std::unique_ptr<ChildProcess>> ProbeService::launch_worker(Device& device
 }
 
 void ProbeService::start_probe(Device& device) {
+  if (runtime_due(device)) {
+    start_runtime_probe(device);
+    return;
+  }
   // Each stretch of probing learns for the jobs queued and finished since the last one.
   if (!device.active_run) refresh_workload(device);
   const auto& model = device.fitted ? *device.fitted : *device.learning;
@@ -576,6 +591,162 @@ void ProbeService::start_probe(Device& device) {
   device.cycle.probe_started();
 }
 
+bool ProbeService::runtime_due(const Device& device) const {
+  return !options_.probing.python.empty() && !device.runtime_tried && !device.learning->runtimes().contains("python");
+}
+
+void ProbeService::start_runtime_probe(Device& device) {
+  if (!device.active_run)
+    open_run(
+        device,
+        device.cycle.requested() ? "requested" : (device.campaign_reason.empty() ? "idle" : device.campaign_reason),
+        std::nullopt);
+  const int threads = config::device_threads(device.config, options_.probing);
+  const auto directory =
+      options_.state_directory / "probes" / fmt::format("{}-runtime-{}", *device.active_run, next_run_++);
+  std::error_code ec;
+  std::filesystem::create_directories(directory, ec);
+  adapters::LaunchSpec spec;
+  spec.argv = {options_.worker.string(),
+               "runtime",
+               "--json",
+               "--python",
+               options_.probing.python,
+               "--device",
+               device.config.name,
+               "--threads",
+               std::to_string(threads),
+               "--meter",
+               device.config.meter,
+               "--idle-watts",
+               fmt::format("{}", device.config.idle_watts),
+               "--watts-per-busy-core",
+               fmt::format("{}", device.config.watts_per_busy_core)};
+  if (options_.probing.reading_seconds > 0.0)
+    spec.argv.insert(spec.argv.end(), {"--reading-seconds", fmt::format("{}", options_.probing.reading_seconds)});
+  spec.workdir = directory;
+  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", fmt::format("TMPDIR={}", directory.string()),
+              fmt::format("OMP_NUM_THREADS={}", threads), fmt::format("MKL_NUM_THREADS={}", threads),
+              fmt::format("OPENBLAS_NUM_THREADS={}", threads)};
+  spec.stdout_path = directory / "result.json";
+  spec.stderr_path = directory / "stderr.log";
+  spec.status_path = directory / "status";
+  spec.runner = options_.runner;
+  auto worker = launch_worker(device, spec, "runtime probe");
+  if (!worker) {
+    spdlog::error("device {}: cannot start the runtime probe: {}", device.config.name, worker.error().message);
+    device.cycle.launch_failed(clock_.steady(), "cannot start joule-worker: " + worker.error().message);
+    return;
+  }
+  Running running;
+  running.run_id = *device.active_run;
+  running.worker = std::move(*worker);
+  running.directory = directory;
+  running.started = clock_.steady();
+  running.taken_at = running.started;
+  running.runtime_only = true;
+  device.probe = std::move(running);
+  device.cycle.probe_started();
+  spdlog::info("device {}: measuring what {} costs (start-up, and its loop per step beyond LibTorch)",
+               device.config.name, options_.probing.python);
+}
+
+void ProbeService::on_runtime_exit(Device& device, Running& probe, const std::optional<adapters::ExitStatus>& exit,
+                                   double seconds) {
+  const std::string& name = device.config.name;
+  auto run = runs_.find(probe.run_id);
+  if (run != runs_.end()) run->second.probe_seconds += seconds;
+  ProbeOutcome outcome = ProbeOutcome::completed;
+  if (probe.preempted) {
+    // Not tried: it runs again before the next layer probe.
+    outcome = ProbeOutcome::preempted;
+    metrics_.count_probe_outcome(name, "preempted");
+    if (run != runs_.end()) ++run->second.preempted;
+  } else {
+    device.runtime_tried = true;
+    const auto parsed = json::parse(read_file(probe.directory / "result.json"), nullptr, false);
+    auto result = worker::parse_runtime_probe_result(parsed);
+    std::string problem;
+    if (!exit || !exit->success() || !result) {
+      const std::string why = last_line(read_file(probe.directory / "stderr.log", 8192));
+      problem = fmt::format("the runtime probe of {} failed ({}): {}", options_.probing.python,
+                            exit ? exit->describe() : "no exit status",
+                            !why.empty() ? why
+                            : result     ? "no output"
+                                         : result.error().message);
+    } else {
+      // Spent whatever it taught: the day's cap, the run, the budgets and the metrics count it.
+      const auto ended = now_ms();
+      device.joules_today += result->joules;
+      metrics_.add_probe_energy(name, result->meter_source, result->joules);
+      jobs_.budgets().record(adapters::StoredEnergyUse{jobs_.budgets().node(), name, "probe",
+                                                       ended - static_cast<std::int64_t>(seconds * 1000.0), ended,
+                                                       result->joules, result->meter_source});
+      if (run != runs_.end()) {
+        run->second.joules += result->joules;
+        run->second.source = result->meter_source;
+      }
+      auto cost = estimator::fit_runtime_cost(result->runtime, result->steps, result->starts);
+      if (!device.source.empty() && result->meter_source != device.source) {
+        problem = fmt::format("the runtime probe was metered by {} and the layer probes by {}: not kept",
+                              result->meter_source, device.source);
+      } else if (!cost) {
+        problem = fmt::format("the runtime probe of {} measured nothing usable: {}", options_.probing.python,
+                              cost.error().message);
+      } else {
+        cost->interpreter = result->interpreter;
+        cost->version = result->version;
+        cost->source = result->meter_source;
+        cost->measured_ms = ended;
+        device.learning->set_runtime(*cost);
+        if (device.fitted && !device.replacing) {
+          auto updated = std::make_shared<estimator::DeviceEnergyModel>(*device.fitted);
+          updated->set_runtime(*cost);
+          device.fitted = updated;
+          install_model(device, updated);
+        }
+        device.runtime_problem.clear();
+        spdlog::info(
+            "device {}: {} ({}) starts in {:.2f} s ({:.3g} J) and adds {:.0f} µs + {:.1f} µs per module to "
+            "each step ({}; {:.3g} + {:.3g} J)",
+            name, result->interpreter, result->version, cost->start_seconds, cost->start_joules,
+            cost->step_seconds_base * 1e6, cost->step_seconds_per_module * 1e6, result->meter_source,
+            cost->step_joules_base, cost->step_joules_per_module);
+      }
+    }
+    if (!problem.empty()) {
+      outcome = ProbeOutcome::completed;  // layer probing goes on: a Python job's estimate says what it lacks
+      device.runtime_problem = problem;
+      metrics_.count_probe_outcome(name, "failed");
+      spdlog::warn("device {}: {}", name, problem);
+      if (run != runs_.end()) {
+        ++run->second.failed;
+        run->second.message = problem;
+      }
+    } else {
+      metrics_.count_probe_outcome(name, "completed");
+    }
+  }
+  if (run != runs_.end()) save_run(run->first);
+  std::error_code ec;
+  std::filesystem::remove_all(probe.directory, ec);
+  if (device.cycle.probe_ended(clock_.steady(), outcome))
+    close_run(device, "failed", "the runtime probe failed (" + device.cycle.backoff_reason() + ")");
+}
+
+std::optional<std::string> ProbeService::runtime_problem(const std::string& name) const {
+  const auto it = devices_.find(name);
+  if (it == devices_.end()) return std::nullopt;
+  const Device& device = *it->second;
+  if (device.learning->runtimes().contains("python")) return std::nullopt;
+  if (options_.probing.python.empty())
+    return "Python's start-up and per-step cost are not in this estimate: [probing] python is empty, so no "
+           "interpreter is measured";
+  if (!device.runtime_problem.empty())
+    return "Python's start-up and per-step cost are not in this estimate: " + device.runtime_problem;
+  return std::nullopt;  // not measured yet: the estimate's own warning says so
+}
+
 bool ProbeService::take_results(Device& device, Running& probe) {
   // Only whole lines: the worker flushes each result once measured; a line cut short by a
   // kill has no newline and is never read.
@@ -646,6 +817,11 @@ void ProbeService::on_probe_exit(const std::string& device_name, const std::opti
     } else {
       device.environment = environment;
     }
+    return;
+  }
+
+  if (probe.runtime_only) {
+    on_runtime_exit(device, probe, exit, seconds);
     return;
   }
 
@@ -832,6 +1008,10 @@ void ProbeService::on_fitted(const std::string& name, std::shared_ptr<estimator:
                              std::size_t samples, double seconds) {
   Device& device = *devices_.at(name);
   if (model->device() != name || samples > device.samples) return;  // a campaign restarted meanwhile
+  // A runtime measured while the fit ran is not in the copy it fitted.
+  for (const auto& [runtime, cost] : device.learning->runtimes())
+    if (!model->runtimes().contains(runtime) || model->runtimes().at(runtime).measured_ms != cost.measured_ms)
+      model->set_runtime(cost);
   device.fitted = model;
   // A re-probe keeps serving the model it replaces until the new one covers the same layers.
   if (device.replacing) {
@@ -845,11 +1025,16 @@ void ProbeService::on_fitted(const std::string& name, std::shared_ptr<estimator:
   }
   device.campaign_reason.clear();
   device.model_saved_ms = now_ms();
+  install_model(device, model);
+  spdlog::info("device {}: energy model version {} fitted from {} probe samples in {:.2f} s ({})", name,
+               models_.version(name), samples, seconds, device.source);
+}
+
+void ProbeService::install_model(Device& device, const std::shared_ptr<const estimator::DeviceEnergyModel>& model) {
+  const std::string& name = device.config.name;
   const std::int64_t version = models_.version(name) + 1;
   models_.install(name, model, version);
   publish_model_state(device, version);
-  spdlog::info("device {}: energy model version {} fitted from {} probe samples in {:.2f} s ({})", name, version,
-               samples, seconds, device.source);
   adapters::StoredModelSnapshot snapshot{name, version, now_ms(), device.source, model->save().dump(),
                                          snapshot_meta(device).dump()};
   storage_.submit([snapshot](adapters::Database& db) { return db.save_model_snapshot(snapshot); },
@@ -1025,6 +1210,16 @@ json ProbeService::info(const std::string& name) const {
   if (device.cycle.state() == ProbeState::converged && !device.not_paying.empty())
     probing["waiting"] = device.not_paying;
   if (device.active_run) probing["run"] = *device.active_run;
+  if (!options_.probing.python.empty()) {
+    const bool measured = device.learning->runtimes().contains("python");
+    json runtime = {{"interpreter", options_.probing.python},
+                    {"state", measured                                     ? "measured"
+                              : !device.runtime_problem.empty()            ? "failed"
+                              : device.probe && device.probe->runtime_only ? "measuring"
+                                                                           : "pending"}};
+    if (!device.runtime_problem.empty()) runtime["problem"] = device.runtime_problem;
+    probing["runtime"] = std::move(runtime);
+  }
   return {{"last_probe_ms", device.last_probe_ms ? json(*device.last_probe_ms) : json(nullptr)},
           {"heldout_error", heldout},
           {"probing", probing}};

@@ -69,6 +69,15 @@ json to_json(const Estimate& estimate) {
                 {"joules_per_flop", estimate.joules_per_flop}}},
               {"warnings", estimate.warnings}};
   if (!estimate.environment.empty()) out["environment"] = estimate.environment;
+  if (estimate.runtime) {
+    const auto& r = *estimate.runtime;
+    out["runtime"] = {{"runtime", r.runtime},
+                      {"modules", r.modules},
+                      {"start_joules", to_json(r.start_joules)},
+                      {"start_seconds", to_json(r.start_seconds)},
+                      {"step_joules", to_json(r.step_joules)},
+                      {"step_seconds", to_json(r.step_seconds)}};
+  }
   return out;
 }
 
@@ -275,14 +284,21 @@ double DeviceEnergyModel::uncertainty(const LayerKey& key, const AnalyzedLayer& 
   return std::sqrt(predict(km.energy_prior, km.energy, x, std::log(std::max(layer_work(layer.cost), 1.0))).variance);
 }
 
-Result<Estimate> DeviceEnergyModel::estimate(const ModelSpec& model, const TrainingConfig& training) const {
+Result<Estimate> DeviceEnergyModel::estimate(const ModelSpec& model, const TrainingConfig& training,
+                                             const std::string& runtime) const {
   auto layers = analyze_model(model, training.batch_size);
   if (!layers) return layers.error();
-  return estimate(*layers, training);
+  return estimate(*layers, training, runtime);
 }
 
-Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& analyzed,
-                                             const TrainingConfig& training) const {
+void DeviceEnergyModel::set_runtime(RuntimeCost cost) {
+  const std::string name = cost.runtime;
+  runtimes_[name] = std::move(cost);
+  revision_ = next_revision();
+}
+
+Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& analyzed, const TrainingConfig& training,
+                                             const std::string& runtime) const {
   const auto* layers = &analyzed;
   const auto keys = layer_keys(*layers);
   std::vector<std::string> missing;
@@ -426,12 +442,46 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
   // real job's step is not exactly its probed layers') is shared by every layer: one more term.
   step_var += (kStructuralSigma * out.joules_per_step.mean) * (kStructuralSigma * out.joules_per_step.mean);
   seconds_var += (kStructuralSigma * seconds_mean) * (kStructuralSigma * seconds_mean);
+  // The runtime's own work per step (Python's module calls, its optimizer loop) is a line of
+  // the step; its start-up is paid once. Their errors are the runtime probe's, apart from the
+  // layers'.
+  double start_joules = 0.0, start_joules_var = 0.0, start_seconds = 0.0, start_seconds_var = 0.0;
+  if (!runtime.empty()) {
+    if (const auto it = runtimes_.find(runtime); it != runtimes_.end()) {
+      const RuntimeCost& cost = it->second;
+      RuntimeLines lines;
+      lines.runtime = runtime;
+      for (const auto& layer : *layers) lines.modules += python_module_calls(layer.type);
+      const double step_joules = cost.step_joules(lines.modules);
+      const double step_seconds = cost.step_seconds(lines.modules);
+      lines.step_joules = {step_joules, cost.step_sigma * step_joules};
+      lines.step_seconds = {step_seconds, cost.step_sigma * step_seconds};
+      lines.start_joules = {cost.start_joules, cost.start_sigma * cost.start_joules};
+      lines.start_seconds = {cost.start_seconds, cost.start_sigma * cost.start_seconds};
+      out.joules_per_step.mean += step_joules;
+      step_var += lines.step_joules.std * lines.step_joules.std;
+      seconds_mean += step_seconds;
+      seconds_var += lines.step_seconds.std * lines.step_seconds.std;
+      start_joules = lines.start_joules.mean;
+      start_joules_var = lines.start_joules.std * lines.start_joules.std;
+      start_seconds = lines.start_seconds.mean;
+      start_seconds_var = lines.start_seconds.std * lines.start_seconds.std;
+      out.runtime = std::move(lines);
+    } else {
+      out.warnings.push_back(fmt::format(
+          "{} has not been measured on device {} yet (joule-worker runtime, run by probing): its start-up and "
+          "its per-step work beyond the layers are not in this estimate",
+          runtime, device_));
+    }
+  }
   out.joules_per_step.std = std::sqrt(step_var);
   const double steps = static_cast<double>(out.steps);
   // The same per-step error repeats every step (a bias, not independent noise): std scales
   // with the number of steps, not with its square root.
-  out.joules = Uncertain{out.joules_per_step.mean * steps, out.joules_per_step.std * steps};
-  out.seconds = Uncertain{seconds_mean * steps, std::sqrt(seconds_var) * steps};
+  out.joules = Uncertain{out.joules_per_step.mean * steps + start_joules,
+                         std::hypot(out.joules_per_step.std * steps, std::sqrt(start_joules_var))};
+  out.seconds = Uncertain{seconds_mean * steps + start_seconds,
+                          std::hypot(std::sqrt(seconds_var) * steps, std::sqrt(start_seconds_var))};
   out.joules_per_flop = flops_sum_xx_ > 0 ? flops_sum_xy_ / flops_sum_xx_ : 0.0;
   out.flops_baseline_joules = out.joules_per_flop * flops * steps;
   return out;
@@ -467,6 +517,11 @@ json DeviceEnergyModel::save() const {
               {"dropped", dropped_},
               {"unresolved", unresolved_}};
   if (!environment_.empty()) out["environment"] = environment_;
+  if (!runtimes_.empty()) {
+    json runtimes = json::object();
+    for (const auto& [name, cost] : runtimes_) runtimes[name] = to_json(cost);
+    out["runtimes"] = runtimes;
+  }
   return out;
 }
 
@@ -503,6 +558,17 @@ Result<DeviceEnergyModel> DeviceEnergyModel::load(const json& in) {
     if (in.contains("unresolved")) out.unresolved_ = in["unresolved"].get<std::map<std::string, std::size_t>>();
     // Models saved before they named their environment have none.
     if (in.contains("environment")) out.environment_ = in["environment"].get<std::string>();
+    // Models saved before runtimes were measured have none.
+    if (const auto runtimes = in.find("runtimes"); runtimes != in.end() && runtimes->is_object()) {
+      for (const auto& [name, entry] : runtimes->items()) {
+        auto cost = runtime_cost_from_json(entry);
+        if (!cost)
+          return make_error(ErrorCode::invalid_argument,
+                            fmt::format("not a saved device energy model: runtimes/{}{}: {}", name, cost.error().where,
+                                        cost.error().message));
+        out.runtimes_.emplace(name, std::move(cost).value());
+      }
+    }
     for (const auto& [name, entry] : in.at("models").items()) {
       KeyModel model;
       model.names = entry.at("names").get<std::vector<std::string>>();

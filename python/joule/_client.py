@@ -84,10 +84,13 @@ class Client:
             job = _read_json_file(job)
         return self._json("POST", "/v1/jobs", job)
 
-    def estimate(self, model, training=None, *, batch_size=None, epochs=None, samples_per_epoch=None, devices=None):
+    def estimate(self, model, training=None, *, batch_size=None, epochs=None, samples_per_epoch=None, devices=None,
+                 runtime=None):
         """POST /v1/estimate: shapes and counts per layer ("model") and per device an estimate or
         "no-model" ("estimates"). `model` is a spec dict or a path (a spec file, or a job file
-        whose "model" is taken); `training` a dict, or given by the keywords."""
+        whose "model" is taken); `training` a dict, or given by the keywords. runtime="python"
+        adds each device's measured interpreter start-up and per-step cost (a training script's);
+        None or "none" adds nothing (a built-in job)."""
         if isinstance(model, (str, os.PathLike)):
             model = _read_json_file(model)
             if "model" in model and "layers" not in model:
@@ -100,6 +103,8 @@ class Client:
         request = {"model": model, "training": training}
         if devices is not None:
             request["devices"] = [devices] if isinstance(devices, str) else list(devices)
+        if runtime is not None:
+            request["runtime"] = runtime
         return self._json("POST", "/v1/estimate", request)
 
     def job(self, job_id):

@@ -151,6 +151,14 @@ class ClientEstimateTest(unittest.TestCase):
         self.assertIn("cpu", devices)
         self.assertIn(devices["cpu"]["status"], ("ok", "no-model"))
 
+    def test_runtime_is_sent_and_an_unknown_one_is_refused_at_its_pointer(self):
+        spec_path = os.path.join(SOURCE_DIR, "examples", "models", "lenet5.json")
+        answer = self.client.estimate(spec_path, batch_size=64, samples_per_epoch=640, runtime="python")
+        self.assertIn("cpu", {row["device"] for row in answer["estimates"]})
+        with self.assertRaises(joule.ApiError) as raised:
+            self.client.estimate(spec_path, batch_size=64, samples_per_epoch=640, runtime="ruby")
+        self.assertEqual(raised.exception.pointer, "/runtime")
+
     def test_a_refused_estimate_is_an_api_error_with_status_detail_and_pointer(self):
         model = {"input": {"shape": [3, 8, 8]}, "layers": [{"type": "linear", "out_features": 4}]}
         with self.assertRaises(joule.ApiError) as raised:

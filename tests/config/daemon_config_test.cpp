@@ -117,6 +117,17 @@ TEST(DaemonConfigTest, probing_settings_are_read_and_checked) {
   EXPECT_NE(bad.error().message.find("jouled.toml:2: probing.enabled must be true or false"), std::string::npos);
   EXPECT_NE(bad.error().message.find("jouled.toml:3: probing.hours must look like"), std::string::npos);
   EXPECT_NE(bad.error().message.find("jouled.toml:4: probing.threads must be between 1 and 1024"), std::string::npos);
+  // The interpreter the runtime probe measures: python3 from PATH unless named; "" measures none.
+  EXPECT_EQ(loaded->config.probing.python, "python3");
+  auto venv = parse_config("[probing]\npython = \"/srv/venv/bin/python\"\n", "jouled.toml");
+  ASSERT_TRUE(venv) << venv.error().message;
+  EXPECT_EQ(venv->config.probing.python, "/srv/venv/bin/python");
+  auto none = parse_config("[probing]\npython = \"\"\n", "jouled.toml");
+  ASSERT_TRUE(none) << none.error().message;
+  EXPECT_EQ(none->config.probing.python, "");
+  auto number = parse_config("[probing]\npython = 3\n", "jouled.toml");
+  ASSERT_FALSE(number);
+  EXPECT_NE(number.error().message.find("jouled.toml:2: probing.python"), std::string::npos) << number.error().message;
 }
 
 TEST(DaemonConfigTest, listen_addresses_and_loopback) {

@@ -28,6 +28,10 @@ using nlohmann::json;
 struct FakeWorker {
   double seconds_per_plan = 0.0;  ///< before each plan's result
   int fail_at = -1;               ///< the plan (0-based, within a process) that fails; -1: none
+  /// Answers `runtime` (the interpreter's cost); otherwise [probing] python is emptied, so that
+  /// only layer probes run.
+  bool runtime = false;
+  bool runtime_fails = false;  ///< `runtime` exits 1 as an interpreter without torch makes it
 };
 
 class ProbeServiceTest : public ::testing::Test, protected joule::testing::JobBook {
@@ -68,6 +72,16 @@ class ProbeServiceTest : public ::testing::Test, protected joule::testing::JobBo
     network.steps_per_repetition = 10;
     network.final_loss = 1.0;
     result.networks = {network};
+    worker::RuntimeProbeResult runtime;
+    runtime.environment = environment;
+    runtime.interpreter = "python3";
+    runtime.version = "Python 3.11.2, torch 1.13.0";
+    runtime.meter_source = "modelled";
+    // 0.2 ms + 10 µs per module beyond LibTorch's 0.1 ms; 1.5 s and 30 J to start.
+    runtime.steps = {{3, 2.3e-3, 2.3e-4, 1e-3, 1e-4, 0.02}, {9, 2.9e-3, 2.9e-4, 1e-3, 1e-4, 0.02}};
+    runtime.starts = {{30.0, 1.5}, {31.0, 1.6}};
+    runtime.joules = 70.0;
+    if (!fake.runtime) probing.python = "";
     const auto worker = dir_.write(
         "fake-worker",
         fmt::format(R"(#!/usr/bin/env python3
@@ -75,6 +89,15 @@ import json, sys, time
 args = sys.argv[1:]
 if args[0] == "env":
     print({env})
+    sys.exit(0)
+if args[0] == "runtime":
+    with open("{runtime_calls}", "a") as calls:
+        calls.write(" ".join(args) + "\n")
+    if {runtime_fails}:
+        sys.stderr.write("joule-worker: python3 (1 blocks): importing torch: it ended; it said: "
+                         "ModuleNotFoundError: No module named 'torch'\n")
+        sys.exit(1)
+    print({runtime_result})
     sys.exit(0)
 template = json.loads({result})
 requests = [args[i + 1] for i, arg in enumerate(args) if arg == "--request"]
@@ -105,7 +128,9 @@ for n, path in enumerate(requests):
                     fmt::arg("result", json(worker::to_json(result).dump()).dump()),
                     fmt::arg("calls", (dir_ / "calls.log").string()), fmt::arg("done", (dir_ / "done.log").string()),
                     fmt::arg("requests", (dir_ / "requests.log").string()), fmt::arg("seconds", fake.seconds_per_plan),
-                    fmt::arg("fail_at", fake.fail_at)));
+                    fmt::arg("fail_at", fake.fail_at), fmt::arg("runtime_calls", (dir_ / "runtime.log").string()),
+                    fmt::arg("runtime_fails", fake.runtime_fails ? "True" : "False"),
+                    fmt::arg("runtime_result", json(worker::to_json(runtime).dump()).dump())));
     ::chmod(worker.c_str(), 0755);
     models_ = std::make_unique<ModelService>(io_, writer_, metrics_, [] {});
     ProbeServiceOptions options;
@@ -292,6 +317,57 @@ TEST_F(ProbeServiceTest, the_installed_model_names_the_environment_it_was_learnt
   const auto& model = *models_->models().at("cpu");
   EXPECT_NE(model.environment().find("fake BLAS"), std::string::npos) << model.environment();
   EXPECT_EQ(model.environment(), shown()["environment"]) << shown().dump();
+}
+
+TEST_F(ProbeServiceTest, the_runtime_probe_runs_first_and_its_cost_joins_the_served_model) {
+  config::ProbingConfig probing;
+  probing.idle_seconds = 0.0;
+  start(probing, {.runtime = true});
+  EXPECT_EQ(shown()["runtime"]["state"], "pending");
+  ASSERT_TRUE(run_until([&] { return lines_of("runtime.log") == 1 && probes_started() >= 1; })) << shown().dump();
+  // Measured before any layer: its line names the interpreter, the device's threads and meter.
+  const std::string call = [&] {
+    std::ifstream in(dir_ / "runtime.log");
+    std::string line;
+    std::getline(in, line);
+    return line;
+  }();
+  EXPECT_NE(call.find("--python python3"), std::string::npos) << call;
+  EXPECT_NE(call.find("--threads 1"), std::string::npos) << call;
+  EXPECT_EQ(shown()["runtime"]["state"], "measured");
+  EXPECT_FALSE(probes_->runtime_problem("cpu"));
+  ASSERT_TRUE(run_until([&] { return models_->models().contains("cpu"); })) << shown().dump();
+  const auto model = models_->models().at("cpu");
+  ASSERT_TRUE(model->runtimes().contains("python"));
+  const auto& cost = model->runtimes().at("python");
+  EXPECT_NEAR(cost.step_seconds_base, 1e-4, 1e-9);
+  EXPECT_NEAR(cost.step_seconds_per_module, 1e-5, 1e-9);
+  EXPECT_DOUBLE_EQ(cost.start_joules, 30.5);
+  EXPECT_EQ(cost.source, "modelled");
+  EXPECT_EQ(cost.version, "Python 3.11.2, torch 1.13.0");
+  // Measured once per campaign: more probing does not repeat it.
+  const int started = probes_started();
+  ASSERT_TRUE(run_until([&] { return probes_started() >= started + 2; })) << shown().dump();
+  EXPECT_EQ(lines_of("runtime.log"), 1);
+  // Its energy counts as probing's.
+  EXPECT_GE(probes_->runs().front()["energy"]["joules"].get<double>(), 70.0);
+}
+
+TEST_F(ProbeServiceTest, a_failed_runtime_probe_stores_nothing_says_why_and_layer_probing_goes_on) {
+  config::ProbingConfig probing;
+  probing.idle_seconds = 0.0;
+  start(probing, {.runtime = true, .runtime_fails = true});
+  ASSERT_TRUE(run_until([&] { return probes_started() >= 2; })) << shown().dump();
+  EXPECT_EQ(lines_of("runtime.log"), 1);  // not retried until the next campaign
+  EXPECT_EQ(shown()["runtime"]["state"], "failed");
+  const std::string problem = shown()["runtime"]["problem"];
+  EXPECT_NE(problem.find("No module named 'torch'"), std::string::npos) << problem;
+  const auto why = probes_->runtime_problem("cpu");
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("not in this estimate"), std::string::npos) << *why;
+  EXPECT_NE(why->find("No module named 'torch'"), std::string::npos) << *why;
+  ASSERT_TRUE(run_until([&] { return models_->models().contains("cpu"); })) << shown().dump();
+  EXPECT_TRUE(models_->models().at("cpu")->runtimes().empty());
 }
 
 }  // namespace

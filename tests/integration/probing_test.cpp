@@ -28,8 +28,10 @@ std::string config(const std::string& probing) {
   return "[[devices]]\nname = \"cpu\"\nmeter = \"modelled\"\n\n[probing]\n" + probing;
 }
 // Probes of a fraction of a second, a refit every other probe: a model within seconds.
+// No interpreter: these tests are about layer probes (the runtime probe has tests of its own).
 const std::string kQuick =
-    "warmup_steps = 2\nsteps_per_repetition = 3\nreading_seconds = 0.02\nrepetitions = 3\nrefit_every = 2\n";
+    "warmup_steps = 2\nsteps_per_repetition = 3\nreading_seconds = 0.02\nrepetitions = 3\nrefit_every = 2\n"
+    "python = \"\"\n";
 const std::string kLearn = "idle_seconds = 0\n" + kQuick;
 
 // A temp state directory shared by a daemon and its restart, removed however the test ends.
@@ -399,4 +401,77 @@ TEST(ProbingTest, a_requested_run_learns_the_optimizer_its_models_name) {
   EXPECT_EQ(layers.back()["model"], "optimizer:adam@output");
   EXPECT_GT(layers.back()["joules_per_step"]["mean"].get<double>(), 0.0);
   EXPECT_NE(text(cpu_device(daemon), "/model/layers/optimizer:adam@output"), "null") << cpu_device(daemon).dump(2);
+}
+
+TEST(ProbingTest, python_jobs_are_estimated_with_the_interpreter_the_device_measured) {
+  if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
+  std::string probing = kLearn;
+  probing.replace(probing.find("python = \"\""), 11, "python = \"/usr/bin/python3\"");
+  DaemonProcess daemon({.config_toml = config(probing)});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  const json classifier = json::parse(R"({"input": {"shape": [784]}, "layers": [
+      {"type": "linear", "out_features": 256}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
+  const json training = {{"batch_size", 64}, {"epochs", 1}, {"samples_per_epoch", 6400}};  // 100 steps
+  const auto cpu = wait_cpu(
+      daemon,
+      [](const json& device) {
+        return model_ready(device) && text(device, "/model/runtimes/python/runtime") == "python";
+      },
+      180s);
+  ASSERT_EQ(text(cpu, "/model/runtimes/python/runtime"), "python") << cpu.dump(2) << daemon.log();
+  EXPECT_EQ(text(cpu, "/model/probing/runtime/state"), "measured");
+  EXPECT_EQ(text(cpu, "/model/runtimes/python/source"), "modelled");
+  EXPECT_EQ(text(cpu, "/model/runtimes/python/measured"), "false");
+  EXPECT_NE(text(cpu, "/model/runtimes/python/version").find("Python 3."), std::string::npos) << cpu.dump(2);
+  EXPECT_GT(cpu["model"]["runtimes"]["python"]["start"]["seconds"].get<double>(), 0.05) << cpu.dump(2);
+
+  // The same network, estimated as a built-in job and as a Python one: the difference is the
+  // interpreter's start-up and its per-step cost over the network's 3 modules, 100 steps.
+  json rows[2];
+  ASSERT_TRUE(eventually(
+      [&] {
+        for (int i = 0; i < 2; ++i) {
+          auto [status, answer] = daemon.call(
+              "POST", "/v1/estimate",
+              json{{"model", classifier}, {"training", training}, {"runtime", i ? "python" : "none"}}.dump());
+          if (status != 200u || text(answer, "/estimates/0/status") != "ok") return false;
+          rows[i] = answer["estimates"][0];
+        }
+        return true;
+      },
+      120s))
+      << daemon.log();
+  ASSERT_FALSE(rows[0].contains("runtime")) << rows[0].dump(2);
+  ASSERT_TRUE(rows[1].contains("runtime")) << rows[1].dump(2);
+  EXPECT_EQ(rows[1]["runtime"]["modules"], 3);
+  const double added = rows[1]["runtime"]["start_joules"]["mean"].get<double>() +
+                       100.0 * rows[1]["runtime"]["step_joules"]["mean"].get<double>();
+  EXPECT_GT(added, 0.0);
+  EXPECT_NEAR(rows[1]["joules"]["mean"].get<double>() - rows[0]["joules"]["mean"].get<double>(), added,
+              1e-6 * added + 1e-9)
+      << rows[1].dump(2);
+  EXPECT_GT(rows[1]["joules"]["std"].get<double>(), rows[0]["joules"]["std"].get<double>());
+  EXPECT_EQ(
+      daemon
+          .call("POST", "/v1/estimate", json{{"model", classifier}, {"training", training}, {"runtime", "ruby"}}.dump())
+          .second["errors"][0]["pointer"],
+      "/runtime");
+
+  // A job's runtime comes from its command: Python's is added, another program's is named.
+  auto submit = [&](const json& command) {
+    auto [status, job] =
+        daemon.call("POST", "/v1/jobs",
+                    json{{"model", classifier}, {"training", training}, {"run", {{"command", command}}}}.dump());
+    EXPECT_EQ(status, 201u) << job.dump(2);
+    return job;
+  };
+  const json python_job = submit({"/usr/bin/python3", "-c", "pass"});
+  ASSERT_TRUE(python_job["estimate"].is_array()) << python_job.dump(2);
+  EXPECT_TRUE(python_job["estimate"][0].contains("runtime")) << python_job.dump(2);
+  const json other_job = submit({"/bin/true"});
+  ASSERT_TRUE(other_job["estimate"].is_array()) << other_job.dump(2);
+  EXPECT_FALSE(other_job["estimate"][0].contains("runtime"));
+  EXPECT_NE(other_job["estimate"][0]["warnings"].dump().find("/bin/true is not a runtime Joule measures"),
+            std::string::npos)
+      << other_job.dump(2);
 }

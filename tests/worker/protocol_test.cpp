@@ -180,5 +180,39 @@ TEST(ProtocolTest, fingerprints_differ_by_blas_and_threads) {
   EXPECT_NE(a.fingerprint(), b.fingerprint());
 }
 
+TEST(ProtocolTest, runtime_result_round_trips_and_its_errors_name_the_pointer) {
+  RuntimeProbeResult result;
+  result.environment = sample_result().environment;
+  result.interpreter = "/usr/bin/python3";
+  result.version = "Python 3.11.2, torch 1.13.0";
+  result.meter_source = "rapl";
+  result.measured = true;
+  result.steps = {{3, 4e-3, 4e-4, 2e-3, 2e-4, 0.05}, {9, 9e-3, 9e-4, 5e-3, 5e-4, 0.04}};
+  result.starts = {{30.0, 1.5}};
+  result.joules = 80.0;
+  result.wall_seconds = 9.0;
+  const json out = to_json(result);
+  auto parsed = parse_runtime_probe_result(out);
+  ASSERT_TRUE(parsed) << parsed.error().where << ": " << parsed.error().message;
+  EXPECT_EQ(to_json(*parsed), out);
+
+  json bad = out;
+  bad["steps"][1]["worker_seconds_per_step"] = "quick";
+  auto refused = parse_runtime_probe_result(bad);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().where, "/steps/1/worker_seconds_per_step");
+  bad = out;
+  bad["starts"][0].erase("seconds");
+  refused = parse_runtime_probe_result(bad);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().where, "/starts/0/seconds");
+  // A modelled meter's joules are never a measurement.
+  bad = out;
+  bad["meter_source"] = "modelled";
+  refused = parse_runtime_probe_result(bad);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().where, "/measured");
+}
+
 }  // namespace
 }  // namespace joule::worker

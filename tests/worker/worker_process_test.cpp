@@ -319,3 +319,57 @@ TEST_F(WorkerProcessTest, cuda_without_cuda_exits_1) {
 
 }  // namespace
 }  // namespace joule::worker
+
+TEST_F(WorkerProcessTest, runtime_meters_python_against_the_same_loop_in_libtorch) {
+  // Debian's interpreter with python3-torch: what jobs run.
+  if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
+  const WorkerRun run = worker(
+      "runtime --python /usr/bin/python3 --meter modelled --blocks 1,4 --readings 2 --reading-seconds 0.05 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  auto result = worker::parse_runtime_probe_result(json::parse(run.out));
+  ASSERT_TRUE(result) << result.error().message << "\n" << run.out;
+  EXPECT_EQ(result->runtime, "python");
+  EXPECT_EQ(result->meter_source, "modelled");
+  EXPECT_FALSE(result->measured);
+  EXPECT_NE(result->version.find("Python 3."), std::string::npos) << result->version;
+  EXPECT_NE(result->version.find("torch "), std::string::npos) << result->version;
+  ASSERT_EQ(result->starts.size(), 2u);  // one fresh interpreter per network
+  ASSERT_EQ(result->steps.size(), 2u);
+  EXPECT_EQ(result->steps[0].modules, 3);
+  EXPECT_EQ(result->steps[1].modules, 9);
+  for (const auto& start : result->starts) {
+    // Importing torch takes a while anywhere; the modelled meter charges idle watts for it.
+    EXPECT_GT(start.seconds, 0.05);
+    EXPECT_GT(start.joules, 10.0 * start.seconds);
+  }
+  for (const auto& step : result->steps) {
+    EXPECT_GT(step.runtime_seconds, 0.0);
+    EXPECT_GT(step.worker_seconds, 0.0);
+    EXPECT_GT(step.runtime_joules, 0.0);
+  }
+  EXPECT_GT(result->joules, 0.0);
+  // What jouled learns from it.
+  auto cost = estimator::fit_runtime_cost(result->runtime, result->steps, result->starts);
+  ASSERT_TRUE(cost) << cost.error().message;
+  EXPECT_GT(cost->start_seconds, 0.05);
+}
+
+TEST_F(WorkerProcessTest, runtime_names_an_interpreter_that_cannot_run_the_probe) {
+  // No such program.
+  WorkerRun run = worker("runtime --python " + (dir_ / "no-python").string() + " --reading-seconds 0.05");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.err.find("cannot start"), std::string::npos) << run.err;
+  EXPECT_TRUE(run.out.empty()) << run.out;
+  // An interpreter without torch: its own last words are in the message.
+  const auto fake =
+      dir_.write("python3", "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n");
+  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  run = worker("runtime --python " + fake.string() + " --reading-seconds 0.05");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.err.find("importing torch"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("No module named 'torch'"), std::string::npos) << run.err;
+  // One network size cannot tell a per-module cost from a per-step one.
+  run = worker("runtime --python /usr/bin/python3 --blocks 4");
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("--blocks"), std::string::npos) << run.err;
+}

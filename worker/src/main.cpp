@@ -24,6 +24,7 @@
 #include "joule/common/energy_source.hpp"
 #include "joule/estimator/model_spec.hpp"
 #include "joule/worker/protocol.hpp"
+#include "runtime_probe.hpp"
 #include "trainer.hpp"
 
 namespace {
@@ -363,6 +364,40 @@ int run(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
 
+  RuntimeProbeRequest runtime;
+  bool runtime_json = false;
+  auto* runtime_cmd = app.add_subcommand(
+      "runtime",
+      "Meter a Python interpreter's start-up (to `import torch`) and its training loop's cost per step beyond the "
+      "same loop in LibTorch");
+  runtime_cmd->add_option("--python", runtime.python, "The interpreter: a path, or a name looked up in PATH")
+      ->capture_default_str();
+  runtime_cmd->add_option("--device", runtime.device, "cpu (the loop's cost is measured on the CPU)")
+      ->capture_default_str();
+  runtime_cmd->add_option("--threads", runtime.threads, "Intra-op and BLAS threads, both sides")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  runtime_cmd->add_option("--blocks", runtime.blocks, "Networks of this many Linear + ReLU blocks (two or more)")
+      ->capture_default_str()
+      ->delimiter(',');
+  runtime_cmd->add_option("--width", runtime.width, "Features of every Linear")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  runtime_cmd->add_option("--batch-size", runtime.batch_size, "Batch size")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  runtime_cmd->add_option("--readings", runtime.readings, "Readings per network and side (medians are kept)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  runtime_cmd->add_option("--reading-seconds", runtime.reading_seconds, "Each reading's length (0: by meter)")
+      ->check(CLI::Range(0.0, 3600.0));
+  runtime_cmd->add_option("--meter", runtime.meter, "auto, rapl, nvml, ina3221, hwmon, battery or modelled")
+      ->capture_default_str();
+  runtime_cmd->add_option("--idle-watts", runtime.idle_watts, "Modelled meter: idle power")->capture_default_str();
+  runtime_cmd->add_option("--watts-per-busy-core", runtime.watts_per_busy_core, "Modelled meter: per busy core")
+      ->capture_default_str();
+  runtime_cmd->add_flag("--json", runtime_json, "Print the JSON result instead of a table");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -379,12 +414,14 @@ int run(int argc, char** argv) {
                     : meters_cmd->parsed()  ? meters_cmd->help()
                     : env_cmd->parsed()     ? env_cmd->help()
                     : train_cmd->parsed()   ? train_cmd->help()
+                    : runtime_cmd->parsed() ? runtime_cmd->help()
                                             : app.help());
       return 0;
     }
     if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty())
-      throw Failure{kExitBadInput,
-                    fmt::format("unknown subcommand \"{}\": use probe, measure, train, meters or env", argv[1])};
+      throw Failure{
+          kExitBadInput,
+          fmt::format("unknown subcommand \"{}\": use probe, measure, train, runtime, meters or env", argv[1])};
     throw Failure{kExitBadInput, e.what()};
   }
 
@@ -430,6 +467,27 @@ int run(int argc, char** argv) {
     if (summary->final_accuracy) done["final_accuracy"] = *summary->final_accuracy;
     if (!summary->weights.empty()) done["weights"] = summary->weights.string();
     print_json(done);
+  } else if (runtime_cmd->parsed()) {
+    auto result = run_runtime_probe(runtime);
+    if (!result) fail(result.error());
+    if (runtime_json) {
+      print_json(to_json(*result));
+    } else {
+      auto cost = estimator::fit_runtime_cost(result->runtime, result->steps, result->starts);
+      if (!cost) fail(cost.error());
+      const std::string source =
+          result->measured ? "measured: " + result->meter_source : result->meter_source + ", NOT a measurement";
+      fmt::print("{} ({}), {} thread(s), joules {}\n", result->interpreter, result->version, runtime.threads, source);
+      fmt::print("  start-up to `import torch`: {} and {:.4g} J (median of {})\n", format_seconds(cost->start_seconds),
+                 cost->start_joules, result->starts.size());
+      fmt::print("  {:>8} {:>14} {:>14} {:>14}\n", "modules", "python/step", "libtorch/step", "difference");
+      for (const auto& r : result->steps)
+        fmt::print("  {:>8} {:>14} {:>14} {:>14}\n", r.modules, format_seconds(r.runtime_seconds),
+                   format_seconds(r.worker_seconds), format_seconds(r.runtime_seconds - r.worker_seconds));
+      fmt::print("  per step beyond LibTorch: {} + {} per module; {:.4g} J + {:.4g} J per module (±{:.0f} %)\n",
+                 format_seconds(cost->step_seconds_base), format_seconds(cost->step_seconds_per_module),
+                 cost->step_joules_base, cost->step_joules_per_module, 100.0 * cost->step_sigma);
+    }
   } else if (env_cmd->parsed()) {
     if (auto status = check_device(env_device); !status) fail(status.error());
     set_worker_threads(env_threads);

@@ -318,6 +318,86 @@ Result<ProbeResult> parse_probe_result(const json& value) {
   return result;
 }
 
+json to_json(const RuntimeProbeResult& result) {
+  json steps = json::array();
+  for (const auto& r : result.steps)
+    steps.push_back({{"modules", r.modules},
+                     {"runtime_joules_per_step", r.runtime_joules},
+                     {"runtime_seconds_per_step", r.runtime_seconds},
+                     {"worker_joules_per_step", r.worker_joules},
+                     {"worker_seconds_per_step", r.worker_seconds},
+                     {"spread", r.spread}});
+  json starts = json::array();
+  for (const auto& s : result.starts) starts.push_back({{"joules", s.joules}, {"seconds", s.seconds}});
+  return {{"environment", to_json(result.environment)},
+          {"runtime", result.runtime},
+          {"interpreter", result.interpreter},
+          {"version", result.version},
+          {"meter_source", result.meter_source},
+          {"measured", result.measured},
+          {"steps", steps},
+          {"starts", starts},
+          {"joules", result.joules},
+          {"wall_seconds", result.wall_seconds}};
+}
+
+Result<RuntimeProbeResult> parse_runtime_probe_result(const json& value) {
+  if (!value.is_object()) return invalid("a runtime probe result must be a JSON object", "");
+  ObjectReader reader(value, "");
+  RuntimeProbeResult result;
+  if (auto e = reader.required("environment")) return *e;
+  auto environment = parse_environment(*reader.find("environment"), "/environment");
+  if (!environment) return environment.error();
+  result.environment = std::move(environment).value();
+  for (const char* key : {"runtime", "interpreter", "meter_source", "measured", "steps", "starts"})
+    if (auto e = reader.required(key)) return *e;
+  if (auto e = reader.string("runtime", result.runtime)) return *e;
+  if (auto e = reader.string("interpreter", result.interpreter)) return *e;
+  if (auto e = reader.string("version", result.version)) return *e;
+  if (auto e = reader.string("meter_source", result.meter_source)) return *e;
+  if (auto e = reader.boolean("measured", result.measured)) return *e;
+  if (result.measured && !joule::is_measurement(result.meter_source))
+    return invalid(fmt::format("measured is true but meter_source \"{}\" is not a measurement", result.meter_source),
+                   "/measured");
+  if (auto e = reader.number("wall_seconds", result.wall_seconds, 0.0)) return *e;
+  if (auto e = reader.number("joules", result.joules, 0.0)) return *e;
+  const json* steps = reader.find("steps");
+  if (!steps->is_array()) return invalid("steps must be an array", "/steps");
+  for (std::size_t i = 0; i < steps->size(); ++i) {
+    const std::string where = fmt::format("/steps/{}", i);
+    if (!(*steps)[i].is_object()) return invalid("a step reading must be an object", where);
+    ObjectReader step((*steps)[i], where);
+    estimator::RuntimeStepReading reading;
+    for (const char* key : {"modules", "runtime_joules_per_step", "runtime_seconds_per_step", "worker_joules_per_step",
+                            "worker_seconds_per_step"})
+      if (auto e = step.required(key)) return *e;
+    if (auto e = step.integer("modules", reading.modules, 1, 1 << 20)) return *e;
+    if (auto e = step.number("runtime_joules_per_step", reading.runtime_joules, 0.0)) return *e;
+    if (auto e = step.number("runtime_seconds_per_step", reading.runtime_seconds, 0.0)) return *e;
+    if (auto e = step.number("worker_joules_per_step", reading.worker_joules, 0.0)) return *e;
+    if (auto e = step.number("worker_seconds_per_step", reading.worker_seconds, 0.0)) return *e;
+    if (auto e = step.number("spread", reading.spread, 0.0)) return *e;
+    if (auto e = step.no_unknown_fields()) return *e;
+    result.steps.push_back(reading);
+  }
+  const json* starts = reader.find("starts");
+  if (!starts->is_array()) return invalid("starts must be an array", "/starts");
+  for (std::size_t i = 0; i < starts->size(); ++i) {
+    const std::string where = fmt::format("/starts/{}", i);
+    if (!(*starts)[i].is_object()) return invalid("a start-up reading must be an object", where);
+    ObjectReader start((*starts)[i], where);
+    estimator::RuntimeStartReading reading;
+    for (const char* key : {"joules", "seconds"})
+      if (auto e = start.required(key)) return *e;
+    if (auto e = start.number("joules", reading.joules, 0.0)) return *e;
+    if (auto e = start.number("seconds", reading.seconds, 0.0)) return *e;
+    if (auto e = start.no_unknown_fields()) return *e;
+    result.starts.push_back(reading);
+  }
+  if (auto e = reader.no_unknown_fields()) return *e;
+  return result;
+}
+
 double median_of(std::vector<double> values) {
   if (values.empty()) return 0.0;
   const std::size_t middle = values.size() / 2;

@@ -54,6 +54,10 @@ struct ProbingConfig {
   /// start (and a CUDA context on GPUs) before it meters anything.
   int plans_per_run = 4;
   std::filesystem::path worker;     ///< joule-worker; empty = beside the jouled binary, then $PATH
+  /// The interpreter the runtime probe measures (start-up and Python's per-step cost of jobs whose
+  /// command runs Python); a path, or a name looked up in PATH. Empty: not measured, and Python
+  /// jobs' estimates say their runtime is missing.
+  std::string python = "python3";
 };
 
 /// The thread count probes and jobs use on a device: its own, else [probing] threads.

@@ -18,7 +18,9 @@ namespace joule::daemon {
 /// Immutable model snapshots by device name; a refit swaps in a new snapshot.
 using DeviceModels = std::map<std::string, std::shared_ptr<const estimator::DeviceEnergyModel>>;
 
-/// Answers an estimate request `{"model": ..., "training": ..., "devices": ["pattern"...]}`;
+/// Answers an estimate request `{"model": ..., "training": ..., "devices": ["pattern"...],
+/// "runtime": "python" | "none"}` (runtime: what the job's training loop runs in; "python" adds
+/// the device's measured interpreter start-up and per-step cost, estimator/runtime_cost.hpp);
 /// errors name the field by JSON pointer.
 Result<nlohmann::json> estimate_request(const nlohmann::json& body, const std::vector<std::string>& devices,
                                         const DeviceModels& models);

@@ -18,6 +18,12 @@
 // (model older than `max_model_age_hours`), and when joule-worker reports another software
 // environment (LibTorch, BLAS, threads, meter source) than the model was learnt under: that
 // model is withdrawn at once, since its figures describe other conditions.
+//
+// Before the first layer probe of a campaign, `joule-worker runtime` meters what the configured
+// Python interpreter ([probing] python) costs: its start-up and its training loop's per-step
+// work beyond LibTorch's (estimator/runtime_cost.hpp). The model keeps it, so jobs whose command
+// runs Python are estimated with it from the first one; a failed runtime probe stores nothing
+// and says why in GET /v1/devices and in those jobs' estimates.
 
 #include <chrono>
 #include <deque>
@@ -92,6 +98,9 @@ class ProbeService {
   Result<nlohmann::json> run(const std::string& id) const;
   /// Probing state of a device for GET /v1/devices (empty object for devices not probed here).
   nlohmann::json info(const std::string& device) const;
+  /// Why `device`'s estimates have no Python runtime lines (not measured yet, the probe failed,
+  /// no interpreter configured); nothing once measured, or for a device not probed here.
+  std::optional<std::string> runtime_problem(const std::string& device) const;
 
  private:
   struct Device;
@@ -110,6 +119,14 @@ class ProbeService {
   bool probe_pays(Device& device, const estimator::PlannedProbe& planned);
   static void remember_job_energy(Device& device, const JobService::Feedback& feedback);
   void start_probe(Device& device);
+  /// Whether the device's model lacks what the configured interpreter costs and its runtime
+  /// probe has not been tried since the campaign (or the config) began.
+  bool runtime_due(const Device& device) const;
+  /// `joule-worker runtime`: the interpreter's start-up and per-step cost (runtime_cost.hpp).
+  void start_runtime_probe(Device& device);
+  void on_runtime_exit(Device& device, Running& probe, const std::optional<adapters::ExitStatus>& exit, double seconds);
+  /// Serves `model` for the device's estimates as a new version and saves its snapshot.
+  void install_model(Device& device, const std::shared_ptr<const estimator::DeviceEnergyModel>& model);
   /// Starts joule-worker for `device`; its end comes to on_probe_exit.
   Result<std::unique_ptr<ChildProcess>> launch_worker(Device& device, const adapters::LaunchSpec& spec,
                                                       const std::string& what);

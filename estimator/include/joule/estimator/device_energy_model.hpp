@@ -38,6 +38,7 @@
 #include "joule/common/result.hpp"
 #include "joule/estimator/gaussian_process.hpp"
 #include "joule/estimator/model_spec.hpp"
+#include "joule/estimator/runtime_cost.hpp"
 #include "joule/estimator/thor_probes.hpp"
 
 namespace joule::estimator {
@@ -75,6 +76,17 @@ struct LayerEstimate {
   bool sparse = false;        ///< its kind has too few probe samples for a GP: prior alone
 };
 
+/// What a job's runtime adds to its model's steps (runtime_cost.hpp): once per job, and per step
+/// for the `modules` its network calls. Both are in the estimate's totals and joules_per_step.
+struct RuntimeLines {
+  std::string runtime;  ///< "python"
+  std::int64_t modules = 0;
+  Uncertain start_joules;
+  Uncertain start_seconds;
+  Uncertain step_joules;
+  Uncertain step_seconds;
+};
+
 /// What one job will cost on one device.
 struct Estimate {
   std::string device;
@@ -90,6 +102,9 @@ struct Estimate {
   /// FLOPs-proportional baseline: joules_per_flop × FLOPs per step × steps.
   double flops_baseline_joules = 0.0;
   double joules_per_flop = 0.0;
+  /// The job's runtime's cost, where it asked for one the device has measured; nothing for a
+  /// built-in job, an unknown runtime, or one not measured yet (a warning then says so).
+  std::optional<RuntimeLines> runtime;
   std::vector<std::string> warnings;
 };
 
@@ -125,11 +140,20 @@ class DeviceEnergyModel {
   /// The estimate of a job; fails, saying which models are missing and how to get them, when a
   /// layer's (kind, position) has neither a GP nor a prior (never probed, or probed only before
   /// samples carried their work). No number is invented.
-  Result<Estimate> estimate(const ModelSpec& model, const TrainingConfig& training) const;
+  /// `runtime` names what the job's training loop runs in ("python", runtime_of_command): its
+  /// start-up and per-step cost join the estimate where this device has measured it; "" (a
+  /// built-in job, or a program of unknown kind) adds nothing.
+  Result<Estimate> estimate(const ModelSpec& model, const TrainingConfig& training,
+                            const std::string& runtime = {}) const;
   /// The same for a network already analysed at `training.batch_size` (estimating one network
   /// on many devices analyses it once). Identical layers (same kind, position and inputs) are
   /// predicted once.
-  Result<Estimate> estimate(const std::vector<AnalyzedLayer>& layers, const TrainingConfig& training) const;
+  Result<Estimate> estimate(const std::vector<AnalyzedLayer>& layers, const TrainingConfig& training,
+                            const std::string& runtime = {}) const;
+
+  /// Keeps what a runtime costs on this device (joule-worker runtime), replacing its last one.
+  void set_runtime(RuntimeCost cost);
+  const std::map<std::string, RuntimeCost>& runtimes() const { return runtimes_; }
 
   /// Latent standard deviation (log energy) of the model of `key` at a layer: how unsure the
   /// model is there (kSparseSigma for a prior alone); +inf when there is no model. The probe
@@ -214,6 +238,7 @@ class DeviceEnergyModel {
   double flops_sum_xy_ = 0.0;
   std::size_t dropped_ = 0;
   std::map<std::string, std::size_t> unresolved_;  // kinds with no kept sample: drops so far
+  std::map<std::string, RuntimeCost> runtimes_;    // by RuntimeCost::runtime
 };
 
 }  // namespace joule::estimator

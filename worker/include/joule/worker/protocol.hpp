@@ -13,6 +13,7 @@
 
 #include "joule/common/result.hpp"
 #include "joule/estimator/model_spec.hpp"
+#include "joule/estimator/runtime_cost.hpp"
 
 namespace joule::worker {
 
@@ -94,6 +95,26 @@ Result<ProbeRequest> parse_probe_request(const nlohmann::json& json);
 nlohmann::json to_json(const WorkerEnvironment& environment);
 nlohmann::json to_json(const ProbeResult& result);
 Result<ProbeResult> parse_probe_result(const nlohmann::json& json);
+
+/// What `joule-worker runtime --json` prints: a Python interpreter's start-up and per-step cost
+/// against the same loops in LibTorch (estimator/runtime_cost.hpp), metered by one meter.
+struct RuntimeProbeResult {
+  WorkerEnvironment environment;
+  std::string runtime = "python";
+  std::string interpreter;  ///< the program as run ("/usr/bin/python3")
+  std::string version;      ///< "Python 3.11.2, torch 1.13.1"
+  std::string meter_source;
+  bool measured = false;
+  std::vector<estimator::RuntimeStepReading> steps;
+  std::vector<estimator::RuntimeStartReading> starts;
+  double joules = 0.0;  ///< every metered window together: what the probe spent that was metered
+  double wall_seconds = 0.0;
+};
+
+nlohmann::json to_json(const RuntimeProbeResult& result);
+/// Errors name the JSON pointer of the bad field; a result that calls a modelled meter a
+/// measurement is refused.
+Result<RuntimeProbeResult> parse_runtime_probe_result(const nlohmann::json& json);
 
 /// Median, and (max − min) / median, of a non-empty list.
 double median_of(std::vector<double> values);

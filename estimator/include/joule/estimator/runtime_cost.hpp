@@ -1,0 +1,101 @@
+#pragma once
+// What a job's runtime costs beyond its model's steps as LibTorch runs them, measured on the
+// device before any job ends (`joule-worker runtime`): starting the interpreter and importing
+// torch once per job, and per step the training loop's own work in the runtime's language
+// (Python dispatching every module call, the optimizer's loop over parameters, loss.item()).
+//
+// The layer probes train in LibTorch (C++), so a step they estimate has none of Python's cost;
+// a job written in Python pays it every step. On a 2-vCPU VM that is ~0.1-0.3 ms per step and
+// ~1 s of start-up: 1.4-4× the steps of small networks (issue 30's small-step misses).
+//
+// The per-step cost is learnt as a line in the network's module count, from tiny networks (L
+// blocks of Linear + ReLU at a width and batch where their arithmetic is negligible) trained
+// the same way in the runtime and in joule-worker, interleaved reading by reading:
+//   overhead(L) = step_runtime(L) − step_worker(L) ≈ base + per_module × modules(L)
+// and applied to a job as base + per_module × (its spec's module calls, python_module_calls).
+// Start-up is the median
+// of the probe's fresh processes from spawn to `import torch` done.
+// Pure: readings in, the fitted cost and the lines it adds out.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "joule/common/result.hpp"
+
+namespace joule::estimator {
+
+/// One tiny network trained both ways, per step: in the runtime (a Python loop) and in LibTorch.
+struct RuntimeStepReading {
+  std::int64_t modules = 0;  ///< modules the network calls per step (its spec's layers)
+  double runtime_joules = 0.0;
+  double runtime_seconds = 0.0;
+  double worker_joules = 0.0;
+  double worker_seconds = 0.0;
+  /// (max − min) / median of the runtime's readings: how steady the machine was meanwhile.
+  double spread = 0.0;
+};
+
+/// One fresh process from spawn to its framework imported.
+struct RuntimeStartReading {
+  double joules = 0.0;
+  double seconds = 0.0;
+};
+
+/// The least relative σ a runtime's per-step line claims on a job: the probe's tiny networks
+/// call a handful of module kinds, a job's network others (convolutions, attention) whose
+/// Python-side cost per call differs by tens of per cent.
+inline constexpr double kRuntimeStepSigmaFloor = 0.25;
+/// The least relative σ of the start-up: imports are read from the page cache or from disk.
+inline constexpr double kRuntimeStartSigmaFloor = 0.15;
+
+/// The fitted cost of one runtime on one device.
+struct RuntimeCost {
+  std::string runtime;      ///< "python"
+  std::string interpreter;  ///< the program the probe ran ("/usr/bin/python3")
+  std::string version;      ///< what it said it was ("Python 3.11.2, torch 1.13.1")
+  std::string source;       ///< meter source of the joules ("rapl", "modelled"...)
+  std::int64_t measured_ms = 0;
+  /// Start-up per job: median of the readings, σ their spread (at least the floor).
+  double start_joules = 0.0;
+  double start_seconds = 0.0;
+  double start_sigma = kRuntimeStartSigmaFloor;  ///< relative
+  /// Per step: base + per_module × modules, each at least 0.
+  double step_joules_base = 0.0;
+  double step_joules_per_module = 0.0;
+  double step_seconds_base = 0.0;
+  double step_seconds_per_module = 0.0;
+  double step_sigma = kRuntimeStepSigmaFloor;  ///< relative, of the line at any module count
+  std::vector<RuntimeStepReading> steps;
+  std::vector<RuntimeStartReading> starts;
+
+  double step_joules(std::int64_t modules) const;
+  double step_seconds(std::int64_t modules) const;
+};
+
+/// Fits a runtime's cost from its readings. Fails (invalid_argument, saying what is missing)
+/// without a start-up reading, without step readings at two module counts, or with a figure
+/// that is not positive and finite: nothing is learnt from a failed measurement.
+Result<RuntimeCost> fit_runtime_cost(std::string runtime, std::vector<RuntimeStepReading> steps,
+                                     std::vector<RuntimeStartReading> starts);
+
+nlohmann::json to_json(const RuntimeCost& cost);
+/// Reads to_json's output; refuses (never throws on) anything else, naming the field.
+Result<RuntimeCost> runtime_cost_from_json(const nlohmann::json& json);
+
+/// How many module calls PyTorch makes for one layer of a spec, what the per-module line of a
+/// Python runtime counts: 1 for a plain layer (a module or a functional op such as add), and for
+/// a composite module its own call plus its submodules' as PyTorch 1.13's forward makes them
+/// (transformer_encoder_layer: self_attn, dropout1, norm1, linear1, dropout, linear2, dropout2,
+/// norm2, 9 in all). Counted from PyTorch's source, not fitted.
+std::int64_t python_module_calls(const std::string& layer_type);
+
+/// The runtime a job's command runs its training loop in: "python" when the program (its
+/// basename) is a Python interpreter (python, python3, python3.11...), else "" (unknown: a
+/// shell script, a compiled trainer).
+std::string runtime_of_command(const std::vector<std::string>& argv);
+
+}  // namespace joule::estimator

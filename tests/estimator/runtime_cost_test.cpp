@@ -1,0 +1,199 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "joule/estimator/device_energy_model.hpp"
+#include "joule/estimator/runtime_cost.hpp"
+#include "joule/estimator/thor_probes.hpp"
+
+using namespace joule::estimator;
+
+namespace {
+
+// Readings of a runtime whose loop costs `base` + `per_module` × modules beyond LibTorch's, in
+// joules and (a tenth of them) seconds, over a LibTorch step of 1 mJ.
+std::vector<RuntimeStepReading> exact_readings(double base, double per_module) {
+  std::vector<RuntimeStepReading> readings;
+  for (std::int64_t modules : {3, 9, 33}) {
+    const double extra = base + per_module * static_cast<double>(modules);
+    readings.push_back({modules, 1e-3 + extra, (1e-3 + extra) / 10.0, 1e-3, 1e-4, 0.02});
+  }
+  return readings;
+}
+
+std::vector<RuntimeStartReading> starts() { return {{20.0, 1.1}, {22.0, 1.2}, {21.0, 1.15}}; }
+
+LayerSample linear_output_sample(double joules) {
+  ProbeTarget target;
+  target.layer = LayerSpec{"linear", {{"out_features", 10}}, {}, {}};
+  target.input_shape = {256};
+  target.batch_size = 32;
+  target.position = LayerPosition::output;
+  auto plan = plan_probe(target);
+  EXPECT_TRUE(plan);
+  LayerSample sample;
+  sample.key = LayerKey{"linear", LayerPosition::output};
+  sample.features = plan->analyzed.features;
+  sample.features["batch_size"] = 32;
+  sample.cost = plan->analyzed.cost;
+  sample.joules_per_step = joules;
+  sample.seconds_per_step = joules / 10.0;
+  return sample;
+}
+
+ModelSpec classifier() {
+  ModelSpec spec;
+  spec.input_shape = {256};
+  spec.layers = {LayerSpec{"linear", {{"out_features", 10}}, {}, {}}};
+  return spec;
+}
+
+TrainingConfig steps(std::int64_t count) {
+  TrainingConfig training;
+  training.batch_size = 32;
+  training.samples_per_epoch = 32 * count;
+  return training;
+}
+
+}  // namespace
+
+TEST(RuntimeCostTest, the_line_through_the_differences_is_recovered) {
+  auto cost = fit_runtime_cost("python", exact_readings(5e-4, 2e-5), starts());
+  ASSERT_TRUE(cost) << cost.error().message;
+  EXPECT_NEAR(cost->step_joules_base, 5e-4, 1e-12);
+  EXPECT_NEAR(cost->step_joules_per_module, 2e-5, 1e-12);
+  EXPECT_NEAR(cost->step_seconds_base, 5e-5, 1e-12);
+  EXPECT_NEAR(cost->step_seconds_per_module, 2e-6, 1e-12);
+  EXPECT_NEAR(cost->step_joules(10), 5e-4 + 2e-4, 1e-12);
+  // An exact line with steady readings claims no less than the floor.
+  EXPECT_DOUBLE_EQ(cost->step_sigma, kRuntimeStepSigmaFloor);
+  EXPECT_DOUBLE_EQ(cost->start_joules, 21.0);  // the median
+  EXPECT_DOUBLE_EQ(cost->start_seconds, 1.15);
+  EXPECT_DOUBLE_EQ(cost->start_sigma, kRuntimeStartSigmaFloor);  // (22 − 20) / 2 / 21 < the floor
+}
+
+TEST(RuntimeCostTest, a_runtime_never_makes_a_step_cheaper_and_noise_widens_its_sigma) {
+  // Differences that fall with size are noise: the line is flat at their mean, never negative.
+  std::vector<RuntimeStepReading> falling = {{3, 2e-3, 2e-4, 1e-3, 1e-4, 0.5}, {33, 1.5e-3, 1.5e-4, 1e-3, 1e-4, 0.1}};
+  auto cost = fit_runtime_cost("python", falling, starts());
+  ASSERT_TRUE(cost) << cost.error().message;
+  EXPECT_DOUBLE_EQ(cost->step_joules_per_module, 0.0);
+  EXPECT_NEAR(cost->step_joules_base, 0.75e-3, 1e-12);
+  // A reading that moved 50 % while it was taken makes the line at least that unsure.
+  EXPECT_GE(cost->step_sigma, 0.5);
+
+  // LibTorch slower than Python at both sizes: nothing is added.
+  std::vector<RuntimeStepReading> below = {{3, 0.9e-3, 1e-4, 1e-3, 1.1e-4, 0.0}, {9, 0.95e-3, 1e-4, 1e-3, 1.1e-4, 0.0}};
+  auto none = fit_runtime_cost("python", below, starts());
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->step_joules(100), 0.0);
+}
+
+TEST(RuntimeCostTest, a_failed_or_partial_measurement_teaches_nothing) {
+  auto no_start = fit_runtime_cost("python", exact_readings(1e-4, 1e-5), {});
+  ASSERT_FALSE(no_start);
+  EXPECT_NE(no_start.error().message.find("start-up"), std::string::npos);
+  auto one_size = fit_runtime_cost("python", {exact_readings(1e-4, 1e-5)[0]}, starts());
+  ASSERT_FALSE(one_size);
+  EXPECT_NE(one_size.error().message.find("two module counts"), std::string::npos);
+  auto readings = exact_readings(1e-4, 1e-5);
+  readings[1].worker_joules = std::nan("");
+  auto not_finite = fit_runtime_cost("python", readings, starts());
+  ASSERT_FALSE(not_finite);
+  EXPECT_EQ(not_finite.error().where, "steps/1");
+  auto zero_start = fit_runtime_cost("python", exact_readings(1e-4, 1e-5), {{0.0, 1.0}});
+  ASSERT_FALSE(zero_start);
+  EXPECT_EQ(zero_start.error().where, "starts/0");
+}
+
+TEST(RuntimeCostTest, saved_and_loaded_it_is_the_same_and_bad_json_is_refused) {
+  auto cost = fit_runtime_cost("python", exact_readings(5e-4, 2e-5), starts());
+  ASSERT_TRUE(cost);
+  cost->interpreter = "/usr/bin/python3";
+  cost->version = "Python 3.11.2, torch 1.13.1";
+  cost->source = "rapl";
+  cost->measured_ms = 1234;
+  auto again = runtime_cost_from_json(to_json(*cost));
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(to_json(*again), to_json(*cost));
+  auto broken = to_json(*cost);
+  broken["step"]["joules_base"] = "many";
+  auto refused = runtime_cost_from_json(broken);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().where, "/step/joules_base");
+  EXPECT_FALSE(runtime_cost_from_json(nlohmann::json::array()));
+}
+
+TEST(RuntimeCostTest, a_command_says_which_runtime_its_loop_runs_in) {
+  EXPECT_EQ(runtime_of_command({"python3", "train.py"}), "python");
+  EXPECT_EQ(runtime_of_command({"/usr/bin/python3.11", "-m", "trainer"}), "python");
+  EXPECT_EQ(runtime_of_command({"/srv/venv/bin/python", "train.py"}), "python");
+  EXPECT_EQ(runtime_of_command({"/usr/bin/env", "OMP_NUM_THREADS=2", "python3", "train.py"}), "python");
+  EXPECT_EQ(runtime_of_command({"torchrun", "--nproc-per-node", "1", "train.py"}), "python");
+  EXPECT_EQ(runtime_of_command({"bash", "run.sh"}), "");
+  EXPECT_EQ(runtime_of_command({"/opt/trainer/bin/train"}), "");
+  EXPECT_EQ(runtime_of_command({"python3-config"}), "");
+  EXPECT_EQ(runtime_of_command({}), "");
+}
+
+TEST(RuntimeCostTest, an_estimate_adds_the_runtime_once_per_job_and_per_step_only_where_asked) {
+  DeviceEnergyModel model("cpu", "rapl");
+  ASSERT_TRUE(model.add_sample(linear_output_sample(0.01)));
+  ASSERT_TRUE(model.fit());
+  auto bare = model.estimate(classifier(), steps(100));
+  ASSERT_TRUE(bare) << bare.error().message;
+
+  // Asked for a runtime the device has not measured: nothing is added, and a warning says so.
+  auto unmeasured = model.estimate(classifier(), steps(100), "python");
+  ASSERT_TRUE(unmeasured);
+  EXPECT_DOUBLE_EQ(unmeasured->joules.mean, bare->joules.mean);
+  EXPECT_FALSE(unmeasured->runtime);
+  ASSERT_FALSE(unmeasured->warnings.empty());
+  EXPECT_NE(unmeasured->warnings.back().find("python has not been measured on device cpu"), std::string::npos);
+
+  const std::uint64_t before = model.revision();
+  auto cost = fit_runtime_cost("python", exact_readings(5e-3, 1e-3), starts());
+  ASSERT_TRUE(cost);
+  model.set_runtime(*cost);
+  EXPECT_NE(model.revision(), before);  // kept answers computed from the model are stale
+
+  auto python = model.estimate(classifier(), steps(100), "python");
+  ASSERT_TRUE(python);
+  ASSERT_TRUE(python->runtime);
+  EXPECT_EQ(python->runtime->modules, 1);
+  const double per_step = 5e-3 + 1e-3;
+  EXPECT_NEAR(python->joules_per_step.mean, bare->joules_per_step.mean + per_step, 1e-12);
+  EXPECT_NEAR(python->joules.mean, bare->joules.mean + 100 * per_step + 21.0, 1e-9);
+  EXPECT_NEAR(python->seconds.mean, bare->seconds.mean + 100 * per_step / 10.0 + 1.15, 1e-9);
+  // Its errors join the layers': wider than either alone.
+  EXPECT_GT(python->joules.std, bare->joules.std);
+  EXPECT_GT(python->joules.std, kRuntimeStartSigmaFloor * 21.0);
+  const auto json = to_json(*python);
+  EXPECT_EQ(json["runtime"]["runtime"], "python");
+  EXPECT_DOUBLE_EQ(json["runtime"]["start_joules"]["mean"].get<double>(), 21.0);
+
+  // A built-in job (no runtime) is estimated without it.
+  auto builtin = model.estimate(classifier(), steps(100), "");
+  ASSERT_TRUE(builtin);
+  EXPECT_DOUBLE_EQ(builtin->joules.mean, bare->joules.mean);
+
+  // The runtime travels with the saved model.
+  auto loaded = DeviceEnergyModel::load(model.save());
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  ASSERT_EQ(loaded->runtimes().count("python"), 1u);
+  auto again = loaded->estimate(classifier(), steps(100), "python");
+  ASSERT_TRUE(again);
+  EXPECT_NEAR(again->joules.mean, python->joules.mean, 1e-9 * python->joules.mean);
+  auto saved = model.save();
+  saved["runtimes"]["python"]["start"]["joules"] = -1;
+  auto refused = DeviceEnergyModel::load(saved);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("runtimes/python/start/joules"), std::string::npos) << refused.error().message;
+}
+
+TEST(RuntimeCostTest, composite_layers_count_the_module_calls_pytorch_makes_for_them) {
+  EXPECT_EQ(python_module_calls("linear"), 1);
+  EXPECT_EQ(python_module_calls("add"), 1);
+  EXPECT_EQ(python_module_calls("lstm"), 1);
+  EXPECT_EQ(python_module_calls("transformer_encoder_layer"), 9);
+}
