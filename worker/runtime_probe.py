@@ -44,7 +44,8 @@ def main():
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--reading-seconds", type=float, required=True)
     parser.add_argument("--readings", type=int, required=True)
-    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=20, help="steps at least")
+    parser.add_argument("--warmup-seconds", type=float, default=0.0, help="and at least this long")
     args = parser.parse_args(sys.argv[1:])
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
@@ -65,8 +66,10 @@ def main():
         optimizer.step()
         return loss.item()
 
-    for _ in range(args.warmup):
+    warm_until, warmed = time.monotonic() + args.warmup_seconds, 0
+    while warmed < args.warmup or time.monotonic() < warm_until:
         step()
+        warmed += 1
     for _ in range(args.readings):
         say("begin")
         if sys.stdin.readline().strip() != "go":

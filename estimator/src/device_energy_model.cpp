@@ -467,7 +467,8 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
       start_seconds = lines.start_seconds.mean;
       start_seconds_var = lines.start_seconds.std * lines.start_seconds.std;
       out.runtime = std::move(lines);
-    } else {
+    } else if (source_ != "simulated") {
+      // A simulated device's steps are the simulator's: no interpreter runs on it to be measured.
       out.warnings.push_back(fmt::format(
           "{} has not been measured on device {} yet (joule-worker runtime, run by probing): its start-up and "
           "its per-step work beyond the layers are not in this estimate",

@@ -99,7 +99,7 @@ Result<RuntimeCost> fit_runtime_cost(std::string runtime, std::vector<RuntimeSte
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const auto& r = steps[i];
     if (r.modules < 1 || !positive(r.runtime_joules) || !positive(r.runtime_seconds) || !positive(r.worker_joules) ||
-        !positive(r.worker_seconds))
+        !positive(r.worker_seconds) || !std::isfinite(r.extra_joules()) || !std::isfinite(r.extra_seconds()))
       return make_error(
           ErrorCode::invalid_argument,
           fmt::format("step reading {} ({} modules): every figure must be positive and finite", i, r.modules),
@@ -117,8 +117,8 @@ Result<RuntimeCost> fit_runtime_cost(std::string runtime, std::vector<RuntimeSte
   std::vector<double> x, joules, seconds;
   for (const auto& r : steps) {
     x.push_back(static_cast<double>(r.modules));
-    joules.push_back(r.runtime_joules - r.worker_joules);
-    seconds.push_back(r.runtime_seconds - r.worker_seconds);
+    joules.push_back(r.extra_joules());
+    seconds.push_back(r.extra_seconds());
   }
   const Line joule_line = fit_line(x, joules);
   const Line second_line = fit_line(x, seconds);
@@ -155,7 +155,9 @@ json to_json(const RuntimeCost& cost) {
                      {"runtime_seconds", r.runtime_seconds},
                      {"worker_joules", r.worker_joules},
                      {"worker_seconds", r.worker_seconds},
-                     {"spread", r.spread}});
+                     {"spread", r.spread},
+                     {"difference_joules", r.extra_joules()},
+                     {"difference_seconds", r.extra_seconds()}});
   json starts = json::array();
   for (const auto& s : cost.starts) starts.push_back({{"joules", s.joules}, {"seconds", s.seconds}});
   return {{"runtime", cost.runtime},
@@ -218,9 +220,14 @@ Result<RuntimeCost> runtime_cost_from_json(const json& j) {
   if (const auto it = j.find("step_readings"); it != j.end() && it->is_array()) {
     for (const auto& r : *it) {
       if (!r.is_object()) continue;
-      cost.steps.push_back({r.value("modules", std::int64_t{0}), r.value("runtime_joules", 0.0),
-                            r.value("runtime_seconds", 0.0), r.value("worker_joules", 0.0),
-                            r.value("worker_seconds", 0.0), r.value("spread", 0.0)});
+      RuntimeStepReading reading{r.value("modules", std::int64_t{0}), r.value("runtime_joules", 0.0),
+                                 r.value("runtime_seconds", 0.0),     r.value("worker_joules", 0.0),
+                                 r.value("worker_seconds", 0.0),      r.value("spread", 0.0)};
+      if (r.contains("difference_joules") && r["difference_joules"].is_number())
+        reading.difference_joules = r["difference_joules"].get<double>();
+      if (r.contains("difference_seconds") && r["difference_seconds"].is_number())
+        reading.difference_seconds = r["difference_seconds"].get<double>();
+      cost.steps.push_back(reading);
     }
   }
   if (const auto it = j.find("start_readings"); it != j.end() && it->is_array())

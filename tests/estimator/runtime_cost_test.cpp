@@ -197,3 +197,31 @@ TEST(RuntimeCostTest, composite_layers_count_the_module_calls_pytorch_makes_for_
   EXPECT_EQ(python_module_calls("lstm"), 1);
   EXPECT_EQ(python_module_calls("transformer_encoder_layer"), 9);
 }
+
+TEST(RuntimeCostTest, a_simulated_device_has_no_interpreter_to_measure_and_does_not_ask_for_one) {
+  DeviceEnergyModel model("sim:laptop-cpu", "simulated");
+  ASSERT_TRUE(model.add_sample(linear_output_sample(0.01)));
+  ASSERT_TRUE(model.fit());
+  auto estimate = model.estimate(classifier(), steps(10), "python");
+  ASSERT_TRUE(estimate);
+  EXPECT_FALSE(estimate->runtime);
+  for (const auto& warning : estimate->warnings) EXPECT_EQ(warning.find("has not been measured"), std::string::npos);
+}
+
+TEST(RuntimeCostTest, paired_differences_are_what_the_line_is_fitted_to) {
+  // The medians of each side say 1 ms apart; the pairs, read back to back, say 0.2 and 0.4 ms.
+  std::vector<RuntimeStepReading> readings = {{3, 2e-3, 2e-4, 1e-3, 1e-4, 0.3}, {9, 2e-3, 2e-4, 1e-3, 1e-4, 0.3}};
+  readings[0].difference_joules = 2e-4;
+  readings[0].difference_seconds = 2e-5;
+  readings[1].difference_joules = 4e-4;
+  readings[1].difference_seconds = 4e-5;
+  auto cost = fit_runtime_cost("python", readings, starts());
+  ASSERT_TRUE(cost) << cost.error().message;
+  EXPECT_NEAR(cost->step_joules(3), 2e-4, 1e-12);
+  EXPECT_NEAR(cost->step_joules(9), 4e-4, 1e-12);
+  EXPECT_NEAR(cost->step_seconds_per_module, 2e-5 / 6.0, 1e-12);
+  // They travel with the saved cost.
+  auto again = runtime_cost_from_json(to_json(*cost));
+  ASSERT_TRUE(again);
+  EXPECT_DOUBLE_EQ(again->steps[1].difference_joules, 4e-4);
+}

@@ -170,7 +170,7 @@ TEST(ProbingTest, background_probing_learns_a_cpu_model_and_shows_it) {
 
 TEST(ProbingTest, a_job_preempts_a_probe) {
   // Probes of thousands of steps (seconds each): one surely still runs when the job comes.
-  DaemonProcess daemon({.config_toml = config("idle_seconds = 0\nsteps_per_repetition = 2000\n")});
+  DaemonProcess daemon({.config_toml = config("idle_seconds = 0\nsteps_per_repetition = 2000\npython = \"\"\n")});
   ASSERT_TRUE(daemon.start()) << daemon.log();
   const auto cpu = wait_cpu(
       daemon, [](const json& d) { return text(d, "/model/probing/state") == "probing"; }, 60s);

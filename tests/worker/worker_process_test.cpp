@@ -202,7 +202,7 @@ TEST_F(WorkerProcessTest, bad_input_exits_2_naming_the_problem) {
   expect_bad("measure --model " + write_json("lenet.json", model), "/layers/3/type");
   expect_bad(fmt::format("measure --model {} --device tpu", example("lenet5")), "--device");
   expect_bad(fmt::format("measure --model {} --steps 0", example("lenet5")), "--steps");
-  expect_bad("fly", "unknown subcommand \"fly\": use probe, measure, train, meters or env");
+  expect_bad("fly", "unknown subcommand \"fly\": use probe, measure, train, runtime, meters or env");
 }
 
 // A job of the built-in trainer on a CSV dataset written here: two classes a line apart, an MLP.
@@ -317,9 +317,6 @@ TEST_F(WorkerProcessTest, cuda_without_cuda_exits_1) {
   EXPECT_NE(run.err.find("CUDA is not available"), std::string::npos) << run.err;
 }
 
-}  // namespace
-}  // namespace joule::worker
-
 TEST_F(WorkerProcessTest, runtime_meters_python_against_the_same_loop_in_libtorch) {
   // Debian's interpreter with python3-torch: what jobs run.
   if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
@@ -373,3 +370,6 @@ TEST_F(WorkerProcessTest, runtime_names_an_interpreter_that_cannot_run_the_probe
   EXPECT_EQ(run.exit_code, 2) << run.err;
   EXPECT_NE(run.err.find("--blocks"), std::string::npos) << run.err;
 }
+
+}  // namespace
+}  // namespace joule::worker

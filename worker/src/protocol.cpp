@@ -326,6 +326,8 @@ json to_json(const RuntimeProbeResult& result) {
                      {"runtime_seconds_per_step", r.runtime_seconds},
                      {"worker_joules_per_step", r.worker_joules},
                      {"worker_seconds_per_step", r.worker_seconds},
+                     {"difference_joules_per_step", r.extra_joules()},
+                     {"difference_seconds_per_step", r.extra_seconds()},
                      {"spread", r.spread}});
   json starts = json::array();
   for (const auto& s : result.starts) starts.push_back({{"joules", s.joules}, {"seconds", s.seconds}});
@@ -377,6 +379,9 @@ Result<RuntimeProbeResult> parse_runtime_probe_result(const json& value) {
     if (auto e = step.number("worker_joules_per_step", reading.worker_joules, 0.0)) return *e;
     if (auto e = step.number("worker_seconds_per_step", reading.worker_seconds, 0.0)) return *e;
     if (auto e = step.number("spread", reading.spread, 0.0)) return *e;
+    // Signed: a runtime step may read a little faster than LibTorch's in noise.
+    if (auto e = step.number("difference_joules_per_step", reading.difference_joules, -1.0)) return *e;
+    if (auto e = step.number("difference_seconds_per_step", reading.difference_seconds, -1.0)) return *e;
     if (auto e = step.no_unknown_fields()) return *e;
     result.steps.push_back(reading);
   }

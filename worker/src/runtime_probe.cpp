@@ -271,7 +271,9 @@ Result<RuntimeProbeResult> run_runtime_probe(const RuntimeProbeRequest& request)
                                            "--reading-seconds",
                                            fmt::format("{}", reading_seconds),
                                            "--readings",
-                                           std::to_string(request.readings)};
+                                           std::to_string(request.readings),
+                                           "--warmup-seconds",
+                                           fmt::format("{}", reading_seconds)};
     auto broken = [&](const std::string& what, const Error& error) {
       const std::string said = last_line_of(stderr_path);
       return make_error(error.code == ErrorCode::internal ? ErrorCode::internal : ErrorCode::unavailable,
@@ -303,12 +305,17 @@ Result<RuntimeProbeResult> run_runtime_probe(const RuntimeProbeRequest& request)
     SessionOptions options{request.batch_size, "sgd", torch::kCPU, 1};
     auto session = TrainingSession::create(runtime_probe_network(blocks, request.width), options);
     if (!session) return session.error();
-    for (int i = 0; i < 20; ++i) session->step();
+    // Warm for as long as a reading lasts (and 20 steps at least): first steps allocate, and
+    // caches and clocks settle; the interpreter does the same on its side.
+    const auto warm_until =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(reading_seconds));
+    for (int i = 0; i < 20 || Clock::now() < warm_until; ++i) session->step();
     auto before = Clock::now();
     for (int i = 0; i < 20; ++i) session->step();
     double worker_pace = seconds_between(before, Clock::now()) / 20.0;
 
     std::vector<double> runtime_joules, runtime_seconds, worker_joules, worker_seconds;
+    std::vector<double> extra_joules, extra_seconds;  // per pair of readings, back to back
     for (int reading = 0; reading < request.readings; ++reading) {
       auto begin = child->read_line(reading_timeout);
       if (!begin || *begin != "begin")
@@ -338,6 +345,8 @@ Result<RuntimeProbeResult> run_runtime_probe(const RuntimeProbeRequest& request)
       worker_joules.push_back(ours->joules / worker_steps);
       worker_seconds.push_back(ours->seconds / worker_steps);
       worker_pace = worker_seconds.back();
+      extra_joules.push_back(runtime_joules.back() - worker_joules.back());
+      extra_seconds.push_back(runtime_seconds.back() - worker_seconds.back());
     }
     auto done = child->read_line(reading_timeout);
     if (!done || *done != "done") return broken("ending", done ? make_error(ErrorCode::internal, *done) : done.error());
@@ -351,6 +360,8 @@ Result<RuntimeProbeResult> run_runtime_probe(const RuntimeProbeRequest& request)
     reading.worker_joules = median_of(worker_joules);
     reading.worker_seconds = median_of(worker_seconds);
     reading.spread = std::max(spread_of(runtime_joules), spread_of(worker_joules));
+    reading.difference_joules = median_of(extra_joules);
+    reading.difference_seconds = median_of(extra_seconds);
     result.steps.push_back(reading);
   }
   result.environment = detect_environment(request.device);

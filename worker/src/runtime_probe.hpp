@@ -6,7 +6,10 @@
 // For each network of `blocks` Linear + ReLU blocks (tiny: their arithmetic is negligible, so
 // what differs is the loop's own work), a fresh interpreter runs worker/runtime_probe.py (built
 // into this program) and the two alternate reading by reading: the interpreter's loop for about
-// `reading_seconds`, then the same network in this process for as long. Each phase is one
+// `reading_seconds`, then the same network in this process for as long; the runtime's cost is
+// the median over these pairs of their difference (back to back, the machine's drift cancels:
+// on a 2-vCPU VM the sides' own readings spread by 36-70 %). Each side first warms up for a
+// reading's length. Each phase is one
 // window of the meter: a device meter (RAPL, NVML...) as it is; for the `modelled` meter the
 // interpreter's phases count the interpreter's CPU clock (clock_getcpuclockid) and this
 // process's phases its own. Each interpreter's time from spawn to `import torch` done is one
@@ -28,7 +31,7 @@ struct RuntimeProbeRequest {
   std::vector<int> blocks = {1, 4, 16};  ///< one network per entry: this many Linear + ReLU blocks
   int width = 16;
   std::int64_t batch_size = 8;
-  int readings = 3;              ///< per network and side; medians are kept
+  int readings = 5;              ///< per network and side, in pairs; medians are kept
   double reading_seconds = 0.0;  ///< 0: by meter (default_min_reading_seconds)
   std::string meter = "auto";
   double idle_watts = 10.0;

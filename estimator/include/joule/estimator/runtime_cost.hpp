@@ -12,12 +12,15 @@
 // blocks of Linear + ReLU at a width and batch where their arithmetic is negligible) trained
 // the same way in the runtime and in joule-worker, interleaved reading by reading:
 //   overhead(L) = step_runtime(L) − step_worker(L) ≈ base + per_module × modules(L)
+// (the median of paired differences, each pair read back to back),
 // and applied to a job as base + per_module × (its spec's module calls, python_module_calls).
 // Start-up is the median
 // of the probe's fresh processes from spawn to `import torch` done.
 // Pure: readings in, the fitted cost and the lines it adds out.
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,15 +31,28 @@
 
 namespace joule::estimator {
 
-/// One tiny network trained both ways, per step: in the runtime (a Python loop) and in LibTorch.
+/// One tiny network trained both ways, per step: in the runtime (a Python loop) and in LibTorch,
+/// each the median of its readings.
 struct RuntimeStepReading {
   std::int64_t modules = 0;  ///< modules the network calls per step (its spec's layers)
   double runtime_joules = 0.0;
   double runtime_seconds = 0.0;
   double worker_joules = 0.0;
   double worker_seconds = 0.0;
-  /// (max − min) / median of the runtime's readings: how steady the machine was meanwhile.
+  /// (max − min) / median of either side's readings, the larger: how steady the machine was.
   double spread = 0.0;
+  /// The runtime's cost beyond LibTorch's: the median over reading pairs of (runtime − worker),
+  /// each pair taken back to back so that the machine's drift cancels. Unset (NaN): the
+  /// difference of the medians.
+  double difference_joules = std::numeric_limits<double>::quiet_NaN();
+  double difference_seconds = std::numeric_limits<double>::quiet_NaN();
+
+  double extra_joules() const {
+    return std::isnan(difference_joules) ? runtime_joules - worker_joules : difference_joules;
+  }
+  double extra_seconds() const {
+    return std::isnan(difference_seconds) ? runtime_seconds - worker_seconds : difference_seconds;
+  }
 };
 
 /// One fresh process from spawn to its framework imported.
