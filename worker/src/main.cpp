@@ -483,7 +483,7 @@ int run(int argc, char** argv) {
       fmt::print("  {:>8} {:>14} {:>14} {:>14}\n", "modules", "python/step", "libtorch/step", "difference");
       for (const auto& r : result->steps)
         fmt::print("  {:>8} {:>14} {:>14} {:>14}\n", r.modules, format_seconds(r.runtime_seconds),
-                   format_seconds(r.worker_seconds), format_seconds(r.runtime_seconds - r.worker_seconds));
+                   format_seconds(r.worker_seconds), format_seconds(r.extra_seconds()));
       fmt::print("  per step beyond LibTorch: {} + {} per module; {:.4g} J + {:.4g} J per module (±{:.0f} %)\n",
                  format_seconds(cost->step_seconds_base), format_seconds(cost->step_seconds_per_module),
                  cost->step_joules_base, cost->step_joules_per_module, 100.0 * cost->step_sigma);
