@@ -5,8 +5,10 @@
 #include "joule/estimator/device_energy_model.hpp"
 #include "joule/estimator/runtime_cost.hpp"
 #include "joule/estimator/thor_probes.hpp"
+#include "layer_samples.hpp"
 
 using namespace joule::estimator;
+using joule::testing::linear_output_sample;
 
 namespace {
 
@@ -22,24 +24,6 @@ std::vector<RuntimeStepReading> exact_readings(double base, double per_module) {
 }
 
 std::vector<RuntimeStartReading> starts() { return {{20.0, 1.1}, {22.0, 1.2}, {21.0, 1.15}}; }
-
-LayerSample linear_output_sample(double joules) {
-  ProbeTarget target;
-  target.layer = LayerSpec{"linear", {{"out_features", 10}}, {}, {}};
-  target.input_shape = {256};
-  target.batch_size = 32;
-  target.position = LayerPosition::output;
-  auto plan = plan_probe(target);
-  EXPECT_TRUE(plan);
-  LayerSample sample;
-  sample.key = LayerKey{"linear", LayerPosition::output};
-  sample.features = plan->analyzed.features;
-  sample.features["batch_size"] = 32;
-  sample.cost = plan->analyzed.cost;
-  sample.joules_per_step = joules;
-  sample.seconds_per_step = joules / 10.0;
-  return sample;
-}
 
 ModelSpec classifier() {
   ModelSpec spec;
@@ -138,7 +122,7 @@ TEST(RuntimeCostTest, a_command_says_which_runtime_its_loop_runs_in) {
 
 TEST(RuntimeCostTest, an_estimate_adds_the_runtime_once_per_job_and_per_step_only_where_asked) {
   DeviceEnergyModel model("cpu", "rapl");
-  ASSERT_TRUE(model.add_sample(linear_output_sample(0.01)));
+  ASSERT_TRUE(model.add_sample(linear_output_sample(256, 0.01)));
   ASSERT_TRUE(model.fit());
   auto bare = model.estimate(classifier(), steps(100));
   ASSERT_TRUE(bare) << bare.error().message;
@@ -200,7 +184,7 @@ TEST(RuntimeCostTest, composite_layers_count_the_module_calls_pytorch_makes_for_
 
 TEST(RuntimeCostTest, a_simulated_device_has_no_interpreter_to_measure_and_does_not_ask_for_one) {
   DeviceEnergyModel model("sim:laptop-cpu", "simulated");
-  ASSERT_TRUE(model.add_sample(linear_output_sample(0.01)));
+  ASSERT_TRUE(model.add_sample(linear_output_sample(256, 0.01)));
   ASSERT_TRUE(model.fit());
   auto estimate = model.estimate(classifier(), steps(10), "python");
   ASSERT_TRUE(estimate);

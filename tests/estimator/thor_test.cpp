@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "example_models.hpp"
+#include "layer_samples.hpp"
 #include "noise_free_meter.hpp"
 
 #include "joule/estimator/device_energy_model.hpp"
@@ -9,6 +10,7 @@
 #include "joule/estimator/thor_probes.hpp"
 
 using namespace joule::estimator;
+using joule::testing::linear_output_sample;
 using joule::testing::noise_free_meter;
 using nlohmann::json;
 
@@ -159,25 +161,6 @@ TEST(DeviceEnergyModelTest, a_probe_campaign_estimates_an_unmeasured_network) {
 }
 
 namespace {
-
-// A sample of a linear output layer on `features` inputs at batch 32 that cost `joules`.
-LayerSample linear_output_sample(std::int64_t features, double joules) {
-  ProbeTarget target;
-  target.layer = LayerSpec{"linear", {{"out_features", 10}}, {}, {}};
-  target.input_shape = {features};
-  target.batch_size = 32;
-  target.position = LayerPosition::output;
-  auto plan = plan_probe(target);
-  EXPECT_TRUE(plan);
-  LayerSample sample;
-  sample.key = LayerKey{"linear", LayerPosition::output};
-  sample.features = plan->analyzed.features;
-  sample.features["batch_size"] = 32;
-  sample.cost = plan->analyzed.cost;
-  sample.joules_per_step = joules;
-  sample.seconds_per_step = joules / 10.0;
-  return sample;
-}
 
 ModelSpec linear_classifier(std::int64_t features) {
   ModelSpec spec;
