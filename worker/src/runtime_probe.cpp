@@ -335,7 +335,8 @@ Result<RuntimeProbeResult> run_runtime_probe(const RuntimeProbeRequest& request)
       runtime_joules.push_back(measured->joules / static_cast<double>(steps));
       runtime_seconds.push_back(measured->seconds / static_cast<double>(steps));
 
-      const int worker_steps = static_cast<int>(std::clamp(std::ceil(reading_seconds / worker_pace), 1.0, 1e7));
+      const int worker_steps =
+          static_cast<int>(std::clamp(std::ceil(reading_seconds / std::max(worker_pace, 1e-6)), 1.0, 1e7));
       auto own = adapters::MeasurementWindow::begin(**own_meter, Clock::now());
       if (!own) return own.error();
       for (int i = 0; i < worker_steps; ++i) session->step();
