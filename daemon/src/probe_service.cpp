@@ -527,9 +527,7 @@ void ProbeService::start_probe(Device& device) {
     return;
   }
   if (plans.empty()) return;
-  if (!device.active_run)
-    open_run(device, requested ? "requested" : (device.campaign_reason.empty() ? "idle" : device.campaign_reason),
-             std::nullopt);
+  if (!device.active_run) open_run(device, run_reason(device), std::nullopt);
   const auto give_back = [&] {
     for (const auto& plan : plans) device.planner->unmark_probed(plan.target);
   };
@@ -565,14 +563,7 @@ void ProbeService::start_probe(Device& device) {
     }
     spec.argv.insert(spec.argv.end(), {"--request", file.string()});
   }
-  spec.workdir = directory;
-  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", fmt::format("TMPDIR={}", directory.string()),
-              fmt::format("OMP_NUM_THREADS={}", threads), fmt::format("MKL_NUM_THREADS={}", threads),
-              fmt::format("OPENBLAS_NUM_THREADS={}", threads)};
-  spec.stdout_path = directory / "results.jsonl";  // one line per plan, each written once measured
-  spec.stderr_path = directory / "stderr.log";
-  spec.status_path = directory / "status";
-  spec.runner = options_.runner;
+  set_probe_launch(spec, directory, threads, "results.jsonl");  // one line per plan, each written once measured
   auto worker = launch_worker(device, spec, "probe");
   if (!worker) {
     give_back();
@@ -591,16 +582,29 @@ void ProbeService::start_probe(Device& device) {
   device.cycle.probe_started();
 }
 
+std::string ProbeService::run_reason(const Device& device) const {
+  if (device.cycle.requested()) return "requested";
+  return device.campaign_reason.empty() ? "idle" : device.campaign_reason;
+}
+
+void ProbeService::set_probe_launch(adapters::LaunchSpec& spec, const std::filesystem::path& directory, int threads,
+                                    const std::string& stdout_name) const {
+  spec.workdir = directory;
+  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", fmt::format("TMPDIR={}", directory.string()),
+              fmt::format("OMP_NUM_THREADS={}", threads), fmt::format("MKL_NUM_THREADS={}", threads),
+              fmt::format("OPENBLAS_NUM_THREADS={}", threads)};
+  spec.stdout_path = directory / stdout_name;
+  spec.stderr_path = directory / "stderr.log";
+  spec.status_path = directory / "status";
+  spec.runner = options_.runner;
+}
+
 bool ProbeService::runtime_due(const Device& device) const {
   return !options_.probing.python.empty() && !device.runtime_tried && !device.learning->runtimes().contains("python");
 }
 
 void ProbeService::start_runtime_probe(Device& device) {
-  if (!device.active_run)
-    open_run(
-        device,
-        device.cycle.requested() ? "requested" : (device.campaign_reason.empty() ? "idle" : device.campaign_reason),
-        std::nullopt);
+  if (!device.active_run) open_run(device, run_reason(device), std::nullopt);
   const int threads = config::device_threads(device.config, options_.probing);
   const auto directory =
       options_.state_directory / "probes" / fmt::format("{}-runtime-{}", *device.active_run, next_run_++);
@@ -624,14 +628,7 @@ void ProbeService::start_runtime_probe(Device& device) {
                fmt::format("{}", device.config.watts_per_busy_core)};
   if (options_.probing.reading_seconds > 0.0)
     spec.argv.insert(spec.argv.end(), {"--reading-seconds", fmt::format("{}", options_.probing.reading_seconds)});
-  spec.workdir = directory;
-  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", fmt::format("TMPDIR={}", directory.string()),
-              fmt::format("OMP_NUM_THREADS={}", threads), fmt::format("MKL_NUM_THREADS={}", threads),
-              fmt::format("OPENBLAS_NUM_THREADS={}", threads)};
-  spec.stdout_path = directory / "result.json";
-  spec.stderr_path = directory / "stderr.log";
-  spec.status_path = directory / "status";
-  spec.runner = options_.runner;
+  set_probe_launch(spec, directory, threads, "result.json");
   auto worker = launch_worker(device, spec, "runtime probe");
   if (!worker) {
     spdlog::error("device {}: cannot start the runtime probe: {}", device.config.name, worker.error().message);

@@ -119,6 +119,12 @@ class ProbeService {
   bool probe_pays(Device& device, const estimator::PlannedProbe& planned);
   static void remember_job_energy(Device& device, const JobService::Feedback& feedback);
   void start_probe(Device& device);
+  /// Why a run is opened now: "requested", the campaign's reason, or "idle".
+  std::string run_reason(const Device& device) const;
+  /// What every probing worker (layer probes, the runtime probe) runs with: `directory` as its
+  /// working and temp directory, the device's thread count, its output files there.
+  void set_probe_launch(adapters::LaunchSpec& spec, const std::filesystem::path& directory, int threads,
+                        const std::string& stdout_name) const;
   /// Whether the device's model lacks what the configured interpreter costs and its runtime
   /// probe has not been tried since the campaign (or the config) began.
   bool runtime_due(const Device& device) const;
