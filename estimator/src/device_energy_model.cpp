@@ -445,7 +445,6 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
   // The runtime's own work per step (Python's module calls, its optimizer loop) is a line of
   // the step; its start-up is paid once. Their errors are the runtime probe's, apart from the
   // layers'.
-  double start_joules = 0.0, start_joules_var = 0.0, start_seconds = 0.0, start_seconds_var = 0.0;
   if (!runtime.empty()) {
     if (const auto it = runtimes_.find(runtime); it != runtimes_.end()) {
       const RuntimeCost& cost = it->second;
@@ -462,10 +461,6 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
       step_var += lines.step_joules.std * lines.step_joules.std;
       seconds_mean += step_seconds;
       seconds_var += lines.step_seconds.std * lines.step_seconds.std;
-      start_joules = lines.start_joules.mean;
-      start_joules_var = lines.start_joules.std * lines.start_joules.std;
-      start_seconds = lines.start_seconds.mean;
-      start_seconds_var = lines.start_seconds.std * lines.start_seconds.std;
       out.runtime = std::move(lines);
     } else if (source_ != "simulated") {
       // A simulated device's steps are the simulator's: no interpreter runs on it to be measured.
@@ -479,10 +474,13 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
   const double steps = static_cast<double>(out.steps);
   // The same per-step error repeats every step (a bias, not independent noise): std scales
   // with the number of steps, not with its square root.
-  out.joules = Uncertain{out.joules_per_step.mean * steps + start_joules,
-                         std::hypot(out.joules_per_step.std * steps, std::sqrt(start_joules_var))};
-  out.seconds = Uncertain{seconds_mean * steps + start_seconds,
-                          std::hypot(std::sqrt(seconds_var) * steps, std::sqrt(start_seconds_var))};
+  // The runtime's start-up is paid once per job, beside the steps.
+  const Uncertain start_joules = out.runtime ? out.runtime->start_joules : Uncertain{};
+  const Uncertain start_seconds = out.runtime ? out.runtime->start_seconds : Uncertain{};
+  out.joules = Uncertain{out.joules_per_step.mean * steps + start_joules.mean,
+                         std::hypot(out.joules_per_step.std * steps, start_joules.std)};
+  out.seconds = Uncertain{seconds_mean * steps + start_seconds.mean,
+                          std::hypot(std::sqrt(seconds_var) * steps, start_seconds.std)};
   out.joules_per_flop = flops_sum_xx_ > 0 ? flops_sum_xy_ / flops_sum_xx_ : 0.0;
   out.flops_baseline_joules = out.joules_per_flop * flops * steps;
   return out;
