@@ -222,10 +222,38 @@ std::string shell_quote(std::string_view word) {
 }
 
 std::string batch_script(const SlurmSubmission& submission) {
-  std::string script = "exec";
-  for (const auto& word : submission.argv) script += ' ' + shell_quote(word);
-  script += '\n';
-  return script;
+  std::string command;
+  for (const auto& word : submission.argv) command += (command.empty() ? "" : " ") + shell_quote(word);
+  if (submission.run_claim_dir.empty()) return "exec " + command + "\n";
+  // Not exec: the shell stays to store the exit status. A signal Slurm sends reaches every
+  // process of the job, and a command ended by signal N exits the shell with 128 + N, which
+  // is what Joule reports for a signalled job either way.
+  const std::string dir = shell_quote(submission.run_claim_dir);
+  const std::string id = submission.joule_id;  // [A-Za-z0-9._:-] only: safe in a message
+  return fmt::format(
+      "claim={dir}/{id_q}\n"
+      "mkdir -p {dir} 2>/dev/null\n"
+      "if mkdir \"$claim\" 2>/dev/null; then\n"
+      "  {command}\n"
+      "  status=$?\n"
+      "  echo \"$status\" > \"$claim/exit.new\" && mv -f \"$claim/exit.new\" \"$claim/exit\"\n"
+      "  exit \"$status\"\n"
+      "fi\n"
+      "if [ ! -d \"$claim\" ]; then\n"
+      "  echo \"joule: cannot create $claim; {id} runs without its guard against a second copy\" >&2\n"
+      "  exec {command}\n"
+      "fi\n"
+      "waited=0\n"
+      "while [ ! -f \"$claim/exit\" ] && [ \"$waited\" -lt {wait} ]; do sleep 1; waited=$((waited + 1)); done\n"
+      "if [ -f \"$claim/exit\" ]; then\n"
+      "  status=$(cat \"$claim/exit\")\n"
+      "  echo \"joule: {id} already ran in an earlier Slurm job (exit status $status); not run again\" >&2\n"
+      "  exit \"$status\"\n"
+      "fi\n"
+      "echo \"joule: {id} was started by an earlier Slurm job that has not ended; not run twice\" >&2\n"
+      "exit {second}\n",
+      fmt::arg("dir", dir), fmt::arg("id_q", shell_quote(id)), fmt::arg("id", id), fmt::arg("command", command),
+      fmt::arg("wait", std::max(0, submission.run_claim_wait_seconds)), fmt::arg("second", kSecondCopyExit));
 }
 
 Result<std::vector<std::string>> sbatch_arguments(const SlurmSubmission& s) {
@@ -256,7 +284,8 @@ Result<std::vector<std::string>> sbatch_arguments(const SlurmSubmission& s) {
                                      {"constraint", s.constraint},
                                      {"workdir", s.workdir},
                                      {"stdout_path", s.stdout_path},
-                                     {"stderr_path", s.stderr_path}}) {
+                                     {"stderr_path", s.stderr_path},
+                                     {"run_claim_dir", s.run_claim_dir}}) {
     if (auto error = one_line_field(field, value)) return *error;
   }
 

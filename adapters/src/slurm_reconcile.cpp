@@ -105,7 +105,17 @@ std::vector<ReconcileDecision> reconcile(std::span<const HandedJob> handed, std:
           same_id->second->joule_id.empty() ? std::string("another job") : "joule id " + same_id->second->joule_id);
     }
     const std::int64_t age_ms = options.now_ms - record.submitted_ms;
-    if (record.seen_running) {
+    if (options.guarded) {
+      if (record.resubmissions >= options.max_resubmissions) {
+        decision.action = ReconcileAction::lost;
+        decision.reason = fmt::format("vanished after {} resubmission(s){}", record.resubmissions, reused);
+      } else {
+        decision.action = ReconcileAction::resubmit;
+        decision.reason = std::string(record.seen_running ? "Slurm lost it after it started"
+                                                          : "Slurm lost it (controller restart?)") +
+                          "; its run claim keeps a second copy from running the command again" + reused;
+      }
+    } else if (record.seen_running) {
       decision.action = ReconcileAction::lost;
       decision.reason = "it had started and Slurm no longer lists it" + reused;
     } else if (age_ms > options.min_job_age_ms) {

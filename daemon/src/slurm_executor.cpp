@@ -20,6 +20,16 @@ namespace {
 
 std::string node_name(const config::SlurmNodeType& type) { return "slurm:" + type.name; }
 
+constexpr std::string_view kRunClaimDir = ".joule-runs";
+// Whether Slurm requeued and held a job after its batch launch failed on the node (a node still
+// running an old job of the same id after a controller lost its state, say). scontrol writes
+// the reason with underscores, squeue with spaces.
+constexpr int kMaxReleases = 3;
+bool held_after_failed_launch(const adapters::SlurmJob& job) {
+  return job.state == "PENDING" &&
+         (job.reason == "launch_failed_requeued_held" || job.reason == "launch failed requeued held");
+}
+
 std::string current_user() {
   const passwd* entry = ::getpwuid(::geteuid());
   return entry ? entry->pw_name : std::string();
@@ -137,6 +147,10 @@ adapters::SlurmSubmission SlurmExecutor::submission_for(const cluster::Assignmen
     submission.stdout_path = fmt::format("{}/joule-{}.out", submission.workdir, submission.joule_id);
     submission.stderr_path = fmt::format("{}/joule-{}.err", submission.workdir, submission.joule_id);
   }
+  // Beside the output files (relative: in the job's working directory): a copy Joule submits
+  // after a controller crash reports the first one's end instead of running the command again.
+  submission.run_claim_dir =
+      submission.workdir.empty() ? std::string(kRunClaimDir) : fmt::format("{}/{}", submission.workdir, kRunClaimDir);
   return submission;
 }
 
@@ -166,6 +180,12 @@ cluster::ReportedJob SlurmExecutor::report_of(const Handed& handed) const {
   report.reason = fmt::format("Slurm job {} {}{}", job.slurm_id, job.state,
                               job.reason.empty() || job.reason == "None" ? "" : " (" + job.reason + ")");
   if (state == schedulers::JobState::succeeded) report.reason = fmt::format("exit code 0 (Slurm job {})", job.slurm_id);
+  if (handed.record.resubmissions > 0 && state == schedulers::JobState::failed && !job.exit_signal &&
+      job.exit_code == adapters::kSecondCopyExit)
+    report.reason = fmt::format(
+        "Slurm lost it after its command had started, and that run left no exit status; it was not run twice "
+        "(Slurm job {})",
+        job.slurm_id);
   return report;
 }
 
@@ -219,6 +239,7 @@ void SlurmExecutor::cycle() {
   adapters::ReconcileOptions options;
   options.now_ms = clock_.unix_ms();
   options.user = user_;
+  options.guarded = true;  // every submission carries a run claim (submission_for)
   for (const auto& decision : adapters::reconcile(records, *listing, options)) {
     auto it = handed_.find(decision.joule_id);
     switch (decision.action) {
@@ -227,6 +248,16 @@ void SlurmExecutor::cycle() {
         it->second.record.slurm_id = decision.slurm_id;
         it->second.last = decision.job;
         if (decision.job && adapters::has_started(*decision.job)) it->second.record.seen_running = true;
+        // Joule's own job, held by Slurm and not by anyone's choice: its run claim makes a
+        // launch that did happen harmless, so it is released (it then waits for a usable node).
+        // A few times only: a node that fails every launch needs its operator, not a loop.
+        if (decision.job && held_after_failed_launch(*decision.job) && it->second.releases < kMaxReleases) {
+          it->second.releases += 1;
+          spdlog::warn("slurm: {}: Slurm job {} is held ({}); releasing it ({} of {})", decision.joule_id,
+                       decision.slurm_id, decision.job->reason, it->second.releases, kMaxReleases);
+          if (auto released = cli_.release(decision.slurm_id); !released)
+            spdlog::warn("slurm: releasing {}: {}", decision.slurm_id, released.error().message);
+        }
         break;
       case adapters::ReconcileAction::resubmit:
         if (it == handed_.end()) break;
@@ -239,6 +270,10 @@ void SlurmExecutor::cycle() {
         if (it == handed_.end()) break;
         spdlog::warn("slurm: {}: {}", decision.joule_id, decision.reason);
         it->second.lost = true;
+        // Its Slurm id may already name another job (a controller that lost its state hands
+        // ids out again): nothing is ever cancelled or suspended by it.
+        it->second.record.slurm_id.clear();
+        it->second.last.reset();
         break;
       case adapters::ReconcileAction::stray:
         spdlog::warn("slurm: cancelling Slurm job {} ({}): {}", decision.slurm_id, decision.joule_id, decision.reason);

@@ -2,14 +2,19 @@
 // Slurm 22.05 (slurm_fixtures.hpp), building sbatch's arguments and the batch script, states.
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "joule/adapters/command_runner.hpp"
 #include "joule/adapters/slurm.hpp"
 #include "slurm_fixtures.hpp"
+#include "temp_dir.hpp"
 
 using joule::ErrorCode;
 using joule::adapters::SlurmJob;
@@ -332,6 +337,68 @@ TEST(SlurmParsingTest, batch_script_keeps_every_word_as_it_was) {
   EXPECT_EQ(run->out, "[two words]\n[it's]\n[$HOME]\n[`id`]\n[]\n[a\nb]\n[\"q\"]\n[*]\n[--x=';rm -rf /']\n");
   EXPECT_EQ(adapters::shell_quote("it's"), "'it'\\''s'");
   EXPECT_EQ(adapters::shell_quote(""), "''");
+}
+
+TEST(SlurmParsingTest, a_claimed_batch_script_runs_its_command_once_and_a_second_copy_reports_the_first_end) {
+  joule::testing::TempDir dir;
+  SlurmSubmission s;
+  s.joule_id = "job-1.1";
+  s.run_claim_dir = (dir.path() / "claims").string();
+  const auto ran = dir.path() / "ran";
+  s.argv = {"/bin/sh", "-c", fmt::format("echo once >> '{}'; exit 3", ran.string())};
+  const auto script = adapters::batch_script(s);
+
+  auto first = adapters::run_command({"/bin/sh", "-c", script});
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_EQ(first->exit_code, 3) << first->err;
+  auto second = adapters::run_command({"/bin/sh", "-c", script});
+  ASSERT_TRUE(second) << second.error().message;
+  EXPECT_EQ(second->exit_code, 3) << "the copy exits with the first one's status";
+  EXPECT_NE(second->err.find("already ran in an earlier Slurm job (exit status 3)"), std::string::npos) << second->err;
+  std::ifstream runs(ran);
+  std::string all((std::istreambuf_iterator<char>(runs)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(all, "once\n") << "the command ran once";
+
+  // Another joule id (the next epoch of the same job) is another claim: it runs.
+  auto next = s;
+  next.joule_id = "job-1.2";
+  auto third = adapters::run_command({"/bin/sh", "-c", adapters::batch_script(next)});
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->exit_code, 3);
+}
+
+TEST(SlurmParsingTest, a_second_copy_of_a_command_that_never_ended_does_not_run_it) {
+  joule::testing::TempDir dir;
+  SlurmSubmission s;
+  s.joule_id = "job-2.1";
+  s.run_claim_dir = dir.path().string();
+  s.run_claim_wait_seconds = 1;
+  const auto ran = dir.path() / "ran";
+  s.argv = {"/bin/sh", "-c", fmt::format("echo once >> '{}'", ran.string())};
+  // The first copy was killed with its node, or still runs on a node slurmctld forgot.
+  std::filesystem::create_directory(dir.path() / "job-2.1");
+  auto copy = adapters::run_command({"/bin/sh", "-c", adapters::batch_script(s)});
+  ASSERT_TRUE(copy);
+  EXPECT_EQ(copy->exit_code, adapters::kSecondCopyExit) << copy->err;
+  EXPECT_NE(copy->err.find("not run twice"), std::string::npos) << copy->err;
+  EXPECT_FALSE(std::filesystem::exists(ran));
+}
+
+TEST(SlurmParsingTest, a_claim_that_cannot_be_made_runs_the_command_with_a_warning) {
+  SlurmSubmission s;
+  s.joule_id = "job-3.1";
+  s.run_claim_dir = "/proc/no-such-place";
+  s.argv = {"/bin/echo", "ran"};
+  auto run = adapters::run_command({"/bin/sh", "-c", adapters::batch_script(s)});
+  ASSERT_TRUE(run);
+  EXPECT_TRUE(run->success()) << run->err;
+  EXPECT_EQ(run->out, "ran\n");
+  EXPECT_NE(run->err.find("runs without its guard"), std::string::npos) << run->err;
+  auto bad = s;
+  bad.run_claim_dir = "two\nlines";
+  auto args = adapters::sbatch_arguments(bad);
+  ASSERT_FALSE(args);
+  EXPECT_EQ(args.error().where, "run_claim_dir");
 }
 
 TEST(SlurmParsingTest, sbatch_environment_is_the_jobs_and_slurms_only) {

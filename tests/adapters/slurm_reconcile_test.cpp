@@ -139,6 +139,21 @@ TEST(SlurmReconcileTest, a_missing_job_older_than_min_job_age_may_have_run_so_it
   EXPECT_EQ(run({handed("a", "10", 301'000)}, {}, o)[0].action, ReconcileAction::resubmit);
 }
 
+TEST(SlurmReconcileTest, guarded_jobs_gone_after_they_started_are_resubmitted_to_learn_their_end) {
+  // With a run claim, a second copy cannot run the command again: it reports the first's end.
+  auto o = options();
+  o.guarded = true;
+  auto started = run({handed("a", "10", 60'000, true)}, {}, o);
+  ASSERT_EQ(started.size(), 1U);
+  EXPECT_EQ(started[0].action, ReconcileAction::resubmit);
+  EXPECT_NE(started[0].reason.find("after it started"), std::string::npos) << started[0].reason;
+  EXPECT_EQ(run({handed("a", "10", 301'000)}, {}, o)[0].action, ReconcileAction::resubmit);
+  // Still once: a controller that keeps crashing does not make Joule submit forever.
+  EXPECT_EQ(run({handed("a", "10", 2000, true, 1)}, {}, o)[0].action, ReconcileAction::lost);
+  // A listed job is kept as ever.
+  EXPECT_EQ(run({handed("a", "10")}, {slurm("10", "a", "RUNNING")}, o)[0].action, ReconcileAction::keep);
+}
+
 TEST(SlurmReconcileTest, resubmits_at_most_max_resubmissions_times) {
   EXPECT_EQ(run({handed("a", "10", 2000, false, 1)}, {})[0].action, ReconcileAction::lost);
   auto o = options();

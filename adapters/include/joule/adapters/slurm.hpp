@@ -54,7 +54,16 @@ struct SlurmSubmission {
   std::map<std::string, std::string> env;
   std::string stdout_path, stderr_path;  ///< empty: Slurm's default slurm-<id>.out in workdir; '%' is literal
   bool hold = false;                     ///< submit held (PENDING, JobHeldUser) until release()
+  /// Where the batch script claims the joule id before it runs argv (see batch_script); a
+  /// directory every node of the partition sees, as the job's output files are. Empty: no claim.
+  std::string run_claim_dir;
+  /// How long a second copy waits for the first copy's exit status before giving up (kSecondCopyExit).
+  int run_claim_wait_seconds = 60;
 };
+
+/// The exit status of a second Slurm job of one joule id whose first copy had started and left
+/// no exit status within run_claim_wait_seconds: the command was not run again.
+inline constexpr int kSecondCopyExit = 86;
 
 /// One job as Slurm reports it.
 struct SlurmJob {
@@ -136,6 +145,14 @@ bool valid_joule_id(std::string_view joule_id);
 std::string shell_quote(std::string_view word);
 
 /// The script run by --wrap: `exec` and the quoted words of argv (see SlurmSubmission).
+///
+/// With a run_claim_dir, the script first claims <run_claim_dir>/<joule_id> (mkdir: atomic, on
+/// NFS too), runs argv, and stores its exit status there. A slurmctld that crashed before saving
+/// a job can have launched it already and then forget it (docs/design.md, Slurm, "Exactly
+/// once"), so Joule may submit a job whose command ran or runs: that second copy finds the
+/// claim, waits for the first's exit status and exits with it without running anything, or
+/// exits kSecondCopyExit when none comes. A claim that cannot be made (unwritable directory)
+/// runs argv anyway, with a warning on the job's stderr.
 std::string batch_script(const SlurmSubmission& submission);
 
 /// sbatch's arguments after the program name; invalid_argument naming the field when a

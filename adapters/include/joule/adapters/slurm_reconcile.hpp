@@ -5,7 +5,10 @@
 // crash, submissions of the last ~5 s can be gone and their job ids handed to new jobs
 // (docs/design.md, Slurm, "Exactly once"). So a job is identified by the joule id in its
 // comment ("joule:<id>"), never by its Slurm id alone, and Joule resubmits a job that vanished
-// before it started, once, and never while any Slurm job carries its joule id.
+// before it started, once, and never while any Slurm job carries its joule id. "Before it
+// started" is only what Joule saw: slurmctld can launch a job and crash before Joule's next
+// listing, so the executor also guards each job's command with a run claim (batch_script) and
+// then resubmits any vanished job, whose copy reports the first one's end.
 //
 // The other way round, a job that ended in the seconds before the crash can come back RUNNING
 // from the saved state (measured: a COMPLETED job recovered as RUNNING with its batch step):
@@ -42,6 +45,10 @@ struct ReconcileOptions {
   /// A job whose resubmissions vanished this often is `lost` instead (a controller that keeps
   /// crashing must not make Joule submit forever).
   int max_resubmissions = 1;
+  /// The submissions carry a run claim (SlurmSubmission::run_claim_dir): a second copy cannot
+  /// run the command again, it reports how the first ended. Then a job gone after it started
+  /// (or older than MinJobAge) is submitted again too, to learn that end, instead of `lost`.
+  bool guarded = false;
   /// Only Slurm jobs of this user are Joule's (anyone can write "joule:<id>" into a comment):
   /// the user jouled submits as. Empty: any user's.
   std::string user;
@@ -52,8 +59,8 @@ struct ReconcileOptions {
 
 enum class ReconcileAction {
   keep,      ///< found by its joule id: follow `job` (its state may say it ended)
-  resubmit,  ///< Slurm lost it before it started: submit it again, once, and store the new id
-  lost,      ///< it had started (or may have) and is gone: fail or requeue by its restart policy
+  resubmit,  ///< Slurm lost it before it started (or, guarded, at all): submit it again, once, and store the new id
+  lost,      ///< it had started (or may have) and is gone, unguarded: fail or requeue by its restart policy
   stray,     ///< a live Slurm job with a joule id but not one Joule is following: scancel it
 };
 

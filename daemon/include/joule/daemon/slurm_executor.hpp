@@ -55,6 +55,7 @@ class SlurmExecutor {
     bool suspended_by_us = false;
     std::optional<std::string> failure;  // Slurm refused it: reported failed with Slurm's message
     bool lost = false;
+    int releases = 0;  // how often Joule released it from Slurm's launch-failure hold
   };
 
   void run();
