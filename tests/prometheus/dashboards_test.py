@@ -389,6 +389,7 @@ probes = 40
 runs_jobs = true
 [probing]
 enabled = false
+python = ""
 warmup_steps = 1
 steps_per_repetition = 1
 repetitions = 2
