@@ -12,6 +12,8 @@ packages=(
   # joule-worker: LibTorch 1.13 (CPU), which calls the system libblas.so.3: OpenBLAS, not the
   # reference BLAS that is 6-13x slower for linear and recurrent layers (measured)
   libtorch-dev libopenblas0-pthread
+  # the estimator's GP solves batch predictions with BLAS (cblas.h, libblas.so -> OpenBLAS)
+  libblas-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   prometheus  # the real server the metrics and dashboards tests scrape with, and promtool
