@@ -19,7 +19,7 @@ SchedulingCore::SchedulingCore(Policy policy, int utc_offset_minutes, CoreOption
     : policy_(std::move(policy)),
       options_(options),
       ledger_(utc_offset_minutes),
-      placer_(policy_, PlacementOptions{.max_scan = options.max_scan}),
+      placer_(policy_, PlacementOptions{.max_scan = options.max_scan, .max_explain = options.max_explain}),
       throttle_(policy_) {
   ledger_.set_policy(policy_);
 }
@@ -77,7 +77,13 @@ PassResult SchedulingCore::place(UnixMillis now, std::vector<DeviceStatus> devic
     last_prune_ = now;
   }
   scanned_.clear();
-  for (const auto& id : queue_.first(options_.max_scan)) scanned_.push_back(&pending_.at(id));
+  // With no device free the placer explains the first max_explain jobs and places nothing; the
+  // rest of a full scan was gathered (and then re-labelled by jouled) on every submission, work
+  // that grew with the queue up to max_scan (issue 32: 0.4x the submission rate at 1,000 queued).
+  const bool any_free = std::any_of(devices.begin(), devices.end(),
+                                    [](const DeviceStatus& device) { return device.accepts_work && !device.busy; });
+  const std::size_t scan = any_free ? options_.max_scan : std::min(options_.max_scan, options_.max_explain);
+  for (const auto& id : queue_.first(scan)) scanned_.push_back(&pending_.at(id));
   if (scanned_.empty()) return {};
   devices = with_expectations(now, std::move(devices));
   PassResult result = placer_.decide(now, devices, scanned_, ledger_);

@@ -1,5 +1,6 @@
 #include "joule/schedulers/scheduling_core.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace joule::schedulers {
@@ -69,6 +70,26 @@ TEST(SchedulingCoreTest, a_pass_with_every_device_busy_places_nothing_and_still_
   std::map<std::string, WaitReason::Kind> why;
   for (const auto& [id, reason] : pass.waiting) why[id] = reason.kind;
   EXPECT_EQ(why["too-big"], WaitReason::Kind::budget) << "the budget, not only the busy device";
+}
+
+TEST(SchedulingCoreTest, a_pass_with_every_device_busy_looks_at_max_explain_jobs_however_long_the_queue) {
+  // Counting work, not timing it: a submission's pass must not grow with the queue (issue 32).
+  SchedulingCore core;
+  DeviceStatus busy = device("cpu");
+  busy.busy = true;
+  for (const int queued : {10, 100, 5000}) {
+    while (core.queue().size() < static_cast<std::size_t>(queued))
+      core.enqueue(job(fmt::format("j{}", core.queue().size()), 100, 60),
+                   static_cast<std::int64_t>(core.queue().size()));
+    const PassResult pass = core.place(kNow, {busy});
+    EXPECT_TRUE(pass.placements.empty());
+    EXPECT_EQ(core.scanned().size(), std::min<std::size_t>(queued, 64)) << queued << " queued";
+    EXPECT_EQ(pass.considered, std::min<std::size_t>(queued, 64)) << queued << " queued";
+  }
+  // A free device is worth the whole scan: the first job that fits it is placed.
+  const PassResult free = core.place(kNow, {device("cpu")});
+  EXPECT_EQ(free.placements.size(), 1u);
+  EXPECT_EQ(core.scanned().size(), 1000u);
 }
 
 TEST(SchedulingCoreTest, a_busy_device_is_expected_free_by_the_estimate_then_by_the_step_projection) {

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Durable submissions per second as the queue grows behind a job that holds the only device.
+
+    bench/queue_growth.py [--jouled build/daemon/jouled] [--batches 12] [--size 1000] [--port 18731]
+
+Starts a jouled of its own (a temp state directory, one `cpu` device with the `modelled` meter,
+probing off), submits a `sleep 3600` blocker, then submits `--batches` batches of `--size`
+`true` jobs one after the other over one keep-alive HTTP connection and prints each batch's
+rate with the 1-minute load average. Every 201 comes after the job's SQLite commit, as always.
+The client is this Python process (about 0.3 ms a request here): the figures are for comparing
+queue lengths and commits on one machine, not for an absolute peak (bench/submit_bench.sh with
+wrk measures that). Standard library only; jouled is stopped and its state removed at the end.
+"""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jouled", default=os.path.join(HERE, "..", "build", "daemon", "jouled"))
+    parser.add_argument("--batches", type=int, default=12)
+    parser.add_argument("--size", type=int, default=1000)
+    parser.add_argument("--port", type=int, default=18731)
+    args = parser.parse_args()
+
+    state = tempfile.mkdtemp(prefix="joule-queue-growth-")
+    os.chmod(state, 0o755)  # the jobs' accounts must reach the jobs' directory beside the state
+    config = os.path.join(state, "jouled.toml")
+    with open(config, "w") as out:
+        out.write(
+            f'[server]\nlisten = "127.0.0.1:{args.port}"\nmax_queued_jobs = {args.batches * args.size + 10}\n'
+            f'[state]\ndirectory = "{state}/state"\n[probing]\nenabled = false\n'
+            '[[devices]]\nname = "cpu"\nmeter = "modelled"\n'
+        )
+    log = open(os.path.join(state, "jouled.log"), "w")
+    daemon = subprocess.Popen([args.jouled, "--config", config], stdout=log, stderr=log)
+    try:
+        conn = None
+        for _ in range(100):
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", args.port, timeout=30)
+                conn.request("GET", "/v1/health")
+                conn.getresponse().read()
+                break
+            except OSError:
+                conn = None
+                time.sleep(0.1)
+        if conn is None:
+            sys.exit(f"jouled did not answer; its log: {state}/jouled.log")
+
+        def submit(body):
+            conn.request("POST", "/v1/jobs", json.dumps(body), {"Content-Type": "application/json"})
+            reply = conn.getresponse()
+            data = reply.read()
+            if reply.status != 201:
+                sys.exit(f"POST /v1/jobs answered {reply.status}: {data[:300]!r}")
+            return json.loads(data)["id"]
+
+        blocker = submit({"name": "blocker", "run": {"command": ["sleep", "3600"]}})
+        print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} jouled {args.jouled}, "
+              f"{os.cpu_count()} CPUs, batches of {args.size}")
+        for batch in range(args.batches):
+            started = time.monotonic()
+            for i in range(args.size):
+                submit({"name": f"q{batch}-{i}", "run": {"command": ["true"]}})
+            rate = args.size / (time.monotonic() - started)
+            print(f"queued {batch * args.size:7d} to {(batch + 1) * args.size:7d}: {rate:7.1f}/s   "
+                  f"load {os.getloadavg()[0]:.2f}", flush=True)
+        # jouled leaves running jobs alone when it stops: the blocker is cancelled first.
+        conn.request("DELETE", f"/v1/jobs/{blocker}")
+        conn.getresponse().read()
+        time.sleep(1)
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
