@@ -20,11 +20,14 @@ namespace {
 
 std::string node_name(const config::SlurmNodeType& type) { return "slurm:" + type.name; }
 
+// Where a job's run claim lives, under its working directory (adapters::batch_script).
 constexpr std::string_view kRunClaimDir = ".joule-runs";
+// How often Joule releases one job from Slurm's launch-failure hold before leaving it to an operator.
+constexpr int kMaxReleases = 3;
+
 // Whether Slurm requeued and held a job after its batch launch failed on the node (a node still
 // running an old job of the same id after a controller lost its state, say). scontrol writes
 // the reason with underscores, squeue with spaces.
-constexpr int kMaxReleases = 3;
 bool held_after_failed_launch(const adapters::SlurmJob& job) {
   return job.state == "PENDING" &&
          (job.reason == "launch_failed_requeued_held" || job.reason == "launch failed requeued held");
