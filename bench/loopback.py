@@ -29,10 +29,26 @@ def marked_root(prefix):
 
 
 def free_port():
-    """A loopback port nothing listens on now (for a jouled that must keep its port across restarts)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on now, for a jouled that must keep its port across
+    restarts: taken below the kernel's ephemeral range, because between a kill and the restart
+    any outgoing connection on the machine (other tests' clients) may be given a free ephemeral
+    port as its own, and jouled's restart then fails to bind (CI saw this once)."""
+    low = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    chooser = random.Random()  # not the seeded `random`: two scripts with one seed must not collide
+    for _ in range(200):
+        port = chooser.randrange(max(1024, low // 2), low) if low > 2048 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise OSError("no free loopback port below the ephemeral range")
 
 
 def call(port, method, path, body=None, timeout=5):

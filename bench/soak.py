@@ -86,9 +86,18 @@ class Node:
             except OSError:
                 pass
             if self.proc.poll() is not None:
-                raise RuntimeError(f"jouled exited {self.proc.returncode}; see {self.log_path}")
+                raise RuntimeError(f"jouled exited {self.proc.returncode}; the end of {self.log_path}:\n"
+                                   + self.log_tail())
             time.sleep(0.01)
         raise RuntimeError("jouled was not ready within 60 s")
+
+    def log_tail(self, lines=15):
+        """The last lines jouled wrote (the temp dir may be gone by the time anyone looks)."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError as e:
+            return f"(unreadable: {e})"
 
     def kill(self):
         with self.lock:

@@ -15,6 +15,13 @@ for arg in "$@"; do
     *) targets+=("$arg") ;;
   esac
 done
+# JOULE_DEBUG_INFO=0 leaves out debug information (-g): about a quarter less compile time, for
+# CI; the default puts CMake's own RelWithDebInfo flags back, so a later plain build has it again.
+if [ "${JOULE_DEBUG_INFO:-1}" = 0 ]; then
+  cmake_args=("-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG" "${cmake_args[@]}")
+else
+  cmake_args=("-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g -DNDEBUG" "${cmake_args[@]}")
+fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cmake_args[@]}" >/dev/null
 if [ ${#targets[@]} -eq 0 ]; then
   cmake --build build -j "$(nproc)"
