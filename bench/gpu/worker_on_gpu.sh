@@ -2,29 +2,17 @@
 # Builds joule-worker alone against PyTorch's CUDA LibTorch (Debian's libtorch-dev is CPU-only)
 # and checks it on a real NVIDIA GPU: the environment it records, NVML metering, whole-model
 # measurements and a THOR probe on cuda:0. Run from the repository root on a GPU machine with
-# PyTorch, CMake, Ninja and g++; the Debian header packages the worker needs (Eigen,
-# nlohmann-json, fmt, CLI11, LBFGSpp) are unpacked from .devdeps/*.deb when they are not installed:
-#   mkdir .devdeps && (cd .devdeps && apt-get download libeigen3-dev nlohmann-json3-dev \
-#     libfmt-dev libfmt9 libcli11-dev liblbfgspp-dev)
+# PyTorch, CMake, Ninja and g++ (bench/gpu/build_worker.sh builds the worker; bench/gpu/pack.sh
+# packs the Debian header packages it needs).
 # Usage: bench/gpu/worker_on_gpu.sh [OUTPUT_DIR]
 set -euo pipefail
 out=${1:-/tmp/joule-gpu}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,power.draw,power.limit --format=csv | tee "$out/gpu.csv"
 g++ --version | head -1
-sysroot=/tmp/joule-sysroot
-mkdir -p "$sysroot"
-for deb in .devdeps/*.deb; do [ -e "$deb" ] && dpkg -x "$deb" "$sysroot"; done
-torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-torch_lib=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
 python3 -c 'import torch; print("python torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
 build=/tmp/joule-worker-build
-time cmake -S . -B "$build" -G Ninja -DJOULE_WORKER_ONLY=ON -DJOULE_BUILD_TESTS=OFF -DJOULE_BUILD_BENCH=OFF \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$sysroot/usr;$torch_prefix" \
-  -DCMAKE_CXX_FLAGS="-DFMT_HEADER_ONLY -isystem $sysroot/usr/include -isystem $sysroot/usr/include/eigen3" > "$out/cmake.log" 2>&1 ||
-  { tail -40 "$out/cmake.log"; exit 1; }
-time ninja -C "$build" joule-worker joule_additivity_bench > "$out/build.log" 2>&1 || { grep -E 'error' -A5 "$out/build.log" | head -60; exit 1; }
-export LD_LIBRARY_PATH="$sysroot/usr/lib/x86_64-linux-gnu:$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+eval "$(bench/gpu/build_worker.sh "$build" joule_additivity_bench | tail -1)"
 worker="$build/worker/joule-worker"
 "$worker" env --device cuda:0 | tee "$out/env.json"
 "$worker" meters --device cuda:0 --seconds 2 | tee "$out/meters.json"
