@@ -30,5 +30,6 @@ done
 [ -n "$jouled" ] || { echo "check.sh: no jouled (set JOULED, or run bench/gpu/pack.sh where it is built)" >&2; exit 2; }
 "$jouled" --version >/dev/null || { echo "check.sh: $jouled does not run here (ldd $jouled)" >&2; exit 2; }
 build=/tmp/joule-worker-build
-eval "$(bench/gpu/build_worker.sh "$build" | tail -1)"
+worker_env=$(bench/gpu/build_worker.sh "$build" | tail -1)
+eval "$worker_env"
 python3 bench/gpu/check.py --jouled "$jouled" --worker "$build/worker/joule-worker" --device cuda:0 --out "$out" "$@"

@@ -12,7 +12,8 @@ nvidia-smi --query-gpu=name,driver_version,power.draw,power.limit --format=csv |
 g++ --version | head -1
 python3 -c 'import torch; print("python torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
 build=/tmp/joule-worker-build
-eval "$(bench/gpu/build_worker.sh "$build" joule_additivity_bench | tail -1)"
+worker_env=$(bench/gpu/build_worker.sh "$build" joule_additivity_bench | tail -1)
+eval "$worker_env"
 worker="$build/worker/joule-worker"
 "$worker" env --device cuda:0 | tee "$out/env.json"
 "$worker" meters --device cuda:0 --seconds 2 | tee "$out/meters.json"

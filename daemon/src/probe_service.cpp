@@ -799,6 +799,11 @@ void ProbeService::on_probe_exit(const std::string& device_name, const std::opti
       device.cycle.environment_failed(fmt::format("joule-worker env failed: {}", why.empty() ? "no output" : why));
       spdlog::error("device {}: {} (probing is off for this device until a reload)", device_name,
                     device.cycle.waiting());
+      // A run requested before the check ended would otherwise wait out its seconds for nothing.
+      if (device.active_run) {
+        device.cycle.end_request();
+        close_run(device, "failed", device.cycle.waiting());
+      }
       return;
     }
     const std::string environment = parsed.value("fingerprint", "");
@@ -1147,6 +1152,13 @@ Result<json> ProbeService::request(const json& body) {
     seconds = body["seconds"].get<double>();
   }
   Device& device = *it->second;
+  // A run on a device that cannot probe would wait out its seconds and learn nothing.
+  if (device.cycle.state() == ProbeState::unavailable)
+    return make_error(ErrorCode::conflict,
+                      fmt::format("device {} cannot be probed: {}; fix [probing] worker or the device, then reload "
+                                  "jouled (systemctl reload jouled)",
+                                  name, device.cycle.waiting()),
+                      "/device");
   if (device.active_run) close_run(device, "done", "superseded by a requested run");
   const std::string id = open_run(device, "requested", seconds);
   device.cycle.request(clock_.steady() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(

@@ -1,7 +1,9 @@
 #include "joule/estimator/gaussian_process.hpp"
 
 #include <LBFGSB.h>
+#if JOULE_GP_CBLAS
 #include <cblas.h>
+#endif
 
 #include <Eigen/Cholesky>
 #include <Eigen/Dense>
@@ -618,9 +620,13 @@ GpPredictions GaussianProcess::predict(const Eigen::MatrixXd& X) const {
   // k ← L⁻¹ k. BLAS's dtrsm (OpenBLAS) and not Eigen's triangular solve, which ran the whole
   // batch at 0.6× scikit-learn's speed at n = m = 1,000 (bench/gp_compare.sh): this solve is
   // n²m of the batch's work. chol_ may be larger than n: its leading dimension is its rows.
+#if JOULE_GP_CBLAS
   cblas_dtrsm(CblasColMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, static_cast<int>(n_),
               static_cast<int>(m), 1.0, chol_.data(), static_cast<int>(chol_.outerStride()), k.data(),
               static_cast<int>(k.outerStride()));
+#else
+  chol_.topLeftCorner(n_, n_).triangularView<Eigen::Lower>().solveInPlace(k);
+#endif
   const double y2 = scaling_.y_scale * scaling_.y_scale;
   p.variance = ((s2 - k.colwise().squaredNorm().array()).max(0.0) * y2).matrix().transpose();
   p.variance_with_noise = p.variance.array() + y2 * std::exp(hyper_.log_noise_variance);

@@ -300,8 +300,10 @@ class LiveApiTest(unittest.TestCase):
         cls.coordinator = cls.start(
             CONFIG + '[node]\nname = "coord"\n[cluster]\nrole = "coordinator"\nheartbeat_seconds = 0.2\n'
             'lost_after_seconds = 5\n')
+        # The agent's joule-worker does not exist: its device refuses requested probe runs (409).
         cls.agent = cls.start(
-            CONFIG + f'[node]\nname = "agent1"\n[cluster]\nrole = "agent"\ncoordinator = "{cls.coordinator.url}"\n'
+            CONFIG + 'worker = "/nonexistent/joule-worker"\n'
+            f'[node]\nname = "agent1"\n[cluster]\nrole = "agent"\ncoordinator = "{cls.coordinator.url}"\n'
             'heartbeat_seconds = 0.2\n')
 
     @classmethod
@@ -715,6 +717,16 @@ class LiveApiTest(unittest.TestCase):
         self.call(node, "GET", f"/v1/probes/{run['id']}", "/v1/probes/{id}", 401, token=BAD_TOKEN)
         self.call(node, "GET", f"/v1/probes/{run['id']}", "/v1/probes/{id}", 403, token=TOKENS["nobody"])
         self.call(node, "HEAD", f"/v1/probes/{run['id']}", "/v1/probes/{id}", 200)
+
+        def agent_probing():
+            devices = self.send(self.agent, "GET", "/v1/devices").json["devices"]
+            cpu = next(d for d in devices if d["name"] == "cpu")
+            return ((cpu.get("model") or {}).get("probing") or {}).get("state") == "unavailable"
+
+        wait_for("the agent's cpu to find its joule-worker missing", agent_probing)
+        answer = self.call(self.agent, "POST", "/v1/probes", "/v1/probes", 409, body={"device": "cpu", "seconds": 5})
+        self.assertIn("device cpu cannot be probed: joule-worker env failed", answer.json["detail"])
+        self.assert_problem(answer, pointer="/device")
 
     def cluster(self):
         sync = "/v1/cluster/sync"

@@ -32,6 +32,7 @@ struct FakeWorker {
   /// only layer probes run.
   bool runtime = false;
   bool runtime_fails = false;  ///< `runtime` exits 1 as an interpreter without torch makes it
+  bool env_fails = false;      ///< `env` exits 1 as a worker without LibTorch's libraries does
 };
 
 class ProbeServiceTest : public ::testing::Test, protected joule::testing::JobBook {
@@ -88,6 +89,9 @@ class ProbeServiceTest : public ::testing::Test, protected joule::testing::JobBo
 import json, sys, time
 args = sys.argv[1:]
 if args[0] == "env":
+    if {env_fails}:
+        sys.stderr.write("joule-worker: error while loading shared libraries: libtorch.so\n")
+        sys.exit(1)
     print({env})
     sys.exit(0)
 if args[0] == "runtime":
@@ -130,6 +134,7 @@ for n, path in enumerate(requests):
                     fmt::arg("requests", (dir_ / "requests.log").string()), fmt::arg("seconds", fake.seconds_per_plan),
                     fmt::arg("fail_at", fake.fail_at), fmt::arg("runtime_calls", (dir_ / "runtime.log").string()),
                     fmt::arg("runtime_fails", fake.runtime_fails ? "True" : "False"),
+                    fmt::arg("env_fails", fake.env_fails ? "True" : "False"),
                     fmt::arg("runtime_result", json(worker::to_json(runtime).dump()).dump())));
     ::chmod(worker.c_str(), 0755);
     models_ = std::make_unique<ModelService>(io_, writer_, metrics_, [] {});
@@ -235,6 +240,23 @@ TEST_F(ProbeServiceTest, a_requested_run_probes_while_background_probing_is_off_
   EXPECT_EQ(state(), "refused");
   idle_for(100ms);
   EXPECT_EQ(probes_started(), 1);
+}
+
+TEST_F(ProbeServiceTest, a_device_whose_worker_cannot_start_refuses_a_requested_run_with_the_reason) {
+  config::ProbingConfig probing;
+  probing.enabled = false;
+  start(probing, {.env_fails = true});
+  ASSERT_TRUE(run_until([&] { return state() == "unavailable"; })) << shown().dump();
+
+  const auto requested = probes_->request({{"device", "cpu"}, {"seconds", 30}});
+  ASSERT_FALSE(requested);
+  EXPECT_EQ(requested.error().code, ErrorCode::conflict);
+  EXPECT_EQ(requested.error().where, "/device");
+  EXPECT_NE(requested.error().message.find("device cpu cannot be probed: joule-worker env failed: joule-worker: error "
+                                           "while loading shared libraries: libtorch.so"),
+            std::string::npos)
+      << requested.error().message;
+  EXPECT_TRUE(probes_->runs().empty());
 }
 
 TEST_F(ProbeServiceTest, one_worker_process_measures_a_batch_of_plans_and_each_joins_the_model) {

@@ -20,7 +20,9 @@
 #include "environment.hpp"
 #include "joule/adapters/measurement_window.hpp"
 #include "joule/adapters/meter_selection.hpp"
+#if JOULE_WORKER_PROGRESS
 #include "joule/client/http_client.hpp"
+#endif
 #include "joule/common/energy_source.hpp"
 #include "joule/estimator/model_spec.hpp"
 #include "joule/worker/protocol.hpp"
@@ -241,6 +243,7 @@ json firing_json(const EpochReport& epoch) {
 // Reports an epoch to jouled as a job's own script would (POST /v1/jobs/{id}/progress with its
 // token), when run as a job ($JOULE_URL and $JOULE_JOB_ID set). Never stops training: the
 // first failure is one line on stderr, later ones are silent.
+#if JOULE_WORKER_PROGRESS
 class ProgressReporter {
  public:
   ProgressReporter() {
@@ -278,6 +281,22 @@ class ProgressReporter {
   std::string target_;
   bool warned_ = false;
 };
+#else
+// A worker built alone (JOULE_WORKER_ONLY, for a GPU node's LibTorch) has no HTTP client: jouled's
+// Boost and OpenSSL are not there. As a job it says once that progress goes unreported.
+class ProgressReporter {
+ public:
+  void report(const EpochReport&) {
+    if (warned_ || !std::getenv("JOULE_URL") || !std::getenv("JOULE_JOB_ID")) return;
+    warned_ = true;
+    std::cerr << "joule-worker: built without jouled's HTTP client (JOULE_WORKER_ONLY): progress is not "
+                 "reported to jouled; training goes on\n";
+  }
+
+ private:
+  bool warned_ = false;
+};
+#endif
 
 int run(int argc, char** argv) {
   CLI::App app{"joule-worker: trains model specs with LibTorch and meters their energy per step"};
