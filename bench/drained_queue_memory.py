@@ -1,0 +1,67 @@
+#!/usr/bin/python3
+"""drained_queue_memory.py: jouled's resident memory while jobs submitted together run to the end,
+and after the queue has drained (issue 32).
+
+    python3 bench/drained_queue_memory.py --jobs 10000 --wave 10000   # all queued at once: ~4 min
+    python3 bench/drained_queue_memory.py --jobs 6000 --wave 100      # a short queue throughout
+
+One jouled (`cpu`, probing off, a simulated device that estimates, as bench/finished_jobs.py),
+at log level debug. `--jobs` `true` jobs with a model and training, submitted `--wave` at a time,
+each wave waited for. Prints VmRSS at the start, after each wave (sampled), after the last and
+`--settle` seconds later, and jouled's "released the heap's free memory" lines (how much lay free,
+what was in use, how long the release held the event loop). Needs no meter: nothing here is
+joules.
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from finished_jobs import memory_kib, run_jobs  # noqa: E402  bench/finished_jobs.py
+from loopback import free_port  # noqa: E402
+from soak import Node  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default=os.path.join(REPO, "build"))
+    p.add_argument("--jobs", type=int, default=10000)
+    p.add_argument("--wave", type=int, default=10000, help="jobs submitted before waiting for them all")
+    p.add_argument("--settle", type=float, default=25.0, help="seconds to wait after the last job")
+    args = p.parse_args()
+    root = tempfile.mkdtemp(prefix="joule-drained-")
+    os.chmod(root, 0o755)  # jobs run as accounts of their own when jouled runs as root
+    config = ("[log]\nlevel = \"debug\"\n[[devices]]\nname = \"cpu\"\nthreads = 1\n"
+              "[[devices]]\nname = \"sim:laptop-cpu\"\n[probing]\nenabled = false\n"
+              f"[server]\nmax_queued_jobs = {max(10000, args.wave)}\n")
+    node = Node(args.build, root, free_port(), config=config)
+    try:
+        node.start()
+        start = memory_kib(node.proc.pid)["VmRSS"]
+        print(f"load {os.getloadavg()[0]:.2f}; RSS at start {start / 1024:.1f} MiB", flush=True)
+        began = time.monotonic()
+        _, rss = run_jobs(node, args.jobs, "q", wave=args.wave)
+        shown = rss[:: max(1, len(rss) // 12)]
+        print(f"{args.jobs} jobs in waves of {args.wave}: {time.monotonic() - began:.0f} s; RSS after waves "
+              f"{', '.join(f'{k / 1024:.1f}' for k in shown)} MiB; after the last {rss[-1] / 1024:.1f} MiB", flush=True)
+        time.sleep(args.settle)
+        end = memory_kib(node.proc.pid)
+        print(f"{args.settle:.0f} s later: RSS {end['VmRSS'] / 1024:.1f} MiB (peak {end['VmHWM'] / 1024:.1f}), "
+              f"{(end['VmRSS'] - start) / 1024:+.1f} MiB from the start; load {os.getloadavg()[0]:.2f}")
+        releases = subprocess.run(["grep", "released the heap", node.log_path], capture_output=True, text=True).stdout
+        print(f"{len(releases.splitlines())} releases:")
+        print(releases.rstrip())
+    finally:
+        node.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
