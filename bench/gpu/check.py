@@ -29,34 +29,17 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
-from loopback import free_port  # bench/loopback.py  # noqa: E402
+from loopback import call, free_port  # bench/loopback.py  # noqa: E402
 
 TUNING = ("lenet5", "cnn5", "transformer_small", "lstm_classifier")
 
 
 def log(message):
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def call(port, method, path, body=None, timeout=30):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as r:
-            return r.status, json.load(r)
-    except urllib.error.HTTPError as e:
-        text = e.read().decode(errors="replace")
-        try:
-            return e.code, json.loads(text)
-        except ValueError:
-            return e.code, text
 
 
 def networks(args):
