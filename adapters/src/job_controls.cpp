@@ -669,29 +669,4 @@ Status GpuPowerLimit::restore() {
   return {};
 }
 
-// ---------------------------------------------------------------------------------------------
-// ControlSaver
-
-void ControlSaver::add(const std::shared_ptr<RestorableControl>& control) {
-  std::erase_if(controls_, [](const auto& weak) { return weak.expired(); });
-  controls_.push_back(control);
-}
-
-std::vector<Error> ControlSaver::restore_all() {
-  std::vector<Error> errors;
-  for (auto it = controls_.rbegin(); it != controls_.rend(); ++it) {
-    const auto control = it->lock();
-    if (!control) continue;
-    if (auto restored = control->restore(); !restored)
-      errors.push_back(with_prefix(restored.error(), control->describe()));
-  }
-  std::erase_if(controls_, [](const auto& weak) { return weak.expired(); });
-  return errors;
-}
-
-std::size_t ControlSaver::size() const {
-  return static_cast<std::size_t>(
-      std::count_if(controls_.begin(), controls_.end(), [](const auto& weak) { return !weak.expired(); }));
-}
-
 }  // namespace joule::adapters

@@ -528,38 +528,6 @@ TEST(GpuPowerLimitTest, permission_error_says_root_is_needed) {
   EXPECT_TRUE(limit.restore());  // nothing was changed
 }
 
-TEST(JobControlSaverTest, restore_all_restores_every_live_control_newest_first) {
-  FakeKernel kernel;
-  kernel.write("a/cpu.max", "max 100000\n");
-  kernel.write("b/cgroup.freeze", "0\n");
-  kernel.write("b/cgroup.events", "frozen 0\n");
-  kernel.write("c/cpu.cfs_quota_us", "-1\n");
-  kernel.write("c/cpu.cfs_period_us", "100000\n");
-  auto quota = std::make_shared<CpuQuota>(JobCgroup{CgroupVersion::v2, kernel.cg("a"), {}}, kernel.files());
-  auto pauser = std::make_shared<JobPauser>(1, JobCgroup{CgroupVersion::v2, {}, kernel.cg("b")}, kernel.files());
-  auto failing = std::make_shared<CpuQuota>(JobCgroup{CgroupVersion::v1, kernel.cg("c"), {}}, kernel.files());
-  ControlSaver saver;
-  saver.add(quota);
-  saver.add(pauser);
-  saver.add(failing);
-  saver.add(std::make_shared<CpuQuota>(JobCgroup{CgroupVersion::v2, kernel.cg("a"), {}}));  // its owner let go
-  EXPECT_EQ(saver.size(), 3U);
-  ASSERT_TRUE(quota->set_fraction(0.5));
-  ASSERT_TRUE(pauser->pause());
-  ASSERT_TRUE(failing->set_fraction(1));
-  kernel.log.clear();
-  kernel.fail_name = "cpu.cfs_quota_us";
-  const auto errors = saver.restore_all();
-  EXPECT_EQ(kernel.log, std::vector<std::string>(
-                            {"write c/cpu.cfs_quota_us -1", "write b/cgroup.freeze 0", "write a/cpu.max max 100000"}));
-  ASSERT_EQ(errors.size(), 1U);
-  EXPECT_EQ(errors[0].message, "cpu.cfs_quota_us of " + kernel.cg("c").string() + ": cannot write " +
-                                   kernel.cg("c/cpu.cfs_quota_us").string() +
-                                   ": permission denied (jouled needs a delegated cgroup: Delegate=yes in its unit, "
-                                   "or root)");
-  EXPECT_EQ(slurp(kernel.cg("a/cpu.max")), "max 100000\n");
-}
-
 TEST(CgroupRealV1Test, freezes_and_caps_a_real_process_in_a_child_cgroup) {
   JobCgroups cgroups;  // the real /sys/fs/cgroup and /proc
   if (!cgroups.detect(::getpid()) || cgroups.version() != CgroupVersion::v1)

@@ -5,8 +5,9 @@
 //
 // Every control follows geopm's rule (SaveControl.hpp): the value it changes is read and saved
 // before its first write, restore() writes the saved value back, restore() is idempotent and is
-// what the destructor does, and a ControlSaver restores every live control when jouled stops, so
-// nothing stays throttled after the daemon exits. Each failure is a Result whose message names
+// what the destructor does; the local executor restores a job's controls when it lets go of the
+// job (`LocalExecutor::release`: the job ended, or jouled stops), so nothing stays throttled after
+// the daemon exits. Each failure is a Result whose message names
 // the file (or GPU) and what to do about it.
 //
 // Not thread-safe: the daemon drives all of them from one strand. Calls block only for a file
@@ -271,22 +272,6 @@ class GpuPowerLimit final : public RestorableControl {
   unsigned index_;
   std::optional<std::uint32_t> original_mw_;
   bool dirty_ = false;
-};
-
-/// Every control in effect, so that jouled restores them all when it stops. Holds them weakly:
-/// their owners (a job, the power planner) keep them alive, and one destroyed early has already
-/// restored itself.
-class ControlSaver {
- public:
-  void add(const std::shared_ptr<RestorableControl>& control);
-  /// Restores every live control, newest first, carrying on past failures; returns one error
-  /// per failure, its message starting with the control's describe().
-  std::vector<Error> restore_all();
-  /// How many registered controls are still alive.
-  std::size_t size() const;
-
- private:
-  std::vector<std::weak_ptr<RestorableControl>> controls_;
 };
 
 }  // namespace joule::adapters
