@@ -6,9 +6,9 @@
 #   bench/gpu/build_worker.sh BUILD_DIR [EXTRA_TARGET...]
 # Prints `export LD_LIBRARY_PATH=...` for the built worker on its last line of stdout.
 set -euo pipefail
-build=$1
+build=$(realpath -m "$1")
 shift
-sysroot=/tmp/joule-sysroot
+sysroot=$build/sysroot  # kept with the build: the printed library path points into it
 mkdir -p "$sysroot"
 for deb in .gpu-carry/devdeps/*.deb .devdeps/*.deb; do [ -e "$deb" ] && dpkg -x "$deb" "$sysroot"; done
 torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
