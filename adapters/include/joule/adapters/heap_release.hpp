@@ -2,7 +2,7 @@
 // Gives the kernel back the memory the allocator holds free. glibc returns freed memory only from
 // the top of a heap; what freed objects leave between live ones stays in the process. A jouled
 // that once held 10,000 queued jobs kept 48 MiB of them after the queue had drained (72 MiB
-// resident, 25 MiB after malloc_trim): bench/README.md, "Memory after a drained queue".
+// resident, 25 MiB after malloc_trim): bench/README.md, `drained_queue_memory.py`.
 
 #include <algorithm>
 #include <cstddef>
