@@ -259,6 +259,22 @@ TEST_F(ProbeServiceTest, a_device_whose_worker_cannot_start_refuses_a_requested_
   EXPECT_TRUE(probes_->runs().empty());
 }
 
+TEST_F(ProbeServiceTest, a_run_requested_while_the_worker_is_checked_fails_when_the_check_does) {
+  config::ProbingConfig probing;
+  probing.enabled = false;
+  start(probing, {.env_fails = true});
+  // Before the loop has run: the environment check has not ended, so the request is taken.
+  const auto requested = probes_->request({{"device", "cpu"}, {"seconds", 30}});
+  ASSERT_TRUE(requested) << requested.error().message;
+  const std::string id = (*requested)["id"];
+  ASSERT_TRUE(run_until([&] { return probes_->run(id).value()["state"] != "running"; })) << shown().dump();
+  const auto run = probes_->run(id).value();
+  EXPECT_EQ(run["state"], "failed") << run.dump();
+  EXPECT_NE(run["message"].get<std::string>().find("joule-worker env failed"), std::string::npos) << run.dump();
+  EXPECT_EQ(state(), "unavailable");
+  EXPECT_EQ(probes_started(), 0);
+}
+
 TEST_F(ProbeServiceTest, one_worker_process_measures_a_batch_of_plans_and_each_joins_the_model) {
   config::ProbingConfig probing;
   probing.idle_seconds = 0.0;
