@@ -368,6 +368,44 @@ TEST(ProbingTest, a_broken_worker_is_reported_once_and_not_rerun) {
       << cpu.dump(2) << daemon.log();
 }
 
+// A worker whose LibTorch has no CUDA (Debian's), for a GPU (NVML faked at the library boundary,
+// found by dlopen through LD_LIBRARY_PATH): the GPU says why it cannot be probed, and a requested
+// run is refused with that reason instead of waiting out its seconds.
+TEST(ProbingTest, a_cpu_only_worker_leaves_a_gpu_unprobed_and_says_why) {
+  const auto dir = std::filesystem::temp_directory_path() / ("joule-cpu-worker-gpu-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::create_symlink(JOULE_FAKE_NVML, dir / "libnvidia-ml.so.1");
+  std::string energy = "energy_mj";
+  for (int i = 0; i < 2000; ++i) energy += " " + std::to_string(i * 100000LL);
+  std::ofstream(dir / "script") << "devices 1\nname NVIDIA Fake A100\n" << energy << "\n";
+  DaemonProcess daemon(
+      {.config_toml = "[[devices]]\nname = \"cpu\"\nmeter = \"modelled\"\n[[devices]]\nname = "
+                      "\"cuda:0\"\nmeter = \"nvml\"\n\n[probing]\nidle_seconds = 3600\n" +
+                      kQuick,
+       .env = {{"LD_LIBRARY_PATH", dir.string()}, {"JOULE_FAKE_NVML_SCRIPT", (dir / "script").string()}}});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  json gpu;
+  const auto unavailable = [&] {
+    auto [status, body] = daemon.call("GET", "/v1/devices");
+    if (status != 200u) return false;
+    for (const auto& device : body["devices"])
+      if (device["name"] == "cuda:0") gpu = device;
+    return text(gpu, "/model/probing/state") == "unavailable";
+  };
+  ASSERT_TRUE(eventually(unavailable, 30s)) << gpu.dump(2) << daemon.log();
+  EXPECT_NE(text(gpu, "/model/probing/waiting").find("CUDA is not available"), std::string::npos) << gpu.dump(2);
+
+  const auto [status, body] = daemon.call("POST", "/v1/probes", R"({"device": "cuda:0", "seconds": 5})");
+  EXPECT_EQ(status, 409u) << body.dump(2);
+  EXPECT_NE(body.value("detail", "")
+                .find("device cuda:0 cannot be probed: joule-worker env failed: joule-worker: "
+                      "device cuda:0 asked for, but CUDA is not available"),
+            std::string::npos)
+      << body.dump(2);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ProbingTest, a_requested_run_learns_the_optimizer_its_models_name) {
   DaemonProcess daemon({.config_toml = config("enabled = false\n" + kQuick)});
   ASSERT_TRUE(daemon.start()) << daemon.log();
