@@ -34,14 +34,19 @@ const std::string kQuick =
     "python = \"\"\n";
 const std::string kLearn = "idle_seconds = 0\n" + kQuick;
 
-// A temp state directory shared by a daemon and its restart, removed however the test ends.
+// A temp state directory shared by a daemon and its restart, removed however the test ends, with
+// the jobs' directories that jouled keeps beside it when it runs as root (`<state>-jobs`).
 struct StateDir {
   std::filesystem::path path;
   explicit StateDir(const std::string& name)
       : path(std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path);
+    remove();
   }
-  ~StateDir() { std::filesystem::remove_all(path); }
+  ~StateDir() { remove(); }
+  void remove() const {
+    std::filesystem::remove_all(path);
+    std::filesystem::remove_all(path.string() + "-jobs");
+  }
 };
 
 json cpu_device(const DaemonProcess& daemon) {
