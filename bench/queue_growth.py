@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Durable submissions per second as the queue grows behind a job that holds the only device.
 
-    bench/queue_growth.py [--jouled build/daemon/jouled] [--batches 12] [--size 1000] [--port 18731]
+    bench/queue_growth.py [--build build] [--batches 12] [--size 1000]
 
 Starts a jouled of its own (a temp state directory, one `cpu` device with the `modelled` meter,
 probing off), submits a `sleep 3600` blocker, then submits `--batches` batches of `--size`
@@ -16,46 +16,32 @@ import http.client
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from loopback import free_port  # noqa: E402  bench/loopback.py
+from soak import Node  # noqa: E402  bench/soak.py: jouled started, stopped and called
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jouled", default=os.path.join(HERE, "..", "build", "daemon", "jouled"))
+    parser.add_argument("--build", default=os.path.join(HERE, "..", "build"))
     parser.add_argument("--batches", type=int, default=12)
     parser.add_argument("--size", type=int, default=1000)
-    parser.add_argument("--port", type=int, default=18731)
     args = parser.parse_args()
 
-    state = tempfile.mkdtemp(prefix="joule-queue-growth-")
-    os.chmod(state, 0o755)  # the jobs' accounts must reach the jobs' directory beside the state
-    config = os.path.join(state, "jouled.toml")
-    with open(config, "w") as out:
-        out.write(
-            f'[server]\nlisten = "127.0.0.1:{args.port}"\nmax_queued_jobs = {args.batches * args.size + 10}\n'
-            f'[state]\ndirectory = "{state}/state"\n[probing]\nenabled = false\n'
-            '[[devices]]\nname = "cpu"\nmeter = "modelled"\n'
-        )
-    log = open(os.path.join(state, "jouled.log"), "w")
-    daemon = subprocess.Popen([args.jouled, "--config", config], stdout=log, stderr=log)
+    root = tempfile.mkdtemp(prefix="joule-queue-growth-")
+    os.chmod(root, 0o755)  # the jobs' accounts must reach the jobs' directory beside the state
+    node = Node(args.build, root, free_port(),
+                config=f"[server]\nmax_queued_jobs = {args.batches * args.size + 10}\n[probing]\nenabled = false\n"
+                       '[[devices]]\nname = "cpu"\nmeter = "modelled"\n')
     try:
-        conn = None
-        for _ in range(100):
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", args.port, timeout=30)
-                conn.request("GET", "/v1/health")
-                conn.getresponse().read()
-                break
-            except OSError:
-                conn = None
-                time.sleep(0.1)
-        if conn is None:
-            sys.exit(f"jouled did not answer; its log: {state}/jouled.log")
+        node.start()
+        # One keep-alive connection for every submission (Node.call opens one per request).
+        conn = http.client.HTTPConnection("127.0.0.1", node.port, timeout=30)
 
         def submit(body):
             conn.request("POST", "/v1/jobs", json.dumps(body), {"Content-Type": "application/json"})
@@ -66,7 +52,7 @@ def main():
             return json.loads(data)["id"]
 
         blocker = submit({"name": "blocker", "run": {"command": ["sleep", "3600"]}})
-        print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} jouled {args.jouled}, "
+        print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} jouled {node.jouled}, "
               f"{os.cpu_count()} CPUs, batches of {args.size}")
         for batch in range(args.batches):
             started = time.monotonic()
@@ -80,12 +66,8 @@ def main():
         conn.getresponse().read()
         time.sleep(1)
     finally:
-        daemon.terminate()
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-        shutil.rmtree(state, ignore_errors=True)
+        node.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -54,8 +54,8 @@ class Node:
     """jouled on a fixed port, killed and started again (bench/finished_jobs.py uses it too, with
     a configuration of its own)."""
 
-    def __init__(self, build, root, port, config=None):
-        self.jouled = os.path.join(build, "daemon", "jouled")
+    def __init__(self, build, root, port, config=None, jouled=None):
+        self.jouled = jouled or os.path.join(build, "daemon", "jouled")
         self.worker = os.path.join(build, "worker", "joule-worker")
         self.state = os.path.join(root, "state")
         self.port = port

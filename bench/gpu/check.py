@@ -34,6 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 from loopback import call, free_port  # bench/loopback.py  # noqa: E402
+from soak import Node  # bench/soak.py: jouled started and stopped  # noqa: E402
 
 TUNING = ("lenet5", "cnn5", "transformer_small", "lstm_classifier")
 
@@ -119,6 +120,7 @@ def main():
             json.dump(report, f, indent=1)
 
     nets = networks(args)
+    spec_of = {name: spec for name, _, spec in nets}
     specs = {}
     for name, _, spec in nets:
         specs[name] = os.path.join(root, f"{name}.json")
@@ -129,37 +131,22 @@ def main():
     log(f"worker: {report['worker_env'][:300]}")
 
     meter = "nvml" if args.device.startswith("cuda:") else "auto"
-    config = os.path.join(root, "jouled.toml")
-    with open(config, "w") as f:
-        f.write(f'[log]\nlevel = "info"\n[[devices]]\nname = "{args.device}"\nmeter = "{meter}"\n'
-                f'[probing]\nenabled = true\nidle_seconds = 86400\nworker = "{args.worker}"\npython = ""\n'
-                f"reading_seconds = {args.probe_reading_seconds}\nrepetitions = 3\nmax_joules_per_day = 0\n"
-                + ("threads = 1\n" if args.device == "cpu" else ""))
-    port = free_port()
-    jouled_log = open(os.path.join(args.out, "jouled.log"), "wb")
-    jouled = subprocess.Popen([args.jouled, "--state-dir", os.path.join(root, "state"), "--listen", f"127.0.0.1:{port}",
-                               "--config", config], stdout=jouled_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    node = Node(os.path.join(REPO, "build"), root, free_port(), jouled=args.jouled,
+                config=f'[log]\nlevel = "info"\n[[devices]]\nname = "{args.device}"\nmeter = "{meter}"\n'
+                       f'[probing]\nenabled = true\nidle_seconds = 86400\nworker = "{args.worker}"\npython = ""\n'
+                       f"reading_seconds = {args.probe_reading_seconds}\nrepetitions = 3\nmax_joules_per_day = 0\n"
+                       + ("threads = 1\n" if args.device == "cpu" else ""))
+    port = node.port
 
     def stop(*_):
-        if jouled.poll() is None:
-            jouled.terminate()
-            try:
-                jouled.wait(20)
-            except subprocess.TimeoutExpired:
-                jouled.kill()
+        node.stop()
+        if os.path.exists(node.log_path):
+            shutil.copy(node.log_path, os.path.join(args.out, "jouled.log"))
         save()
 
     signal.signal(signal.SIGTERM, lambda *_: (stop(), sys.exit(1)))
     try:
-        for _ in range(300):
-            try:
-                if call(port, "GET", "/readyz", timeout=2)[0] == 200:
-                    break
-            except OSError:
-                pass
-            if jouled.poll() is not None:
-                raise RuntimeError(f"jouled exited {jouled.returncode}; see {args.out}/jouled.log")
-            time.sleep(0.1)
+        node.start()
         _, devices = call(port, "GET", "/v1/devices")
         device = next(d for d in devices["devices"] if d["name"] == args.device)
         report["meter"] = device.get("meter")
@@ -198,7 +185,7 @@ def main():
         for row in report["rows"]:
             steps = 1000
             for _ in range(20):
-                e = estimate(port, args.device, json.load(open(specs[row["network"]])), args.batch, steps)
+                e = estimate(port, args.device, spec_of[row["network"]], args.batch, steps)
                 if e["status"] == "ok":
                     break
                 time.sleep(1)
