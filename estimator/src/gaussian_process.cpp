@@ -624,7 +624,7 @@ GpPredictions GaussianProcess::predict(const Eigen::MatrixXd& X) const {
   cblas_dtrsm(CblasColMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, static_cast<int>(n_),
               static_cast<int>(m), 1.0, chol_.data(), static_cast<int>(chol_.outerStride()), k.data(),
               static_cast<int>(k.outerStride()));
-#else
+#else  // a worker built alone, where the node may have no BLAS (estimator/CMakeLists.txt)
   chol_.topLeftCorner(n_, n_).triangularView<Eigen::Lower>().solveInPlace(k);
 #endif
   const double y2 = scaling_.y_scale * scaling_.y_scale;

@@ -53,10 +53,10 @@ struct RunningSample {
 };
 
 struct CoreOptions {
-  std::size_t max_scan = 1000;  ///< queued jobs a pass looks at (the rest wait their turn)
+  std::size_t max_scan = PlacementOptions{}.max_scan;  ///< queued jobs a pass looks at (the rest wait their turn)
   /// Queued jobs a pass looks at while no device is free: the placer explains that many and
   /// stops, so a longer scan would only cost time that grows with the queue.
-  std::size_t max_explain = 64;
+  std::size_t max_explain = PlacementOptions{}.max_explain;
   /// Whether `track` asks the throttle controller for actions (joule-sim's baselines: off).
   bool throttle = true;
 };
