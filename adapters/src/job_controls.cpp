@@ -18,12 +18,18 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "control_files.hpp"
+#include "joule/adapters/control_journal.hpp"
 #include "joule/adapters/job_process.hpp"
 #include "joule/adapters/sysfs.hpp"
 
 namespace joule::adapters {
 namespace {
 
+using detail::complete;
+using detail::file_error;
+using detail::read_file;
+using detail::with_prefix;
 using std::filesystem::path;
 
 constexpr std::string_view kDelegateHint = "jouled needs a delegated cgroup: Delegate=yes in its unit, or root";
@@ -57,57 +63,6 @@ int system_write(const path& file, std::string_view text) {
   const int err = n < 0 ? errno : (static_cast<std::size_t>(n) == text.size() ? 0 : EIO);
   ::close(fd);
   return err;
-}
-
-// The hint says what to do; callers pass their own where the default would mislead.
-Error file_error(int err, std::string_view action, const path& file, std::string_view hint = {}) {
-  ErrorCode code = ErrorCode::io;
-  std::string why = std::strerror(err);
-  std::string_view fallback;
-  switch (err) {
-    case EACCES:
-    case EPERM:
-      code = ErrorCode::permission_denied;
-      why = "permission denied";
-      fallback = kDelegateHint;
-      break;
-    case EROFS:
-      code = ErrorCode::permission_denied;
-      why = "read-only file system";
-      fallback = "cgroupfs is mounted read-only here, as in most containers";
-      break;
-    case ENOENT:
-      code = ErrorCode::unavailable;
-      why = "no such file or directory";
-      break;
-    case EBUSY:
-      code = ErrorCode::conflict;
-      why = "device or resource busy";
-      break;
-    case EINVAL:
-      code = ErrorCode::invalid_argument;
-      why = "invalid argument";
-      break;
-    case ESRCH:
-      code = ErrorCode::not_found;
-      why = "no such process";
-      break;
-    default:
-      break;
-  }
-  if (hint.empty()) hint = fallback;
-  return make_error(code, fmt::format("cannot {} {}: {}{}", action, file.string(), why,
-                                      hint.empty() ? std::string() : fmt::format(" ({})", hint)));
-}
-
-Error with_prefix(const Error& error, std::string_view prefix) {
-  return make_error(error.code, fmt::format("{}: {}", prefix, error.message), error.where);
-}
-
-Result<std::string> read_file(const ControlFiles& files, const path& file) {
-  std::string text;
-  if (const int err = files.read(file, text)) return file_error(err, "read", file);
-  return text;
 }
 
 // The value of `key` in a flat-keyed file ("frozen 1" in cgroup.events).
@@ -160,6 +115,61 @@ std::string watts_text(double watts) { return fmt::format("{:g} W", watts); }
 // cgroup "/"), so that paths compare equal.
 path under(const path& base, const path& relative) { return relative.empty() ? base : base / relative; }
 
+}  // namespace
+
+namespace detail {
+
+// The hint says what to do; callers pass their own where the default would mislead.
+Error file_error(int err, std::string_view action, const path& file, std::string_view hint) {
+  ErrorCode code = ErrorCode::io;
+  std::string why = std::strerror(err);
+  std::string_view fallback;
+  switch (err) {
+    case EACCES:
+    case EPERM:
+      code = ErrorCode::permission_denied;
+      why = "permission denied";
+      fallback = kDelegateHint;
+      break;
+    case EROFS:
+      code = ErrorCode::permission_denied;
+      why = "read-only file system";
+      fallback = "cgroupfs is mounted read-only here, as in most containers";
+      break;
+    case ENOENT:
+      code = ErrorCode::unavailable;
+      why = "no such file or directory";
+      break;
+    case EBUSY:
+      code = ErrorCode::conflict;
+      why = "device or resource busy";
+      break;
+    case EINVAL:
+      code = ErrorCode::invalid_argument;
+      why = "invalid argument";
+      break;
+    case ESRCH:
+      code = ErrorCode::not_found;
+      why = "no such process";
+      break;
+    default:
+      break;
+  }
+  if (hint.empty()) hint = fallback;
+  return make_error(code, fmt::format("cannot {} {}: {}{}", action, file.string(), why,
+                                      hint.empty() ? std::string() : fmt::format(" ({})", hint)));
+}
+
+Error with_prefix(const Error& error, std::string_view prefix) {
+  return make_error(error.code, fmt::format("{}: {}", prefix, error.message), error.where);
+}
+
+Result<std::string> read_file(const ControlFiles& files, const path& file) {
+  std::string text;
+  if (const int err = files.read(file, text)) return file_error(err, "read", file);
+  return text;
+}
+
 // Fills what a caller left out with the real calls.
 ControlFiles complete(ControlFiles files) {
   const ControlFiles real = ControlFiles::system();
@@ -170,7 +180,7 @@ ControlFiles complete(ControlFiles files) {
   return files;
 }
 
-}  // namespace
+}  // namespace detail
 
 ControlFiles ControlFiles::system() {
   return ControlFiles{system_read, system_write,
@@ -626,6 +636,8 @@ GpuPowerLimit::GpuPowerLimit(std::shared_ptr<NvmlLibrary> nvml, nvml::Device dev
 
 GpuPowerLimit::~GpuPowerLimit() { (void)restore(); }
 
+std::string GpuPowerLimit::journal_key(unsigned index) { return fmt::format("nvml:{}:power_limit", index); }
+
 std::string GpuPowerLimit::describe() const { return fmt::format("power limit of GPU {}", index_); }
 
 Error GpuPowerLimit::gpu_error(const Error& error, std::string_view action) const {
@@ -650,6 +662,11 @@ Result<PowerLimitSetting> GpuPowerLimit::set_watts(double watts) {
   if (!original_mw_) {
     auto limit = nvml_->power_limit_mw(device_);
     if (!limit) return gpu_error(limit.error(), "save the power limit");
+    if (journal_) {
+      if (auto noted = journal_->remember({journal_key(index_), "nvml_power_limit", std::to_string(*limit), index_});
+          !noted)
+        return gpu_error(noted.error(), "note (before changing it) the power limit");
+    }
     original_mw_ = *limit;
   }
   const double wanted_mw = std::clamp(watts * 1000.0, 0.0, 4.0e9);
@@ -666,6 +683,7 @@ Status GpuPowerLimit::restore() {
   if (auto set = nvml_->set_power_limit_mw(device_, *original_mw_); !set)
     return gpu_error(set.error(), "restore the power limit " + watts_text(*original_mw_ / 1000.0));
   dirty_ = false;
+  if (journal_) (void)journal_->forget(journal_key(index_));
   return {};
 }
 

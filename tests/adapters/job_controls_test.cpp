@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "joule/adapters/control_journal.hpp"
 #include "joule/adapters/sysfs.hpp"
 #include "temp_dir.hpp"
 
@@ -512,6 +513,37 @@ TEST(GpuPowerLimitTest, sets_clamps_and_restores_the_saved_limit) {
     ASSERT_TRUE(limit.set_watts(150));
   }
   EXPECT_TRUE(slurp(script.log()).ends_with("set_limit 150000\nset_limit 250000\n"));  // the destructor restores
+}
+
+TEST(GpuPowerLimitTest, notes_the_original_in_the_journal_before_the_first_write_and_drops_it_once_back) {
+  FakeNvmlScript script("limit_mw 250000\nlimit_constraints_mw 100000 300000\n");
+  TempDir state;
+  auto journal = ControlJournal::open(state / "controls.json");
+  ASSERT_TRUE(journal);
+  auto nvml = NvmlLibrary::open(JOULE_FAKE_NVML);
+  ASSERT_TRUE(nvml) << nvml.error().message;
+  GpuPowerLimit limit(*nvml, *(*nvml)->device(0), 2);
+  limit.keep_original_in(&*journal);
+  ASSERT_TRUE(limit.set_watts(150));
+  ASSERT_TRUE(limit.set_watts(120));
+  auto on_disk = ControlJournal::open(state / "controls.json");
+  ASSERT_TRUE(on_disk && on_disk->entries().size() == 1u);
+  EXPECT_EQ(on_disk->entries()[0].key, "nvml:2:power_limit");
+  EXPECT_EQ(on_disk->entries()[0].kind, "nvml_power_limit");
+  EXPECT_EQ(on_disk->entries()[0].original, "250000");
+  EXPECT_EQ(on_disk->entries()[0].index, 2u);
+  ASSERT_TRUE(limit.restore());
+  EXPECT_TRUE(ControlJournal::open(state / "controls.json")->entries().empty());
+
+  // A journal that cannot be written: the limit is not touched.
+  std::filesystem::remove_all(state.path());
+  GpuPowerLimit unjournalled(*nvml, *(*nvml)->device(0), 2);
+  unjournalled.keep_original_in(&*journal);
+  auto refused = unjournalled.set_watts(150);
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(has(refused.error().message, "cannot note (before changing it) the power limit of GPU 2"))
+      << refused.error().message;
+  EXPECT_FALSE(has(slurp(script.log()), "set_limit 150000\nset_limit 120000\nset_limit 250000\nset_limit 150000"));
 }
 
 TEST(GpuPowerLimitTest, permission_error_says_root_is_needed) {

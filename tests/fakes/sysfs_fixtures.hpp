@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "joule/adapters/sysfs.hpp"
 #include "temp_dir.hpp"
@@ -57,6 +58,71 @@ inline std::filesystem::path write_ina3221_hwmon(const TempDir& root, const std:
   std::filesystem::create_directory_symlink("../../" + relative,
                                             root / ("sys/class/hwmon/hwmon" + std::to_string(hwmon_number)));
   return root / ("sys/" + relative);
+}
+
+/// One cpufreq policy as its driver lays it out: `sys/devices/system/cpu/cpufreq/policy<N>/` with
+/// the limits in force at the hardware's range, linked from `sys/devices/system/cpu/cpu<M>/cpufreq`
+/// for each of its CPUs.
+struct CpufreqPolicy {
+  int number = 0;
+  std::vector<int> cpus = {0};
+  std::string driver = "intel_pstate";
+  std::string governor = "powersave";
+  std::uint64_t min_khz = 400000;
+  std::uint64_t max_khz = 4700000;
+  /// scaling_available_frequencies as the kernel lists it (descending); empty: none (intel_pstate).
+  std::vector<std::uint64_t> available_khz;
+  /// energy_performance_preference's value; empty: the driver has no EPP.
+  std::string energy_preference;
+};
+
+/// The policy of each preset: Intel with HWP (intel_pstate active), AMD with amd-pstate in EPP
+/// mode, and acpi-cpufreq's P-state table (older Intel and AMD, and most VMs that have cpufreq).
+inline CpufreqPolicy intel_pstate_policy(int number) {
+  return {number, {number}, "intel_pstate", "powersave", 400000, 4700000, {}, "balance_performance"};
+}
+inline CpufreqPolicy amd_pstate_epp_policy(int number) {
+  return {number, {number}, "amd-pstate-epp", "powersave", 400000, 5132000, {}, "balance_performance"};
+}
+inline CpufreqPolicy acpi_cpufreq_policy(int number) {
+  return {number, {number}, "acpi-cpufreq", "schedutil", 1200000, 3000000, {3000000, 2400000, 1800000, 1200000}, ""};
+}
+
+/// Writes the policy; returns its directory.
+inline std::filesystem::path write_cpufreq_policy(const TempDir& root, const CpufreqPolicy& policy) {
+  const std::string dir = "sys/devices/system/cpu/cpufreq/policy" + std::to_string(policy.number) + "/";
+  std::string cpus;
+  for (const int cpu : policy.cpus) cpus += (cpus.empty() ? "" : " ") + std::to_string(cpu);
+  root.write(dir + "affected_cpus", cpus + "\n");
+  root.write(dir + "related_cpus", cpus + "\n");
+  root.write(dir + "cpuinfo_min_freq", std::to_string(policy.min_khz) + "\n");
+  root.write(dir + "cpuinfo_max_freq", std::to_string(policy.max_khz) + "\n");
+  root.write(dir + "cpuinfo_transition_latency", "0\n");
+  root.write(dir + "scaling_min_freq", std::to_string(policy.min_khz) + "\n");
+  root.write(dir + "scaling_max_freq", std::to_string(policy.max_khz) + "\n");
+  root.write(dir + "scaling_cur_freq", std::to_string(policy.max_khz) + "\n");
+  root.write(dir + "scaling_driver", policy.driver + "\n");
+  root.write(dir + "scaling_governor", policy.governor + "\n");
+  root.write(dir + "scaling_available_governors",
+             policy.available_khz.empty() ? "performance powersave\n"
+                                          : "conservative ondemand userspace powersave performance schedutil\n");
+  if (!policy.available_khz.empty()) {
+    std::string table;
+    for (const auto khz : policy.available_khz) table += std::to_string(khz) + " ";
+    root.write(dir + "scaling_available_frequencies", table + "\n");
+  }
+  if (!policy.energy_preference.empty()) {
+    root.write(dir + "energy_performance_preference", policy.energy_preference + "\n");
+    root.write(dir + "energy_performance_available_preferences",
+               "default performance balance_performance balance_power power \n");
+  }
+  for (const int cpu : policy.cpus) {
+    const auto link = root / ("sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/cpufreq");
+    std::filesystem::create_directories(link.parent_path());
+    if (!std::filesystem::is_symlink(link))
+      std::filesystem::create_directory_symlink("../cpufreq/policy" + std::to_string(policy.number), link);
+  }
+  return root / dir;
 }
 
 /// Reads real files, except that files named `denied` fail as EACCES does for non-root.

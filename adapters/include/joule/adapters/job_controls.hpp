@@ -31,6 +31,8 @@
 
 namespace joule::adapters {
 
+class ControlJournal;
+
 /// The file-system calls the cgroup code makes, each returning 0 or an errno as the kernel does.
 /// `system()` gives the real calls, and a member left empty is the real call too. Tests put a
 /// fake kernel here, one that refuses "+cpu" with EBUSY while a cgroup has processes or answers
@@ -257,6 +259,13 @@ class GpuPowerLimit final : public RestorableControl {
   GpuPowerLimit(const GpuPowerLimit&) = delete;
   GpuPowerLimit& operator=(const GpuPowerLimit&) = delete;
 
+  /// From now on the limit before the first write is also noted in `journal` (kept alive by the
+  /// caller), so that a jouled killed with -9 puts it back at its next start; the setting is not
+  /// changed when it cannot be noted.
+  void keep_original_in(ControlJournal* journal) { journal_ = journal; }
+  /// The journal key of GPU `index`'s limit ("nvml:0:power_limit").
+  static std::string journal_key(unsigned index);
+
   /// Sets the limit to `watts` (finite, > 0), clamped into the GPU's allowed range.
   Result<PowerLimitSetting> set_watts(double watts);
   Result<double> current_watts() const;
@@ -272,6 +281,7 @@ class GpuPowerLimit final : public RestorableControl {
   unsigned index_;
   std::optional<std::uint32_t> original_mw_;
   bool dirty_ = false;
+  ControlJournal* journal_ = nullptr;
 };
 
 }  // namespace joule::adapters
