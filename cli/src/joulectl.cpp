@@ -15,6 +15,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -233,6 +234,14 @@ void print_job(const json& job) {
                throttle["gpu_power_limit_watts"].is_null()
                    ? ""
                    : fmt::format("GPU limit {:.0f} W", throttle["gpu_power_limit_watts"].get<double>()));
+  }
+  if (job.contains("knobs")) {
+    const auto& knobs = job["knobs"];
+    std::string asked;
+    for (const auto& [name, value] : knobs["requested"].items())
+      asked += fmt::format("{}{} {}", asked.empty() ? "" : ", ", name,
+                           value.is_string() ? value.get<std::string>() : value.dump());
+    fmt::print("knobs:     {}; in force: {}\n", asked, text_or(knobs["in_force"]));
   }
   if (job.contains("progress")) {
     const auto& progress = job["progress"];
@@ -838,6 +847,29 @@ int main(int argc, char** argv) {
         if (!device["meter"]["measured"].get<bool>())
           fmt::print("* {}: not a measurement: {}\n", device["name"].get<std::string>(),
                      device["meter"]["note"].get<std::string>());
+      }
+      for (const auto& device : listed["devices"]) {
+        // Older daemons send no knobs; a device with none says why only where it would have one.
+        if (!device.contains("knobs")) continue;
+        const auto& offered = device["knobs"]["offered"];
+        std::vector<std::string> knobs;
+        if (offered.contains("cpu_max_frequency_mhz"))
+          knobs.push_back(fmt::format("cpu_max_frequency_mhz {:g}-{:g}",
+                                      offered["cpu_max_frequency_mhz"]["min"].get<double>(),
+                                      offered["cpu_max_frequency_mhz"]["max"].get<double>()));
+        if (offered.contains("cpu_energy_preference"))
+          knobs.push_back(
+              "cpu_energy_preference " +
+              fmt::format("{}",
+                          fmt::join(offered["cpu_energy_preference"]["values"].get<std::vector<std::string>>(), "|")));
+        if (offered.contains("gpu_power_limit_watts"))
+          knobs.push_back(fmt::format("gpu_power_limit_watts {:g}-{:g}",
+                                      offered["gpu_power_limit_watts"]["min"].get<double>(),
+                                      offered["gpu_power_limit_watts"]["max"].get<double>()));
+        if (!knobs.empty())
+          fmt::print("knobs of {}: {}\n", device["name"].get<std::string>(), fmt::join(knobs, "; "));
+        else if (device["name"] == "cpu" && device["knobs"].contains("note"))
+          fmt::print("knobs of cpu: none ({})\n", device["knobs"]["note"].get<std::string>());
       }
       return 0;
     }

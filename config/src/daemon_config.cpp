@@ -295,8 +295,9 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
   std::set<std::string> names;
   for (const auto& element : *array) {
     const auto& table = *element.as_table();
-    check.warn_unknown(table, "devices.",
-                       {"name", "meter", "idle_watts", "watts_per_busy_core", "probes", "runs_jobs", "threads"});
+    check.warn_unknown(
+        table, "devices.",
+        {"name", "meter", "idle_watts", "watts_per_busy_core", "probes", "runs_jobs", "threads", "cpufreq"});
     DeviceConfig device;
     if (auto name = check.get<std::string>(table, "name", "devices.name"))
       device.name = *name;
@@ -346,6 +347,17 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
         device.runs_jobs = *runs->value<bool>();
     }
     if (!simulated) device.runs_jobs = true;
+    if (auto cpufreq = check.get<std::string>(table, "cpufreq", "devices.cpufreq")) {
+      if (device.name != "cpu")
+        check.problem(*table.get("cpufreq"),
+                      fmt::format("device \"{}\": cpufreq is the CPU's knob; set it on \"cpu\"", device.name));
+      else if (*cpufreq == "off")
+        device.cpufreq.clear();
+      else if (cpufreq->empty() || cpufreq->front() != '/')
+        check.problem(*table.get("cpufreq"), "devices.cpufreq must be an absolute directory, or \"off\"");
+      else
+        device.cpufreq = *cpufreq;
+    }
     devices.push_back(device);
   }
   if (devices.empty())
@@ -568,6 +580,7 @@ nlohmann::json to_json(const DaemonConfig& config) {
                        {"probes", d.probes},
                        {"runs_jobs", d.runs_jobs},
                        {"threads", device_threads(d, config.probing)}});
+    if (d.name == "cpu") devices.back()["cpufreq"] = d.cpufreq.empty() ? std::string("off") : d.cpufreq.string();
   }
   return {
       {"source", config.source},

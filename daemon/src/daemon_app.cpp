@@ -10,6 +10,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -25,6 +26,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "joule/adapters/control_journal.hpp"
 #include "joule/adapters/database.hpp"
 #include "joule/adapters/heap_release.hpp"
 #include "joule/adapters/job_process.hpp"
@@ -320,9 +322,56 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
     }
     device.meter_note = note;
     spdlog::info("device {}: meter {} ({})", device.name, device.meter->source(), device.meter_note);
+    if (device.name == "cpu") {
+      if (device_config.cpufreq.empty()) {
+        device.knob_note = "cpufreq = \"off\" in its [[devices]] table";
+      } else if (auto knob = adapters::CpuFrequencyKnob::discover(device_config.cpufreq)) {
+        device.cpu_frequency = std::move(knob).value();
+        device.knob_note = "cpufreq: " + device.cpu_frequency->describe();
+      } else {
+        device.knob_note = knob.error().message;
+      }
+      spdlog::info("device cpu: CPU frequency knob {}",
+                   device.cpu_frequency ? device.knob_note : "unavailable: " + device.knob_note);
+    }
     devices.push_back(std::move(device));
   }
   return devices;
+}
+
+// The settings a jouled that died without restoring them left behind (a kill -9 while a job ran
+// at its knobs) are put back before anything runs, as a clean stop would have; a journal that
+// cannot be read is moved aside, with an error naming it, so that the next one starts clean.
+std::unique_ptr<adapters::ControlJournal> open_control_journal(const std::filesystem::path& file,
+                                                               const std::vector<Device>& devices) {
+  auto journal = adapters::ControlJournal::open(file);
+  if (!journal) {
+    const auto aside = std::filesystem::path(file.string() + ".unreadable");
+    std::error_code ec;
+    std::filesystem::rename(file, aside, ec);
+    spdlog::error("{}; moved to {}: check the CPU frequency limits and GPU power limits it names by hand",
+                  journal.error().message, aside.string());
+    journal = adapters::ControlJournal::open(file);
+    if (!journal) throw std::runtime_error(journal.error().message);
+  }
+  const auto restore_gpu = [&](const adapters::ControlJournal::Entry& entry) -> Status {
+    if (entry.kind != "nvml_power_limit")
+      return make_error(ErrorCode::unavailable, fmt::format("unknown kind of setting \"{}\"", entry.kind));
+    const std::string name = fmt::format("cuda:{}", entry.index);
+    const auto it = std::find_if(devices.begin(), devices.end(), [&](const Device& d) { return d.name == name; });
+    const auto* gpu = it == devices.end() ? nullptr : it->meter->gpu_power_control();
+    if (!gpu) return make_error(ErrorCode::unavailable, fmt::format("{} is not a device metered by NVML here", name));
+    unsigned milliwatts = 0;
+    try {
+      milliwatts = static_cast<unsigned>(std::stoul(entry.original));
+    } catch (const std::exception&) {
+      return make_error(ErrorCode::invalid_argument, fmt::format("\"{}\" is not a power limit", entry.original));
+    }
+    return gpu->library()->set_power_limit_mw(gpu->device(), milliwatts);
+  };
+  for (const auto& line : adapters::restore_journalled(*journal, adapters::ControlFiles::system(), restore_gpu))
+    spdlog::warn("knobs left by the last jouled: {}", line);
+  return std::make_unique<adapters::ControlJournal>(std::move(journal).value());
 }
 
 void apply_log_level(const std::string& level) { spdlog::set_level(spdlog::level::from_str(level)); }
@@ -537,7 +586,10 @@ int run_daemon(const CommandLine& command_line) {
   if (!policy) throw std::runtime_error("policies: " + policy.error().message);
   // Every service reads this one clock (tests give theirs a ManualClock).
   const Clock& clock = joule::system_clock();
-  JobService jobs(io, storage, metrics, open_devices(config), job_options, clock);
+  auto devices = open_devices(config);
+  auto control_journal = open_control_journal(config.state_directory / "controls.json", devices);
+  job_options.control_journal = control_journal.get();
+  JobService jobs(io, storage, metrics, std::move(devices), job_options, clock);
   jobs.keep_finished_in(**archive);
   jobs.budgets().set_policy(std::move(policy).value());
   jobs.budgets().load(*stored_uses);

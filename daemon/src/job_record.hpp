@@ -79,6 +79,9 @@ struct JobRecord {
   bool paused = false;
   std::optional<double> cpu_quota;
   std::optional<double> gpu_limit_watts;
+  /// Its knobs as set on its device this run ("cpu_max_frequency_mhz 1600 (policy0 1600 MHz)");
+  /// nothing when it asked for none, or they were refused (its events say why).
+  std::optional<std::string> knobs_in_force;
 };
 
 }  // namespace joule::daemon

@@ -19,12 +19,13 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
 #include <boost/uuid/random_generator.hpp>
 #include <boost/uuid/uuid_io.hpp>
-#include <openssl/crypto.h>
-#include <openssl/rand.h>
 
 #include "joule/adapters/job_controls.hpp"
 #include "joule/common/energy_source.hpp"
@@ -47,6 +48,51 @@ namespace {
 
 Error invalid(std::string message, std::string where) {
   return make_error(ErrorCode::invalid_argument, std::move(message), std::move(where));
+}
+
+// Why `device` cannot run a job at `knobs`, with the field at fault; nothing when it can.
+std::optional<Error> knob_problem(const Device& device, const schedulers::Knobs& knobs) {
+  if (!device.node.empty())
+    return invalid(fmt::format("{} is on another node: knobs are set on the coordinator's own devices only in this "
+                               "version",
+                               device.name),
+                   "/knobs");
+  const auto cpu_missing = [&](const char* field) {
+    return invalid(fmt::format("{} has no CPU frequency knob ({})", device.name,
+                               device.name == "cpu" ? device.knob_note : "CPU knobs are the cpu device's"),
+                   std::string("/knobs/") + field);
+  };
+  if (knobs.cpu_max_frequency_mhz) {
+    if (!device.cpu_frequency) return cpu_missing("cpu_max_frequency_mhz");
+    const auto& knob = *device.cpu_frequency;
+    if (*knobs.cpu_max_frequency_mhz < knob.min_mhz || *knobs.cpu_max_frequency_mhz > knob.max_mhz)
+      return invalid(fmt::format("{:g} MHz is outside {}'s range, {:g}-{:g} MHz ({})", *knobs.cpu_max_frequency_mhz,
+                                 device.name, knob.min_mhz, knob.max_mhz, knob.driver),
+                     "/knobs/cpu_max_frequency_mhz");
+  }
+  if (knobs.cpu_energy_preference) {
+    if (!device.cpu_frequency) return cpu_missing("cpu_energy_preference");
+    const auto& offered = device.cpu_frequency->energy_preferences;
+    if (offered.empty())
+      return invalid(
+          fmt::format("{}'s {} driver has no energy-performance preference", device.name, device.cpu_frequency->driver),
+          "/knobs/cpu_energy_preference");
+    if (std::find(offered.begin(), offered.end(), *knobs.cpu_energy_preference) == offered.end())
+      return invalid(fmt::format("\"{}\" is not one of {}'s energy preferences ({})", *knobs.cpu_energy_preference,
+                                 device.name, fmt::join(offered, ", ")),
+                     "/knobs/cpu_energy_preference");
+  }
+  if (knobs.gpu_power_limit_watts) {
+    if (!device.can_limit_gpu)
+      return invalid(
+          fmt::format("{} has no settable GPU power limit (an NVIDIA GPU metered by NVML has one)", device.name),
+          "/knobs/gpu_power_limit_watts");
+    if (*knobs.gpu_power_limit_watts < device.gpu_min_watts || *knobs.gpu_power_limit_watts > device.gpu_max_watts)
+      return invalid(fmt::format("{:g} W is outside {}'s power limit range, {:g}-{:g} W", *knobs.gpu_power_limit_watts,
+                                 device.name, device.gpu_min_watts, device.gpu_max_watts),
+                     "/knobs/gpu_power_limit_watts");
+  }
+  return std::nullopt;
 }
 
 bool is_executable_file(const std::filesystem::path& path) {
@@ -138,6 +184,7 @@ JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, M
       if (auto range = gpu->power_limit_range_watts()) {
         device.can_limit_gpu = range->second > 0;
         device.gpu_min_watts = range->first;
+        device.gpu_max_watts = range->second;
       }
     }
   }
@@ -396,6 +443,25 @@ Status JobService::check_runnable(const schedulers::JobSpec& spec,
                                "devices without runs_jobs only estimate)",
                                names.empty() ? "none" : names),
                    "/constraints/devices");
+  }
+  if (!spec.knobs.empty()) {
+    // Runnable where some device it may use has every knob it asks for, in range; otherwise the
+    // first such device's reason (the one a user with one CPU and one GPU is asking about).
+    std::optional<Error> first;
+    bool fits = false;
+    for (const auto& d : devices_) {
+      if (!d.runs_jobs || !schedulers::device_allowed(spec.constraints, d.name)) continue;
+      if (spec.knobs.wants_cpu() != (d.name == "cpu") && d.node.empty()) continue;
+      auto problem = knob_problem(d, spec.knobs);
+      if (!problem) fits = true;
+      if (problem && !first) first = std::move(problem);
+    }
+    if (!fits) {
+      if (first) return *first;
+      return invalid(spec.knobs.wants_cpu() ? "CPU knobs need the cpu device, which constraints.devices leaves out"
+                                            : "a GPU knob needs a cuda:N device, which constraints.devices leaves out",
+                     "/knobs");
+    }
   }
   if (spec.constraints.deadline && *spec.constraints.deadline <= now_ms())
     return invalid("the deadline has already passed", "/constraints/deadline");
@@ -690,6 +756,7 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
   for (std::size_t d = 0; d < devices_.size(); ++d) {
     const Device& device = devices_[d];
     if (!device.runs_jobs || !schedulers::device_allowed(spec.constraints, device.name)) continue;
+    if (!spec.knobs.empty() && knob_problem(device, spec.knobs)) continue;
     schedulers::Candidate candidate{d, std::nullopt, std::nullopt};
     if (const auto it = usable.find(device.name); it != usable.end()) {
       candidate.estimate = it->second->placement();
@@ -1305,6 +1372,28 @@ Result<std::filesystem::path> JobService::log_path(const std::string& id, const 
   return local_->job_directory(id) / (stream + ".log");
 }
 
+json JobService::device_knobs(const Device& device) {
+  json knobs = json::object();
+  if (device.cpu_frequency) {
+    const auto& knob = *device.cpu_frequency;
+    json available = json::array();
+    if (!knob.policies.empty())
+      for (const double mhz : knob.policies.front().available_mhz) available.push_back(mhz);
+    knobs["cpu_max_frequency_mhz"] = {{"min", knob.min_mhz},
+                                      {"max", knob.max_mhz},
+                                      {"driver", knob.driver},
+                                      {"governor", knob.governor},
+                                      {"policies", knob.policies.size()},
+                                      {"available", available}};
+    if (!knob.energy_preferences.empty()) knobs["cpu_energy_preference"] = {{"values", knob.energy_preferences}};
+  }
+  if (device.can_limit_gpu)
+    knobs["gpu_power_limit_watts"] = {{"min", device.gpu_min_watts}, {"max", device.gpu_max_watts}};
+  json out = {{"offered", knobs}};
+  if (!device.knob_note.empty()) out["note"] = device.knob_note;
+  return out;
+}
+
 json JobService::devices() const {
   json out = json::array();
   for (const auto& device : devices_) {
@@ -1318,6 +1407,7 @@ json JobService::devices() const {
                    {"job", device.job ? json(*device.job) : json(nullptr)},
                    {"runs_jobs", device.runs_jobs},
                    {"threads", device.threads > 0 ? nlohmann::json(device.threads) : nlohmann::json(nullptr)},
+                   {"knobs", device_knobs(device)},
                    {"model", model_info_ ? model_info_(device.name) : json{{"state", "none"}, {"samples", 0}}}});
   }
   return json{{"devices", out}};
@@ -1456,6 +1546,12 @@ json JobService::to_json(const Job& job, bool with_events) const {
     out["throttle"] = {{"paused", job.paused},
                        {"cpu_quota", job.cpu_quota ? json(*job.cpu_quota) : json(nullptr)},
                        {"gpu_power_limit_watts", job.gpu_limit_watts ? json(*job.gpu_limit_watts) : json(nullptr)}};
+  }
+  if (!job.spec.knobs.empty()) {
+    // Asked for, and what is in force this run (null before it starts, after it ends, or when
+    // refused: its events say which).
+    out["knobs"] = {{"requested", schedulers::to_json(job.spec.knobs)},
+                    {"in_force", job.knobs_in_force ? json(*job.knobs_in_force) : json(nullptr)}};
   }
   if (with_events) {
     out["spec"] = json::parse(row.spec_json, nullptr, false);

@@ -2,9 +2,11 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <array>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "joule/common/text.hpp"
 #include "joule/estimator/layer_analysis.hpp"
@@ -172,6 +174,49 @@ Result<Constraints> parse_constraints(const json& input) {
   return constraints;
 }
 
+// The energy preferences the kernel's drivers know (intel_pstate, amd-pstate-epp); whether the
+// node's driver takes one is the daemon's check.
+constexpr std::array<std::string_view, 5> kEnergyPreferences = {"default", "performance", "balance_performance",
+                                                                "balance_power", "power"};
+
+Result<Knobs> parse_knobs(const json& input) {
+  if (!input.is_object()) return invalid("knobs must be an object", "/knobs");
+  Knobs knobs;
+  // Ranges no hardware leaves: the device's own range is checked where the job is submitted.
+  const auto number = [&](const std::string& key, const json& value, double most) -> Result<double> {
+    if (!value.is_number() || !(value.get<double>() > 0.0) || value.get<double>() > most)
+      return invalid(fmt::format("knobs.{} must be a number > 0 and <= {:g}", key, most), "/knobs/" + key);
+    return value.get<double>();
+  };
+  for (const auto& [key, value] : input.items()) {
+    if (key == "cpu_max_frequency_mhz") {
+      auto mhz = number(key, value, 100000.0);
+      if (!mhz) return mhz.error();
+      knobs.cpu_max_frequency_mhz = *mhz;
+    } else if (key == "gpu_power_limit_watts") {
+      auto watts = number(key, value, 100000.0);
+      if (!watts) return watts.error();
+      knobs.gpu_power_limit_watts = *watts;
+    } else if (key == "cpu_energy_preference") {
+      if (!value.is_string() || std::find(kEnergyPreferences.begin(), kEnergyPreferences.end(),
+                                          value.get<std::string>()) == kEnergyPreferences.end())
+        return invalid(
+            fmt::format("knobs.cpu_energy_preference must be one of {}", fmt::join(kEnergyPreferences, ", ")),
+            "/knobs/" + key);
+      knobs.cpu_energy_preference = value.get<std::string>();
+    } else {
+      return invalid(fmt::format("knobs: unknown field \"{}\" (cpu_max_frequency_mhz, cpu_energy_preference, "
+                                 "gpu_power_limit_watts)",
+                                 printable(key, 100)),
+                     "/knobs/" + printable(key, 100));
+    }
+  }
+  if (knobs.wants_cpu() && knobs.gpu_power_limit_watts)
+    return invalid("knobs: a job runs on one device, so it may ask for CPU knobs or a GPU knob, not both",
+                   "/knobs/gpu_power_limit_watts");
+  return knobs;
+}
+
 constexpr std::array<std::string_view, 7> kStateNames = {"queued",    "placed", "running",  "throttled",
                                                          "succeeded", "failed", "cancelled"};
 
@@ -205,6 +250,10 @@ Result<JobSpec> parse_job_spec(const json& body, const JobLimits& limits) {
       auto constraints = parse_constraints(value);
       if (!constraints) return constraints.error();
       spec.constraints = std::move(constraints).value();
+    } else if (key == "knobs") {
+      auto knobs = parse_knobs(value);
+      if (!knobs) return knobs.error();
+      spec.knobs = std::move(knobs).value();
     } else if (key == "priority") {
       // An unsigned JSON number above INT64_MAX read as int64 wraps negative (2^64-1 became
       // -1): the range is checked on the number as it was written.
@@ -262,6 +311,15 @@ json to_json(const JobSpec& spec) {
               {"restart", spec.restart == RestartPolicy::requeue ? "requeue" : "fail"}};
   if (spec.model) out["model"] = estimator::to_json(*spec.model);
   if (spec.training) out["training"] = estimator::to_json(*spec.training);
+  if (!spec.knobs.empty()) out["knobs"] = to_json(spec.knobs);
+  return out;
+}
+
+json to_json(const Knobs& knobs) {
+  json out = json::object();
+  if (knobs.cpu_max_frequency_mhz) out["cpu_max_frequency_mhz"] = *knobs.cpu_max_frequency_mhz;
+  if (knobs.cpu_energy_preference) out["cpu_energy_preference"] = *knobs.cpu_energy_preference;
+  if (knobs.gpu_power_limit_watts) out["gpu_power_limit_watts"] = *knobs.gpu_power_limit_watts;
   return out;
 }
 

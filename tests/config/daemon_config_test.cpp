@@ -176,6 +176,26 @@ TEST(DaemonConfigTest, a_device_runs_probes_and_jobs_at_its_own_thread_count_or_
   EXPECT_NE(zero.error().message.find("devices.threads must be between 1 and 1024, got 0"), std::string::npos);
 }
 
+TEST(DaemonConfigTest, the_cpu_frequency_knob_reads_cpufreq_where_told_or_is_off) {
+  auto defaults = parse_config("", "jouled.toml");
+  ASSERT_TRUE(defaults);
+  EXPECT_EQ(defaults->config.devices[0].cpufreq, "/sys/devices/system/cpu/cpufreq");
+  auto moved = parse_config("[[devices]]\nname = \"cpu\"\ncpufreq = \"/host/sys/cpufreq\"\n", "jouled.toml");
+  ASSERT_TRUE(moved) << moved.error().message;
+  EXPECT_EQ(moved->config.devices[0].cpufreq, "/host/sys/cpufreq");
+  auto off = parse_config("[[devices]]\nname = \"cpu\"\ncpufreq = \"off\"\n", "jouled.toml");
+  ASSERT_TRUE(off) << off.error().message;
+  EXPECT_TRUE(off->config.devices[0].cpufreq.empty());
+  EXPECT_EQ(to_json(off->config)["devices"][0]["cpufreq"], "off");
+  auto relative = parse_config("[[devices]]\nname = \"cpu\"\ncpufreq = \"sys/cpufreq\"\n", "jouled.toml");
+  ASSERT_FALSE(relative);
+  EXPECT_NE(relative.error().message.find("jouled.toml:3:"), std::string::npos) << relative.error().message;
+  EXPECT_NE(relative.error().message.find("devices.cpufreq must be an absolute directory"), std::string::npos);
+  auto gpu = parse_config("[[devices]]\nname = \"cuda:0\"\ncpufreq = \"/sys\"\n", "jouled.toml");
+  ASSERT_FALSE(gpu);
+  EXPECT_NE(gpu.error().message.find("cpufreq is the CPU's knob"), std::string::npos) << gpu.error().message;
+}
+
 TEST(DaemonConfigTest, a_slurm_node_type_may_set_its_jobs_thread_count) {
   const std::string head = "[[slurm.node_types]]\nname = \"cpu\"\nmodel = \"sim:laptop-cpu\"\n";
   auto loaded = parse_config(head + "threads = 4\n", "jouled.toml");

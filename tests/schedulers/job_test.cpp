@@ -137,6 +137,34 @@ TEST(JobSpecTest, a_builtin_run_that_cannot_train_is_refused_naming_the_field) {
   EXPECT_EQ(error_pointer(body), "/training/eat");
 }
 
+TEST(JobSpecTest, knobs_are_checked_by_field_and_round_trip) {
+  json body = minimal_job();
+  body["knobs"] = {{"cpu_max_frequency_mhz", 1600}, {"cpu_energy_preference", "balance_power"}};
+  auto spec = parse_job_spec(body);
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_DOUBLE_EQ(*spec->knobs.cpu_max_frequency_mhz, 1600);
+  EXPECT_TRUE(spec->knobs.wants_cpu());
+  EXPECT_EQ(joule::schedulers::to_json(*spec)["knobs"], body["knobs"]);
+  auto again = parse_job_spec(joule::schedulers::to_json(*spec));
+  ASSERT_TRUE(again);
+  EXPECT_EQ(joule::schedulers::to_json(*again), joule::schedulers::to_json(*spec));
+  EXPECT_FALSE(joule::schedulers::to_json(*parse_job_spec(minimal_job())).contains("knobs"));
+
+  const std::vector<std::pair<json, std::string>> bad = {
+      {json::array(), "/knobs"},
+      {{{"cpu_max_frequency_mhz", 0}}, "/knobs/cpu_max_frequency_mhz"},
+      {{{"cpu_max_frequency_mhz", "fast"}}, "/knobs/cpu_max_frequency_mhz"},
+      {{{"gpu_power_limit_watts", 1e9}}, "/knobs/gpu_power_limit_watts"},
+      {{{"cpu_energy_preference", "eco"}}, "/knobs/cpu_energy_preference"},
+      {{{"nvpmodel", 2}}, "/knobs/nvpmodel"},
+      {{{"cpu_max_frequency_mhz", 1600}, {"gpu_power_limit_watts", 200}}, "/knobs/gpu_power_limit_watts"},
+  };
+  for (const auto& [knobs, pointer] : bad) {
+    body["knobs"] = knobs;
+    EXPECT_EQ(error_pointer(body), pointer) << knobs;
+  }
+}
+
 TEST(JobSpecTest, device_patterns_are_globs) {
   joule::schedulers::Constraints constraints;
   EXPECT_TRUE(joule::schedulers::device_allowed(constraints, "cpu"));

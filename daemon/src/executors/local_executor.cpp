@@ -12,6 +12,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 
@@ -225,6 +226,7 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
     spec.lease_path = run.lease;
     spec.lease_seconds = lease_seconds_;
   }
+  apply_knobs(job, device, run);
   run.window = open_window(device, /*partial=*/false);
   auto child = ChildProcess::launch(io_, spec, "job " + id,
                                     [this, id](std::optional<adapters::ExitStatus> exit) { on_exit(id, exit); });
@@ -251,6 +253,69 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
                    cgroup.error().message);
   }
   host_.running(job, fmt::format("started as process group {}", process.pid));
+}
+
+adapters::GpuPowerLimit* LocalExecutor::gpu_limit_of(Run& run, Device& device) {
+  const auto* gpu = device.meter->gpu_power_control();
+  if (!gpu) return nullptr;
+  if (!run.gpu_limit) {
+    run.gpu_limit =
+        std::make_unique<adapters::GpuPowerLimit>(*gpu, static_cast<unsigned>(std::stoul(device.name.substr(5))));
+    run.gpu_limit->keep_original_in(options_.control_journal);
+  }
+  return run.gpu_limit.get();
+}
+
+void LocalExecutor::apply_knobs(JobRecord& job, Device& device, Run& run) {
+  const schedulers::Knobs& knobs = job.spec.knobs;
+  if (knobs.empty()) return;
+  std::vector<std::string> set;
+  std::optional<Error> refused;
+  if (knobs.wants_cpu()) {
+    if (!device.cpu_frequency) {
+      refused = make_error(ErrorCode::unavailable, fmt::format("{} has no CPU frequency knob", device.name));
+    } else {
+      run.cpu_frequency =
+          std::make_unique<adapters::CpuFrequencyLimit>(*device.cpu_frequency, options_.control_journal);
+      if (knobs.cpu_max_frequency_mhz) {
+        if (auto applied = run.cpu_frequency->set_max_mhz(*knobs.cpu_max_frequency_mhz))
+          set.push_back(fmt::format("cpu_max_frequency_mhz {:g} ({})", *knobs.cpu_max_frequency_mhz, *applied));
+        else
+          refused = applied.error();
+      }
+      if (!refused && knobs.cpu_energy_preference) {
+        if (auto applied = run.cpu_frequency->set_energy_preference(*knobs.cpu_energy_preference))
+          set.push_back("cpu_energy_preference " + *knobs.cpu_energy_preference);
+        else
+          refused = applied.error();
+      }
+    }
+  }
+  if (knobs.gpu_power_limit_watts) {
+    if (auto* limit = gpu_limit_of(run, device); !limit) {
+      refused = make_error(ErrorCode::unavailable, fmt::format("{} has no NVML power limit", device.name));
+    } else if (auto applied = limit->set_watts(*knobs.gpu_power_limit_watts)) {
+      set.push_back(fmt::format("gpu_power_limit_watts {:g} ({})", *knobs.gpu_power_limit_watts, applied->describe()));
+    } else {
+      refused = applied.error();
+    }
+  }
+  if (refused) {
+    // Nothing stays half set: whatever was written goes back, and the job runs as the device is.
+    for (adapters::RestorableControl* control :
+         std::initializer_list<adapters::RestorableControl*>{run.cpu_frequency.get(), run.gpu_limit.get()}) {
+      if (!control) continue;
+      if (auto restored = control->restore(); !restored)
+        spdlog::warn("job {}: {}", job.row.id, restored.error().message);
+    }
+    run.cpu_frequency.reset();
+    spdlog::warn("job {}: knobs refused, it runs at the device's defaults: {}", job.row.id, refused->message);
+    host_.note(job, "knobs refused, it runs at the device's defaults: " + refused->message);
+    job.knobs_in_force.reset();
+    return;
+  }
+  job.knobs_in_force = fmt::format("{}", fmt::join(set, "; "));
+  host_.note(job, "knobs set: " + *job.knobs_in_force);
 }
 
 void LocalExecutor::set_lease_seconds(double seconds) {
@@ -336,15 +401,12 @@ Status LocalExecutor::throttle(JobRecord& job, Device& device, const schedulers:
       if (done) job.cpu_quota.reset();
       break;
     case Kind::gpu_power_limit: {
-      const auto* gpu = device.meter->gpu_power_control();
-      if (!gpu) {
+      auto* limit = gpu_limit_of(run, device);
+      if (!limit) {
         done = make_error(ErrorCode::unavailable, fmt::format("{} has no NVML to set a power limit with", device.name));
         break;
       }
-      if (!run.gpu_limit)
-        run.gpu_limit =
-            std::make_unique<adapters::GpuPowerLimit>(*gpu, static_cast<unsigned>(std::stoul(device.name.substr(5))));
-      auto set = run.gpu_limit->set_watts(action.value);
+      auto set = limit->set_watts(action.value);
       if (!set) {
         done = set.error();
         break;
@@ -353,7 +415,13 @@ Status LocalExecutor::throttle(JobRecord& job, Device& device, const schedulers:
       break;
     }
     case Kind::clear_gpu_power_limit:
-      done = run.gpu_limit ? run.gpu_limit->restore() : Status{};
+      // Back to the job's own knob where it asked for one, else to the GPU's original limit.
+      if (run.gpu_limit && job.spec.knobs.gpu_power_limit_watts && job.knobs_in_force) {
+        auto set = run.gpu_limit->set_watts(*job.spec.knobs.gpu_power_limit_watts);
+        done = set ? Status{} : Status{set.error()};
+      } else {
+        done = run.gpu_limit ? run.gpu_limit->restore() : Status{};
+      }
       if (done) job.gpu_limit_watts.reset();
       break;
   }
@@ -434,8 +502,8 @@ void LocalExecutor::release(JobRecord& job, bool ended) {
     (void)adapters::signal_process_group(static_cast<pid_t>(job.row.pid), SIGCONT);
   if (it != runs_.end()) {
     Run& run = it->second;
-    for (adapters::RestorableControl* control :
-         std::initializer_list<adapters::RestorableControl*>{run.pauser.get(), run.quota.get(), run.gpu_limit.get()}) {
+    for (adapters::RestorableControl* control : std::initializer_list<adapters::RestorableControl*>{
+             run.pauser.get(), run.quota.get(), run.gpu_limit.get(), run.cpu_frequency.get()}) {
       if (!control) continue;
       if (auto restored = control->restore(); !restored)
         spdlog::warn("job {}: {}", job.row.id, restored.error().message);
@@ -443,6 +511,8 @@ void LocalExecutor::release(JobRecord& job, bool ended) {
     run.pauser.reset();
     run.quota.reset();
     run.gpu_limit.reset();
+    run.cpu_frequency.reset();
+    job.knobs_in_force.reset();
     run.child.reset();  // stops watching; the process itself is left alone
   }
   if (!ended) return;  // jouled stops: the next one adopts the process and its cgroup
@@ -487,6 +557,8 @@ void LocalExecutor::recover(JobRecord& job, Device* device) {
     }
     // Its reservation again, from its estimate there (the energy it used before is unknown).
     host_.reserve_again(job);
+    if (!job.spec.knobs.empty())
+      host_.note(job, "its knobs were put back when jouled restarted: it runs at the device's defaults from now on");
     if (job.state == JobState::throttled) {
       // The last daemon released its controls when it stopped: it runs freely now.
       (void)adapters::signal_process_group(process->pid, SIGCONT);

@@ -15,6 +15,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "executor.hpp"
+#include "joule/adapters/cpu_frequency.hpp"
 #include "joule/adapters/job_controls.hpp"
 #include "joule/adapters/measurement_window.hpp"
 #include "joule/daemon/child_process.hpp"
@@ -69,7 +70,8 @@ class LocalExecutor final : public Executor {
     std::optional<adapters::JobCgroup> cgroup;
     std::unique_ptr<adapters::JobPauser> pauser;
     std::unique_ptr<adapters::CpuQuota> quota;
-    std::unique_ptr<adapters::GpuPowerLimit> gpu_limit;
+    std::unique_ptr<adapters::GpuPowerLimit> gpu_limit;          // a power cap's, or the job's knob
+    std::unique_ptr<adapters::CpuFrequencyLimit> cpu_frequency;  // the job's CPU knobs
     std::filesystem::path lease;  // its lease file, renewed while jouled runs it; empty: none
   };
 
@@ -80,6 +82,11 @@ class LocalExecutor final : public Executor {
   /// `joule-worker train` for a `run.builtin` job, with its job file written to its work directory.
   Result<std::vector<std::string>> builtin_command(const JobRecord& job, const Device& device,
                                                    const std::optional<adapters::JobIdentity>& identity) const;
+  /// Sets the job's knobs on `device` before it starts. A knob the hardware refuses, or that reads
+  /// back different, is put back and noted on the job, which runs at the device's default.
+  void apply_knobs(JobRecord& job, Device& device, Run& run);
+  /// The GPU power limit control of `run` on `device` (made on first use, journalled).
+  adapters::GpuPowerLimit* gpu_limit_of(Run& run, Device& device);
   /// Called by the job's ChildProcess when its runner has ended.
   void on_exit(const std::string& id, const std::optional<adapters::ExitStatus>& exit);
   /// A window on the device's meter from now; nullopt (and the meter's error noted on the

@@ -32,6 +32,10 @@ struct DeviceConfig {
   /// OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS and JOULE_THREADS), so that the
   /// model is learnt under the conditions jobs run in. 0: [probing] threads.
   int threads = 0;
+  /// cpu only: where the CPU frequency knob's cpufreq policies are (jobs' `knobs.cpu_*`); a
+  /// directory without policies leaves the device without the knob, and says why; empty ("off"
+  /// in the file): no knob.
+  std::filesystem::path cpufreq = "/sys/devices/system/cpu/cpufreq";
 };
 
 /// Background probing (THOR): when a real device is idle, joule-worker trains small networks

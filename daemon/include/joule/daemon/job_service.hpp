@@ -23,6 +23,8 @@
 #include <boost/asio/thread_pool.hpp>
 #include <nlohmann/json.hpp>
 
+#include "joule/adapters/control_journal.hpp"
+#include "joule/adapters/cpu_frequency.hpp"
 #include "joule/adapters/database.hpp"
 #include "joule/adapters/energy_meter.hpp"
 #include "joule/adapters/job_controls.hpp"
@@ -69,6 +71,11 @@ struct Device {
   /// A GPU whose power limit can be lowered (its meter is NVML), and the lowest limit allowed.
   bool can_limit_gpu = false;
   double gpu_min_watts = 0.0;
+  double gpu_max_watts = 0.0;
+  /// The CPU frequency knob (cpufreq), where this is the CPU and its policies are writable; else
+  /// `knob_note` says why there is none.
+  std::optional<adapters::CpuFrequencyKnob> cpu_frequency;
+  std::string knob_note;
   /// Coordinator: the agent this device belongs to ("" for this node's own devices). Its name
   /// is then "node/device", its meter a ReportedMeter, and jobs on it run on the agent.
   std::string node;
@@ -104,6 +111,9 @@ struct JobServiceOptions {
   /// Per-job cgroups (freezer, CPU quota) when the daemon's cgroup is delegated; nullptr or
   /// unusable: jobs are paused with SIGSTOP and get no CPU quota.
   std::shared_ptr<adapters::JobCgroups> cgroups;
+  /// Where the originals of the knobs jobs set are noted before they change (owned by the
+  /// daemon); nullptr: not noted, so a kill -9 would leave a job's setting in force.
+  adapters::ControlJournal* control_journal = nullptr;
   /// An agent takes jobs only from its coordinator; POST /v1/jobs is refused with this message.
   std::string refuse_submissions;
   /// The directory holding the Python package `joule` (python/ of the source tree, or
@@ -182,6 +192,8 @@ class JobService {
   /// The file holding a job's "stdout" or "stderr".
   Result<std::filesystem::path> log_path(const std::string& id, const std::string& stream) const;
   nlohmann::json devices() const;
+  /// What a device offers jobs' `knobs` (GET /v1/devices "knobs"): {"offered": {...}, "note"}.
+  static nlohmann::json device_knobs(const Device& device);
   std::vector<std::string> device_names() const;
   /// The thread count jobs get on a device (Device::threads); 0 for unknown devices or none set.
   int device_threads(const std::string& device) const;

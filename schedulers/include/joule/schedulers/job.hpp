@@ -46,6 +46,17 @@ struct Constraints {
   std::optional<double> max_energy_joules;
 };
 
+/// Device settings a job asks to run at (`knobs`): set on its device just before it starts and
+/// put back when it lets go of the device. Each knob belongs to one kind of device (cpu_* to the
+/// CPU, gpu_* to an NVIDIA GPU), so a job that asks for one runs only on a device that has it.
+struct Knobs {
+  std::optional<double> cpu_max_frequency_mhz;       ///< every cpufreq policy's scaling_max_freq
+  std::optional<std::string> cpu_energy_preference;  ///< energy_performance_preference ("power", ...)
+  std::optional<double> gpu_power_limit_watts;       ///< NVML power limit
+  bool empty() const { return !cpu_max_frequency_mhz && !cpu_energy_preference && !gpu_power_limit_watts; }
+  bool wants_cpu() const { return cpu_max_frequency_mhz || cpu_energy_preference; }
+};
+
 /// What happens to a job whose node is lost while it is placed or running there.
 enum class RestartPolicy { requeue, fail };
 
@@ -56,6 +67,7 @@ struct JobSpec {
   std::optional<estimator::TrainingConfig> training;
   RunCommand run;
   Constraints constraints;
+  Knobs knobs;
   int priority = 0;  ///< higher runs first; equal priorities run in submission order
   RestartPolicy restart = RestartPolicy::requeue;
 };
@@ -73,6 +85,9 @@ Result<JobSpec> parse_job_spec(const nlohmann::json& body, const JobLimits& limi
 
 /// The canonical JSON form of a spec (what is stored and shown back).
 nlohmann::json to_json(const JobSpec& spec);
+
+/// The knobs as a job's JSON has them (only those set).
+nlohmann::json to_json(const Knobs& knobs);
 
 /// Whether a device name ("cpu", "cuda:0") satisfies the job's device constraint.
 bool device_allowed(const Constraints& constraints, std::string_view device);

@@ -1,0 +1,199 @@
+// Jobs' knobs through a real jouled: a fixture cpufreq tree (intel_pstate or acpi-cpufreq, laid
+// out as the kernel does) as the CPU's frequency knob, the fake libnvidia-ml as the GPU's power
+// limit. The job runs at its setting, and the original comes back when it ends, and after a
+// kill -9 of jouled at the next start.
+
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "../fakes/sysfs_fixtures.hpp"
+#include "daemon_process.hpp"
+#include "temp_dir.hpp"
+
+using joule::testing::DaemonOptions;
+using joule::testing::DaemonProcess;
+using joule::testing::TempDir;
+using nlohmann::json;
+using std::filesystem::path;
+using namespace std::chrono_literals;
+
+namespace {
+
+const path kCpufreq = "sys/devices/system/cpu/cpufreq";
+
+std::string slurp(const path& file) {
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool has_event(const json& job, const std::string& text) {
+  for (const auto& event : job["events"])
+    if (event["message"].get<std::string>().find(text) != std::string::npos) return true;
+  return false;
+}
+
+std::string cpu_config(const path& cpufreq) {
+  return "[probing]\nenabled = false\n[[devices]]\nname = \"cpu\"\nmeter = \"modelled\"\ncpufreq = \"" +
+         cpufreq.string() + "\"\n";
+}
+
+json sleeper(const std::string& seconds, json knobs) {
+  return {{"name", "knobbed"}, {"run", {{"command", {"sleep", seconds}}}}, {"knobs", std::move(knobs)}};
+}
+
+// The settings jouled has noted to put back (its control journal, read as the file it is).
+std::size_t journal_entries(const DaemonProcess& daemon) {
+  const json journal = json::parse(slurp(daemon.state_dir() / "controls.json"), nullptr, false);
+  return journal.is_object() ? journal["entries"].size() : 999;
+}
+
+}  // namespace
+
+TEST(KnobsTest, a_job_runs_at_its_cpu_frequency_and_energy_preference_and_the_originals_come_back) {
+  TempDir tree;
+  for (const int n : {0, 1}) joule::testing::write_cpufreq_policy(tree, joule::testing::intel_pstate_policy(n));
+  DaemonProcess daemon({.config_toml = cpu_config(tree / kCpufreq)});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  auto [status, devices] = daemon.call("GET", "/v1/devices");
+  ASSERT_EQ(status, 200u);
+  const json offered = devices["devices"][0]["knobs"]["offered"];
+  EXPECT_EQ(offered["cpu_max_frequency_mhz"]["min"], 400) << devices.dump(2);
+  EXPECT_EQ(offered["cpu_max_frequency_mhz"]["max"], 4700);
+  EXPECT_EQ(offered["cpu_max_frequency_mhz"]["driver"], "intel_pstate");
+  EXPECT_EQ(offered["cpu_energy_preference"]["values"].size(), 5u);
+
+  const auto id = daemon.submit(sleeper("3", {{"cpu_max_frequency_mhz", 1600}, {"cpu_energy_preference", "power"}}));
+  ASSERT_FALSE(id.empty());
+  const json running = daemon.wait_state(id, {"running", "succeeded", "failed"});
+  ASSERT_EQ(running["state"], "running") << running.dump(2);
+  EXPECT_EQ(running["knobs"]["requested"]["cpu_max_frequency_mhz"], 1600);
+  EXPECT_EQ(running["knobs"]["in_force"],
+            "cpu_max_frequency_mhz 1600 (policy0 1600 MHz, policy1 1600 MHz); cpu_energy_preference power");
+  for (const char* policy : {"policy0", "policy1"}) {
+    EXPECT_EQ(slurp(tree / kCpufreq / policy / "scaling_max_freq"), "1600000\n");
+    EXPECT_EQ(slurp(tree / kCpufreq / policy / "energy_performance_preference"), "power\n");
+  }
+  EXPECT_EQ(journal_entries(daemon), 4u);
+
+  const json done = daemon.wait_state(id, {"succeeded", "failed"});
+  EXPECT_EQ(done["state"], "succeeded") << done.dump(2);
+  EXPECT_TRUE(has_event(done, "knobs set: cpu_max_frequency_mhz 1600")) << done.dump(2);
+  EXPECT_TRUE(done["knobs"]["in_force"].is_null());
+  for (const char* policy : {"policy0", "policy1"}) {
+    EXPECT_EQ(slurp(tree / kCpufreq / policy / "scaling_max_freq"), "4700000\n");
+    EXPECT_EQ(slurp(tree / kCpufreq / policy / "energy_performance_preference"), "balance_performance\n");
+  }
+  EXPECT_EQ(journal_entries(daemon), 0u);
+}
+
+TEST(KnobsTest, knobs_a_device_lacks_or_cannot_reach_get_a_400_naming_the_field_and_nothing_is_stored) {
+  TempDir tree;
+  joule::testing::write_cpufreq_policy(tree, joule::testing::acpi_cpufreq_policy(0));
+  DaemonProcess daemon({.config_toml = cpu_config(tree / kCpufreq)});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  const std::vector<std::tuple<json, std::string, std::string>> cases = {
+      {{{"cpu_max_frequency_mhz", 9000}},
+       "/knobs/cpu_max_frequency_mhz",
+       "9000 MHz is outside cpu's range, 1200-3000 MHz"},
+      {{{"cpu_energy_preference", "power"}}, "/knobs/cpu_energy_preference", "acpi-cpufreq driver has no"},
+      {{{"gpu_power_limit_watts", 200}}, "/knobs", "a GPU knob needs a cuda:N device"},
+      {{{"turbo", true}}, "/knobs/turbo", "unknown field"},
+      {{{"cpu_max_frequency_mhz", -5}}, "/knobs/cpu_max_frequency_mhz", "must be a number > 0"},
+  };
+  for (const auto& [knobs, pointer, message] : cases) {
+    auto [status, problem] = daemon.call("POST", "/v1/jobs", sleeper("1", knobs).dump());
+    EXPECT_EQ(status, 400u) << knobs;
+    EXPECT_EQ(problem["errors"][0]["pointer"], pointer) << problem.dump();
+    EXPECT_NE(problem["detail"].get<std::string>().find(message), std::string::npos) << problem.dump();
+  }
+  EXPECT_EQ(daemon.call("GET", "/v1/jobs").second["jobs"].size(), 0u);
+  EXPECT_EQ(slurp(tree / kCpufreq / "policy0/scaling_max_freq"), "3000000\n");
+
+  // No cpufreq at all (most VMs): the device says why, and a job asking is refused with it.
+  TempDir empty;
+  DaemonProcess bare({.config_toml = cpu_config(empty.path())});
+  ASSERT_TRUE(bare.start()) << bare.log();
+  const json knobs = bare.call("GET", "/v1/devices").second["devices"][0]["knobs"];
+  EXPECT_TRUE(knobs["offered"].empty()) << knobs.dump();
+  EXPECT_NE(knobs["note"].get<std::string>().find("no cpufreq policies"), std::string::npos) << knobs.dump();
+  auto [status, problem] = bare.call("POST", "/v1/jobs", sleeper("1", {{"cpu_max_frequency_mhz", 1500}}).dump());
+  EXPECT_EQ(status, 400u);
+  EXPECT_NE(problem["detail"].get<std::string>().find("cpu has no CPU frequency knob (no cpufreq policies"),
+            std::string::npos)
+      << problem.dump();
+}
+
+TEST(KnobsTest, a_jouled_killed_with_9_puts_the_cpu_frequency_back_at_its_next_start) {
+  TempDir tree;
+  joule::testing::write_cpufreq_policy(tree, joule::testing::intel_pstate_policy(0));
+  const auto state = std::filesystem::temp_directory_path() / ("joule-knobs-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");
+  const DaemonOptions options{.config_toml = cpu_config(tree / kCpufreq)};
+  std::string id;
+  {
+    DaemonProcess daemon(options, state);
+    ASSERT_TRUE(daemon.start()) << daemon.log();
+    id = daemon.submit(sleeper("60", {{"cpu_max_frequency_mhz", 1600}}));
+    ASSERT_EQ(daemon.wait_state(id, {"running", "failed"})["state"], "running");
+    ASSERT_EQ(slurp(tree / kCpufreq / "policy0/scaling_max_freq"), "1600000\n");
+    daemon.signal(SIGKILL);
+    EXPECT_EQ(daemon.wait_exit(), 128 + SIGKILL);
+  }
+  EXPECT_EQ(slurp(tree / kCpufreq / "policy0/scaling_max_freq"), "1600000\n");  // nobody put it back
+  {
+    DaemonProcess restarted(options, state);
+    ASSERT_TRUE(restarted.start()) << restarted.log();
+    EXPECT_EQ(slurp(tree / kCpufreq / "policy0/scaling_max_freq"), "4700000\n") << restarted.log();
+    EXPECT_NE(restarted.log().find("knobs left by the last jouled: restored"), std::string::npos) << restarted.log();
+    EXPECT_EQ(journal_entries(restarted), 0u);
+    const json adopted = restarted.call("GET", "/v1/jobs/" + id).second;
+    EXPECT_EQ(adopted["state"], "running") << adopted.dump(2);
+    EXPECT_TRUE(has_event(adopted, "its knobs were put back when jouled restarted")) << adopted.dump(2);
+    EXPECT_EQ(restarted.call("DELETE", "/v1/jobs/" + id).first, 202u);  // TERM under way
+    EXPECT_EQ(restarted.wait_state(id, {"cancelled"})["state"], "cancelled");
+  }
+  std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");
+}
+
+// The GPU's power limit as a job's knob, against the fake libnvidia-ml (found by dlopen through
+// LD_LIBRARY_PATH), which logs every limit set.
+TEST(KnobsTest, a_gpu_job_runs_at_its_power_limit_and_the_original_comes_back) {
+  TempDir dir;
+  std::filesystem::create_symlink(JOULE_FAKE_NVML, dir / "libnvidia-ml.so.1");
+  std::ofstream(dir / "script") << "devices 1\nname NVIDIA Fake A100\nlimit_mw 250000\n"
+                                << "limit_constraints_mw 100000 300000\nlog " << (dir / "nvml.log").string() << "\n";
+  DaemonProcess daemon(
+      {.config_toml = "[probing]\nenabled = false\n[[devices]]\nname = \"cpu\"\ncpufreq = \"off\"\n"
+                      "[[devices]]\nname = \"cuda:0\"\nmeter = \"nvml\"\n",
+       .env = {{"LD_LIBRARY_PATH", dir.path().string()}, {"JOULE_FAKE_NVML_SCRIPT", (dir / "script").string()}}});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  const json devices = daemon.call("GET", "/v1/devices").second["devices"];
+  EXPECT_EQ(devices[0]["knobs"]["note"], "cpufreq = \"off\" in its [[devices]] table") << devices.dump(2);
+  EXPECT_EQ(devices[1]["knobs"]["offered"]["gpu_power_limit_watts"], json({{"min", 100}, {"max", 300}}));
+
+  auto [status, problem] = daemon.call("POST", "/v1/jobs", sleeper("1", {{"gpu_power_limit_watts", 50}}).dump());
+  EXPECT_EQ(status, 400u);
+  EXPECT_NE(problem["detail"].get<std::string>().find("50 W is outside cuda:0's power limit range, 100-300 W"),
+            std::string::npos)
+      << problem.dump();
+
+  // No device pattern: the knob alone takes it to the GPU.
+  const auto id = daemon.submit(sleeper("2", {{"gpu_power_limit_watts", 180}}));
+  const json done = daemon.wait_state(id, {"succeeded", "failed"});
+  EXPECT_EQ(done["state"], "succeeded") << done.dump(2);
+  EXPECT_EQ(done["device"], "cuda:0");
+  EXPECT_TRUE(has_event(done, "knobs set: gpu_power_limit_watts 180 (set 180 W)")) << done.dump(2);
+  EXPECT_EQ(slurp(dir / "nvml.log").find("set_limit 180000\nset_limit 250000\n") == std::string::npos, false)
+      << slurp(dir / "nvml.log");
+  EXPECT_EQ(journal_entries(daemon), 0u);
+}
