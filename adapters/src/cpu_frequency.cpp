@@ -89,9 +89,15 @@ Result<CpuFrequencyKnob> CpuFrequencyKnob::discover(const path& directory, Contr
     if (auto cpus = detail::read_file(files, dir / "affected_cpus")) policy.cpus = std::string(trim(*cpus));
     if (auto table = detail::read_file(files, dir / "scaling_available_frequencies"))
       policy.available_mhz = parse_frequencies(*table);
-    if (::access((dir / "scaling_max_freq").c_str(), W_OK) != 0)
-      return make_error(ErrorCode::permission_denied, fmt::format("{} is not writable by jouled ({})",
-                                                                  (dir / "scaling_max_freq").string(), kWriteHint));
+    if (::access((dir / "scaling_max_freq").c_str(), W_OK) != 0) {
+      // Under the shipped unit, ProtectKernelTunables=yes mounts /sys read-only for jouled.
+      const bool read_only = errno == EROFS;
+      return make_error(ErrorCode::permission_denied,
+                        fmt::format("{} is not writable by jouled ({})", (dir / "scaling_max_freq").string(),
+                                    read_only ? "a read-only /sys: under systemd, ProtectKernelTunables=yes; a drop-in "
+                                                "with ReadWritePaths=/sys/devices/system/cpu/cpufreq lifts it"
+                                              : kWriteHint));
+    }
     knob.policies.push_back(std::move(policy));
   }
   const path& first = knob.policies.front().directory;

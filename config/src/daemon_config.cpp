@@ -446,7 +446,22 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
     }
   }
   if (const auto* node = table_of("node")) {
-    check.warn_unknown(*node, "node.", {"name"});
+    check.warn_unknown(*node, "node.", {"name", "nvpmodel", "nvpmodel_conf"});
+    if (auto tool = check.get<std::string>(*node, "nvpmodel", "node.nvpmodel")) {
+      if (*tool == "off")
+        config.nvpmodel.clear();
+      else if (tool->empty() || tool->front() != '/')
+        check.problem(*node->get("nvpmodel"),
+                      "node.nvpmodel must be an absolute path to JetPack's nvpmodel, or \"off\"");
+      else
+        config.nvpmodel = *tool;
+    }
+    if (auto conf = check.get<std::string>(*node, "nvpmodel_conf", "node.nvpmodel_conf")) {
+      if (conf->empty() || conf->front() != '/')
+        check.problem(*node->get("nvpmodel_conf"), "node.nvpmodel_conf must be an absolute path");
+      else
+        config.nvpmodel_conf = *conf;
+    }
     if (auto name = check.get<std::string>(*node, "name", "node.name")) {
       const bool plain = !name->empty() && name->size() <= 64 &&
                          std::all_of(name->begin(), name->end(), [](unsigned char c) {
@@ -601,7 +616,10 @@ nlohmann::json to_json(const DaemonConfig& config) {
         {"agent_tokens", config.cluster.agent_token_sha256.size()}}},
       {"slurm", {{"node_types", config.slurm.node_types.size()}, {"conf", config.slurm.conf.string()}}},
       {"state", {{"directory", config.state_directory.string()}}},
-      {"node", {{"name", config.node_name.empty() ? "(host name)" : config.node_name}}},
+      {"node",
+       {{"name", config.node_name.empty() ? "(host name)" : config.node_name},
+        {"nvpmodel", config.nvpmodel.empty() ? std::string("off") : config.nvpmodel},
+        {"nvpmodel_conf", config.nvpmodel_conf.string()}}},
       {"policy", {{"directory", config.policy_directory.empty() ? "(none)" : config.policy_directory.string()}}},
       {"log", {{"level", config.log_level}}},
       {"auth", {{"tokens", config.token_sha256.size() + config.tokens.size()}, {"local_users", config.local_users}}},

@@ -336,6 +336,20 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
     }
     devices.push_back(std::move(device));
   }
+  // A Jetson's power mode is the whole module's: every local device offers it.
+  if (!config.nvpmodel.empty() && std::filesystem::exists(config.nvpmodel_conf)) {
+    auto modes = adapters::JetsonPowerModes::discover(
+        config.nvpmodel, config.nvpmodel_conf,
+        [](const std::vector<std::string>& argv) { return adapters::run_command(argv); });
+    if (modes) {
+      spdlog::info("power modes: {}", modes->describe());
+      auto shared = std::make_shared<const adapters::JetsonPowerModes>(std::move(modes).value());
+      for (auto& device : devices)
+        if (device.runs_jobs && device.meter->source() != "simulated") device.power_modes = shared;
+    } else {
+      spdlog::warn("power modes unavailable: {}", modes.error().message);
+    }
+  }
   return devices;
 }
 
@@ -343,7 +357,8 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
 // at its knobs) are put back before anything runs, as a clean stop would have; a journal that
 // cannot be read is moved aside, with an error naming it, so that the next one starts clean.
 std::unique_ptr<adapters::ControlJournal> open_control_journal(const std::filesystem::path& file,
-                                                               const std::vector<Device>& devices) {
+                                                               const std::vector<Device>& devices,
+                                                               const std::string& nvpmodel) {
   auto journal = adapters::ControlJournal::open(file);
   if (!journal) {
     const auto aside = std::filesystem::path(file.string() + ".unreadable");
@@ -354,7 +369,13 @@ std::unique_ptr<adapters::ControlJournal> open_control_journal(const std::filesy
     journal = adapters::ControlJournal::open(file);
     if (!journal) throw std::runtime_error(journal.error().message);
   }
-  const auto restore_gpu = [&](const adapters::ControlJournal::Entry& entry) -> Status {
+  const auto restore_other = [&](const adapters::ControlJournal::Entry& entry) -> Status {
+    if (entry.kind == "nvpmodel") {
+      if (nvpmodel.empty()) return make_error(ErrorCode::unavailable, "[node] nvpmodel is off");
+      return adapters::restore_power_mode(
+          nvpmodel, std::atoi(entry.original.c_str()),
+          [](const std::vector<std::string>& argv) { return adapters::run_command(argv); });
+    }
     if (entry.kind != "nvml_power_limit")
       return make_error(ErrorCode::unavailable, fmt::format("unknown kind of setting \"{}\"", entry.kind));
     const std::string name = fmt::format("cuda:{}", entry.index);
@@ -369,7 +390,7 @@ std::unique_ptr<adapters::ControlJournal> open_control_journal(const std::filesy
     }
     return gpu->library()->set_power_limit_mw(gpu->device(), milliwatts);
   };
-  for (const auto& line : adapters::restore_journalled(*journal, adapters::ControlFiles::system(), restore_gpu))
+  for (const auto& line : adapters::restore_journalled(*journal, adapters::ControlFiles::system(), restore_other))
     spdlog::warn("knobs left by the last jouled: {}", line);
   return std::make_unique<adapters::ControlJournal>(std::move(journal).value());
 }
@@ -587,7 +608,7 @@ int run_daemon(const CommandLine& command_line) {
   // Every service reads this one clock (tests give theirs a ManualClock).
   const Clock& clock = joule::system_clock();
   auto devices = open_devices(config);
-  auto control_journal = open_control_journal(config.state_directory / "controls.json", devices);
+  auto control_journal = open_control_journal(config.state_directory / "controls.json", devices, config.nvpmodel);
   job_options.control_journal = control_journal.get();
   JobService jobs(io, storage, metrics, std::move(devices), job_options, clock);
   jobs.keep_finished_in(**archive);

@@ -82,6 +82,19 @@ std::optional<Error> knob_problem(const Device& device, const schedulers::Knobs&
                                  device.name, fmt::join(offered, ", ")),
                      "/knobs/cpu_energy_preference");
   }
+  if (knobs.power_mode) {
+    if (!device.power_modes)
+      return invalid(fmt::format("{} has no power modes (a Jetson's nvpmodel sets them)", device.name),
+                     "/knobs/power_mode");
+    if (!device.power_modes->find(*knobs.power_mode)) {
+      std::vector<std::string> modes;
+      for (const auto& mode : device.power_modes->table.modes)
+        modes.push_back(fmt::format("{} {}", mode.id, mode.name));
+      return invalid(fmt::format("\"{}\" is not one of {}'s power modes ({})", *knobs.power_mode, device.name,
+                                 fmt::join(modes, ", ")),
+                     "/knobs/power_mode");
+    }
+  }
   if (knobs.gpu_power_limit_watts) {
     if (!device.can_limit_gpu)
       return invalid(
@@ -451,15 +464,19 @@ Status JobService::check_runnable(const schedulers::JobSpec& spec,
     bool fits = false;
     for (const auto& d : devices_) {
       if (!d.runs_jobs || !schedulers::device_allowed(spec.constraints, d.name)) continue;
-      if (spec.knobs.wants_cpu() != (d.name == "cpu") && d.node.empty()) continue;
+      // A CPU knob's reason is the cpu device's, a GPU knob's a GPU's.
+      if (d.node.empty() &&
+          ((spec.knobs.wants_cpu() && d.name != "cpu") || (spec.knobs.wants_gpu() && d.name == "cpu")))
+        continue;
       auto problem = knob_problem(d, spec.knobs);
       if (!problem) fits = true;
       if (problem && !first) first = std::move(problem);
     }
     if (!fits) {
       if (first) return *first;
-      return invalid(spec.knobs.wants_cpu() ? "CPU knobs need the cpu device, which constraints.devices leaves out"
-                                            : "a GPU knob needs a cuda:N device, which constraints.devices leaves out",
+      return invalid(spec.knobs.wants_cpu()   ? "CPU knobs need the cpu device, which constraints.devices leaves out"
+                     : spec.knobs.wants_gpu() ? "a GPU knob needs a cuda:N device, which constraints.devices leaves out"
+                                              : "constraints.devices leaves no device that could take the knobs",
                      "/knobs");
     }
   }
@@ -1389,6 +1406,11 @@ json JobService::device_knobs(const Device& device) {
   }
   if (device.can_limit_gpu)
     knobs["gpu_power_limit_watts"] = {{"min", device.gpu_min_watts}, {"max", device.gpu_max_watts}};
+  if (device.power_modes) {
+    json modes = json::array();
+    for (const auto& mode : device.power_modes->table.modes) modes.push_back({{"id", mode.id}, {"name", mode.name}});
+    knobs["power_mode"] = {{"modes", modes}, {"default", device.power_modes->table.default_id}};
+  }
   json out = {{"offered", knobs}};
   if (!device.knob_note.empty()) out["note"] = device.knob_note;
   return out;

@@ -197,6 +197,15 @@ Result<Knobs> parse_knobs(const json& input) {
       auto watts = number(key, value, 100000.0);
       if (!watts) return watts.error();
       knobs.gpu_power_limit_watts = *watts;
+    } else if (key == "power_mode") {
+      // A name ("15W", "MAXN") or an id; which modes exist is the node's nvpmodel.conf's to say.
+      if (value.is_number_integer() && value.get<std::int64_t>() >= 0 && value.get<std::int64_t>() < 1000)
+        knobs.power_mode = std::to_string(value.get<std::int64_t>());
+      else if (value.is_string() && !value.get<std::string>().empty() && value.get<std::string>().size() <= 64 &&
+               !has_control_character(value.get<std::string>()))
+        knobs.power_mode = value.get<std::string>();
+      else
+        return invalid("knobs.power_mode must be a power mode's name or id (nvpmodel -q shows them)", "/knobs/" + key);
     } else if (key == "cpu_energy_preference") {
       if (!value.is_string() || std::find(kEnergyPreferences.begin(), kEnergyPreferences.end(),
                                           value.get<std::string>()) == kEnergyPreferences.end())
@@ -206,7 +215,7 @@ Result<Knobs> parse_knobs(const json& input) {
       knobs.cpu_energy_preference = value.get<std::string>();
     } else {
       return invalid(fmt::format("knobs: unknown field \"{}\" (cpu_max_frequency_mhz, cpu_energy_preference, "
-                                 "gpu_power_limit_watts)",
+                                 "gpu_power_limit_watts, power_mode)",
                                  printable(key, 100)),
                      "/knobs/" + printable(key, 100));
     }
@@ -320,6 +329,7 @@ json to_json(const Knobs& knobs) {
   if (knobs.cpu_max_frequency_mhz) out["cpu_max_frequency_mhz"] = *knobs.cpu_max_frequency_mhz;
   if (knobs.cpu_energy_preference) out["cpu_energy_preference"] = *knobs.cpu_energy_preference;
   if (knobs.gpu_power_limit_watts) out["gpu_power_limit_watts"] = *knobs.gpu_power_limit_watts;
+  if (knobs.power_mode) out["power_mode"] = *knobs.power_mode;
   return out;
 }
 

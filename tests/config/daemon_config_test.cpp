@@ -196,6 +196,21 @@ TEST(DaemonConfigTest, the_cpu_frequency_knob_reads_cpufreq_where_told_or_is_off
   EXPECT_NE(gpu.error().message.find("cpufreq is the CPU's knob"), std::string::npos) << gpu.error().message;
 }
 
+TEST(DaemonConfigTest, a_jetsons_power_modes_come_from_nvpmodel_unless_off) {
+  auto defaults = parse_config("", "jouled.toml");
+  ASSERT_TRUE(defaults);
+  EXPECT_EQ(defaults->config.nvpmodel, "/usr/sbin/nvpmodel");
+  EXPECT_EQ(defaults->config.nvpmodel_conf, "/etc/nvpmodel.conf");
+  auto off = parse_config("[node]\nnvpmodel = \"off\"\n", "jouled.toml");
+  ASSERT_TRUE(off) << off.error().message;
+  EXPECT_TRUE(off->config.nvpmodel.empty());
+  EXPECT_EQ(to_json(off->config)["node"]["nvpmodel"], "off");
+  auto relative = parse_config("[node]\nnvpmodel = \"nvpmodel\"\n", "jouled.toml");
+  ASSERT_FALSE(relative);
+  EXPECT_NE(relative.error().message.find("jouled.toml:2:"), std::string::npos) << relative.error().message;
+  EXPECT_NE(relative.error().message.find("node.nvpmodel must be an absolute path"), std::string::npos);
+}
+
 TEST(DaemonConfigTest, a_slurm_node_type_may_set_its_jobs_thread_count) {
   const std::string head = "[[slurm.node_types]]\nname = \"cpu\"\nmodel = \"sim:laptop-cpu\"\n";
   auto loaded = parse_config(head + "threads = 4\n", "jouled.toml");

@@ -94,6 +94,28 @@ TEST(KnobsTest, a_job_runs_at_its_cpu_frequency_and_energy_preference_and_the_or
   EXPECT_EQ(journal_entries(daemon), 0u);
 }
 
+TEST(KnobsTest, a_paused_job_gives_its_knobs_back_until_it_resumes) {
+  TempDir tree;
+  joule::testing::write_cpufreq_policy(tree, joule::testing::intel_pstate_policy(0));
+  const auto max_file = tree / kCpufreq / "policy0/scaling_max_freq";
+  DaemonProcess daemon({.config_toml = cpu_config(tree / kCpufreq)});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  const auto id = daemon.submit(sleeper("60", {{"cpu_max_frequency_mhz", 1600}}));
+  ASSERT_EQ(daemon.wait_state(id, {"running", "failed"})["state"], "running");
+  ASSERT_EQ(slurp(max_file), "1600000\n");
+  EXPECT_EQ(daemon.call("POST", "/v1/jobs/" + id + "/pause").first, 200u);
+  EXPECT_EQ(slurp(max_file), "4700000\n");
+  EXPECT_TRUE(daemon.call("GET", "/v1/jobs/" + id).second["knobs"]["in_force"].is_null());
+  EXPECT_EQ(daemon.call("POST", "/v1/jobs/" + id + "/resume").first, 200u);
+  EXPECT_EQ(slurp(max_file), "1600000\n");
+  const json resumed = daemon.call("GET", "/v1/jobs/" + id).second;
+  EXPECT_TRUE(has_event(resumed, "knobs put back while it is paused")) << resumed.dump(2);
+  EXPECT_EQ(resumed["knobs"]["in_force"], "cpu_max_frequency_mhz 1600 (policy0 1600 MHz)");
+  EXPECT_EQ(daemon.call("DELETE", "/v1/jobs/" + id).first, 202u);
+  EXPECT_EQ(daemon.wait_state(id, {"cancelled"})["state"], "cancelled");
+  EXPECT_EQ(slurp(max_file), "4700000\n");
+}
+
 TEST(KnobsTest, knobs_a_device_lacks_or_cannot_reach_get_a_400_naming_the_field_and_nothing_is_stored) {
   TempDir tree;
   joule::testing::write_cpufreq_policy(tree, joule::testing::acpi_cpufreq_policy(0));
@@ -196,4 +218,64 @@ TEST(KnobsTest, a_gpu_job_runs_at_its_power_limit_and_the_original_comes_back) {
   EXPECT_EQ(slurp(dir / "nvml.log").find("set_limit 180000\nset_limit 250000\n") == std::string::npos, false)
       << slurp(dir / "nvml.log");
   EXPECT_EQ(journal_entries(daemon), 0u);
+}
+
+// A Jetson's power mode through a real jouled: the fake nvpmodel (a real process, its mode in a
+// file) over a fixture nvpmodel.conf in JetPack's format. Every local device offers the modes; a
+// job runs in the one it names, the original comes back when it ends and after a kill -9.
+TEST(KnobsTest, a_job_runs_in_its_jetson_power_mode_and_the_original_comes_back_after_a_kill_too) {
+  TempDir dir;
+  const auto mode = dir.write("mode", "0\n");
+  const std::string fake = std::string(JOULE_SOURCE_DIR) + "/tests/fakes/fake_nvpmodel.sh";
+  const std::string conf = std::string(JOULE_SOURCE_DIR) + "/tests/fakes/nvpmodel.conf";
+  const auto state = std::filesystem::temp_directory_path() / ("joule-knobs-pm-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");
+  const DaemonOptions options{
+      .config_toml = "[node]\nnvpmodel = \"" + fake + "\"\nnvpmodel_conf = \"" + conf +
+                     "\"\n[probing]\nenabled = false\n[[devices]]\nname = \"cpu\"\nmeter = \"modelled\"\n"
+                     "cpufreq = \"off\"\n",
+      .env = {{"JOULE_FAKE_NVPMODEL_STATE", mode.string()}, {"JOULE_FAKE_NVPMODEL_CONF", conf}}};
+  std::string id;
+  {
+    DaemonProcess daemon(options, state);
+    ASSERT_TRUE(daemon.start()) << daemon.log();
+    const json offered = daemon.call("GET", "/v1/devices").second["devices"][0]["knobs"]["offered"];
+    EXPECT_EQ(offered["power_mode"]["modes"].size(), 3u) << offered.dump();
+    EXPECT_EQ(offered["power_mode"]["modes"][1], json({{"id", 1}, {"name", "7W"}}));
+
+    auto [status, problem] = daemon.call("POST", "/v1/jobs", sleeper("1", {{"power_mode", "MAXN"}}).dump());
+    EXPECT_EQ(status, 400u);
+    EXPECT_EQ(problem["errors"][0]["pointer"], "/knobs/power_mode");
+    EXPECT_NE(problem["detail"].get<std::string>().find("\"MAXN\" is not one of cpu's power modes (0 15W, 1 7W, 2 "
+                                                        "7W_2CORE)"),
+              std::string::npos)
+        << problem.dump();
+
+    // A mode that needs a reboot: refused at start, the job runs in the mode in force.
+    const auto reboot = daemon.submit(sleeper("1", {{"power_mode", "7W_2CORE"}}));
+    const json ran = daemon.wait_state(reboot, {"succeeded", "failed"});
+    EXPECT_EQ(ran["state"], "succeeded");
+    EXPECT_TRUE(has_event(ran, "knobs refused, it runs at the device's defaults:")) << ran.dump(2);
+    EXPECT_TRUE(has_event(ran, "a mode that needs a reboot cannot be set by jouled")) << ran.dump(2);
+    EXPECT_EQ(slurp(mode), "0\n");
+
+    id = daemon.submit(sleeper("60", {{"power_mode", 1}}));
+    const json running = daemon.wait_state(id, {"running", "failed"});
+    ASSERT_EQ(running["state"], "running") << running.dump(2);
+    EXPECT_EQ(running["knobs"]["in_force"], "power_mode 1 7W");
+    EXPECT_EQ(slurp(mode), "1\n");
+    daemon.signal(SIGKILL);
+    EXPECT_EQ(daemon.wait_exit(), 128 + SIGKILL);
+  }
+  EXPECT_EQ(slurp(mode), "1\n");
+  {
+    DaemonProcess restarted(options, state);
+    ASSERT_TRUE(restarted.start()) << restarted.log();
+    EXPECT_EQ(slurp(mode), "0\n") << restarted.log();
+    EXPECT_EQ(restarted.call("DELETE", "/v1/jobs/" + id).first, 202u);
+    EXPECT_EQ(restarted.wait_state(id, {"cancelled"})["state"], "cancelled");
+  }
+  std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");
 }

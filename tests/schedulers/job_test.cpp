@@ -149,6 +149,11 @@ TEST(JobSpecTest, knobs_are_checked_by_field_and_round_trip) {
   ASSERT_TRUE(again);
   EXPECT_EQ(joule::schedulers::to_json(*again), joule::schedulers::to_json(*spec));
   EXPECT_FALSE(joule::schedulers::to_json(*parse_job_spec(minimal_job())).contains("knobs"));
+  body["knobs"] = {{"power_mode", 2}, {"gpu_power_limit_watts", 150}};  // a mode goes with any knob
+  spec = parse_job_spec(body);
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(*spec->knobs.power_mode, "2");
+  EXPECT_TRUE(spec->knobs.wants_gpu());
 
   const std::vector<std::pair<json, std::string>> bad = {
       {json::array(), "/knobs"},
@@ -157,6 +162,8 @@ TEST(JobSpecTest, knobs_are_checked_by_field_and_round_trip) {
       {{{"gpu_power_limit_watts", 1e9}}, "/knobs/gpu_power_limit_watts"},
       {{{"cpu_energy_preference", "eco"}}, "/knobs/cpu_energy_preference"},
       {{{"nvpmodel", 2}}, "/knobs/nvpmodel"},
+      {{{"power_mode", ""}}, "/knobs/power_mode"},
+      {{{"power_mode", -1}}, "/knobs/power_mode"},
       {{{"cpu_max_frequency_mhz", 1600}, {"gpu_power_limit_watts", 200}}, "/knobs/gpu_power_limit_watts"},
   };
   for (const auto& [knobs, pointer] : bad) {

@@ -271,7 +271,25 @@ void LocalExecutor::apply_knobs(JobRecord& job, Device& device, Run& run) {
   if (knobs.empty()) return;
   std::vector<std::string> set;
   std::optional<Error> refused;
-  if (knobs.wants_cpu()) {
+  // The power mode first: nvpmodel rewrites the CPU and GPU limits, which the other knobs then
+  // narrow (and which come back in the opposite order).
+  if (knobs.power_mode) {
+    const auto mode = device.power_modes ? device.power_modes->find(*knobs.power_mode) : std::nullopt;
+    if (!mode) {
+      refused = make_error(ErrorCode::unavailable,
+                           fmt::format("{} has no power mode \"{}\"", device.name, *knobs.power_mode));
+    } else {
+      adapters::CommandRunner run_tool = options_.run_tool;
+      if (!run_tool) run_tool = [](const std::vector<std::string>& argv) { return adapters::run_command(argv); };
+      run.power_mode = std::make_unique<adapters::JetsonPowerMode>(*device.power_modes, options_.control_journal,
+                                                                   std::move(run_tool));
+      if (auto applied = run.power_mode->set(*mode))
+        set.push_back("power_mode " + *applied);
+      else
+        refused = applied.error();
+    }
+  }
+  if (!refused && knobs.wants_cpu()) {
     if (!device.cpu_frequency) {
       refused = make_error(ErrorCode::unavailable, fmt::format("{} has no CPU frequency knob", device.name));
     } else {
@@ -291,7 +309,8 @@ void LocalExecutor::apply_knobs(JobRecord& job, Device& device, Run& run) {
       }
     }
   }
-  if (knobs.gpu_power_limit_watts) {
+  // Under a power cap the cap's limit stands (a job resumed while capped).
+  if (!refused && knobs.gpu_power_limit_watts && !job.gpu_limit_watts) {
     if (auto* limit = gpu_limit_of(run, device); !limit) {
       refused = make_error(ErrorCode::unavailable, fmt::format("{} has no NVML power limit", device.name));
     } else if (auto applied = limit->set_watts(*knobs.gpu_power_limit_watts)) {
@@ -302,20 +321,32 @@ void LocalExecutor::apply_knobs(JobRecord& job, Device& device, Run& run) {
   }
   if (refused) {
     // Nothing stays half set: whatever was written goes back, and the job runs as the device is.
-    for (adapters::RestorableControl* control :
-         std::initializer_list<adapters::RestorableControl*>{run.cpu_frequency.get(), run.gpu_limit.get()}) {
-      if (!control) continue;
-      if (auto restored = control->restore(); !restored)
-        spdlog::warn("job {}: {}", job.row.id, restored.error().message);
-    }
-    run.cpu_frequency.reset();
+    restore_knobs(job, run);
     spdlog::warn("job {}: knobs refused, it runs at the device's defaults: {}", job.row.id, refused->message);
     host_.note(job, "knobs refused, it runs at the device's defaults: " + refused->message);
-    job.knobs_in_force.reset();
     return;
   }
   job.knobs_in_force = fmt::format("{}", fmt::join(set, "; "));
   host_.note(job, "knobs set: " + *job.knobs_in_force);
+}
+
+void LocalExecutor::restore_knobs(JobRecord& job, Run& run) {
+  // The GPU's limit is also the power cap's: while a cap holds it, it stays.
+  adapters::RestorableControl* gpu = job.gpu_limit_watts ? nullptr : run.gpu_limit.get();
+  for (adapters::RestorableControl* control :
+       std::initializer_list<adapters::RestorableControl*>{run.cpu_frequency.get(), gpu, run.power_mode.get()}) {
+    if (!control) continue;
+    if (auto restored = control->restore(); !restored) spdlog::warn("job {}: {}", job.row.id, restored.error().message);
+  }
+  run.cpu_frequency.reset();
+  run.power_mode.reset();
+  job.knobs_in_force.reset();
+}
+
+void LocalExecutor::put_knobs_back(JobRecord& job, Run& run) {
+  if (!job.knobs_in_force) return;
+  restore_knobs(job, run);
+  host_.note(job, "knobs put back while it is paused: the device is at its defaults until it resumes");
 }
 
 void LocalExecutor::set_lease_seconds(double seconds) {
@@ -381,11 +412,17 @@ Status LocalExecutor::throttle(JobRecord& job, Device& device, const schedulers:
       // only a SIGCONT for the next one to send on adoption, which needs no cgroup path.
       if (!run.pauser) run.pauser = std::make_unique<adapters::JobPauser>(pgid, std::nullopt);
       done = run.pauser->pause();
-      if (done) job.paused = true;
+      if (done) {
+        job.paused = true;
+        put_knobs_back(job, run);
+      }
       break;
     case Kind::resume:
       done = run.pauser ? run.pauser->resume() : adapters::signal_process_group(pgid, SIGCONT);
-      if (done) job.paused = false;
+      if (done) {
+        job.paused = false;
+        apply_knobs(job, device, run);
+      }
       break;
     case Kind::cpu_quota:
       if (!run.cgroup) {
@@ -502,8 +539,9 @@ void LocalExecutor::release(JobRecord& job, bool ended) {
     (void)adapters::signal_process_group(static_cast<pid_t>(job.row.pid), SIGCONT);
   if (it != runs_.end()) {
     Run& run = it->second;
+    // The power mode last: the other knobs narrowed what it had set.
     for (adapters::RestorableControl* control : std::initializer_list<adapters::RestorableControl*>{
-             run.pauser.get(), run.quota.get(), run.gpu_limit.get(), run.cpu_frequency.get()}) {
+             run.pauser.get(), run.quota.get(), run.gpu_limit.get(), run.cpu_frequency.get(), run.power_mode.get()}) {
       if (!control) continue;
       if (auto restored = control->restore(); !restored)
         spdlog::warn("job {}: {}", job.row.id, restored.error().message);
@@ -512,6 +550,7 @@ void LocalExecutor::release(JobRecord& job, bool ended) {
     run.quota.reset();
     run.gpu_limit.reset();
     run.cpu_frequency.reset();
+    run.power_mode.reset();
     job.knobs_in_force.reset();
     run.child.reset();  // stops watching; the process itself is left alone
   }

@@ -16,6 +16,7 @@
 
 #include "executor.hpp"
 #include "joule/adapters/cpu_frequency.hpp"
+#include "joule/adapters/jetson_power_mode.hpp"
 #include "joule/adapters/job_controls.hpp"
 #include "joule/adapters/measurement_window.hpp"
 #include "joule/daemon/child_process.hpp"
@@ -72,6 +73,7 @@ class LocalExecutor final : public Executor {
     std::unique_ptr<adapters::CpuQuota> quota;
     std::unique_ptr<adapters::GpuPowerLimit> gpu_limit;          // a power cap's, or the job's knob
     std::unique_ptr<adapters::CpuFrequencyLimit> cpu_frequency;  // the job's CPU knobs
+    std::unique_ptr<adapters::JetsonPowerMode> power_mode;       // the job's power mode
     std::filesystem::path lease;  // its lease file, renewed while jouled runs it; empty: none
   };
 
@@ -85,6 +87,10 @@ class LocalExecutor final : public Executor {
   /// Sets the job's knobs on `device` before it starts. A knob the hardware refuses, or that reads
   /// back different, is put back and noted on the job, which runs at the device's default.
   void apply_knobs(JobRecord& job, Device& device, Run& run);
+  /// Puts back what apply_knobs set (the GPU's limit only while no power cap holds it).
+  void restore_knobs(JobRecord& job, Run& run);
+  /// When the job is paused: its knobs go back until it resumes (apply_knobs again), noted.
+  void put_knobs_back(JobRecord& job, Run& run);
   /// The GPU power limit control of `run` on `device` (made on first use, journalled).
   adapters::GpuPowerLimit* gpu_limit_of(Run& run, Device& device);
   /// Called by the job's ChildProcess when its runner has ended.

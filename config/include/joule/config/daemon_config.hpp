@@ -130,6 +130,11 @@ struct DaemonConfig {
   std::filesystem::path state_directory = "/var/lib/jouled";
   /// This node's name in policies and (later) the cluster; empty: the host name.
   std::string node_name;
+  /// A Jetson's power modes as a knob of every local device (jobs' `knobs.power_mode`): JetPack's
+  /// nvpmodel tool and the file that defines the modes. No file there (not a Jetson): no knob.
+  /// An empty `nvpmodel` ("off"): no knob either.
+  std::string nvpmodel = "/usr/sbin/nvpmodel";
+  std::filesystem::path nvpmodel_conf = "/etc/nvpmodel.conf";
   /// policies.d: budgets, caps, floors and the placement objective. Empty: policies.d beside
   /// the config file, or none (embedded default policy) when jouled runs without a config file.
   std::filesystem::path policy_directory;

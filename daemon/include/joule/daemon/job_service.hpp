@@ -27,6 +27,7 @@
 #include "joule/adapters/cpu_frequency.hpp"
 #include "joule/adapters/database.hpp"
 #include "joule/adapters/energy_meter.hpp"
+#include "joule/adapters/jetson_power_mode.hpp"
 #include "joule/adapters/job_controls.hpp"
 #include "joule/adapters/job_process.hpp"
 #include "joule/adapters/storage_writer.hpp"
@@ -76,6 +77,8 @@ struct Device {
   /// `knob_note` says why there is none.
   std::optional<adapters::CpuFrequencyKnob> cpu_frequency;
   std::string knob_note;
+  /// A Jetson's power modes (nvpmodel), shared by every local device of the node.
+  std::shared_ptr<const adapters::JetsonPowerModes> power_modes;
   /// Coordinator: the agent this device belongs to ("" for this node's own devices). Its name
   /// is then "node/device", its meter a ReportedMeter, and jobs on it run on the agent.
   std::string node;
@@ -114,6 +117,8 @@ struct JobServiceOptions {
   /// Where the originals of the knobs jobs set are noted before they change (owned by the
   /// daemon); nullptr: not noted, so a kill -9 would leave a job's setting in force.
   adapters::ControlJournal* control_journal = nullptr;
+  /// How knobs run their tools (nvpmodel); adapters::run_command where unset.
+  adapters::CommandRunner run_tool;
   /// An agent takes jobs only from its coordinator; POST /v1/jobs is refused with this message.
   std::string refuse_submissions;
   /// The directory holding the Python package `joule` (python/ of the source tree, or

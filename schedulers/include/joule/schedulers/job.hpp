@@ -47,14 +47,19 @@ struct Constraints {
 };
 
 /// Device settings a job asks to run at (`knobs`): set on its device just before it starts and
-/// put back when it lets go of the device. Each knob belongs to one kind of device (cpu_* to the
-/// CPU, gpu_* to an NVIDIA GPU), so a job that asks for one runs only on a device that has it.
+/// put back when it lets go of the device. CPU knobs belong to the `cpu` device, the GPU knob to
+/// an NVIDIA GPU, a power mode to any device of a Jetson (the mode is the module's), so a job that
+/// asks for one runs only on a device that has it.
 struct Knobs {
   std::optional<double> cpu_max_frequency_mhz;       ///< every cpufreq policy's scaling_max_freq
   std::optional<std::string> cpu_energy_preference;  ///< energy_performance_preference ("power", ...)
   std::optional<double> gpu_power_limit_watts;       ///< NVML power limit
-  bool empty() const { return !cpu_max_frequency_mhz && !cpu_energy_preference && !gpu_power_limit_watts; }
+  std::optional<std::string> power_mode;             ///< nvpmodel mode, by name ("15W") or id ("1")
+  bool empty() const {
+    return !cpu_max_frequency_mhz && !cpu_energy_preference && !gpu_power_limit_watts && !power_mode;
+  }
   bool wants_cpu() const { return cpu_max_frequency_mhz || cpu_energy_preference; }
+  bool wants_gpu() const { return gpu_power_limit_watts.has_value(); }
 };
 
 /// What happens to a job whose node is lost while it is placed or running there.
