@@ -240,7 +240,7 @@ void print_job(const json& job) {
     std::string asked;
     for (const auto& [name, value] : knobs["requested"].items())
       asked += fmt::format("{}{} {}", asked.empty() ? "" : ", ", name,
-                           value.is_string() ? value.get<std::string>() : value.dump());
+                           value.is_string() ? value.get<std::string>() : fmt::format("{:g}", value.get<double>()));
     fmt::print("knobs:     {}; in force: {}\n", asked, text_or(knobs["in_force"]));
   }
   if (job.contains("progress")) {
@@ -866,6 +866,16 @@ int main(int argc, char** argv) {
           knobs.push_back(fmt::format("gpu_power_limit_watts {:g}-{:g}",
                                       offered["gpu_power_limit_watts"]["min"].get<double>(),
                                       offered["gpu_power_limit_watts"]["max"].get<double>()));
+        if (offered.contains("gpu_max_frequency_mhz"))
+          knobs.push_back(fmt::format("gpu_max_frequency_mhz {:g}-{:g}",
+                                      offered["gpu_max_frequency_mhz"]["min"].get<double>(),
+                                      offered["gpu_max_frequency_mhz"]["max"].get<double>()));
+        if (offered.contains("power_mode")) {
+          std::vector<std::string> modes;
+          for (const auto& mode : offered["power_mode"]["modes"])
+            modes.push_back(fmt::format("{} {}", mode["id"].get<int>(), mode["name"].get<std::string>()));
+          knobs.push_back(fmt::format("power_mode {}", fmt::join(modes, "|")));
+        }
         if (!knobs.empty())
           fmt::print("knobs of {}: {}\n", device["name"].get<std::string>(), fmt::join(knobs, "; "));
         else if (device["name"] == "cpu" && device["knobs"].contains("note"))

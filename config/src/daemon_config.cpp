@@ -297,7 +297,7 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
     const auto& table = *element.as_table();
     check.warn_unknown(
         table, "devices.",
-        {"name", "meter", "idle_watts", "watts_per_busy_core", "probes", "runs_jobs", "threads", "cpufreq"});
+        {"name", "meter", "idle_watts", "watts_per_busy_core", "probes", "runs_jobs", "threads", "cpufreq", "devfreq"});
     DeviceConfig device;
     if (auto name = check.get<std::string>(table, "name", "devices.name"))
       device.name = *name;
@@ -357,6 +357,17 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
         check.problem(*table.get("cpufreq"), "devices.cpufreq must be an absolute directory, or \"off\"");
       else
         device.cpufreq = *cpufreq;
+    }
+    if (auto devfreq = check.get<std::string>(table, "devfreq", "devices.devfreq")) {
+      if (!is_cuda_device_name(device.name))
+        check.problem(*table.get("devfreq"),
+                      fmt::format("device \"{}\": devfreq is a Jetson GPU's knob; set it on \"cuda:N\"", device.name));
+      else if (*devfreq == "off")
+        device.devfreq.clear();
+      else if (devfreq->empty() || devfreq->front() != '/')
+        check.problem(*table.get("devfreq"), "devices.devfreq must be an absolute directory, or \"off\"");
+      else
+        device.devfreq = *devfreq;
     }
     devices.push_back(device);
   }
@@ -596,6 +607,8 @@ nlohmann::json to_json(const DaemonConfig& config) {
                        {"runs_jobs", d.runs_jobs},
                        {"threads", device_threads(d, config.probing)}});
     if (d.name == "cpu") devices.back()["cpufreq"] = d.cpufreq.empty() ? std::string("off") : d.cpufreq.string();
+    if (is_cuda_device_name(d.name))
+      devices.back()["devfreq"] = d.devfreq.empty() ? std::string("off") : d.devfreq.string();
   }
   return {
       {"source", config.source},

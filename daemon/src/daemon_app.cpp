@@ -334,6 +334,18 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
       spdlog::info("device cpu: CPU frequency knob {}",
                    device.cpu_frequency ? device.knob_note : "unavailable: " + device.knob_note);
     }
+    if (device.name.rfind("cuda:", 0) == 0 && !device_config.devfreq.empty()) {
+      // A Jetson's integrated GPU: its clock limit is a knob. A discrete GPU has none here (its
+      // knob is NVML's power limit), so that is logged at debug only.
+      if (auto knob = adapters::DevfreqKnob::discover_gpu(device_config.devfreq)) {
+        device.gpu_frequency = std::move(knob).value();
+        device.knob_note = "devfreq: " + device.gpu_frequency->describe();
+        spdlog::info("device {}: GPU clock knob {}", device.name, device.knob_note);
+      } else {
+        device.knob_note = knob.error().message;
+        spdlog::debug("device {}: no GPU clock knob: {}", device.name, device.knob_note);
+      }
+    }
     devices.push_back(std::move(device));
   }
   // A Jetson's power mode is the whole module's: every local device offers it.

@@ -95,6 +95,17 @@ std::optional<Error> knob_problem(const Device& device, const schedulers::Knobs&
                      "/knobs/power_mode");
     }
   }
+  if (knobs.gpu_max_frequency_mhz) {
+    if (!device.gpu_frequency)
+      return invalid(fmt::format("{} has no GPU clock limit ({})", device.name,
+                                 device.knob_note.empty() ? "a Jetson GPU's devfreq is one" : device.knob_note),
+                     "/knobs/gpu_max_frequency_mhz");
+    const auto& knob = *device.gpu_frequency;
+    if (*knobs.gpu_max_frequency_mhz < knob.min_mhz || *knobs.gpu_max_frequency_mhz > knob.max_mhz)
+      return invalid(fmt::format("{:g} MHz is outside {}'s clock range, {:g}-{:g} MHz", *knobs.gpu_max_frequency_mhz,
+                                 device.name, knob.min_mhz, knob.max_mhz),
+                     "/knobs/gpu_max_frequency_mhz");
+  }
   if (knobs.gpu_power_limit_watts) {
     if (!device.can_limit_gpu)
       return invalid(
@@ -1406,6 +1417,14 @@ json JobService::device_knobs(const Device& device) {
   }
   if (device.can_limit_gpu)
     knobs["gpu_power_limit_watts"] = {{"min", device.gpu_min_watts}, {"max", device.gpu_max_watts}};
+  if (device.gpu_frequency) {
+    json available = json::array();
+    for (const auto hz : device.gpu_frequency->available_hz) available.push_back(static_cast<double>(hz) / 1e6);
+    knobs["gpu_max_frequency_mhz"] = {{"min", device.gpu_frequency->min_mhz},
+                                      {"max", device.gpu_frequency->max_mhz},
+                                      {"devfreq", device.gpu_frequency->name},
+                                      {"available", available}};
+  }
   if (device.power_modes) {
     json modes = json::array();
     for (const auto& mode : device.power_modes->table.modes) modes.push_back({{"id", mode.id}, {"name", mode.name}});

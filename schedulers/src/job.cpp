@@ -193,6 +193,10 @@ Result<Knobs> parse_knobs(const json& input) {
       auto mhz = number(key, value, 100000.0);
       if (!mhz) return mhz.error();
       knobs.cpu_max_frequency_mhz = *mhz;
+    } else if (key == "gpu_max_frequency_mhz") {
+      auto mhz = number(key, value, 100000.0);
+      if (!mhz) return mhz.error();
+      knobs.gpu_max_frequency_mhz = *mhz;
     } else if (key == "gpu_power_limit_watts") {
       auto watts = number(key, value, 100000.0);
       if (!watts) return watts.error();
@@ -215,14 +219,14 @@ Result<Knobs> parse_knobs(const json& input) {
       knobs.cpu_energy_preference = value.get<std::string>();
     } else {
       return invalid(fmt::format("knobs: unknown field \"{}\" (cpu_max_frequency_mhz, cpu_energy_preference, "
-                                 "gpu_power_limit_watts, power_mode)",
+                                 "gpu_power_limit_watts, gpu_max_frequency_mhz, power_mode)",
                                  printable(key, 100)),
                      "/knobs/" + printable(key, 100));
     }
   }
-  if (knobs.wants_cpu() && knobs.gpu_power_limit_watts)
-    return invalid("knobs: a job runs on one device, so it may ask for CPU knobs or a GPU knob, not both",
-                   "/knobs/gpu_power_limit_watts");
+  if (knobs.wants_cpu() && knobs.wants_gpu())
+    return invalid("knobs: a job runs on one device, so it may ask for CPU knobs or GPU knobs, not both",
+                   knobs.gpu_power_limit_watts ? "/knobs/gpu_power_limit_watts" : "/knobs/gpu_max_frequency_mhz");
   return knobs;
 }
 
@@ -329,6 +333,7 @@ json to_json(const Knobs& knobs) {
   if (knobs.cpu_max_frequency_mhz) out["cpu_max_frequency_mhz"] = *knobs.cpu_max_frequency_mhz;
   if (knobs.cpu_energy_preference) out["cpu_energy_preference"] = *knobs.cpu_energy_preference;
   if (knobs.gpu_power_limit_watts) out["gpu_power_limit_watts"] = *knobs.gpu_power_limit_watts;
+  if (knobs.gpu_max_frequency_mhz) out["gpu_max_frequency_mhz"] = *knobs.gpu_max_frequency_mhz;
   if (knobs.power_mode) out["power_mode"] = *knobs.power_mode;
   return out;
 }

@@ -191,6 +191,11 @@ TEST(DaemonConfigTest, the_cpu_frequency_knob_reads_cpufreq_where_told_or_is_off
   ASSERT_FALSE(relative);
   EXPECT_NE(relative.error().message.find("jouled.toml:3:"), std::string::npos) << relative.error().message;
   EXPECT_NE(relative.error().message.find("devices.cpufreq must be an absolute directory"), std::string::npos);
+  auto devfreq = parse_config("[[devices]]\nname = \"cuda:0\"\ndevfreq = \"off\"\n", "jouled.toml");
+  ASSERT_TRUE(devfreq) << devfreq.error().message;
+  EXPECT_TRUE(devfreq->config.devices[0].devfreq.empty());
+  EXPECT_EQ(to_json(devfreq->config)["devices"][0]["devfreq"], "off");
+  EXPECT_FALSE(parse_config("[[devices]]\nname = \"cpu\"\ndevfreq = \"/sys/class/devfreq\"\n", "jouled.toml"));
   auto gpu = parse_config("[[devices]]\nname = \"cuda:0\"\ncpufreq = \"/sys\"\n", "jouled.toml");
   ASSERT_FALSE(gpu);
   EXPECT_NE(gpu.error().message.find("cpufreq is the CPU's knob"), std::string::npos) << gpu.error().message;

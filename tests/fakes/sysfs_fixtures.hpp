@@ -125,6 +125,26 @@ inline std::filesystem::path write_cpufreq_policy(const TempDir& root, const Cpu
   return root / dir;
 }
 
+/// A Jetson GPU's devfreq device as JetPack lays it out: the device's directory
+/// `sys/devices/platform/<name>/devfreq/<name>/` with `available_frequencies` (Hz, ascending),
+/// `min_freq`, `max_freq` (the table's ends) and `governor`, linked from `sys/class/devfreq/<name>`.
+/// Returns the class entry.
+inline std::filesystem::path write_devfreq_gpu(const TempDir& root, const std::string& name,
+                                               const std::vector<std::uint64_t>& available_hz) {
+  const std::string relative = "devices/platform/" + name + "/devfreq/" + name;
+  std::string table;
+  for (const auto hz : available_hz) table += std::to_string(hz) + " ";
+  root.write("sys/" + relative + "/available_frequencies", table + "\n");
+  root.write("sys/" + relative + "/min_freq", std::to_string(available_hz.front()) + "\n");
+  root.write("sys/" + relative + "/max_freq", std::to_string(available_hz.back()) + "\n");
+  root.write("sys/" + relative + "/cur_freq", std::to_string(available_hz.back()) + "\n");
+  root.write("sys/" + relative + "/governor", "nvhost_podgov\n");
+  std::filesystem::create_directories(root / "sys/class/devfreq");
+  const auto link = root / ("sys/class/devfreq/" + name);
+  std::filesystem::create_directory_symlink("../../" + relative, link);
+  return link;
+}
+
 /// Reads real files, except that files named `denied` fail as EACCES does for non-root.
 inline adapters::FileReader denying_reader(std::string denied) {
   return [denied](const std::filesystem::path& path) -> Result<std::string> {

@@ -69,6 +69,13 @@ TEST(KnobsTest, a_job_runs_at_its_cpu_frequency_and_energy_preference_and_the_or
   EXPECT_EQ(offered["cpu_max_frequency_mhz"]["max"], 4700);
   EXPECT_EQ(offered["cpu_max_frequency_mhz"]["driver"], "intel_pstate");
   EXPECT_EQ(offered["cpu_energy_preference"]["values"].size(), 5u);
+  const std::string server = "http://127.0.0.1:" + std::to_string(daemon.port());
+  auto [listed, table] = joule::testing::run_program({JOULECTL_BINARY, "--server", server, "devices"});
+  EXPECT_EQ(listed, 0) << table;
+  EXPECT_NE(table.find("knobs of cpu: cpu_max_frequency_mhz 400-4700; cpu_energy_preference "
+                       "default|performance|balance_performance|balance_power|power"),
+            std::string::npos)
+      << table;
 
   const auto id = daemon.submit(sleeper("3", {{"cpu_max_frequency_mhz", 1600}, {"cpu_energy_preference", "power"}}));
   ASSERT_FALSE(id.empty());
@@ -83,6 +90,11 @@ TEST(KnobsTest, a_job_runs_at_its_cpu_frequency_and_energy_preference_and_the_or
   }
   EXPECT_EQ(journal_entries(daemon), 4u);
 
+  auto [shown, job] = joule::testing::run_program({JOULECTL_BINARY, "--server", server, "job", id});
+  EXPECT_NE(job.find("knobs:     cpu_energy_preference power, cpu_max_frequency_mhz 1600; in force: "
+                     "cpu_max_frequency_mhz 1600 (policy0 1600 MHz"),
+            std::string::npos)
+      << job;
   const json done = daemon.wait_state(id, {"succeeded", "failed"});
   EXPECT_EQ(done["state"], "succeeded") << done.dump(2);
   EXPECT_TRUE(has_event(done, "knobs set: cpu_max_frequency_mhz 1600")) << done.dump(2);
@@ -192,16 +204,21 @@ TEST(KnobsTest, a_jouled_killed_with_9_puts_the_cpu_frequency_back_at_its_next_s
 TEST(KnobsTest, a_gpu_job_runs_at_its_power_limit_and_the_original_comes_back) {
   TempDir dir;
   std::filesystem::create_symlink(JOULE_FAKE_NVML, dir / "libnvidia-ml.so.1");
+  // A Jetson GPU's devfreq device beside it, for the clock knob (a real Jetson meters its GPU
+  // with INA3221 rails, which jouled reads from the real /sys only: NVML stands in here).
+  joule::testing::write_devfreq_gpu(dir, "17000000.ga10b", {306000000, 612000000, 1020000000});
   std::ofstream(dir / "script") << "devices 1\nname NVIDIA Fake A100\nlimit_mw 250000\n"
                                 << "limit_constraints_mw 100000 300000\nlog " << (dir / "nvml.log").string() << "\n";
   DaemonProcess daemon(
       {.config_toml = "[probing]\nenabled = false\n[[devices]]\nname = \"cpu\"\ncpufreq = \"off\"\n"
-                      "[[devices]]\nname = \"cuda:0\"\nmeter = \"nvml\"\n",
+                      "[[devices]]\nname = \"cuda:0\"\nmeter = \"nvml\"\ndevfreq = \"" +
+                      (dir / "sys/class/devfreq").string() + "\"\n",
        .env = {{"LD_LIBRARY_PATH", dir.path().string()}, {"JOULE_FAKE_NVML_SCRIPT", (dir / "script").string()}}});
   ASSERT_TRUE(daemon.start()) << daemon.log();
   const json devices = daemon.call("GET", "/v1/devices").second["devices"];
   EXPECT_EQ(devices[0]["knobs"]["note"], "cpufreq = \"off\" in its [[devices]] table") << devices.dump(2);
   EXPECT_EQ(devices[1]["knobs"]["offered"]["gpu_power_limit_watts"], json({{"min", 100}, {"max", 300}}));
+  EXPECT_EQ(devices[1]["knobs"]["offered"]["gpu_max_frequency_mhz"]["max"], 1020) << devices.dump(2);
 
   auto [status, problem] = daemon.call("POST", "/v1/jobs", sleeper("1", {{"gpu_power_limit_watts", 50}}).dump());
   EXPECT_EQ(status, 400u);
@@ -218,6 +235,20 @@ TEST(KnobsTest, a_gpu_job_runs_at_its_power_limit_and_the_original_comes_back) {
   EXPECT_EQ(slurp(dir / "nvml.log").find("set_limit 180000\nset_limit 250000\n") == std::string::npos, false)
       << slurp(dir / "nvml.log");
   EXPECT_EQ(journal_entries(daemon), 0u);
+
+  // The Jetson GPU's clock cap: set while it runs, put back after.
+  const auto max_file = dir / "sys/devices/platform/17000000.ga10b/devfreq/17000000.ga10b/max_freq";
+  const auto clocked = daemon.submit(sleeper("60", {{"gpu_max_frequency_mhz", 612}}));
+  const json running = daemon.wait_state(clocked, {"running", "failed"});
+  ASSERT_EQ(running["state"], "running") << running.dump(2);
+  EXPECT_EQ(running["knobs"]["in_force"], "gpu_max_frequency_mhz 612 (17000000.ga10b 612 MHz)");
+  EXPECT_EQ(slurp(max_file), "612000000\n");
+  EXPECT_EQ(daemon.call("DELETE", "/v1/jobs/" + clocked).first, 202u);
+  EXPECT_EQ(daemon.wait_state(clocked, {"cancelled"})["state"], "cancelled");
+  EXPECT_EQ(slurp(max_file), "1020000000\n");
+  auto [too_fast, why] = daemon.call("POST", "/v1/jobs", sleeper("1", {{"gpu_max_frequency_mhz", 2000}}).dump());
+  EXPECT_EQ(too_fast, 400u);
+  EXPECT_EQ(why["errors"][0]["pointer"], "/knobs/gpu_max_frequency_mhz") << why.dump();
 }
 
 // A Jetson's power mode through a real jouled: the fake nvpmodel (a real process, its mode in a

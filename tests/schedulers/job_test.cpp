@@ -165,6 +165,8 @@ TEST(JobSpecTest, knobs_are_checked_by_field_and_round_trip) {
       {{{"power_mode", ""}}, "/knobs/power_mode"},
       {{{"power_mode", -1}}, "/knobs/power_mode"},
       {{{"cpu_max_frequency_mhz", 1600}, {"gpu_power_limit_watts", 200}}, "/knobs/gpu_power_limit_watts"},
+      {{{"cpu_energy_preference", "power"}, {"gpu_max_frequency_mhz", 600}}, "/knobs/gpu_max_frequency_mhz"},
+      {{{"gpu_max_frequency_mhz", 0}}, "/knobs/gpu_max_frequency_mhz"},
   };
   for (const auto& [knobs, pointer] : bad) {
     body["knobs"] = knobs;

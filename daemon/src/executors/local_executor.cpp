@@ -309,6 +309,17 @@ void LocalExecutor::apply_knobs(JobRecord& job, Device& device, Run& run) {
       }
     }
   }
+  if (!refused && knobs.gpu_max_frequency_mhz) {
+    if (!device.gpu_frequency) {
+      refused = make_error(ErrorCode::unavailable, fmt::format("{} has no GPU clock limit", device.name));
+    } else {
+      run.gpu_frequency = std::make_unique<adapters::DevfreqLimit>(*device.gpu_frequency, options_.control_journal);
+      if (auto applied = run.gpu_frequency->set_max_mhz(*knobs.gpu_max_frequency_mhz))
+        set.push_back(fmt::format("gpu_max_frequency_mhz {:g} ({})", *knobs.gpu_max_frequency_mhz, *applied));
+      else
+        refused = applied.error();
+    }
+  }
   // Under a power cap the cap's limit stands (a job resumed while capped).
   if (!refused && knobs.gpu_power_limit_watts && !job.gpu_limit_watts) {
     if (auto* limit = gpu_limit_of(run, device); !limit) {
@@ -333,12 +344,13 @@ void LocalExecutor::apply_knobs(JobRecord& job, Device& device, Run& run) {
 void LocalExecutor::restore_knobs(JobRecord& job, Run& run) {
   // The GPU's limit is also the power cap's: while a cap holds it, it stays.
   adapters::RestorableControl* gpu = job.gpu_limit_watts ? nullptr : run.gpu_limit.get();
-  for (adapters::RestorableControl* control :
-       std::initializer_list<adapters::RestorableControl*>{run.cpu_frequency.get(), gpu, run.power_mode.get()}) {
+  for (adapters::RestorableControl* control : std::initializer_list<adapters::RestorableControl*>{
+           run.cpu_frequency.get(), run.gpu_frequency.get(), gpu, run.power_mode.get()}) {
     if (!control) continue;
     if (auto restored = control->restore(); !restored) spdlog::warn("job {}: {}", job.row.id, restored.error().message);
   }
   run.cpu_frequency.reset();
+  run.gpu_frequency.reset();
   run.power_mode.reset();
   job.knobs_in_force.reset();
 }
@@ -541,7 +553,8 @@ void LocalExecutor::release(JobRecord& job, bool ended) {
     Run& run = it->second;
     // The power mode last: the other knobs narrowed what it had set.
     for (adapters::RestorableControl* control : std::initializer_list<adapters::RestorableControl*>{
-             run.pauser.get(), run.quota.get(), run.gpu_limit.get(), run.cpu_frequency.get(), run.power_mode.get()}) {
+             run.pauser.get(), run.quota.get(), run.gpu_limit.get(), run.cpu_frequency.get(), run.gpu_frequency.get(),
+             run.power_mode.get()}) {
       if (!control) continue;
       if (auto restored = control->restore(); !restored)
         spdlog::warn("job {}: {}", job.row.id, restored.error().message);
@@ -550,6 +563,7 @@ void LocalExecutor::release(JobRecord& job, bool ended) {
     run.quota.reset();
     run.gpu_limit.reset();
     run.cpu_frequency.reset();
+    run.gpu_frequency.reset();
     run.power_mode.reset();
     job.knobs_in_force.reset();
     run.child.reset();  // stops watching; the process itself is left alone

@@ -15,7 +15,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "executor.hpp"
-#include "joule/adapters/cpu_frequency.hpp"
+#include "joule/adapters/frequency_limits.hpp"
 #include "joule/adapters/jetson_power_mode.hpp"
 #include "joule/adapters/job_controls.hpp"
 #include "joule/adapters/measurement_window.hpp"
@@ -74,6 +74,7 @@ class LocalExecutor final : public Executor {
     std::unique_ptr<adapters::GpuPowerLimit> gpu_limit;          // a power cap's, or the job's knob
     std::unique_ptr<adapters::CpuFrequencyLimit> cpu_frequency;  // the job's CPU knobs
     std::unique_ptr<adapters::JetsonPowerMode> power_mode;       // the job's power mode
+    std::unique_ptr<adapters::DevfreqLimit> gpu_frequency;       // the job's Jetson GPU clock cap
     std::filesystem::path lease;  // its lease file, renewed while jouled runs it; empty: none
   };
 

@@ -36,6 +36,9 @@ struct DeviceConfig {
   /// directory without policies leaves the device without the knob, and says why; empty ("off"
   /// in the file): no knob.
   std::filesystem::path cpufreq = "/sys/devices/system/cpu/cpufreq";
+  /// cuda:N only: where a Jetson GPU's devfreq device is looked for (jobs'
+  /// `knobs.gpu_max_frequency_mhz`); none there (a discrete GPU): no knob. Empty ("off"): none.
+  std::filesystem::path devfreq = "/sys/class/devfreq";
 };
 
 /// Background probing (THOR): when a real device is idle, joule-worker trains small networks

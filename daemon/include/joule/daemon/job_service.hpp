@@ -24,9 +24,9 @@
 #include <nlohmann/json.hpp>
 
 #include "joule/adapters/control_journal.hpp"
-#include "joule/adapters/cpu_frequency.hpp"
 #include "joule/adapters/database.hpp"
 #include "joule/adapters/energy_meter.hpp"
+#include "joule/adapters/frequency_limits.hpp"
 #include "joule/adapters/jetson_power_mode.hpp"
 #include "joule/adapters/job_controls.hpp"
 #include "joule/adapters/job_process.hpp"
@@ -79,6 +79,8 @@ struct Device {
   std::string knob_note;
   /// A Jetson's power modes (nvpmodel), shared by every local device of the node.
   std::shared_ptr<const adapters::JetsonPowerModes> power_modes;
+  /// A Jetson GPU's clock limit (devfreq), where this is that GPU; else `knob_note` says why.
+  std::optional<adapters::DevfreqKnob> gpu_frequency;
   /// Coordinator: the agent this device belongs to ("" for this node's own devices). Its name
   /// is then "node/device", its meter a ReportedMeter, and jobs on it run on the agent.
   std::string node;

@@ -54,12 +54,11 @@ struct Knobs {
   std::optional<double> cpu_max_frequency_mhz;       ///< every cpufreq policy's scaling_max_freq
   std::optional<std::string> cpu_energy_preference;  ///< energy_performance_preference ("power", ...)
   std::optional<double> gpu_power_limit_watts;       ///< NVML power limit
+  std::optional<double> gpu_max_frequency_mhz;       ///< a Jetson GPU's devfreq max_freq
   std::optional<std::string> power_mode;             ///< nvpmodel mode, by name ("15W") or id ("1")
-  bool empty() const {
-    return !cpu_max_frequency_mhz && !cpu_energy_preference && !gpu_power_limit_watts && !power_mode;
-  }
+  bool empty() const { return !wants_cpu() && !wants_gpu() && !power_mode; }
   bool wants_cpu() const { return cpu_max_frequency_mhz || cpu_energy_preference; }
-  bool wants_gpu() const { return gpu_power_limit_watts.has_value(); }
+  bool wants_gpu() const { return gpu_power_limit_watts || gpu_max_frequency_mhz; }
 };
 
 /// What happens to a job whose node is lost while it is placed or running there.

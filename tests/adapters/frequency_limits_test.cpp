@@ -1,4 +1,4 @@
-#include "joule/adapters/cpu_frequency.hpp"
+#include "joule/adapters/frequency_limits.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -182,7 +182,7 @@ TEST(CpuFrequencyLimitTest, out_of_range_refused_and_read_back_errors_name_the_f
     auto held = limit.set_max_mhz(3000);
     ASSERT_FALSE(held);
     EXPECT_EQ(held.error().code, ErrorCode::conflict);
-    EXPECT_TRUE(has(held.error().message, "scaling_max_freq reads back 1200000 kHz after 3000000 kHz was written"))
+    EXPECT_TRUE(has(held.error().message, "scaling_max_freq reads back 1200000 after 3000000 was written"))
         << held.error().message;
     kernel.held_max_khz.reset();
     ASSERT_TRUE(limit.restore());
@@ -282,4 +282,37 @@ TEST(ControlJournalTest, an_entry_that_cannot_be_restored_is_kept_for_the_next_s
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0], "cannot restore nvml:1:power_limit to 300000 (kept for the next start): no GPU 1 here");
   EXPECT_EQ(ControlJournal::open(root / "controls.json")->entries().size(), 1u);
+}
+
+TEST(DevfreqKnobTest, finds_a_jetson_gpu_among_devfreq_devices_and_caps_its_clock) {
+  TempDir root;
+  // An Orin's GPU and another devfreq device (not a GPU), as /sys/class/devfreq lists them.
+  joule::testing::write_devfreq_gpu(root, "17000000.ga10b", {306000000, 408000000, 612000000, 816000000, 1020000000});
+  joule::testing::write_devfreq_gpu(root, "15340000.vic", {115200000, 729600000});
+  auto knob = DevfreqKnob::discover_gpu(root / "sys/class/devfreq");
+  ASSERT_TRUE(knob) << knob.error().message;
+  EXPECT_EQ(knob->name, "17000000.ga10b");
+  EXPECT_EQ(knob->describe(), "17000000.ga10b (governor nvhost_podgov), 306-1020 MHz, 5 frequencies");
+  const auto max_file = knob->directory / "max_freq";
+  TempDir state;
+  auto journal = ControlJournal::open(state / "controls.json");
+  {
+    DevfreqLimit limit(*knob, &*journal);
+    auto set = limit.set_max_mhz(612);
+    ASSERT_TRUE(set) << set.error().message;
+    EXPECT_EQ(*set, "17000000.ga10b 612 MHz");
+    EXPECT_EQ(slurp(max_file), "612000000\n");
+    EXPECT_EQ(journal->entries().size(), 1u);
+    auto high = limit.set_max_mhz(2000);
+    ASSERT_FALSE(high);
+    EXPECT_EQ(high.error().message, "2000 MHz is outside the GPU's range, 306-1020 MHz");
+  }
+  EXPECT_EQ(slurp(max_file), "1020000000\n");
+  EXPECT_TRUE(journal->entries().empty());
+
+  TempDir none;
+  joule::testing::write_devfreq_gpu(none, "15340000.vic", {115200000, 729600000});
+  auto missing = DevfreqKnob::discover_gpu(none / "sys/class/devfreq");
+  ASSERT_FALSE(missing);
+  EXPECT_TRUE(has(missing.error().message, "no Jetson GPU among the devfreq devices")) << missing.error().message;
 }
