@@ -347,28 +347,22 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
         device.runs_jobs = *runs->value<bool>();
     }
     if (!simulated) device.runs_jobs = true;
-    if (auto cpufreq = check.get<std::string>(table, "cpufreq", "devices.cpufreq")) {
-      if (device.name != "cpu")
-        check.problem(*table.get("cpufreq"),
-                      fmt::format("device \"{}\": cpufreq is the CPU's knob; set it on \"cpu\"", device.name));
-      else if (*cpufreq == "off")
-        device.cpufreq.clear();
-      else if (cpufreq->empty() || cpufreq->front() != '/')
-        check.problem(*table.get("cpufreq"), "devices.cpufreq must be an absolute directory, or \"off\"");
+    // A knob's sysfs directory: an absolute path, or "off" (none), on the kind of device it is for.
+    const auto knob_directory = [&](const char* key, bool applies, const char* whose, std::filesystem::path& into) {
+      auto value = check.get<std::string>(table, key, std::string("devices.") + key);
+      if (!value) return;
+      if (!applies)
+        check.problem(*table.get(key), fmt::format("device \"{}\": {} is {}", device.name, key, whose));
+      else if (*value == "off")
+        into.clear();
+      else if (value->empty() || value->front() != '/')
+        check.problem(*table.get(key), fmt::format("devices.{} must be an absolute directory, or \"off\"", key));
       else
-        device.cpufreq = *cpufreq;
-    }
-    if (auto devfreq = check.get<std::string>(table, "devfreq", "devices.devfreq")) {
-      if (!is_cuda_device_name(device.name))
-        check.problem(*table.get("devfreq"),
-                      fmt::format("device \"{}\": devfreq is a Jetson GPU's knob; set it on \"cuda:N\"", device.name));
-      else if (*devfreq == "off")
-        device.devfreq.clear();
-      else if (devfreq->empty() || devfreq->front() != '/')
-        check.problem(*table.get("devfreq"), "devices.devfreq must be an absolute directory, or \"off\"");
-      else
-        device.devfreq = *devfreq;
-    }
+        into = *value;
+    };
+    knob_directory("cpufreq", device.name == "cpu", "the CPU's knob; set it on \"cpu\"", device.cpufreq);
+    knob_directory("devfreq", is_cuda_device_name(device.name), "a Jetson GPU's knob; set it on \"cuda:N\"",
+                   device.devfreq);
     devices.push_back(device);
   }
   if (devices.empty())

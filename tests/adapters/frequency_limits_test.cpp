@@ -10,22 +10,16 @@
 #include "../fakes/sysfs_fixtures.hpp"
 #include "joule/adapters/control_journal.hpp"
 #include "temp_dir.hpp"
+#include "text_file.hpp"
 
 using joule::ErrorCode;
+using joule::testing::contains;
+using joule::testing::read_text;
 using joule::testing::TempDir;
 using namespace joule::adapters;  // NOLINT: the module under test
 using std::filesystem::path;
 
 namespace {
-
-std::string slurp(const path& file) {
-  std::ifstream in(file);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 const path kCpufreq = "sys/devices/system/cpu/cpufreq";
 
@@ -106,12 +100,12 @@ TEST(CpuFrequencyKnobTest, no_cpufreq_is_unavailable_with_the_reason) {
   auto none = CpuFrequencyKnob::discover(root / kCpufreq);
   ASSERT_FALSE(none);
   EXPECT_EQ(none.error().code, ErrorCode::unavailable);
-  EXPECT_TRUE(has(none.error().message, "no cpufreq policies under")) << none.error().message;
+  EXPECT_TRUE(contains(none.error().message, "no cpufreq policies under")) << none.error().message;
   joule::testing::write_cpufreq_policy(root, joule::testing::intel_pstate_policy(0));
   std::filesystem::remove(root / kCpufreq / "policy0/cpuinfo_max_freq");
   auto broken = CpuFrequencyKnob::discover(root / kCpufreq);
   ASSERT_FALSE(broken);
-  EXPECT_TRUE(has(broken.error().message, "cpuinfo_max_freq")) << broken.error().message;
+  EXPECT_TRUE(contains(broken.error().message, "cpuinfo_max_freq")) << broken.error().message;
 }
 
 TEST(CpuFrequencyLimitTest, caps_every_policy_and_puts_the_saved_bytes_back) {
@@ -125,16 +119,16 @@ TEST(CpuFrequencyLimitTest, caps_every_policy_and_puts_the_saved_bytes_back) {
     auto set = limit.set_max_mhz(2000);
     ASSERT_TRUE(set) << set.error().message;
     EXPECT_EQ(*set, "policy0 2000 MHz, policy1 2000 MHz");
-    EXPECT_EQ(slurp(root / kCpufreq / "policy1/scaling_max_freq"), "2000000\n");
+    EXPECT_EQ(read_text(root / kCpufreq / "policy1/scaling_max_freq"), "2000000\n");
     ASSERT_TRUE(limit.set_energy_preference("power"));
-    EXPECT_EQ(slurp(root / kCpufreq / "policy0/energy_performance_preference"), "power\n");
+    EXPECT_EQ(read_text(root / kCpufreq / "policy0/energy_performance_preference"), "power\n");
     ASSERT_TRUE(limit.set_max_mhz(1500));  // a second setting keeps the first original
     ASSERT_TRUE(limit.restore());
-    EXPECT_EQ(slurp(root / kCpufreq / "policy0/scaling_max_freq"), "5132000\n");
-    EXPECT_EQ(slurp(root / kCpufreq / "policy1/energy_performance_preference"), "balance_performance\n");
+    EXPECT_EQ(read_text(root / kCpufreq / "policy0/scaling_max_freq"), "5132000\n");
+    EXPECT_EQ(read_text(root / kCpufreq / "policy1/energy_performance_preference"), "balance_performance\n");
     ASSERT_TRUE(limit.set_max_mhz(1000));
   }  // the destructor restores
-  EXPECT_EQ(slurp(root / kCpufreq / "policy0/scaling_max_freq"), "5132000\n");
+  EXPECT_EQ(read_text(root / kCpufreq / "policy0/scaling_max_freq"), "5132000\n");
   EXPECT_EQ(kernel.writes.back(), "policy0/scaling_max_freq=5132000");
 }
 
@@ -182,11 +176,11 @@ TEST(CpuFrequencyLimitTest, out_of_range_refused_and_read_back_errors_name_the_f
     auto held = limit.set_max_mhz(3000);
     ASSERT_FALSE(held);
     EXPECT_EQ(held.error().code, ErrorCode::conflict);
-    EXPECT_TRUE(has(held.error().message, "scaling_max_freq reads back 1200000 after 3000000 was written"))
+    EXPECT_TRUE(contains(held.error().message, "scaling_max_freq reads back 1200000 after 3000000 was written"))
         << held.error().message;
     kernel.held_max_khz.reset();
     ASSERT_TRUE(limit.restore());
-    EXPECT_EQ(slurp(max_file), "4700000\n");
+    EXPECT_EQ(read_text(max_file), "4700000\n");
   }
   {
     kernel.refuse = "scaling_max_freq";
@@ -194,11 +188,11 @@ TEST(CpuFrequencyLimitTest, out_of_range_refused_and_read_back_errors_name_the_f
     auto refused = limit.set_max_mhz(3000);
     ASSERT_FALSE(refused);
     EXPECT_EQ(refused.error().code, ErrorCode::invalid_argument);
-    EXPECT_TRUE(has(refused.error().message, "cannot write 3000000 to")) << refused.error().message;
-    EXPECT_TRUE(has(refused.error().message, "policy0/scaling_max_freq: invalid argument (the kernel refused it)"))
+    EXPECT_TRUE(contains(refused.error().message, "cannot write 3000000 to")) << refused.error().message;
+    EXPECT_TRUE(contains(refused.error().message, "policy0/scaling_max_freq: invalid argument (the kernel refused it)"))
         << refused.error().message;
   }
-  EXPECT_EQ(slurp(max_file), "4700000\n");
+  EXPECT_EQ(read_text(max_file), "4700000\n");
 }
 
 TEST(CpuFrequencyLimitTest, energy_preferences_are_checked_against_the_driver_and_the_kernel) {
@@ -242,12 +236,12 @@ TEST(CpuFrequencyLimitTest, a_journalled_setting_comes_back_at_the_next_start_af
   EXPECT_EQ(next->entries()[0].original, "4700000\n");
   const auto lines = restore_journalled(*next, ControlFiles::system(), {});
   ASSERT_EQ(lines.size(), 4u);
-  EXPECT_TRUE(has(lines[0], "restored ")) << lines[0];
-  EXPECT_TRUE(has(lines[0], "policy0/scaling_max_freq to 4700000")) << lines[0];
+  EXPECT_TRUE(contains(lines[0], "restored ")) << lines[0];
+  EXPECT_TRUE(contains(lines[0], "policy0/scaling_max_freq to 4700000")) << lines[0];
   EXPECT_TRUE(next->entries().empty());
   EXPECT_TRUE(ControlJournal::open(root / "controls.json")->entries().empty());
-  EXPECT_EQ(slurp(root / kCpufreq / "policy1/scaling_max_freq"), "4700000\n");
-  EXPECT_EQ(slurp(root / kCpufreq / "policy1/energy_performance_preference"), "balance_performance\n");
+  EXPECT_EQ(read_text(root / kCpufreq / "policy1/scaling_max_freq"), "4700000\n");
+  EXPECT_EQ(read_text(root / kCpufreq / "policy1/energy_performance_preference"), "balance_performance\n");
 
   ASSERT_TRUE(limit->restore());  // the first process's restore changes nothing more
   EXPECT_TRUE(journal->entries().empty());
@@ -267,7 +261,7 @@ TEST(ControlJournalTest, keeps_the_first_original_and_refuses_a_file_that_is_not
   root.write("bad.json", "{\"entries\": [{\"key\": 1}]}");
   auto bad = ControlJournal::open(root / "bad.json");
   ASSERT_FALSE(bad);
-  EXPECT_TRUE(has(bad.error().message, "bad.json: /entries/0 lacks key, kind or original")) << bad.error().message;
+  EXPECT_TRUE(contains(bad.error().message, "bad.json: /entries/0 lacks key, kind or original")) << bad.error().message;
   root.write("garbage.json", "not json");
   EXPECT_FALSE(ControlJournal::open(root / "garbage.json"));
 }
@@ -301,18 +295,18 @@ TEST(DevfreqKnobTest, finds_a_jetson_gpu_among_devfreq_devices_and_caps_its_cloc
     auto set = limit.set_max_mhz(612);
     ASSERT_TRUE(set) << set.error().message;
     EXPECT_EQ(*set, "17000000.ga10b 612 MHz");
-    EXPECT_EQ(slurp(max_file), "612000000\n");
+    EXPECT_EQ(read_text(max_file), "612000000\n");
     EXPECT_EQ(journal->entries().size(), 1u);
     auto high = limit.set_max_mhz(2000);
     ASSERT_FALSE(high);
     EXPECT_EQ(high.error().message, "2000 MHz is outside the GPU's range, 306-1020 MHz");
   }
-  EXPECT_EQ(slurp(max_file), "1020000000\n");
+  EXPECT_EQ(read_text(max_file), "1020000000\n");
   EXPECT_TRUE(journal->entries().empty());
 
   TempDir none;
   joule::testing::write_devfreq_gpu(none, "15340000.vic", {115200000, 729600000});
   auto missing = DevfreqKnob::discover_gpu(none / "sys/class/devfreq");
   ASSERT_FALSE(missing);
-  EXPECT_TRUE(has(missing.error().message, "no Jetson GPU among the devfreq devices")) << missing.error().message;
+  EXPECT_TRUE(contains(missing.error().message, "no Jetson GPU among the devfreq devices")) << missing.error().message;
 }

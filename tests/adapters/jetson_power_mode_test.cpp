@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 
 #include "temp_dir.hpp"
+#include "text_file.hpp"
 
 using joule::ErrorCode;
+using joule::testing::contains;
+using joule::testing::read_text;
 using joule::testing::TempDir;
 using namespace joule::adapters;  // NOLINT: the module under test
 using std::filesystem::path;
@@ -16,15 +19,6 @@ namespace {
 
 const path kConf = path(JOULE_SOURCE_DIR) / "tests/fakes/nvpmodel.conf";
 const std::string kTool = (path(JOULE_SOURCE_DIR) / "tests/fakes/fake_nvpmodel.sh").string();
-
-std::string slurp(const path& file) {
-  std::ifstream in(file);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // The fake nvpmodel as a real process, its mode in force in a file of the test's.
 struct FakeNvpmodel {
@@ -35,13 +29,13 @@ struct FakeNvpmodel {
                                           "JOULE_FAKE_NVPMODEL_CONF=" + kConf.string()};
     return [env](const std::vector<std::string>& argv) { return run_command(argv, {.env = env}); };
   }
-  std::string calls() const { return slurp(state.string() + ".log"); }
+  std::string calls() const { return read_text(state.string() + ".log"); }
 };
 
 }  // namespace
 
 TEST(NvpmodelConfTest, reads_the_modes_and_the_default_and_names_the_line_of_a_bad_section) {
-  auto conf = parse_nvpmodel_conf(slurp(kConf), "nvpmodel.conf");
+  auto conf = parse_nvpmodel_conf(read_text(kConf), "nvpmodel.conf");
   ASSERT_TRUE(conf) << conf.error().message;
   ASSERT_EQ(conf->modes.size(), 3u);
   EXPECT_EQ(conf->modes[1].id, 1);
@@ -78,12 +72,12 @@ TEST(JetsonPowerModeTest, discovers_the_modes_switches_for_a_job_and_back) {
     auto set = mode.set(*modes->find("7W"));
     ASSERT_TRUE(set) << set.error().message;
     EXPECT_EQ(*set, "1 7W");
-    EXPECT_EQ(slurp(tool.state), "1\n");
+    EXPECT_EQ(read_text(tool.state), "1\n");
     ASSERT_EQ(journal->entries().size(), 1u);
     EXPECT_EQ(journal->entries()[0].kind, "nvpmodel");
     EXPECT_EQ(journal->entries()[0].original, "0");
   }  // the destructor switches back
-  EXPECT_EQ(slurp(tool.state), "0\n");
+  EXPECT_EQ(read_text(tool.state), "0\n");
   EXPECT_TRUE(journal->entries().empty());
   EXPECT_EQ(tool.calls(), "-q\n-q\n-m 1\n-q\n-m 0\n-q\n");
 }
@@ -96,10 +90,10 @@ TEST(JetsonPowerModeTest, a_mode_that_needs_a_reboot_is_refused_and_nothing_chan
   auto refused = mode.set(*modes->find("7W_2CORE"));
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, ErrorCode::conflict);
-  EXPECT_TRUE(has(refused.error().message, "-m 2 left mode 0 in force (it said \"NVPM WARN: Reboot required"))
+  EXPECT_TRUE(contains(refused.error().message, "-m 2 left mode 0 in force (it said \"NVPM WARN: Reboot required"))
       << refused.error().message;
   EXPECT_TRUE(mode.restore());
-  EXPECT_EQ(slurp(tool.state), "0\n");
+  EXPECT_EQ(read_text(tool.state), "0\n");
 }
 
 TEST(JetsonPowerModeTest, no_conf_or_no_tool_is_unavailable_with_the_reason) {
@@ -111,5 +105,5 @@ TEST(JetsonPowerModeTest, no_conf_or_no_tool_is_unavailable_with_the_reason) {
             "no /nonexistent/nvpmodel.conf (not a Jetson, or JetPack's nvpmodel is not installed)");
   auto no_tool = JetsonPowerModes::discover("/nonexistent/nvpmodel", kConf, tool.runner());
   ASSERT_FALSE(no_tool);
-  EXPECT_TRUE(has(no_tool.error().message, "/nonexistent/nvpmodel -q")) << no_tool.error().message;
+  EXPECT_TRUE(contains(no_tool.error().message, "/nonexistent/nvpmodel -q")) << no_tool.error().message;
 }

@@ -15,9 +15,11 @@
 #include "../fakes/sysfs_fixtures.hpp"
 #include "daemon_process.hpp"
 #include "temp_dir.hpp"
+#include "text_file.hpp"
 
 using joule::testing::DaemonOptions;
 using joule::testing::DaemonProcess;
+using joule::testing::read_text;
 using joule::testing::TempDir;
 using nlohmann::json;
 using std::filesystem::path;
@@ -26,13 +28,6 @@ using namespace std::chrono_literals;
 namespace {
 
 const path kCpufreq = "sys/devices/system/cpu/cpufreq";
-
-std::string slurp(const path& file) {
-  std::ifstream in(file);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 bool has_event(const json& job, const std::string& text) {
   for (const auto& event : job["events"])
@@ -51,7 +46,7 @@ json sleeper(const std::string& seconds, json knobs) {
 
 // The settings jouled has noted to put back (its control journal, read as the file it is).
 std::size_t journal_entries(const DaemonProcess& daemon) {
-  const json journal = json::parse(slurp(daemon.state_dir() / "controls.json"), nullptr, false);
+  const json journal = json::parse(read_text(daemon.state_dir() / "controls.json"), nullptr, false);
   return journal.is_object() ? journal["entries"].size() : 999;
 }
 
@@ -85,8 +80,8 @@ TEST(KnobsTest, a_job_runs_at_its_cpu_frequency_and_energy_preference_and_the_or
   EXPECT_EQ(running["knobs"]["in_force"],
             "cpu_max_frequency_mhz 1600 (policy0 1600 MHz, policy1 1600 MHz); cpu_energy_preference power");
   for (const char* policy : {"policy0", "policy1"}) {
-    EXPECT_EQ(slurp(tree / kCpufreq / policy / "scaling_max_freq"), "1600000\n");
-    EXPECT_EQ(slurp(tree / kCpufreq / policy / "energy_performance_preference"), "power\n");
+    EXPECT_EQ(read_text(tree / kCpufreq / policy / "scaling_max_freq"), "1600000\n");
+    EXPECT_EQ(read_text(tree / kCpufreq / policy / "energy_performance_preference"), "power\n");
   }
   EXPECT_EQ(journal_entries(daemon), 4u);
 
@@ -100,8 +95,8 @@ TEST(KnobsTest, a_job_runs_at_its_cpu_frequency_and_energy_preference_and_the_or
   EXPECT_TRUE(has_event(done, "knobs set: cpu_max_frequency_mhz 1600")) << done.dump(2);
   EXPECT_TRUE(done["knobs"]["in_force"].is_null());
   for (const char* policy : {"policy0", "policy1"}) {
-    EXPECT_EQ(slurp(tree / kCpufreq / policy / "scaling_max_freq"), "4700000\n");
-    EXPECT_EQ(slurp(tree / kCpufreq / policy / "energy_performance_preference"), "balance_performance\n");
+    EXPECT_EQ(read_text(tree / kCpufreq / policy / "scaling_max_freq"), "4700000\n");
+    EXPECT_EQ(read_text(tree / kCpufreq / policy / "energy_performance_preference"), "balance_performance\n");
   }
   EXPECT_EQ(journal_entries(daemon), 0u);
 }
@@ -114,18 +109,18 @@ TEST(KnobsTest, a_paused_job_gives_its_knobs_back_until_it_resumes) {
   ASSERT_TRUE(daemon.start()) << daemon.log();
   const auto id = daemon.submit(sleeper("60", {{"cpu_max_frequency_mhz", 1600}}));
   ASSERT_EQ(daemon.wait_state(id, {"running", "failed"})["state"], "running");
-  ASSERT_EQ(slurp(max_file), "1600000\n");
+  ASSERT_EQ(read_text(max_file), "1600000\n");
   EXPECT_EQ(daemon.call("POST", "/v1/jobs/" + id + "/pause").first, 200u);
-  EXPECT_EQ(slurp(max_file), "4700000\n");
+  EXPECT_EQ(read_text(max_file), "4700000\n");
   EXPECT_TRUE(daemon.call("GET", "/v1/jobs/" + id).second["knobs"]["in_force"].is_null());
   EXPECT_EQ(daemon.call("POST", "/v1/jobs/" + id + "/resume").first, 200u);
-  EXPECT_EQ(slurp(max_file), "1600000\n");
+  EXPECT_EQ(read_text(max_file), "1600000\n");
   const json resumed = daemon.call("GET", "/v1/jobs/" + id).second;
   EXPECT_TRUE(has_event(resumed, "knobs put back while it is paused")) << resumed.dump(2);
   EXPECT_EQ(resumed["knobs"]["in_force"], "cpu_max_frequency_mhz 1600 (policy0 1600 MHz)");
   EXPECT_EQ(daemon.call("DELETE", "/v1/jobs/" + id).first, 202u);
   EXPECT_EQ(daemon.wait_state(id, {"cancelled"})["state"], "cancelled");
-  EXPECT_EQ(slurp(max_file), "4700000\n");
+  EXPECT_EQ(read_text(max_file), "4700000\n");
 }
 
 TEST(KnobsTest, knobs_a_device_lacks_or_cannot_reach_get_a_400_naming_the_field_and_nothing_is_stored) {
@@ -149,7 +144,7 @@ TEST(KnobsTest, knobs_a_device_lacks_or_cannot_reach_get_a_400_naming_the_field_
     EXPECT_NE(problem["detail"].get<std::string>().find(message), std::string::npos) << problem.dump();
   }
   EXPECT_EQ(daemon.call("GET", "/v1/jobs").second["jobs"].size(), 0u);
-  EXPECT_EQ(slurp(tree / kCpufreq / "policy0/scaling_max_freq"), "3000000\n");
+  EXPECT_EQ(read_text(tree / kCpufreq / "policy0/scaling_max_freq"), "3000000\n");
 
   // No cpufreq at all (most VMs): the device says why, and a job asking is refused with it.
   TempDir empty;
@@ -178,15 +173,15 @@ TEST(KnobsTest, a_jouled_killed_with_9_puts_the_cpu_frequency_back_at_its_next_s
     ASSERT_TRUE(daemon.start()) << daemon.log();
     id = daemon.submit(sleeper("60", {{"cpu_max_frequency_mhz", 1600}}));
     ASSERT_EQ(daemon.wait_state(id, {"running", "failed"})["state"], "running");
-    ASSERT_EQ(slurp(tree / kCpufreq / "policy0/scaling_max_freq"), "1600000\n");
+    ASSERT_EQ(read_text(tree / kCpufreq / "policy0/scaling_max_freq"), "1600000\n");
     daemon.signal(SIGKILL);
     EXPECT_EQ(daemon.wait_exit(), 128 + SIGKILL);
   }
-  EXPECT_EQ(slurp(tree / kCpufreq / "policy0/scaling_max_freq"), "1600000\n");  // nobody put it back
+  EXPECT_EQ(read_text(tree / kCpufreq / "policy0/scaling_max_freq"), "1600000\n");  // nobody put it back
   {
     DaemonProcess restarted(options, state);
     ASSERT_TRUE(restarted.start()) << restarted.log();
-    EXPECT_EQ(slurp(tree / kCpufreq / "policy0/scaling_max_freq"), "4700000\n") << restarted.log();
+    EXPECT_EQ(read_text(tree / kCpufreq / "policy0/scaling_max_freq"), "4700000\n") << restarted.log();
     EXPECT_NE(restarted.log().find("knobs left by the last jouled: restored"), std::string::npos) << restarted.log();
     EXPECT_EQ(journal_entries(restarted), 0u);
     const json adopted = restarted.call("GET", "/v1/jobs/" + id).second;
@@ -232,8 +227,8 @@ TEST(KnobsTest, a_gpu_job_runs_at_its_power_limit_and_the_original_comes_back) {
   EXPECT_EQ(done["state"], "succeeded") << done.dump(2);
   EXPECT_EQ(done["device"], "cuda:0");
   EXPECT_TRUE(has_event(done, "knobs set: gpu_power_limit_watts 180 (set 180 W)")) << done.dump(2);
-  EXPECT_EQ(slurp(dir / "nvml.log").find("set_limit 180000\nset_limit 250000\n") == std::string::npos, false)
-      << slurp(dir / "nvml.log");
+  EXPECT_EQ(read_text(dir / "nvml.log").find("set_limit 180000\nset_limit 250000\n") == std::string::npos, false)
+      << read_text(dir / "nvml.log");
   EXPECT_EQ(journal_entries(daemon), 0u);
 
   // The Jetson GPU's clock cap: set while it runs, put back after.
@@ -242,10 +237,10 @@ TEST(KnobsTest, a_gpu_job_runs_at_its_power_limit_and_the_original_comes_back) {
   const json running = daemon.wait_state(clocked, {"running", "failed"});
   ASSERT_EQ(running["state"], "running") << running.dump(2);
   EXPECT_EQ(running["knobs"]["in_force"], "gpu_max_frequency_mhz 612 (17000000.ga10b 612 MHz)");
-  EXPECT_EQ(slurp(max_file), "612000000\n");
+  EXPECT_EQ(read_text(max_file), "612000000\n");
   EXPECT_EQ(daemon.call("DELETE", "/v1/jobs/" + clocked).first, 202u);
   EXPECT_EQ(daemon.wait_state(clocked, {"cancelled"})["state"], "cancelled");
-  EXPECT_EQ(slurp(max_file), "1020000000\n");
+  EXPECT_EQ(read_text(max_file), "1020000000\n");
   auto [too_fast, why] = daemon.call("POST", "/v1/jobs", sleeper("1", {{"gpu_max_frequency_mhz", 2000}}).dump());
   EXPECT_EQ(too_fast, 400u);
   EXPECT_EQ(why["errors"][0]["pointer"], "/knobs/gpu_max_frequency_mhz") << why.dump();
@@ -289,21 +284,21 @@ TEST(KnobsTest, a_job_runs_in_its_jetson_power_mode_and_the_original_comes_back_
     EXPECT_EQ(ran["state"], "succeeded");
     EXPECT_TRUE(has_event(ran, "knobs refused, it runs at the device's defaults:")) << ran.dump(2);
     EXPECT_TRUE(has_event(ran, "a mode that needs a reboot cannot be set by jouled")) << ran.dump(2);
-    EXPECT_EQ(slurp(mode), "0\n");
+    EXPECT_EQ(read_text(mode), "0\n");
 
     id = daemon.submit(sleeper("60", {{"power_mode", 1}}));
     const json running = daemon.wait_state(id, {"running", "failed"});
     ASSERT_EQ(running["state"], "running") << running.dump(2);
     EXPECT_EQ(running["knobs"]["in_force"], "power_mode 1 7W");
-    EXPECT_EQ(slurp(mode), "1\n");
+    EXPECT_EQ(read_text(mode), "1\n");
     daemon.signal(SIGKILL);
     EXPECT_EQ(daemon.wait_exit(), 128 + SIGKILL);
   }
-  EXPECT_EQ(slurp(mode), "1\n");
+  EXPECT_EQ(read_text(mode), "1\n");
   {
     DaemonProcess restarted(options, state);
     ASSERT_TRUE(restarted.start()) << restarted.log();
-    EXPECT_EQ(slurp(mode), "0\n") << restarted.log();
+    EXPECT_EQ(read_text(mode), "0\n") << restarted.log();
     EXPECT_EQ(restarted.call("DELETE", "/v1/jobs/" + id).first, 202u);
     EXPECT_EQ(restarted.wait_state(id, {"cancelled"})["state"], "cancelled");
   }
