@@ -156,6 +156,9 @@ class JobService::Host final : public ExecutorHost {
     book_.finish(job, state, reason, std::move(exit));
   }
   void note(JobRecord& job, const std::string& message) override { book_.note(job, message); }
+  void count_knobs(const std::string& device, const std::string& outcome) override {
+    book_.metrics_.count_knobs(device, outcome);
+  }
   void requeue(JobRecord& job, const std::string& why) override { book_.requeue(job, why); }
   void run_lost(JobRecord& job, const std::string& why) override { book_.run_lost(job, why); }
   const std::vector<std::size_t>& devices_of(const std::string& node) const override { return book_.devices_of(node); }

@@ -104,6 +104,11 @@ Metrics::Metrics()
                             .Name("joule_throttle_actions_total")
                             .Help("Throttling actions taken on running jobs, by action")
                             .Register(*registry_)),
+      knobs_(BuildCounter()
+                 .Name("joule_job_knobs_total")
+                 .Help("Jobs whose knobs were set on their device before they started (outcome set), or refused "
+                       "there so that they ran at the defaults (outcome refused)")
+                 .Register(*registry_)),
       calibration_rows_(BuildGauge()
                             .Name("joule_calibration_rows")
                             .Help("Finished jobs each device's estimates learn from (same meter source, not partial)")
@@ -261,6 +266,10 @@ void Metrics::set_budgets(const std::vector<BudgetFigures>& budgets) {
 
 void Metrics::count_throttle_action(const std::string& action) {
   throttle_actions_.Add({{"action", action}}).Increment();
+}
+
+void Metrics::count_knobs(const std::string& device, const std::string& outcome) {
+  knobs_.Add({{"device", device}, {"outcome", outcome}, {"node", node_}}).Increment();
 }
 
 }  // namespace joule::daemon

@@ -32,6 +32,7 @@ class FakeBook final : public ExecutorHost {
     notes.push_back("ended: " + reason);
   }
   void note(JobRecord&, const std::string& message) override { notes.push_back("note: " + message); }
+  void count_knobs(const std::string&, const std::string&) override {}
   void requeue(JobRecord& job, const std::string&) override { job.state = JobState::queued; }
   void run_lost(JobRecord& job, const std::string& why) override {
     job.state = JobState::queued;

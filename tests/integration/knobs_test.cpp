@@ -93,6 +93,10 @@ TEST(KnobsTest, a_job_runs_at_its_cpu_frequency_and_energy_preference_and_the_or
   const json done = daemon.wait_state(id, {"succeeded", "failed"});
   EXPECT_EQ(done["state"], "succeeded") << done.dump(2);
   EXPECT_TRUE(has_event(done, "knobs set: cpu_max_frequency_mhz 1600")) << done.dump(2);
+  const auto metrics = daemon.client().request("GET", "/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("joule_job_knobs_total{device=\"cpu\",node="), std::string::npos) << metrics->body;
+  EXPECT_NE(metrics->body.find(",outcome=\"set\"} 1"), std::string::npos) << metrics->body;
   EXPECT_TRUE(done["knobs"]["in_force"].is_null());
   for (const char* policy : {"policy0", "policy1"}) {
     EXPECT_EQ(read_text(tree / kCpufreq / policy / "scaling_max_freq"), "4700000\n");

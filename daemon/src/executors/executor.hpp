@@ -35,6 +35,8 @@ class ExecutorHost {
                      std::optional<adapters::ExitStatus> exit) = 0;
   /// An event in the job's history that changes no state.
   virtual void note(JobRecord& job, const std::string& message) = 0;
+  /// A job's knobs were set on `device` ("set") or refused ("refused"): counted for metrics.
+  virtual void count_knobs(const std::string& device, const std::string& outcome) = 0;
   /// A placement that never started goes back to the queue.
   virtual void requeue(JobRecord& job, const std::string& why) = 0;
   /// A run on another node is gone but the job is not over (its runner fenced it): the device,

@@ -335,10 +335,12 @@ void LocalExecutor::apply_knobs(JobRecord& job, Device& device, Run& run) {
     restore_knobs(job, run);
     spdlog::warn("job {}: knobs refused, it runs at the device's defaults: {}", job.row.id, refused->message);
     host_.note(job, "knobs refused, it runs at the device's defaults: " + refused->message);
+    host_.count_knobs(device.name, "refused");
     return;
   }
   job.knobs_in_force = fmt::format("{}", fmt::join(set, "; "));
   host_.note(job, "knobs set: " + *job.knobs_in_force);
+  host_.count_knobs(device.name, "set");
 }
 
 void LocalExecutor::restore_knobs(JobRecord& job, Run& run) {

@@ -65,6 +65,8 @@ class Metrics {
   void set_budgets(const std::vector<BudgetFigures>& budgets);
   /// One throttling action: pause, resume, cpu-quota, gpu-power-limit and their clears.
   void count_throttle_action(const std::string& action);
+  /// Jobs whose knobs were set on a device, or refused there (outcome "set" or "refused").
+  void count_knobs(const std::string& device, const std::string& outcome);
 
   /// What a device's finished jobs teach its estimates (OutcomeService), for the
   /// joule_calibration_* and joule_job_overhead_joules gauges; the errors and coverages exist
@@ -100,6 +102,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& budget_spent_;
   prometheus::Family<prometheus::Gauge>& budget_reserved_;
   prometheus::Family<prometheus::Counter>& throttle_actions_;
+  prometheus::Family<prometheus::Counter>& knobs_;
   prometheus::Family<prometheus::Gauge>& calibration_rows_;
   prometheus::Family<prometheus::Gauge>& calibration_error_;
   prometheus::Family<prometheus::Gauge>& calibration_coverage_;
