@@ -360,6 +360,7 @@ void LocalExecutor::restore_knobs(JobRecord& job, Run& run) {
 void LocalExecutor::put_knobs_back(JobRecord& job, Run& run) {
   if (!job.knobs_in_force) return;
   restore_knobs(job, run);
+  run.knobs_held_back = true;
   host_.note(job, "knobs put back while it is paused: the device is at its defaults until it resumes");
 }
 
@@ -435,7 +436,9 @@ Status LocalExecutor::throttle(JobRecord& job, Device& device, const schedulers:
       done = run.pauser ? run.pauser->resume() : adapters::signal_process_group(pgid, SIGCONT);
       if (done) {
         job.paused = false;
-        apply_knobs(job, device, run);
+        // Only what was in force before the pause: knobs refused at start are not tried again.
+        if (run.knobs_held_back) apply_knobs(job, device, run);
+        run.knobs_held_back = false;
       }
       break;
     case Kind::cpu_quota:

@@ -75,6 +75,7 @@ class LocalExecutor final : public Executor {
     std::unique_ptr<adapters::CpuFrequencyLimit> cpu_frequency;  // the job's CPU knobs
     std::unique_ptr<adapters::JetsonPowerMode> power_mode;       // the job's power mode
     std::unique_ptr<adapters::DevfreqLimit> gpu_frequency;       // the job's Jetson GPU clock cap
+    bool knobs_held_back = false;  // its knobs were put back for a pause: set them again on resume
     std::filesystem::path lease;  // its lease file, renewed while jouled runs it; empty: none
   };
 
