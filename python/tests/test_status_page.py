@@ -137,8 +137,18 @@ class StatusPageTest(unittest.TestCase):
     # ------------------------------------------------------------------ a node, no tokens
 
     def test_a_node_shows_devices_queue_budgets_and_the_jobs_submitted(self):
+        # A cpufreq policy as the kernel lays it out (intel_pstate), for a job's CPU frequency knob.
+        cpufreq = tempfile.mkdtemp(prefix="joule-page-cpufreq-")
+        self.addCleanup(shutil.rmtree, cpufreq, True)
+        policy = os.path.join(cpufreq, "policy0")
+        os.makedirs(policy)
+        for name, value in {"cpuinfo_min_freq": "400000", "cpuinfo_max_freq": "4700000", "scaling_min_freq": "400000",
+                            "scaling_max_freq": "4700000", "scaling_driver": "intel_pstate",
+                            "scaling_governor": "powersave", "affected_cpus": "0"}.items():
+            with open(os.path.join(policy, name), "w") as f:
+                f.write(value + "\n")
         node = self.start(
-            CONFIG + f'[node]\nname = "pagetest"\n[[devices]]\nname = "cpu"\n'
+            CONFIG + f'[node]\nname = "pagetest"\n[[devices]]\nname = "cpu"\ncpufreq = "{cpufreq}"\n'
             f'[[devices]]\nname = "{SIM}"\nprobes = 40\nruns_jobs = true\n',
             policies={"10-page.toml": (
                 '[[budgets]]\nname = "node-day"\nscope = "node"\ntarget = "pagetest"\n'
@@ -153,6 +163,11 @@ class StatusPageTest(unittest.TestCase):
                                                "run": {"command": ["sleep", "120"]}, "constraints": constraints},
                     status=201)["id"]
         wait_for("the first job to run", lambda: api(node, "GET", f"/v1/jobs/{first}")["state"] == "running")
+        knobbed = api(node, "POST", "/v1/jobs", {"name": "page-knobs", "run": {"command": ["sleep", "120"]},
+                                                 "knobs": {"cpu_max_frequency_mhz": 1600},
+                                                 # the node's budget admits a job without a model only so
+                                                 "constraints": {"max_energy_joules": 10_000}}, status=201)["id"]
+        wait_for("the knobbed job to run", lambda: api(node, "GET", f"/v1/jobs/{knobbed}")["state"] == "running")
         second = api(node, "POST", "/v1/jobs", {"name": "page-second", "model": MODEL, "training": TRAINING,
                                                 "run": {"command": ["sleep", "0.2"]}, "constraints": constraints},
                      status=201)["id"]
@@ -176,6 +191,8 @@ class StatusPageTest(unittest.TestCase):
         self.assertIn("running", running[2])
         self.assertEqual(running[3], SIM)
         self.assertIn("simulated", running[6], "the estimate on its device, with its source")
+        with_knobs = chromium.wait_until("the job running at its knobs", row_of("running", knobbed))
+        self.assertIn("knobs: cpu_max_frequency_mhz 1600 (policy0 1600 MHz)", with_knobs[3])
         queued = chromium.wait_until("the queued job", row_of("queue", second))
         self.assertIn(queued[5], WAIT_REASONS, f"the reason it waits: {queued}")
         self.assertTrue(queued[6], "the message saying why")
@@ -217,7 +234,8 @@ class StatusPageTest(unittest.TestCase):
         chromium.wait_until("the first job, cancelled",
                             f"(r => r && r[2].includes('cancelled'))({row_of('recent', first)})", timeout=30)
         order = chromium.evaluate("[...document.querySelectorAll('#recent tbody tr')].map((r) => r.cells[0].textContent)")
-        self.assertEqual(order[:2], [second, first], "newest first")
+        # (the knobbed job, submitted between them and still running, may stand between them)
+        self.assertEqual([job_id for job_id in order if job_id in (first, second)], [second, first], "newest first")
         self.assert_clean(chromium)
 
     # ------------------------------------------------------------------ tokens
