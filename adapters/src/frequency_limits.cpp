@@ -51,6 +51,14 @@ int policy_number(const path& dir) {
 
 std::string mhz_text(double mhz) { return fmt::format("{:g} MHz", mhz); }
 
+// Whether jouled may write `file`, and why not: under the shipped unit, ProtectKernelTunables=yes
+// mounts /sys read-only for it (`read_only_hint`); elsewhere it lacks permission (`hint`).
+Status writable(const path& file, std::string_view read_only_hint, std::string_view hint) {
+  if (::access(file.c_str(), W_OK) == 0) return {};
+  return make_error(ErrorCode::permission_denied, fmt::format("{} is not writable by jouled ({})", file.string(),
+                                                              errno == EROFS ? read_only_hint : hint));
+}
+
 }  // namespace
 
 std::string CpuFrequencyKnob::describe() const {
@@ -89,15 +97,12 @@ Result<CpuFrequencyKnob> CpuFrequencyKnob::discover(const path& directory, Contr
     if (auto cpus = detail::read_file(files, dir / "affected_cpus")) policy.cpus = std::string(trim(*cpus));
     if (auto table = detail::read_file(files, dir / "scaling_available_frequencies"))
       policy.available_mhz = parse_frequencies(*table);
-    if (::access((dir / "scaling_max_freq").c_str(), W_OK) != 0) {
-      // Under the shipped unit, ProtectKernelTunables=yes mounts /sys read-only for jouled.
-      const bool read_only = errno == EROFS;
-      return make_error(ErrorCode::permission_denied,
-                        fmt::format("{} is not writable by jouled ({})", (dir / "scaling_max_freq").string(),
-                                    read_only ? "a read-only /sys: under systemd, ProtectKernelTunables=yes; a drop-in "
-                                                "with ReadWritePaths=/sys/devices/system/cpu/cpufreq lifts it"
-                                              : kWriteHint));
-    }
+    if (auto ok = writable(dir / "scaling_max_freq",
+                           "a read-only /sys: under systemd, ProtectKernelTunables=yes; a drop-in with "
+                           "ReadWritePaths=/sys/devices/system/cpu/cpufreq lifts it",
+                           kWriteHint);
+        !ok)
+      return ok.error();
     knob.policies.push_back(std::move(policy));
   }
   const path& first = knob.policies.front().directory;
@@ -271,12 +276,10 @@ Result<DevfreqKnob> DevfreqKnob::discover_gpu(const path& directory, ControlFile
     const auto highest = knob.available_hz.empty() ? *max : knob.available_hz.back();
     knob.min_mhz = static_cast<double>(lowest) / 1e6;
     knob.max_mhz = static_cast<double>(highest) / 1e6;
-    if (::access((entry / "max_freq").c_str(), W_OK) != 0)
-      return make_error(ErrorCode::permission_denied,
-                        fmt::format("{} is not writable by jouled ({})", (entry / "max_freq").string(),
-                                    errno == EROFS ? std::string_view("a read-only /sys: under systemd, "
-                                                                      "ProtectKernelTunables=yes")
-                                                   : kDevfreqWriteHint));
+    if (auto ok = writable(entry / "max_freq", "a read-only /sys: under systemd, ProtectKernelTunables=yes",
+                           kDevfreqWriteHint);
+        !ok)
+      return ok.error();
     return knob;
   }
   return unavailable(fmt::format("no Jetson GPU among the devfreq devices under {}", directory.string()));

@@ -89,6 +89,10 @@ Result<int> parse_nvpmodel_query(std::string_view out) {
   return *id;
 }
 
+CommandRunner system_command_runner() {
+  return [](const std::vector<std::string>& argv) { return run_command(argv); };
+}
+
 std::optional<PowerMode> JetsonPowerModes::find(std::string_view id_or_name) const {
   const auto id = parse_int(id_or_name);
   for (const auto& mode : table.modes)

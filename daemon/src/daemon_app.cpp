@@ -350,9 +350,8 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
   }
   // A Jetson's power mode is the whole module's: every local device offers it.
   if (!config.nvpmodel.empty() && std::filesystem::exists(config.nvpmodel_conf)) {
-    auto modes = adapters::JetsonPowerModes::discover(
-        config.nvpmodel, config.nvpmodel_conf,
-        [](const std::vector<std::string>& argv) { return adapters::run_command(argv); });
+    auto modes =
+        adapters::JetsonPowerModes::discover(config.nvpmodel, config.nvpmodel_conf, adapters::system_command_runner());
     if (modes) {
       spdlog::info("power modes: {}", modes->describe());
       auto shared = std::make_shared<const adapters::JetsonPowerModes>(std::move(modes).value());
@@ -384,9 +383,8 @@ std::unique_ptr<adapters::ControlJournal> open_control_journal(const std::filesy
   const auto restore_other = [&](const adapters::ControlJournal::Entry& entry) -> Status {
     if (entry.kind == "nvpmodel") {
       if (nvpmodel.empty()) return make_error(ErrorCode::unavailable, "[node] nvpmodel is off");
-      return adapters::restore_power_mode(
-          nvpmodel, std::atoi(entry.original.c_str()),
-          [](const std::vector<std::string>& argv) { return adapters::run_command(argv); });
+      return adapters::restore_power_mode(nvpmodel, std::atoi(entry.original.c_str()),
+                                          adapters::system_command_runner());
     }
     if (entry.kind != "nvml_power_limit")
       return make_error(ErrorCode::unavailable, fmt::format("unknown kind of setting \"{}\"", entry.kind));

@@ -280,7 +280,7 @@ void LocalExecutor::apply_knobs(JobRecord& job, Device& device, Run& run) {
                            fmt::format("{} has no power mode \"{}\"", device.name, *knobs.power_mode));
     } else {
       adapters::CommandRunner run_tool = options_.run_tool;
-      if (!run_tool) run_tool = [](const std::vector<std::string>& argv) { return adapters::run_command(argv); };
+      if (!run_tool) run_tool = adapters::system_command_runner();
       run.power_mode = std::make_unique<adapters::JetsonPowerMode>(*device.power_modes, options_.control_journal,
                                                                    std::move(run_tool));
       if (auto applied = run.power_mode->set(*mode))

@@ -26,6 +26,8 @@ namespace joule::adapters {
 
 /// How a knob runs a tool; run_command in the daemon, the same with a fake tool in tests.
 using CommandRunner = std::function<Result<CommandOutput>(const std::vector<std::string>& argv)>;
+/// run_command with its default options.
+CommandRunner system_command_runner();
 
 struct PowerMode {
   int id = 0;
