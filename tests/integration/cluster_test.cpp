@@ -29,6 +29,7 @@
 
 using joule::testing::DaemonOptions;
 using joule::testing::DaemonProcess;
+using joule::testing::has_event;
 using joule::testing::TcpProxy;
 using nlohmann::json;
 using namespace std::chrono_literals;
@@ -113,12 +114,6 @@ std::vector<std::string> lines_of(const std::filesystem::path& path) {
   std::vector<std::string> out;
   for (std::string line; std::getline(in, line);) out.push_back(line);
   return out;
-}
-
-bool has_event(const json& job, const std::string& text) {
-  for (const auto& event : job["events"])
-    if (event["message"].get<std::string>().find(text) != std::string::npos) return true;
-  return false;
 }
 
 std::size_t count_events(const json& job, const std::string& text) {

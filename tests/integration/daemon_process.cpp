@@ -188,6 +188,27 @@ json DaemonProcess::wait_state(const std::string& id, const std::vector<std::str
   return job;
 }
 
+json DaemonProcess::wait_event(const std::string& id, const std::string& text, std::chrono::seconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  json job;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto [status, body] = call("GET", "/v1/jobs/" + id);
+    if (status == 200) {
+      job = body;
+      if (has_event(job, text)) return job;
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  return job;
+}
+
+bool has_event(const json& job, const std::string& text) {
+  if (!job.contains("events")) return false;
+  for (const auto& event : job["events"])
+    if (event["message"].get<std::string>().find(text) != std::string::npos) return true;
+  return false;
+}
+
 std::pair<int, std::string> run_program(const std::vector<std::string>& argv,
                                         const std::map<std::string, std::string>& env) {
   int pipe_fds[2];

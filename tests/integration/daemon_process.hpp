@@ -60,6 +60,10 @@ class DaemonProcess {
   /// Polls GET /v1/jobs/{id} until its state is one of `states`; the last job JSON.
   nlohmann::json wait_state(const std::string& id, const std::vector<std::string>& states,
                             std::chrono::seconds timeout = std::chrono::seconds(30)) const;
+  /// Polls GET /v1/jobs/{id} until an event's message contains `text`: events show once stored,
+  /// which can be after the request that caused them has answered. The last job JSON.
+  nlohmann::json wait_event(const std::string& id, const std::string& text,
+                            std::chrono::seconds timeout = std::chrono::seconds(10)) const;
 
  private:
   DaemonOptions options_;
@@ -72,6 +76,9 @@ class DaemonProcess {
   std::uint16_t port_ = 0;
   std::vector<std::string> received_;
 };
+
+/// Whether any of a job JSON's events has a message containing `text`.
+bool has_event(const nlohmann::json& job, const std::string& text);
 
 /// Job `id`'s own directory (its default workdir and TMPDIR): beside the state directory where
 /// jouled runs jobs under accounts of their own (as root here), else inside it.

@@ -13,6 +13,7 @@
 #include "daemon_process.hpp"
 
 using joule::testing::DaemonProcess;
+using joule::testing::has_event;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -23,12 +24,6 @@ std::string state_of(const json& job) { return job.is_object() ? job["state"].ge
 // A shell loop that ends once `file` exists: a job that runs exactly as long as the test wants.
 std::string wait_for(const std::filesystem::path& file) {
   return "while [ ! -e '" + file.string() + "' ]; do sleep 0.02; done";
-}
-
-bool has_event(const json& job, const std::string& text) {
-  for (const auto& event : job["events"])
-    if (event["message"].get<std::string>().find(text) != std::string::npos) return true;
-  return false;
 }
 
 }  // namespace

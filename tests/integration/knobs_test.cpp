@@ -19,6 +19,7 @@
 
 using joule::testing::DaemonOptions;
 using joule::testing::DaemonProcess;
+using joule::testing::has_event;
 using joule::testing::read_text;
 using joule::testing::TempDir;
 using nlohmann::json;
@@ -28,12 +29,6 @@ using namespace std::chrono_literals;
 namespace {
 
 const path kCpufreq = "sys/devices/system/cpu/cpufreq";
-
-bool has_event(const json& job, const std::string& text) {
-  for (const auto& event : job["events"])
-    if (event["message"].get<std::string>().find(text) != std::string::npos) return true;
-  return false;
-}
 
 std::string cpu_config(const path& cpufreq) {
   return "[probing]\nenabled = false\n[[devices]]\nname = \"cpu\"\nmeter = \"modelled\"\ncpufreq = \"" +
@@ -119,7 +114,7 @@ TEST(KnobsTest, a_paused_job_gives_its_knobs_back_until_it_resumes) {
   EXPECT_TRUE(daemon.call("GET", "/v1/jobs/" + id).second["knobs"]["in_force"].is_null());
   EXPECT_EQ(daemon.call("POST", "/v1/jobs/" + id + "/resume").first, 200u);
   EXPECT_EQ(read_text(max_file), "1600000\n");
-  const json resumed = daemon.call("GET", "/v1/jobs/" + id).second;
+  const json resumed = daemon.wait_event(id, "knobs put back while it is paused");
   EXPECT_TRUE(has_event(resumed, "knobs put back while it is paused")) << resumed.dump(2);
   EXPECT_EQ(resumed["knobs"]["in_force"], "cpu_max_frequency_mhz 1600 (policy0 1600 MHz)");
   EXPECT_EQ(daemon.call("DELETE", "/v1/jobs/" + id).first, 202u);
@@ -188,7 +183,7 @@ TEST(KnobsTest, a_jouled_killed_with_9_puts_the_cpu_frequency_back_at_its_next_s
     EXPECT_EQ(read_text(tree / kCpufreq / "policy0/scaling_max_freq"), "4700000\n") << restarted.log();
     EXPECT_NE(restarted.log().find("knobs left by the last jouled: restored"), std::string::npos) << restarted.log();
     EXPECT_EQ(journal_entries(restarted), 0u);
-    const json adopted = restarted.call("GET", "/v1/jobs/" + id).second;
+    const json adopted = restarted.wait_event(id, "its knobs were put back when jouled restarted");
     EXPECT_EQ(adopted["state"], "running") << adopted.dump(2);
     EXPECT_TRUE(has_event(adopted, "its knobs were put back when jouled restarted")) << adopted.dump(2);
     EXPECT_EQ(restarted.call("DELETE", "/v1/jobs/" + id).first, 202u);  // TERM under way
