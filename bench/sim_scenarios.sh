@@ -50,6 +50,7 @@ out, scenarios = sys.argv[1], sys.argv[2:]
 print("joule-sim scenarios; every joule SIMULATED; ratio = policy's energy / the row's energy "
       "(total; per completed job in brackets where the counts differ)")
 aims = []
+knob_aims = []
 for scenario in scenarios:
     files = sorted(f for f in os.listdir(out) if f.startswith(scenario + "."))
     for name in files:
@@ -80,6 +81,16 @@ for scenario in scenarios:
             return policy["energy"]["joules"] / by[other]["energy"]["joules"]
         aims.append((scenario, seed, 1 - ratio("round-robin"), 1 - ratio("least-loaded"), ratio("oracle") - 1,
                      policy["budget_violations"]["count"], policy["deadline_misses"], by["fifo"]["deadline_misses"]))
+        knobbed = by.get(policy["name"] + "+knobs")
+        if knobbed:
+            def saving(run, than):
+                return 1 - run["energy"]["joules"] / than["energy"]["joules"]
+            knob_aims.append((scenario, seed, saving(knobbed, policy),
+                              knobbed["makespan_seconds"] / policy["makespan_seconds"] - 1,
+                              knobbed["deadline_misses"], policy["deadline_misses"],
+                              knobbed["jobs"]["jobs_at_knob_settings"], knobbed["jobs"]["total"],
+                              saving(by["oracle+knobs"], by["oracle"]), saving(by["zeus-like"], by["least-loaded"]),
+                              saving(knobbed, by["zeus-like"])))
 
 print("\nAims: >= 30 % less energy than round-robin and least-loaded; within 5 % of the oracle; "
       "0 budget violations")
@@ -90,4 +101,17 @@ for scenario, seed, rr, ll, oracle, viol, late, fifo_late in aims:
     print(f"  {scenario:<12} {seed:>4} {rr * 100:>11.1f}%{mark(rr >= 0.3):2} {ll * 100:>11.1f}%{mark(ll >= 0.3):2} "
           f"{oracle * 100:>+8.1f}%{mark(oracle <= 0.05):2} {viol:>10}{mark(viol == 0):2} {late:>5} ({fifo_late})")
 print("  * : aim not met")
+
+print("\nKnobs: the policy choosing settings too (+knobs) against placement alone. Aims: >= 20 % less "
+      "energy, <= 10 % more makespan, no more deadline misses")
+print(f"  {'scenario':<12} {'seed':>4} {'less energy':>12} {'makespan':>9} {'late':>9} {'at a setting':>13} "
+      f"{'oracle+knobs':>13} {'zeus-like/ll':>13} {'+knobs/zeus':>12}")
+for scenario, seed, save, span, late, late_before, at, total, oracle_save, zeus_save, vs_zeus in knob_aims:
+    mark = lambda ok: "" if ok else " *"
+    print(f"  {scenario:<12} {seed:>4} {save * 100:>10.1f}%{mark(save >= 0.2):2} {span * 100:>+7.1f}%{mark(span <= 0.1):2}"
+          f" {late:>3} ({late_before:>2}){mark(late <= late_before):2} {at:>6}/{total:<6} {oracle_save * 100:>12.1f}% "
+          f"{zeus_save * 100:>12.1f}% {vs_zeus * 100:>11.1f}%")
+print("  less energy: 1 - +knobs / placement alone; oracle+knobs: the same with true costs (the ceiling);")
+print("  zeus-like/ll: what just-in-time power-limit tuning saves over its own least-loaded placement;")
+print("  +knobs/zeus: 1 - +knobs / zeus-like.  * : aim not met")
 EOF

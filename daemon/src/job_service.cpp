@@ -788,7 +788,7 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
     const Device& device = devices_[d];
     if (!device.runs_jobs || !schedulers::device_allowed(spec.constraints, device.name)) continue;
     if (!spec.knobs.empty() && knob_problem(device, spec.knobs)) continue;
-    schedulers::Candidate candidate{d, std::nullopt, std::nullopt};
+    schedulers::Candidate candidate{d, std::nullopt, std::nullopt, {}};
     if (const auto it = usable.find(device.name); it != usable.end()) {
       candidate.estimate = it->second->placement();
       candidate.flops_joules = it->second->baseline_joules;

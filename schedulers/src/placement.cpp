@@ -73,6 +73,46 @@ struct CapView {
   bool has_work = false;
 };
 
+UnixMillis finish_after(UnixMillis start, double seconds) {
+  return start + static_cast<UnixMillis>(std::llround(seconds * 1000.0));
+}
+
+// The setting `knobs` prefers for the job on this candidate started at `start`, or nullptr for
+// the device's defaults: only settings within the job's allowed slowdown, and that keep a
+// deadline the defaults keep, are considered; one wins only by beating the defaults.
+const SettingOption* choose_setting(const KnobPolicy& knobs, const PendingJob& job, const Candidate& candidate,
+                                    UnixMillis start) {
+  if (knobs.goal == KnobGoal::off || candidate.settings.empty() || !candidate.estimate) return nullptr;
+  const Estimate& base = *candidate.estimate;
+  if (base.joules_mean <= 0.0 || base.seconds_mean <= 0.0) return nullptr;
+  const std::optional<double> max_slowdown = job.max_slowdown ? job.max_slowdown : knobs.max_slowdown;
+  const bool deadline_holds = !job.deadline || finish_after(start, base.seconds_mean) <= *job.deadline;
+  auto cost = [&](const Estimate& at) {
+    const double energy = at.joules_mean / base.joules_mean;
+    const double time = at.seconds_mean / base.seconds_mean;
+    switch (knobs.goal) {
+      case KnobGoal::zeus:
+        return knobs.eta * energy + (1.0 - knobs.eta) * time;
+      case KnobGoal::min_edp:
+        return energy * time;
+      default:
+        return energy;
+    }
+  };
+  const SettingOption* best = nullptr;
+  double best_cost = cost(base);
+  for (const SettingOption& option : candidate.settings) {
+    const double slowdown = option.estimate.seconds_mean / base.seconds_mean - 1.0;
+    if (max_slowdown && slowdown > *max_slowdown) continue;
+    if (deadline_holds && job.deadline && finish_after(start, option.estimate.seconds_mean) > *job.deadline) continue;
+    if (const double c = cost(option.estimate); c < best_cost) {
+      best = &option;
+      best_cost = c;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 std::string_view to_string(WaitReason::Kind kind) {
@@ -137,6 +177,7 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
       double score = kInfinity;
       double tie = kInfinity;
       UnixMillis finish = 0;
+      const SettingOption* setting = nullptr;
     };
     Choice best;          // feasible
     Choice best_free;     // feasible and free now
@@ -160,32 +201,38 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
         continue;
       }
 
-      std::optional<Estimate> estimate = candidate.estimate;
+      const UnixMillis start = view.free ? now : view.available_at;
+      // The setting the knob goal prefers here (nullptr: the defaults); what follows is
+      // judged at it: energy, budgets, power, finish.
+      const SettingOption* setting =
+          uses_estimates(objective) ? choose_setting(policy_.knobs, *job, candidate, start) : nullptr;
+      const std::optional<Estimate> modelled =
+          setting ? std::optional<Estimate>(setting->estimate) : candidate.estimate;
+      std::optional<Estimate> estimate = modelled;
       if (objective == Objective::flops_greedy) {
         if (candidate.flops_joules)
           estimate = Estimate{*candidate.flops_joules, 0.0, candidate.estimate ? candidate.estimate->seconds_mean : 0.0};
         else
           estimate.reset();
       }
-      const UnixMillis start = view.free ? now : view.available_at;
       const UnixMillis finish =
           start + (estimate ? static_cast<UnixMillis>(std::llround(estimate->seconds_mean * 1000.0)) : 0);
 
       std::optional<EnergyDistribution> energy;
-      if (candidate.estimate) energy = candidate.estimate->energy();
+      if (modelled)
+        energy = modelled->energy();
       else if (job->max_energy_joules) energy = EnergyDistribution{*job->max_energy_joules, 0.0};
 
       bool feasible = true;
-      if (candidate.estimate && job->max_energy_joules &&
-          !surely_within(candidate.estimate->energy(), *job->max_energy_joules, policy_.risk) &&
-          overrun_probability(candidate.estimate->energy(), *job->max_energy_joules) >= policy_.risk) {
+      if (modelled && job->max_energy_joules &&
+          !surely_within(modelled->energy(), *job->max_energy_joules, policy_.risk) &&
+          overrun_probability(modelled->energy(), *job->max_energy_joules) >= policy_.risk) {
         feasible = false;
         if (wants(WaitReason::Kind::max_energy)) {
           WaitReason why{WaitReason::Kind::max_energy,
                          fmt::format("on {} it would likely use more than its max_energy_joules ({} expected, "
                                      "limit {})",
-                                     where(), joules_text(candidate.estimate->joules_mean),
-                                     joules_text(*job->max_energy_joules)),
+                                     where(), joules_text(modelled->joules_mean), joules_text(*job->max_energy_joules)),
                          where()};
           why.limit = *job->max_energy_joules;
           note_reason(std::move(why));
@@ -295,10 +342,10 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
       Choice& slot = meets_deadline ? best : late;
       const double slot_score = meets_deadline ? score : static_cast<double>(finish);
       if (slot_score < slot.score || (slot_score == slot.score && tie < slot.tie))
-        slot = Choice{&candidate, estimate, slot_score, tie, finish};
+        slot = Choice{&candidate, estimate, slot_score, tie, finish, setting};
       if (meets_deadline && view.free &&
           (score < best_free.score || (score == best_free.score && tie < best_free.tie)))
-        best_free = Choice{&candidate, estimate, score, tie, finish};
+        best_free = Choice{&candidate, estimate, score, tie, finish, setting};
       if (!meets_deadline && wants(WaitReason::Kind::deadline)) {
         WaitReason why{WaitReason::Kind::deadline,
                        fmt::format("on {} it would finish at {}, after its deadline {}", where(), format_rfc3339(finish),
@@ -362,9 +409,14 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
     Placement placement;
     placement.job = job->id;
     placement.device = d;
-    placement.estimate = best.candidate->estimate;
+    placement.estimate = best.setting ? std::optional<Estimate>(best.setting->estimate) : best.candidate->estimate;
+    if (best.setting) {
+      placement.setting = *best.setting;
+      placement.at_default = best.candidate->estimate;
+    }
     placement.misses_deadline = misses_deadline;
-    if (best.candidate->estimate) placement.reserve = best.candidate->estimate->energy();
+    if (placement.estimate)
+      placement.reserve = placement.estimate->energy();
     else if (job->max_energy_joules) placement.reserve = EnergyDistribution{*job->max_energy_joules, 0.0};
     if (objective == Objective::min_energy && best.estimate) {
       std::string others;
@@ -378,6 +430,14 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
                                    where, others.empty() ? "" : " (" + others + ")");
     } else {
       placement.note = fmt::format("{} chose {}", to_string(objective), where);
+    }
+    if (best.setting && best.candidate->estimate) {
+      const Estimate& before = *best.candidate->estimate;
+      placement.note +=
+          fmt::format("; at {} {} ({}): {:.0f}% fewer joules, {:.0f}% more time than at its defaults",
+                      best.setting->knob, best.setting->label, to_string(policy_.knobs.goal),
+                      100.0 * (1.0 - best.setting->estimate.joules_mean / std::max(before.joules_mean, 1e-12)),
+                      100.0 * (best.setting->estimate.seconds_mean / std::max(before.seconds_mean, 1e-12) - 1.0));
     }
     if (misses_deadline) placement.note += "; no device can meet its deadline, so it runs where it finishes first";
 

@@ -26,7 +26,26 @@ constexpr std::array<std::pair<Scope, std::string_view>, 4> kScopes{{
     {Scope::cluster, "cluster"},
 }};
 
+constexpr std::array<std::pair<KnobGoal, std::string_view>, 4> kKnobGoals{{
+    {KnobGoal::off, "off"},
+    {KnobGoal::min_energy, "min-energy"},
+    {KnobGoal::zeus, "zeus"},
+    {KnobGoal::min_edp, "min-edp"},
+}};
+
 }  // namespace
+
+std::string_view to_string(KnobGoal goal) {
+  for (const auto& [value, name] : kKnobGoals)
+    if (value == goal) return name;
+  return "?";
+}
+
+std::optional<KnobGoal> knob_goal_from_string(std::string_view text) {
+  for (const auto& [value, name] : kKnobGoals)
+    if (name == text) return value;
+  return std::nullopt;
+}
 
 std::string_view to_string(Objective objective) {
   for (const auto& [value, name] : kObjectives)

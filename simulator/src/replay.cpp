@@ -46,9 +46,10 @@ struct JobState {
   enum class Phase { future, queued, running, done, rejected } phase = Phase::future;
   schedulers::PendingJob pending;
   const JobCost* cost = nullptr;  // where it runs
+  TrueCost truth;                 // what it really costs there, at the setting it runs at
   UnixMillis started = 0;
   UnixMillis finished = 0;
-  double seconds_done = 0.0;  // of cost->truth.seconds
+  double seconds_done = 0.0;  // of truth.seconds
   double joules_done = 0.0;
   bool paused = false;
   double reserved_joules = 0.0;  // what the scheduler reserved for it, for the event log
@@ -234,6 +235,16 @@ class Replay {
         candidate.estimate = schedulers::Estimate{cost.truth.joules, 0.0, cost.truth.seconds};
         candidate.flops_joules = cost.truth.joules;
       }
+      if (run_.policy.knobs.goal != schedulers::KnobGoal::off && run_.knowledge != Knowledge::none) {
+        for (const auto& setting : cost.settings) {
+          std::optional<schedulers::Estimate> estimate = setting.estimate;
+          if (run_.knowledge == Knowledge::truth)
+            estimate = schedulers::Estimate{setting.truth.joules, 0.0, setting.truth.seconds};
+          if (estimate)
+            candidate.settings.push_back(
+                schedulers::SettingOption{setting.knob, setting.value, setting.label, *estimate});
+        }
+      }
       pending.candidates.push_back(candidate);
     }
     return pending;
@@ -264,7 +275,7 @@ class Replay {
       if (const auto& j = device_job_[d]) {
         const JobState& job = jobs_[*j];
         status.busy = true;  // when it is expected to be free is the core's to say, from what it was told
-        if (is_progressing(job)) status.average_power_watts = job.cost->truth.watts();
+        if (is_progressing(job)) status.average_power_watts = job.truth.watts();
       }
       const NodeState& node = nodes_[world_.devices[d].node];
       if (node.capacity_joules > 0.0) {
@@ -285,7 +296,7 @@ class Replay {
     for (const auto& j : device_job_) {
       if (!j || !is_progressing(jobs_[*j])) continue;
       const JobState& job = jobs_[*j];
-      const double left = std::max(0.0, job.cost->truth.seconds - job.seconds_done);
+      const double left = std::max(0.0, job.truth.seconds - job.seconds_done);
       // Less a hair: seconds summed over events carry rounding that would make it a millisecond late.
       consider(now + std::max<UnixMillis>(1, static_cast<UnixMillis>(std::ceil(left * 1000.0 - 1e-6))));
     }
@@ -310,8 +321,8 @@ class Replay {
       const auto& j = device_job_[d];
       if (j && is_progressing(jobs_[*j])) {
         JobState& job = jobs_[*j];
-        const double step = std::min(dt, job.cost->truth.seconds - job.seconds_done);
-        const double joules = job.cost->truth.watts() * std::max(0.0, step);
+        const double step = std::min(dt, job.truth.seconds - job.seconds_done);
+        const double joules = job.truth.watts() * std::max(0.0, step);
         job.seconds_done += std::max(0.0, step);
         job.joules_done += joules;
         job.segment_joules += joules;
@@ -375,7 +386,7 @@ class Replay {
       const std::size_t j = *device_job_[d];
       JobState& job = jobs_[j];
       report_progress(j, now);
-      if (job.seconds_done < job.cost->truth.seconds - 1e-6) continue;
+      if (job.seconds_done < job.truth.seconds - 1e-6) continue;
       job.phase = JobState::Phase::done;
       job.finished = now;
       log(now, fmt::format("finish {} on {}: {:.0f} J (reserved {:.0f} J)", job.pending.id,
@@ -409,10 +420,10 @@ class Replay {
   void report_progress(std::size_t j, UnixMillis now) {
     JobState& job = jobs_[j];
     const SimJob& spec = world_.jobs[j];
-    const double fraction = job.cost->truth.seconds > 0 ? job.seconds_done / job.cost->truth.seconds : 1.0;
+    const double fraction = job.truth.seconds > 0 ? job.seconds_done / job.truth.seconds : 1.0;
     const int done = std::min(spec.epochs, static_cast<int>(std::floor(fraction * spec.epochs + 1e-9)));
     for (int e = job.epochs_reported + 1; e <= done; ++e)
-      core_.report(job.pending.id, {e, spec.epochs, job.cost->truth.joules * e / spec.epochs, now});
+      core_.report(job.pending.id, {e, spec.epochs, job.truth.joules * e / spec.epochs, now});
     job.epochs_reported = std::max(job.epochs_reported, done);
   }
 
@@ -467,6 +478,22 @@ class Replay {
       JobState& job = jobs_[j];
       for (const auto& cost : world_.jobs[j].costs)
         if (cost.device == placement.device) job.cost = &cost;
+      job.truth = job.cost->truth;
+      if (placement.setting) {
+        for (const auto& setting : job.cost->settings)
+          if (setting.label == placement.setting->label) job.truth = setting.truth;
+        ++jobs_at_settings_;
+        // The slowdown it was allowed, against the one it really had (estimates can be wrong).
+        const auto& allowed = job.pending.max_slowdown ? job.pending.max_slowdown : run_.policy.knobs.max_slowdown;
+        if (allowed && job.cost->truth.seconds > 0 &&
+            job.truth.seconds / job.cost->truth.seconds - 1.0 > *allowed + 1e-9)
+          ++slowdown_exceeded_;
+      } else if (run_.jit_power_limit) {
+        if (auto tuned = jit_power_limit(*job.cost)) {
+          job.truth = *tuned;
+          ++jobs_at_settings_;
+        }
+      }
       job.phase = JobState::Phase::running;
       job.started = now;
       job.segment_start = now;
@@ -481,8 +508,46 @@ class Replay {
     }
   }
 
+  // Zeus's just-in-time profiling (NSDI'23, 4.2): the job's first steps run a window at each
+  // power limit (training goes on meanwhile), the limit with the least η·E + (1 − η)·P_max·T
+  // (η = 0.5, P_max the highest limit) is kept for the rest. No estimates: measured as it runs.
+  std::optional<TrueCost> jit_power_limit(const JobCost& cost) const {
+    std::vector<const SettingCost*> limits;
+    double max_watts = 0.0;
+    for (const auto& setting : cost.settings)
+      if (setting.knob == "gpu_power_limit_watts") {
+        limits.push_back(&setting);
+        max_watts = std::max(max_watts, setting.value);
+      }
+    if (limits.empty()) return std::nullopt;
+    max_watts = std::max(max_watts, cost.truth.watts());
+    constexpr double kWindowSeconds = 10.0;
+    constexpr double eta = 0.5;
+    auto zeus_cost = [&](const TrueCost& at) { return eta * at.joules + (1.0 - eta) * max_watts * at.seconds; };
+    TrueCost best = cost.truth;
+    for (const SettingCost* limit : limits)
+      if (zeus_cost(limit->truth) < zeus_cost(best)) best = limit->truth;
+    // The profiling windows: the default's and each limit's, a fraction of the job each.
+    TrueCost total;
+    double fraction_done = 0.0;
+    auto window = [&](const TrueCost& at) {
+      if (at.seconds <= 0.0 || fraction_done >= 0.5) return;
+      const double fraction = std::min(kWindowSeconds / at.seconds, 0.5 - fraction_done);
+      total.seconds += fraction * at.seconds;
+      total.joules += fraction * at.joules;
+      fraction_done += fraction;
+    };
+    window(cost.truth);
+    for (const SettingCost* limit : limits) window(limit->truth);
+    total.seconds += (1.0 - fraction_done) * best.seconds;
+    total.joules += (1.0 - fraction_done) * best.joules;
+    return total;
+  }
+
   PolicyMetrics finish(UnixMillis now, const std::string& reason) {
     PolicyMetrics m;
+    m.jobs_at_settings = jobs_at_settings_;
+    m.slowdown_exceeded = slowdown_exceeded_;
     m.name = run_.name;
     m.objective = std::string(schedulers::to_string(run_.policy.objective));
     m.admission = run_.policy.admission;
@@ -572,6 +637,8 @@ class Replay {
   double placer_seconds_ = 0.0;
   double idle_joules_ = 0.0;
   double idle_at_last_finish_ = 0.0;
+  std::size_t jobs_at_settings_ = 0;
+  std::size_t slowdown_exceeded_ = 0;
   bool batteries_ = false;
   bool solar_ = false;
   UnixMillis last_progress_ = 0;
@@ -585,6 +652,12 @@ std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy) {
   std::vector<PolicyRun> runs;
   runs.push_back(
       PolicyRun{std::string(schedulers::to_string(policy.objective)), policy, Knowledge::estimates, policy.admission});
+  if (policy.knobs.goal == schedulers::KnobGoal::off) {
+    // The same policy choosing devices' knob settings too (the default goal and slowdown).
+    schedulers::Policy with_knobs = policy;
+    with_knobs.knobs.goal = schedulers::KnobGoal::min_energy;
+    runs.push_back(PolicyRun{runs.front().name + "+knobs", with_knobs, Knowledge::estimates, policy.admission});
+  }
   auto baseline = [&](Objective objective, Knowledge knowledge, bool admission, const char* name) {
     schedulers::Policy p = policy;
     p.objective = objective;
@@ -597,7 +670,23 @@ std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy) {
   baseline(Objective::round_robin, Knowledge::none, false, "round-robin");
   baseline(Objective::least_loaded, Knowledge::none, false, "least-loaded");
   baseline(Objective::flops_greedy, Knowledge::estimates, true, "flops-greedy");
+  {
+    schedulers::Policy p = policy;
+    p.objective = Objective::least_loaded;
+    p.admission = false;
+    p.knobs.goal = schedulers::KnobGoal::off;
+    PolicyRun zeus{"zeus-like", p, Knowledge::none, false};
+    zeus.jit_power_limit = true;
+    runs.push_back(zeus);
+  }
   baseline(Objective::min_energy, Knowledge::truth, true, "oracle");
+  {
+    // What choosing settings is worth with perfect knowledge: the ceiling for +knobs.
+    schedulers::Policy p = runs.back().policy;
+    p.knobs.goal =
+        policy.knobs.goal == schedulers::KnobGoal::off ? schedulers::KnobGoal::min_energy : policy.knobs.goal;
+    runs.push_back(PolicyRun{"oracle+knobs", p, Knowledge::truth, true});
+  }
   return runs;
 }
 

@@ -52,6 +52,8 @@ json to_json(const PolicyMetrics& m) {
       {"jobs",
        {{"total", m.jobs},
         {"completed", m.completed},
+        {"jobs_at_knob_settings", m.jobs_at_settings},
+        {"jobs_slowed_beyond_max_slowdown", m.slowdown_exceeded},
         {"running_at_end", m.started_not_completed},
         {"never_started", m.never_started},
         {"rejected", m.rejected},

@@ -12,9 +12,11 @@
 #include <fmt/format.h>
 
 #include "joule/estimator/device_energy_model.hpp"
+#include "joule/estimator/knob_response.hpp"
 #include "joule/estimator/layer_analysis.hpp"
 #include "joule/estimator/probe_campaign.hpp"
 #include "joule/estimator/simulated_device.hpp"
+#include "joule/estimator/thor_probes.hpp"
 #include "joule/schedulers/job.hpp"
 
 namespace joule::simulator {
@@ -33,6 +35,58 @@ std::uint64_t mix(std::uint64_t seed, std::uint64_t stream, std::uint64_t index)
 enum Stream : std::uint64_t { kProbeNoise = 1, kCampaign = 2, kJobFactor = 3 };
 
 std::string analysis_key(const TraceJob& job) { return fmt::format("{}@{}", job.model_key, job.training.batch_size); }
+
+// A network's per-step cost at a setting: the median of 5 noisy steps, as probes measure.
+estimator::StepCost median_step(estimator::SimulatedDevice& hardware,
+                                const std::vector<estimator::AnalyzedLayer>& layers, const std::string& loss,
+                                const estimator::SimulatedSetting& setting) {
+  std::vector<double> joules, seconds;
+  for (int i = 0; i < 5; ++i) {
+    const auto step = hardware.measure_step(layers, loss, "sgd", setting);
+    joules.push_back(step.joules);
+    seconds.push_back(step.seconds);
+  }
+  std::nth_element(joules.begin(), joules.begin() + 2, joules.end());
+  std::nth_element(seconds.begin(), seconds.begin() + 2, seconds.end());
+  return {joules[2], seconds[2]};
+}
+
+// The device's response to each of its knob settings (index as the profile's settings; the
+// default's is empty), learnt as jouled would: up to 24 THOR probe networks of its workload,
+// spread over the candidate targets, measured at every setting and at the defaults. Not the
+// trace's own networks: the response must carry over to networks it never measured.
+std::vector<std::optional<estimator::KnobResponse>> learn_knob_response(
+    estimator::SimulatedDevice& hardware, const std::vector<estimator::WorkloadItem>& workload) {
+  const auto& knob = hardware.profile().knob;
+  std::vector<std::optional<estimator::KnobResponse>> responses(knob.settings.size());
+  if (knob.settings.size() < 2) return responses;
+  constexpr std::size_t kNetworks = 24;
+  const auto targets = estimator::candidate_targets(workload, {}, false);
+  const std::size_t stride = std::max<std::size_t>(1, targets.size() / kNetworks);
+  std::vector<std::pair<std::vector<estimator::AnalyzedLayer>, std::string>> networks;
+  for (std::size_t i = 0; i < targets.size() && networks.size() < kNetworks; i += stride) {
+    if (!targets[i].optimizer.empty()) continue;
+    auto plan = estimator::plan_probe(targets[i]);
+    if (!plan || plan->networks.empty()) continue;
+    auto layers = estimator::analyze_model(plan->networks[0], targets[i].batch_size);
+    if (layers) networks.emplace_back(std::move(layers).value(), plan->networks[0].loss);
+  }
+  std::vector<estimator::StepCost> at_default;
+  for (const auto& [layers, loss] : networks)
+    at_default.push_back(median_step(hardware, layers, loss, knob.settings[0]));
+  for (std::size_t s = 1; s < knob.settings.size(); ++s) {
+    std::vector<estimator::KnobSample> samples;
+    for (std::size_t n = 0; n < networks.size(); ++n) {
+      const auto at = median_step(hardware, networks[n].first, networks[n].second, knob.settings[s]);
+      estimator::NetworkFeatures features = estimator::network_features(networks[n].first);
+      features.watts = at_default[n].joules / at_default[n].seconds;
+      samples.push_back({features, at.seconds / at_default[n].seconds, at.joules / at_default[n].joules});
+    }
+    if (auto fitted = estimator::KnobResponse::fit(samples, knob.settings[s].power_limit_watts))
+      responses[s] = std::move(fitted).value();
+  }
+  return responses;
+}
 
 }  // namespace
 
@@ -96,6 +150,8 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
     truths.emplace_back(*profile, 0);
   }
   std::vector<std::optional<estimator::DeviceEnergyModel>> models(world.devices.size());
+  // Per device, per knob setting (index into the profile's settings; 0, the default, unused).
+  std::vector<std::vector<std::optional<estimator::KnobResponse>>> responses(world.devices.size());
   std::vector<std::string> failures(world.devices.size());
   auto learn = [&](std::size_t d) {
     const SimDevice& device = world.devices[d];
@@ -121,6 +177,7 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
       failures[d] = report.error().message;
     else
       models[d] = std::move(model);
+    responses[d] = learn_knob_response(hardware, workload);
   };
   const std::size_t threads =
       std::clamp<std::size_t>(options.threads, 1, std::max<std::size_t>(1, world.devices.size()));
@@ -138,6 +195,14 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
                                         world.devices[d].ref.qualified(), failures[d]));
 
   std::map<std::string, std::size_t> no_model;  // by device
+  // How well the knob responses predict what a setting does to a job's energy, by device:
+  // |predicted ratio to the default - true ratio| / true ratio, summed, and how many.
+  struct KnobError {
+    double energy = 0.0;
+    double time = 0.0;
+    std::size_t count = 0;
+  };
+  std::map<std::string, KnobError> knob_errors;
   for (const std::size_t j : order) {
     const TraceJob& job = trace.jobs[j];
     SimJob sim;
@@ -155,16 +220,42 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
     const double factor = options.truth_sigma > 0.0 ? std::exp(normal(rng)) : 1.0;
     const auto& layers = analysed.at(analysis_key(job));
     const double steps = static_cast<double>(estimator::steps_of(job.training));
+    const estimator::NetworkFeatures features = estimator::network_features(layers);
     for (const std::size_t d : eligible[j]) {
       JobCost cost;
       cost.device = d;
       const estimator::StepCost step = truths[d].step_cost(layers, job.model.loss, job.training.optimizer);
       cost.truth = TrueCost{step.joules * steps * factor, step.seconds * steps * factor};
+      const estimator::SimulatedKnob& knob = truths[d].profile().knob;
+      for (std::size_t s = 1; s < knob.settings.size(); ++s) {
+        const auto& setting = knob.settings[s];
+        const estimator::StepCost at = truths[d].step_cost(layers, job.model.loss, job.training.optimizer, setting);
+        cost.settings.push_back(SettingCost{knob.name, setting.value, setting.label, std::nullopt,
+                                            TrueCost{at.joules * steps * factor, at.seconds * steps * factor}});
+      }
       if (models[d]) {
         auto estimate = models[d]->estimate(layers, job.training);
         if (estimate) {
           cost.estimate = schedulers::Estimate{estimate->joules.mean, estimate->joules.std, estimate->seconds.mean};
           if (estimate->flops_baseline_joules > 0.0) cost.flops_joules = estimate->flops_baseline_joules;
+          for (std::size_t s = 0; s < cost.settings.size(); ++s) {
+            if (s + 1 >= responses[d].size() || !responses[d][s + 1]) continue;
+            const schedulers::Estimate& base = *cost.estimate;
+            estimator::NetworkFeatures at_default = features;
+            at_default.watts = base.seconds_mean > 0 ? base.joules_mean / base.seconds_mean : 0.0;
+            const estimator::RatioPrediction ratio = responses[d][s + 1]->predict(at_default);
+            const double relative = base.joules_mean > 0 ? base.joules_std / base.joules_mean : 0.0;
+            cost.settings[s].estimate =
+                schedulers::Estimate{base.joules_mean * ratio.energy_ratio,
+                                     base.joules_mean * ratio.energy_ratio * std::hypot(relative, ratio.energy_log_std),
+                                     base.seconds_mean * ratio.time_ratio};
+            const double true_energy = cost.settings[s].truth.joules / cost.truth.joules;
+            const double true_time = cost.settings[s].truth.seconds / cost.truth.seconds;
+            KnobError& error = knob_errors[world.devices[d].ref.qualified()];
+            error.energy += std::abs(ratio.energy_ratio - true_energy) / true_energy;
+            error.time += std::abs(ratio.time_ratio - true_time) / true_time;
+            ++error.count;
+          }
         } else {
           ++no_model[world.devices[d].ref.qualified()];
         }
@@ -174,6 +265,13 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
       sim.costs.push_back(cost);
     }
     world.jobs.push_back(std::move(sim));
+  }
+  for (const auto& [device, error] : knob_errors) {
+    const auto n = static_cast<double>(error.count);
+    world.notes.push_back(
+        fmt::format("{}: what knob settings do to energy and time predicted within {:.1f} % and "
+                    "{:.1f} % on average ({} job-settings)",
+                    device, 100.0 * error.energy / n, 100.0 * error.time / n, error.count));
   }
   for (const auto& [device, count] : no_model)
     world.notes.push_back(

@@ -14,7 +14,7 @@ DeviceStatus device(std::string name, std::string node = "n1") {
 }
 
 Candidate on(std::size_t device, double joules, double seconds, double std = 0.0) {
-  return Candidate{device, Estimate{joules, std, seconds}, std::nullopt};
+  return Candidate{device, Estimate{joules, std, seconds}, std::nullopt, {}};
 }
 
 PendingJob job(std::string id, std::vector<Candidate> candidates) {
@@ -144,7 +144,7 @@ TEST(PlacementTest, jobs_placed_in_one_pass_reserve_the_budget_for_each_other) {
 
 TEST(PlacementTest, without_an_estimate_a_budgeted_device_needs_the_jobs_max_energy) {
   Pass pass{with_budget(1000.0), {device("cpu")}, {}};
-  pass.jobs = {job("a", {Candidate{0, std::nullopt, std::nullopt}})};
+  pass.jobs = {job("a", {Candidate{0, std::nullopt, std::nullopt, {}}})};
   auto result = pass.run();
   EXPECT_EQ(reason_of(result, "a").kind, WaitReason::Kind::no_estimate);
 
@@ -155,7 +155,7 @@ TEST(PlacementTest, without_an_estimate_a_budgeted_device_needs_the_jobs_max_ene
 }
 
 TEST(PlacementTest, without_budgets_a_job_with_no_estimate_still_runs) {
-  Pass pass{{}, {device("cpu")}, {job("a", {Candidate{0, std::nullopt, std::nullopt}})}};
+  Pass pass{{}, {device("cpu")}, {job("a", {Candidate{0, std::nullopt, std::nullopt, {}}})}};
   EXPECT_EQ(pass.run().placements.size(), 1u);
 }
 
@@ -232,7 +232,8 @@ TEST(PlacementTest, round_robin_takes_devices_in_turn_across_passes) {
 TEST(PlacementTest, flops_greedy_trusts_the_flops_baseline_and_oracle_style_estimates_are_used_as_given) {
   Pass pass{{}, {device("cpu"), device("cuda:0")}, {}};
   pass.policy.objective = Objective::flops_greedy;
-  pass.jobs = {job("a", {Candidate{0, Estimate{900, 0, 60}, 100.0}, Candidate{1, Estimate{300, 0, 20}, 500.0}})};
+  pass.jobs = {
+      job("a", {Candidate{0, Estimate{900, 0, 60}, 100.0, {}}, Candidate{1, Estimate{300, 0, 20}, 500.0, {}}})};
   EXPECT_EQ(pass.run().placements.at(0).device, 0u);
 }
 
@@ -291,7 +292,7 @@ TEST(PlacementTest, never_fits_compares_with_whole_budgets_deadlines_and_max_ene
   late.deadline = kNow + 60'000;
   EXPECT_EQ(placer.never_fits(kNow, devices, late, ledger)->kind, WaitReason::Kind::deadline);
 
-  auto unknown = job("unknown", {Candidate{0, std::nullopt, std::nullopt}});
+  auto unknown = job("unknown", {Candidate{0, std::nullopt, std::nullopt, {}}});
   EXPECT_EQ(placer.never_fits(kNow, devices, unknown, ledger), std::nullopt);
 }
 
@@ -324,10 +325,97 @@ TEST(PlacementTest, a_job_without_estimates_takes_a_free_device_rather_than_wait
   // Two identical Slurm slots: the first is busy with a job of unknown length.
   Pass pass{{}, {device("0", "slurm:cpu"), device("1", "slurm:cpu")}, {}};
   pass.devices[0].busy = true;
-  pass.jobs = {job("a", {Candidate{0, std::nullopt, std::nullopt}, Candidate{1, std::nullopt, std::nullopt}})};
+  pass.jobs = {job("a", {Candidate{0, std::nullopt, std::nullopt, {}}, Candidate{1, std::nullopt, std::nullopt, {}}})};
   const auto result = pass.run();
   ASSERT_EQ(result.placements.size(), 1u);
   EXPECT_EQ(result.placements[0].device, 1u);
+}
+
+SettingOption at(std::string label, double value, double joules, double seconds) {
+  return SettingOption{"gpu_power_limit_watts", value, std::move(label), Estimate{joules, 0.0, seconds}};
+}
+
+Candidate with_settings(Candidate candidate, std::vector<SettingOption> settings) {
+  candidate.settings = std::move(settings);
+  return candidate;
+}
+
+Policy with_knobs(KnobGoal goal, std::optional<double> max_slowdown = 0.10) {
+  Policy policy;
+  policy.knobs.goal = goal;
+  policy.knobs.max_slowdown = max_slowdown;
+  return policy;
+}
+
+TEST(PlacementKnobsTest, the_cheapest_setting_within_the_allowed_slowdown_is_chosen_and_the_saving_said) {
+  const auto gpu = with_settings(on(0, 1000.0, 100.0), {at("120 W", 120, 900.0, 105.0), at("90 W", 90, 800.0, 115.0),
+                                                        at("60 W", 60, 700.0, 160.0)});
+  Pass pass{with_knobs(KnobGoal::min_energy, 0.20), {device("cuda:0")}, {job("a", {gpu})}};
+  auto result = pass.run();
+  ASSERT_EQ(result.placements.size(), 1u);
+  const Placement& placed = result.placements[0];
+  ASSERT_TRUE(placed.setting);
+  EXPECT_EQ(placed.setting->label, "90 W");  // 60 W is cheaper but 60 % slower
+  EXPECT_NEAR(placed.estimate->joules_mean, 800.0, 1e-9);
+  EXPECT_NEAR(placed.reserve.mean_joules, 800.0, 1e-9);
+  EXPECT_NEAR(placed.at_default->joules_mean, 1000.0, 1e-9);
+  EXPECT_NE(placed.note.find("at gpu_power_limit_watts 90 W (min-energy): 20% fewer joules, 15% more time"),
+            std::string::npos)
+      << placed.note;
+
+  // The job's own max_slowdown replaces the policy's.
+  pass.jobs[0].max_slowdown = 0.06;
+  result = pass.run();
+  ASSERT_TRUE(result.placements[0].setting);
+  EXPECT_EQ(result.placements[0].setting->label, "120 W");
+  pass.jobs[0].max_slowdown = 1.0;
+  EXPECT_EQ(pass.run().placements[0].setting->label, "60 W");
+}
+
+TEST(PlacementKnobsTest, without_a_goal_or_a_cheaper_setting_jobs_run_at_the_defaults) {
+  const auto gpu = with_settings(on(0, 1000.0, 100.0), {at("90 W", 90, 800.0, 105.0)});
+  Pass off{with_knobs(KnobGoal::off), {device("cuda:0")}, {job("a", {gpu})}};
+  EXPECT_FALSE(off.run().placements[0].setting);
+  const auto dearer = with_settings(on(0, 1000.0, 100.0), {at("90 W", 90, 1100.0, 105.0)});
+  Pass none{with_knobs(KnobGoal::min_energy), {device("cuda:0")}, {job("a", {dearer})}};
+  EXPECT_FALSE(none.run().placements[0].setting);
+  // Baselines that read no estimates never choose settings.
+  Policy fifo = with_knobs(KnobGoal::min_energy);
+  fifo.objective = Objective::fifo;
+  Pass baseline{fifo, {device("cuda:0")}, {job("a", {gpu})}};
+  EXPECT_FALSE(baseline.run().placements[0].setting);
+}
+
+TEST(PlacementKnobsTest, device_and_setting_are_chosen_together) {
+  // cuda:0 is cheaper at its defaults, cuda:1 at its best setting.
+  const auto first = with_settings(on(0, 1000.0, 100.0), {at("90 W", 90, 950.0, 105.0)});
+  const auto second = with_settings(on(1, 1100.0, 80.0), {at("90 W", 90, 850.0, 86.0)});
+  Pass pass{with_knobs(KnobGoal::min_energy), {device("cuda:0"), device("cuda:1")}, {job("a", {first, second})}};
+  const auto result = pass.run();
+  ASSERT_EQ(result.placements.size(), 1u);
+  EXPECT_EQ(result.placements[0].device, 1u);
+  EXPECT_EQ(result.placements[0].setting->label, "90 W");
+}
+
+TEST(PlacementKnobsTest, a_deadline_the_defaults_keep_forbids_a_slower_setting) {
+  const auto gpu = with_settings(on(0, 1000.0, 100.0), {at("90 W", 90, 800.0, 108.0)});
+  Pass pass{with_knobs(KnobGoal::min_energy), {device("cuda:0")}, {job("a", {gpu})}};
+  pass.jobs[0].deadline = kNow + 104'000;
+  EXPECT_FALSE(pass.run().placements[0].setting);
+  pass.jobs[0].deadline = kNow + 110'000;
+  EXPECT_TRUE(pass.run().placements[0].setting);
+}
+
+TEST(PlacementKnobsTest, zeus_and_edp_goals_weigh_time_against_energy) {
+  // 90 W: 20 % fewer joules for 15 % more time; 75 W: 25 % fewer for 40 % more.
+  const auto gpu = with_settings(on(0, 1000.0, 100.0), {at("90 W", 90, 800.0, 115.0), at("75 W", 75, 750.0, 140.0)});
+  Pass zeus{with_knobs(KnobGoal::zeus, std::nullopt), {device("cuda:0")}, {job("a", {gpu})}};
+  zeus.policy.knobs.eta = 0.5;
+  EXPECT_EQ(zeus.run().placements[0].setting->label, "90 W");  // 0.975 against 1.075 and 1.0
+  zeus.policy.knobs.eta = 0.9;
+  EXPECT_EQ(zeus.run().placements[0].setting->label, "75 W");  // 0.815 against 0.835
+  Pass edp{with_knobs(KnobGoal::min_edp, std::nullopt), {device("cuda:0")}, {job("a", {gpu})}};
+  EXPECT_EQ(edp.run().placements[0].setting->label, "90 W");  // 0.92 against 1.05
 }
 
 }  // namespace

@@ -19,7 +19,7 @@ PendingJob job(std::string id, double joules, double seconds, int priority = 0, 
   PendingJob pending;
   pending.id = std::move(id);
   pending.priority = priority;
-  pending.candidates.push_back(Candidate{0, Estimate{joules, relative_std * joules, seconds}, std::nullopt});
+  pending.candidates.push_back(Candidate{0, Estimate{joules, relative_std * joules, seconds}, std::nullopt, {}});
   return pending;
 }
 

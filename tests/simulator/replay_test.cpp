@@ -190,19 +190,31 @@ TEST(ReplayTest, the_horizon_ends_a_replay_with_the_unfinished_work_counted) {
   EXPECT_EQ(m.ended_at, kStart + 3'600'000);
 }
 
-TEST(ReplayTest, the_standard_runs_are_the_policy_and_the_five_baselines) {
+TEST(ReplayTest, the_standard_runs_are_the_policy_with_and_without_knobs_and_the_baselines) {
   const auto runs = standard_runs(schedulers::Policy{});
   std::vector<std::string> names;
   for (const auto& run : runs) names.push_back(run.name);
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"min-energy", "fifo", "round-robin", "least-loaded", "flops-greedy", "oracle"}));
-  for (std::size_t i = 1; i <= 3; ++i) {
+  EXPECT_EQ(names, (std::vector<std::string>{"min-energy", "min-energy+knobs", "fifo", "round-robin", "least-loaded",
+                                             "flops-greedy", "zeus-like", "oracle", "oracle+knobs"}));
+  EXPECT_EQ(runs[0].policy.knobs.goal, schedulers::KnobGoal::off);
+  EXPECT_EQ(runs[1].policy.knobs.goal, schedulers::KnobGoal::min_energy);
+  for (std::size_t i = 2; i <= 4; ++i) {
     EXPECT_FALSE(runs[i].policy.admission);
     EXPECT_EQ(runs[i].knowledge, Knowledge::none);
   }
-  EXPECT_TRUE(runs[4].policy.admission);
-  EXPECT_EQ(runs[5].knowledge, Knowledge::truth);
-  EXPECT_EQ(runs[5].policy.objective, schedulers::Objective::min_energy);
+  EXPECT_TRUE(runs[5].policy.admission);
+  EXPECT_TRUE(runs[6].jit_power_limit);
+  EXPECT_EQ(runs[6].knowledge, Knowledge::none);
+  EXPECT_EQ(runs[7].knowledge, Knowledge::truth);
+  EXPECT_EQ(runs[7].policy.objective, schedulers::Objective::min_energy);
+  EXPECT_EQ(runs[7].policy.knobs.goal, schedulers::KnobGoal::off);
+  EXPECT_EQ(runs[8].knowledge, Knowledge::truth);
+  EXPECT_EQ(runs[8].policy.knobs.goal, schedulers::KnobGoal::min_energy);
+
+  // A policy that already chooses settings is not run twice.
+  schedulers::Policy choosing;
+  choosing.knobs.goal = schedulers::KnobGoal::zeus;
+  EXPECT_EQ(standard_runs(choosing)[1].name, "fifo");
 }
 
 TEST(ReplayTest, a_seed_fixes_the_world_and_every_run) {

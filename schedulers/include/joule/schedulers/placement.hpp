@@ -10,6 +10,9 @@
 // busy, the job waits for it (min-energy prefers waiting for an efficient device to running
 // now on a wasteful one, as long as the deadline holds) and the device's expected free time
 // moves on. The baselines (fifo, round-robin, least-loaded) take a free device only.
+// With a knob goal in the policy, each device is scored at the setting the goal prefers
+// there among those within the job's allowed slowdown and deadline, so device and setting are
+// chosen together: a slower, cheaper setting may win a device, a deadline may forbid it.
 // Pure: the caller passes time, devices, the queue and the ledger, and applies the decisions.
 
 #include <cstdint>
@@ -33,11 +36,22 @@ struct Estimate {
   EnergyDistribution energy() const { return EnergyDistribution::from_std(joules_mean, joules_std); }
 };
 
+/// A knob setting of a device other than its default, with what the job would cost at it.
+struct SettingOption {
+  std::string knob;    ///< the job's knob field: gpu_power_limit_watts, power_mode, cpu_max_frequency_mhz
+  double value = 0.0;  ///< what would be set: watts, MHz, a power mode's id
+  std::string label;   ///< "90 W", "MODE_30W", "3000 MHz"
+  Estimate estimate;
+};
+
 /// A device a job may run on (its constraints allow it), with what the job would cost there.
 struct Candidate {
   std::size_t device = 0;           ///< index into the devices of the pass
-  std::optional<Estimate> estimate;  ///< nullopt: the device has no energy model yet
+  std::optional<Estimate> estimate;    ///< at the device's default settings; nullopt: no energy model yet
   std::optional<double> flops_joules;  ///< the FLOPs baseline's joules (flops-greedy)
+  /// Settings placement may choose instead of the default (policy knobs.goal): empty where the
+  /// device has no knobs the job may be given, or the job asked for settings of its own.
+  std::vector<SettingOption> settings;
 };
 
 /// A queued job as placement sees it.
@@ -46,6 +60,7 @@ struct PendingJob {
   int priority = 0;
   std::optional<UnixMillis> deadline;
   std::optional<double> max_energy_joules;
+  std::optional<double> max_slowdown;  ///< its constraints.max_slowdown: replaces the policy's
   std::vector<Candidate> candidates;
 };
 
@@ -94,7 +109,11 @@ std::string_view to_string(WaitReason::Kind kind);
 struct Placement {
   std::string job;
   std::size_t device = 0;
-  std::optional<Estimate> estimate;
+  std::optional<Estimate> estimate;  ///< at the setting chosen
+  /// The knob setting chosen for it (nullopt: the device's defaults), and what the job was
+  /// expected to cost at the defaults, for the saving it is expected to make.
+  std::optional<SettingOption> setting;
+  std::optional<Estimate> at_default;
   EnergyDistribution reserve;  ///< what to reserve in the budget ledger
   std::string note;            ///< why this device: "fewest joules: 12.3 kJ (cpu 30.1 kJ)"
   bool misses_deadline = false;  ///< no device could meet it; placed anyway, earliest finish

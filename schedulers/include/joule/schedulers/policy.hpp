@@ -91,8 +91,28 @@ struct NodeGroup {
   std::vector<std::string> nodes;
 };
 
+/// What placement wants of a device's knob settings (power limit, clocks, power mode) for a
+/// job that does not ask for settings of its own.
+enum class KnobGoal {
+  off,         ///< jobs run at the device's defaults
+  min_energy,  ///< fewest expected joules within the slowdown allowed
+  zeus,        ///< Zeus's cost, η·energy + (1 − η)·time, each relative to the default setting
+  min_edp,     ///< smallest energy × time, within the slowdown allowed
+};
+std::string_view to_string(KnobGoal goal);
+std::optional<KnobGoal> knob_goal_from_string(std::string_view text);
+
+struct KnobPolicy {
+  KnobGoal goal = KnobGoal::off;
+  /// How much slower than at the device's default a setting may make a job (0.1: 10 %);
+  /// nullopt: no limit. A job's constraints.max_slowdown takes its place.
+  std::optional<double> max_slowdown = 0.10;
+  double eta = 0.5;  ///< Zeus's weight on energy against time, in [0, 1]
+};
+
 struct Policy {
   Objective objective = Objective::min_energy;
+  KnobPolicy knobs;
   /// Admit a job only if P(its energy overruns a budget's remaining joules) is below this.
   double risk = 0.05;
   /// Whether budgets, caps and floors are checked at placement (false only for simulator

@@ -53,13 +53,19 @@ struct PolicyRun {
   schedulers::Policy policy;
   Knowledge knowledge = Knowledge::estimates;
   bool throttle = false;
+  /// Zeus-like: each job on a device with GPU power limits profiles them in its first steps
+  /// and runs the rest at the one with the least Zeus cost (no estimates).
+  bool jit_power_limit = false;
 };
 
-/// The comparison joule-sim runs: the policy file as written, then the baselines fifo,
+/// The comparison joule-sim runs: the policy file as written, the same choosing knob settings
+/// too (`NAME+knobs`, knobs.goal min-energy, where the file leaves knobs off), then the baselines fifo,
 /// round-robin, least-loaded (admission off, no estimates, no throttling), flops-greedy (ranks
 /// devices by the FLOPs baseline; admits and throttles with the same GP estimates and risk as
-/// the policy, so its row shows what the ranking alone is worth) and oracle (min-energy on the
-/// true costs, admission and throttling on). Baselines keep the policy's budgets, caps and
+/// the policy, so its row shows what the ranking alone is worth), zeus-like (least-loaded
+/// placement, each GPU job tuning its power limit just in time as Zeus does) and oracle (min-energy on the
+/// true costs, admission and throttling on), and oracle+knobs (the oracle choosing settings
+/// from their true costs: the ceiling for +knobs). Baselines keep the policy's budgets, caps and
 /// floors, for the violation counts.
 std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy);
 
@@ -117,6 +123,8 @@ struct PolicyMetrics {
   double max_overrun_joules = 0.0;
   std::map<std::string, std::size_t> throttle_actions;  ///< by kind ("pause", "resume")
   std::size_t throttle_action_count = 0;
+  std::size_t jobs_at_settings = 0;   ///< jobs that ran at a knob setting other than their device's default
+  std::size_t slowdown_exceeded = 0;  ///< of those, jobs truly slowed beyond their allowed max_slowdown
   std::map<std::string, DeviceUsage> devices;           ///< by qualified device name
   std::map<std::string, double> battery_min_percent;    ///< by node
   std::map<std::string, double> battery_empty_seconds;  ///< by node: time with the battery at 0

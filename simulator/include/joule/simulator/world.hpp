@@ -14,6 +14,9 @@
 //    order, clocks, temperature) that no model of the device can know. The factor
 //    is the job's, the same on every device, so it moves a job's cost but not which device is
 //    cheapest. Energy and time share it: power is the device's power for that network.
+//  - Knobs: each profile's knob settings (SimulatedKnob) have their own truth; their estimate
+//    is the default's times an estimator::KnobResponse learnt by measuring THOR probe networks
+//    of the device's workload at every setting and at the defaults, as jouled would probe.
 // Every joule in a World is simulated. Deterministic for a seed.
 
 #include <cstdint>
@@ -36,12 +39,23 @@ struct TrueCost {
   double watts() const { return seconds > 0.0 ? joules / seconds : 0.0; }
 };
 
+/// A job at one of its device's knob settings other than the default.
+struct SettingCost {
+  std::string knob;  ///< the profile's knob: gpu_power_limit_watts, power_mode, cpu_max_frequency_mhz
+  double value = 0.0;
+  std::string label;
+  /// The default's estimate times the device's learnt knob response; nullopt: no estimate.
+  std::optional<schedulers::Estimate> estimate;
+  TrueCost truth;
+};
+
 /// A job on one device it may run on.
 struct JobCost {
   std::size_t device = 0;                        ///< index into World::devices
   std::optional<schedulers::Estimate> estimate;  ///< the device model's; nullopt: no model
   std::optional<double> flops_joules;            ///< the FLOPs baseline's joules
-  TrueCost truth;
+  TrueCost truth;                                ///< at the device's default setting
+  std::vector<SettingCost> settings;             ///< the profile's other knob settings
 };
 
 struct SimJob {
