@@ -90,6 +90,7 @@ DurationError parse_duration(std::string_view text, std::int64_t& seconds) {
 struct Accumulator {
   schedulers::Policy policy;
   std::map<std::string, Place> placement_keys;
+  std::map<std::string, Place> knob_keys;
   std::map<std::string, std::map<std::string, Place>> names;  // kind -> rule name -> where defined
   struct GroupUse {
     std::string group;
@@ -107,12 +108,18 @@ class FileParser {
   FileParser(std::string file, Accumulator& acc) : check_(std::move(file)), acc_(acc) {}
 
   void parse(const toml::table& root) {
-    check_.reject_unknown(root, "", {"placement", "groups", "budgets", "power_caps", "battery_floors"});
+    check_.reject_unknown(root, "", {"placement", "knobs", "groups", "budgets", "power_caps", "battery_floors"});
     if (const toml::node* placement = root.get("placement")) {
       if (const auto* table = placement->as_table())
         parse_placement(*table);
       else
         check_.problem(*placement, "placement must be a table: [placement]");
+    }
+    if (const toml::node* knobs = root.get("knobs")) {
+      if (const auto* table = knobs->as_table())
+        parse_knobs(*table);
+      else
+        check_.problem(*knobs, "knobs must be a table: [knobs]");
     }
     for_each_table(root, "groups", [&](const toml::table& t, const std::string& what) { parse_group(t, what); });
     for_each_table(root, "budgets", [&](const toml::table& t, const std::string& what) { parse_budget(t, what); });
@@ -214,6 +221,46 @@ class FileParser {
     }
     acc_.policy.warmup_epochs = static_cast<int>(
         check_.integer_in(table, "warmup_epochs", "placement.warmup_epochs", 0, 1000, acc_.policy.warmup_epochs));
+  }
+
+  // [knobs]: the goal for devices' knob settings, the slowdown allowed and Zeus's eta.
+  void parse_knobs(const toml::table& table) {
+    check_.reject_unknown(table, "knobs.", {"goal", "max_slowdown", "eta"});
+    for (const auto& [key, node] : table) {
+      const std::string name(key.str());
+      if (name != "goal" && name != "max_slowdown" && name != "eta") continue;
+      const auto [first, inserted] = acc_.knob_keys.try_emplace(name, place_of(node));
+      if (!inserted)
+        check_.problem(node, fmt::format("knobs.{} is also set at {}:{}; set each [knobs] key in one file only", name,
+                                         first->second.file, first->second.line));
+    }
+    if (auto goal = check_.get<std::string>(table, "goal", "knobs.goal")) {
+      if (auto parsed = schedulers::knob_goal_from_string(*goal)) {
+        acc_.policy.knobs.goal = *parsed;
+        if (*parsed != schedulers::KnobGoal::off)
+          check_.warning(*table.get("goal"),
+                         fmt::format("knobs.goal \"{}\": joule-sim chooses settings with it; jouled does not yet "
+                                     "(its jobs run at the knobs they ask for, or the devices' defaults)",
+                                     *goal));
+      } else
+        check_.problem(*table.get("goal"),
+                       fmt::format("knobs.goal \"{}\" is not one of off, min-energy, zeus, min-edp", *goal));
+    }
+    if (auto slowdown = number(table, "max_slowdown", "knobs")) {
+      // 0 allows no slowdown at all, so no setting could be chosen: impossible, not a policy.
+      if (*slowdown <= 0.0 || *slowdown > 10.0)
+        check_.problem(
+            *table.get("max_slowdown"),
+            fmt::format("knobs.max_slowdown must be above 0 and at most 10 (0.1: 10 % slower), got {}", *slowdown));
+      else
+        acc_.policy.knobs.max_slowdown = *slowdown;
+    }
+    if (auto eta = number(table, "eta", "knobs")) {
+      if (*eta < 0.0 || *eta > 1.0)
+        check_.problem(*table.get("eta"), fmt::format("knobs.eta must be between 0 and 1, got {}", *eta));
+      else
+        acc_.policy.knobs.eta = *eta;
+    }
   }
 
   // name: required, [A-Za-z0-9_.-]+, unique among rules of the kind across all files.

@@ -225,6 +225,7 @@ class Replay {
     pending.priority = job.priority;
     pending.deadline = job.deadline;
     pending.max_energy_joules = job.max_energy_joules;
+    pending.max_slowdown = job.max_slowdown;
     for (const auto& cost : job.costs) {
       schedulers::Candidate candidate;
       candidate.device = cost.device;

@@ -36,7 +36,8 @@ Result<Trace> parse_trace(const std::string& text, const std::string& file_name,
   std::string line_text;
   int line = 0;
   static const std::set<std::string> kFields = {"at", "name", "model", "training", "constraints", "priority"};
-  static const std::set<std::string> kConstraints = {"devices", "deadline_seconds", "max_energy_joules"};
+  static const std::set<std::string> kConstraints = {"devices", "deadline_seconds", "max_energy_joules",
+                                                     "max_slowdown"};
   while (std::getline(in, line_text)) {
     ++line;
     if (line_text.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -99,7 +100,7 @@ Result<Trace> parse_trace(const std::string& text, const std::string& file_name,
         const std::string pointer = "/constraints/" + key;
         if (!kConstraints.contains(key))
           return at_line(file_name, line, pointer,
-                         "unknown field (known: devices, deadline_seconds, max_energy_joules)");
+                         "unknown field (known: devices, deadline_seconds, max_energy_joules, max_slowdown)");
         if (key == "devices") {
           if (!value.is_array()) return at_line(file_name, line, pointer, "must be an array of device name patterns");
           for (std::size_t i = 0; i < value.size(); ++i) {
@@ -110,6 +111,11 @@ Result<Trace> parse_trace(const std::string& text, const std::string& file_name,
         } else if (key == "deadline_seconds") {
           job.deadline_seconds = positive_number(value);
           if (!job.deadline_seconds) return at_line(file_name, line, pointer, "must be a number of seconds > 0");
+        } else if (key == "max_slowdown") {
+          job.max_slowdown = positive_number(value);
+          if (!job.max_slowdown || *job.max_slowdown > 10.0)
+            return at_line(file_name, line, pointer,
+                           "must be a fraction > 0 and at most 10 (0.1: at most 10 % slower at a knob setting)");
         } else {
           job.max_energy_joules = positive_number(value);
           if (!job.max_energy_joules) return at_line(file_name, line, pointer, "must be a number of joules > 0");

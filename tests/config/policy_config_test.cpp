@@ -77,6 +77,29 @@ TEST(PolicyConfigTest, placement_values_are_checked) {
   EXPECT_EQ(problems("placement = 3\n"), "50-a.toml:1: placement must be a table: [placement]");
 }
 
+TEST(PolicyConfigTest, knob_keys_are_read_and_checked) {
+  auto loaded = parse("[knobs]\ngoal = \"zeus\"\nmax_slowdown = 0.25\neta = 0.8\n");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->policy.knobs.goal, joule::schedulers::KnobGoal::zeus);
+  EXPECT_DOUBLE_EQ(*loaded->policy.knobs.max_slowdown, 0.25);
+  EXPECT_DOUBLE_EQ(loaded->policy.knobs.eta, 0.8);
+  ASSERT_EQ(loaded->warnings.size(), 1u);
+  EXPECT_NE(loaded->warnings[0].message.find("jouled does not yet"), std::string::npos);
+  EXPECT_EQ(parse_policy_files({})->policy.knobs.goal, joule::schedulers::KnobGoal::off);
+
+  EXPECT_EQ(problems("[knobs]\ngoal = \"cheapest\"\n"),
+            "50-a.toml:2: knobs.goal \"cheapest\" is not one of off, min-energy, zeus, min-edp");
+  EXPECT_EQ(problems("[knobs]\nmax_slowdown = 0\n"),
+            "50-a.toml:2: knobs.max_slowdown must be above 0 and at most 10 (0.1: 10 % slower), got 0");
+  EXPECT_EQ(problems("[knobs]\nmax_slowdown = -0.1\n"),
+            "50-a.toml:2: knobs.max_slowdown must be above 0 and at most 10 (0.1: 10 % slower), got -0.1");
+  EXPECT_EQ(problems("[knobs]\neta = 1.5\n"), "50-a.toml:2: knobs.eta must be between 0 and 1, got 1.5");
+  EXPECT_EQ(problems("[knobs]\nspeed = 1\n"), "50-a.toml:2: unknown key knobs.speed (known: goal, max_slowdown, eta)");
+  EXPECT_EQ(problems("knobs = 3\n"), "50-a.toml:1: knobs must be a table: [knobs]");
+  EXPECT_EQ(problems({{"00-a.toml", "[knobs]\neta = 0.1\n"}, {"60-b.toml", "[knobs]\neta = 0.2\n"}}),
+            "60-b.toml:2: knobs.eta is also set at 00-a.toml:2; set each [knobs] key in one file only");
+}
+
 TEST(PolicyConfigTest, a_baseline_objective_is_accepted_with_a_warning) {
   auto loaded = parse("[placement]\nobjective = \"round-robin\"\n");
   ASSERT_TRUE(loaded) << loaded.error().message;
@@ -198,7 +221,7 @@ TEST(PolicyConfigTest, unknown_keys_and_tables_are_errors_not_warnings) {
             "50-a.toml:6: unknown key budgets[0].windwo (known: name, scope, target, joules, wh, kwh, window, "
             "calendar)");
   EXPECT_EQ(problems("[budget]\nkwh = 1\n"),
-            "50-a.toml:1: unknown key budget (known: placement, groups, budgets, power_caps, battery_floors)");
+            "50-a.toml:1: unknown key budget (known: placement, knobs, groups, budgets, power_caps, battery_floors)");
   EXPECT_EQ(problems("[placement]\nrisc = 0.1\n"),
             "50-a.toml:2: unknown key placement.risc (known: objective, risk, warmup_epochs)");
   EXPECT_EQ(problems("[budgets]\nname = \"b\"\n"), "50-a.toml:1: budgets must be an array of tables: [[budgets]]");

@@ -132,7 +132,7 @@ TEST(ClusterTest, solar_power_is_a_half_sine_and_its_energy_is_integrated_in_clo
 TEST(TraceTest, jobs_are_read_with_models_inline_or_by_path) {
   const std::string text = "{\"at\": 60, \"name\": \"a\", \"model\": \"lenet.json\", " + kTraining +
                            ", \"constraints\": {\"devices\": [\"cuda:*\"], \"deadline_seconds\": 3600, "
-                           "\"max_energy_joules\": 5000}, \"priority\": 2}\n\n"
+                           "\"max_energy_joules\": 5000, \"max_slowdown\": 0.2}, \"priority\": 2}\n\n"
                            "{\"at\": 0, \"model\": " +
                            testing::example_model("mlp").dump() + ", " + kTraining + "}\n";
   auto trace = parse_trace(text, "t.jsonl", files({{"lenet.json", testing::example_model("lenet5")}}));
@@ -145,6 +145,8 @@ TEST(TraceTest, jobs_are_read_with_models_inline_or_by_path) {
   EXPECT_EQ(a.devices, std::vector<std::string>{"cuda:*"});
   EXPECT_EQ(a.deadline_seconds, 3600.0);
   EXPECT_EQ(a.max_energy_joules, 5000.0);
+  EXPECT_EQ(a.max_slowdown, 0.2);
+  EXPECT_FALSE(trace->jobs[1].max_slowdown);
   EXPECT_EQ(a.priority, 2);
   EXPECT_EQ(trace->jobs[1].name, "job-3");  // named by its line
   EXPECT_EQ(trace->jobs[1].line, 3);
@@ -172,6 +174,10 @@ TEST(TraceTest, errors_name_the_line_and_the_json_pointer) {
   EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining +
                         ", \"constraints\": {\"deadline_seconds\": 0}}"),
             "t.jsonl:1: /constraints/deadline_seconds: must be a number of seconds > 0");
+  EXPECT_EQ(
+      trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"constraints\": {\"max_slowdown\": 0}}"),
+      "t.jsonl:1: /constraints/max_slowdown: must be a fraction > 0 and at most 10 (0.1: at most 10 % slower at "
+      "a knob setting)");
 }
 
 TEST(TraceTest, a_job_no_device_can_take_is_refused_with_its_line) {

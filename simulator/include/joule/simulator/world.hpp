@@ -65,6 +65,7 @@ struct SimJob {
   int priority = 0;
   std::optional<schedulers::UnixMillis> deadline;
   std::optional<double> max_energy_joules;
+  std::optional<double> max_slowdown;
   int epochs = 1;              ///< progress reports: one per epoch
   std::vector<JobCost> costs;  ///< one per eligible device, in device order
 };
