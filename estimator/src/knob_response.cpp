@@ -26,7 +26,7 @@ Eigen::Vector4d row(const NetworkFeatures& features, std::optional<double> power
   const double intensity = std::log10(std::max(features.intensity, 1e-3));
   if (power_limit_watts) {
     const double over = std::max(0.0, std::log(std::max(features.watts, 1e-9) / *power_limit_watts));
-    return {over, over * intensity, over * flops, 0.0};
+    return {over, over * intensity, 0.0, 0.0};
   }
   return {1.0, flops, intensity, std::log(std::max(features.watts, 1e-3))};
 }
@@ -61,6 +61,9 @@ Result<KnobResponse> KnobResponse::fit(const std::vector<KnobSample>& samples,
   const Eigen::Vector4d energy_fit = solver.solve(x.transpose() * energy);
   KnobResponse response;
   response.power_limit_watts_ = power_limit_watts;
+  const Eigen::Matrix4d inverse = solver.solve(Eigen::Matrix4d::Identity());
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) response.inverse_gram_[r][c] = inverse(r, c);
   for (int k = 0; k < 4; ++k) {
     response.time_[k] = time_fit(k);
     response.energy_[k] = energy_fit(k);
@@ -80,10 +83,15 @@ RatioPrediction KnobResponse::predict(const NetworkFeatures& features) const {
     time += time_[k] * x(k);
     energy += energy_[k] * x(k);
   }
-  out.time_ratio = std::exp(time);
+  // A power limit only ever slows a job: whatever the fit says below 1 is its error.
+  out.time_ratio = power_limit_watts_ ? std::exp(std::max(0.0, time)) : std::exp(time);
   out.energy_ratio = std::exp(energy);
-  out.time_log_std = time_std_;
-  out.energy_log_std = energy_std_;
+  double leverage = 0.0;
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) leverage += x(r) * inverse_gram_[r][c] * x(c);
+  const double widen = std::sqrt(1.0 + std::max(0.0, leverage));
+  out.time_log_std = time_std_ * widen;
+  out.energy_log_std = energy_std_ * widen;
   return out;
 }
 

@@ -78,10 +78,10 @@ UnixMillis finish_after(UnixMillis start, double seconds) {
 }
 
 // The setting `knobs` prefers for the job on this candidate started at `start`, or nullptr for
-// the device's defaults: only settings within the job's allowed slowdown, and that keep a
+// the device's defaults: only settings within the job's allowed slowdown (at `risk`), and that keep a
 // deadline the defaults keep, are considered; one wins only by beating the defaults.
-const SettingOption* choose_setting(const KnobPolicy& knobs, const PendingJob& job, const Candidate& candidate,
-                                    UnixMillis start) {
+const SettingOption* choose_setting(const KnobPolicy& knobs, double risk, const PendingJob& job,
+                                    const Candidate& candidate, UnixMillis start) {
   if (knobs.goal == KnobGoal::off || candidate.settings.empty() || !candidate.estimate) return nullptr;
   const Estimate& base = *candidate.estimate;
   if (base.joules_mean <= 0.0 || base.seconds_mean <= 0.0) return nullptr;
@@ -102,8 +102,12 @@ const SettingOption* choose_setting(const KnobPolicy& knobs, const PendingJob& j
   const SettingOption* best = nullptr;
   double best_cost = cost(base);
   for (const SettingOption& option : candidate.settings) {
-    const double slowdown = option.estimate.seconds_mean / base.seconds_mean - 1.0;
-    if (max_slowdown && slowdown > *max_slowdown) continue;
+    // The slowdown it could have at the policy's risk, as budgets are held: a mispredicted
+    // response must not make a job slower than it allowed more often than that.
+    double time_ratio = option.estimate.seconds_mean / base.seconds_mean;
+    if (option.slowdown_log_std > 0.0)
+      time_ratio = quantile_above(EnergyDistribution::from_std(time_ratio, time_ratio * option.slowdown_log_std), risk);
+    if (max_slowdown && time_ratio - 1.0 > *max_slowdown) continue;
     if (deadline_holds && job.deadline && finish_after(start, option.estimate.seconds_mean) > *job.deadline) continue;
     if (const double c = cost(option.estimate); c < best_cost) {
       best = &option;
@@ -205,7 +209,7 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
       // The setting the knob goal prefers here (nullptr: the defaults); what follows is
       // judged at it: energy, budgets, power, finish.
       const SettingOption* setting =
-          uses_estimates(objective) ? choose_setting(policy_.knobs, *job, candidate, start) : nullptr;
+          uses_estimates(objective) ? choose_setting(policy_.knobs, policy_.risk, *job, candidate, start) : nullptr;
       const std::optional<Estimate> modelled =
           setting ? std::optional<Estimate>(setting->estimate) : candidate.estimate;
       std::optional<Estimate> estimate = modelled;

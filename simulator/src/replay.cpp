@@ -243,7 +243,8 @@ class Replay {
             estimate = schedulers::Estimate{setting.truth.joules, 0.0, setting.truth.seconds};
           if (estimate)
             candidate.settings.push_back(
-                schedulers::SettingOption{setting.knob, setting.value, setting.label, *estimate});
+                schedulers::SettingOption{setting.knob, setting.value, setting.label, *estimate,
+                                          run_.knowledge == Knowledge::truth ? 0.0 : setting.slowdown_log_std});
         }
       }
       pending.candidates.push_back(candidate);

@@ -66,3 +66,36 @@ TEST(KnobResponseTest, network_features_are_flops_per_step_and_per_byte) {
   EXPECT_DOUBLE_EQ(features.flops, 2000.0);
   EXPECT_DOUBLE_EQ(features.intensity, 10.0);
 }
+
+TEST(KnobResponseTest, a_network_unlike_every_probe_is_predicted_less_surely) {
+  std::mt19937 rng(5);
+  std::vector<KnobSample> samples;
+  for (double flops : {1e6, 1e7, 1e8})
+    for (double intensity : {1.0, 3.0, 10.0}) samples.push_back(sample(flops, intensity, rng));
+  auto response = KnobResponse::fit(samples);
+  ASSERT_TRUE(response) << response.error().message;
+  const auto inside = response->predict({1e7, 3.0});
+  const auto far = response->predict({1e12, 3000.0});
+  EXPECT_GT(far.time_log_std, 3.0 * inside.time_log_std);
+  EXPECT_GT(far.energy_log_std, 3.0 * inside.energy_log_std);
+}
+
+TEST(KnobResponseTest, under_a_power_limit_nothing_changes_and_over_it_nothing_speeds_up) {
+  // Networks drawing more than 90 W slow the more the further over it they draw.
+  std::mt19937 rng(9);
+  std::normal_distribution<double> jitter(0.0, 0.01);
+  std::vector<KnobSample> samples;
+  for (double watts : {40.0, 60.0, 80.0, 100.0, 120.0, 140.0}) {
+    const double over = std::max(0.0, std::log(watts / 90.0));
+    samples.push_back({{1e8, 20.0, watts}, std::exp(0.9 * over + jitter(rng)), std::exp(-0.5 * over + jitter(rng))});
+  }
+  auto response = KnobResponse::fit(samples, 90.0);
+  ASSERT_TRUE(response) << response.error().message;
+  const auto under = response->predict({5e9, 50.0, 70.0});
+  EXPECT_DOUBLE_EQ(under.time_ratio, 1.0);
+  EXPECT_DOUBLE_EQ(under.energy_ratio, 1.0);
+  const auto over = response->predict({1e8, 20.0, 130.0});
+  EXPECT_NEAR(over.time_ratio, std::exp(0.9 * std::log(130.0 / 90.0)), 0.03);
+  EXPECT_LT(over.energy_ratio, 0.9);
+  EXPECT_GE(response->predict({1e8, 20.0, 95.0}).time_ratio, 1.0);
+}

@@ -332,7 +332,7 @@ TEST(PlacementTest, a_job_without_estimates_takes_a_free_device_rather_than_wait
 }
 
 SettingOption at(std::string label, double value, double joules, double seconds) {
-  return SettingOption{"gpu_power_limit_watts", value, std::move(label), Estimate{joules, 0.0, seconds}};
+  return SettingOption{"gpu_power_limit_watts", value, std::move(label), Estimate{joules, 0.0, seconds}, 0.0};
 }
 
 Candidate with_settings(Candidate candidate, std::vector<SettingOption> settings) {
@@ -395,6 +395,18 @@ TEST(PlacementKnobsTest, device_and_setting_are_chosen_together) {
   ASSERT_EQ(result.placements.size(), 1u);
   EXPECT_EQ(result.placements[0].device, 1u);
   EXPECT_EQ(result.placements[0].setting->label, "90 W");
+}
+
+TEST(PlacementKnobsTest, an_unsure_slowdown_must_hold_at_the_policys_risk) {
+  // Predicted 8 % slower: within 10 %; with a 5 % log-std, its 95th percentile is about 17 %.
+  auto unsure = at("90 W", 90, 800.0, 108.0);
+  unsure.slowdown_log_std = 0.05;
+  Pass pass{with_knobs(KnobGoal::min_energy),
+            {device("cuda:0")},
+            {job("a", {with_settings(on(0, 1000.0, 100.0), {unsure})})}};
+  EXPECT_FALSE(pass.run().placements[0].setting);
+  pass.policy.risk = 0.4;  // a policy that accepts more risk takes it
+  EXPECT_TRUE(pass.run().placements[0].setting);
 }
 
 TEST(PlacementKnobsTest, a_deadline_the_defaults_keep_forbids_a_slower_setting) {

@@ -5,8 +5,8 @@
 // log FLOPs per step, log arithmetic intensity (FLOPs per byte moved: compute-bound networks
 // slow, memory- and launch-bound ones barely do) and log power at the defaults. For a power
 // limit, only networks drawing more than the limit change, by how far over it they draw
-// (h = ln(watts / limit), 0 below it) and their intensity and size scaled by h, so a network
-// under the limit is predicted unchanged. Pure: the caller measures; this fits and predicts.
+// (h = ln(watts / limit), 0 below it) and h × log intensity, so a network under the limit is
+// predicted unchanged (and none faster). Pure: the caller measures; this fits and predicts.
 
 #include <cstddef>
 #include <optional>
@@ -33,7 +33,9 @@ struct KnobSample {
   double energy_ratio = 1.0;  ///< joules per step likewise
 };
 
-/// A predicted ratio with the spread of the fit's residuals (log space: 0.05 is about ±5 %).
+/// A predicted ratio with its spread (log space: 0.05 is about ±5 %): the fit's residuals,
+/// widened by how far the network lies from those measured (the prediction interval of least
+/// squares, σ·√(1 + leverage)), so a job unlike every probe is not predicted with confidence.
 struct RatioPrediction {
   double time_ratio = 1.0;
   double time_log_std = 0.0;
@@ -55,6 +57,7 @@ class KnobResponse {
   std::optional<double> power_limit_watts_;
   double time_[4] = {0, 0, 0, 0};
   double energy_[4] = {0, 0, 0, 0};
+  double inverse_gram_[4][4] = {};  // (XᵀX + ridge)⁻¹, for the leverage of a prediction
   double time_std_ = 0.0;
   double energy_std_ = 0.0;
   std::size_t samples_ = 0;

@@ -42,6 +42,9 @@ struct SettingOption {
   double value = 0.0;  ///< what would be set: watts, MHz, a power mode's id
   std::string label;   ///< "90 W", "MODE_30W", "3000 MHz"
   Estimate estimate;
+  /// How unsure the predicted slowdown is (log-space std of seconds at the setting / at the
+  /// defaults): a setting is allowed only if the slowdown holds at the policy's risk.
+  double slowdown_log_std = 0.0;
 };
 
 /// A device a job may run on (its constraints allow it), with what the job would cost there.

@@ -46,6 +46,7 @@ struct SettingCost {
   std::string label;
   /// The default's estimate times the device's learnt knob response; nullopt: no estimate.
   std::optional<schedulers::Estimate> estimate;
+  double slowdown_log_std = 0.0;  ///< the response's spread of the time ratio (log space)
   TrueCost truth;
 };
 
