@@ -6,6 +6,7 @@
 # at the default risk). Every joule is SIMULATED. Builds nothing: `ninja -C build joule-sim` first.
 #
 #   bench/sim_scenarios.sh [--build DIR] [--seeds "1 2 3"] [--scenario NAME]... [--keep DIR]
+#                          [--sim-arg ARG]...   (passed to every joule-sim run: --knob-probes networks)
 #
 # Each (scenario, seed) is one joule-sim run with --json (about 2-10 s on a 2-core VM, most of
 # it learning the device models from simulated probes). --keep DIR keeps the JSON of each run.
@@ -16,13 +17,15 @@ build="$here/../build"
 seeds="1 2 3"
 scenarios=()
 keep=""
+sim_args=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
     --seeds) seeds=$2; shift 2 ;;
     --scenario) scenarios+=("$2"); shift 2 ;;
     --keep) keep=$2; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --sim-arg) sim_args+=("$2"); shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -38,7 +41,7 @@ for scenario in "${scenarios[@]}"; do
   dir="$here/../simulator/scenarios/$scenario"
   for seed in $seeds; do
     "$sim" --cluster "$dir/cluster.toml" --trace "$dir/trace.jsonl" --policy "$dir/policy.toml" \
-      --seed "$seed" --json > "$out/$scenario.$seed.json"
+      --seed "$seed" ${sim_args[@]+"${sim_args[@]}"} --json > "$out/$scenario.$seed.json"
   done
 done
 [[ -n "$keep" ]] && { mkdir -p "$keep"; cp "$out"/*.json "$keep"/; }

@@ -32,9 +32,11 @@ joule::cli::ManPage man_page() {
   page.source = "joule " JOULE_VERSION;
   page.description = {
       "joule-sim replays a job trace on simulated edge and server devices and reports, for the policy of a "
-      "policy file and the baselines (fifo, round-robin, least-loaded, flops-greedy, and an oracle that knows "
-      "every job's true cost) run on the same trace from scratch, the energy, waits, makespan, deadline misses, "
-      "budget violations and throttle actions. The scheduler code is jouled's; the devices, their energy models "
+      "policy file, the same policy choosing devices' knob settings too (power limits, CPU frequency caps, "
+      "Jetson power modes), and the baselines (fifo, round-robin, least-loaded, flops-greedy, a Zeus-like "
+      "just-in-time power-limit tuner, and an oracle that knows every job's true cost, with and without knobs) "
+      "run on the same trace from scratch, the energy, waits, makespan, deadline misses, budget violations and "
+      "throttle actions. The scheduler code is jouled's; the devices, their energy models "
       "and the clock are simulated.",
       "Every joule it reports is simulated: the simulator's truth, never a measurement.",
       "The cluster file (TOML) names the nodes, their devices (by simulated profile), batteries and solar "
@@ -64,6 +66,7 @@ int main(int argc, char** argv) {
   double truth_sigma = 0.08;
   std::vector<std::string> only;
   std::string events;
+  std::string knob_probes = "layers";
   app.add_option("--cluster", cluster_path, "cluster TOML: nodes, devices, batteries, solar")
       ->required()
       ->check(CLI::ExistingFile);
@@ -79,6 +82,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--truth-sigma", truth_sigma, "log-normal sigma of the per-job run-to-run variation (default 0.08)")
       ->check(CLI::Range(0.0, 2.0));
+  app.add_option("--knob-probes", knob_probes,
+                 "what the knob responses are learnt from: layers (THOR probe networks, default) or networks (the "
+                 "trace's own networks measured at every setting)")
+      ->check(CLI::IsMember({"layers", "networks"}));
   app.add_option("--only", only, "run only these policies (names as in the output: min-energy, fifo, oracle...)");
   app.add_option("--events", events, "print the event log (starts, finishes, waits, throttling) of this run to stderr");
   joule::cli::add_man_page_flag(app, man_page());
@@ -105,6 +112,8 @@ int main(int argc, char** argv) {
     world_options.seed = seed;
     world_options.probes = probes;
     world_options.truth_sigma = truth_sigma;
+    world_options.knob_probes = knob_probes == "networks" ? simulator::WorldOptions::KnobProbes::networks
+                                                          : simulator::WorldOptions::KnobProbes::layers;
     world_options.threads = std::max(1u, std::thread::hardware_concurrency());
     const auto learn_start = std::chrono::steady_clock::now();
     auto world = simulator::build_world(*cluster, *trace, policy->policy, world_options);

@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -49,6 +50,53 @@ estimator::StepCost median_step(estimator::SimulatedDevice& hardware,
   std::nth_element(joules.begin(), joules.begin() + 2, joules.end());
   std::nth_element(seconds.begin(), seconds.begin() + 2, seconds.end());
   return {joules[2], seconds[2]};
+}
+
+// log-std of the median of `values` (their spread / sqrt(n), times 1.25 for a median).
+double median_log_std(const std::vector<double>& values) {
+  if (values.size() < 2) return 0.0;
+  double mean = 0.0;
+  for (double v : values) mean += std::log(v);
+  mean /= static_cast<double>(values.size());
+  double square = 0.0;
+  for (double v : values) square += (std::log(v) - mean) * (std::log(v) - mean);
+  const double spread = std::sqrt(square / static_cast<double>(values.size() - 1));
+  return 1.25 * spread / std::sqrt(static_cast<double>(values.size()));
+}
+
+// knob_probes = networks: each workload network measured at every setting and at the defaults
+// (median of 5 steps each); per network key, per setting index, the ratios and their spread.
+std::map<std::string, std::vector<estimator::RatioPrediction>> measure_networks_at_settings(
+    estimator::SimulatedDevice& hardware, const std::vector<estimator::WorkloadItem>& workload,
+    const std::vector<std::string>& keys) {
+  std::map<std::string, std::vector<estimator::RatioPrediction>> out;
+  const auto& knob = hardware.profile().knob;
+  if (knob.settings.size() < 2) return out;
+  for (std::size_t i = 0; i < workload.size(); ++i) {
+    auto layers = estimator::analyze_model(workload[i].model, workload[i].batch_size);
+    if (!layers) continue;
+    auto measure = [&](const estimator::SimulatedSetting& setting) {
+      std::vector<double> joules, seconds;
+      for (int r = 0; r < 5; ++r) {
+        const auto step = hardware.measure_step(*layers, workload[i].model.loss, workload[i].optimizer, setting);
+        joules.push_back(step.joules);
+        seconds.push_back(step.seconds);
+      }
+      std::vector<double> sorted_j = joules, sorted_s = seconds;
+      std::nth_element(sorted_j.begin(), sorted_j.begin() + 2, sorted_j.end());
+      std::nth_element(sorted_s.begin(), sorted_s.begin() + 2, sorted_s.end());
+      return std::tuple{sorted_j[2], sorted_s[2], median_log_std(joules), median_log_std(seconds)};
+    };
+    const auto [joules0, seconds0, joules0_std, seconds0_std] = measure(knob.settings[0]);
+    std::vector<estimator::RatioPrediction>& ratios = out[keys[i]];
+    ratios.resize(knob.settings.size());
+    for (std::size_t s = 1; s < knob.settings.size(); ++s) {
+      const auto [joules, seconds, joules_std, seconds_std] = measure(knob.settings[s]);
+      ratios[s] = {seconds / seconds0, std::hypot(seconds_std, seconds0_std), joules / joules0,
+                   std::hypot(joules_std, joules0_std)};
+    }
+  }
+  return out;
 }
 
 // The device's response to each of its knob settings (index as the profile's settings; the
@@ -152,16 +200,21 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
   std::vector<std::optional<estimator::DeviceEnergyModel>> models(world.devices.size());
   // Per device, per knob setting (index into the profile's settings; 0, the default, unused).
   std::vector<std::vector<std::optional<estimator::KnobResponse>>> responses(world.devices.size());
+  // knob_probes = networks: per device, per workload network (its key), per setting.
+  std::vector<std::map<std::string, std::vector<estimator::RatioPrediction>>> measured(world.devices.size());
   std::vector<std::string> failures(world.devices.size());
   auto learn = [&](std::size_t d) {
     const SimDevice& device = world.devices[d];
     std::vector<estimator::WorkloadItem> workload;
+    std::vector<std::string> keys;  // of each workload item
     std::set<std::string> seen;
     for (std::size_t j = 0; j < trace.jobs.size(); ++j) {
       if (std::find(eligible[j].begin(), eligible[j].end(), d) == eligible[j].end()) continue;
       const auto& job = trace.jobs[j];
-      if (seen.insert(analysis_key(job) + "|" + job.training.optimizer).second)
+      if (seen.insert(analysis_key(job) + "|" + job.training.optimizer).second) {
         workload.push_back(estimator::WorkloadItem{job.model, job.training.batch_size, job.training.optimizer});
+        keys.push_back(analysis_key(job) + "|" + job.training.optimizer);
+      }
     }
     if (workload.empty()) return;
     estimator::SimulatedDevice hardware(truths[d].profile(), mix(options.seed, kProbeNoise, d));
@@ -177,7 +230,10 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
       failures[d] = report.error().message;
     else
       models[d] = std::move(model);
-    responses[d] = learn_knob_response(hardware, workload);
+    if (options.knob_probes == WorldOptions::KnobProbes::networks)
+      measured[d] = measure_networks_at_settings(hardware, workload, keys);
+    else
+      responses[d] = learn_knob_response(hardware, workload);
   };
   const std::size_t threads =
       std::clamp<std::size_t>(options.threads, 1, std::max<std::size_t>(1, world.devices.size()));
@@ -239,12 +295,18 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
         if (estimate) {
           cost.estimate = schedulers::Estimate{estimate->joules.mean, estimate->joules.std, estimate->seconds.mean};
           if (estimate->flops_baseline_joules > 0.0) cost.flops_joules = estimate->flops_baseline_joules;
+          const auto own = measured[d].find(analysis_key(job) + "|" + job.training.optimizer);
           for (std::size_t s = 0; s < cost.settings.size(); ++s) {
-            if (s + 1 >= responses[d].size() || !responses[d][s + 1]) continue;
             const schedulers::Estimate& base = *cost.estimate;
-            estimator::NetworkFeatures at_default = features;
-            at_default.watts = base.seconds_mean > 0 ? base.joules_mean / base.seconds_mean : 0.0;
-            const estimator::RatioPrediction ratio = responses[d][s + 1]->predict(at_default);
+            estimator::RatioPrediction ratio;
+            if (own != measured[d].end() && s + 1 < own->second.size()) {
+              ratio = own->second[s + 1];
+            } else {
+              if (s + 1 >= responses[d].size() || !responses[d][s + 1]) continue;
+              estimator::NetworkFeatures at_default = features;
+              at_default.watts = base.seconds_mean > 0 ? base.joules_mean / base.seconds_mean : 0.0;
+              ratio = responses[d][s + 1]->predict(at_default);
+            }
             const double relative = base.joules_mean > 0 ? base.joules_std / base.joules_mean : 0.0;
             cost.settings[s].estimate =
                 schedulers::Estimate{base.joules_mean * ratio.energy_ratio,

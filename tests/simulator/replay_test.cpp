@@ -257,4 +257,42 @@ devices = [{name = "cuda:0", profile = "jetson-orin", probes = 40}, {name = "cpu
     EXPECT_EQ(deterministic(replay(a, run)), deterministic(replay(b, run))) << run.name;
 }
 
+TEST(ReplayTest, every_setting_has_its_truth_and_an_estimate_learnt_from_probes_or_the_networks_themselves) {
+  auto cluster = parse_cluster(R"([[nodes]]
+name = "n"
+devices = [{name = "cuda:0", profile = "server-gpu", probes = 60}, {name = "cpu", profile = "laptop-cpu", probes = 60}]
+)",
+                               "c.toml");
+  std::string text;
+  for (int i = 0; i < 4; ++i)
+    text += nlohmann::json{{"at", 30 * i},
+                           {"model", testing::example_model(i % 2 ? "mlp" : "lenet5")},
+                           {"training", {{"batch_size", 64}, {"epochs", 2}, {"samples_per_epoch", 20000}}}}
+                .dump() +
+            "\n";
+  auto trace = parse_trace(text, "t.jsonl", nullptr);
+  ASSERT_TRUE(cluster && trace);
+  for (const auto probes : {WorldOptions::KnobProbes::layers, WorldOptions::KnobProbes::networks}) {
+    WorldOptions options;
+    options.knob_probes = probes;
+    const World world = build_world(*cluster, *trace, schedulers::Policy{}, options).value();
+    double worst = 0.0;
+    std::size_t estimated = 0;
+    for (const auto& job : world.jobs)
+      for (const auto& cost : job.costs) {
+        ASSERT_EQ(cost.settings.size(), cost.device == 0 ? 6u : 4u);  // the profile's settings but the default
+        for (const auto& setting : cost.settings) {
+          EXPECT_GT(setting.truth.seconds, 0.0);
+          if (!setting.estimate || !cost.estimate) continue;
+          ++estimated;
+          const double predicted = setting.estimate->joules_mean / cost.estimate->joules_mean;
+          worst = std::max(worst, std::abs(predicted / (setting.truth.joules / cost.truth.joules) - 1.0));
+        }
+      }
+    EXPECT_GT(estimated, 0u);
+    // The workload's own networks measured at every setting: within the measurement noise.
+    if (probes == WorldOptions::KnobProbes::networks) EXPECT_LT(worst, 0.08);
+  }
+}
+
 }  // namespace joule::simulator

@@ -100,6 +100,12 @@ struct WorldOptions {
   std::size_t probes = 0;
   int gp_restarts = 1;           ///< as jouled's model service
   std::size_t refit_every = 10;  ///< probes between GP refits while probing (jouled: probing.refit_every)
+  /// What the knob responses are learnt from: `layers`, THOR probe networks of the device's
+  /// workload (what carries over to networks never measured); `networks`, the workload's own
+  /// networks measured at every setting (as probing queued jobs' whole models would: exact up
+  /// to the measurement noise, for networks that were queued). Probes' energy is never counted.
+  enum class KnobProbes { layers, networks };
+  KnobProbes knob_probes = KnobProbes::layers;
   /// Threads that learn device models at once (each device's campaign is independent, so the
   /// World is the same for any number).
   std::size_t threads = 1;
