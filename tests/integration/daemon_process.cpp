@@ -1,5 +1,8 @@
 #include "daemon_process.hpp"
 
+#include <algorithm>
+#include <functional>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -9,8 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -172,34 +177,31 @@ std::string DaemonProcess::submit(const json& job) const {
   return status == 201 ? body["id"].get<std::string>() : "";
 }
 
-json DaemonProcess::wait_state(const std::string& id, const std::vector<std::string>& states,
-                               std::chrono::seconds timeout) const {
+json DaemonProcess::poll_job(const std::string& id, const std::function<bool(const json&)>& done,
+                             std::chrono::seconds timeout) const {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   json job;
   while (std::chrono::steady_clock::now() < deadline) {
     auto [status, body] = call("GET", "/v1/jobs/" + id);
     if (status == 200) {
       job = body;
-      for (const auto& state : states)
-        if (job["state"] == state) return job;
+      if (done(job)) return job;
     }
     std::this_thread::sleep_for(50ms);
   }
   return job;
 }
 
+json DaemonProcess::wait_state(const std::string& id, const std::vector<std::string>& states,
+                               std::chrono::seconds timeout) const {
+  return poll_job(
+      id, [&](const json& job) { return std::find(states.begin(), states.end(), job["state"]) != states.end(); },
+      timeout);
+}
+
 json DaemonProcess::wait_event(const std::string& id, const std::string& text, std::chrono::seconds timeout) const {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  json job;
-  while (std::chrono::steady_clock::now() < deadline) {
-    auto [status, body] = call("GET", "/v1/jobs/" + id);
-    if (status == 200) {
-      job = body;
-      if (has_event(job, text)) return job;
-    }
-    std::this_thread::sleep_for(50ms);
-  }
-  return job;
+  return poll_job(
+      id, [&](const json& job) { return has_event(job, text); }, timeout);
 }
 
 bool has_event(const json& job, const std::string& text) {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -66,6 +67,10 @@ class DaemonProcess {
                             std::chrono::seconds timeout = std::chrono::seconds(10)) const;
 
  private:
+  /// Polls GET /v1/jobs/{id} every 50 ms until `done` holds or `timeout`; the last job JSON.
+  nlohmann::json poll_job(const std::string& id, const std::function<bool(const nlohmann::json&)>& done,
+                          std::chrono::seconds timeout) const;
+
   DaemonOptions options_;
   std::filesystem::path work_dir_;
   std::filesystem::path state_dir_;
