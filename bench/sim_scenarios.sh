@@ -7,6 +7,7 @@
 #
 #   bench/sim_scenarios.sh [--build DIR] [--seeds "1 2 3"] [--scenario NAME]... [--keep DIR]
 #                          [--sim-arg ARG]...   (passed to every joule-sim run: --knob-probes networks)
+#                          [--scenarios-dir DIR] (default simulator/scenarios; simulator/held-out: held out)
 #
 # Each (scenario, seed) is one joule-sim run with --json (about 2-10 s on a 2-core VM, most of
 # it learning the device models from simulated probes). --keep DIR keeps the JSON of each run.
@@ -18,6 +19,7 @@ seeds="1 2 3"
 scenarios=()
 keep=""
 sim_args=()
+scenarios_dir="$here/../simulator/scenarios"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -25,20 +27,21 @@ while [[ $# -gt 0 ]]; do
     --scenario) scenarios+=("$2"); shift 2 ;;
     --keep) keep=$2; shift 2 ;;
     --sim-arg) sim_args+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --scenarios-dir) scenarios_dir=$2; shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
 sim="$build/simulator/joule-sim"
 [[ -x "$sim" ]] || { echo "no $sim: run ninja -C $build joule-sim" >&2; exit 1; }
 if [[ ${#scenarios[@]} -eq 0 ]]; then
-  for dir in "$here"/../simulator/scenarios/*/; do scenarios+=("$(basename "$dir")"); done
+  for dir in "$scenarios_dir"/*/; do scenarios+=("$(basename "$dir")"); done
 fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 for scenario in "${scenarios[@]}"; do
-  dir="$here/../simulator/scenarios/$scenario"
+  dir="$scenarios_dir/$scenario"
   for seed in $seeds; do
     "$sim" --cluster "$dir/cluster.toml" --trace "$dir/trace.jsonl" --policy "$dir/policy.toml" \
       --seed "$seed" ${sim_args[@]+"${sim_args[@]}"} --json > "$out/$scenario.$seed.json"
