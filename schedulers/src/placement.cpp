@@ -482,28 +482,33 @@ std::optional<WaitReason> Placer::never_fits(UnixMillis now, std::span<const Dev
                           where};
       continue;
     }
+    // Energy as the policy would run it there: at the setting its knob goal would choose (the
+    // deadline above is judged at the defaults, the fastest).
+    const SettingOption* setting = choose_setting(policy_.knobs, policy_.risk, job, candidate, now);
+    const Estimate cheapest = setting ? setting->estimate : estimate;
     if (candidate.estimate && job.max_energy_joules &&
-        overrun_probability(estimate.energy(), *job.max_energy_joules) >= policy_.risk) {
-      reason = WaitReason{WaitReason::Kind::max_energy,
-                          fmt::format("on {} it would likely use more than its max_energy_joules ({} expected, limit {})",
-                                      where, joules_text(estimate.joules_mean), joules_text(*job.max_energy_joules)),
-                          where};
+        overrun_probability(cheapest.energy(), *job.max_energy_joules) >= policy_.risk) {
+      reason =
+          WaitReason{WaitReason::Kind::max_energy,
+                     fmt::format("on {} it would likely use more than its max_energy_joules ({} expected, limit {})",
+                                 where, joules_text(cheapest.joules_mean), joules_text(*job.max_energy_joules)),
+                     where};
       continue;
     }
     bool fits = true;
     if (policy_.admission) {
       for (const auto& state : budgets) {
         if (!state.budget.scope.covers(device.ref)) continue;
-        if (overrun_probability(estimate.energy(), state.budget.limit_joules) < policy_.risk) continue;
+        if (overrun_probability(cheapest.energy(), state.budget.limit_joules) < policy_.risk) continue;
         fits = false;
-        WaitReason why{WaitReason::Kind::budget,
-                       fmt::format("on {} it needs {} at {:g}% risk, more than the whole of budget {} ({} per {})",
-                                   where, joules_text(quantile_above(estimate.energy(), policy_.risk)),
-                                   policy_.risk * 100.0, state.budget.name, joules_text(state.budget.limit_joules),
-                                   state.budget.window.describe()),
-                       where, state.budget.name};
+        WaitReason why{
+            WaitReason::Kind::budget,
+            fmt::format("on {} it needs {} at {:g}% risk, more than the whole of budget {} ({} per {})", where,
+                        joules_text(quantile_above(cheapest.energy(), policy_.risk)), policy_.risk * 100.0,
+                        state.budget.name, joules_text(state.budget.limit_joules), state.budget.window.describe()),
+            where, state.budget.name};
         why.limit = state.budget.limit_joules;
-        why.needed_joules = quantile_above(estimate.energy(), policy_.risk);
+        why.needed_joules = quantile_above(cheapest.energy(), policy_.risk);
         reason = std::move(why);
         break;
       }

@@ -409,6 +409,19 @@ TEST(PlacementKnobsTest, an_unsure_slowdown_must_hold_at_the_policys_risk) {
   EXPECT_TRUE(pass.run().placements[0].setting);
 }
 
+TEST(PlacementKnobsTest, a_job_that_fits_only_at_a_setting_is_not_refused_at_submission) {
+  const auto gpu = with_settings(on(0, 1000.0, 100.0), {at("90 W", 90, 800.0, 105.0)});
+  Pass pass{with_knobs(KnobGoal::min_energy), {device("cuda:0")}, {job("a", {gpu})}};
+  pass.jobs[0].max_energy_joules = 900.0;
+  pass.ledger.set_budgets(pass.policy.budgets);
+  EXPECT_FALSE(Placer(pass.policy).never_fits(kNow, pass.devices, pass.jobs[0], pass.ledger));
+  Pass off{with_knobs(KnobGoal::off), {device("cuda:0")}, {job("a", {gpu})}};
+  off.jobs[0].max_energy_joules = 900.0;
+  const auto refused = Placer(off.policy).never_fits(kNow, off.devices, off.jobs[0], off.ledger);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->kind, WaitReason::Kind::max_energy);
+}
+
 TEST(PlacementKnobsTest, a_deadline_the_defaults_keep_forbids_a_slower_setting) {
   const auto gpu = with_settings(on(0, 1000.0, 100.0), {at("90 W", 90, 800.0, 108.0)});
   Pass pass{with_knobs(KnobGoal::min_energy), {device("cuda:0")}, {job("a", {gpu})}};
