@@ -219,8 +219,7 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
         else
           estimate.reset();
       }
-      const UnixMillis finish =
-          start + (estimate ? static_cast<UnixMillis>(std::llround(estimate->seconds_mean * 1000.0)) : 0);
+      const UnixMillis finish = estimate ? finish_after(start, estimate->seconds_mean) : start;
 
       std::optional<EnergyDistribution> energy;
       if (modelled)
