@@ -1,7 +1,8 @@
 // The shipped scenarios (simulator/scenarios/*): each parses, replays, and min-energy at the
 // policy's default risk overruns no budget, leaves no job behind and runs nothing below a
-// battery floor. The figures themselves are the benchmark's (bench/sim_scenarios.sh), not
-// asserted here.
+// battery floor; and choosing knob settings from measured networks saves energy without
+// slowing a job beyond what it allowed. The figures themselves are the benchmark's
+// (bench/sim_scenarios.sh), not asserted here.
 
 #include <gtest/gtest.h>
 
@@ -75,6 +76,27 @@ TEST_P(ScenarioTest, min_energy_at_the_default_risk_keeps_every_budget_and_floor
   for (const auto& [floor, seconds] : blind.floor_violation_seconds) blind_floor_seconds += seconds;
   EXPECT_TRUE(!blind.violations.empty() || blind_floor_seconds > 0.0 || blind.energy_joules > policy.energy_joules);
   EXPECT_EQ(blind.completed, blind.jobs);
+}
+
+TEST(ScenarioKnobsTest, with_the_queued_networks_measured_knob_settings_save_energy_and_keep_every_slowdown) {
+  // Burst: where responses learnt from THOR's probe networks let Jetson jobs run slower than
+  // they allowed (bench/README.md, "Knobs"); measured networks must not.
+  const Scenario scenario = load("burst");
+  WorldOptions options;
+  options.threads = 2;
+  options.refit_every = 30;
+  options.knob_probes = WorldOptions::KnobProbes::networks;
+  auto world = build_world(scenario.cluster, scenario.trace, scenario.policy, options);
+  ASSERT_TRUE(world) << world.error().message;
+  const auto runs = standard_runs(scenario.policy);
+  const PolicyMetrics alone = replay(*world, runs.front());
+  const PolicyMetrics knobs = replay(*world, run_named(runs, "min-energy+knobs"));
+  EXPECT_GT(knobs.jobs_at_settings, 0u);
+  EXPECT_EQ(knobs.slowdown_exceeded, 0u);
+  EXPECT_LT(knobs.energy_joules, alone.energy_joules);
+  EXPECT_EQ(knobs.completed, knobs.jobs);
+  EXPECT_TRUE(knobs.violations.empty());
+  EXPECT_LE(knobs.deadline_misses, alone.deadline_misses);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shipped, ScenarioTest, ::testing::Values("mixed-fleet", "solar-edge", "burst"),
