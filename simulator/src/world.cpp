@@ -8,7 +8,6 @@
 #include <random>
 #include <set>
 #include <thread>
-#include <tuple>
 
 #include <fmt/format.h>
 
@@ -37,21 +36,6 @@ enum Stream : std::uint64_t { kProbeNoise = 1, kCampaign = 2, kJobFactor = 3 };
 
 std::string analysis_key(const TraceJob& job) { return fmt::format("{}@{}", job.model_key, job.training.batch_size); }
 
-// A network's per-step cost at a setting: the median of 5 noisy steps, as probes measure.
-estimator::StepCost median_step(estimator::SimulatedDevice& hardware,
-                                const std::vector<estimator::AnalyzedLayer>& layers, const std::string& loss,
-                                const estimator::SimulatedSetting& setting) {
-  std::vector<double> joules, seconds;
-  for (int i = 0; i < 5; ++i) {
-    const auto step = hardware.measure_step(layers, loss, "sgd", setting);
-    joules.push_back(step.joules);
-    seconds.push_back(step.seconds);
-  }
-  std::nth_element(joules.begin(), joules.begin() + 2, joules.end());
-  std::nth_element(seconds.begin(), seconds.begin() + 2, seconds.end());
-  return {joules[2], seconds[2]};
-}
-
 // log-std of the median of `values` (their spread / sqrt(n), times 1.25 for a median).
 double median_log_std(const std::vector<double>& values) {
   if (values.size() < 2) return 0.0;
@@ -62,6 +46,32 @@ double median_log_std(const std::vector<double>& values) {
   for (double v : values) square += (std::log(v) - mean) * (std::log(v) - mean);
   const double spread = std::sqrt(square / static_cast<double>(values.size() - 1));
   return 1.25 * spread / std::sqrt(static_cast<double>(values.size()));
+}
+
+// A network's per-step cost at a setting as probes measure it: the median of 5 noisy steps,
+// with the log-std of each median.
+struct MedianStep {
+  double joules = 0.0;
+  double seconds = 0.0;
+  double joules_log_std = 0.0;
+  double seconds_log_std = 0.0;
+};
+
+MedianStep median_step(estimator::SimulatedDevice& hardware, const std::vector<estimator::AnalyzedLayer>& layers,
+                       const std::string& loss, const std::string& optimizer,
+                       const estimator::SimulatedSetting& setting) {
+  std::vector<double> joules, seconds;
+  for (int i = 0; i < 5; ++i) {
+    const auto step = hardware.measure_step(layers, loss, optimizer, setting);
+    joules.push_back(step.joules);
+    seconds.push_back(step.seconds);
+  }
+  MedianStep out{0.0, 0.0, median_log_std(joules), median_log_std(seconds)};
+  std::nth_element(joules.begin(), joules.begin() + 2, joules.end());
+  std::nth_element(seconds.begin(), seconds.begin() + 2, seconds.end());
+  out.joules = joules[2];
+  out.seconds = seconds[2];
+  return out;
 }
 
 // knob_probes = networks: each workload network measured at every setting and at the defaults
@@ -75,25 +85,15 @@ std::map<std::string, std::vector<estimator::RatioPrediction>> measure_networks_
   for (std::size_t i = 0; i < workload.size(); ++i) {
     auto layers = estimator::analyze_model(workload[i].model, workload[i].batch_size);
     if (!layers) continue;
-    auto measure = [&](const estimator::SimulatedSetting& setting) {
-      std::vector<double> joules, seconds;
-      for (int r = 0; r < 5; ++r) {
-        const auto step = hardware.measure_step(*layers, workload[i].model.loss, workload[i].optimizer, setting);
-        joules.push_back(step.joules);
-        seconds.push_back(step.seconds);
-      }
-      std::vector<double> sorted_j = joules, sorted_s = seconds;
-      std::nth_element(sorted_j.begin(), sorted_j.begin() + 2, sorted_j.end());
-      std::nth_element(sorted_s.begin(), sorted_s.begin() + 2, sorted_s.end());
-      return std::tuple{sorted_j[2], sorted_s[2], median_log_std(joules), median_log_std(seconds)};
-    };
-    const auto [joules0, seconds0, joules0_std, seconds0_std] = measure(knob.settings[0]);
+    const std::string& loss = workload[i].model.loss;
+    const std::string& optimizer = workload[i].optimizer;
+    const MedianStep base = median_step(hardware, *layers, loss, optimizer, knob.settings[0]);
     std::vector<estimator::RatioPrediction>& ratios = out[keys[i]];
     ratios.resize(knob.settings.size());
     for (std::size_t s = 1; s < knob.settings.size(); ++s) {
-      const auto [joules, seconds, joules_std, seconds_std] = measure(knob.settings[s]);
-      ratios[s] = {seconds / seconds0, std::hypot(seconds_std, seconds0_std), joules / joules0,
-                   std::hypot(joules_std, joules0_std)};
+      const MedianStep at = median_step(hardware, *layers, loss, optimizer, knob.settings[s]);
+      ratios[s] = {at.seconds / base.seconds, std::hypot(at.seconds_log_std, base.seconds_log_std),
+                   at.joules / base.joules, std::hypot(at.joules_log_std, base.joules_log_std)};
     }
   }
   return out;
@@ -119,13 +119,13 @@ std::vector<std::optional<estimator::KnobResponse>> learn_knob_response(
     auto layers = estimator::analyze_model(plan->networks[0], targets[i].batch_size);
     if (layers) networks.emplace_back(std::move(layers).value(), plan->networks[0].loss);
   }
-  std::vector<estimator::StepCost> at_default;
+  std::vector<MedianStep> at_default;
   for (const auto& [layers, loss] : networks)
-    at_default.push_back(median_step(hardware, layers, loss, knob.settings[0]));
+    at_default.push_back(median_step(hardware, layers, loss, "sgd", knob.settings[0]));
   for (std::size_t s = 1; s < knob.settings.size(); ++s) {
     std::vector<estimator::KnobSample> samples;
     for (std::size_t n = 0; n < networks.size(); ++n) {
-      const auto at = median_step(hardware, networks[n].first, networks[n].second, knob.settings[s]);
+      const MedianStep at = median_step(hardware, networks[n].first, networks[n].second, "sgd", knob.settings[s]);
       estimator::NetworkFeatures features = estimator::network_features(networks[n].first);
       features.watts = at_default[n].joules / at_default[n].seconds;
       samples.push_back({features, at.seconds / at_default[n].seconds, at.joules / at_default[n].joules});
