@@ -1,0 +1,176 @@
+#include "joule/config/grid_signal_file.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace joule::config {
+namespace {
+
+using nlohmann::json;
+using schedulers::SignalPoint;
+using schedulers::UnixMillis;
+
+std::string trim(std::string_view text) {
+  const auto first = text.find_first_not_of(" \t\r");
+  if (first == std::string_view::npos) return {};
+  const auto last = text.find_last_not_of(" \t\r");
+  return std::string(text.substr(first, last - first + 1));
+}
+
+// RFC 3339, and the minute-precision "2026-11-28T12:30Z" the UK National Grid API writes.
+std::optional<UnixMillis> parse_time(const std::string& text) {
+  if (auto parsed = schedulers::parse_rfc3339(text)) return parsed;
+  if (text.size() == 17 && text[13] == ':' && text[16] == 'Z')
+    return schedulers::parse_rfc3339(text.substr(0, 16) + ":00Z");
+  return std::nullopt;
+}
+
+Result<schedulers::GridSignal> finish(std::vector<SignalPoint> points, UnixMillis end, const std::string& source) {
+  auto signal = schedulers::GridSignal::from_points(std::move(points), end);
+  if (!signal) return make_error(ErrorCode::invalid_argument, fmt::format("{}: {}", source, signal.error().message));
+  return signal;
+}
+
+Result<schedulers::GridSignal> parse_csv(std::string_view text, const std::string& source) {
+  std::vector<SignalPoint> points;
+  std::istringstream in{std::string(text)};
+  std::string line;
+  int number = 0;
+  bool header_seen = false;
+  while (std::getline(in, line)) {
+    ++number;
+    const std::string row = trim(line);
+    if (row.empty() || row[0] == '#') continue;
+    const auto comma = row.find(',');
+    const std::string time_text = trim(std::string_view(row).substr(0, comma));
+    const auto time = parse_time(time_text);
+    if (!time && !header_seen && points.empty()) {  // a header line
+      header_seen = true;
+      continue;
+    }
+    if (!time)
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("{}:{}: \"{}\" is not an RFC 3339 time", source, number, time_text));
+    if (comma == std::string::npos)
+      return make_error(ErrorCode::invalid_argument, fmt::format("{}:{}: expected time,value", source, number));
+    const std::string value_text = trim(std::string_view(row).substr(comma + 1));
+    double value = 0.0;
+    const auto [end, error] = std::from_chars(value_text.data(), value_text.data() + value_text.size(), value);
+    if (error != std::errc{} || end != value_text.data() + value_text.size() || !std::isfinite(value) || value < 0.0)
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("{}:{}: \"{}\" is not a number >= 0", source, number, value_text));
+    if (!points.empty() && *time <= points.back().at)
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("{}:{}: {} is not after the row before ({}): times must increase", source, number,
+                                    time_text, schedulers::format_rfc3339(points.back().at)));
+    points.push_back({*time, value});
+  }
+  if (points.empty()) return make_error(ErrorCode::invalid_argument, fmt::format("{}: no time,value rows", source));
+  return finish(std::move(points), 0, source);
+}
+
+// One JSON row's time and value; `pointer` names the row in errors.
+Result<SignalPoint> json_point(const json& row, const char* time_key, const json* value, const std::string& source,
+                               const std::string& pointer, const std::string& value_pointer) {
+  if (!row.is_object() || !row.contains(time_key) || !row[time_key].is_string())
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("{}: {}/{}: expected a time string", source, pointer, time_key));
+  const auto time = parse_time(row[time_key].get<std::string>());
+  if (!time)
+    return make_error(ErrorCode::invalid_argument, fmt::format("{}: {}/{}: \"{}\" is not an RFC 3339 time", source,
+                                                               pointer, time_key, row[time_key].get<std::string>()));
+  if (!value || !value->is_number() || !std::isfinite(value->get<double>()) || value->get<double>() < 0.0)
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("{}: {}: expected a number >= 0", source, value_pointer));
+  return SignalPoint{*time, value->get<double>()};
+}
+
+Result<schedulers::GridSignal> parse_json(const json& doc, const std::string& source) {
+  std::vector<SignalPoint> points;
+  UnixMillis end = 0;
+  auto add = [&](Result<SignalPoint> point, const std::string& pointer) -> Status {
+    if (!point) return point.error();
+    if (!points.empty() && point->at <= points.back().at)
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("{}: {}: {} is not after the row before: times must increase", source, pointer,
+                                    schedulers::format_rfc3339(point->at)));
+    points.push_back(*point);
+    return {};
+  };
+  if (doc.is_object() && doc.contains("data") && doc["data"].is_array() && !doc["data"].empty() &&
+      doc["data"][0].is_object() && doc["data"][0].contains("intensity")) {
+    const json& rows = doc["data"];
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const std::string pointer = fmt::format("/data/{}", i);
+      const json& row = rows[i];
+      const json* value = nullptr;
+      std::string which = "forecast";
+      if (row.is_object() && row.contains("intensity") && row["intensity"].is_object()) {
+        const json& intensity = row["intensity"];
+        if (intensity.contains("actual") && intensity["actual"].is_number()) {
+          value = &intensity["actual"];
+          which = "actual";
+        } else if (intensity.contains("forecast")) {
+          value = &intensity["forecast"];
+        }
+      }
+      if (auto added = add(json_point(row, "from", value, source, pointer, pointer + "/intensity/" + which), pointer);
+          !added)
+        return added.error();
+      if (row.contains("to") && row["to"].is_string())
+        if (auto to = parse_time(row["to"].get<std::string>())) end = *to;
+    }
+    return finish(std::move(points), end, source);
+  }
+  for (const char* key : {"forecast", "history"}) {
+    if (!doc.is_object() || !doc.contains(key) || !doc[key].is_array()) continue;
+    const json& rows = doc[key];
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const std::string pointer = fmt::format("/{}/{}", key, i);
+      const json* value =
+          rows[i].is_object() && rows[i].contains("carbonIntensity") ? &rows[i]["carbonIntensity"] : nullptr;
+      if (auto added =
+              add(json_point(rows[i], "datetime", value, source, pointer, pointer + "/carbonIntensity"), pointer);
+          !added)
+        return added.error();
+    }
+    if (points.empty()) return make_error(ErrorCode::invalid_argument, fmt::format("{}: /{} is empty", source, key));
+    return finish(std::move(points), 0, source);
+  }
+  if (doc.is_object() && doc.contains("data") && doc["data"].is_array()) {
+    const json& rows = doc["data"];
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const std::string pointer = fmt::format("/data/{}", i);
+      const json* value = rows[i].is_object() && rows[i].contains("value") ? &rows[i]["value"] : nullptr;
+      if (auto added = add(json_point(rows[i], "point_time", value, source, pointer, pointer + "/value"), pointer);
+          !added)
+        return added.error();
+    }
+    if (points.empty()) return make_error(ErrorCode::invalid_argument, fmt::format("{}: /data is empty", source));
+    return finish(std::move(points), 0, source);
+  }
+  return make_error(ErrorCode::invalid_argument,
+                    fmt::format("{}: not a signal: expected the UK National Grid's \"data\" with \"intensity\", "
+                                "ElectricityMaps' \"forecast\" or \"history\", or WattTime's \"data\" with "
+                                "\"point_time\"",
+                                source));
+}
+
+}  // namespace
+
+Result<schedulers::GridSignal> parse_grid_signal(std::string_view text, const std::string& source) {
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && (text[first] == '{' || text[first] == '[')) {
+    const json doc = json::parse(text, nullptr, false);
+    if (doc.is_discarded()) return make_error(ErrorCode::invalid_argument, fmt::format("{}: not valid JSON", source));
+    return parse_json(doc, source);
+  }
+  return parse_csv(text, source);
+}
+
+}  // namespace joule::config

@@ -1,0 +1,81 @@
+#include "joule/config/grid_signal_file.hpp"
+
+#include <gtest/gtest.h>
+
+using joule::config::parse_grid_signal;
+using joule::schedulers::parse_rfc3339;
+
+namespace {
+
+std::string error_of(const std::string& text, const std::string& source = "forecast.csv") {
+  auto parsed = parse_grid_signal(text, source);
+  return parsed ? "(accepted)" : parsed.error().message;
+}
+
+}  // namespace
+
+TEST(GridSignalFileTest, a_csv_of_time_value_rows_is_read_with_its_header_and_comments_skipped) {
+  auto signal = parse_grid_signal(
+      "time,gco2_per_kwh\n# from the operator's day-ahead forecast\n2026-11-28T00:00:00Z,400\n"
+      "2026-11-28T00:30:00Z, 350.5\n\n2026-11-28T01:00:00+00:00,300\n",
+      "forecast.csv");
+  ASSERT_TRUE(signal) << signal.error().message;
+  ASSERT_EQ(signal->points().size(), 3u);
+  EXPECT_EQ(signal->at(*parse_rfc3339("2026-11-28T00:45:00Z")), 350.5);
+  EXPECT_EQ(signal->end(), *parse_rfc3339("2026-11-28T01:30:00Z"));
+}
+
+TEST(GridSignalFileTest, csv_errors_name_the_file_and_line) {
+  EXPECT_EQ(error_of("time,value\n2026-11-28T00:00:00Z,400\nyesterday,300\n"),
+            "forecast.csv:3: \"yesterday\" is not an RFC 3339 time");
+  EXPECT_EQ(error_of("2026-11-28T00:00:00Z,400\n2026-11-28T01:00:00Z,lots\n"),
+            "forecast.csv:2: \"lots\" is not a number >= 0");
+  EXPECT_EQ(error_of("2026-11-28T00:00:00Z,400\n2026-11-28T01:00:00Z,-3\n"),
+            "forecast.csv:2: \"-3\" is not a number >= 0");
+  EXPECT_EQ(error_of("2026-11-28T01:00:00Z,400\n2026-11-28T00:00:00Z,300\n"),
+            "forecast.csv:2: 2026-11-28T00:00:00Z is not after the row before (2026-11-28T01:00:00.000Z): times must "
+            "increase");
+  EXPECT_EQ(error_of("2026-11-28T00:00:00Z\n"), "forecast.csv:1: expected time,value");
+  EXPECT_EQ(error_of("time,value\n"), "forecast.csv: no time,value rows");
+}
+
+TEST(GridSignalFileTest, the_uk_national_grid_shape_takes_the_actual_where_there_is_one_and_ends_at_the_last_to) {
+  auto signal = parse_grid_signal(R"({"data": [
+      {"from": "2026-11-28T12:00Z", "to": "2026-11-28T12:30Z", "intensity": {"forecast": 180, "actual": 175, "index": "moderate"}},
+      {"from": "2026-11-28T12:30Z", "to": "2026-11-28T13:00Z", "intensity": {"forecast": 160, "actual": null, "index": "low"}}]})",
+                                  "https://api.carbonintensity.org.uk/intensity");
+  ASSERT_TRUE(signal) << signal.error().message;
+  EXPECT_EQ(signal->at(*parse_rfc3339("2026-11-28T12:10:00Z")), 175.0);
+  EXPECT_EQ(signal->at(*parse_rfc3339("2026-11-28T12:40:00Z")), 160.0);
+  EXPECT_EQ(signal->end(), *parse_rfc3339("2026-11-28T13:00:00Z"));
+  EXPECT_EQ(
+      error_of(
+          R"({"data": [{"from": "2026-11-28T12:00Z", "to": "2026-11-28T12:30Z", "intensity": {"forecast": "high"}}]})",
+          "uk.json"),
+      "uk.json: /data/0/intensity/forecast: expected a number >= 0");
+}
+
+TEST(GridSignalFileTest, electricitymaps_and_watttime_shapes_are_read) {
+  auto forecast = parse_grid_signal(R"({"zone": "DE", "forecast": [
+      {"carbonIntensity": 302, "datetime": "2026-11-28T12:00:00.000Z"},
+      {"carbonIntensity": 287, "datetime": "2026-11-28T13:00:00.000Z"}], "updatedAt": "2026-11-28T11:55:00.000Z"})",
+                                    "em.json");
+  ASSERT_TRUE(forecast) << forecast.error().message;
+  EXPECT_EQ(forecast->at(*parse_rfc3339("2026-11-28T13:30:00Z")), 287.0);
+  auto history = parse_grid_signal(
+      R"({"zone": "DE", "history": [{"carbonIntensity": 310, "datetime": "2026-11-27T12:00:00.000Z"}]})", "em.json");
+  ASSERT_TRUE(history) << history.error().message;
+  auto watttime = parse_grid_signal(R"({"data": [{"point_time": "2026-11-28T12:00:00+00:00", "value": 910.5},
+      {"point_time": "2026-11-28T12:05:00+00:00", "value": 905.0}], "meta": {"region": "CAISO_NORTH"}})",
+                                    "wt.json");
+  ASSERT_TRUE(watttime) << watttime.error().message;
+  EXPECT_EQ(watttime->end(), *parse_rfc3339("2026-11-28T12:10:00Z"));
+  EXPECT_EQ(error_of(R"({"forecast": [{"carbonIntensity": 302, "datetime": "noon"}]})", "em.json"),
+            "em.json: /forecast/0/datetime: \"noon\" is not an RFC 3339 time");
+  EXPECT_EQ(error_of(R"({"forecast": [{"carbonIntensity": 302, "datetime": "2026-11-28T12:00:00Z"},
+      {"carbonIntensity": 300, "datetime": "2026-11-28T11:00:00Z"}]})",
+                     "em.json"),
+            "em.json: /forecast/1: 2026-11-28T11:00:00.000Z is not after the row before: times must increase");
+  EXPECT_EQ(error_of("{\"forecast\": [", "em.json"), "em.json: not valid JSON");
+  EXPECT_NE(error_of(R"({"zone": "DE"})", "em.json").find("em.json: not a signal"), std::string::npos);
+}
