@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 #include <toml++/toml.h>
 
+#include "joule/config/grid_signal_file.hpp"
 #include "joule/estimator/simulated_device.hpp"
 
 namespace joule::simulator {
@@ -223,7 +224,8 @@ Result<ClusterSpec> parse_cluster(const std::string& text, const std::string& fi
   ClusterSpec cluster;
   cluster.source = file_name;
   cluster.start = default_start();
-  problems.reject_unknown(root, "", {"start", "utc_offset_minutes", "nodes"});
+  problems.reject_unknown(root, "", {"start", "utc_offset_minutes", "carbon", "nodes"});
+  if (auto carbon = problems.string(root, "carbon", "carbon")) cluster.carbon_path = *carbon;
   if (auto start = problems.string(root, "start", "start")) {
     if (auto parsed = schedulers::parse_rfc3339(*start))
       cluster.start = *parsed;
@@ -262,7 +264,19 @@ Result<ClusterSpec> load_cluster(const std::filesystem::path& path) {
   if (!in) return make_error(ErrorCode::not_found, fmt::format("{}: cannot read the cluster file", path.string()));
   std::stringstream text;
   text << in.rdbuf();
-  return parse_cluster(text.str(), path.string());
+  auto cluster = parse_cluster(text.str(), path.string());
+  if (!cluster || cluster->carbon_path.empty()) return cluster;
+  const std::filesystem::path signal_path = path.parent_path() / cluster->carbon_path;
+  std::ifstream signal_in(signal_path);
+  if (!signal_in)
+    return make_error(ErrorCode::not_found,
+                      fmt::format("{}: carbon: cannot read {}", path.string(), signal_path.string()));
+  std::stringstream signal_text;
+  signal_text << signal_in.rdbuf();
+  auto signal = config::parse_grid_signal(signal_text.str(), signal_path.string());
+  if (!signal) return signal.error();
+  cluster->carbon = std::move(signal).value();
+  return cluster;
 }
 
 double solar_watts(const SolarSpec& solar, double local_hour) {

@@ -597,6 +597,18 @@ class Replay {
       m.wait_p95_seconds = percentile(waits, 0.95);
     }
     m.violations = find_violations(world_, run_.policy.budgets, segments_, core_.ledger());
+    if (world_.carbon) {
+      // Each stretch's energy drawn evenly over it, at the grid's intensity then.
+      m.carbon_grams = 0.0;
+      for (const Segment& use : segments_) {
+        const auto intensity =
+            use.end > use.start ? world_.carbon->mean_over(use.start, use.end) : world_.carbon->at(use.start);
+        if (intensity)
+          *m.carbon_grams += use.joules / 3.6e6 * *intensity;
+        else
+          m.joules_outside_carbon_signal += use.joules;
+      }
+    }
     for (const auto& v : m.violations) m.max_overrun_joules = std::max(m.max_overrun_joules, v.overrun_joules());
     m.throttle_actions = throttle_actions_;
     for (const auto& [kind, count] : throttle_actions_) m.throttle_action_count += count;

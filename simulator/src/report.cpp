@@ -43,7 +43,12 @@ json to_json(const PolicyMetrics& m) {
   json devices = json::object();
   for (const auto& [name, usage] : m.devices)
     devices[name] = {{"jobs", usage.jobs}, {"busy_seconds", usage.busy_seconds}, {"joules", usage.joules}};
+  json carbon = nullptr;
+  if (m.carbon_grams)
+    carbon = {
+        {"grams", *m.carbon_grams}, {"joules_outside_signal", m.joules_outside_carbon_signal}, {"source", "simulated"}};
   return {
+      {"carbon", carbon},
       {"name", m.name},
       {"objective", m.objective},
       {"knowledge", m.knowledge},
@@ -141,6 +146,14 @@ std::string format_table(const SimulationReport& report) {
   }
   out += "\n/oracle, /rr: ratio of energy to the oracle's and to round-robin's (total; kJ/job's per completed job).\n";
   out += "budget viol.: budget windows whose simulated spent energy exceeded the limit (largest overrun).\n";
+  for (const auto& run : report.runs) {
+    if (!run.carbon_grams) continue;
+    out += fmt::format(
+        "  {}: {:.0f} g CO2e of simulated energy at the cluster's carbon signal{}\n", run.name, *run.carbon_grams,
+        run.joules_outside_carbon_signal > 0
+            ? fmt::format(" ({:.0f} kJ drawn outside the signal, not counted)", run.joules_outside_carbon_signal / 1e3)
+            : std::string());
+  }
   for (const auto& run : report.runs) {
     std::string extra;
     if (run.never_started || run.started_not_completed || run.rejected)

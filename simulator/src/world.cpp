@@ -142,6 +142,7 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
                           const WorldOptions& options) {
   World world;
   world.start = cluster.start;
+  world.carbon = cluster.carbon;
   world.utc_offset_minutes = cluster.utc_offset_minutes;
   for (const auto& node : cluster.nodes) {
     world.nodes.push_back(SimNode{node.name, node.battery, node.solar});

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <numbers>
 
 #include "example_models.hpp"
@@ -113,6 +114,31 @@ TEST(ClusterTest, syntax_errors_and_missing_parts_name_the_line) {
                      "\"laptop-cpu\"}]\n")
                 .find("c.toml:1: start \"yesterday\" is not an RFC 3339 time"),
             std::string::npos);
+}
+
+TEST(ClusterTest, a_carbon_signal_file_is_read_beside_the_cluster_file_and_its_errors_name_the_row) {
+  joule::testing::TempDir dir;
+  const std::string cluster_text =
+      "carbon = \"grid.csv\"\n[[nodes]]\nname = \"n\"\ndevices = [{name = \"cpu\", profile = \"laptop-cpu\"}]\n";
+  std::ofstream(dir.path() / "cluster.toml") << cluster_text;
+  std::ofstream(dir.path() / "grid.csv") << "time,gco2_per_kwh\n2026-11-26T00:00:00Z,300\n2026-11-26T01:00:00Z,200\n";
+  auto cluster = load_cluster(dir.path() / "cluster.toml");
+  ASSERT_TRUE(cluster) << cluster.error().message;
+  ASSERT_TRUE(cluster->carbon);
+  EXPECT_EQ(cluster->carbon->points().size(), 2u);
+
+  std::ofstream(dir.path() / "grid.csv") << "time,gco2_per_kwh\n2026-11-26T00:00:00Z,300\n2026-11-26T01:00:00Z,much\n";
+  auto bad = load_cluster(dir.path() / "cluster.toml");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message, (dir.path() / "grid.csv").string() + ":3: \"much\" is not a number >= 0");
+  std::filesystem::remove(dir.path() / "grid.csv");
+  auto missing = load_cluster(dir.path() / "cluster.toml");
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message.find("carbon: cannot read"), std::string::npos);
+  // Without a carbon key, no signal.
+  EXPECT_FALSE(
+      parse_cluster("[[nodes]]\nname = \"n\"\ndevices = [{name = \"cpu\", profile = \"laptop-cpu\"}]\n", "c.toml")
+          ->carbon);
 }
 
 TEST(ClusterTest, solar_power_is_a_half_sine_and_its_energy_is_integrated_in_closed_form) {

@@ -108,6 +108,25 @@ TEST(ReplayTest, min_energy_waits_for_the_efficient_device_and_the_figures_add_u
   EXPECT_EQ(f.devices.at("n1/b").jobs, 1u);
 }
 
+TEST(ReplayTest, carbon_is_each_stretchs_energy_at_the_signals_mean_over_it) {
+  // j1 runs 0-10 s and j2 10-20 s on a: 100 J each. The grid is 3.6e6 g/kWh (1 g per J) for
+  // the first 15 s, then 0: j1 counts whole, j2 half.
+  World world = world_of({"a"}, {job("j1", 0, {on(0, 100, 10)}), job("j2", 0, {on(0, 100, 10)})});
+  world.carbon =
+      schedulers::GridSignal::from_points({{kStart, 3.6e6}, {kStart + 15'000, 0.0}}, kStart + 60'000).value();
+  const PolicyMetrics m = replay(world, min_energy());
+  ASSERT_TRUE(m.carbon_grams);
+  EXPECT_NEAR(*m.carbon_grams, 150.0, 1e-6);
+  EXPECT_DOUBLE_EQ(m.joules_outside_carbon_signal, 0.0);
+  // A signal that ends at 12 s leaves j2's energy out, counted apart.
+  world.carbon = schedulers::GridSignal::from_points({{kStart, 3.6e6}}, kStart + 12'000).value();
+  const PolicyMetrics short_signal = replay(world, min_energy());
+  EXPECT_NEAR(*short_signal.carbon_grams, 100.0, 1e-6);
+  EXPECT_DOUBLE_EQ(short_signal.joules_outside_carbon_signal, 100.0);
+  world.carbon.reset();
+  EXPECT_FALSE(replay(world, min_energy()).carbon_grams);
+}
+
 TEST(ReplayTest, a_deadline_sends_a_job_to_the_costlier_free_device) {
   SimJob late = job("j2", 0, {on(0, 100, 10), on(1, 300, 10)});
   late.deadline = kStart + 15'000;  // waiting for a would finish at 20 s

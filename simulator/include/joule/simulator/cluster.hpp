@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "joule/common/result.hpp"
+#include "joule/schedulers/grid_signal.hpp"
 #include "joule/schedulers/time_format.hpp"
 
 namespace joule::simulator {
@@ -65,6 +66,10 @@ struct ClusterSpec {
   int utc_offset_minutes = 0;
   std::vector<NodeSpec> nodes;
   std::string source;  ///< file name
+  /// `carbon`: a carbon-intensity signal file for the whole cluster (CSV or JSON, as
+  /// config::parse_grid_signal reads), relative to the cluster file; loaded by load_cluster.
+  std::string carbon_path;
+  std::optional<schedulers::GridSignal> carbon;
 };
 
 /// The default virtual start: 2026-11-26T00:00:00Z, a Thursday.

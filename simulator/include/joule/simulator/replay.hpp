@@ -123,6 +123,10 @@ struct PolicyMetrics {
   double max_overrun_joules = 0.0;
   std::map<std::string, std::size_t> throttle_actions;  ///< by kind ("pause", "resume")
   std::size_t throttle_action_count = 0;
+  /// Grams CO2e of the jobs' energy at the cluster's carbon signal (nullopt: no signal); energy
+  /// drawn where the signal has no value is left out and counted apart.
+  std::optional<double> carbon_grams;
+  double joules_outside_carbon_signal = 0.0;
   std::size_t jobs_at_settings = 0;   ///< jobs that ran at a knob setting other than their device's default
   std::size_t slowdown_exceeded = 0;  ///< of those, jobs truly slowed beyond their allowed max_slowdown
   std::map<std::string, DeviceUsage> devices;           ///< by qualified device name

@@ -87,6 +87,7 @@ struct SimDevice {
 struct World {
   schedulers::UnixMillis start = 0;
   int utc_offset_minutes = 0;
+  std::optional<schedulers::GridSignal> carbon;  ///< the cluster's carbon intensity, if it has one
   std::vector<SimNode> nodes;
   std::vector<SimDevice> devices;
   std::vector<SimJob> jobs;        ///< in submission order (stable for equal times)
