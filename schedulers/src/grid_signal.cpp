@@ -54,6 +54,16 @@ std::optional<double> GridSignal::mean_over(UnixMillis from, UnixMillis to) cons
   return (integral_to(to) - integral_to(from)) / static_cast<double>(to - from);
 }
 
+double GridSignal::mean_extended(UnixMillis from, UnixMillis to) const {
+  auto integral = [&](UnixMillis at) {
+    if (at <= begin()) return points_.front().value * static_cast<double>(at - begin());
+    if (at >= end_) return integral_to(end_) + points_.back().value * static_cast<double>(at - end_);
+    return integral_to(at);
+  };
+  if (to <= from) return at(from).value_or(from < begin() ? points_.front().value : points_.back().value);
+  return (integral(to) - integral(from)) / static_cast<double>(to - from);
+}
+
 std::optional<SignalWindow> GridSignal::lowest_start(UnixMillis earliest, UnixMillis latest,
                                                      UnixMillis duration_ms) const {
   if (duration_ms <= 0) return std::nullopt;

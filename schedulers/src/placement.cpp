@@ -37,6 +37,7 @@ int precedence(WaitReason::Kind kind) {
       return 5;
     case WaitReason::Kind::device_busy:
     case WaitReason::Kind::no_free_device:
+    case WaitReason::Kind::cleaner_window:
       return 6;
     case WaitReason::Kind::unavailable:
       return 7;
@@ -55,7 +56,8 @@ bool surely_within(const EnergyDistribution& energy, double limit, double risk) 
 
 bool waits_for_best(Objective objective) {
   return objective == Objective::min_energy || objective == Objective::min_edp ||
-         objective == Objective::earliest_finish || objective == Objective::flops_greedy;
+         objective == Objective::earliest_finish || objective == Objective::flops_greedy ||
+         objective == Objective::min_carbon;
 }
 
 // The state a pass keeps of each device while it hands out work.
@@ -120,9 +122,9 @@ const SettingOption* choose_setting(const KnobPolicy& knobs, double risk, const 
 }  // namespace
 
 std::string_view to_string(WaitReason::Kind kind) {
-  static constexpr std::array<std::string_view, 10> names{
-      "behind", "device-busy", "no-free-device", "budget", "max-energy",
-      "power-cap", "battery-floor", "deadline", "no-estimate", "unavailable"};
+  static constexpr std::array<std::string_view, 11> names{"behind",      "device-busy", "no-free-device", "budget",
+                                                          "max-energy",  "power-cap",   "battery-floor",  "deadline",
+                                                          "no-estimate", "unavailable", "cleaner-window"};
   return names[static_cast<std::size_t>(kind)];
 }
 
@@ -182,6 +184,9 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
       double tie = kInfinity;
       UnixMillis finish = 0;
       const SettingOption* setting = nullptr;
+      UnixMillis run_start = 0;  // min-carbon: when it would start (later than now: a cleaner window)
+      double carbon = 0.0;       // min-carbon: the grid's mean intensity over its run
+      double carbon_now = 0.0;   // min-carbon: the same if it started as soon as it could
     };
     Choice best;          // feasible
     Choice best_free;     // feasible and free now
@@ -219,7 +224,22 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
         else
           estimate.reset();
       }
-      const UnixMillis finish = estimate ? finish_after(start, estimate->seconds_mean) : start;
+      // min-carbon: the start in [start, deadline - run] with the cleanest run on this device's
+      // grid; a job without a deadline is not deferred.
+      UnixMillis run_start = start;
+      double carbon = 0.0, carbon_now = 0.0;
+      if (objective == Objective::min_carbon && estimate && device.carbon) {
+        const auto run_ms = static_cast<UnixMillis>(std::llround(estimate->seconds_mean * 1000.0));
+        carbon = carbon_now = device.carbon->mean_extended(start, start + run_ms);
+        if (job->deadline && *job->deadline - run_ms > start) {
+          if (auto window = device.carbon->lowest_start(start, *job->deadline - run_ms, run_ms);
+              window && window->mean < carbon_now) {
+            run_start = window->start;
+            carbon = window->mean;
+          }
+        }
+      }
+      const UnixMillis finish = estimate ? finish_after(run_start, estimate->seconds_mean) : run_start;
 
       std::optional<EnergyDistribution> energy;
       if (modelled)
@@ -322,6 +342,12 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
         case Objective::flops_greedy:
           score = estimate ? estimate->joules_mean : kInfinity;
           break;
+        case Objective::min_carbon:
+          // Grams CO2e. A device whose grid is unknown ranks after every known one; among
+          // those (no signal at all: jouled today) the fewest joules win, as min-energy.
+          score = estimate ? (device.carbon ? estimate->joules_mean / 3.6e6 * carbon : kInfinity) : kInfinity;
+          tie = estimate ? estimate->joules_mean : kInfinity;
+          break;
         case Objective::min_edp:
           score = estimate ? estimate->joules_mean * static_cast<double>(finish - now) / 1000.0 : kInfinity;
           break;
@@ -345,10 +371,10 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
       Choice& slot = meets_deadline ? best : late;
       const double slot_score = meets_deadline ? score : static_cast<double>(finish);
       if (slot_score < slot.score || (slot_score == slot.score && tie < slot.tie))
-        slot = Choice{&candidate, estimate, slot_score, tie, finish, setting};
+        slot = Choice{&candidate, estimate, slot_score, tie, finish, setting, run_start, carbon, carbon_now};
       if (meets_deadline && view.free &&
           (score < best_free.score || (score == best_free.score && tie < best_free.tie)))
-        best_free = Choice{&candidate, estimate, score, tie, finish, setting};
+        best_free = Choice{&candidate, estimate, score, tie, finish, setting, run_start, carbon, carbon_now};
       if (!meets_deadline && wants(WaitReason::Kind::deadline)) {
         WaitReason why{WaitReason::Kind::deadline,
                        fmt::format("on {} it would finish at {}, after its deadline {}", where(), format_rfc3339(finish),
@@ -409,6 +435,22 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
       continue;
     }
 
+    if (objective == Objective::min_carbon && best.run_start > now) {
+      // Free now, but a cleaner window comes before its deadline: the device stays free for
+      // others meanwhile; the pass runs again when the window opens.
+      WaitReason why{
+          WaitReason::Kind::cleaner_window,
+          fmt::format("waiting for a cleaner window on {} at {}: {:.0f}% less carbon than now ({:.0f} "
+                      "against {:.0f} gCO2e/kWh)",
+                      where, format_rfc3339(best.run_start),
+                      100.0 * (1.0 - best.carbon / std::max(best.carbon_now, 1e-12)), best.carbon, best.carbon_now),
+          where};
+      why.retry_at = best.run_start;
+      result.next_retry = std::min(result.next_retry.value_or(best.run_start), best.run_start);
+      result.waiting.emplace_back(job->id, std::move(why));
+      continue;
+    }
+
     Placement placement;
     placement.job = job->id;
     placement.device = d;
@@ -442,6 +484,9 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
                       100.0 * (1.0 - best.setting->estimate.joules_mean / std::max(before.joules_mean, 1e-12)),
                       100.0 * (best.setting->estimate.seconds_mean / std::max(before.seconds_mean, 1e-12) - 1.0));
     }
+    if (objective == Objective::min_carbon && best.estimate && devices[d].carbon)
+      placement.note += fmt::format("; {:.1f} g CO2e expected at {:.0f} gCO2e/kWh",
+                                    best.estimate->joules_mean / 3.6e6 * best.carbon, best.carbon);
     if (misses_deadline) placement.note += "; no device can meet its deadline, so it runs where it finishes first";
 
     view.free = false;

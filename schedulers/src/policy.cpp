@@ -9,10 +9,11 @@
 namespace joule::schedulers {
 namespace {
 
-constexpr std::array<std::pair<Objective, std::string_view>, 7> kObjectives{{
+constexpr std::array<std::pair<Objective, std::string_view>, 8> kObjectives{{
     {Objective::min_energy, "min-energy"},
     {Objective::min_edp, "min-edp"},
     {Objective::earliest_finish, "earliest-finish"},
+    {Objective::min_carbon, "min-carbon"},
     {Objective::fifo, "fifo"},
     {Objective::round_robin, "round-robin"},
     {Objective::least_loaded, "least-loaded"},
@@ -61,7 +62,7 @@ std::optional<Objective> objective_from_string(std::string_view text) {
 
 bool uses_estimates(Objective objective) {
   return objective == Objective::min_energy || objective == Objective::min_edp ||
-         objective == Objective::earliest_finish;
+         objective == Objective::earliest_finish || objective == Objective::min_carbon;
 }
 
 std::string_view to_string(Scope scope) {

@@ -274,6 +274,7 @@ class Replay {
       status.ref = world_.devices[d].ref;
       status.accepts_work = node_up(d);
       status.work_seconds = work_seconds_[d];
+      status.carbon = world_.carbon ? &*world_.carbon : nullptr;
       if (const auto& j = device_job_[d]) {
         const JobState& job = jobs_[*j];
         status.busy = true;  // when it is expected to be free is the core's to say, from what it was told

@@ -64,7 +64,8 @@ TEST(PolicyConfigTest, placement_keys_are_read) {
 
 TEST(PolicyConfigTest, placement_values_are_checked) {
   EXPECT_EQ(problems("[placement]\nobjective = \"greenest\"\n"),
-            "50-a.toml:2: placement.objective \"greenest\" is not one of min-energy, min-edp, earliest-finish, fifo, "
+            "50-a.toml:2: placement.objective \"greenest\" is not one of min-energy, min-edp, earliest-finish, "
+            "min-carbon, fifo, "
             "round-robin, least-loaded, flops-greedy");
   EXPECT_EQ(problems("[placement]\nrisk = 1\n"),
             "50-a.toml:2: placement.risk must be between 0 and 1 (exclusive), got 1");
@@ -299,12 +300,13 @@ TEST(PolicyConfigTest, every_problem_is_listed_in_file_then_line_order) {
   ASSERT_FALSE(loaded);
   EXPECT_EQ(loaded.error().code, joule::ErrorCode::invalid_argument);
   EXPECT_EQ(loaded.error().where, "10-a.toml:2");
-  EXPECT_EQ(loaded.error().message,
-            "10-a.toml:2: placement.risk must be between 0 and 1 (exclusive), got 2\n"
-            "10-a.toml:4: placement.objective \"x\" is not one of min-energy, min-edp, earliest-finish, fifo, "
-            "round-robin, least-loaded, flops-greedy\n"
-            "20-b.toml:4: budgets[0].kwh must be > 0, got -1\n"
-            "20-b.toml:5: budgets[0].window \"0h\" must be longer than 0");
+  EXPECT_EQ(
+      loaded.error().message,
+      "10-a.toml:2: placement.risk must be between 0 and 1 (exclusive), got 2\n"
+      "10-a.toml:4: placement.objective \"x\" is not one of min-energy, min-edp, earliest-finish, min-carbon, fifo, "
+      "round-robin, least-loaded, flops-greedy\n"
+      "20-b.toml:4: budgets[0].kwh must be > 0, got -1\n"
+      "20-b.toml:5: budgets[0].window \"0h\" must be longer than 0");
 }
 
 TEST(PolicyConfigTest, a_directory_is_read_in_lexical_order_and_accumulates) {

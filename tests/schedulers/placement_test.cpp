@@ -443,5 +443,62 @@ TEST(PlacementKnobsTest, zeus_and_edp_goals_weigh_time_against_energy) {
   EXPECT_EQ(edp.run().placements[0].setting->label, "90 W");  // 0.92 against 1.05
 }
 
+// A grid at 400 gCO2e/kWh now, 100 from two hours on, for a day.
+GridSignal clean_later() {
+  return GridSignal::from_points({{kNow, 400.0}, {kNow + 2 * 3'600'000, 100.0}}, kNow + 24 * 3'600'000).value();
+}
+
+Policy min_carbon() {
+  Policy policy;
+  policy.objective = Objective::min_carbon;
+  return policy;
+}
+
+TEST(PlacementCarbonTest, a_job_with_a_deadline_waits_for_a_cleaner_window_and_says_how_much_cleaner) {
+  const GridSignal grid = clean_later();
+  Pass pass{min_carbon(), {device("cuda:0")}, {job("a", {on(0, 3.6e6, 3600.0)})}};
+  pass.devices[0].carbon = &grid;
+  pass.jobs[0].deadline = kNow + 6 * 3'600'000;
+  auto result = pass.run();
+  ASSERT_TRUE(result.placements.empty());
+  const auto& why = reason_of(result, "a");
+  EXPECT_EQ(why.kind, WaitReason::Kind::cleaner_window);
+  EXPECT_EQ(why.retry_at, kNow + 2 * 3'600'000);
+  EXPECT_EQ(result.next_retry, kNow + 2 * 3'600'000);
+  EXPECT_EQ(why.message,
+            "waiting for a cleaner window on n1/cuda:0 at 2026-11-26T12:00:00.000Z: 75% less carbon than now (100 "
+            "against 400 gCO2e/kWh)");
+  // When the window opens it runs, and its note says the grams.
+  result = pass.run(kNow + 2 * 3'600'000);
+  ASSERT_EQ(result.placements.size(), 1u);
+  EXPECT_NE(result.placements[0].note.find("100.0 g CO2e expected at 100 gCO2e/kWh"), std::string::npos)
+      << result.placements[0].note;
+}
+
+TEST(PlacementCarbonTest, no_deadline_or_too_little_slack_runs_now) {
+  const GridSignal grid = clean_later();
+  Pass pass{min_carbon(), {device("cuda:0")}, {job("a", {on(0, 3.6e6, 3600.0)})}};
+  pass.devices[0].carbon = &grid;
+  EXPECT_EQ(pass.run().placements.size(), 1u);   // never deferred without a deadline
+  pass.jobs[0].deadline = kNow + 2 * 3'600'000;  // a 1-hour job that must end in 2 hours
+  auto result = pass.run();
+  ASSERT_EQ(result.placements.size(), 1u);
+  EXPECT_NE(result.placements[0].note.find("at 400 gCO2e/kWh"), std::string::npos) << result.placements[0].note;
+}
+
+TEST(PlacementCarbonTest, grams_choose_the_device_and_without_any_signal_joules_do) {
+  const GridSignal dirty = GridSignal::from_points({{kNow, 800.0}}, kNow + 24 * 3'600'000).value();
+  const GridSignal clean = GridSignal::from_points({{kNow, 100.0}}, kNow + 24 * 3'600'000).value();
+  // cuda:0 uses fewer joules on a dirty grid; cuda:1 more on a clean one.
+  Pass pass{
+      min_carbon(), {device("cuda:0", "n1"), device("cuda:1", "n2")}, {job("a", {on(0, 1000, 10), on(1, 2000, 10)})}};
+  pass.devices[0].carbon = &dirty;
+  pass.devices[1].carbon = &clean;
+  EXPECT_EQ(pass.run().placements[0].device, 1u);
+  pass.devices[0].carbon = nullptr;
+  pass.devices[1].carbon = nullptr;
+  EXPECT_EQ(pass.run().placements[0].device, 0u);
+}
+
 }  // namespace
 }  // namespace joule::schedulers

@@ -39,6 +39,9 @@ class GridSignal {
   std::optional<double> at(UnixMillis at) const;
   /// The time-weighted mean over [from, to); nullopt unless begin <= from < to <= end.
   std::optional<double> mean_over(UnixMillis from, UnixMillis to) const;
+  /// The mean over [from, to) with the first value before the signal and the last after it (a
+  /// forecast's edge persisting); from < to.
+  double mean_extended(UnixMillis from, UnixMillis to) const;
   /// Among starts in [earliest, latest] whose run of `duration_ms` lies within the signal, the
   /// one with the lowest mean (the earliest of equals); nullopt when none does. Exact: the
   /// mean of a sliding window over steps is lowest with its start or its end on a step.

@@ -23,6 +23,7 @@
 
 #include "joule/schedulers/budget_ledger.hpp"
 #include "joule/schedulers/energy_risk.hpp"
+#include "joule/schedulers/grid_signal.hpp"
 #include "joule/schedulers/policy.hpp"
 #include "joule/schedulers/time_format.hpp"
 
@@ -77,6 +78,8 @@ struct DeviceStatus {
   std::optional<double> battery_percent;
   std::optional<double> battery_capacity_joules;  ///< full charge, for the floor's headroom
   double work_seconds = 0.0;  ///< seconds of work it has run (least-loaded)
+  /// The carbon intensity of the grid it draws from (min-carbon); nullptr: none known.
+  const GridSignal* carbon = nullptr;
 };
 
 /// Why a job is not running. `message` is one line for people; the rest for programs.
@@ -92,6 +95,7 @@ struct WaitReason {
     deadline,        ///< no device can finish it before its deadline
     no_estimate,     ///< a budget applies but the device has no energy model for the job
     unavailable,     ///< no eligible device accepts work
+    cleaner_window,  ///< min-carbon: waiting for a cleaner window that still meets its deadline
   };
   WaitReason() = default;
   WaitReason(Kind kind, std::string message, std::string device = {}, std::string rule = {})

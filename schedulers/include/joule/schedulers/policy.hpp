@@ -16,7 +16,10 @@ enum class Objective {
   min_energy,       ///< fewest expected joules (default); ties by earliest finish
   min_edp,          ///< smallest energy-delay product: joules x (wait + run seconds)
   earliest_finish,  ///< earliest expected finish, energy ignored
-  fifo,             ///< the first free eligible device in device order: ignores estimates
+  /// fewest expected grams CO2e at the device's carbon signal: a job with a deadline may wait
+  /// for a cleaner window that still meets it; without a signal, as min_energy
+  min_carbon,
+  fifo,  ///< the first free eligible device in device order: ignores estimates
   // Baselines for the simulator (also accepted by jouled, for comparison runs):
   round_robin,   ///< free eligible devices in turn
   least_loaded,  ///< the free eligible device that has run the fewest seconds of work
