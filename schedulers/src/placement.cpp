@@ -231,9 +231,18 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
       if (objective == Objective::min_carbon && estimate && device.carbon) {
         const auto run_ms = static_cast<UnixMillis>(std::llround(estimate->seconds_mean * 1000.0));
         carbon = carbon_now = device.carbon->mean_extended(start, start + run_ms);
-        if (job->deadline && *job->deadline - run_ms > start) {
-          if (auto window = device.carbon->lowest_start(start, *job->deadline - run_ms, run_ms);
-              window && window->mean < carbon_now) {
+        // A deferred job must still meet its deadline if it runs long: its run at the policy's
+        // risk, its time taken as unsure as its energy (the estimate's relative spread).
+        const double relative = estimate->joules_mean > 0 ? estimate->joules_std / estimate->joules_mean : 0.0;
+        const double long_seconds =
+            relative > 0 ? quantile_above(
+                               EnergyDistribution::from_std(estimate->seconds_mean, estimate->seconds_mean * relative),
+                               policy_.risk)
+                         : estimate->seconds_mean;
+        const auto latest =
+            job->deadline ? *job->deadline - static_cast<UnixMillis>(std::llround(long_seconds * 1000.0)) : start;
+        if (latest > start) {
+          if (auto window = device.carbon->lowest_start(start, latest, run_ms); window && window->mean < carbon_now) {
             run_start = window->start;
             carbon = window->mean;
           }
