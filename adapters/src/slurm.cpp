@@ -10,18 +10,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "joule/common/text.hpp"
+
 #include "joule/adapters/command_runner.hpp"
 
 namespace joule::adapters {
 namespace {
 
 constexpr std::string_view kCommentPrefix = "joule:";
-
-std::string_view trim(std::string_view text) {
-  const auto first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos) return {};
-  return text.substr(first, text.find_last_not_of(" \t\r\n") - first + 1);
-}
 
 std::string upper(std::string_view text) {
   std::string out(text);

@@ -1,5 +1,7 @@
 #include "joule/adapters/sysfs.hpp"
 
+#include "joule/common/text.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -55,13 +57,7 @@ Result<std::string> read_sysfs_file(const std::filesystem::path& path) {
   return text;
 }
 
-std::string_view trim(std::string_view text) {
-  constexpr std::string_view kSpace = " \t\r\n";
-  const auto first = text.find_first_not_of(kSpace);
-  if (first == std::string_view::npos) return {};
-  const auto last = text.find_last_not_of(kSpace);
-  return text.substr(first, last - first + 1);
-}
+std::string_view trim(std::string_view text) { return joule::trim(text); }
 
 Result<std::uint64_t> parse_unsigned(std::string_view text, const std::filesystem::path& path) {
   return parse_integer<std::uint64_t>(text, path);

@@ -8,19 +8,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "joule/common/text.hpp"
+
 namespace joule::config {
 namespace {
 
 using nlohmann::json;
 using schedulers::SignalPoint;
 using schedulers::UnixMillis;
-
-std::string trim(std::string_view text) {
-  const auto first = text.find_first_not_of(" \t\r");
-  if (first == std::string_view::npos) return {};
-  const auto last = text.find_last_not_of(" \t\r");
-  return std::string(text.substr(first, last - first + 1));
-}
 
 // RFC 3339, and the minute-precision "2026-11-28T12:30Z" the UK National Grid API writes.
 std::optional<UnixMillis> parse_time(const std::string& text) {
@@ -44,10 +39,10 @@ Result<schedulers::GridSignal> parse_csv(std::string_view text, const std::strin
   bool header_seen = false;
   while (std::getline(in, line)) {
     ++number;
-    const std::string row = trim(line);
+    const std::string row(joule::trim(line));
     if (row.empty() || row[0] == '#') continue;
     const auto comma = row.find(',');
-    const std::string time_text = trim(std::string_view(row).substr(0, comma));
+    const std::string time_text(joule::trim(std::string_view(row).substr(0, comma)));
     const auto time = parse_time(time_text);
     if (!time && !header_seen && points.empty()) {  // a header line
       header_seen = true;
@@ -58,7 +53,7 @@ Result<schedulers::GridSignal> parse_csv(std::string_view text, const std::strin
                         fmt::format("{}:{}: \"{}\" is not an RFC 3339 time", source, number, time_text));
     if (comma == std::string::npos)
       return make_error(ErrorCode::invalid_argument, fmt::format("{}:{}: expected time,value", source, number));
-    const std::string value_text = trim(std::string_view(row).substr(comma + 1));
+    const std::string value_text(joule::trim(std::string_view(row).substr(comma + 1)));
     double value = 0.0;
     const auto [end, error] = std::from_chars(value_text.data(), value_text.data() + value_text.size(), value);
     if (error != std::errc{} || end != value_text.data() + value_text.size() || !std::isfinite(value) || value < 0.0)

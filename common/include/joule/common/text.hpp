@@ -1,13 +1,21 @@
 #pragma once
 // Untrusted text made safe to show: UTF-8 validation and an escaped, one-line form of any
 // bytes, for logs, problem bodies and terminals (a newline in a job name must not forge a
-// log line; a stray byte must not break a JSON dump).
+// log line; a stray byte must not break a JSON dump). And trimming, which every parser needs.
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 namespace joule {
+
+/// The text without leading and trailing spaces, tabs and line ends.
+inline std::string_view trim(std::string_view text) {
+  constexpr std::string_view kSpace = " \t\r\n";
+  const auto first = text.find_first_not_of(kSpace);
+  if (first == std::string_view::npos) return {};
+  return text.substr(first, text.find_last_not_of(kSpace) - first + 1);
+}
 
 /// Length of the well-formed UTF-8 sequence at the start of `text` (RFC 3629: no overlongs,
 /// no surrogates, nothing above U+10FFFF), or 0 where the first byte does not start one.
