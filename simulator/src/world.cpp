@@ -119,16 +119,19 @@ std::vector<std::optional<estimator::KnobResponse>> learn_knob_response(
     auto layers = estimator::analyze_model(plan->networks[0], targets[i].batch_size);
     if (layers) networks.emplace_back(std::move(layers).value(), plan->networks[0].loss);
   }
+  // Each network at the defaults once: its features, power there, and the base of its ratios.
   std::vector<MedianStep> at_default;
-  for (const auto& [layers, loss] : networks)
+  std::vector<estimator::NetworkFeatures> features;
+  for (const auto& [layers, loss] : networks) {
     at_default.push_back(median_step(hardware, layers, loss, "sgd", knob.settings[0]));
+    features.push_back(estimator::network_features(layers));
+    features.back().watts = at_default.back().joules / at_default.back().seconds;
+  }
   for (std::size_t s = 1; s < knob.settings.size(); ++s) {
     std::vector<estimator::KnobSample> samples;
     for (std::size_t n = 0; n < networks.size(); ++n) {
       const MedianStep at = median_step(hardware, networks[n].first, networks[n].second, "sgd", knob.settings[s]);
-      estimator::NetworkFeatures features = estimator::network_features(networks[n].first);
-      features.watts = at_default[n].joules / at_default[n].seconds;
-      samples.push_back({features, at.seconds / at_default[n].seconds, at.joules / at_default[n].joules});
+      samples.push_back({features[n], at.seconds / at_default[n].seconds, at.joules / at_default[n].joules});
     }
     if (auto fitted = estimator::KnobResponse::fit(samples, knob.settings[s].power_limit_watts))
       responses[s] = std::move(fitted).value();
