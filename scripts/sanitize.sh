@@ -21,7 +21,12 @@
 # suppressed in scripts/sanitizer/lsan.supp, each with the reason; findings in our code never are.
 # UBSan cannot suppress anything here: its checks are not recoverable.
 #
-# Environment: JOULE_SANITIZE_JOBS (build and ctest parallelism, default: all CPUs).
+# Environment: JOULE_SANITIZE_JOBS (build and ctest parallelism, default: all CPUs);
+# JOULE_SANITIZE_WORKER=0 leaves joule-worker out of the sanitized build and gives the sanitized
+# jouled the plain build's (build/worker/joule-worker, through PATH): its five LibTorch sources are
+# the slowest to compile here and none of them is jouled's code. The worker's own tests and the
+# built-in trainer's integration tests then run only in the plain suite; jouled's probing paths
+# still run sanitized. CI sets it, after scripts/test.sh has built build/.
 # About 2x the time of scripts/test.sh on the same machine; the build is the larger part.
 set -euo pipefail
 
@@ -41,9 +46,20 @@ say "configuring $BUILD"
 # compiles in two thirds of the time of ASan's usual -O1 once UBSan instruments too (measured on
 # daemon/src/job_service.cpp with both sanitizers: -O1 72 s, -Og 48 s, -O0 45 s; without
 # sanitizers -O2 -g takes 50 s). The benchmarks are not tests, so they are not built here.
+worker=ON
+if [ "${JOULE_SANITIZE_WORKER:-1}" = 0 ]; then
+  plain_worker="$ROOT/build/worker/joule-worker"
+  if [ ! -x "$plain_worker" ]; then
+    say "JOULE_SANITIZE_WORKER=0 needs the plain build's $plain_worker: run scripts/build.sh joule-worker first"
+    exit 2
+  fi
+  worker=OFF
+  export PATH="$(dirname "$plain_worker"):$PATH"
+  say "joule-worker: the plain build's $plain_worker"
+fi
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-Og -g1 -DNDEBUG" \
-  -DJOULE_SANITIZE=ON -DJOULE_BUILD_BENCH=OFF >/dev/null
+  -DJOULE_SANITIZE=ON -DJOULE_BUILD_BENCH=OFF -DJOULE_BUILD_WORKER="$worker" >/dev/null
 say "building (-j$JOBS; load $(cut -d' ' -f1-3 /proc/loadavg))"
 started=$SECONDS
 cmake --build "$BUILD" -j"$JOBS"
