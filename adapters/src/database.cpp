@@ -11,7 +11,7 @@ namespace joule::adapters {
 namespace {
 
 // Each entry moves the schema from version i to i + 1. Never edit a released entry: add one.
-constexpr std::array<const char*, 8> kMigrations = {
+constexpr std::array<const char*, 9> kMigrations = {
     R"sql(
 CREATE TABLE jobs (
   id              TEXT PRIMARY KEY,
@@ -134,24 +134,31 @@ CREATE TRIGGER IF NOT EXISTS job_counts_on_delete AFTER DELETE ON jobs BEGIN
   UPDATE job_counts SET jobs = jobs - 1 WHERE state = OLD.state;
 END;
 )sql",
+    // A finished job's grams of CO2e, the intensity over its run and the signal it came from.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN carbon_grams REAL;
+ALTER TABLE jobs ADD COLUMN carbon_intensity REAL;
+ALTER TABLE jobs ADD COLUMN carbon_signal TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 constexpr const char* kInsertJob =
     "INSERT INTO jobs (id, sequence, name, spec, state, priority, device, submitted_ms, started_ms,"
     " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate,"
-    " token_sha256, epoch, origin, owner, owner_uid, energy_partial) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,"
-    " ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)";
+    " token_sha256, epoch, origin, owner, owner_uid, energy_partial, carbon_grams, carbon_intensity, carbon_signal)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23,"
+    " ?24, ?25, ?26, ?27)";
 constexpr const char* kUpdateJob =
     "UPDATE jobs SET sequence = ?2, name = ?3, spec = ?4, state = ?5, priority = ?6, device = ?7,"
     " submitted_ms = ?8, started_ms = ?9, finished_ms = ?10, exit_code = ?11, reason = ?12,"
     " energy_joules = ?13, energy_source = ?14, pid = ?15, pid_start_ticks = ?16, boot_id = ?17,"
     " estimate = ?18, token_sha256 = ?19, epoch = ?20, origin = ?21, owner = ?22, owner_uid = ?23,"
-    " energy_partial = ?24"
+    " energy_partial = ?24, carbon_grams = ?25, carbon_intensity = ?26, carbon_signal = ?27"
     " WHERE id = ?1";
 #define JOULE_JOB_COLUMNS                                                                                        \
   "SELECT id, sequence, name, spec, state, priority, device, submitted_ms, started_ms, finished_ms, exit_code,"  \
   " reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate, token_sha256, epoch, origin," \
-  " owner, owner_uid, energy_partial FROM jobs "
+  " owner, owner_uid, energy_partial, carbon_grams, carbon_intensity, carbon_signal FROM jobs "
 constexpr const char* kSelectJobs = JOULE_JOB_COLUMNS "ORDER BY sequence";
 // Every job not finished (by state, through the index: a scan of a million finished rows
 // would read them all), then the latest finished ones of each finished state, in submission
@@ -252,6 +259,9 @@ void bind_job(sqlite3_stmt* stmt, const StoredJob& job) {
   bind_text(stmt, 22, job.owner);
   bind_optional(stmt, 23, job.owner_uid);
   sqlite3_bind_int(stmt, 24, job.energy_partial ? 1 : 0);
+  bind_optional(stmt, 25, job.carbon_grams);
+  bind_optional(stmt, 26, job.carbon_intensity);
+  bind_text(stmt, 27, job.carbon_signal);
 }
 
 std::string column_text(sqlite3_stmt* stmt, int column) {
@@ -448,6 +458,9 @@ StoredJob read_job(sqlite3_stmt* stmt) {
   job.owner = column_text(stmt, 21);
   job.owner_uid = column_optional<std::int64_t>(stmt, 22);
   job.energy_partial = sqlite3_column_int(stmt, 23) != 0;
+  job.carbon_grams = column_optional<double>(stmt, 24);
+  job.carbon_intensity = column_optional<double>(stmt, 25);
+  job.carbon_signal = column_text(stmt, 26);
   return job;
 }
 

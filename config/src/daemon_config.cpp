@@ -132,6 +132,42 @@ void parse_named_tokens(Checker& check, const toml::node& node, std::vector<Daem
   }
 }
 
+void parse_carbon(Checker& check, const toml::table& table, CarbonConfig& carbon) {
+  check.warn_unknown(table, "carbon.",
+                     {"file", "url", "token_file", "intensity", "refresh_seconds", "timeout_seconds"});
+  if (auto file = check.get<std::string>(table, "file", "carbon.file")) {
+    if (file->empty() || file->front() != '/')
+      check.problem(*table.get("file"), "carbon.file must be an absolute path");
+    else
+      carbon.file = *file;
+  }
+  if (auto url = check.get<std::string>(table, "url", "carbon.url")) {
+    if (!url->starts_with("http://") && !url->starts_with("https://"))
+      check.problem(*table.get("url"), fmt::format("carbon.url \"{}\" must start with http:// or https://", *url));
+    else
+      carbon.url = *url;
+  }
+  if (!carbon.file.empty() && !carbon.url.empty()) check.problem(table, "[carbon] takes a file or a url, not both");
+  if (auto path = check.get<std::string>(table, "token_file", "carbon.token_file")) {
+    if (path->empty() || path->front() != '/')
+      check.problem(*table.get("token_file"), "carbon.token_file must be an absolute path");
+    else if (carbon.url.empty())
+      check.problem(*table.get("token_file"), "carbon.token_file is sent with carbon.url requests: set a url");
+    else
+      carbon.token_file = *path;
+  }
+  if (auto intensity = check.get<double>(table, "intensity", "carbon.intensity")) {
+    // The dirtiest grids average about 1,000 g/kWh (coal); 5,000 is a typo, not a grid.
+    if (!(*intensity >= 0.0 && *intensity <= 5000.0))
+      check.problem(*table.get("intensity"), "carbon.intensity must be 0-5000 gCO2e/kWh");
+    else
+      carbon.intensity = *intensity;
+  }
+  carbon.refresh_seconds = check.positive(table, "refresh_seconds", "carbon.refresh_seconds", carbon.refresh_seconds);
+  carbon.timeout_seconds = check.positive(table, "timeout_seconds", "carbon.timeout_seconds", carbon.timeout_seconds);
+  if (!carbon.configured()) check.problem(table, "[carbon] needs a file, a url or an intensity (gCO2e/kWh)");
+}
+
 void parse_slurm(Checker& check, const toml::table& table, SlurmConfig& slurm) {
   check.warn_unknown(table, "slurm.", {"bin_dir", "conf", "poll_seconds", "timeout_seconds", "workdir", "node_types"});
   if (auto path = check.get<std::string>(table, "bin_dir", "slurm.bin_dir")) slurm.bin_dir = *path;
@@ -429,7 +465,9 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
   LoadedConfig loaded{defaults, {}};
   DaemonConfig& config = loaded.config;
   config.source = file_name;
-  check.warn_unknown(root, "", {"server", "state", "log", "auth", "devices", "meters", "jobs", "probing", "node", "policy", "cluster", "slurm"});
+  check.warn_unknown(root, "",
+                     {"server", "state", "log", "auth", "devices", "meters", "jobs", "probing", "node", "policy",
+                      "cluster", "slurm", "carbon"});
 
   auto table_of = [&](const char* key) -> const toml::table* {
     const toml::node* node = root.get(key);
@@ -516,6 +554,7 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
     if (config.cluster.role == "agent")
       check.problem(*slurm, "[slurm] is for a coordinator (or a standalone node), not an agent");
   }
+  if (const auto* carbon = table_of("carbon")) parse_carbon(check, *carbon, config.carbon);
   if (const toml::node* devices = root.get("devices")) parse_devices(check, *devices, config);
   if (const auto* meters = table_of("meters")) {
     check.warn_unknown(*meters, "meters.", {"interval_seconds"});

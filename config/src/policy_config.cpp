@@ -202,10 +202,6 @@ class FileParser {
     if (auto objective = check_.get<std::string>(table, "objective", "placement.objective")) {
       if (auto parsed = schedulers::objective_from_string(*objective)) {
         acc_.policy.objective = *parsed;
-        if (*parsed == schedulers::Objective::min_carbon)
-          check_.warning(*table.get("objective"),
-                         "placement.objective \"min-carbon\": joule-sim places by a cluster's carbon signal; jouled "
-                         "has no carbon source yet and places as min-energy");
         if (*parsed == schedulers::Objective::round_robin || *parsed == schedulers::Objective::least_loaded ||
             *parsed == schedulers::Objective::flops_greedy)
           check_.warning(*table.get("objective"),

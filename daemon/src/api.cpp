@@ -40,6 +40,7 @@ void Api::set_cluster(ClusterCoordinator* coordinator, ClusterAgent* agent) {
   context_->agent = agent;
 }
 void Api::set_slurm(const SlurmExecutor* slurm) { context_->slurm = slurm; }
+void Api::set_signals(const SignalService* signals) { context_->signals = signals; }
 
 std::vector<std::pair<http::verb, std::string>> Api::routes() const { return routes_->table.routes(); }
 

@@ -625,8 +625,17 @@ int run_daemon(const CommandLine& command_line) {
   jobs.budgets().set_policy(std::move(policy).value());
   jobs.budgets().load(*stored_uses);
 
+  // The grid's carbon intensity ([carbon]): min-carbon placement and each job's grams.
+  SignalService signals(io, metrics, config.carbon, clock);
+  jobs.set_carbon_signal(&signals.carbon());
+  const bool wants_carbon = jobs.budgets().policy().objective == schedulers::Objective::min_carbon;
+  if (wants_carbon && !signals.configured())
+    spdlog::warn(
+        "placement.objective is min-carbon but jouled.toml has no [carbon] signal: jobs are placed as "
+        "min-energy until one is set");
   Api api(jobs, metrics);
   api.set_access(access_config(config));
+  api.set_signals(&signals);
   // Slurm's slot devices estimate with their node type's model (learnt here, or an agent's).
   std::unique_ptr<SlurmExecutor> slurm;
   if (!config.slurm.node_types.empty()) slurm = std::make_unique<SlurmExecutor>(io, jobs, config.slurm, clock);
@@ -788,6 +797,7 @@ int run_daemon(const CommandLine& command_line) {
       probes.remember_jobs(history);
     }
   }
+  signals.start();
   if (coordinator) coordinator->start();
   if (slurm) slurm->start();
   if (agent) agent->start();
@@ -877,6 +887,7 @@ int run_daemon(const CommandLine& command_line) {
     if (slurm) slurm->stop();
     jobs.stop_scheduling();
     probes.stop();
+    signals.stop();
     meter_timer.cancel();
     *drain_deadline = std::chrono::steady_clock::now() + 10s;
     wait_drained();
@@ -919,6 +930,10 @@ int run_daemon(const CommandLine& command_line) {
         config.meter_interval_seconds = next.meter_interval_seconds;
         config.probing = next.probing;
         probes.set_config(next.probing);
+        if (next_policy->objective == schedulers::Objective::min_carbon && !signals.configured())
+          spdlog::warn(
+              "placement.objective is min-carbon but jouled.toml has no [carbon] signal: jobs are placed as "
+              "min-energy until one is set (a restart reads [carbon])");
         jobs.set_policy(std::move(next_policy).value());
         spdlog::info("reloaded {}", next.source);
         notifier.ready(fmt::format("listening on {}; config reloaded", address));

@@ -35,10 +35,14 @@ struct ShownRow {
   std::optional<double> energy_joules;
   std::string energy_source;
   bool energy_partial = false;
+  std::optional<double> carbon_grams;
+  std::optional<double> carbon_intensity;
+  std::string carbon_signal;
 
   static ShownRow of(const adapters::StoredJob& row) {
-    return {row.state,  row.device,        row.started_ms,    row.finished_ms,   row.exit_code,
-            row.reason, row.energy_joules, row.energy_source, row.energy_partial};
+    return {row.state,          row.device,       row.started_ms,       row.finished_ms,
+            row.exit_code,      row.reason,       row.energy_joules,    row.energy_source,
+            row.energy_partial, row.carbon_grams, row.carbon_intensity, row.carbon_signal};
   }
 };
 

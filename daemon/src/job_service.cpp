@@ -739,8 +739,10 @@ std::vector<schedulers::DeviceStatus> JobService::device_statuses() const {
   const bool capped = !budgets_.policy().power_caps.empty();
   std::vector<schedulers::DeviceStatus> out;
   out.reserve(devices_.size());
+  const schedulers::GridSignal* carbon = carbon_ ? carbon_->in_force(now_ms()).signal : nullptr;
   for (const auto& device : devices_) {
     schedulers::DeviceStatus status;
+    status.carbon = carbon;
     status.ref = device.ref;
     status.accepts_work = device.runs_jobs && scheduling_ && device.node_ready;
     status.busy = device.job.has_value() || device.reported_busy;
@@ -943,11 +945,25 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
                                         job.row.finished_ms.value_or(now_ms()), *job.row.energy_joules,
                                         job.row.energy_source};
   budgets_.settle(job.row.id, metered);
+  if (metered) account_carbon(job);
   if (device && job.row.started_ms) device->work_seconds += run_seconds(job).value_or(0.0);
   release_controls(job, /*ended=*/true);
   release_device(job);
   transition(job, state, reason);
   schedule();
+}
+
+void JobService::account_carbon(Job& job) {
+  if (!carbon_) return;
+  const auto from = *job.row.started_ms, to = job.row.finished_ms.value_or(now_ms());
+  const auto force = carbon_->over(from, to);
+  const auto intensity = carbon_->intensity_over(from, to);
+  if (!intensity) return;
+  const double grams = *job.row.energy_joules / 3.6e6 * *intensity;
+  job.row.carbon_grams = grams;
+  job.row.carbon_intensity = *intensity;
+  job.row.carbon_signal = force.state == SignalState::stale ? force.source + ", stale" : force.source;
+  metrics_.add_job_carbon(job.row.device, job.row.energy_source, grams);
 }
 
 void JobService::release_device(Job& job) {
@@ -1519,6 +1535,15 @@ json JobService::to_json(const Job& job, bool with_events) const {
               {"estimate", row.estimate_json.empty() ? json(nullptr) : json::parse(row.estimate_json, nullptr, false)}};
   // Feedback: the metered energy beside the estimate for the device the job ran on (only when
   // both come from the same source: modelled joules are not compared with measured ones).
+  if (shown.carbon_grams) {
+    // Grams are as sure as the joules under them: modelled joules make modelled grams.
+    out["carbon"] = {{"grams", *shown.carbon_grams},
+                     {"intensity", shown.carbon_intensity ? json(*shown.carbon_intensity) : json(nullptr)},
+                     {"unit", "gCO2e"},
+                     {"signal", shown.carbon_signal},
+                     {"joules_source", shown.energy_source},
+                     {"measured", is_measurement(shown.energy_source)}};
+  }
   if (shown.energy_joules) {
     const auto* estimate = find_estimate(job.estimates, shown.device);
     if (estimate && estimate->ok && estimate->joules_mean > 0.0 && estimate->source == shown.energy_source)

@@ -109,6 +109,25 @@ Metrics::Metrics()
                  .Help("Jobs whose knobs were set on their device before they started (outcome set), or refused "
                        "there so that they ran at the defaults (outcome refused)")
                  .Register(*registry_)),
+      carbon_intensity_(BuildGauge()
+                            .Name("joule_grid_carbon_intensity_grams_per_kwh")
+                            .Help("The grid's carbon intensity in force now under [carbon] (gCO2e/kWh)")
+                            .Register(*registry_)),
+      carbon_state_(BuildGauge()
+                        .Name("joule_grid_carbon_signal_state")
+                        .Help("1 for what the carbon intensity in force comes from: fresh (the source covers "
+                              "now), stale (its last value, past its end), constant ([carbon] intensity), none")
+                        .Register(*registry_)),
+      carbon_failures_(BuildCounter()
+                           .Name("joule_grid_carbon_signal_failures_total")
+                           .Help("Loads of the carbon signal's file or URL that failed (unreadable, HTTP "
+                                 "error, malformed); the last good signal stays in force")
+                           .Register(*registry_)),
+      job_carbon_(BuildCounter()
+                      .Name("joule_job_carbon_grams_total")
+                      .Help("Grams of CO2e of finished jobs: their joules (source: measured or modelled) times "
+                            "the carbon intensity over their run")
+                      .Register(*registry_)),
       calibration_rows_(BuildGauge()
                             .Name("joule_calibration_rows")
                             .Help("Finished jobs each device's estimates learn from (same meter source, not partial)")
@@ -267,6 +286,26 @@ void Metrics::set_budgets(const std::vector<BudgetFigures>& budgets) {
 
 void Metrics::count_throttle_action(const std::string& action) {
   throttle_actions_.Add({{"action", action}}).Increment();
+}
+
+void Metrics::set_carbon_signal(std::optional<double> grams_per_kwh, std::string_view state, std::size_t failures) {
+  // No signal: no sample, rather than a 0 that reads as a perfectly clean grid.
+  auto& intensity = carbon_intensity_.Add({{"node", node_}});
+  if (grams_per_kwh)
+    intensity.Set(*grams_per_kwh);
+  else
+    carbon_intensity_.Remove(&intensity);
+  for (const std::string_view each : {"fresh", "stale", "constant", "none"})
+    carbon_state_.Add({{"node", node_}, {"state", std::string(each)}}).Set(each == state ? 1.0 : 0.0);
+  auto& counter = carbon_failures_.Add({{"node", node_}});
+  if (static_cast<double>(failures) > carbon_failures_counted_) {
+    counter.Increment(static_cast<double>(failures) - carbon_failures_counted_);
+    carbon_failures_counted_ = static_cast<double>(failures);
+  }
+}
+
+void Metrics::add_job_carbon(const std::string& device, const std::string& joules_source, double grams) {
+  if (grams > 0.0) job_carbon_.Add(device_labels(device, joules_source)).Increment(grams);
 }
 
 void Metrics::count_knobs(const std::string& device, const std::string& outcome) {

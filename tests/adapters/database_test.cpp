@@ -210,6 +210,11 @@ TEST(DatabaseTest, a_partial_energy_flag_is_stored_and_older_files_get_it_from_t
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open((dir / "jouled.db").c_str(), &raw), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE jobs DROP COLUMN energy_partial", nullptr, nullptr, nullptr), SQLITE_OK);
+  // Nor the columns of later schemas (9: carbon).
+  for (const char* later : {"carbon_grams", "carbon_intensity", "carbon_signal"})
+    ASSERT_EQ(
+        sqlite3_exec(raw, (std::string("ALTER TABLE jobs DROP COLUMN ") + later).c_str(), nullptr, nullptr, nullptr),
+        SQLITE_OK);
   // The column came with schema 7; later migrations run again over it, as they may.
   ASSERT_EQ(sqlite3_exec(raw, "PRAGMA user_version = 6", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(raw);

@@ -307,3 +307,34 @@ TEST(DaemonConfigTest, named_tokens_and_job_accounts_are_read_and_their_mistakes
   EXPECT_NE(message.find("jouled.toml:11: jobs.run_as"), std::string::npos) << message;
   EXPECT_NE(message.find("jouled.toml:12: jobs.directory"), std::string::npos) << message;
 }
+
+TEST(DaemonConfigTest, carbon_takes_a_file_or_a_url_and_a_constant) {
+  auto file = parse_config("[carbon]\nfile = \"/etc/joule/carbon.csv\"\nintensity = 250\nrefresh_seconds = 60\n",
+                           "jouled.toml");
+  ASSERT_TRUE(file) << file.error().message;
+  EXPECT_EQ(file->config.carbon.file, "/etc/joule/carbon.csv");
+  EXPECT_EQ(file->config.carbon.intensity, 250.0);
+  EXPECT_EQ(file->config.carbon.refresh_seconds, 60.0);
+  auto url = parse_config("[carbon]\nurl = \"https://api.example.org/v1/forecast\"\ntoken_file = \"/etc/joule/wt\"\n",
+                          "jouled.toml");
+  ASSERT_TRUE(url) << url.error().message;
+  EXPECT_EQ(url->config.carbon.url, "https://api.example.org/v1/forecast");
+  EXPECT_FALSE(parse_config("", "jouled.toml")->config.carbon.configured());
+}
+
+TEST(DaemonConfigTest, a_carbon_section_that_cannot_work_names_the_line) {
+  const auto problem = [](const std::string& text) {
+    auto loaded = parse_config(text, "jouled.toml");
+    return loaded ? std::string("accepted") : loaded.error().message;
+  };
+  EXPECT_NE(problem("[carbon]\n").find("jouled.toml:1: [carbon] needs a file, a url or an intensity"),
+            std::string::npos);
+  EXPECT_NE(problem("[carbon]\nfile = \"carbon.csv\"\n").find("jouled.toml:2: carbon.file must be an absolute path"),
+            std::string::npos);
+  EXPECT_NE(problem("[carbon]\nurl = \"ftp://x/\"\n").find("must start with http:// or https://"), std::string::npos);
+  EXPECT_NE(problem("[carbon]\nfile = \"/a.csv\"\nurl = \"http://x/\"\n").find("a file or a url, not both"),
+            std::string::npos);
+  EXPECT_NE(problem("[carbon]\nintensity = -3\n").find("jouled.toml:2: carbon.intensity must be 0-5000"),
+            std::string::npos);
+  EXPECT_NE(problem("[carbon]\nfile = \"/a.csv\"\ntoken_file = \"/t\"\n").find("set a url"), std::string::npos);
+}

@@ -103,6 +103,7 @@ struct ApiContext {
   ClusterCoordinator* coordinator = nullptr;
   ClusterAgent* agent = nullptr;
   const SlurmExecutor* slurm = nullptr;
+  const SignalService* signals = nullptr;
 };
 
 /// /healthz, /readyz, /metrics.

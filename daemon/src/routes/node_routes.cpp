@@ -81,6 +81,12 @@ void add_node_routes(RouteTable& table, ApiContext& context) {
   table.add(Verb::get, "/v1/budgets", {Guard::read, false, [&context](Call& call) {
                                          call.answer(json_response(http::status::ok, context.jobs.budgets_view()));
                                        }});
+  table.add(
+      Verb::get, "/v1/signals",
+      {Guard::read, false, [&context](Call& call) {
+         const SignalService* signals = context.signals;
+         call.answer(json_response(http::status::ok, signals ? signals->describe() : SignalService::describe_none()));
+       }});
   table.add(Verb::get, "/v1/nodes", {Guard::read, false, [&context](Call& call) { list_nodes(call, context); }});
   // An estimate is a computation that changes nothing: read scope.
   table.add(Verb::post, "/v1/estimate", {Guard::read, false, [&context](Call& call) {

@@ -55,6 +55,12 @@ struct StoredJob {
   /// Its energy covers only part of its run: it was adopted after a daemon restart, and what
   /// it used before was not metered. Such a figure teaches estimates nothing.
   bool energy_partial = false;
+  /// Grams of CO2e of its energy under the node's carbon signal ([carbon]), the mean intensity
+  /// over its run (gCO2e/kWh) and what the signal was ("file /etc/...", "constant 250 g/kWh",
+  /// with ", stale" when past its end); nullopt and "" without a signal or energy.
+  std::optional<double> carbon_grams;
+  std::optional<double> carbon_intensity;
+  std::string carbon_signal;
 };
 
 /// One entry of the budget ledger: metered energy of a job or probe on one device.

@@ -128,6 +128,21 @@ struct SlurmConfig {
   std::vector<SlurmNodeType> node_types;
 };
 
+/// [carbon]: where this node's grid carbon intensity (gCO2e per kWh) comes from, for min-carbon
+/// placement and each job's grams. A file or a URL (CSV, or the JSON of the UK National Grid,
+/// ElectricityMaps or WattTime: config/grid_signal_file.hpp), refreshed on a period; `intensity`
+/// stands in where neither says anything for now (not configured, unreadable from the start, or
+/// run past its end). No section: no carbon signal.
+struct CarbonConfig {
+  std::filesystem::path file;        ///< re-read when it changes (checked every refresh_seconds)
+  std::string url;                   ///< http:// or https://, fetched every refresh_seconds
+  std::filesystem::path token_file;  ///< url: a bearer token (WattTime) sent with each request
+  std::optional<double> intensity;   ///< the constant stand-in, gCO2e/kWh
+  double refresh_seconds = 300.0;
+  double timeout_seconds = 10.0;  ///< url: per request
+  bool configured() const { return !file.empty() || !url.empty() || intensity.has_value(); }
+};
+
 struct DaemonConfig {
   ServerConfig server;
   std::filesystem::path state_directory = "/var/lib/jouled";
@@ -170,6 +185,7 @@ struct DaemonConfig {
   std::filesystem::path job_work_directory;  ///< [jobs] directory; empty: "<state directory>-jobs"
   ClusterConfig cluster;
   SlurmConfig slurm;
+  CarbonConfig carbon;
   std::string source = "embedded defaults";  ///< the file it came from
 };
 

@@ -21,6 +21,7 @@
 #include "joule/daemon/metrics.hpp"
 #include "joule/daemon/outcome_service.hpp"
 #include "joule/daemon/probe_service.hpp"
+#include "joule/daemon/signal_service.hpp"
 #include "joule/daemon/slurm_executor.hpp"
 
 namespace joule::daemon {
@@ -58,6 +59,8 @@ class Api {
   void set_cluster(ClusterCoordinator* coordinator, ClusterAgent* agent);
   /// GET /v1/nodes then shows the Slurm node types and the executor's last word from Slurm.
   void set_slurm(const SlurmExecutor* slurm);
+  /// GET /v1/signals: the carbon signal in force and where it comes from (none without one).
+  void set_signals(const SignalService* signals);
 
   /// Answers one request through `reply`, now or later (after a commit). Never throws: an
   /// exception from a route becomes a 500 problem+json, and nothing else is answered after it.

@@ -37,6 +37,7 @@
 #include "joule/common/result.hpp"
 #include "joule/daemon/budget_service.hpp"
 #include "joule/daemon/clock_timer.hpp"
+#include "joule/daemon/grid_signal_feed.hpp"
 #include "joule/daemon/job_accounts.hpp"
 #include "joule/daemon/job_estimate.hpp"
 #include "joule/daemon/metrics.hpp"
@@ -251,6 +252,10 @@ class JobService {
     on_claim_ = std::move(claim);
     on_finished_ = std::move(finished);
   }
+  /// The node's carbon signal ([carbon]): placement's min-carbon reads it for every device this
+  /// book places on (an agent's too: the coordinator's signal stands for them), and each job
+  /// that ends metered is accounted in grams under it. nullptr (the default): no signal.
+  void set_carbon_signal(const GridSignalFeed* carbon) { carbon_ = carbon; }
   // --- Coordinator: agents' devices and the jobs placed on them (job_service_cluster.cpp) ---
   /// Adds or refreshes an agent's devices from its sync; new ones become placement candidates.
   void update_node(const std::string& node, const std::vector<cluster::ReportedDevice>& devices);
@@ -361,6 +366,8 @@ class JobService {
   void finish(Job& job, schedulers::JobState state, const std::string& reason,
               std::optional<adapters::ExitStatus> exit);
   void release_device(Job& job);
+  // A job that ended metered: its grams under the carbon signal in force when it ended.
+  void account_carbon(Job& job);
   void refresh_state_metrics();
   /// Takes a stored job into the book's indexes (submission order, jobs per shown state).
   void index(Job& job);
@@ -426,6 +433,7 @@ class JobService {
   std::function<nlohmann::json(const std::string&)> model_info_;
   std::function<void(const std::string&)> on_claim_;
   std::function<void(const Feedback&)> on_finished_;
+  const GridSignalFeed* carbon_ = nullptr;
   std::vector<std::function<void(const std::string&)>> node_changed_;
   std::function<void()> assignment_changed_;
   BudgetService budgets_;

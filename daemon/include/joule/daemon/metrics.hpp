@@ -68,6 +68,13 @@ class Metrics {
   /// Jobs whose knobs were set on a device, or refused there (outcome "set" or "refused").
   void count_knobs(const std::string& device, const std::string& outcome);
 
+  /// The carbon signal ([carbon]): the intensity in force now (nullopt: none), what stands
+  /// behind it (fresh, stale, constant, none: one gauge per state, 1 for the current one) and
+  /// its loads that failed so far (a counter: raised to `failures`).
+  void set_carbon_signal(std::optional<double> grams_per_kwh, std::string_view state, std::size_t failures);
+  /// A finished job's grams of CO2e, by device and the joules' source (measured or modelled).
+  void add_job_carbon(const std::string& device, const std::string& joules_source, double grams);
+
   /// What a device's finished jobs teach its estimates (OutcomeService), for the
   /// joule_calibration_* and joule_job_overhead_joules gauges; the errors and coverages exist
   /// from 5 rows on, the overhead line once fitted.
@@ -103,6 +110,11 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& budget_reserved_;
   prometheus::Family<prometheus::Counter>& throttle_actions_;
   prometheus::Family<prometheus::Counter>& knobs_;
+  prometheus::Family<prometheus::Gauge>& carbon_intensity_;
+  prometheus::Family<prometheus::Gauge>& carbon_state_;
+  prometheus::Family<prometheus::Counter>& carbon_failures_;
+  prometheus::Family<prometheus::Counter>& job_carbon_;
+  double carbon_failures_counted_ = 0.0;
   prometheus::Family<prometheus::Gauge>& calibration_rows_;
   prometheus::Family<prometheus::Gauge>& calibration_error_;
   prometheus::Family<prometheus::Gauge>& calibration_coverage_;

@@ -1,0 +1,201 @@
+#include "joule/daemon/signal_service.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <boost/asio/post.hpp>
+
+#include "joule/client/http_client.hpp"
+#include "joule/common/text.hpp"
+#include "joule/config/grid_signal_file.hpp"
+
+namespace joule::daemon {
+
+namespace {
+
+// A forecast or a year of hourly history is well under a megabyte; more is not a signal file.
+constexpr std::uintmax_t kMaxSignalBytes = 16u << 20;
+
+std::string describe_source(const config::CarbonConfig& config) {
+  if (!config.file.empty()) return "file " + config.file.string();
+  if (!config.url.empty()) return "url " + config.url;
+  return {};
+}
+
+// "https://host[:port]/path?query" as the client's server (the port from the scheme where the
+// URL names none) and the request target.
+Result<std::pair<client::ServerUrl, std::string>> split_url(const std::string& url) {
+  const std::size_t scheme_end = url.find("://");
+  const std::size_t authority = scheme_end == std::string::npos ? 0 : scheme_end + 3;
+  const std::size_t path = url.find_first_of("/?", authority);
+  std::string host_part = url.substr(authority, path == std::string::npos ? std::string::npos : path - authority);
+  std::string target = path == std::string::npos ? "/" : url.substr(path);
+  if (target.front() == '?') target.insert(0, "/");
+  const bool tls = url.starts_with("https://");
+  const std::size_t bracket = host_part.rfind(']');
+  const std::size_t colon = host_part.rfind(':');
+  if (colon == std::string::npos || (bracket != std::string::npos && colon < bracket))
+    host_part += tls ? ":443" : ":80";
+  auto server = client::parse_server_url(url.substr(0, authority) + host_part);
+  if (!server) return server.error();
+  return std::pair{std::move(server).value(), std::move(target)};
+}
+
+Result<std::string> read_token(const std::filesystem::path& file) {
+  if (file.empty()) return std::string();
+  std::ifstream in(file);
+  std::string token;
+  if (!in || !std::getline(in, token))
+    return make_error(ErrorCode::io, fmt::format("carbon.token_file {}: cannot read it", file.string()));
+  token = std::string(trim(token));
+  if (token.empty()) return make_error(ErrorCode::io, fmt::format("carbon.token_file {}: it is empty", file.string()));
+  return token;
+}
+
+}  // namespace
+
+SignalService::SignalService(boost::asio::io_context& io, Metrics& metrics, config::CarbonConfig config,
+                             const Clock& clock)
+    : io_(io),
+      metrics_(metrics),
+      config_(std::move(config)),
+      clock_(clock),
+      feed_(describe_source(config_), config_.intensity),
+      timer_(io, clock) {}
+
+SignalService::~SignalService() { stop(); }
+
+void SignalService::start() {
+  if (!configured()) return;
+  spdlog::info("carbon signal: {}{}", config_.file.empty() && config_.url.empty() ? "" : describe_source(config_),
+               config_.intensity
+                   ? fmt::format("{}constant {:g} g/kWh where it says nothing",
+                                 config_.file.empty() && config_.url.empty() ? "" : "; ", *config_.intensity)
+                   : "");
+  if (!config_.url.empty()) fetcher_ = std::thread([this] { fetch_loop(); });
+  refresh();
+}
+
+void SignalService::stop() {
+  timer_.cancel();
+  {
+    std::lock_guard lock(wake_mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (fetcher_.joinable()) fetcher_.join();
+  alive_->store(false);
+}
+
+nlohmann::json SignalService::describe() const {
+  if (!configured()) return describe_none();
+  nlohmann::json carbon = feed_.describe(clock_.unix_ms());
+  carbon["refresh_seconds"] = config_.refresh_seconds;
+  return {{"carbon", std::move(carbon)}};
+}
+
+nlohmann::json SignalService::describe_none() {
+  GridSignalFeed none({}, std::nullopt);
+  nlohmann::json carbon = none.describe(0);
+  carbon["message"] = "no carbon signal: set [carbon] file, url or intensity in jouled.toml";
+  return {{"carbon", std::move(carbon)}};
+}
+
+void SignalService::refresh() {
+  if (!config_.file.empty()) read_file();
+  if (!config_.url.empty()) {
+    {
+      std::lock_guard lock(wake_mutex_);
+      fetch_wanted_ = true;
+    }
+    wake_.notify_all();
+  }
+  publish();
+  timer_.wait_for(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                      std::chrono::duration<double>(config_.refresh_seconds)),
+                  [this] { refresh(); });
+}
+
+void SignalService::read_file() {
+  const std::string& name = config_.file.string();
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(config_.file, ec);
+  const auto modified = ec ? std::filesystem::file_time_type{} : std::filesystem::last_write_time(config_.file, ec);
+  if (ec) {
+    read_stamp_.reset();
+    return accept(make_error(ErrorCode::io, fmt::format("{}: {}", name, ec.message())));
+  }
+  const FileStamp stamp{modified.time_since_epoch().count(), size};
+  if (read_stamp_ == stamp) return;  // unchanged since it was last read, well or not
+  read_stamp_ = stamp;
+  if (size > kMaxSignalBytes)
+    return accept(make_error(ErrorCode::invalid_argument, fmt::format("{}: {} bytes, more than a signal file's {} MiB",
+                                                                      name, size, kMaxSignalBytes >> 20)));
+  std::ifstream in(config_.file, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) return accept(make_error(ErrorCode::io, fmt::format("{}: cannot read it", name)));
+  accept(config::parse_grid_signal(text.str(), name));
+}
+
+void SignalService::fetch_loop() {
+  auto where = split_url(config_.url);
+  auto token = read_token(config_.token_file);
+  std::optional<client::HttpClient> http;
+  if (where && token)
+    http.emplace(where->first, *token,
+                 std::chrono::milliseconds(static_cast<std::int64_t>(config_.timeout_seconds * 1000.0)));
+  for (;;) {
+    {
+      std::unique_lock lock(wake_mutex_);
+      wake_.wait(lock, [this] { return stopping_ || fetch_wanted_; });
+      if (stopping_) return;
+      fetch_wanted_ = false;
+    }
+    Result<schedulers::GridSignal> result = make_error(ErrorCode::invalid_argument, "");
+    if (!where)
+      result = where.error();
+    else if (!token)
+      result = token.error();
+    else if (auto reply = http->request("GET", where->second, {}, {}); !reply)
+      result = make_error(reply.error().code, fmt::format("{}: {}", config_.url, reply.error().message));
+    else if (reply->status != 200)
+      result =
+          make_error(ErrorCode::unavailable, fmt::format("{}: HTTP {}{}", config_.url, reply->status,
+                                                         reply->body.empty() ? "" : ": " + reply->body.substr(0, 200)));
+    else
+      result = config::parse_grid_signal(reply->body, config_.url);
+    boost::asio::post(io_, [this, alive = alive_, result = std::move(result)]() mutable {
+      if (!alive->load()) return;
+      accept(std::move(result));
+      publish();
+    });
+  }
+}
+
+void SignalService::accept(Result<schedulers::GridSignal> signal) {
+  const auto now = clock_.unix_ms();
+  if (signal) {
+    const bool was_fresh = feed_.in_force(now).state == SignalState::fresh;
+    const auto ends = signal->end();
+    feed_.loaded(std::move(signal).value(), now);
+    if (now >= ends)
+      spdlog::warn("carbon signal: {} ends at {}, before now: {} stands in", describe_source(config_),
+                   schedulers::format_rfc3339(ends), config_.intensity ? "the constant" : "its last value");
+    else if (!was_fresh)
+      spdlog::info("carbon signal: {} in force, {:.0f} g/kWh now", describe_source(config_), *feed_.value_at(now));
+    return;
+  }
+  if (feed_.failed(signal.error().message, now))
+    spdlog::warn("carbon signal: {} (the previous signal stays in force)", signal.error().message);
+}
+
+void SignalService::publish() {
+  const auto now = clock_.unix_ms();
+  metrics_.set_carbon_signal(feed_.value_at(now), to_string(feed_.in_force(now).state), feed_.failures());
+}
+
+}  // namespace joule::daemon
