@@ -628,6 +628,7 @@ int run_daemon(const CommandLine& command_line) {
   // The grid's carbon intensity ([carbon]): min-carbon placement and each job's grams.
   SignalService signals(io, metrics, config.carbon, clock);
   jobs.set_carbon_signal(&signals.carbon());
+  signals.on_change([&jobs] { jobs.carbon_changed(); });
   const bool wants_carbon = jobs.budgets().policy().objective == schedulers::Objective::min_carbon;
   if (wants_carbon && !signals.configured())
     spdlog::warn(

@@ -187,6 +187,7 @@ void SignalService::accept(Result<schedulers::GridSignal> signal) {
                    schedulers::format_rfc3339(ends), config_.intensity ? "the constant" : "its last value");
     else if (!was_fresh)
       spdlog::info("carbon signal: {} in force, {:.0f} g/kWh now", describe_source(config_), *feed_.value_at(now));
+    if (changed_) changed_();
     return;
   }
   if (feed_.failed(signal.error().message, now))

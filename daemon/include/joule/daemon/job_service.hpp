@@ -256,6 +256,9 @@ class JobService {
   /// book places on (an agent's too: the coordinator's signal stands for them), and each job
   /// that ends metered is accounted in grams under it. nullptr (the default): no signal.
   void set_carbon_signal(const GridSignalFeed* carbon) { carbon_ = carbon; }
+  /// The carbon signal was replaced: a placement pass now, since a waiting job's cleaner window
+  /// may have moved or gone.
+  void carbon_changed() { schedule(); }
   // --- Coordinator: agents' devices and the jobs placed on them (job_service_cluster.cpp) ---
   /// Adds or refreshes an agent's devices from its sync; new ones become placement candidates.
   void update_node(const std::string& node, const std::vector<cluster::ReportedDevice>& devices);

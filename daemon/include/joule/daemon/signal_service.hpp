@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -38,6 +39,8 @@ class SignalService {
   void stop();
 
   bool configured() const { return config_.configured(); }
+  /// Called on the loop whenever a load replaced the signal.
+  void on_change(std::function<void()> changed) { changed_ = std::move(changed); }
   const GridSignalFeed& carbon() const { return feed_; }
   /// GET /v1/signals: {"carbon": the feed's description, with the refresh period}.
   nlohmann::json describe() const;
@@ -56,6 +59,7 @@ class SignalService {
   const config::CarbonConfig config_;
   const Clock& clock_;
   GridSignalFeed feed_;
+  std::function<void()> changed_;
   ClockTimer timer_;
   // The file as last read, good or bad: unchanged, it is not parsed again.
   struct FileStamp {

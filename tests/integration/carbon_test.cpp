@@ -1,0 +1,132 @@
+// A carbon signal end to end: a real jouled with a simulated device reads a forecast file
+// ([carbon]), min-carbon holds a job with a deadline for the cleaner window ahead and runs it once
+// the forecast changes, a job without a deadline runs at once and is accounted in grams, and a bad
+// edit of the file is reported while the last good forecast stays in force.
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "daemon_process.hpp"
+#include "temp_dir.hpp"
+
+using joule::testing::DaemonProcess;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+json wait_until(const std::function<json()>& read, const std::function<bool(const json&)>& done,
+                std::chrono::milliseconds timeout = 20s) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  json last;
+  while (std::chrono::steady_clock::now() < until) {
+    last = read();
+    if (done(last)) return last;
+    std::this_thread::sleep_for(50ms);
+  }
+  return last;
+}
+
+// RFC 3339 in UTC, `from_now` from now.
+std::string at(std::chrono::minutes from_now) {
+  const auto time = std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now() + from_now);
+  return fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", fmt::gmtime(std::chrono::system_clock::to_time_t(time)));
+}
+
+// Writes the file whole and gives it a new modification time (jouled re-reads it on change).
+void write_signal(const std::filesystem::path& file, const std::string& text) {
+  const auto before =
+      std::filesystem::exists(file) ? std::filesystem::last_write_time(file) : std::filesystem::file_time_type::min();
+  std::ofstream(file) << text;
+  if (std::filesystem::last_write_time(file) <= before) std::filesystem::last_write_time(file, before + 1s);
+}
+
+json mlp_job(const std::string& name, const std::optional<std::string>& deadline) {
+  json job = {
+      {"name", name},
+      {"model",
+       {{"input", {{"shape", {784}}}},
+        {"layers",
+         {{{"type", "linear"}, {"out_features", 256}}, {{"type", "relu"}}, {{"type", "linear"}, {"out_features", 10}}}},
+        {"loss", "cross_entropy"}}},
+      {"training", {{"batch_size", 64}, {"epochs", 1}, {"samples_per_epoch", 6400}}},
+      {"run", {{"command", {"sleep", "0.5"}}}}};
+  if (deadline) job["constraints"] = {{"deadline", *deadline}};
+  return job;
+}
+
+}  // namespace
+
+TEST(CarbonTest, min_carbon_waits_for_a_cleaner_window_and_jobs_are_accounted_in_grams) {
+  joule::testing::TempDir dir;
+  const auto signal = dir / "carbon.csv";
+  // Dirty now, clean from 20 minutes on, dirty again after two hours.
+  write_signal(signal, fmt::format("time,value\n{},500\n{},50\n{},500\n{},500\n", at(-30min), at(20min), at(120min),
+                                   at(240min)));
+  dir.write("policies/00-placement.toml", "[placement]\nobjective = \"min-carbon\"\n");
+  const std::string config = fmt::format(
+      "[node]\nname = \"lab\"\n[policy]\ndirectory = \"{}\"\n[carbon]\nfile = \"{}\"\nrefresh_seconds = 0.2\n"
+      "[[devices]]\nname = \"sim:laptop-cpu\"\nprobes = 40\nruns_jobs = true\n[probing]\nenabled = false\n",
+      (dir / "policies").string(), signal.string());
+  DaemonProcess daemon({.config_toml = config});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+
+  auto signals = daemon.call("GET", "/v1/signals").second;
+  EXPECT_EQ(signals["carbon"]["state"], "fresh") << signals.dump(2);
+  EXPECT_EQ(signals["carbon"]["value_now"], 500.0);
+  EXPECT_EQ(signals["carbon"]["lowest_ahead"]["value"], 50.0);
+  EXPECT_EQ(signals["carbon"]["source"], "file " + signal.string());
+  // Deferral needs an estimate: wait for the simulated device's model.
+  const auto model_ready = wait_until([&] { return daemon.call("GET", "/v1/devices").second; },
+                                      [](const json& d) { return d["devices"][0]["model"]["state"] == "ready"; });
+  ASSERT_EQ(model_ready["devices"][0]["model"]["state"], "ready") << model_ready.dump(2);
+
+  // With three hours of slack: it waits for the window at +20 min and says so.
+  const auto deferred = daemon.submit(mlp_job("deferrable", at(180min)));
+  ASSERT_FALSE(deferred.empty());
+  auto shown =
+      wait_until([&] { return daemon.call("GET", "/v1/jobs/" + deferred).second; },
+                 [](const json& j) { return j.contains("waiting") && j["waiting"]["reason"] == "cleaner-window"; });
+  ASSERT_EQ(shown["waiting"]["reason"], "cleaner-window") << shown.dump(2);
+  EXPECT_NE(shown["waiting"]["message"].get<std::string>().find("less carbon than now"), std::string::npos);
+  EXPECT_TRUE(shown["waiting"].contains("retry_at"));
+
+  // Without a deadline it is never deferred: it runs now, at 500 g/kWh, and is accounted so.
+  const auto now_job = daemon.submit(mlp_job("now", std::nullopt));
+  auto done = daemon.wait_state(now_job, {"succeeded", "failed"});
+  ASSERT_EQ(done["state"], "succeeded") << done.dump(2);
+  ASSERT_TRUE(done.contains("carbon")) << done.dump(2);
+  const double joules = done["energy"]["joules"];
+  EXPECT_NEAR(done["carbon"]["grams"].get<double>(), joules / 3.6e6 * 500.0, 1e-9 + joules / 3.6e6 * 1e-6);
+  EXPECT_EQ(done["carbon"]["intensity"], 500.0);
+  EXPECT_EQ(done["carbon"]["signal"], "file " + signal.string());
+  EXPECT_EQ(done["carbon"]["joules_source"], "simulated");
+  EXPECT_EQ(done["carbon"]["measured"], false);
+  const auto metrics = daemon.client().request("GET", "/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(
+      metrics->body.find("joule_job_carbon_grams_total{device=\"sim:laptop-cpu\",node=\"lab\",source=\"simulated\"}"),
+      std::string::npos);
+  EXPECT_NE(metrics->body.find("joule_grid_carbon_intensity_grams_per_kwh{node=\"lab\"} 500"), std::string::npos);
+
+  // A bad edit: named with its line, counted, and the forecast in force does not change.
+  write_signal(signal, fmt::format("time,value\n{},500\n{},lots\n", at(-30min), at(20min)));
+  signals = wait_until([&] { return daemon.call("GET", "/v1/signals").second; },
+                       [](const json& s) { return !s["carbon"]["last_error"].is_null(); });
+  EXPECT_NE(signals["carbon"]["last_error"].get<std::string>().find("carbon.csv:3"), std::string::npos)
+      << signals.dump(2);
+  EXPECT_EQ(signals["carbon"]["lowest_ahead"]["value"], 50.0);
+  EXPECT_EQ(daemon.call("GET", "/v1/jobs/" + deferred).second["state"], "queued");
+
+  // The forecast changes to a flat grid: no window is cleaner than now, so the job runs.
+  write_signal(signal, fmt::format("time,value\n{},120\n{},120\n", at(-30min), at(240min)));
+  done = daemon.wait_state(deferred, {"succeeded", "failed"});
+  EXPECT_EQ(done["state"], "succeeded") << done.dump(2);
+  EXPECT_EQ(done["carbon"]["intensity"], 120.0) << done.dump(2);
+}
