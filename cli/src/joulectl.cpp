@@ -121,6 +121,25 @@ void print_probe_run(const json& run) {
   if (!run["message"].get<std::string>().empty()) fmt::print("  {}\n", run["message"].get<std::string>());
 }
 
+void print_signals(const json& carbon) {
+  const std::string state = carbon["state"];
+  if (state == "none") {
+    fmt::print("carbon:    none ({})\n", carbon.value("message", "no [carbon] in jouled.toml"));
+    return;
+  }
+  fmt::print("carbon:    {:.0f} g/kWh now ({}: {})\n", carbon["value_now"].get<double>(), state,
+             carbon["in_force"].get<std::string>());
+  if (carbon.contains("begins"))
+    fmt::print("loaded:    {} points, {} to {} (at {})\n", carbon["points"].get<int>(),
+               carbon["begins"].get<std::string>(), carbon["ends"].get<std::string>(), text_or(carbon["loaded_at"]));
+  if (carbon.contains("lowest_ahead"))
+    fmt::print("cleanest:  {:.0f} g/kWh from {}\n", carbon["lowest_ahead"]["value"].get<double>(),
+               carbon["lowest_ahead"]["at"].get<std::string>());
+  if (!carbon["last_error"].is_null())
+    fmt::print("last error ({} failed loads): {} at {}\n", carbon["failures"].get<int>(),
+               carbon["last_error"].get<std::string>(), text_or(carbon["last_error_at"]));
+}
+
 void print_budgets(const json& view) {
   const auto& policy = view["policy"];
   fmt::print("policy: {} (objective {}, risk {:g})\n", policy["source"].get<std::string>(),
@@ -273,6 +292,12 @@ void print_job(const json& job) {
   fmt::print("energy:    {}\n", energy_text(job["energy"]));
   if (!job["energy"].is_null() && !job["energy"]["measured"].get<bool>())
     fmt::print("           (a model's figure from CPU time, not a meter reading)\n");
+  if (job.contains("carbon")) {
+    const auto& carbon = job["carbon"];
+    fmt::print("carbon:    {:.3g} g CO2e at {:.0f} g/kWh over its run ({}; {} joules)\n", carbon["grams"].get<double>(),
+               carbon["intensity"].get<double>(), carbon["signal"].get<std::string>(),
+               carbon["joules_source"].get<std::string>());
+  }
   if (job["estimate"].is_array() && !job["estimate"].empty()) {
     fmt::print("estimate:\n");
     for (const auto& row : job["estimate"]) {
@@ -571,6 +596,7 @@ int main(int argc, char** argv) {
   auto* probes = app.add_subcommand("probes", "list probe runs (background, requested, re-probes)");
   auto* nodes = app.add_subcommand("nodes", "the cluster's nodes: state, last heartbeat, devices, power and budgets");
   auto* budgets = app.add_subcommand("budgets", "energy budgets, power caps and battery floors: limit, spent, reserved, remaining");
+  auto* signals = app.add_subcommand("signals", "the carbon-intensity signal in force ([carbon]) and its last load");
   auto* token_cmd = app.add_subcommand("token", "API tokens");
   token_cmd->require_subcommand(1);
   auto* token_new = token_cmd->add_subcommand("new", "print a new random token and the config line with its hash");
@@ -666,6 +692,14 @@ int main(int argc, char** argv) {
         fmt::print("{}\n", view.dump(2));
       else
         print_budgets(view);
+      return 0;
+    }
+    if (signals->parsed()) {
+      json view = expect_json(client.request("GET", "/v1/signals"));
+      if (as_json)
+        fmt::print("{}\n", view.dump(2));
+      else
+        print_signals(view["carbon"]);
       return 0;
     }
     if (job->parsed()) {

@@ -286,7 +286,7 @@ class LiveApiTest(unittest.TestCase):
     def start_daemons(cls):
         cls.node = cls.start(
             CONFIG + '[node]\nname = "apitest"\n[server]\nmax_body_bytes = 65536\nmax_queued_jobs = 2\n'
-            '[jobs]\nkill_grace_seconds = 2\n'
+            '[jobs]\nkill_grace_seconds = 2\n[carbon]\nintensity = 300\n'
             '[[devices]]\nname = "cpu"\n[[devices]]\nname = "sim:laptop-cpu"\nprobes = 40\n' + token_config(),
             policies={"10-test.toml": (
                 '[[budgets]]\nname = "sim-day"\nscope = "device"\ntarget = "sim:laptop-cpu"\n'
@@ -499,7 +499,11 @@ class LiveApiTest(unittest.TestCase):
         nodes = self.call(self.node, "GET", "/v1/nodes", "/v1/nodes", 200).json
         self.assertEqual(nodes["role"], "standalone")
 
-        for path in ("/v1/devices", "/v1/budgets", "/v1/nodes"):
+        signals = self.call(self.node, "GET", "/v1/signals", "/v1/signals", 200, token=TOKENS["reader"]).json
+        self.assertEqual(signals["carbon"]["state"], "constant")
+        self.assertEqual(signals["carbon"]["value_now"], 300)
+
+        for path in ("/v1/devices", "/v1/budgets", "/v1/nodes", "/v1/signals"):
             answer = self.call(self.node, "GET", path, path, 401, token=BAD_TOKEN)
             self.assertEqual(answer.header("WWW-Authenticate"), 'Bearer realm="jouled"')
             answer = self.call(self.node, "GET", path, path, 403, token=TOKENS["nobody"])

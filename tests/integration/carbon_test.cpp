@@ -114,6 +114,15 @@ TEST(CarbonTest, min_carbon_waits_for_a_cleaner_window_and_jobs_are_accounted_in
       metrics->body.find("joule_job_carbon_grams_total{device=\"sim:laptop-cpu\",node=\"lab\",source=\"simulated\"}"),
       std::string::npos);
   EXPECT_NE(metrics->body.find("joule_grid_carbon_intensity_grams_per_kwh{node=\"lab\"} 500"), std::string::npos);
+  const std::string server = "http://127.0.0.1:" + std::to_string(daemon.port());
+  auto [job_code, job_text] = joule::testing::run_program({JOULECTL_BINARY, "--server", server, "job", now_job});
+  EXPECT_EQ(job_code, 0);
+  EXPECT_NE(job_text.find("g/kWh over its run (file " + signal.string() + "; simulated joules)"), std::string::npos)
+      << job_text;
+  auto [signals_code, signals_text] = joule::testing::run_program({JOULECTL_BINARY, "--server", server, "signals"});
+  EXPECT_EQ(signals_code, 0);
+  EXPECT_NE(signals_text.find("500 g/kWh now (fresh: file "), std::string::npos) << signals_text;
+  EXPECT_NE(signals_text.find("cleanest:  50 g/kWh from "), std::string::npos) << signals_text;
 
   // A bad edit: named with its line, counted, and the forecast in force does not change.
   write_signal(signal, fmt::format("time,value\n{},500\n{},lots\n", at(-30min), at(20min)));
