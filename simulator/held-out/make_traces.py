@@ -4,6 +4,7 @@
 The traces are checked in; run this only to write a new held-out scenario: python3 make_traces.py
 """
 import json
+import math
 import os
 import random
 
@@ -47,5 +48,89 @@ def gpu_lab():
             out.write(json.dumps(entry) + "\n")
 
 
+CAMPUS_CLUSTER = """## carbon-campus (held out): three server GPUs and two workstations on a campus grid with much
+## solar and a coal-and-gas night (campus.csv); jobs over two working days, slack mixed.
+## Written by make_traces.py (seed 3434) for the carbon figures of issue 34.
+start = "2026-11-26T00:00:00Z"
+utc_offset_minutes = 0
+carbon = "campus.csv"
+
+[[nodes]]
+name = "gpu-a"
+devices = [
+  {name = "cuda:0", profile = "server-gpu", probes = 200, idle_watts = 50.0},
+  {name = "cuda:1", profile = "server-gpu", probes = 200, idle_watts = 50.0},
+]
+
+[[nodes]]
+name = "gpu-b"
+devices = [{name = "cuda:0", profile = "server-gpu", probes = 200, idle_watts = 60.0}]
+
+[[nodes]]
+name = "ws-1"
+devices = [{name = "cpu", profile = "laptop-cpu", probes = 200, idle_watts = 8.0}]
+
+[[nodes]]
+name = "ws-2"
+devices = [{name = "cpu", profile = "laptop-cpu", probes = 200, idle_watts = 8.0}]
+"""
+
+CAMPUS_POLICY = """## carbon-campus (held out): min-carbon, no budgets.
+
+[placement]
+objective = "min-carbon"
+risk = 0.05
+"""
+
+
+def carbon_campus():
+    """Half-hourly gCO2e/kWh, MADE UP: a night of 520 (coal and gas) that falls to about 160 at
+    13:00 under a clear sky, each day's sky 0.6-1.0 of clear, an evening peak of +40 at 19:00,
+    ±15 of noise; jobs submitted over two days, slack 4, 12 or 24 hours or none."""
+    rng = random.Random(3434)
+    names = list(CATALOGUE)
+    jobs = []
+    for index in range(1, 101):
+        name = rng.choice(names)
+        samples, (lo, hi), batches, devices = CATALOGUE[name]
+        day = rng.randint(0, 1)
+        entry = {
+            "at": round((day * 24 + rng.uniform(7, 20)) * 3600, 1),
+            "name": f"{name}-{index}",
+            "model": MODELS + name + ".json",
+            "training": {"batch_size": rng.choice(batches), "epochs": max(1, rng.randint(lo, hi) // 4),
+                         "samples_per_epoch": samples},
+        }
+        constraints = {}
+        if devices and rng.random() < 0.7:
+            constraints["devices"] = devices
+        slack = rng.choices([None, 4, 12, 24], [0.2, 0.2, 0.4, 0.2])[0]
+        if slack:
+            constraints["deadline_seconds"] = slack * 3600
+        if constraints:
+            entry["constraints"] = constraints
+        jobs.append(entry)
+    os.makedirs(os.path.join(HERE, "carbon-campus"), exist_ok=True)
+    with open(os.path.join(HERE, "carbon-campus", "trace.jsonl"), "w") as out:
+        for entry in sorted(jobs, key=lambda e: e["at"]):
+            out.write(json.dumps(entry) + "\n")
+    with open(os.path.join(HERE, "carbon-campus", "campus.csv"), "w") as out:
+        out.write("# made up by make_traces.py (carbon_campus): not a real grid's data\ntime,value\n")
+        sky = 1.0
+        for half in range(-48, 4 * 48):
+            hour = (half % 48) / 2
+            if half % 48 == 0:
+                sky = rng.uniform(0.6, 1.0)
+            sun = max(0.0, math.sin(math.pi * (hour - 6.5) / 13))
+            value = 520 - 360 * sky * sun + 40 * math.exp(-((hour - 19) ** 2) / 2) + rng.gauss(0, 15)
+            day, rest = divmod(half, 48)
+            out.write(f"2026-11-{26 + day:02d}T{rest // 2:02d}:{30 * (rest % 2):02d}:00Z,{max(0, value):.0f}\n")
+    with open(os.path.join(HERE, "carbon-campus", "cluster.toml"), "w") as out:
+        out.write(CAMPUS_CLUSTER)
+    with open(os.path.join(HERE, "carbon-campus", "policy.toml"), "w") as out:
+        out.write(CAMPUS_POLICY)
+
+
 if __name__ == "__main__":
     gpu_lab()
+    carbon_campus()

@@ -92,7 +92,98 @@ def burst():
     write("burst", jobs)
 
 
+CARBON_FLEET = """## {name}: carbon-aware timing on a small lab fleet under a {kind} grid ({signal}).
+## Two Jetson Orins, a workstation and a GPU server with two GPUs, all drawing from one grid; every
+## job may finish up to 12 hours after it is submitted. Written by make_traces.py.
+start = "2026-11-26T00:00:00Z"
+utc_offset_minutes = 0
+carbon = "{signal}"
+
+[[nodes]]
+name = "jetson-1"
+devices = [{{name = "cuda:0", profile = "jetson-orin", probes = 200, idle_watts = 5.0}}]
+
+[[nodes]]
+name = "jetson-2"
+devices = [{{name = "cuda:0", profile = "jetson-orin", probes = 200, idle_watts = 5.0}}]
+
+[[nodes]]
+name = "workstation"
+devices = [{{name = "cpu", profile = "laptop-cpu", probes = 200, idle_watts = 9.0}}]
+
+[[nodes]]
+name = "gpu-server"
+devices = [
+  {{name = "cuda:0", profile = "server-gpu", probes = 200, idle_watts = 55.0}},
+  {{name = "cuda:1", profile = "server-gpu", probes = 200, idle_watts = 55.0}},
+]
+"""
+
+CARBON_POLICY = """## {name}: min-carbon placement, no budgets: each job's device and start chosen for the fewest
+## grams before its deadline; joule-sim runs min-energy (never defers), fifo (run now) and
+## carbon-only (waits for the lowest hour, knowing nothing of run times) beside it.
+
+[placement]
+objective = "min-carbon"
+risk = 0.05
+"""
+
+
+def carbon_signal(kind, rng):
+    """Hourly gCO2e/kWh from a day before the start to three days after. MADE UP, shaped as
+    such grids' days are, not any grid's data:
+    - solar: ~380 at night (gas), falling to ~100 at solar noon on a clear day; each day's sun
+      0.7-1.0 of clear, ±10 of hourly noise.
+    - wind: a slow random walk (AR(1), about 8 hours' memory) between 60 and 450 around 250.
+    - flat: 300 ± 10 (a hydro- or nuclear-steady grid, or a constant average)."""
+    start = -24
+    rows, level = [], 250.0
+    for h in range(start, 72):
+        hour = h % 24
+        if kind == "solar":
+            if hour == 0:  # each day's sky
+                sun = rng.uniform(0.7, 1.0)
+            value = 380.0 - 280.0 * sun * max(0.0, math.sin(math.pi * (hour - 6) / 12)) + rng.gauss(0, 10)
+        elif kind == "wind":
+            level = 250.0 + 0.88 * (level - 250.0) + rng.gauss(0, 45)
+            value = min(450.0, max(60.0, level))
+        else:
+            value = 300.0 + rng.gauss(0, 10)
+        rows.append((h, max(0.0, value)))
+    return rows
+
+
+def carbon_scenarios():
+    rng = random.Random(34)
+    jobs, index = [], 0
+    while len(jobs) < 80:
+        at = rng.uniform(0, 24 * 3600)
+        hour = at / 3600.0
+        if not (8 <= hour < 18) and rng.random() < 0.6:
+            continue  # most work is submitted in office hours
+        index += 1
+        entry = job(rng, at, index, list(CATALOGUE), scale=0.5, deadline_share=0.0, edge_share=0.0)
+        entry.setdefault("constraints", {})["deadline_seconds"] = 12 * 3600
+        jobs.append(entry)
+    for kind in ("solar", "wind", "flat"):
+        name = f"carbon-{kind}"
+        os.makedirs(os.path.join(HERE, name), exist_ok=True)
+        write(name, jobs)
+        signal = f"{kind}.csv"
+        with open(os.path.join(HERE, name, signal), "w") as out:
+            out.write(f"# {carbon_signal.__doc__.splitlines()[0]}\n# {kind}: made up by make_traces.py\n")
+            out.write("time,value\n")
+            for h, value in carbon_signal(kind, random.Random(f"{kind}-34")):
+                day, hour = divmod(h, 24)
+                out.write(f"2026-11-{26 + day:02d}T{hour:02d}:00:00Z,{value:.0f}\n")
+        with open(os.path.join(HERE, name, "cluster.toml"), "w") as out:
+            out.write(CARBON_FLEET.format(name=name, kind=kind + "-heavy" if kind != "flat" else "flat", signal=signal))
+        with open(os.path.join(HERE, name, "policy.toml"), "w") as out:
+            out.write(CARBON_POLICY.format(name=name))
+
+
 if __name__ == "__main__":
     mixed_fleet()
     solar_edge()
     burst()
+    carbon_scenarios()

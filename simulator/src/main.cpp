@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
         fmt::format("device models learnt from simulated probes in {:.1f} s of wall time", learn_seconds));
     simulator::ReplayOptions replay_options;
     replay_options.horizon_hours = horizon_hours;
-    for (const auto& run : simulator::standard_runs(policy->policy)) {
+    for (const auto& run : simulator::standard_runs(policy->policy, world->carbon.has_value())) {
       if (!only.empty() && std::find(only.begin(), only.end(), run.name) == only.end()) continue;
       simulator::ReplayOptions options = replay_options;
       if (run.name == events)

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -208,7 +209,8 @@ class Replay {
       advance(now, *next);
       now = *next;
       step(now);
-      if (next_submit_ == world_.jobs.size() && progressing() == 0 && now - last_progress_ > stall_limit_) {
+      if (next_submit_ == world_.jobs.size() && held_.empty() && progressing() == 0 &&
+          now - last_progress_ > stall_limit_) {
         reason = "nothing can progress";
         break;
       }
@@ -290,12 +292,21 @@ class Replay {
   }
 
   // The next moment something happens, or nothing if nothing ever will.
+  // Carbon-only: when a job with a deadline is let into the queue: the start of the signal's
+  // lowest step before its deadline (its run's length unknown, so taken as nothing).
+  UnixMillis carbon_only_release(const schedulers::PendingJob& job, UnixMillis now) const {
+    if (!run_.carbon_only || !world_.carbon || !job.deadline || *job.deadline <= now + 1) return now;
+    const auto window = world_.carbon->lowest_start(now, *job.deadline - 1, 1);
+    return window ? window->start : now;
+  }
+
   std::optional<UnixMillis> next_event(UnixMillis now) const {
     std::optional<UnixMillis> next;
     auto consider = [&](UnixMillis t) {
       if (t > now) next = next ? std::min(*next, t) : t;
     };
     if (next_submit_ < world_.jobs.size()) consider(world_.jobs[next_submit_].submit);
+    if (!held_.empty()) consider(held_.begin()->first);
     for (const auto& j : device_job_) {
       if (!j || !is_progressing(jobs_[*j])) continue;
       const JobState& job = jobs_[*j];
@@ -409,10 +420,19 @@ class Replay {
         log(now, fmt::format("reject {}: {}", job.pending.id, never->message));
       } else {
         job.phase = JobState::Phase::queued;
-        core_.enqueue(job.pending, static_cast<std::int64_t>(next_submit_));
         ++queued_;
+        const UnixMillis release = carbon_only_release(job.pending, now);
+        if (release > now)
+          held_.emplace(release, next_submit_);
+        else
+          core_.enqueue(job.pending, static_cast<std::int64_t>(next_submit_));
       }
       ++next_submit_;
+    }
+    while (!held_.empty() && held_.begin()->first <= now) {
+      const std::size_t j = held_.begin()->second;
+      held_.erase(held_.begin());
+      core_.enqueue(jobs_[j].pending, static_cast<std::int64_t>(j));
     }
     if (run_.policy.admission || run_.throttle) track_running(now);
     place(now);
@@ -645,6 +665,7 @@ class Replay {
   std::vector<Segment> segments_;
   std::map<std::string, std::size_t> throttle_actions_;
   std::size_t next_submit_ = 0;
+  std::multimap<UnixMillis, std::size_t> held_;  // carbon-only: jobs let into the queue at a time
   std::size_t queued_ = 0;
   std::size_t running_ = 0;
   std::size_t passes_ = 0;
@@ -662,7 +683,7 @@ class Replay {
 
 }  // namespace
 
-std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy) {
+std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy, bool carbon) {
   using schedulers::Objective;
   std::vector<PolicyRun> runs;
   runs.push_back(
@@ -681,7 +702,19 @@ std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy) {
     if (label == runs.front().name) label += " (baseline)";
     runs.push_back(PolicyRun{label, p, knowledge, admission});
   };
+  if (carbon && (policy.objective == Objective::min_carbon || policy.objective == Objective::min_energy))
+    baseline(policy.objective == Objective::min_carbon ? Objective::min_energy : Objective::min_carbon,
+             Knowledge::estimates, policy.admission,
+             policy.objective == Objective::min_carbon ? "min-energy" : "min-carbon");
   baseline(Objective::fifo, Knowledge::none, false, "fifo");
+  if (carbon) {
+    schedulers::Policy p = policy;
+    p.objective = Objective::least_loaded;
+    p.admission = false;
+    PolicyRun only{"carbon-only", p, Knowledge::none, false};
+    only.carbon_only = true;
+    runs.push_back(only);
+  }
   baseline(Objective::round_robin, Knowledge::none, false, "round-robin");
   baseline(Objective::least_loaded, Knowledge::none, false, "least-loaded");
   baseline(Objective::flops_greedy, Knowledge::estimates, true, "flops-greedy");

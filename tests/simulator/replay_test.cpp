@@ -2,6 +2,8 @@
 
 #include "joule/simulator/replay.hpp"
 
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include "example_models.hpp"
@@ -125,6 +127,42 @@ TEST(ReplayTest, carbon_is_each_stretchs_energy_at_the_signals_mean_over_it) {
   EXPECT_DOUBLE_EQ(short_signal.joules_outside_carbon_signal, 100.0);
   world.carbon.reset();
   EXPECT_FALSE(replay(world, min_energy()).carbon_grams);
+}
+
+TEST(ReplayTest, carbon_only_holds_a_job_with_a_deadline_until_the_lowest_step_before_it) {
+  // The grid is dirty for 100 s, clean from 100 s to 200 s, dirtier still after. j1 (deadline
+  // 300 s) is held to 100 s; j2 has no deadline and runs at once; j3's deadline (50 s) leaves
+  // it nothing to wait for.
+  World world = world_of({"a", "b", "c"}, {job("j1", 0, {on(0, 100, 10)}), job("j2", 0, {on(1, 100, 10)}),
+                                           job("j3", 0, {on(2, 100, 10)})});
+  world.jobs[0].deadline = kStart + 300'000;
+  world.jobs[2].deadline = kStart + 50'000;
+  world.carbon = schedulers::GridSignal::from_points(
+                     {{kStart, 400.0}, {kStart + 100'000, 50.0}, {kStart + 200'000, 500.0}}, kStart + 400'000)
+                     .value();
+  schedulers::Policy least_loaded;
+  least_loaded.objective = schedulers::Objective::least_loaded;
+  least_loaded.admission = false;
+  PolicyRun only{"carbon-only", least_loaded, Knowledge::none, false};
+  only.carbon_only = true;
+  std::map<std::string, UnixMillis> started;
+  ReplayOptions options;
+  options.on_event = [&](UnixMillis at, const std::string& text) {
+    if (text.starts_with("start ")) started[text.substr(6, 2)] = at - kStart;
+  };
+  const PolicyMetrics m = replay(world, only, options);
+  EXPECT_EQ(m.completed, 3u);
+  EXPECT_EQ(started["j1"], 100'000);
+  EXPECT_EQ(started["j2"], 0);
+  EXPECT_EQ(started["j3"], 0);
+  EXPECT_EQ(m.deadline_misses, 0u);
+
+  // With a signal, the standard runs add min-carbon beside min-energy, and carbon-only.
+  std::vector<std::string> names;
+  for (const auto& run : standard_runs(schedulers::Policy{}, true)) names.push_back(run.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"min-energy", "min-energy+knobs", "min-carbon", "fifo", "carbon-only",
+                                             "round-robin", "least-loaded", "flops-greedy", "zeus-like", "oracle",
+                                             "oracle+knobs"}));
 }
 
 TEST(ReplayTest, a_deadline_sends_a_job_to_the_costlier_free_device) {

@@ -1,8 +1,8 @@
 // The shipped scenarios (simulator/scenarios/*): each parses, replays, and min-energy at the
 // policy's default risk overruns no budget, leaves no job behind and runs nothing below a
-// battery floor; and choosing knob settings from measured networks saves energy without
-// slowing a job beyond what it allowed. The figures themselves are the benchmark's
-// (bench/sim_scenarios.sh), not asserted here.
+// battery floor; choosing knob settings from measured networks saves energy without slowing a
+// job beyond what it allowed; and on a solar-shaped grid min-carbon emits less than running now. The figures themselves
+// are the benchmark's (bench/sim_scenarios.sh), not asserted here.
 
 #include <gtest/gtest.h>
 
@@ -97,6 +97,28 @@ TEST(ScenarioKnobsTest, with_the_queued_networks_measured_knob_settings_save_ene
   EXPECT_EQ(knobs.completed, knobs.jobs);
   EXPECT_TRUE(knobs.violations.empty());
   EXPECT_LE(knobs.deadline_misses, alone.deadline_misses);
+}
+
+TEST(ScenarioCarbonTest, on_a_solar_grid_min_carbon_emits_less_than_running_now_and_misses_no_more_deadlines) {
+  const Scenario scenario = load("carbon-solar");
+  ASSERT_EQ(scenario.policy.objective, schedulers::Objective::min_carbon);
+  WorldOptions options;
+  options.threads = 2;
+  options.refit_every = 30;
+  auto world = build_world(scenario.cluster, scenario.trace, scenario.policy, options);
+  ASSERT_TRUE(world) << world.error().message;
+  ASSERT_TRUE(world->carbon);
+  const auto runs = standard_runs(scenario.policy, true);
+  const PolicyMetrics carbon = replay(*world, runs.front());
+  const PolicyMetrics now = replay(*world, run_named(runs, "min-energy"));
+  ASSERT_TRUE(carbon.carbon_grams && now.carbon_grams);
+  EXPECT_LT(*carbon.carbon_grams, *now.carbon_grams);
+  EXPECT_EQ(carbon.completed, carbon.jobs);
+  EXPECT_LE(carbon.deadline_misses, now.deadline_misses);
+  EXPECT_EQ(carbon.joules_outside_carbon_signal, 0.0);
+  // Carbon-only holds jobs by the signal alone and still runs them all.
+  const PolicyMetrics only = replay(*world, run_named(runs, "carbon-only"));
+  EXPECT_EQ(only.completed, only.jobs);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shipped, ScenarioTest, ::testing::Values("mixed-fleet", "solar-edge", "burst"),

@@ -56,6 +56,9 @@ struct PolicyRun {
   /// Zeus-like: each job on a device with GPU power limits profiles them in its first steps
   /// and runs the rest at the one with the least Zeus cost (no estimates).
   bool jit_power_limit = false;
+  /// Carbon-only: a job with a deadline is held until the signal's lowest value before its
+  /// deadline, knowing nothing of how long it runs (no estimates), then placed least-loaded.
+  bool carbon_only = false;
 };
 
 /// The comparison joule-sim runs: the policy file as written, the same choosing knob settings
@@ -66,8 +69,9 @@ struct PolicyRun {
 /// placement, each GPU job tuning its power limit just in time as Zeus does) and oracle (min-energy on the
 /// true costs, admission and throttling on), and oracle+knobs (the oracle choosing settings
 /// from their true costs: the ceiling for +knobs). Baselines keep the policy's budgets, caps and
-/// floors, for the violation counts.
-std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy);
+/// floors, for the violation counts. With a carbon signal (`carbon`): min-carbon beside
+/// min-energy (whichever the file is not), and carbon-only (see PolicyRun) after fifo.
+std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy, bool carbon = false);
 
 struct ReplayOptions {
   double tick_seconds = 60.0;
