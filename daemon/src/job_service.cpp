@@ -781,6 +781,7 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
   pending.id = job.row.id;
   pending.priority = spec.priority;
   pending.deadline = spec.constraints.deadline;
+  pending.not_before = spec.constraints.not_before;
   pending.max_energy_joules = spec.constraints.max_energy_joules;
   // Indexed once: with a thousand agents' devices a search per device made this quadratic.
   std::unordered_map<std::string, const DeviceEstimate*> usable;

@@ -158,9 +158,9 @@ Metrics::Metrics()
     jobs_.Add({{"state", state}}).Set(0);
   }
   using Kind = schedulers::WaitReason::Kind;
-  for (const auto kind :
-       {Kind::behind, Kind::device_busy, Kind::no_free_device, Kind::budget, Kind::max_energy, Kind::power_cap,
-        Kind::battery_floor, Kind::deadline, Kind::no_estimate, Kind::unavailable, Kind::cleaner_window})
+  for (const auto kind : {Kind::behind, Kind::device_busy, Kind::no_free_device, Kind::budget, Kind::max_energy,
+                          Kind::power_cap, Kind::battery_floor, Kind::deadline, Kind::no_estimate, Kind::unavailable,
+                          Kind::cleaner_window, Kind::not_before})
     jobs_waiting_.Add({{"reason", std::string(schedulers::to_string(kind))}}).Set(0);
   submitted_.Add({});
 }

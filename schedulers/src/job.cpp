@@ -163,6 +163,11 @@ Result<Constraints> parse_constraints(const json& input) {
       auto parsed = parse_rfc3339(value.get<std::string>());
       if (!parsed) return invalid("deadline is not an RFC 3339 time such as 2026-12-01T18:00:00Z", where);
       constraints.deadline = *parsed;
+    } else if (key == "not_before") {
+      if (!value.is_string()) return invalid("not_before must be an RFC 3339 time string", where);
+      auto parsed = parse_rfc3339(value.get<std::string>());
+      if (!parsed) return invalid("not_before is not an RFC 3339 time such as 2026-12-01T08:00:00Z", where);
+      constraints.not_before = *parsed;
     } else if (key == "max_energy_joules") {
       if (!value.is_number() || value.get<double>() <= 0.0)
         return invalid("max_energy_joules must be a number > 0", where);
@@ -171,6 +176,10 @@ Result<Constraints> parse_constraints(const json& input) {
       return invalid(fmt::format("constraints: unknown field \"{}\"", key), where);
     }
   }
+  if (constraints.not_before && constraints.deadline && *constraints.not_before >= *constraints.deadline)
+    return invalid(fmt::format("constraints.not_before ({}) must be before constraints.deadline ({})",
+                               format_rfc3339(*constraints.not_before), format_rfc3339(*constraints.deadline)),
+                   "/constraints/not_before");
   return constraints;
 }
 
@@ -316,6 +325,7 @@ json to_json(const JobSpec& spec) {
   json constraints = json::object();
   if (!spec.constraints.devices.empty()) constraints["devices"] = spec.constraints.devices;
   if (spec.constraints.deadline) constraints["deadline"] = format_rfc3339(*spec.constraints.deadline);
+  if (spec.constraints.not_before) constraints["not_before"] = format_rfc3339(*spec.constraints.not_before);
   if (spec.constraints.max_energy_joules) constraints["max_energy_joules"] = *spec.constraints.max_energy_joules;
   json out = {{"name", spec.name},
               {"run", run},

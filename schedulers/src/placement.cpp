@@ -38,6 +38,7 @@ int precedence(WaitReason::Kind kind) {
     case WaitReason::Kind::device_busy:
     case WaitReason::Kind::no_free_device:
     case WaitReason::Kind::cleaner_window:
+    case WaitReason::Kind::not_before:
       return 6;
     case WaitReason::Kind::unavailable:
       return 7;
@@ -122,9 +123,9 @@ const SettingOption* choose_setting(const KnobPolicy& knobs, double risk, const 
 }  // namespace
 
 std::string_view to_string(WaitReason::Kind kind) {
-  static constexpr std::array<std::string_view, 11> names{"behind",      "device-busy", "no-free-device", "budget",
+  static constexpr std::array<std::string_view, 12> names{"behind",      "device-busy", "no-free-device", "budget",
                                                           "max-energy",  "power-cap",   "battery-floor",  "deadline",
-                                                          "no-estimate", "unavailable", "cleaner-window"};
+                                                          "no-estimate", "unavailable", "cleaner-window", "not-before"};
   return names[static_cast<std::size_t>(kind)];
 }
 
@@ -164,6 +165,15 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
     if (result.considered >= options_.max_scan) break;
     if (free_devices == 0 && explained++ >= options_.max_explain) break;
     ++result.considered;
+    if (job->not_before && now < *job->not_before) {
+      // Held by its owner until then: no device is considered or reserved for it.
+      WaitReason why{WaitReason::Kind::not_before,
+                     fmt::format("not before {}, as it asked", format_rfc3339(*job->not_before))};
+      why.retry_at = *job->not_before;
+      result.next_retry = std::min(result.next_retry.value_or(*job->not_before), *job->not_before);
+      result.waiting.emplace_back(job->id, std::move(why));
+      continue;
+    }
 
     std::optional<WaitReason> reason;
     // Whether a reason of this kind could replace the one noted (so it is worth formatting).

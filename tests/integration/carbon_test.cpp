@@ -1,7 +1,8 @@
 // A carbon signal end to end: a real jouled with a simulated device reads a forecast file
 // ([carbon]), min-carbon holds a job with a deadline for the cleaner window ahead and runs it once
-// the forecast changes, a job without a deadline runs at once and is accounted in grams, and a bad
-// edit of the file is reported while the last good forecast stays in force.
+// the forecast changes, a job without a deadline runs at once and is accounted in grams, a bad
+// edit of the file is reported while the last good forecast stays in force, and a job held by
+// its owner (constraints.not_before) waits for its own time.
 
 #include <chrono>
 #include <filesystem>
@@ -138,4 +139,14 @@ TEST(CarbonTest, min_carbon_waits_for_a_cleaner_window_and_jobs_are_accounted_in
   done = daemon.wait_state(deferred, {"succeeded", "failed"});
   EXPECT_EQ(done["state"], "succeeded") << done.dump(2);
   EXPECT_EQ(done["carbon"]["intensity"], 120.0) << done.dump(2);
+
+  // A job its owner holds back waits for its own time, whatever the grid.
+  json later = mlp_job("later", at(180min));
+  later["constraints"]["not_before"] = at(60min);
+  const auto held = daemon.submit(later);
+  ASSERT_FALSE(held.empty());
+  shown = wait_until([&] { return daemon.call("GET", "/v1/jobs/" + held).second; },
+                     [](const json& j) { return j.contains("waiting") && j["waiting"]["reason"] == "not-before"; });
+  EXPECT_EQ(shown["waiting"]["reason"], "not-before") << shown.dump(2);
+  EXPECT_EQ(shown["spec"]["constraints"]["not_before"].get<std::string>().substr(0, 16), at(60min).substr(0, 16));
 }

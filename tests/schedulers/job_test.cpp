@@ -38,6 +38,21 @@ TEST(JobSpecTest, parses_the_architecture_example) {
   EXPECT_EQ(joule::schedulers::to_json(*again), joule::schedulers::to_json(*spec));
 }
 
+TEST(JobSpecTest, not_before_must_come_before_the_deadline) {
+  json body = minimal_job();
+  body["constraints"] = {{"not_before", "2026-12-01T08:00:00Z"}, {"deadline", "2026-12-01T18:00:00Z"}};
+  auto spec = parse_job_spec(body);
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(joule::schedulers::to_json(*spec)["constraints"]["not_before"], "2026-12-01T08:00:00.000Z");
+  body["constraints"]["not_before"] = "2026-12-01T19:00:00Z";
+  auto late = parse_job_spec(body);
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().where, "/constraints/not_before");
+  EXPECT_NE(late.error().message.find("must be before constraints.deadline"), std::string::npos);
+  body["constraints"]["not_before"] = "tomorrow";
+  EXPECT_EQ(error_pointer(body), "/constraints/not_before");
+}
+
 TEST(JobSpecTest, every_bad_field_is_named_by_pointer) {
   json body = minimal_job();
   body["run"]["command"] = json::array();

@@ -501,4 +501,17 @@ TEST(PlacementCarbonTest, grams_choose_the_device_and_without_any_signal_joules_
 }
 
 }  // namespace
+TEST(PlacementTest, a_job_is_not_placed_before_its_not_before_and_says_until_when) {
+  Pass pass{{}, {device("cpu")}, {job("later", {on(0, 100.0, 60.0)})}};
+  pass.jobs[0].not_before = kNow + 3'600'000;
+  const auto held = pass.run();
+  EXPECT_TRUE(held.placements.empty());
+  const WaitReason& why = reason_of(held, "later");
+  EXPECT_EQ(why.kind, WaitReason::Kind::not_before);
+  EXPECT_EQ(to_string(why.kind), "not-before");
+  EXPECT_EQ(why.retry_at, kNow + 3'600'000);
+  EXPECT_EQ(held.next_retry, kNow + 3'600'000);
+  EXPECT_EQ(pass.run(kNow + 3'600'000).placements.size(), 1u);
+}
+
 }  // namespace joule::schedulers

@@ -43,6 +43,8 @@ struct RunCommand {
 struct Constraints {
   std::vector<std::string> devices;  ///< glob patterns ("cuda:*", "cpu"); empty: any device
   std::optional<UnixMillis> deadline;
+  /// It may not start before this time (a window the user chose; before its deadline).
+  std::optional<UnixMillis> not_before;
   std::optional<double> max_energy_joules;
 };
 

@@ -63,6 +63,7 @@ struct PendingJob {
   std::string id;
   int priority = 0;
   std::optional<UnixMillis> deadline;
+  std::optional<UnixMillis> not_before;  ///< its constraints.not_before: not placed before then
   std::optional<double> max_energy_joules;
   std::optional<double> max_slowdown;  ///< its constraints.max_slowdown: replaces the policy's
   std::vector<Candidate> candidates;
@@ -96,6 +97,7 @@ struct WaitReason {
     no_estimate,     ///< a budget applies but the device has no energy model for the job
     unavailable,     ///< no eligible device accepts work
     cleaner_window,  ///< min-carbon: waiting for a cleaner window that still meets its deadline
+    not_before,      ///< its constraints.not_before has not come yet
   };
   WaitReason() = default;
   WaitReason(Kind kind, std::string message, std::string device = {}, std::string rule = {})
