@@ -380,6 +380,8 @@ lost_after_seconds = 10
 directory = "{policies}"
 [meters]
 interval_seconds = 0.5
+[carbon]
+intensity = 300
 [[devices]]
 name = "cpu"
 meter = "modelled"
@@ -673,6 +675,9 @@ SHOWN = [
     ("joule-node", "Energy of finished jobs in the time range", "A", {"device": "cpu"}, positive, "cpu jobs' energy"),
     ("joule-node", "Energy of finished jobs in the time range", "A", {"device": "sim:laptop-cpu"}, positive,
      "two laptop CPU jobs' energy"),
+    ("joule-node", "Grid carbon intensity", "A", {"node": "coord"}, lambda v: v == 300, "the constant 300 g/kWh"),
+    ("joule-node", "Carbon of finished jobs in the time range", "A", {"device": "sim:laptop-cpu"}, positive,
+     "two laptop CPU jobs' grams"),
     ("joule-node", "Budget used in its current window", "A", {"budget": "coord-daily"}, positive, "budget spent"),
     ("joule-node", "Budget used in its current window", "A", {"budget": "cluster-hourly"}, positive, "budget spent"),
     ("joule-node", "Jobs now", "A", {"state": "succeeded"}, lambda v: v == 6, "the 6 jobs succeeded"),
