@@ -1,5 +1,8 @@
 #include "joule/daemon/grid_signal_feed.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/format.h>
 
 namespace joule::daemon {
@@ -73,6 +76,28 @@ std::optional<double> GridSignalFeed::grams(double joules, UnixMillis from, Unix
   const auto intensity = intensity_over(from, to);
   if (!intensity) return std::nullopt;
   return joules / 3.6e6 * *intensity;
+}
+
+json GridSignalFeed::estimate(UnixMillis start, double joules_mean, double joules_std, double seconds) const {
+  const auto force = in_force(start);
+  if (!force.signal) return nullptr;
+  const UnixMillis end = start + std::max<UnixMillis>(1, static_cast<UnixMillis>(std::llround(seconds * 1000.0)));
+  const double intensity = force.signal->mean_extended(start, end);
+  return {{"grams", joules_mean / 3.6e6 * intensity},
+          {"grams_std", joules_std / 3.6e6 * intensity},
+          {"intensity", intensity},
+          {"signal", force.state == SignalState::stale ? force.source + ", stale" : force.source}};
+}
+
+void GridSignalFeed::add_estimates(json& rows, UnixMillis start) const {
+  if (!rows.is_array()) return;
+  for (auto& row : rows) {
+    if (!row.is_object() || row.value("status", "") != "ok" || !row.contains("joules") || !row.contains("seconds"))
+      continue;
+    json carbon = estimate(start, row["joules"].value("mean", 0.0), row["joules"].value("std", 0.0),
+                           row["seconds"].value("mean", 0.0));
+    if (!carbon.is_null()) row["carbon"] = std::move(carbon);
+  }
 }
 
 json GridSignalFeed::describe(UnixMillis now) const {

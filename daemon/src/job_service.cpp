@@ -1534,6 +1534,9 @@ json JobService::to_json(const Job& job, bool with_events) const {
               {"energy", energy},
               {"cancel_requested", job.cancel_requested},
               {"estimate", row.estimate_json.empty() ? json(nullptr) : json::parse(row.estimate_json, nullptr, false)}};
+  // Before it runs: what it would emit on each device if it started now.
+  if (carbon_ && (shown_state == JobState::queued || shown_state == JobState::placed))
+    carbon_->add_estimates(out["estimate"], now_ms());
   // Feedback: the metered energy beside the estimate for the device the job ran on (only when
   // both come from the same source: modelled joules are not compared with measured ones).
   if (shown.carbon_grams) {

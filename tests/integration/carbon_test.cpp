@@ -97,6 +97,11 @@ TEST(CarbonTest, min_carbon_waits_for_a_cleaner_window_and_jobs_are_accounted_in
   ASSERT_EQ(shown["waiting"]["reason"], "cleaner-window") << shown.dump(2);
   EXPECT_NE(shown["waiting"]["message"].get<std::string>().find("less carbon than now"), std::string::npos);
   EXPECT_TRUE(shown["waiting"].contains("retry_at"));
+  // Before it runs, each estimate says what it would emit if it started now (at 500 g/kWh).
+  const auto& row = shown["estimate"][0];
+  ASSERT_TRUE(row.contains("carbon")) << row.dump(2);
+  EXPECT_NEAR(row["carbon"]["grams"].get<double>(), row["joules"]["mean"].get<double>() / 3.6e6 * 500.0, 1e-9);
+  EXPECT_EQ(row["carbon"]["signal"], "file " + signal.string());
 
   // Without a deadline it is never deferred: it runs now, at 500 g/kWh, and is accounted so.
   const auto now_job = daemon.submit(mlp_job("now", std::nullopt));

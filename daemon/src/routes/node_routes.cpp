@@ -96,6 +96,9 @@ void add_node_routes(RouteTable& table, ApiContext& context) {
                                                estimate_request(*body, context.jobs.device_names(), context.models);
                                            if (answer && context.outcomes && answer->contains("estimates"))
                                              context.outcomes->apply((*answer)["estimates"]);
+                                           if (answer && context.signals && answer->contains("estimates"))
+                                             context.signals->carbon().add_estimates((*answer)["estimates"],
+                                                                                     context.signals->now_ms());
                                            call.send(std::move(answer));
                                          }});
 

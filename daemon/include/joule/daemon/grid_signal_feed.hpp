@@ -55,6 +55,14 @@ class GridSignalFeed {
   /// Grams of CO2e for `joules` drawn evenly over [from, to), at intensity_over.
   std::optional<double> grams(double joules, schedulers::UnixMillis from, schedulers::UnixMillis to) const;
 
+  /// What a run of `seconds` drawing `joules_mean` ± `joules_std` evenly from `start` would emit
+  /// under the signal in force: {grams, grams_std, intensity, signal}; null without a signal.
+  /// The spread is the energy's only: the sources publish no forecast error.
+  nlohmann::json estimate(schedulers::UnixMillis start, double joules_mean, double joules_std, double seconds) const;
+  /// The same for every row of an estimate answer whose status is "ok" (a "carbon" member, as
+  /// if started at `start`).
+  void add_estimates(nlohmann::json& rows, schedulers::UnixMillis start) const;
+
   std::size_t failures() const { return failures_; }
   const std::string& last_error() const { return last_error_; }
   /// GET /v1/signals: the source, its state, the value now, the span loaded, the last load and

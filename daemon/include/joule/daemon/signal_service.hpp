@@ -42,6 +42,7 @@ class SignalService {
   /// Called on the loop whenever a load replaced the signal.
   void on_change(std::function<void()> changed) { changed_ = std::move(changed); }
   const GridSignalFeed& carbon() const { return feed_; }
+  schedulers::UnixMillis now_ms() const { return clock_.unix_ms(); }
   /// GET /v1/signals: {"carbon": the feed's description, with the refresh period}.
   nlohmann::json describe() const;
   /// The same for a node without [carbon].
