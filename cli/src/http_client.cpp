@@ -140,12 +140,14 @@ Result<HttpReply> exchange(asio::io_context& io, Stream& stream, http::request<h
 }
 
 http::request<http::string_body> make_request(const ServerUrl& server, const std::string& token,
-                                              const std::string& method, const std::string& target,
-                                              const std::string& body, const std::string& content_type) {
+                                              const std::string& token_header, const std::string& method,
+                                              const std::string& target, const std::string& body,
+                                              const std::string& content_type) {
   http::request<http::string_body> req{http::string_to_verb(method), target, 11};
   req.set(http::field::host, server.host);
   req.set(http::field::user_agent, "joulectl");
-  if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
+  if (!token.empty() && token_header.empty()) req.set(http::field::authorization, "Bearer " + token);
+  if (!token.empty() && !token_header.empty()) req.set(token_header, token);
   if (!body.empty() || method == "POST") {
     req.set(http::field::content_type, content_type);
     req.body() = body;
@@ -205,7 +207,7 @@ Result<HttpReply> HttpClient::request(const std::string& method, const std::stri
                                       const std::string& content_type) const {
   if (tls_ && tls_->error) return *tls_->error;
   asio::io_context io;
-  auto req = make_request(server_, token_, method, target, body, content_type);
+  auto req = make_request(server_, token_, token_header_, method, target, body, content_type);
   if (!tls_) {
     beast::tcp_stream stream(io);
     if (auto connected = connect_tcp(io, stream, server_, timeout_); !connected) return connected.error();
@@ -242,7 +244,8 @@ Result<HttpReply> HttpConnection::request(const std::string& method, const std::
   if (client_.tls_ && client_.tls_->error) return *client_.tls_->error;
   if (timeout.count() <= 0) timeout = client_.timeout_;
   State& state = *state_;
-  auto req = make_request(client_.server_, client_.token_, method, target, body, "application/json");
+  auto req =
+      make_request(client_.server_, client_.token_, client_.token_header_, method, target, body, "application/json");
   // A connection that served before may have been closed by the server while idle: a quick
   // failure on it is tried once more on a fresh one. A fresh one's failure is the answer.
   for (int attempt = 0; attempt < 2; ++attempt) {

@@ -134,7 +134,7 @@ void parse_named_tokens(Checker& check, const toml::node& node, std::vector<Daem
 
 void parse_carbon(Checker& check, const toml::table& table, CarbonConfig& carbon) {
   check.warn_unknown(table, "carbon.",
-                     {"file", "url", "token_file", "intensity", "refresh_seconds", "timeout_seconds"});
+                     {"file", "url", "token_file", "token_header", "intensity", "refresh_seconds", "timeout_seconds"});
   if (auto file = check.get<std::string>(table, "file", "carbon.file")) {
     if (file->empty() || file->front() != '/')
       check.problem(*table.get("file"), "carbon.file must be an absolute path");
@@ -155,6 +155,20 @@ void parse_carbon(Checker& check, const toml::table& table, CarbonConfig& carbon
       check.problem(*table.get("token_file"), "carbon.token_file is sent with carbon.url requests: set a url");
     else
       carbon.token_file = *path;
+  }
+  if (auto header = check.get<std::string>(table, "token_header", "carbon.token_header")) {
+    const bool token_like = !header->empty() && std::all_of(header->begin(), header->end(), [](unsigned char c) {
+      return std::isalnum(c) || c == '-' || c == '_';
+    });
+    if (!token_like)
+      check.problem(
+          *table.get("token_header"),
+          fmt::format("carbon.token_header \"{}\" must be a header name (letters, digits, '-', '_')", *header));
+    else if (carbon.token_file.empty())
+      check.problem(*table.get("token_header"),
+                    "carbon.token_header names where carbon.token_file goes: set a token_file");
+    else
+      carbon.token_header = *header;
   }
   if (auto intensity = check.get<double>(table, "intensity", "carbon.intensity")) {
     // The dirtiest grids average about 1,000 g/kWh (coal); 5,000 is a typo, not a grid.

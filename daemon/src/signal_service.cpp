@@ -44,6 +44,14 @@ Result<std::pair<client::ServerUrl, std::string>> split_url(const std::string& u
   return std::pair{std::move(server).value(), std::move(target)};
 }
 
+// "{now}" in a URL's target as the time of the request, to the minute, in UTC.
+std::string with_now(std::string target, schedulers::UnixMillis now) {
+  const std::string stamp = schedulers::format_rfc3339(now).substr(0, 16) + "Z";  // 2026-11-29T10:30Z
+  for (std::size_t at = target.find("{now}"); at != std::string::npos; at = target.find("{now}", at + stamp.size()))
+    target.replace(at, 5, stamp);
+  return target;
+}
+
 Result<std::string> read_token(const std::filesystem::path& file) {
   if (file.empty()) return std::string();
   std::ifstream in(file);
@@ -110,6 +118,7 @@ void SignalService::refresh() {
     {
       std::lock_guard lock(wake_mutex_);
       fetch_wanted_ = true;
+      fetch_at_ = clock_.unix_ms();  // read here, on the loop: the clock is the loop's
     }
     wake_.notify_all();
   }
@@ -145,22 +154,26 @@ void SignalService::fetch_loop() {
   auto where = split_url(config_.url);
   auto token = read_token(config_.token_file);
   std::optional<client::HttpClient> http;
-  if (where && token)
+  if (where && token) {
     http.emplace(where->first, *token,
                  std::chrono::milliseconds(static_cast<std::int64_t>(config_.timeout_seconds * 1000.0)));
+    http->set_token_header(config_.token_header);
+  }
   for (;;) {
+    schedulers::UnixMillis at = 0;
     {
       std::unique_lock lock(wake_mutex_);
       wake_.wait(lock, [this] { return stopping_ || fetch_wanted_; });
       if (stopping_) return;
       fetch_wanted_ = false;
+      at = fetch_at_;
     }
     Result<schedulers::GridSignal> result = make_error(ErrorCode::invalid_argument, "");
     if (!where)
       result = where.error();
     else if (!token)
       result = token.error();
-    else if (auto reply = http->request("GET", where->second, {}, {}); !reply)
+    else if (auto reply = http->request("GET", with_now(where->second, at), {}, {}); !reply)
       result = make_error(reply.error().code, fmt::format("{}: {}", config_.url, reply.error().message));
     else if (reply->status != 200)
       result =

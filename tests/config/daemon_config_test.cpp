@@ -337,4 +337,9 @@ TEST(DaemonConfigTest, a_carbon_section_that_cannot_work_names_the_line) {
   EXPECT_NE(problem("[carbon]\nintensity = -3\n").find("jouled.toml:2: carbon.intensity must be 0-5000"),
             std::string::npos);
   EXPECT_NE(problem("[carbon]\nfile = \"/a.csv\"\ntoken_file = \"/t\"\n").find("set a url"), std::string::npos);
+  EXPECT_NE(problem("[carbon]\nurl = \"http://x/\"\ntoken_header = \"auth-token\"\n").find("set a token_file"),
+            std::string::npos);
+  EXPECT_NE(problem("[carbon]\nurl = \"http://x/\"\ntoken_file = \"/t\"\ntoken_header = \"a b\"\n")
+                .find("must be a header name"),
+            std::string::npos);
 }

@@ -176,10 +176,11 @@ TEST_F(SignalServiceTest, a_url_is_fetched_off_the_loop_and_an_http_error_keeps_
       R"({"data": [{"from": "2027-01-15T08:00Z", "to": "2027-01-15T08:30Z", "intensity": {"forecast": 180, "actual": 175}},
                    {"from": "2027-01-15T08:30Z", "to": "2027-01-15T09:00Z", "intensity": {"forecast": 140, "actual": null}}]})";
   std::atomic<int> requests = 0;
-  std::string target_seen;
+  std::string target_seen, key_seen;
   joule::testing::RunningHttpServer server(
       [&](joule::daemon::HttpRequest&& request, const joule::daemon::HttpPeer&, joule::daemon::Reply reply) {
         target_seen = std::string(request.target());
+        key_seen = std::string(request["auth-token"]);
         ++requests;
         joule::daemon::HttpResponse response{static_cast<boost::beast::http::status>(status.load()), 11};
         response.body() = status == 200 ? body : "upstream down";
@@ -188,16 +189,19 @@ TEST_F(SignalServiceTest, a_url_is_fetched_off_the_loop_and_an_http_error_keeps_
       {});
   clock_.set_wall(joule::schedulers::parse_rfc3339("2027-01-15T08:10:00Z").value());
   joule::config::CarbonConfig config;
-  config.url = "http://127.0.0.1:" + std::to_string(server.port()) + "/intensity/2027-01-15T08:00Z/fw24h";
+  config.url = "http://127.0.0.1:" + std::to_string(server.port()) + "/intensity/{now}/fw24h";
   config.refresh_seconds = 300;
+  config.token_file = dir_.write("key", "s3cret\n");
+  config.token_header = "auth-token";  // ElectricityMaps' way
   SignalService service(io_, metrics_, config, clock_);
   service.start();
   const auto wait_for = [&](auto done) {
     for (int i = 0; i < 500 && !done(); ++i) run();
   };
   wait_for([&] { return service.carbon().in_force(clock_.unix_ms()).state == SignalState::fresh; });
-  EXPECT_EQ(target_seen, "/intensity/2027-01-15T08:00Z/fw24h");
+  EXPECT_EQ(target_seen, "/intensity/2027-01-15T08:10Z/fw24h");           // {now}, to the minute
   EXPECT_DOUBLE_EQ(*service.carbon().value_at(clock_.unix_ms()), 175.0);  // the actual where there is one
+  EXPECT_EQ(key_seen, "s3cret");
 
   status = 503;
   clock_.advance(300s);

@@ -50,6 +50,9 @@ class HttpClient {
   /// ErrorCode::io when the exchange breaks off. Safe to call from several threads at once.
   Result<HttpReply> request(const std::string& method, const std::string& target, const std::string& body = {},
                             const std::string& content_type = "application/json") const;
+  /// Sends the token as `name: TOKEN` instead of `Authorization: Bearer TOKEN` (an API that
+  /// wants its key in a header of its own, such as ElectricityMaps' `auth-token`).
+  void set_token_header(std::string name) { token_header_ = std::move(name); }
 
  private:
   friend class HttpConnection;  // shares the server, token, timeout and TLS setup
@@ -58,6 +61,7 @@ class HttpClient {
 
   ServerUrl server_;
   std::string token_;
+  std::string token_header_;  // empty: Authorization: Bearer
   std::chrono::milliseconds timeout_;
   std::shared_ptr<TlsSetup> tls_;  // null for http
 };

@@ -135,8 +135,11 @@ struct SlurmConfig {
 /// run past its end). No section: no carbon signal.
 struct CarbonConfig {
   std::filesystem::path file;        ///< re-read when it changes (checked every refresh_seconds)
-  std::string url;                   ///< http:// or https://, fetched every refresh_seconds
-  std::filesystem::path token_file;  ///< url: a bearer token (WattTime) sent with each request
+  /// http:// or https://, fetched every refresh_seconds; "{now}" in it becomes the time of the
+  /// request (UTC, "2026-11-29T10:30Z"), for APIs whose forecasts start at a time in the path.
+  std::string url;
+  std::filesystem::path token_file;  ///< url: a token sent with each request (Authorization: Bearer)
+  std::string token_header;          ///< url: send the token in this header instead ("auth-token")
   std::optional<double> intensity;   ///< the constant stand-in, gCO2e/kWh
   double refresh_seconds = 300.0;
   double timeout_seconds = 10.0;  ///< url: per request

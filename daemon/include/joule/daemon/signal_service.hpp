@@ -74,6 +74,7 @@ class SignalService {
   std::mutex wake_mutex_;
   std::condition_variable wake_;
   bool fetch_wanted_ = false;
+  schedulers::UnixMillis fetch_at_ = 0;  // when the fetch was asked for: the URL's {now}
   bool stopping_ = false;
   std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);
 };
