@@ -17,22 +17,11 @@
 #include "temp_dir.hpp"
 
 using joule::testing::DaemonProcess;
+using joule::testing::wait_until;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
 namespace {
-
-json wait_until(const std::function<json()>& read, const std::function<bool(const json&)>& done,
-                std::chrono::milliseconds timeout = 20s) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  json last;
-  while (std::chrono::steady_clock::now() < until) {
-    last = read();
-    if (done(last)) return last;
-    std::this_thread::sleep_for(50ms);
-  }
-  return last;
-}
 
 // RFC 3339 in UTC, `from_now` from now.
 std::string at(std::chrono::minutes from_now) {

@@ -31,6 +31,7 @@ using joule::testing::DaemonOptions;
 using joule::testing::DaemonProcess;
 using joule::testing::has_event;
 using joule::testing::TcpProxy;
+using joule::testing::wait_until;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -82,18 +83,6 @@ json training_job(const std::string& name, const std::vector<std::string>& comma
 // A job that appends "<JOULE_JOB_ID>" to `marks` when it starts, then sleeps.
 std::vector<std::string> marking_command(const std::filesystem::path& marks, double seconds) {
   return {"sh", "-c", fmt::format("echo \"$JOULE_JOB_ID\" >> {}; sleep {}", marks.string(), seconds)};
-}
-
-json wait_until(const std::function<json()>& read, const std::function<bool(const json&)>& done,
-                std::chrono::milliseconds timeout = 20s) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  json last;
-  while (std::chrono::steady_clock::now() < until) {
-    last = read();
-    if (done(last)) return last;
-    std::this_thread::sleep_for(50ms);
-  }
-  return last;
 }
 
 json nodes_of(const DaemonProcess& coordinator) { return coordinator.call("GET", "/v1/nodes").second; }

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -90,6 +91,21 @@ bool has_event(const nlohmann::json& job, const std::string& text);
 inline std::filesystem::path work_directory_of(const DaemonProcess& daemon, const std::string& id) {
   if (::geteuid() == 0) return std::filesystem::path(daemon.state_dir().string() + "-jobs") / id;
   return daemon.state_dir() / "jobs" / id;
+}
+
+/// Calls `read` every 50 ms until `done` holds of what it returned or `timeout` passes; the last
+/// thing read.
+inline nlohmann::json wait_until(const std::function<nlohmann::json()>& read,
+                                 const std::function<bool(const nlohmann::json&)>& done,
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  nlohmann::json last;
+  while (std::chrono::steady_clock::now() < until) {
+    last = read();
+    if (done(last)) return last;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return last;
 }
 
 /// Runs a program, returns (exit code, stdout+stderr).
