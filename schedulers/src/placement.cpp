@@ -69,7 +69,31 @@ struct DeviceView {
   std::vector<std::size_t> budgets;  // budgets covering it
   std::vector<std::size_t> caps;
   std::vector<std::size_t> floors;
+  // min-carbon: the runs this pass deferred to it, [start, end): later jobs look for their
+  // window around them, so that two jobs waiting for one clean hour do not both count on it.
+  std::vector<std::pair<UnixMillis, UnixMillis>> deferred;
 };
+
+// The cleanest start in [earliest, latest] for a run of `run_ms` that overlaps none of
+// `taken`: the signal's lowest_start over each gap between them.
+std::optional<SignalWindow> lowest_start_around(const GridSignal& signal, UnixMillis earliest, UnixMillis latest,
+                                                UnixMillis run_ms,
+                                                std::vector<std::pair<UnixMillis, UnixMillis>> taken) {
+  std::sort(taken.begin(), taken.end());
+  std::optional<SignalWindow> best;
+  UnixMillis from = earliest;
+  auto consider = [&](UnixMillis to) {
+    if (to < from) return;
+    if (auto window = signal.lowest_start(from, to, run_ms); window && (!best || window->mean < best->mean))
+      best = window;
+  };
+  for (const auto& [start, end] : taken) {
+    consider(std::min(latest, start - run_ms));  // ends by the time the taken run starts
+    from = std::max(from, end);
+  }
+  consider(latest);
+  return best;
+}
 
 struct CapView {
   double watts = 0.0;  // metered average of the scope, plus what the pass added
@@ -252,7 +276,10 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
         const auto latest =
             job->deadline ? *job->deadline - static_cast<UnixMillis>(std::llround(long_seconds * 1000.0)) : start;
         if (latest > start) {
-          if (auto window = device.carbon->lowest_start(start, latest, run_ms); window && window->mean < carbon_now) {
+          const auto window = view.deferred.empty()
+                                  ? device.carbon->lowest_start(start, latest, run_ms)
+                                  : lowest_start_around(*device.carbon, start, latest, run_ms, view.deferred);
+          if (window && window->mean < carbon_now) {
             run_start = window->start;
             carbon = window->mean;
           }
@@ -466,6 +493,7 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
           where};
       why.retry_at = best.run_start;
       result.next_retry = std::min(result.next_retry.value_or(best.run_start), best.run_start);
+      view.deferred.emplace_back(best.run_start, best.finish);
       result.waiting.emplace_back(job->id, std::move(why));
       continue;
     }

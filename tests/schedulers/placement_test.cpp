@@ -475,6 +475,24 @@ TEST(PlacementCarbonTest, a_job_with_a_deadline_waits_for_a_cleaner_window_and_s
       << result.placements[0].note;
 }
 
+TEST(PlacementCarbonTest, two_jobs_do_not_both_count_on_one_clean_hour) {
+  // One device, one clean hour (2-3 h from now), two 1-hour jobs that must end within 3.5 hours:
+  // both waiting for the hour would leave the second to finish at 4 h. The first takes the
+  // hour; the second, its window taken, runs now.
+  const GridSignal grid =
+      GridSignal::from_points({{kNow, 400.0}, {kNow + 2 * 3'600'000, 100.0}, {kNow + 3 * 3'600'000, 400.0}},
+                              kNow + 24 * 3'600'000)
+          .value();
+  Pass pass{min_carbon(), {device("cuda:0")}, {job("a", {on(0, 3.6e6, 3600.0)}), job("b", {on(0, 3.6e6, 3600.0)})}};
+  pass.devices[0].carbon = &grid;
+  for (auto& each : pass.jobs) each.deadline = kNow + 3 * 3'600'000 + 1'800'000;
+  const auto result = pass.run();
+  EXPECT_EQ(reason_of(result, "a").kind, WaitReason::Kind::cleaner_window);
+  EXPECT_EQ(reason_of(result, "a").retry_at, kNow + 2 * 3'600'000);
+  ASSERT_EQ(result.placements.size(), 1u);
+  EXPECT_EQ(result.placements[0].job, "b");
+}
+
 TEST(PlacementCarbonTest, no_deadline_or_too_little_slack_runs_now) {
   const GridSignal grid = clean_later();
   Pass pass{min_carbon(), {device("cuda:0")}, {job("a", {on(0, 3.6e6, 3600.0)})}};
