@@ -148,7 +148,8 @@ class StatusPageTest(unittest.TestCase):
             with open(os.path.join(policy, name), "w") as f:
                 f.write(value + "\n")
         node = self.start(
-            CONFIG + f'[node]\nname = "pagetest"\n[[devices]]\nname = "cpu"\ncpufreq = "{cpufreq}"\n'
+            CONFIG + f'[node]\nname = "pagetest"\n[carbon]\nintensity = 300\n'
+            f'[[devices]]\nname = "cpu"\ncpufreq = "{cpufreq}"\n'
             f'[[devices]]\nname = "{SIM}"\nprobes = 40\nruns_jobs = true\n',
             policies={"10-page.toml": (
                 '[[budgets]]\nname = "node-day"\nscope = "node"\ntarget = "pagetest"\n'
@@ -216,6 +217,7 @@ class StatusPageTest(unittest.TestCase):
         self.assertEqual(chromium.evaluate("document.querySelectorAll('#budgets svg.burn .now').length"), 2)
         self.assertIn("sim-cap", chromium.evaluate("document.getElementById('caps').innerText"))
         self.assertIn("pagetest", chromium.evaluate("document.getElementById('where').textContent"))
+        self.assertIn("grid 300 g CO2e/kWh (constant)", chromium.evaluate("document.getElementById('summary').textContent"))
 
         # The first is cancelled, so the second runs; once it ended the page (refreshed every
         # 5 s) shows both among the recent jobs, the second with its estimate beside its metered
@@ -228,6 +230,7 @@ class StatusPageTest(unittest.TestCase):
         job = api(node, "GET", f"/v1/jobs/{second}")
         self.assertIn("simulated", recent[6], f"estimate: {recent}")
         self.assertIn("simulated", recent[7], f"metered: {recent}")
+        self.assertIn("g CO2e", recent[7], f"its grams at the node's constant: {recent}")
         self.assertIn("%", recent[8], f"the estimate's error: {recent}")
         self.assertIn("2σ", recent[8])
         self.assertIn(f"{100 * job['estimate_error']['relative']:.1f} %".lstrip("-"), recent[8].replace("+", ""))
