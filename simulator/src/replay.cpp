@@ -226,6 +226,7 @@ class Replay {
     pending.id = job.id;
     pending.priority = job.priority;
     pending.deadline = job.deadline;
+    pending.not_before = job.not_before;
     pending.max_energy_joules = job.max_energy_joules;
     pending.max_slowdown = job.max_slowdown;
     for (const auto& cost : job.costs) {

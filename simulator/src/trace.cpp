@@ -36,8 +36,8 @@ Result<Trace> parse_trace(const std::string& text, const std::string& file_name,
   std::string line_text;
   int line = 0;
   static const std::set<std::string> kFields = {"at", "name", "model", "training", "constraints", "priority"};
-  static const std::set<std::string> kConstraints = {"devices", "deadline_seconds", "max_energy_joules",
-                                                     "max_slowdown"};
+  static const std::set<std::string> kConstraints = {"devices", "deadline_seconds", "not_before_seconds",
+                                                     "max_energy_joules", "max_slowdown"};
   while (std::getline(in, line_text)) {
     ++line;
     if (line_text.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -100,7 +100,8 @@ Result<Trace> parse_trace(const std::string& text, const std::string& file_name,
         const std::string pointer = "/constraints/" + key;
         if (!kConstraints.contains(key))
           return at_line(file_name, line, pointer,
-                         "unknown field (known: devices, deadline_seconds, max_energy_joules, max_slowdown)");
+                         "unknown field (known: devices, deadline_seconds, not_before_seconds, max_energy_joules, "
+                         "max_slowdown)");
         if (key == "devices") {
           if (!value.is_array()) return at_line(file_name, line, pointer, "must be an array of device name patterns");
           for (std::size_t i = 0; i < value.size(); ++i) {
@@ -111,6 +112,9 @@ Result<Trace> parse_trace(const std::string& text, const std::string& file_name,
         } else if (key == "deadline_seconds") {
           job.deadline_seconds = positive_number(value);
           if (!job.deadline_seconds) return at_line(file_name, line, pointer, "must be a number of seconds > 0");
+        } else if (key == "not_before_seconds") {
+          job.not_before_seconds = positive_number(value);
+          if (!job.not_before_seconds) return at_line(file_name, line, pointer, "must be a number of seconds > 0");
         } else if (key == "max_slowdown") {
           job.max_slowdown = positive_number(value);
           if (!job.max_slowdown || *job.max_slowdown > 10.0)
@@ -121,6 +125,8 @@ Result<Trace> parse_trace(const std::string& text, const std::string& file_name,
           if (!job.max_energy_joules) return at_line(file_name, line, pointer, "must be a number of joules > 0");
         }
       }
+      if (job.not_before_seconds && job.deadline_seconds && *job.not_before_seconds >= *job.deadline_seconds)
+        return at_line(file_name, line, "/constraints/not_before_seconds", "must be less than deadline_seconds");
     }
     if (entry.contains("priority")) {
       if (!entry["priority"].is_number_integer() || std::abs(entry["priority"].get<std::int64_t>()) > 1000000)

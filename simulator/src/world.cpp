@@ -272,6 +272,8 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
     sim.priority = job.priority;
     if (job.deadline_seconds)
       sim.deadline = sim.submit + static_cast<UnixMillis>(std::llround(*job.deadline_seconds * 1000.0));
+    if (job.not_before_seconds)
+      sim.not_before = sim.submit + static_cast<UnixMillis>(std::llround(*job.not_before_seconds * 1000.0));
     sim.max_energy_joules = job.max_energy_joules;
     sim.max_slowdown = job.max_slowdown;
     sim.epochs = static_cast<int>(std::min<std::int64_t>(job.training.epochs, 1'000'000));

@@ -200,6 +200,9 @@ TEST(TraceTest, errors_name_the_line_and_the_json_pointer) {
   EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining +
                         ", \"constraints\": {\"deadline_seconds\": 0}}"),
             "t.jsonl:1: /constraints/deadline_seconds: must be a number of seconds > 0");
+  EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining +
+                        ", \"constraints\": {\"deadline_seconds\": 60, \"not_before_seconds\": 60}}"),
+            "t.jsonl:1: /constraints/not_before_seconds: must be less than deadline_seconds");
   EXPECT_EQ(
       trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"constraints\": {\"max_slowdown\": 0}}"),
       "t.jsonl:1: /constraints/max_slowdown: must be a fraction > 0 and at most 10 (0.1: at most 10 % slower at "

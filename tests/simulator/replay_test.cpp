@@ -165,6 +165,15 @@ TEST(ReplayTest, carbon_only_holds_a_job_with_a_deadline_until_the_lowest_step_b
                                              "oracle+knobs"}));
 }
 
+TEST(ReplayTest, a_job_starts_no_earlier_than_its_not_before) {
+  World world = world_of({"a"}, {job("j1", 0, {on(0, 100, 10)})});
+  world.jobs[0].not_before = kStart + 30'000;
+  const PolicyMetrics m = replay(world, min_energy());
+  EXPECT_EQ(m.completed, 1u);
+  EXPECT_DOUBLE_EQ(m.makespan_seconds, 40.0);
+  EXPECT_DOUBLE_EQ(m.wait_mean_seconds, 30.0);
+}
+
 TEST(ReplayTest, a_deadline_sends_a_job_to_the_costlier_free_device) {
   SimJob late = job("j2", 0, {on(0, 100, 10), on(1, 300, 10)});
   late.deadline = kStart + 15'000;  // waiting for a would finish at 20 s

@@ -13,8 +13,9 @@
 //                      one, relative to the trace file
 //   training           as in POST /v1/jobs
 //   constraints        optional: devices (globs matched against "node/device" and the bare
-//                      device name, as schedulers::device_allowed does), deadline_seconds
-//                      (relative to the job's submission), max_energy_joules, max_slowdown
+//                      device name, as schedulers::device_allowed does), deadline_seconds and
+//                      not_before_seconds (relative to the job's submission; not_before before
+//                      the deadline), max_energy_joules, max_slowdown
 //                      (how much slower than at its device's defaults a knob setting may make
 //                      it: 0.1 is 10 %; replaces the policy's knobs.max_slowdown)
 //   priority           optional integer; higher first, then submission order
@@ -43,6 +44,7 @@ struct TraceJob {
   estimator::TrainingConfig training;
   std::vector<std::string> devices;  ///< glob patterns; empty: any device
   std::optional<double> deadline_seconds;
+  std::optional<double> not_before_seconds;
   std::optional<double> max_energy_joules;
   std::optional<double> max_slowdown;
   int priority = 0;

@@ -65,6 +65,7 @@ struct SimJob {
   schedulers::UnixMillis submit = 0;
   int priority = 0;
   std::optional<schedulers::UnixMillis> deadline;
+  std::optional<schedulers::UnixMillis> not_before;
   std::optional<double> max_energy_joules;
   std::optional<double> max_slowdown;
   int epochs = 1;              ///< progress reports: one per epoch
