@@ -311,6 +311,10 @@ void print_job(const json& job) {
                  row["source"].get<std::string>(), row["baseline"]["joules"].get<double>(),
                  row["warnings"].empty() ? "" : "  [some layers far from probed ones]");
       if (row.contains("overhead")) fmt::print("  {:<20} {}\n", "", overhead_text(row));
+      if (row.contains("carbon"))
+        fmt::print("  {:<20} {:.3g} ± {:.2g} g CO2e if it started now ({:.0f} g/kWh)\n", "",
+                   row["carbon"]["grams"].get<double>(), row["carbon"]["grams_std"].get<double>(),
+                   row["carbon"]["intensity"].get<double>());
     }
   } else {
     fmt::print("estimate:  none (the job has no model spec and training config)\n");

@@ -91,6 +91,9 @@ TEST(CarbonTest, min_carbon_waits_for_a_cleaner_window_and_jobs_are_accounted_in
   ASSERT_TRUE(row.contains("carbon")) << row.dump(2);
   EXPECT_NEAR(row["carbon"]["grams"].get<double>(), row["joules"]["mean"].get<double>() / 3.6e6 * 500.0, 1e-9);
   EXPECT_EQ(row["carbon"]["signal"], "file " + signal.string());
+  const std::string server = "http://127.0.0.1:" + std::to_string(daemon.port());
+  auto [queued_code, queued_text] = joule::testing::run_program({JOULECTL_BINARY, "--server", server, "job", deferred});
+  EXPECT_NE(queued_text.find("g CO2e if it started now (500 g/kWh)"), std::string::npos) << queued_text;
 
   // Without a deadline it is never deferred: it runs now, at 500 g/kWh, and is accounted so.
   const auto now_job = daemon.submit(mlp_job("now", std::nullopt));
@@ -109,7 +112,6 @@ TEST(CarbonTest, min_carbon_waits_for_a_cleaner_window_and_jobs_are_accounted_in
       metrics->body.find("joule_job_carbon_grams_total{device=\"sim:laptop-cpu\",node=\"lab\",source=\"simulated\"}"),
       std::string::npos);
   EXPECT_NE(metrics->body.find("joule_grid_carbon_intensity_grams_per_kwh{node=\"lab\"} 500"), std::string::npos);
-  const std::string server = "http://127.0.0.1:" + std::to_string(daemon.port());
   auto [job_code, job_text] = joule::testing::run_program({JOULECTL_BINARY, "--server", server, "job", now_job});
   EXPECT_EQ(job_code, 0);
   EXPECT_NE(job_text.find("g/kWh over its run (file " + signal.string() + "; simulated joules)"), std::string::npos)
