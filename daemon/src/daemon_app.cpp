@@ -931,10 +931,11 @@ int run_daemon(const CommandLine& command_line) {
         config.meter_interval_seconds = next.meter_interval_seconds;
         config.probing = next.probing;
         probes.set_config(next.probing);
+        signals.reconfigure(next.carbon);
         if (next_policy->objective == schedulers::Objective::min_carbon && !signals.configured())
           spdlog::warn(
               "placement.objective is min-carbon but jouled.toml has no [carbon] signal: jobs are placed as "
-              "min-energy until one is set (a restart reads [carbon])");
+              "min-energy until one is set");
         jobs.set_policy(std::move(next_policy).value());
         spdlog::info("reloaded {}", next.source);
         notifier.ready(fmt::format("listening on {}; config reloaded", address));

@@ -76,6 +76,27 @@ SignalService::SignalService(boost::asio::io_context& io, Metrics& metrics, conf
 
 SignalService::~SignalService() { stop(); }
 
+void SignalService::reconfigure(config::CarbonConfig config) {
+  if (config == config_) return;
+  stop();
+  const bool same_source = describe_source(config) == describe_source(config_) && config.intensity == config_.intensity;
+  config_ = std::move(config);
+  if (!same_source) {
+    feed_ = GridSignalFeed(describe_source(config_), config_.intensity);
+    read_stamp_.reset();
+  }
+  {
+    std::lock_guard lock(wake_mutex_);
+    stopping_ = false;
+    fetch_wanted_ = false;
+  }
+  alive_ = std::make_shared<std::atomic<bool>>(true);
+  if (!configured()) spdlog::info("carbon signal: none ([carbon] was removed)");
+  start();
+  publish();
+  if (changed_) changed_();
+}
+
 void SignalService::start() {
   if (!configured()) return;
   spdlog::info("carbon signal: {}{}", config_.file.empty() && config_.url.empty() ? "" : describe_source(config_),

@@ -169,6 +169,37 @@ TEST_F(SignalServiceTest, a_missing_file_leaves_the_constant_in_force) {
   service.stop();
 }
 
+TEST_F(SignalServiceTest, a_reload_switches_the_source_and_keeps_the_signal_when_only_settings_change) {
+  joule::config::CarbonConfig config;
+  config.intensity = 250.0;
+  SignalService service(io_, metrics_, config, clock_);
+  service.start();
+  EXPECT_EQ(service.carbon().in_force(clock_.unix_ms()).state, SignalState::constant);
+  int changes = 0;
+  service.on_change([&] { ++changes; });
+
+  const auto file = dir_.write("carbon.csv", "time,value\n2027-01-15T08:00:00Z,200\n2027-01-15T09:00:00Z,100\n");
+  clock_.set_wall(joule::schedulers::parse_rfc3339("2027-01-15T08:30:00Z").value());
+  config.file = file;
+  service.reconfigure(config);
+  EXPECT_EQ(service.carbon().in_force(clock_.unix_ms()).state, SignalState::fresh);
+  EXPECT_DOUBLE_EQ(*service.carbon().value_at(clock_.unix_ms()), 200.0);
+  EXPECT_GE(changes, 1);
+
+  // Only the period changes: the signal stays (the file, gone now, is a failed load that keeps it).
+  std::filesystem::remove(file);
+  config.refresh_seconds = 60;
+  service.reconfigure(config);
+  EXPECT_DOUBLE_EQ(*service.carbon().value_at(clock_.unix_ms()), 200.0);
+  EXPECT_EQ(service.describe()["carbon"]["refresh_seconds"], 60.0);
+
+  // [carbon] removed: no signal.
+  service.reconfigure({});
+  EXPECT_EQ(service.carbon().in_force(clock_.unix_ms()).state, SignalState::none);
+  EXPECT_EQ(service.describe()["carbon"]["state"], "none");
+  service.stop();
+}
+
 // A real HTTP server on loopback answers as the UK National Grid's API does, then fails.
 TEST_F(SignalServiceTest, a_url_is_fetched_off_the_loop_and_an_http_error_keeps_the_last_signal) {
   std::atomic<int> status = 200;

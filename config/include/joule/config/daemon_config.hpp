@@ -144,6 +144,7 @@ struct CarbonConfig {
   double refresh_seconds = 300.0;
   double timeout_seconds = 10.0;  ///< url: per request
   bool configured() const { return !file.empty() || !url.empty() || intensity.has_value(); }
+  bool operator==(const CarbonConfig&) const = default;
 };
 
 struct DaemonConfig {

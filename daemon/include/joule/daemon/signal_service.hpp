@@ -37,6 +37,9 @@ class SignalService {
   void start();
   /// Stops the timer and the fetching thread (joined: nothing reaches the loop after).
   void stop();
+  /// A reload's [carbon]: a new source starts over (a file read at once, a URL fetched); the
+  /// same source with other settings keeps the signal it has. Unchanged: nothing happens.
+  void reconfigure(config::CarbonConfig config);
 
   bool configured() const { return config_.configured(); }
   /// Called on the loop whenever a load replaced the signal.
@@ -57,7 +60,7 @@ class SignalService {
 
   boost::asio::io_context& io_;
   Metrics& metrics_;
-  const config::CarbonConfig config_;
+  config::CarbonConfig config_;
   const Clock& clock_;
   GridSignalFeed feed_;
   std::function<void()> changed_;
