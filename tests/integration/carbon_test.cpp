@@ -38,15 +38,7 @@ void write_signal(const std::filesystem::path& file, const std::string& text) {
 }
 
 json mlp_job(const std::string& name, const std::optional<std::string>& deadline) {
-  json job = {
-      {"name", name},
-      {"model",
-       {{"input", {{"shape", {784}}}},
-        {"layers",
-         {{{"type", "linear"}, {"out_features", 256}}, {{"type", "relu"}}, {{"type", "linear"}, {"out_features", 10}}}},
-        {"loss", "cross_entropy"}}},
-      {"training", {{"batch_size", 64}, {"epochs", 1}, {"samples_per_epoch", 6400}}},
-      {"run", {{"command", {"sleep", "0.5"}}}}};
+  json job = joule::testing::mlp_training_job(name, {"sleep", "0.5"});
   if (deadline) job["constraints"] = {{"deadline", *deadline}};
   return job;
 }

@@ -67,17 +67,8 @@ std::string agent_config(const std::string& node, const std::string& profile, st
       node, coordinator_port, extra, profile);
 }
 
-// A small MLP: on the simulated profiles the Jetson Orin is far cheaper than the server GPU.
 json training_job(const std::string& name, const std::vector<std::string>& command) {
-  return {
-      {"name", name},
-      {"model",
-       {{"input", {{"shape", {784}}}},
-        {"layers",
-         {{{"type", "linear"}, {"out_features", 256}}, {{"type", "relu"}}, {{"type", "linear"}, {"out_features", 10}}}},
-        {"loss", "cross_entropy"}}},
-      {"training", {{"batch_size", 64}, {"epochs", 1}, {"samples_per_epoch", 6400}}},
-      {"run", {{"command", command}}}};
+  return joule::testing::mlp_training_job(name, command);
 }
 
 // A job that appends "<JOULE_JOB_ID>" to `marks` when it starts, then sleeps.

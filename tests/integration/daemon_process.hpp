@@ -108,6 +108,21 @@ inline nlohmann::json wait_until(const std::function<nlohmann::json()>& read,
   return last;
 }
 
+/// A job training a small MLP (784-256-10, one epoch of 100 steps at batch 64) with `command`:
+/// estimated on every simulated profile; the Jetson Orin's is far cheaper than the server GPU's.
+inline nlohmann::json mlp_training_job(const std::string& name, const std::vector<std::string>& command) {
+  using nlohmann::json;
+  return {
+      {"name", name},
+      {"model",
+       {{"input", {{"shape", {784}}}},
+        {"layers",
+         {{{"type", "linear"}, {"out_features", 256}}, {{"type", "relu"}}, {{"type", "linear"}, {"out_features", 10}}}},
+        {"loss", "cross_entropy"}}},
+      {"training", {{"batch_size", 64}, {"epochs", 1}, {"samples_per_epoch", 6400}}},
+      {"run", {{"command", command}}}};
+}
+
 /// Runs a program, returns (exit code, stdout+stderr).
 std::pair<int, std::string> run_program(const std::vector<std::string>& argv,
                                         const std::map<std::string, std::string>& env = {});
