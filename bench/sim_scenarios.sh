@@ -3,7 +3,9 @@
 # each the policy's (min-energy's) energy against every baseline and the oracle, its budget
 # violations and deadline misses: the figures for the aims of the joule-sim issue (at least 30 %
 # less energy than round-robin and least-loaded, within 5 % of the oracle, no budget violation
-# at the default risk). Every joule is SIMULATED. Builds nothing: `ninja -C build joule-sim` first.
+# at the default risk); then knob settings against placement alone, and, for scenarios with a
+# carbon signal (carbon-*), min-carbon's grams against run-now, fifo and carbon-only. Every joule
+# is SIMULATED, every signal made up. Builds nothing: `ninja -C build joule-sim` first.
 #
 #   bench/sim_scenarios.sh [--build DIR] [--seeds "1 2 3"] [--scenario NAME]... [--keep DIR]
 #                          [--sim-arg ARG]...   (passed to every joule-sim run: --knob-probes networks)
