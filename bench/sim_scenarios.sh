@@ -30,7 +30,7 @@ while [[ $# -gt 0 ]]; do
     --keep) keep=$2; shift 2 ;;
     --sim-arg) sim_args+=("$2"); shift 2 ;;
     --scenarios-dir) scenarios_dir=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
