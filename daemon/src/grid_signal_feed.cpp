@@ -86,7 +86,7 @@ json GridSignalFeed::estimate(UnixMillis start, double joules_mean, double joule
   return {{"grams", joules_mean / 3.6e6 * intensity},
           {"grams_std", joules_std / 3.6e6 * intensity},
           {"intensity", intensity},
-          {"signal", force.state == SignalState::stale ? force.source + ", stale" : force.source}};
+          {"signal", force.label()}};
 }
 
 void GridSignalFeed::add_estimates(json& rows, UnixMillis start) const {

@@ -963,7 +963,7 @@ void JobService::account_carbon(Job& job) {
   const double grams = *job.row.energy_joules / 3.6e6 * *intensity;
   job.row.carbon_grams = grams;
   job.row.carbon_intensity = *intensity;
-  job.row.carbon_signal = force.state == SignalState::stale ? force.source + ", stale" : force.source;
+  job.row.carbon_signal = force.label();
   metrics_.add_job_carbon(job.row.device, job.row.energy_source, grams);
 }
 

@@ -29,6 +29,8 @@ struct SignalInForce {
   const schedulers::GridSignal* signal = nullptr;  ///< nullptr: no signal
   SignalState state = SignalState::none;
   std::string source;  ///< "file /etc/joule/carbon.csv", "constant 250 g/kWh"
+  /// The source as jobs are labelled with it: ", stale" added past the signal's end.
+  std::string label() const { return state == SignalState::stale ? source + ", stale" : source; }
 };
 
 class GridSignalFeed {
