@@ -103,21 +103,17 @@ class Fixture {
   Fixture()
       : dir_(make_state_directory()),
         writer_(open_database(dir_)),
-        jobs_(io_, writer_, metrics_, devices(), options(dir_)),
+        device_table_(devices()),
+        jobs_(io_, writer_, metrics_, device_table_, options(dir_)),
         open_api_(jobs_, metrics_),
         guarded_api_(jobs_, metrics_) {
     require(jobs_.recover({}, {}).ok(), "recovery of an empty database failed");
-    const joule::daemon::DeviceModels models{{"cpu", simulated_model()}};
-    jobs_.set_estimator([this, models](const joule::schedulers::JobSpec& spec) {
-      // As daemon_app.cpp wires it: every device the job may use, estimated with its model.
-      nlohmann::json body = {{"model", joule::estimator::to_json(*spec.model)},
-                             {"training", joule::estimator::to_json(*spec.training)}};
-      auto answer = joule::daemon::estimate_request(body, jobs_.device_names(), models);
-      return answer ? (*answer)["estimates"] : nlohmann::json(nullptr);
-    });
+    // As daemon_app.cpp wires it: every device the job may use, estimated with its model.
+    estimates_.set_models({{"cpu", simulated_model()}});
+    jobs_.set_estimator(&estimates_);
     for (auto* api : {&open_api_, &guarded_api_}) {
       api->set_ready(true);
-      api->set_models(models);
+      api->set_estimates(&estimates_);
     }
     joule::daemon::AccessConfig access;
     access.tokens = {{joule::sha256_hex("s3cret"), "admin", joule::daemon::kAdminScopes}};
@@ -206,6 +202,8 @@ class Fixture {
   boost::asio::io_context io_;
   joule::adapters::StorageWriter writer_;
   joule::daemon::Metrics metrics_;
+  joule::daemon::DeviceTable device_table_;
+  joule::daemon::EstimateService estimates_{device_table_};
   joule::daemon::JobService jobs_;
   joule::daemon::Api open_api_;
   joule::daemon::Api guarded_api_;

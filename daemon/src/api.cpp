@@ -32,8 +32,9 @@ Api::~Api() = default;
 
 void Api::set_access(AccessConfig access) { context_->access = std::move(access); }
 void Api::set_ready(bool ready) { context_->ready = ready; }
-void Api::set_models(DeviceModels models) { context_->models = std::move(models); }
-void Api::set_outcomes(const OutcomeService* outcomes) { context_->outcomes = outcomes; }
+void Api::set_estimates(const EstimateService* estimates) {
+  context_->estimates = estimates ? estimates : context_->no_models.get();
+}
 void Api::set_probes(ProbeService* probes) { context_->probes = probes; }
 void Api::set_cluster(ClusterCoordinator* coordinator, ClusterAgent* agent) {
   context_->coordinator = coordinator;

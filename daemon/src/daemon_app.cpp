@@ -37,6 +37,7 @@
 #include "joule/config/policy_config.hpp"
 #include "joule/daemon/api.hpp"
 #include "joule/daemon/cluster_service.hpp"
+#include "joule/daemon/estimate_service.hpp"
 #include "joule/daemon/http_server.hpp"
 #include "joule/daemon/job_service.hpp"
 #include "joule/daemon/metrics.hpp"
@@ -286,6 +287,7 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
   for (const auto& device_config : config.devices) {
     Device device;
     device.name = device_config.name;
+    device.config = device_config;
     if (device_config.meter == "simulated") {
       const auto profile = estimator::find_simulated_profile(device.name.substr(4));
       const double idle_watts = profile ? profile->static_watts : 0.0;
@@ -368,7 +370,7 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
 // at its knobs) are put back before anything runs, as a clean stop would have; a journal that
 // cannot be read is moved aside, with an error naming it, so that the next one starts clean.
 std::unique_ptr<adapters::ControlJournal> open_control_journal(const std::filesystem::path& file,
-                                                               const std::vector<Device>& devices,
+                                                               const DeviceTable& devices,
                                                                const std::string& nvpmodel) {
   auto journal = adapters::ControlJournal::open(file);
   if (!journal) {
@@ -389,8 +391,8 @@ std::unique_ptr<adapters::ControlJournal> open_control_journal(const std::filesy
     if (entry.kind != "nvml_power_limit")
       return make_error(ErrorCode::unavailable, fmt::format("unknown kind of setting \"{}\"", entry.kind));
     const std::string name = fmt::format("cuda:{}", entry.index);
-    const auto it = std::find_if(devices.begin(), devices.end(), [&](const Device& d) { return d.name == name; });
-    const auto* gpu = it == devices.end() ? nullptr : it->meter->gpu_power_control();
+    const Device* device = devices.find(name);
+    const auto* gpu = device ? device->meter->gpu_power_control() : nullptr;
     if (!gpu) return make_error(ErrorCode::unavailable, fmt::format("{} is not a device metered by NVML here", name));
     unsigned milliwatts = 0;
     try {
@@ -617,10 +619,10 @@ int run_daemon(const CommandLine& command_line) {
   if (!policy) throw std::runtime_error("policies: " + policy.error().message);
   // Every service reads this one clock (tests give theirs a ManualClock).
   const Clock& clock = joule::system_clock();
-  auto devices = open_devices(config);
+  DeviceTable devices(open_devices(config));
   auto control_journal = open_control_journal(config.state_directory / "controls.json", devices, config.nvpmodel);
   job_options.control_journal = control_journal.get();
-  JobService jobs(io, storage, metrics, std::move(devices), job_options, clock);
+  JobService jobs(io, storage, metrics, devices, job_options, clock);
   jobs.keep_finished_in(**archive);
   jobs.budgets().set_policy(std::move(policy).value());
   jobs.budgets().load(*stored_uses);
@@ -640,77 +642,39 @@ int run_daemon(const CommandLine& command_line) {
   // Slurm's slot devices estimate with their node type's model (learnt here, or an agent's).
   std::unique_ptr<SlurmExecutor> slurm;
   if (!config.slurm.node_types.empty()) slurm = std::make_unique<SlurmExecutor>(io, jobs, config.slurm, clock);
-  const std::map<std::string, std::string> model_sources = slurm ? slurm->model_sources() : std::map<std::string, std::string>{};
-  std::unique_ptr<ModelService> models_holder;
-  auto models_for_estimates = [&] {
-    DeviceModels all = models_holder->models();
-    for (const auto& [slot, source] : model_sources)
-      if (const auto it = all.find(source); it != all.end()) all[slot] = it->second;
-    return all;
-  };
   // What finished jobs teach: corrects and calibrates estimates (rows rebuilt after recovery).
   OutcomeService outcomes;
-  api.set_outcomes(&outcomes);
   const auto publish_calibration = [&] {
     for (const auto& [device, summary] : outcomes.summaries()) metrics.set_calibration(device, summary);
   };
+  EstimateService estimates(devices, &outcomes, slurm ? slurm->model_sources() : std::map<std::string, std::string>{});
+  api.set_estimates(&estimates);
+  jobs.set_estimator(&estimates);
+  std::unique_ptr<ModelService> models_holder;
   models_holder = std::make_unique<ModelService>(
       io, storage, metrics,
       [&] {
-        const DeviceModels installed = models_for_estimates();
+        estimates.set_models(models_holder->models());
         // A model learnt under a new environment is corrected by that environment's rows only.
-        for (const auto& [device, model] : installed)
+        for (const auto& [device, model] : estimates.models())
           if (model) outcomes.set_environment(device, model->environment());
         publish_calibration();
-        api.set_models(installed);
         jobs.refresh_estimates();
       },
       clock);
   ModelService& models = *models_holder;
   jobs.set_model_info([&](const std::string& device) {
-    const auto source = model_sources.find(device);
-    auto info = models.model_info(source == model_sources.end() ? device : source->second);
+    auto info = models.model_info(estimates.model_source(device));
     info["calibration"] = outcomes.view(device);
     return info;
-  });
-  ProbeService* probes_holder = nullptr;  // set below, once it exists: why a runtime is missing
-  jobs.set_estimator([&](const schedulers::JobSpec& spec) {
-    std::vector<std::string> names;
-    for (const auto& name : jobs.device_names())
-      if (schedulers::device_allowed(spec.constraints, name)) names.push_back(name);
-    // A built-in job trains in joule-worker (LibTorch, as probes do); a command's runtime is what
-    // its program says it is: Python's start-up and per-step cost are measured per device.
-    const std::string runtime = spec.run.builtin ? "" : estimator::runtime_of_command(spec.run.argv);
-    nlohmann::json body = {{"model", estimator::to_json(*spec.model)},
-                           {"training", estimator::to_json(*spec.training)},
-                           {"runtime", runtime.empty() ? "none" : runtime}};
-    auto answer = estimate_request(body, names, models_for_estimates());
-    if (!answer) return nlohmann::json(nullptr);
-    nlohmann::json estimates = std::move((*answer)["estimates"]);
-    outcomes.apply(estimates);
-    for (auto& row : estimates) {
-      if (row.value("status", "") != "ok") continue;
-      const auto device = row.value("device", "");
-      if (auto warning = thread_count_warning(spec.run.env, jobs.device_threads(device)))
-        row["warnings"].push_back(*warning);
-      if (runtime.empty() && !spec.run.builtin && !spec.run.argv.empty())
-        row["warnings"].push_back(fmt::format(
-            "{} is not a runtime Joule measures (Python is): the program's start-up and any per-step work beyond "
-            "the model's layers are not in this estimate until finished jobs teach them",
-            spec.run.argv.front()));
-      else if (!runtime.empty() && !row.contains("runtime"))
-        if (auto why = probes_holder ? probes_holder->runtime_problem(device) : std::nullopt)
-          row["warnings"].push_back(*why);
-    }
-    return estimates;
   });
   ProbeServiceOptions probe_options;
   probe_options.probing = config.probing;
   probe_options.state_directory = config.state_directory;
   probe_options.runner = job_options.runner;
   probe_options.worker = job_options.worker;
-  ProbeService probes(io, storage, metrics, models, jobs, probe_options, clock);
-  probes_holder = &probes;
+  ProbeService probes(io, storage, metrics, models, jobs, devices, probe_options, clock);
+  estimates.set_runtime_problem([&probes](const std::string& device) { return probes.runtime_problem(device); });
   api.set_probes(&probes);
   jobs.set_device_hooks([&](const std::string& device) { probes.preempt(device); },
                         [&](const JobService::Feedback& feedback) {
@@ -794,7 +758,7 @@ int run_daemon(const CommandLine& command_line) {
     } else {
       spdlog::info("probing with {} ({})", probe_options.worker.string(),
                    config.probing.enabled ? "enabled when a device is idle" : "only on request: [probing] enabled = false");
-      probes.start(config.devices, std::move(stored_probe_state));
+      probes.start(std::move(stored_probe_state));
       probes.remember_jobs(history);
     }
   }

@@ -119,16 +119,6 @@ std::optional<Error> knob_problem(const Device& device, const schedulers::Knobs&
   return std::nullopt;
 }
 
-bool is_executable_file(const std::filesystem::path& path) {
-  struct stat info {};
-  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) && ::access(path.c_str(), X_OK) == 0;
-}
-
-std::string daemon_path() {
-  const char* path = std::getenv("PATH");
-  return path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
-}
-
 // A STEP projection as the API shows it; `source` is the meter source of the joules it projects.
 json projection_json(const schedulers::Projection& projection, const std::string& source) {
   return {{"joules", {{"mean", projection.total.mean_joules}, {"std", std::sqrt(projection.total.variance)}}},
@@ -161,10 +151,9 @@ class JobService::Host final : public ExecutorHost {
   }
   void requeue(JobRecord& job, const std::string& why) override { book_.requeue(job, why); }
   void run_lost(JobRecord& job, const std::string& why) override { book_.run_lost(job, why); }
-  const std::vector<std::size_t>& devices_of(const std::string& node) const override { return book_.devices_of(node); }
   void count_as_run(JobRecord& job) override { book_.set_state(job, JobState::running); }
   void reserve_again(JobRecord& job) override {
-    if (const Device* device = book_.find_device(job.row.device))
+    if (const Device* device = book_.devices_.find(job.row.device))
       book_.track_run(job, *device, job.row.started_ms.value_or(book_.now_ms()));
   }
   std::optional<schedulers::Estimate> estimate_for(const JobRecord& job, const std::string& device) const override {
@@ -174,7 +163,6 @@ class JobService::Host final : public ExecutorHost {
     const auto it = book_.jobs_.find(id);
     return it == book_.jobs_.end() ? nullptr : it->second.get();
   }
-  Device* find_device(const std::string& name) override { return book_.find_device(name); }
   std::string device_node(const std::string& device) const override { return book_.budgets_.device_ref(device).node; }
   void node_changed(const std::string& device) override { book_.changed(device); }
   void adopt(JobRecord& job, Device& device, const std::string& note, const std::string& report_state,
@@ -186,12 +174,12 @@ class JobService::Host final : public ExecutorHost {
   JobService& book_;
 };
 
-JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
-                       std::vector<Device> devices, JobServiceOptions options, const Clock& clock)
+JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics, DeviceTable& devices,
+                       JobServiceOptions options, const Clock& clock)
     : io_(io),
       storage_(storage),
       metrics_(metrics),
-      devices_(std::move(devices)),
+      devices_(devices),
       options_(std::move(options)),
       clock_(clock),
       budgets_(storage, metrics, options_.node_name, options_.utc_offset_minutes),
@@ -199,21 +187,10 @@ JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, M
       host_(std::make_unique<Host>(*this)),
       local_(std::make_unique<LocalExecutor>(io, *host_, options_)),
       nodes_(std::make_unique<NodeExecutor>(*host_, devices_)) {
-  for (std::size_t i = 0; i < devices_.size(); ++i) {
-    device_index_[devices_[i].name] = i;
-    devices_[i].ref = budgets_.device_ref(devices_[i].name);
-    if (!devices_[i].node.empty()) node_devices_[devices_[i].node].push_back(i);
-  }
   for (auto& device : devices_) {
+    device.ref = budgets_.device_ref(device.name);
     metrics_.add_device_energy(device.name, std::string(device.meter->source()), 0.0);
     metrics_.set_device_power(device.name, std::string(device.meter->source()), 0.0);
-    if (const auto* gpu = device.meter->gpu_power_control()) {
-      if (auto range = gpu->power_limit_range_watts()) {
-        device.can_limit_gpu = range->second > 0;
-        device.gpu_min_watts = range->first;
-        device.gpu_max_watts = range->second;
-      }
-    }
   }
 }
 
@@ -234,7 +211,7 @@ Executor& JobService::executor_for(const Device& device) {
 }
 
 Executor& JobService::executor_for(const std::string& device_name) {
-  if (const Device* device = find_device(device_name)) return executor_for(*device);
+  if (const Device* device = devices_.find(device_name)) return executor_for(*device);
   return *local_;
 }
 
@@ -245,30 +222,6 @@ std::optional<double> JobService::run_seconds(const Job& job) const {
   if (!job.row.started_ms) return std::nullopt;
   return static_cast<double>(std::max<std::int64_t>(0, job.row.finished_ms.value_or(now_ms()) - *job.row.started_ms)) /
          1000.0;
-}
-
-const Device* JobService::find_device(const std::string& name) const {
-  const auto it = device_index_.find(name);
-  return it == device_index_.end() ? nullptr : &devices_[it->second];
-}
-
-Device& JobService::add_device(Device device) {
-  const std::size_t index = devices_.size();
-  device.ref = budgets_.device_ref(device.name);
-  device_index_[device.name] = index;
-  if (!device.node.empty()) node_devices_[device.node].push_back(index);
-  devices_.push_back(std::move(device));
-  return devices_.back();
-}
-
-const std::vector<std::size_t>& JobService::devices_of(const std::string& node) const {
-  static const std::vector<std::size_t> kNone;
-  const auto it = node_devices_.find(node);
-  return it == node_devices_.end() ? kNone : it->second;
-}
-
-Device* JobService::find_device(const std::string& name) {
-  return const_cast<Device*>(std::as_const(*this).find_device(name));
 }
 
 void JobService::persist(Write write, std::function<void(Status)> done) {
@@ -500,78 +453,7 @@ Status JobService::check_runnable(const schedulers::JobSpec& spec,
   // that cannot start there fails with the agent's reason.
   if (!runs_here(spec)) return {};
 
-  std::filesystem::path workdir = spec.run.workdir;
-  if (!workdir.empty()) {
-    std::error_code ec;
-    if (!std::filesystem::is_directory(workdir, ec))
-      return invalid(fmt::format("run.workdir {} does not exist or is not a directory", workdir.string()),
-                     "/run/workdir");
-    if (::access(workdir.c_str(), X_OK) != 0)
-      return invalid(fmt::format("run.workdir {} is not accessible to jouled", workdir.string()), "/run/workdir");
-  }
-  // Jobs run under accounts of their own: a workdir or program in a private home or temp
-  // directory is refused now, with the directory in the way, rather than failing at start.
-  auto reachable = [&](const std::filesystem::path& path, const char* what, const char* pointer,
-                       mode_t access = S_IXOTH) -> Status {
-    if (!identity) return {};
-    if (auto why = adapters::unreachable_by(path, *identity, access)) {
-      return invalid(
-          fmt::format("{} {} is out of reach of the job's account (uid {}): {}; give others access "
-                      "(chmod o+x on directories{}) or use another directory",
-                      what, path.string(), identity->uid, *why, access == S_IROTH ? ", o+r on the file" : ""),
-          pointer);
-    }
-    return {};
-  };
-  if (!workdir.empty()) {
-    if (auto status = reachable(workdir, "run.workdir", "/run/workdir"); !status) return status;
-  }
-  if (spec.run.builtin) {
-    if (options_.worker.empty())
-      return invalid("run.builtin trains with joule-worker, which this jouled did not find (set [probing] worker)",
-                     "/run/builtin");
-    // The files' contents are read off the loop (inspect_builtin_dataset); here, only where they are.
-    auto dataset = worker::parse_dataset_spec(spec.run.builtin->dataset, "/run/builtin/dataset", workdir);
-    if (!dataset) return dataset.error();
-    for (const auto& file : dataset->files) {
-      if (file.is_relative())
-        return invalid(fmt::format("dataset file {} is a relative path: give an absolute one, or run.workdir to "
-                                   "read it from",
-                                   file.string()),
-                       "/run/builtin/dataset");
-      if (auto status = reachable(file, "dataset file", "/run/builtin/dataset", S_IROTH); !status) return status;
-    }
-    if (const std::filesystem::path dir = spec.run.builtin->checkpoint_directory; !dir.empty()) {
-      std::error_code ec;
-      if (!std::filesystem::is_directory(dir.parent_path(), ec))
-        return invalid(
-            fmt::format("run.builtin.checkpoint {}: {} does not exist", dir.string(), dir.parent_path().string()),
-            "/run/builtin/checkpoint");
-      return reachable(dir.parent_path(), "run.builtin.checkpoint's parent", "/run/builtin/checkpoint");
-    }
-    return {};
-  }
-  const std::string& program = spec.run.argv.front();
-  if (program.find('/') != std::string::npos) {
-    std::filesystem::path path = program;
-    if (path.is_relative()) path = (workdir.empty() ? local_->work_directory("_") : workdir) / path;
-    if (workdir.empty() && std::filesystem::path(program).is_relative())
-      return invalid("a relative program path needs run.workdir", "/run/command/0");
-    if (!is_executable_file(path))
-      return invalid(fmt::format("program {} does not exist or is not executable", path.string()), "/run/command/0");
-    return reachable(path, "program", "/run/command/0");
-  }
-  const auto env_path = spec.run.env.find("PATH");
-  const std::string search = env_path != spec.run.env.end() ? env_path->second : daemon_path();
-  std::size_t start = 0;
-  while (start <= search.size()) {
-    const auto end = search.find(':', start);
-    const std::string dir = search.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    if (!dir.empty() && is_executable_file(std::filesystem::path(dir) / program)) return {};
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return invalid(fmt::format("program \"{}\" is not found in PATH ({})", program, search), "/run/command/0");
+  return local_->check(spec, identity);
 }
 
 void JobService::submit(const json& body, Submitter submitter, Done done) {
@@ -627,7 +509,7 @@ void JobService::accept(schedulers::JobSpec spec, Submitter submitter, Done done
   job->row.owner = std::move(submitter.name);
   job->row.owner_uid = submitter.uid;
   job->spec = std::move(spec);
-  if (estimator_ && job->spec.model && job->spec.training) set_estimates(*job, estimator_(job->spec));
+  if (estimator_ && job->spec.model && job->spec.training) set_estimates(*job, estimator_->estimate_job(job->spec));
   if (auto never = core().never_fits(now_ms(), device_statuses(), pending_job(*job))) {
     const char* where = never->kind == schedulers::WaitReason::Kind::deadline     ? "/constraints/deadline"
                         : never->kind == schedulers::WaitReason::Kind::max_energy ? "/constraints/max_energy_joules"
@@ -746,27 +628,13 @@ std::vector<schedulers::DeviceStatus> JobService::device_statuses() const {
     status.ref = device.ref;
     status.accepts_work = device.runs_jobs && scheduling_ && device.node_ready;
     status.busy = device.job.has_value() || device.reported_busy;
-    status.average_power_watts = capped ? average_power(device, longest_cap) : device.power_watts;
+    status.average_power_watts = capped ? device.average_power(longest_cap) : device.power_watts;
     status.work_seconds = device.work_seconds;
     status.battery_percent = device.battery_percent;
     // When its job is expected to end is the core's to say (its estimate, then its projection).
     out.push_back(std::move(status));
   }
   return out;
-}
-
-double JobService::average_power(const Device& device, double seconds) const {
-  if (device.history.size() < 2) return device.power_watts;
-  const auto newest = device.history.back();
-  const auto since = newest.first - std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                        std::chrono::duration<double>(seconds));
-  // The history is in time order (an hour of samples): a binary search, not a walk, since every
-  // placement pass asks this of every device (a coordinator's thousands).
-  const auto first = std::lower_bound(device.history.begin(), device.history.end(), since,
-                                      [](const auto& entry, const auto& time) { return entry.first < time; });
-  const auto oldest = first == device.history.end() ? device.history.front() : *first;
-  const double span = std::chrono::duration<double>(newest.first - oldest.first).count();
-  return span > 0 ? (newest.second - oldest.second) / span : device.power_watts;
 }
 
 void JobService::set_estimates(Job& job, const json& rows) {
@@ -802,7 +670,7 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
 }
 
 std::optional<schedulers::Estimate> JobService::estimate_for(const Job& job, const std::string& device) const {
-  const Device* where = find_device(device);
+  const Device* where = devices_.find(device);
   if (!where || !where->runs_jobs || !schedulers::device_allowed(job.spec.constraints, device)) return std::nullopt;
   const DeviceEstimate* estimate = find_estimate(job.estimates, device);
   if (!estimate || !estimate->ok) return std::nullopt;
@@ -814,7 +682,7 @@ void JobService::enqueue(const Job& job) { core().enqueue(pending_job(job), job.
 void JobService::track_run(const Job& job, const Device& device, schedulers::UnixMillis started) {
   schedulers::TrackedRun run;
   run.id = job.row.id;
-  run.device = static_cast<std::size_t>(&device - devices_.data());
+  run.device = devices_.index_of(device.name).value();
   run.priority = job.row.priority;
   run.started = started;
   run.prior = estimate_on(job, device.name);
@@ -834,7 +702,7 @@ void JobService::refresh_estimates(std::size_t limit) {
   for (const auto& id : core().queue().first(limit)) {
     Job& job = *jobs_.at(id);
     if (!job.spec.model || !job.spec.training) continue;
-    const json estimate = estimator_(job.spec);
+    const json estimate = estimator_->estimate_job(job.spec);
     if (estimate.dump() == job.row.estimate_json) continue;
     set_estimates(job, estimate);
     core().update_pending(pending_job(job));
@@ -858,12 +726,6 @@ void JobService::set_policy(schedulers::Policy policy) {
 }
 
 json JobService::budgets_view() const { return budgets_.describe(now_ms(), device_statuses()); }
-
-bool JobService::device_idle(const std::string& name) const {
-  for (const auto& device : devices_)
-    if (device.name == name) return device.runs_jobs && !device.job;
-  return false;
-}
 
 bool JobService::work_waiting_for(const std::string& device) const {
   if (!scheduling_) return false;
@@ -914,7 +776,7 @@ void JobService::place(Job& job, Device& device, const std::string& note) {
                  return finish(placed, JobState::cancelled, "cancelled before it started", std::nullopt);
                if (!status) return unplace(placed, "could not record the placement: " + status.error().message);
                if (!scheduling_) return;  // shutting down: the next daemon finds it placed and queues it again
-               Device* where = find_device(placed.row.device);
+               Device* where = devices_.find(placed.row.device);
                if (!where) return finish(placed, JobState::failed, "its device is gone", std::nullopt);
                executor_for(*where).start(placed, *where);
              });
@@ -925,7 +787,7 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
   job.row.reason = reason;
   job.row.finished_ms = now_ms();
   core().dequeue(job.row.id);
-  Device* device = find_device(job.row.device);
+  Device* device = devices_.find(job.row.device);
   Executor& executor = executor_for(job.row.device);
   const bool metered_here = executor.settle_energy(job, device, exit ? &*exit : nullptr);
   if (job.started_steady)
@@ -968,9 +830,7 @@ void JobService::account_carbon(Job& job) {
 }
 
 void JobService::release_device(Job& job) {
-  for (auto& device : devices_) {
-    if (device.job == job.row.id) device.job.reset();
-  }
+  while (Device* device = devices_.holding(job.row.id)) device->job.reset();
 }
 
 void JobService::unplace(Job& job, const std::string& why) {
@@ -1027,36 +887,10 @@ void JobService::cancel(const std::string& id, Done done) {
 }
 
 void JobService::sample_meters() {
-  const auto now = clock_.steady();
-  for (auto& device : devices_) {
-    const double before = device.energy_joules;
-    auto reading = device.meter->read();
-    const std::string source(device.meter->source());
-    if (!reading) {
-      if (device.meter_error != reading.error().message)
-        spdlog::warn("device {}: meter {} failed: {}", device.name, source, reading.error().message);
-      device.meter_error = reading.error().message;
-      continue;
-    }
-    device.meter_error.reset();
-    device.energy_joules = reading->value;
-    const double delta = device.energy_joules - before;
-    metrics_.add_device_energy(device.name, source, delta);
-    if (device.last_sample && device.node.empty()) {
-      const double seconds = std::chrono::duration<double>(now - *device.last_sample).count();
-      device.power_watts = seconds > 0 ? delta / seconds : 0.0;
-      metrics_.set_device_power(device.name, source, device.power_watts);
-    }
-    if (!device.node.empty()) device.power_watts = device.reported_power_watts;
-    device.last_sample = now;
-    device.history.emplace_back(now, device.energy_joules);
-    if (const auto* battery = device.meter->battery_gauge()) {
-      auto percent = battery->capacity_percent();
-      device.battery_percent = percent ? std::optional(*percent) : std::nullopt;
-    }
-    // Enough history for the longest averaging period a cap may use (an hour).
-    while (device.history.size() > 2 && now - device.history.front().first > std::chrono::hours(1))
-      device.history.pop_front();
+  for (const auto& sample : devices_.sample(clock_.steady())) {
+    const std::string source(sample.device->meter->source());
+    metrics_.add_device_energy(sample.device->name, source, sample.joules);
+    if (sample.power_known) metrics_.set_device_power(sample.device->name, source, sample.device->power_watts);
   }
   store_unsaved();
   evict_finished();  // an agent's runs leave once their end is no longer reported
@@ -1106,7 +940,7 @@ void JobService::apply(const schedulers::ThrottleAction& action) {
   auto it = jobs_.find(action.job);
   if (it == jobs_.end()) return;
   Job& job = *it->second;
-  Device* device = find_device(job.row.device);
+  Device* device = devices_.find(job.row.device);
   if (!device) return;
   using Kind = schedulers::ThrottleAction::Kind;
   const bool was_paused = job.paused;
@@ -1222,7 +1056,7 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
   // queued again.
   for (const auto& id : to_reconcile) {
     Job& job = *jobs_.at(id);
-    Device* device = find_device(job.row.device);
+    Device* device = devices_.find(job.row.device);
     (device ? executor_for(*device) : *local_).recover(job, device);
   }
   evict_finished();
@@ -1296,7 +1130,7 @@ Result<json> JobService::report_progress(const std::string& id, const std::strin
 
   job.training_figures = std::move(figures);
 
-  Device* device = find_device(job.row.device);
+  Device* device = devices_.find(job.row.device);
   std::optional<double> used;
   if (device) used = executor_for(*device).energy_so_far(job, *device, nullptr);
   json out = {{"id", id}, {"epoch", epoch}, {"epochs", epochs}};
@@ -1472,18 +1306,6 @@ json JobService::devices() const {
                    {"model", model_info_ ? model_info_(device.name) : json{{"state", "none"}, {"samples", 0}}}});
   }
   return json{{"devices", out}};
-}
-
-int JobService::device_threads(const std::string& device) const {
-  for (const auto& candidate : devices_)
-    if (candidate.name == device) return candidate.threads;
-  return 0;
-}
-
-std::vector<std::string> JobService::device_names() const {
-  std::vector<std::string> names;
-  for (const auto& device : devices_) names.push_back(device.name);
-  return names;
 }
 
 std::string JobService::summary() const {

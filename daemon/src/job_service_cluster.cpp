@@ -10,7 +10,6 @@
 #include "job_record.hpp"
 #include "joule/common/energy_source.hpp"
 #include "joule/daemon/job_service.hpp"
-#include "joule/daemon/reported_meter.hpp"
 
 namespace joule::daemon {
 
@@ -19,7 +18,7 @@ using nlohmann::json;
 using schedulers::JobState;
 
 void JobService::changed(const std::string& device_name) {
-  if (const Device* device = find_device(device_name); device && !device->node.empty())
+  if (const Device* device = devices_.find(device_name); device && !device->node.empty())
     for (const auto& hook : node_changed_) hook(device->node);
 }
 
@@ -32,21 +31,16 @@ void JobService::update_node(const std::string& node, const std::vector<cluster:
   bool woke = false;
   for (const auto& report : reported) {
     const std::string name = node + "/" + report.name;
-    Device* device = find_device(name);
+    Device* device = devices_.find(name);
     if (!device) {
-      Device fresh;
-      fresh.name = name;
-      fresh.node = node;
-      fresh.agent_device = report.name;
-      fresh.meter = std::make_unique<ReportedMeter>(report.source);
-      fresh.meter_note = fmt::format("metered on agent {} by its {} meter", node, report.source);
-      device = &add_device(std::move(fresh));
+      device = &devices_.add_agent_device(node, report.name, report.source);
+      device->ref = budgets_.device_ref(name);
       metrics_.add_device_energy(name, report.source, 0.0);
       added = true;
       spdlog::info("node {}: device {} ({} meter{})", node, report.name, report.source,
                    report.runs_jobs ? "" : "; estimation only");
     }
-    static_cast<ReportedMeter*>(device->meter.get())->report(report.source, report.energy_joules, report.meter_error);
+    device->meter->reported_readings()->report(report.source, report.energy_joules, report.meter_error);
     device->meter_note = fmt::format("metered on agent {} by its {} meter", node, report.source);
     device->runs_jobs = report.runs_jobs;
     device->reported_power_watts = report.power_watts;
@@ -82,11 +76,11 @@ void JobService::adopt(Job& job, Device& device, const std::string& note, const 
 }
 
 void JobService::node_lost(const std::string& node) {
-  for (const std::size_t index : devices_of(node)) {
+  for (const std::size_t index : devices_.of_node(node)) {
     Device& device = devices_[index];
     device.node_ready = false;
     device.reported_busy = false;
-    static_cast<ReportedMeter*>(device.meter.get())->silence(fmt::format("node {} is lost", node));
+    device.meter->reported_readings()->silence(fmt::format("node {} is lost", node));
     if (!device.job) continue;
     auto it = jobs_.find(*device.job);
     if (it == jobs_.end() || schedulers::is_terminal(it->second->state)) continue;
@@ -127,26 +121,18 @@ void JobService::queue_again(Job& job, Device& device, const std::string& why) {
 }
 
 void JobService::run_lost(Job& job, const std::string& why) {
-  Device* device = find_device(job.row.device);
+  Device* device = devices_.find(job.row.device);
   if (!device || schedulers::is_terminal(job.state)) return;
   queue_again(job, *device, why);
   schedule();
 }
 
 Device& JobService::remote_device(const std::string& name) {
-  if (Device* device = find_device(name)) return *device;
-  // Known from the stored state only: not placeable until its agent is heard from.
+  if (Device* device = devices_.find(name)) return *device;
   const auto slash = name.find('/');
-  Device device;
-  device.name = name;
-  device.node = name.substr(0, slash);
-  device.agent_device = name.substr(slash + 1);
-  auto meter = std::make_unique<ReportedMeter>("");
-  meter->silence(fmt::format("node {} not heard from since jouled started", device.node));
-  device.meter = std::move(meter);
-  device.meter_note = fmt::format("metered on agent {}", device.node);
-  device.node_ready = false;
-  return add_device(std::move(device));
+  Device& device = devices_.add_agent_device(name.substr(0, slash), name.substr(slash + 1), "");
+  device.ref = budgets_.device_ref(device.name);
+  return device;
 }
 
 std::vector<std::string> JobService::nodes_with_jobs() const {
@@ -158,7 +144,7 @@ std::vector<std::string> JobService::nodes_with_jobs() const {
 
 json JobService::node_devices(const std::string& node) const {
   json out = json::array();
-  for (const std::size_t index : devices_of(node)) {
+  for (const std::size_t index : devices_.of_node(node)) {
     const Device& device = devices_[index];
     const std::string source(device.meter->source());
     out.push_back({{"name", device.agent_device},
@@ -278,7 +264,7 @@ void JobService::assign(const cluster::Assignment& assignment) {
   }
   job->row.spec_json = spec ? schedulers::to_json(job->spec).dump() : assignment.spec.dump();
   if (refused.empty() && estimator_ && job->spec.model && job->spec.training)
-    set_estimates(*job, estimator_(job->spec));
+    set_estimates(*job, estimator_->estimate_job(job->spec));
   StoredEvent event{local_id, job->row.submitted_ms, "queued",
                     fmt::format("assigned by the coordinator: job {} epoch {} on {}", assignment.id, assignment.epoch,
                                 assignment.device)};

@@ -116,7 +116,8 @@ struct ProbeService::Running {
 };
 
 struct ProbeService::Device {
-  config::DeviceConfig config;
+  std::string name;
+  const config::DeviceConfig* config = nullptr;  // its [[devices]] table, in the device table
   std::string environment;  // worker environment fingerprint of the samples in `learning`
   std::string source;       // meter source of those samples
   std::shared_ptr<estimator::DeviceEnergyModel> learning;  // every sample so far (loop thread only)
@@ -148,12 +149,14 @@ struct ProbeService::Device {
 };
 
 ProbeService::ProbeService(asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
-                           ModelService& models, JobService& jobs, ProbeServiceOptions options, const Clock& clock)
+                           ModelService& models, JobService& jobs, const DeviceTable& devices,
+                           ProbeServiceOptions options, const Clock& clock)
     : io_(io),
       storage_(storage),
       metrics_(metrics),
       models_(models),
       jobs_(jobs),
+      table_(devices),
       options_(std::move(options)),
       clock_(clock),
       timer_(io) {}
@@ -171,7 +174,7 @@ std::pair<int, int> ProbeService::local_minute_and_day() const {
   return {local.tm_hour * 60 + local.tm_min, local.tm_year * 1000 + local.tm_yday};
 }
 
-void ProbeService::start(const std::vector<config::DeviceConfig>& devices, StoredProbeState stored) {
+void ProbeService::start(StoredProbeState stored) {
   for (const auto& run : stored.runs) {
     auto row = run;
     if (row.state == "running" || row.state == "queued") {  // the daemon stopped during it
@@ -185,10 +188,12 @@ void ProbeService::start(const std::vector<config::DeviceConfig>& devices, Store
     }
     run_order_.push_back(row.id);
   }
-  for (const auto& config : devices) {
-    if (config.name != "cpu" && config.name.rfind("cuda:", 0) != 0) continue;
+  for (const auto& entry : table_) {
+    if (entry.on_agent() || (entry.name != "cpu" && entry.name.rfind("cuda:", 0) != 0)) continue;
+    const auto& config = entry.config;
     auto device = std::make_unique<Device>();
-    device->config = config;
+    device->name = entry.name;
+    device->config = &entry.config;
     device->planner = std::make_unique<estimator::ProbePlanner>(std::vector<estimator::WorkloadItem>{},
                                                                 estimator::CampaignOptions{},
                                                                 options_.probing.target_sigma);
@@ -355,8 +360,8 @@ bool ProbeService::probe_pays(Device& device, const estimator::PlannedProbe& pla
       "the {:.3g} J a probe costs",
       100.0 * planned.error_reduction, jobs_joules, days, worth, cost);
   if (device.not_paying.empty())
-    spdlog::info("device {}: {}; background probing waits for more jobs (a requested run still probes)",
-                 device.config.name, note);
+    spdlog::info("device {}: {}; background probing waits for more jobs (a requested run still probes)", device.name,
+                 note);
   device.not_paying = std::move(note);
   return false;
 }
@@ -374,9 +379,11 @@ void ProbeService::consider(Device& device) {
     device.day = day;
     device.joules_today = 0.0;
   }
-  const std::string& name = device.config.name;
+  const std::string& name = device.name;
   ProbeConditions conditions;
-  conditions.device_busy = !jobs_.device_idle(name) || jobs_.work_waiting_for(name);
+  const daemon::Device* entry = table_.find(name);
+  const bool idle = entry && entry->runs_jobs && !entry->job;
+  conditions.device_busy = !idle || jobs_.work_waiting_for(name);
   conditions.refusal = probing_refusal(options_.probing, ProbeMoment{false, minute, device.joules_today});
   conditions.refusal_when_requested = probing_refusal(options_.probing, ProbeMoment{true, minute, device.joules_today});
   conditions.idle_seconds = options_.probing.idle_seconds;
@@ -405,10 +412,10 @@ void ProbeService::consider(Device& device) {
 }
 
 void ProbeService::begin_campaign(Device& device, const std::string& reason) {
-  spdlog::info("device {}: re-probing ({})", device.config.name, reason);
+  spdlog::info("device {}: re-probing ({})", device.name, reason);
   device.campaign_reason = reason;
   device.replacing = device.fitted;
-  device.learning = std::make_shared<estimator::DeviceEnergyModel>(device.config.name, device.source);
+  device.learning = std::make_shared<estimator::DeviceEnergyModel>(device.name, device.source);
   device.learning->set_environment(device.environment);
   device.fitted.reset();
   device.samples = 0;
@@ -423,7 +430,7 @@ void ProbeService::begin_campaign(Device& device, const std::string& reason) {
 std::string ProbeService::open_run(Device& device, const std::string& reason, std::optional<double> seconds) {
   adapters::StoredProbeRun run;
   run.id = fmt::format("p{}-{}", now_ms(), next_run_++);
-  run.device = device.config.name;
+  run.device = device.name;
   run.reason = reason;
   run.state = "running";
   run.requested_seconds = seconds;
@@ -463,13 +470,16 @@ void ProbeService::save_run(const std::string& id) {
 void ProbeService::check_environment(Device& device) {
   // `joule-worker env` says which LibTorch, BLAS and threads probes would run under now; a
   // model learnt under others is withdrawn before it estimates anything.
-  const auto directory = options_.state_directory / "probes" / fmt::format("env-{}", device.config.name);
+  const auto directory = options_.state_directory / "probes" / fmt::format("env-{}", device.name);
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
   adapters::LaunchSpec spec;
-  spec.argv = {
-      options_.worker.string(), "env",       "--device",
-      device.config.name,       "--threads", std::to_string(config::device_threads(device.config, options_.probing))};
+  spec.argv = {options_.worker.string(),
+               "env",
+               "--device",
+               device.name,
+               "--threads",
+               std::to_string(config::device_threads(*device.config, options_.probing))};
   spec.workdir = directory;
   spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", fmt::format("TMPDIR={}", directory.string())};
   spec.stdout_path = directory / "stdout";
@@ -480,8 +490,7 @@ void ProbeService::check_environment(Device& device) {
   std::filesystem::remove(spec.status_path, ec);
   auto worker = launch_worker(device, spec, "joule-worker env");
   if (!worker) {
-    spdlog::error("device {}: cannot start {}: {}", device.config.name, options_.worker.string(),
-                  worker.error().message);
+    spdlog::error("device {}: cannot start {}: {}", device.name, options_.worker.string(), worker.error().message);
     device.cycle.environment_failed("joule-worker env failed: cannot start it: " + worker.error().message);
     return;
   }
@@ -497,8 +506,8 @@ void ProbeService::check_environment(Device& device) {
 Result<std::unique_ptr<ChildProcess>> ProbeService::launch_worker(Device& device, const adapters::LaunchSpec& spec,
                                                                   const std::string& what) {
   return ChildProcess::launch(
-      io_, spec, fmt::format("device {}: {}", device.config.name, what),
-      [this, name = device.config.name](std::optional<adapters::ExitStatus> exit) { on_probe_exit(name, exit); });
+      io_, spec, fmt::format("device {}: {}", device.name, what),
+      [this, name = device.name](std::optional<adapters::ExitStatus> exit) { on_probe_exit(name, exit); });
 }
 
 void ProbeService::start_probe(Device& device) {
@@ -532,7 +541,7 @@ void ProbeService::start_probe(Device& device) {
     for (const auto& plan : plans) device.planner->unmark_probed(plan.target);
   };
 
-  const int threads = config::device_threads(device.config, options_.probing);
+  const int threads = config::device_threads(*device.config, options_.probing);
   const auto directory = options_.state_directory / "probes" / fmt::format("{}-{}", *device.active_run, next_run_++);
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
@@ -540,16 +549,16 @@ void ProbeService::start_probe(Device& device) {
   spec.argv = {options_.worker.string(), "probe"};
   for (std::size_t i = 0; i < plans.size(); ++i) {
     worker::ProbeRequest request;
-    request.device = device.config.name;
+    request.device = device.name;
     request.threads = threads;
     request.batch_size = plans[i].target.batch_size;
     request.warmup_steps = options_.probing.warmup_steps;
     request.steps_per_repetition = options_.probing.steps_per_repetition;
     request.min_reading_seconds = options_.probing.reading_seconds;
     request.repetitions = options_.probing.repetitions;
-    request.meter = device.config.meter;
-    request.idle_watts = device.config.idle_watts;
-    request.watts_per_busy_core = device.config.watts_per_busy_core;
+    request.meter = device.config->meter;
+    request.idle_watts = device.config->idle_watts;
+    request.watts_per_busy_core = device.config->watts_per_busy_core;
     request.seed = next_run_++;
     request.networks = plans[i].networks;
     request.network_optimizers = plans[i].optimizers;
@@ -567,7 +576,7 @@ void ProbeService::start_probe(Device& device) {
   auto worker = launch_worker(device, spec, "probe");
   if (!worker) {
     give_back();
-    spdlog::error("device {}: cannot start a probe: {}", device.config.name, worker.error().message);
+    spdlog::error("device {}: cannot start a probe: {}", device.name, worker.error().message);
     device.cycle.launch_failed(clock_.steady(), "cannot start joule-worker: " + worker.error().message);
     return;
   }
@@ -605,7 +614,7 @@ bool ProbeService::runtime_due(const Device& device) const {
 
 void ProbeService::start_runtime_probe(Device& device) {
   if (!device.active_run) open_run(device, run_reason(device), std::nullopt);
-  const int threads = config::device_threads(device.config, options_.probing);
+  const int threads = config::device_threads(*device.config, options_.probing);
   const auto directory =
       options_.state_directory / "probes" / fmt::format("{}-runtime-{}", *device.active_run, next_run_++);
   std::error_code ec;
@@ -617,21 +626,21 @@ void ProbeService::start_runtime_probe(Device& device) {
                "--python",
                options_.probing.python,
                "--device",
-               device.config.name,
+               device.name,
                "--threads",
                std::to_string(threads),
                "--meter",
-               device.config.meter,
+               device.config->meter,
                "--idle-watts",
-               fmt::format("{}", device.config.idle_watts),
+               fmt::format("{}", device.config->idle_watts),
                "--watts-per-busy-core",
-               fmt::format("{}", device.config.watts_per_busy_core)};
+               fmt::format("{}", device.config->watts_per_busy_core)};
   if (options_.probing.reading_seconds > 0.0)
     spec.argv.insert(spec.argv.end(), {"--reading-seconds", fmt::format("{}", options_.probing.reading_seconds)});
   set_probe_launch(spec, directory, threads, "result.json");
   auto worker = launch_worker(device, spec, "runtime probe");
   if (!worker) {
-    spdlog::error("device {}: cannot start the runtime probe: {}", device.config.name, worker.error().message);
+    spdlog::error("device {}: cannot start the runtime probe: {}", device.name, worker.error().message);
     device.cycle.launch_failed(clock_.steady(), "cannot start joule-worker: " + worker.error().message);
     return;
   }
@@ -644,13 +653,13 @@ void ProbeService::start_runtime_probe(Device& device) {
   running.runtime_only = true;
   device.probe = std::move(running);
   device.cycle.probe_started();
-  spdlog::info("device {}: measuring what {} costs (start-up, and its loop per step beyond LibTorch)",
-               device.config.name, options_.probing.python);
+  spdlog::info("device {}: measuring what {} costs (start-up, and its loop per step beyond LibTorch)", device.name,
+               options_.probing.python);
 }
 
 void ProbeService::on_runtime_exit(Device& device, Running& probe, const std::optional<adapters::ExitStatus>& exit,
                                    double seconds) {
-  const std::string& name = device.config.name;
+  const std::string& name = device.name;
   auto run = runs_.find(probe.run_id);
   if (run != runs_.end()) run->second.probe_seconds += seconds;
   ProbeOutcome outcome = ProbeOutcome::completed;
@@ -765,8 +774,8 @@ bool ProbeService::take_results(Device& device, Running& probe) {
     // Probing spends the budgets that cover the device like any other work.
     const auto ended = now_ms();
     const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clock_.steady() - probe.taken_at);
-    jobs_.budgets().record(adapters::StoredEnergyUse{jobs_.budgets().node(), device.config.name, "probe",
-                                                     ended - took.count(), ended, joules, source});
+    jobs_.budgets().record(adapters::StoredEnergyUse{jobs_.budgets().node(), device.name, "probe", ended - took.count(),
+                                                     ended, joules, source});
   }
   if (probe.taken > 0) probe.taken_at = clock_.steady();
   return taken_before != probe.taken;
@@ -865,7 +874,7 @@ void ProbeService::on_probe_exit(const std::string& device_name, const std::opti
 std::optional<std::pair<double, std::string>> ProbeService::accept_result(Device& device, const std::string& run_id,
                                                                           const estimator::ProbePlan& plan,
                                                                           const json& result_json) {
-  const std::string& name = device.config.name;
+  const std::string& name = device.name;
   auto result = worker::parse_probe_result(result_json);
   auto run = runs_.find(run_id);
   if (!result || result->networks.size() != plan.networks.size()) {
@@ -985,7 +994,7 @@ void ProbeService::maybe_fit(Device& device, bool force) {
   auto copy = std::make_shared<estimator::DeviceEnergyModel>(*device.learning);
   const std::size_t samples = device.samples;
   device.samples_at_fit = samples;
-  fitter_ = std::thread([this, alive = alive_, copy, samples, name = device.config.name] {
+  fitter_ = std::thread([this, alive = alive_, copy, samples, name = device.name] {
     const auto started = std::chrono::steady_clock::now();  // how long the fit computes: real time
     estimator::GpFitOptions gp;
     gp.restarts = 1;
@@ -1033,7 +1042,7 @@ void ProbeService::on_fitted(const std::string& name, std::shared_ptr<estimator:
 }
 
 void ProbeService::install_model(Device& device, const std::shared_ptr<const estimator::DeviceEnergyModel>& model) {
-  const std::string& name = device.config.name;
+  const std::string& name = device.name;
   const std::int64_t version = models_.version(name) + 1;
   models_.install(name, model, version);
   publish_model_state(device, version);
@@ -1046,8 +1055,7 @@ void ProbeService::install_model(Device& device, const std::shared_ptr<const est
 }
 
 void ProbeService::publish_model_state(const Device& device, std::int64_t version) {
-  metrics_.set_model_state(device.config.name, static_cast<double>(version),
-                           median_error(device.heldout).value_or(0.0),
+  metrics_.set_model_state(device.name, static_cast<double>(version), median_error(device.heldout).value_or(0.0),
                            device.last_probe_ms ? static_cast<double>(*device.last_probe_ms) / 1000.0 : 0.0);
 }
 

@@ -29,7 +29,8 @@ class ApiTest : public ::testing::Test {
  protected:
   ApiTest()
       : writer_(std::move(joule::adapters::Database::open(dir_ / "jouled.db")).value()),
-        jobs_(io_, writer_, metrics_, devices(), options()),
+        device_table_(devices()),
+        jobs_(io_, writer_, metrics_, device_table_, options()),
         api_(jobs_, metrics_) {
     EXPECT_TRUE(jobs_.recover({}, {}));
   }
@@ -88,6 +89,7 @@ class ApiTest : public ::testing::Test {
   boost::asio::io_context io_;
   joule::adapters::StorageWriter writer_;
   joule::daemon::Metrics metrics_;
+  joule::daemon::DeviceTable device_table_;
   joule::daemon::JobService jobs_;
   Api api_;
 };
@@ -413,7 +415,9 @@ TEST_F(ApiTest, estimate_with_a_simulated_model_carries_mean_std_breakdown_and_b
   options.probes = 60;
   options.gp.restarts = 1;
   ASSERT_TRUE(run_campaign(*model, {WorkloadItem{spec, 32}}, meter, options));
-  api_.set_models({{"cpu", model}});
+  joule::daemon::EstimateService estimates(device_table_);
+  estimates.set_models({{"cpu", model}});
+  api_.set_estimates(&estimates);
   auto body = body_of(call(http::verb::post, "/v1/estimate", kEstimateBody));
   const auto& estimate = body["estimates"][0];
   ASSERT_EQ(estimate["status"], "ok") << body.dump(2);

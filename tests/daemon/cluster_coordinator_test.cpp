@@ -23,7 +23,7 @@ class ClusterCoordinatorTest : public ::testing::Test {
  protected:
   ClusterCoordinatorTest()
       : writer_(std::move(joule::adapters::Database::open(dir_ / "jouled.db")).value()),
-        jobs_(io_, writer_, metrics_, {}, options(), clock_),
+        jobs_(io_, writer_, metrics_, device_table_, options(), clock_),
         models_(io_, writer_, metrics_, [] {}),
         coordinator_(io_, jobs_, models_, metrics_, joule::daemon::CoordinatorOptions{0.2, 1.0}, clock_) {
     EXPECT_TRUE(jobs_.recover({}, {}));
@@ -74,6 +74,7 @@ class ClusterCoordinatorTest : public ::testing::Test {
   boost::asio::io_context io_;
   joule::adapters::StorageWriter writer_;
   joule::daemon::Metrics metrics_;
+  joule::daemon::DeviceTable device_table_;  // the agents' devices, as the coordinator hears of them
   joule::daemon::JobService jobs_;
   joule::daemon::ModelService models_;
   ClusterCoordinator coordinator_;

@@ -13,6 +13,7 @@
 #include "job_book.hpp"
 #include "reported_job.hpp"
 
+using joule::daemon::DeviceTable;
 using joule::daemon::JobService;
 using joule::testing::reported_job;
 using nlohmann::json;
@@ -210,7 +211,8 @@ TEST_F(JobServiceTest, a_stored_job_that_cannot_be_read_is_skipped_and_the_rest_
   bad_spec.id = "bad-spec";
   bad_spec.sequence = 3;
   bad_spec.spec_json = R"({"run": {"command": []}})";
-  JobService restarted(io_, writer_, metrics_, devices(), options(), clock_);
+  DeviceTable restarted_devices(devices());
+  JobService restarted(io_, writer_, metrics_, restarted_devices, options(), clock_);
   ASSERT_TRUE(restarted.recover({good, unknown_state, bad_spec}, {}));
   EXPECT_TRUE(restarted.job("good"));
   EXPECT_FALSE(restarted.job("odd-state"));
@@ -300,7 +302,7 @@ TEST_F(JobServiceTest, a_job_waiting_for_a_budget_is_placed_when_the_services_cl
   // 900 J spent in the last hour: a 500 J job does not fit until that use leaves the window.
   const auto now = clock_.unix_ms();
   jobs_.budgets().record({"agent-1", "cpu", "earlier", now - 600'000, now - 60'000, 900.0, "rapl"});
-  jobs_.set_estimator([](const joule::schedulers::JobSpec&) {
+  estimate_with([](const joule::schedulers::JobSpec&) {
     return json::array({{{"device", "agent-1/cpu"},
                          {"status", "ok"},
                          {"source", "rapl"},
@@ -389,7 +391,8 @@ TEST_F(JobServiceTest, finished_jobs_leave_memory_and_are_served_from_the_databa
   // A restarted book loads what is not finished and the latest finished, and counts the rest.
   auto [current, events] = stored_for_start(2);
   EXPECT_EQ(current.size(), 3u);  // the placed job and the last two cancelled (none other ended)
-  JobService restarted(io_, writer_, metrics_, devices(), options(), clock_);
+  DeviceTable restarted_devices(devices());
+  JobService restarted(io_, writer_, metrics_, restarted_devices, options(), clock_);
   restarted.keep_finished_in(*archive_, 2);
   ASSERT_TRUE(restarted.recover(std::move(current), std::move(events)));
   auto listed = restarted.jobs("cancelled", 100).value();
@@ -424,7 +427,8 @@ TEST_F(JobServiceTest, finished_jobs_older_than_keep_finished_days_leave_the_dat
   auto options = this->options();
   options.keep_finished_days = 1;
   auto [current, events] = stored_for_start(1);
-  JobService pruning(io_, writer_, metrics_, devices(), options, clock_);
+  DeviceTable pruning_devices(devices());
+  JobService pruning(io_, writer_, metrics_, pruning_devices, options, clock_);
   pruning.keep_finished_in(*archive_, 1);
   ASSERT_TRUE(pruning.recover(std::move(current), std::move(events)));
   clock_.advance(36h);

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include "job_record.hpp"
-#include "joule/daemon/reported_meter.hpp"
 #include "reported_job.hpp"
 
 using joule::daemon::Device;
@@ -47,17 +46,6 @@ class FakeBook final : public ExecutorHost {
     const auto it = jobs.find(id);
     return it == jobs.end() ? nullptr : &it->second;
   }
-  Device* find_device(const std::string& name) override {
-    for (auto& device : devices)
-      if (device.name == name) return &device;
-    return nullptr;
-  }
-  const std::vector<std::size_t>& devices_of(const std::string& node) const override {
-    indexes.clear();
-    for (std::size_t i = 0; i < devices.size(); ++i)
-      if (devices[i].node == node) indexes.push_back(i);
-    return indexes;
-  }
   std::string device_node(const std::string& device) const override {
     const auto slash = device.find('/');
     return slash == std::string::npos ? "here" : device.substr(0, slash);
@@ -72,27 +60,17 @@ class FakeBook final : public ExecutorHost {
 
   joule::ManualClock time{1'000'000};
   std::map<std::string, JobRecord> jobs;
-  std::vector<Device> devices;
+  joule::daemon::DeviceTable devices;
   std::vector<std::string> notes;
   std::vector<std::string> changed;
   std::vector<std::string> reserved;
-  mutable std::vector<std::size_t> indexes;
 };
-
-Device agent_device(const std::string& node, const std::string& name) {
-  Device device;
-  device.name = node + "/" + name;
-  device.node = node;
-  device.agent_device = name;
-  device.meter = std::make_unique<joule::daemon::ReportedMeter>("rapl");
-  return device;
-}
 
 class NodeExecutorTest : public ::testing::Test {
  protected:
   NodeExecutorTest() {
-    book.devices.push_back(agent_device("agent-1", "cpu"));
-    book.devices.push_back(agent_device("agent-2", "cpu"));
+    book.devices.add_agent_device("agent-1", "cpu", "rapl");
+    book.devices.add_agent_device("agent-2", "cpu", "rapl");
     JobRecord job;
     job.row.id = "job-1";
     job.row.name = "train";
@@ -103,7 +81,7 @@ class NodeExecutorTest : public ::testing::Test {
   // Places job-1 on `device` the way the book does: prepare, store (here at once), start.
   JobRecord& place(const std::string& device_name) {
     JobRecord& job = book.jobs.at("job-1");
-    Device& device = *book.find_device(device_name);
+    Device& device = *book.devices.find(device_name);
     device.job = job.row.id;
     job.row.device = device.name;
     placement_note = executor.prepare(job, device);

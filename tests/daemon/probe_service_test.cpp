@@ -144,10 +144,8 @@ for n, path in enumerate(requests):
     options.worker = worker;
     options.runner = JOULED_BINARY;
     options.tick_seconds = 0.005;
-    probes_ = std::make_unique<ProbeService>(io_, writer_, metrics_, *models_, jobs_, options, clock_);
-    config::DeviceConfig cpu;
-    cpu.name = "cpu";
-    probes_->start({cpu}, StoredProbeState{});
+    probes_ = std::make_unique<ProbeService>(io_, writer_, metrics_, *models_, jobs_, device_table_, options, clock_);
+    probes_->start(StoredProbeState{});
   }
 
   json shown() { return probes_->info("cpu")["probing"]; }

@@ -128,7 +128,7 @@ class Coordinator : joule::testing::JobBook {
   std::map<std::string, Start> replay(const std::vector<TraceJob>& trace) {
     std::map<std::string, const TraceJob*> by_name;
     for (const auto& job : trace) by_name[job.name] = &job;
-    jobs_.set_estimator([&](const joule::schedulers::JobSpec& spec) {
+    estimate_with([&](const joule::schedulers::JobSpec& spec) {
       const TraceJob& job = *by_name.at(spec.name);
       json rows = json::array();
       for (const std::size_t d : job.devices)

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -22,12 +23,27 @@
 
 namespace joule::testing {
 
+/// An estimator that answers with what a test says (the daemon's is EstimateService).
+class FixedEstimator final : public daemon::JobEstimator {
+ public:
+  using Answer = std::function<nlohmann::json(const schedulers::JobSpec&)>;
+  explicit FixedEstimator(Answer answer = {}) : answer_(std::move(answer)) {}
+  void answer_with(Answer answer) { answer_ = std::move(answer); }
+  nlohmann::json estimate_job(const schedulers::JobSpec& spec) const override {
+    return answer_ ? answer_(spec) : nlohmann::json(nullptr);
+  }
+
+ private:
+  Answer answer_;
+};
+
 class JobBook {
  public:
   explicit JobBook(std::vector<daemon::Device> devices, std::int64_t start_unix_ms)
       : clock_(start_unix_ms),
         writer_(keep(std::move(adapters::Database::open(dir_ / "jouled.db")).value())),
-        jobs_(io_, writer_, metrics_, std::move(devices), options(), clock_) {
+        device_table_(std::move(devices)),
+        jobs_(io_, writer_, metrics_, device_table_, options(), clock_) {
     EXPECT_TRUE(jobs_.recover({}, {}));
   }
 
@@ -58,6 +74,12 @@ class JobBook {
     return done();
   }
 
+  /// Jobs are estimated by `answer` from now on.
+  void estimate_with(FixedEstimator::Answer answer) {
+    estimator_.answer_with(std::move(answer));
+    jobs_.set_estimator(&estimator_);
+  }
+
   /// POST /v1/jobs as the book answers it: once the job is stored, or with why not.
   Result<nlohmann::json> submit(const nlohmann::json& body) {
     std::optional<Result<nlohmann::json>> answer;
@@ -82,6 +104,8 @@ class JobBook {
   adapters::StorageWriter writer_;
   std::unique_ptr<adapters::Database> archive_;  // declared before the book, which reads through it
   daemon::Metrics metrics_;
+  FixedEstimator estimator_;
+  daemon::DeviceTable device_table_;  // the book's devices (it adds agents' devices to them)
   daemon::JobService jobs_;
 };
 

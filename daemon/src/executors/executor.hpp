@@ -49,11 +49,8 @@ class ExecutorHost {
   /// The job's estimate on `device`, when it has one there.
   virtual std::optional<schedulers::Estimate> estimate_for(const JobRecord& job, const std::string& device) const = 0;
   virtual JobRecord* find_job(const std::string& id) = 0;
-  virtual Device* find_device(const std::string& name) = 0;
   /// The node a device belongs to, as budgets and cluster reports name it.
   virtual std::string device_node(const std::string& device) const = 0;
-  /// Indexes of `node`'s devices in the book's devices (an agent's; none for this node's own).
-  virtual const std::vector<std::size_t>& devices_of(const std::string& node) const = 0;
   /// The desired state of the node holding `device` changed (a waiting sync answers, Slurm acts).
   virtual void node_changed(const std::string& device) = 0;
   /// A node came back still running a job the book had queued again: it is placed there again

@@ -19,6 +19,7 @@
 #include "../job_record.hpp"
 #include "joule/common/sha256.hpp"
 #include "joule/daemon/thread_settings.hpp"
+#include "joule/worker/datasets.hpp"
 
 extern char** environ;
 
@@ -34,12 +35,97 @@ std::string daemon_path() {
   return path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
 }
 
+Error invalid(std::string message, std::string where) {
+  return make_error(ErrorCode::invalid_argument, std::move(message), std::move(where));
+}
+
+bool is_executable_file(const std::filesystem::path& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
 }  // namespace
 
-LocalExecutor::LocalExecutor(asio::io_context& io, ExecutorHost& host, const JobServiceOptions& options)
+LocalExecutor::LocalExecutor(asio::io_context& io, ExecutorHost& host, const LocalRunOptions& options)
     : io_(io), host_(host), options_(options), lease_timer_(io) {}
 
 LocalExecutor::~LocalExecutor() { *alive_ = false; }
+
+Status LocalExecutor::check(const schedulers::JobSpec& spec,
+                            const std::optional<adapters::JobIdentity>& identity) const {
+  std::filesystem::path workdir = spec.run.workdir;
+  if (!workdir.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(workdir, ec))
+      return invalid(fmt::format("run.workdir {} does not exist or is not a directory", workdir.string()),
+                     "/run/workdir");
+    if (::access(workdir.c_str(), X_OK) != 0)
+      return invalid(fmt::format("run.workdir {} is not accessible to jouled", workdir.string()), "/run/workdir");
+  }
+  // Jobs run under accounts of their own: a workdir or program in a private home or temp
+  // directory is refused now, with the directory in the way, rather than failing at start.
+  auto reachable = [&](const std::filesystem::path& path, const char* what, const char* pointer,
+                       mode_t access = S_IXOTH) -> Status {
+    if (!identity) return {};
+    if (auto why = adapters::unreachable_by(path, *identity, access)) {
+      return invalid(
+          fmt::format("{} {} is out of reach of the job's account (uid {}): {}; give others access "
+                      "(chmod o+x on directories{}) or use another directory",
+                      what, path.string(), identity->uid, *why, access == S_IROTH ? ", o+r on the file" : ""),
+          pointer);
+    }
+    return {};
+  };
+  if (!workdir.empty()) {
+    if (auto status = reachable(workdir, "run.workdir", "/run/workdir"); !status) return status;
+  }
+  if (spec.run.builtin) {
+    if (options_.worker.empty())
+      return invalid("run.builtin trains with joule-worker, which this jouled did not find (set [probing] worker)",
+                     "/run/builtin");
+    // The files' contents are read off the loop (inspect_builtin_dataset); here, only where they are.
+    auto dataset = worker::parse_dataset_spec(spec.run.builtin->dataset, "/run/builtin/dataset", workdir);
+    if (!dataset) return dataset.error();
+    for (const auto& file : dataset->files) {
+      if (file.is_relative())
+        return invalid(fmt::format("dataset file {} is a relative path: give an absolute one, or run.workdir to "
+                                   "read it from",
+                                   file.string()),
+                       "/run/builtin/dataset");
+      if (auto status = reachable(file, "dataset file", "/run/builtin/dataset", S_IROTH); !status) return status;
+    }
+    if (const std::filesystem::path dir = spec.run.builtin->checkpoint_directory; !dir.empty()) {
+      std::error_code ec;
+      if (!std::filesystem::is_directory(dir.parent_path(), ec))
+        return invalid(
+            fmt::format("run.builtin.checkpoint {}: {} does not exist", dir.string(), dir.parent_path().string()),
+            "/run/builtin/checkpoint");
+      return reachable(dir.parent_path(), "run.builtin.checkpoint's parent", "/run/builtin/checkpoint");
+    }
+    return {};
+  }
+  const std::string& program = spec.run.argv.front();
+  if (program.find('/') != std::string::npos) {
+    std::filesystem::path path = program;
+    if (path.is_relative()) path = (workdir.empty() ? work_directory("_") : workdir) / path;
+    if (workdir.empty() && std::filesystem::path(program).is_relative())
+      return invalid("a relative program path needs run.workdir", "/run/command/0");
+    if (!is_executable_file(path))
+      return invalid(fmt::format("program {} does not exist or is not executable", path.string()), "/run/command/0");
+    return reachable(path, "program", "/run/command/0");
+  }
+  const auto env_path = spec.run.env.find("PATH");
+  const std::string search = env_path != spec.run.env.end() ? env_path->second : daemon_path();
+  std::size_t start = 0;
+  while (start <= search.size()) {
+    const auto end = search.find(':', start);
+    const std::string dir = search.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!dir.empty() && is_executable_file(std::filesystem::path(dir) / program)) return {};
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return invalid(fmt::format("program \"{}\" is not found in PATH ({})", program, search), "/run/command/0");
+}
 
 LocalExecutor::Run& LocalExecutor::run_of(const JobRecord& job) { return runs_[job.row.id]; }
 

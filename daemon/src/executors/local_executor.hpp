@@ -20,13 +20,14 @@
 #include "joule/adapters/job_controls.hpp"
 #include "joule/adapters/measurement_window.hpp"
 #include "joule/daemon/child_process.hpp"
-#include "joule/daemon/job_service.hpp"
+#include "joule/daemon/device_table.hpp"
+#include "joule/daemon/local_run_options.hpp"
 
 namespace joule::daemon {
 
 class LocalExecutor final : public Executor {
  public:
-  LocalExecutor(boost::asio::io_context& io, ExecutorHost& host, const JobServiceOptions& options);
+  LocalExecutor(boost::asio::io_context& io, ExecutorHost& host, const LocalRunOptions& options);
   ~LocalExecutor() override;
 
   std::string prepare(JobRecord& job, Device& device) override;
@@ -40,6 +41,11 @@ class LocalExecutor final : public Executor {
   void release(JobRecord& job, bool ended) override;
   void recover(JobRecord& job, Device* device) override;
 
+  /// Whether a job could start here, checked at submission rather than failing at start: its
+  /// workdir, program (in its PATH), or built-in trainer and dataset files exist, and are within
+  /// reach of `identity`, the account it would run as (nothing: jouled's own). The error names
+  /// the field at fault.
+  Status check(const schedulers::JobSpec& spec, const std::optional<adapters::JobIdentity>& identity) const;
   /// The joules a job has used since it started on `device`, as of the device's last sample.
   std::optional<double> sampled_energy(const JobRecord& job, const Device& device) const;
   /// Who the job with this number, submitted by `owner_uid`, runs as (nothing: as jouled).
@@ -47,7 +53,7 @@ class LocalExecutor final : public Executor {
                                                     const std::optional<std::int64_t>& owner_uid) const;
   /// Where jouled keeps a job's logs and exit status (the state directory, jouled's own).
   std::filesystem::path job_directory(const std::string& id) const;
-  /// The job's own directory: its default workdir, HOME and TMPDIR (JobServiceOptions::work_directory).
+  /// The job's own directory: its default workdir, HOME and TMPDIR (LocalRunOptions::work_directory).
   std::filesystem::path work_directory(const std::string& id) const;
   /// Where a `run.builtin` job's checkpoints go (its own or its work directory's checkpoint/);
   /// empty when it keeps none. The trained weights are model.pt there.
@@ -103,7 +109,7 @@ class LocalExecutor final : public Executor {
 
   boost::asio::io_context& io_;
   ExecutorHost& host_;
-  const JobServiceOptions& options_;
+  const LocalRunOptions& options_;
   std::string api_url_;
   double lease_seconds_ = 0.0;
   boost::asio::steady_timer lease_timer_;

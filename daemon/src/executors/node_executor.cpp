@@ -12,7 +12,7 @@ namespace joule::daemon {
 using nlohmann::json;
 using schedulers::JobState;
 
-NodeExecutor::NodeExecutor(ExecutorHost& host, std::vector<Device>& devices) : host_(host), devices_(devices) {}
+NodeExecutor::NodeExecutor(ExecutorHost& host, DeviceTable& devices) : host_(host), devices_(devices) {}
 
 std::string NodeExecutor::prepare(JobRecord& job, Device&) {
   // A new epoch per placement: whatever still runs an older one is fenced by it.
@@ -84,7 +84,7 @@ void NodeExecutor::recover(JobRecord& job, Device* device) {
 
 std::vector<cluster::Assignment> NodeExecutor::desired_for(const std::string& node) const {
   std::vector<cluster::Assignment> out;
-  for (const std::size_t index : host_.devices_of(node)) {
+  for (const std::size_t index : devices_.of_node(node)) {
     const Device& device = devices_[index];
     if (!device.job) continue;
     JobRecord* found = host_.find_job(*device.job);
@@ -152,7 +152,7 @@ std::vector<std::pair<std::string, std::int64_t>> NodeExecutor::apply_reports(
       case cluster::Verdict::ended_while_lost:
         // Queued again after its node was lost, and that node ran it to the end: taken back onto
         // its device and ended, if the device is still free for it; else it runs again.
-        if (Device* device = host_.find_device(job.row.device); device && !device->job) {
+        if (Device* device = devices_.find(job.row.device); device && !device->job) {
           run.seen = true;
           host_.adopt(job, *device,
                       fmt::format("{} came back having run it to the end (epoch {})", device->node, report.epoch),
@@ -165,7 +165,7 @@ std::vector<std::pair<std::string, std::int64_t>> NodeExecutor::apply_reports(
         recorded.emplace_back(report.id, report.epoch);
         break;
       case cluster::Verdict::adopt:
-        if (Device* device = host_.find_device(job.row.device); device && !device->job) {
+        if (Device* device = devices_.find(job.row.device); device && !device->job) {
           run.seen = true;
           run.reported_used = report.energy_joules;
           host_.adopt(job, *device,

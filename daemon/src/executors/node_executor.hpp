@@ -13,14 +13,14 @@
 
 #include "executor.hpp"
 #include "joule/cluster/sync.hpp"
-#include "joule/daemon/job_service.hpp"
+#include "joule/daemon/device_table.hpp"
 
 namespace joule::daemon {
 
 class NodeExecutor final : public Executor {
  public:
-  /// `devices` is the book's device list, the agents' devices among them (Device::node set).
-  NodeExecutor(ExecutorHost& host, std::vector<Device>& devices);
+  /// `devices`: the node's device table, the agents' devices among them (Device::node set).
+  NodeExecutor(ExecutorHost& host, DeviceTable& devices);
 
   std::string prepare(JobRecord& job, Device& device) override;
   void start(JobRecord& job, Device& device) override;
@@ -53,7 +53,7 @@ class NodeExecutor final : public Executor {
   void finish(JobRecord& job, const cluster::ReportedJob& report);
 
   ExecutorHost& host_;
-  std::vector<Device>& devices_;
+  DeviceTable& devices_;
   std::map<std::string, Run> runs_;  // by job id; kept while the job is queued again (it may be adopted)
 };
 

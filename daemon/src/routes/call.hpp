@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -91,14 +92,21 @@ using RouteTable = Router<Route>;
 
 /// The collaborators routes answer from; set up by Api and its setters.
 struct ApiContext {
-  ApiContext(JobService& jobs_in, Metrics& metrics_in) : jobs(jobs_in), metrics(metrics_in) {}
+  ApiContext(JobService& jobs_in, Metrics& metrics_in)
+      : jobs(jobs_in),
+        metrics(metrics_in),
+        estimates(nullptr),
+        no_models(std::make_unique<EstimateService>(jobs_in.device_table())) {
+    estimates = no_models.get();
+  }
 
   JobService& jobs;
   Metrics& metrics;
   AccessConfig access;
   bool ready = false;
-  DeviceModels models;
-  const OutcomeService* outcomes = nullptr;
+  /// What estimates are made with: the daemon's, else one with no models (no_models).
+  const EstimateService* estimates;
+  std::unique_ptr<EstimateService> no_models;
   ProbeService* probes = nullptr;
   ClusterCoordinator* coordinator = nullptr;
   ClusterAgent* agent = nullptr;

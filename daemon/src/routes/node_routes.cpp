@@ -92,10 +92,7 @@ void add_node_routes(RouteTable& table, ApiContext& context) {
   table.add(Verb::post, "/v1/estimate", {Guard::read, false, [&context](Call& call) {
                                            auto body = parse_json_body(call.request.body());
                                            if (!body) return call.fail(body.error());
-                                           auto answer =
-                                               estimate_request(*body, context.jobs.device_names(), context.models);
-                                           if (answer && context.outcomes && answer->contains("estimates"))
-                                             context.outcomes->apply((*answer)["estimates"]);
+                                           auto answer = context.estimates->estimate(*body);
                                            if (answer && context.signals && answer->contains("estimates"))
                                              context.signals->carbon().add_estimates((*answer)["estimates"],
                                                                                      context.signals->now_ms());
@@ -106,7 +103,7 @@ void add_node_routes(RouteTable& table, ApiContext& context) {
   table.add(Verb::post, "/v1/advise", {Guard::read, false, [&context](Call& call) {
                                          auto body = parse_json_body(call.request.body());
                                          if (!body) return call.fail(body.error());
-                                         call.send(advise_request(*body, context.jobs.device_names(), context.models));
+                                         call.send(context.estimates->advise(*body));
                                        }});
 
   table.add(Verb::get, "/v1/probes", {Guard::read, false, [&context](Call& call) {

@@ -1,5 +1,6 @@
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -56,6 +57,17 @@ class CpuTimeModel {
   virtual std::string describe() const = 0;
 };
 
+/// A meter whose readings another node makes and reports (an agent's device, as its
+/// coordinator sees it): the reports are fed in, and read() answers with what they said.
+class ReportedReadings {
+ public:
+  virtual ~ReportedReadings() = default;
+  /// The agent's cumulative joules under its meter's `source`, or why its meter failed.
+  virtual void report(const std::string& source, double joules, std::optional<std::string> error) = 0;
+  /// Nothing is heard from the agent: readings fail with `why` until it reports again.
+  virtual void silence(std::string why) = 0;
+};
+
 /// A cumulative energy counter of one device (RAPL package, GPU, INA3221 rail, a model...).
 /// Readings are monotonic joules since the meter was opened; wraparound and resets of the
 /// underlying counter are handled inside. Not thread-safe: each meter is sampled from one
@@ -73,6 +85,7 @@ class EnergyMeter {
   virtual const BatteryGauge* battery_gauge() const { return nullptr; }
   virtual ModelledLoad* modelled_load() { return nullptr; }
   virtual const CpuTimeModel* cpu_time_model() const { return nullptr; }
+  virtual ReportedReadings* reported_readings() { return nullptr; }
 };
 
 }  // namespace joule::adapters

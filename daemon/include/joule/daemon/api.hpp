@@ -15,11 +15,10 @@
 #include "joule/common/result.hpp"
 #include "joule/daemon/access.hpp"
 #include "joule/daemon/cluster_service.hpp"
-#include "joule/daemon/estimates.hpp"
+#include "joule/daemon/estimate_service.hpp"
 #include "joule/daemon/http_server.hpp"
 #include "joule/daemon/job_service.hpp"
 #include "joule/daemon/metrics.hpp"
-#include "joule/daemon/outcome_service.hpp"
 #include "joule/daemon/probe_service.hpp"
 #include "joule/daemon/signal_service.hpp"
 #include "joule/daemon/slurm_executor.hpp"
@@ -49,10 +48,9 @@ class Api {
   void set_access(AccessConfig access);
   /// /readyz answers 200 only after this is set (recovery done and listening).
   void set_ready(bool ready);
-  /// The energy models estimates are made from (none until probing runs on this node).
-  void set_models(DeviceModels models);
-  /// Corrects POST /v1/estimate's figures by what finished jobs taught (none: raw estimates).
-  void set_outcomes(const OutcomeService* outcomes);
+  /// POST /v1/estimate and /v1/advise answer from `estimates` (its models, corrected by what
+  /// finished jobs taught); unset: from no model, so they give counts and say why no joules.
+  void set_estimates(const EstimateService* estimates);
   /// Serves /v1/probes from the probe service (501 without one).
   void set_probes(ProbeService* probes);
   /// A coordinator serves POST /v1/cluster/sync and its nodes in GET /v1/nodes; an agent its link.

@@ -37,9 +37,11 @@
 #include "joule/common/result.hpp"
 #include "joule/daemon/budget_service.hpp"
 #include "joule/daemon/clock_timer.hpp"
+#include "joule/daemon/device_table.hpp"
 #include "joule/daemon/grid_signal_feed.hpp"
 #include "joule/daemon/job_accounts.hpp"
 #include "joule/daemon/job_estimate.hpp"
+#include "joule/daemon/local_run_options.hpp"
 #include "joule/daemon/metrics.hpp"
 #include "joule/estimator/probe_campaign.hpp"
 #include "joule/schedulers/job.hpp"
@@ -53,84 +55,23 @@ class Executor;
 class LocalExecutor;
 class NodeExecutor;
 
-/// A device of this node with its meter and what it is doing.
-struct Device {
-  std::string name;
-  std::unique_ptr<adapters::EnergyMeter> meter;
-  std::string meter_note;          ///< why this meter was chosen, shown in GET /v1/devices
-  bool runs_jobs = true;  ///< false for simulated devices: they estimate, they run nothing
-  /// Threads a job placed here gets (thread_settings.hpp), the count its probes use; 0: unset.
-  int threads = 0;
-  std::optional<std::string> job;  ///< the job placed or running on it
-  double energy_joules = 0.0;      ///< metered since start
-  double power_watts = 0.0;
-  std::optional<std::string> meter_error;
-  std::optional<std::chrono::steady_clock::time_point> last_sample;
-  /// Recent (time, cumulative joules) readings: power averaged over a cap's period.
-  std::deque<std::pair<std::chrono::steady_clock::time_point, double>> history;
-  double work_seconds = 0.0;  ///< seconds of jobs it has run since start
-  std::optional<double> battery_percent;  ///< state of charge, where a battery meters it
-  /// A GPU whose power limit can be lowered (its meter is NVML), and the lowest limit allowed.
-  bool can_limit_gpu = false;
-  double gpu_min_watts = 0.0;
-  double gpu_max_watts = 0.0;
-  /// The CPU frequency knob (cpufreq), where this is the CPU and its policies are writable; else
-  /// `knob_note` says why there is none.
-  std::optional<adapters::CpuFrequencyKnob> cpu_frequency;
-  std::string knob_note;
-  /// A Jetson's power modes (nvpmodel), shared by every local device of the node.
-  std::shared_ptr<const adapters::JetsonPowerModes> power_modes;
-  /// A Jetson GPU's clock limit (devfreq), where this is that GPU; else `knob_note` says why.
-  std::optional<adapters::DevfreqKnob> gpu_frequency;
-  /// Coordinator: the agent this device belongs to ("" for this node's own devices). Its name
-  /// is then "node/device", its meter a ReportedMeter, and jobs on it run on the agent.
-  std::string node;
-  std::string agent_device;  ///< the agent's own name for it
-  bool node_ready = true;    ///< its agent is heard from (placement skips it otherwise)
-  bool reported_busy = false;  ///< the agent says something else holds it (a probe)
-  double reported_power_watts = 0.0;
-  /// Its node, name and the policy's groups of its node, as budgets and caps scope it: kept
-  /// (refreshed with the policy) since every placement pass asks it of every device.
-  schedulers::DeviceRef ref;
+/// What the book asks of the estimator (EstimateService): a job's estimate rows on each device
+/// it may use, as stored with the job; null where nothing could be estimated.
+class JobEstimator {
+ public:
+  virtual ~JobEstimator() = default;
+  virtual nlohmann::json estimate_job(const schedulers::JobSpec& spec) const = 0;
 };
 
-struct JobServiceOptions {
-  std::filesystem::path state_directory;
-  /// Where each job gets a directory of its own (its default workdir, HOME and TMPDIR), owned
-  /// by the job's account. Outside the state directory, which jobs must not reach. Empty: the
-  /// job's directory in the state directory (only with JobAccounts::Mode::daemon).
-  std::filesystem::path work_directory;
-  JobAccounts accounts;
-  /// The account of a local user who submitted a job (uid, primary gid, groups), for jobs to
-  /// run as their submitter; nothing for root and jouled's own uid, whose jobs get accounts of
-  /// their own. Unset: every job gets `accounts`' identity.
-  std::function<std::optional<adapters::JobIdentity>(std::int64_t uid)> user_identity;
-  std::filesystem::path runner;  ///< executable that understands --job-runner (jouled itself)
-  double kill_grace_seconds = 10.0;
+/// The book's settings; how its jobs run as processes here (LocalRunOptions) among them.
+struct JobServiceOptions : LocalRunOptions {
   std::size_t max_queued_jobs = 10000;
-  std::string boot_id;
-  std::filesystem::path proc_root = "/proc";
   std::string node_name = "localhost";  ///< this node, as policies name it
   int utc_offset_minutes = 0;           ///< local time, for calendar budget windows
   /// Re-read on each meter sample where set (daylight saving time moves it).
   std::function<int()> current_utc_offset_minutes;
-  /// Per-job cgroups (freezer, CPU quota) when the daemon's cgroup is delegated; nullptr or
-  /// unusable: jobs are paused with SIGSTOP and get no CPU quota.
-  std::shared_ptr<adapters::JobCgroups> cgroups;
-  /// Where the originals of the knobs jobs set are noted before they change (owned by the
-  /// daemon); nullptr: not noted, so a kill -9 would leave a job's setting in force.
-  adapters::ControlJournal* control_journal = nullptr;
-  /// How knobs run their tools (nvpmodel); adapters::run_command where unset.
-  adapters::CommandRunner run_tool;
   /// An agent takes jobs only from its coordinator; POST /v1/jobs is refused with this message.
   std::string refuse_submissions;
-  /// The directory holding the Python package `joule` (python/ of the source tree, or
-  /// share/joule/python of an install): put first on every job's PYTHONPATH, so training
-  /// scripts `import joule` without installing it. Empty: PYTHONPATH is the job's own.
-  std::filesystem::path python_path;
-  /// joule-worker, which runs jobs with `run.builtin` (the built-in trainer). Empty: such jobs
-  /// are refused.
-  std::filesystem::path worker;
   /// Finished jobs that ended longer ago than this leave the database, with their log and work
   /// directories ([jobs] keep_finished_days); 0 keeps them.
   int keep_finished_days = 0;
@@ -140,9 +81,11 @@ class JobService {
  public:
   using Done = std::function<void(Result<nlohmann::json>)>;
 
-  /// `clock`: wall time for what is stored and shown, monotonic time for durations and meter rates.
-  JobService(boost::asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
-             std::vector<Device> devices, JobServiceOptions options, const Clock& clock = system_clock());
+  /// `devices`: the node's device table, which the book places on and samples; on a
+  /// coordinator it adds the agents' devices to it. `clock`: wall time for what is stored and
+  /// shown, monotonic time for durations and meter rates.
+  JobService(boost::asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics, DeviceTable& devices,
+             JobServiceOptions options, const Clock& clock = system_clock());
   ~JobService();
 
   /// Finished jobs leave memory, all but the latest `kept`, and are read back from `archive`: a
@@ -202,9 +145,8 @@ class JobService {
   nlohmann::json devices() const;
   /// What a device offers jobs' `knobs` (GET /v1/devices "knobs"): {"offered": {...}, "note"}.
   static nlohmann::json device_knobs(const Device& device);
-  std::vector<std::string> device_names() const;
-  /// The thread count jobs get on a device (Device::threads); 0 for unknown devices or none set.
-  int device_threads(const std::string& device) const;
+  /// The devices it places on (shared with the executors and probing).
+  const DeviceTable& device_table() const { return devices_; }
   /// One line for systemd's STATUS=: jobs waiting and running, and each device's power.
   std::string summary() const;
 
@@ -217,11 +159,10 @@ class JobService {
   /// file); nothing once a write succeeds again. /readyz is not ready meanwhile.
   const std::optional<std::string>& storage_failure() const { return storage_failure_; }
 
-  /// Estimates a submitted job on every eligible device (stored with the job), and describes a
-  /// device's energy model in GET /v1/devices. Both are optional hooks set by the daemon.
-  void set_estimator(std::function<nlohmann::json(const schedulers::JobSpec&)> estimator) {
-    estimator_ = std::move(estimator);
-  }
+  /// Estimates every job submitted, assigned or estimated again (the estimate is stored with the
+  /// job); nullptr (the default): jobs have no estimates. The estimator outlives the book.
+  void set_estimator(const JobEstimator* estimator) { estimator_ = estimator; }
+  /// Describes a device's energy model in GET /v1/devices (optional; set by the daemon).
   void set_model_info(std::function<nlohmann::json(const std::string&)> info) { model_info_ = std::move(info); }
   /// A device model changed: the first `limit` queued jobs are estimated again (and stored), so
   /// that jobs submitted before a model existed can be admitted under budgets; then a pass runs.
@@ -268,8 +209,6 @@ class JobService {
                                                                   const std::vector<cluster::ReportedJob>& reports);
   /// What the node should run now: its placements whose epoch is committed.
   std::vector<cluster::Assignment> desired_for(const std::string& node) const;
-  /// Indexes into the devices of `node` (an agent's; none for this node's own).
-  const std::vector<std::size_t>& devices_of(const std::string& node) const;
   /// A node went silent past its lease: its jobs go back to the queue or fail (their restart policy).
   void node_lost(const std::string& node);
   /// Nodes that hold placed or running jobs in the stored state (recovery expects them back).
@@ -294,8 +233,6 @@ class JobService {
   /// Called when a job run for the coordinator changes state (so the agent reports at once).
   void set_assignment_changed_hook(std::function<void()> hook) { assignment_changed_ = std::move(hook); }
 
-  /// Whether a device exists, runs jobs and has none placed or running now.
-  bool device_idle(const std::string& name) const;
   /// Whether any queued job may run on the device (probing must then leave it alone).
   bool work_waiting_for(const std::string& device) const;
   /// The models of queued jobs and of the latest `recent` finished ones, with their batch sizes:
@@ -347,7 +284,6 @@ class JobService {
   void track_running(schedulers::UnixMillis now);
   void apply(const schedulers::ThrottleAction& action);
   void release_controls(Job& job, bool ended);
-  double average_power(const Device& device, double seconds) const;
   void place(Job& job, Device& device, const std::string& note);
   /// A placement that could not be stored: the job waits in the queue again (as the database
   /// still has it) and placing pauses for a while, instead of the job failing.
@@ -365,6 +301,8 @@ class JobService {
   void run_lost(Job& job, const std::string& why);
   void changed(const std::string& device_name);
   void refresh_pending();
+  /// An agent's device by name, added (not placeable until the agent is heard from) where it
+  /// is known only from the stored state.
   Device& remote_device(const std::string& name);
   void finish(Job& job, schedulers::JobState state, const std::string& reason,
               std::optional<adapters::ExitStatus> exit);
@@ -396,8 +334,6 @@ class JobService {
   Error not_in_memory(const std::string& id, const std::string& finished_why) const;
   /// Moves a job to another state (no event, nothing stored: see transition).
   void set_state(Job& job, schedulers::JobState to);
-  Device* find_device(const std::string& name);
-  const Device* find_device(const std::string& name) const;
   /// What a job's energy figure covers on `device`, as GET /v1/jobs/{id} says it.
   std::string energy_scope(const std::string& device, const std::string& source) const;
   nlohmann::json to_json(const Job& job, bool with_events) const;
@@ -409,12 +345,7 @@ class JobService {
   boost::asio::io_context& io_;
   adapters::StorageWriter& storage_;
   Metrics& metrics_;
-  std::vector<Device> devices_;
-  /// Devices by name, and an agent's devices by node (indexes into devices_, which only grows):
-  /// a sync of one of thousands of agents looks up its own devices, not every device.
-  std::unordered_map<std::string, std::size_t> device_index_;
-  std::unordered_map<std::string, std::vector<std::size_t>> node_devices_;
-  Device& add_device(Device device);
+  DeviceTable& devices_;
   JobServiceOptions options_;
   const Clock& clock_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
@@ -432,7 +363,7 @@ class JobService {
   std::size_t submissions_in_flight_ = 0;
   std::size_t writes_in_flight_ = 0;
   bool scheduling_ = true;
-  std::function<nlohmann::json(const schedulers::JobSpec&)> estimator_;
+  const JobEstimator* estimator_ = nullptr;
   std::function<nlohmann::json(const std::string&)> model_info_;
   std::function<void(const std::string&)> on_claim_;
   std::function<void(const Feedback&)> on_finished_;

@@ -72,13 +72,16 @@ class ProbeService {
  public:
   /// `clock`: wall time for stored runs, snapshots and the local day of the daily cap;
   /// monotonic time for back-offs, idleness and requested runs' ends.
+  /// `devices`: the node's device table; its real devices (cpu, cuda:N) are probed, with the
+  /// meter and threads their [[devices]] tables name.
   ProbeService(boost::asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics, ModelService& models,
-               JobService& jobs, ProbeServiceOptions options, const Clock& clock = system_clock());
+               JobService& jobs, const DeviceTable& devices, ProbeServiceOptions options,
+               const Clock& clock = system_clock());
   ~ProbeService();
 
-  /// Takes over the real devices (cpu, cuda:N) of the config, resumes from what was stored,
-  /// checks the worker's environment, and starts the probing timer.
-  void start(const std::vector<config::DeviceConfig>& devices, StoredProbeState stored);
+  /// Takes over the real devices (cpu, cuda:N) of the device table, resumes from what was
+  /// stored, checks the worker's environment, and starts the probing timer.
+  void start(StoredProbeState stored);
   /// Kills a probe in progress and stops the timer (the daemon is stopping).
   void stop();
   void set_config(const config::ProbingConfig& probing);
@@ -165,6 +168,7 @@ class ProbeService {
   Metrics& metrics_;
   ModelService& models_;
   JobService& jobs_;
+  const DeviceTable& table_;
   ProbeServiceOptions options_;
   const Clock& clock_;
   std::map<std::string, std::unique_ptr<Device>> devices_;

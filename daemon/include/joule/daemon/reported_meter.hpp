@@ -9,7 +9,7 @@
 
 namespace joule::daemon {
 
-class ReportedMeter final : public adapters::EnergyMeter {
+class ReportedMeter final : public adapters::EnergyMeter, public adapters::ReportedReadings {
  public:
   explicit ReportedMeter(std::string source) : source_(std::move(source)) {}
 
@@ -20,14 +20,15 @@ class ReportedMeter final : public adapters::EnergyMeter {
   }
   /// The agent's cumulative reading. It restarts from zero when the agent restarts; the sum
   /// here keeps counting so the coordinator's counters never go backwards.
-  void report(const std::string& source, double joules, std::optional<std::string> error) {
+  void report(const std::string& source, double joules, std::optional<std::string> error) override {
     source_ = source;
     if (joules < last_) offset_ += last_;
     last_ = joules;
     error_ = std::move(error);
   }
   /// The node is lost: readings stop until it is heard from again.
-  void silence(std::string why) { error_ = std::move(why); }
+  void silence(std::string why) override { error_ = std::move(why); }
+  adapters::ReportedReadings* reported_readings() override { return this; }
 
  private:
   std::string source_;

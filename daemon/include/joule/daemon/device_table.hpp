@@ -1,0 +1,126 @@
+#pragma once
+// The devices a node places jobs on (its own, and on a coordinator its agents'), with their
+// meters, latest samples, average power and history: one table shared by the job book, the
+// executors and probing. Lives on the daemon's event loop; entries never move or go away, so a
+// Device& stays valid while the table lives.
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "joule/adapters/energy_meter.hpp"
+#include "joule/adapters/frequency_limits.hpp"
+#include "joule/adapters/jetson_power_mode.hpp"
+#include "joule/config/daemon_config.hpp"
+#include "joule/schedulers/policy.hpp"
+
+namespace joule::daemon {
+
+/// A device of this node (or of one of its agents) with its meter and what it is doing.
+struct Device {
+  std::string name;
+  /// Its [[devices]] table, for this node's own devices (probing reads its meter and threads);
+  /// an agent's device has only its name here.
+  config::DeviceConfig config;
+  std::unique_ptr<adapters::EnergyMeter> meter;
+  std::string meter_note;  ///< why this meter was chosen, shown in GET /v1/devices
+  bool runs_jobs = true;   ///< false for simulated devices: they estimate, they run nothing
+  /// Threads a job placed here gets (thread_settings.hpp), the count its probes use; 0: unset.
+  int threads = 0;
+  std::optional<std::string> job;  ///< the job placed or running on it
+  double energy_joules = 0.0;      ///< metered since start
+  double power_watts = 0.0;
+  std::optional<std::string> meter_error;
+  std::optional<std::chrono::steady_clock::time_point> last_sample;
+  /// Recent (time, cumulative joules) readings: power averaged over a cap's period.
+  std::deque<std::pair<std::chrono::steady_clock::time_point, double>> history;
+  double work_seconds = 0.0;              ///< seconds of jobs it has run since start
+  std::optional<double> battery_percent;  ///< state of charge, where a battery meters it
+  /// A GPU whose power limit can be lowered (its meter is NVML), and the lowest limit allowed.
+  bool can_limit_gpu = false;
+  double gpu_min_watts = 0.0;
+  double gpu_max_watts = 0.0;
+  /// The CPU frequency knob (cpufreq), where this is the CPU and its policies are writable; else
+  /// `knob_note` says why there is none.
+  std::optional<adapters::CpuFrequencyKnob> cpu_frequency;
+  std::string knob_note;
+  /// A Jetson's power modes (nvpmodel), shared by every local device of the node.
+  std::shared_ptr<const adapters::JetsonPowerModes> power_modes;
+  /// A Jetson GPU's clock limit (devfreq), where this is that GPU; else `knob_note` says why.
+  std::optional<adapters::DevfreqKnob> gpu_frequency;
+  /// Coordinator: the agent this device belongs to ("" for this node's own devices). Its name
+  /// is then "node/device", its meter reports what the agent read, and jobs on it run there.
+  std::string node;
+  std::string agent_device;    ///< the agent's own name for it
+  bool node_ready = true;      ///< its agent is heard from (placement skips it otherwise)
+  bool reported_busy = false;  ///< the agent says something else holds it (a probe)
+  double reported_power_watts = 0.0;
+  /// Its node, name and the policy's groups of its node, as budgets and caps scope it: kept
+  /// (refreshed with the policy) since every placement pass asks it of every device.
+  schedulers::DeviceRef ref;
+
+  /// Whether it is an agent's device, whose jobs run on that agent.
+  bool on_agent() const { return !node.empty(); }
+  /// Its average power over the last `seconds` of its history (its power now, short of two samples).
+  double average_power(double seconds) const;
+};
+
+/// What one meter sample changed on a device.
+struct DeviceSample {
+  Device* device = nullptr;
+  double joules = 0.0;       ///< energy since its previous sample
+  bool power_known = false;  ///< power_watts was measured from this sample (this node's own devices)
+};
+
+class DeviceTable {
+ public:
+  DeviceTable() = default;
+  /// This node's devices, as the daemon opened them; what their meters offer (a GPU's power
+  /// limit range) is read once here.
+  explicit DeviceTable(std::vector<Device> devices);
+  DeviceTable(const DeviceTable&) = delete;
+  DeviceTable& operator=(const DeviceTable&) = delete;
+
+  /// Adds a device (an agent's, as its coordinator hears of it); its index is size() - 1.
+  Device& add(Device device);
+  /// An agent's device, known to the coordinator by "node/device": its meter reports what the
+  /// agent read under `source` (empty while the agent is not heard from: readings fail meanwhile).
+  Device& add_agent_device(const std::string& node, const std::string& agent_device, const std::string& source);
+
+  Device* find(const std::string& name);
+  const Device* find(const std::string& name) const;
+  /// Its index (what the scheduling core calls a device by), or nothing for unknown names.
+  std::optional<std::size_t> index_of(const std::string& name) const;
+  Device& operator[](std::size_t index) { return devices_[index]; }
+  const Device& operator[](std::size_t index) const { return devices_[index]; }
+  std::size_t size() const { return devices_.size(); }
+  auto begin() { return devices_.begin(); }
+  auto end() { return devices_.end(); }
+  auto begin() const { return devices_.begin(); }
+  auto end() const { return devices_.end(); }
+
+  /// Indexes of an agent's devices (none for this node's own): a sync of one of thousands of
+  /// agents looks up its own devices, not every device.
+  const std::vector<std::size_t>& of_node(const std::string& node) const;
+  std::vector<std::string> names() const;
+  /// The device running or holding `job`, if any.
+  Device* holding(const std::string& job);
+
+  /// Reads every meter at `now`: energy, power (this node's own devices; an agent's come with
+  /// its reports), battery and an hour of history. A meter that fails keeps its last figures
+  /// and sets meter_error (logged once per new message). Returns what changed, per device read.
+  std::vector<DeviceSample> sample(std::chrono::steady_clock::time_point now);
+
+ private:
+  std::deque<Device> devices_;  // a deque: add() moves no entry
+  std::unordered_map<std::string, std::size_t> index_;
+  std::unordered_map<std::string, std::vector<std::size_t>> by_node_;
+};
+
+}  // namespace joule::daemon

@@ -1,0 +1,61 @@
+#pragma once
+// One place that estimates for this node: the device models in force (a Slurm slot estimates
+// with its node type's model), the correction by what finished jobs taught (OutcomeService) and
+// each device's caveats (a thread count the model was not learnt at, a runtime not measured).
+// The job book asks it for every job it accepts or estimates again; POST /v1/estimate and
+// /v1/advise answer from it. Lives on the event loop.
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "joule/common/result.hpp"
+#include "joule/daemon/device_table.hpp"
+#include "joule/daemon/estimates.hpp"
+#include "joule/daemon/job_service.hpp"
+#include "joule/daemon/outcome_service.hpp"
+#include "joule/schedulers/job.hpp"
+
+namespace joule::daemon {
+
+class EstimateService final : public JobEstimator {
+ public:
+  /// `devices`: the node's device table (estimates cover its devices, an agent's too);
+  /// `outcomes`: the correction, nullptr for raw estimates; `model_sources`: devices that
+  /// estimate with another one's model, by name (a Slurm slot "node/0": its node type's model).
+  explicit EstimateService(const DeviceTable& devices, const OutcomeService* outcomes = nullptr,
+                           std::map<std::string, std::string> model_sources = {});
+
+  /// The models learnt or loaded, by device (ModelService's); slots get their source's.
+  void set_models(const DeviceModels& learnt);
+  /// The models estimates are made with, slots included.
+  const DeviceModels& models() const { return models_; }
+  /// The device whose model `device` estimates with: itself, unless it is a slot.
+  const std::string& model_source(const std::string& device) const;
+  /// Why a device's estimates have no Python runtime lines (probing's answer: not measured yet,
+  /// the probe failed, no interpreter configured); nothing once they do.
+  void set_runtime_problem(std::function<std::optional<std::string>(const std::string& device)> why) {
+    runtime_problem_ = std::move(why);
+  }
+
+  /// A job's estimate rows on every device it may use (constraints.devices), corrected, each
+  /// with its device's caveats; null where nothing could be estimated.
+  nlohmann::json estimate_job(const schedulers::JobSpec& spec) const override;
+  /// POST /v1/estimate: the estimates on every device the request names, corrected; errors name
+  /// the field by JSON pointer.
+  Result<nlohmann::json> estimate(const nlohmann::json& body) const;
+  /// POST /v1/advise (estimates.hpp, advise_request) on this node's devices.
+  Result<nlohmann::json> advise(const nlohmann::json& body) const;
+
+ private:
+  const DeviceTable& devices_;
+  const OutcomeService* outcomes_;
+  std::map<std::string, std::string> model_sources_;
+  DeviceModels models_;
+  std::function<std::optional<std::string>(const std::string&)> runtime_problem_;
+};
+
+}  // namespace joule::daemon

@@ -1,0 +1,68 @@
+#include "joule/daemon/estimate_service.hpp"
+
+#include <fmt/format.h>
+
+#include "joule/daemon/thread_settings.hpp"
+#include "joule/estimator/model_spec.hpp"
+#include "joule/estimator/runtime_cost.hpp"
+
+namespace joule::daemon {
+
+EstimateService::EstimateService(const DeviceTable& devices, const OutcomeService* outcomes,
+                                 std::map<std::string, std::string> model_sources)
+    : devices_(devices), outcomes_(outcomes), model_sources_(std::move(model_sources)) {}
+
+void EstimateService::set_models(const DeviceModels& learnt) {
+  models_ = learnt;
+  for (const auto& [slot, source] : model_sources_)
+    if (const auto it = learnt.find(source); it != learnt.end()) models_[slot] = it->second;
+}
+
+const std::string& EstimateService::model_source(const std::string& device) const {
+  const auto it = model_sources_.find(device);
+  return it == model_sources_.end() ? device : it->second;
+}
+
+nlohmann::json EstimateService::estimate_job(const schedulers::JobSpec& spec) const {
+  if (!spec.model || !spec.training) return nullptr;
+  std::vector<std::string> names;
+  for (const auto& device : devices_)
+    if (schedulers::device_allowed(spec.constraints, device.name)) names.push_back(device.name);
+  // A built-in job trains in joule-worker (LibTorch, as probes do); a command's runtime is what
+  // its program says it is: Python's start-up and per-step cost are measured per device.
+  const std::string runtime = spec.run.builtin ? "" : estimator::runtime_of_command(spec.run.argv);
+  const nlohmann::json body = {{"model", estimator::to_json(*spec.model)},
+                               {"training", estimator::to_json(*spec.training)},
+                               {"runtime", runtime.empty() ? "none" : runtime}};
+  auto answer = estimate_request(body, names, models_);
+  if (!answer) return nullptr;
+  nlohmann::json estimates = std::move((*answer)["estimates"]);
+  if (outcomes_) outcomes_->apply(estimates);
+  for (auto& row : estimates) {
+    if (row.value("status", "") != "ok") continue;
+    const auto name = row.value("device", "");
+    const Device* device = devices_.find(name);
+    if (auto warning = thread_count_warning(spec.run.env, device ? device->threads : 0))
+      row["warnings"].push_back(*warning);
+    if (runtime.empty() && !spec.run.builtin && !spec.run.argv.empty())
+      row["warnings"].push_back(fmt::format(
+          "{} is not a runtime Joule measures (Python is): the program's start-up and any per-step work beyond "
+          "the model's layers are not in this estimate until finished jobs teach them",
+          spec.run.argv.front()));
+    else if (!runtime.empty() && !row.contains("runtime"))
+      if (auto why = runtime_problem_ ? runtime_problem_(name) : std::nullopt) row["warnings"].push_back(*why);
+  }
+  return estimates;
+}
+
+Result<nlohmann::json> EstimateService::estimate(const nlohmann::json& body) const {
+  auto answer = estimate_request(body, devices_.names(), models_);
+  if (answer && outcomes_ && answer->contains("estimates")) outcomes_->apply((*answer)["estimates"]);
+  return answer;
+}
+
+Result<nlohmann::json> EstimateService::advise(const nlohmann::json& body) const {
+  return advise_request(body, devices_.names(), models_);
+}
+
+}  // namespace joule::daemon
