@@ -98,8 +98,7 @@ void set_exit(SlurmJob& job, std::string_view text) {
 // A job that has not started yet (or was cancelled before it did) reports an expected or
 // fake start time; only a job that got nodes and left the pending states really started.
 void finish_times(SlurmJob& job, std::optional<std::int64_t> start, std::optional<std::int64_t> end) {
-  const auto state = joule_state(job.state);
-  const bool waiting = state == schedulers::JobState::placed;
+  const bool waiting = slurm_phase(job.state) == SlurmPhase::waiting;
   if (!waiting && !job.nodes.empty()) job.start_ms = start;
   if (is_final_slurm_state(job.state)) {
     job.end_ms = end;
@@ -163,27 +162,27 @@ bool contains(std::string_view text, std::string_view needle) { return text.find
 
 // ---- states ----
 
-std::optional<schedulers::JobState> joule_state(std::string_view slurm_state) {
-  using S = schedulers::JobState;
+std::optional<SlurmPhase> slurm_phase(std::string_view slurm_state) {
+  using P = SlurmPhase;
   const std::string state = base_state(slurm_state);
-  static const std::map<std::string, S, std::less<>> kStates = {
-      {"PENDING", S::placed},      {"CONFIGURING", S::placed},  {"REQUEUED", S::placed},
-      {"REQUEUE_HOLD", S::placed}, {"REQUEUE_FED", S::placed},  {"RESV_DEL_HOLD", S::placed},
-      {"RUNNING", S::running},     {"COMPLETING", S::running},  {"RESIZING", S::running},
-      {"SIGNALING", S::running},   {"STAGE_OUT", S::running},   {"SUSPENDED", S::throttled},
-      {"STOPPED", S::throttled},   {"COMPLETED", S::succeeded}, {"FAILED", S::failed},
-      {"TIMEOUT", S::failed},      {"NODE_FAIL", S::failed},    {"OUT_OF_MEMORY", S::failed},
-      {"BOOT_FAIL", S::failed},    {"DEADLINE", S::failed},     {"PREEMPTED", S::failed},
-      {"SPECIAL_EXIT", S::failed}, {"CANCELLED", S::cancelled}, {"REVOKED", S::cancelled},
+  static const std::map<std::string, P, std::less<>> kPhases = {
+      {"PENDING", P::waiting},      {"CONFIGURING", P::waiting}, {"REQUEUED", P::waiting},
+      {"REQUEUE_HOLD", P::waiting}, {"REQUEUE_FED", P::waiting}, {"RESV_DEL_HOLD", P::waiting},
+      {"RUNNING", P::running},      {"COMPLETING", P::running},  {"RESIZING", P::running},
+      {"SIGNALING", P::running},    {"STAGE_OUT", P::running},   {"SUSPENDED", P::suspended},
+      {"STOPPED", P::suspended},    {"COMPLETED", P::completed}, {"FAILED", P::failed},
+      {"TIMEOUT", P::failed},       {"NODE_FAIL", P::failed},    {"OUT_OF_MEMORY", P::failed},
+      {"BOOT_FAIL", P::failed},     {"DEADLINE", P::failed},     {"PREEMPTED", P::failed},
+      {"SPECIAL_EXIT", P::failed},  {"CANCELLED", P::cancelled}, {"REVOKED", P::cancelled},
   };
-  const auto it = kStates.find(state);
-  if (it == kStates.end()) return std::nullopt;
+  const auto it = kPhases.find(state);
+  if (it == kPhases.end()) return std::nullopt;
   return it->second;
 }
 
 bool is_final_slurm_state(std::string_view slurm_state) {
-  const auto state = joule_state(slurm_state);
-  return state && schedulers::is_terminal(*state);
+  const auto phase = slurm_phase(slurm_state);
+  return phase == SlurmPhase::completed || phase == SlurmPhase::failed || phase == SlurmPhase::cancelled;
 }
 
 // ---- identity and submission ----

@@ -57,8 +57,8 @@ std::string_view to_string(ReconcileAction action) {
 
 bool has_started(const SlurmJob& job) {
   if (job.start_ms) return true;
-  const auto state = joule_state(job.state);
-  return state == schedulers::JobState::running || state == schedulers::JobState::throttled;
+  const auto phase = slurm_phase(job.state);
+  return phase == SlurmPhase::running || phase == SlurmPhase::suspended;
 }
 
 std::vector<ReconcileDecision> reconcile(std::span<const HandedJob> handed, std::span<const SlurmJob> listing,

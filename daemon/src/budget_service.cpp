@@ -25,8 +25,8 @@ json optional_time(const std::optional<sched::UnixMillis>& at) {
 }  // namespace
 
 BudgetService::BudgetService(adapters::StorageWriter& storage, Metrics& metrics, std::string node,
-                             int utc_offset_minutes)
-    : storage_(storage), metrics_(metrics), node_(std::move(node)), core_(sched::Policy{}, utc_offset_minutes) {}
+                             sched::SchedulingCore& core)
+    : storage_(storage), metrics_(metrics), node_(std::move(node)), core_(core) {}
 
 void BudgetService::set_policy(sched::Policy policy) {
   core_.set_policy(std::move(policy));

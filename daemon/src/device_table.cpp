@@ -45,7 +45,10 @@ DeviceTable::DeviceTable(std::vector<Device> devices) {
 Device& DeviceTable::add(Device device) {
   const std::size_t index = devices_.size();
   read_meter_capabilities(device);
-  if (device.config.name.empty()) device.config.name = device.name;
+  if (!device.on_agent() && !device.config) {
+    device.config.emplace();
+    device.config->name = device.name;
+  }
   index_[device.name] = index;
   if (device.on_agent()) by_node_[device.node].push_back(index);
   devices_.push_back(std::move(device));

@@ -182,7 +182,8 @@ JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, M
       devices_(devices),
       options_(std::move(options)),
       clock_(clock),
-      budgets_(storage, metrics, options_.node_name, options_.utc_offset_minutes),
+      core_(schedulers::Policy{}, options_.utc_offset_minutes),
+      budgets_(storage, metrics, options_.node_name, core_),
       retry_timer_(std::make_unique<ClockTimer>(io, clock)),
       host_(std::make_unique<Host>(*this)),
       local_(std::make_unique<LocalExecutor>(io, *host_, options_)),
@@ -897,7 +898,7 @@ void JobService::sample_meters() {
   forget_old_finished();
   if (!scheduling_) return;
   const auto now_millis = now_ms();
-  if (options_.current_utc_offset_minutes) budgets_.set_utc_offset_minutes(options_.current_utc_offset_minutes());
+  if (options_.current_utc_offset_minutes) core_.set_utc_offset_minutes(options_.current_utc_offset_minutes());
   track_running(now_millis);
   budgets_.publish(now_millis);
   schedule();

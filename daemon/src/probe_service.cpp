@@ -189,11 +189,11 @@ void ProbeService::start(StoredProbeState stored) {
     run_order_.push_back(row.id);
   }
   for (const auto& entry : table_) {
-    if (entry.on_agent() || (entry.name != "cpu" && entry.name.rfind("cuda:", 0) != 0)) continue;
-    const auto& config = entry.config;
+    if (!entry.config || (entry.name != "cpu" && entry.name.rfind("cuda:", 0) != 0)) continue;
+    const auto& config = *entry.config;
     auto device = std::make_unique<Device>();
     device->name = entry.name;
-    device->config = &entry.config;
+    device->config = &*entry.config;
     device->planner = std::make_unique<estimator::ProbePlanner>(std::vector<estimator::WorkloadItem>{},
                                                                 estimator::CampaignOptions{},
                                                                 options_.probing.target_sigma);

@@ -38,6 +38,28 @@ std::string current_user() {
   return entry ? entry->pw_name : std::string();
 }
 
+// A Slurm phase as the job book names the state of a run: waiting to start is placed, suspended
+// is throttled (paused, by Joule or by hand).
+schedulers::JobState job_state(adapters::SlurmPhase phase) {
+  using P = adapters::SlurmPhase;
+  using S = schedulers::JobState;
+  switch (phase) {
+    case P::waiting:
+      return S::placed;
+    case P::running:
+      return S::running;
+    case P::suspended:
+      return S::throttled;
+    case P::completed:
+      return S::succeeded;
+    case P::failed:
+      return S::failed;
+    case P::cancelled:
+      return S::cancelled;
+  }
+  return S::placed;
+}
+
 adapters::SlurmOptions slurm_options(const config::SlurmConfig& config) {
   adapters::SlurmOptions options;
   options.bin_dir = config.bin_dir;
@@ -172,7 +194,7 @@ cluster::ReportedJob SlurmExecutor::report_of(const Handed& handed) const {
     return report;
   }
   const auto& job = *handed.last;
-  const auto state = adapters::joule_state(job.state).value_or(schedulers::JobState::placed);
+  const auto state = job_state(adapters::slurm_phase(job.state).value_or(adapters::SlurmPhase::waiting));
   report.state = std::string(schedulers::to_string(state));
   report.started_ms = job.start_ms;
   report.finished_ms = job.end_ms;
@@ -342,11 +364,11 @@ void SlurmExecutor::cycle() {
       }
       Handed& handed = it->second;
       if (!handed.last || handed.record.slurm_id.empty()) continue;
-      const auto state = adapters::joule_state(handed.last->state);
-      if (assignment.paused && state == schedulers::JobState::running && !handed.suspended_by_us) {
+      const auto phase = adapters::slurm_phase(handed.last->state);
+      if (assignment.paused && phase == adapters::SlurmPhase::running && !handed.suspended_by_us) {
         if (auto done = cli_.suspend(handed.record.slurm_id); done) handed.suspended_by_us = true;
         else spdlog::warn("slurm: suspending {}: {}", joule_id, done.error().message);
-      } else if (!assignment.paused && handed.suspended_by_us && state == schedulers::JobState::throttled) {
+      } else if (!assignment.paused && handed.suspended_by_us && phase == adapters::SlurmPhase::suspended) {
         if (auto done = cli_.resume(handed.record.slurm_id); done) handed.suspended_by_us = false;
         else spdlog::warn("slurm: resuming {}: {}", joule_id, done.error().message);
       }

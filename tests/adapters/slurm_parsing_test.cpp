@@ -19,7 +19,6 @@
 using joule::ErrorCode;
 using joule::adapters::SlurmJob;
 using joule::adapters::SlurmSubmission;
-using joule::schedulers::JobState;
 namespace adapters = joule::adapters;
 namespace fixtures = joule::testing::slurm_fixtures;
 
@@ -214,23 +213,23 @@ TEST(SlurmParsingTest, sbatch_parsable_answers) {
   EXPECT_FALSE(adapters::parse_sbatch_id(""));
 }
 
-TEST(SlurmParsingTest, states_map_onto_joule_states) {
-  EXPECT_EQ(adapters::joule_state("PENDING"), JobState::placed);
-  EXPECT_EQ(adapters::joule_state("CONFIGURING"), JobState::placed);
-  EXPECT_EQ(adapters::joule_state("REQUEUED"), JobState::placed);
-  EXPECT_EQ(adapters::joule_state("RUNNING"), JobState::running);
-  EXPECT_EQ(adapters::joule_state("COMPLETING"), JobState::running);
-  EXPECT_EQ(adapters::joule_state("SUSPENDED"), JobState::throttled);
-  EXPECT_EQ(adapters::joule_state("COMPLETED"), JobState::succeeded);
+TEST(SlurmParsingTest, states_fall_into_the_phases_joule_tells_apart) {
+  EXPECT_EQ(adapters::slurm_phase("PENDING"), adapters::SlurmPhase::waiting);
+  EXPECT_EQ(adapters::slurm_phase("CONFIGURING"), adapters::SlurmPhase::waiting);
+  EXPECT_EQ(adapters::slurm_phase("REQUEUED"), adapters::SlurmPhase::waiting);
+  EXPECT_EQ(adapters::slurm_phase("RUNNING"), adapters::SlurmPhase::running);
+  EXPECT_EQ(adapters::slurm_phase("COMPLETING"), adapters::SlurmPhase::running);
+  EXPECT_EQ(adapters::slurm_phase("SUSPENDED"), adapters::SlurmPhase::suspended);
+  EXPECT_EQ(adapters::slurm_phase("COMPLETED"), adapters::SlurmPhase::completed);
   for (const char* failed : {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}) {
-    EXPECT_EQ(adapters::joule_state(failed), JobState::failed) << failed;
+    EXPECT_EQ(adapters::slurm_phase(failed), adapters::SlurmPhase::failed) << failed;
   }
-  EXPECT_EQ(adapters::joule_state("CANCELLED"), JobState::cancelled);
-  EXPECT_EQ(adapters::joule_state("CANCELLED by 0"), JobState::cancelled);
-  EXPECT_EQ(adapters::joule_state("cancelled"), JobState::cancelled);
-  EXPECT_EQ(adapters::joule_state("RUNNING+"), JobState::running);
-  EXPECT_EQ(adapters::joule_state("WEIRD"), std::nullopt);
-  EXPECT_EQ(adapters::joule_state(""), std::nullopt);
+  EXPECT_EQ(adapters::slurm_phase("CANCELLED"), adapters::SlurmPhase::cancelled);
+  EXPECT_EQ(adapters::slurm_phase("CANCELLED by 0"), adapters::SlurmPhase::cancelled);
+  EXPECT_EQ(adapters::slurm_phase("cancelled"), adapters::SlurmPhase::cancelled);
+  EXPECT_EQ(adapters::slurm_phase("RUNNING+"), adapters::SlurmPhase::running);
+  EXPECT_EQ(adapters::slurm_phase("WEIRD"), std::nullopt);
+  EXPECT_EQ(adapters::slurm_phase(""), std::nullopt);
   EXPECT_TRUE(adapters::is_final_slurm_state("COMPLETED"));
   EXPECT_TRUE(adapters::is_final_slurm_state("NODE_FAIL"));
   EXPECT_FALSE(adapters::is_final_slurm_state("SUSPENDED"));

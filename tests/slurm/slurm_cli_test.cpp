@@ -156,7 +156,7 @@ TEST_F(SlurmCliTest, a_job_runs_to_completion_and_its_joule_id_comes_back) {
   EXPECT_EQ(running.joule_id, s.joule_id) << "the comment round-trips through squeue";
   EXPECT_EQ(running.nodes, "localhost");
   EXPECT_TRUE(running.start_ms.has_value());
-  EXPECT_EQ(joule::adapters::joule_state(running.state), joule::schedulers::JobState::running);
+  EXPECT_EQ(joule::adapters::slurm_phase(running.state), joule::adapters::SlurmPhase::running);
 
   const auto done = wait_final(*submitted);
   EXPECT_EQ(done.state, "COMPLETED");
@@ -177,7 +177,7 @@ TEST_F(SlurmCliTest, suspend_stops_the_job_and_resume_continues_it) {
 
   ASSERT_TRUE(cli_.suspend(*submitted));
   const auto suspended = wait_state(*submitted, "SUSPENDED");
-  EXPECT_EQ(joule::adapters::joule_state(suspended.state), joule::schedulers::JobState::throttled);
+  EXPECT_EQ(joule::adapters::slurm_phase(suspended.state), joule::adapters::SlurmPhase::suspended);
   std::this_thread::sleep_for(300ms);  // a tick in flight may still land
   const auto frozen = bytes_in(ticks);
   std::this_thread::sleep_for(1s);
@@ -205,7 +205,7 @@ TEST_F(SlurmCliTest, cancel_ends_a_running_job_as_cancelled) {
   ASSERT_TRUE(cli_.cancel(*submitted));
   const auto done = wait_final(*submitted);
   EXPECT_EQ(done.state, "CANCELLED");
-  EXPECT_EQ(joule::adapters::joule_state(done.state), joule::schedulers::JobState::cancelled);
+  EXPECT_EQ(joule::adapters::slurm_phase(done.state), joule::adapters::SlurmPhase::cancelled);
   EXPECT_EQ(done.exit_code, 0);
   EXPECT_TRUE(done.exit_signal == 15 || done.exit_signal == 9) << done.exit_signal.value_or(0);
   EXPECT_TRUE(cli_.cancel(*submitted)) << "cancelling a finished job is not an error";
@@ -217,7 +217,7 @@ TEST_F(SlurmCliTest, a_failing_job_fails_with_its_exit_code) {
   const auto done = wait_final(*submitted);
   EXPECT_EQ(done.state, "FAILED");
   EXPECT_EQ(done.exit_code, 3);
-  EXPECT_EQ(joule::adapters::joule_state(done.state), joule::schedulers::JobState::failed);
+  EXPECT_EQ(joule::adapters::slurm_phase(done.state), joule::adapters::SlurmPhase::failed);
 }
 
 TEST_F(SlurmCliTest, a_held_job_waits_until_released) {

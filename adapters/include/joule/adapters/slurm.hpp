@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "joule/common/result.hpp"
-#include "joule/schedulers/job.hpp"
 
 namespace joule::adapters {
 
@@ -118,16 +117,21 @@ class SlurmCli {
   mutable std::atomic<bool> accounting_disabled_{false};  // sacct said so once
 };
 
-/// Slurm's job states in Joule's terms; nothing for a state Joule does not know.
-///   PENDING, CONFIGURING, REQUEUED, REQUEUE_HOLD, REQUEUE_FED, RESV_DEL_HOLD → placed: Joule has
-///     decided and handed the job over; Slurm has not started it (CONFIGURING: nodes booting).
-///   RUNNING, COMPLETING, RESIZING, SIGNALING, STAGE_OUT → running
-///   SUSPENDED, STOPPED → throttled (stopped by Joule's suspend, or by scontrol)
-///   COMPLETED → succeeded
-///   FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, PREEMPTED, SPECIAL_EXIT → failed
-///   CANCELLED, REVOKED → cancelled
-/// Accepts "CANCELLED by 0" (sacct) and any case.
-std::optional<schedulers::JobState> joule_state(std::string_view slurm_state);
+/// Where a Slurm job is, in the few phases Joule tells apart (the daemon maps them onto its
+/// own job states at the edge, slurm_executor.cpp).
+enum class SlurmPhase {
+  waiting,    ///< handed over, not started: PENDING, CONFIGURING (nodes booting), REQUEUED, REQUEUE_HOLD, REQUEUE_FED,
+              ///< RESV_DEL_HOLD
+  running,    ///< RUNNING, COMPLETING, RESIZING, SIGNALING, STAGE_OUT
+  suspended,  ///< SUSPENDED, STOPPED (by Joule's suspend, or by scontrol)
+  completed,  ///< COMPLETED
+  failed,     ///< FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, PREEMPTED, SPECIAL_EXIT
+  cancelled,  ///< CANCELLED, REVOKED
+};
+
+/// A Slurm state's phase; nothing for a state Joule does not know. Accepts "CANCELLED by 0"
+/// (sacct) and any case.
+std::optional<SlurmPhase> slurm_phase(std::string_view slurm_state);
 
 /// Whether a Slurm state is final (the job holds no resources and will not run again).
 bool is_final_slurm_state(std::string_view slurm_state);

@@ -1,9 +1,9 @@
 #pragma once
 // The node's energy policy at run time: the placement policy and its budgets, caps and floors
-// (from policies.d, replaced whole on reload) and the scheduling core that decides with them
-// (queue, placer, budget ledger, STEP projections, throttle controller; the same core joule-sim
-// drives). Adds what the pure core leaves out: the ledger's uses kept in SQLite, metrics and the
-// GET /v1/budgets view. Lives on the daemon's io_context thread.
+// (from policies.d, replaced whole on reload), installed in the scheduling core the job book
+// owns and drives (queue, placer, budget ledger, STEP projections, throttle controller; the same
+// core joule-sim drives). Adds what the pure core leaves out: the ledger's uses kept in SQLite,
+// metrics and the GET /v1/budgets view. Lives on the daemon's io_context thread.
 
 #include <optional>
 #include <span>
@@ -22,9 +22,9 @@ namespace joule::daemon {
 
 class BudgetService {
  public:
-  /// `node`: this node's name (budgets and caps name it); `utc_offset_minutes`: local time for
-  /// calendar windows.
-  BudgetService(adapters::StorageWriter& storage, Metrics& metrics, std::string node, int utc_offset_minutes);
+  /// `node`: this node's name (budgets and caps name it); `core`: the job book's scheduling
+  /// core, whose policy and ledger this keeps.
+  BudgetService(adapters::StorageWriter& storage, Metrics& metrics, std::string node, schedulers::SchedulingCore& core);
 
   /// Installs a policy (at start and on a reload that validated).
   void set_policy(schedulers::Policy policy);
@@ -37,12 +37,6 @@ class BudgetService {
   void load(const std::vector<adapters::StoredEnergyUse>& uses);
   /// How far back the ledger must be loaded: the longest window anyone may configure.
   static schedulers::UnixMillis history_needed(schedulers::UnixMillis now);
-
-  /// The scheduler the job book drives: the queue, placement passes, running jobs' projections
-  /// and throttling. What it records in the ledger goes through `pause_running` and `settle`,
-  /// which also store it.
-  schedulers::SchedulingCore& core() { return core_; }
-  const schedulers::SchedulingCore& core() const { return core_; }
 
   /// A job paused or resumed by throttling: the ledger counts its energy in stretches.
   void pause_running(const std::string& job, schedulers::UnixMillis now, const std::string& source);
@@ -57,8 +51,6 @@ class BudgetService {
   nlohmann::json describe(schedulers::UnixMillis now, std::span<const schedulers::DeviceStatus> devices) const;
   /// Refreshes the joule_budget_* gauges.
   void publish(schedulers::UnixMillis now);
-  /// Local time's offset from UTC now, for calendar windows (it changes with daylight saving).
-  void set_utc_offset_minutes(int minutes) { core_.set_utc_offset_minutes(minutes); }
 
  private:
   void store(const adapters::StoredEnergyUse& row);
@@ -66,7 +58,7 @@ class BudgetService {
   adapters::StorageWriter& storage_;
   Metrics& metrics_;
   std::string node_;
-  schedulers::SchedulingCore core_;
+  schedulers::SchedulingCore& core_;  // what the core records in its ledger goes through here
   schedulers::UnixMillis last_prune_ = 0;
 };
 

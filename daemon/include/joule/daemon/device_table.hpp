@@ -25,9 +25,9 @@ namespace joule::daemon {
 /// A device of this node (or of one of its agents) with its meter and what it is doing.
 struct Device {
   std::string name;
-  /// Its [[devices]] table, for this node's own devices (probing reads its meter and threads);
-  /// an agent's device has only its name here.
-  config::DeviceConfig config;
+  /// Its [[devices]] table (probing reads its meter and threads): this node's own devices have
+  /// one (the defaults under its name where none was given); an agent's device has none.
+  std::optional<config::DeviceConfig> config;
   std::unique_ptr<adapters::EnergyMeter> meter;
   std::string meter_note;  ///< why this meter was chosen, shown in GET /v1/devices
   bool runs_jobs = true;   ///< false for simulated devices: they estimate, they run nothing

@@ -127,7 +127,7 @@ class JobService {
   /// at every meter sample; their runner pauses them when jouled stops renewing it (0: none).
   void set_job_lease_seconds(double seconds);
 
-  /// The policy, budget ledger and throttling of this node.
+  /// The policy and budget ledger of this node.
   BudgetService& budgets() { return budgets_; }
   /// Installs a (re)loaded policy and runs a placement pass under it.
   void set_policy(schedulers::Policy policy);
@@ -274,8 +274,10 @@ class JobService {
   /// The core tracks a job that runs without its pass having placed it (adopted, recovered),
   /// with its estimate there reserved.
   void track_run(const Job& job, const Device& device, schedulers::UnixMillis started);
-  schedulers::SchedulingCore& core() { return budgets_.core(); }
-  const schedulers::SchedulingCore& core() const { return budgets_.core(); }
+  /// The scheduler the book drives: the queue, placement passes, running jobs' projections and
+  /// throttling; what it records in the ledger goes through budgets_, which stores it.
+  schedulers::SchedulingCore& core() { return core_; }
+  const schedulers::SchedulingCore& core() const { return core_; }
   /// Keeps a job's estimates: the stored text (the API shows it) and what the daemon decides with.
   void set_estimates(Job& job, const nlohmann::json& rows);
   std::optional<schedulers::Estimate> estimate_for(const Job& job, const std::string& device) const;
@@ -370,6 +372,7 @@ class JobService {
   const GridSignalFeed* carbon_ = nullptr;
   std::vector<std::function<void(const std::string&)>> node_changed_;
   std::function<void()> assignment_changed_;
+  schedulers::SchedulingCore core_;
   BudgetService budgets_;
   std::unique_ptr<ClockTimer> retry_timer_;
   std::optional<schedulers::UnixMillis> retry_at_;
