@@ -41,7 +41,7 @@ ClusterCoordinator::ClusterCoordinator(asio::io_context& io, JobService& jobs, M
       lease_timer_(io) {
   static thread_local boost::uuids::random_generator make_uuid;
   incarnation_ = boost::uuids::to_string(make_uuid());
-  jobs_.add_node_changed_hook([this, alive = alive_](const std::string& node) {
+  jobs_.nodes().add_node_changed_hook([this, alive = alive_](const std::string& node) {
     if (*alive) release_held(node, false);
   });
 }
@@ -57,7 +57,7 @@ std::int64_t ClusterCoordinator::wall_ms(std::int64_t registry_ms) const {
 }
 
 void ClusterCoordinator::start() {
-  for (const auto& node : jobs_.nodes_with_jobs()) {
+  for (const auto& node : jobs_.nodes().nodes_with_jobs()) {
     registry_.expect(node, now_ms());
     spdlog::info("node {}: expected back within {} s (it holds placed or running jobs)", node,
                  options_.lost_after_seconds);
@@ -86,7 +86,7 @@ void ClusterCoordinator::check_leases() {
   for (const auto& node : lost) {
     spdlog::warn("node {}: lost (not heard from for {} s); its jobs are queued again or fail per their restart policy",
                  node, options_.lost_after_seconds);
-    jobs_.node_lost(node);
+    jobs_.nodes().node_lost(node);
   }
   if (!lost.empty()) publish_node_counts();
   // Leases are checked often enough that a lost node is declared within a tenth of its lease.
@@ -108,7 +108,7 @@ cluster::SyncReply ClusterCoordinator::reply_for(const std::string& node) {
   reply.revision = ++revision_;
   reply.lease_seconds = options_.lost_after_seconds;
   reply.heartbeat_seconds = options_.heartbeat_seconds;
-  reply.jobs = jobs_.desired_for(node);
+  reply.jobs = jobs_.nodes().desired_for(node);
   reply.digest = cluster::digest_of(reply.jobs);
   const std::string prefix = node + "/";
   for (const auto& [device, version] : model_versions_)
@@ -129,8 +129,8 @@ void ClusterCoordinator::sync(const json& body, Answer answer) {
   // Its reports first: a node coming back with the end of a job queued again while it was lost
   // settles that job before its devices, ready again, are offered to the queue (which would
   // otherwise run the job a second time).
-  auto recorded = jobs_.apply_reports(request->node, request->jobs);
-  jobs_.update_node(request->node, request->devices);
+  auto recorded = jobs_.nodes().apply_reports(request->node, request->jobs);
+  jobs_.nodes().update_node(request->node, request->devices);
 
   for (const auto& device : request->devices) {
     // A model kept from before this coordinator restarted (ModelService::keep): not asked for again.

@@ -164,7 +164,20 @@ class JobService::Host final : public ExecutorHost {
     return it == book_.jobs_.end() ? nullptr : it->second.get();
   }
   std::string device_node(const std::string& device) const override { return book_.budgets_.device_ref(device).node; }
-  void node_changed(const std::string& device) override { book_.changed(device); }
+  void device_added(Device& device) override {
+    device.ref = book_.budgets_.device_ref(device.name);
+    book_.metrics_.add_device_energy(device.name, std::string(device.meter->source()), 0.0);
+  }
+  void devices_changed(bool added) override {
+    if (added) book_.refresh_pending();
+    book_.schedule();
+  }
+  void lost(JobRecord& job, Device& device, const std::string& why) override {
+    if (job.cancel_requested)
+      book_.finish(job, JobState::cancelled, why + "; it was being cancelled", std::nullopt);
+    else
+      book_.queue_again(job, device, why);
+  }
   void adopt(JobRecord& job, Device& device, const std::string& note, const std::string& report_state,
              std::optional<std::int64_t> started_ms) override {
     book_.adopt(job, device, note, report_state, started_ms);

@@ -17,51 +17,11 @@ using adapters::StoredEvent;
 using nlohmann::json;
 using schedulers::JobState;
 
-void JobService::changed(const std::string& device_name) {
-  if (const Device* device = devices_.find(device_name); device && !device->node.empty())
-    for (const auto& hook : node_changed_) hook(device->node);
-}
-
 void JobService::refresh_pending() {
   for (const auto& id : core().queue().first(core().queue().size())) core().update_pending(pending_job(*jobs_.at(id)));
 }
 
-void JobService::update_node(const std::string& node, const std::vector<cluster::ReportedDevice>& reported) {
-  bool added = false;
-  bool woke = false;
-  for (const auto& report : reported) {
-    const std::string name = node + "/" + report.name;
-    Device* device = devices_.find(name);
-    if (!device) {
-      device = &devices_.add_agent_device(node, report.name, report.source);
-      device->ref = budgets_.device_ref(name);
-      metrics_.add_device_energy(name, report.source, 0.0);
-      added = true;
-      spdlog::info("node {}: device {} ({} meter{})", node, report.name, report.source,
-                   report.runs_jobs ? "" : "; estimation only");
-    }
-    device->meter->reported_readings()->report(report.source, report.energy_joules, report.meter_error);
-    device->meter_note = fmt::format("metered on agent {} by its {} meter", node, report.source);
-    device->runs_jobs = report.runs_jobs;
-    device->reported_power_watts = report.power_watts;
-    device->battery_percent = report.battery_percent;
-    // Busy with something this coordinator did not place there (a fenced run still stopping).
-    device->reported_busy = report.busy && !device->job;
-    woke = woke || !device->node_ready;
-    device->node_ready = true;
-  }
-  if (added) refresh_pending();
-  if (added || woke) schedule();
-}
-
-std::vector<cluster::Assignment> JobService::desired_for(const std::string& node) const {
-  return nodes_->desired_for(node);
-}
-
-std::vector<std::pair<std::string, std::int64_t>> JobService::apply_reports(
-    const std::string& node, const std::vector<cluster::ReportedJob>& reports) {
-  return nodes_->apply_reports(node, reports);
-}
+NodeJobs& JobService::nodes() { return *nodes_; }
 
 void JobService::adopt(Job& job, Device& device, const std::string& note, const std::string& report_state,
                        std::optional<std::int64_t> started_ms) {
@@ -73,26 +33,6 @@ void JobService::adopt(Job& job, Device& device, const std::string& note, const 
     if (!job.row.started_ms) job.row.started_ms = started_ms.value_or(now_ms());
     transition(job, JobState::running, note);
   }
-}
-
-void JobService::node_lost(const std::string& node) {
-  for (const std::size_t index : devices_.of_node(node)) {
-    Device& device = devices_[index];
-    device.node_ready = false;
-    device.reported_busy = false;
-    device.meter->reported_readings()->silence(fmt::format("node {} is lost", node));
-    if (!device.job) continue;
-    auto it = jobs_.find(*device.job);
-    if (it == jobs_.end() || schedulers::is_terminal(it->second->state)) continue;
-    Job& job = *it->second;
-    const std::string why = fmt::format("node {} lost (no sync within its lease)", node);
-    if (job.cancel_requested) {
-      finish(job, JobState::cancelled, why + "; it was being cancelled", std::nullopt);
-      continue;
-    }
-    queue_again(job, device, why);
-  }
-  schedule();
 }
 
 void JobService::queue_again(Job& job, Device& device, const std::string& why) {
@@ -133,13 +73,6 @@ Device& JobService::remote_device(const std::string& name) {
   Device& device = devices_.add_agent_device(name.substr(0, slash), name.substr(slash + 1), "");
   device.ref = budgets_.device_ref(device.name);
   return device;
-}
-
-std::vector<std::string> JobService::nodes_with_jobs() const {
-  std::set<std::string> nodes;
-  for (const auto& device : devices_)
-    if (!device.node.empty()) nodes.insert(device.node);
-  return {nodes.begin(), nodes.end()};
 }
 
 json JobService::node_devices(const std::string& node) const {

@@ -77,7 +77,7 @@ SlurmExecutor::SlurmExecutor(asio::io_context& io, JobService& jobs, config::Slu
       config_(std::move(config)),
       cli_(slurm_options(config_)),
       user_(current_user()) {
-  jobs_.add_node_changed_hook([this, alive = alive_](const std::string& node) {
+  jobs_.nodes().add_node_changed_hook([this, alive = alive_](const std::string& node) {
     if (*alive && owns(node)) wake();
   });
 }
@@ -112,7 +112,7 @@ void SlurmExecutor::start() {
       device.source = type.model.rfind("sim:", 0) == 0 ? "simulated" : "modelled";
       slots.push_back(device);
     }
-    jobs_.update_node(node_name(type), slots);
+    jobs_.nodes().update_node(node_name(type), slots);
     spdlog::info("slurm: node type {} ({} slot{}, partition {}{}), energy model from {}", type.name, type.slots,
                  type.slots == 1 ? "" : "s", type.partition.empty() ? "(default)" : type.partition,
                  type.constraint.empty() ? "" : ", constraint " + type.constraint, type.model);
@@ -218,7 +218,8 @@ void SlurmExecutor::cycle() {
   // 1. What the coordinator wants of each node type now.
   std::map<std::string, std::vector<cluster::Assignment>> desired;
   if (!on_loop([&] {
-        for (const auto& type : config_.node_types) desired[node_name(type)] = jobs_.desired_for(node_name(type));
+        for (const auto& type : config_.node_types)
+          desired[node_name(type)] = jobs_.nodes().desired_for(node_name(type));
       }))
     return;
 
@@ -390,7 +391,7 @@ void SlurmExecutor::cycle() {
   std::vector<std::pair<std::string, std::int64_t>> recorded;
   on_loop([&] {
     for (const auto& [node, node_reports] : reports) {
-      auto done = jobs_.apply_reports(node, node_reports);
+      auto done = jobs_.nodes().apply_reports(node, node_reports);
       recorded.insert(recorded.end(), done.begin(), done.end());
     }
   });

@@ -73,7 +73,7 @@ class JobServiceTest : public ::testing::Test, protected joule::testing::JobBook
     joule::cluster::ReportedDevice device;
     device.name = "cpu";
     device.source = "rapl";
-    jobs_.update_node(node, {device});
+    jobs_.nodes().update_node(node, {device});
   }
 };
 
@@ -93,9 +93,9 @@ TEST_F(JobServiceTest, a_job_on_an_agent_runs_through_its_reports_and_keeps_thei
   ASSERT_TRUE(submitted) << submitted.error().message;
   const std::string id = (*submitted)["id"];
   // Placed once stored; published to the agent once the placement is stored too.
-  ASSERT_TRUE(run_until([&] { return !jobs_.desired_for("agent-1").empty(); }));
+  ASSERT_TRUE(run_until([&] { return !jobs_.nodes().desired_for("agent-1").empty(); }));
   EXPECT_EQ(state_of(id), "placed");
-  const auto desired = jobs_.desired_for("agent-1");
+  const auto desired = jobs_.nodes().desired_for("agent-1");
   EXPECT_EQ(desired[0].id, id);
   EXPECT_EQ(desired[0].epoch, 1);
   EXPECT_EQ(desired[0].device, "cpu");
@@ -104,7 +104,7 @@ TEST_F(JobServiceTest, a_job_on_an_agent_runs_through_its_reports_and_keeps_thei
   started.started_ms = clock_.unix_ms();
   started.energy_joules = 5.0;
   started.energy_source = "rapl";
-  (void)jobs_.apply_reports("agent-1", {started});
+  (void)jobs_.nodes().apply_reports("agent-1", {started});
   // Shown once durable: until its write commits, the job is shown as the database has it.
   EXPECT_EQ(shown_now(id), "placed");
   EXPECT_EQ(jobs_.jobs("running", 10).value()["total"], 0);
@@ -118,7 +118,7 @@ TEST_F(JobServiceTest, a_job_on_an_agent_runs_through_its_reports_and_keeps_thei
   ended.energy_joules = 250.0;
   ended.energy_source = "rapl";
   ended.exit_code = 0;
-  const auto recorded = jobs_.apply_reports("agent-1", {ended});
+  const auto recorded = jobs_.nodes().apply_reports("agent-1", {ended});
   EXPECT_EQ(recorded.size(), 1u);
   ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
   const json job = jobs_.job(id).value();
@@ -127,7 +127,7 @@ TEST_F(JobServiceTest, a_job_on_an_agent_runs_through_its_reports_and_keeps_thei
   EXPECT_EQ(job["energy"]["source"], "rapl");
   EXPECT_EQ(job["energy"]["measured"], true);
   EXPECT_EQ(job["seconds"], 90.0);
-  EXPECT_TRUE(jobs_.desired_for("agent-1").empty());  // ended: no longer the agent's to run
+  EXPECT_TRUE(jobs_.nodes().desired_for("agent-1").empty());  // ended: no longer the agent's to run
 }
 
 TEST_F(JobServiceTest, a_lost_agents_job_is_queued_again_and_adopted_when_the_agent_comes_back_running_it) {
@@ -136,22 +136,22 @@ TEST_F(JobServiceTest, a_lost_agents_job_is_queued_again_and_adopted_when_the_ag
   auto submitted = submit({{"run", {{"command", {"train"}}}}, {"constraints", {{"devices", {"agent-1/cpu"}}}}});
   ASSERT_TRUE(submitted);
   const std::string id = (*submitted)["id"];
-  ASSERT_TRUE(run_until([&] { return !jobs_.desired_for("agent-1").empty(); }));
-  (void)jobs_.apply_reports("agent-1", {reported_job(id, 1, "running")});
-  jobs_.node_lost("agent-1");
+  ASSERT_TRUE(run_until([&] { return !jobs_.nodes().desired_for("agent-1").empty(); }));
+  (void)jobs_.nodes().apply_reports("agent-1", {reported_job(id, 1, "running")});
+  jobs_.nodes().node_lost("agent-1");
   EXPECT_EQ(state_of(id), "queued");
-  EXPECT_TRUE(jobs_.desired_for("agent-1").empty());
+  EXPECT_TRUE(jobs_.nodes().desired_for("agent-1").empty());
   auto late = reported_job(id, 1, "succeeded");
   late.energy_joules = 900.0;
   late.energy_source = "rapl";
   // It is still the job's last placement, so agent-1 coming back with it running is adopted...
-  (void)jobs_.apply_reports("agent-1", {reported_job(id, 1, "running")});
+  (void)jobs_.nodes().apply_reports("agent-1", {reported_job(id, 1, "running")});
   EXPECT_EQ(state_of(id), "running");
   // ...and its end recorded, once.
-  EXPECT_EQ(jobs_.apply_reports("agent-1", {late}).size(), 1u);
+  EXPECT_EQ(jobs_.nodes().apply_reports("agent-1", {late}).size(), 1u);
   EXPECT_EQ(state_of(id), "succeeded");
   EXPECT_EQ(jobs_.job(id).value()["energy"]["joules"], 900.0);
-  EXPECT_EQ(jobs_.apply_reports("agent-1", {late}).size(), 1u);  // acknowledged again, not counted twice
+  EXPECT_EQ(jobs_.nodes().apply_reports("agent-1", {late}).size(), 1u);  // acknowledged again, not counted twice
 }
 
 TEST_F(JobServiceTest, a_running_jobs_duration_follows_the_monotonic_clock_when_the_wall_clock_is_set_back) {
@@ -222,7 +222,7 @@ TEST_F(JobServiceTest, a_stored_job_that_cannot_be_read_is_skipped_and_the_rest_
 
 TEST_F(JobServiceTest, a_placement_the_database_refuses_leaves_the_job_waiting_until_writes_succeed_again) {
   agent_joins("agent-1");
-  jobs_.node_lost("agent-1");  // the job waits for its only device
+  jobs_.nodes().node_lost("agent-1");  // the job waits for its only device
   auto submitted = submit({{"run", {{"command", {"train"}}}}, {"constraints", {{"devices", {"agent-1/cpu"}}}}});
   ASSERT_TRUE(submitted);
   const std::string id = (*submitted)["id"];
@@ -233,7 +233,7 @@ TEST_F(JobServiceTest, a_placement_the_database_refuses_leaves_the_job_waiting_u
   agent_joins("agent-1");
   ASSERT_TRUE(run_until([&] { return jobs_.storage_failure().has_value(); }));
   EXPECT_EQ(state_of(id), "queued");  // waits, not failed, and "placed" was never shown
-  EXPECT_TRUE(jobs_.desired_for("agent-1").empty());
+  EXPECT_TRUE(jobs_.nodes().desired_for("agent-1").empty());
   EXPECT_EQ(jobs_.jobs("placed", 10).value()["total"], 0);
 
   ASSERT_TRUE(database_->set_query_only(false));
@@ -242,10 +242,10 @@ TEST_F(JobServiceTest, a_placement_the_database_refuses_leaves_the_job_waiting_u
   EXPECT_EQ(state_of(id), "queued");
   clock_.advance(6s);
   jobs_.sample_meters();
-  ASSERT_TRUE(run_until([&] { return !jobs_.desired_for("agent-1").empty(); }));
+  ASSERT_TRUE(run_until([&] { return !jobs_.nodes().desired_for("agent-1").empty(); }));
   EXPECT_EQ(state_of(id), "placed");
   EXPECT_FALSE(jobs_.storage_failure());
-  EXPECT_EQ(jobs_.desired_for("agent-1")[0].epoch, 2);  // the refused placement's epoch is never reused
+  EXPECT_EQ(jobs_.nodes().desired_for("agent-1")[0].epoch, 2);  // the refused placement's epoch is never reused
 }
 
 TEST_F(JobServiceTest, a_job_that_ends_while_the_database_refuses_writes_is_stored_and_shown_once_it_takes_them) {
@@ -253,10 +253,10 @@ TEST_F(JobServiceTest, a_job_that_ends_while_the_database_refuses_writes_is_stor
   auto submitted = submit({{"run", {{"command", {"train"}}}}, {"constraints", {{"devices", {"agent-1/cpu"}}}}});
   ASSERT_TRUE(submitted);
   const std::string id = (*submitted)["id"];
-  ASSERT_TRUE(run_until([&] { return !jobs_.desired_for("agent-1").empty(); }));
+  ASSERT_TRUE(run_until([&] { return !jobs_.nodes().desired_for("agent-1").empty(); }));
   auto started = reported_job(id, 1, "running");
   started.started_ms = clock_.unix_ms();
-  (void)jobs_.apply_reports("agent-1", {started});
+  (void)jobs_.nodes().apply_reports("agent-1", {started});
   EXPECT_EQ(state_of(id), "running");
 
   // The job ends while the database takes no writes (a full disk): its end is not shown.
@@ -268,7 +268,7 @@ TEST_F(JobServiceTest, a_job_that_ends_while_the_database_refuses_writes_is_stor
   ended.energy_joules = 120.0;
   ended.energy_source = "rapl";
   ended.exit_code = 0;
-  (void)jobs_.apply_reports("agent-1", {ended});
+  (void)jobs_.nodes().apply_reports("agent-1", {ended});
   ASSERT_TRUE(run_until([&] { return jobs_.storage_failure().has_value(); }));
   EXPECT_EQ(state_of(id), "running");
   jobs_.sample_meters();  // tries again, and fails again
@@ -332,14 +332,14 @@ TEST_F(JobServiceTest, a_job_waiting_for_a_budget_is_placed_when_the_services_cl
   }
   EXPECT_EQ(state_of(id), "queued");
   // ...and moving the clock from deadline to deadline places it at the moment it was told.
-  while (jobs_.desired_for("agent-1").empty() && clock_.unix_ms() < fits_at + 60'000) {
+  while (jobs_.nodes().desired_for("agent-1").empty() && clock_.unix_ms() < fits_at + 60'000) {
     ASSERT_TRUE(clock_.next_deadline()) << "nothing waits to wake the job up at " << clock_.unix_ms() - now;
     const auto step = std::max(*clock_.next_deadline() - clock_.steady(), std::chrono::steady_clock::duration(1ms));
     clock_.advance(std::chrono::duration_cast<std::chrono::milliseconds>(step));
     ASSERT_TRUE(run_until([&] { return !clock_.next_deadline() || *clock_.next_deadline() > clock_.steady(); }));
     ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
   }
-  EXPECT_FALSE(jobs_.desired_for("agent-1").empty());
+  EXPECT_FALSE(jobs_.nodes().desired_for("agent-1").empty());
   EXPECT_EQ(clock_.unix_ms(), fits_at);
   EXPECT_EQ(state_of(id), "placed");
 }

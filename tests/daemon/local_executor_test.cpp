@@ -59,7 +59,9 @@ class FakeBook final : public ExecutorHost {
     return it == jobs.end() ? nullptr : &it->second;
   }
   std::string device_node(const std::string&) const override { return "here"; }
-  void node_changed(const std::string&) override {}
+  void device_added(Device&) override {}
+  void devices_changed(bool) override {}
+  void lost(JobRecord&, Device&, const std::string&) override {}
   void adopt(JobRecord&, Device&, const std::string&, const std::string&, std::optional<std::int64_t>) override {}
 
   joule::ManualClock time{1'900'000'000'000};

@@ -50,7 +50,13 @@ class FakeBook final : public ExecutorHost {
     const auto slash = device.find('/');
     return slash == std::string::npos ? "here" : device.substr(0, slash);
   }
-  void node_changed(const std::string& device) override { changed.push_back(device); }
+  void device_added(Device& device) override { added.push_back(device.name); }
+  void devices_changed(bool) override { ++passes; }
+  void lost(JobRecord& job, Device& device, const std::string& why) override {
+    device.job.reset();
+    job.state = JobState::queued;
+    notes.push_back("lost: " + why);
+  }
   void adopt(JobRecord& job, Device& device, const std::string& note, const std::string& report_state,
              std::optional<std::int64_t>) override {
     device.job = job.row.id;
@@ -62,7 +68,9 @@ class FakeBook final : public ExecutorHost {
   std::map<std::string, JobRecord> jobs;
   joule::daemon::DeviceTable devices;
   std::vector<std::string> notes;
-  std::vector<std::string> changed;
+  std::vector<std::string> changed;  // nodes whose desired state changed
+  std::vector<std::string> added;    // devices other nodes reported for the first time
+  int passes = 0;                    // placement passes asked for
   std::vector<std::string> reserved;
 };
 
@@ -76,6 +84,7 @@ class NodeExecutorTest : public ::testing::Test {
     job.row.name = "train";
     job.row.spec_json = R"({"run": {"command": ["true"]}})";
     book.jobs.emplace("job-1", std::move(job));
+    executor.add_node_changed_hook([this](const std::string& node) { book.changed.push_back(node); });
   }
 
   // Places job-1 on `device` the way the book does: prepare, store (here at once), start.
@@ -112,7 +121,7 @@ TEST_F(NodeExecutorTest, each_placement_gets_a_new_epoch_that_is_published_only_
   EXPECT_EQ(desired[0].id, "job-1");
   EXPECT_EQ(desired[0].epoch, 1);
   EXPECT_EQ(desired[0].device, "cpu");  // the agent's own name for it
-  EXPECT_EQ(book.changed, std::vector<std::string>{"agent-1/cpu"});
+  EXPECT_EQ(book.changed, std::vector<std::string>{"agent-1"});
   EXPECT_TRUE(executor.desired_for("agent-2").empty());
 }
 
@@ -207,7 +216,7 @@ TEST_F(NodeExecutorTest, a_cancel_after_the_node_took_the_job_up_is_left_to_the_
   job.cancel_requested = true;
   executor.stop(job);
   EXPECT_EQ(job.state, JobState::running);
-  EXPECT_EQ(book.changed, std::vector<std::string>{"agent-1/cpu"});
+  EXPECT_EQ(book.changed, std::vector<std::string>{"agent-1"});
   const auto desired = executor.desired_for("agent-1");
   ASSERT_EQ(desired.size(), 1u);
   EXPECT_TRUE(desired[0].stop);
@@ -283,4 +292,37 @@ TEST_F(NodeExecutorTest, an_old_runs_end_reported_while_the_job_is_placed_again_
   EXPECT_FALSE(job.row.energy_joules.has_value());
   executor.start(job, book.devices[0]);
   EXPECT_EQ(executor.desired_for("agent-1")[0].epoch, 2);
+}
+
+TEST_F(NodeExecutorTest,
+       a_lost_nodes_devices_leave_placement_before_its_job_is_queued_again_and_come_back_with_its_sync) {
+  JobRecord& job = place("agent-1/cpu");
+  job.state = JobState::running;
+  executor.node_lost("agent-1");
+  const Device& cpu = *book.devices.find("agent-1/cpu");
+  EXPECT_FALSE(cpu.node_ready);
+  EXPECT_TRUE(book.devices.find("agent-2/cpu")->node_ready);
+  EXPECT_EQ(job.state, JobState::queued);
+  EXPECT_EQ(book.notes.back(), "lost: node agent-1 lost (no sync within its lease)");
+  EXPECT_EQ(book.passes, 1);
+  EXPECT_FALSE(book.devices.find("agent-1/cpu")->meter->read());  // silenced until it reports again
+
+  joule::cluster::ReportedDevice reported_cpu;
+  reported_cpu.name = "cpu";
+  reported_cpu.source = "rapl";
+  reported_cpu.energy_joules = 5.0;
+  executor.update_node("agent-1", {reported_cpu});
+  EXPECT_TRUE(cpu.node_ready);
+  EXPECT_EQ(book.passes, 2);  // ready again: a placement pass
+  EXPECT_EQ(book.devices.find("agent-1/cpu")->meter->read()->value, 5.0);
+  executor.update_node("agent-1", {reported_cpu});
+  EXPECT_EQ(book.passes, 2);  // nothing new: no pass
+
+  joule::cluster::ReportedDevice gpu;
+  gpu.name = "cuda:0";
+  gpu.source = "nvml";
+  executor.update_node("agent-1", {reported_cpu, gpu});
+  EXPECT_EQ(book.added, std::vector<std::string>{"agent-1/cuda:0"});
+  EXPECT_EQ(book.devices.of_node("agent-1").size(), 2u);
+  EXPECT_EQ(executor.nodes_with_jobs(), (std::vector<std::string>{"agent-1", "agent-2"}));
 }

@@ -121,7 +121,7 @@ class Coordinator : joule::testing::JobBook {
       joule::cluster::ReportedDevice reported;
       reported.name = device;
       reported.source = "rapl";
-      jobs_.update_node(node, {reported});
+      jobs_.nodes().update_node(node, {reported});
     }
   }
 
@@ -158,7 +158,7 @@ class Coordinator : joule::testing::JobBook {
         ended.energy_joules = it->second.joules;
         ended.energy_source = "rapl";
         ended.exit_code = 0;
-        (void)jobs_.apply_reports(it->second.node, {ended});
+        (void)jobs_.nodes().apply_reports(it->second.node, {ended});
         it = running_.erase(it);
       }
       for (; next < trace.size() && trace[next].submit == *at; ++next) submit(trace[next]);
@@ -188,7 +188,7 @@ class Coordinator : joule::testing::JobBook {
     ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
     for (std::size_t d = 0; d < kDevices.size(); ++d) {
       const std::string& node = kDevices[d].first;
-      for (const auto& assignment : jobs_.desired_for(node)) {
+      for (const auto& assignment : jobs_.nodes().desired_for(node)) {
         if (running_.contains(assignment.id)) continue;
         const std::string& name = names_.at(assignment.id);
         const TraceJob& job = *by_name.at(name);
@@ -198,7 +198,7 @@ class Coordinator : joule::testing::JobBook {
                                    job.estimate_joules[d] * job.truth_factor};
         auto report = joule::testing::reported_job(assignment.id, assignment.epoch, "running");
         report.started_ms = now;
-        (void)jobs_.apply_reports(node, {report});
+        (void)jobs_.nodes().apply_reports(node, {report});
       }
     }
     ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));

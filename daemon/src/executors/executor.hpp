@@ -51,8 +51,15 @@ class ExecutorHost {
   virtual JobRecord* find_job(const std::string& id) = 0;
   /// The node a device belongs to, as budgets and cluster reports name it.
   virtual std::string device_node(const std::string& device) const = 0;
-  /// The desired state of the node holding `device` changed (a waiting sync answers, Slurm acts).
-  virtual void node_changed(const std::string& device) = 0;
+  /// A device another node reported for the first time: the book scopes it for budgets and
+  /// counts its energy.
+  virtual void device_added(Device& device) = 0;
+  /// Devices were added or became ready again: a placement pass, after the queued jobs' candidates
+  /// are brought up to date where `added`.
+  virtual void devices_changed(bool added) = 0;
+  /// A job's node is lost: the job is queued again (failed where restart = fail, cancelled where
+  /// it was being cancelled), its device let go; no placement pass yet (devices_changed follows).
+  virtual void lost(JobRecord& job, Device& device, const std::string& why) = 0;
   /// A node came back still running a job the book had queued again: it is placed there again
   /// (and running unless `report_state` is "placed").
   virtual void adopt(JobRecord& job, Device& device, const std::string& note, const std::string& report_state,

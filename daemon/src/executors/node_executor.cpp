@@ -14,6 +14,62 @@ using schedulers::JobState;
 
 NodeExecutor::NodeExecutor(ExecutorHost& host, DeviceTable& devices) : host_(host), devices_(devices) {}
 
+void NodeExecutor::changed(const std::string& device_name) {
+  if (const Device* device = devices_.find(device_name); device && device->on_agent())
+    for (const auto& hook : node_changed_) hook(device->node);
+}
+
+void NodeExecutor::update_node(const std::string& node, const std::vector<cluster::ReportedDevice>& reported) {
+  bool added = false;
+  bool woke = false;
+  for (const auto& report : reported) {
+    const std::string name = node + "/" + report.name;
+    Device* device = devices_.find(name);
+    if (!device) {
+      device = &devices_.add_agent_device(node, report.name, report.source);
+      host_.device_added(*device);
+      added = true;
+      spdlog::info("node {}: device {} ({} meter{})", node, report.name, report.source,
+                   report.runs_jobs ? "" : "; estimation only");
+    }
+    device->meter->reported_readings()->report(report.source, report.energy_joules, report.meter_error);
+    device->meter_note = fmt::format("metered on agent {} by its {} meter", node, report.source);
+    device->runs_jobs = report.runs_jobs;
+    device->reported_power_watts = report.power_watts;
+    device->battery_percent = report.battery_percent;
+    // Busy with something this coordinator did not place there (a fenced run still stopping).
+    device->reported_busy = report.busy && !device->job;
+    woke = woke || !device->node_ready;
+    device->node_ready = true;
+  }
+  if (added || woke) host_.devices_changed(added);
+}
+
+void NodeExecutor::node_lost(const std::string& node) {
+  // Every device of the node leaves placement before any of its jobs is queued again.
+  for (const std::size_t index : devices_.of_node(node)) {
+    Device& device = devices_[index];
+    device.node_ready = false;
+    device.reported_busy = false;
+    device.meter->reported_readings()->silence(fmt::format("node {} is lost", node));
+  }
+  for (const std::size_t index : devices_.of_node(node)) {
+    Device& device = devices_[index];
+    if (!device.job) continue;
+    JobRecord* job = host_.find_job(*device.job);
+    if (!job || schedulers::is_terminal(job->state)) continue;
+    host_.lost(*job, device, fmt::format("node {} lost (no sync within its lease)", node));
+  }
+  host_.devices_changed(false);
+}
+
+std::vector<std::string> NodeExecutor::nodes_with_jobs() const {
+  std::set<std::string> nodes;
+  for (const auto& device : devices_)
+    if (device.on_agent()) nodes.insert(device.node);
+  return {nodes.begin(), nodes.end()};
+}
+
 std::string NodeExecutor::prepare(JobRecord& job, Device&) {
   // A new epoch per placement: whatever still runs an older one is fenced by it.
   job.row.epoch += 1;
@@ -26,7 +82,7 @@ std::string NodeExecutor::prepare(JobRecord& job, Device&) {
 void NodeExecutor::start(JobRecord& job, Device&) {
   // Stored before the node may see it: a node only ever runs an epoch that survives a crash.
   runs_[job.row.id].committed_epoch = job.row.epoch;
-  host_.node_changed(job.row.device);
+  changed(job.row.device);
 }
 
 void NodeExecutor::stop(JobRecord& job) {
@@ -36,7 +92,7 @@ void NodeExecutor::stop(JobRecord& job) {
     return;
   }
   host_.note(job, "cancel requested; the agent stops it");
-  host_.node_changed(job.row.device);
+  changed(job.row.device);
 }
 
 Status NodeExecutor::throttle(JobRecord& job, Device&, const schedulers::ThrottleAction& action) {
@@ -46,7 +102,7 @@ Status NodeExecutor::throttle(JobRecord& job, Device&, const schedulers::Throttl
   if (action.kind != Kind::pause && action.kind != Kind::resume)
     return make_error(ErrorCode::unavailable, "a job on another node is only paused or resumed from here");
   job.paused = action.kind == Kind::pause;
-  host_.node_changed(job.row.device);
+  changed(job.row.device);
   return {};
 }
 

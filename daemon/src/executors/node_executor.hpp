@@ -14,10 +14,11 @@
 #include "executor.hpp"
 #include "joule/cluster/sync.hpp"
 #include "joule/daemon/device_table.hpp"
+#include "joule/daemon/node_jobs.hpp"
 
 namespace joule::daemon {
 
-class NodeExecutor final : public Executor {
+class NodeExecutor final : public Executor, public NodeJobs {
  public:
   /// `devices`: the node's device table, the agents' devices among them (Device::node set).
   NodeExecutor(ExecutorHost& host, DeviceTable& devices);
@@ -35,12 +36,16 @@ class NodeExecutor final : public Executor {
   void release(JobRecord& job, bool ended) override;
   void recover(JobRecord& job, Device* device) override;
 
-  /// What `node` should run now: its placements whose epoch is stored.
-  std::vector<cluster::Assignment> desired_for(const std::string& node) const;
-  /// The node's reports of the jobs it runs: starts, energy so far, ends, adoptions. Returns the
-  /// ends recorded (now or before), which the node may stop reporting.
-  std::vector<std::pair<std::string, std::int64_t>> apply_reports(const std::string& node,
-                                                                  const std::vector<cluster::ReportedJob>& reports);
+  // NodeJobs: what the nodes' runners meet.
+  void update_node(const std::string& node, const std::vector<cluster::ReportedDevice>& reported) override;
+  std::vector<std::pair<std::string, std::int64_t>> apply_reports(
+      const std::string& node, const std::vector<cluster::ReportedJob>& reports) override;
+  std::vector<cluster::Assignment> desired_for(const std::string& node) const override;
+  void node_lost(const std::string& node) override;
+  std::vector<std::string> nodes_with_jobs() const override;
+  void add_node_changed_hook(std::function<void(const std::string& node)> hook) override {
+    node_changed_.push_back(std::move(hook));
+  }
 
  private:
   /// A placement on a node, as far as its reports tell.
@@ -51,9 +56,12 @@ class NodeExecutor final : public Executor {
   };
 
   void finish(JobRecord& job, const cluster::ReportedJob& report);
+  /// The desired state of the node holding `device` changed: its hooks are called.
+  void changed(const std::string& device);
 
   ExecutorHost& host_;
   DeviceTable& devices_;
+  std::vector<std::function<void(const std::string&)>> node_changed_;
   std::map<std::string, Run> runs_;  // by job id; kept while the job is queued again (it may be adopted)
 };
 

@@ -43,6 +43,7 @@
 #include "joule/daemon/job_estimate.hpp"
 #include "joule/daemon/local_run_options.hpp"
 #include "joule/daemon/metrics.hpp"
+#include "joule/daemon/node_jobs.hpp"
 #include "joule/estimator/probe_campaign.hpp"
 #include "joule/schedulers/job.hpp"
 #include "joule/schedulers/job_queue.hpp"
@@ -200,24 +201,9 @@ class JobService {
   /// The carbon signal was replaced: a placement pass now, since a waiting job's cleaner window
   /// may have moved or gone.
   void carbon_changed() { schedule(); }
-  // --- Coordinator: agents' devices and the jobs placed on them (job_service_cluster.cpp) ---
-  /// Adds or refreshes an agent's devices from its sync; new ones become placement candidates.
-  void update_node(const std::string& node, const std::vector<cluster::ReportedDevice>& devices);
-  /// The agent's reports of the jobs it runs: starts, ends, adoptions. Returns the ends
-  /// recorded (now or before), which the agent may stop reporting.
-  std::vector<std::pair<std::string, std::int64_t>> apply_reports(const std::string& node,
-                                                                  const std::vector<cluster::ReportedJob>& reports);
-  /// What the node should run now: its placements whose epoch is committed.
-  std::vector<cluster::Assignment> desired_for(const std::string& node) const;
-  /// A node went silent past its lease: its jobs go back to the queue or fail (their restart policy).
-  void node_lost(const std::string& node);
-  /// Nodes that hold placed or running jobs in the stored state (recovery expects them back).
-  std::vector<std::string> nodes_with_jobs() const;
-  /// Called when a node's desired state changed (so a waiting sync answers at once, or the
-  /// Slurm executor acts); hooks add up.
-  void add_node_changed_hook(std::function<void(const std::string& node)> hook) {
-    node_changed_.push_back(std::move(hook));
-  }
+  // --- Coordinator: agents' devices and the jobs placed on them ---
+  /// What other nodes' runners (agents, the Slurm executor) meet: the node executor.
+  NodeJobs& nodes();
   nlohmann::json node_devices(const std::string& node) const;
 
   // --- Agent: the jobs this node runs for its coordinator ---
@@ -301,7 +287,6 @@ class JobService {
   /// controls and device are let go and it is queued again (failed where restart = fail).
   void queue_again(Job& job, Device& device, const std::string& why);
   void run_lost(Job& job, const std::string& why);
-  void changed(const std::string& device_name);
   void refresh_pending();
   /// An agent's device by name, added (not placeable until the agent is heard from) where it
   /// is known only from the stored state.
@@ -370,7 +355,6 @@ class JobService {
   std::function<void(const std::string&)> on_claim_;
   std::function<void(const Feedback&)> on_finished_;
   const GridSignalFeed* carbon_ = nullptr;
-  std::vector<std::function<void(const std::string&)>> node_changed_;
   std::function<void()> assignment_changed_;
   schedulers::SchedulingCore core_;
   BudgetService budgets_;
