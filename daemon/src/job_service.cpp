@@ -1,5 +1,6 @@
 #include "joule/daemon/job_service.hpp"
 
+#include "executors/agent_runner.hpp"
 #include "executors/local_executor.hpp"
 #include "executors/node_executor.hpp"
 #include "job_record.hpp"
@@ -136,7 +137,7 @@ json optional_json(const std::optional<std::int64_t>& millis) {
 }  // namespace
 
 // The executors' view of the book: every call lands on the event loop, as the executors do.
-class JobService::Host final : public ExecutorHost {
+class JobService::Host final : public ExecutorHost, public AgentHost {
  public:
   explicit Host(JobService& book) : book_(book) {}
   const Clock& clock() const override { return book_.clock_; }
@@ -182,6 +183,21 @@ class JobService::Host final : public ExecutorHost {
              std::optional<std::int64_t> started_ms) override {
     book_.adopt(job, device, note, report_state, started_ms);
   }
+  // AgentHost
+  void for_each_assigned(const std::function<void(const JobRecord&)>& visit) const override {
+    for (const auto& [id, job] : book_.jobs_)
+      if (!job->row.origin.empty()) visit(*job);
+  }
+  void take_assignment(const cluster::Assignment& assignment, std::function<void(bool)> done) override {
+    book_.take_assignment(assignment, std::move(done));
+  }
+  void cancel(const std::string& id) override {
+    book_.cancel(id, [](Result<json>) {});
+  }
+  void throttle(const schedulers::ThrottleAction& action) override { book_.apply(action); }
+  std::optional<double> sampled_energy(const JobRecord& job, const Device& device) const override {
+    return book_.local_->sampled_energy(job, device);
+  }
 
  private:
   JobService& book_;
@@ -200,7 +216,8 @@ JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, M
       retry_timer_(std::make_unique<ClockTimer>(io, clock)),
       host_(std::make_unique<Host>(*this)),
       local_(std::make_unique<LocalExecutor>(io, *host_, options_)),
-      nodes_(std::make_unique<NodeExecutor>(*host_, devices_)) {
+      nodes_(std::make_unique<NodeExecutor>(*host_, devices_)),
+      agent_(std::make_unique<AgentRunner>(*host_, devices_)) {
   for (auto& device : devices_) {
     device.ref = budgets_.device_ref(device.name);
     metrics_.add_device_energy(device.name, std::string(device.meter->source()), 0.0);
@@ -363,7 +380,7 @@ void JobService::transition(Job& job, JobState to, const std::string& message, s
   // Names and messages (a program's words, Slurm's) are escaped: a newline must not forge a line.
   spdlog::info("job {} ({}): {}{}", job.row.id, printable(job.row.name), job.row.state,
                message.empty() ? "" : ": " + printable(message));
-  if (!job.row.origin.empty() && assignment_changed_) assignment_changed_();
+  if (!job.row.origin.empty()) agent_->changed();
   persist_job(
       job, true,
       [row = job.row, event](adapters::Database& db) -> Status {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "executors/agent_runner.hpp"
 #include "executors/local_executor.hpp"
 #include "executors/node_executor.hpp"
 #include "job_record.hpp"
@@ -117,63 +118,13 @@ Result<json> JobService::pause(const std::string& id, bool pause) {
 
 // --- Agent ---
 
-std::vector<cluster::LocalAssignment> JobService::local_assignments() const {
-  std::vector<cluster::LocalAssignment> out;
-  for (const auto& [id, job] : jobs_) {
-    if (job->row.origin.empty()) continue;
-    out.push_back({id, job->row.origin, job->row.epoch, schedulers::is_terminal(job->state), job->paused,
-                   job->cancel_requested});
-  }
-  for (const auto& id : assignments_in_flight_) {
-    const auto dot = id.rfind('.');
-    out.push_back({id, id.substr(0, dot), std::stoll(id.substr(dot + 1)), false, false, false});
-  }
-  return out;
-}
+AgentJobs& JobService::agent() { return *agent_; }
 
-std::vector<cluster::ReportedJob> JobService::assignment_reports(
-    const std::set<std::pair<std::string, std::int64_t>>& acknowledged) const {
-  std::vector<cluster::ReportedJob> out;
-  const auto now = now_ms();
-  for (const auto& [id, job] : jobs_) {
-    const auto& row = job->row;
-    if (row.origin.empty()) continue;
-    const bool ended = schedulers::is_terminal(job->state);
-    if (ended && (acknowledged.contains({row.origin, row.epoch}) || now - row.finished_ms.value_or(now) > kReportEndsForMs))
-      continue;
-    cluster::ReportedJob report;
-    report.id = row.origin;
-    report.epoch = row.epoch;
-    report.state = row.state;
-    report.reason = row.reason;
-    report.exit_code = row.exit_code;
-    report.started_ms = row.started_ms;
-    report.finished_ms = row.finished_ms;
-    report.energy_partial = job->row.energy_partial;
-    report.fenced = ended && job->state == JobState::cancelled && row.reason.rfind(kFencedReason, 0) == 0;
-    if (row.energy_joules) {
-      report.energy_joules = row.energy_joules;
-      report.energy_source = row.energy_source;
-    } else {
-      for (const auto& device : devices_) {
-        if (device.name != row.device) continue;
-        if (const auto used = local_->sampled_energy(*job, device)) {
-          report.energy_joules = used;
-          report.energy_source = std::string(device.meter->source());
-        }
-      }
-    }
-    out.push_back(std::move(report));
-  }
-  return out;
-}
-
-void JobService::assign(const cluster::Assignment& assignment) {
+void JobService::take_assignment(const cluster::Assignment& assignment, std::function<void(bool)> done) {
   const std::string local_id = fmt::format("{}.{}", assignment.id, assignment.epoch);
-  if (jobs_.contains(local_id) || assignments_in_flight_.contains(local_id)) return;
   // Taken up before and ended long ago (out of memory): never run again.
   if (archive_) {
-    if (auto stored = archive_->find_job(local_id); !stored || *stored) return;
+    if (auto stored = archive_->find_job(local_id); !stored || *stored) return done(false);
   }
   auto job = std::make_unique<Job>();
   job->row.id = local_id;
@@ -202,72 +153,29 @@ void JobService::assign(const cluster::Assignment& assignment) {
                     fmt::format("assigned by the coordinator: job {} epoch {} on {}", assignment.id, assignment.epoch,
                                 assignment.device)};
   job->events.push_back(event);
-  assignments_in_flight_.insert(local_id);
   std::shared_ptr<Job> pending = std::move(job);
   // Built before `pending` moves into the completion below.
   Write write = [row = pending->row, event](adapters::Database& db) -> Status {
     if (auto s = db.insert_job(row); !s) return s;
     return db.insert_event(event);
   };
-  persist(std::move(write), [this, job = std::move(pending), refused](Status status) mutable {
-        const std::string id = job->row.id;
-        assignments_in_flight_.erase(id);
-        if (!status) {
-          // Not stored: not taken. The next sync offers it again.
-          spdlog::error("job {}: could not store the coordinator's assignment: {}", id, status.error().message);
-          return;
-        }
-        auto owned = std::make_unique<Job>(std::move(*job));
-        index(*owned);
-        jobs_.emplace(id, std::move(owned));
-        Job& stored = *jobs_.at(id);
-        if (!refused.empty()) return finish(stored, JobState::failed, refused, std::nullopt);
-        enqueue(stored);
-        refresh_state_metrics();
-        schedule();
-      });
-}
-
-void JobService::stop_assignment(const std::string& local_id, const std::string& why) {
-  auto it = jobs_.find(local_id);
-  if (it == jobs_.end() || schedulers::is_terminal(it->second->state)) return;
-  spdlog::info("job {}: stopping: {}", local_id, why);
-  it->second->events.push_back(StoredEvent{local_id, now_ms(), it->second->row.state, "stop: " + why});
-  persist_job(*it->second, false,
-              [event = it->second->events.back()](adapters::Database& db) { return db.insert_event(event); });
-  cancel(local_id, [](Result<json>) {});
-}
-
-void JobService::pause_assignment(const std::string& local_id, bool pause, const std::string& why) {
-  auto it = jobs_.find(local_id);
-  if (it == jobs_.end() || schedulers::is_terminal(it->second->state)) return;
-  const Job& job = *it->second;
-  if (job.state != JobState::running && job.state != JobState::throttled) return;
-  if (job.paused == pause) return;
-  schedulers::ThrottleAction action;
-  action.kind = pause ? schedulers::ThrottleAction::Kind::pause : schedulers::ThrottleAction::Kind::resume;
-  action.job = local_id;
-  action.rule = "coordinator";
-  action.reason = why;
-  apply(action);
-}
-
-std::vector<cluster::ReportedDevice> JobService::reported_devices() const {
-  std::vector<cluster::ReportedDevice> out;
-  for (const auto& device : devices_) {
-    if (!device.node.empty()) continue;
-    cluster::ReportedDevice report;
-    report.name = device.name;
-    report.source = std::string(device.meter->source());
-    report.energy_joules = device.energy_joules;
-    report.power_watts = device.power_watts;
-    report.runs_jobs = device.runs_jobs;
-    report.busy = device.job.has_value();
-    report.battery_percent = device.battery_percent;
-    report.meter_error = device.meter_error;
-    out.push_back(std::move(report));
-  }
-  return out;
+  persist(std::move(write), [this, job = std::move(pending), refused, done = std::move(done)](Status status) mutable {
+    const std::string id = job->row.id;
+    if (!status) {
+      // Not stored: not taken. The next sync offers it again.
+      spdlog::error("job {}: could not store the coordinator's assignment: {}", id, status.error().message);
+      return done(false);
+    }
+    auto owned = std::make_unique<Job>(std::move(*job));
+    index(*owned);
+    jobs_.emplace(id, std::move(owned));
+    done(true);
+    Job& stored = *jobs_.at(id);
+    if (!refused.empty()) return finish(stored, JobState::failed, refused, std::nullopt);
+    enqueue(stored);
+    refresh_state_metrics();
+    schedule();
+  });
 }
 
 }  // namespace joule::daemon

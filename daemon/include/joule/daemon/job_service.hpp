@@ -35,6 +35,7 @@
 #include "joule/cluster/sync.hpp"
 #include "joule/common/clock.hpp"
 #include "joule/common/result.hpp"
+#include "joule/daemon/agent_jobs.hpp"
 #include "joule/daemon/budget_service.hpp"
 #include "joule/daemon/clock_timer.hpp"
 #include "joule/daemon/device_table.hpp"
@@ -55,6 +56,7 @@ struct ShownRow;
 class Executor;
 class LocalExecutor;
 class NodeExecutor;
+class AgentRunner;
 
 /// What the book asks of the estimator (EstimateService): a job's estimate rows on each device
 /// it may use, as stored with the job; null where nothing could be estimated.
@@ -207,17 +209,8 @@ class JobService {
   nlohmann::json node_devices(const std::string& node) const;
 
   // --- Agent: the jobs this node runs for its coordinator ---
-  std::vector<cluster::LocalAssignment> local_assignments() const;
-  /// Reports of those jobs, except ended ones in `acknowledged` (by the coordinator's id, epoch).
-  std::vector<cluster::ReportedJob> assignment_reports(
-      const std::set<std::pair<std::string, std::int64_t>>& acknowledged) const;
-  /// Runs the coordinator's placement here (stored first; a duplicate is ignored).
-  void assign(const cluster::Assignment& assignment);
-  void stop_assignment(const std::string& local_id, const std::string& why);
-  void pause_assignment(const std::string& local_id, bool pause, const std::string& why);
-  std::vector<cluster::ReportedDevice> reported_devices() const;
-  /// Called when a job run for the coordinator changes state (so the agent reports at once).
-  void set_assignment_changed_hook(std::function<void()> hook) { assignment_changed_ = std::move(hook); }
+  /// What ClusterAgent meets: the agent runner.
+  AgentJobs& agent();
 
   /// Whether any queued job may run on the device (probing must then leave it alone).
   bool work_waiting_for(const std::string& device) const;
@@ -237,6 +230,9 @@ class JobService {
   /// A checked submission stored and queued: `done` gets the job once it is committed.
   void accept(schedulers::JobSpec spec, Submitter submitter, Done done);
   void persist(Write write, std::function<void(Status)> done = {});
+  /// Agent: stores a coordinator's assignment as a job of this node and queues it for the
+  /// device it names (failed where it cannot run here); `done` gets whether it was stored.
+  void take_assignment(const cluster::Assignment& assignment, std::function<void(bool)> done);
   /// Persists a write of `job`'s events, and of its row where `writes_row`; once it commits,
   /// that row and those events are what the API shows of the job.
   void persist_job(Job& job, bool writes_row, Write write, std::function<void(Status)> done = {});
@@ -355,12 +351,10 @@ class JobService {
   std::function<void(const std::string&)> on_claim_;
   std::function<void(const Feedback&)> on_finished_;
   const GridSignalFeed* carbon_ = nullptr;
-  std::function<void()> assignment_changed_;
   schedulers::SchedulingCore core_;
   BudgetService budgets_;
   std::unique_ptr<ClockTimer> retry_timer_;
   std::optional<schedulers::UnixMillis> retry_at_;
-  std::set<std::string> assignments_in_flight_;  // agent: assignments being stored
   std::optional<std::string> storage_failure_;
   struct Unsaved {
     bool row = false;
@@ -372,6 +366,7 @@ class JobService {
   std::unique_ptr<Host> host_;
   std::unique_ptr<LocalExecutor> local_;  // jobs on this node's devices
   std::unique_ptr<NodeExecutor> nodes_;   // coordinator: jobs on agents' and Slurm's devices
+  std::unique_ptr<AgentRunner> agent_;    // agent: the coordinator's assignments
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   /// Reads built-in jobs' datasets at submit, off the loop (at most kMaxDatasetChecks waiting),
   /// and removes the directories of finished jobs that leave the database.
