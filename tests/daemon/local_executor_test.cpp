@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "counting_meter.hpp"
+#include "fake_executor_host.hpp"
 #include "job_record.hpp"
 #include "temp_dir.hpp"
 #include "text_file.hpp"
 
 using joule::daemon::Device;
 using joule::daemon::DeviceTable;
-using joule::daemon::ExecutorHost;
 using joule::daemon::JobRecord;
 using joule::daemon::LocalExecutor;
 using joule::daemon::LocalRunOptions;
@@ -29,47 +29,7 @@ using joule::schedulers::JobState;
 
 namespace {
 
-// The job book as the local executor sees it: records what it is told and changes state the
-// way the book does (without storage, placement or budgets).
-class FakeBook final : public ExecutorHost {
- public:
-  const joule::Clock& clock() const override { return time; }
-  void running(JobRecord& job, const std::string& note) override {
-    job.state = JobState::running;
-    notes.push_back("running: " + note);
-  }
-  void ended(JobRecord& job, JobState state, const std::string& reason,
-             std::optional<joule::adapters::ExitStatus> exit) override {
-    job.state = state;
-    job.row.reason = reason;
-    if (exit) job.row.exit_code = exit->signaled ? 128 + exit->value : exit->value;
-    notes.push_back("ended: " + reason);
-  }
-  void note(JobRecord&, const std::string& message) override { notes.push_back("note: " + message); }
-  void count_knobs(const std::string&, const std::string& outcome) override { knobs.push_back(outcome); }
-  void requeue(JobRecord& job, const std::string&) override { job.state = JobState::queued; }
-  void run_lost(JobRecord& job, const std::string&) override { job.state = JobState::queued; }
-  void count_as_run(JobRecord& job) override { job.state = JobState::running; }
-  void reserve_again(JobRecord& job) override { reserved.push_back(job.row.id); }
-  std::optional<joule::schedulers::Estimate> estimate_for(const JobRecord&, const std::string&) const override {
-    return std::nullopt;
-  }
-  JobRecord* find_job(const std::string& id) override {
-    const auto it = jobs.find(id);
-    return it == jobs.end() ? nullptr : &it->second;
-  }
-  std::string device_node(const std::string&) const override { return "here"; }
-  void device_added(Device&) override {}
-  void devices_changed(bool) override {}
-  void lost(JobRecord&, Device&, const std::string&) override {}
-  void adopt(JobRecord&, Device&, const std::string&, const std::string&, std::optional<std::int64_t>) override {}
-
-  joule::ManualClock time{1'900'000'000'000};
-  std::map<std::string, JobRecord> jobs;
-  std::vector<std::string> notes;
-  std::vector<std::string> knobs;
-  std::vector<std::string> reserved;
-};
+using FakeBook = joule::testing::FakeExecutorHost;
 
 std::vector<Device> one_cpu() {
   std::vector<Device> devices(1);

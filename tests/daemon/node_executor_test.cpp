@@ -2,11 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include "fake_executor_host.hpp"
 #include "job_record.hpp"
 #include "reported_job.hpp"
 
 using joule::daemon::Device;
-using joule::daemon::ExecutorHost;
 using joule::daemon::JobRecord;
 using joule::daemon::NodeExecutor;
 using joule::schedulers::JobState;
@@ -14,65 +14,7 @@ using joule::testing::reported_job;
 
 namespace {
 
-// The job book as the node executor sees it: records what it is told, and changes state the
-// way the book does (without storage, placement or budgets).
-class FakeBook final : public ExecutorHost {
- public:
-  const joule::Clock& clock() const override { return time; }
-  void running(JobRecord& job, const std::string& note) override {
-    job.state = JobState::running;
-    notes.push_back("running: " + note);
-  }
-  void ended(JobRecord& job, JobState state, const std::string& reason,
-             std::optional<joule::adapters::ExitStatus> exit) override {
-    job.state = state;
-    job.row.reason = reason;
-    if (exit) job.row.exit_code = exit->signaled ? 128 + exit->value : exit->value;
-    notes.push_back("ended: " + reason);
-  }
-  void note(JobRecord&, const std::string& message) override { notes.push_back("note: " + message); }
-  void count_knobs(const std::string&, const std::string&) override {}
-  void requeue(JobRecord& job, const std::string&) override { job.state = JobState::queued; }
-  void run_lost(JobRecord& job, const std::string& why) override {
-    job.state = JobState::queued;
-    notes.push_back("lost: " + why);
-  }
-  void count_as_run(JobRecord& job) override { job.state = JobState::running; }
-  void reserve_again(JobRecord& job) override { reserved.push_back(job.row.id); }
-  std::optional<joule::schedulers::Estimate> estimate_for(const JobRecord&, const std::string&) const override {
-    return std::nullopt;
-  }
-  JobRecord* find_job(const std::string& id) override {
-    const auto it = jobs.find(id);
-    return it == jobs.end() ? nullptr : &it->second;
-  }
-  std::string device_node(const std::string& device) const override {
-    const auto slash = device.find('/');
-    return slash == std::string::npos ? "here" : device.substr(0, slash);
-  }
-  void device_added(Device& device) override { added.push_back(device.name); }
-  void devices_changed(bool) override { ++passes; }
-  void lost(JobRecord& job, Device& device, const std::string& why) override {
-    device.job.reset();
-    job.state = JobState::queued;
-    notes.push_back("lost: " + why);
-  }
-  void adopt(JobRecord& job, Device& device, const std::string& note, const std::string& report_state,
-             std::optional<std::int64_t>) override {
-    device.job = job.row.id;
-    job.state = report_state == "placed" ? JobState::placed : JobState::running;
-    notes.push_back("adopted: " + note);
-  }
-
-  joule::ManualClock time{1'000'000};
-  std::map<std::string, JobRecord> jobs;
-  joule::daemon::DeviceTable devices;
-  std::vector<std::string> notes;
-  std::vector<std::string> changed;  // nodes whose desired state changed
-  std::vector<std::string> added;    // devices other nodes reported for the first time
-  int passes = 0;                    // placement passes asked for
-  std::vector<std::string> reserved;
-};
+using FakeBook = joule::testing::FakeExecutorHost;
 
 class NodeExecutorTest : public ::testing::Test {
  protected:
