@@ -1,5 +1,7 @@
 #include "joule/daemon/cluster_service.hpp"
 
+#include "device_views.hpp"
+
 #include <list>
 
 #include <fmt/format.h>
@@ -215,7 +217,7 @@ json ClusterCoordinator::nodes(std::size_t limit, const std::optional<std::strin
   auto it = after ? all.upper_bound(*after) : all.begin();
   for (; it != all.end() && out.size() < limit; ++it) {
     const auto& [name, node] = *it;
-    json devices = jobs_.node_devices(name);
+    json devices = node_devices_view(jobs_.device_table(), name, estimates_);
     double power = 0.0;
     std::size_t running = 0;
     for (const auto& device : devices) {

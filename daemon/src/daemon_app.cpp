@@ -663,11 +663,7 @@ int run_daemon(const CommandLine& command_line) {
       },
       clock);
   ModelService& models = *models_holder;
-  jobs.set_model_info([&](const std::string& device) {
-    auto info = models.model_info(estimates.model_source(device));
-    info["calibration"] = outcomes.view(device);
-    return info;
-  });
+  estimates.set_model_descriptions([&models](const std::string& source) { return models.model_info(source); });
   ProbeServiceOptions probe_options;
   probe_options.probing = config.probing;
   probe_options.state_directory = config.state_directory;
@@ -687,6 +683,7 @@ int run_daemon(const CommandLine& command_line) {
     coordinator = std::make_unique<ClusterCoordinator>(
         io, jobs, models, metrics,
         CoordinatorOptions{config.cluster.heartbeat_seconds, config.cluster.lost_after_seconds}, clock);
+    coordinator->describe_models_with(&estimates);
   }
   if (is_agent) {
     agent = std::make_unique<ClusterAgent>(

@@ -103,12 +103,6 @@ std::vector<std::string> DeviceTable::names() const {
   return names;
 }
 
-Device* DeviceTable::holding(const std::string& job) {
-  for (auto& device : devices_)
-    if (device.job == job) return &device;
-  return nullptr;
-}
-
 std::vector<DeviceSample> DeviceTable::sample(std::chrono::steady_clock::time_point now) {
   std::vector<DeviceSample> samples;
   samples.reserve(devices_.size());

@@ -23,6 +23,13 @@ const std::string& EstimateService::model_source(const std::string& device) cons
   return it == model_sources_.end() ? device : it->second;
 }
 
+std::optional<nlohmann::json> EstimateService::model_info(const std::string& device) const {
+  if (!describe_) return std::nullopt;
+  auto info = describe_(model_source(device));
+  if (outcomes_) info["calibration"] = outcomes_->view(device);
+  return info;
+}
+
 nlohmann::json EstimateService::estimate_job(const schedulers::JobSpec& spec) const {
   if (!spec.model || !spec.training) return nullptr;
   std::vector<std::string> names;

@@ -861,7 +861,8 @@ void JobService::account_carbon(Job& job) {
 }
 
 void JobService::release_device(Job& job) {
-  while (Device* device = devices_.holding(job.row.id)) device->job.reset();
+  for (auto& device : devices_)
+    if (device.job == job.row.id) device.job.reset();
 }
 
 void JobService::unplace(Job& job, const std::string& why) {
@@ -1283,60 +1284,6 @@ Result<std::filesystem::path> JobService::log_path(const std::string& id, const 
   }
   if (stream != "stdout" && stream != "stderr") return invalid("stream must be stdout or stderr", "stream");
   return local_->job_directory(id) / (stream + ".log");
-}
-
-json JobService::device_knobs(const Device& device) {
-  json knobs = json::object();
-  if (device.cpu_frequency) {
-    const auto& knob = *device.cpu_frequency;
-    json available = json::array();
-    if (!knob.policies.empty())
-      for (const double mhz : knob.policies.front().available_mhz) available.push_back(mhz);
-    knobs["cpu_max_frequency_mhz"] = {{"min", knob.min_mhz},
-                                      {"max", knob.max_mhz},
-                                      {"driver", knob.driver},
-                                      {"governor", knob.governor},
-                                      {"policies", knob.policies.size()},
-                                      {"available", available}};
-    if (!knob.energy_preferences.empty()) knobs["cpu_energy_preference"] = {{"values", knob.energy_preferences}};
-  }
-  if (device.can_limit_gpu)
-    knobs["gpu_power_limit_watts"] = {{"min", device.gpu_min_watts}, {"max", device.gpu_max_watts}};
-  if (device.gpu_frequency) {
-    json available = json::array();
-    for (const auto hz : device.gpu_frequency->available_hz) available.push_back(static_cast<double>(hz) / 1e6);
-    knobs["gpu_max_frequency_mhz"] = {{"min", device.gpu_frequency->min_mhz},
-                                      {"max", device.gpu_frequency->max_mhz},
-                                      {"devfreq", device.gpu_frequency->name},
-                                      {"available", available}};
-  }
-  if (device.power_modes) {
-    json modes = json::array();
-    for (const auto& mode : device.power_modes->table.modes) modes.push_back({{"id", mode.id}, {"name", mode.name}});
-    knobs["power_mode"] = {{"modes", modes}, {"default", device.power_modes->table.default_id}};
-  }
-  json out = {{"offered", knobs}};
-  if (!device.knob_note.empty()) out["note"] = device.knob_note;
-  return out;
-}
-
-json JobService::devices() const {
-  json out = json::array();
-  for (const auto& device : devices_) {
-    const std::string source(device.meter->source());
-    const bool measured = is_measurement(source);
-    out.push_back({{"name", device.name},
-                   {"meter", {{"source", source}, {"measured", measured}, {"note", device.meter_note}}},
-                   {"energy_joules", device.energy_joules},
-                   {"power_watts", device.power_watts},
-                   {"meter_error", device.meter_error ? json(*device.meter_error) : json(nullptr)},
-                   {"job", device.job ? json(*device.job) : json(nullptr)},
-                   {"runs_jobs", device.runs_jobs},
-                   {"threads", device.threads > 0 ? nlohmann::json(device.threads) : nlohmann::json(nullptr)},
-                   {"knobs", device_knobs(device)},
-                   {"model", model_info_ ? model_info_(device.name) : json{{"state", "none"}, {"samples", 0}}}});
-  }
-  return json{{"devices", out}};
 }
 
 std::string JobService::summary() const {

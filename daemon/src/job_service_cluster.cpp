@@ -76,24 +76,6 @@ Device& JobService::remote_device(const std::string& name) {
   return device;
 }
 
-json JobService::node_devices(const std::string& node) const {
-  json out = json::array();
-  for (const std::size_t index : devices_.of_node(node)) {
-    const Device& device = devices_[index];
-    const std::string source(device.meter->source());
-    out.push_back({{"name", device.agent_device},
-                   {"source", source},
-                   {"measured", is_measurement(source)},
-                   {"power_watts", device.power_watts},
-                   {"energy_joules", device.energy_joules},
-                   {"runs_jobs", device.runs_jobs},
-                   {"job", device.job ? json(*device.job) : json(nullptr)},
-                   {"battery_percent", device.battery_percent ? json(*device.battery_percent) : json(nullptr)},
-                   {"model", model_info_ ? model_info_(device.name) : json{{"state", "none"}}}});
-  }
-  return out;
-}
-
 Result<json> JobService::pause(const std::string& id, bool pause) {
   auto it = jobs_.find(id);
   if (it == jobs_.end())

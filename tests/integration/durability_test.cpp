@@ -123,7 +123,9 @@ TEST(DurabilityTest, a_running_job_is_adopted_after_kill_9_and_its_end_recorded)
   }
   DaemonProcess restarted({}, state);
   ASSERT_TRUE(restarted.start()) << restarted.log();
-  auto during = restarted.call("GET", "/v1/jobs/" + id).second;
+  // The adoption's event is shown once its commit lands, which may be just after /readyz.
+  auto during = joule::testing::wait_until([&] { return restarted.call("GET", "/v1/jobs/" + id).second; },
+                                           [](const json& job) { return has_event(job, "adopted process group"); });
   EXPECT_EQ(state_of(during), "running") << during.dump(2);
   EXPECT_TRUE(has_event(during, "adopted process group")) << during.dump(2);
   std::ofstream(go_file(state)) << "go\n";

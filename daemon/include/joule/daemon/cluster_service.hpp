@@ -25,6 +25,7 @@
 #include "joule/cluster/sync.hpp"
 #include "joule/common/clock.hpp"
 #include "joule/common/result.hpp"
+#include "joule/daemon/estimate_service.hpp"
 #include "joule/daemon/job_service.hpp"
 #include "joule/daemon/metrics.hpp"
 #include "joule/daemon/model_service.hpp"
@@ -58,6 +59,9 @@ class ClusterCoordinator {
   /// or null at the end).
   nlohmann::json nodes(std::size_t limit, const std::optional<std::string>& after = std::nullopt) const;
   void set_options(CoordinatorOptions options);
+  /// The agents' devices' energy models in GET /v1/nodes are described by `estimates` (none
+  /// where unset).
+  void describe_models_with(const EstimateService* estimates) { estimates_ = estimates; }
 
  private:
   struct HeldSync {
@@ -76,6 +80,7 @@ class ClusterCoordinator {
 
   boost::asio::io_context& io_;
   JobService& jobs_;
+  const EstimateService* estimates_ = nullptr;
   ModelService& models_;
   Metrics& metrics_;
   CoordinatorOptions options_;

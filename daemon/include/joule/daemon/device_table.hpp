@@ -109,8 +109,6 @@ class DeviceTable {
   /// agents looks up its own devices, not every device.
   const std::vector<std::size_t>& of_node(const std::string& node) const;
   std::vector<std::string> names() const;
-  /// The device running or holding `job`, if any.
-  Device* holding(const std::string& job);
 
   /// Reads every meter at `now`: energy, power (this node's own devices; an agent's come with
   /// its reports), battery and an hour of history. A meter that fails keeps its last figures

@@ -41,6 +41,15 @@ class EstimateService final : public JobEstimator {
     runtime_problem_ = std::move(why);
   }
 
+  /// How a device's energy model is described (ModelService::model_info, by the device whose
+  /// model it is); unset: model_info() describes none.
+  void set_model_descriptions(std::function<nlohmann::json(const std::string& source)> describe) {
+    describe_ = std::move(describe);
+  }
+  /// A device's energy model for GET /v1/devices and /v1/nodes: its source's (a slot's node
+  /// type's) description with this device's calibration by finished jobs; nothing where unset.
+  std::optional<nlohmann::json> model_info(const std::string& device) const;
+
   /// A job's estimate rows on every device it may use (constraints.devices), corrected, each
   /// with its device's caveats; null where nothing could be estimated.
   nlohmann::json estimate_job(const schedulers::JobSpec& spec) const override;
@@ -56,6 +65,7 @@ class EstimateService final : public JobEstimator {
   std::map<std::string, std::string> model_sources_;
   DeviceModels models_;
   std::function<std::optional<std::string>(const std::string&)> runtime_problem_;
+  std::function<nlohmann::json(const std::string&)> describe_;
 };
 
 }  // namespace joule::daemon

@@ -145,9 +145,6 @@ class JobService {
                               const std::optional<std::string>& after = std::nullopt, bool newest_first = false) const;
   /// The file holding a job's "stdout" or "stderr".
   Result<std::filesystem::path> log_path(const std::string& id, const std::string& stream) const;
-  nlohmann::json devices() const;
-  /// What a device offers jobs' `knobs` (GET /v1/devices "knobs"): {"offered": {...}, "note"}.
-  static nlohmann::json device_knobs(const Device& device);
   /// The devices it places on (shared with the executors and probing).
   const DeviceTable& device_table() const { return devices_; }
   /// One line for systemd's STATUS=: jobs waiting and running, and each device's power.
@@ -165,8 +162,6 @@ class JobService {
   /// Estimates every job submitted, assigned or estimated again (the estimate is stored with the
   /// job); nullptr (the default): jobs have no estimates. The estimator outlives the book.
   void set_estimator(const JobEstimator* estimator) { estimator_ = estimator; }
-  /// Describes a device's energy model in GET /v1/devices (optional; set by the daemon).
-  void set_model_info(std::function<nlohmann::json(const std::string&)> info) { model_info_ = std::move(info); }
   /// A device model changed: the first `limit` queued jobs are estimated again (and stored), so
   /// that jobs submitted before a model existed can be admitted under budgets; then a pass runs.
   void refresh_estimates(std::size_t limit = 256);
@@ -206,7 +201,6 @@ class JobService {
   // --- Coordinator: agents' devices and the jobs placed on them ---
   /// What other nodes' runners (agents, the Slurm executor) meet: the node executor.
   NodeJobs& nodes();
-  nlohmann::json node_devices(const std::string& node) const;
 
   // --- Agent: the jobs this node runs for its coordinator ---
   /// What ClusterAgent meets: the agent runner.
@@ -347,7 +341,6 @@ class JobService {
   std::size_t writes_in_flight_ = 0;
   bool scheduling_ = true;
   const JobEstimator* estimator_ = nullptr;
-  std::function<nlohmann::json(const std::string&)> model_info_;
   std::function<void(const std::string&)> on_claim_;
   std::function<void(const Feedback&)> on_finished_;
   const GridSignalFeed* carbon_ = nullptr;
