@@ -44,7 +44,7 @@ cd "$ROOT"
 say "configuring $BUILD"
 # -Og -g1: line tables are all a report needs, and -Og (optimisations that keep code debuggable)
 # compiles in two thirds of the time of ASan's usual -O1 once UBSan instruments too (measured on
-# daemon/src/job_service.cpp with both sanitizers: -O1 72 s, -Og 48 s, -O0 45 s; without
+# daemon/src/jobs/job_service.cpp with both sanitizers: -O1 72 s, -Og 48 s, -O0 45 s; without
 # sanitizers -O2 -g takes 50 s). The benchmarks are not tests, so they are not built here.
 worker=ON
 if [ "${JOULE_SANITIZE_WORKER:-1}" = 0 ]; then

@@ -2,7 +2,7 @@
 
 The document itself is checked first: against the OpenAPI 3.0 meta-schema that Debian's
 openapi-specification package ships, and against the daemon's route table as
-daemon/src/routes/*.cpp builds it (every verb and path template, each route's guard and
+daemon/src/http/routes/*.cpp builds it (every verb and path template, each route's guard and
 owner-only flag); a route in one but not the other fails. Then real jouled processes (a node
 with API tokens, a coordinator, an agent of it) get real requests on every route, success and
 error cases, and every answer's status, headers and body are validated against the document.
@@ -44,7 +44,7 @@ else:
 
 DOCUMENT = os.path.join(SOURCE_DIR, "docs", "openapi.yaml")
 META_SCHEMA = "/usr/share/openapi-specification/schemas/v3.0/schema.json"
-ROUTE_SOURCES = os.path.join(SOURCE_DIR, "daemon", "src", "routes")
+ROUTE_SOURCES = os.path.join(SOURCE_DIR, "daemon", "src", "http", "routes")
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
 # Documented answers this test does not provoke, and why. Anything else documented must be seen.
@@ -95,7 +95,7 @@ def operations(document):
 
 
 def source_routes():
-    """(method, path template) -> (guard, owner_only), as daemon/src/routes/*.cpp adds them."""
+    """(method, path template) -> (guard, owner_only), as daemon/src/http/routes/*.cpp adds them."""
     found = {}
     add = re.compile(r"table\.add\(\s*Verb::(\w+)\s*,\s*(.*?)\s*,\s*\{\s*Guard::(\w+)\s*,\s*(true|false)\s*,", re.S)
     for name in sorted(os.listdir(ROUTE_SOURCES)):

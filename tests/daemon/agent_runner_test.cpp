@@ -2,7 +2,7 @@
 // plan's stops and pauses passed on, reports of running and ended jobs (acknowledged ends left
 // out) and the node's own devices as its syncs report them.
 
-#include "executors/agent_runner.hpp"
+#include "jobs/executors/agent_runner.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "counting_meter.hpp"
-#include "job_record.hpp"
+#include "jobs/job_record.hpp"
 
 using joule::daemon::AgentHost;
 using joule::daemon::AgentRunner;

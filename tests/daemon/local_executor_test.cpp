@@ -2,7 +2,7 @@
 // the real job runner (jouled --job-runner), their ends, cancels and energy as the book hears
 // them, and the checks a submission must pass before it may run here.
 
-#include "executors/local_executor.hpp"
+#include "jobs/executors/local_executor.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -16,7 +16,7 @@
 
 #include "counting_meter.hpp"
 #include "fake_executor_host.hpp"
-#include "job_record.hpp"
+#include "jobs/job_record.hpp"
 #include "temp_dir.hpp"
 #include "text_file.hpp"
 

@@ -1,9 +1,9 @@
-#include "executors/node_executor.hpp"
+#include "jobs/executors/node_executor.hpp"
 
 #include <gtest/gtest.h>
 
 #include "fake_executor_host.hpp"
-#include "job_record.hpp"
+#include "jobs/job_record.hpp"
 #include "reported_job.hpp"
 
 using joule::daemon::Device;

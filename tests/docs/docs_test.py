@@ -8,7 +8,7 @@
   `joulectl --help` (tests/cli/command_tree.py). `[--opt VALUE]` usage brackets count too.
 - Every joulectl subcommand is shown in README.md at least once.
 - The README's route table ("### REST API") lists exactly the routes the daemon adds
-  (daemon/src/routes/*.cpp, read as python/tests/test_openapi.py reads them, which also checks
+  (daemon/src/http/routes/*.cpp, read as python/tests/test_openapi.py reads them, which also checks
   docs/openapi.yaml against them), method and path template alike.
 - Every `METHOD /path` and every bare `/v1/...`, `/metrics`, `/healthz`, `/readyz` path written
   in code anywhere in README.md or docs/*.md names a route the daemon serves (a concrete id such
@@ -181,7 +181,7 @@ class DocumentedRoutesTest(unittest.TestCase):
         for method, path, number in table:
             with self.subTest(where=f"README.md:{number}"):
                 self.assertIn((method, path), self.served, f"README.md's route table lists {method} {path}, "
-                              "which jouled does not serve (daemon/src/routes/*.cpp)")
+                              "which jouled does not serve (daemon/src/http/routes/*.cpp)")
         self.assertEqual(sorted(self.served - listed), [],
                          "routes jouled serves that README.md's route table does not list")
 

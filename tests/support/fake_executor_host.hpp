@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "executors/executor.hpp"
-#include "job_record.hpp"
+#include "jobs/executors/executor.hpp"
+#include "jobs/job_record.hpp"
 #include "joule/common/clock.hpp"
 #include "joule/daemon/device_table.hpp"
 

@@ -11,7 +11,7 @@
 namespace joule {
 
 /// What kind of failure, chosen so that one function maps it to HTTP (`kind_of` in
-/// daemon/src/routes/http_text.cpp).
+/// daemon/src/http/routes/http_text.cpp).
 enum class ErrorCode {
   invalid_argument,   ///< the caller sent something wrong (400)
   not_found,          ///< no such thing (404)

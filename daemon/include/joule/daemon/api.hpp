@@ -33,7 +33,7 @@ struct ApiContext;
 struct Routes;
 }  // namespace routes
 
-/// The REST API: a route table (daemon/src/routes/, one file per resource) and the dispatch in
+/// The REST API: a route table (daemon/src/http/routes/, one file per resource) and the dispatch in
 /// front of it: target checks, authentication by each route's guard, metrics per route
 /// template, 404/405 with the Allow header the table derives, and the catch-all for exceptions.
 class Api {

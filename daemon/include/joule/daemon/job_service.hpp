@@ -1,7 +1,7 @@
 #pragma once
 // The job book of one node: jobs accepted durably, queued, placed one per device, metered,
 // finished, cancelled, and reconciled after a restart. What runs a placed job is its device's
-// executor (src/executors/): a process group here, or a placement another node's runner takes
+// executor (src/jobs/executors/): a process group here, or a placement another node's runner takes
 // up. Lives on the daemon's io_context thread; every state change is persisted through the
 // group-commit writer.
 

@@ -94,8 +94,9 @@ std::size_t long_poll_room(std::size_t connections, std::size_t wanted) {
   }
   if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= needed) return wanted;
   const std::size_t room = limit.rlim_cur > connections + kReserved ? limit.rlim_cur - connections - kReserved : 0;
-  spdlog::warn("the descriptor limit ({}) leaves room for {} held agent syncs beside {} connections (raise LimitNOFILE)",
-               limit.rlim_cur, room, connections);
+  spdlog::warn(
+      "the descriptor limit ({}) leaves room for {} held agent syncs beside {} connections (raise LimitNOFILE)",
+      limit.rlim_cur, room, connections);
   return room;
 }
 
@@ -296,13 +297,13 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
       });
       device.runs_jobs = device_config.runs_jobs;
       if (device.runs_jobs) device.threads = config::device_threads(device_config, config.probing);
-      device.meter_note =
-          device.runs_jobs
-              ? fmt::format("simulated {} ({}): jobs run on this host's CPU while the meter adds the power the "
-                            "device's model expects of them; idles at {} W",
-                            device.name.substr(4), profile ? profile->description : "?", idle_watts)
-              : fmt::format("simulated {} ({}): estimation only, it runs no jobs; idles at {} W", device.name.substr(4),
-                            profile ? profile->description : "?", idle_watts);
+      device.meter_note = device.runs_jobs
+                              ? fmt::format(
+                                    "simulated {} ({}): jobs run on this host's CPU while the meter adds the power the "
+                                    "device's model expects of them; idles at {} W",
+                                    device.name.substr(4), profile ? profile->description : "?", idle_watts)
+                              : fmt::format("simulated {} ({}): estimation only, it runs no jobs; idles at {} W",
+                                            device.name.substr(4), profile ? profile->description : "?", idle_watts);
       spdlog::info("device {}: meter simulated ({})", device.name, device.meter_note);
       devices.push_back(std::move(device));
       continue;
@@ -317,8 +318,8 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
     device.meter = std::move(selected->meter);
     std::string note;
     for (const auto& candidate : selected->considered) {
-      spdlog::info("device {}: meter {} {}: {}", device.name, candidate.source, candidate.taken ? "taken" : "passed over",
-                   candidate.reason);
+      spdlog::info("device {}: meter {} {}: {}", device.name, candidate.source,
+                   candidate.taken ? "taken" : "passed over", candidate.reason);
       if (!note.empty()) note += "; ";
       note += fmt::format("{} {}: {}", candidate.source, candidate.taken ? "taken" : "passed over", candidate.reason);
     }
@@ -412,7 +413,8 @@ void apply_log_level(const std::string& level) { spdlog::set_level(spdlog::level
 // policies.d: as configured, else beside the config file; none without a config file.
 std::filesystem::path policy_directory(const config::DaemonConfig& config, const CommandLine& command_line) {
   if (!config.policy_directory.empty()) return config.policy_directory;
-  if (command_line.config_file) return std::filesystem::absolute(*command_line.config_file).parent_path() / "policies.d";
+  if (command_line.config_file)
+    return std::filesystem::absolute(*command_line.config_file).parent_path() / "policies.d";
   return {};
 }
 
@@ -457,7 +459,8 @@ std::string read_token_file(const std::filesystem::path& path) {
 // worker/ beside daemon/, else on $PATH. Empty when there is none.
 std::filesystem::path find_worker(const config::ProbingConfig& probing, const std::filesystem::path& self) {
   if (!probing.worker.empty()) return probing.worker;
-  for (const auto& candidate : {self.parent_path() / "joule-worker", self.parent_path() / ".." / "worker" / "joule-worker"})
+  for (const auto& candidate :
+       {self.parent_path() / "joule-worker", self.parent_path() / ".." / "worker" / "joule-worker"})
     if (is_executable(candidate)) return std::filesystem::weakly_canonical(candidate);
   if (const char* path = std::getenv("PATH")) {
     std::stringstream dirs(path);
@@ -611,9 +614,9 @@ int run_daemon(const CommandLine& command_line) {
   const bool is_agent = config.cluster.role == "agent";
   const bool is_coordinator = config.cluster.role == "coordinator";
   if (is_agent)
-    job_options.refuse_submissions = fmt::format(
-        "this node is an agent of the coordinator at {}: submit jobs there (joulectl --url {})",
-        config.cluster.coordinator, config.cluster.coordinator);
+    job_options.refuse_submissions =
+        fmt::format("this node is an agent of the coordinator at {}: submit jobs there (joulectl --url {})",
+                    config.cluster.coordinator, config.cluster.coordinator);
   const std::string agent_token = is_agent ? read_token_file(config.cluster.token_file) : std::string();
   auto policy = load_policy(policy_directory(config, command_line));
   if (!policy) throw std::runtime_error("policies: " + policy.error().message);
@@ -745,16 +748,19 @@ int run_daemon(const CommandLine& command_line) {
     for (const auto& device : config.devices)
       if (device.meter == "simulated") probeable.push_back({device.name, device.name.substr(4), device.probes});
     for (const auto& type : config.slurm.node_types)
-      if (type.model.rfind("sim:", 0) == 0) probeable.push_back({"slurm:" + type.name, type.model.substr(4), type.probes});
+      if (type.model.rfind("sim:", 0) == 0)
+        probeable.push_back({"slurm:" + type.name, type.model.substr(4), type.probes});
     // The starter set for now; recent jobs' models join it once probing runs continuously.
     std::vector<estimator::WorkloadItem> workload;
     models.start(*stored_models, std::move(probeable), std::move(workload));
     if (probe_options.worker.empty()) {
-      spdlog::warn("joule-worker not found (beside jouled, in the build tree or on PATH; set [probing] worker): real "
-                   "devices get no energy model");
+      spdlog::warn(
+          "joule-worker not found (beside jouled, in the build tree or on PATH; set [probing] worker): real "
+          "devices get no energy model");
     } else {
-      spdlog::info("probing with {} ({})", probe_options.worker.string(),
-                   config.probing.enabled ? "enabled when a device is idle" : "only on request: [probing] enabled = false");
+      spdlog::info(
+          "probing with {} ({})", probe_options.worker.string(),
+          config.probing.enabled ? "enabled when a device is idle" : "only on request: [probing] enabled = false");
       probes.start(std::move(stored_probe_state));
       probes.remember_jobs(history);
     }
@@ -881,8 +887,7 @@ int run_daemon(const CommandLine& command_line) {
         if (renewed) server.set_tls(std::move(renewed));
         apply_log_level(next.log_level);
         api.set_access(access_config(next));
-        if (coordinator)
-          coordinator->set_options({next.cluster.heartbeat_seconds, next.cluster.lost_after_seconds});
+        if (coordinator) coordinator->set_options({next.cluster.heartbeat_seconds, next.cluster.lost_after_seconds});
         if (next.cluster.role != config.cluster.role || next.cluster.coordinator != config.cluster.coordinator)
           spdlog::warn("reload: the cluster role and coordinator change only on restart");
         config.log_level = next.log_level;

@@ -34,7 +34,8 @@ Result<json> estimate_request(const json& body, const std::vector<std::string>& 
   }
   schedulers::Constraints filter;
   if (auto it = body.find("devices"); it != body.end()) {
-    if (!it->is_array()) return make_error(ErrorCode::invalid_argument, "devices must be an array of patterns", "/devices");
+    if (!it->is_array())
+      return make_error(ErrorCode::invalid_argument, "devices must be an array of patterns", "/devices");
     for (std::size_t i = 0; i < it->size(); ++i) {
       if (!(*it)[i].is_string())
         return make_error(ErrorCode::invalid_argument, "device patterns are strings", fmt::format("/devices/{}", i));

@@ -227,7 +227,7 @@ namespace joule::daemon {
 
 void Metrics::observe_estimate_error(const std::string& device, double relative_error) {
   static const prometheus::Histogram::BucketBoundaries buckets = {-0.5, -0.25, -0.1, -0.05, -0.02, 0.0,
-                                                                  0.02, 0.05,  0.1,   0.25,  0.5,   1.0};
+                                                                  0.02, 0.05,  0.1,  0.25,  0.5,   1.0};
   estimate_error_.Add({{"device", device}}, buckets).Observe(relative_error);
 }
 

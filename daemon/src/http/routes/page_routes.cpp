@@ -1,5 +1,5 @@
+#include "http/routes/call.hpp"
 #include "joule/daemon/status_page.hpp"
-#include "routes/call.hpp"
 
 // GET /: the status page. Open, like /healthz: the page is the same static document for
 // everyone and holds no data; what it shows comes from /v1 routes under their own guards.

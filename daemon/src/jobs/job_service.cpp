@@ -44,7 +44,6 @@ using adapters::StoredJob;
 using nlohmann::json;
 using schedulers::JobState;
 
-
 namespace {
 
 Error invalid(std::string message, std::string where) {
@@ -636,8 +635,8 @@ void JobService::note_waiting(Job& job, schedulers::WaitReason reason) {
   const bool changed = !job.waiting || job.waiting->kind != reason.kind || job.waiting->rule != reason.rule ||
                        job.waiting->device != reason.device;
   using Kind = schedulers::WaitReason::Kind;
-  const bool worth_an_event = reason.kind != Kind::behind && reason.kind != Kind::no_free_device &&
-                              reason.kind != Kind::device_busy;
+  const bool worth_an_event =
+      reason.kind != Kind::behind && reason.kind != Kind::no_free_device && reason.kind != Kind::device_busy;
   if (changed && worth_an_event) {
     job.events.push_back(StoredEvent{job.row.id, now_ms(), job.row.state, "waiting: " + reason.message});
     persist_job(job, false, [event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
@@ -723,7 +722,8 @@ void JobService::track_run(const Job& job, const Device& device, schedulers::Uni
 
 std::optional<schedulers::EnergyDistribution> JobService::estimate_on(const Job& job, const std::string& device) const {
   if (const auto estimate = estimate_for(job, device)) return estimate->energy();
-  if (job.spec.constraints.max_energy_joules) return schedulers::EnergyDistribution{*job.spec.constraints.max_energy_joules, 0.0};
+  if (job.spec.constraints.max_energy_joules)
+    return schedulers::EnergyDistribution{*job.spec.constraints.max_energy_joules, 0.0};
   return std::nullopt;
 }
 
@@ -740,7 +740,8 @@ void JobService::refresh_estimates(std::size_t limit) {
     changed.push_back(job.row);
   }
   if (changed.empty()) return;
-  spdlog::info("estimated {} queued job{} again with the new energy model", changed.size(), changed.size() == 1 ? "" : "s");
+  spdlog::info("estimated {} queued job{} again with the new energy model", changed.size(),
+               changed.size() == 1 ? "" : "s");
   persist([rows = std::move(changed)](adapters::Database& db) -> Status {
     for (const auto& row : rows)
       if (auto s = db.update_job(row); !s) return s;
@@ -783,7 +784,8 @@ std::vector<estimator::WorkloadItem> JobService::workload(std::size_t recent) co
     const bool terminal = schedulers::is_terminal(job.state);
     if (terminal && finished >= recent) continue;
     if (terminal) ++finished;
-    out.push_back(estimator::WorkloadItem{*job.spec.model, job.spec.training->batch_size, job.spec.training->optimizer});
+    out.push_back(
+        estimator::WorkloadItem{*job.spec.model, job.spec.training->batch_size, job.spec.training->optimizer});
     if (out.size() >= 4 * recent + 256) break;  // bounded: the planner needs the mix, not every copy
   }
   return out;
@@ -834,9 +836,12 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
   // The budget ledger trades the job's reservation for what it was metered to use.
   std::optional<adapters::StoredEnergyUse> metered;
   if (job.row.energy_joules && job.row.started_ms)
-    metered = adapters::StoredEnergyUse{budgets_.device_ref(job.row.device).node, budgets_.device_ref(job.row.device).name,
-                                        job.row.id, *job.row.started_ms,
-                                        job.row.finished_ms.value_or(now_ms()), *job.row.energy_joules,
+    metered = adapters::StoredEnergyUse{budgets_.device_ref(job.row.device).node,
+                                        budgets_.device_ref(job.row.device).name,
+                                        job.row.id,
+                                        *job.row.started_ms,
+                                        job.row.finished_ms.value_or(now_ms()),
+                                        *job.row.energy_joules,
                                         job.row.energy_source};
   budgets_.settle(job.row.id, metered);
   if (metered) account_carbon(job);
@@ -948,7 +953,7 @@ void JobService::track_running(schedulers::UnixMillis now) {
     if (job.state != JobState::running && job.state != JobState::throttled) continue;
     Executor& executor = executor_for(device);
     const std::optional<double> metered = executor.energy_as_sampled(job, device);
-    job.used_joules = metered;  // shown as energy_so_far
+    job.used_joules = metered;          // shown as energy_so_far
     if (!job.row.started_ms) continue;  // placed, not started: its reservation stands as it is
     schedulers::RunningSample sample;
     sample.id = job.row.id;
@@ -1121,7 +1126,8 @@ Result<json> JobService::report_progress(const std::string& id, const std::strin
     finished = (*archived)->row.state;
   }
   if (!job_token_matches(id, token))
-    return make_error(ErrorCode::unauthorized, "progress needs the job's own token (JOULE_JOB_TOKEN) as the bearer token");
+    return make_error(ErrorCode::unauthorized,
+                      "progress needs the job's own token (JOULE_JOB_TOKEN) as the bearer token");
   if (finished) return make_error(ErrorCode::conflict, fmt::format("job {} is {}, not running", id, *finished));
   Job& job = *it->second;
   if (job.state != JobState::running && job.state != JobState::throttled)
@@ -1184,10 +1190,10 @@ Result<json> JobService::report_progress(const std::string& id, const std::strin
   out["energy"] = {{"joules", *used}, {"source", source}, {"partial", job.row.energy_partial}};
   out["projection"] = projection_json(*job.projection, source);
   if (first_projection && job.projection->step) {
-    job.events.push_back(StoredEvent{id, now_ms(), job.row.state,
-                                     fmt::format("STEP projection after epoch {} of {}: {:.0f} J ({} joules, {})",
-                                                 epoch, epochs, job.projection->total.mean_joules, source,
-                                                 job.projection->method)});
+    job.events.push_back(
+        StoredEvent{id, now_ms(), job.row.state,
+                    fmt::format("STEP projection after epoch {} of {}: {:.0f} J ({} joules, {})", epoch, epochs,
+                                job.projection->total.mean_joules, source, job.projection->method)});
     persist_job(job, false, [event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
   }
   return out;
@@ -1371,15 +1377,17 @@ json JobService::to_json(const Job& job, bool with_events) const {
       if (why.retry_at) waiting["retry_at"] = schedulers::format_rfc3339(*why.retry_at);
     } else {
       const std::size_t ahead = core().queue().position(row.id).value_or(0);
-      waiting = {{"reason", "behind"},
-                 {"message", ahead == 0 ? std::string("next in line; waiting for a placement pass")
-                                        : fmt::format("{} job{} ahead of it in the queue", ahead, ahead == 1 ? "" : "s")}};
+      waiting = {
+          {"reason", "behind"},
+          {"message", ahead == 0 ? std::string("next in line; waiting for a placement pass")
+                                 : fmt::format("{} job{} ahead of it in the queue", ahead, ahead == 1 ? "" : "s")}};
     }
     out["waiting"] = waiting;
   }
   if (job.last_report) {
     const auto& last = *job.last_report;
-    out["progress"] = {{"epoch", last.epoch}, {"epochs", last.epochs}, {"reported_at", schedulers::format_rfc3339(last.at)}};
+    out["progress"] = {
+        {"epoch", last.epoch}, {"epochs", last.epochs}, {"reported_at", schedulers::format_rfc3339(last.at)}};
     for (const auto& [key, value] : job.training_figures.items()) out["progress"][key] = value;
   }
   // While it runs the job has no energy source of its own yet: its device's meter is it.

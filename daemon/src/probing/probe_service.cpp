@@ -9,9 +9,9 @@
 #include <fstream>
 #include <sstream>
 
-#include <boost/asio/post.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <boost/asio/post.hpp>
 
 #include "joule/daemon/probe_policy.hpp"
 #include "joule/estimator/drift.hpp"
@@ -48,7 +48,8 @@ std::string last_line(const std::string& text) {
   auto end = text.find_last_not_of("\n ");
   if (end == std::string::npos) return "";
   auto start = text.rfind('\n', end);
-  return text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+  return text.substr(start == std::string::npos ? 0 : start + 1,
+                     end - (start == std::string::npos ? 0 : start + 1) + 1);
 }
 
 std::optional<estimator::LayerKey> parse_key(const std::string& name) {
@@ -118,9 +119,9 @@ struct ProbeService::Running {
 struct ProbeService::Device {
   std::string name;
   const config::DeviceConfig* config = nullptr;  // its [[devices]] table, in the device table
-  std::string environment;  // worker environment fingerprint of the samples in `learning`
-  std::string source;       // meter source of those samples
-  std::shared_ptr<estimator::DeviceEnergyModel> learning;  // every sample so far (loop thread only)
+  std::string environment;                       // worker environment fingerprint of the samples in `learning`
+  std::string source;                            // meter source of those samples
+  std::shared_ptr<estimator::DeviceEnergyModel> learning;      // every sample so far (loop thread only)
   std::shared_ptr<const estimator::DeviceEnergyModel> fitted;  // latest fit of `learning`
   std::unique_ptr<estimator::ProbePlanner> planner;
   std::size_t samples = 0;
@@ -130,7 +131,7 @@ struct ProbeService::Device {
   std::optional<std::int64_t> last_probe_ms;
   std::deque<double> heldout;  // |relative error| of probe networks predicted before measuring
   estimator::DriftDetector drift;
-  std::string campaign_reason = "initial";  // why the current samples are being gathered
+  std::string campaign_reason = "initial";                        // why the current samples are being gathered
   std::shared_ptr<const estimator::DeviceEnergyModel> replacing;  // the model a re-probe replaces
   ProbeCycle cycle;  // checking, busy, settling, probing, converged...: when it probes
   std::optional<Running> probe;
@@ -143,7 +144,7 @@ struct ProbeService::Device {
   double probe_joules = 0.0;
   std::size_t probe_plans = 0;
   std::deque<std::pair<std::int64_t, double>> job_joules;
-  std::string not_paying;  // why background probing stopped before the model converged, if it did
+  std::string not_paying;       // why background probing stopped before the model converged, if it did
   bool runtime_tried = false;   // the runtime probe ended (either way) since the campaign began
   std::string runtime_problem;  // why it stored nothing, when it did not
 };
@@ -194,9 +195,8 @@ void ProbeService::start(StoredProbeState stored) {
     auto device = std::make_unique<Device>();
     device->name = entry.name;
     device->config = &*entry.config;
-    device->planner = std::make_unique<estimator::ProbePlanner>(std::vector<estimator::WorkloadItem>{},
-                                                                estimator::CampaignOptions{},
-                                                                options_.probing.target_sigma);
+    device->planner = std::make_unique<estimator::ProbePlanner>(
+        std::vector<estimator::WorkloadItem>{}, estimator::CampaignOptions{}, options_.probing.target_sigma);
     for (const auto& snapshot : stored.snapshots) {
       if (snapshot.device != config.name) continue;
       const auto meta = json::parse(snapshot.meta_json, nullptr, false);
@@ -286,7 +286,8 @@ void ProbeService::stop() {
 }
 
 void ProbeService::set_config(const config::ProbingConfig& probing) {
-  const bool environment_may_change = probing.threads != options_.probing.threads || probing.worker != options_.probing.worker;
+  const bool environment_may_change =
+      probing.threads != options_.probing.threads || probing.worker != options_.probing.worker;
   const bool python_changed = probing.python != options_.probing.python;
   options_.probing = probing;
   for (auto& [name, device] : devices_) {
@@ -818,9 +819,10 @@ void ProbeService::on_probe_exit(const std::string& device_name, const std::opti
     const std::string environment = parsed.value("fingerprint", "");
     device.cycle.environment_known();
     if (!device.environment.empty() && environment != device.environment) {
-      spdlog::warn("device {}: its energy model was learnt under \"{}\" but probes now run under \"{}\"; the model "
-                   "is withdrawn and the device re-probes",
-                   device_name, device.environment, environment);
+      spdlog::warn(
+          "device {}: its energy model was learnt under \"{}\" but probes now run under \"{}\"; the model "
+          "is withdrawn and the device re-probes",
+          device_name, device.environment, environment);
       models_.withdraw(device_name);
       device.environment = environment;
       begin_campaign(device, "environment");
@@ -1046,8 +1048,8 @@ void ProbeService::install_model(Device& device, const std::shared_ptr<const est
   const std::int64_t version = models_.version(name) + 1;
   models_.install(name, model, version);
   publish_model_state(device, version);
-  adapters::StoredModelSnapshot snapshot{name, version, now_ms(), device.source, model->save().dump(),
-                                         snapshot_meta(device).dump()};
+  adapters::StoredModelSnapshot snapshot{
+      name, version, now_ms(), device.source, model->save().dump(), snapshot_meta(device).dump()};
   storage_.submit([snapshot](adapters::Database& db) { return db.save_model_snapshot(snapshot); },
                   [name](Status s) {
                     if (!s) spdlog::error("device {}: saving its model failed: {}", name, s.error().message);
@@ -1082,9 +1084,10 @@ void ProbeService::feedback(const JobService::Feedback& feedback) {
   const auto verdict = device.drift.observe(feedback.joules, mean, std);
   metrics_.observe_estimate_error(feedback.device, verdict.relative_error);
   if (verdict.drift && device.campaign_reason.empty()) {
-    spdlog::warn("device {}: {} of the last jobs' metered energy fell outside their estimates' 2-sigma band "
-                 "(last: {:.4g} J metered vs {:.4g} +- {:.2g} J estimated); re-probing",
-                 feedback.device, device.drift.misses(), feedback.joules, mean, std);
+    spdlog::warn(
+        "device {}: {} of the last jobs' metered energy fell outside their estimates' 2-sigma band "
+        "(last: {:.4g} J metered vs {:.4g} +- {:.2g} J estimated); re-probing",
+        feedback.device, device.drift.misses(), feedback.joules, mean, std);
     begin_campaign(device, "drift");
   }
 }

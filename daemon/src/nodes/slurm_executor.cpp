@@ -3,7 +3,6 @@
 #include <pwd.h>
 #include <unistd.h>
 
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
@@ -239,7 +238,8 @@ void SlurmExecutor::cycle() {
   }
   std::map<std::string, const adapters::SlurmJob*> by_joule_id;
   for (const auto& job : *listing)
-    if (!job.joule_id.empty() && (user_.empty() || job.user.empty() || job.user == user_)) by_joule_id[job.joule_id] = &job;
+    if (!job.joule_id.empty() && (user_.empty() || job.user.empty() || job.user == user_))
+      by_joule_id[job.joule_id] = &job;
   for (const auto& [node, assignments] : desired) {
     for (const auto& assignment : assignments) {
       const std::string joule_id = fmt::format("{}.{}", assignment.id, assignment.epoch);
@@ -367,11 +367,15 @@ void SlurmExecutor::cycle() {
       if (!handed.last || handed.record.slurm_id.empty()) continue;
       const auto phase = adapters::slurm_phase(handed.last->state);
       if (assignment.paused && phase == adapters::SlurmPhase::running && !handed.suspended_by_us) {
-        if (auto done = cli_.suspend(handed.record.slurm_id); done) handed.suspended_by_us = true;
-        else spdlog::warn("slurm: suspending {}: {}", joule_id, done.error().message);
+        if (auto done = cli_.suspend(handed.record.slurm_id); done)
+          handed.suspended_by_us = true;
+        else
+          spdlog::warn("slurm: suspending {}: {}", joule_id, done.error().message);
       } else if (!assignment.paused && handed.suspended_by_us && phase == adapters::SlurmPhase::suspended) {
-        if (auto done = cli_.resume(handed.record.slurm_id); done) handed.suspended_by_us = false;
-        else spdlog::warn("slurm: resuming {}: {}", joule_id, done.error().message);
+        if (auto done = cli_.resume(handed.record.slurm_id); done)
+          handed.suspended_by_us = false;
+        else
+          spdlog::warn("slurm: resuming {}: {}", joule_id, done.error().message);
       }
     }
   }

@@ -1,9 +1,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "http/routes/call.hpp"
 #include "joule/adapters/log_file.hpp"
 #include "joule/common/text.hpp"
-#include "routes/call.hpp"
 
 // /v1/jobs: submit, list (paged), show, cancel, pause/resume, log windows, and the progress a
 // job reports with its own token.

@@ -6,8 +6,8 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "http/routes/call.hpp"
 #include "joule/common/text.hpp"
-#include "routes/call.hpp"
 
 namespace joule::daemon {
 

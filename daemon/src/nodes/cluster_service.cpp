@@ -1,6 +1,6 @@
 #include "joule/daemon/cluster_service.hpp"
 
-#include "device_views.hpp"
+#include "jobs/device_views.hpp"
 
 #include <list>
 
@@ -123,7 +123,9 @@ void ClusterCoordinator::sync(const json& body, Answer answer) {
   if (!request) return answer(request.error());
   const auto now = now_ms();
   const auto heard = registry_.heard_from(*request, now);
-  if (heard.new_node) spdlog::info("node {}: registered ({} devices, jouled {})", request->node, request->devices.size(), request->version);
+  if (heard.new_node)
+    spdlog::info("node {}: registered ({} devices, jouled {})", request->node, request->devices.size(),
+                 request->version);
   if (heard.came_back) spdlog::info("node {}: heard from again; reconciling its jobs", request->node);
   if (heard.restarted) spdlog::info("node {}: its jouled restarted; reconciling its jobs", request->node);
   // Counted when a node changes state, not on every sync (it walks every node).
@@ -228,7 +230,8 @@ json ClusterCoordinator::nodes(std::size_t limit, const std::optional<std::strin
     json covering = json::array();
     for (const auto& budget : budgets.value("budgets", json::array())) {
       const auto& rules = jobs_.budgets().policy().budgets;
-      const auto rule = std::find_if(rules.begin(), rules.end(), [&](const auto& b) { return b.name == budget["name"]; });
+      const auto rule =
+          std::find_if(rules.begin(), rules.end(), [&](const auto& b) { return b.name == budget["name"]; });
       if (rule == rules.end()) continue;
       const bool covers = std::any_of(node.devices.begin(), node.devices.end(), [&](const auto& device) {
         return rule->scope.covers(jobs_.budgets().device_ref(name + "/" + device.name));
@@ -403,7 +406,8 @@ std::optional<cluster::SyncReply> ClusterAgent::exchange(client::HttpConnection&
     lease_seconds_ = reply->lease_seconds;
     heartbeat_seconds_ = reply->heartbeat_seconds;
   } else {
-    if (last_error_ != error) spdlog::warn("agent {}: sync with {} failed: {}", options_.node, options_.coordinator, error);
+    if (last_error_ != error)
+      spdlog::warn("agent {}: sync with {} failed: {}", options_.node, options_.coordinator, error);
     last_error_ = error;
   }
   if (reply && !on_loop([&] { apply(*reply); })) return std::nullopt;

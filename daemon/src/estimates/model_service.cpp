@@ -2,9 +2,9 @@
 
 #include <chrono>
 
-#include <boost/asio/post.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <boost/asio/post.hpp>
 
 #include "joule/common/energy_source.hpp"
 #include "joule/estimator/layer_analysis.hpp"

@@ -72,8 +72,8 @@ class LocalExecutor final : public Executor {
   struct Run {
     // On its device's meter from its start (partial from an adoption); nullopt: unreadable then.
     std::optional<adapters::MeasurementWindow> window;
-    std::optional<double> cpu_seconds;      // its process group's CPU time, last read (CpuTimeModel meters)
-    std::unique_ptr<ChildProcess> child;    // its runner, watched for its end
+    std::optional<double> cpu_seconds;    // its process group's CPU time, last read (CpuTimeModel meters)
+    std::unique_ptr<ChildProcess> child;  // its runner, watched for its end
     std::optional<adapters::JobCgroup> cgroup;
     std::unique_ptr<adapters::JobPauser> pauser;
     std::unique_ptr<adapters::CpuQuota> quota;
@@ -82,7 +82,7 @@ class LocalExecutor final : public Executor {
     std::unique_ptr<adapters::JetsonPowerMode> power_mode;       // the job's power mode
     std::unique_ptr<adapters::DevfreqLimit> gpu_frequency;       // the job's Jetson GPU clock cap
     bool knobs_held_back = false;  // its knobs were put back for a pause: set them again on resume
-    std::filesystem::path lease;  // its lease file, renewed while jouled runs it; empty: none
+    std::filesystem::path lease;   // its lease file, renewed while jouled runs it; empty: none
   };
 
   Run& run_of(const JobRecord& job);

@@ -61,7 +61,9 @@ struct BioDeleter {
   void operator()(BIO* bio) const { BIO_free(bio); }
 };
 using BioPtr = std::unique_ptr<BIO, BioDeleter>;
-BioPtr memory_bio(const std::string& text) { return BioPtr(BIO_new_mem_buf(text.data(), static_cast<int>(text.size()))); }
+BioPtr memory_bio(const std::string& text) {
+  return BioPtr(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
+}
 
 // A key behind a passphrase cannot be loaded by a daemon; without this OpenSSL would prompt on a terminal.
 int no_passphrase(char*, int, int, void*) { return -1; }
@@ -72,15 +74,15 @@ Status use_certificate_chain(SSL_CTX* context, const std::filesystem::path& file
   const BioPtr bio = memory_bio(*text);
   X509* leaf = PEM_read_bio_X509_AUX(bio.get(), nullptr, no_passphrase, nullptr);
   if (!leaf) {
-    return make_error(ErrorCode::invalid_argument,
-                      fmt::format("TLS certificate chain {} holds no PEM certificate ({})", file.string(),
-                                  openssl_reason()));
+    return make_error(ErrorCode::invalid_argument, fmt::format("TLS certificate chain {} holds no PEM certificate ({})",
+                                                               file.string(), openssl_reason()));
   }
   const int used = SSL_CTX_use_certificate(context, leaf);
   X509_free(leaf);
   if (used != 1) {
-    return make_error(ErrorCode::invalid_argument, fmt::format("TLS certificate chain {}: the certificate is refused ({})",
-                                                               file.string(), openssl_reason()));
+    return make_error(
+        ErrorCode::invalid_argument,
+        fmt::format("TLS certificate chain {}: the certificate is refused ({})", file.string(), openssl_reason()));
   }
   SSL_CTX_clear_chain_certs(context);
   for (int n = 2;; ++n) {
@@ -91,13 +93,15 @@ Status use_certificate_chain(SSL_CTX* context, const std::filesystem::path& file
         ERR_clear_error();  // the end of the file
         break;
       }
-      return make_error(ErrorCode::invalid_argument, fmt::format("TLS certificate chain {}: certificate {} is unreadable ({})",
-                                                                 file.string(), n, openssl_reason()));
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("TLS certificate chain {}: certificate {} is unreadable ({})", file.string(), n,
+                                    openssl_reason()));
     }
     if (SSL_CTX_add0_chain_cert(context, next) != 1) {
       X509_free(next);
-      return make_error(ErrorCode::invalid_argument, fmt::format("TLS certificate chain {}: certificate {} is refused ({})",
-                                                                 file.string(), n, openssl_reason()));
+      return make_error(
+          ErrorCode::invalid_argument,
+          fmt::format("TLS certificate chain {}: certificate {} is refused ({})", file.string(), n, openssl_reason()));
     }
   }
   return {};
@@ -108,9 +112,10 @@ Status use_private_key(SSL_CTX* context, const TlsFiles& files) {
   if (!text) return text.error();
   if (text->find("ENCRYPTED") != std::string::npos) {
     OPENSSL_cleanse(text->data(), text->size());
-    return make_error(ErrorCode::invalid_argument,
-                      fmt::format("TLS private key {} is encrypted; jouled needs it unencrypted (readable by jouled only)",
-                                  files.private_key.string()));
+    return make_error(
+        ErrorCode::invalid_argument,
+        fmt::format("TLS private key {} is encrypted; jouled needs it unencrypted (readable by jouled only)",
+                    files.private_key.string()));
   }
   EVP_PKEY* key = nullptr;
   {
@@ -126,11 +131,11 @@ Status use_private_key(SSL_CTX* context, const TlsFiles& files) {
   if (X509_check_private_key(SSL_CTX_get0_certificate(context), key) != 1) {
     ERR_clear_error();
     status = make_error(ErrorCode::invalid_argument,
-                        fmt::format("TLS private key {} does not match the certificate in {}", files.private_key.string(),
-                                    files.certificate_chain.string()));
+                        fmt::format("TLS private key {} does not match the certificate in {}",
+                                    files.private_key.string(), files.certificate_chain.string()));
   } else if (SSL_CTX_use_PrivateKey(context, key) != 1 || SSL_CTX_check_private_key(context) != 1) {
-    status = make_error(ErrorCode::invalid_argument,
-                        fmt::format("TLS private key {} is refused ({})", files.private_key.string(), openssl_reason()));
+    status = make_error(ErrorCode::invalid_argument, fmt::format("TLS private key {} is refused ({})",
+                                                                 files.private_key.string(), openssl_reason()));
   }
   EVP_PKEY_free(key);
   return status;
@@ -403,14 +408,13 @@ class BasicHttpSession final : public HttpSession, public std::enable_shared_fro
     }
     response_ = std::make_shared<HttpResponse>(std::move(response));
     lowest().expires_after(timeout());
-    http::async_write(stream_, *response_,
-                      [self = this->shared_from_this(), close](beast::error_code ec, std::size_t) {
-                        self->busy_ = false;
-                        self->response_.reset();
-                        if (ec) return self->close_socket(tcp::socket::shutdown_both);
-                        if (close) return self->finish();
-                        self->read();
-                      });
+    http::async_write(stream_, *response_, [self = this->shared_from_this(), close](beast::error_code ec, std::size_t) {
+      self->busy_ = false;
+      self->response_.reset();
+      if (ec) return self->close_socket(tcp::socket::shutdown_both);
+      if (close) return self->finish();
+      self->read();
+    });
   }
 
   // After a response that ends the connection: TLS sends close_notify before the socket closes,
@@ -421,9 +425,8 @@ class BasicHttpSession final : public HttpSession, public std::enable_shared_fro
     if constexpr (kTls) {
       SSL_set_shutdown(stream_.native_handle(), SSL_RECEIVED_SHUTDOWN);
       lowest().expires_after(timeout());
-      stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) {
-        self->close_socket(tcp::socket::shutdown_send);
-      });
+      stream_.async_shutdown(
+          [self = this->shared_from_this()](beast::error_code) { self->close_socket(tcp::socket::shutdown_send); });
     } else {
       close_socket(tcp::socket::shutdown_send);
     }

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "http/routes/call.hpp"
 #include "joule/common/text.hpp"
-#include "routes/call.hpp"
 
 // HTTP and JSON details every route shares, and the one mapping from errors to problem+json.
 

@@ -92,8 +92,8 @@ Result<json> JobService::pause(const std::string& id, bool pause) {
     action.reason = pause ? "paused by hand" : "resumed by hand";
     apply(action);
     if (job.paused != pause)
-      return make_error(ErrorCode::unavailable, fmt::format("job {} could not be {} (see the log)", id,
-                                                            pause ? "paused" : "resumed"));
+      return make_error(ErrorCode::unavailable,
+                        fmt::format("job {} could not be {} (see the log)", id, pause ? "paused" : "resumed"));
   }
   return to_json(job, true);
 }
@@ -121,7 +121,8 @@ void JobService::take_assignment(const cluster::Assignment& assignment, std::fun
   auto spec = schedulers::parse_job_spec(assignment.spec);
   std::string refused;
   if (!spec) {
-    refused = fmt::format("the coordinator's job does not parse here: {} at {}", spec.error().message, spec.error().where);
+    refused =
+        fmt::format("the coordinator's job does not parse here: {} at {}", spec.error().message, spec.error().where);
   } else {
     spec->constraints.devices = {assignment.device};
     if (auto runnable = check_runnable(*spec, local_->job_identity(next_sequence_, std::nullopt)); !runnable)

@@ -1,8 +1,8 @@
 #include <fmt/format.h>
 
-#include "../device_views.hpp"
+#include "http/routes/call.hpp"
+#include "jobs/device_views.hpp"
 #include "joule/daemon/estimates.hpp"
-#include "routes/call.hpp"
 
 // What a node is and has: health, metrics, devices, nodes, budgets, estimates, probes, and the
 // coordinator's side of cluster sync.
@@ -21,13 +21,12 @@ constexpr std::size_t kMaxNodesPage = 500;
 // Without a probe service (jouled built or configured without probing) /v1/probes is part of
 // the API that this jouled does not implement.
 void no_probes(const Call& call) {
-  call.answer(json_response(
-      http::status::not_implemented,
-      {{"type", "urn:joule:problem:not-implemented"},
-       {"title", "Not Implemented"},
-       {"status", 501},
-       {"detail", "/v1/probes is part of the API but this jouled runs no probe service"},
-       {"instance", call.target}}));
+  call.answer(json_response(http::status::not_implemented,
+                            {{"type", "urn:joule:problem:not-implemented"},
+                             {"title", "Not Implemented"},
+                             {"status", 501},
+                             {"detail", "/v1/probes is part of the API but this jouled runs no probe service"},
+                             {"instance", call.target}}));
 }
 
 // GET /v1/nodes: a coordinator pages its agents (`limit`, `after`, "next" and a Link header, as
@@ -57,15 +56,14 @@ void add_health_routes(RouteTable& table, ApiContext& context) {
   table.add(Verb::get, "/healthz", {Guard::open, false, [](Call& call) {
                                       call.answer(json_response(http::status::ok, {{"status", "ok"}}));
                                     }});
-  table.add(Verb::get, "/readyz", {Guard::open, false, [&context](Call& call) {
-                                     if (!context.ready)
-                                       return call.fail(make_error(ErrorCode::unavailable, "jouled is starting"));
-                                     // Accepting work means storing it: not ready while the database refuses writes.
-                                     if (const auto& failure = context.jobs.storage_failure())
-                                       return call.fail(make_error(ErrorCode::unavailable,
-                                                                   "the database takes no writes: " + *failure));
-                                     call.answer(json_response(http::status::ok, {{"status", "ready"}}));
-                                   }});
+  table.add(Verb::get, "/readyz",
+            {Guard::open, false, [&context](Call& call) {
+               if (!context.ready) return call.fail(make_error(ErrorCode::unavailable, "jouled is starting"));
+               // Accepting work means storing it: not ready while the database refuses writes.
+               if (const auto& failure = context.jobs.storage_failure())
+                 return call.fail(make_error(ErrorCode::unavailable, "the database takes no writes: " + *failure));
+               call.answer(json_response(http::status::ok, {{"status", "ready"}}));
+             }});
   table.add(Verb::get, "/metrics", {Guard::open, false, [&context](Call& call) {
                                       HttpResponse response{http::status::ok, 11};
                                       response.set(http::field::content_type,
@@ -126,15 +124,14 @@ void add_node_routes(RouteTable& table, ApiContext& context) {
                                            }});
 
   // Agents sync with the cluster's own tokens ([cluster] agent_token_sha256, else the API's).
-  table.add(Verb::post, "/v1/cluster/sync", {Guard::agent, false, [&context](Call& call) {
-                                               if (!context.coordinator)
-                                                 return call.fail(make_error(
-                                                     ErrorCode::conflict,
-                                                     "this jouled is not a coordinator ([cluster] role)"));
-                                               auto body = parse_json_body(call.request.body());
-                                               if (!body) return call.fail(body.error());
-                                               context.coordinator->sync(*body, call.send_later());
-                                             }});
+  table.add(Verb::post, "/v1/cluster/sync",
+            {Guard::agent, false, [&context](Call& call) {
+               if (!context.coordinator)
+                 return call.fail(make_error(ErrorCode::conflict, "this jouled is not a coordinator ([cluster] role)"));
+               auto body = parse_json_body(call.request.body());
+               if (!body) return call.fail(body.error());
+               context.coordinator->sync(*body, call.send_later());
+             }});
 }
 
 }  // namespace joule::daemon::routes
