@@ -104,17 +104,13 @@ class Fixture {
       : dir_(make_state_directory()),
         writer_(open_database(dir_)),
         device_table_(devices()),
-        jobs_(io_, writer_, metrics_, device_table_, options(dir_)),
-        open_api_(jobs_, metrics_),
-        guarded_api_(jobs_, metrics_) {
+        jobs_(io_, writer_, metrics_, device_table_, options(dir_), joule::daemon::JobServiceLinks{&estimates_}),
+        open_api_(joule::daemon::ApiServices{jobs_, metrics_, &estimates_}),
+        guarded_api_(joule::daemon::ApiServices{jobs_, metrics_, &estimates_}) {
     require(jobs_.recover({}, {}).ok(), "recovery of an empty database failed");
     // As daemon_app.cpp wires it: every device the job may use, estimated with its model.
     estimates_.set_models({{"cpu", simulated_model()}});
-    jobs_.set_estimator(&estimates_);
-    for (auto* api : {&open_api_, &guarded_api_}) {
-      api->set_ready(true);
-      api->set_estimates(&estimates_);
-    }
+    for (auto* api : {&open_api_, &guarded_api_}) api->set_ready(true);
     joule::daemon::AccessConfig access;
     access.tokens = {{joule::sha256_hex("s3cret"), "admin", joule::daemon::kAdminScopes}};
     guarded_api_.set_access(std::move(access));

@@ -55,6 +55,7 @@ class FakeBook final : public AgentHost {
     actions.push_back(std::string(joule::schedulers::to_string(action.kind)) + " " + action.job);
   }
   std::optional<double> sampled_energy(const JobRecord&, const Device&) const override { return energy_so_far; }
+  void lease_runs_for(double seconds) override { lease_seconds = seconds; }
 
   // Stores (or fails to store) the assignments taken so far, as the storage thread's commits would.
   void commit(bool stored) {
@@ -68,6 +69,7 @@ class FakeBook final : public AgentHost {
   std::vector<std::string> taken, notes, cancelled, actions;
   std::vector<std::function<void(bool)>> pending;
   std::optional<double> energy_so_far;
+  std::optional<double> lease_seconds;
 };
 
 joule::cluster::Assignment assignment(const std::string& id, std::int64_t epoch) {

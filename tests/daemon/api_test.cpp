@@ -31,7 +31,7 @@ class ApiTest : public ::testing::Test {
       : writer_(std::move(joule::adapters::Database::open(dir_ / "jouled.db")).value()),
         device_table_(devices()),
         jobs_(io_, writer_, metrics_, device_table_, options()),
-        api_(jobs_, metrics_) {
+        api_(std::make_unique<Api>(joule::daemon::ApiServices{jobs_, metrics_})) {
     EXPECT_TRUE(jobs_.recover({}, {}));
   }
 
@@ -61,7 +61,7 @@ class ApiTest : public ::testing::Test {
     auto busy = boost::asio::make_work_guard(io_);
     joule::daemon::HttpPeer peer;
     peer.uid = uid;
-    api_.handle(std::move(request), peer, [&](HttpResponse r) { response = std::move(r); });
+    api_->handle(std::move(request), peer, [&](HttpResponse r) { response = std::move(r); });
     // Commits come back through the io_context; run it until the reply arrives.
     for (int i = 0; i < 2000 && !response; ++i) {
       io_.run_for(std::chrono::milliseconds(5));
@@ -91,7 +91,7 @@ class ApiTest : public ::testing::Test {
   joule::daemon::Metrics metrics_;
   joule::daemon::DeviceTable device_table_;
   joule::daemon::JobService jobs_;
-  Api api_;
+  std::unique_ptr<Api> api_;
 };
 
 }  // namespace
@@ -99,7 +99,7 @@ class ApiTest : public ::testing::Test {
 TEST_F(ApiTest, health_and_readiness) {
   EXPECT_EQ(call(http::verb::get, "/healthz").result_int(), 200u);
   EXPECT_EQ(call(http::verb::get, "/readyz").result_int(), 503u);
-  api_.set_ready(true);
+  api_->set_ready(true);
   EXPECT_EQ(call(http::verb::get, "/readyz").result_int(), 200u);
 }
 
@@ -260,7 +260,7 @@ joule::daemon::AccessConfig tokens_for_test() {
 }  // namespace
 
 TEST_F(ApiTest, tokens_guard_the_v1_routes_but_not_health) {
-  api_.set_access(tokens_for_test());
+  api_->set_access(tokens_for_test());
   EXPECT_EQ(call(http::verb::get, "/v1/jobs", "", "", std::nullopt).result_int(), 401u);
   EXPECT_EQ(call(http::verb::get, "/v1/jobs", "", "wrong", std::nullopt).result_int(), 401u);
   EXPECT_EQ(call(http::verb::get, "/v1/jobs", "", "wrong", 0u).result_int(), 401u) << "a wrong token is never ignored";
@@ -270,7 +270,7 @@ TEST_F(ApiTest, tokens_guard_the_v1_routes_but_not_health) {
 
 // The page at / is open (it holds no data) and may run nothing but its own inline script.
 TEST_F(ApiTest, the_status_page_is_open_and_served_under_its_content_security_policy) {
-  api_.set_access(tokens_for_test());
+  api_->set_access(tokens_for_test());
   auto page = call(http::verb::get, "/", "", "", std::nullopt);
   ASSERT_EQ(page.result_int(), 200u);
   EXPECT_EQ(page[http::field::content_type], "text/html; charset=utf-8");
@@ -283,7 +283,7 @@ TEST_F(ApiTest, the_status_page_is_open_and_served_under_its_content_security_po
 
 // Every route, with no token, a wrong one, and each scope: what each may do.
 TEST_F(ApiTest, every_route_answers_by_the_scope_of_its_token) {
-  api_.set_access(tokens_for_test());
+  api_->set_access(tokens_for_test());
   const auto submitted = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["sleep", "5"]}})", "alice");
   ASSERT_EQ(submitted.result_int(), 201u) << submitted.body();
   const std::string id = body_of(submitted)["id"];
@@ -331,7 +331,7 @@ TEST_F(ApiTest, every_route_answers_by_the_scope_of_its_token) {
 }
 
 TEST_F(ApiTest, a_submit_token_acts_on_its_own_jobs_only_and_does_not_see_others_secrets) {
-  api_.set_access(tokens_for_test());
+  api_->set_access(tokens_for_test());
   auto submitted = call(http::verb::post, "/v1/jobs",
                         R"({"run": {"command": ["sleep", "5"], "env": {"API_KEY": "alices-secret"}}})", "alice");
   ASSERT_EQ(submitted.result_int(), 201u) << submitted.body();
@@ -362,7 +362,7 @@ TEST_F(ApiTest, a_submit_token_acts_on_its_own_jobs_only_and_does_not_see_others
 }
 
 TEST_F(ApiTest, a_local_user_without_a_token_owns_what_it_submits) {
-  api_.set_access(tokens_for_test());
+  api_->set_access(tokens_for_test());
   auto submitted = call(http::verb::post, "/v1/jobs", R"({"run": {"command": ["sleep", "5"]}})", "", 1000u);
   ASSERT_EQ(submitted.result_int(), 201u) << submitted.body();
   const std::string id = body_of(submitted)["id"];
@@ -417,7 +417,7 @@ TEST_F(ApiTest, estimate_with_a_simulated_model_carries_mean_std_breakdown_and_b
   ASSERT_TRUE(run_campaign(*model, {WorkloadItem{spec, 32}}, meter, options));
   joule::daemon::EstimateService estimates(device_table_);
   estimates.set_models({{"cpu", model}});
-  api_.set_estimates(&estimates);
+  api_ = std::make_unique<Api>(joule::daemon::ApiServices{jobs_, metrics_, &estimates});
   auto body = body_of(call(http::verb::post, "/v1/estimate", kEstimateBody));
   const auto& estimate = body["estimates"][0];
   ASSERT_EQ(estimate["status"], "ok") << body.dump(2);
@@ -463,7 +463,7 @@ TEST_F(ApiTest, a_raw_byte_outside_ascii_in_the_target_is_a_400) {
 }
 
 TEST_F(ApiTest, percent_encoded_ids_that_decode_to_bad_utf8_or_controls_are_a_400) {
-  api_.set_access(tokens_for_test());
+  api_->set_access(tokens_for_test());
   for (const char* target : {"/v1/jobs/%ff", "/v1/jobs/%0a", "/v1/jobs/%ff/log", "/v1/jobs?state=%ff", "/%ff"}) {
     auto response = call(http::verb::get, target, "", "s3cret");
     EXPECT_EQ(response.result_int(), 400u) << target;

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-using joule::daemon::JobService;
+using joule::daemon::JobFeedback;
 using joule::daemon::OutcomeService;
 using nlohmann::json;
 
@@ -21,8 +21,8 @@ json estimate_row(double joules, double std, const std::string& source = "modell
           {"layers", json::array({{{"flops_per_step", joules * 1e6}}})}};
 }
 
-JobService::Feedback finished(double estimated, double metered, int i, const std::string& source = "modelled") {
-  return JobService::Feedback{
+JobFeedback finished(double estimated, double metered, int i, const std::string& source = "modelled") {
+  return JobFeedback{
       "cpu",   joule::daemon::read_estimates(json::array({estimate_row(estimated, estimated * 0.05)}))[0],
       metered, source,
       false,   "job-" + std::to_string(i),
@@ -76,7 +76,7 @@ TEST(OutcomeServiceTest, partial_mismatched_and_failed_estimates_teach_nothing) 
 }
 
 TEST(OutcomeServiceTest, the_history_at_start_gives_the_same_rows_as_jobs_one_by_one) {
-  std::vector<JobService::Feedback> history;
+  std::vector<JobFeedback> history;
   for (int i = 0; i < 12; ++i) history.push_back(finished(100.0 + 50.0 * i, 2.0 * (100.0 + 50.0 * i), i));
   history.push_back(finished(100.0, 200.0, 99, "rapl"));  // teaches nothing
   OutcomeService at_start, live;
@@ -182,7 +182,7 @@ TEST(OutcomeServiceTest, what_jobs_taught_under_one_environment_does_not_correct
 
   // Rows that name no environment (stored before estimates did) count for both.
   OutcomeService upgraded;
-  std::vector<JobService::Feedback> history;
+  std::vector<JobFeedback> history;
   for (int i = 0; i < 8; ++i) history.push_back(finished(100.0 + 50.0 * i, 2.0 * (100.0 + 50.0 * i), i));
   EXPECT_EQ(upgraded.record_all(history), 8u);
   EXPECT_TRUE(upgraded.record(finished_under(300.0, 600.0, 20, "new")));

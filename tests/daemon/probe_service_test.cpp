@@ -144,7 +144,8 @@ for n, path in enumerate(requests):
     options.worker = worker;
     options.runner = JOULED_BINARY;
     options.tick_seconds = 0.005;
-    probes_ = std::make_unique<ProbeService>(io_, writer_, metrics_, *models_, jobs_, device_table_, options, clock_);
+    probes_ = std::make_unique<ProbeService>(io_, writer_, metrics_, *models_, jobs_, jobs_.budgets(), device_table_,
+                                             options, clock_);
     probes_->start(StoredProbeState{});
   }
 
@@ -330,7 +331,7 @@ TEST_F(ProbeServiceTest, background_probing_stops_when_a_probe_no_longer_pays_an
   EXPECT_EQ(probes_started(), before);
 
   // A job estimated here that used a great deal: a better estimate is now worth probes again.
-  JobService::Feedback job;
+  JobFeedback job;
   job.device = "cpu";
   job.estimate.ok = true;
   job.estimate.source = "modelled";

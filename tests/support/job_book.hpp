@@ -43,7 +43,7 @@ class JobBook {
       : clock_(start_unix_ms),
         writer_(keep(std::move(adapters::Database::open(dir_ / "jouled.db")).value())),
         device_table_(std::move(devices)),
-        jobs_(io_, writer_, metrics_, device_table_, options(), clock_) {
+        jobs_(io_, writer_, metrics_, device_table_, options(), daemon::JobServiceLinks{&estimator_}, clock_) {
     EXPECT_TRUE(jobs_.recover({}, {}));
   }
 
@@ -74,11 +74,8 @@ class JobBook {
     return done();
   }
 
-  /// Jobs are estimated by `answer` from now on.
-  void estimate_with(FixedEstimator::Answer answer) {
-    estimator_.answer_with(std::move(answer));
-    jobs_.set_estimator(&estimator_);
-  }
+  /// Jobs are estimated by `answer` from now on (before: they have none).
+  void estimate_with(FixedEstimator::Answer answer) { estimator_.answer_with(std::move(answer)); }
 
   /// POST /v1/jobs as the book answers it: once the job is stored, or with why not.
   Result<nlohmann::json> submit(const nlohmann::json& body) {

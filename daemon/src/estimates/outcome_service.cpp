@@ -27,7 +27,7 @@ json overhead_json(const estimator::JobOverhead& line) {
 
 }  // namespace
 
-std::optional<estimator::OutcomeRow> OutcomeService::row_of(const JobService::Feedback& feedback) {
+std::optional<estimator::OutcomeRow> OutcomeService::row_of(const JobFeedback& feedback) {
   const DeviceEstimate& estimate = feedback.estimate;
   if (feedback.partial || !estimate.ok) return std::nullopt;
   // Like with like: a modelled estimate says nothing about what a hardware meter reads.
@@ -62,7 +62,7 @@ estimator::OutcomeCalibration& OutcomeService::calibration_of(DeviceRows& rows, 
   return it->second;
 }
 
-bool OutcomeService::record(const JobService::Feedback& feedback) {
+bool OutcomeService::record(const JobFeedback& feedback) {
   auto row = row_of(feedback);
   if (!row) return false;
   auto& rows = devices_[feedback.device];
@@ -84,7 +84,7 @@ bool OutcomeService::record(const JobService::Feedback& feedback) {
   return true;
 }
 
-std::size_t OutcomeService::record_all(const std::vector<JobService::Feedback>& history) {
+std::size_t OutcomeService::record_all(const std::vector<JobFeedback>& history) {
   // By device and environment, each calibration refitted once.
   std::map<std::string, std::map<std::string, std::vector<estimator::OutcomeRow>>> rows;
   for (const auto& feedback : history)

@@ -20,8 +20,8 @@ struct Routes {
 };
 }  // namespace routes
 
-Api::Api(JobService& jobs, Metrics& metrics)
-    : context_(std::make_unique<routes::ApiContext>(jobs, metrics)), routes_(std::make_unique<routes::Routes>()) {
+Api::Api(ApiServices services)
+    : context_(std::make_unique<routes::ApiContext>(services)), routes_(std::make_unique<routes::Routes>()) {
   routes::add_health_routes(routes_->table, *context_);
   routes::add_job_routes(routes_->table, *context_);
   routes::add_node_routes(routes_->table, *context_);
@@ -32,16 +32,6 @@ Api::~Api() = default;
 
 void Api::set_access(AccessConfig access) { context_->access = std::move(access); }
 void Api::set_ready(bool ready) { context_->ready = ready; }
-void Api::set_estimates(const EstimateService* estimates) {
-  context_->estimates = estimates ? estimates : context_->no_models.get();
-}
-void Api::set_probes(ProbeService* probes) { context_->probes = probes; }
-void Api::set_cluster(ClusterCoordinator* coordinator, ClusterAgent* agent) {
-  context_->coordinator = coordinator;
-  context_->agent = agent;
-}
-void Api::set_slurm(const SlurmExecutor* slurm) { context_->slurm = slurm; }
-void Api::set_signals(const SignalService* signals) { context_->signals = signals; }
 
 std::vector<std::pair<http::verb, std::string>> Api::routes() const { return routes_->table.routes(); }
 

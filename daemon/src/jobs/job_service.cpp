@@ -197,19 +197,23 @@ class JobService::Host final : public ExecutorHost, public AgentHost {
   std::optional<double> sampled_energy(const JobRecord& job, const Device& device) const override {
     return book_.local_->sampled_energy(job, device);
   }
+  void lease_runs_for(double seconds) override { book_.local_->set_lease_seconds(seconds); }
 
  private:
   JobService& book_;
 };
 
 JobService::JobService(asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics, DeviceTable& devices,
-                       JobServiceOptions options, const Clock& clock)
+                       JobServiceOptions options, JobServiceLinks links, const Clock& clock)
     : io_(io),
       storage_(storage),
       metrics_(metrics),
       devices_(devices),
       options_(std::move(options)),
       clock_(clock),
+      estimator_(links.estimator),
+      listener_(links.listener),
+      carbon_(links.carbon),
       core_(schedulers::Policy{}, options_.utc_offset_minutes),
       budgets_(storage, metrics, options_.node_name, core_),
       retry_timer_(std::make_unique<ClockTimer>(io, clock)),
@@ -232,8 +236,6 @@ JobService::~JobService() {
 }
 
 void JobService::set_api_url(std::string url) { local_->set_api_url(std::move(url)); }
-
-void JobService::set_job_lease_seconds(double seconds) { local_->set_lease_seconds(seconds); }
 
 Executor& JobService::executor_for(const Device& device) {
   if (device.node.empty()) return *local_;
@@ -792,7 +794,7 @@ std::vector<estimator::WorkloadItem> JobService::workload(std::size_t recent) co
 }
 
 void JobService::place(Job& job, Device& device, const std::string& note) {
-  if (on_claim_) on_claim_(device.name);
+  if (listener_) listener_->placing_on(device.name);
   device.job = job.row.id;
   job.row.device = device.name;
   Executor& executor = executor_for(device);
@@ -827,10 +829,11 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
     job.run_seconds = std::chrono::duration<double>(clock_.steady() - *job.started_steady).count();
   if (device && job.row.energy_joules && job.row.started_ms) {
     metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
-    if (metered_here && on_finished_ && state == JobState::succeeded) {
+    if (metered_here && listener_ && state == JobState::succeeded) {
       if (const auto* estimate = find_estimate(job.estimates, device->name))
-        on_finished_(Feedback{device->name, *estimate, *job.row.energy_joules, job.row.energy_source,
-                              job.row.energy_partial, job.row.id, job.row.finished_ms.value_or(0), job.run_seconds});
+        listener_->finished(Feedback{device->name, *estimate, *job.row.energy_joules, job.row.energy_source,
+                                     job.row.energy_partial, job.row.id, job.row.finished_ms.value_or(0),
+                                     job.run_seconds});
     }
   }
   // The budget ledger trades the job's reservation for what it was metered to use.

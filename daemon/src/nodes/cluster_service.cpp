@@ -266,7 +266,7 @@ json ClusterCoordinator::nodes(std::size_t limit, const std::optional<std::strin
 
 // ---------------------------------------------------------------- agent
 
-ClusterAgent::ClusterAgent(asio::io_context& io, JobService& jobs, ModelService& models, AgentOptions options,
+ClusterAgent::ClusterAgent(asio::io_context& io, AgentJobs& jobs, ModelService& models, AgentOptions options,
                            const Clock& clock)
     : io_(io),
       jobs_(jobs),
@@ -286,7 +286,7 @@ void ClusterAgent::start() {
   if (!url) throw std::runtime_error("cluster.coordinator: " + url.error().message);
   spdlog::info("agent {}: syncing with coordinator {}", options_.node, options_.coordinator);
   last_ok_ = clock_.steady();
-  jobs_.agent().set_assignment_changed_hook([this] { report_soon(); });
+  jobs_.set_assignment_changed_hook([this] { report_soon(); });
   poller_ = std::thread([this, url = *url] { poll(url); });
   reporter_ = std::thread([this, url = *url] { report(url); });
 }
@@ -299,7 +299,7 @@ void ClusterAgent::stop() {
   wake_.notify_all();
   if (poller_.joinable()) poller_.join();
   if (reporter_.joinable()) reporter_.join();
-  jobs_.agent().set_assignment_changed_hook({});
+  jobs_.set_assignment_changed_hook({});
 }
 
 bool ClusterAgent::on_loop(const std::function<void()>& work) { return run_on_loop(io_, work, stopping_); }
@@ -309,7 +309,7 @@ cluster::SyncRequest ClusterAgent::build_request(double wait_seconds) {
   request.node = options_.node;
   request.incarnation = incarnation_;
   request.version = options_.version;
-  request.devices = jobs_.agent().reported_devices();
+  request.devices = jobs_.reported_devices();
   for (auto& device : request.devices) {
     device.model_version = models_.version(device.name);
     const auto& models = models_.models();
@@ -320,7 +320,7 @@ cluster::SyncRequest ClusterAgent::build_request(double wait_seconds) {
         knows_coordinator_models_)
       request.models.push_back({device.name, device.model_version, model->second->save()});
   }
-  request.jobs = jobs_.agent().assignment_reports(acknowledged_);
+  request.jobs = jobs_.assignment_reports(acknowledged_);
   request.wait_seconds = wait_seconds;
   request.digest = digest_;
   return request;
@@ -340,14 +340,12 @@ void ClusterAgent::apply(const cluster::SyncReply& reply) {
   }
   // A job run here holds a lease its runner enforces: if this jouled dies, the job pauses within
   // half the coordinator's lease, before the coordinator may place it elsewhere.
-  jobs_.set_job_lease_seconds(reply.lease_seconds / 2.0);
-  const auto plan = cluster::plan_agent(reply.jobs, jobs_.agent().local_assignments());
-  for (const auto& [local_id, why] : plan.stop) jobs_.agent().stop_assignment(local_id, why);
-  for (const auto& local_id : plan.pause)
-    jobs_.agent().pause_assignment(local_id, true, "paused by the coordinator's policy");
-  for (const auto& local_id : plan.resume)
-    jobs_.agent().pause_assignment(local_id, false, "resumed by the coordinator");
-  for (const auto& assignment : plan.start) jobs_.agent().assign(assignment);
+  jobs_.set_lease_seconds(reply.lease_seconds / 2.0);
+  const auto plan = cluster::plan_agent(reply.jobs, jobs_.local_assignments());
+  for (const auto& [local_id, why] : plan.stop) jobs_.stop_assignment(local_id, why);
+  for (const auto& local_id : plan.pause) jobs_.pause_assignment(local_id, true, "paused by the coordinator's policy");
+  for (const auto& local_id : plan.resume) jobs_.pause_assignment(local_id, false, "resumed by the coordinator");
+  for (const auto& assignment : plan.start) jobs_.assign(assignment);
   digest_ = reply.digest;
 }
 
@@ -355,13 +353,12 @@ void ClusterAgent::fence(double silent_seconds) {
   if (fenced_) return;
   fenced_ = true;
   std::size_t paused = 0;
-  for (const auto& job : jobs_.agent().local_assignments()) {
+  for (const auto& job : jobs_.local_assignments()) {
     if (job.terminal || job.paused) continue;
-    jobs_.agent().pause_assignment(
-        job.local_id, true,
-        fmt::format("fenced: no answer from the coordinator for {:.0f} s (its lease); it may be "
-                    "placed elsewhere now",
-                    silent_seconds));
+    jobs_.pause_assignment(job.local_id, true,
+                           fmt::format("fenced: no answer from the coordinator for {:.0f} s (its lease); it may be "
+                                       "placed elsewhere now",
+                                       silent_seconds));
     ++paused;
   }
   spdlog::warn("agent {}: coordinator unreachable for {:.1f} s, past the lease: {} job{} paused until it answers",

@@ -69,14 +69,14 @@ adapters::SlurmOptions slurm_options(const config::SlurmConfig& config) {
 
 }  // namespace
 
-SlurmExecutor::SlurmExecutor(asio::io_context& io, JobService& jobs, config::SlurmConfig config, const Clock& clock)
+SlurmExecutor::SlurmExecutor(asio::io_context& io, NodeJobs& nodes, config::SlurmConfig config, const Clock& clock)
     : io_(io),
-      jobs_(jobs),
+      nodes_(nodes),
       clock_(clock),
       config_(std::move(config)),
       cli_(slurm_options(config_)),
       user_(current_user()) {
-  jobs_.nodes().add_node_changed_hook([this, alive = alive_](const std::string& node) {
+  nodes_.add_node_changed_hook([this, alive = alive_](const std::string& node) {
     if (*alive && owns(node)) wake();
   });
 }
@@ -92,9 +92,9 @@ bool SlurmExecutor::owns(const std::string& node) const {
   return false;
 }
 
-std::map<std::string, std::string> SlurmExecutor::model_sources() const {
+std::map<std::string, std::string> slurm_model_sources(const config::SlurmConfig& config) {
   std::map<std::string, std::string> out;
-  for (const auto& type : config_.node_types) {
+  for (const auto& type : config.node_types) {
     // A simulated model is learnt once, under the node's name; an agent's is its device's.
     const std::string source = type.model.rfind("sim:", 0) == 0 ? node_name(type) : type.model;
     for (int slot = 0; slot < type.slots; ++slot) out[fmt::format("{}/{}", node_name(type), slot)] = source;
@@ -111,7 +111,7 @@ void SlurmExecutor::start() {
       device.source = type.model.rfind("sim:", 0) == 0 ? "simulated" : "modelled";
       slots.push_back(device);
     }
-    jobs_.nodes().update_node(node_name(type), slots);
+    nodes_.update_node(node_name(type), slots);
     spdlog::info("slurm: node type {} ({} slot{}, partition {}{}), energy model from {}", type.name, type.slots,
                  type.slots == 1 ? "" : "s", type.partition.empty() ? "(default)" : type.partition,
                  type.constraint.empty() ? "" : ", constraint " + type.constraint, type.model);
@@ -217,8 +217,7 @@ void SlurmExecutor::cycle() {
   // 1. What the coordinator wants of each node type now.
   std::map<std::string, std::vector<cluster::Assignment>> desired;
   if (!on_loop([&] {
-        for (const auto& type : config_.node_types)
-          desired[node_name(type)] = jobs_.nodes().desired_for(node_name(type));
+    for (const auto& type : config_.node_types) desired[node_name(type)] = nodes_.desired_for(node_name(type));
       }))
     return;
 
@@ -395,7 +394,7 @@ void SlurmExecutor::cycle() {
   std::vector<std::pair<std::string, std::int64_t>> recorded;
   on_loop([&] {
     for (const auto& [node, node_reports] : reports) {
-      auto done = jobs_.nodes().apply_reports(node, node_reports);
+      auto done = nodes_.apply_reports(node, node_reports);
       recorded.insert(recorded.end(), done.begin(), done.end());
     }
   });

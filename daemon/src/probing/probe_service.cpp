@@ -150,13 +150,14 @@ struct ProbeService::Device {
 };
 
 ProbeService::ProbeService(asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics,
-                           ModelService& models, JobService& jobs, const DeviceTable& devices,
-                           ProbeServiceOptions options, const Clock& clock)
+                           ModelService& models, const JobDemand& demand, BudgetService& budgets,
+                           const DeviceTable& devices, ProbeServiceOptions options, const Clock& clock)
     : io_(io),
       storage_(storage),
       metrics_(metrics),
       models_(models),
-      jobs_(jobs),
+      demand_(demand),
+      budgets_(budgets),
       table_(devices),
       options_(std::move(options)),
       clock_(clock),
@@ -316,7 +317,7 @@ void ProbeService::tick() {
 }
 
 void ProbeService::refresh_workload(Device& device) {
-  std::vector<estimator::WorkloadItem> workload = jobs_.workload(32);
+  std::vector<estimator::WorkloadItem> workload = demand_.workload(32);
   for (auto& item : ModelService::starter_workload()) workload.push_back(std::move(item));
   workload.insert(workload.end(), device.requested_models.begin(), device.requested_models.end());
   if (!device.planner) {
@@ -384,7 +385,7 @@ void ProbeService::consider(Device& device) {
   ProbeConditions conditions;
   const daemon::Device* entry = table_.find(name);
   const bool idle = entry && entry->runs_jobs && !entry->job;
-  conditions.device_busy = !idle || jobs_.work_waiting_for(name);
+  conditions.device_busy = !idle || demand_.work_waiting_for(name);
   conditions.refusal = probing_refusal(options_.probing, ProbeMoment{false, minute, device.joules_today});
   conditions.refusal_when_requested = probing_refusal(options_.probing, ProbeMoment{true, minute, device.joules_today});
   conditions.idle_seconds = options_.probing.idle_seconds;
@@ -686,9 +687,9 @@ void ProbeService::on_runtime_exit(Device& device, Running& probe, const std::op
       const auto ended = now_ms();
       device.joules_today += result->joules;
       metrics_.add_probe_energy(name, result->meter_source, result->joules);
-      jobs_.budgets().record(adapters::StoredEnergyUse{jobs_.budgets().node(), name, "probe",
-                                                       ended - static_cast<std::int64_t>(seconds * 1000.0), ended,
-                                                       result->joules, result->meter_source});
+      budgets_.record(adapters::StoredEnergyUse{budgets_.node(), name, "probe",
+                                                ended - static_cast<std::int64_t>(seconds * 1000.0), ended,
+                                                result->joules, result->meter_source});
       if (run != runs_.end()) {
         run->second.joules += result->joules;
         run->second.source = result->meter_source;
@@ -775,8 +776,8 @@ bool ProbeService::take_results(Device& device, Running& probe) {
     // Probing spends the budgets that cover the device like any other work.
     const auto ended = now_ms();
     const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clock_.steady() - probe.taken_at);
-    jobs_.budgets().record(adapters::StoredEnergyUse{jobs_.budgets().node(), device.name, "probe", ended - took.count(),
-                                                     ended, joules, source});
+    budgets_.record(
+        adapters::StoredEnergyUse{budgets_.node(), device.name, "probe", ended - took.count(), ended, joules, source});
   }
   if (probe.taken > 0) probe.taken_at = clock_.steady();
   return taken_before != probe.taken;
@@ -1069,7 +1070,7 @@ json ProbeService::snapshot_meta(const Device& device) const {
           {"heldout", std::vector<double>(device.heldout.begin(), device.heldout.end())}};
 }
 
-void ProbeService::feedback(const JobService::Feedback& feedback) {
+void ProbeService::feedback(const JobFeedback& feedback) {
   const auto it = devices_.find(feedback.device);
   if (it == devices_.end()) return;
   Device& device = *it->second;
@@ -1092,13 +1093,13 @@ void ProbeService::feedback(const JobService::Feedback& feedback) {
   }
 }
 
-void ProbeService::remember_job_energy(Device& device, const JobService::Feedback& feedback) {
+void ProbeService::remember_job_energy(Device& device, const JobFeedback& feedback) {
   if (!(feedback.joules > 0.0)) return;
   device.job_joules.emplace_back(feedback.finished_ms, feedback.joules);
   if (device.job_joules.size() > 100'000) device.job_joules.pop_front();  // bounded; a day is what counts
 }
 
-void ProbeService::remember_jobs(const std::vector<JobService::Feedback>& history) {
+void ProbeService::remember_jobs(const std::vector<JobFeedback>& history) {
   for (const auto& feedback : history) {
     const auto it = devices_.find(feedback.device);
     if (it != devices_.end() && !feedback.partial && feedback.estimate.ok) remember_job_energy(*it->second, feedback);

@@ -30,6 +30,9 @@ class AgentJobs {
   virtual void pause_assignment(const std::string& local_id, bool pause, const std::string& why) = 0;
   /// This node's own devices as its syncs report them.
   virtual std::vector<cluster::ReportedDevice> reported_devices() const = 0;
+  /// Jobs run for the coordinator from now on hold a lease of this many seconds, renewed at every
+  /// meter sample; their runner pauses them when jouled stops renewing it (0: none).
+  virtual void set_lease_seconds(double seconds) = 0;
   /// Called when a job run for the coordinator changes state (so the agent reports at once).
   virtual void set_assignment_changed_hook(std::function<void()> hook) = 0;
 };

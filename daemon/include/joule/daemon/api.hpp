@@ -33,12 +33,30 @@ struct ApiContext;
 struct Routes;
 }  // namespace routes
 
+/// What the API answers from. The optional services may be null, and their routes then say so.
+struct ApiServices {
+  JobService& jobs;
+  Metrics& metrics;
+  /// POST /v1/estimate and /v1/advise answer from its models, corrected by what finished jobs
+  /// taught; null: from no model, so they give counts and say why no joules.
+  const EstimateService* estimates = nullptr;
+  /// /v1/probes (501 without it).
+  ProbeService* probes = nullptr;
+  /// A coordinator serves POST /v1/cluster/sync and its nodes in GET /v1/nodes; an agent its link.
+  ClusterCoordinator* coordinator = nullptr;
+  ClusterAgent* agent = nullptr;
+  /// GET /v1/nodes then shows the Slurm node types and the executor's last word from Slurm.
+  const SlurmExecutor* slurm = nullptr;
+  /// GET /v1/signals: the carbon signal in force and where it comes from (none without one).
+  const SignalService* signals = nullptr;
+};
+
 /// The REST API: a route table (daemon/src/http/routes/, one file per resource) and the dispatch in
 /// front of it: target checks, authentication by each route's guard, metrics per route
 /// template, 404/405 with the Allow header the table derives, and the catch-all for exceptions.
 class Api {
  public:
-  Api(JobService& jobs, Metrics& metrics);
+  explicit Api(ApiServices services);
   ~Api();
   Api(const Api&) = delete;
   Api& operator=(const Api&) = delete;
@@ -48,17 +66,6 @@ class Api {
   void set_access(AccessConfig access);
   /// /readyz answers 200 only after this is set (recovery done and listening).
   void set_ready(bool ready);
-  /// POST /v1/estimate and /v1/advise answer from `estimates` (its models, corrected by what
-  /// finished jobs taught); unset: from no model, so they give counts and say why no joules.
-  void set_estimates(const EstimateService* estimates);
-  /// Serves /v1/probes from the probe service (501 without one).
-  void set_probes(ProbeService* probes);
-  /// A coordinator serves POST /v1/cluster/sync and its nodes in GET /v1/nodes; an agent its link.
-  void set_cluster(ClusterCoordinator* coordinator, ClusterAgent* agent);
-  /// GET /v1/nodes then shows the Slurm node types and the executor's last word from Slurm.
-  void set_slurm(const SlurmExecutor* slurm);
-  /// GET /v1/signals: the carbon signal in force and where it comes from (none without one).
-  void set_signals(const SignalService* signals);
 
   /// Answers one request through `reply`, now or later (after a commit). Never throws: an
   /// exception from a route becomes a 500 problem+json, and nothing else is answered after it.

@@ -25,6 +25,7 @@
 #include "joule/cluster/sync.hpp"
 #include "joule/common/clock.hpp"
 #include "joule/common/result.hpp"
+#include "joule/daemon/agent_jobs.hpp"
 #include "joule/daemon/estimate_service.hpp"
 #include "joule/daemon/job_service.hpp"
 #include "joule/daemon/metrics.hpp"
@@ -107,7 +108,7 @@ class ClusterAgent {
  public:
   /// `clock`: how long the coordinator has been silent (the lease) and when it last answered;
   /// read on the agent's sync threads.
-  ClusterAgent(boost::asio::io_context& io, JobService& jobs, ModelService& models, AgentOptions options,
+  ClusterAgent(boost::asio::io_context& io, AgentJobs& jobs, ModelService& models, AgentOptions options,
                const Clock& clock = system_clock());
   ~ClusterAgent();  ///< stops the sync thread
 
@@ -130,7 +131,7 @@ class ClusterAgent {
   void fence(double silent_seconds);
 
   boost::asio::io_context& io_;
-  JobService& jobs_;
+  AgentJobs& jobs_;
   ModelService& models_;
   AgentOptions options_;
   const Clock& clock_;

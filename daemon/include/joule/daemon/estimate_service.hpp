@@ -15,7 +15,7 @@
 #include "joule/common/result.hpp"
 #include "joule/daemon/device_table.hpp"
 #include "joule/daemon/estimates.hpp"
-#include "joule/daemon/job_service.hpp"
+#include "joule/daemon/job_links.hpp"
 #include "joule/daemon/outcome_service.hpp"
 #include "joule/schedulers/job.hpp"
 

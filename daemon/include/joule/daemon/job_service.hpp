@@ -42,6 +42,7 @@
 #include "joule/daemon/grid_signal_feed.hpp"
 #include "joule/daemon/job_accounts.hpp"
 #include "joule/daemon/job_estimate.hpp"
+#include "joule/daemon/job_links.hpp"
 #include "joule/daemon/local_run_options.hpp"
 #include "joule/daemon/metrics.hpp"
 #include "joule/daemon/node_jobs.hpp"
@@ -58,14 +59,6 @@ class LocalExecutor;
 class NodeExecutor;
 class AgentRunner;
 
-/// What the book asks of the estimator (EstimateService): a job's estimate rows on each device
-/// it may use, as stored with the job; null where nothing could be estimated.
-class JobEstimator {
- public:
-  virtual ~JobEstimator() = default;
-  virtual nlohmann::json estimate_job(const schedulers::JobSpec& spec) const = 0;
-};
-
 /// The book's settings; how its jobs run as processes here (LocalRunOptions) among them.
 struct JobServiceOptions : LocalRunOptions {
   std::size_t max_queued_jobs = 10000;
@@ -80,16 +73,17 @@ struct JobServiceOptions : LocalRunOptions {
   int keep_finished_days = 0;
 };
 
-class JobService {
+class JobService final : public JobDemand {
  public:
   using Done = std::function<void(Result<nlohmann::json>)>;
 
   /// `devices`: the node's device table, which the book places on and samples; on a
-  /// coordinator it adds the agents' devices to it. `clock`: wall time for what is stored and
-  /// shown, monotonic time for durations and meter rates.
+  /// coordinator it adds the agents' devices to it. `links`: the estimator, the listener and the
+  /// carbon signal. `clock`: wall time for what is stored and shown, monotonic time for
+  /// durations and meter rates.
   JobService(boost::asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics, DeviceTable& devices,
-             JobServiceOptions options, const Clock& clock = system_clock());
-  ~JobService();
+             JobServiceOptions options, JobServiceLinks links = {}, const Clock& clock = system_clock());
+  ~JobService() override;
 
   /// Finished jobs leave memory, all but the latest `kept`, and are read back from `archive`: a
   /// read-only connection to the job database (Database::open_reader), used on this thread. Then
@@ -126,9 +120,6 @@ class JobService {
   bool job_token_matches(const std::string& id, const std::string& token) const;
   /// The URL jobs reach the API at (JOULE_URL), known once the server listens.
   void set_api_url(std::string url);
-  /// Agent: jobs run for the coordinator from now on hold a lease of this many seconds, renewed
-  /// at every meter sample; their runner pauses them when jouled stops renewing it (0: none).
-  void set_job_lease_seconds(double seconds);
 
   /// The policy and budget ledger of this node.
   BudgetService& budgets() { return budgets_; }
@@ -159,24 +150,11 @@ class JobService {
   /// file); nothing once a write succeeds again. /readyz is not ready meanwhile.
   const std::optional<std::string>& storage_failure() const { return storage_failure_; }
 
-  /// Estimates every job submitted, assigned or estimated again (the estimate is stored with the
-  /// job); nullptr (the default): jobs have no estimates. The estimator outlives the book.
-  void set_estimator(const JobEstimator* estimator) { estimator_ = estimator; }
   /// A device model changed: the first `limit` queued jobs are estimated again (and stored), so
   /// that jobs submitted before a model existed can be admitted under budgets; then a pass runs.
   void refresh_estimates(std::size_t limit = 256);
 
-  /// What a finished job tells the device's energy model: its estimate there and its metered energy.
-  struct Feedback {
-    std::string device;
-    DeviceEstimate estimate;  ///< the job's estimate on that device
-    double joules = 0.0;
-    std::string source;
-    bool partial = false;  ///< adopted after a restart: part of its energy was not metered
-    std::string job_id;
-    std::int64_t finished_ms = 0;
-    std::optional<double> seconds;  ///< how long the run lasted, where this daemon timed it
-  };
+  using Feedback = JobFeedback;
   /// The feedback of the jobs that succeeded (rebuilding what finished jobs taught, at start), in
   /// the order they ended: every one in memory, or the latest kFeedbackRows from the archive. Jobs
   /// adopted after a restart count as partial.
@@ -184,17 +162,6 @@ class JobService {
   /// Enough for every device's outcome rows (estimator::OutcomeCalibration::kMaxRows each) on a
   /// node of ten devices; read with each one's estimate, so bounded.
   static constexpr std::size_t kFeedbackRows = 2000;
-  /// `claim` runs just before a job is placed on a device (probing there must stop at once);
-  /// `finished` after a job that ran to its end was metered.
-  void set_device_hooks(std::function<void(const std::string& device)> claim,
-                        std::function<void(const Feedback&)> finished) {
-    on_claim_ = std::move(claim);
-    on_finished_ = std::move(finished);
-  }
-  /// The node's carbon signal ([carbon]): placement's min-carbon reads it for every device this
-  /// book places on (an agent's too: the coordinator's signal stands for them), and each job
-  /// that ends metered is accounted in grams under it. nullptr (the default): no signal.
-  void set_carbon_signal(const GridSignalFeed* carbon) { carbon_ = carbon; }
   /// The carbon signal was replaced: a placement pass now, since a waiting job's cleaner window
   /// may have moved or gone.
   void carbon_changed() { schedule(); }
@@ -206,11 +173,9 @@ class JobService {
   /// What ClusterAgent meets: the agent runner.
   AgentJobs& agent();
 
-  /// Whether any queued job may run on the device (probing must then leave it alone).
-  bool work_waiting_for(const std::string& device) const;
-  /// The models of queued jobs and of the latest `recent` finished ones, with their batch sizes:
-  /// what the probe planner should learn.
-  std::vector<estimator::WorkloadItem> workload(std::size_t recent) const;
+  // --- JobDemand: what probing asks of the queue ---
+  bool work_waiting_for(const std::string& device) const override;
+  std::vector<estimator::WorkloadItem> workload(std::size_t recent) const override;
 
  private:
   using Job = JobRecord;
@@ -340,10 +305,9 @@ class JobService {
   std::size_t submissions_in_flight_ = 0;
   std::size_t writes_in_flight_ = 0;
   bool scheduling_ = true;
-  const JobEstimator* estimator_ = nullptr;
-  std::function<void(const std::string&)> on_claim_;
-  std::function<void(const Feedback&)> on_finished_;
-  const GridSignalFeed* carbon_ = nullptr;
+  const JobEstimator* estimator_;
+  JobListener* listener_;
+  const GridSignalFeed* carbon_;
   schedulers::SchedulingCore core_;
   BudgetService budgets_;
   std::unique_ptr<ClockTimer> retry_timer_;

@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "joule/daemon/job_service.hpp"
+#include "joule/daemon/job_links.hpp"
 #include "joule/estimator/outcome_calibration.hpp"
 
 namespace joule::daemon {
@@ -26,10 +26,10 @@ class OutcomeService {
   /// A job that ran to its end and was metered: learnt from when it is complete (not adopted
   /// after a restart), its estimate row is "ok" and the estimate and the meter share a source.
   /// Returns whether it became a row.
-  bool record(const JobService::Feedback& feedback);
+  bool record(const JobFeedback& feedback);
   /// The same for the history of finished jobs at start, refitting each device once; returns
   /// how many became rows.
-  std::size_t record_all(const std::vector<JobService::Feedback>& history);
+  std::size_t record_all(const std::vector<JobFeedback>& history);
   /// Corrects, in place, every "ok" row of an estimates array (as POST /v1/estimate and a job's
   /// stored estimate hold them) on a device with enough rows: "joules" becomes the corrected
   /// figure, "raw_joules" keeps the model's own, and "calibration" says what was done.
@@ -45,7 +45,7 @@ class OutcomeService {
 
  private:
   /// The row a feedback makes, when it teaches anything.
-  static std::optional<estimator::OutcomeRow> row_of(const JobService::Feedback& feedback);
+  static std::optional<estimator::OutcomeRow> row_of(const JobFeedback& feedback);
 
   struct DeviceRows {
     /// By environment; "" holds the rows that name none (and a simulated device's).

@@ -44,8 +44,10 @@
 #include "joule/adapters/storage_writer.hpp"
 #include "joule/common/clock.hpp"
 #include "joule/config/daemon_config.hpp"
+#include "joule/daemon/budget_service.hpp"
 #include "joule/daemon/child_process.hpp"
-#include "joule/daemon/job_service.hpp"
+#include "joule/daemon/device_table.hpp"
+#include "joule/daemon/job_links.hpp"
 #include "joule/daemon/metrics.hpp"
 #include "joule/daemon/model_service.hpp"
 #include "joule/daemon/probe_cycle.hpp"
@@ -73,9 +75,10 @@ class ProbeService {
   /// `clock`: wall time for stored runs, snapshots and the local day of the daily cap;
   /// monotonic time for back-offs, idleness and requested runs' ends.
   /// `devices`: the node's device table; its real devices (cpu, cuda:N) are probed, with the
-  /// meter and threads their [[devices]] tables name.
+  /// meter and threads their [[devices]] tables name. `demand`: the queue, which probing yields
+  /// to and learns for; `budgets`: the ledger probes' energy is recorded in.
   ProbeService(boost::asio::io_context& io, adapters::StorageWriter& storage, Metrics& metrics, ModelService& models,
-               JobService& jobs, const DeviceTable& devices, ProbeServiceOptions options,
+               const JobDemand& demand, BudgetService& budgets, const DeviceTable& devices, ProbeServiceOptions options,
                const Clock& clock = system_clock());
   ~ProbeService();
 
@@ -89,10 +92,10 @@ class ProbeService {
   /// A job is about to be placed on `device`: a probe there is killed and discarded.
   void preempt(const std::string& device);
   /// A finished job's metered energy beside its estimate: error metric and drift check.
-  void feedback(const JobService::Feedback& feedback);
+  void feedback(const JobFeedback& feedback);
   /// The finished jobs of the stored history (at start): their energy is what probing's worth
   /// is weighed by (probe_pays).
-  void remember_jobs(const std::vector<JobService::Feedback>& history);
+  void remember_jobs(const std::vector<JobFeedback>& history);
 
   /// POST /v1/probes: {"device": "cpu", "seconds": 60}; 202 with the run.
   Result<nlohmann::json> request(const nlohmann::json& body);
@@ -120,7 +123,7 @@ class ProbeService {
   /// in days (max_model_age_hours), against the mean joules of a probe plan here. Seeds and
   /// kinds with no model always pay. When it does not, GET /v1/devices says so.
   bool probe_pays(Device& device, const estimator::PlannedProbe& planned);
-  static void remember_job_energy(Device& device, const JobService::Feedback& feedback);
+  static void remember_job_energy(Device& device, const JobFeedback& feedback);
   void start_probe(Device& device);
   /// Why a run is opened now: "requested", the campaign's reason, or "idle".
   std::string run_reason(const Device& device) const;
@@ -167,7 +170,8 @@ class ProbeService {
   adapters::StorageWriter& storage_;
   Metrics& metrics_;
   ModelService& models_;
-  JobService& jobs_;
+  const JobDemand& demand_;
+  BudgetService& budgets_;
   const DeviceTable& table_;
   ProbeServiceOptions options_;
   const Clock& clock_;

@@ -3,7 +3,7 @@
 // "slurm:<type>" of `slots` devices that placement scores like any other; a job placed there is
 // handed to Slurm with sbatch (its Joule id and epoch in --comment), followed with Slurm's
 // listing, suspended and resumed with scontrol, cancelled with scancel. Slurm's commands block,
-// so they run on a thread of their own; the JobService is only touched on the event loop.
+// so they run on a thread of their own; the job book is only touched on the event loop.
 // After a controller crash, jobs are matched by their Joule id, never by Slurm's id, and a job
 // Slurm lost before it started is submitted again once (adapters/slurm_reconcile.hpp).
 
@@ -22,25 +22,28 @@
 #include "joule/adapters/slurm.hpp"
 #include "joule/adapters/slurm_reconcile.hpp"
 #include "joule/cluster/sync.hpp"
+#include "joule/common/clock.hpp"
 #include "joule/config/daemon_config.hpp"
-#include "joule/daemon/job_service.hpp"
+#include "joule/daemon/node_jobs.hpp"
+#include "joule/schedulers/job.hpp"
 
 namespace joule::daemon {
+
+/// Where each Slurm slot device's model comes from: "slurm:gpu/0" → "sim:server-gpu" or "node/device".
+std::map<std::string, std::string> slurm_model_sources(const config::SlurmConfig& config);
 
 class SlurmExecutor {
  public:
   /// `clock`: the wall time of hand-overs, listings and reports (read on its Slurm thread too).
-  SlurmExecutor(boost::asio::io_context& io, JobService& jobs, config::SlurmConfig config,
+  SlurmExecutor(boost::asio::io_context& io, NodeJobs& nodes, config::SlurmConfig config,
                 const Clock& clock = system_clock());
   ~SlurmExecutor();
 
-  /// Registers the node types' devices with the JobService (on the loop) and starts following Slurm.
+  /// Registers the node types' devices with the book (on the loop) and starts following Slurm.
   void start();
   void stop();
   /// Whether `node` is one of Slurm's ("slurm:<type>").
   bool owns(const std::string& node) const;
-  /// Each slot device's model comes from another name: "slurm:gpu/0" → "sim:server-gpu" or "node/device".
-  std::map<std::string, std::string> model_sources() const;
   /// For GET /v1/nodes: each node type, Slurm's last answer and the jobs handed over.
   nlohmann::json describe() const;
 
@@ -66,7 +69,7 @@ class SlurmExecutor {
   cluster::ReportedJob report_of(const Handed& handed) const;
 
   boost::asio::io_context& io_;
-  JobService& jobs_;
+  NodeJobs& nodes_;
   const Clock& clock_;
   config::SlurmConfig config_;
   adapters::SlurmCli cli_;

@@ -90,14 +90,21 @@ struct Route {
 };
 using RouteTable = Router<Route>;
 
-/// The collaborators routes answer from; set up by Api and its setters.
+/// The collaborators routes answer from (Api's services), and what Api sets as it runs.
 struct ApiContext {
-  ApiContext(JobService& jobs_in, Metrics& metrics_in)
-      : jobs(jobs_in),
-        metrics(metrics_in),
-        estimates(nullptr),
-        no_models(std::make_unique<EstimateService>(jobs_in.device_table())) {
-    estimates = no_models.get();
+  explicit ApiContext(const ApiServices& services)
+      : jobs(services.jobs),
+        metrics(services.metrics),
+        estimates(services.estimates),
+        probes(services.probes),
+        coordinator(services.coordinator),
+        agent(services.agent),
+        slurm(services.slurm),
+        signals(services.signals) {
+    if (!estimates) {
+      no_models = std::make_unique<EstimateService>(jobs.device_table());
+      estimates = no_models.get();
+    }
   }
 
   JobService& jobs;
@@ -107,11 +114,11 @@ struct ApiContext {
   /// What estimates are made with: the daemon's, else one with no models (no_models).
   const EstimateService* estimates;
   std::unique_ptr<EstimateService> no_models;
-  ProbeService* probes = nullptr;
-  ClusterCoordinator* coordinator = nullptr;
-  ClusterAgent* agent = nullptr;
-  const SlurmExecutor* slurm = nullptr;
-  const SignalService* signals = nullptr;
+  ProbeService* probes;
+  ClusterCoordinator* coordinator;
+  ClusterAgent* agent;
+  const SlurmExecutor* slurm;
+  const SignalService* signals;
 };
 
 /// /healthz, /readyz, /metrics.

@@ -37,6 +37,8 @@ class AgentHost {
   virtual void throttle(const schedulers::ThrottleAction& action) = 0;
   /// The joules a running job has used on `device` so far, as of the device's last sample.
   virtual std::optional<double> sampled_energy(const JobRecord& job, const Device& device) const = 0;
+  /// The lease the jobs it runs from now on hold (AgentJobs::set_lease_seconds).
+  virtual void lease_runs_for(double seconds) = 0;
 };
 
 class AgentRunner final : public AgentJobs {
@@ -51,6 +53,7 @@ class AgentRunner final : public AgentJobs {
   void stop_assignment(const std::string& local_id, const std::string& why) override;
   void pause_assignment(const std::string& local_id, bool pause, const std::string& why) override;
   std::vector<cluster::ReportedDevice> reported_devices() const override;
+  void set_lease_seconds(double seconds) override { host_.lease_runs_for(seconds); }
   void set_assignment_changed_hook(std::function<void()> hook) override { changed_ = std::move(hook); }
 
   /// A job run for the coordinator changed state: the hook is called.

@@ -1,0 +1,77 @@
+#pragma once
+// The small interfaces through which the job book and the services that learn from jobs meet:
+// what the book asks of the estimator, what it tells of placements and finished jobs, and what
+// probing asks of the queue. The book is given them at construction (JobServiceLinks); none of
+// them names the book, so the estimates and probing rooms include this header, not its.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "joule/daemon/job_estimate.hpp"
+#include "joule/estimator/probe_campaign.hpp"
+#include "joule/schedulers/job.hpp"
+
+namespace joule::daemon {
+
+class GridSignalFeed;
+
+/// What a finished job tells the device's energy model: its estimate there and its metered energy.
+struct JobFeedback {
+  std::string device;
+  DeviceEstimate estimate;  ///< the job's estimate on that device
+  double joules = 0.0;
+  std::string source;
+  bool partial = false;  ///< adopted after a restart: part of its energy was not metered
+  std::string job_id;
+  std::int64_t finished_ms = 0;
+  std::optional<double> seconds;  ///< how long the run lasted, where this daemon timed it
+};
+
+/// What the book asks of the estimator (EstimateService): a job's estimate rows on each device
+/// it may use, as stored with the job; null where nothing could be estimated.
+class JobEstimator {
+ public:
+  virtual ~JobEstimator() = default;
+  virtual nlohmann::json estimate_job(const schedulers::JobSpec& spec) const = 0;
+};
+
+/// What the book tells the services that share its devices and learn from its jobs (probing, the
+/// outcome correction).
+class JobListener {
+ public:
+  virtual ~JobListener() = default;
+  /// Just before a job is placed on `device`: probing there must stop at once.
+  virtual void placing_on(const std::string& device) = 0;
+  /// A job that ran to its end here and was metered.
+  virtual void finished(const JobFeedback& feedback) = 0;
+};
+
+/// What probing asks of the queue (the book answers).
+class JobDemand {
+ public:
+  virtual ~JobDemand() = default;
+  /// Whether any queued job may run on the device (probing must then leave it alone).
+  virtual bool work_waiting_for(const std::string& device) const = 0;
+  /// The models of queued jobs and of the latest `recent` finished ones, with their batch sizes:
+  /// what the probe planner should learn.
+  virtual std::vector<estimator::WorkloadItem> workload(std::size_t recent) const = 0;
+};
+
+/// The collaborators the book is built with; each may be null (tests, tools) and outlives it.
+struct JobServiceLinks {
+  /// Estimates every job submitted, assigned or estimated again (the estimate is stored with
+  /// the job); null: jobs have no estimates.
+  const JobEstimator* estimator = nullptr;
+  /// Told of placements and finished jobs.
+  JobListener* listener = nullptr;
+  /// The node's carbon signal ([carbon]): placement's min-carbon reads it for every device the
+  /// book places on (an agent's too: the coordinator's signal stands for them), and each job that
+  /// ends metered is accounted in grams under it.
+  const GridSignalFeed* carbon = nullptr;
+};
+
+}  // namespace joule::daemon
