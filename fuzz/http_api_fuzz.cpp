@@ -105,8 +105,8 @@ class Fixture {
         writer_(open_database(dir_)),
         device_table_(devices()),
         jobs_(io_, writer_, metrics_, device_table_, options(dir_), joule::daemon::JobServiceLinks{&estimates_}),
-        open_api_(joule::daemon::ApiServices{jobs_, metrics_, &estimates_}),
-        guarded_api_(joule::daemon::ApiServices{jobs_, metrics_, &estimates_}) {
+        open_api_(joule::daemon::ApiServices{jobs_, metrics_, device_table_, &estimates_}),
+        guarded_api_(joule::daemon::ApiServices{jobs_, metrics_, device_table_, &estimates_}) {
     require(jobs_.recover({}, {}).ok(), "recovery of an empty database failed");
     // As daemon_app.cpp wires it: every device the job may use, estimated with its model.
     estimates_.set_models({{"cpu", simulated_model()}});

@@ -15,7 +15,7 @@
 #include "joule/daemon/job_estimate.hpp"
 #include "joule/daemon/outcome_service.hpp"
 
-using joule::daemon::JobService;
+using joule::daemon::JobFeedback;
 using nlohmann::json;
 
 namespace {
@@ -26,8 +26,8 @@ std::string percent(const json& value) {
 
 // Each succeeded job's feedback, as jouled's finished hook gives it; `with_layers` false keeps
 // only what a compact stored row has (no per-layer breakdown, so no work mix).
-std::vector<JobService::Feedback> feedback_of(const json& run, bool with_layers) {
-  std::vector<JobService::Feedback> out;
+std::vector<JobFeedback> feedback_of(const json& run, bool with_layers) {
+  std::vector<JobFeedback> out;
   std::int64_t order = 0;
   for (const auto& row : run.value("rows", json::array())) {
     if (row.value("state", "") != "succeeded" || !row.contains("estimate_at_submit") ||
@@ -37,7 +37,7 @@ std::vector<JobService::Feedback> feedback_of(const json& run, bool with_layers)
     if (!with_layers) estimate = joule::daemon::compact_estimates(estimate, 0);
     const auto estimates = joule::daemon::read_estimates(estimate);
     if (estimates.empty()) continue;
-    JobService::Feedback feedback;
+    JobFeedback feedback;
     feedback.device = estimates[0].device;
     feedback.estimate = estimates[0];
     feedback.joules = row["energy"].value("joules", 0.0);

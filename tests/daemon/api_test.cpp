@@ -31,7 +31,7 @@ class ApiTest : public ::testing::Test {
       : writer_(std::move(joule::adapters::Database::open(dir_ / "jouled.db")).value()),
         device_table_(devices()),
         jobs_(io_, writer_, metrics_, device_table_, options()),
-        api_(std::make_unique<Api>(joule::daemon::ApiServices{jobs_, metrics_})) {
+        api_(std::make_unique<Api>(joule::daemon::ApiServices{jobs_, metrics_, device_table_})) {
     EXPECT_TRUE(jobs_.recover({}, {}));
   }
 
@@ -417,7 +417,7 @@ TEST_F(ApiTest, estimate_with_a_simulated_model_carries_mean_std_breakdown_and_b
   ASSERT_TRUE(run_campaign(*model, {WorkloadItem{spec, 32}}, meter, options));
   joule::daemon::EstimateService estimates(device_table_);
   estimates.set_models({{"cpu", model}});
-  api_ = std::make_unique<Api>(joule::daemon::ApiServices{jobs_, metrics_, &estimates});
+  api_ = std::make_unique<Api>(joule::daemon::ApiServices{jobs_, metrics_, device_table_, &estimates});
   auto body = body_of(call(http::verb::post, "/v1/estimate", kEstimateBody));
   const auto& estimate = body["estimates"][0];
   ASSERT_EQ(estimate["status"], "ok") << body.dump(2);

@@ -23,9 +23,10 @@ class ClusterCoordinatorTest : public ::testing::Test {
  protected:
   ClusterCoordinatorTest()
       : writer_(std::move(joule::adapters::Database::open(dir_ / "jouled.db")).value()),
-        jobs_(io_, writer_, metrics_, device_table_, options(), clock_),
+        jobs_(io_, writer_, metrics_, device_table_, options(), {}, clock_),
         models_(io_, writer_, metrics_, [] {}),
-        coordinator_(io_, jobs_, models_, metrics_, joule::daemon::CoordinatorOptions{0.2, 1.0}, clock_) {
+        coordinator_(io_, jobs_, device_table_, models_, metrics_, joule::daemon::CoordinatorOptions{0.2, 1.0},
+                     clock_) {
     EXPECT_TRUE(jobs_.recover({}, {}));
     coordinator_.start();
   }

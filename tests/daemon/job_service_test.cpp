@@ -2,6 +2,7 @@
 // clock it is given, and a coordinator's jobs run through the NodeExecutor without processes.
 
 #include "joule/daemon/job_service.hpp"
+#include "jobs/job_record.hpp"
 
 #include "joule/schedulers/time_format.hpp"
 
@@ -50,7 +51,7 @@ class JobServiceTest : public ::testing::Test, protected joule::testing::JobBook
   // A cancel on `book`, answered once it is committed (or refused).
   joule::Result<json> cancel_on(JobService& book, const std::string& id) {
     std::optional<joule::Result<json>> answer;
-    book.cancel(id, [&](joule::Result<json> result) { answer = std::move(result); });
+    book.cancel(id, [&](joule::Result<joule::daemon::JobView> result) { answer = rendered(result); });
     EXPECT_TRUE(run_until([&] { return answer.has_value(); }));
     return answer.value_or(joule::make_error(joule::ErrorCode::internal, "no answer"));
   }
@@ -66,7 +67,7 @@ class JobServiceTest : public ::testing::Test, protected joule::testing::JobBook
     return {std::move(current), std::move(events)};
   }
   // The state the API shows at this moment.
-  std::string shown_now(const std::string& id) { return jobs_.job(id).value()["state"]; }
+  std::string shown_now(const std::string& id) { return shown(id).value()["state"]; }
 
   // An agent with one device that runs jobs, metered by RAPL there.
   void agent_joins(const std::string& node) {
@@ -107,9 +108,9 @@ TEST_F(JobServiceTest, a_job_on_an_agent_runs_through_its_reports_and_keeps_thei
   (void)jobs_.nodes().apply_reports("agent-1", {started});
   // Shown once durable: until its write commits, the job is shown as the database has it.
   EXPECT_EQ(shown_now(id), "placed");
-  EXPECT_EQ(jobs_.jobs("running", 10).value()["total"], 0);
+  EXPECT_EQ(listed("running", 10).value()["total"], 0);
   EXPECT_EQ(state_of(id), "running");
-  EXPECT_EQ(jobs_.jobs("running", 10).value()["total"], 1);
+  EXPECT_EQ(listed("running", 10).value()["total"], 1);
 
   clock_.advance(90s);
   auto ended = reported_job(id, 1, "succeeded");
@@ -121,7 +122,7 @@ TEST_F(JobServiceTest, a_job_on_an_agent_runs_through_its_reports_and_keeps_thei
   const auto recorded = jobs_.nodes().apply_reports("agent-1", {ended});
   EXPECT_EQ(recorded.size(), 1u);
   ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
-  const json job = jobs_.job(id).value();
+  const json job = shown(id).value();
   EXPECT_EQ(job["state"], "succeeded");
   EXPECT_EQ(job["energy"]["joules"], 250.0);
   EXPECT_EQ(job["energy"]["source"], "rapl");
@@ -150,7 +151,7 @@ TEST_F(JobServiceTest, a_lost_agents_job_is_queued_again_and_adopted_when_the_ag
   // ...and its end recorded, once.
   EXPECT_EQ(jobs_.nodes().apply_reports("agent-1", {late}).size(), 1u);
   EXPECT_EQ(state_of(id), "succeeded");
-  EXPECT_EQ(jobs_.job(id).value()["energy"]["joules"], 900.0);
+  EXPECT_EQ(shown(id).value()["energy"]["joules"], 900.0);
   EXPECT_EQ(jobs_.nodes().apply_reports("agent-1", {late}).size(), 1u);  // acknowledged again, not counted twice
 }
 
@@ -161,12 +162,12 @@ TEST_F(JobServiceTest, a_running_jobs_duration_follows_the_monotonic_clock_when_
   ASSERT_TRUE(run_until([&] { return state_of(id) == "running"; }));
   clock_.advance(5s);
   clock_.set_wall(clock_.unix_ms() - 3'600'000);  // an hour back
-  EXPECT_EQ(jobs_.job(id).value()["seconds"], 5.0);
+  EXPECT_EQ(shown(id).value()["seconds"], 5.0);
   clock_.advance(2s);
   std::optional<joule::Result<json>> cancelled;
-  jobs_.cancel(id, [&](joule::Result<json> result) { cancelled = std::move(result); });
+  jobs_.cancel(id, [&](joule::Result<joule::daemon::JobView> result) { cancelled = rendered(result); });
   ASSERT_TRUE(run_until([&] { return state_of(id) == "cancelled"; }));
-  EXPECT_GE(jobs_.job(id).value()["seconds"].get<double>(), 7.0);
+  EXPECT_GE(shown(id).value()["seconds"].get<double>(), 7.0);
 }
 
 TEST_F(JobServiceTest, listing_by_state_pages_with_a_cursor_both_ways_and_counts_the_state) {
@@ -179,22 +180,22 @@ TEST_F(JobServiceTest, listing_by_state_pages_with_a_cursor_both_ways_and_counts
     for (const auto& job : page["jobs"]) out.push_back(job["id"]);
     return out;
   };
-  auto first = jobs_.jobs("queued", 4).value();
+  auto first = listed("queued", 4).value();
   EXPECT_EQ(first["total"], 6);
   EXPECT_EQ(ids_of(first), (std::vector<std::string>{ids[1], ids[2], ids[3], ids[4]}));
-  auto second = jobs_.jobs("queued", 4, first["next"].get<std::string>()).value();
+  auto second = listed("queued", 4, first["next"].get<std::string>()).value();
   EXPECT_EQ(ids_of(second), (std::vector<std::string>{ids[5], ids[6]}));
   EXPECT_TRUE(second["next"].is_null());
-  auto newest = jobs_.jobs("queued", 2, std::nullopt, true).value();
+  auto newest = listed("queued", 2, std::nullopt, true).value();
   EXPECT_EQ(ids_of(newest), (std::vector<std::string>{ids[6], ids[5]}));
-  auto older = jobs_.jobs("queued", 10, newest["next"].get<std::string>(), true).value();
+  auto older = listed("queued", 10, newest["next"].get<std::string>(), true).value();
   EXPECT_EQ(ids_of(older), (std::vector<std::string>{ids[4], ids[3], ids[2], ids[1]}));
-  auto all = jobs_.jobs(std::nullopt, 100).value();
+  auto all = listed(std::nullopt, 100).value();
   EXPECT_EQ(all["total"], 7);
   EXPECT_EQ(ids_of(all), ids);
   // The cursor may be a job of another state: listing goes on after its place in the order.
-  EXPECT_EQ(ids_of(jobs_.jobs("queued", 100, ids[0]).value()).size(), 6u);
-  EXPECT_EQ(jobs_.jobs("placed", 100).value()["total"], 1);
+  EXPECT_EQ(ids_of(listed("queued", 100, ids[0]).value()).size(), 6u);
+  EXPECT_EQ(listed("placed", 100).value()["total"], 1);
 }
 
 TEST_F(JobServiceTest, a_stored_job_that_cannot_be_read_is_skipped_and_the_rest_is_served) {
@@ -212,12 +213,12 @@ TEST_F(JobServiceTest, a_stored_job_that_cannot_be_read_is_skipped_and_the_rest_
   bad_spec.sequence = 3;
   bad_spec.spec_json = R"({"run": {"command": []}})";
   DeviceTable restarted_devices(devices());
-  JobService restarted(io_, writer_, metrics_, restarted_devices, options(), clock_);
+  JobService restarted(io_, writer_, metrics_, restarted_devices, options(), {}, clock_);
   ASSERT_TRUE(restarted.recover({good, unknown_state, bad_spec}, {}));
   EXPECT_TRUE(restarted.job("good"));
   EXPECT_FALSE(restarted.job("odd-state"));
   EXPECT_FALSE(restarted.job("bad-spec"));
-  EXPECT_EQ(restarted.jobs(std::nullopt, 10).value()["total"], 1);
+  EXPECT_EQ(joule::daemon::routes::job_page_json(restarted.jobs(std::nullopt, 10).value(), nullptr)["total"], 1);
 }
 
 TEST_F(JobServiceTest, a_placement_the_database_refuses_leaves_the_job_waiting_until_writes_succeed_again) {
@@ -234,7 +235,7 @@ TEST_F(JobServiceTest, a_placement_the_database_refuses_leaves_the_job_waiting_u
   ASSERT_TRUE(run_until([&] { return jobs_.storage_failure().has_value(); }));
   EXPECT_EQ(state_of(id), "queued");  // waits, not failed, and "placed" was never shown
   EXPECT_TRUE(jobs_.nodes().desired_for("agent-1").empty());
-  EXPECT_EQ(jobs_.jobs("placed", 10).value()["total"], 0);
+  EXPECT_EQ(listed("placed", 10).value()["total"], 0);
 
   ASSERT_TRUE(database_->set_query_only(false));
   // Placing waits a while before it tries again.
@@ -286,7 +287,7 @@ TEST_F(JobServiceTest, a_job_that_ends_while_the_database_refuses_writes_is_stor
   const auto events = database_->load_job_events(id).value();
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back().state, "succeeded");
-  EXPECT_EQ(jobs_.job(id).value()["energy"]["joules"], 120.0);
+  EXPECT_EQ(shown(id).value()["energy"]["joules"], 120.0);
 }
 
 TEST_F(JobServiceTest, a_job_waiting_for_a_budget_is_placed_when_the_services_clock_reaches_the_windows_turn) {
@@ -318,7 +319,7 @@ TEST_F(JobServiceTest, a_job_waiting_for_a_budget_is_placed_when_the_services_cl
   const std::string id = (*submitted)["id"];
   ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
   EXPECT_EQ(state_of(id), "queued");
-  const json waiting = jobs_.job(id).value()["waiting"];
+  const json waiting = shown(id).value()["waiting"];
   ASSERT_EQ(waiting["reason"], "budget") << waiting.dump(2);
   // The 900 J leave the window when their end does: 3540 s from now, as the job is told.
   const auto fits_at = now + 3'540'000;
@@ -361,53 +362,54 @@ TEST_F(JobServiceTest, finished_jobs_leave_memory_and_are_served_from_the_databa
     return out;
   };
   // Five of the seven cancelled jobs are out of memory now; paging crosses from one to the other.
-  auto first = jobs_.jobs("cancelled", 3).value();
+  auto first = listed("cancelled", 3).value();
   EXPECT_EQ(first["total"], 7);
   EXPECT_EQ(ids_of(first), (std::vector<std::string>{ids[1], ids[2], ids[3]}));
-  auto rest = jobs_.jobs("cancelled", 10, first["next"].get<std::string>()).value();
+  auto rest = listed("cancelled", 10, first["next"].get<std::string>()).value();
   EXPECT_EQ(ids_of(rest), (std::vector<std::string>{ids[4], ids[5], ids[6], ids[7]}));
   EXPECT_TRUE(rest["next"].is_null());
-  auto newest = jobs_.jobs(std::nullopt, 3, std::nullopt, true).value();
+  auto newest = listed(std::nullopt, 3, std::nullopt, true).value();
   EXPECT_EQ(newest["total"], 8);
   EXPECT_EQ(ids_of(newest), (std::vector<std::string>{ids[7], ids[6], ids[5]}));
-  auto older = jobs_.jobs(std::nullopt, 10, newest["next"].get<std::string>(), true).value();
+  auto older = listed(std::nullopt, 10, newest["next"].get<std::string>(), true).value();
   EXPECT_EQ(ids_of(older), (std::vector<std::string>{ids[4], ids[3], ids[2], ids[1], ids[0]}));
   EXPECT_EQ(older["jobs"][4]["state"], "placed");  // shown from memory, as it stands
   // A job read back shows what it showed in memory: its state, reason and history.
-  auto old = jobs_.job(ids[1]).value();
+  auto old = shown(ids[1]).value();
   EXPECT_EQ(old["state"], "cancelled");
   EXPECT_EQ(old["reason"], "cancelled while queued");
   ASSERT_EQ(old["events"].size(), 2u);
   EXPECT_EQ(old["events"][1]["state"], "cancelled");
-  EXPECT_EQ(jobs_.owner_of(ids[1]).value(), "token:test");
-  EXPECT_TRUE(jobs_.log_path(ids[1], "stdout"));
+  EXPECT_EQ(jobs_.job(ids[1], false).value().job().row.owner, "token:test");
+  EXPECT_FALSE(jobs_.job(ids[1], false).value().directory.empty());  // where its logs are
   const auto again = cancel_on(jobs_, ids[1]);
   ASSERT_FALSE(again);
   EXPECT_EQ(again.error().code, joule::ErrorCode::conflict);
   EXPECT_EQ(again.error().message, fmt::format("job {} has already cancelled", ids[1]));
   EXPECT_EQ(jobs_.pause(ids[1], true).error().code, joule::ErrorCode::conflict);
-  EXPECT_EQ(jobs_.job("no-such-job").error().code, joule::ErrorCode::not_found);
+  EXPECT_EQ(shown("no-such-job").error().code, joule::ErrorCode::not_found);
 
   // A restarted book loads what is not finished and the latest finished, and counts the rest.
   auto [current, events] = stored_for_start(2);
   EXPECT_EQ(current.size(), 3u);  // the placed job and the last two cancelled (none other ended)
   DeviceTable restarted_devices(devices());
-  JobService restarted(io_, writer_, metrics_, restarted_devices, options(), clock_);
+  JobService restarted(io_, writer_, metrics_, restarted_devices, options(), {}, clock_);
   restarted.keep_finished_in(*archive_, 2);
   ASSERT_TRUE(restarted.recover(std::move(current), std::move(events)));
-  auto listed = restarted.jobs("cancelled", 100).value();
+  auto listed = joule::daemon::routes::job_page_json(restarted.jobs("cancelled", 100).value(), nullptr);
   EXPECT_EQ(listed["total"], 7);
   EXPECT_EQ(ids_of(listed).size(), 7u);
-  EXPECT_EQ(restarted.jobs(std::nullopt, 100).value()["total"], 8);
-  EXPECT_EQ(restarted.job(ids[2]).value()["state"], "cancelled");
+  EXPECT_EQ(joule::daemon::routes::job_page_json(restarted.jobs(std::nullopt, 100).value(), nullptr)["total"], 8);
+  EXPECT_EQ(rendered(restarted.job(ids[2])).value()["state"], "cancelled");
   // A new job is numbered after every stored one, not only after those loaded: it lists last.
   std::optional<joule::Result<json>> submitted;
   restarted.submit({{"run", {{"command", {"train"}}}}, {"constraints", {{"devices", {"agent-1/cpu"}}}}},
                    JobService::Submitter{"token:test", std::nullopt},
-                   [&](joule::Result<json> result) { submitted = std::move(result); });
+                   [&](joule::Result<joule::daemon::JobView> result) { submitted = rendered(result); });
   ASSERT_TRUE(run_until([&] { return submitted.has_value(); }));
   ASSERT_TRUE(*submitted) << submitted->error().message;
-  auto latest = restarted.jobs(std::nullopt, 1, std::nullopt, true).value();
+  auto latest =
+      joule::daemon::routes::job_page_json(restarted.jobs(std::nullopt, 1, std::nullopt, true).value(), nullptr);
   EXPECT_EQ(ids_of(latest), (std::vector<std::string>{(**submitted)["id"].get<std::string>()}));
 }
 
@@ -428,7 +430,7 @@ TEST_F(JobServiceTest, finished_jobs_older_than_keep_finished_days_leave_the_dat
   options.keep_finished_days = 1;
   auto [current, events] = stored_for_start(1);
   DeviceTable pruning_devices(devices());
-  JobService pruning(io_, writer_, metrics_, pruning_devices, options, clock_);
+  JobService pruning(io_, writer_, metrics_, pruning_devices, options, {}, clock_);
   pruning.keep_finished_in(*archive_, 1);
   ASSERT_TRUE(pruning.recover(std::move(current), std::move(events)));
   clock_.advance(36h);
@@ -438,8 +440,8 @@ TEST_F(JobServiceTest, finished_jobs_older_than_keep_finished_days_leave_the_dat
   EXPECT_FALSE(database_->find_job(ids[2]).value());
   EXPECT_TRUE(database_->load_job_events(ids[1]).value().empty());
   EXPECT_EQ(pruning.job(ids[1]).error().code, joule::ErrorCode::not_found);
-  EXPECT_EQ(pruning.job(ids[3]).value()["state"], "cancelled");  // a day and a half younger
-  EXPECT_EQ(pruning.jobs("cancelled", 10).value()["total"], 1);
-  EXPECT_EQ(pruning.jobs(std::nullopt, 10).value()["total"], 2);  // and the placed one
+  EXPECT_EQ(pruning.job(ids[3]).value().job().row.state, "cancelled");  // a day and a half younger
+  EXPECT_EQ(pruning.jobs("cancelled", 10).value().total, 1u);
+  EXPECT_EQ(pruning.jobs(std::nullopt, 10).value().total, 2u);  // and the placed one
   ASSERT_TRUE(run_until([&] { return !std::filesystem::exists(log_directory); }));
 }

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "http/routes/job_json.hpp"
 #include "joule/adapters/storage_writer.hpp"
 #include "joule/common/clock.hpp"
 #include "joule/daemon/job_service.hpp"
@@ -81,9 +82,24 @@ class JobBook {
   Result<nlohmann::json> submit(const nlohmann::json& body) {
     std::optional<Result<nlohmann::json>> answer;
     jobs_.submit(body, daemon::JobService::Submitter{"token:test", std::nullopt},
-                 [&](Result<nlohmann::json> result) { answer = std::move(result); });
+                 [&](Result<daemon::JobView> result) { answer = rendered(result); });
     EXPECT_TRUE(run_until([&] { return answer.has_value(); }));
     return answer.value_or(make_error(ErrorCode::internal, "no answer"));
+  }
+
+  /// GET /v1/jobs/{id} as the API renders what the book returns.
+  Result<nlohmann::json> shown(const std::string& id) const { return rendered(jobs_.job(id)); }
+  /// GET /v1/jobs?state=...: one page, rendered.
+  Result<nlohmann::json> listed(const std::optional<std::string>& state, std::size_t limit,
+                                const std::optional<std::string>& after = std::nullopt,
+                                bool newest_first = false) const {
+    auto page = jobs_.jobs(state, limit, after, newest_first);
+    if (!page) return page.error();
+    return daemon::routes::job_page_json(*page, nullptr);
+  }
+  static Result<nlohmann::json> rendered(const Result<daemon::JobView>& view) {
+    if (!view) return view.error();
+    return daemon::routes::job_json(*view, true, nullptr);
   }
 
  protected:

@@ -36,6 +36,13 @@ void warn_when_carbon_is_wanted_but_missing(const schedulers::Policy& policy, co
         "min-energy until one is set");
 }
 
+// The version and this node's name on every series; the name.
+std::string label_metrics(Metrics& metrics, const config::DaemonConfig& config) {
+  metrics.set_up_info(JOULE_VERSION);
+  metrics.set_node(node_name(config));
+  return node_name(config);
+}
+
 }  // namespace
 
 void LearningFromJobs::placing_on(const std::string& device) {
@@ -57,6 +64,7 @@ Daemon::Daemon(const CommandLine& command_line, config::DaemonConfig config)
       clock_(joule::system_clock()),
       state_(open_state(config_)),
       storage_(std::move(state_.database)),
+      node_name_(label_metrics(metrics_, config_)),
       devices_(open_devices(config_)),
       control_journal_(open_control_journal(config_.state_directory / "controls.json", devices_, config_.nvpmodel)),
       job_options_([this] {
@@ -80,18 +88,18 @@ Daemon::Daemon(const CommandLine& command_line, config::DaemonConfig config)
       coordinator_(config_.cluster.role != "coordinator"
                        ? nullptr
                        : std::make_unique<ClusterCoordinator>(
-                             io_, jobs_, models_, metrics_,
+                             io_, jobs_, devices_, models_, metrics_,
                              CoordinatorOptions{config_.cluster.heartbeat_seconds, config_.cluster.lost_after_seconds},
                              clock_)),
-      agent_(config_.cluster.role != "agent"
-                 ? nullptr
-                 : std::make_unique<ClusterAgent>(
-                       io_, jobs_.agent(), models_,
-                       AgentOptions{job_options_.node_name, config_.cluster.coordinator,
-                                    read_token_file(config_.cluster.token_file), config_.cluster.ca_file, JOULE_VERSION,
-                                    config_.cluster.lost_after_seconds},
-                       clock_)),
-      api_(ApiServices{jobs_, metrics_, &estimates_, &probes_, coordinator_.get(), agent_.get(), slurm_.get(),
+      agent_(
+          config_.cluster.role != "agent"
+              ? nullptr
+              : std::make_unique<ClusterAgent>(
+                    io_, jobs_.agent(), models_,
+                    AgentOptions{node_name_, config_.cluster.coordinator, read_token_file(config_.cluster.token_file),
+                                 config_.cluster.ca_file, JOULE_VERSION, config_.cluster.lost_after_seconds},
+                    clock_)),
+      api_(ApiServices{jobs_, metrics_, devices_, &estimates_, &probes_, coordinator_.get(), agent_.get(), slurm_.get(),
                        &signals_}),
       server_(
           io_,
@@ -100,8 +108,6 @@ Daemon::Daemon(const CommandLine& command_line, config::DaemonConfig config)
           },
           server_options(config_, coordinator_ != nullptr),
           [this](unsigned status) { metrics_.observe_request("refused", status, 0.0); }) {
-  metrics_.set_up_info(JOULE_VERSION);
-  metrics_.set_node(job_options_.node_name);
   jobs_.keep_finished_in(*state_.archive);
   jobs_.budgets().set_policy(checked(load_policy(policy_directory(config_, command_line_)), "policies: "));
   jobs_.budgets().load(state_.energy_uses);

@@ -89,6 +89,8 @@ class Daemon {
   boost::asio::signal_set stop_signals_{io_, SIGTERM, SIGINT};
   boost::asio::signal_set reload_signal_{io_, SIGHUP};
   Metrics metrics_;
+  // Every series is labelled with this node before any service adds one.
+  const std::string node_name_;
   SystemdNotifier notifier_;
   DeviceTable devices_;
   std::unique_ptr<adapters::ControlJournal> control_journal_;

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "http/routes/call.hpp"
+#include "jobs/job_record.hpp"
 #include "joule/common/text.hpp"
 
 namespace joule::daemon {
@@ -72,12 +73,13 @@ std::optional<Error> missing_scope(routes::Guard guard, const Principal& princip
 // Whether the principal may act on job `id` (its owner, or an admin): not_found for no such
 // job, permission_denied for someone else's.
 std::optional<Error> not_owner(const JobService& jobs, const Principal& principal, const std::string& id) {
-  auto owner = jobs.owner_of(id);
-  if (!owner) return owner.error();
-  if (principal.may_act_on(*owner)) return std::nullopt;
+  auto job = jobs.job(id, false);
+  if (!job) return job.error();
+  const std::string& owner = job->job().row.owner;
+  if (principal.may_act_on(owner)) return std::nullopt;
   return make_error(ErrorCode::permission_denied,
                     fmt::format("job {} is {}'s; {} may act only on its own jobs", id,
-                                owner->empty() ? "an administrator" : *owner, principal.name));
+                                owner.empty() ? "an administrator" : owner, principal.name));
 }
 
 }  // namespace

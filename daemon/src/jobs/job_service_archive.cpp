@@ -150,30 +150,29 @@ Error JobService::not_in_memory(const std::string& id, const std::string& finish
                     fmt::format("job {} {}", id, fmt::format(fmt::runtime(finished_why), (*job)->row.state)));
 }
 
-Result<json> JobService::archived_page(const std::optional<std::string>& state, std::size_t limit,
-                                       std::optional<std::int64_t> after_sequence, bool newest_first) const {
+Result<JobPage> JobService::archived_page(const std::optional<std::string>& state, std::size_t limit,
+                                          std::optional<std::int64_t> after_sequence, bool newest_first) const {
   auto rows = archive_->page_jobs(state, after_sequence, limit + 1, newest_first);
   if (!rows) return make_error(ErrorCode::unavailable, fmt::format("cannot list jobs: {}", rows.error().message));
   const bool more = rows->size() > limit;
   if (more) rows->resize(limit);
-  const json next = more ? json(rows->back().id) : json(nullptr);
-  json out = json::array();
+  JobPage out;
+  if (more) out.next = rows->back().id;
   for (auto& row : *rows) {
     // What is in memory may be newer than the row (a commit whose answer is on its way): the
     // API shows a job one way whichever path reads it. A row out of memory that is not
     // finished is one skipped at start, or a submission whose commit is not answered yet.
     if (const auto it = jobs_.find(row.id); it != jobs_.end())
-      out.push_back(to_json(*it->second, false));
+      out.jobs.push_back(view_of(*it->second));
     else if (finished_row(row))
-      out.push_back(to_json(*record_of(std::move(row), {}), false));
+      out.jobs.push_back(view_of(record_of(std::move(row), {})));
   }
-  std::size_t total = 0;
   if (state) {
-    total = count_in(*schedulers::job_state_from_string(*state));
+    out.total = count_in(*schedulers::job_state_from_string(*state));
   } else {
-    for (std::size_t i = 0; i < sequences_by_state_.size(); ++i) total += count_in(static_cast<JobState>(i));
+    for (std::size_t i = 0; i < sequences_by_state_.size(); ++i) out.total += count_in(static_cast<JobState>(i));
   }
-  return json{{"jobs", std::move(out)}, {"total", total}, {"next", next}};
+  return out;
 }
 
 std::vector<JobService::Feedback> JobService::archived_feedback() const {

@@ -76,7 +76,7 @@ Device& JobService::remote_device(const std::string& name) {
   return device;
 }
 
-Result<json> JobService::pause(const std::string& id, bool pause) {
+Result<JobView> JobService::pause(const std::string& id, bool pause) {
   auto it = jobs_.find(id);
   if (it == jobs_.end())
     return not_in_memory(id, fmt::format("is {{}}: only a running job can be {}", pause ? "paused" : "resumed"));
@@ -95,7 +95,7 @@ Result<json> JobService::pause(const std::string& id, bool pause) {
       return make_error(ErrorCode::unavailable,
                         fmt::format("job {} could not be {} (see the log)", id, pause ? "paused" : "resumed"));
   }
-  return to_json(job, true);
+  return view_of(job);
 }
 
 // --- Agent ---

@@ -1,6 +1,6 @@
 #include "joule/daemon/cluster_service.hpp"
 
-#include "jobs/device_views.hpp"
+#include "nodes/device_views.hpp"
 
 #include <list>
 
@@ -31,10 +31,12 @@ std::int64_t millis(double seconds) { return static_cast<std::int64_t>(seconds *
 
 // ---------------------------------------------------------------- coordinator
 
-ClusterCoordinator::ClusterCoordinator(asio::io_context& io, JobService& jobs, ModelService& models, Metrics& metrics,
-                                       CoordinatorOptions options, const Clock& clock)
+ClusterCoordinator::ClusterCoordinator(asio::io_context& io, JobService& jobs, const DeviceTable& devices,
+                                       ModelService& models, Metrics& metrics, CoordinatorOptions options,
+                                       const Clock& clock)
     : io_(io),
       jobs_(jobs),
+      devices_(devices),
       models_(models),
       metrics_(metrics),
       options_(options),
@@ -219,7 +221,7 @@ json ClusterCoordinator::nodes(std::size_t limit, const std::optional<std::strin
   auto it = after ? all.upper_bound(*after) : all.begin();
   for (; it != all.end() && out.size() < limit; ++it) {
     const auto& [name, node] = *it;
-    json devices = node_devices_view(jobs_.device_table(), name, estimates_);
+    json devices = node_devices_view(devices_, name, estimates_);
     double power = 0.0;
     std::size_t running = 0;
     for (const auto& device : devices) {

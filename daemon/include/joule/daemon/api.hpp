@@ -37,6 +37,8 @@ struct Routes;
 struct ApiServices {
   JobService& jobs;
   Metrics& metrics;
+  /// The book's devices (GET /v1/devices, /v1/nodes).
+  const DeviceTable& devices;
   /// POST /v1/estimate and /v1/advise answer from its models, corrected by what finished jobs
   /// taught; null: from no model, so they give counts and say why no joules.
   const EstimateService* estimates = nullptr;

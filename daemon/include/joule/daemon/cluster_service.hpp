@@ -44,8 +44,9 @@ class ClusterCoordinator {
 
   /// `clock`: leases run on its monotonic time (a wall clock set forward must not declare every
   /// node lost); its wall time only dates what GET /v1/nodes shows.
-  ClusterCoordinator(boost::asio::io_context& io, JobService& jobs, ModelService& models, Metrics& metrics,
-                     CoordinatorOptions options, const Clock& clock = system_clock());
+  /// `devices`: the book's device table, which holds the agents' devices as they report them.
+  ClusterCoordinator(boost::asio::io_context& io, JobService& jobs, const DeviceTable& devices, ModelService& models,
+                     Metrics& metrics, CoordinatorOptions options, const Clock& clock = system_clock());
   ~ClusterCoordinator();
 
   /// Expects the nodes the stored jobs were placed on, and starts watching leases.
@@ -81,6 +82,7 @@ class ClusterCoordinator {
 
   boost::asio::io_context& io_;
   JobService& jobs_;
+  const DeviceTable& devices_;
   const EstimateService* estimates_ = nullptr;
   ModelService& models_;
   Metrics& metrics_;

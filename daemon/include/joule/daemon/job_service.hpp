@@ -43,6 +43,7 @@
 #include "joule/daemon/job_accounts.hpp"
 #include "joule/daemon/job_estimate.hpp"
 #include "joule/daemon/job_links.hpp"
+#include "joule/daemon/job_view.hpp"
 #include "joule/daemon/local_run_options.hpp"
 #include "joule/daemon/metrics.hpp"
 #include "joule/daemon/node_jobs.hpp"
@@ -75,7 +76,8 @@ struct JobServiceOptions : LocalRunOptions {
 
 class JobService final : public JobDemand {
  public:
-  using Done = std::function<void(Result<nlohmann::json>)>;
+  /// Gets the job as committed, or why not; rendered at once (the view points into the book).
+  using Done = std::function<void(Result<JobView>)>;
 
   /// `devices`: the node's device table, which the book places on and samples; on a
   /// coordinator it adds the agents' devices to it. `links`: the estimator, the listener and the
@@ -106,18 +108,14 @@ class JobService final : public JobDemand {
   };
   /// Validates and stores a submission; `done` gets the job (201) once it is committed.
   void submit(const nlohmann::json& body, Submitter submitter, Done done);
-  /// The owner of a job ("" for jobs from before owners were kept), or not_found.
-  Result<std::string> owner_of(const std::string& id) const;
   /// Cancels: a queued job at once; a running one by TERM then KILL after the grace period.
   void cancel(const std::string& id, Done done);
   /// Pauses or resumes a running job by hand (POST /v1/jobs/{id}/pause, /resume): SIGSTOP here,
   /// on its agent, or `scontrol suspend` on Slurm. The policy's throttling leaves it as it is.
-  Result<nlohmann::json> pause(const std::string& id, bool pause);
-  /// A running job's "epoch k of N done" (POST /v1/jobs/{id}/progress), authenticated by the
-  /// token handed to it in JOULE_JOB_TOKEN; answers with its energy so far and its projection.
-  Result<nlohmann::json> report_progress(const std::string& id, const std::string& token, const nlohmann::json& body);
-  /// Whether `token` is the job's progress token (constant time).
-  bool job_token_matches(const std::string& id, const std::string& token) const;
+  Result<JobView> pause(const std::string& id, bool pause);
+  /// A running job's "epoch k of N done" (POST /v1/jobs/{id}/progress; the route checks the
+  /// token handed to it in JOULE_JOB_TOKEN): its energy so far and its projection.
+  Result<ProgressAnswer> report_progress(const std::string& id, const ProgressReport& report);
   /// The URL jobs reach the API at (JOULE_URL), known once the server listens.
   void set_api_url(std::string url);
 
@@ -127,17 +125,13 @@ class JobService final : public JobDemand {
   void set_policy(schedulers::Policy policy);
   /// GET /v1/budgets.
   nlohmann::json budgets_view() const;
-  Result<nlohmann::json> job(const std::string& id) const;
+  /// A job in memory or in the database (its events read back only `with_events`), or not_found.
+  Result<JobView> job(const std::string& id, bool with_events = true) const;
   /// One page of jobs in submission order (newest first with `newest_first`), optionally only
   /// those in `state`: at most `limit`, starting after the job `after` in that order (a cursor
-  /// from the previous page's "next"). The answer holds "jobs", "total" (every job in `state`)
-  /// and "next" (the id to list after, or null at the end).
-  Result<nlohmann::json> jobs(const std::optional<std::string>& state, std::size_t limit,
-                              const std::optional<std::string>& after = std::nullopt, bool newest_first = false) const;
-  /// The file holding a job's "stdout" or "stderr".
-  Result<std::filesystem::path> log_path(const std::string& id, const std::string& stream) const;
-  /// The devices it places on (shared with the executors and probing).
-  const DeviceTable& device_table() const { return devices_; }
+  /// from the previous page's `next`).
+  Result<JobPage> jobs(const std::optional<std::string>& state, std::size_t limit,
+                       const std::optional<std::string>& after = std::nullopt, bool newest_first = false) const;
   /// One line for systemd's STATUS=: jobs waiting and running, and each device's power.
   std::string summary() const;
 
@@ -182,6 +176,9 @@ class JobService final : public JobDemand {
   class Host;  // the ExecutorHost the executors report to (job_service.cpp)
   using Write = adapters::StorageWriter::Write;
 
+  /// What the API shows of a job beside its record.
+  JobView view_of(const Job& job) const;
+  JobView view_of(std::unique_ptr<Job> archived) const;
   Status check_runnable(const schedulers::JobSpec& spec,
                         const std::optional<adapters::JobIdentity>& identity = std::nullopt) const;
   /// Whether a device of this node (not an agent's) may run it.
@@ -264,8 +261,8 @@ class JobService final : public JobDemand {
   std::unique_ptr<Job> record_of(adapters::StoredJob row, std::vector<adapters::StoredEvent> events) const;
   /// A page of GET /v1/jobs from the archive (every job, or a finished state), the jobs in
   /// memory shown as memory has them.
-  Result<nlohmann::json> archived_page(const std::optional<std::string>& state, std::size_t limit,
-                                       std::optional<std::int64_t> after_sequence, bool newest_first) const;
+  Result<JobPage> archived_page(const std::optional<std::string>& state, std::size_t limit,
+                                std::optional<std::int64_t> after_sequence, bool newest_first) const;
   /// Jobs shown in `state`, in memory and out of it.
   std::size_t count_in(schedulers::JobState state) const;
   std::vector<Feedback> archived_feedback() const;
@@ -278,7 +275,6 @@ class JobService final : public JobDemand {
   void set_state(Job& job, schedulers::JobState to);
   /// What a job's energy figure covers on `device`, as GET /v1/jobs/{id} says it.
   std::string energy_scope(const std::string& device, const std::string& source) const;
-  nlohmann::json to_json(const Job& job, bool with_events) const;
   std::int64_t now_ms() const { return clock_.unix_ms(); }
   /// How long a job has run (or ran): on the monotonic clock where this daemon timed it, else
   /// from its stored timestamps, never below zero.

@@ -95,6 +95,7 @@ struct ApiContext {
   explicit ApiContext(const ApiServices& services)
       : jobs(services.jobs),
         metrics(services.metrics),
+        devices(services.devices),
         estimates(services.estimates),
         probes(services.probes),
         coordinator(services.coordinator),
@@ -102,13 +103,14 @@ struct ApiContext {
         slurm(services.slurm),
         signals(services.signals) {
     if (!estimates) {
-      no_models = std::make_unique<EstimateService>(jobs.device_table());
+      no_models = std::make_unique<EstimateService>(devices);
       estimates = no_models.get();
     }
   }
 
   JobService& jobs;
   Metrics& metrics;
+  const DeviceTable& devices;
   AccessConfig access;
   bool ready = false;
   /// What estimates are made with: the daemon's, else one with no models (no_models).

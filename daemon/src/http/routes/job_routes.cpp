@@ -1,8 +1,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <openssl/crypto.h>
+
 #include "http/routes/call.hpp"
+#include "http/routes/job_json.hpp"
+#include "jobs/job_record.hpp"
 #include "joule/adapters/log_file.hpp"
+#include "joule/common/sha256.hpp"
 #include "joule/common/text.hpp"
 
 // /v1/jobs: submit, list (paged), show, cancel, pause/resume, log windows, and the progress a
@@ -30,19 +35,34 @@ void hide_env_values(json& job) {
   for (auto& [name, value] : run["env"].items()) value = "(hidden: not your job)";
 }
 
-void submit(Call& call, JobService& jobs) {
+// The carbon signal a job that has not started is shown under (none without [carbon]).
+const GridSignalFeed* carbon_of(const ApiContext& context) {
+  return context.signals ? &context.signals->carbon() : nullptr;
+}
+
+// Whether `token` is the job's progress token (constant time).
+bool job_token_matches(const JobRecord& job, const std::string& token) {
+  if (job.row.token_sha256.empty() || token.empty()) return false;
+  const std::string presented = joule::sha256_hex(token);
+  const std::string& stored = job.row.token_sha256;
+  return stored.size() == presented.size() && CRYPTO_memcmp(stored.data(), presented.data(), stored.size()) == 0;
+}
+
+void submit(Call& call, ApiContext& context) {
   auto body = parse_json_body(call.request.body());
   if (!body) return call.fail(body.error());
   JobService::Submitter submitter{call.principal->name, call.principal->uid};
-  jobs.submit(*body, std::move(submitter), [answer = call.answer, target = call.target](Result<json> result) {
-    if (!result) return answer(problem_response(result.error(), target));
-    HttpResponse response = json_response(http::status::created, *result);
-    response.set(http::field::location, "/v1/jobs/" + (*result)["id"].get<std::string>());
-    answer(std::move(response));
-  });
+  context.jobs.submit(
+      *body, std::move(submitter),
+      [answer = call.answer, target = call.target, carbon = carbon_of(context)](Result<JobView> result) {
+        if (!result) return answer(problem_response(result.error(), target));
+        HttpResponse response = json_response(http::status::created, job_json(*result, true, carbon));
+        response.set(http::field::location, "/v1/jobs/" + result->job().row.id);
+        answer(std::move(response));
+      });
 }
 
-void list(Call& call, const JobService& jobs) {
+void list(Call& call, const ApiContext& context) {
   const auto state = call.query("state");
   // A page is at most kMaxJobsPage jobs: building thousands at once held the event loop for
   // half a second and a slow reader kept megabytes of answer in memory. Clients page on with
@@ -59,14 +79,15 @@ void list(Call& call, const JobService& jobs) {
                                             "\"{}\"",
                                             order),
                                 "order"));
-  auto listed = jobs.jobs(state, limit, call.query("after"), order == "newest");
-  if (!listed) return call.fail(listed.error());
-  for (auto& job : (*listed)["jobs"]) {
+  auto page = context.jobs.jobs(state, limit, call.query("after"), order == "newest");
+  if (!page) return call.fail(page.error());
+  json listed = job_page_json(*page, carbon_of(context));
+  for (auto& job : listed["jobs"]) {
     if (!call.principal->may_act_on(job.value("owner", ""))) hide_env_values(job);
   }
-  HttpResponse response = json_response(http::status::ok, *listed);
-  if (const auto& next = (*listed)["next"]; next.is_string()) {
-    std::string link = fmt::format("/v1/jobs?limit={}&after={}", limit, percent_encode(next.get<std::string>()));
+  HttpResponse response = json_response(http::status::ok, listed);
+  if (page->next) {
+    std::string link = fmt::format("/v1/jobs?limit={}&after={}", limit, percent_encode(*page->next));
     if (state) link += "&state=" + percent_encode(*state);
     if (order == "newest") link += "&order=newest";
     response.set(http::field::link, fmt::format("<{}>; rel=\"next\"", link));
@@ -74,25 +95,38 @@ void list(Call& call, const JobService& jobs) {
   call.answer(std::move(response));
 }
 
-void show(Call& call, const JobService& jobs) {
-  auto job = jobs.job(call.param("id"));
-  if (job && !call.principal->may_act_on(job->value("owner", ""))) hide_env_values(*job);
-  call.send(std::move(job));
+void show(Call& call, const ApiContext& context) {
+  auto view = context.jobs.job(call.param("id"));
+  if (!view) return call.fail(view.error());
+  json job = job_json(*view, true, carbon_of(context));
+  if (!call.principal->may_act_on(view->job().row.owner)) hide_env_values(job);
+  call.answer(json_response(http::status::ok, job));
 }
 
-void cancel(Call& call, JobService& jobs) {
-  jobs.cancel(call.param("id"), [answer = call.answer, target = call.target](Result<json> result) {
+void cancel(Call& call, ApiContext& context) {
+  context.jobs.cancel(call.param("id"), [answer = call.answer, target = call.target,
+                                         carbon = carbon_of(context)](Result<JobView> result) {
     if (!result) return answer(problem_response(result.error(), target));
-    const bool done = (*result)["state"] == "cancelled";
-    answer(json_response(done ? http::status::ok : http::status::accepted, *result));
+    const json job = job_json(*result, true, carbon);
+    const bool done = job["state"] == "cancelled";
+    answer(json_response(done ? http::status::ok : http::status::accepted, job));
   });
+}
+
+void pause(Call& call, ApiContext& context, bool pause) {
+  auto view = context.jobs.pause(call.param("id"), pause);
+  if (!view) return call.fail(view.error());
+  call.answer(json_response(http::status::ok, job_json(*view, true, carbon_of(context))));
 }
 
 void log(Call& call, const JobService& jobs) {
   const std::string& id = call.param("id");
   const std::string stream = call.query("stream").value_or("stdout");
-  auto path = jobs.log_path(id, stream);
-  if (!path) return call.fail(path.error());
+  auto view = jobs.job(id, false);
+  if (!view) return call.fail(view.error());
+  if (stream != "stdout" && stream != "stderr")
+    return call.fail(make_error(ErrorCode::invalid_argument, "stream must be stdout or stderr", "stream"));
+  const auto path = std::make_optional(view->directory / (stream + ".log"));
   // One answer carries at most kMaxLogChunkBytes; a client pages on from Joule-Log-Next-Offset
   // (joulectl logs does), so a reader of a huge log never makes jouled hold it whole.
   adapters::LogWindow window{std::nullopt, kMaxLogChunkBytes, kMaxLogChunkBytes};
@@ -125,22 +159,35 @@ void log(Call& call, const JobService& jobs) {
 
 // A job reports its progress with its own token (JOULE_JOB_TOKEN), not an API token.
 void progress(Call& call, JobService& jobs) {
+  const std::string& id = call.param("id");
   auto body = parse_json_body(call.request.body());
   if (!body) return call.fail(body.error());
-  call.send(jobs.report_progress(call.param("id"), bearer_token(call.request), *body));
+  auto view = jobs.job(id, false);
+  if (!view) return call.fail(view.error());
+  const JobRecord& job = view->job();
+  if (!job_token_matches(job, bearer_token(call.request)))
+    return call.fail(make_error(ErrorCode::unauthorized,
+                                "progress needs the job's own token (JOULE_JOB_TOKEN) as the bearer token"));
+  if (job.state != schedulers::JobState::running && job.state != schedulers::JobState::throttled)
+    return call.fail(make_error(ErrorCode::conflict, fmt::format("job {} is {}, not running", id, job.row.state)));
+  auto report = parse_progress(*body);
+  if (!report) return call.fail(report.error());
+  auto answer = jobs.report_progress(id, *report);
+  if (!answer) return call.fail(answer.error());
+  call.answer(json_response(http::status::ok, progress_json(id, *report, *answer)));
 }
 
 }  // namespace
 
 void add_job_routes(RouteTable& table, ApiContext& context) {
   JobService& jobs = context.jobs;
-  table.add(Verb::get, "/v1/jobs", {Guard::read, false, [&jobs](Call& call) { list(call, jobs); }});
-  table.add(Verb::post, "/v1/jobs", {Guard::submit, false, [&jobs](Call& call) { submit(call, jobs); }});
-  table.add(Verb::get, "/v1/jobs/{id}", {Guard::read, false, [&jobs](Call& call) { show(call, jobs); }});
-  table.add(Verb::delete_, "/v1/jobs/{id}", {Guard::submit, true, [&jobs](Call& call) { cancel(call, jobs); }});
-  for (const bool pause : {true, false}) {
-    table.add(Verb::post, pause ? "/v1/jobs/{id}/pause" : "/v1/jobs/{id}/resume",
-              {Guard::submit, true, [&jobs, pause](Call& call) { call.send(jobs.pause(call.param("id"), pause)); }});
+  table.add(Verb::get, "/v1/jobs", {Guard::read, false, [&context](Call& call) { list(call, context); }});
+  table.add(Verb::post, "/v1/jobs", {Guard::submit, false, [&context](Call& call) { submit(call, context); }});
+  table.add(Verb::get, "/v1/jobs/{id}", {Guard::read, false, [&context](Call& call) { show(call, context); }});
+  table.add(Verb::delete_, "/v1/jobs/{id}", {Guard::submit, true, [&context](Call& call) { cancel(call, context); }});
+  for (const bool paused : {true, false}) {
+    table.add(Verb::post, paused ? "/v1/jobs/{id}/pause" : "/v1/jobs/{id}/resume",
+              {Guard::submit, true, [&context, paused](Call& call) { pause(call, context, paused); }});
   }
   table.add(Verb::get, "/v1/jobs/{id}/log", {Guard::read, true, [&jobs](Call& call) { log(call, jobs); }});
   table.add(Verb::post, "/v1/jobs/{id}/progress",

@@ -1,8 +1,8 @@
 #include <fmt/format.h>
 
 #include "http/routes/call.hpp"
-#include "jobs/device_views.hpp"
 #include "joule/daemon/estimates.hpp"
+#include "nodes/device_views.hpp"
 
 // What a node is and has: health, metrics, devices, nodes, budgets, estimates, probes, and the
 // coordinator's side of cluster sync.
@@ -43,7 +43,7 @@ void list_nodes(Call& call, ApiContext& context) {
       link = fmt::format("</v1/nodes?limit={}&after={}>; rel=\"next\"", limit, percent_encode(next.get<std::string>()));
   } else {
     out = context.agent ? context.agent->status() : json{{"role", "standalone"}};
-    out["devices"] = devices_view(context.jobs.device_table(), context.estimates)["devices"];
+    out["devices"] = devices_view(context.devices, context.estimates)["devices"];
   }
   if (context.slurm) out["slurm"] = context.slurm->describe();
   HttpResponse response = json_response(http::status::ok, out);
@@ -74,11 +74,10 @@ void add_health_routes(RouteTable& table, ApiContext& context) {
 }
 
 void add_node_routes(RouteTable& table, ApiContext& context) {
-  table.add(
-      Verb::get, "/v1/devices",
-      {Guard::read, false, [&context](Call& call) {
-         call.answer(json_response(http::status::ok, devices_view(context.jobs.device_table(), context.estimates)));
-       }});
+  table.add(Verb::get, "/v1/devices",
+            {Guard::read, false, [&context](Call& call) {
+               call.answer(json_response(http::status::ok, devices_view(context.devices, context.estimates)));
+             }});
   table.add(Verb::get, "/v1/budgets", {Guard::read, false, [&context](Call& call) {
                                          call.answer(json_response(http::status::ok, context.jobs.budgets_view()));
                                        }});

@@ -40,7 +40,8 @@ Result<ServerUrl> parse_server_url(const std::string& url) {
     rest = rest.substr(8);
     out.tls = true;
   } else if (rest.find("://") != std::string::npos) {
-    return make_error(ErrorCode::invalid_argument, fmt::format("{}: only http:// and https:// URLs are supported", url));
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("{}: only http:// and https:// URLs are supported", url));
   }
   if (const auto slash = rest.find('/'); slash != std::string::npos) rest = rest.substr(0, slash);
   if (!rest.empty() && rest.front() == '[') {
@@ -85,8 +86,8 @@ std::optional<Error> configure(ssl::context& context, const ClientTls& tls) {
                       fmt::format("cannot read CA file {}: {}", tls.ca_file.string(), std::strerror(errno)));
   }
   if (SSL_CTX_load_verify_locations(native, tls.ca_file.c_str(), nullptr) != 1)
-    return make_error(ErrorCode::invalid_argument,
-                      fmt::format("CA file {} holds no usable PEM certificate ({})", tls.ca_file.string(), openssl_reason()));
+    return make_error(ErrorCode::invalid_argument, fmt::format("CA file {} holds no usable PEM certificate ({})",
+                                                               tls.ca_file.string(), openssl_reason()));
   return std::nullopt;
 }
 

@@ -1,0 +1,219 @@
+#include "http/routes/job_json.hpp"
+
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "jobs/job_record.hpp"
+#include "joule/common/energy_source.hpp"
+#include "joule/common/text.hpp"
+
+namespace joule::daemon::routes {
+
+using nlohmann::json;
+using schedulers::JobState;
+
+namespace {
+
+json optional_json(const std::optional<std::int64_t>& millis) {
+  return millis ? json(schedulers::format_rfc3339(*millis)) : json(nullptr);
+}
+
+Error invalid(std::string message, std::string where) {
+  return make_error(ErrorCode::invalid_argument, std::move(message), std::move(where));
+}
+
+}  // namespace
+
+json projection_json(const schedulers::Projection& projection, const std::string& source) {
+  return {{"joules", {{"mean", projection.total.mean_joules}, {"std", std::sqrt(projection.total.variance)}}},
+          {"method", projection.method},
+          {"stable_epochs", projection.stable_epochs},
+          {"stable_from_epoch", projection.stable_from_epoch},
+          {"seconds_remaining", projection.seconds_remaining},
+          {"source", source.empty() ? json(nullptr) : json(source)}};
+}
+
+json job_json(const JobView& view, bool with_events, const GridSignalFeed* carbon) {
+  const JobRecord& job = view.job();
+  // What changes as it runs is shown as committed: a state only once it would survive a crash.
+  const auto& row = job.row;
+  const ShownRow& shown = job.shown;
+  const auto shown_state = schedulers::job_state_from_string(shown.state).value_or(job.state);
+  json energy = nullptr;
+  if (shown.energy_joules) {
+    const bool measured = is_measurement(shown.energy_source);
+    energy = {{"joules", *shown.energy_joules},
+              {"source", shown.energy_source},
+              {"measured", measured},
+              {"scope", view.energy_scope},
+              {"partial", shown.energy_partial}};
+  }
+  const std::optional<double>& seconds = view.seconds;
+  json out = {{"id", row.id},
+              {"name", row.name},
+              {"owner", row.owner},
+              {"state", shown.state},
+              {"priority", row.priority},
+              {"device", shown.device.empty() ? json(nullptr) : json(shown.device)},
+              {"submitted_at", schedulers::format_rfc3339(row.submitted_ms)},
+              {"started_at", optional_json(shown.started_ms)},
+              {"finished_at", optional_json(shown.finished_ms)},
+              {"seconds", seconds ? json(*seconds) : json(nullptr)},
+              {"exit_code", shown.exit_code ? json(*shown.exit_code) : json(nullptr)},
+              {"reason", shown.reason},
+              {"energy", energy},
+              {"cancel_requested", job.cancel_requested},
+              {"estimate", row.estimate_json.empty() ? json(nullptr) : json::parse(row.estimate_json, nullptr, false)}};
+  // Before it runs: what it would emit on each device if it started now.
+  if (carbon && (shown_state == JobState::queued || shown_state == JobState::placed))
+    carbon->add_estimates(out["estimate"], view.at_ms);
+  // Feedback: the metered energy beside the estimate for the device the job ran on (only when
+  // both come from the same source: modelled joules are not compared with measured ones).
+  if (shown.carbon_grams) {
+    // Grams are as sure as the joules under them: modelled joules make modelled grams.
+    out["carbon"] = {{"grams", *shown.carbon_grams},
+                     {"intensity", shown.carbon_intensity ? json(*shown.carbon_intensity) : json(nullptr)},
+                     {"unit", "gCO2e"},
+                     {"signal", shown.carbon_signal},
+                     {"joules_source", shown.energy_source},
+                     {"measured", is_measurement(shown.energy_source)}};
+  }
+  if (shown.energy_joules) {
+    const auto* estimate = find_estimate(job.estimates, shown.device);
+    if (estimate && estimate->ok && estimate->joules_mean > 0.0 && estimate->source == shown.energy_source)
+      out["estimate_error"] = {{"estimated_joules", estimate->joules_mean},
+                               {"estimated_std", estimate->joules_std},
+                               {"metered_joules", *shown.energy_joules},
+                               {"relative", (*shown.energy_joules - estimate->joules_mean) / estimate->joules_mean},
+                               {"source", shown.energy_source}};
+  }
+  if (shown_state == JobState::queued) {
+    // Why it waits: the last placement pass's reason, or its place in the queue.
+    json waiting;
+    if (job.waiting && job.waiting->kind != schedulers::WaitReason::Kind::behind) {
+      const auto& why = *job.waiting;
+      waiting = {{"reason", schedulers::to_string(why.kind)}, {"message", why.message}};
+      if (!why.device.empty()) waiting["device"] = why.device;
+      if (!why.rule.empty()) waiting["rule"] = why.rule;
+      if (why.limit) waiting["limit"] = *why.limit;
+      if (why.remaining_joules) waiting["remaining_joules"] = *why.remaining_joules;
+      if (why.needed_joules) waiting["needed_joules"] = *why.needed_joules;
+      if (why.retry_at) waiting["retry_at"] = schedulers::format_rfc3339(*why.retry_at);
+    } else {
+      const std::size_t ahead = view.jobs_ahead.value_or(0);
+      waiting = {
+          {"reason", "behind"},
+          {"message", ahead == 0 ? std::string("next in line; waiting for a placement pass")
+                                 : fmt::format("{} job{} ahead of it in the queue", ahead, ahead == 1 ? "" : "s")}};
+    }
+    out["waiting"] = waiting;
+  }
+  if (job.last_report) {
+    const auto& last = *job.last_report;
+    out["progress"] = {
+        {"epoch", last.epoch}, {"epochs", last.epochs}, {"reported_at", schedulers::format_rfc3339(last.at)}};
+    for (const auto& [key, value] : job.training_figures.items()) out["progress"][key] = value;
+  }
+  // While it runs the job has no energy source of its own yet: its device's meter is it.
+  const auto running_source = [&] { return row.energy_source.empty() ? view.meter_source : row.energy_source; };
+  if (job.projection && job.projection->step) out["projection"] = projection_json(*job.projection, running_source());
+  if (shown_state == JobState::running || shown_state == JobState::throttled) {
+    if (const std::string source = running_source(); job.used_joules && !source.empty())
+      out["energy_so_far"] = {{"joules", *job.used_joules}, {"source", source}, {"measured", is_measurement(source)}};
+  }
+  if (const auto& builtin = job.spec.run.builtin) {
+    // Where the trainer keeps its checkpoints, and so the trained weights (model.pt): in the work
+    // directory of the node it ran on, unless the job named a directory.
+    json where = {{"checkpoints", builtin->checkpoints}};
+    if (!view.node.empty()) where["node"] = view.node;
+    const std::filesystem::path& dir = view.checkpoint_directory;
+    if (builtin->checkpoints && !dir.empty()) {
+      where["checkpoint_directory"] = dir.string();
+      where["weights"] = (dir / "model.pt").string();
+      if (with_events && view.node.empty()) {
+        std::error_code ec;
+        where["weights_saved"] = std::filesystem::exists(dir / "model.pt", ec);
+      }
+    }
+    out["builtin"] = where;
+  }
+  if (job.paused || job.cpu_quota || job.gpu_limit_watts) {
+    out["throttle"] = {{"paused", job.paused},
+                       {"cpu_quota", job.cpu_quota ? json(*job.cpu_quota) : json(nullptr)},
+                       {"gpu_power_limit_watts", job.gpu_limit_watts ? json(*job.gpu_limit_watts) : json(nullptr)}};
+  }
+  if (!job.spec.knobs.empty()) {
+    // Asked for, and what is in force this run (null before it starts, after it ends, or when
+    // refused: its events say which).
+    out["knobs"] = {{"requested", schedulers::to_json(job.spec.knobs)},
+                    {"in_force", job.knobs_in_force ? json(*job.knobs_in_force) : json(nullptr)}};
+  }
+  if (with_events) {
+    out["spec"] = json::parse(row.spec_json, nullptr, false);
+    json events = json::array();
+    for (std::size_t i = 0; i < job.events_shown && i < job.events.size(); ++i) {
+      const auto& event = job.events[i];
+      events.push_back(
+          {{"at", schedulers::format_rfc3339(event.at_ms)}, {"state", event.state}, {"message", event.message}});
+    }
+    out["events"] = events;
+  }
+  return out;
+}
+
+json job_page_json(const JobPage& page, const GridSignalFeed* carbon) {
+  json jobs = json::array();
+  for (const auto& view : page.jobs) jobs.push_back(job_json(view, false, carbon));
+  return {{"jobs", std::move(jobs)}, {"total", page.total}, {"next", page.next ? json(*page.next) : json(nullptr)}};
+}
+
+Result<ProgressReport> parse_progress(const json& body) {
+  if (!body.is_object()) return invalid("the body must be a JSON object {\"epoch\": k, \"epochs\": N}", "");
+  const auto epoch_it = body.find("epoch");
+  const auto epochs_it = body.find("epochs");
+  if (epoch_it == body.end() || !epoch_it->is_number_integer() || epoch_it->get<std::int64_t>() < 1)
+    return invalid("epoch must be an integer >= 1 (epochs finished so far)", "/epoch");
+  if (epochs_it == body.end() || !epochs_it->is_number_integer() || epochs_it->get<std::int64_t>() < 1 ||
+      epochs_it->get<std::int64_t>() > 1'000'000)
+    return invalid("epochs must be an integer between 1 and 1000000 (the epochs the job will run)", "/epochs");
+  ProgressReport report;
+  report.epoch = epoch_it->get<std::int64_t>();
+  report.epochs = epochs_it->get<std::int64_t>();
+  if (report.epoch > report.epochs)
+    return invalid(fmt::format("epoch {} is more than epochs {}", report.epoch, report.epochs), "/epoch");
+  // What training says of itself (the built-in trainer sends these): shown with the progress.
+  for (const char* key : {"loss", "accuracy"}) {
+    if (const auto it = body.find(key); it != body.end() && !it->is_null()) {
+      if (!it->is_number() || !std::isfinite(it->get<double>()))
+        return invalid(fmt::format("{} must be a finite number", key), fmt::format("/{}", key));
+      report.figures[key] = it->get<double>();
+    }
+  }
+  if (const auto it = body.find("firing_rates"); it != body.end()) {
+    if (!it->is_object() || it->size() > 1024)
+      return invalid("firing_rates must be an object of at most 1024 layers, each a share in [0, 1]", "/firing_rates");
+    for (const auto& [layer, rate] : it->items()) {
+      if (!rate.is_number() || rate.get<double>() < 0.0 || rate.get<double>() > 1.0 || layer.size() > 256)
+        return invalid("firing rates are shares in [0, 1], by layer names of at most 256 characters",
+                       "/firing_rates/" + std::string(printable(layer, 100)));
+    }
+    report.figures["firing_rates"] = *it;
+  }
+  return report;
+}
+
+json progress_json(const std::string& id, const ProgressReport& report, const ProgressAnswer& answer) {
+  json out = {{"id", id}, {"epoch", report.epoch}, {"epochs", report.epochs}};
+  if (!answer.joules || !answer.projection) {
+    out["energy"] = nullptr;
+    out["note"] = answer.note;
+    return out;
+  }
+  out["energy"] = {{"joules", *answer.joules}, {"source", answer.source}, {"partial", answer.partial}};
+  out["projection"] = projection_json(*answer.projection, answer.source);
+  return out;
+}
+
+}  // namespace joule::daemon::routes

@@ -1,0 +1,30 @@
+#pragma once
+// Jobs as the API shows them (GET /v1/jobs, /v1/jobs/{id}, the answers of submit, cancel, pause
+// and progress), rendered from what the book returns (joule/daemon/job_view.hpp), and a progress
+// report read from its body.
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "joule/common/result.hpp"
+#include "joule/daemon/grid_signal_feed.hpp"
+#include "joule/daemon/job_view.hpp"
+#include "joule/schedulers/step_projection.hpp"
+
+namespace joule::daemon::routes {
+
+/// A job; `with_events`: with its spec and history too (GET /v1/jobs/{id}). `carbon`: where
+/// set, a job that has not started says what it would emit on each device if it started now.
+nlohmann::json job_json(const JobView& view, bool with_events, const GridSignalFeed* carbon);
+/// {"jobs": [...], "total": N, "next": id or null}.
+nlohmann::json job_page_json(const JobPage& page, const GridSignalFeed* carbon);
+/// A STEP projection; `source` is the meter source of the joules it projects.
+nlohmann::json projection_json(const schedulers::Projection& projection, const std::string& source);
+
+/// The body of POST /v1/jobs/{id}/progress: {"epoch": k, "epochs": N} and what training says of
+/// itself (loss, accuracy, firing_rates); the error names the field (JSON pointer).
+Result<ProgressReport> parse_progress(const nlohmann::json& body);
+nlohmann::json progress_json(const std::string& id, const ProgressReport& report, const ProgressAnswer& answer);
+
+}  // namespace joule::daemon::routes

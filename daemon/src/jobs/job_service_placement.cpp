@@ -1,0 +1,505 @@
+// The job book's placement passes and runs: placing, finishing and releasing jobs, metering
+// them, throttling them as the core says, and their progress reports.
+#include "joule/daemon/job_service.hpp"
+
+#include "executors/agent_runner.hpp"
+#include "executors/local_executor.hpp"
+#include "executors/node_executor.hpp"
+#include "job_record.hpp"
+#include "knob_check.hpp"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <thread>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <openssl/rand.h>
+#include <spdlog/spdlog.h>
+#include <boost/asio/post.hpp>
+#include <boost/uuid/random_generator.hpp>
+#include <boost/uuid/uuid_io.hpp>
+
+#include "joule/adapters/job_controls.hpp"
+#include "joule/common/energy_source.hpp"
+#include "joule/common/text.hpp"
+#include "joule/daemon/thread_settings.hpp"
+#include "joule/schedulers/step_projection.hpp"
+#include "joule/worker/datasets.hpp"
+
+namespace joule::daemon {
+
+namespace asio = boost::asio;
+using adapters::StoredEvent;
+using adapters::StoredJob;
+using nlohmann::json;
+using schedulers::JobState;
+
+void JobService::schedule() {
+  if (!scheduling_) return;
+  const auto now = now_ms();
+  if (placing_paused_until_ && now < *placing_paused_until_) {
+    schedule_retry(*placing_paused_until_);  // placing resumes then, if nothing else calls before
+    return;
+  }
+  placing_paused_until_.reset();
+  const auto pass = core().place(now, device_statuses());
+  // Explained before anything is placed, which is all that could call back into the core.
+  const std::vector<const schedulers::PendingJob*>& scanned = core().scanned();
+  for (const auto& [id, reason] : pass.waiting) note_waiting(*jobs_.at(id), reason);
+  // The pass stopped before the rest: say whether they wait for a device or for their turn.
+  for (std::size_t i = pass.considered; i < scanned.size(); ++i) {
+    const schedulers::PendingJob* pending = scanned[i];
+    if (!pending) continue;  // placed by this pass
+    Job& job = *jobs_.at(pending->id);
+    const bool all_busy = std::all_of(pending->candidates.begin(), pending->candidates.end(),
+                                      [&](const auto& c) { return devices_[c.device].job.has_value(); });
+    if (all_busy && !pending->candidates.empty())
+      note_waiting(job, schedulers::WaitReason(schedulers::WaitReason::Kind::no_free_device,
+                                               "every device it may run on is busy"));
+    else
+      job.waiting.reset();
+  }
+  // Why the queue waits, for joule_jobs_waiting: a queued job without a reason waits its turn.
+  std::map<std::string_view, double> waiting;
+  std::size_t counted = 0;
+  for (const schedulers::PendingJob* pending : scanned) {
+    if (!pending) continue;  // placed by this pass
+    const Job& job = *jobs_.at(pending->id);
+    waiting[job.waiting ? schedulers::to_string(job.waiting->kind) : "behind"] += 1.0;
+    ++counted;
+  }
+  if (core().queue().size() > counted) waiting["behind"] += static_cast<double>(core().queue().size() - counted);
+  metrics_.set_jobs_waiting({waiting.begin(), waiting.end()});
+  for (const auto& placement : pass.placements) {
+    Job& job = *jobs_.at(placement.job);
+    job.waiting.reset();
+    place(job, devices_[placement.device], placement.note);
+  }
+  if (const auto wake = core().wake_at(now)) schedule_retry(*wake);
+}
+
+void JobService::schedule_retry(schedulers::UnixMillis at) {
+  // One timer: the earliest moment a waiting job may fit (a budget window moving on).
+  if (retry_at_ && *retry_at_ <= at && *retry_at_ > now_ms()) return;
+  retry_at_ = at;
+  // On the service's clock: the core's moments are its wall time, the wait its monotonic time.
+  retry_timer_->wait_for(std::chrono::milliseconds(std::max<std::int64_t>(at - now_ms(), 0)), [this] {
+    retry_at_.reset();
+    schedule();
+  });
+}
+
+void JobService::note_waiting(Job& job, schedulers::WaitReason reason) {
+  // An event when the reason changes in kind or rule, not on every pass.
+  const bool changed = !job.waiting || job.waiting->kind != reason.kind || job.waiting->rule != reason.rule ||
+                       job.waiting->device != reason.device;
+  using Kind = schedulers::WaitReason::Kind;
+  const bool worth_an_event =
+      reason.kind != Kind::behind && reason.kind != Kind::no_free_device && reason.kind != Kind::device_busy;
+  if (changed && worth_an_event) {
+    job.events.push_back(StoredEvent{job.row.id, now_ms(), job.row.state, "waiting: " + reason.message});
+    persist_job(job, false, [event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
+  }
+  job.waiting = std::move(reason);
+}
+
+std::vector<schedulers::DeviceStatus> JobService::device_statuses() const {
+  double longest_cap = 60.0;
+  for (const auto& cap : budgets_.policy().power_caps) longest_cap = std::max(longest_cap, cap.average_seconds);
+  // Only power caps read a device's average power: without any, its power now will do.
+  const bool capped = !budgets_.policy().power_caps.empty();
+  std::vector<schedulers::DeviceStatus> out;
+  out.reserve(devices_.size());
+  const schedulers::GridSignal* carbon = carbon_ ? carbon_->in_force(now_ms()).signal : nullptr;
+  for (const auto& device : devices_) {
+    schedulers::DeviceStatus status;
+    status.carbon = carbon;
+    status.ref = device.ref;
+    status.accepts_work = device.runs_jobs && scheduling_ && device.node_ready;
+    status.busy = device.job.has_value() || device.reported_busy;
+    status.average_power_watts = capped ? device.average_power(longest_cap) : device.power_watts;
+    status.work_seconds = device.work_seconds;
+    status.battery_percent = device.battery_percent;
+    // When its job is expected to end is the core's to say (its estimate, then its projection).
+    out.push_back(std::move(status));
+  }
+  return out;
+}
+
+void JobService::set_estimates(Job& job, const json& rows) {
+  const json kept = compact_estimates(rows);
+  job.row.estimate_json = kept.dump();
+  job.estimates = read_estimates(kept);
+}
+
+schedulers::PendingJob JobService::pending_job(const Job& job) const {
+  const auto& spec = job.spec;
+  schedulers::PendingJob pending;
+  pending.id = job.row.id;
+  pending.priority = spec.priority;
+  pending.deadline = spec.constraints.deadline;
+  pending.not_before = spec.constraints.not_before;
+  pending.max_energy_joules = spec.constraints.max_energy_joules;
+  // Indexed once: with a thousand agents' devices a search per device made this quadratic.
+  std::unordered_map<std::string, const DeviceEstimate*> usable;
+  for (const auto& estimate : job.estimates)
+    if (estimate.ok) usable[estimate.device] = &estimate;
+  for (std::size_t d = 0; d < devices_.size(); ++d) {
+    const Device& device = devices_[d];
+    if (!device.runs_jobs || !schedulers::device_allowed(spec.constraints, device.name)) continue;
+    if (!spec.knobs.empty() && knob_problem(device, spec.knobs)) continue;
+    schedulers::Candidate candidate{d, std::nullopt, std::nullopt, {}};
+    if (const auto it = usable.find(device.name); it != usable.end()) {
+      candidate.estimate = it->second->placement();
+      candidate.flops_joules = it->second->baseline_joules;
+    }
+    pending.candidates.push_back(std::move(candidate));
+  }
+  return pending;
+}
+
+std::optional<schedulers::Estimate> JobService::estimate_for(const Job& job, const std::string& device) const {
+  const Device* where = devices_.find(device);
+  if (!where || !where->runs_jobs || !schedulers::device_allowed(job.spec.constraints, device)) return std::nullopt;
+  const DeviceEstimate* estimate = find_estimate(job.estimates, device);
+  if (!estimate || !estimate->ok) return std::nullopt;
+  return estimate->placement();
+}
+
+void JobService::enqueue(const Job& job) { core().enqueue(pending_job(job), job.row.sequence); }
+
+void JobService::track_run(const Job& job, const Device& device, schedulers::UnixMillis started) {
+  schedulers::TrackedRun run;
+  run.id = job.row.id;
+  run.device = devices_.index_of(device.name).value();
+  run.priority = job.row.priority;
+  run.started = started;
+  run.prior = estimate_on(job, device.name);
+  if (const auto estimate = estimate_for(job, device.name)) run.expected_seconds = estimate->seconds_mean;
+  core().track_run(std::move(run), budgets_.device_ref(device.name));
+}
+
+std::optional<schedulers::EnergyDistribution> JobService::estimate_on(const Job& job, const std::string& device) const {
+  if (const auto estimate = estimate_for(job, device)) return estimate->energy();
+  if (job.spec.constraints.max_energy_joules)
+    return schedulers::EnergyDistribution{*job.spec.constraints.max_energy_joules, 0.0};
+  return std::nullopt;
+}
+
+void JobService::refresh_estimates(std::size_t limit) {
+  if (!estimator_ || !scheduling_) return;
+  std::vector<adapters::StoredJob> changed;
+  for (const auto& id : core().queue().first(limit)) {
+    Job& job = *jobs_.at(id);
+    if (!job.spec.model || !job.spec.training) continue;
+    const json estimate = estimator_->estimate_job(job.spec);
+    if (estimate.dump() == job.row.estimate_json) continue;
+    set_estimates(job, estimate);
+    core().update_pending(pending_job(job));
+    changed.push_back(job.row);
+  }
+  if (changed.empty()) return;
+  spdlog::info("estimated {} queued job{} again with the new energy model", changed.size(),
+               changed.size() == 1 ? "" : "s");
+  persist([rows = std::move(changed)](adapters::Database& db) -> Status {
+    for (const auto& row : rows)
+      if (auto s = db.update_job(row); !s) return s;
+    return {};
+  });
+  schedule();
+}
+
+void JobService::set_policy(schedulers::Policy policy) {
+  budgets_.set_policy(std::move(policy));
+  for (auto& device : devices_) device.ref = budgets_.device_ref(device.name);
+  budgets_.publish(now_ms());
+  schedule();
+}
+
+json JobService::budgets_view() const { return budgets_.describe(now_ms(), device_statuses()); }
+
+bool JobService::work_waiting_for(const std::string& device) const {
+  if (!scheduling_) return false;
+  // Jobs held back by a budget, cap, floor or a missing model do not claim the device: probing
+  // it is what gives them a model.
+  using Kind = schedulers::WaitReason::Kind;
+  return core()
+      .queue()
+      .next([&](const std::string& id) {
+        const Job& job = *jobs_.at(id);
+        if (!schedulers::device_allowed(job.spec.constraints, device)) return false;
+        return !job.waiting || job.waiting->kind == Kind::behind || job.waiting->kind == Kind::device_busy ||
+               job.waiting->kind == Kind::no_free_device;
+      })
+      .has_value();
+}
+
+std::vector<estimator::WorkloadItem> JobService::workload(std::size_t recent) const {
+  std::vector<estimator::WorkloadItem> out;
+  std::size_t finished = 0;
+  for (auto it = by_sequence_.rbegin(); it != by_sequence_.rend(); ++it) {
+    const Job& job = *it->second;
+    if (!job.spec.model || !job.spec.training) continue;
+    const bool terminal = schedulers::is_terminal(job.state);
+    if (terminal && finished >= recent) continue;
+    if (terminal) ++finished;
+    out.push_back(
+        estimator::WorkloadItem{*job.spec.model, job.spec.training->batch_size, job.spec.training->optimizer});
+    if (out.size() >= 4 * recent + 256) break;  // bounded: the planner needs the mix, not every copy
+  }
+  return out;
+}
+
+void JobService::place(Job& job, Device& device, const std::string& note) {
+  if (listener_) listener_->placing_on(device.name);
+  device.job = job.row.id;
+  job.row.device = device.name;
+  Executor& executor = executor_for(device);
+  const std::string run = executor.prepare(job, device);
+  // The placement is committed before anything runs it: a crash in between leaves a "placed"
+  // job that nothing ran (recovery queues it again), and another node only ever sees a stored epoch.
+  transition(job, JobState::placed, fmt::format("placed on {}{}: {}", device.name, run, note),
+             [this, id = job.row.id, epoch = job.row.epoch](Status status) {
+               auto it = jobs_.find(id);
+               if (it == jobs_.end() || it->second->row.epoch != epoch) return;
+               Job& placed = *it->second;
+               if (schedulers::is_terminal(placed.state)) return;  // cancelled before its node took it up
+               if (placed.cancel_requested)
+                 return finish(placed, JobState::cancelled, "cancelled before it started", std::nullopt);
+               if (!status) return unplace(placed, "could not record the placement: " + status.error().message);
+               if (!scheduling_) return;  // shutting down: the next daemon finds it placed and queues it again
+               Device* where = devices_.find(placed.row.device);
+               if (!where) return finish(placed, JobState::failed, "its device is gone", std::nullopt);
+               executor_for(*where).start(placed, *where);
+             });
+}
+
+void JobService::finish(Job& job, JobState state, const std::string& reason, std::optional<adapters::ExitStatus> exit) {
+  if (exit) job.row.exit_code = exit->signaled ? 128 + exit->value : exit->value;
+  job.row.reason = reason;
+  job.row.finished_ms = now_ms();
+  core().dequeue(job.row.id);
+  Device* device = devices_.find(job.row.device);
+  Executor& executor = executor_for(job.row.device);
+  const bool metered_here = executor.settle_energy(job, device, exit ? &*exit : nullptr);
+  if (job.started_steady)
+    job.run_seconds = std::chrono::duration<double>(clock_.steady() - *job.started_steady).count();
+  if (device && job.row.energy_joules && job.row.started_ms) {
+    metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
+    if (metered_here && listener_ && state == JobState::succeeded) {
+      if (const auto* estimate = find_estimate(job.estimates, device->name))
+        listener_->finished(Feedback{device->name, *estimate, *job.row.energy_joules, job.row.energy_source,
+                                     job.row.energy_partial, job.row.id, job.row.finished_ms.value_or(0),
+                                     job.run_seconds});
+    }
+  }
+  // The budget ledger trades the job's reservation for what it was metered to use.
+  std::optional<adapters::StoredEnergyUse> metered;
+  if (job.row.energy_joules && job.row.started_ms)
+    metered = adapters::StoredEnergyUse{budgets_.device_ref(job.row.device).node,
+                                        budgets_.device_ref(job.row.device).name,
+                                        job.row.id,
+                                        *job.row.started_ms,
+                                        job.row.finished_ms.value_or(now_ms()),
+                                        *job.row.energy_joules,
+                                        job.row.energy_source};
+  budgets_.settle(job.row.id, metered);
+  if (metered) account_carbon(job);
+  if (device && job.row.started_ms) device->work_seconds += run_seconds(job).value_or(0.0);
+  release_controls(job, /*ended=*/true);
+  release_device(job);
+  transition(job, state, reason);
+  schedule();
+}
+
+void JobService::account_carbon(Job& job) {
+  if (!carbon_) return;
+  const auto from = *job.row.started_ms, to = job.row.finished_ms.value_or(now_ms());
+  const auto force = carbon_->over(from, to);
+  const auto intensity = carbon_->intensity_over(from, to);
+  if (!intensity) return;
+  const double grams = *job.row.energy_joules / 3.6e6 * *intensity;
+  job.row.carbon_grams = grams;
+  job.row.carbon_intensity = *intensity;
+  job.row.carbon_signal = force.label();
+  metrics_.add_job_carbon(job.row.device, job.row.energy_source, grams);
+}
+
+void JobService::release_device(Job& job) {
+  for (auto& device : devices_)
+    if (device.job == job.row.id) device.job.reset();
+}
+
+void JobService::unplace(Job& job, const std::string& why) {
+  // Nothing ran it and the database still holds it queued: memory goes back to that.
+  constexpr std::int64_t kRetryAfterMs = 5000;
+  spdlog::warn("job {}: {}; it waits in the queue, placing again in {} s", job.row.id, why, kRetryAfterMs / 1000);
+  executor_for(job.row.device).release(job, /*ended=*/true);
+  release_device(job);
+  if (!job.events.empty() && job.events.back().state == "placed") job.events.pop_back();
+  // Nor is its placement written again once the database takes writes.
+  if (auto unsaved = unsaved_.find(job.row.id); unsaved != unsaved_.end()) {
+    auto& events = unsaved->second.events;
+    if (!events.empty() && events.back().state == "placed") events.pop_back();
+  }
+  job.row.device.clear();
+  set_state(job, JobState::queued);
+  enqueue(job);
+  refresh_state_metrics();
+  placing_paused_until_ = now_ms() + kRetryAfterMs;
+  schedule_retry(*placing_paused_until_);
+}
+
+void JobService::requeue(Job& job, const std::string& why) {
+  job.row.device.clear();
+  job.row.pid = 0;
+  job.forget_run_reports();
+  transition(job, JobState::queued, why);
+  enqueue(job);
+}
+
+void JobService::sample_meters() {
+  for (const auto& sample : devices_.sample(clock_.steady())) {
+    const std::string source(sample.device->meter->source());
+    metrics_.add_device_energy(sample.device->name, source, sample.joules);
+    if (sample.power_known) metrics_.set_device_power(sample.device->name, source, sample.device->power_watts);
+  }
+  store_unsaved();
+  evict_finished();  // an agent's runs leave once their end is no longer reported
+  forget_old_finished();
+  if (!scheduling_) return;
+  const auto now_millis = now_ms();
+  if (options_.current_utc_offset_minutes) core_.set_utc_offset_minutes(options_.current_utc_offset_minutes());
+  track_running(now_millis);
+  budgets_.publish(now_millis);
+  schedule();
+}
+
+void JobService::track_running(schedulers::UnixMillis now) {
+  // Each running job's energy so far and what it should still need feed the ledger; then the
+  // throttle controller looks at caps, budgets and floors.
+  std::vector<schedulers::RunningSample> samples;
+  for (std::size_t d = 0; d < devices_.size(); ++d) {
+    Device& device = devices_[d];
+    if (!device.job) continue;
+    auto it = jobs_.find(*device.job);
+    if (it == jobs_.end()) continue;
+    Job& job = *it->second;
+    if (job.state != JobState::running && job.state != JobState::throttled) continue;
+    Executor& executor = executor_for(device);
+    const std::optional<double> metered = executor.energy_as_sampled(job, device);
+    job.used_joules = metered;          // shown as energy_so_far
+    if (!job.row.started_ms) continue;  // placed, not started: its reservation stands as it is
+    schedulers::RunningSample sample;
+    sample.id = job.row.id;
+    sample.started = *job.row.started_ms;
+    sample.used_joules = metered;
+    sample.controls.power_watts = device.power_watts;
+    sample.controls.paused = job.paused;
+    sample.controls.cpu_quota = job.cpu_quota;
+    sample.controls.gpu_limit_watts = job.gpu_limit_watts;
+    sample.controls.can_limit_cpu = executor.can_limit_cpu(job);
+    sample.controls.can_limit_gpu = device.can_limit_gpu;
+    sample.controls.gpu_min_watts = device.gpu_min_watts;
+    sample.controls.cpus = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+    samples.push_back(std::move(sample));
+  }
+  if (samples.empty()) return;
+  for (const auto& action : core().track(now, device_statuses(), std::move(samples))) apply(action);
+}
+
+void JobService::apply(const schedulers::ThrottleAction& action) {
+  auto it = jobs_.find(action.job);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  Device* device = devices_.find(job.row.device);
+  if (!device) return;
+  using Kind = schedulers::ThrottleAction::Kind;
+  const bool was_paused = job.paused;
+  const Status done = executor_for(*device).throttle(job, *device, action);
+  if (!done) {
+    spdlog::warn("job {}: throttling ({}) failed: {}", job.row.id, schedulers::to_string(action.kind),
+                 done.error().message);
+    return;
+  }
+  // A paused job's reservation stops accruing until it runs again.
+  if (action.kind == Kind::pause && job.paused && !was_paused)
+    budgets_.pause_running(job.row.id, now_ms(), std::string(device->meter->source()));
+  else if (action.kind == Kind::resume && !job.paused && was_paused)
+    budgets_.resume_running(job.row.id, now_ms());
+  metrics_.count_throttle_action(std::string(schedulers::to_string(action.kind)));
+  const bool throttled = job.paused || job.cpu_quota || job.gpu_limit_watts;
+  const std::string message = fmt::format("{}: {}", schedulers::to_string(action.kind), action.reason);
+  if (throttled && job.state == JobState::running) {
+    transition(job, JobState::throttled, message);
+  } else if (!throttled && job.state == JobState::throttled) {
+    transition(job, JobState::running, message);
+  } else {
+    note(job, message);
+  }
+}
+
+void JobService::release_controls(Job& job, bool ended) {
+  // Nothing stays throttled once jouled lets go of a job (it ends, its node is lost, or jouled stops).
+  executor_for(job.row.device).release(job, ended);
+  job.paused = false;
+  job.cpu_quota.reset();
+  job.gpu_limit_watts.reset();
+}
+
+Result<ProgressAnswer> JobService::report_progress(const std::string& id, const ProgressReport& report) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return not_in_memory(id, "is {}, not running");
+  Job& job = *it->second;
+  if (job.state != JobState::running && job.state != JobState::throttled)
+    return make_error(ErrorCode::conflict, fmt::format("job {} is {}, not running", id, job.row.state));
+  const auto epoch = report.epoch;
+  const auto epochs = report.epochs;
+  if (job.last_report && epoch <= job.last_report->epoch)
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("epoch {} was already reported (last: {})", epoch, job.last_report->epoch), "/epoch");
+  job.training_figures = report.figures;
+
+  Device* device = devices_.find(job.row.device);
+  std::optional<double> used;
+  if (device) used = executor_for(*device).energy_so_far(job, *device, nullptr);
+  ProgressAnswer out;
+  if (!used) {
+    out.note = "the device's meter could not be read: no projection from this report";
+    return out;
+  }
+  const bool first_projection = !(job.projection && job.projection->step);
+  job.last_report = schedulers::EpochReport{static_cast<int>(epoch), static_cast<int>(epochs), *used, now_ms()};
+  const schedulers::Projection* projection = core().report(id, *job.last_report);
+  if (!projection) {
+    out.note = "the job is not running here: no projection from this report";
+    return out;
+  }
+  job.projection = *projection;
+  const std::string source(device->meter->source());
+  out.joules = *used;
+  out.source = source;
+  out.partial = job.row.energy_partial;
+  out.projection = job.projection;
+  if (first_projection && job.projection->step) {
+    job.events.push_back(
+        StoredEvent{id, now_ms(), job.row.state,
+                    fmt::format("STEP projection after epoch {} of {}: {:.0f} J ({} joules, {})", epoch, epochs,
+                                job.projection->total.mean_joules, source, job.projection->method)});
+    persist_job(job, false, [event = job.events.back()](adapters::Database& db) { return db.insert_event(event); });
+  }
+  return out;
+}
+
+}  // namespace joule::daemon

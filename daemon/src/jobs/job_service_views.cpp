@@ -1,0 +1,177 @@
+// What the job book shows: a job, a page of jobs, the finished jobs' feedback, the summary
+// line, as records and views (routes render them).
+#include "joule/daemon/job_service.hpp"
+
+#include "executors/agent_runner.hpp"
+#include "executors/local_executor.hpp"
+#include "executors/node_executor.hpp"
+#include "job_record.hpp"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <thread>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <openssl/rand.h>
+#include <spdlog/spdlog.h>
+#include <boost/asio/post.hpp>
+#include <boost/uuid/random_generator.hpp>
+#include <boost/uuid/uuid_io.hpp>
+
+#include "joule/adapters/job_controls.hpp"
+#include "joule/common/energy_source.hpp"
+#include "joule/common/text.hpp"
+#include "joule/daemon/thread_settings.hpp"
+#include "joule/schedulers/step_projection.hpp"
+#include "joule/worker/datasets.hpp"
+
+namespace joule::daemon {
+
+namespace asio = boost::asio;
+using adapters::StoredEvent;
+using adapters::StoredJob;
+using nlohmann::json;
+using schedulers::JobState;
+
+Result<JobView> JobService::job(const std::string& id, bool with_events) const {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) {
+    auto archived = read_back(id, with_events);
+    if (!archived) return archived.error();
+    return view_of(std::move(archived).value());
+  }
+  return view_of(*it->second);
+}
+
+Result<JobPage> JobService::jobs(const std::optional<std::string>& state, std::size_t limit,
+                                 const std::optional<std::string>& after, bool newest_first) const {
+  if (state && !schedulers::job_state_from_string(*state)) {
+    return make_error(
+        ErrorCode::invalid_argument,
+        fmt::format("unknown state \"{}\"; use queued, placed, running, throttled, succeeded, failed or cancelled",
+                    *state),
+        "state");
+  }
+  std::optional<std::int64_t> after_sequence;
+  if (after) {
+    auto it = jobs_.find(*after);
+    if (it != jobs_.end()) {
+      after_sequence = it->second->row.sequence;
+    } else if (auto archived = read_back(*after, false)) {
+      after_sequence = (*archived)->row.sequence;
+    } else if (archived.error().code != ErrorCode::not_found) {
+      return archived.error();
+    } else {
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("no job {} to list after; start again without \"after\"", *after), "after");
+    }
+  }
+  // Every job, or the finished ones of a state, may be out of memory: the database pages them.
+  if (archive_ && (!state || schedulers::is_terminal(*schedulers::job_state_from_string(*state))))
+    return archived_page(state, limit, after_sequence, newest_first);
+  // A page costs its own jobs plus a logarithm: the submission numbers are kept sorted, in all
+  // (by_sequence_) and per state, so listing never walks or sorts the jobs it does not show.
+  const auto page = [&](const auto& sequences, std::size_t total) {
+    const auto sequence_of = [](const auto& entry) -> std::int64_t {
+      if constexpr (std::is_same_v<std::decay_t<decltype(entry)>, std::int64_t>)
+        return entry;
+      else
+        return entry.first;
+    };
+    JobPage out;
+    out.total = total;
+    const Job* last = nullptr;
+    bool more = false;
+    const auto take = [&](auto it, auto end) {
+      for (; it != end; ++it) {
+        if (out.jobs.size() == limit) {
+          more = true;
+          break;
+        }
+        last = by_sequence_.at(sequence_of(*it));
+        out.jobs.push_back(view_of(*last));
+      }
+    };
+    if (newest_first)
+      take(after_sequence ? std::make_reverse_iterator(sequences.lower_bound(*after_sequence)) : sequences.rbegin(),
+           sequences.rend());
+    else
+      take(after_sequence ? sequences.upper_bound(*after_sequence) : sequences.begin(), sequences.end());
+    if (more && last) out.next = last->row.id;
+    return out;
+  };
+  if (!state) return page(by_sequence_, by_sequence_.size());
+  const auto& sequences = sequences_by_state_[static_cast<std::size_t>(*schedulers::job_state_from_string(*state))];
+  return page(sequences, sequences.size());
+}
+
+std::vector<JobService::Feedback> JobService::finished_feedback() const {
+  if (archive_) return archived_feedback();
+  std::vector<const Job*> done;
+  for (const auto& [sequence, job] : by_sequence_)
+    if (job->state == JobState::succeeded && job->row.energy_joules && !job->estimates.empty() && job->row.finished_ms)
+      done.push_back(job);
+  std::stable_sort(done.begin(), done.end(),
+                   [](const Job* a, const Job* b) { return *a->row.finished_ms < *b->row.finished_ms; });
+  std::vector<Feedback> out;
+  for (const Job* job : done)
+    if (const auto* estimate = find_estimate(job->estimates, job->row.device))
+      out.push_back(Feedback{job->row.device, *estimate, *job->row.energy_joules, job->row.energy_source,
+                             job->row.energy_partial, job->row.id, *job->row.finished_ms, run_seconds(*job)});
+  return out;
+}
+
+std::string JobService::summary() const {
+  std::size_t running = 0;
+  for (const auto& device : devices_) running += device.job ? 1 : 0;
+  std::string text = fmt::format("{} queued, {} running", core().queue().size(), running);
+  for (const auto& device : devices_)
+    text += fmt::format("; {} {:.1f} W ({})", device.name, device.power_watts, device.meter->source());
+  return text;
+}
+
+std::string JobService::energy_scope(const std::string& device_name, const std::string& source) const {
+  for (const auto& device : devices_) {
+    if (device.name != device_name || !device.node.empty()) continue;
+    if (const auto* model = device.meter->cpu_time_model(); model && source == device.meter->source())
+      return model->describe();
+  }
+  return "device energy over the job's run";
+}
+
+JobView JobService::view_of(const Job& job) const {
+  JobView view;
+  view.record = &job;
+  const ShownRow& shown = job.shown;
+  const auto shown_state = schedulers::job_state_from_string(shown.state).value_or(job.state);
+  if (shown_state == JobState::queued && !(job.waiting && job.waiting->kind != schedulers::WaitReason::Kind::behind))
+    view.jobs_ahead = core().queue().position(job.row.id).value_or(0);
+  if (shown.started_ms) view.seconds = run_seconds(job);
+  if (shown.energy_joules) view.energy_scope = energy_scope(shown.device, shown.energy_source);
+  if (const Device* device = devices_.find(job.row.device)) view.meter_source = std::string(device->meter->source());
+  if (const Device* ran_on = devices_.find(shown.device)) view.node = ran_on->node;
+  view.directory = local_->job_directory(job.row.id);
+  if (const auto& builtin = job.spec.run.builtin)
+    view.checkpoint_directory =
+        view.node.empty() ? local_->checkpoint_directory(job) : std::filesystem::path(builtin->checkpoint_directory);
+  return view;
+}
+
+JobView JobService::view_of(std::unique_ptr<Job> archived) const {
+  JobView view = view_of(*archived);
+  view.owned = std::move(archived);
+  return view;
+}
+
+}  // namespace joule::daemon

@@ -1,0 +1,153 @@
+#pragma once
+// ProbeService's private parts, shared by its files (probe_service.cpp: scheduling, requests and
+// what it shows; probe_runs.cpp: the worker's runs; probe_learning.cpp: results into models):
+// a device's probing state, a probe in progress, and small helpers.
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "joule/daemon/probe_service.hpp"
+#include "joule/estimator/drift.hpp"
+#include "joule/estimator/layer_analysis.hpp"
+
+namespace joule::daemon {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+namespace probe_parts {
+
+using nlohmann::json;
+
+inline constexpr std::size_t kHeldOutWindow = 50;
+inline constexpr std::size_t kRunsKept = 200;
+
+// The held-out error shown and exported: the upper median of the recent |relative errors|.
+inline std::optional<double> median_error(const std::deque<double>& errors) {
+  if (errors.empty()) return std::nullopt;
+  std::vector<double> sorted(errors.begin(), errors.end());
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
+  return sorted[sorted.size() / 2];
+}
+
+inline std::string read_file(const std::filesystem::path& path, std::size_t limit = 1 << 20) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.size() > limit) text = text.substr(text.size() - limit);
+  return text;
+}
+
+inline std::string last_line(const std::string& text) {
+  auto end = text.find_last_not_of("\n ");
+  if (end == std::string::npos) return "";
+  auto start = text.rfind('\n', end);
+  return text.substr(start == std::string::npos ? 0 : start + 1,
+                     end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
+
+inline std::optional<estimator::LayerKey> parse_key(const std::string& name) {
+  const auto at = name.find('@');
+  if (at == std::string::npos) return std::nullopt;
+  const std::string position = name.substr(at + 1);
+  estimator::LayerKey key{name.substr(0, at)};
+  if (position == "input")
+    key.position = estimator::LayerPosition::input;
+  else if (position == "hidden")
+    key.position = estimator::LayerPosition::hidden;
+  else if (position == "output")
+    key.position = estimator::LayerPosition::output;
+  else
+    return std::nullopt;
+  return key;
+}
+
+inline json target_json(const estimator::ProbeTarget& target) {
+  return {{"layer", estimator::to_json(target.layer)},
+          {"input_shape", target.input_shape},
+          {"input_dtype", target.input_dtype},
+          {"batch_size", target.batch_size},
+          {"position", std::string(estimator::to_string(target.position))},
+          {"loss", target.loss},
+          {"optimizer", target.optimizer}};
+}
+
+inline std::optional<estimator::ProbeTarget> parse_target(const json& j) {
+  try {
+    estimator::ProbeTarget target;
+    json layer = j.at("layer");
+    target.layer.type = layer.at("type").get<std::string>();
+    if (layer.contains("inputs")) target.layer.inputs = layer.at("inputs").get<std::vector<std::string>>();
+    if (layer.contains("name")) target.layer.name = layer.at("name").get<std::string>();
+    for (const char* wiring : {"type", "inputs", "name"}) layer.erase(wiring);
+    target.layer.args = layer;
+    target.input_shape = j.at("input_shape").get<std::vector<std::int64_t>>();
+    target.input_dtype = j.at("input_dtype").get<std::string>();
+    target.batch_size = j.at("batch_size").get<std::int64_t>();
+    auto key = parse_key(target.layer.type + "@" + j.at("position").get<std::string>());
+    if (!key) return std::nullopt;
+    target.position = key->position;
+    target.loss = j.at("loss").get<std::string>();
+    target.optimizer = j.value("optimizer", "");  // absent in rows from before optimizer probes
+    return target;
+  } catch (const json::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace probe_parts
+
+struct ProbeService::Running {
+  std::string run_id;
+  std::vector<estimator::ProbePlan> plans;  // measured in this order, one result line each
+  std::size_t taken = 0;                    // result lines learnt from so far
+  SteadyTime taken_at;                      // when they were (the budgets' energy use starts there)
+  std::unique_ptr<ChildProcess> worker;
+  std::filesystem::path directory;
+  SteadyTime started;
+  bool preempted = false;
+  bool environment_only = false;  // `joule-worker env`, not a probe
+  bool runtime_only = false;      // `joule-worker runtime`: the interpreter's cost, not a layer
+};
+
+struct ProbeService::Device {
+  std::string name;
+  const config::DeviceConfig* config = nullptr;  // its [[devices]] table, in the device table
+  std::string environment;                       // worker environment fingerprint of the samples in `learning`
+  std::string source;                            // meter source of those samples
+  std::shared_ptr<estimator::DeviceEnergyModel> learning;      // every sample so far (loop thread only)
+  std::shared_ptr<const estimator::DeviceEnergyModel> fitted;  // latest fit of `learning`
+  std::unique_ptr<estimator::ProbePlanner> planner;
+  std::size_t samples = 0;
+  std::size_t samples_at_fit = 0;
+  bool fit_pending = false;
+  std::int64_t model_saved_ms = 0;
+  std::optional<std::int64_t> last_probe_ms;
+  std::deque<double> heldout;  // |relative error| of probe networks predicted before measuring
+  estimator::DriftDetector drift;
+  std::string campaign_reason = "initial";                        // why the current samples are being gathered
+  std::shared_ptr<const estimator::DeviceEnergyModel> replacing;  // the model a re-probe replaces
+  ProbeCycle cycle;  // checking, busy, settling, probing, converged...: when it probes
+  std::optional<Running> probe;
+  std::optional<std::string> active_run;
+  std::vector<estimator::WorkloadItem> requested_models;  // named by the latest POST /v1/probes
+  double joules_today = 0.0;
+  int day = -1;
+  // What deciding whether a probe pays needs: what probe plans have cost here, and the energy
+  // of the jobs whose estimates this model makes, over the last day (finished ms, joules).
+  double probe_joules = 0.0;
+  std::size_t probe_plans = 0;
+  std::deque<std::pair<std::int64_t, double>> job_joules;
+  std::string not_paying;       // why background probing stopped before the model converged, if it did
+  bool runtime_tried = false;   // the runtime probe ended (either way) since the campaign began
+  std::string runtime_problem;  // why it stored nothing, when it did not
+};
+
+}  // namespace joule::daemon
