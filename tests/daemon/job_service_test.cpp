@@ -290,6 +290,49 @@ TEST_F(JobServiceTest, a_job_that_ends_while_the_database_refuses_writes_is_stor
   EXPECT_EQ(shown(id).value()["energy"]["joules"], 120.0);
 }
 
+TEST_F(JobServiceTest, a_new_model_stores_again_only_the_queued_jobs_whose_estimate_moved) {
+  agent_joins("agent-1");
+  // A budget keeps the job queued: 900 J of the hour's 1000 J are spent.
+  joule::schedulers::Policy policy;
+  joule::schedulers::EnergyBudget budget;
+  budget.name = "agent-hour";
+  budget.scope = {joule::schedulers::Scope::device, "agent-1/cpu"};
+  budget.limit_joules = 1000.0;
+  budget.window.rolling_seconds = 3600;
+  policy.budgets.push_back(budget);
+  jobs_.budgets().set_policy(policy);
+  const auto now = clock_.unix_ms();
+  jobs_.budgets().record({"agent-1", "cpu", "earlier", now - 600'000, now - 60'000, 900.0, "rapl"});
+  double mean = 500.123456789;  // more digits than a job keeps
+  estimate_with([&mean](const joule::schedulers::JobSpec&) {
+    return json::array({{{"device", "agent-1/cpu"},
+                         {"status", "ok"},
+                         {"source", "rapl"},
+                         {"joules", {{"mean", mean}, {"std", 5.0}}},
+                         {"seconds", {{"mean", 60.0}, {"std", 0.0}}}}});
+  });
+  auto submitted =
+      submit({{"run", {{"command", {"train"}}}},
+              {"model", {{"input", {{"shape", {1, 8}}}}, {"layers", {{{"type", "linear"}, {"out_features", 2}}}}}},
+              {"training", {{"batch_size", 8}, {"epochs", 1}, {"samples_per_epoch", 64}}},
+              {"constraints", {{"devices", {"agent-1/cpu"}}}}});
+  ASSERT_TRUE(submitted) << submitted.error().message;
+  const std::string id = (*submitted)["id"];
+  ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
+  ASSERT_EQ(state_of(id), "queued");
+
+  jobs_.refresh_estimates();  // the same estimate: nothing to store
+  EXPECT_EQ(jobs_.writes_in_flight(), 0u);
+  mean = 450.5;
+  jobs_.refresh_estimates();  // a moved one is stored and shown
+  EXPECT_GE(jobs_.writes_in_flight(), 1u);
+  ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
+  EXPECT_EQ(shown(id).value()["estimate"][0]["joules"]["mean"], 450.5);
+  EXPECT_EQ(json::parse(database_->find_job(id).value()->estimate_json)[0]["joules"]["mean"], 450.5);
+  jobs_.refresh_estimates();
+  EXPECT_EQ(jobs_.writes_in_flight(), 0u);
+}
+
 TEST_F(JobServiceTest, a_job_waiting_for_a_budget_is_placed_when_the_services_clock_reaches_the_windows_turn) {
   agent_joins("agent-1");
   joule::schedulers::Policy policy;

@@ -204,7 +204,10 @@ void JobService::refresh_estimates(std::size_t limit) {
     Job& job = *jobs_.at(id);
     if (!job.spec.model || !job.spec.training) continue;
     const json estimate = estimator_->estimate_job(job.spec);
-    if (estimate.dump() == job.row.estimate_json) continue;
+    // Compared as the job keeps it (compacted: 6 significant digits, breakdowns of the cheapest
+    // devices only): the estimator's own rows never equal the stored text, which re-stored every
+    // queued job at every model change, whether its estimate moved or not.
+    if (compact_estimates(estimate).dump() == job.row.estimate_json) continue;
     set_estimates(job, estimate);
     core().update_pending(pending_job(job));
     changed.push_back(job.row);
