@@ -69,6 +69,23 @@ class JobServiceTest : public ::testing::Test, protected joule::testing::JobBook
   // The state the API shows at this moment.
   std::string shown_now(const std::string& id) { return shown(id).value()["state"]; }
 
+  // A budget of 1,000 J an hour on `device` ("node/device"), 900 J of it spent from 10 to 1
+  // minute ago; returns the clock's now.
+  std::int64_t spend_most_of_the_hour_on(const std::string& device) {
+    joule::schedulers::Policy policy;
+    joule::schedulers::EnergyBudget budget;
+    budget.name = "agent-hour";
+    budget.scope = {joule::schedulers::Scope::device, device};
+    budget.limit_joules = 1000.0;
+    budget.window.rolling_seconds = 3600;
+    policy.budgets.push_back(budget);
+    jobs_.budgets().set_policy(policy);
+    const auto now = clock_.unix_ms();
+    const auto slash = device.find('/');
+    jobs_.budgets().record(
+        {device.substr(0, slash), device.substr(slash + 1), "earlier", now - 600'000, now - 60'000, 900.0, "rapl"});
+    return now;
+  }
   // An agent with one device that runs jobs, metered by RAPL there.
   void agent_joins(const std::string& node) {
     joule::cluster::ReportedDevice device;
@@ -292,17 +309,7 @@ TEST_F(JobServiceTest, a_job_that_ends_while_the_database_refuses_writes_is_stor
 
 TEST_F(JobServiceTest, a_new_model_stores_again_only_the_queued_jobs_whose_estimate_moved) {
   agent_joins("agent-1");
-  // A budget keeps the job queued: 900 J of the hour's 1000 J are spent.
-  joule::schedulers::Policy policy;
-  joule::schedulers::EnergyBudget budget;
-  budget.name = "agent-hour";
-  budget.scope = {joule::schedulers::Scope::device, "agent-1/cpu"};
-  budget.limit_joules = 1000.0;
-  budget.window.rolling_seconds = 3600;
-  policy.budgets.push_back(budget);
-  jobs_.budgets().set_policy(policy);
-  const auto now = clock_.unix_ms();
-  jobs_.budgets().record({"agent-1", "cpu", "earlier", now - 600'000, now - 60'000, 900.0, "rapl"});
+  spend_most_of_the_hour_on("agent-1/cpu");  // the job stays queued
   double mean = 500.123456789;  // more digits than a job keeps
   estimate_with([&mean](const joule::schedulers::JobSpec&) {
     return json::array({{{"device", "agent-1/cpu"},
@@ -335,17 +342,8 @@ TEST_F(JobServiceTest, a_new_model_stores_again_only_the_queued_jobs_whose_estim
 
 TEST_F(JobServiceTest, a_job_waiting_for_a_budget_is_placed_when_the_services_clock_reaches_the_windows_turn) {
   agent_joins("agent-1");
-  joule::schedulers::Policy policy;
-  joule::schedulers::EnergyBudget budget;
-  budget.name = "agent-hour";
-  budget.scope = {joule::schedulers::Scope::device, "agent-1/cpu"};
-  budget.limit_joules = 1000.0;
-  budget.window.rolling_seconds = 3600;
-  policy.budgets.push_back(budget);
-  jobs_.budgets().set_policy(policy);
   // 900 J spent in the last hour: a 500 J job does not fit until that use leaves the window.
-  const auto now = clock_.unix_ms();
-  jobs_.budgets().record({"agent-1", "cpu", "earlier", now - 600'000, now - 60'000, 900.0, "rapl"});
+  const auto now = spend_most_of_the_hour_on("agent-1/cpu");
   estimate_with([](const joule::schedulers::JobSpec&) {
     return json::array({{{"device", "agent-1/cpu"},
                          {"status", "ok"},
