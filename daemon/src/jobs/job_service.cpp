@@ -22,7 +22,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
 #include <boost/uuid/random_generator.hpp>
@@ -32,7 +31,6 @@
 #include "joule/common/energy_source.hpp"
 #include "joule/common/text.hpp"
 #include "joule/daemon/thread_settings.hpp"
-#include "joule/schedulers/step_projection.hpp"
 #include "joule/worker/datasets.hpp"
 
 namespace joule::daemon {

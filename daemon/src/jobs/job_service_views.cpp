@@ -7,34 +7,20 @@
 #include "executors/node_executor.hpp"
 #include "job_record.hpp"
 
-#include <signal.h>
-#include <sys/stat.h>
-
 #include <unistd.h>
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <limits>
-#include <thread>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <openssl/rand.h>
 #include <spdlog/spdlog.h>
-#include <boost/asio/post.hpp>
-#include <boost/uuid/random_generator.hpp>
-#include <boost/uuid/uuid_io.hpp>
 
-#include "joule/adapters/job_controls.hpp"
 #include "joule/common/energy_source.hpp"
 #include "joule/common/text.hpp"
-#include "joule/daemon/thread_settings.hpp"
 #include "joule/schedulers/step_projection.hpp"
-#include "joule/worker/datasets.hpp"
 
 namespace joule::daemon {
 
