@@ -69,6 +69,21 @@ class JobServiceTest : public ::testing::Test, protected joule::testing::JobBook
   // The state the API shows at this moment.
   std::string shown_now(const std::string& id) { return shown(id).value()["state"]; }
 
+  // The estimator's rows for a job that may run on `device` only: `mean` J (σ 5 J, RAPL), 60 s.
+  static json rapl_estimate(const std::string& device, double mean) {
+    return json::array({{{"device", device},
+                         {"status", "ok"},
+                         {"source", "rapl"},
+                         {"joules", {{"mean", mean}, {"std", 5.0}}},
+                         {"seconds", {{"mean", 60.0}, {"std", 0.0}}}}});
+  }
+  // A small training job (a model and its training, so it is estimated) that may run on `device` only.
+  joule::Result<json> submit_training_on(const std::string& device) {
+    return submit({{"run", {{"command", {"train"}}}},
+                   {"model", {{"input", {{"shape", {1, 8}}}}, {"layers", {{{"type", "linear"}, {"out_features", 2}}}}}},
+                   {"training", {{"batch_size", 8}, {"epochs", 1}, {"samples_per_epoch", 64}}},
+                   {"constraints", {{"devices", {device}}}}});
+  }
   // A budget of 1,000 J an hour on `device` ("node/device"), 900 J of it spent from 10 to 1
   // minute ago; returns the clock's now.
   std::int64_t spend_most_of_the_hour_on(const std::string& device) {
@@ -311,18 +326,8 @@ TEST_F(JobServiceTest, a_new_model_stores_again_only_the_queued_jobs_whose_estim
   agent_joins("agent-1");
   spend_most_of_the_hour_on("agent-1/cpu");  // the job stays queued
   double mean = 500.123456789;  // more digits than a job keeps
-  estimate_with([&mean](const joule::schedulers::JobSpec&) {
-    return json::array({{{"device", "agent-1/cpu"},
-                         {"status", "ok"},
-                         {"source", "rapl"},
-                         {"joules", {{"mean", mean}, {"std", 5.0}}},
-                         {"seconds", {{"mean", 60.0}, {"std", 0.0}}}}});
-  });
-  auto submitted =
-      submit({{"run", {{"command", {"train"}}}},
-              {"model", {{"input", {{"shape", {1, 8}}}}, {"layers", {{{"type", "linear"}, {"out_features", 2}}}}}},
-              {"training", {{"batch_size", 8}, {"epochs", 1}, {"samples_per_epoch", 64}}},
-              {"constraints", {{"devices", {"agent-1/cpu"}}}}});
+  estimate_with([&mean](const joule::schedulers::JobSpec&) { return rapl_estimate("agent-1/cpu", mean); });
+  auto submitted = submit_training_on("agent-1/cpu");
   ASSERT_TRUE(submitted) << submitted.error().message;
   const std::string id = (*submitted)["id"];
   ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
@@ -344,18 +349,8 @@ TEST_F(JobServiceTest, a_job_waiting_for_a_budget_is_placed_when_the_services_cl
   agent_joins("agent-1");
   // 900 J spent in the last hour: a 500 J job does not fit until that use leaves the window.
   const auto now = spend_most_of_the_hour_on("agent-1/cpu");
-  estimate_with([](const joule::schedulers::JobSpec&) {
-    return json::array({{{"device", "agent-1/cpu"},
-                         {"status", "ok"},
-                         {"source", "rapl"},
-                         {"joules", {{"mean", 500.0}, {"std", 5.0}}},
-                         {"seconds", {{"mean", 60.0}, {"std", 0.0}}}}});
-  });
-  auto submitted =
-      submit({{"run", {{"command", {"train"}}}},
-              {"model", {{"input", {{"shape", {1, 8}}}}, {"layers", {{{"type", "linear"}, {"out_features", 2}}}}}},
-              {"training", {{"batch_size", 8}, {"epochs", 1}, {"samples_per_epoch", 64}}},
-              {"constraints", {{"devices", {"agent-1/cpu"}}}}});
+  estimate_with([](const joule::schedulers::JobSpec&) { return rapl_estimate("agent-1/cpu", 500.0); });
+  auto submitted = submit_training_on("agent-1/cpu");
   ASSERT_TRUE(submitted) << submitted.error().message;
   const std::string id = (*submitted)["id"];
   ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
