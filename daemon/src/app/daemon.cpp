@@ -38,9 +38,10 @@ void warn_when_carbon_is_wanted_but_missing(const schedulers::Policy& policy, co
 
 // The version and this node's name on every series; the name.
 std::string label_metrics(Metrics& metrics, const config::DaemonConfig& config) {
+  std::string name = node_name(config);
   metrics.set_up_info(JOULE_VERSION);
-  metrics.set_node(node_name(config));
-  return node_name(config);
+  metrics.set_node(name);
+  return name;
 }
 
 }  // namespace
