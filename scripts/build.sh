@@ -22,6 +22,13 @@ if [ "${JOULE_DEBUG_INFO:-1}" = 0 ]; then
 else
   cmake_args=("-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g -DNDEBUG" "${cmake_args[@]}")
 fi
+# JOULE_BUILD_BENCH=0 leaves bench/'s programs out (no test runs them; CI's suite does not need
+# them: about 100 s of a 2-core build); the default builds them, so a later plain build has them again.
+if [ "${JOULE_BUILD_BENCH:-1}" = 0 ]; then
+  cmake_args=("-DJOULE_BUILD_BENCH=OFF" "${cmake_args[@]}")
+else
+  cmake_args=("-DJOULE_BUILD_BENCH=ON" "${cmake_args[@]}")
+fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cmake_args[@]}" >/dev/null
 if [ ${#targets[@]} -eq 0 ]; then
   cmake --build build -j "$(nproc)"
