@@ -41,7 +41,7 @@ std::vector<JobFeedback> feedback_of(const json& run, bool with_layers) {
     feedback.device = estimates[0].device;
     feedback.estimate = estimates[0];
     feedback.joules = row["energy"].value("joules", 0.0);
-    feedback.source = row["energy"].value("source", "");
+    feedback.source = joule::energy_source_from_string(row["energy"].value("source", ""));
     feedback.job_id = row.value("job_id", fmt::format("row-{}", order));
     feedback.finished_ms = ++order;
     if (row.contains("job_seconds") && row["job_seconds"].is_number())

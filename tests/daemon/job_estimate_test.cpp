@@ -5,6 +5,7 @@
 using joule::daemon::find_estimate;
 using joule::daemon::read_estimates;
 using nlohmann::json;
+namespace estimator = joule::estimator;
 
 TEST(JobEstimateTest, rows_are_read_once_into_the_figures_the_daemon_decides_with) {
   const json rows = json::array({{{"device", "cpu"},
@@ -23,7 +24,7 @@ TEST(JobEstimateTest, rows_are_read_once_into_the_figures_the_daemon_decides_wit
   const auto* cpu = find_estimate(estimates, "cpu");
   ASSERT_NE(cpu, nullptr);
   EXPECT_TRUE(cpu->ok);
-  EXPECT_EQ(cpu->source, "modelled");
+  EXPECT_EQ(cpu->source, joule::EnergySource::modelled);
   EXPECT_EQ(cpu->joules_mean, 600.0);
   EXPECT_EQ(cpu->joules_std, 30.0);
   EXPECT_EQ(cpu->model_joules_mean, 300.0);  // the model's own figure, before the correction
@@ -103,4 +104,53 @@ TEST(JobEstimateTest, a_job_keeps_its_rows_compact_the_cheapest_devices_whole_an
     EXPECT_NEAR(compact[i].flops_per_step, full[i].flops_per_step, 1e-5 * full[i].flops_per_step);
     EXPECT_EQ(compact[i].steps, full[i].steps);
   }
+}
+
+// What a job decides with is the same live (from the estimate service's rows) and after a
+// restart (read back from the text it stored): a job whose estimate did not move is not stored
+// again, before or after a restart.
+TEST(JobEstimateTest, the_figures_of_the_rows_and_of_their_stored_text_are_the_same) {
+  std::vector<joule::daemon::EstimateRow> rows;
+  for (int d = 0; d < 12; ++d) {
+    joule::daemon::EstimateRow row;
+    row.device = "agent-" + std::to_string(d) + "/cpu";
+    estimator::Estimate estimate;
+    estimate.source = "rapl";
+    estimate.environment = "libtorch 1.13; openblas; 2 threads";
+    estimate.steps = 3000;
+    estimate.epochs = 2;
+    estimate.joules = {1.0 / 3.0 + d * 0.37, 0.123456789};
+    estimate.seconds = {1.4276266847022362, 0.0148};
+    estimate.flops_baseline_joules = 0.6461 * (1.0 + d);
+    for (int i = 0; i < 3; ++i) {
+      estimator::LayerEstimate layer;
+      layer.key = i == 1 ? "relu@hidden" : "linear@hidden";
+      layer.flops_per_step = 51380224.0 / 3.0 + i;
+      layer.joules_per_step = {1e-4 / 3.0, 1e-6};
+      estimate.layers.push_back(layer);
+    }
+    estimate.warnings = {"OMP_NUM_THREADS differs from the model's"};
+    row.estimate = std::move(estimate);
+    if (d == 3) {
+      row.correction = joule::daemon::EstimateCorrection{};
+      row.correction->model_joules = {0.2 / 3.0, 0.01};
+      row.correction->model_seconds = estimator::Uncertain{1.0 / 7.0, 0.0};
+    }
+    rows.push_back(std::move(row));
+  }
+  rows.push_back({"cuda:0", std::nullopt, "no energy model yet", std::nullopt});
+  const auto live = joule::daemon::figures_of(rows);
+  const auto restarted = read_estimates(joule::daemon::stored_estimates(rows));
+  ASSERT_EQ(live.size(), restarted.size());
+  for (std::size_t i = 0; i < live.size(); ++i) EXPECT_TRUE(live[i].same_figures(restarted[i])) << live[i].device;
+  EXPECT_EQ(live[3].model_joules_mean, restarted[3].model_joules_mean);
+  EXPECT_EQ(restarted[3].model_seconds_mean, 0.142857);
+  EXPECT_EQ(restarted[0].source, joule::EnergySource::rapl);
+  EXPECT_EQ(restarted[0].warnings.size(), 1u);
+  EXPECT_FALSE(restarted.back().ok);
+  // A figure that moves is a different estimate.
+  auto moved = rows;
+  moved[5].estimate->joules.mean *= 1.001;
+  EXPECT_FALSE(joule::daemon::figures_of(moved)[5].same_figures(live[5]));
+  EXPECT_TRUE(joule::daemon::stored_estimates({}).empty());
 }

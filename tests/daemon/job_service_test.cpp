@@ -70,12 +70,8 @@ class JobServiceTest : public ::testing::Test, protected joule::testing::JobBook
   std::string shown_now(const std::string& id) { return shown(id).value()["state"]; }
 
   // The estimator's rows for a job that may run on `device` only: `mean` J (σ 5 J, RAPL), 60 s.
-  static json rapl_estimate(const std::string& device, double mean) {
-    return json::array({{{"device", device},
-                         {"status", "ok"},
-                         {"source", "rapl"},
-                         {"joules", {{"mean", mean}, {"std", 5.0}}},
-                         {"seconds", {{"mean", 60.0}, {"std", 0.0}}}}});
+  static std::vector<joule::daemon::EstimateRow> rapl_estimate(const std::string& device, double mean) {
+    return {joule::testing::estimate_row(device, "rapl", mean, 5.0, 60.0)};
   }
   // A small training job (a model and its training, so it is estimated) that may run on `device` only.
   joule::Result<json> submit_training_on(const std::string& device) {

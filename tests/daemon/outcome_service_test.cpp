@@ -4,29 +4,34 @@
 
 #include <gtest/gtest.h>
 
+#include "estimate_rows.hpp"
+
+using joule::EnergySource;
+using joule::daemon::DeviceEstimate;
+using joule::daemon::EstimateRow;
 using joule::daemon::JobFeedback;
 using joule::daemon::OutcomeService;
+using joule::testing::layer_of;
+using joule::testing::no_model_row;
 using nlohmann::json;
 
 namespace {
 
-// An estimate row as POST /v1/estimate and a job's stored estimate hold it.
-json estimate_row(double joules, double std, const std::string& source = "modelled") {
-  return {{"device", "cpu"},
-          {"status", "ok"},
-          {"source", source},
-          {"steps", 100},
-          {"joules", {{"mean", joules}, {"std", std}}},
-          {"seconds", {{"mean", joules / 10.0}, {"std", 1.0}}},
-          {"layers", json::array({{{"flops_per_step", joules * 1e6}}})}};
+// An estimate on "cpu" from a model learnt on modelled joules: `joules` J over 100 steps, a
+// tenth as many seconds, its FLOPs in one layer; learnt under `environment` ("": unnamed).
+EstimateRow estimate_row(double joules, double std, const std::string& environment = "") {
+  auto row = joule::testing::estimate_row("cpu", "modelled", joules, std, joules / 10.0, 100);
+  row.estimate->seconds.std = 1.0;
+  row.estimate->environment = environment;
+  row.estimate->layers.push_back(layer_of("", joules * 1e6, 0.0));
+  return row;
 }
 
-JobFeedback finished(double estimated, double metered, int i, const std::string& source = "modelled") {
-  return JobFeedback{
-      "cpu",   joule::daemon::read_estimates(json::array({estimate_row(estimated, estimated * 0.05)}))[0],
-      metered, source,
-      false,   "job-" + std::to_string(i),
-      i,       std::nullopt};
+JobFeedback finished(double estimated, double metered, int i, EnergySource source = EnergySource::modelled) {
+  return JobFeedback{"cpu",   DeviceEstimate::of(estimate_row(estimated, estimated * 0.05)),
+                     metered, source,
+                     false,   "job-" + std::to_string(i),
+                     i,       std::nullopt};
 }
 
 }  // namespace
@@ -37,21 +42,31 @@ TEST(OutcomeServiceTest, jobs_that_used_twice_their_estimate_double_the_next_est
     const double estimated = 100.0 + 50.0 * i;
     EXPECT_TRUE(outcomes.record(finished(estimated, 2.0 * estimated * (i % 2 ? 1.02 : 0.98), i)));
   }
-  json estimates = json::array({estimate_row(300.0, 15.0), {{"device", "gpu"}, {"status", "no-model"}}});
+  std::vector<EstimateRow> estimates{estimate_row(300.0, 15.0), no_model_row("gpu")};
   outcomes.apply(estimates);
-  EXPECT_NEAR(estimates[0]["joules"]["mean"].get<double>(), 600.0, 60.0);
-  EXPECT_EQ(estimates[0]["raw_joules"]["mean"], 300.0);
-  EXPECT_EQ(estimates[0]["calibration"]["rows"], 12);
-  EXPECT_FALSE(estimates[1].contains("calibration"));
+  EXPECT_NEAR(estimates[0].estimate->joules.mean, 600.0, 60.0);
+  ASSERT_TRUE(estimates[0].correction);
+  EXPECT_EQ(estimates[0].correction->model_joules.mean, 300.0);
+  EXPECT_EQ(estimates[0].correction->rows, 12u);
+  EXPECT_FALSE(estimates[1].correction);
+  // As the API shows it and a job stores it.
+  const json shown = joule::daemon::estimate_row_json(estimates[0]);
+  EXPECT_EQ(shown["raw_joules"]["mean"], 300.0);
+  EXPECT_EQ(shown["calibration"]["rows"], 12);
+  EXPECT_EQ(shown["calibration"]["method"], "kernel-ridge+conformal");
   const json view = outcomes.view("cpu");
   EXPECT_EQ(view["correction"], "mean and spread");
   EXPECT_GT(view["error_raw"].get<double>(), 0.4);
   EXPECT_LT(view["error_corrected_leave_one_out"].get<double>(), 0.1);
   // Learning from a corrected row uses the model's own figure, not the corrected one.
   auto again = finished(300.0, 600.0, 13);
-  again.estimate = joule::daemon::read_estimates(json::array({estimates[0]}))[0];
-  EXPECT_EQ(again.estimate.joules_mean, estimates[0]["joules"]["mean"].get<double>());
+  again.estimate = DeviceEstimate::of(estimates[0]);
+  EXPECT_NEAR(again.estimate.joules_mean, estimates[0].estimate->joules.mean, 1e-5 * again.estimate.joules_mean);
   EXPECT_EQ(again.estimate.model_joules_mean, 300.0);
+  // The same figures read back from the stored form.
+  const auto stored = joule::daemon::read_estimates(joule::daemon::stored_estimates({estimates[0]}));
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_TRUE(stored[0].same_figures(again.estimate));
   EXPECT_TRUE(outcomes.record(again));
   EXPECT_EQ(outcomes.view("cpu")["rows"], 13);
 }
@@ -61,24 +76,24 @@ TEST(OutcomeServiceTest, partial_mismatched_and_failed_estimates_teach_nothing) 
   auto partial = finished(100.0, 200.0, 1);
   partial.partial = true;
   EXPECT_FALSE(outcomes.record(partial));
-  EXPECT_FALSE(outcomes.record(finished(100.0, 200.0, 2, "rapl")));  // modelled estimate, rapl joules
+  EXPECT_FALSE(outcomes.record(finished(100.0, 200.0, 2, EnergySource::rapl)));  // modelled estimate, rapl joules
   auto no_model = finished(100.0, 200.0, 3);
-  no_model.estimate = joule::daemon::read_estimates(json::array({{{"device", "cpu"}, {"status", "no-model"}}}))[0];
+  no_model.estimate = DeviceEstimate::of(no_model_row("cpu"));
   EXPECT_FALSE(outcomes.record(no_model));
   EXPECT_EQ(outcomes.view("cpu")["rows"], 0);
   // Below the minimum rows an estimate is left as the model made it.
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(outcomes.record(finished(100.0, 200.0, 10 + i)));
-  json estimates = json::array({estimate_row(300.0, 15.0)});
+  std::vector<EstimateRow> estimates{estimate_row(300.0, 15.0)};
   outcomes.apply(estimates);
-  EXPECT_EQ(estimates[0]["joules"]["mean"], 300.0);
-  EXPECT_FALSE(estimates[0].contains("raw_joules"));
+  EXPECT_EQ(estimates[0].estimate->joules.mean, 300.0);
+  EXPECT_FALSE(estimates[0].correction);
   EXPECT_EQ(outcomes.view("cpu")["correction"], "none");
 }
 
 TEST(OutcomeServiceTest, the_history_at_start_gives_the_same_rows_as_jobs_one_by_one) {
   std::vector<JobFeedback> history;
   for (int i = 0; i < 12; ++i) history.push_back(finished(100.0 + 50.0 * i, 2.0 * (100.0 + 50.0 * i), i));
-  history.push_back(finished(100.0, 200.0, 99, "rapl"));  // teaches nothing
+  history.push_back(finished(100.0, 200.0, 99, EnergySource::rapl));  // teaches nothing
   OutcomeService at_start, live;
   EXPECT_EQ(at_start.record_all(history), 12u);
   for (const auto& feedback : history) live.record(feedback);
@@ -94,9 +109,9 @@ TEST(OutcomeServiceTest, a_start_up_every_job_pays_is_its_own_line_in_the_next_e
     feedback.seconds = estimated / 10.0 + 4.0;
     EXPECT_TRUE(outcomes.record(feedback));
   }
-  json estimates = json::array({estimate_row(100.0, 5.0)});
+  std::vector<EstimateRow> estimates{estimate_row(100.0, 5.0)};
   outcomes.apply(estimates);
-  const json& row = estimates[0];
+  const json row = joule::daemon::estimate_row_json(estimates[0]);
   ASSERT_TRUE(row.contains("overhead")) << row.dump(2);
   EXPECT_NEAR(row["overhead"]["joules"].get<double>(), 80.0, 15.0);
   EXPECT_NEAR(row["overhead"]["seconds"].get<double>(), 4.0, 1.0);
@@ -108,24 +123,22 @@ TEST(OutcomeServiceTest, a_start_up_every_job_pays_is_its_own_line_in_the_next_e
   EXPECT_NEAR(view["overhead"]["joules"]["per_job"].get<double>(), 80.0, 15.0);
   EXPECT_TRUE(view["overhead"]["seconds_applied"].get<bool>());
   // A corrected row teaches with the model's own seconds and joules, not the served ones.
-  const auto again = joule::daemon::read_estimates(estimates)[0];
+  const auto again = DeviceEstimate::of(estimates[0]);
   EXPECT_EQ(again.model_seconds_mean, 10.0);
   EXPECT_EQ(again.model_joules_mean, 100.0);
-  // Applying twice gives the same row (a stored estimate is corrected again after a refit).
-  json twice = estimates;
+  // Applying twice gives the same row (an estimate corrected again after a refit).
+  auto twice = estimates;
   outcomes.apply(twice);
-  EXPECT_EQ(twice, estimates);
+  EXPECT_EQ(joule::daemon::estimate_row_json(twice[0]), row);
 }
 
-// The work mix comes from the estimate rows' layers, as jobs store them and POST /v1/estimate
-// serves them: a device that under-estimates recurrent layers corrects the next LSTM's estimate
-// and not the next CNN's.
+// The work mix comes from the estimates' layers: a device that under-estimates recurrent layers
+// corrects the next LSTM's estimate and not the next CNN's.
 TEST(OutcomeServiceTest, the_work_mix_of_the_estimates_layers_tells_which_jobs_to_correct) {
   const auto row_of = [](double joules, const std::string& model) {
-    json row = estimate_row(joules, 0.05 * joules);
-    row["layers"] = json::array(
-        {{{"model", model}, {"joules_per_step", {{"mean", 0.9 * joules / 100}}}, {"flops_per_step", joules * 1e6}},
-         {{"model", "linear@output"}, {"joules_per_step", {{"mean", 0.1 * joules / 100}}}, {"flops_per_step", 0.0}}});
+    auto row = estimate_row(joules, 0.05 * joules);
+    row.estimate->layers = {layer_of(model, joules * 1e6, 0.9 * joules / 100),
+                            layer_of("linear@output", 0.0, 0.1 * joules / 100)};
     return row;
   };
   OutcomeService outcomes;
@@ -133,19 +146,19 @@ TEST(OutcomeServiceTest, the_work_mix_of_the_estimates_layers_tells_which_jobs_t
     const bool recurrent = i % 2 == 1;
     const double estimated = 200.0 + 40.0 * (i / 2);
     auto feedback = finished(estimated, 0.0, i);
-    feedback.estimate =
-        joule::daemon::read_estimates(json::array({row_of(estimated, recurrent ? "lstm@hidden" : "conv2d@hidden")}))[0];
+    feedback.estimate = DeviceEstimate::of(row_of(estimated, recurrent ? "lstm@hidden" : "conv2d@hidden"));
     ASSERT_TRUE(feedback.estimate.mix);
     feedback.joules = (recurrent ? 1.5 : 0.7) * estimated * (i % 4 < 2 ? 1.01 : 0.99);
     EXPECT_TRUE(outcomes.record(feedback));
   }
   EXPECT_EQ(outcomes.view("cpu")["uses_work_mix"], true);
-  json estimates = json::array({row_of(300.0, "lstm@hidden"), row_of(300.0, "conv2d@hidden")});
+  std::vector<EstimateRow> estimates{row_of(300.0, "lstm@hidden"), row_of(300.0, "conv2d@hidden")};
   outcomes.apply(estimates);
-  EXPECT_NEAR(estimates[0]["joules"]["mean"].get<double>(), 450.0, 45.0);
-  EXPECT_NEAR(estimates[1]["joules"]["mean"].get<double>(), 210.0, 25.0);
+  EXPECT_NEAR(estimates[0].estimate->joules.mean, 450.0, 45.0);
+  EXPECT_NEAR(estimates[1].estimate->joules.mean, 210.0, 25.0);
   // A stored row whose layers were left out (a job with many candidate devices) has no mix.
-  const json compact = joule::daemon::compact_estimates(json::array({row_of(300.0, "lstm@hidden")}), 0);
+  const json compact = joule::daemon::compact_estimates(
+      json::array({joule::daemon::estimate_row_json(row_of(300.0, "lstm@hidden"))}), 0);
   EXPECT_FALSE(joule::daemon::read_estimates(compact)[0].mix);
 }
 
@@ -153,14 +166,9 @@ TEST(OutcomeServiceTest, the_work_mix_of_the_estimates_layers_tells_which_jobs_t
 // taught about the old model's estimates must not correct the new one's. Rows of estimates
 // stored before estimates named their environment count for every environment.
 TEST(OutcomeServiceTest, what_jobs_taught_under_one_environment_does_not_correct_another) {
-  const auto under = [](json row, const std::string& environment) {
-    if (!environment.empty()) row["environment"] = environment;
-    return row;
-  };
   const auto finished_under = [&](double estimated, double metered, int i, const std::string& environment) {
     auto feedback = finished(estimated, metered, i);
-    feedback.estimate =
-        joule::daemon::read_estimates(json::array({under(estimate_row(estimated, estimated * 0.05), environment)}))[0];
+    feedback.estimate = DeviceEstimate::of(estimate_row(estimated, estimated * 0.05, environment));
     return feedback;
   };
   OutcomeService outcomes;
@@ -169,11 +177,11 @@ TEST(OutcomeServiceTest, what_jobs_taught_under_one_environment_does_not_correct
     const double estimated = 100.0 + 50.0 * i;
     EXPECT_TRUE(outcomes.record(finished_under(estimated, 2.0 * estimated * (i % 2 ? 1.02 : 0.98), i, "old")));
   }
-  json estimates = json::array({under(estimate_row(300.0, 15.0), "old"), under(estimate_row(300.0, 15.0), "new")});
+  std::vector<EstimateRow> estimates{estimate_row(300.0, 15.0, "old"), estimate_row(300.0, 15.0, "new")};
   outcomes.apply(estimates);
-  EXPECT_NEAR(estimates[0]["joules"]["mean"].get<double>(), 600.0, 60.0);
-  EXPECT_EQ(estimates[1]["joules"]["mean"], 300.0) << "the new environment's model has no rows of its own";
-  EXPECT_FALSE(estimates[1].contains("calibration"));
+  EXPECT_NEAR(estimates[0].estimate->joules.mean, 600.0, 60.0);
+  EXPECT_EQ(estimates[1].estimate->joules.mean, 300.0) << "the new environment's model has no rows of its own";
+  EXPECT_FALSE(estimates[1].correction);
   outcomes.set_environment("cpu", "new");
   EXPECT_EQ(outcomes.view("cpu")["rows"], 0);
   EXPECT_EQ(outcomes.view("cpu")["rows_other_environments"], 12);
@@ -186,11 +194,11 @@ TEST(OutcomeServiceTest, what_jobs_taught_under_one_environment_does_not_correct
   for (int i = 0; i < 8; ++i) history.push_back(finished(100.0 + 50.0 * i, 2.0 * (100.0 + 50.0 * i), i));
   EXPECT_EQ(upgraded.record_all(history), 8u);
   EXPECT_TRUE(upgraded.record(finished_under(300.0, 600.0, 20, "new")));
-  json later = json::array({under(estimate_row(300.0, 15.0), "new"), estimate_row(300.0, 15.0)});
+  std::vector<EstimateRow> later{estimate_row(300.0, 15.0, "new"), estimate_row(300.0, 15.0)};
   upgraded.apply(later);
-  EXPECT_EQ(later[0]["calibration"]["rows"], 9);
-  EXPECT_EQ(later[1]["calibration"]["rows"], 8);
-  EXPECT_NEAR(later[0]["joules"]["mean"].get<double>(), 600.0, 60.0);
+  EXPECT_EQ(later[0].correction->rows, 9u);
+  EXPECT_EQ(later[1].correction->rows, 8u);
+  EXPECT_NEAR(later[0].estimate->joules.mean, 600.0, 60.0);
   upgraded.set_environment("cpu", "new");
   EXPECT_EQ(upgraded.view("cpu")["rows"], 9);
   EXPECT_EQ(upgraded.view("cpu")["rows_other_environments"], 0);

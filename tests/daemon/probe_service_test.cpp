@@ -334,8 +334,8 @@ TEST_F(ProbeServiceTest, background_probing_stops_when_a_probe_no_longer_pays_an
   JobFeedback job;
   job.device = "cpu";
   job.estimate.ok = true;
-  job.estimate.source = "modelled";
-  job.source = "modelled";
+  job.estimate.source = joule::EnergySource::modelled;
+  job.source = joule::EnergySource::modelled;
   job.joules = 1e9;
   job.finished_ms = 1'900'000'000'000;
   probes_->feedback(job);

@@ -130,13 +130,11 @@ class Coordinator : joule::testing::JobBook {
     for (const auto& job : trace) by_name[job.name] = &job;
     estimate_with([&](const joule::schedulers::JobSpec& spec) {
       const TraceJob& job = *by_name.at(spec.name);
-      json rows = json::array();
+      std::vector<joule::daemon::EstimateRow> rows;
       for (const std::size_t d : job.devices)
-        rows.push_back({{"device", kDevices[d].first + "/" + kDevices[d].second},
-                        {"status", "ok"},
-                        {"source", "modelled"},
-                        {"joules", {{"mean", job.estimate_joules[d]}, {"std", 0.1 * job.estimate_joules[d]}}},
-                        {"seconds", {{"mean", job.estimate_seconds[d]}, {"std", 0.0}}}});
+        rows.push_back(joule::testing::estimate_row(kDevices[d].first + "/" + kDevices[d].second, "modelled",
+                                                    job.estimate_joules[d], 0.1 * job.estimate_joules[d],
+                                                    job.estimate_seconds[d]));
       return rows;
     });
     std::size_t next = 0;

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "estimate_rows.hpp"
 #include "http/routes/job_json.hpp"
 #include "joule/adapters/storage_writer.hpp"
 #include "joule/common/clock.hpp"
@@ -27,11 +28,11 @@ namespace joule::testing {
 /// An estimator that answers with what a test says (the daemon's is EstimateService).
 class FixedEstimator final : public daemon::JobEstimator {
  public:
-  using Answer = std::function<nlohmann::json(const schedulers::JobSpec&)>;
+  using Answer = std::function<std::vector<daemon::EstimateRow>(const schedulers::JobSpec&)>;
   explicit FixedEstimator(Answer answer = {}) : answer_(std::move(answer)) {}
   void answer_with(Answer answer) { answer_ = std::move(answer); }
-  nlohmann::json estimate_job(const schedulers::JobSpec& spec) const override {
-    return answer_ ? answer_(spec) : nlohmann::json(nullptr);
+  std::vector<daemon::EstimateRow> estimate_job(const schedulers::JobSpec& spec) const override {
+    return answer_ ? answer_(spec) : std::vector<daemon::EstimateRow>{};
   }
 
  private:

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "joule/daemon/thread_settings.hpp"
-#include "joule/estimator/model_spec.hpp"
 #include "joule/estimator/runtime_cost.hpp"
 
 namespace joule::daemon {
@@ -30,46 +29,38 @@ std::optional<nlohmann::json> EstimateService::model_info(const std::string& dev
   return info;
 }
 
-nlohmann::json EstimateService::estimate_job(const schedulers::JobSpec& spec) const {
-  if (!spec.model || !spec.training) return nullptr;
+std::vector<EstimateRow> EstimateService::estimate_job(const schedulers::JobSpec& spec) const {
+  if (!spec.model || !spec.training) return {};
   std::vector<std::string> names;
   for (const auto& device : devices_)
     if (schedulers::device_allowed(spec.constraints, device.name)) names.push_back(device.name);
   // A built-in job trains in joule-worker (LibTorch, as probes do); a command's runtime is what
   // its program says it is: Python's start-up and per-step cost are measured per device.
   const std::string runtime = spec.run.builtin ? "" : estimator::runtime_of_command(spec.run.argv);
-  const nlohmann::json body = {{"model", estimator::to_json(*spec.model)},
-                               {"training", estimator::to_json(*spec.training)},
-                               {"runtime", runtime.empty() ? "none" : runtime}};
-  auto answer = estimate_request(body, names, models_);
-  if (!answer) return nullptr;
-  nlohmann::json estimates = std::move((*answer)["estimates"]);
-  if (outcomes_) outcomes_->apply(estimates);
-  for (auto& row : estimates) {
-    if (row.value("status", "") != "ok") continue;
-    const auto name = row.value("device", "");
-    const Device* device = devices_.find(name);
-    if (auto warning = thread_count_warning(spec.run.env, device ? device->threads : 0))
-      row["warnings"].push_back(*warning);
+  auto answer = estimate_on(EstimateRequest{*spec.model, *spec.training, runtime, {}}, names, models_);
+  if (!answer) return {};
+  std::vector<EstimateRow> rows = std::move(answer->rows);
+  if (outcomes_) outcomes_->apply(rows);
+  for (auto& row : rows) {
+    if (!row.estimate) continue;
+    auto& warnings = row.estimate->warnings;
+    const Device* device = devices_.find(row.device);
+    if (auto warning = thread_count_warning(spec.run.env, device ? device->threads : 0)) warnings.push_back(*warning);
     if (runtime.empty() && !spec.run.builtin && !spec.run.argv.empty())
-      row["warnings"].push_back(fmt::format(
+      warnings.push_back(fmt::format(
           "{} is not a runtime Joule measures (Python is): the program's start-up and any per-step work beyond "
           "the model's layers are not in this estimate until finished jobs teach them",
           spec.run.argv.front()));
-    else if (!runtime.empty() && !row.contains("runtime"))
-      if (auto why = runtime_problem_ ? runtime_problem_(name) : std::nullopt) row["warnings"].push_back(*why);
+    else if (!runtime.empty() && !row.estimate->runtime)
+      if (auto why = runtime_problem_ ? runtime_problem_(row.device) : std::nullopt) warnings.push_back(*why);
   }
-  return estimates;
+  return rows;
 }
 
-Result<nlohmann::json> EstimateService::estimate(const nlohmann::json& body) const {
-  auto answer = estimate_request(body, devices_.names(), models_);
-  if (answer && outcomes_ && answer->contains("estimates")) outcomes_->apply((*answer)["estimates"]);
+Result<EstimateAnswer> EstimateService::estimate(const EstimateRequest& request) const {
+  auto answer = estimate_on(request, devices_.names(), models_);
+  if (answer && outcomes_) outcomes_->apply(answer->rows);
   return answer;
-}
-
-Result<nlohmann::json> EstimateService::advise(const nlohmann::json& body) const {
-  return advise_request(body, devices_.names(), models_);
 }
 
 }  // namespace joule::daemon

@@ -1,223 +1,50 @@
 #include "joule/daemon/estimates.hpp"
 
-#include <algorithm>
-
 #include <fmt/format.h>
 
 #include "joule/estimator/layer_analysis.hpp"
-#include "joule/estimator/pruning_advice.hpp"
 #include "joule/schedulers/job.hpp"
 
 namespace joule::daemon {
 
-using nlohmann::json;
-
-Result<json> estimate_request(const json& body, const std::vector<std::string>& devices, const DeviceModels& models) {
-  if (!body.is_object()) return make_error(ErrorCode::invalid_argument, "the request must be a JSON object", "");
-  for (const auto& [key, value] : body.items()) {
-    if (key != "model" && key != "training" && key != "devices" && key != "runtime")
-      return make_error(ErrorCode::invalid_argument, fmt::format("unknown field \"{}\"", key), "/" + key);
-  }
-  if (!body.contains("model")) return make_error(ErrorCode::invalid_argument, "model is required", "/model");
-  if (!body.contains("training")) return make_error(ErrorCode::invalid_argument, "training is required", "/training");
-  auto model = estimator::parse_model_spec(body["model"], "/model");
-  if (!model) return model.error();
-  auto training = estimator::parse_training_config(body["training"], "/training");
-  if (!training) return training.error();
-  // What the job's loop runs in: "python" adds the device's measured interpreter start-up and
-  // per-step cost; "none" (or no field: a built-in job, a compiled trainer) adds nothing.
-  std::string runtime;
-  if (auto it = body.find("runtime"); it != body.end()) {
-    if (!it->is_string() || (*it != "python" && *it != "none"))
-      return make_error(ErrorCode::invalid_argument, "runtime must be \"python\" or \"none\"", "/runtime");
-    if (*it == "python") runtime = "python";
-  }
-  schedulers::Constraints filter;
-  if (auto it = body.find("devices"); it != body.end()) {
-    if (!it->is_array())
-      return make_error(ErrorCode::invalid_argument, "devices must be an array of patterns", "/devices");
-    for (std::size_t i = 0; i < it->size(); ++i) {
-      if (!(*it)[i].is_string())
-        return make_error(ErrorCode::invalid_argument, "device patterns are strings", fmt::format("/devices/{}", i));
-      filter.devices.push_back((*it)[i].get<std::string>());
-    }
-  }
-  auto layers = estimator::analyze_model(*model, training->batch_size, "/model");
+Result<EstimateAnswer> estimate_on(const EstimateRequest& request, const std::vector<std::string>& devices,
+                                   const DeviceModels& models) {
+  auto layers = estimator::analyze_model(request.model, request.training.batch_size, "/model");
   if (!layers) return layers.error();
-
-  json layer_rows = json::array();
-  for (const auto& layer : *layers) {
-    json row = {{"index", layer.index},
-                {"type", layer.type},
-                {"input_shape", layer.input_shape},
-                {"output_shape", layer.output_shape},
-                {"parameters", layer.cost.parameters},
-                {"flops_per_step", layer.cost.forward_flops + layer.cost.backward_flops},
-                {"activation_bytes_per_step", layer.cost.activation_bytes}};
-    if (!layer.name.empty()) row["name"] = layer.name;
-    if (layer.input_shapes.size() > 1) row["input_shapes"] = layer.input_shapes;
-    layer_rows.push_back(std::move(row));
-  }
-  const auto total = estimator::total_cost(*layers);
-  json estimates = json::array();
+  schedulers::Constraints filter;
+  filter.devices = request.devices;
+  EstimateAnswer answer;
+  answer.steps = estimator::steps_of(request.training);
   for (const auto& device : devices) {
     if (!schedulers::device_allowed(filter, device)) continue;
+    EstimateRow row;
+    row.device = device;
     const auto it = models.find(device);
     if (it == models.end() || !it->second) {
-      estimates.push_back({{"device", device},
-                           {"status", "no-model"},
-                           {"detail", fmt::format("device {} has no energy model yet: it learns one from probes "
-                                                  "when idle, or now with joulectl probe --device {}",
-                                                  device, device)}});
+      row.detail = fmt::format(
+          "device {} has no energy model yet: it learns one from probes when idle, or now with joulectl probe "
+          "--device {}",
+          device, device);
+      answer.rows.push_back(std::move(row));
       continue;
     }
-    auto estimate = it->second->estimate(*layers, *training, runtime);
+    auto estimate = it->second->estimate(*layers, request.training, request.runtime);
     if (!estimate) {
-      estimates.push_back({{"device", device}, {"status", "no-model"}, {"detail", estimate.error().message}});
+      row.detail = estimate.error().message;
+      answer.rows.push_back(std::move(row));
       continue;
     }
-    json row = estimator::to_json(*estimate);
-    row["device"] = device;  // an agent's model names its own device; here it is "node/device"
-    row["status"] = "ok";
-    if (training->eat)
-      row["warnings"].push_back(
+    if (request.training.eat)
+      estimate->warnings.push_back(
           "training.eat adds its penalty (a few elementwise passes over every activation) and a firing count per "
           "epoch, which probes do not run: the estimate leaves them out");
-    estimates.push_back(std::move(row));
+    row.estimate = std::move(*estimate);
+    answer.rows.push_back(std::move(row));
   }
-  if (estimates.empty() && !filter.devices.empty())
+  if (answer.rows.empty() && !filter.devices.empty())
     return make_error(ErrorCode::invalid_argument, "devices matches no device of this node", "/devices");
-  return json{{"model",
-               {{"layers", layer_rows},
-                {"parameters", total.parameters},
-                {"flops_per_step", total.forward_flops + total.backward_flops}}},
-              {"steps", estimator::steps_of(*training)},
-              {"estimates", estimates}};
-}
-
-namespace {
-
-json uncertain_json(const estimator::Uncertain& value) { return {{"mean", value.mean}, {"std", value.std}}; }
-
-}  // namespace
-
-Result<json> advise_request(const json& body, const std::vector<std::string>& devices, const DeviceModels& models) {
-  if (!body.is_object()) return make_error(ErrorCode::invalid_argument, "the request must be a JSON object", "");
-  for (const auto& [key, value] : body.items()) {
-    if (key != "model" && key != "training" && key != "target" && key != "device" && key != "min_multiplier")
-      return make_error(ErrorCode::invalid_argument, fmt::format("unknown field \"{}\"", key), "/" + key);
-  }
-  if (!body.contains("model")) return make_error(ErrorCode::invalid_argument, "model is required", "/model");
-  if (!body.contains("training")) return make_error(ErrorCode::invalid_argument, "training is required", "/training");
-  const auto target = body.find("target");
-  if (target == body.end() || !target->is_number() || !(target->get<double>() > 0.0 && target->get<double>() < 1.0))
-    return make_error(ErrorCode::invalid_argument,
-                      "target is the share of the estimated energy to save, a number between 0 and 1 (0.5: half)",
-                      "/target");
-  double smallest = 0.5;
-  if (const auto it = body.find("min_multiplier"); it != body.end()) {
-    if (!it->is_number() || !(it->get<double>() >= 0.125 && it->get<double>() < 1.0))
-      return make_error(ErrorCode::invalid_argument,
-                        "min_multiplier is the smallest width multiplier, from 0.125 up to (not including) 1",
-                        "/min_multiplier");
-    smallest = it->get<double>();
-  }
-  auto model = estimator::parse_model_spec(body["model"], "/model");
-  if (!model) return model.error();
-  auto training = estimator::parse_training_config(body["training"], "/training");
-  if (!training) return training.error();
-  const auto original_layers = estimator::analyze_model(*model, training->batch_size, "/model");
-  if (!original_layers) return original_layers.error();
-
-  // The device whose model advises: the one named, or the first with a model.
-  std::string device;
-  if (const auto it = body.find("device"); it != body.end()) {
-    if (!it->is_string()) return make_error(ErrorCode::invalid_argument, "device is a device name", "/device");
-    device = it->get<std::string>();
-    if (std::find(devices.begin(), devices.end(), device) == devices.end())
-      return make_error(ErrorCode::invalid_argument, fmt::format("this node has no device {}", device), "/device");
-    if (const auto m = models.find(device); m == models.end() || !m->second)
-      return make_error(ErrorCode::unavailable,
-                        fmt::format("device {} has no energy model yet: it learns one from probes when idle, or "
-                                    "now with joulectl probe --device {}",
-                                    device, device));
-  } else {
-    for (const auto& name : devices)
-      if (const auto m = models.find(name); m != models.end() && m->second) {
-        device = name;
-        break;
-      }
-    if (device.empty())
-      return make_error(ErrorCode::unavailable,
-                        "no device of this node has an energy model yet: they learn one from probes when idle, or "
-                        "now with joulectl probe --device DEVICE");
-  }
-  auto advice = estimator::advise_pruning(*model, *training, *models.at(device), target->get<double>(),
-                                          estimator::PruningOptions::down_to(smallest));
-  if (!advice) {
-    auto error = advice.error();
-    if (error.where == "target") error.where = "/target";
-    return error;
-  }
-
-  json layers = json::array();
-  for (const auto& layer : advice->layers) {
-    json row = {{"index", layer.index}, {"type", layer.type}, {"energy_share", layer.energy_share}};
-    if (!layer.name.empty()) row["name"] = layer.name;
-    if (!layer.width_argument.empty()) {
-      row["width_argument"] = layer.width_argument;
-      row["width"] = layer.width;
-      row["advised_width"] = layer.advised_width;
-      row["multiplier"] = layer.multiplier;
-      if (!layer.fixed_because.empty()) row["fixed_because"] = layer.fixed_because;
-    }
-    layers.push_back(std::move(row));
-  }
-  // The advised network on every device with a model: the same widths save differently where
-  // the costly layers differ.
-  json per_device = json::array();
-  const auto advised_layers = estimator::analyze_model(advice->model, training->batch_size);
-  for (const auto& name : devices) {
-    const auto m = models.find(name);
-    if (m == models.end() || !m->second) {
-      per_device.push_back({{"device", name}, {"status", "no-model"}});
-      continue;
-    }
-    auto before = m->second->estimate(*original_layers, *training);
-    auto after = advised_layers ? m->second->estimate(*advised_layers, *training)
-                                : Result<estimator::Estimate>(advised_layers.error());
-    if (!before || !after) {
-      per_device.push_back(
-          {{"device", name}, {"status", "no-model"}, {"detail", (!before ? before : after).error().message}});
-      continue;
-    }
-    per_device.push_back({{"device", name},
-                          {"status", "ok"},
-                          {"source", m->second->source()},
-                          {"original_joules", uncertain_json(before->joules)},
-                          {"advised_joules", uncertain_json(after->joules)},
-                          {"saving", 1.0 - after->joules.mean / before->joules.mean}});
-  }
-  json out = {{"device", device},
-              {"source", advice->original.source},
-              {"target", advice->target},
-              {"min_multiplier", smallest},
-              {"reached", advice->reached},
-              {"saving", advice->saving},
-              {"original",
-               {{"joules", uncertain_json(advice->original.joules)},
-                {"seconds", uncertain_json(advice->original.seconds)},
-                {"parameters", advice->original_parameters}}},
-              {"advised",
-               {{"joules", uncertain_json(advice->advised.joules)},
-                {"seconds", uncertain_json(advice->advised.seconds)},
-                {"parameters", advice->advised_parameters},
-                {"warnings", advice->advised.warnings}}},
-              {"layers", layers},
-              {"model", estimator::to_json(advice->model)},
-              {"devices", per_device}};
-  if (!advice->detail.empty()) out["detail"] = advice->detail;
-  return out;
+  answer.layers = std::move(*layers);
+  return answer;
 }
 
 }  // namespace joule::daemon

@@ -10,14 +10,6 @@ namespace {
 
 json optional_number(const std::optional<double>& value) { return value ? json(*value) : json(nullptr); }
 
-// A figure {"mean", "std"} of an estimate row ("joules", "seconds"); the model's own
-// ("raw_joules", "raw_seconds") when the row was corrected.
-json model_figure(const json& estimate, const std::string& name) {
-  if (const auto raw = estimate.find("raw_" + name); raw != estimate.end() && raw->is_object()) return *raw;
-  const auto figure = estimate.find(name);
-  return figure != estimate.end() && figure->is_object() ? *figure : json::object();
-}
-
 json overhead_json(const estimator::JobOverhead& line) {
   return {{"per_job", line.per_job},
           {"per_epoch", line.per_epoch},
@@ -125,52 +117,50 @@ std::map<std::string, estimator::CalibrationSummary> OutcomeService::summaries()
   return out;
 }
 
-void OutcomeService::apply(json& estimates) const {
-  if (!estimates.is_array()) return;
-  for (auto& row : estimates) {
-    if (!row.is_object() || row.value("status", "") != "ok") continue;
-    const auto device = devices_.find(row.value("device", ""));
+void OutcomeService::apply(std::vector<EstimateRow>& rows) const {
+  for (auto& row : rows) {
+    if (!row.estimate) continue;
+    estimator::Estimate& estimate = *row.estimate;
+    const auto device = devices_.find(row.device);
     if (device == devices_.end()) continue;
-    const auto* found = calibration_for(device->second, row.value("environment", ""));
+    const auto* found = calibration_for(device->second, estimate.environment);
     if (!found) continue;
     const auto& calibration = *found;
     if (calibration.rows().size() < estimator::OutcomeCalibration::kMinRows) continue;
-    const json raw = model_figure(row, "joules");
-    const json raw_seconds = model_figure(row, "seconds");
-    const std::int64_t epochs =
-        row.contains("epochs") && row["epochs"].is_number_integer() ? row["epochs"].get<std::int64_t>() : 1;
-    const auto calibrated =
-        calibration.apply(raw.value("mean", 0.0), raw.value("std", 0.0), raw_seconds.value("mean", 0.0),
-                          flops_per_step(row), row.value("steps", std::int64_t{0}), epochs, work_mix_of(row));
+    // The model's own figures, also where the row was corrected already.
+    const estimator::Uncertain raw = row.correction ? row.correction->model_joules : estimate.joules;
+    const estimator::Uncertain raw_seconds =
+        row.correction && row.correction->model_seconds ? *row.correction->model_seconds : estimate.seconds;
+    const auto calibrated = calibration.apply(raw.mean, raw.std, raw_seconds.mean, flops_per_step(estimate),
+                                              estimate.steps, estimate.epochs, work_mix_of(estimate));
     const auto& summary = calibration.summary();
     const bool mean_corrected = summary.correction_active && !calibrated.far_from_rows;
-    row["raw_joules"] = raw;
-    row["joules"] = {{"mean", calibrated.joules.mean}, {"std", calibrated.joules.std}};
-    row.erase("raw_seconds");
+    EstimateCorrection correction;
+    correction.model_joules = raw;
+    estimate.joules = {calibrated.joules.mean, calibrated.joules.std};
     if (summary.seconds_correction_active) {
-      row["raw_seconds"] = raw_seconds;
+      correction.model_seconds = raw_seconds;
       // The overhead's seconds are learnt as a figure, not a distribution: the spread stays the model's.
-      row["seconds"] = {{"mean", calibrated.seconds}, {"std", raw_seconds.value("std", 0.0)}};
+      estimate.seconds = {calibrated.seconds, raw_seconds.std};
     } else {
-      row["seconds"] = raw_seconds;
+      estimate.seconds = raw_seconds;
     }
-    // The job's cost outside its steps, as a line of its own: part of "joules" (and of
-    // "seconds") when applied.
-    row.erase("overhead");
+    // The job's cost outside its steps, as a line of its own: part of the joules (and of the
+    // seconds) when applied.
     if (calibrated.overhead_joules > 0.0 || calibrated.overhead_seconds > 0.0)
-      row["overhead"] = {{"joules", calibrated.overhead_joules},
-                         {"seconds", calibrated.overhead_seconds},
-                         {"per_job_joules", summary.overhead_joules ? summary.overhead_joules->per_job : 0.0},
-                         {"per_epoch_joules", summary.overhead_joules ? summary.overhead_joules->per_epoch : 0.0},
-                         {"learnt_from", summary.rows}};
-    row["calibration"] = {{"method", mean_corrected ? "kernel-ridge+conformal" : "conformal"},
-                          {"rows", summary.rows},
-                          {"mean_factor", calibrated.mean_factor},
-                          {"sigma_scale", calibrated.sigma_scale}};
+      correction.overhead = EstimateCorrection::Overhead{
+          calibrated.overhead_joules, calibrated.overhead_seconds,
+          summary.overhead_joules ? summary.overhead_joules->per_job : 0.0,
+          summary.overhead_joules ? summary.overhead_joules->per_epoch : 0.0, summary.rows};
+    correction.method = mean_corrected ? "kernel-ridge+conformal" : "conformal";
+    correction.rows = summary.rows;
+    correction.mean_factor = calibrated.mean_factor;
+    correction.sigma_scale = calibrated.sigma_scale;
     if (calibrated.far_from_rows)
-      row["calibration"]["note"] =
+      correction.note =
           "this job lies far from every finished job (its size, length or work per step): its mean is the model's "
           "own, only its spread is calibrated";
+    row.correction = std::move(correction);
   }
 }
 

@@ -1,12 +1,11 @@
 #include "joule/daemon/budget_service.hpp"
 
-#include <cmath>
+#include <algorithm>
 
 #include <spdlog/spdlog.h>
 
 namespace joule::daemon {
 
-using nlohmann::json;
 namespace sched = joule::schedulers;
 
 namespace {
@@ -16,10 +15,6 @@ constexpr sched::UnixMillis kDay = 86'400'000;
 sched::EnergyUse to_use(const adapters::StoredEnergyUse& row, const std::vector<std::string>& groups) {
   return sched::EnergyUse{
       sched::DeviceRef{row.node, row.device, groups}, row.work, row.start_ms, row.end_ms, row.joules, row.source};
-}
-
-json optional_time(const std::optional<sched::UnixMillis>& at) {
-  return at ? json(sched::format_rfc3339(*at)) : json(nullptr);
 }
 
 }  // namespace
@@ -85,61 +80,27 @@ void BudgetService::record(const adapters::StoredEnergyUse& use) {
   store(use);
 }
 
-json BudgetService::describe(sched::UnixMillis now, std::span<const sched::DeviceStatus> devices) const {
-  json budgets = json::array();
-  for (const auto& state : core_.ledger().states(now)) {
-    const auto& budget = state.budget;
-    budgets.push_back({{"name", budget.name},
-                       {"scope", sched::to_string(budget.scope.scope)},
-                       {"target", budget.scope.target},
-                       {"window", budget.window.describe()},
-                       {"window_start", sched::format_rfc3339(state.window_start)},
-                       {"resets_at", optional_time(state.resets_at)},
-                       {"limit_joules", budget.limit_joules},
-                       {"spent_joules", state.spent_joules},
-                       {"reserved_joules", state.reserved.mean_joules},
-                       {"reserved_std_joules", std::sqrt(state.reserved.variance)},
-                       {"remaining_joules", state.remaining_joules()},
-                       {"covers_this_node", std::any_of(devices.begin(), devices.end(), [&](const auto& device) {
-                          return budget.scope.covers(device.ref);
-                        })}});
+BudgetsView BudgetService::view(sched::UnixMillis now, std::span<const sched::DeviceStatus> devices) const {
+  const auto& policy = core_.policy();
+  BudgetsView out{node_, policy.source, policy.objective, policy.risk, policy.warmup_epochs, {}, {}, {}};
+  for (auto& state : core_.ledger().states(now)) {
+    const bool covers = std::any_of(devices.begin(), devices.end(),
+                                    [&](const auto& device) { return state.budget.scope.covers(device.ref); });
+    out.budgets.push_back({std::move(state), covers});
   }
-  json caps = json::array();
-  for (const auto& cap : core_.policy().power_caps) {
+  for (const auto& cap : policy.power_caps) {
     double watts = 0.0;
     for (const auto& device : devices)
       if (cap.scope.covers(device.ref)) watts += device.average_power_watts;
-    caps.push_back({{"name", cap.name},
-                    {"scope", sched::to_string(cap.scope.scope)},
-                    {"target", cap.scope.target},
-                    {"limit_watts", cap.watts},
-                    {"average_seconds", cap.average_seconds},
-                    {"power_watts", watts}});
+    out.caps.push_back({cap, watts});
   }
-  json floors = json::array();
-  for (const auto& floor : core_.policy().battery_floors) {
-    json charge = nullptr;
+  for (const auto& floor : policy.battery_floors) {
+    std::optional<double> charge;
     for (const auto& device : devices)
       if (floor.scope.covers(device.ref) && device.battery_percent) charge = *device.battery_percent;
-    floors.push_back({{"name", floor.name},
-                      {"scope", sched::to_string(floor.scope.scope)},
-                      {"target", floor.scope.target},
-                      {"floor_percent", floor.percent},
-                      {"margin_percent", floor.margin_percent},
-                      {"charge_percent", charge}});
+    out.floors.push_back({floor, charge});
   }
-  return json{{"node", node_},
-              {"policy",
-               {{"source", core_.policy().source},
-                {"objective", sched::to_string(core_.policy().objective)},
-                {"risk", core_.policy().risk},
-                {"warmup_epochs", core_.policy().warmup_epochs}}},
-              {"budgets", budgets},
-              {"power_caps", caps},
-              {"battery_floors", floors},
-              {"note",
-               "spent is the metered energy of the jobs and probes jouled ran (by their meters' sources; idle power is "
-               "not counted); reserved is what placed and running jobs are still expected to use"}};
+  return out;
 }
 
 void BudgetService::publish(sched::UnixMillis now) {

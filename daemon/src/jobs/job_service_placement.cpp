@@ -123,10 +123,9 @@ std::vector<schedulers::DeviceStatus> JobService::device_statuses() const {
   return out;
 }
 
-void JobService::set_estimates(Job& job, const json& rows) {
-  const json kept = compact_estimates(rows);
-  job.row.estimate_json = kept.dump();
-  job.estimates = read_estimates(kept);
+void JobService::set_estimates(Job& job, const std::vector<EstimateRow>& rows) {
+  job.row.estimate_json = stored_estimates(rows);
+  job.estimates = figures_of(rows);
 }
 
 schedulers::PendingJob JobService::pending_job(const Job& job) const {
@@ -189,12 +188,15 @@ void JobService::refresh_estimates(std::size_t limit) {
   for (const auto& id : core().queue().first(limit)) {
     Job& job = *jobs_.at(id);
     if (!job.spec.model || !job.spec.training) continue;
-    const json estimate = estimator_->estimate_job(job.spec);
-    // Compared as the job keeps it (compacted: 6 significant digits, breakdowns of the cheapest
-    // devices only): the estimator's own rows never equal the stored text, which re-stored every
-    // queued job at every model change, whether its estimate moved or not.
-    if (compact_estimates(estimate).dump() == job.row.estimate_json) continue;
-    set_estimates(job, estimate);
+    const auto rows = estimator_->estimate_job(job.spec);
+    // Compared as the job keeps its figures (6 significant digits): only a job whose estimate
+    // moved is stored again, not every queued job at every model change.
+    const auto figures = figures_of(rows);
+    if (std::equal(figures.begin(), figures.end(), job.estimates.begin(), job.estimates.end(),
+                   [](const DeviceEstimate& a, const DeviceEstimate& b) { return a.same_figures(b); }))
+      continue;
+    job.row.estimate_json = stored_estimates(rows);
+    job.estimates = std::move(figures);
     core().update_pending(pending_job(job));
     changed.push_back(job.row);
   }
@@ -216,7 +218,7 @@ void JobService::set_policy(schedulers::Policy policy) {
   schedule();
 }
 
-json JobService::budgets_view() const { return budgets_.describe(now_ms(), device_statuses()); }
+BudgetsView JobService::budgets_view() const { return budgets_.view(now_ms(), device_statuses()); }
 
 bool JobService::work_waiting_for(const std::string& device) const {
   if (!scheduling_) return false;
@@ -288,9 +290,9 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
     metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
     if (metered_here && listener_ && state == JobState::succeeded) {
       if (const auto* estimate = find_estimate(job.estimates, device->name))
-        listener_->finished(Feedback{device->name, *estimate, *job.row.energy_joules, job.row.energy_source,
-                                     job.row.energy_partial, job.row.id, job.row.finished_ms.value_or(0),
-                                     job.run_seconds});
+        listener_->finished(Feedback{device->name, *estimate, *job.row.energy_joules,
+                                     energy_source_from_string(job.row.energy_source), job.row.energy_partial,
+                                     job.row.id, job.row.finished_ms.value_or(0), job.run_seconds});
     }
   }
   // The budget ledger trades the job's reservation for what it was metered to use.

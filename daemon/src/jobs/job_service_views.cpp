@@ -113,8 +113,9 @@ std::vector<JobService::Feedback> JobService::finished_feedback() const {
   std::vector<Feedback> out;
   for (const Job* job : done)
     if (const auto* estimate = find_estimate(job->estimates, job->row.device))
-      out.push_back(Feedback{job->row.device, *estimate, *job->row.energy_joules, job->row.energy_source,
-                             job->row.energy_partial, job->row.id, *job->row.finished_ms, run_seconds(*job)});
+      out.push_back(Feedback{job->row.device, *estimate, *job->row.energy_joules,
+                             energy_source_from_string(job->row.energy_source), job->row.energy_partial, job->row.id,
+                             *job->row.finished_ms, run_seconds(*job)});
   return out;
 }
 

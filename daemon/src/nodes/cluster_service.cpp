@@ -230,18 +230,15 @@ json ClusterCoordinator::nodes(std::size_t limit, const std::optional<std::strin
     }
     // The budgets that count this node's energy, with what is left of them.
     json covering = json::array();
-    for (const auto& budget : budgets.value("budgets", json::array())) {
-      const auto& rules = jobs_.budgets().policy().budgets;
-      const auto rule =
-          std::find_if(rules.begin(), rules.end(), [&](const auto& b) { return b.name == budget["name"]; });
-      if (rule == rules.end()) continue;
+    for (const auto& budget : budgets.budgets) {
+      const auto& rule = budget.state.budget;
       const bool covers = std::any_of(node.devices.begin(), node.devices.end(), [&](const auto& device) {
-        return rule->scope.covers(jobs_.budgets().device_ref(name + "/" + device.name));
+        return rule.scope.covers(jobs_.budgets().device_ref(name + "/" + device.name));
       });
       if (covers)
-        covering.push_back({{"name", rule->name},
-                            {"limit_joules", rule->limit_joules},
-                            {"remaining_joules", budget.value("remaining_joules", 0.0)}});
+        covering.push_back({{"name", rule.name},
+                            {"limit_joules", rule.limit_joules},
+                            {"remaining_joules", budget.state.remaining_joules()}});
     }
     out.push_back({{"name", name},
                    {"state", cluster::to_string(node.state)},

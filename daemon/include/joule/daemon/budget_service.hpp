@@ -3,14 +3,12 @@
 // (from policies.d, replaced whole on reload), installed in the scheduling core the job book
 // owns and drives (queue, placer, budget ledger, STEP projections, throttle controller; the same
 // core joule-sim drives). Adds what the pure core leaves out: the ledger's uses kept in SQLite,
-// metrics and the GET /v1/budgets view. Lives on the daemon's io_context thread.
+// metrics and what GET /v1/budgets shows (BudgetsView). Lives on the daemon's io_context thread.
 
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "joule/adapters/database.hpp"
 #include "joule/adapters/storage_writer.hpp"
@@ -19,6 +17,32 @@
 #include "joule/schedulers/scheduling_core.hpp"
 
 namespace joule::daemon {
+
+/// The node's energy policy at one moment, as GET /v1/budgets shows it: the policy in force,
+/// each budget's state, each power cap with its scope's power now, each battery floor with its
+/// scope's charge now.
+struct BudgetsView {
+  struct Budget {
+    schedulers::BudgetState state;
+    bool covers_this_node = false;  ///< whether one of this node's devices counts against it
+  };
+  struct Cap {
+    schedulers::PowerCap cap;
+    double power_watts = 0.0;  ///< its scope's devices' average power now
+  };
+  struct Floor {
+    schedulers::BatteryFloor floor;
+    std::optional<double> charge_percent;  ///< its scope's battery now, where one reports a charge
+  };
+  std::string node;
+  std::string policy_source;
+  schedulers::Objective objective = schedulers::Objective::min_energy;
+  double risk = 0.0;
+  int warmup_epochs = 1;
+  std::vector<Budget> budgets;
+  std::vector<Cap> caps;
+  std::vector<Floor> floors;
+};
 
 class BudgetService {
  public:
@@ -46,9 +70,9 @@ class BudgetService {
   /// Records and stores the metered energy of probing.
   void record(const adapters::StoredEnergyUse& use);
 
-  /// GET /v1/budgets: the policy, each budget's limit, spent, reserved and remaining, caps with
-  /// their scope's power now, floors with the charge now.
-  nlohmann::json describe(schedulers::UnixMillis now, std::span<const schedulers::DeviceStatus> devices) const;
+  /// The policy, each budget's limit, spent, reserved and remaining, caps with their scope's
+  /// power now, floors with the charge now (`devices`: this node's, as placement sees them).
+  BudgetsView view(schedulers::UnixMillis now, std::span<const schedulers::DeviceStatus> devices) const;
   /// Refreshes the joule_budget_* gauges.
   void publish(schedulers::UnixMillis now);
 

@@ -3,7 +3,8 @@
 // with its node type's model), the correction by what finished jobs taught (OutcomeService) and
 // each device's caveats (a thread count the model was not learnt at, a runtime not measured).
 // The job book asks it for every job it accepts or estimates again; POST /v1/estimate and
-// /v1/advise answer from it. Lives on the event loop.
+// /v1/advise answer from it. Typed in and out: the routes read requests and write answers.
+// Lives on the event loop.
 
 #include <functional>
 #include <map>
@@ -50,14 +51,14 @@ class EstimateService final : public JobEstimator {
   /// type's) description with this device's calibration by finished jobs; nothing where unset.
   std::optional<nlohmann::json> model_info(const std::string& device) const;
 
-  /// A job's estimate rows on every device it may use (constraints.devices), corrected, each
-  /// with its device's caveats; null where nothing could be estimated.
-  nlohmann::json estimate_job(const schedulers::JobSpec& spec) const override;
-  /// POST /v1/estimate: the estimates on every device the request names, corrected; errors name
-  /// the field by JSON pointer.
-  Result<nlohmann::json> estimate(const nlohmann::json& body) const;
-  /// POST /v1/advise (estimates.hpp, advise_request) on this node's devices.
-  Result<nlohmann::json> advise(const nlohmann::json& body) const;
+  /// A job's estimate on every device it may use (constraints.devices), corrected, each with its
+  /// device's caveats; none where nothing could be estimated (no model spec).
+  std::vector<EstimateRow> estimate_job(const schedulers::JobSpec& spec) const override;
+  /// POST /v1/estimate: the estimates on every device of the node the request's patterns allow,
+  /// corrected; errors name the field by JSON pointer.
+  Result<EstimateAnswer> estimate(const EstimateRequest& request) const;
+  /// The names of the devices estimates cover (POST /v1/advise advises on them).
+  std::vector<std::string> device_names() const { return devices_.names(); }
 
  private:
   const DeviceTable& devices_;

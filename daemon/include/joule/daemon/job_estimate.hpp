@@ -1,7 +1,9 @@
 #pragma once
-// A job's estimate on one device, as the daemon decides with it: read once from the stored
-// estimate (the estimator's JSON rows, which stay the form kept in SQLite and shown by the API),
-// then passed around typed, to placement, the ledger and the feedback that teaches the models.
+// A job's estimate on each device, typed: the estimate service's answer (EstimateRow: the
+// model's estimate, corrected by finished jobs, with its caveats) and the figures the daemon
+// decides with (DeviceEstimate: placement, the ledger, the feedback that teaches the models).
+// JSON appears only at the edges: the stored form a job keeps in SQLite (and the API shows),
+// written from the rows and read back after a restart.
 
 #include <cstdint>
 #include <optional>
@@ -10,16 +12,55 @@
 
 #include <nlohmann/json.hpp>
 
+#include "joule/common/energy_source.hpp"
+#include "joule/estimator/device_energy_model.hpp"
 #include "joule/estimator/outcome_calibration.hpp"
 #include "joule/schedulers/placement.hpp"
 
 namespace joule::daemon {
 
+/// How finished jobs corrected a device's estimate (OutcomeService): what was done, and the
+/// model's own figures kept beside the served ones.
+struct EstimateCorrection {
+  /// "kernel-ridge+conformal" (mean and spread corrected) or "conformal" (spread only).
+  std::string method;
+  std::size_t rows = 0;  ///< finished jobs it learnt from
+  double mean_factor = 1.0;
+  double sigma_scale = 1.0;
+  std::string note;                   ///< why only the spread was calibrated, where it was
+  estimator::Uncertain model_joules;  ///< the model's own ("raw_joules")
+  /// The model's own seconds where the served ones include a learnt job overhead ("raw_seconds").
+  std::optional<estimator::Uncertain> model_seconds;
+  /// The job's cost outside its steps, part of the served joules and seconds.
+  struct Overhead {
+    double joules = 0.0;
+    double seconds = 0.0;
+    double per_job_joules = 0.0;
+    double per_epoch_joules = 0.0;
+    std::size_t learnt_from = 0;
+  };
+  std::optional<Overhead> overhead;
+};
+
+/// One device's answer to an estimate: the model's estimate, corrected where finished jobs taught
+/// enough, its warnings carrying the device's caveats; or, with no estimate, why there is none.
+struct EstimateRow {
+  std::string device;
+  std::optional<estimator::Estimate> estimate;  ///< set when the device had a model ("status": "ok")
+  std::string detail;                           ///< why there is no estimate ("status": "no-model")
+  std::optional<EstimateCorrection> correction;
+
+  bool ok() const { return estimate.has_value(); }
+};
+
+/// What the daemon decides with, of one device's estimate.
 struct DeviceEstimate {
   std::string device;
   /// Whether the device had a model for it ("status": "ok"); the figures below are set only then.
   bool ok = false;
-  std::string source;  ///< of the joules: "modelled", "simulated", or a meter's once calibrated on one
+  /// Of the joules: modelled, simulated, or a meter's once calibrated on one; nothing where the
+  /// stored row named none the daemon knows.
+  std::optional<EnergySource> source;
   /// The conditions the model was learnt under (its environment fingerprint); empty: unknown (a
   /// simulated device, or an estimate stored before estimates named them).
   std::string environment;
@@ -31,32 +72,57 @@ struct DeviceEstimate {
   double seconds_mean = 0.0;
   /// The model's own seconds where the served ones include a learnt job overhead (raw_seconds).
   double model_seconds_mean = 0.0;
-  std::optional<double> baseline_joules;  ///< the FLOPs baseline's figure
+  std::optional<double> baseline_joules;  ///< the FLOPs baseline's figure, where it has one
   double flops_per_step = 0.0;            ///< summed over the layers
   std::int64_t steps = 0;
   std::int64_t epochs = 1;
   /// Where the step's estimated energy goes, by family of layers (from the row's layers; nothing
   /// where they were left out of the stored row).
   std::optional<estimator::WorkMix> mix;
+  /// Its caveats, as the row gives them (a thread count the model was not learnt at...).
+  std::vector<std::string> warnings;
 
   /// What placement weighs it by.
   schedulers::Estimate placement() const { return {joules_mean, joules_std, seconds_mean}; }
+  /// The figures of `row`, each to the 6 significant digits a job keeps (stored_estimates): the
+  /// same as read back from the stored form after a restart.
+  static DeviceEstimate of(const EstimateRow& row);
+  /// Whether two estimates decide the same (every figure and warning; the work mix follows the
+  /// figures): a job whose estimate did not move is not stored again.
+  bool same_figures(const DeviceEstimate& other) const;
 };
 
-/// The rows as a job keeps them (stored, shown): every number to 6 significant digits, and the
-/// per-layer breakdown only in the rows of the `detailed` cheapest devices; the other rows keep
-/// their summed `flops_per_step`, an empty `layers` and `layers_left_out` (POST /v1/estimate gives
-/// them whole). A job with 1,500 candidate devices kept megabytes of JSON before.
+/// The figures of every row (DeviceEstimate::of).
+std::vector<DeviceEstimate> figures_of(const std::vector<EstimateRow>& rows);
+
+/// A row as POST /v1/estimate shows it and a job stores it (the estimator's to_json, with the
+/// device, its status, and the correction's "raw_joules", "raw_seconds", "overhead" and
+/// "calibration").
+nlohmann::json estimate_row_json(const EstimateRow& row);
+/// The rows a job keeps (stored with it in SQLite, shown by GET /v1/jobs/{id}): compact_estimates
+/// of their JSON; "" where there are none.
+std::string stored_estimates(const std::vector<EstimateRow>& rows);
+
+/// The rows as a job keeps them (stored, shown): every number to 6 significant digits, each row's
+/// summed `flops_per_step`, and the per-layer breakdown only in the rows of the `detailed`
+/// cheapest devices; the other rows keep an empty `layers` and `layers_left_out` (POST
+/// /v1/estimate gives them whole). A job with 1,500 candidate devices kept megabytes of JSON before.
 nlohmann::json compact_estimates(const nlohmann::json& rows, std::size_t detailed = 8);
 
-/// A row's FLOPs per step: the summed figure of a compact row, else the sum over its layers.
+/// An estimate's FLOPs per step, summed over its layers.
+double flops_per_step(const estimator::Estimate& estimate);
+/// An estimate's work mix, from its layers' models and joules per step (the model's own:
+/// corrections scale the whole estimate).
+std::optional<estimator::WorkMix> work_mix_of(const estimator::Estimate& estimate);
+
+/// A stored row's FLOPs per step: its summed figure, else (rows stored before they kept one) the
+/// sum over its layers.
 double flops_per_step(const nlohmann::json& row);
-/// A row's work mix, from its layers' models and joules per step (the model's own, "raw_" or
-/// not: corrections scale the whole row); nothing for a row without layers.
+/// A stored row's work mix, as work_mix_of(Estimate); nothing for a row without layers.
 std::optional<estimator::WorkMix> work_mix_of(const nlohmann::json& row);
 
-/// Reads the estimator's rows (a JSON array of per-device rows); rows without a device are
-/// skipped, and anything but an array gives none.
+/// Reads stored rows (a JSON array of per-device rows) back into figures; rows without a device
+/// are skipped, and anything but an array gives none.
 std::vector<DeviceEstimate> read_estimates(const nlohmann::json& rows);
 /// The same from the stored text ("" or text that does not parse: none).
 std::vector<DeviceEstimate> read_estimates(const std::string& stored);

@@ -9,8 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "joule/common/energy_source.hpp"
 #include "joule/daemon/job_estimate.hpp"
 #include "joule/estimator/probe_campaign.hpp"
 #include "joule/schedulers/job.hpp"
@@ -24,19 +23,19 @@ struct JobFeedback {
   std::string device;
   DeviceEstimate estimate;  ///< the job's estimate on that device
   double joules = 0.0;
-  std::string source;
+  std::optional<EnergySource> source;  ///< of the joules (the device's meter); nothing: unknown
   bool partial = false;  ///< adopted after a restart: part of its energy was not metered
   std::string job_id;
   std::int64_t finished_ms = 0;
   std::optional<double> seconds;  ///< how long the run lasted, where this daemon timed it
 };
 
-/// What the book asks of the estimator (EstimateService): a job's estimate rows on each device
-/// it may use, as stored with the job; null where nothing could be estimated.
+/// What the book asks of the estimator (EstimateService): a job's estimate on each device it
+/// may use; none where nothing could be estimated.
 class JobEstimator {
  public:
   virtual ~JobEstimator() = default;
-  virtual nlohmann::json estimate_job(const schedulers::JobSpec& spec) const = 0;
+  virtual std::vector<EstimateRow> estimate_job(const schedulers::JobSpec& spec) const = 0;
 };
 
 /// What the book tells the services that share its devices and learn from its jobs (probing, the

@@ -123,8 +123,8 @@ class JobService final : public JobDemand {
   BudgetService& budgets() { return budgets_; }
   /// Installs a (re)loaded policy and runs a placement pass under it.
   void set_policy(schedulers::Policy policy);
-  /// GET /v1/budgets.
-  nlohmann::json budgets_view() const;
+  /// The policy and the budgets, caps and floors now, over this node's devices (GET /v1/budgets).
+  BudgetsView budgets_view() const;
   /// A job in memory or in the database (its events read back only `with_events`), or not_found.
   Result<JobView> job(const std::string& id, bool with_events = true) const;
   /// One page of jobs in submission order (newest first with `newest_first`), optionally only
@@ -217,7 +217,7 @@ class JobService final : public JobDemand {
   schedulers::SchedulingCore& core() { return core_; }
   const schedulers::SchedulingCore& core() const { return core_; }
   /// Keeps a job's estimates: the stored text (the API shows it) and what the daemon decides with.
-  void set_estimates(Job& job, const nlohmann::json& rows);
+  void set_estimates(Job& job, const std::vector<EstimateRow>& rows);
   std::optional<schedulers::Estimate> estimate_for(const Job& job, const std::string& device) const;
   std::optional<schedulers::EnergyDistribution> estimate_on(const Job& job, const std::string& device) const;
   void note_waiting(Job& job, schedulers::WaitReason reason);

@@ -7,7 +7,7 @@
 // threads: a change re-probes the device): what jobs taught about one environment's estimates
 // does not correct another's. Rows of estimates stored before estimates named their environment
 // count for every environment, as they did before.
-// No I/O and no clock: feedback in, corrected estimate JSON and views out.
+// No I/O and no clock: feedback in, corrected estimates and views out.
 
 #include <map>
 #include <optional>
@@ -30,10 +30,10 @@ class OutcomeService {
   /// The same for the history of finished jobs at start, refitting each device once; returns
   /// how many became rows.
   std::size_t record_all(const std::vector<JobFeedback>& history);
-  /// Corrects, in place, every "ok" row of an estimates array (as POST /v1/estimate and a job's
-  /// stored estimate hold them) on a device with enough rows: "joules" becomes the corrected
-  /// figure, "raw_joules" keeps the model's own, and "calibration" says what was done.
-  void apply(nlohmann::json& estimates) const;
+  /// Corrects, in place, every row with an estimate on a device with enough rows: its joules (and
+  /// seconds, once a job overhead is learnt) become the corrected figures, and its correction
+  /// keeps the model's own and says what was done.
+  void apply(std::vector<EstimateRow>& rows) const;
   /// The environment of the model a device now estimates with (DeviceEnergyModel::environment):
   /// which of its rows view() and summaries() describe.
   void set_environment(const std::string& device, const std::string& environment);

@@ -82,7 +82,8 @@ json job_json(const JobView& view, bool with_events, const GridSignalFeed* carbo
   }
   if (shown.energy_joules) {
     const auto* estimate = find_estimate(job.estimates, shown.device);
-    if (estimate && estimate->ok && estimate->joules_mean > 0.0 && estimate->source == shown.energy_source)
+    if (estimate && estimate->ok && estimate->joules_mean > 0.0 &&
+        estimate->source == energy_source_from_string(shown.energy_source))
       out["estimate_error"] = {{"estimated_joules", estimate->joules_mean},
                                {"estimated_std", estimate->joules_std},
                                {"metered_joules", *shown.energy_joules},

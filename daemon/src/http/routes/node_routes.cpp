@@ -1,7 +1,8 @@
 #include <fmt/format.h>
 
+#include "http/routes/budget_json.hpp"
 #include "http/routes/call.hpp"
-#include "joule/daemon/estimates.hpp"
+#include "http/routes/estimate_json.hpp"
 #include "nodes/device_views.hpp"
 
 // What a node is and has: health, metrics, devices, nodes, budgets, estimates, probes, and the
@@ -78,9 +79,10 @@ void add_node_routes(RouteTable& table, ApiContext& context) {
             {Guard::read, false, [&context](Call& call) {
                call.answer(json_response(http::status::ok, devices_view(context.devices, context.estimates)));
              }});
-  table.add(Verb::get, "/v1/budgets", {Guard::read, false, [&context](Call& call) {
-                                         call.answer(json_response(http::status::ok, context.jobs.budgets_view()));
-                                       }});
+  table.add(Verb::get, "/v1/budgets",
+            {Guard::read, false, [&context](Call& call) {
+               call.answer(json_response(http::status::ok, budgets_json(context.jobs.budgets_view())));
+             }});
   table.add(
       Verb::get, "/v1/signals",
       {Guard::read, false, [&context](Call& call) {
@@ -92,18 +94,23 @@ void add_node_routes(RouteTable& table, ApiContext& context) {
   table.add(Verb::post, "/v1/estimate", {Guard::read, false, [&context](Call& call) {
                                            auto body = parse_json_body(call.request.body());
                                            if (!body) return call.fail(body.error());
-                                           auto answer = context.estimates->estimate(*body);
-                                           if (answer && context.signals && answer->contains("estimates"))
-                                             context.signals->carbon().add_estimates((*answer)["estimates"],
+                                           auto request = parse_estimate_request(*body);
+                                           if (!request) return call.fail(request.error());
+                                           auto answer = context.estimates->estimate(*request);
+                                           if (!answer) return call.fail(answer.error());
+                                           json out = estimate_answer_json(*answer);
+                                           if (context.signals)
+                                             context.signals->carbon().add_estimates(out["estimates"],
                                                                                      context.signals->now_ms());
-                                           call.send(std::move(answer));
+                                           call.answer(json_response(http::status::ok, out));
                                          }});
 
   // Advice is a computation on the models that changes nothing: read scope.
   table.add(Verb::post, "/v1/advise", {Guard::read, false, [&context](Call& call) {
                                          auto body = parse_json_body(call.request.body());
                                          if (!body) return call.fail(body.error());
-                                         call.send(context.estimates->advise(*body));
+                                         call.send(advise_request(*body, context.estimates->device_names(),
+                                                                  context.estimates->models()));
                                        }});
 
   table.add(Verb::get, "/v1/probes", {Guard::read, false, [&context](Call& call) {

@@ -248,7 +248,7 @@ void NodeExecutor::finish(JobRecord& job, const cluster::ReportedJob& report) {
     // No meter where it ran (a Slurm node): it is charged its estimate there, labelled a model's figure.
     if (const auto* estimate = find_estimate(job.estimates, job.row.device); estimate && estimate->ok) {
       job.row.energy_joules = estimate->joules_mean;
-      job.row.energy_source = estimate->source == "simulated" ? "simulated" : "modelled";
+      job.row.energy_source = estimate->source == EnergySource::simulated ? "simulated" : "modelled";
     }
   }
   job.row.energy_partial = report.energy_partial;
