@@ -113,6 +113,12 @@ TEST_F(ApiTest, metrics_are_the_text_exposition) {
       std::string::npos)
       << response.body();
   EXPECT_NE(response.body().find("joule_jobs{state=\"queued\"} 0"), std::string::npos);
+  // The loop's time on each request is counted by method and route template, never by raw path.
+  call(http::verb::get, "/v1/jobs/no-such-job");
+  const std::string text = metrics_.serialize();
+  EXPECT_NE(text.find("joule_loop_work_seconds_count{work=\"GET /metrics\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("joule_loop_work_seconds_count{work=\"GET /v1/jobs/{id}\"} 1"), std::string::npos) << text;
+  EXPECT_EQ(text.find("no-such-job"), std::string::npos);
 }
 
 TEST_F(ApiTest, unknown_routes_and_wrong_methods) {

@@ -84,9 +84,28 @@ std::optional<Error> not_owner(const JobService& jobs, const Principal& principa
 
 }  // namespace
 
+namespace {
+
+// Records, when the dispatch returns, how long the loop spent on it (joule_loop_work_seconds):
+// what a slow handler holds every other request and pass back by. Requests that match no
+// route are not counted (their label would be the raw path).
+struct TimedDispatch {
+  Metrics& metrics;
+  std::chrono::steady_clock::time_point started;
+  std::string work;
+  ~TimedDispatch() {
+    if (!work.empty())
+      metrics.observe_loop_work(work,
+                                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
+};
+
+}  // namespace
+
 void Api::dispatch(HttpRequest&& request, const HttpPeer& peer, const Reply& reply) {
   const auto started = std::chrono::steady_clock::now();
   Metrics& metrics = context_->metrics;
+  TimedDispatch timed{metrics, started, {}};
   // Every answer is counted under its route's template and with its latency.
   const auto counted = [&metrics, reply, started](std::string route) -> Reply {
     return [&metrics, reply, started, route = std::move(route)](HttpResponse response) {
@@ -120,6 +139,7 @@ void Api::dispatch(HttpRequest&& request, const HttpPeer& peer, const Reply& rep
   }
 
   const auto& found = std::get<routes::RouteTable::Found>(lookup);
+  timed.work = fmt::format("{} {}", std::string_view(request.method_string()), *found.pattern);
   const routes::Route& route = *found.value;
   routes::Call call{request, target, *parsed, found.params, std::nullopt, counted(*found.pattern)};
   switch (route.guard) {

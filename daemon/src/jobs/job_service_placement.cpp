@@ -33,6 +33,7 @@ using schedulers::JobState;
 
 void JobService::schedule() {
   if (!scheduling_) return;
+  const TimedWork timed(metrics_, "placement", clock_);
   const auto now = now_ms();
   if (placing_paused_until_ && now < *placing_paused_until_) {
     schedule_retry(*placing_paused_until_);  // placing resumes then, if nothing else calls before
@@ -184,6 +185,7 @@ std::optional<schedulers::EnergyDistribution> JobService::estimate_on(const Job&
 
 void JobService::refresh_estimates(std::size_t limit) {
   if (!estimator_ || !scheduling_) return;
+  const TimedWork timed(metrics_, "estimates", clock_);
   std::vector<adapters::StoredJob> changed;
   for (const auto& id : core().queue().first(limit)) {
     Job& job = *jobs_.at(id);
@@ -361,19 +363,22 @@ void JobService::requeue(Job& job, const std::string& why) {
 }
 
 void JobService::sample_meters() {
-  for (const auto& sample : devices_.sample(clock_.steady())) {
-    const std::string source(sample.device->meter->source());
-    metrics_.add_device_energy(sample.device->name, source, sample.joules);
-    if (sample.power_known) metrics_.set_device_power(sample.device->name, source, sample.device->power_watts);
+  {
+    const TimedWork timed(metrics_, "sample", clock_);  // its placement pass is counted as placement
+    for (const auto& sample : devices_.sample(clock_.steady())) {
+      const std::string source(sample.device->meter->source());
+      metrics_.add_device_energy(sample.device->name, source, sample.joules);
+      if (sample.power_known) metrics_.set_device_power(sample.device->name, source, sample.device->power_watts);
+    }
+    store_unsaved();
+    evict_finished();  // an agent's runs leave once their end is no longer reported
+    forget_old_finished();
+    if (!scheduling_) return;
+    const auto now_millis = now_ms();
+    if (options_.current_utc_offset_minutes) core_.set_utc_offset_minutes(options_.current_utc_offset_minutes());
+    track_running(now_millis);
+    budgets_.publish(now_millis);
   }
-  store_unsaved();
-  evict_finished();  // an agent's runs leave once their end is no longer reported
-  forget_old_finished();
-  if (!scheduling_) return;
-  const auto now_millis = now_ms();
-  if (options_.current_utc_offset_minutes) core_.set_utc_offset_minutes(options_.current_utc_offset_minutes());
-  track_running(now_millis);
-  budgets_.publish(now_millis);
   schedule();
 }
 

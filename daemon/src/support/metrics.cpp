@@ -49,6 +49,11 @@ Metrics::Metrics()
                          .Name("joule_http_request_duration_seconds")
                          .Help("Time from a request's arrival to its response, commit included")
                          .Register(*registry_)),
+      loop_work_(BuildHistogram()
+                     .Name("joule_loop_work_seconds")
+                     .Help("Time the event loop spent on one piece of work before it could serve anything else, by "
+                           "work (a request's handler by route, placement, sample, estimates)")
+                     .Register(*registry_)),
       build_info_(BuildGauge().Name("joule_build_info").Help("Version of the running jouled").Register(*registry_)),
       model_samples_(BuildGauge()
                          .Name("joule_model_samples")
@@ -209,6 +214,12 @@ void Metrics::observe_request(const std::string& route, unsigned status, double 
   static const prometheus::Histogram::BucketBoundaries buckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                                   0.25,   0.5,   1.0,    2.5,   5.0,  10.0,  30.0};
   http_duration_.Add({{"route", route}}, buckets).Observe(seconds);
+}
+
+void Metrics::observe_loop_work(const std::string& work, double seconds) {
+  static const prometheus::Histogram::BucketBoundaries buckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                                  0.01,   0.025,   0.05,   0.1,   0.25,   1.0};
+  loop_work_.Add({{"work", work}}, buckets).Observe(seconds);
 }
 
 void Metrics::set_model_samples(const std::string& device, const std::string& layer, double samples) {

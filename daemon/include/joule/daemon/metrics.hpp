@@ -3,6 +3,7 @@
 // Registry and served by our own HTTP server through the TextSerializer, so the daemon needs
 // no second listener. No per-job labels: label values are bounded (devices, states, routes).
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "joule/common/clock.hpp"
 #include "joule/estimator/outcome_calibration.hpp"
 
 namespace joule::daemon {
@@ -41,6 +43,10 @@ class Metrics {
   void add_job_energy(const std::string& device, const std::string& source, double joules);
   /// One answered HTTP request; `route` is the route template, never the raw path.
   void observe_request(const std::string& route, unsigned status, double seconds);
+  /// Time the event loop spent on one piece of work before it could answer anything else: a
+  /// request's handler by route template (what it does before the commit it may wait for), a
+  /// placement pass, a meter sample, estimating the queue again. Bounded labels.
+  void observe_loop_work(const std::string& work, double seconds);
   void set_up_info(const std::string& version);
   /// Samples behind a device's model of one (layer kind, position), e.g. layer="conv2d@hidden".
   void set_model_samples(const std::string& device, const std::string& layer, double samples);
@@ -95,6 +101,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& job_energy_;
   prometheus::Family<prometheus::Counter>& http_requests_;
   prometheus::Family<prometheus::Histogram>& http_duration_;
+  prometheus::Family<prometheus::Histogram>& loop_work_;
   prometheus::Family<prometheus::Gauge>& build_info_;
   prometheus::Family<prometheus::Gauge>& model_samples_;
   prometheus::Family<prometheus::Counter>& probe_runs_;
@@ -121,6 +128,23 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& calibration_sigma_scale_;
   prometheus::Family<prometheus::Gauge>& job_overhead_;
   std::vector<std::string> budget_names_;
+};
+
+/// Times one piece of the event loop's work on `clock`'s monotonic time and records it under
+/// joule_loop_work_seconds{work} when it goes out of scope.
+class TimedWork {
+ public:
+  TimedWork(Metrics& metrics, std::string work, const Clock& clock)
+      : metrics_(metrics), work_(std::move(work)), clock_(clock), started_(clock.steady()) {}
+  ~TimedWork() { metrics_.observe_loop_work(work_, std::chrono::duration<double>(clock_.steady() - started_).count()); }
+  TimedWork(const TimedWork&) = delete;
+  TimedWork& operator=(const TimedWork&) = delete;
+
+ private:
+  Metrics& metrics_;
+  std::string work_;
+  const Clock& clock_;
+  std::chrono::steady_clock::time_point started_;
 };
 
 }  // namespace joule::daemon
