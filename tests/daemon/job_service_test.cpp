@@ -22,6 +22,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// A page of jobs as the API writes it, read back.
+json page_of(const joule::daemon::JobPage& page, const joule::daemon::GridSignalFeed* carbon) {
+  return json::parse(joule::daemon::routes::job_page_text(page, carbon));
+}
+
 class JobServiceTest : public ::testing::Test, protected joule::testing::JobBook {
  protected:
   JobServiceTest() : JobBook(devices(), 1'900'000'000'000) {}  // 2030-03-17
@@ -246,7 +251,7 @@ TEST_F(JobServiceTest, a_stored_job_that_cannot_be_read_is_skipped_and_the_rest_
   EXPECT_TRUE(restarted.job("good"));
   EXPECT_FALSE(restarted.job("odd-state"));
   EXPECT_FALSE(restarted.job("bad-spec"));
-  EXPECT_EQ(joule::daemon::routes::job_page_json(restarted.jobs(std::nullopt, 10).value(), nullptr)["total"], 1);
+  EXPECT_EQ(page_of(restarted.jobs(std::nullopt, 10).value(), nullptr)["total"], 1);
 }
 
 TEST_F(JobServiceTest, a_placement_the_database_refuses_leaves_the_job_waiting_until_writes_succeed_again) {
@@ -341,6 +346,30 @@ TEST_F(JobServiceTest, a_new_model_stores_again_only_the_queued_jobs_whose_estim
   EXPECT_EQ(jobs_.writes_in_flight(), 0u);
 }
 
+// The API writes a job's stored estimate into its answer as stored (not parsed and written out
+// again): the text reads back as the job's JSON.
+TEST_F(JobServiceTest, a_job_and_a_page_written_as_text_read_back_as_their_json) {
+  agent_joins("agent-1");
+  spend_most_of_the_hour_on("agent-1/cpu");  // the jobs stay queued
+  estimate_with([](const joule::schedulers::JobSpec&) { return rapl_estimate("agent-1/cpu", 500.123456789); });
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(submit_training_on("agent-1/cpu"));
+  ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
+  const auto page = jobs_.jobs("queued", 10, std::nullopt, false);
+  ASSERT_TRUE(page);
+  ASSERT_EQ(page->jobs.size(), 3u);
+  const json listed = json::parse(joule::daemon::routes::job_page_text(*page, nullptr));
+  EXPECT_EQ(listed["total"], 3);
+  EXPECT_TRUE(listed["next"].is_null());
+  ASSERT_EQ(listed["jobs"].size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(listed["jobs"][i], joule::daemon::routes::job_json(page->jobs[i], false, nullptr));
+  for (const auto& view : page->jobs) {
+    const json written = json::parse(joule::daemon::routes::job_text(view, true, nullptr));
+    EXPECT_EQ(written, joule::daemon::routes::job_json(view, true, nullptr));
+    EXPECT_EQ(written["estimate"][0]["joules"]["mean"], 500.123);
+  }
+}
+
 TEST_F(JobServiceTest, a_job_waiting_for_a_budget_is_placed_when_the_services_clock_reaches_the_windows_turn) {
   agent_joins("agent-1");
   // 900 J spent in the last hour: a 500 J job does not fit until that use leaves the window.
@@ -428,10 +457,10 @@ TEST_F(JobServiceTest, finished_jobs_leave_memory_and_are_served_from_the_databa
   JobService restarted(io_, writer_, metrics_, restarted_devices, options(), {}, clock_);
   restarted.keep_finished_in(*archive_, 2);
   ASSERT_TRUE(restarted.recover(std::move(current), std::move(events)));
-  auto listed = joule::daemon::routes::job_page_json(restarted.jobs("cancelled", 100).value(), nullptr);
+  auto listed = page_of(restarted.jobs("cancelled", 100).value(), nullptr);
   EXPECT_EQ(listed["total"], 7);
   EXPECT_EQ(ids_of(listed).size(), 7u);
-  EXPECT_EQ(joule::daemon::routes::job_page_json(restarted.jobs(std::nullopt, 100).value(), nullptr)["total"], 8);
+  EXPECT_EQ(page_of(restarted.jobs(std::nullopt, 100).value(), nullptr)["total"], 8);
   EXPECT_EQ(rendered(restarted.job(ids[2])).value()["state"], "cancelled");
   // A new job is numbered after every stored one, not only after those loaded: it lists last.
   std::optional<joule::Result<json>> submitted;
@@ -440,8 +469,7 @@ TEST_F(JobServiceTest, finished_jobs_leave_memory_and_are_served_from_the_databa
                    [&](joule::Result<joule::daemon::JobView> result) { submitted = rendered(result); });
   ASSERT_TRUE(run_until([&] { return submitted.has_value(); }));
   ASSERT_TRUE(*submitted) << submitted->error().message;
-  auto latest =
-      joule::daemon::routes::job_page_json(restarted.jobs(std::nullopt, 1, std::nullopt, true).value(), nullptr);
+  auto latest = page_of(restarted.jobs(std::nullopt, 1, std::nullopt, true).value(), nullptr);
   EXPECT_EQ(ids_of(latest), (std::vector<std::string>{(**submitted)["id"].get<std::string>()}));
 }
 

@@ -90,17 +90,17 @@ class JobBook {
 
   /// GET /v1/jobs/{id} as the API renders what the book returns.
   Result<nlohmann::json> shown(const std::string& id) const { return rendered(jobs_.job(id)); }
-  /// GET /v1/jobs?state=...: one page, rendered.
+  /// GET /v1/jobs?state=...: one page, written as the API writes it and read back.
   Result<nlohmann::json> listed(const std::optional<std::string>& state, std::size_t limit,
                                 const std::optional<std::string>& after = std::nullopt,
                                 bool newest_first = false) const {
     auto page = jobs_.jobs(state, limit, after, newest_first);
     if (!page) return page.error();
-    return daemon::routes::job_page_json(*page, nullptr);
+    return nlohmann::json::parse(daemon::routes::job_page_text(*page, nullptr));
   }
   static Result<nlohmann::json> rendered(const Result<daemon::JobView>& view) {
     if (!view) return view.error();
-    return daemon::routes::job_json(*view, true, nullptr);
+    return nlohmann::json::parse(daemon::routes::job_text(*view, true, nullptr));
   }
 
  protected:

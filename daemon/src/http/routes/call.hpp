@@ -25,6 +25,8 @@ namespace joule::daemon::routes {
 /// replaced with U+FFFD, where a plain dump() would throw.
 std::string json_text(const nlohmann::json& body);
 HttpResponse json_response(boost::beast::http::status status, const nlohmann::json& body);
+/// The same for an answer already written as JSON text (job_text).
+HttpResponse json_response(boost::beast::http::status status, std::string text);
 /// A request body as JSON; malformed syntax, bad UTF-8, NUL bytes and numbers beyond a double
 /// are invalid_argument errors quoting the bytes only escaped.
 Result<nlohmann::json> parse_json_body(const std::string& body);

@@ -121,11 +121,14 @@ namespace routes {
 // throws; they are replaced with U+FFFD instead.
 std::string json_text(const json& body) { return body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"; }
 
-HttpResponse json_response(http::status status, const json& body) {
+HttpResponse json_response(http::status status, const json& body) { return json_response(status, json_text(body)); }
+
+HttpResponse json_response(http::status status, std::string text) {
   HttpResponse response{status, 11};
   response.set(http::field::content_type,
                static_cast<unsigned>(status) >= 400 ? "application/problem+json" : "application/json");
-  response.body() = json_text(body);
+  if (text.empty() || text.back() != '\n') text.push_back('\n');
+  response.body() = std::move(text);
   return response;
 }
 

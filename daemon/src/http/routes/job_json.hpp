@@ -17,8 +17,12 @@ namespace joule::daemon::routes {
 /// A job; `with_events`: with its spec and history too (GET /v1/jobs/{id}). `carbon`: where
 /// set, a job that has not started says what it would emit on each device if it started now.
 nlohmann::json job_json(const JobView& view, bool with_events, const GridSignalFeed* carbon);
-/// {"jobs": [...], "total": N, "next": id or null}.
-nlohmann::json job_page_json(const JobPage& page, const GridSignalFeed* carbon);
+/// A job as JSON text, as the API answers it: its stored estimate goes into the text as it is
+/// stored (its "estimate" then comes last), not parsed and written out again, unless something
+/// is added to it (a carbon estimate before the job runs). Reads back as job_json's.
+std::string job_text(const JobView& view, bool with_events, const GridSignalFeed* carbon);
+/// {"jobs": [job_text...], "next": id or null, "total": N}, as text.
+std::string job_page_text(const JobPage& page, const GridSignalFeed* carbon);
 /// A STEP projection; `source` is the meter source of the joules it projects.
 nlohmann::json projection_json(const schedulers::Projection& projection, const std::string& source);
 

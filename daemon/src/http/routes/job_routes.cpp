@@ -56,7 +56,7 @@ void submit(Call& call, ApiContext& context) {
       *body, std::move(submitter),
       [answer = call.answer, target = call.target, carbon = carbon_of(context)](Result<JobView> result) {
         if (!result) return answer(problem_response(result.error(), target));
-        HttpResponse response = json_response(http::status::created, job_json(*result, true, carbon));
+        HttpResponse response = json_response(http::status::created, job_text(*result, true, carbon));
         response.set(http::field::location, "/v1/jobs/" + result->job().row.id);
         answer(std::move(response));
       });
@@ -81,11 +81,8 @@ void list(Call& call, const ApiContext& context) {
                                 "order"));
   auto page = context.jobs.jobs(state, limit, call.query("after"), order == "newest");
   if (!page) return call.fail(page.error());
-  json listed = job_page_json(*page, carbon_of(context));
-  for (auto& job : listed["jobs"]) {
-    if (!call.principal->may_act_on(job.value("owner", ""))) hide_env_values(job);
-  }
-  HttpResponse response = json_response(http::status::ok, listed);
+  // A listed job shows no spec, so no environment values to hide from others.
+  HttpResponse response = json_response(http::status::ok, job_page_text(*page, carbon_of(context)));
   if (page->next) {
     std::string link = fmt::format("/v1/jobs?limit={}&after={}", limit, percent_encode(*page->next));
     if (state) link += "&state=" + percent_encode(*state);
@@ -98,8 +95,10 @@ void list(Call& call, const ApiContext& context) {
 void show(Call& call, const ApiContext& context) {
   auto view = context.jobs.job(call.param("id"));
   if (!view) return call.fail(view.error());
+  if (call.principal->may_act_on(view->job().row.owner))
+    return call.answer(json_response(http::status::ok, job_text(*view, true, carbon_of(context))));
   json job = job_json(*view, true, carbon_of(context));
-  if (!call.principal->may_act_on(view->job().row.owner)) hide_env_values(job);
+  hide_env_values(job);
   call.answer(json_response(http::status::ok, job));
 }
 
@@ -116,7 +115,7 @@ void cancel(Call& call, ApiContext& context) {
 void pause(Call& call, ApiContext& context, bool pause) {
   auto view = context.jobs.pause(call.param("id"), pause);
   if (!view) return call.fail(view.error());
-  call.answer(json_response(http::status::ok, job_json(*view, true, carbon_of(context))));
+  call.answer(json_response(http::status::ok, job_text(*view, true, carbon_of(context))));
 }
 
 void log(Call& call, const JobService& jobs) {
