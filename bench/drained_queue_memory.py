@@ -4,13 +4,15 @@ and after the queue has drained (issue 32).
 
     python3 bench/drained_queue_memory.py --jobs 10000 --wave 10000   # all queued at once: ~4 min
     python3 bench/drained_queue_memory.py --jobs 6000 --wave 100      # a short queue throughout
+    python3 bench/drained_queue_memory.py --jobs 100000 --wave 100 --restart   # ~40 min
 
 One jouled (`cpu`, probing off, a simulated device that estimates, as bench/finished_jobs.py),
 at log level debug. `--jobs` `true` jobs with a model and training, submitted `--wave` at a time,
 each wave waited for. Prints VmRSS at the start, after each wave (sampled), after the last and
 `--settle` seconds later, and jouled's "released the heap's free memory" lines (how much lay free,
-what was in use, how long the release held the event loop). Needs no meter: nothing here is
-joules.
+what was in use, how long the release held the event loop). With `--restart`, jouled is then
+stopped and started again on the same state, and its VmRSS once ready and `--settle` s later is
+set beside the first start's. Needs no meter: nothing here is joules.
 """
 
 import argparse
@@ -35,6 +37,7 @@ def main():
     p.add_argument("--jobs", type=int, default=10000)
     p.add_argument("--wave", type=int, default=10000, help="jobs submitted before waiting for them all")
     p.add_argument("--settle", type=float, default=25.0, help="seconds to wait after the last job")
+    p.add_argument("--restart", action="store_true", help="then start jouled again on the same state")
     args = p.parse_args()
     root = tempfile.mkdtemp(prefix="joule-drained-")
     os.chmod(root, 0o755)  # jobs run as accounts of their own when jouled runs as root
@@ -58,6 +61,14 @@ def main():
         releases = subprocess.run(["grep", "released the heap", node.log_path], capture_output=True, text=True).stdout
         print(f"{len(releases.splitlines())} releases:")
         print(releases.rstrip())
+        if args.restart:
+            node.stop()
+            node.start()
+            ready = memory_kib(node.proc.pid)["VmRSS"]
+            time.sleep(args.settle)
+            later = memory_kib(node.proc.pid)["VmRSS"]
+            print(f"started again on the same state: RSS {ready / 1024:.1f} MiB once ready, {later / 1024:.1f} MiB "
+                  f"{args.settle:.0f} s later ({(later - start) / 1024:+.1f} MiB from the first start)", flush=True)
     finally:
         node.stop()
         shutil.rmtree(root, ignore_errors=True)

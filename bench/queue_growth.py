@@ -7,7 +7,7 @@ Starts a jouled of its own (a temp state directory, one `cpu` device with the `m
 probing off), submits a `sleep 3600` blocker, then submits `--batches` batches of `--size`
 `true` jobs one after the other over one keep-alive HTTP connection and prints each batch's
 rate with jouled's own CPU time per submission (user + system, from /proc: what the shared
-machine's other load does not change) and the 1-minute load average. Every 201 comes after the job's SQLite commit, as always.
+machine's other load does not change), its resident memory and the 1-minute load average. Every 201 comes after the job's SQLite commit, as always.
 The client is this Python process (about 0.3 ms a request here): the figures are for comparing
 queue lengths and commits on one machine, not for an absolute peak (bench/submit_bench.sh with
 wrk measures that). With `--reads N`, the full queue is then read N times each way: a page of
@@ -89,6 +89,12 @@ def main():
                 sys.exit(f"POST /v1/jobs answered {reply.status}: {data[:300]!r}")
             return json.loads(data)["id"]
 
+        def rss_mib():
+            for line in open(f"/proc/{node.proc.pid}/status"):
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+            return 0.0
+
         def cpu_seconds():
             fields = open(f"/proc/{node.proc.pid}/stat").read().rsplit(")", 1)[1].split()
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -104,7 +110,8 @@ def main():
             rate = args.size / (time.monotonic() - started)
             cpu_ms = 1e3 * (cpu_seconds() - cpu_before) / args.size
             print(f"queued {batch * args.size:7d} to {(batch + 1) * args.size:7d}: {rate:7.1f}/s, "
-                  f"{cpu_ms:.3f} ms of jouled's CPU each   load {os.getloadavg()[0]:.2f}", flush=True)
+                  f"{cpu_ms:.3f} ms of jouled's CPU each, RSS {rss_mib():.0f} MiB   load {os.getloadavg()[0]:.2f}",
+                  flush=True)
         for target, what in ((f"/v1/jobs?state=queued&limit=1000", "pages of 1000 queued jobs"),
                              (f"/v1/jobs/{last}", "the last queued job")):
             if args.reads <= 0:

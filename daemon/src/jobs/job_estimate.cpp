@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 
 #include <fmt/format.h>
 
@@ -76,7 +77,7 @@ DeviceEstimate DeviceEstimate::of(const EstimateRow& row) {
   out.steps = estimate.steps;
   out.epochs = std::max<std::int64_t>(1, estimate.epochs);
   out.mix = work_mix_of(estimate);
-  out.warnings = estimate.warnings;
+  out.warnings_digest = digest_of_warnings(estimate.warnings);
   return out;
 }
 
@@ -86,7 +87,15 @@ bool DeviceEstimate::same_figures(const DeviceEstimate& other) const {
          model_joules_mean == other.model_joules_mean && model_joules_std == other.model_joules_std &&
          seconds_mean == other.seconds_mean && model_seconds_mean == other.model_seconds_mean &&
          baseline_joules == other.baseline_joules && flops_per_step == other.flops_per_step && steps == other.steps &&
-         epochs == other.epochs && warnings == other.warnings;
+         epochs == other.epochs && warnings_digest == other.warnings_digest;
+}
+
+std::size_t digest_of_warnings(const std::vector<std::string>& warnings) {
+  if (warnings.empty()) return 0;
+  std::size_t digest = warnings.size();
+  for (const auto& warning : warnings)  // boost::hash_combine's mixing
+    digest ^= std::hash<std::string>{}(warning) + 0x9e3779b97f4a7c15ULL + (digest << 6) + (digest >> 2);
+  return digest;
 }
 
 std::vector<DeviceEstimate> figures_of(const std::vector<EstimateRow>& rows) {
@@ -209,9 +218,11 @@ std::vector<DeviceEstimate> read_estimates(const json& rows) {
       if (const auto epochs = row.find("epochs"); epochs != row.end() && epochs->is_number_integer())
         estimate.epochs = std::max<std::int64_t>(1, epochs->get<std::int64_t>());
       estimate.mix = work_mix_of(row);
-      if (const auto warnings = row.find("warnings"); warnings != row.end() && warnings->is_array())
-        for (const auto& warning : *warnings)
-          if (warning.is_string()) estimate.warnings.push_back(warning.get<std::string>());
+      std::vector<std::string> warnings;
+      if (const auto listed = row.find("warnings"); listed != row.end() && listed->is_array())
+        for (const auto& warning : *listed)
+          if (warning.is_string()) warnings.push_back(warning.get<std::string>());
+      estimate.warnings_digest = digest_of_warnings(warnings);
     }
     out.push_back(std::move(estimate));
   }

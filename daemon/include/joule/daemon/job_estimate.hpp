@@ -79,8 +79,9 @@ struct DeviceEstimate {
   /// Where the step's estimated energy goes, by family of layers (from the row's layers; nothing
   /// where they were left out of the stored row).
   std::optional<estimator::WorkMix> mix;
-  /// Its caveats, as the row gives them (a thread count the model was not learnt at...).
-  std::vector<std::string> warnings;
+  /// A digest of its caveats (the row's warnings: a thread count the model was not learnt at...),
+  /// to tell that they changed without keeping their text with every queued job; 0: none.
+  std::size_t warnings_digest = 0;
 
   /// What placement weighs it by.
   schedulers::Estimate placement() const { return {joules_mean, joules_std, seconds_mean}; }
@@ -91,6 +92,9 @@ struct DeviceEstimate {
   /// figures): a job whose estimate did not move is not stored again.
   bool same_figures(const DeviceEstimate& other) const;
 };
+
+/// The digest DeviceEstimate keeps of a row's warnings.
+std::size_t digest_of_warnings(const std::vector<std::string>& warnings);
 
 /// The figures of every row (DeviceEstimate::of).
 std::vector<DeviceEstimate> figures_of(const std::vector<EstimateRow>& rows);
