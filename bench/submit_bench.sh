@@ -2,6 +2,7 @@
 # Submission benchmark for jouled, with Slurm's sbatch as an optional peer on the same machine.
 #
 #   bench/submit_bench.sh [--with-slurm] [--fresh-state-per-run] [--duration S] [--idle S] [--keep]
+#                         [--queued 10000,100000]
 #
 # Measures (see bench/README.md for what each figure means):
 #   1. durable submissions/s (POST /v1/jobs, 201 only after the SQLite commit) with wrk at
@@ -10,6 +11,8 @@
 #      like-for-like peer of sbatch;
 #   2. GET /v1/jobs/{id} latency at 8 connections;
 #   3. jouled's idle CPU and resident memory, with an empty state and after the submissions;
+#      with --queued, the queue is then filled behind the blocker to each of those lengths and
+#      the 1- and 8-connection POST runs repeated there (with jouled's RSS);
 #   4. with --with-slurm: sequential and 8-way parallel `sbatch --hold --wrap true` against a
 #      loopback single-host Slurm (munged, slurmctld, slurmd started here under a temp dir,
 #      stopped at the end by PID), and the ratios jouled/sbatch.
@@ -26,6 +29,7 @@ idle_seconds=20      # seconds per idle CPU sample
 limit=540            # the whole run, seconds
 keep=0
 fresh_state=0
+queued_levels=""     # --queued: queue lengths to measure submissions at, after the main runs
 wait_quiet=0         # seconds to wait for other processes to leave the CPUs alone, per phase
 jouled=${JOULED:-$top/build/daemon/jouled}
 joulectl=${JOULECTL:-$top/build/cli/joulectl}
@@ -49,6 +53,8 @@ Options:
                    jouled serves every run, so later runs meet a bigger state)
   --wait-quiet S   before the jouled and the Slurm phases, wait up to S s for the machine to be
                    quiet (other processes under 10% of it); on a shared machine
+  --queued N,N...  then fill the queue behind the blocker to each length (e.g. 10000,100000)
+                   and repeat the 1- and 8-connection POST runs there
   --keep           keep the temp dir (state, logs, Slurm config) for inspection
 EOF
 }
@@ -64,6 +70,7 @@ while (($#)); do
     --log-level) log_level=$2; shift ;;
     --keep) keep=1 ;;
     --fresh-state-per-run) fresh_state=1 ;;
+    --queued) queued_levels=$2; shift ;;
     --wait-quiet) wait_quiet=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown argument: $1" >&2; usage >&2; exit 2 ;;
@@ -488,6 +495,33 @@ n_now=$(jobs_total)
 wrk_run "jouled POST, wrk 1 conn, again at $n_now jobs" 1 "$repeat_secs" post
 repeat_rps=$last_rps
 repeat_jobs=$n_now
+
+# fill_queue_to N: submits the benchmark's job over one keep-alive connection until N jobs are
+# stored (the blocker is one of them), as fast as jouled commits them.
+fill_queue_to() {
+  python3 - "$url" "$1" "$job_body" <<'PY'
+import http.client, json, sys, urllib.parse
+url, target, body = urllib.parse.urlparse(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+conn.request("GET", "/v1/jobs?limit=1")
+total = json.loads(conn.getresponse().read())["total"]
+for _ in range(max(0, target - total)):
+    conn.request("POST", "/v1/jobs", body, {"Content-Type": "application/json"})
+    reply = conn.getresponse()
+    reply.read()
+    if reply.status != 201:
+        sys.exit(f"filling the queue: POST /v1/jobs answered {reply.status}")
+PY
+}
+for level in ${queued_levels//,/ }; do
+  say "filling the queue to $level jobs"
+  fill_queue_to "$level" || { notes+=("the queue could not be filled to $level jobs"); break; }
+  for conns in 1 8; do
+    wrk_run "jouled POST, wrk $conns conn, at $(( $(jobs_total) - 1 )) queued ($(( $(status_kib "$jouled_pid" VmRSS) / 1024 )) MiB RSS)" \
+      "$conns" "$repeat_secs" post
+  done
+done
+[ -n "$queued_levels" ] && commands+=("queue filled to ${queued_levels} jobs behind the blocker (one keep-alive connection), then the wrk POST runs at 1 and 8 connections for ${repeat_secs}s each")
 
 say "idle sample after the submissions (${idle_seconds}s)"
 read -r idle1_cpu idle1_rss idle1_hwm idle1_busy < <(idle_sample "$jouled_pid")
