@@ -57,22 +57,37 @@ json job_json(const JobView& view, bool with_events, const GridSignalFeed* carbo
   return job_fields(view, with_events, carbon, true);
 }
 
-std::string job_text(const JobView& view, bool with_events, const GridSignalFeed* carbon) {
+namespace {
+
+// Appends a job's text to `out` (job_text).
+void append_job_text(std::string& out, const JobView& view, bool with_events, const GridSignalFeed* carbon) {
   const std::string& stored = view.job().row.estimate_json;
-  if (stored.empty() || adds_carbon(view, carbon)) return written(job_json(view, with_events, carbon));
+  if (stored.empty() || adds_carbon(view, carbon)) {
+    out += written(job_json(view, with_events, carbon));
+    return;
+  }
   // The stored estimate is JSON text already (stored_estimates): parsing it to write it out
   // again was most of a page's time (~35 ms of the loop for 1,000 estimated queued jobs).
-  std::string text = written(job_fields(view, with_events, carbon, false));
-  text.pop_back();  // the object's closing brace
-  text.append(",\"estimate\":").append(stored).push_back('}');
+  out += written(job_fields(view, with_events, carbon, false));
+  out.pop_back();  // the object's closing brace
+  out.append(",\"estimate\":").append(stored).push_back('}');
+}
+
+}  // namespace
+
+std::string job_text(const JobView& view, bool with_events, const GridSignalFeed* carbon) {
+  std::string text;
+  append_job_text(text, view, with_events, carbon);
   return text;
 }
 
 std::string job_page_text(const JobPage& page, const GridSignalFeed* carbon) {
   std::string text = "{\"jobs\":[";
+  // Grown once: appending a page of a thousand estimated jobs otherwise copied it a dozen times.
+  text.reserve(page.jobs.size() * 2048);
   for (std::size_t i = 0; i < page.jobs.size(); ++i) {
     if (i > 0) text.push_back(',');
-    text += job_text(page.jobs[i], false, carbon);
+    append_job_text(text, page.jobs[i], false, carbon);
   }
   text.append("],\"next\":").append(page.next ? json(*page.next).dump() : "null");
   text.append(",\"total\":").append(std::to_string(page.total)).push_back('}');
