@@ -38,6 +38,7 @@ def main():
     p.add_argument("--wave", type=int, default=10000, help="jobs submitted before waiting for them all")
     p.add_argument("--settle", type=float, default=25.0, help="seconds to wait after the last job")
     p.add_argument("--restart", action="store_true", help="then start jouled again on the same state")
+    p.add_argument("--keep", action="store_true", help="keep the state directory (printed) for a look afterwards")
     args = p.parse_args()
     root = tempfile.mkdtemp(prefix="joule-drained-")
     os.chmod(root, 0o755)  # jobs run as accounts of their own when jouled runs as root
@@ -69,9 +70,15 @@ def main():
             later = memory_kib(node.proc.pid)["VmRSS"]
             print(f"started again on the same state: RSS {ready / 1024:.1f} MiB once ready, {later / 1024:.1f} MiB "
                   f"{args.settle:.0f} s later ({(later - start) / 1024:+.1f} MiB from the first start)", flush=True)
+            with open(f"/proc/{node.proc.pid}/status") as status:
+                print("  " + " ".join(line.split(":")[0] + line.split(":")[1].strip().replace(" kB", "k")
+                                      for line in status if line.startswith(("RssAnon", "RssFile", "RssShmem"))))
     finally:
         node.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        if args.keep:
+            print(f"kept: {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
