@@ -339,6 +339,8 @@ Error Database::sqlite_error(const std::string& what) const {
 
 Status Database::set_query_only(bool on) { return exec(on ? "PRAGMA query_only = ON" : "PRAGMA query_only = OFF"); }
 
+Status Database::release_memory() { return exec("PRAGMA shrink_memory"); }
+
 Status Database::exec(const char* sql) {
   char* message = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {

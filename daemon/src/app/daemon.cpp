@@ -166,6 +166,13 @@ void Daemon::start() {
     probes_.start(std::move(state_.probes));
     probes_.remember_jobs(history);
   }
+  // A restart reads what its history holds (the finished jobs' feedback, a year of energy uses):
+  // its caches and the memory those reads freed go back now, not once 8 MiB lie free. Without
+  // this a restart with 100,000 finished jobs stood 4-5 MiB above a fresh start.
+  if (auto released = state_.archive->release_memory(); !released)
+    spdlog::warn("the archive's page cache: {}", released.error().message);
+  adapters::release_free_heap();
+  heap_policy_.released(adapters::heap_usage().free_bytes);
   signals_.start();
   if (coordinator_) coordinator_->start();
   if (slurm_) slurm_->start();

@@ -443,6 +443,8 @@ StateAtStart open_state(const config::DaemonConfig& config) {
   }
   state.energy_uses = check(db.load_energy_uses(BudgetService::history_needed(joule::system_clock().unix_ms())));
   state.probes.runs = check(db.load_probe_runs(200));
+  // What the reads above cached is not what the writer needs next.
+  if (auto released = db.release_memory(); !released) throw std::runtime_error(released.error().message);
   spdlog::info("state: {} (schema {}, {} jobs)", db_path.string(), db.schema_version(), state.jobs.size());
   return state;
 }
