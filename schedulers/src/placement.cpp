@@ -286,6 +286,15 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
         }
       }
       const UnixMillis finish = estimate ? finish_after(run_start, estimate->seconds_mean) : run_start;
+      // A candidate that cannot become the choice needs no feasibility check (budgets, caps,
+      // floors: most of a pass's time on a thousand devices). Under min-energy its score is its
+      // joules: one above the best so far, and, if free, above the best free one, is never
+      // chosen; and the reasons to wait are shown only when nothing is chosen, which a feasible
+      // best rules out. Equal scores are checked in full (the finish breaks the tie).
+      if ((objective == Objective::min_energy || objective == Objective::flops_greedy) && estimate && best.candidate &&
+          (!job->deadline || finish <= *job->deadline) && estimate->joules_mean > best.score &&
+          (!view.free || estimate->joules_mean > best_free.score))
+        continue;
 
       std::optional<EnergyDistribution> energy;
       if (modelled)
