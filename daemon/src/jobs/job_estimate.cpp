@@ -132,7 +132,7 @@ std::string stored_estimates(const std::vector<EstimateRow>& rows) {
   if (rows.empty()) return {};
   json out = json::array();
   for (const auto& row : rows) out.push_back(estimate_row_json(row));
-  return compact_estimates(out).dump();
+  return compact_estimates(std::move(out)).dump();
 }
 
 double flops_per_step(const json& row) {
@@ -159,7 +159,7 @@ std::optional<estimator::WorkMix> work_mix_of(const json& row) {
   return estimator::work_mix(joules_by_key);
 }
 
-json compact_estimates(const json& rows, std::size_t detailed) {
+json compact_estimates(json rows, std::size_t detailed) {
   if (!rows.is_array()) return rows;
   // The cheapest devices (by estimated joules) keep their breakdown: where the job will likely run.
   std::vector<std::pair<double, std::size_t>> cost;
@@ -171,9 +171,9 @@ json compact_estimates(const json& rows, std::size_t detailed) {
   std::sort(cost.begin(), cost.end());
   std::vector<bool> keep(rows.size(), false);
   for (std::size_t k = 0; k < cost.size() && k < detailed; ++k) keep[cost[k].second] = true;
-  json out = json::array();
+  // In place: the rows a job stores were written for it (stored_estimates) and are not copied.
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    json row = rows[i];
+    json& row = rows[i];
     if (row.is_object() && row.contains("layers")) {
       // Summed before the layers' figures are rounded: the figure DeviceEstimate::of keeps.
       row["flops_per_step"] = flops_per_step(row);
@@ -183,9 +183,8 @@ json compact_estimates(const json& rows, std::size_t detailed) {
       }
     }
     round_numbers(row);
-    out.push_back(std::move(row));
   }
-  return out;
+  return rows;
 }
 
 std::vector<DeviceEstimate> read_estimates(const json& rows) {

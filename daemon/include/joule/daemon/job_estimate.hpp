@@ -111,7 +111,7 @@ std::string stored_estimates(const std::vector<EstimateRow>& rows);
 /// summed `flops_per_step`, and the per-layer breakdown only in the rows of the `detailed`
 /// cheapest devices; the other rows keep an empty `layers` and `layers_left_out` (POST
 /// /v1/estimate gives them whole). A job with 1,500 candidate devices kept megabytes of JSON before.
-nlohmann::json compact_estimates(const nlohmann::json& rows, std::size_t detailed = 8);
+nlohmann::json compact_estimates(nlohmann::json rows, std::size_t detailed = 8);
 
 /// An estimate's FLOPs per step, summed over its layers.
 double flops_per_step(const estimator::Estimate& estimate);
