@@ -6,10 +6,12 @@
 //                                           the table: per-decision and per-pass latency
 //                                           distributions, their growth with Q and D, and
 //                                           BudgetLedger::states at 1k/3k/10k/100k recorded uses
-//   placement_bench --profile=WHAT [--d=D] [--q=Q] [--uses=U] [--seconds=S]
+//   placement_bench --profile=WHAT [--d=D] [--q=Q] [--uses=U] [--seconds=S] [--unordered]
 //                                           runs one measurement in a loop for `perf record`;
 //                                           WHAT: decision-open, decision-tight, pass-open,
-//                                           pass-tight, states
+//                                           pass-tight, states, submit-open, submit-tight
+//                                           (submissions through the scheduling core; with
+//                                           --full-passes it never continues a pass)
 //
 // The state (make_cluster): D devices on ceil(D/4) nodes "compute-NNN" (cuda:0, cuda:1, cpu:0,
 // cpu:1 on each), the nodes split into 4 groups rack-a..rack-d; a min-energy policy at 5 % risk
@@ -21,7 +23,9 @@
 // device (40 %), on the cuda half (40 %) or on one node's 4 devices (20 %), with estimates that vary
 // per device (cpu 2-5x the joules and 4-12x the seconds of cuda), std 5-30 % of the mean, 1 % of
 // (job, device) pairs without an estimate, 10 % of jobs with a deadline and 10 % with
-// max_energy_joules. Job 0 (the head) is eligible everywhere.
+// max_energy_joules. Job 0 (the head) is eligible everywhere. Each job's candidates are ordered
+// cheapest first, as the scheduling core orders them when a job is queued (--unordered: not, so a
+// pass walks every candidate, as before that order existed; the decisions are the same).
 //
 // Two budget settings over the same state:
 //   open   every budget has room: no candidate is refused for a budget.
@@ -62,8 +66,12 @@
 #include "joule/schedulers/energy_risk.hpp"
 #include "joule/schedulers/placement.hpp"
 #include "joule/schedulers/policy.hpp"
+#include "joule/schedulers/scheduling_core.hpp"
 
 namespace {
+
+bool g_unordered = false;    // --unordered: jobs keep their candidates unordered
+bool g_full_passes = false;  // --full-passes: the core never continues a pass (submit-*)
 
 namespace js = joule::schedulers;
 using Clock = std::chrono::steady_clock;
@@ -237,6 +245,8 @@ std::unique_ptr<Cluster> make_cluster(std::size_t device_count, std::size_t queu
       job.candidates.push_back(cand);
     }
     c->candidates += job.candidates.size();
+    // As the scheduling core does when a job is queued (--unordered: each pass walks them all).
+    if (!g_unordered) js::order_candidates(job, js::Objective::min_energy);
     c->jobs.push_back(std::move(job));
   }
   for (const auto& job : c->jobs) {
@@ -569,7 +579,91 @@ int percentiles(double seconds, std::size_t uses) {
   return 0;
 }
 
+// Submissions through the scheduling core, as jouled makes them (POST /v1/jobs): each enqueues
+// one job at the tail of Q queued jobs and runs a pass on the D devices; the clock moves on
+// 1 ms per submission. The core continues its last pass with the new job while nothing else
+// changed for up to a second (CoreOptions::continue_within_ms); --full-passes: every pass is a
+// full one. Every 1,000 submissions those 1,000 are cancelled, untimed (the next pass is a full
+// one). The first min(Q, 10,000) queued jobs are the usual mix; beyond, jobs eligible on one
+// node (4 candidates) stand in for the rest, so that 100,000 fit in memory: a pass never looks
+// past max_scan = 1,000 of them.
+int submissions(bool tight, std::size_t d, std::size_t q, std::size_t uses, double seconds) {
+  auto c = make_cluster(d, std::min<std::size_t>(std::max<std::size_t>(q, 1), 10'000), uses);
+  c->use(tight);
+  js::CoreOptions options;
+  if (g_full_passes) options.continue_within_ms = 0;
+  js::SchedulingCore core(c->policy, 0, options);
+  std::mt19937_64 rng(7);
+  record_uses(core.ledger(), c->devices, uses, rng);
+  for (std::size_t i = 0; i < c->devices.size(); ++i) {
+    const auto& s = c->devices[i];
+    if (!s.busy) continue;
+    const double left_s = static_cast<double>(*s.busy_until - kNow) / 1000.0;
+    const double mean = s.average_power_watts * left_s;
+    js::TrackedRun run;
+    run.id = "run-" + std::to_string(i);
+    run.device = i;
+    run.started = kNow;
+    run.prior = js::EnergyDistribution::from_std(mean, 0.2 * mean);
+    run.expected_seconds = left_s;
+    core.track_run(std::move(run), s.ref);
+  }
+  std::vector<const js::PendingJob*> one_node;
+  for (const auto& job : c->jobs)
+    if (job.candidates.size() <= 4) one_node.push_back(&job);
+  std::int64_t sequence = 0;
+  auto enqueue = [&](const js::PendingJob& job) {
+    js::PendingJob copy = job;
+    copy.id = "q-" + std::to_string(sequence);
+    core.enqueue(std::move(copy), sequence++);
+  };
+  for (std::size_t i = 0; i < q; ++i) enqueue(i < c->jobs.size() ? c->jobs[i] : *one_node[i % one_node.size()]);
+  std::vector<js::DeviceStatus> devices = c->devices;
+  js::UnixMillis now = kNow;
+  std::size_t weighed = 0, placed = 0, k = 0;
+  std::vector<double> full_us, continued_us;
+  std::vector<std::string> submitted;
+  auto submit = [&] {
+    // Every 1,000 submissions the last 1,000 are cancelled (untimed), so that the queue stays
+    // at Q and memory with it; the pass after a cancel is a full one.
+    if (submitted.size() == 1000) {
+      for (const auto& id : submitted) core.dequeue(id);
+      submitted.clear();
+    }
+    const js::PendingJob& job = c->jobs[k++ % c->jobs.size()];
+    js::PendingJob copy = job;
+    copy.id = "q-" + std::to_string(sequence);
+    submitted.push_back(copy.id);
+    const auto t0 = Clock::now();
+    core.enqueue(std::move(copy), sequence++);
+    const js::PassResult pass = core.place(++now, devices);
+    const auto t1 = Clock::now();
+    const double us = std::chrono::duration<double, std::micro>(t1 - t0).count();
+    (pass.continued ? continued_us : full_us).push_back(us);
+    weighed += pass.weighed;
+    placed += pass.placements.size();
+    for (const auto& placement : pass.placements) devices[placement.device].busy = true;
+    return us;
+  };
+  submit();  // the first pass after the queue was filled: a full one, not a submission's
+  full_us.clear();
+  weighed = placed = 0;
+  const auto start = Clock::now();
+  const auto us = sample(submit, 1, 100'000'000, seconds);
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  const Distribution x = distribution(us), f = distribution(full_us), n = distribution(continued_us);
+  std::printf(
+      "submit-%s%s D=%zu Q=%zu uses=%zu: n=%zu (%.0f /s) p50 %.3f ms p99 %.3f ms max %.3f ms; "
+      "full passes %zu (p50 %.3f max %.3f ms), continued %zu (p50 %.3f p99 %.3f max %.3f ms); candidates "
+      "weighed %.1f per submission; placed %zu\n",
+      tight ? "tight" : "open", g_full_passes ? " (full passes)" : "", d, q, uses, x.n, static_cast<double>(x.n) / wall,
+      x.p50 / 1e3, x.p99 / 1e3, x.max / 1e3, f.n, f.p50 / 1e3, f.max / 1e3, n.n, n.p50 / 1e3, n.p99 / 1e3, n.max / 1e3,
+      static_cast<double>(weighed) / static_cast<double>(std::max<std::size_t>(x.n, 1)), placed);
+  return 0;
+}
+
 int profile(const std::string& what, std::size_t d, std::size_t q, std::size_t uses, double seconds) {
+  if (what.starts_with("submit")) return submissions(what.ends_with("tight"), d, q, uses, seconds);
   auto c = make_cluster(d, std::max<std::size_t>(q, 1), uses);
   const bool tight = what.ends_with("tight");
   c->use(tight);
@@ -610,6 +704,10 @@ int main(int argc, char** argv) {
     else if (a.rfind("--uses=", 0) == 0) uses = std::stoul(a.substr(7));
     else if (a.rfind("--d=", 0) == 0) d = std::stoul(a.substr(4));
     else if (a.rfind("--q=", 0) == 0) q = std::stoul(a.substr(4));
+    else if (a == "--unordered")
+      g_unordered = true;
+    else if (a == "--full-passes")
+      g_full_passes = true;
     else rest.push_back(argv[i]);
   }
   if (!profile_what.empty()) return profile(profile_what, d, q, uses, seconds);

@@ -58,6 +58,7 @@ UnixMillis window_length(const BudgetWindow& window) {
 }  // namespace
 
 void BudgetLedger::set_budgets(std::vector<EnergyBudget> budgets) {
+  ++revision_;
   budgets_ = std::move(budgets);
   covered_.assign(budgets_.size(), {});
   for (std::size_t i = 0; i < uses_.size(); ++i)
@@ -66,6 +67,7 @@ void BudgetLedger::set_budgets(std::vector<EnergyBudget> budgets) {
 }
 
 void BudgetLedger::record(EnergyUse use) {
+  ++revision_;
   // The many short jobs of a busy device add up in one use per device and wall-clock minute, so
   // the uses kept (a day, or the longest window) grow with devices and minutes, not with jobs.
   // Calendar windows start on whole minutes and count such a use exactly; the edge of a rolling
@@ -93,6 +95,7 @@ void BudgetLedger::record(EnergyUse use) {
 }
 
 void BudgetLedger::set_policy(const Policy& policy) {
+  ++revision_;
   for (auto& use : uses_) use.device.groups = policy.groups_of(use.device.node);
   for (auto& [id, running] : jobs_) {
     running.device.groups = policy.groups_of(running.device.node);
@@ -107,6 +110,7 @@ void BudgetLedger::for_each_covered(std::size_t budget, Visit&& visit) const {
 }
 
 void BudgetLedger::reserve(const std::string& job, const DeviceRef& device, EnergyDistribution expected) {
+  ++revision_;
   Running running;
   running.device = device;
   running.expected = expected;
@@ -115,6 +119,7 @@ void BudgetLedger::reserve(const std::string& job, const DeviceRef& device, Ener
 
 void BudgetLedger::update_running(const std::string& job, UnixMillis start, UnixMillis now, double used_joules,
                                   EnergyDistribution still_expected) {
+  ++revision_;
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return;
   Running& running = it->second;
@@ -125,6 +130,7 @@ void BudgetLedger::update_running(const std::string& job, UnixMillis start, Unix
 }
 
 std::optional<EnergyUse> BudgetLedger::pause_running(const std::string& job, UnixMillis now) {
+  ++revision_;
   auto it = jobs_.find(job);
   if (it == jobs_.end() || it->second.paused) return std::nullopt;
   Running& running = it->second;
@@ -139,6 +145,7 @@ std::optional<EnergyUse> BudgetLedger::pause_running(const std::string& job, Uni
 }
 
 void BudgetLedger::resume_running(const std::string& job, UnixMillis now) {
+  ++revision_;
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return;
   it->second.paused = false;
@@ -146,6 +153,7 @@ void BudgetLedger::resume_running(const std::string& job, UnixMillis now) {
 }
 
 std::optional<EnergyUse> BudgetLedger::settle(const std::string& job, std::optional<EnergyUse> metered) {
+  ++revision_;
   const auto it = jobs_.find(job);
   if (metered && it != jobs_.end() && it->second.recorded_joules > 0.0) {
     // The last stretch: from the last resume, with what the earlier stretches did not count.
@@ -242,6 +250,7 @@ std::optional<UnixMillis> BudgetLedger::frees_by(const BudgetState& state, doubl
 }
 
 void BudgetLedger::prune(UnixMillis now) {
+  ++revision_;
   // Keep at least a day so that a budget added by a reload still sees the recent past.
   UnixMillis keep = kDay;
   for (const auto& budget : budgets_) keep = std::max(keep, window_length(budget.window));

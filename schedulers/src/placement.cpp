@@ -146,6 +146,37 @@ const SettingOption* choose_setting(const KnobPolicy& knobs, double risk, const 
 
 }  // namespace
 
+double score_floor(const Candidate& candidate, Objective objective) {
+  // A NaN score never wins (no comparison with it holds): it sorts last, as infinity does.
+  auto finite_or_last = [](double joules) { return std::isnan(joules) ? kInfinity : joules; };
+  if (objective == Objective::flops_greedy) return finite_or_last(candidate.flops_joules.value_or(kInfinity));
+  double floor = candidate.estimate ? finite_or_last(candidate.estimate->joules_mean) : kInfinity;
+  for (const SettingOption& setting : candidate.settings)
+    floor = std::min(floor, finite_or_last(setting.estimate.joules_mean));
+  return floor;
+}
+
+void order_candidates(PendingJob& job, Objective objective) {
+  CandidateOrder& order = job.order;
+  order = CandidateOrder{objective, {}, 0.0};
+  if (objective != Objective::min_energy && objective != Objective::flops_greedy) return;
+  std::vector<std::pair<double, std::uint32_t>> keyed;
+  keyed.reserve(job.candidates.size());
+  for (std::uint32_t i = 0; i < job.candidates.size(); ++i) {
+    const Candidate& candidate = job.candidates[i];
+    keyed.emplace_back(score_floor(candidate, objective), i);
+    if (candidate.estimate) order.widest_std = std::max(order.widest_std, candidate.estimate->joules_std);
+    for (const SettingOption& setting : candidate.settings)
+      order.widest_std = std::max(order.widest_std, setting.estimate.joules_std);
+  }
+  std::sort(keyed.begin(), keyed.end());  // equal floors keep the candidates' own order
+  order.by_device = std::adjacent_find(job.candidates.begin(), job.candidates.end(), [](const auto& a, const auto& b) {
+                      return a.device >= b.device;
+                    }) == job.candidates.end();
+  order.cheapest_first.reserve(keyed.size());
+  for (const auto& [floor, index] : keyed) order.cheapest_first.push_back(index);
+}
+
 std::string_view to_string(WaitReason::Kind kind) {
   static constexpr std::array<std::string_view, 12> names{"behind",      "device-busy", "no-free-device", "budget",
                                                           "max-energy",  "power-cap",   "battery-floor",  "deadline",
@@ -157,37 +188,71 @@ Placer::Placer(Policy policy, PlacementOptions options) : policy_(std::move(poli
 
 void Placer::set_policy(Policy policy) { policy_ = std::move(policy); }
 
+struct PassState::Data {
+  std::vector<BudgetState> budgets;
+  std::vector<DeviceView> views;
+  std::vector<CapView> caps;
+  std::size_t free_devices = 0;
+  std::vector<std::size_t> free_list;  // the devices free in this pass, in order
+  std::size_t explained = 0;           // jobs looked at once no device was free
+  std::size_t considered = 0;
+};
+
+PassState::PassState() = default;
+PassState::~PassState() = default;
+PassState::PassState(PassState&&) noexcept = default;
+PassState& PassState::operator=(PassState&&) noexcept = default;
+
 PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
                           std::span<const PendingJob* const> queue, const BudgetLedger& ledger) {
-  PassResult result;
-  std::vector<BudgetState> budgets = ledger.states(now);
-  std::vector<DeviceView> views(devices.size());
-  std::vector<CapView> caps(policy_.power_caps.size());
-  std::size_t free_devices = 0;
+  PassState state = begin(now, devices, ledger);
+  return extend(state, now, devices, queue, ledger);
+}
+
+PassState Placer::begin(UnixMillis now, std::span<const DeviceStatus> devices, const BudgetLedger& ledger) const {
+  PassState pass;
+  pass.data_ = std::make_unique<PassState::Data>();
+  PassState::Data& state = *pass.data_;
+  std::vector<BudgetState>& budgets = state.budgets;
+  budgets = ledger.states(now);
+  state.views.resize(devices.size());
+  state.caps.resize(policy_.power_caps.size());
   for (std::size_t d = 0; d < devices.size(); ++d) {
     const DeviceStatus& device = devices[d];
-    DeviceView& view = views[d];
+    DeviceView& view = state.views[d];
     view.free = device.accepts_work && !device.busy;
-    free_devices += view.free ? 1 : 0;
+    state.free_devices += view.free ? 1 : 0;
+    if (view.free) state.free_list.push_back(d);
     view.available_at = device.busy ? std::max(now, device.busy_until.value_or(now)) : now;
     for (std::size_t b = 0; b < budgets.size(); ++b)
       if (budgets[b].budget.scope.covers(device.ref)) view.budgets.push_back(b);
     for (std::size_t c = 0; c < policy_.power_caps.size(); ++c) {
       if (!policy_.power_caps[c].scope.covers(device.ref)) continue;
       view.caps.push_back(c);
-      caps[c].watts += device.average_power_watts;
-      caps[c].has_work = caps[c].has_work || device.busy;
+      state.caps[c].watts += device.average_power_watts;
+      state.caps[c].has_work = state.caps[c].has_work || device.busy;
     }
     for (std::size_t f = 0; f < policy_.battery_floors.size(); ++f)
       if (policy_.battery_floors[f].scope.covers(device.ref)) view.floors.push_back(f);
   }
+  return pass;
+}
 
+PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const DeviceStatus> devices,
+                          std::span<const PendingJob* const> queue, const BudgetLedger& ledger) {
+  PassResult result;
+  PassState::Data& state = *pass.data_;
+  std::vector<BudgetState>& budgets = state.budgets;
+  std::vector<DeviceView>& views = state.views;
+  std::vector<CapView>& caps = state.caps;
+  std::size_t& free_devices = state.free_devices;
+  std::vector<std::size_t>& free_list = state.free_list;
   const Objective objective = policy_.objective;
   const bool admission = policy_.admission;
-  std::size_t explained = 0;
   for (const PendingJob* job : queue) {
-    if (result.considered >= options_.max_scan) break;
-    if (free_devices == 0 && explained++ >= options_.max_explain) break;
+    if (state.considered >= options_.max_scan) break;
+    if (free_devices == 0 && state.explained++ >= options_.max_explain) break;
+    ++state.considered;
     ++result.considered;
     if (job->not_before && now < *job->not_before) {
       // Held by its owner until then: no device is considered or reserved for it.
@@ -221,30 +286,39 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
       UnixMillis run_start = 0;  // min-carbon: when it would start (later than now: a cleaner window)
       double carbon = 0.0;       // min-carbon: the grid's mean intensity over its run
       double carbon_now = 0.0;   // min-carbon: the same if it started as soon as it could
+      std::size_t index = 0;     // in job->candidates: equal scores and finishes go to the first
     };
     Choice best;          // feasible
     Choice best_free;     // feasible and free now
     Choice late;          // feasible but for the deadline: used when no device can meet it
     std::size_t eligible = 0;
+    // Whether (score, tie, index) beats the slot's choice.
+    auto better = [](const Choice& slot, double score, double tie, std::size_t index) {
+      return score < slot.score ||
+             (score == slot.score && (tie < slot.tie || (slot.candidate && tie == slot.tie && index < slot.index)));
+    };
 
-    for (const Candidate& candidate : job->candidates) {
+    auto consider = [&](std::size_t index) {
+      const Candidate& candidate = job->candidates[index];
+      ++result.weighed;
       const DeviceStatus& device = devices[candidate.device];
       DeviceView& view = views[candidate.device];
       auto where = [&] { return device.ref.qualified(); };
       if (!device.accepts_work) {
         if (wants(WaitReason::Kind::unavailable))
           note_reason({WaitReason::Kind::unavailable, fmt::format("{} accepts no work now", where()), where()});
-        continue;
+        return;
       }
       ++eligible;
       const bool baseline = !waits_for_best(objective);
       if (baseline && !view.free) {
         if (wants(WaitReason::Kind::no_free_device))
           note_reason({WaitReason::Kind::no_free_device, "every eligible device is busy", where()});
-        continue;
+        return;
       }
 
-      const UnixMillis start = view.free ? now : view.available_at;
+      // max: a pass continued later than it began may find a device's expected end passed.
+      const UnixMillis start = view.free ? now : std::max(now, view.available_at);
       // The setting the knob goal prefers here (nullptr: the defaults); what follows is
       // judged at it: energy, budgets, power, finish.
       const SettingOption* setting =
@@ -294,12 +368,13 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
       if ((objective == Objective::min_energy || objective == Objective::flops_greedy) && estimate && best.candidate &&
           (!job->deadline || finish <= *job->deadline) && estimate->joules_mean > best.score &&
           (!view.free || estimate->joules_mean > best_free.score))
-        continue;
+        return;
 
       std::optional<EnergyDistribution> energy;
       if (modelled)
         energy = modelled->energy();
-      else if (job->max_energy_joules) energy = EnergyDistribution{*job->max_energy_joules, 0.0};
+      else if (job->max_energy_joules)
+        energy = EnergyDistribution{*job->max_energy_joules, 0.0};
 
       bool feasible = true;
       if (modelled && job->max_energy_joules &&
@@ -388,7 +463,7 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
           note_reason(std::move(why));
         }
       }
-      if (!feasible) continue;
+      if (!feasible) return;
 
       double score = 0.0;
       double tie = static_cast<double>(finish);
@@ -425,11 +500,10 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
       const bool meets_deadline = !job->deadline || !estimate || finish <= *job->deadline;
       Choice& slot = meets_deadline ? best : late;
       const double slot_score = meets_deadline ? score : static_cast<double>(finish);
-      if (slot_score < slot.score || (slot_score == slot.score && tie < slot.tie))
-        slot = Choice{&candidate, estimate, slot_score, tie, finish, setting, run_start, carbon, carbon_now};
-      if (meets_deadline && view.free &&
-          (score < best_free.score || (score == best_free.score && tie < best_free.tie)))
-        best_free = Choice{&candidate, estimate, score, tie, finish, setting, run_start, carbon, carbon_now};
+      if (better(slot, slot_score, tie, index))
+        slot = Choice{&candidate, estimate, slot_score, tie, finish, setting, run_start, carbon, carbon_now, index};
+      if (meets_deadline && view.free && better(best_free, score, tie, index))
+        best_free = Choice{&candidate, estimate, score, tie, finish, setting, run_start, carbon, carbon_now, index};
       if (!meets_deadline && wants(WaitReason::Kind::deadline)) {
         WaitReason why{WaitReason::Kind::deadline,
                        fmt::format("on {} it would finish at {}, after its deadline {}", where(), format_rfc3339(finish),
@@ -437,6 +511,69 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
                        where()};
         note_reason(std::move(why));
       }
+    };
+
+    const CandidateOrder& order = job->order;
+    const bool ordered = order.objective == objective && order.cheapest_first.size() == job->candidates.size() &&
+                         (objective == Objective::min_energy || objective == Objective::flops_greedy);
+    if (ordered) {
+      // Cheapest first: once a candidate's floor is above the best (a busy device), no later
+      // one can be chosen; only a free one may still replace it, if it is within the spread
+      // min-energy forgives, or cheaper than the best free one found.
+      const std::vector<Candidate>& candidates = job->candidates;
+      auto free_bound = [&] {
+        if (best_free.candidate) return best_free.score;
+        const double forgiven = objective == Objective::min_energy && best.estimate
+                                    ? std::hypot(best.estimate->joules_std, order.widest_std)
+                                    : 0.0;
+        return best.score + forgiven;
+      };
+      std::size_t position = 0;
+      double from_floor = kInfinity;
+      for (; position < order.cheapest_first.size(); ++position) {
+        const std::uint32_t index = order.cheapest_first[position];
+        if (best.candidate) {
+          from_floor = score_floor(candidates[index], objective);
+          if (from_floor > best.score) break;
+        }
+        consider(index);
+      }
+      if (position < order.cheapest_first.size() && !views[best.candidate->device].free) {
+        // The rest, (floor, index) at or after where the walk stopped: only free devices count.
+        const std::uint32_t from = order.cheapest_first[position];
+        auto in_rest = [&](std::uint32_t index, double floor) {
+          return floor > from_floor || (floor == from_floor && index >= from);
+        };
+        if (order.by_device) {
+          // A few free devices among many candidates: find each one's candidate.
+          for (const std::size_t d : free_list) {
+            const auto it = std::lower_bound(candidates.begin(), candidates.end(), d,
+                                             [](const Candidate& c, std::size_t device) { return c.device < device; });
+            if (it == candidates.end() || it->device != d) continue;
+            const auto index = static_cast<std::uint32_t>(it - candidates.begin());
+            const double floor = score_floor(*it, objective);
+            if (in_rest(index, floor) && floor <= free_bound()) consider(index);
+          }
+        } else {
+          for (; position < order.cheapest_first.size(); ++position) {
+            const std::uint32_t index = order.cheapest_first[position];
+            if (score_floor(candidates[index], objective) > free_bound()) break;
+            if (views[candidates[index].device].free) consider(index);
+          }
+        }
+      }
+      // Nothing can run: walk them again in their own order, so the reason shown is the one
+      // the unordered walk gives (the first of the kind that ranks highest).
+      if (!best.candidate && !late.candidate) {
+        reason.reset();
+        budget_index = 0;
+        budget_deficit = 0.0;
+        best_free = Choice{};
+        eligible = 0;
+        for (std::size_t index = 0; index < job->candidates.size(); ++index) consider(index);
+      }
+    } else {
+      for (std::size_t index = 0; index < job->candidates.size(); ++index) consider(index);
     }
 
     // Waiting for a busy device is worth it only if it is cheaper beyond what the estimates can
@@ -452,11 +589,6 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
     if (best.candidate && best_free.candidate && best.candidate != best_free.candidate &&
         !views[best.candidate->device].free && best_free.score <= best.score)
       best = best_free;
-    if (reason && reason->kind == WaitReason::Kind::budget) {
-      reason->retry_at = ledger.frees_by(budgets[budget_index], budget_deficit, now);
-      reason->message += reason->retry_at ? fmt::format("; fits again at {}", format_rfc3339(*reason->retry_at))
-                                          : std::string("; waiting alone will not free enough");
-    }
     bool misses_deadline = false;
     if (!best.candidate && late.candidate) {
       // No device can meet the deadline any more: a late result beats none, so take the
@@ -465,6 +597,12 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
       misses_deadline = true;
     }
     if (!best.candidate) {
+      // A budget reason's retry time only now that it is the one shown (frees_by scans the ledger).
+      if (reason && reason->kind == WaitReason::Kind::budget) {
+        reason->retry_at = ledger.frees_by(budgets[budget_index], budget_deficit, now);
+        reason->message += reason->retry_at ? fmt::format("; fits again at {}", format_rfc3339(*reason->retry_at))
+                                            : std::string("; waiting alone will not free enough");
+      }
       if (!reason) reason = WaitReason{WaitReason::Kind::unavailable, "no eligible device", {}};
       if (eligible == 0 && reason->kind != WaitReason::Kind::unavailable) reason->kind = WaitReason::Kind::unavailable;
       if (reason->retry_at) result.next_retry = std::min(result.next_retry.value_or(*reason->retry_at), *reason->retry_at);
@@ -547,6 +685,7 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
 
     view.free = false;
     --free_devices;
+    free_list.erase(std::find(free_list.begin(), free_list.end(), d));
     view.available_at = best.finish;
     view.assigned_seconds += seconds;
     for (const std::size_t b : view.budgets) budgets[b].reserved = budgets[b].reserved + placement.reserve;

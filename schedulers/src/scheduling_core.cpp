@@ -9,6 +9,15 @@ namespace {
 // Uses older than every window are forgotten this often: it frees memory and changes no decision.
 constexpr UnixMillis kPruneEvery = 3'600'000;
 
+// A job's candidates in the order the policy's objective walks them, unless they are already
+// (ordered when queued or updated; again only after a policy with another objective).
+void order_for(PendingJob& job, Objective objective) {
+  const bool walks_in_order = objective == Objective::min_energy || objective == Objective::flops_greedy;
+  if (job.order.objective == objective && (!walks_in_order || job.order.cheapest_first.size() == job.candidates.size()))
+    return;
+  order_candidates(job, objective);
+}
+
 UnixMillis after_seconds(UnixMillis from, double seconds) {
   return from + static_cast<UnixMillis>(std::llround(std::max(0.0, seconds) * 1000.0));
 }
@@ -25,6 +34,7 @@ SchedulingCore::SchedulingCore(Policy policy, int utc_offset_minutes, CoreOption
 }
 
 void SchedulingCore::set_policy(Policy policy) {
+  open_.reset();
   policy_ = std::move(policy);
   ledger_.set_policy(policy_);
   placer_.set_policy(policy_);
@@ -39,16 +49,28 @@ std::optional<WaitReason> SchedulingCore::never_fits(UnixMillis now, std::span<c
 void SchedulingCore::enqueue(PendingJob job, std::int64_t sequence) {
   if (running_.contains(job.id)) end(job.id, std::nullopt);
   queue_.push(job.id, job.priority, sequence);
+  if (open_) {
+    // Behind every job the open pass saw: it may continue with this one. Ahead of any: not.
+    if (queue_.position(job.id) == queue_.size() - 1)
+      open_->queued_since.push_back(job.id);
+    else
+      open_.reset();
+  }
+  order_candidates(job, policy_.objective);  // here, not in a pass: its cost is the submission's
   std::string id = job.id;
   pending_.insert_or_assign(std::move(id), std::move(job));
 }
 
 void SchedulingCore::update_pending(PendingJob job) {
   auto it = pending_.find(job.id);
-  if (it != pending_.end()) it->second = std::move(job);
+  if (it == pending_.end()) return;
+  open_.reset();  // its candidates changed: the pass that weighed the old ones is not continued
+  it->second = std::move(job);
+  order_candidates(it->second, policy_.objective);
 }
 
 void SchedulingCore::dequeue(const std::string& id) {
+  open_.reset();
   queue_.erase(id);
   pending_.erase(id);
 }
@@ -71,6 +93,8 @@ std::vector<DeviceStatus> SchedulingCore::with_expectations(UnixMillis now, std:
 }
 
 PassResult SchedulingCore::place(UnixMillis now, std::vector<DeviceStatus> devices) {
+  if (continues(now, devices)) return continue_pass(now);
+  open_.reset();
   retry_at_.reset();
   if (now - last_prune_ > kPruneEvery) {
     ledger_.prune(now);
@@ -83,11 +107,84 @@ PassResult SchedulingCore::place(UnixMillis now, std::vector<DeviceStatus> devic
   const bool any_free = std::any_of(devices.begin(), devices.end(),
                                     [](const DeviceStatus& device) { return device.accepts_work && !device.busy; });
   const std::size_t scan = any_free ? options_.max_scan : std::min(options_.max_scan, options_.max_explain);
-  for (const auto& id : queue_.first(scan)) scanned_.push_back(&pending_.at(id));
+  for (const auto& id : queue_.first(scan)) {
+    PendingJob& job = pending_.at(id);
+    order_for(job, policy_.objective);  // a new objective since it was queued
+    scanned_.push_back(&job);
+  }
   if (scanned_.empty()) return {};
+  const bool reaches_tail = scanned_.size() == queue_.size();
+  std::vector<DeviceStatus> given;
+  if (options_.continue_within_ms > 0) given = devices;
   devices = with_expectations(now, std::move(devices));
-  PassResult result = placer_.decide(now, devices, scanned_, ledger_);
+  PassState state = placer_.begin(now, devices, ledger_);
+  PassResult result = placer_.extend(state, now, devices, scanned_, ledger_);
   retry_at_ = result.next_retry;
+  start_runs(now, result, devices);
+  if (options_.continue_within_ms > 0) {
+    OpenPass open;
+    open.began = now;
+    open.until = std::min(now + options_.continue_within_ms, wake_at(now).value_or(now + options_.continue_within_ms));
+    open.ledger_revision = ledger_.revision();
+    open.given = std::move(given);
+    for (const auto& placement : result.placements) open.given[placement.device].busy = true;  // as it will be told
+    open.expected = std::move(devices);
+    open.state = std::move(state);
+    open.reaches_tail = reaches_tail && result.considered == scanned_.size();
+    open.scan_left = scan - scanned_.size();
+    open_ = std::move(open);
+  }
+  return result;
+}
+
+bool SchedulingCore::continues(UnixMillis now, const std::vector<DeviceStatus>& devices) const {
+  if (!open_ || now < open_->began || now >= open_->until || ledger_.revision() != open_->ledger_revision) return false;
+  if (devices.size() != open_->given.size()) return false;
+  // Only what a pass reads of a device (power only under a cap, as only caps read it).
+  const bool capped = !policy_.power_caps.empty();
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    const DeviceStatus& a = devices[d];
+    const DeviceStatus& b = open_->given[d];
+    if (a.accepts_work != b.accepts_work || a.busy != b.busy || a.busy_until != b.busy_until ||
+        a.battery_percent != b.battery_percent || a.battery_capacity_joules != b.battery_capacity_joules ||
+        a.work_seconds != b.work_seconds || a.carbon != b.carbon ||
+        (capped && a.average_power_watts != b.average_power_watts) || a.ref.name != b.ref.name ||
+        a.ref.node != b.ref.node || a.ref.groups != b.ref.groups)
+      return false;
+  }
+  return true;
+}
+
+PassResult SchedulingCore::continue_pass(UnixMillis now) {
+  OpenPass& open = *open_;
+  scanned_.clear();
+  for (const auto& id : open.queued_since) {
+    auto it = pending_.find(id);
+    if (it == pending_.end()) continue;
+    if (!open.reaches_tail || open.scan_left == 0) {
+      open.reaches_tail = false;  // this one and every later one wait behind the jobs not reached
+      break;
+    }
+    order_for(it->second, policy_.objective);
+    scanned_.push_back(&it->second);
+    --open.scan_left;
+  }
+  open.queued_since.clear();
+  PassResult result;
+  if (!scanned_.empty()) result = placer_.extend(open.state, now, open.expected, scanned_, ledger_);
+  result.continued = true;
+  if (result.considered < scanned_.size()) open.reaches_tail = false;  // the placer stopped
+  if (result.next_retry) {
+    retry_at_ = std::min(retry_at_.value_or(*result.next_retry), *result.next_retry);
+    open.until = std::min(open.until, *result.next_retry);
+  }
+  start_runs(now, result, open.expected);
+  for (const auto& placement : result.placements) open.given[placement.device].busy = true;  // as it will be told
+  open.ledger_revision = ledger_.revision();
+  return result;
+}
+
+void SchedulingCore::start_runs(UnixMillis now, const PassResult& result, std::span<const DeviceStatus> devices) {
   for (const auto& placement : result.placements) {
     auto it = pending_.find(placement.job);
     if (it == pending_.end()) continue;
@@ -106,7 +203,6 @@ PassResult SchedulingCore::place(UnixMillis now, std::vector<DeviceStatus> devic
     pending_.erase(it);
     running_.insert_or_assign(run.id, std::move(run));
   }
-  return result;
 }
 
 EnergyDistribution SchedulingCore::still_expected(const TrackedRun& run) const {
@@ -117,6 +213,7 @@ EnergyDistribution SchedulingCore::still_expected(const TrackedRun& run) const {
 
 std::vector<ThrottleAction> SchedulingCore::track(UnixMillis now, std::vector<DeviceStatus> devices,
                                                   std::vector<RunningSample> samples) {
+  open_.reset();
   std::vector<RunningJob> views;
   views.reserve(samples.size());
   for (auto& sample : samples) {
@@ -151,6 +248,7 @@ std::optional<UnixMillis> SchedulingCore::wake_at(UnixMillis now) const {
 }
 
 void SchedulingCore::track_run(TrackedRun run, const DeviceRef& device) {
+  open_.reset();
   queue_.erase(run.id);
   pending_.erase(run.id);
   if (run.prior) ledger_.reserve(run.id, device, *run.prior);
@@ -164,6 +262,7 @@ void SchedulingCore::track_run(TrackedRun run, const DeviceRef& device) {
 }
 
 const Projection* SchedulingCore::report(const std::string& id, EpochReport report) {
+  open_.reset();
   auto it = running_.find(id);
   if (it == running_.end()) return nullptr;
   TrackedRun& run = it->second;
@@ -181,6 +280,7 @@ std::optional<EnergyUse> SchedulingCore::paused(const std::string& id, UnixMilli
 void SchedulingCore::resumed(const std::string& id, UnixMillis now) { ledger_.resume_running(id, now); }
 
 std::optional<EnergyUse> SchedulingCore::end(const std::string& id, std::optional<EnergyUse> metered) {
+  open_.reset();
   throttle_.forget(id);
   running_.erase(id);
   return ledger_.settle(id, std::move(metered));

@@ -406,6 +406,29 @@ TEST_F(JobServiceTest, a_job_waiting_for_a_budget_is_placed_when_the_services_cl
   EXPECT_EQ(state_of(id), "placed");
 }
 
+TEST_F(JobServiceTest, submissions_in_a_row_continue_the_last_pass_and_are_counted_as_waiting) {
+  // The clock stands still and nothing but submissions happens: after the first full pass each
+  // submission's pass continues it, deciding the new job alone (issue 32); the waiting gauge
+  // still counts every queued job.
+  agent_joins("agent-1");
+  const auto ids = submit_for_agent(6);
+  ASSERT_EQ(ids.size(), 6u);
+  ASSERT_TRUE(run_until([&] { return jobs_.writes_in_flight() == 0; }));
+  const std::string text = metrics_.serialize();
+  auto value = [&](const std::string& series) {
+    const auto at = text.find(series + " ");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + series.size() + 1));
+  };
+  EXPECT_GE(value("joule_placement_passes_total{kind=\"continued\"}"), 4.0) << text;
+  EXPECT_GE(value("joule_placement_passes_total{kind=\"full\"}"), 1.0) << text;
+  double waiting = 0.0;
+  for (std::size_t at = text.find("\njoule_jobs_waiting{"); at != std::string::npos;
+       at = text.find("\njoule_jobs_waiting{", at + 1))
+    waiting += std::stod(text.substr(text.find("} ", at) + 2));
+  EXPECT_EQ(waiting, 5.0) << text;  // the first runs on the agent's device, 5 wait for it
+  EXPECT_EQ(value("joule_jobs_waiting{reason=\"device-busy\"}"), 5.0) << text;
+}
+
 TEST_F(JobServiceTest, finished_jobs_leave_memory_and_are_served_from_the_database_as_before) {
   keep_finished(2);
   agent_joins("agent-1");

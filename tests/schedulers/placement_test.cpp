@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
+#include <fmt/format.h>
+
 namespace joule::schedulers {
 namespace {
 
@@ -63,6 +67,95 @@ TEST(PlacementTest, min_energy_takes_the_free_device_with_fewest_expected_joules
   EXPECT_EQ(result.placements[0].device, 1u);
   EXPECT_EQ(result.placements[0].note, "fewest expected joules: 300 J on n1/cuda:0 (n1/cpu 900 J)");
   EXPECT_NEAR(result.placements[0].reserve.mean_joules, 300.0, 1e-9);
+}
+
+// Ordering the candidates cheapest first (what the scheduling core does when a job is queued)
+// lets a pass stop early on many devices; it must decide exactly as the walk over all of them:
+// the same placements, settings and notes, and the same reasons for every waiting job.
+TEST(PlacementTest, an_ordered_pass_decides_as_the_walk_over_every_candidate) {
+  std::mt19937 rng(20261129);
+  auto uniform = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  auto chance = [&](double p) { return uniform(0.0, 1.0) < p; };
+  std::size_t placed = 0, waited = 0, by_energy = 0;
+  for (int round = 0; round < 300; ++round) {
+    const Objective objective = chance(0.8) ? Objective::min_energy : Objective::flops_greedy;
+    Policy policy = with_budget(chance(0.3) ? uniform(500.0, 5'000.0) : 1e9, objective);
+    policy.budgets.push_back(EnergyBudget{"node-b", ScopeTarget{Scope::node, "b"}, uniform(100.0, 3'000.0),
+                                          BudgetWindow{BudgetWindow::Kind::day}});
+    if (chance(0.3)) policy.power_caps.push_back(PowerCap{"cap", ScopeTarget{Scope::node, "c"}, uniform(50.0, 400.0)});
+    if (chance(0.4)) policy.knobs.goal = KnobGoal::min_energy;
+    std::vector<DeviceStatus> devices;
+    const std::size_t device_count = 2 + rng() % 40;
+    for (std::size_t d = 0; d < device_count; ++d) {
+      DeviceStatus status = device(fmt::format("dev{}", d), std::string(1, static_cast<char>('a' + d % 4)));
+      status.accepts_work = !chance(0.05);
+      status.busy = chance(0.7);
+      if (status.busy) status.busy_until = kNow + static_cast<UnixMillis>(uniform(1e3, 4e6));
+      status.average_power_watts = uniform(0.0, 200.0);
+      devices.push_back(std::move(status));
+    }
+    std::vector<PendingJob> jobs;
+    const std::size_t job_count = 1 + rng() % 30;
+    for (std::size_t j = 0; j < job_count; ++j) {
+      std::vector<Candidate> candidates;
+      const double base = uniform(50.0, 500.0);
+      for (std::size_t d = 0; d < device_count; ++d) {
+        if (chance(0.3)) continue;
+        // Few distinct values, so that equal joules and equal finishes happen.
+        const double joules = chance(0.3) ? base : std::round(base * uniform(0.5, 3.0) / 10.0) * 10.0;
+        Candidate candidate = on(d, joules, std::round(uniform(10.0, 600.0)), joules * uniform(0.0, 0.4));
+        if (chance(0.05)) candidate.estimate.reset();
+        if (chance(0.7)) candidate.flops_joules = std::round(uniform(10.0, 100.0));
+        if (chance(0.3) && candidate.estimate)
+          for (double factor : {0.7, 0.85})
+            candidate.settings.push_back(SettingOption{
+                "gpu_power_limit_watts", factor * 100.0, "w",
+                Estimate{joules * factor * uniform(0.9, 1.1), joules * 0.1, candidate.estimate->seconds_mean / factor},
+                0.0});
+        candidates.push_back(std::move(candidate));
+      }
+      if (chance(0.2)) std::shuffle(candidates.begin(), candidates.end(), rng);  // not in device order
+      PendingJob pending = job(fmt::format("j{}", j), std::move(candidates));
+      if (chance(0.2)) pending.deadline = kNow + static_cast<UnixMillis>(uniform(1e4, 3e6));
+      if (chance(0.2)) pending.max_energy_joules = uniform(100.0, 800.0);
+      jobs.push_back(std::move(pending));
+    }
+
+    Pass walked{policy, devices, jobs};
+    Pass ordered{policy, devices, jobs};
+    for (auto& pending : ordered.jobs) order_candidates(pending, objective);
+    const double spent = uniform(0.0, 2e3);
+    for (Pass* pass : {&walked, &ordered}) {
+      pass->ledger.record(EnergyUse{DeviceRef{"b", "dev1", {}}, "old", kNow - 60'000, kNow - 1'000, spent, "rapl"});
+      pass->ledger.reserve("running", DeviceRef{"a", "dev0", {}}, EnergyDistribution::from_std(300.0, 50.0));
+    }
+    const PassResult a = walked.run();
+    const PassResult b = ordered.run();
+    SCOPED_TRACE(fmt::format("round {}", round));
+    ASSERT_EQ(a.placements.size(), b.placements.size());
+    for (std::size_t i = 0; i < a.placements.size(); ++i) {
+      EXPECT_EQ(a.placements[i].job, b.placements[i].job);
+      EXPECT_EQ(a.placements[i].device, b.placements[i].device);
+      EXPECT_EQ(a.placements[i].note, b.placements[i].note);
+      EXPECT_EQ(a.placements[i].setting.has_value(), b.placements[i].setting.has_value());
+      EXPECT_EQ(a.placements[i].misses_deadline, b.placements[i].misses_deadline);
+      by_energy += a.placements[i].note.find("fewest") != std::string::npos ? 1 : 0;
+    }
+    ASSERT_EQ(a.waiting.size(), b.waiting.size());
+    for (std::size_t i = 0; i < a.waiting.size(); ++i) {
+      EXPECT_EQ(a.waiting[i].first, b.waiting[i].first);
+      EXPECT_EQ(a.waiting[i].second.kind, b.waiting[i].second.kind);
+      EXPECT_EQ(a.waiting[i].second.message, b.waiting[i].second.message);
+      EXPECT_EQ(a.waiting[i].second.retry_at, b.waiting[i].second.retry_at);
+    }
+    EXPECT_EQ(a.next_retry, b.next_retry);
+    placed += a.placements.size();
+    waited += a.waiting.size();
+  }
+  // The rounds reach both outcomes often, or the comparison proves little.
+  EXPECT_GT(placed, 300u);
+  EXPECT_GT(waited, 1000u);
+  EXPECT_GT(by_energy, 100u);
 }
 
 TEST(PlacementTest, a_job_waits_for_its_efficient_busy_device_while_others_take_free_ones) {

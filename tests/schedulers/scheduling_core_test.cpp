@@ -73,8 +73,9 @@ TEST(SchedulingCoreTest, a_pass_with_every_device_busy_places_nothing_and_still_
 }
 
 TEST(SchedulingCoreTest, a_pass_with_every_device_busy_looks_at_max_explain_jobs_however_long_the_queue) {
-  // Counting work, not timing it: a submission's pass must not grow with the queue (issue 32).
-  SchedulingCore core;
+  // Counting work, not timing it: a full pass must not grow with the queue (issue 32). Every
+  // pass here is a full one: continuing a pass is another test's.
+  SchedulingCore core({}, 0, CoreOptions{.continue_within_ms = 0});
   DeviceStatus busy = device("cpu");
   busy.busy = true;
   for (const int queued : {10, 100, 5000}) {
@@ -90,6 +91,148 @@ TEST(SchedulingCoreTest, a_pass_with_every_device_busy_looks_at_max_explain_jobs
   const PassResult free = core.place(kNow, {device("cpu")});
   EXPECT_EQ(free.placements.size(), 1u);
   EXPECT_EQ(core.scanned().size(), 1000u);
+}
+
+// A cluster of `count` devices on 4-device nodes, every `free_every`-th one free, the rest busy
+// for an hour; jobs eligible everywhere, each device's joules differing by job.
+std::vector<DeviceStatus> cluster(std::size_t count, std::size_t free_every) {
+  std::vector<DeviceStatus> devices;
+  for (std::size_t d = 0; d < count; ++d) {
+    DeviceStatus status;
+    status.ref = DeviceRef{fmt::format("node{}", d / 4), fmt::format("dev{}", d % 4), {}};
+    status.busy = d % free_every != 0;
+    if (status.busy) status.busy_until = kNow + 3'600'000 + static_cast<UnixMillis>(d) * 1000;
+    devices.push_back(std::move(status));
+  }
+  return devices;
+}
+
+PendingJob everywhere(std::string id, std::size_t devices, std::size_t seed, int priority = 0, double on_free = 1.0,
+                      std::size_t free_every = 0) {
+  PendingJob pending;
+  pending.id = std::move(id);
+  pending.priority = priority;
+  for (std::size_t d = 0; d < devices; ++d) {
+    double joules = 100.0 + static_cast<double>((d * 7919 + seed * 104729) % 1000);
+    if (free_every && d % free_every == 0) joules *= on_free;
+    pending.candidates.push_back(Candidate{d, Estimate{joules, 0.05 * joules, 60.0}, std::nullopt, {}});
+  }
+  return pending;
+}
+
+TEST(SchedulingCoreTest, a_submission_continues_the_last_pass_and_decides_only_itself) {
+  // Counting work, not timing it (issue 32): the pass a submission runs decides the new job
+  // alone, whether 10 or 900 jobs are queued ahead of it on 1,000 devices, and decides it as a
+  // full pass over the whole queue would. The jobs ahead wait for busy devices (the free ones
+  // cost them 5x); the new ones alternate: cheap on the free devices (placed), or not (waits).
+  for (const std::size_t queued : {10, 900}) {
+    std::vector<DeviceStatus> devices = cluster(1000, 50);
+    SchedulingCore open;
+    SchedulingCore full({}, 0, CoreOptions{.continue_within_ms = 0});
+    for (std::size_t j = 0; j < queued; ++j) {
+      open.enqueue(everywhere(fmt::format("j{}", j), devices.size(), j, 0, 5.0, 50), static_cast<std::int64_t>(j));
+      full.enqueue(everywhere(fmt::format("j{}", j), devices.size(), j, 0, 5.0, 50), static_cast<std::int64_t>(j));
+    }
+    const PassResult first = open.place(kNow, devices);
+    EXPECT_FALSE(first.continued);
+    EXPECT_EQ(first.considered, queued);
+    EXPECT_TRUE(first.placements.empty());
+    full.place(kNow, devices);
+
+    std::size_t placed = 0;
+    for (std::size_t k = 0; k < 6; ++k) {
+      const std::string id = fmt::format("new{}", k);
+      const double on_free = k % 2 == 0 ? 0.1 : 5.0;
+      open.enqueue(everywhere(id, devices.size(), 5000 + k, 0, on_free, 50), static_cast<std::int64_t>(queued + k));
+      full.enqueue(everywhere(id, devices.size(), 5000 + k, 0, on_free, 50), static_cast<std::int64_t>(queued + k));
+      const PassResult pass = open.place(kNow + 200, devices);
+      const PassResult again = full.place(kNow + 200, devices);
+      SCOPED_TRACE(fmt::format("{} queued, submission {}", queued, k));
+      EXPECT_TRUE(pass.continued);
+      EXPECT_EQ(pass.considered, 1u);
+      ASSERT_EQ(open.scanned().size(), 1u);
+      // The cheapest-first walk stops early: far fewer than the job's 1,000 candidates.
+      EXPECT_LT(pass.weighed, 100u);
+      EXPECT_GE(again.considered, queued);  // the full pass looked at everything again
+      // The same decision for the new job as the full pass.
+      ASSERT_EQ(pass.placements.size(), again.placements.size());
+      for (std::size_t i = 0; i < pass.placements.size(); ++i) {
+        EXPECT_EQ(pass.placements[i].job, again.placements[i].job);
+        EXPECT_EQ(pass.placements[i].device, again.placements[i].device);
+        devices[pass.placements[i].device].busy = true;  // as the driver reports it from now on
+        ++placed;
+      }
+      std::string why_open, why_full;
+      for (const auto& [job, why] : pass.waiting)
+        if (job == id) why_open = why.message;
+      for (const auto& [job, why] : again.waiting)
+        if (job == id) why_full = why.message;
+      EXPECT_EQ(why_open, why_full);
+    }
+    EXPECT_EQ(placed, 3u);
+  }
+}
+
+// A pass, with the devices it placed jobs on reported busy from then on, as a driver does.
+PassResult place(SchedulingCore& core, UnixMillis now, std::vector<DeviceStatus>& devices) {
+  PassResult result = core.place(now, devices);
+  for (const auto& placement : result.placements) devices[placement.device].busy = true;
+  return result;
+}
+
+TEST(SchedulingCoreTest, a_pass_is_full_again_when_anything_but_a_tail_submission_changed) {
+  std::vector<DeviceStatus> devices = cluster(40, 8);
+  SchedulingCore core;
+  for (std::size_t j = 0; j < 20; ++j)
+    core.enqueue(everywhere(fmt::format("j{}", j), devices.size(), j), static_cast<std::int64_t>(j));
+  std::int64_t sequence = 100;
+  auto submit = [&](int priority = 0) {
+    core.enqueue(everywhere(fmt::format("s{}", sequence), devices.size(), static_cast<std::size_t>(sequence), priority),
+                 sequence);
+    ++sequence;
+  };
+  ASSERT_FALSE(place(core, kNow, devices).continued);
+  submit();
+  EXPECT_TRUE(place(core, kNow + 1, devices).continued);
+
+  submit(5);  // ahead of the queue: the jobs behind it may decide otherwise
+  EXPECT_FALSE(place(core, kNow + 2, devices).continued);
+
+  submit();
+  devices[3].busy = !devices[3].busy;  // a device freed or taken
+  EXPECT_FALSE(place(core, kNow + 3, devices).continued);
+
+  submit();
+  core.ledger().record(EnergyUse{devices[0].ref, "probe", kNow - 1000, kNow, 50.0, "rapl"});
+  EXPECT_FALSE(place(core, kNow + 4, devices).continued);
+
+  submit();
+  EXPECT_FALSE(place(core, kNow + 4 + CoreOptions{}.continue_within_ms, devices).continued);  // too long since
+
+  submit();
+  core.dequeue("j3");
+  EXPECT_FALSE(place(core, kNow + 5'000, devices).continued);
+
+  submit();
+  EXPECT_TRUE(place(core, kNow + 5'001, devices).continued);
+  // Nothing new: a continued pass with nothing to decide.
+  const PassResult idle = place(core, kNow + 5'002, devices);
+  EXPECT_TRUE(idle.continued);
+  EXPECT_EQ(idle.considered, 0u);
+}
+
+TEST(SchedulingCoreTest, behind_a_queue_longer_than_a_pass_looks_at_a_submission_costs_nothing_to_decide) {
+  std::vector<DeviceStatus> devices = cluster(100, 10);
+  SchedulingCore core({}, 0, CoreOptions{.max_scan = 50});
+  for (std::size_t j = 0; j < 200; ++j)
+    core.enqueue(everywhere(fmt::format("j{}", j), devices.size(), j), static_cast<std::int64_t>(j));
+  ASSERT_EQ(place(core, kNow, devices).considered, 50u);
+  core.enqueue(everywhere("late", devices.size(), 7), 1000);
+  const PassResult pass = place(core, kNow + 1, devices);
+  EXPECT_TRUE(pass.continued);
+  EXPECT_EQ(pass.considered, 0u);
+  EXPECT_EQ(pass.weighed, 0u);
+  EXPECT_TRUE(core.scanned().empty());
 }
 
 TEST(SchedulingCoreTest, a_busy_device_is_expected_free_by_the_estimate_then_by_the_step_projection) {

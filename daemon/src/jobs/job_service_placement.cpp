@@ -41,6 +41,7 @@ void JobService::schedule() {
   }
   placing_paused_until_.reset();
   const auto pass = core().place(now, device_statuses());
+  metrics_.count_placement_pass(pass.continued);
   // Explained before anything is placed, which is all that could call back into the core.
   const std::vector<const schedulers::PendingJob*>& scanned = core().scanned();
   for (const auto& [id, reason] : pass.waiting) note_waiting(*jobs_.at(id), reason);
@@ -58,15 +59,20 @@ void JobService::schedule() {
       job.waiting.reset();
   }
   // Why the queue waits, for joule_jobs_waiting: a queued job without a reason waits its turn.
-  std::map<std::string_view, double> waiting;
-  std::size_t counted = 0;
+  // A continued pass decided only the jobs queued since the full one: they add to its count.
+  if (!pass.continued) {
+    waiting_by_reason_.clear();
+    waiting_counted_ = 0;
+  }
   for (const schedulers::PendingJob* pending : scanned) {
     if (!pending) continue;  // placed by this pass
     const Job& job = *jobs_.at(pending->id);
-    waiting[job.waiting ? schedulers::to_string(job.waiting->kind) : "behind"] += 1.0;
-    ++counted;
+    waiting_by_reason_[job.waiting ? schedulers::to_string(job.waiting->kind) : "behind"] += 1.0;
+    ++waiting_counted_;
   }
-  if (core().queue().size() > counted) waiting["behind"] += static_cast<double>(core().queue().size() - counted);
+  std::map<std::string_view, double> waiting = waiting_by_reason_;
+  if (core().queue().size() > waiting_counted_)
+    waiting["behind"] += static_cast<double>(core().queue().size() - waiting_counted_);
   metrics_.set_jobs_waiting({waiting.begin(), waiting.end()});
   for (const auto& placement : pass.placements) {
     Job& job = *jobs_.at(placement.job);

@@ -37,6 +37,11 @@ Metrics::Metrics()
                      .Name("joule_jobs_submitted_total")
                      .Help("Jobs accepted by the API (durably stored before acknowledgement)")
                      .Register(*registry_)),
+      placement_passes_(BuildCounter()
+                            .Name("joule_placement_passes_total")
+                            .Help("Placement passes: full (the whole queue looked at again), or continued "
+                                  "(only jobs queued at the tail since the last full pass decided)")
+                            .Register(*registry_)),
       job_energy_(BuildCounter()
                       .Name("joule_job_energy_joules_total")
                       .Help("Energy metered over finished jobs' runs, by device and meter source")
@@ -168,6 +173,7 @@ Metrics::Metrics()
                           Kind::cleaner_window, Kind::not_before})
     jobs_waiting_.Add({{"reason", std::string(schedulers::to_string(kind))}}).Set(0);
   submitted_.Add({});
+  for (const char* kind : {"full", "continued"}) placement_passes_.Add({{"kind", kind}});
 }
 
 std::string Metrics::serialize() const { return prometheus::TextSerializer().Serialize(registry_->Collect()); }
@@ -204,6 +210,10 @@ void Metrics::set_jobs_waiting(const std::map<std::string, double>& by_reason) {
 }
 
 void Metrics::count_submission() { submitted_.Add({}).Increment(); }
+
+void Metrics::count_placement_pass(bool continued) {
+  placement_passes_.Add({{"kind", continued ? "continued" : "full"}}).Increment();
+}
 
 void Metrics::add_job_energy(const std::string& device, const std::string& source, double joules) {
   if (joules > 0.0) job_energy_.Add(device_labels(device, source)).Increment(joules);

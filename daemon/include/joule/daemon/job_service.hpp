@@ -308,6 +308,10 @@ class JobService final : public JobDemand {
   BudgetService budgets_;
   std::unique_ptr<ClockTimer> retry_timer_;
   std::optional<schedulers::UnixMillis> retry_at_;
+  /// joule_jobs_waiting as of the last pass: queued jobs it looked at, by why they wait (a
+  /// continued pass adds the jobs it decided; the rest of the queue is "behind").
+  std::map<std::string_view, double> waiting_by_reason_;
+  std::size_t waiting_counted_ = 0;
   std::optional<std::string> storage_failure_;
   struct Unsaved {
     bool row = false;

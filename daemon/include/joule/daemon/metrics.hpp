@@ -40,6 +40,8 @@ class Metrics {
   /// not in `by_reason` read 0.
   void set_jobs_waiting(const std::map<std::string, double>& by_reason);
   void count_submission();
+  /// One placement pass: a full one, or one that continued the last with jobs queued since.
+  void count_placement_pass(bool continued);
   void add_job_energy(const std::string& device, const std::string& source, double joules);
   /// One answered HTTP request; `route` is the route template, never the raw path.
   void observe_request(const std::string& route, unsigned status, double seconds);
@@ -98,6 +100,7 @@ class Metrics {
   std::map<std::string, double> waiting_seen_;
   prometheus::Family<prometheus::Gauge>& nodes_;
   prometheus::Family<prometheus::Counter>& submitted_;
+  prometheus::Family<prometheus::Counter>& placement_passes_;
   prometheus::Family<prometheus::Counter>& job_energy_;
   prometheus::Family<prometheus::Counter>& http_requests_;
   prometheus::Family<prometheus::Histogram>& http_duration_;

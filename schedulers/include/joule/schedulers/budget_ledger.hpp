@@ -50,7 +50,13 @@ class BudgetLedger {
   BudgetLedger() = default;
   explicit BudgetLedger(int utc_offset_minutes) : utc_offset_minutes_(utc_offset_minutes) {}
   /// A new offset (daylight saving time began or ended): calendar windows follow it.
-  void set_utc_offset_minutes(int minutes) { utc_offset_minutes_ = minutes; }
+  void set_utc_offset_minutes(int minutes) {
+    utc_offset_minutes_ = minutes;
+    ++revision_;
+  }
+  /// Changes with every change to what the ledger holds (a pass left open is valid only while
+  /// it stays the same).
+  std::uint64_t revision() const { return revision_; }
 
   /// Replaces the budgets (policy reload); spent energy and reservations are kept. With a
   /// policy, the node groups of every recorded use and reservation are taken from it first (a
@@ -106,6 +112,7 @@ class BudgetLedger {
   void for_each_covered(std::size_t budget, Visit&& visit) const;
 
   int utc_offset_minutes_ = 0;
+  std::uint64_t revision_ = 0;
   std::vector<EnergyBudget> budgets_;
   std::deque<EnergyUse> uses_;  // in the order recorded
   /// Each device's ("node/name") latest use, by number: short uses of one minute merge into it.

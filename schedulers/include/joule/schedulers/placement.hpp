@@ -16,6 +16,7 @@
 // Pure: the caller passes time, devices, the queue and the ledger, and applies the decisions.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -58,6 +59,19 @@ struct Candidate {
   std::vector<SettingOption> settings;
 };
 
+/// The lowest score a min-energy or flops-greedy pass could give a candidate: its joules at the
+/// defaults or at its cheapest setting (infinity where it has none).
+double score_floor(const Candidate& candidate, Objective objective);
+
+/// The order in which a min-energy or flops-greedy pass walks a job's candidates, so that it
+/// can stop at the first one whose floor is above the best found.
+struct CandidateOrder {
+  Objective objective = Objective::min_energy;
+  std::vector<std::uint32_t> cheapest_first;  ///< indices into the candidates, by score_floor
+  double widest_std = 0.0;                    ///< the largest joules std among them and their settings
+  bool by_device = false;  ///< the candidates are in increasing device order (a pass can look one up)
+};
+
 /// A queued job as placement sees it.
 struct PendingJob {
   std::string id;
@@ -67,7 +81,13 @@ struct PendingJob {
   std::optional<double> max_energy_joules;
   std::optional<double> max_slowdown;  ///< its constraints.max_slowdown: replaces the policy's
   std::vector<Candidate> candidates;
+  /// Built by `order_candidates` for the pass's objective; empty or for another objective: a
+  /// pass walks every candidate in turn (the same decisions, only slower on many devices).
+  CandidateOrder order;
 };
+
+/// Orders a job's candidates for `objective` (min-energy and flops-greedy; others: cleared).
+void order_candidates(PendingJob& job, Objective objective);
 
 /// A device as placement sees it at the start of a pass.
 struct DeviceStatus {
@@ -134,6 +154,9 @@ struct PassResult {
   std::size_t considered = 0;  ///< jobs scanned (the rest are `behind`)
   /// The earliest retry_at among the reasons: when a pass is worth running again.
   std::optional<UnixMillis> next_retry;
+  std::size_t weighed = 0;  ///< candidates weighed: the pass's work, counted (tests, benchmarks)
+  /// The scheduling core continued its last pass with jobs queued since, and decided only those.
+  bool continued = false;
 };
 
 struct PlacementOptions {
@@ -145,6 +168,21 @@ struct PlacementOptions {
   std::size_t max_explain = 64;
 };
 
+/// A pass under way: the devices it has taken, the work it expects ahead of each, and what it
+/// has reserved of budgets and caps. `Placer::extend` continues it with more jobs.
+class PassState {
+ public:
+  PassState();
+  ~PassState();
+  PassState(PassState&&) noexcept;
+  PassState& operator=(PassState&&) noexcept;
+
+ private:
+  friend class Placer;
+  struct Data;
+  std::unique_ptr<Data> data_;
+};
+
 class Placer {
  public:
   explicit Placer(Policy policy, PlacementOptions options = {});
@@ -154,6 +192,12 @@ class Placer {
   /// One placement pass. `queue` is in priority order. Devices and ledger are not changed.
   PassResult decide(UnixMillis now, std::span<const DeviceStatus> devices, std::span<const PendingJob* const> queue,
                     const BudgetLedger& ledger);
+  /// The same pass in two parts: `begin` reads the devices and the ledger; `extend` decides jobs
+  /// in order against what the pass has handed out so far, and may be called again with jobs
+  /// queued after them (the same devices and ledger; `now` no earlier than at `begin`).
+  PassState begin(UnixMillis now, std::span<const DeviceStatus> devices, const BudgetLedger& ledger) const;
+  PassResult extend(PassState& pass, UnixMillis now, std::span<const DeviceStatus> devices,
+                    std::span<const PendingJob* const> queue, const BudgetLedger& ledger);
 
   /// Whether a job could ever run here under this policy: some eligible device where a budget's
   /// whole limit (not what is left of it), the job's max_energy and its deadline could hold.

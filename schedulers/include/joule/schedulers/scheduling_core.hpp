@@ -59,6 +59,11 @@ struct CoreOptions {
   std::size_t max_explain = PlacementOptions{}.max_explain;
   /// Whether `track` asks the throttle controller for actions (joule-sim's baselines: off).
   bool throttle = true;
+  /// For this long after a full pass, a pass that finds only jobs queued at the tail since (the
+  /// devices, the ledger and the running jobs as they were) continues that pass with them
+  /// instead of deciding the whole queue again; 0: every pass is a full one. The earlier jobs'
+  /// decisions are the full pass's at the moment it ran; the next full pass looks again.
+  UnixMillis continue_within_ms = 1000;
 };
 
 class SchedulingCore {
@@ -91,10 +96,14 @@ class SchedulingCore {
   /// One placement pass over the first `max_scan` queued jobs. Placed jobs leave the queue and
   /// are tracked as running from `now` with their reservation in the ledger. A pass runs even
   /// with every device busy: it still says why each job waits (a budget, not only a busy device).
+  /// Where only jobs queued at the tail changed since the last full pass (a submission), it
+  /// continues that pass with them (`PassResult::continued`; `continue_within_ms`): a
+  /// submission's work does not grow with the queue or with the jobs ahead of it.
   PassResult place(UnixMillis now, std::vector<DeviceStatus> devices);
   /// The queued jobs the last pass looked at, in order, nullptr where it placed one: a driver
-  /// says why those after `PassResult::considered` wait without asking the queue again. Valid
-  /// until the next call that changes the queue.
+  /// says why those after `PassResult::considered` wait without asking the queue again. After a
+  /// continued pass, only the jobs it continued with. Valid until the next call that changes
+  /// the queue.
   const std::vector<const PendingJob*>& scanned() const { return scanned_; }
   /// The running jobs' energy so far and projections feed the ledger; then, with throttling on,
   /// the controller's actions (the driver applies them and reports `paused` / `resumed`).
@@ -127,6 +136,26 @@ class SchedulingCore {
  private:
   /// What a running job is still expected to use: its projection (or prior) less what it used.
   EnergyDistribution still_expected(const TrackedRun& run) const;
+  /// Placed jobs leave the queue and run, their reservations in the ledger.
+  void start_runs(UnixMillis now, const PassResult& result, std::span<const DeviceStatus> devices);
+  /// The last full pass, if a pass at `now` on `devices` may continue it.
+  bool continues(UnixMillis now, const std::vector<DeviceStatus>& devices) const;
+  PassResult continue_pass(UnixMillis now);
+
+  /// The last full pass as it ended, kept so that jobs queued after it can be decided alone.
+  struct OpenPass {
+    UnixMillis began = 0;
+    UnixMillis until = 0;  ///< continued only before then: its wake-up, or the horizon
+    std::uint64_t ledger_revision = 0;
+    std::vector<DeviceStatus> given;     ///< the devices as the driver gave them
+    std::vector<DeviceStatus> expected;  ///< with the running jobs' expected ends: the placer's
+    PassState state;
+    /// It looked at every queued job: jobs queued after them are next. Otherwise they are
+    /// behind jobs it did not reach, and a continued pass has nothing to decide.
+    bool reaches_tail = false;
+    std::size_t scan_left = 0;              ///< jobs the pass may still look at
+    std::vector<std::string> queued_since;  ///< at the tail, in order
+  };
 
   Policy policy_;
   CoreOptions options_;
@@ -137,6 +166,7 @@ class SchedulingCore {
   std::unordered_map<std::string, PendingJob> pending_;
   std::map<std::string, TrackedRun> running_;
   std::vector<const PendingJob*> scanned_;
+  std::optional<OpenPass> open_;
   std::optional<UnixMillis> retry_at_;
   UnixMillis last_prune_ = 0;
 };
