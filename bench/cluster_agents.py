@@ -19,7 +19,7 @@ job to end, and reports:
 
 Prints a table and writes --json. Every process it started is stopped on every exit (Ctrl-C and
 the --limit watchdog included): the jouleds with TERM then KILL, then any job process still
-carrying this run's marker in its environment (JOULE_BENCH_RUN, set in each job's run.env) with
+carrying this run's marker in its environment (BENCH_RUN_MARKER, set in each job's run.env) with
 KILL; the temp dir goes unless --keep. Every joule is simulated. See bench/README.md, "Cluster".
 """
 
@@ -77,6 +77,9 @@ class Run:
 
     def __init__(self, keep):
         self.dir = tempfile.mkdtemp(prefix="joule-cluster-agents-")
+        # Run as root, jouled starts each job as an account of its own, which must reach the
+        # jobs' directories under this one (mkdtemp makes it 0700).
+        os.chmod(self.dir, 0o755)
         self.keep = keep
         self.marker = uuid.uuid4().hex
         self.procs = []  # (name, Popen)
@@ -109,7 +112,7 @@ class Run:
 
     def job_pids(self):
         """Processes whose environment carries this run's marker (jobs outlive jouled by design)."""
-        needle = ("JOULE_BENCH_RUN=" + self.marker).encode()
+        needle = ("BENCH_RUN_MARKER=" + self.marker).encode()
         out = []
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
@@ -245,14 +248,14 @@ def call(port, method, path, body=None, timeout=30):
 def training_job(name, command, marker):
     """The MLP of tests/integration/cluster_test.cpp: the Jetson Orin is far cheaper than the server GPU."""
     if ARGS.plain:
-        return {"name": name, "run": {"command": ["sh", "-c", command], "env": {"JOULE_BENCH_RUN": marker}}}
+        return {"name": name, "run": {"command": ["sh", "-c", command], "env": {"BENCH_RUN_MARKER": marker}}}
     return {"name": name,
             "model": {"input": {"shape": [784]},
                       "layers": [{"type": "linear", "out_features": 256}, {"type": "relu"},
                                  {"type": "linear", "out_features": 10}],
                       "loss": "cross_entropy"},
             "training": {"batch_size": 64, "epochs": 1, "samples_per_epoch": 6400},
-            "run": {"command": ["sh", "-c", command], "env": {"JOULE_BENCH_RUN": marker}}}
+            "run": {"command": ["sh", "-c", command], "env": {"BENCH_RUN_MARKER": marker}}}
 
 
 def rfc3339_ms(text):

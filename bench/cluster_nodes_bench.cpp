@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -1071,6 +1072,46 @@ int main(int argc, char** argv) {
     }
   }
 
+  // The coordinator's own account of its event loop over the whole run (joule_loop_work_seconds):
+  // per work, how many, their mean, how many held the loop over 10 ms, and the longest's bucket.
+  std::string loop_work;
+  if (!g_interrupted) {
+    client::HttpClient http(*url, {}, std::chrono::seconds(30), tls);
+    if (auto answer = http.request("GET", "/metrics"); answer && answer->status == 200) {
+      struct Work {
+        std::vector<std::pair<double, double>> buckets;  // (le, cumulative count)
+        double sum = 0;
+      };
+      std::map<std::string, Work> works;
+      const std::regex bucket(
+          R"re(^joule_loop_work_seconds_bucket\{(?:[^}]*,)?work="([^"]+)"(?:,[^}]*)?,le="([^"]+)"\} (\S+))re");
+      const std::regex sum(R"re(^joule_loop_work_seconds_sum\{work="([^"]+)"\} (\S+))re");
+      std::istringstream lines(answer->body);
+      for (std::string line; std::getline(lines, line);) {
+        std::smatch m;
+        if (std::regex_search(line, m, bucket))
+          works[m[1]].buckets.emplace_back(m[2] == "+Inf" ? HUGE_VAL : std::stod(m[2]), std::stod(m[3]));
+        else if (std::regex_search(line, m, sum))
+          works[m[1]].sum = std::stod(m[2]);
+      }
+      for (auto& [name, work] : works) {
+        std::sort(work.buckets.begin(), work.buckets.end());
+        if (work.buckets.empty()) continue;
+        const double count = work.buckets.back().second;
+        double under_10ms = count, longest = HUGE_VAL, below = 0;
+        for (const auto& [le, n] : work.buckets) {
+          if (le >= 0.01 && under_10ms == count) under_10ms = n;
+          if (n >= count && longest == HUGE_VAL) longest = le;
+        }
+        for (const auto& [le, n] : work.buckets)
+          if (n < count) below = le;
+        loop_work += fmt::format(
+            "loop work {:32s} {:8.0f}, mean {:8.3f} ms, {:.0f} over 10 ms, longest in ({:g}, {:g}] ms\n", name, count,
+            count > 0 ? 1e3 * work.sum / count : 0.0, count - under_10ms, 1e3 * below, 1e3 * longest);
+      }
+    }
+  }
+
   // ---------------------------------------------------------------- figures
   json steps_json = json::array();
   fmt::print("\n{} mode{}{}, heartbeat {} s, {} jobs/s of {} s, objective {}, max_connections {}\n", o.mode,
@@ -1241,6 +1282,7 @@ int main(int argc, char** argv) {
     std::ofstream(o.json_path) << out.dump(2) << "\n";
     fmt::print("wrote {}\n", o.json_path);
   }
+  if (!loop_work.empty()) fmt::print("\n{}", loop_work);
   if (!o.samples_path.empty()) {
     std::lock_guard lock(rec.mutex);
     std::ofstream out(o.samples_path);

@@ -533,6 +533,9 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       for (; position < order.cheapest_first.size(); ++position) {
         const std::uint32_t index = order.cheapest_first[position];
         if (best.candidate) {
+          // Without estimates every score is infinite and a run finishes as it starts: a device
+          // free now is the earliest, and the candidates after it come later in their order.
+          if (std::isinf(best.score) && best.finish <= now && views[best.candidate->device].free) break;
           from_floor = score_floor(candidates[index], objective);
           if (from_floor > best.score) break;
         }

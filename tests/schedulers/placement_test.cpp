@@ -76,7 +76,7 @@ TEST(PlacementTest, an_ordered_pass_decides_as_the_walk_over_every_candidate) {
   std::mt19937 rng(20261129);
   auto uniform = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
   auto chance = [&](double p) { return uniform(0.0, 1.0) < p; };
-  std::size_t placed = 0, waited = 0, by_energy = 0;
+  std::size_t placed = 0, waited = 0, by_energy = 0, without_estimate = 0;
   for (int round = 0; round < 300; ++round) {
     const Objective objective = chance(0.8) ? Objective::min_energy : Objective::flops_greedy;
     Policy policy = with_budget(chance(0.3) ? uniform(500.0, 5'000.0) : 1e9, objective);
@@ -99,13 +99,15 @@ TEST(PlacementTest, an_ordered_pass_decides_as_the_walk_over_every_candidate) {
     for (std::size_t j = 0; j < job_count; ++j) {
       std::vector<Candidate> candidates;
       const double base = uniform(50.0, 500.0);
+      const bool unmodelled = chance(0.1);  // no estimate anywhere (a cluster before probing)
       for (std::size_t d = 0; d < device_count; ++d) {
         if (chance(0.3)) continue;
         // Few distinct values, so that equal joules and equal finishes happen.
         const double joules = chance(0.3) ? base : std::round(base * uniform(0.5, 3.0) / 10.0) * 10.0;
         Candidate candidate = on(d, joules, std::round(uniform(10.0, 600.0)), joules * uniform(0.0, 0.4));
-        if (chance(0.05)) candidate.estimate.reset();
-        if (chance(0.7)) candidate.flops_joules = std::round(uniform(10.0, 100.0));
+        if (unmodelled || chance(0.05)) candidate.estimate.reset();
+        if (unmodelled) candidate.flops_joules.reset();
+        if (!unmodelled && chance(0.7)) candidate.flops_joules = std::round(uniform(10.0, 100.0));
         if (chance(0.3) && candidate.estimate)
           for (double factor : {0.7, 0.85})
             candidate.settings.push_back(SettingOption{
@@ -140,6 +142,7 @@ TEST(PlacementTest, an_ordered_pass_decides_as_the_walk_over_every_candidate) {
       EXPECT_EQ(a.placements[i].setting.has_value(), b.placements[i].setting.has_value());
       EXPECT_EQ(a.placements[i].misses_deadline, b.placements[i].misses_deadline);
       by_energy += a.placements[i].note.find("fewest") != std::string::npos ? 1 : 0;
+      without_estimate += a.placements[i].estimate ? 0 : 1;
     }
     ASSERT_EQ(a.waiting.size(), b.waiting.size());
     for (std::size_t i = 0; i < a.waiting.size(); ++i) {
@@ -156,6 +159,7 @@ TEST(PlacementTest, an_ordered_pass_decides_as_the_walk_over_every_candidate) {
   EXPECT_GT(placed, 300u);
   EXPECT_GT(waited, 1000u);
   EXPECT_GT(by_energy, 100u);
+  EXPECT_GT(without_estimate, 20u);
 }
 
 TEST(PlacementTest, a_job_waits_for_its_efficient_busy_device_while_others_take_free_ones) {
