@@ -42,9 +42,12 @@ double layer_work(const LayerCost& cost) {
   return cost.forward_flops + cost.backward_flops + kFlopsPerByte * (cost.activation_bytes + cost.parameter_bytes);
 }
 
-json to_json(const Estimate& estimate) {
+json to_json(const Estimate& estimate) { return to_json(estimate, true); }
+
+json to_json(const Estimate& estimate, bool with_layers) {
+  static const std::vector<LayerEstimate> none;
   json layers = json::array();
-  for (const auto& layer : estimate.layers) {
+  for (const auto& layer : with_layers ? estimate.layers : none) {
     layers.push_back({{"index", layer.index},
                       {"type", layer.type},
                       {"model", layer.key},

@@ -547,8 +547,9 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
         auto in_rest = [&](std::uint32_t index, double floor) {
           return floor > from_floor || (floor == from_floor && index >= from);
         };
-        if (order.by_device) {
-          // A few free devices among many candidates: find each one's candidate.
+        // A few free devices among many candidates: find each one's candidate. Many free: walk
+        // on cheapest first, which stops at the first floor beyond what a free one could win.
+        if (order.by_device && free_list.size() * 16 < candidates.size()) {
           for (const std::size_t d : free_list) {
             const auto it = std::lower_bound(candidates.begin(), candidates.end(), d,
                                              [](const Candidate& c, std::size_t device) { return c.device < device; });

@@ -139,6 +139,11 @@ TEST(JobEstimateTest, the_figures_of_the_rows_and_of_their_stored_text_are_the_s
     rows.push_back(std::move(row));
   }
   rows.push_back({"cuda:0", std::nullopt, "no energy model yet", std::nullopt});
+  // Written directly, the stored text is what compact_estimates keeps of the whole rows (the 8
+  // cheapest with their layers): the breakdowns it would drop are not written at all.
+  json whole = json::array();
+  for (const auto& row : rows) whole.push_back(joule::daemon::estimate_row_json(row));
+  EXPECT_EQ(joule::daemon::stored_estimates(rows), joule::daemon::compact_estimates(whole).dump());
   const auto live = joule::daemon::figures_of(rows);
   const auto restarted = read_estimates(joule::daemon::stored_estimates(rows));
   ASSERT_EQ(live.size(), restarted.size());

@@ -85,11 +85,13 @@ TEST(PlacementTest, an_ordered_pass_decides_as_the_walk_over_every_candidate) {
     if (chance(0.3)) policy.power_caps.push_back(PowerCap{"cap", ScopeTarget{Scope::node, "c"}, uniform(50.0, 400.0)});
     if (chance(0.4)) policy.knobs.goal = KnobGoal::min_energy;
     std::vector<DeviceStatus> devices;
-    const std::size_t device_count = 2 + rng() % 40;
+    // Crowded: many devices, few of them free (a pass then looks the free ones up).
+    const bool crowded = chance(0.3);
+    const std::size_t device_count = crowded ? 100 + rng() % 100 : 2 + rng() % 40;
     for (std::size_t d = 0; d < device_count; ++d) {
       DeviceStatus status = device(fmt::format("dev{}", d), std::string(1, static_cast<char>('a' + d % 4)));
       status.accepts_work = !chance(0.05);
-      status.busy = chance(0.7);
+      status.busy = chance(crowded ? 0.97 : 0.7);
       if (status.busy) status.busy_until = kNow + static_cast<UnixMillis>(uniform(1e3, 4e6));
       status.average_power_watts = uniform(0.0, 200.0);
       devices.push_back(std::move(status));

@@ -103,6 +103,10 @@ std::vector<DeviceEstimate> figures_of(const std::vector<EstimateRow>& rows);
 /// device, its status, and the correction's "raw_joules", "raw_seconds", "overhead" and
 /// "calibration").
 nlohmann::json estimate_row_json(const EstimateRow& row);
+/// The same, with or without the per-layer breakdown.
+nlohmann::json estimate_row_json(const EstimateRow& row, bool with_layers);
+/// How many of a job's rows, the cheapest, keep their per-layer breakdown where it is stored.
+inline constexpr std::size_t kDetailedRows = 8;
 /// The rows a job keeps (stored with it in SQLite, shown by GET /v1/jobs/{id}): compact_estimates
 /// of their JSON; "" where there are none.
 std::string stored_estimates(const std::vector<EstimateRow>& rows);
@@ -111,7 +115,7 @@ std::string stored_estimates(const std::vector<EstimateRow>& rows);
 /// summed `flops_per_step`, and the per-layer breakdown only in the rows of the `detailed`
 /// cheapest devices; the other rows keep an empty `layers` and `layers_left_out` (POST
 /// /v1/estimate gives them whole). A job with 1,500 candidate devices kept megabytes of JSON before.
-nlohmann::json compact_estimates(nlohmann::json rows, std::size_t detailed = 8);
+nlohmann::json compact_estimates(nlohmann::json rows, std::size_t detailed = kDetailedRows);
 
 /// An estimate's FLOPs per step, summed over its layers.
 double flops_per_step(const estimator::Estimate& estimate);

@@ -109,6 +109,8 @@ struct Estimate {
 };
 
 nlohmann::json to_json(const Estimate& estimate);
+/// The same, with or without the per-layer breakdown (`layers` empty where it is left out).
+nlohmann::json to_json(const Estimate& estimate, bool with_layers);
 
 class DeviceEnergyModel {
  public:
