@@ -357,7 +357,9 @@ devices = [{name = "cuda:0", profile = "server-gpu", probes = 60}, {name = "cpu"
       }
     EXPECT_GT(estimated, 0u);
     // The workload's own networks measured at every setting: within the measurement noise.
-    if (probes == WorldOptions::KnobProbes::networks) EXPECT_LT(worst, 0.08);
+    if (probes == WorldOptions::KnobProbes::networks) {
+      EXPECT_LT(worst, 0.08);
+    }
   }
 }
 
