@@ -48,6 +48,7 @@ std::optional<WaitReason> SchedulingCore::never_fits(UnixMillis now, std::span<c
 
 void SchedulingCore::enqueue(PendingJob job, std::int64_t sequence) {
   if (running_.contains(job.id)) end(job.id, std::nullopt);
+  if (pending_.contains(job.id)) open_.reset();  // queued again: the open pass weighed it as it was
   queue_.push(job.id, job.priority, sequence);
   if (open_) {
     // Behind every job the open pass saw: it may continue with this one. Ahead of any: not.
