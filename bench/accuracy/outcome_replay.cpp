@@ -34,7 +34,16 @@ std::vector<JobFeedback> feedback_of(const json& run, bool with_layers) {
         !row["estimate_at_submit"].is_object() || !row.contains("energy") || !row["energy"].is_object())
       continue;
     json estimate = json::array({row["estimate_at_submit"]});
-    if (!with_layers) estimate = joule::daemon::compact_estimates(estimate, 0);
+    if (!with_layers) {
+      // What a stored row beyond a job's cheapest devices keeps: the summed FLOPs, no breakdown.
+      json& row_kept = estimate[0];
+      double flops = 0.0;
+      for (const auto& layer : row_kept.value("layers", json::array()))
+        if (layer.is_object()) flops += layer.value("flops_per_step", 0.0);
+      row_kept["flops_per_step"] = flops;
+      row_kept["layers"] = json::array();
+      row_kept["layers_left_out"] = true;
+    }
     const auto estimates = joule::daemon::read_estimates(estimate);
     if (estimates.empty()) continue;
     JobFeedback feedback;

@@ -51,49 +51,53 @@ TEST(JobEstimateTest, an_uncorrected_row_is_its_own_model_figure_and_bad_text_re
   EXPECT_TRUE(read_estimates(json::object()).empty());
 }
 
-// A row as the estimator writes it, for a 3-layer network, with figures of full precision.
-json estimator_row(const std::string& device, double joules) {
-  json layers = json::array();
-  for (int i = 0; i < 3; ++i)
-    layers.push_back({{"index", i},
-                      {"type", i == 1 ? "relu" : "linear"},
-                      {"model", i == 1 ? "relu@hidden" : "linear@hidden"},
-                      {"joules_per_step", {{"mean", joules / 3000.0 / 3.0}, {"std", joules / 90000.0 / 7.0}}},
-                      {"seconds_per_step", {{"mean", 0.000475875561567412}, {"std", 4.935922947653508e-06}}},
-                      {"flops_per_step", 51380224.0 + i},
-                      {"extrapolated", false},
-                      {"sparse", false}});
-  return {{"device", device},
-          {"status", "ok"},
-          {"method", "thor-gp"},
-          {"source", "simulated"},
-          {"steps", 3000},
-          {"epochs", 1},
-          {"joules", {{"mean", joules}, {"std", joules / 7.0}}},
-          {"seconds", {{"mean", 1.4276266847022362}, {"std", 0.014807768842960523}}},
-          {"joules_per_step", {{"mean", joules / 3000.0}, {"std", joules / 21000.0}}},
-          {"layers", layers},
-          {"baseline", {{"method", "flops"}, {"joules", joules * 0.6461}, {"joules_per_flop", 1.5203067920204272e-10}}},
-          {"warnings", json::array()}};
+// A row as the estimate service answers it, for a 3-layer network, with figures of full precision.
+joule::daemon::EstimateRow estimator_row(const std::string& device, double joules) {
+  estimator::Estimate estimate;
+  estimate.device = device;
+  estimate.method = "thor-gp";
+  estimate.source = "simulated";
+  estimate.steps = 3000;
+  estimate.epochs = 1;
+  estimate.joules = {joules, joules / 7.0};
+  estimate.seconds = {1.4276266847022362, 0.014807768842960523};
+  estimate.joules_per_step = {joules / 3000.0, joules / 21000.0};
+  estimate.flops_baseline_joules = joules * 0.6461;
+  estimate.joules_per_flop = 1.5203067920204272e-10;
+  for (int i = 0; i < 3; ++i) {
+    estimator::LayerEstimate layer;
+    layer.index = i;
+    layer.type = i == 1 ? "relu" : "linear";
+    layer.key = i == 1 ? "relu@hidden" : "linear@hidden";
+    layer.joules_per_step = {joules / 3000.0 / 3.0, joules / 90000.0 / 7.0};
+    layer.seconds_per_step = {0.000475875561567412, 4.935922947653508e-06};
+    layer.flops_per_step = 51380224.0 + i;
+    estimate.layers.push_back(layer);
+  }
+  return {device, std::move(estimate), {}, std::nullopt};
 }
 
 TEST(JobEstimateTest, a_job_keeps_its_rows_compact_the_cheapest_devices_whole_and_the_figures_it_decides_with) {
-  json rows = json::array();
+  std::vector<joule::daemon::EstimateRow> rows;
   for (int d = 0; d < 1500; ++d) rows.push_back(estimator_row("agent-" + std::to_string(d) + "/sim:x", 1.0 + d * 0.37));
-  rows.push_back({{"device", "cuda:0"}, {"status", "no-model"}, {"detail", "no energy model yet"}});
-  const json kept = joule::daemon::compact_estimates(rows);
-  const std::size_t before = rows.dump().size(), after = kept.dump().size();
+  rows.push_back({"cuda:0", std::nullopt, "no energy model yet", std::nullopt});
+  json whole = json::array();  // as POST /v1/estimate shows them
+  for (const auto& row : rows) whole.push_back(joule::daemon::estimate_row_json(row));
+  const std::string stored = joule::daemon::stored_estimates(rows);
+  const json kept = json::parse(stored);
+  const std::size_t before = whole.dump().size(), after = stored.size();
   EXPECT_LT(after * 5, before * 2) << before << " bytes → " << after;  // measured: 1.81 MB → 0.60 MB
   ASSERT_EQ(kept.size(), rows.size());
   // The 8 cheapest devices keep their layers; the rest keep the layers' summed FLOPs.
-  std::size_t whole = 0;
+  std::size_t detailed = 0;
   for (const auto& row : kept)
-    if (row.contains("layers") && !row["layers"].empty()) ++whole;
-  EXPECT_EQ(whole, 8u);
+    if (row.contains("layers") && !row["layers"].empty()) ++detailed;
+  EXPECT_EQ(detailed, 8u);
   EXPECT_EQ(kept[0]["layers"].size(), 3u);
   EXPECT_TRUE(kept[100]["layers_left_out"].get<bool>());
+  EXPECT_TRUE(kept[100]["layers"].empty());
   // What placement, budgets and the outcome rows read is the same to 6 significant digits.
-  const auto full = read_estimates(rows), compact = read_estimates(kept);
+  const auto full = read_estimates(whole), compact = read_estimates(kept);
   ASSERT_EQ(full.size(), compact.size());
   for (std::size_t i = 0; i < full.size(); ++i) {
     EXPECT_EQ(compact[i].device, full[i].device);
@@ -139,11 +143,6 @@ TEST(JobEstimateTest, the_figures_of_the_rows_and_of_their_stored_text_are_the_s
     rows.push_back(std::move(row));
   }
   rows.push_back({"cuda:0", std::nullopt, "no energy model yet", std::nullopt});
-  // Written directly, the stored text is what compact_estimates keeps of the whole rows (the 8
-  // cheapest with their layers): the breakdowns it would drop are not written at all.
-  json whole = json::array();
-  for (const auto& row : rows) whole.push_back(joule::daemon::estimate_row_json(row));
-  EXPECT_EQ(joule::daemon::stored_estimates(rows), joule::daemon::compact_estimates(whole).dump());
   const auto live = joule::daemon::figures_of(rows);
   const auto restarted = read_estimates(joule::daemon::stored_estimates(rows));
   ASSERT_EQ(live.size(), restarted.size());

@@ -156,10 +156,14 @@ TEST(OutcomeServiceTest, the_work_mix_of_the_estimates_layers_tells_which_jobs_t
   outcomes.apply(estimates);
   EXPECT_NEAR(estimates[0].estimate->joules.mean, 450.0, 45.0);
   EXPECT_NEAR(estimates[1].estimate->joules.mean, 210.0, 25.0);
-  // A stored row whose layers were left out (a job with many candidate devices) has no mix.
-  const json compact = joule::daemon::compact_estimates(
-      json::array({joule::daemon::estimate_row_json(row_of(300.0, "lstm@hidden"))}), 0);
-  EXPECT_FALSE(joule::daemon::read_estimates(compact)[0].mix);
+  // A stored row whose layers were left out (a job with many candidate devices: only the 8
+  // cheapest keep them) has no mix.
+  std::vector<EstimateRow> many(joule::daemon::kDetailedRows, row_of(100.0, "conv2d@hidden"));
+  many.push_back(row_of(300.0, "lstm@hidden"));
+  const auto stored = joule::daemon::read_estimates(joule::daemon::stored_estimates(many));
+  ASSERT_EQ(stored.size(), many.size());
+  EXPECT_TRUE(stored[0].mix);
+  EXPECT_FALSE(stored.back().mix);
 }
 
 // A LibTorch, BLAS or thread change re-probes the device under a new environment: what jobs

@@ -132,8 +132,8 @@ json estimate_row_json(const EstimateRow& row, bool with_layers) {
 
 std::string stored_estimates(const std::vector<EstimateRow>& rows) {
   if (rows.empty()) return {};
-  // What compact_estimates keeps, without writing the layers it would drop: on a cluster of
-  // 1,500 devices the breakdowns written and dropped were most of a submission's time.
+  // The cheapest rows keep their breakdown (where the job will likely run); the others' are not
+  // written at all.
   std::vector<std::pair<double, std::size_t>> cost;
   for (std::size_t i = 0; i < rows.size(); ++i)
     if (rows[i].estimate) cost.emplace_back(rows[i].estimate->joules.mean, i);
@@ -145,9 +145,7 @@ std::string stored_estimates(const std::vector<EstimateRow>& rows) {
   for (std::size_t i = 0; i < rows.size(); ++i) {
     json row = estimate_row_json(rows[i], keep[i]);
     if (rows[i].estimate) {
-      double flops = 0.0;
-      for (const auto& layer : rows[i].estimate->layers) flops += layer.flops_per_step;
-      row["flops_per_step"] = flops;
+      row["flops_per_step"] = flops_per_step(*rows[i].estimate);  // before the rounding, as read back
       if (!keep[i]) row["layers_left_out"] = true;
     }
     round_numbers(row);
@@ -178,34 +176,6 @@ std::optional<estimator::WorkMix> work_mix_of(const json& row) {
                                figure(layer, "joules_per_step").value_or(std::pair{0.0, 0.0}).first);
   }
   return estimator::work_mix(joules_by_key);
-}
-
-json compact_estimates(json rows, std::size_t detailed) {
-  if (!rows.is_array()) return rows;
-  // The cheapest devices (by estimated joules) keep their breakdown: where the job will likely run.
-  std::vector<std::pair<double, std::size_t>> cost;
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const auto& row = rows[i];
-    if (row.is_object() && row.value("status", "") == "ok")
-      cost.emplace_back(figure(row, "joules").value_or(std::pair{0.0, 0.0}).first, i);
-  }
-  std::sort(cost.begin(), cost.end());
-  std::vector<bool> keep(rows.size(), false);
-  for (std::size_t k = 0; k < cost.size() && k < detailed; ++k) keep[cost[k].second] = true;
-  // In place: the rows a job stores were written for it (stored_estimates) and are not copied.
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    json& row = rows[i];
-    if (row.is_object() && row.contains("layers")) {
-      // Summed before the layers' figures are rounded: the figure DeviceEstimate::of keeps.
-      row["flops_per_step"] = flops_per_step(row);
-      if (!keep[i]) {
-        row["layers"] = json::array();
-        row["layers_left_out"] = true;
-      }
-    }
-    round_numbers(row);
-  }
-  return rows;
 }
 
 std::vector<DeviceEstimate> read_estimates(const json& rows) {

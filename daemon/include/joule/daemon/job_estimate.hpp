@@ -107,15 +107,13 @@ nlohmann::json estimate_row_json(const EstimateRow& row);
 nlohmann::json estimate_row_json(const EstimateRow& row, bool with_layers);
 /// How many of a job's rows, the cheapest, keep their per-layer breakdown where it is stored.
 inline constexpr std::size_t kDetailedRows = 8;
-/// The rows a job keeps (stored with it in SQLite, shown by GET /v1/jobs/{id}): compact_estimates
-/// of their JSON; "" where there are none.
+/// The rows as a job keeps them (stored with it in SQLite, shown by GET /v1/jobs/{id}; "" where
+/// there are none): each row's JSON with every number to 6 significant digits, its summed
+/// `flops_per_step`, and the per-layer breakdown only in the rows of the kDetailedRows cheapest
+/// devices; the other rows have an empty `layers` and `layers_left_out` (POST /v1/estimate gives
+/// them whole). The breakdowns left out are never written: at 1,500 devices they were most of a
+/// submission's time, and megabytes of JSON before that.
 std::string stored_estimates(const std::vector<EstimateRow>& rows);
-
-/// The rows as a job keeps them (stored, shown): every number to 6 significant digits, each row's
-/// summed `flops_per_step`, and the per-layer breakdown only in the rows of the `detailed`
-/// cheapest devices; the other rows keep an empty `layers` and `layers_left_out` (POST
-/// /v1/estimate gives them whole). A job with 1,500 candidate devices kept megabytes of JSON before.
-nlohmann::json compact_estimates(nlohmann::json rows, std::size_t detailed = kDetailedRows);
 
 /// An estimate's FLOPs per step, summed over its layers.
 double flops_per_step(const estimator::Estimate& estimate);
