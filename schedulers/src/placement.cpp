@@ -146,6 +146,10 @@ const SettingOption* choose_setting(const KnobPolicy& knobs, double risk, const 
 
 }  // namespace
 
+bool walks_cheapest_first(Objective objective) {
+  return objective == Objective::min_energy || objective == Objective::flops_greedy;
+}
+
 double score_floor(const Candidate& candidate, Objective objective) {
   // A NaN score never wins (no comparison with it holds): it sorts last, as infinity does.
   auto finite_or_last = [](double joules) { return std::isnan(joules) ? kInfinity : joules; };
@@ -159,7 +163,7 @@ double score_floor(const Candidate& candidate, Objective objective) {
 void order_candidates(PendingJob& job, Objective objective) {
   CandidateOrder& order = job.order;
   order = CandidateOrder{objective, {}, 0.0};
-  if (objective != Objective::min_energy && objective != Objective::flops_greedy) return;
+  if (!walks_cheapest_first(objective)) return;
   std::vector<std::pair<double, std::uint32_t>> keyed;
   keyed.reserve(job.candidates.size());
   for (std::uint32_t i = 0; i < job.candidates.size(); ++i) {
@@ -365,7 +369,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       // joules: one above the best so far, and, if free, above the best free one, is never
       // chosen; and the reasons to wait are shown only when nothing is chosen, which a feasible
       // best rules out. Equal scores are checked in full (the finish breaks the tie).
-      if ((objective == Objective::min_energy || objective == Objective::flops_greedy) && estimate && best.candidate &&
+      if (walks_cheapest_first(objective) && estimate && best.candidate &&
           (!job->deadline || finish <= *job->deadline) && estimate->joules_mean > best.score &&
           (!view.free || estimate->joules_mean > best_free.score))
         return;
@@ -514,8 +518,8 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     };
 
     const CandidateOrder& order = job->order;
-    const bool ordered = order.objective == objective && order.cheapest_first.size() == job->candidates.size() &&
-                         (objective == Objective::min_energy || objective == Objective::flops_greedy);
+    const bool ordered = walks_cheapest_first(objective) && order.objective == objective &&
+                         order.cheapest_first.size() == job->candidates.size();
     if (ordered) {
       // Cheapest first: once a candidate's floor is above the best (a busy device), no later
       // one can be chosen; only a free one may still replace it, if it is within the spread

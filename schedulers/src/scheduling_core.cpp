@@ -12,8 +12,8 @@ constexpr UnixMillis kPruneEvery = 3'600'000;
 // A job's candidates in the order the policy's objective walks them, unless they are already
 // (ordered when queued or updated; again only after a policy with another objective).
 void order_for(PendingJob& job, Objective objective) {
-  const bool walks_in_order = objective == Objective::min_energy || objective == Objective::flops_greedy;
-  if (job.order.objective == objective && (!walks_in_order || job.order.cheapest_first.size() == job.candidates.size()))
+  if (job.order.objective == objective &&
+      (!walks_cheapest_first(objective) || job.order.cheapest_first.size() == job.candidates.size()))
     return;
   order_candidates(job, objective);
 }
@@ -166,8 +166,7 @@ PassResult SchedulingCore::continue_pass(UnixMillis now) {
       open.reaches_tail = false;  // this one and every later one wait behind the jobs not reached
       break;
     }
-    order_for(it->second, policy_.objective);
-    scanned_.push_back(&it->second);
+    scanned_.push_back(&it->second);  // ordered when queued, under this policy (a new one ends the pass)
     --open.scan_left;
   }
   open.queued_since.clear();

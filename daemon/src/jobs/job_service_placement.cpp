@@ -70,10 +70,10 @@ void JobService::schedule() {
     waiting_by_reason_[job.waiting ? schedulers::to_string(job.waiting->kind) : "behind"] += 1.0;
     ++waiting_counted_;
   }
-  std::map<std::string_view, double> waiting = waiting_by_reason_;
+  std::map<std::string, double> waiting(waiting_by_reason_.begin(), waiting_by_reason_.end());
   if (core().queue().size() > waiting_counted_)
     waiting["behind"] += static_cast<double>(core().queue().size() - waiting_counted_);
-  metrics_.set_jobs_waiting({waiting.begin(), waiting.end()});
+  metrics_.set_jobs_waiting(waiting);
   for (const auto& placement : pass.placements) {
     Job& job = *jobs_.at(placement.job);
     job.waiting.reset();

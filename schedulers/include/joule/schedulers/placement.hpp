@@ -63,6 +63,10 @@ struct Candidate {
 /// defaults or at its cheapest setting (infinity where it has none).
 double score_floor(const Candidate& candidate, Objective objective);
 
+/// Whether a pass under this objective scores a candidate by its joules alone (min-energy,
+/// flops-greedy): it can then walk them cheapest first and stop early.
+bool walks_cheapest_first(Objective objective);
+
 /// The order in which a min-energy or flops-greedy pass walks a job's candidates, so that it
 /// can stop at the first one whose floor is above the best found.
 struct CandidateOrder {
