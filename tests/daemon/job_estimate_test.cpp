@@ -1,5 +1,10 @@
 #include "joule/daemon/job_estimate.hpp"
 
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 using joule::daemon::find_estimate;
@@ -161,4 +166,87 @@ TEST(JobEstimateTest, the_figures_of_the_rows_and_of_their_stored_text_are_the_s
   moved[5].estimate->joules.mean *= 1.001;
   EXPECT_FALSE(joule::daemon::figures_of(moved)[5].same_figures(live[5]));
   EXPECT_TRUE(joule::daemon::stored_estimates({}).empty());
+}
+
+namespace {
+
+// Whether `stored` is `shown` (a row as POST /v1/estimate shows it) with every floating-point
+// figure to 6 significant digits (non-finite ones null), and the same keys, types and text.
+void expect_rounded_equal(const json& stored, const json& shown, const std::string& where) {
+  if (shown.is_number_float()) {
+    const double value = shown.get<double>();
+    if (!std::isfinite(value)) {
+      EXPECT_TRUE(stored.is_null()) << where;
+      return;
+    }
+    ASSERT_TRUE(stored.is_number_float()) << where << ": " << stored;
+    EXPECT_EQ(stored.get<double>(), std::strtod(fmt::format("{:.6g}", value).c_str(), nullptr)) << where;
+  } else if (shown.is_object()) {
+    ASSERT_TRUE(stored.is_object()) << where;
+    EXPECT_EQ(stored.size(), shown.size()) << where << ": " << stored;
+    for (const auto& [key, value] : shown.items()) {
+      ASSERT_TRUE(stored.contains(key)) << where << "/" << key;
+      expect_rounded_equal(stored[key], value, where + "/" + key);
+    }
+  } else if (shown.is_array()) {
+    ASSERT_TRUE(stored.is_array()) << where;
+    ASSERT_EQ(stored.size(), shown.size()) << where;
+    for (std::size_t i = 0; i < shown.size(); ++i)
+      expect_rounded_equal(stored[i], shown[i], where + "/" + std::to_string(i));
+  } else {
+    EXPECT_EQ(stored, shown) << where;
+  }
+}
+
+}  // namespace
+
+// The stored text is written directly, not through nlohmann objects: it must say what
+// estimate_row_json says, rounded, whatever a row holds (corrections with and without overhead,
+// notes, runtimes, environments, text to escape, figures that are whole, tiny, huge or not finite).
+TEST(JobEstimateTest, the_stored_text_is_each_rows_json_rounded_with_its_summed_flops) {
+  std::vector<joule::daemon::EstimateRow> rows;
+  for (int d = 0; d < 12; ++d) {
+    auto row = estimator_row("node-" + std::to_string(d) + "/cpu", d == 0 ? 1e-300 : 1.0 + d * 0.37);
+    auto& estimate = *row.estimate;
+    estimate.source = d % 2 ? "rapl" : "simulated";
+    if (d % 3 == 0) estimate.environment = "libtorch 1.13; \"openblas\"; 2 threads\n";
+    if (d == 4) estimate.joules.std = std::numeric_limits<double>::quiet_NaN();
+    if (d == 5) estimate.seconds.mean = 100.0;  // whole: still written as a floating-point number
+    if (d == 6) estimate.joules_per_flop = 6.02214076e23;
+    if (d == 7) estimate.warnings = {"a thread count the model was not learnt at", "ünïcode \\ and \t tabs"};
+    if (d % 4 == 1) {
+      joule::daemon::EstimateCorrection correction;
+      correction.method = "kernel-ridge+conformal";
+      correction.rows = 17;
+      correction.mean_factor = 1.0 / 3.0;
+      correction.sigma_scale = 2.5;
+      correction.model_joules = {0.2 / 3.0, 0.01};
+      if (d == 5) correction.note = "spread only: too few rows";
+      if (d == 9) correction.model_seconds = estimator::Uncertain{1.0 / 7.0, 0.0};
+      if (d == 9) correction.overhead = joule::daemon::EstimateCorrection::Overhead{3.5, 1.0 / 9.0, 0.25, 1e-7, 42};
+      row.correction = correction;
+    }
+    if (d == 2) {
+      estimate.runtime =
+          estimator::RuntimeLines{"python", 11, {20.0, 2.0}, {1.0 / 3.0, 0.1}, {1e-3, 1e-4}, {2e-5, 0.0}};
+    }
+    rows.push_back(std::move(row));
+  }
+  rows.push_back({"cuda:0", std::nullopt, "no energy model yet", std::nullopt});
+  const json stored = json::parse(joule::daemon::stored_estimates(rows));
+  ASSERT_EQ(stored.size(), rows.size());
+  std::size_t detailed = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const bool with_layers = stored[i].contains("layers") && !stored[i]["layers"].empty();
+    detailed += with_layers ? 1 : 0;
+    json shown = joule::daemon::estimate_row_json(rows[i], with_layers);
+    if (rows[i].estimate) {
+      shown["flops_per_step"] = joule::daemon::flops_per_step(*rows[i].estimate);
+      if (!with_layers) shown["layers_left_out"] = true;
+    }
+    expect_rounded_equal(stored[i], shown, rows[i].device);
+  }
+  EXPECT_EQ(detailed, joule::daemon::kDetailedRows);
+  EXPECT_EQ(stored[11]["layers_left_out"], true);  // the dearest
+  EXPECT_EQ(stored[0]["layers"].size(), 3u);
 }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <iterator>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -28,15 +30,6 @@ std::optional<std::pair<double, double>> figure(const json& row, const char* key
 // back the same is then a few characters, not 17 digits.
 double rounded(double number) {
   return std::isfinite(number) ? std::strtod(fmt::format("{:.6g}", number).c_str(), nullptr) : number;
-}
-
-// Every floating-point number in `value` rounded so.
-void round_numbers(json& value) {
-  if (value.is_number_float()) {
-    value = rounded(value.get<double>());
-  } else if (value.is_structured()) {
-    for (auto& item : value) round_numbers(item);
-  }
 }
 
 json uncertain_json(const estimator::Uncertain& figure) { return {{"mean", figure.mean}, {"std", figure.std}}; }
@@ -130,6 +123,228 @@ json estimate_row_json(const EstimateRow& row, bool with_layers) {
   return out;
 }
 
+namespace {
+
+// The JSON text of stored rows, written directly: at 1,500 devices, building an nlohmann object
+// per row, rounding it and dumping it was half of a coordinator's submission. Keys are written
+// in the order nlohmann's objects dump them (sorted), so the text reads as estimate_row_json's.
+class StoredRowText {
+ public:
+  explicit StoredRowText(std::string& out) : out_(out) {}
+
+  void begin_object() { open('{'); }
+  void end_object() { close('}'); }
+  void begin_array() { open('['); }
+  void end_array() { close(']'); }
+  void key(std::string_view name) {
+    separate();
+    quoted(name);
+    out_ += ':';
+    after_key_ = true;
+  }
+  /// A figure to 6 significant digits, as rounded(): the text reads back as that double, and
+  /// as a floating-point number (never an integer); null where it is not finite, as nlohmann.
+  void number(double value) {
+    separate();
+    if (!std::isfinite(value)) {
+      out_ += "null";
+      return;
+    }
+    const std::size_t start = out_.size();
+    fmt::format_to(std::back_inserter(out_), "{:.6g}", value);
+    if (out_.find_first_of(".e", start) == std::string::npos) out_ += ".0";
+  }
+  void integer(std::int64_t value) {
+    separate();
+    fmt::format_to(std::back_inserter(out_), "{}", value);
+  }
+  void boolean(bool value) {
+    separate();
+    out_ += value ? "true" : "false";
+  }
+  void string(std::string_view text) {
+    separate();
+    quoted(text);
+  }
+  void uncertain(std::string_view name, const estimator::Uncertain& figure) {
+    key(name);
+    begin_object();
+    key("mean");
+    number(figure.mean);
+    key("std");
+    number(figure.std);
+    end_object();
+  }
+
+ private:
+  void quoted(std::string_view text) {
+    const bool plain =
+        std::all_of(text.begin(), text.end(), [](char c) { return c >= 0x20 && c < 0x7f && c != '"' && c != '\\'; });
+    if (plain) {
+      out_ += '"';
+      out_ += text;
+      out_ += '"';
+    } else {
+      out_ += json(std::string(text)).dump();  // escapes as the dump of the whole would
+    }
+  }
+  void open(char bracket) {
+    separate();
+    out_ += bracket;
+    empty_.push_back(true);
+  }
+  void close(char bracket) {
+    out_ += bracket;
+    empty_.pop_back();
+  }
+  // The comma before every item of an object or array but its first (a key's value has none).
+  void separate() {
+    if (after_key_) {
+      after_key_ = false;
+      return;
+    }
+    if (empty_.empty()) return;
+    if (!empty_.back()) out_ += ',';
+    empty_.back() = false;
+  }
+
+  std::string& out_;
+  std::vector<bool> empty_;
+  bool after_key_ = false;
+};
+
+// One stored row: estimate_row_json's keys with every figure rounded, the summed FLOPs, and the
+// layers only where `with_layers`.
+void write_stored_row(StoredRowText& text, const EstimateRow& row, bool with_layers) {
+  text.begin_object();
+  if (!row.estimate) {
+    text.key("detail");
+    text.string(row.detail);
+    text.key("device");
+    text.string(row.device);
+    text.key("status");
+    text.string("no-model");
+    text.end_object();
+    return;
+  }
+  const estimator::Estimate& estimate = *row.estimate;
+  const auto& correction = row.correction;
+  text.key("baseline");
+  text.begin_object();
+  text.key("joules");
+  text.number(estimate.flops_baseline_joules);
+  text.key("joules_per_flop");
+  text.number(estimate.joules_per_flop);
+  text.key("method");
+  text.string("flops");
+  text.end_object();
+  if (correction) {
+    text.key("calibration");
+    text.begin_object();
+    text.key("mean_factor");
+    text.number(correction->mean_factor);
+    text.key("method");
+    text.string(correction->method);
+    if (!correction->note.empty()) {
+      text.key("note");
+      text.string(correction->note);
+    }
+    text.key("rows");
+    text.integer(static_cast<std::int64_t>(correction->rows));
+    text.key("sigma_scale");
+    text.number(correction->sigma_scale);
+    text.end_object();
+  }
+  text.key("device");
+  text.string(row.device);  // an agent's model names its own device; here it is "node/device"
+  if (!estimate.environment.empty()) {
+    text.key("environment");
+    text.string(estimate.environment);
+  }
+  text.key("epochs");
+  text.integer(estimate.epochs);
+  text.key("flops_per_step");
+  text.number(flops_per_step(estimate));
+  text.uncertain("joules", estimate.joules);
+  text.uncertain("joules_per_step", estimate.joules_per_step);
+  text.key("layers");
+  text.begin_array();
+  if (with_layers) {
+    for (const auto& layer : estimate.layers) {
+      text.begin_object();
+      text.key("extrapolated");
+      text.boolean(layer.extrapolated);
+      text.key("flops_per_step");
+      text.number(layer.flops_per_step);
+      text.key("index");
+      text.integer(static_cast<std::int64_t>(layer.index));
+      text.uncertain("joules_per_step", layer.joules_per_step);
+      text.key("model");
+      text.string(layer.key);
+      text.uncertain("seconds_per_step", layer.seconds_per_step);
+      text.key("sparse");
+      text.boolean(layer.sparse);
+      text.key("type");
+      text.string(layer.type);
+      text.end_object();
+    }
+  }
+  text.end_array();
+  if (!with_layers) {
+    text.key("layers_left_out");
+    text.boolean(true);
+  }
+  text.key("method");
+  text.string(estimate.method);
+  if (correction && correction->overhead) {
+    const auto& overhead = *correction->overhead;
+    text.key("overhead");
+    text.begin_object();
+    text.key("joules");
+    text.number(overhead.joules);
+    text.key("learnt_from");
+    text.integer(static_cast<std::int64_t>(overhead.learnt_from));
+    text.key("per_epoch_joules");
+    text.number(overhead.per_epoch_joules);
+    text.key("per_job_joules");
+    text.number(overhead.per_job_joules);
+    text.key("seconds");
+    text.number(overhead.seconds);
+    text.end_object();
+  }
+  if (correction) {
+    text.uncertain("raw_joules", correction->model_joules);
+    if (correction->model_seconds) text.uncertain("raw_seconds", *correction->model_seconds);
+  }
+  if (const auto& runtime = estimate.runtime) {
+    text.key("runtime");
+    text.begin_object();
+    text.key("modules");
+    text.integer(runtime->modules);
+    text.key("runtime");
+    text.string(runtime->runtime);
+    text.uncertain("start_joules", runtime->start_joules);
+    text.uncertain("start_seconds", runtime->start_seconds);
+    text.uncertain("step_joules", runtime->step_joules);
+    text.uncertain("step_seconds", runtime->step_seconds);
+    text.end_object();
+  }
+  text.uncertain("seconds", estimate.seconds);
+  text.key("source");
+  text.string(estimate.source);
+  text.key("status");
+  text.string("ok");
+  text.key("steps");
+  text.integer(estimate.steps);
+  text.key("warnings");
+  text.begin_array();
+  for (const auto& warning : estimate.warnings) text.string(warning);
+  text.end_array();
+  text.end_object();
+}
+
+}  // namespace
+
 std::string stored_estimates(const std::vector<EstimateRow>& rows) {
   if (rows.empty()) return {};
   // The cheapest rows keep their breakdown (where the job will likely run); the others' are not
@@ -141,17 +356,13 @@ std::string stored_estimates(const std::vector<EstimateRow>& rows) {
   std::partial_sort(cost.begin(), cost.begin() + static_cast<std::ptrdiff_t>(detailed), cost.end());
   std::vector<bool> keep(rows.size(), false);
   for (std::size_t k = 0; k < detailed; ++k) keep[cost[k].second] = true;
-  json out = json::array();
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    json row = estimate_row_json(rows[i], keep[i]);
-    if (rows[i].estimate) {
-      row["flops_per_step"] = flops_per_step(*rows[i].estimate);  // before the rounding, as read back
-      if (!keep[i]) row["layers_left_out"] = true;
-    }
-    round_numbers(row);
-    out.push_back(std::move(row));
-  }
-  return out.dump();
+  std::string out;
+  out.reserve(rows.size() * 640);
+  StoredRowText text(out);
+  text.begin_array();
+  for (std::size_t i = 0; i < rows.size(); ++i) write_stored_row(text, rows[i], keep[i]);
+  text.end_array();
+  return out;
 }
 
 double flops_per_step(const json& row) {
