@@ -232,6 +232,9 @@ void print_jobs_table(const json& jobs) {
 void print_job(const json& job) {
   fmt::print("id:        {}\n", job["id"].get<std::string>());
   fmt::print("name:      {}\n", job["name"].get<std::string>());
+  if (job.contains("owner")) fmt::print("owner:     {}\n", job["owner"].get<std::string>());
+  if (job.contains("project") && job["project"].is_string())
+    fmt::print("project:   {}\n", job["project"].get<std::string>());
   fmt::print("state:     {}{}\n", job["state"].get<std::string>(),
              job["cancel_requested"].get<bool>() && job["state"] != "cancelled" ? " (cancel requested)" : "");
   fmt::print("device:    {}\n", text_or(job["device"]));
@@ -513,6 +516,11 @@ int main(int argc, char** argv) {
                    "standard error");
   submit->add_option("--timeout", wait_timeout, "with --wait: give up after this many seconds (0: never)")
       ->type_name("SECONDS");
+  std::string submit_project;
+  submit
+      ->add_option("--project", submit_project,
+                   "account the job to this project (policies.d [[projects]]; replaces the file's \"project\")")
+      ->type_name("NAME");
 
   std::string state;
   std::size_t limit = 0;
@@ -638,6 +646,10 @@ int main(int argc, char** argv) {
       json body = json::parse(text, nullptr, false);
       if (body.is_discarded()) throw Failure{fmt::format("{} is not valid JSON", file)};
       if (file != "-" && read_from_job_directory(body, std::filesystem::absolute(file).parent_path())) text = body.dump();
+      if (!submit_project.empty() && body.is_object()) {
+        body["project"] = submit_project;
+        text = body.dump();
+      }
       json accepted = expect_json(client.request("POST", "/v1/jobs", text));
       const std::string job_id = accepted["id"].get<std::string>();
       if (!wait) {

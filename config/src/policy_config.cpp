@@ -92,6 +92,14 @@ struct Accumulator {
   schedulers::Policy policy;
   std::map<std::string, Place> placement_keys;
   std::map<std::string, Place> knob_keys;
+  std::map<std::string, Place> tenancy_keys;
+  struct ProjectUse {
+    std::string project;
+    std::string owner;  // the owner whose default it is; empty: the default project
+    std::string what;   // "owners[0].project"
+    Place place;
+  };
+  std::vector<ProjectUse> project_uses;
   std::map<std::string, std::map<std::string, Place>> names;  // kind -> rule name -> where defined
   struct GroupUse {
     std::string group;
@@ -109,7 +117,9 @@ class FileParser {
   FileParser(std::string file, Accumulator& acc) : check_(std::move(file)), acc_(acc) {}
 
   void parse(const toml::table& root) {
-    check_.reject_unknown(root, "", {"placement", "knobs", "groups", "budgets", "power_caps", "battery_floors"});
+    check_.reject_unknown(
+        root, "",
+        {"placement", "knobs", "groups", "budgets", "power_caps", "battery_floors", "tenancy", "projects", "owners"});
     if (const toml::node* placement = root.get("placement")) {
       if (const auto* table = placement->as_table())
         parse_placement(*table);
@@ -127,6 +137,14 @@ class FileParser {
     for_each_table(root, "power_caps", [&](const toml::table& t, const std::string& what) { parse_cap(t, what); });
     for_each_table(root, "battery_floors",
                    [&](const toml::table& t, const std::string& what) { parse_floor(t, what); });
+    if (const toml::node* tenancy = root.get("tenancy")) {
+      if (const auto* table = tenancy->as_table())
+        parse_tenancy(*table);
+      else
+        check_.problem(*tenancy, "tenancy must be a table: [tenancy]");
+    }
+    for_each_table(root, "projects", [&](const toml::table& t, const std::string& what) { parse_project(t, what); });
+    for_each_table(root, "owners", [&](const toml::table& t, const std::string& what) { parse_owner(t, what); });
     finish();
   }
 
@@ -495,6 +513,120 @@ class FileParser {
     if (ok) acc_.policy.battery_floors.push_back(std::move(floor));
   }
 
+  // A quota's limits from a rule's table (prefix "" for [[projects]] and [[owners]],
+  // "_per_owner" for [tenancy]); false where one is unusable (a problem has been recorded).
+  bool quota(const toml::table& table, const std::string& what, const std::string& suffix, schedulers::Quota& out) {
+    bool ok = true;
+    auto limit = [&](const std::string& name, std::int64_t high, std::optional<std::int64_t>& slot) {
+      const std::string key = name + suffix;
+      if (!table.get(key)) return;
+      auto value = check_.get<std::int64_t>(table, key.c_str(), fmt::format("{}.{}", what, key));
+      if (!value) {
+        ok = false;
+      } else if (*value < 0 || *value > high) {
+        check_.problem(*table.get(key), fmt::format("{}.{} must be between 0 and {}, got {}", what, key, high, *value));
+        ok = false;
+      } else {
+        slot = *value;
+      }
+    };
+    limit("max_queued_jobs", 10000000, out.max_queued_jobs);
+    limit("max_running_jobs", 1000000, out.max_running_jobs);
+    return ok;
+  }
+
+  // An owner as jobs name theirs: "token:NAME" (a bearer token's owner) or "uid:N" (a local user).
+  static bool is_owner_name(std::string_view name) {
+    if (name.starts_with("uid:"))
+      return name.size() > 4 && std::all_of(name.begin() + 4, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (name.starts_with("token:"))
+      return name.size() > 6 && std::all_of(name.begin() + 6, name.end(), [](char c) { return c > ' ' && c < 0x7f; });
+    return false;
+  }
+
+  // [tenancy]: the default project and every owner's default limits.
+  void parse_tenancy(const toml::table& table) {
+    const std::vector<std::string> keys{"default_project", "max_queued_jobs_per_owner", "max_running_jobs_per_owner"};
+    check_.reject_unknown(table, "tenancy.", keys);
+    for (const auto& [key, node] : table) {
+      const std::string name(key.str());
+      if (std::find(keys.begin(), keys.end(), name) == keys.end()) continue;
+      const auto [first, inserted] = acc_.tenancy_keys.try_emplace(name, place_of(node));
+      if (!inserted)
+        check_.problem(node, fmt::format("tenancy.{} is also set at {}:{}; set each [tenancy] key in one file only",
+                                         name, first->second.file, first->second.line));
+    }
+    if (auto project = check_.get<std::string>(table, "default_project", "tenancy.default_project")) {
+      acc_.policy.tenancy.default_project = *project;
+      acc_.project_uses.push_back({*project, {}, "tenancy.default_project", place_of(*table.get("default_project"))});
+    }
+    quota(table, "tenancy", "_per_owner", acc_.policy.tenancy.owner_quota);
+  }
+
+  void parse_project(const toml::table& table, const std::string& what) {
+    check_.reject_unknown(table, what + ".", {"name", "owners", "max_queued_jobs", "max_running_jobs"});
+    schedulers::Project project;
+    project.name = rule_name(table, what, "project");
+    bool ok = !project.name.empty() && quota(table, what, "", project.quota);
+    if (const toml::node* owners = table.get("owners")) {
+      const auto* array = owners->as_array();
+      if (!array) {
+        check_.problem(*owners,
+                       fmt::format("{}.owners must be an array, e.g. owners = [\"token:alice\", \"uid:1000\"]", what));
+        ok = false;
+      } else {
+        if (array->empty())
+          check_.problem(*owners,
+                         fmt::format("{}.owners is empty: leave it out to let every owner use the project", what));
+        for (const auto& element : *array) {
+          auto owner = element.value<std::string>();
+          if (!element.is_string() || !is_owner_name(*owner)) {
+            check_.problem(element, fmt::format("{}.owners entries must be owners as jobs name them: \"token:NAME\" "
+                                                "or \"uid:N\"",
+                                                what));
+            ok = false;
+          } else {
+            project.owners.push_back(*owner);
+          }
+        }
+      }
+    }
+    if (ok) acc_.policy.tenancy.projects.push_back(std::move(project));
+  }
+
+  void parse_owner(const toml::table& table, const std::string& what) {
+    check_.reject_unknown(table, what + ".", {"name", "project", "max_queued_jobs", "max_running_jobs"});
+    schedulers::OwnerRule owner;
+    const toml::node* name_node = table.get("name");
+    if (!name_node) {
+      check_.problem(table, fmt::format("{} needs a name, e.g. name = \"token:alice\" or \"uid:1000\"", what));
+      return;
+    }
+    auto name = check_.get<std::string>(table, "name", what + ".name");
+    if (!name) return;
+    if (!is_owner_name(*name)) {
+      check_.problem(*name_node, fmt::format("{}.name \"{}\" is not an owner as jobs name them: \"token:NAME\" (a "
+                                             "bearer token's owner) or \"uid:N\" (a local user)",
+                                             what, *name));
+      return;
+    }
+    const auto [first, inserted] = acc_.names["owner"].try_emplace(*name, place_of(*name_node));
+    if (!inserted) {
+      check_.problem(*name_node, fmt::format("{}.name \"{}\" already has a rule at {}:{}", what, *name,
+                                             first->second.file, first->second.line));
+      return;
+    }
+    owner.name = *name;
+    bool ok = quota(table, what, "", owner.quota);
+    if (auto project = check_.get<std::string>(table, "project", what + ".project")) {
+      owner.project = *project;
+      acc_.project_uses.push_back({*project, owner.name, what + ".project", place_of(*table.get("project"))});
+    } else if (table.get("project")) {
+      ok = false;
+    }
+    if (ok) acc_.policy.tenancy.owners.push_back(std::move(owner));
+  }
+
   Checker check_;
   Accumulator& acc_;
 };
@@ -507,6 +639,21 @@ Result<LoadedPolicy> finish(Accumulator acc, const std::vector<std::string>& nam
             use.place.file, use.place.line,
             fmt::format("{} \"{}\" is not a group: define it in any policy file with [[groups]] name = \"{}\"",
                         use.what, use.group, use.group)});
+    }
+  }
+  if (acc.every_file_read) {
+    // A project named as a default must be one, and one the owner may use.
+    for (const auto& use : acc.project_uses) {
+      const schedulers::Project* project = acc.policy.tenancy.project(use.project);
+      if (!project)
+        acc.problems.push_back(ConfigProblem{
+            use.place.file, use.place.line,
+            fmt::format("{} \"{}\" is not a project: define it in any policy file with [[projects]] name = \"{}\"",
+                        use.what, use.project, use.project)});
+      else if (!use.owner.empty() && !project->admits(use.owner))
+        acc.problems.push_back(
+            ConfigProblem{use.place.file, use.place.line,
+                          fmt::format("{} \"{}\": {} is not one of its owners", use.what, use.project, use.owner)});
     }
   }
   auto file_rank = [&](const std::string& file) { return std::find(names.begin(), names.end(), file) - names.begin(); };

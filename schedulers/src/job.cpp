@@ -256,6 +256,16 @@ Result<JobSpec> parse_job_spec(const json& body, const JobLimits& limits) {
       // A newline or escape sequence in a name would forge lines in logs and on terminals.
       if (has_control_character(spec.name))
         return invalid("name must not contain control characters (newlines, tabs, escapes)", "/name");
+    } else if (key == "project") {
+      if (!value.is_string()) return invalid("project must be a string", "/project");
+      spec.project = value.get<std::string>();
+      const bool named = !spec.project.empty() && spec.project.size() <= 64 &&
+                         std::all_of(spec.project.begin(), spec.project.end(), [](char c) {
+                           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                                  c == '_' || c == '.' || c == '-';
+                         });
+      if (!named)
+        return invalid("project must be a project's name: 1 to 64 letters, digits, '_', '.' or '-'", "/project");
     } else if (key == "model") {
       auto model = estimator::parse_model_spec(value, "/model");
       if (!model) return model.error();
@@ -335,6 +345,7 @@ json to_json(const JobSpec& spec) {
   if (spec.model) out["model"] = estimator::to_json(*spec.model);
   if (spec.training) out["training"] = estimator::to_json(*spec.training);
   if (!spec.knobs.empty()) out["knobs"] = to_json(spec.knobs);
+  if (!spec.project.empty()) out["project"] = spec.project;
   return out;
 }
 

@@ -39,6 +39,7 @@ int precedence(WaitReason::Kind kind) {
     case WaitReason::Kind::no_free_device:
     case WaitReason::Kind::cleaner_window:
     case WaitReason::Kind::not_before:
+    case WaitReason::Kind::quota:
       return 6;
     case WaitReason::Kind::unavailable:
       return 7;
@@ -182,9 +183,9 @@ void order_candidates(PendingJob& job, Objective objective) {
 }
 
 std::string_view to_string(WaitReason::Kind kind) {
-  static constexpr std::array<std::string_view, 12> names{"behind",      "device-busy", "no-free-device", "budget",
-                                                          "max-energy",  "power-cap",   "battery-floor",  "deadline",
-                                                          "no-estimate", "unavailable", "cleaner-window", "not-before"};
+  static constexpr std::array<std::string_view, 13> names{
+      "behind",   "device-busy", "no-free-device", "budget",         "max-energy", "power-cap", "battery-floor",
+      "deadline", "no-estimate", "unavailable",    "cleaner-window", "not-before", "quota"};
   return names[static_cast<std::size_t>(kind)];
 }
 
@@ -200,6 +201,8 @@ struct PassState::Data {
   std::vector<std::size_t> free_list;  // the devices free in this pass, in order
   std::size_t explained = 0;           // jobs looked at once no device was free
   std::size_t considered = 0;
+  bool limits_running = false;  // the policy limits running jobs: `running` is counted
+  RunningByTenant running;      // as given at `begin`, plus the jobs this pass placed
 };
 
 PassState::PassState() = default;
@@ -213,10 +216,13 @@ PassResult Placer::decide(UnixMillis now, std::span<const DeviceStatus> devices,
   return extend(state, now, devices, queue, ledger);
 }
 
-PassState Placer::begin(UnixMillis now, std::span<const DeviceStatus> devices, const BudgetLedger& ledger) const {
+PassState Placer::begin(UnixMillis now, std::span<const DeviceStatus> devices, const BudgetLedger& ledger,
+                        const RunningByTenant& running) const {
   PassState pass;
   pass.data_ = std::make_unique<PassState::Data>();
   PassState::Data& state = *pass.data_;
+  state.limits_running = policy_.tenancy.limits_running();
+  if (state.limits_running) state.running = running;
   std::vector<BudgetState>& budgets = state.budgets;
   budgets = ledger.states(now);
   state.views.resize(devices.size());
@@ -267,6 +273,13 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       result.waiting.emplace_back(job->id, std::move(why));
       continue;
     }
+    if (state.limits_running)
+      if (auto held = quota_hold(*job, state.running)) {
+        // Its owner or project runs all it may: no device is considered or reserved for it; a
+        // job of theirs that ends (an event, so a pass) frees the slot.
+        result.waiting.emplace_back(job->id, std::move(*held));
+        continue;
+      }
 
     std::optional<WaitReason> reason;
     // Whether a reason of this kind could replace the one noted (so it is worth formatting).
@@ -705,9 +718,41 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       caps[c].has_work = true;
     }
     if (objective == Objective::round_robin) round_robin_next_ = d + 1;
+    if (state.limits_running) {
+      ++state.running.owners[job->owner];
+      if (!job->project.empty()) ++state.running.projects[job->project];
+    }
     result.placements.push_back(std::move(placement));
   }
   return result;
+}
+
+std::optional<WaitReason> Placer::quota_hold(const PendingJob& job, const RunningByTenant& running) const {
+  const Tenancy& tenancy = policy_.tenancy;
+  auto count = [](const std::unordered_map<std::string, std::size_t>& counts, const std::string& name) {
+    const auto it = counts.find(name);
+    return it == counts.end() ? std::size_t{0} : it->second;
+  };
+  auto held = [](std::string rule, std::size_t runs, std::int64_t limit) {
+    WaitReason why{WaitReason::Kind::quota,
+                   fmt::format("{} runs {} job{}, as many as its quota allows (max_running_jobs = {})", rule, runs,
+                               runs == 1 ? "" : "s", limit),
+                   {},
+                   rule};
+    why.limit = static_cast<double>(limit);
+    return why;
+  };
+  if (const auto limit = tenancy.quota_of_owner(job.owner).max_running_jobs) {
+    const std::size_t runs = count(running.owners, job.owner);
+    if (static_cast<std::int64_t>(runs) >= *limit) return held("owner " + job.owner, runs, *limit);
+  }
+  if (!job.project.empty())
+    if (const Project* project = tenancy.project(job.project); project && project->quota.max_running_jobs) {
+      const std::size_t runs = count(running.projects, job.project);
+      if (static_cast<std::int64_t>(runs) >= *project->quota.max_running_jobs)
+        return held("project " + job.project, runs, *project->quota.max_running_jobs);
+    }
+  return std::nullopt;
 }
 
 std::optional<WaitReason> Placer::never_fits(UnixMillis now, std::span<const DeviceStatus> devices,

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace joule::schedulers {
 namespace {
@@ -121,6 +122,65 @@ std::vector<std::string> Policy::groups_of(std::string_view node) const {
   for (const auto& group : groups)
     if (std::find(group.nodes.begin(), group.nodes.end(), node) != group.nodes.end()) out.push_back(group.name);
   return out;
+}
+
+bool Project::admits(std::string_view owner) const {
+  return owners.empty() || std::find(owners.begin(), owners.end(), owner) != owners.end();
+}
+
+const Project* Tenancy::project(std::string_view name) const {
+  const auto it = std::find_if(projects.begin(), projects.end(), [&](const Project& p) { return p.name == name; });
+  return it == projects.end() ? nullptr : &*it;
+}
+
+const OwnerRule* Tenancy::owner(std::string_view name) const {
+  const auto it = std::find_if(owners.begin(), owners.end(), [&](const OwnerRule& o) { return o.name == name; });
+  return it == owners.end() ? nullptr : &*it;
+}
+
+Quota Tenancy::quota_of_owner(std::string_view name) const {
+  Quota quota = owner_quota;
+  if (const OwnerRule* rule = owner(name)) {
+    if (rule->quota.max_queued_jobs) quota.max_queued_jobs = rule->quota.max_queued_jobs;
+    if (rule->quota.max_running_jobs) quota.max_running_jobs = rule->quota.max_running_jobs;
+  }
+  return quota;
+}
+
+bool Tenancy::limits_running() const {
+  return owner_quota.max_running_jobs ||
+         std::any_of(owners.begin(), owners.end(), [](const OwnerRule& o) { return o.quota.max_running_jobs; }) ||
+         std::any_of(projects.begin(), projects.end(), [](const Project& p) { return p.quota.max_running_jobs; });
+}
+
+ProjectChoice choose_project(const Tenancy& tenancy, std::string_view owner, std::string_view asked) {
+  if (asked.empty()) {
+    const OwnerRule* rule = tenancy.owner(owner);
+    const std::string& fallback = rule && !rule->project.empty() ? rule->project : tenancy.default_project;
+    // A default the owner may not use (the policy checks its own rules; an owner without a
+    // rule falls to the default project) is an error for that owner's jobs, not a way in.
+    if (!fallback.empty())
+      if (const Project* project = tenancy.project(fallback); project && !project->admits(owner))
+        return {fallback, fmt::format("{} may not use the default project \"{}\": name a project it belongs to", owner,
+                                      fallback)};
+    return {fallback, {}};
+  }
+  if (tenancy.projects.empty())
+    return {std::string(asked), fmt::format("no projects are configured (policies.d [[projects]]), so a job may "
+                                            "not name one; \"{}\" is not one",
+                                            asked)};
+  const Project* project = tenancy.project(asked);
+  if (!project) {
+    std::vector<std::string> names;
+    for (const auto& p : tenancy.projects)
+      if (p.admits(owner)) names.push_back(p.name);
+    return {std::string(asked),
+            fmt::format("\"{}\" is not a project; {} may use: {}", asked, owner,
+                        names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", ")))};
+  }
+  if (!project->admits(owner))
+    return {std::string(asked), fmt::format("{} is not one of project \"{}\"'s owners", owner, asked)};
+  return {std::string(asked), {}};
 }
 
 }  // namespace joule::schedulers

@@ -48,7 +48,11 @@ std::optional<WaitReason> SchedulingCore::never_fits(UnixMillis now, std::span<c
 
 void SchedulingCore::enqueue(PendingJob job, std::int64_t sequence) {
   if (running_.contains(job.id)) end(job.id, std::nullopt);
-  if (pending_.contains(job.id)) open_.reset();  // queued again: the open pass weighed it as it was
+  if (const auto old = pending_.find(job.id); old != pending_.end()) {
+    open_.reset();  // queued again: the open pass weighed it as it was
+    count(old->second.owner, old->second.project, -1, 0);
+  }
+  count(job.owner, job.project, 1, 0);
   queue_.push(job.id, job.priority, sequence);
   if (open_) {
     // Behind every job the open pass saw: it may continue with this one. Ahead of any: not.
@@ -66,6 +70,8 @@ void SchedulingCore::update_pending(PendingJob job) {
   auto it = pending_.find(job.id);
   if (it == pending_.end()) return;
   open_.reset();  // its candidates changed: the pass that weighed the old ones is not continued
+  count(it->second.owner, it->second.project, -1, 0);
+  count(job.owner, job.project, 1, 0);
   it->second = std::move(job);
   order_candidates(it->second, policy_.objective);
 }
@@ -73,7 +79,10 @@ void SchedulingCore::update_pending(PendingJob job) {
 void SchedulingCore::dequeue(const std::string& id) {
   open_.reset();
   queue_.erase(id);
-  pending_.erase(id);
+  if (const auto it = pending_.find(id); it != pending_.end()) {
+    count(it->second.owner, it->second.project, -1, 0);
+    pending_.erase(it);
+  }
 }
 
 const PendingJob* SchedulingCore::pending(const std::string& id) const {
@@ -118,7 +127,7 @@ PassResult SchedulingCore::place(UnixMillis now, std::vector<DeviceStatus> devic
   std::vector<DeviceStatus> given;
   if (options_.continue_within_ms > 0) given = devices;
   devices = with_expectations(now, std::move(devices));
-  PassState state = placer_.begin(now, devices, ledger_);
+  PassState state = placer_.begin(now, devices, ledger_, running_by_tenant());
   PassResult result = placer_.extend(state, now, devices, scanned_, ledger_);
   retry_at_ = result.next_retry;
   start_runs(now, result, devices);
@@ -192,6 +201,8 @@ void SchedulingCore::start_runs(UnixMillis now, const PassResult& result, std::s
     run.id = placement.job;
     run.device = placement.device;
     run.priority = it->second.priority;
+    run.owner = it->second.owner;
+    run.project = it->second.project;
     run.started = now;
     // What it is expected to use: its estimate there, else its own max_energy_joules.
     if (placement.reserve.mean_joules > 0) run.prior = placement.reserve;
@@ -200,6 +211,7 @@ void SchedulingCore::start_runs(UnixMillis now, const PassResult& result, std::s
     queue_.erase(placement.job);
     std::replace(scanned_.begin(), scanned_.end(), static_cast<const PendingJob*>(&it->second),
                  static_cast<const PendingJob*>(nullptr));
+    count(run.owner, run.project, -1, 1);
     pending_.erase(it);
     running_.insert_or_assign(run.id, std::move(run));
   }
@@ -250,7 +262,13 @@ std::optional<UnixMillis> SchedulingCore::wake_at(UnixMillis now) const {
 void SchedulingCore::track_run(TrackedRun run, const DeviceRef& device) {
   open_.reset();
   queue_.erase(run.id);
-  pending_.erase(run.id);
+  if (const auto queued = pending_.find(run.id); queued != pending_.end()) {
+    count(queued->second.owner, queued->second.project, -1, 0);
+    pending_.erase(queued);
+  }
+  if (const auto old = running_.find(run.id); old != running_.end())
+    count(old->second.owner, old->second.project, 0, -1);
+  count(run.owner, run.project, 0, 1);
   if (run.prior) ledger_.reserve(run.id, device, *run.prior);
   if (!run.reports.empty() && !run.projection) {
     StepOptions step;
@@ -282,13 +300,47 @@ void SchedulingCore::resumed(const std::string& id, UnixMillis now) { ledger_.re
 std::optional<EnergyUse> SchedulingCore::end(const std::string& id, std::optional<EnergyUse> metered) {
   open_.reset();
   throttle_.forget(id);
-  running_.erase(id);
+  if (const auto it = running_.find(id); it != running_.end()) {
+    count(it->second.owner, it->second.project, 0, -1);
+    running_.erase(it);
+  }
   return ledger_.settle(id, std::move(metered));
 }
 
 const TrackedRun* SchedulingCore::running(const std::string& id) const {
   auto it = running_.find(id);
   return it == running_.end() ? nullptr : &it->second;
+}
+
+TenantUse SchedulingCore::owner_use(const std::string& owner) const {
+  const auto it = owner_use_.find(owner);
+  return it == owner_use_.end() ? TenantUse{} : it->second;
+}
+
+TenantUse SchedulingCore::project_use(const std::string& project) const {
+  const auto it = project_use_.find(project);
+  return it == project_use_.end() ? TenantUse{} : it->second;
+}
+
+void SchedulingCore::count(const std::string& owner, const std::string& project, int queued, int running) {
+  auto add = [&](std::unordered_map<std::string, TenantUse>& uses, const std::string& name) {
+    TenantUse& use = uses[name];
+    use.queued = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(use.queued) + queued);
+    use.running = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(use.running) + running);
+    if (use.queued == 0 && use.running == 0) uses.erase(name);  // owners come and go: no entry per owner ever seen
+  };
+  add(owner_use_, owner);
+  if (!project.empty()) add(project_use_, project);
+}
+
+RunningByTenant SchedulingCore::running_by_tenant() const {
+  RunningByTenant running;
+  if (!policy_.tenancy.limits_running()) return running;
+  for (const auto& [owner, use] : owner_use_)
+    if (use.running > 0) running.owners.emplace(owner, use.running);
+  for (const auto& [project, use] : project_use_)
+    if (use.running > 0) running.projects.emplace(project, use.running);
+  return running;
 }
 
 }  // namespace joule::schedulers

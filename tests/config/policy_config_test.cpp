@@ -222,7 +222,8 @@ TEST(PolicyConfigTest, unknown_keys_and_tables_are_errors_not_warnings) {
             "50-a.toml:6: unknown key budgets[0].windwo (known: name, scope, target, joules, wh, kwh, window, "
             "calendar)");
   EXPECT_EQ(problems("[budget]\nkwh = 1\n"),
-            "50-a.toml:1: unknown key budget (known: placement, knobs, groups, budgets, power_caps, battery_floors)");
+            "50-a.toml:1: unknown key budget (known: placement, knobs, groups, budgets, power_caps, battery_floors, "
+            "tenancy, projects, owners)");
   EXPECT_EQ(problems("[placement]\nrisc = 0.1\n"),
             "50-a.toml:2: unknown key placement.risc (known: objective, risk, warmup_epochs)");
   EXPECT_EQ(problems("[budgets]\nname = \"b\"\n"), "50-a.toml:1: budgets must be an array of tables: [[budgets]]");
@@ -367,7 +368,7 @@ TEST(PolicyConfigTest, the_shipped_policy_files_are_valid_and_change_nothing) {
   auto loaded = load_policy_directory(shipped);
   ASSERT_TRUE(loaded) << loaded.error().message;
   EXPECT_TRUE(loaded->warnings.empty());
-  EXPECT_EQ(loaded->policy.source, "00-placement.toml, 50-budgets-example.toml");
+  EXPECT_EQ(loaded->policy.source, "00-placement.toml, 50-budgets-example.toml, 60-tenancy-example.toml");
   const joule::schedulers::Policy defaults;
   EXPECT_EQ(loaded->policy.objective, defaults.objective);
   EXPECT_DOUBLE_EQ(loaded->policy.risk, defaults.risk);
@@ -376,6 +377,9 @@ TEST(PolicyConfigTest, the_shipped_policy_files_are_valid_and_change_nothing) {
   EXPECT_TRUE(loaded->policy.budgets.empty());
   EXPECT_TRUE(loaded->policy.power_caps.empty());
   EXPECT_TRUE(loaded->policy.battery_floors.empty());
+  EXPECT_TRUE(loaded->policy.tenancy.projects.empty());
+  EXPECT_TRUE(loaded->policy.tenancy.owners.empty());
+  EXPECT_FALSE(loaded->policy.tenancy.owner_quota.any());
 }
 
 TEST(PolicyConfigTest, the_shipped_examples_are_valid_when_uncommented) {
@@ -393,4 +397,60 @@ TEST(PolicyConfigTest, the_shipped_examples_are_valid_when_uncommented) {
   EXPECT_EQ(loaded->policy.budgets[0].window.describe(), "rolling 1d");
   EXPECT_EQ(loaded->policy.power_caps.size(), 1u);
   EXPECT_EQ(loaded->policy.battery_floors.size(), 1u);
+}
+
+TEST(PolicyConfigTest, the_shipped_tenancy_example_is_valid_when_uncommented) {
+  std::stringstream in(
+      read_file(std::filesystem::path(JOULE_SOURCE_DIR) / "config/policies.d/60-tenancy-example.toml"));
+  std::string text;
+  for (std::string line; std::getline(in, line);) text += (line.rfind("# ", 0) == 0 ? line.substr(2) : line) + "\n";
+  auto loaded = parse(text, "60-tenancy-example.toml");
+  ASSERT_TRUE(loaded) << loaded.error().message << "\n" << text;
+  const auto& tenancy = loaded->policy.tenancy;
+  EXPECT_EQ(tenancy.default_project, "lab");
+  EXPECT_EQ(tenancy.owner_quota.max_queued_jobs, 500);
+  ASSERT_EQ(tenancy.projects.size(), 2u);
+  EXPECT_EQ(tenancy.projects[1].owners, (std::vector<std::string>{"token:alice", "uid:1000"}));
+  EXPECT_EQ(tenancy.projects[1].quota.max_running_jobs, 2);
+  ASSERT_EQ(tenancy.owners.size(), 1u);
+  // Alice's own running limit replaces the default; her queued limit is the default's.
+  const auto alice = tenancy.quota_of_owner("token:alice");
+  EXPECT_EQ(alice.max_running_jobs, 1);
+  EXPECT_EQ(alice.max_queued_jobs, 500);
+  EXPECT_EQ(tenancy.quota_of_owner("uid:1000").max_running_jobs, 4);
+  EXPECT_TRUE(tenancy.limits_running());
+}
+
+TEST(PolicyConfigTest, projects_and_owners_across_files_are_checked_with_their_lines) {
+  // A default project may be defined in a later file; one that is nowhere is a problem.
+  auto loaded = parse_policy_files(
+      {{"50-a.toml", "[tenancy]\ndefault_project = \"lab\"\n"}, {"60-b.toml", "[[projects]]\nname = \"lab\"\n"}});
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->policy.tenancy.default_project, "lab");
+  EXPECT_EQ(problems("[tenancy]\ndefault_project = \"lab\"\n"),
+            "50-a.toml:2: tenancy.default_project \"lab\" is not a project: define it in any policy file with "
+            "[[projects]] name = \"lab\"");
+  EXPECT_EQ(problems("[[projects]]\nname = \"vision\"\nowners = [\"token:bob\"]\n\n[[owners]]\nname = "
+                     "\"token:alice\"\nproject = \"vision\"\n"),
+            "50-a.toml:7: owners[0].project \"vision\": token:alice is not one of its owners");
+  EXPECT_EQ(problems("[[owners]]\nname = \"alice\"\n"),
+            "50-a.toml:2: owners[0].name \"alice\" is not an owner as jobs name them: \"token:NAME\" (a bearer "
+            "token's owner) or \"uid:N\" (a local user)");
+  EXPECT_EQ(problems("[[owners]]\nname = \"uid:1000\"\n\n[[owners]]\nname = \"uid:1000\"\n"),
+            "50-a.toml:5: owners[1].name \"uid:1000\" already has a rule at 50-a.toml:2");
+  EXPECT_EQ(problems("[[projects]]\nname = \"p\"\nmax_queued_jobs = -1\n"),
+            "50-a.toml:3: projects[0].max_queued_jobs must be between 0 and 10000000, got -1");
+  EXPECT_EQ(problems("[[projects]]\nname = \"p\"\nmax_running_jobs = 1.5\n"),
+            "50-a.toml:3: projects[0].max_running_jobs must be an integer");
+  EXPECT_EQ(problems("[[projects]]\nname = \"p\"\nowners = [\"alice\"]\n"),
+            "50-a.toml:3: projects[0].owners entries must be owners as jobs name them: \"token:NAME\" or \"uid:N\"");
+  EXPECT_EQ(problems("[tenancy]\nmax_running_jobs_per_owner = 99999999\n"),
+            "50-a.toml:2: tenancy.max_running_jobs_per_owner must be between 0 and 1000000, got 99999999");
+  EXPECT_EQ(problems({{"50-a.toml", "[tenancy]\nmax_queued_jobs_per_owner = 5\n"},
+                      {"60-b.toml", "[tenancy]\nmax_queued_jobs_per_owner = 6\n"}}),
+            "60-b.toml:2: tenancy.max_queued_jobs_per_owner is also set at 50-a.toml:2; set each [tenancy] key in one "
+            "file only");
+  EXPECT_EQ(problems("[tenancy]\nmax_jobs = 5\n"),
+            "50-a.toml:2: unknown key tenancy.max_jobs (known: default_project, max_queued_jobs_per_owner, "
+            "max_running_jobs_per_owner)");
 }

@@ -433,6 +433,13 @@ void JobService::accept(schedulers::JobSpec spec, Submitter submitter, Done done
         make_error(ErrorCode::too_many, fmt::format("{} jobs are already waiting (the limit is {}); retry later",
                                                     queued + submissions_in_flight_, options_.max_queued_jobs)));
   }
+  // Its project, and the owner's and project's quotas on queued jobs (submissions not yet
+  // committed count too: a flood of one owner's requests is held at its quota, not past it).
+  const auto& tenancy = core().policy().tenancy;
+  const auto chosen = schedulers::choose_project(tenancy, submitter.name, spec.project);
+  if (!chosen.error.empty()) return done(invalid(chosen.error, "/project"));
+  spec.project = chosen.project;
+  if (auto refused = queued_quota_refusal(submitter.name, spec.project)) return done(std::move(*refused));
   auto job = std::make_unique<Job>();
   static thread_local boost::uuids::random_generator make_uuid;
   job->row.id = boost::uuids::to_string(make_uuid());
@@ -456,6 +463,7 @@ void JobService::accept(schedulers::JobSpec spec, Submitter submitter, Done done
   job->events.push_back(event);
 
   ++submissions_in_flight_;
+  count_in_flight(job->row.owner, job->spec.project, 1);
   std::shared_ptr<Job> pending = std::move(job);
   Write write = [row = pending->row, event](adapters::Database& db) -> Status {
     if (auto s = db.insert_job(row); !s) return s;
@@ -463,6 +471,7 @@ void JobService::accept(schedulers::JobSpec spec, Submitter submitter, Done done
   };
   persist(std::move(write), [this, job = std::move(pending), done = std::move(done)](Status status) mutable {
     --submissions_in_flight_;
+    count_in_flight(job->row.owner, job->spec.project, -1);
     if (!status) {
       return done(
           make_error(ErrorCode::unavailable,
@@ -479,6 +488,51 @@ void JobService::accept(schedulers::JobSpec spec, Submitter submitter, Done done
     done(view_of(*jobs_.at(id)));
     schedule();
   });
+}
+
+std::optional<Error> JobService::queued_quota_refusal(const std::string& owner, const std::string& project) const {
+  const auto& tenancy = core().policy().tenancy;
+  auto in_flight = [](const std::unordered_map<std::string, std::size_t>& counts, const std::string& name) {
+    const auto it = counts.find(name);
+    return it == counts.end() ? std::size_t{0} : it->second;
+  };
+  auto refusal = [](const char* kind, const std::string& name, std::size_t queued, std::int64_t limit) {
+    Error error = make_error(
+        ErrorCode::too_many,
+        fmt::format("{} {} has {} job{} queued, as many as its quota allows (max_queued_jobs = {}); another may "
+                    "be submitted once one of them starts or is cancelled",
+                    kind, name, queued, queued == 1 ? "" : "s", limit));
+    error.extensions = json{{"quota",
+                             {{"kind", kind},
+                              {"name", name},
+                              {"limit", "max_queued_jobs"},
+                              {"max", limit},
+                              {"in_use", queued},
+                              {"frees", "when one of its queued jobs starts or is cancelled"}}}}
+                           .dump();
+    return error;
+  };
+  if (const auto limit = tenancy.quota_of_owner(owner).max_queued_jobs) {
+    const std::size_t queued = core().owner_use(owner).queued + in_flight(in_flight_by_owner_, owner);
+    if (static_cast<std::int64_t>(queued) >= *limit) return refusal("owner", owner, queued, *limit);
+  }
+  if (const schedulers::Project* rule = project.empty() ? nullptr : tenancy.project(project);
+      rule && rule->quota.max_queued_jobs) {
+    const std::size_t queued = core().project_use(project).queued + in_flight(in_flight_by_project_, project);
+    if (static_cast<std::int64_t>(queued) >= *rule->quota.max_queued_jobs)
+      return refusal("project", project, queued, *rule->quota.max_queued_jobs);
+  }
+  return std::nullopt;
+}
+
+void JobService::count_in_flight(const std::string& owner, const std::string& project, int change) {
+  auto add = [change](std::unordered_map<std::string, std::size_t>& counts, const std::string& name) {
+    auto& count = counts[name];
+    count = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(count) + change);
+    if (count == 0) counts.erase(name);
+  };
+  add(in_flight_by_owner_, owner);
+  if (!project.empty()) add(in_flight_by_project_, project);
 }
 
 void JobService::cancel(const std::string& id, Done done) {

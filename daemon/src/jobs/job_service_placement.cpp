@@ -140,6 +140,8 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
   schedulers::PendingJob pending;
   pending.id = job.row.id;
   pending.priority = spec.priority;
+  pending.owner = job.row.owner;
+  pending.project = spec.project;
   pending.deadline = spec.constraints.deadline;
   pending.not_before = spec.constraints.not_before;
   pending.max_energy_joules = spec.constraints.max_energy_joules;
@@ -176,6 +178,8 @@ void JobService::track_run(const Job& job, const Device& device, schedulers::Uni
   run.id = job.row.id;
   run.device = devices_.index_of(device.name).value();
   run.priority = job.row.priority;
+  run.owner = job.row.owner;
+  run.project = job.spec.project;
   run.started = started;
   run.prior = estimate_on(job, device.name);
   if (const auto estimate = estimate_for(job, device.name)) run.expected_seconds = estimate->seconds_mean;

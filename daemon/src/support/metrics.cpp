@@ -170,7 +170,7 @@ Metrics::Metrics()
   using Kind = schedulers::WaitReason::Kind;
   for (const auto kind : {Kind::behind, Kind::device_busy, Kind::no_free_device, Kind::budget, Kind::max_energy,
                           Kind::power_cap, Kind::battery_floor, Kind::deadline, Kind::no_estimate, Kind::unavailable,
-                          Kind::cleaner_window, Kind::not_before})
+                          Kind::cleaner_window, Kind::not_before, Kind::quota})
     jobs_waiting_.Add({{"reason", std::string(schedulers::to_string(kind))}}).Set(0);
   submitted_.Add({});
   for (const char* kind : {"full", "continued"}) placement_passes_.Add({{"kind", kind}});

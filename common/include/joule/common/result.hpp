@@ -31,10 +31,13 @@ struct Error {
   ErrorCode code = ErrorCode::internal;
   std::string message;
   std::string where;
+  /// Facts a program needs beyond the message, as the text of a JSON object whose members an
+  /// HTTP problem adds (RFC 9457 extension members: a quota's name, limit and use); empty: none.
+  std::string extensions;
 };
 
 inline Error make_error(ErrorCode code, std::string message, std::string where = {}) {
-  return Error{code, std::move(message), std::move(where)};
+  return Error{code, std::move(message), std::move(where), {}};
 }
 
 template <class T>

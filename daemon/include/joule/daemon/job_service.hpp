@@ -185,6 +185,9 @@ class JobService final : public JobDemand {
   bool runs_here(const schedulers::JobSpec& spec) const;
   /// A checked submission stored and queued: `done` gets the job once it is committed.
   void accept(schedulers::JobSpec spec, Submitter submitter, Done done);
+  /// A 429 where one more queued job of `owner` (in `project`) would pass its quota, or nothing.
+  std::optional<Error> queued_quota_refusal(const std::string& owner, const std::string& project) const;
+  void count_in_flight(const std::string& owner, const std::string& project, int change);
   void persist(Write write, std::function<void(Status)> done = {});
   /// Agent: stores a coordinator's assignment as a job of this node and queues it for the
   /// device it names (failed where it cannot run here); `done` gets whether it was stored.
@@ -299,6 +302,9 @@ class JobService final : public JobDemand {
   bool forgetting_ = false;                        // a batch of old finished jobs is being deleted
   std::int64_t forget_again_at_ms_ = 0;
   std::size_t submissions_in_flight_ = 0;
+  // The same per owner and per project, for their queued-job quotas.
+  std::unordered_map<std::string, std::size_t> in_flight_by_owner_;
+  std::unordered_map<std::string, std::size_t> in_flight_by_project_;
   std::size_t writes_in_flight_ = 0;
   bool scheduling_ = true;
   const JobEstimator* estimator_;

@@ -214,6 +214,12 @@ HttpResponse problem_response(const Error& error, const std::string& instance) {
     const bool pointer = error.where.front() == '/';
     body["errors"] = json::array({{{"detail", error.message}, {pointer ? "pointer" : "parameter", error.where}}});
   }
+  if (!error.extensions.empty()) {
+    const json extensions = json::parse(error.extensions, nullptr, false);
+    if (extensions.is_object())
+      for (const auto& [key, value] : extensions.items())
+        if (!body.contains(key)) body[key] = value;  // never replaces the problem's own members
+  }
   HttpResponse response{kind.status, 11};
   response.set(http::field::content_type, "application/problem+json");
   if (error.code == ErrorCode::too_many) response.set(http::field::retry_after, "10");

@@ -115,6 +115,7 @@ json job_fields(const JobView& view, bool with_events, const GridSignalFeed* car
   json out = {{"id", row.id},
               {"name", row.name},
               {"owner", row.owner},
+              {"project", job.spec.project.empty() ? json(nullptr) : json(job.spec.project)},
               {"state", shown.state},
               {"priority", row.priority},
               {"device", shown.device.empty() ? json(nullptr) : json(shown.device)},

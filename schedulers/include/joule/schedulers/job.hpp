@@ -69,6 +69,9 @@ enum class RestartPolicy { requeue, fail };
 /// A job as submitted (POST /v1/jobs). The model spec is kept for estimation.
 struct JobSpec {
   std::string name;
+  /// The project it is accounted to (policies.d [[projects]]); empty at submission: its owner's
+  /// default. jouled stores the project it chose.
+  std::string project;
   std::optional<estimator::ModelSpec> model;
   std::optional<estimator::TrainingConfig> training;
   RunCommand run;

@@ -20,6 +20,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "joule/schedulers/budget_ledger.hpp"
@@ -80,6 +81,8 @@ struct CandidateOrder {
 struct PendingJob {
   std::string id;
   int priority = 0;
+  std::string owner;    ///< "token:alice", "uid:1000": whose quota it counts against
+  std::string project;  ///< the project it is accounted to; empty: none
   std::optional<UnixMillis> deadline;
   std::optional<UnixMillis> not_before;  ///< its constraints.not_before: not placed before then
   std::optional<double> max_energy_joules;
@@ -122,6 +125,7 @@ struct WaitReason {
     unavailable,     ///< no eligible device accepts work
     cleaner_window,  ///< min-carbon: waiting for a cleaner window that still meets its deadline
     not_before,      ///< its constraints.not_before has not come yet
+    quota,           ///< its owner or project runs as many jobs as its quota allows
   };
   WaitReason() = default;
   WaitReason(Kind kind, std::string message, std::string device = {}, std::string rule = {})
@@ -172,6 +176,12 @@ struct PlacementOptions {
   std::size_t max_explain = 64;
 };
 
+/// Jobs running now per owner and per project, for the policy's running-job quotas.
+struct RunningByTenant {
+  std::unordered_map<std::string, std::size_t> owners;
+  std::unordered_map<std::string, std::size_t> projects;
+};
+
 /// A pass under way: the devices it has taken, the work it expects ahead of each, and what it
 /// has reserved of budgets and caps. `Placer::extend` continues it with more jobs.
 class PassState {
@@ -199,7 +209,9 @@ class Placer {
   /// The same pass in two parts: `begin` reads the devices and the ledger; `extend` decides jobs
   /// in order against what the pass has handed out so far, and may be called again with jobs
   /// queued after them (the same devices and ledger; `now` no earlier than at `begin`).
-  PassState begin(UnixMillis now, std::span<const DeviceStatus> devices, const BudgetLedger& ledger) const;
+  /// `running`: the jobs running now per owner and project, where the policy limits them.
+  PassState begin(UnixMillis now, std::span<const DeviceStatus> devices, const BudgetLedger& ledger,
+                  const RunningByTenant& running = {}) const;
   PassResult extend(PassState& pass, UnixMillis now, std::span<const DeviceStatus> devices,
                     std::span<const PendingJob* const> queue, const BudgetLedger& ledger);
 
@@ -210,6 +222,9 @@ class Placer {
                                        const BudgetLedger& ledger) const;
 
  private:
+  /// Why a job may not run now for its owner's or project's running-job quota, or nullopt.
+  std::optional<WaitReason> quota_hold(const PendingJob& job, const RunningByTenant& running) const;
+
   Policy policy_;
   PlacementOptions options_;
   std::size_t round_robin_next_ = 0;

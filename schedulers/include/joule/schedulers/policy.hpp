@@ -113,6 +113,55 @@ struct KnobPolicy {
   double eta = 0.5;  ///< Zeus's weight on energy against time, in [0, 1]
 };
 
+/// Limits on what one owner or one project has at once; nullopt: no limit of that kind.
+struct Quota {
+  std::optional<std::int64_t> max_queued_jobs;
+  /// A job holds one device while it runs: this is also the devices in use at once.
+  std::optional<std::int64_t> max_running_jobs;
+  bool any() const { return max_queued_jobs || max_running_jobs; }
+};
+
+/// A project jobs are accounted to: who may submit to it, and its limits.
+struct Project {
+  std::string name;
+  /// The owners who may use it ("token:alice", "uid:1000"); empty: every owner.
+  std::vector<std::string> owners;
+  Quota quota;
+  bool admits(std::string_view owner) const;
+};
+
+/// One owner's default project and limits.
+struct OwnerRule {
+  std::string name;     ///< "token:alice" (a bearer token's owner) or "uid:1000" (a local user)
+  std::string project;  ///< its jobs' project where a job names none; empty: Tenancy::default_project
+  Quota quota;          ///< each limit set here replaces Tenancy::owner_quota's
+};
+
+/// Who shares the scheduler: projects, owners and their quotas. Empty: no projects, no limits
+/// beyond the daemon's own max_queued_jobs.
+struct Tenancy {
+  std::string default_project;  ///< the project of jobs that name none and whose owner has no default
+  Quota owner_quota;            ///< every owner's limits, where its own rule sets none
+  std::vector<Project> projects;
+  std::vector<OwnerRule> owners;
+
+  const Project* project(std::string_view name) const;
+  const OwnerRule* owner(std::string_view name) const;
+  /// The limits that apply to `owner`: its rule's, else owner_quota's, limit by limit.
+  Quota quota_of_owner(std::string_view owner) const;
+  /// Whether any owner or project has a running-jobs limit (placement counts running jobs only then).
+  bool limits_running() const;
+};
+
+/// A job's project: the one it names, else its owner's default, else the default project ("" where
+/// there is none). An error (its message for people) where the project is not configured or
+/// `owner` may not use it.
+struct ProjectChoice {
+  std::string project;
+  std::string error;  ///< empty: `project` may be used
+};
+ProjectChoice choose_project(const Tenancy& tenancy, std::string_view owner, std::string_view asked);
+
 struct Policy {
   Objective objective = Objective::min_energy;
   KnobPolicy knobs;
@@ -127,6 +176,7 @@ struct Policy {
   std::vector<EnergyBudget> budgets;
   std::vector<PowerCap> power_caps;
   std::vector<BatteryFloor> battery_floors;
+  Tenancy tenancy;
   /// Where it came from, for logs and GET /v1/budgets ("embedded defaults", file list).
   std::string source = "embedded defaults";
 

@@ -32,6 +32,8 @@ struct TrackedRun {
   std::string id;
   std::size_t device = 0;  ///< index into the driver's device statuses
   int priority = 0;
+  std::string owner;       ///< whose running-job quota it counts against
+  std::string project;     ///< its project; empty: none
   UnixMillis started = 0;  ///< when it was placed or started (the ledger counts its use from here)
   /// Its estimate where it runs, reserved in the ledger; nullopt: nothing was expected of it.
   std::optional<EnergyDistribution> prior;
@@ -50,6 +52,12 @@ struct RunningSample {
   std::optional<UnixMillis> started;
   std::optional<double> used_joules;  ///< nullopt: its meter could not be read (counts as 0)
   RunningJob controls;                ///< power, pause and limits now, and which limits exist
+};
+
+/// What one owner or one project has in the core now.
+struct TenantUse {
+  std::size_t queued = 0;
+  std::size_t running = 0;
 };
 
 struct CoreOptions {
@@ -127,6 +135,9 @@ class SchedulingCore {
   /// if any, is recorded (returned, for the driver to store).
   std::optional<EnergyUse> end(const std::string& id, std::optional<EnergyUse> metered);
   const TrackedRun* running(const std::string& id) const;
+  /// Queued and running jobs of one owner, or of one project (the policy's quotas count them).
+  TenantUse owner_use(const std::string& owner) const;
+  TenantUse project_use(const std::string& project) const;
   std::size_t running_count() const { return running_.size(); }
 
   /// The devices as given, with each tracked run's device expected free at its start plus its
@@ -157,6 +168,10 @@ class SchedulingCore {
     std::vector<std::string> queued_since;  ///< at the tail, in order
   };
 
+  // Counts a job's queued and running changes to its owner's and project's use.
+  void count(const std::string& owner, const std::string& project, int queued, int running);
+  RunningByTenant running_by_tenant() const;
+
   Policy policy_;
   CoreOptions options_;
   BudgetLedger ledger_;
@@ -165,6 +180,8 @@ class SchedulingCore {
   JobQueue queue_;
   std::unordered_map<std::string, PendingJob> pending_;
   std::map<std::string, TrackedRun> running_;
+  std::unordered_map<std::string, TenantUse> owner_use_;
+  std::unordered_map<std::string, TenantUse> project_use_;
   std::vector<const PendingJob*> scanned_;
   std::optional<OpenPass> open_;
   std::optional<UnixMillis> retry_at_;

@@ -1,0 +1,158 @@
+// Many people on one jouled: projects and quotas end to end, with real clients holding their own
+// tokens. One owner flooding the API is held at its quota and another still gets in; a project's
+// running quota holds its jobs with the reason, and a reload (SIGHUP) lets them run.
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "daemon_process.hpp"
+
+using joule::testing::DaemonProcess;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+// sha256("alice-token") and sha256("bob-token"), as [[auth.tokens]] keeps them.
+constexpr const char* kTokens = R"([[auth.tokens]]
+name = "alice"
+sha256 = "9c220f200955d76c0a38d308225e0ef10c5f971acaf2f8d1d8f732affa5bd1dc"
+scopes = ["submit"]
+[[auth.tokens]]
+name = "bob"
+sha256 = "97dd3707015dcf069cf73022ed7173b1165db6eff24b441cb57fd069a8c4e525"
+scopes = ["submit"]
+)";
+
+std::string tenancy(int slow_running) {
+  return "[tenancy]\nmax_queued_jobs_per_owner = 3\n\n"
+         "[[projects]]\nname = \"vision\"\nowners = [\"token:bob\"]\n\n"
+         "[[projects]]\nname = \"slow\"\nmax_running_jobs = " +
+         std::to_string(slow_running) +
+         "\n\n"
+         "[[owners]]\nname = \"token:alice\"\nmax_queued_jobs = 2\n";
+}
+
+class TenancyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (std::filesystem::temp_directory_path() / "joule-tenancy-XXXXXX").string();
+    policies_ = ::mkdtemp(pattern.data());
+    std::ofstream(policies_ / "60-tenancy.toml") << tenancy(0);
+    daemon_ = std::make_unique<DaemonProcess>(joule::testing::DaemonOptions{
+        .config_toml = "[node]\nname = \"lab1\"\n[probing]\nenabled = false\n[policy]\ndirectory = \"" +
+                       policies_.string() + "\"\n" + kTokens});
+    ASSERT_TRUE(daemon_->start()) << daemon_->log();
+  }
+  void TearDown() override {
+    daemon_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(policies_, ec);
+  }
+
+  std::pair<unsigned, json> submit_as(const std::string& token, const json& job) const {
+    auto reply = daemon_->client(token).request("POST", "/v1/jobs", job.dump());
+    if (!reply) return {0, json(reply.error().message)};
+    return {reply->status, json::parse(reply->body, nullptr, false)};
+  }
+
+  std::filesystem::path policies_;
+  std::unique_ptr<DaemonProcess> daemon_;
+};
+
+json job(const std::string& name, std::vector<std::string> argv, const std::string& project = {}) {
+  json out = {{"name", name}, {"run", {{"command", std::move(argv)}}}};
+  if (!project.empty()) out["project"] = project;
+  return out;
+}
+
+TEST_F(TenancyTest, one_owner_flooding_the_api_is_held_at_its_quota_and_another_still_submits) {
+  // Bob's job holds the only device, so everything after it queues.
+  auto [status, blocker] = submit_as("bob-token", job("blocker", {"sleep", "60"}));
+  ASSERT_EQ(status, 201u) << blocker.dump(2);
+  EXPECT_EQ(blocker["owner"], "token:bob");
+  EXPECT_TRUE(blocker["project"].is_null());
+  daemon_->wait_state(blocker["id"], {"running"});
+
+  // Alice sends 8 submissions at once: exactly her 2 are accepted, each refusal names the quota.
+  std::vector<std::future<std::pair<unsigned, json>>> flood;
+  for (int i = 0; i < 8; ++i)
+    flood.push_back(std::async(std::launch::async,
+                               [&, i] { return submit_as("alice-token", job(fmt::format("a{}", i), {"true"})); }));
+  int accepted = 0, refused = 0;
+  for (auto& answer : flood) {
+    auto [code, body] = answer.get();
+    if (code == 201) {
+      ++accepted;
+      continue;
+    }
+    ASSERT_EQ(code, 429u) << body.dump(2);
+    ++refused;
+    EXPECT_EQ(body["quota"]["kind"], "owner") << body.dump(2);
+    EXPECT_EQ(body["quota"]["name"], "token:alice");
+    EXPECT_EQ(body["quota"]["limit"], "max_queued_jobs");
+    EXPECT_EQ(body["quota"]["max"], 2);
+    EXPECT_EQ(body["quota"]["in_use"], 2);
+    EXPECT_NE(body["detail"].get<std::string>().find("owner token:alice has 2 jobs queued"), std::string::npos)
+        << body.dump(2);
+  }
+  EXPECT_EQ(accepted, 2);
+  EXPECT_EQ(refused, 6);
+  auto [listed_status, listed] = daemon_->call("GET", "/v1/jobs?state=queued");
+  ASSERT_EQ(listed_status, 200u);
+  EXPECT_EQ(listed["jobs"].size(), 2u) << "a refused submission stores nothing";
+
+  // Bob is not starved by Alice: his own quota (the default, 3) holds, not hers.
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(submit_as("bob-token", job(fmt::format("b{}", i), {"true"}, "vision")).first, 201u);
+  auto [bob_status, bob_refused] = submit_as("bob-token", job("b3", {"true"}));
+  EXPECT_EQ(bob_status, 429u);
+  EXPECT_EQ(bob_refused["quota"]["name"], "token:bob") << bob_refused.dump(2);
+  EXPECT_EQ(bob_refused["quota"]["max"], 3);
+
+  // A project Alice may not use, or none that exists: 400 at /project, nothing stored.
+  auto [not_hers, why] = submit_as("alice-token", job("x", {"true"}, "vision"));
+  EXPECT_EQ(not_hers, 400u);
+  EXPECT_EQ(why["errors"][0]["pointer"], "/project") << why.dump(2);
+  EXPECT_NE(why["detail"].get<std::string>().find("token:alice is not one of project \"vision\"'s owners"),
+            std::string::npos);
+  EXPECT_EQ(submit_as("bob-token", job("x", {"true"}, "visoin")).first, 400u);
+  EXPECT_EQ(daemon_->call("GET", "/v1/jobs?state=queued").second["jobs"].size(), 5u);
+  EXPECT_EQ(daemon_->call("DELETE", "/v1/jobs/" + blocker["id"].get<std::string>()).first, 202u);
+}
+
+TEST_F(TenancyTest, a_projects_running_quota_holds_its_jobs_with_the_reason_until_a_reload_raises_it) {
+  auto [status, held] = submit_as("bob-token", job("held", {"true"}, "slow"));
+  ASSERT_EQ(status, 201u) << held.dump(2);
+  EXPECT_EQ(held["project"], "slow");
+  const std::string id = held["id"];
+  // The device is free; the project may run none.
+  json shown;
+  for (const auto until = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < until;
+       std::this_thread::sleep_for(50ms)) {
+    shown = daemon_->call("GET", "/v1/jobs/" + id).second;
+    if (shown.contains("waiting") && shown["waiting"]["reason"] == "quota") break;
+  }
+  EXPECT_EQ(shown["state"], "queued");
+  EXPECT_EQ(shown["waiting"]["reason"], "quota") << shown.dump(2);
+  EXPECT_NE(shown["waiting"]["message"].get<std::string>().find("project slow runs 0 jobs"), std::string::npos)
+      << shown.dump(2);
+  // Another owner's job in no project runs past it.
+  const std::string other = daemon_->submit(job("other", {"true"}));
+  EXPECT_EQ(daemon_->wait_state(other, {"succeeded"})["state"], "succeeded");
+
+  std::ofstream(policies_ / "60-tenancy.toml") << tenancy(1);
+  daemon_->signal(SIGHUP);
+  EXPECT_EQ(daemon_->wait_state(id, {"succeeded"})["state"], "succeeded") << daemon_->log();
+}
+
+}  // namespace

@@ -1,0 +1,170 @@
+// Projects and quotas in the scheduling core: what each owner and project has queued and
+// running, and placement holding a job whose owner or project runs all its quota allows.
+#include <map>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "joule/schedulers/scheduling_core.hpp"
+
+namespace joule::schedulers {
+namespace {
+
+const UnixMillis kNow = parse_rfc3339("2026-11-29T10:00:00Z").value();
+
+std::vector<DeviceStatus> free_devices(std::size_t count) {
+  std::vector<DeviceStatus> devices;
+  for (std::size_t d = 0; d < count; ++d) {
+    DeviceStatus status;
+    status.ref = DeviceRef{"n1", fmt::format("sim:{}", d), {}};
+    devices.push_back(std::move(status));
+  }
+  return devices;
+}
+
+// A job of `owner` in `project` that may run on any of `devices` devices, equally dear on each.
+PendingJob job(std::string id, std::string owner, std::string project = {}, std::size_t devices = 6) {
+  PendingJob pending;
+  pending.id = std::move(id);
+  pending.owner = std::move(owner);
+  pending.project = std::move(project);
+  for (std::size_t d = 0; d < devices; ++d) pending.candidates.push_back(Candidate{d, Estimate{100, 10, 60}, {}, {}});
+  return pending;
+}
+
+Policy quotas() {
+  Policy policy;
+  policy.tenancy.owner_quota.max_running_jobs = 2;
+  policy.tenancy.owners.push_back(OwnerRule{"token:alice", "vision", Quota{std::nullopt, 1}});
+  policy.tenancy.projects.push_back(Project{"vision", {"token:alice", "token:bob"}, Quota{std::nullopt, 2}});
+  return policy;
+}
+
+std::map<std::string, WaitReason> waiting(const PassResult& pass) {
+  std::map<std::string, WaitReason> out;
+  for (const auto& [id, why] : pass.waiting) out[id] = why;
+  return out;
+}
+
+std::vector<std::string> placed(const PassResult& pass) {
+  std::vector<std::string> out;
+  for (const auto& placement : pass.placements) out.push_back(placement.job);
+  return out;
+}
+
+TEST(TenancyTest, a_job_without_a_project_gets_its_owners_default_else_the_default_project) {
+  Tenancy tenancy;
+  tenancy.default_project = "lab";
+  tenancy.projects = {Project{"lab", {}, {}}, Project{"vision", {"token:alice"}, {}}};
+  tenancy.owners = {OwnerRule{"token:alice", "vision", {}}};
+  EXPECT_EQ(choose_project(tenancy, "token:alice", "").project, "vision");
+  EXPECT_EQ(choose_project(tenancy, "uid:1000", "").project, "lab");
+  EXPECT_EQ(choose_project(tenancy, "uid:1000", "lab").error, "");
+  EXPECT_EQ(choose_project(tenancy, "uid:1000", "vision").error, "uid:1000 is not one of project \"vision\"'s owners");
+  EXPECT_EQ(choose_project(tenancy, "uid:1000", "visoin").error, "\"visoin\" is not a project; uid:1000 may use: lab");
+  EXPECT_EQ(choose_project(Tenancy{}, "uid:1000", "").project, "");
+  EXPECT_EQ(choose_project(Tenancy{}, "uid:1000", "lab").error,
+            "no projects are configured (policies.d [[projects]]), so a job may not name one; \"lab\" is not one");
+  // A default project the owner may not use is that owner's error, not a way into it.
+  tenancy.default_project = "vision";
+  EXPECT_EQ(choose_project(tenancy, "uid:1000", "").error,
+            "uid:1000 may not use the default project \"vision\": name a project it belongs to");
+}
+
+TEST(TenancyTest, the_core_counts_each_owners_and_projects_queued_and_running_jobs_through_every_change) {
+  SchedulingCore core(quotas());
+  core.enqueue(job("a1", "token:alice", "vision"), 1);
+  core.enqueue(job("a2", "token:alice", "vision"), 2);
+  core.enqueue(job("b1", "token:bob"), 3);
+  EXPECT_EQ(core.owner_use("token:alice").queued, 2u);
+  EXPECT_EQ(core.project_use("vision").queued, 2u);
+  EXPECT_EQ(core.owner_use("token:bob").queued, 1u);
+  core.dequeue("b1");  // cancelled
+  EXPECT_EQ(core.owner_use("token:bob").queued, 0u);
+  core.enqueue(job("a2", "token:alice", "vision"), 4);  // queued again under the same id: counted once
+  EXPECT_EQ(core.owner_use("token:alice").queued, 2u);
+
+  const PassResult pass = core.place(kNow, free_devices(6));
+  EXPECT_EQ(placed(pass), (std::vector<std::string>{"a1"}));
+  EXPECT_EQ(core.owner_use("token:alice").queued, 1u);
+  EXPECT_EQ(core.owner_use("token:alice").running, 1u);
+  EXPECT_EQ(core.project_use("vision").running, 1u);
+
+  // A run the core did not place (recovered at start, reported by an agent) counts too.
+  TrackedRun adopted;
+  adopted.id = "b2";
+  adopted.owner = "token:bob";
+  adopted.project = "vision";
+  core.track_run(adopted, DeviceRef{"n1", "sim:2", {}});
+  EXPECT_EQ(core.project_use("vision").running, 2u);
+  core.end("a1", std::nullopt);
+  core.end("b2", std::nullopt);
+  core.end("b2", std::nullopt);  // twice: nothing more
+  EXPECT_EQ(core.owner_use("token:alice").running, 0u);
+  EXPECT_EQ(core.project_use("vision").running, 0u);
+  EXPECT_EQ(core.owner_use("token:bob").running, 0u);
+  // A running job queued again (its node was lost) is queued, not running.
+  const PassResult again = core.place(kNow + 1000, free_devices(6));
+  EXPECT_EQ(placed(again), (std::vector<std::string>{"a2"}));
+  core.enqueue(job("a2", "token:alice", "vision"), 5);
+  EXPECT_EQ(core.owner_use("token:alice").running, 0u);
+  EXPECT_EQ(core.owner_use("token:alice").queued, 1u);
+}
+
+TEST(TenancyTest, a_job_whose_owner_or_project_runs_its_quota_waits_and_others_run_past_it) {
+  SchedulingCore core(quotas(), 0, CoreOptions{.continue_within_ms = 0});
+  core.enqueue(job("a1", "token:alice", "vision"), 1);
+  core.enqueue(job("a2", "token:alice", "vision"), 2);  // alice may run 1
+  core.enqueue(job("b1", "token:bob", "vision"), 3);
+  core.enqueue(job("b2", "token:bob", "vision"), 4);  // vision may run 2
+  core.enqueue(job("c1", "uid:1000"), 5);
+  core.enqueue(job("c2", "uid:1000"), 6);
+  core.enqueue(job("c3", "uid:1000"), 7);  // every other owner may run 2
+  PassResult pass = core.place(kNow, free_devices(6));
+  EXPECT_EQ(placed(pass), (std::vector<std::string>{"a1", "b1", "c1", "c2"}));
+  auto why = waiting(pass);
+  ASSERT_TRUE(why.contains("a2"));
+  EXPECT_EQ(why["a2"].kind, WaitReason::Kind::quota);
+  EXPECT_EQ(why["a2"].rule, "owner token:alice");
+  EXPECT_EQ(why["a2"].message, "owner token:alice runs 1 job, as many as its quota allows (max_running_jobs = 1)");
+  EXPECT_EQ(why["a2"].limit, 1.0);
+  EXPECT_EQ(why["b2"].rule, "project vision");
+  EXPECT_EQ(why["c3"].message, "owner uid:1000 runs 2 jobs, as many as its quota allows (max_running_jobs = 2)");
+  EXPECT_EQ(to_string(why["c3"].kind), "quota");
+
+  // Alice's job ends: her next one runs; the project is full again.
+  core.end("a1", std::nullopt);
+  auto devices = free_devices(6);
+  for (std::size_t d : {1, 2, 3}) devices[d].busy = true;
+  pass = core.place(kNow + 1000, devices);
+  EXPECT_EQ(placed(pass), (std::vector<std::string>{"a2"}));
+  EXPECT_EQ(waiting(pass)["b2"].rule, "project vision");
+
+  // A reload without quotas lets the rest run.
+  core.set_policy(Policy{});
+  devices[0].busy = true;
+  pass = core.place(kNow + 2000, devices);
+  EXPECT_EQ(placed(pass), (std::vector<std::string>{"b2", "c3"}));
+}
+
+TEST(TenancyTest, submissions_that_continue_a_pass_count_the_jobs_it_placed) {
+  SchedulingCore core(quotas());  // continued passes on
+  core.enqueue(job("c1", "uid:1000"), 1);
+  PassResult pass = core.place(kNow, free_devices(6));
+  EXPECT_EQ(placed(pass), (std::vector<std::string>{"c1"}));
+  auto devices = free_devices(6);
+  devices[0].busy = true;  // as the driver now tells it
+  core.enqueue(job("c2", "uid:1000"), 2);
+  pass = core.place(kNow + 10, devices);
+  EXPECT_TRUE(pass.continued);
+  EXPECT_EQ(placed(pass), (std::vector<std::string>{"c2"}));
+  devices[1].busy = true;
+  core.enqueue(job("c3", "uid:1000"), 3);
+  pass = core.place(kNow + 20, devices);
+  EXPECT_TRUE(pass.continued);
+  EXPECT_TRUE(pass.placements.empty());
+  EXPECT_EQ(waiting(pass)["c3"].kind, WaitReason::Kind::quota);
+}
+
+}  // namespace
+}  // namespace joule::schedulers
