@@ -11,7 +11,7 @@ namespace joule::adapters {
 namespace {
 
 // Each entry moves the schema from version i to i + 1. Never edit a released entry: add one.
-constexpr std::array<const char*, 9> kMigrations = {
+constexpr std::array<const char*, 10> kMigrations = {
     R"sql(
 CREATE TABLE jobs (
   id              TEXT PRIMARY KEY,
@@ -140,25 +140,35 @@ ALTER TABLE jobs ADD COLUMN carbon_grams REAL;
 ALTER TABLE jobs ADD COLUMN carbon_intensity REAL;
 ALTER TABLE jobs ADD COLUMN carbon_signal TEXT NOT NULL DEFAULT '';
 )sql",
+    // The project a job is accounted to (issue 35; older rows from their spec, where it named
+    // one) and its estimate on the device it ran on, for usage reports without parsing either.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN project TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN estimated_joules REAL;
+UPDATE jobs SET project = json_extract(spec, '$.project')
+  WHERE json_valid(spec) AND json_type(spec, '$.project') = 'text';
+)sql",
 };
 
 constexpr const char* kInsertJob =
     "INSERT INTO jobs (id, sequence, name, spec, state, priority, device, submitted_ms, started_ms,"
     " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate,"
-    " token_sha256, epoch, origin, owner, owner_uid, energy_partial, carbon_grams, carbon_intensity, carbon_signal)"
+    " token_sha256, epoch, origin, owner, owner_uid, energy_partial, carbon_grams, carbon_intensity, carbon_signal,"
+    " project, estimated_joules)"
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23,"
-    " ?24, ?25, ?26, ?27)";
+    " ?24, ?25, ?26, ?27, ?28, ?29)";
 constexpr const char* kUpdateJob =
     "UPDATE jobs SET sequence = ?2, name = ?3, spec = ?4, state = ?5, priority = ?6, device = ?7,"
     " submitted_ms = ?8, started_ms = ?9, finished_ms = ?10, exit_code = ?11, reason = ?12,"
     " energy_joules = ?13, energy_source = ?14, pid = ?15, pid_start_ticks = ?16, boot_id = ?17,"
     " estimate = ?18, token_sha256 = ?19, epoch = ?20, origin = ?21, owner = ?22, owner_uid = ?23,"
-    " energy_partial = ?24, carbon_grams = ?25, carbon_intensity = ?26, carbon_signal = ?27"
-    " WHERE id = ?1";
+    " energy_partial = ?24, carbon_grams = ?25, carbon_intensity = ?26, carbon_signal = ?27, project = ?28,"
+    " estimated_joules = ?29 WHERE id = ?1";
 #define JOULE_JOB_COLUMNS                                                                                        \
   "SELECT id, sequence, name, spec, state, priority, device, submitted_ms, started_ms, finished_ms, exit_code,"  \
   " reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate, token_sha256, epoch, origin," \
-  " owner, owner_uid, energy_partial, carbon_grams, carbon_intensity, carbon_signal FROM jobs "
+  " owner, owner_uid, energy_partial, carbon_grams, carbon_intensity, carbon_signal, project, estimated_joules"  \
+  " FROM jobs "
 constexpr const char* kSelectJobs = JOULE_JOB_COLUMNS "ORDER BY sequence";
 // Every job not finished (by state, through the index: a scan of a million finished rows
 // would read them all), then the latest finished ones of each finished state, in submission
@@ -182,6 +192,33 @@ constexpr const char* kLatestSucceededJobs = JOULE_JOB_COLUMNS
     "WHERE state = 'succeeded' AND energy_joules IS NOT NULL ORDER BY finished_ms DESC, sequence DESC LIMIT ?1 OFFSET "
     "?2";
 #undef JOULE_JOB_COLUMNS
+// Usage reports (GET /v1/usage): finished jobs that ran, by when they ended, through the
+// (state, finished_ms) index, summed per group and energy source. ?3: only one owner's (NULL:
+// everyone's); ?4: the node of a device named without one.
+#define JOULE_USAGE_BY(key)                                                                         \
+  "SELECT " key                                                                                     \
+  ", energy_source, COUNT(*), TOTAL(energy_joules),"                                                \
+  " TOTAL(MAX(0, finished_ms - started_ms)) / 1000.0, COUNT(CASE WHEN " JOULE_COMPARED              \
+  " THEN 1 END),"                                                                                   \
+  " TOTAL(CASE WHEN " JOULE_COMPARED                                                                \
+  " THEN estimated_joules END),"                                                                    \
+  " TOTAL(CASE WHEN " JOULE_COMPARED                                                                \
+  " THEN energy_joules END),"                                                                       \
+  " TOTAL(CASE WHEN " JOULE_COMPARED                                                                \
+  " THEN ABS(estimated_joules - energy_joules) / energy_joules END),"                               \
+  " COUNT(carbon_grams), TOTAL(carbon_grams)"                                                       \
+  " FROM jobs INDEXED BY jobs_by_state_and_finish"                                                  \
+  " WHERE state IN ('succeeded', 'failed', 'cancelled') AND finished_ms >= ?1 AND finished_ms < ?2" \
+  " AND started_ms IS NOT NULL AND (?3 IS NULL OR owner = ?3)"                                      \
+  " GROUP BY 1, 2 ORDER BY 1, 2"
+// A job whose estimate can be held against what it used: both known, a whole run.
+#define JOULE_COMPARED "estimated_joules IS NOT NULL AND energy_joules > 0 AND energy_partial = 0"
+constexpr std::array<const char*, 5> kUsageBy = {
+    JOULE_USAGE_BY("owner"), JOULE_USAGE_BY("project"), JOULE_USAGE_BY("device"),
+    JOULE_USAGE_BY("CASE WHEN instr(device, '/') > 0 THEN substr(device, 1, instr(device, '/') - 1) ELSE ?4 END"),
+    JOULE_USAGE_BY("strftime('%Y-%m-%d', finished_ms / 1000, 'unixepoch')")};
+#undef JOULE_COMPARED
+#undef JOULE_USAGE_BY
 constexpr const char* kCountJobsByState = "SELECT state, jobs FROM job_counts WHERE jobs != 0";
 constexpr const char* kMaxJobSequence = "SELECT COALESCE(MAX(sequence), 0) FROM jobs";
 constexpr const char* kOldFinishedJobs =
@@ -262,6 +299,8 @@ void bind_job(sqlite3_stmt* stmt, const StoredJob& job) {
   bind_optional(stmt, 25, job.carbon_grams);
   bind_optional(stmt, 26, job.carbon_intensity);
   bind_text(stmt, 27, job.carbon_signal);
+  bind_text(stmt, 28, job.project);
+  bind_optional(stmt, 29, job.estimated_joules);
 }
 
 std::string column_text(sqlite3_stmt* stmt, int column) {
@@ -463,6 +502,8 @@ StoredJob read_job(sqlite3_stmt* stmt) {
   job.carbon_grams = column_optional<double>(stmt, 24);
   job.carbon_intensity = column_optional<double>(stmt, 25);
   job.carbon_signal = column_text(stmt, 26);
+  job.project = column_text(stmt, 27);
+  job.estimated_joules = column_optional<double>(stmt, 28);
   return job;
 }
 
@@ -544,6 +585,37 @@ Result<std::vector<StoredJob>> Database::latest_succeeded_jobs(std::size_t limit
         sqlite3_bind_int64(stmt, 2, static_cast<sqlite3_int64>(offset));
       },
       "reading finished jobs");
+}
+
+Result<std::vector<UsageRow>> Database::usage(const UsageQuery& query) {
+  std::vector<UsageRow> rows;
+  const auto bind = [&](sqlite3_stmt* stmt) {
+    sqlite3_bind_int64(stmt, 1, query.from_ms);
+    sqlite3_bind_int64(stmt, 2, query.to_ms);
+    if (query.owner)
+      bind_text(stmt, 3, *query.owner);
+    else
+      sqlite3_bind_null(stmt, 3);
+    if (query.group_by == UsageQuery::GroupBy::node) bind_text(stmt, 4, query.local_node);
+  };
+  const auto read = [&](sqlite3_stmt* stmt) {
+    UsageRow row;
+    row.group = column_text(stmt, 0);
+    row.source = column_text(stmt, 1);
+    row.jobs = sqlite3_column_int64(stmt, 2);
+    row.joules = sqlite3_column_double(stmt, 3);
+    row.device_seconds = sqlite3_column_double(stmt, 4);
+    row.compared_jobs = sqlite3_column_int64(stmt, 5);
+    row.compared_estimated_joules = sqlite3_column_double(stmt, 6);
+    row.compared_joules = sqlite3_column_double(stmt, 7);
+    row.compared_relative_error_sum = sqlite3_column_double(stmt, 8);
+    row.carbon_jobs = sqlite3_column_int64(stmt, 9);
+    row.carbon_grams = sqlite3_column_double(stmt, 10);
+    rows.push_back(std::move(row));
+  };
+  const char* sql = kUsageBy[static_cast<std::size_t>(query.group_by)];
+  if (auto s = each_row(sql, bind, read, "summing usage"); !s) return s.error();
+  return rows;
 }
 
 Result<std::map<std::string, std::int64_t>> Database::count_jobs_by_state() {

@@ -5,15 +5,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <thread>
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
@@ -138,6 +141,68 @@ void print_signals(const json& carbon) {
   if (!carbon["last_error"].is_null())
     fmt::print("last error ({} failed loads): {} at {}\n", carbon["failures"].get<int>(),
                carbon["last_error"].get<std::string>(), text_or(carbon["last_error_at"]));
+}
+
+// A query value with everything but unreserved characters and ':' percent-encoded (a "+01:00"
+// offset would otherwise read back as a space).
+std::string query_value(const std::string& text) {
+  std::string out;
+  for (const unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == ':')
+      out += static_cast<char>(c);
+    else
+      out += fmt::format("%{:02X}", c);
+  }
+  return out;
+}
+
+// GET /v1/usage as a table (or CSV): per group its jobs, device-hours, measured joules, joules by
+// source, the estimates' mean error and grams of CO2e.
+void print_usage(const json& report, bool csv) {
+  const std::string group_by = report["group_by"].get<std::string>();
+  auto sources = [](const json& row) {
+    std::string text;
+    for (const auto& [source, joules] : row["joules"]["by_source"].items())
+      text += fmt::format("{}{} {}", text.empty() ? "" : ", ", source, joules_text(joules.get<double>()));
+    return text.empty() ? std::string("-") : text;
+  };
+  auto error = [](const json& row) {
+    return row["estimate"].is_null()
+               ? std::string("-")
+               : fmt::format("{:.1f}% ({} jobs)", 100.0 * row["estimate"]["mean_abs_error"].get<double>(),
+                             row["estimate"]["jobs"].get<long long>());
+  };
+  if (csv) {
+    fmt::print(
+        "{},jobs,device_hours,measured_joules,joules_by_source,estimated_jobs,estimate_mean_abs_error,grams_co2e\n",
+        group_by);
+    for (const auto& row : report["rows"]) {
+      std::string by_source;
+      for (const auto& [source, joules] : row["joules"]["by_source"].items())
+        by_source += fmt::format("{}{}={}", by_source.empty() ? "" : ";", source, joules.get<double>());
+      fmt::print("{},{},{:.6f},{},{},{},{},{}\n", text_or(row[group_by]), row["jobs"].get<long long>(),
+                 row["device_hours"].get<double>(), row["joules"]["measured"].get<double>(), by_source,
+                 row["estimate"].is_null() ? 0 : row["estimate"]["jobs"].get<long long>(),
+                 row["estimate"].is_null() ? std::string()
+                                           : fmt::format("{}", row["estimate"]["mean_abs_error"].get<double>()),
+                 row["carbon"].is_null() ? std::string() : fmt::format("{}", row["carbon"]["grams"].get<double>()));
+    }
+    return;
+  }
+  fmt::print("jobs that ended from {} to {}{}\n", report["from"].get<std::string>(), report["to"].get<std::string>(),
+             report["owner"].is_null() ? "" : ", of " + report["owner"].get<std::string>());
+  if (report["rows"].empty()) {
+    fmt::print("none\n");
+    return;
+  }
+  fmt::print("{:<24}  {:>6}  {:>9}  {:>10}  {:<30}  {:<20}  {}\n", "GROUP (" + group_by + ")", "JOBS", "DEV-HOURS",
+             "MEASURED", "JOULES BY SOURCE", "ESTIMATE ERROR", "CO2E");
+  for (const auto& row : report["rows"])
+    fmt::print(
+        "{:<24}  {:>6}  {:>9.2f}  {:>10}  {:<30}  {:<20}  {}\n", text_or(row[group_by]), row["jobs"].get<long long>(),
+        row["device_hours"].get<double>(), joules_text(row["joules"]["measured"].get<double>()), sources(row),
+        error(row),
+        row["carbon"].is_null() ? std::string("-") : fmt::format("{:.1f} g", row["carbon"]["grams"].get<double>()));
 }
 
 void print_budgets(const json& view) {
@@ -608,6 +673,18 @@ int main(int argc, char** argv) {
   auto* probes = app.add_subcommand("probes", "list probe runs (background, requested, re-probes)");
   auto* nodes = app.add_subcommand("nodes", "the cluster's nodes: state, last heartbeat, devices, power and budgets");
   auto* budgets = app.add_subcommand("budgets", "energy budgets, power caps and battery floors: limit, spent, reserved, remaining");
+  auto* usage_cmd = app.add_subcommand(
+      "usage", "what finished jobs used, per owner, project, device, node or day (your own jobs unless admin)");
+  std::string usage_from, usage_to, usage_group = "owner", usage_owner;
+  bool usage_csv = false;
+  usage_cmd->add_option("--from", usage_from, "jobs that ended from then (RFC 3339; default: this month's start, UTC)")
+      ->type_name("TIME");
+  usage_cmd->add_option("--to", usage_to, "up to then (RFC 3339; default: now)")->type_name("TIME");
+  usage_cmd->add_option("--group-by", usage_group, "owner (default), project, device, node or day")
+      ->check(CLI::IsMember({"owner", "project", "device", "node", "day"}))
+      ->type_name("GROUP");
+  usage_cmd->add_option("--owner", usage_owner, "only this owner's jobs (admins)")->type_name("OWNER");
+  usage_cmd->add_flag("--csv", usage_csv, "comma-separated values, one row per group");
   auto* signals = app.add_subcommand("signals", "the carbon-intensity signal in force ([carbon]) and its last load");
   auto* token_cmd = app.add_subcommand("token", "API tokens");
   token_cmd->require_subcommand(1);
@@ -700,6 +777,23 @@ int main(int argc, char** argv) {
         fmt::print("{}\n", listed.dump(2));
       else
         print_jobs_table(listed["jobs"]);
+      return 0;
+    }
+    if (usage_cmd->parsed()) {
+      const auto now = std::chrono::system_clock::now();
+      const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+      std::tm utc{};
+      ::gmtime_r(&seconds, &utc);
+      if (usage_to.empty()) usage_to = fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", utc);
+      if (usage_from.empty()) usage_from = fmt::format("{:04}-{:02}-01T00:00:00Z", utc.tm_year + 1900, utc.tm_mon + 1);
+      std::string target = fmt::format("/v1/usage?from={}&to={}&group_by={}", query_value(usage_from),
+                                       query_value(usage_to), usage_group);
+      if (!usage_owner.empty()) target += "&owner=" + query_value(usage_owner);
+      json report = expect_json(client.request("GET", target));
+      if (as_json)
+        fmt::print("{}\n", report.dump(2));
+      else
+        print_usage(report, usage_csv);
       return 0;
     }
     if (budgets->parsed()) {

@@ -503,6 +503,19 @@ class LiveApiTest(unittest.TestCase):
         self.assertEqual(signals["carbon"]["state"], "constant")
         self.assertEqual(signals["carbon"]["value_now"], 300)
 
+        now = datetime.datetime.now(datetime.timezone.utc)
+        stamp = lambda t: t.strftime("%Y-%m-%dT%H:%M:%SZ")
+        span = f"from={stamp(now - datetime.timedelta(days=1))}&to={stamp(now + datetime.timedelta(hours=1))}"
+        usage = self.call(self.node, "GET", f"/v1/usage?{span}&group_by=day", "/v1/usage", 200,
+                          token=TOKENS["reader"]).json
+        self.assertEqual(usage["group_by"], "day")
+        for query, parameter in ((f"from={stamp(now)}", "to"), (f"{span}&group_by=week", "group_by")):
+            answer = self.call(self.node, "GET", f"/v1/usage?{query}", "/v1/usage", 400, token=TOKENS["reader"])
+            self.assert_problem(answer, parameter=parameter)
+        usage_path = f"/v1/usage?{span}"
+        self.call(self.node, "GET", usage_path, "/v1/usage", 401, token=BAD_TOKEN)
+        self.call(self.node, "GET", usage_path, "/v1/usage", 403, token=TOKENS["nobody"])
+
         for path in ("/v1/devices", "/v1/budgets", "/v1/nodes", "/v1/signals"):
             answer = self.call(self.node, "GET", path, path, 401, token=BAD_TOKEN)
             self.assertEqual(answer.header("WWW-Authenticate"), 'Bearer realm="jouled"')

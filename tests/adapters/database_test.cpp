@@ -210,8 +210,8 @@ TEST(DatabaseTest, a_partial_energy_flag_is_stored_and_older_files_get_it_from_t
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open((dir / "jouled.db").c_str(), &raw), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE jobs DROP COLUMN energy_partial", nullptr, nullptr, nullptr), SQLITE_OK);
-  // Nor the columns of later schemas (9: carbon).
-  for (const char* later : {"carbon_grams", "carbon_intensity", "carbon_signal"})
+  // Nor the columns of later schemas (9: carbon; 10: project and estimate).
+  for (const char* later : {"carbon_grams", "carbon_intensity", "carbon_signal", "project", "estimated_joules"})
     ASSERT_EQ(
         sqlite3_exec(raw, (std::string("ALTER TABLE jobs DROP COLUMN ") + later).c_str(), nullptr, nullptr, nullptr),
         SQLITE_OK);
@@ -304,4 +304,86 @@ TEST(DatabaseTest, a_reader_refuses_a_file_not_yet_migrated) {
   auto reader = Database::open_reader(dir / "old.db");
   ASSERT_FALSE(reader);
   EXPECT_NE(reader.error().message.find("schema version 3"), std::string::npos) << reader.error().message;
+}
+
+TEST(DatabaseTest, usage_sums_the_finished_jobs_that_ran_in_the_range_per_group_and_source) {
+  TempDir dir;
+  auto db = Database::open(dir / "jouled.db");
+  ASSERT_TRUE(db) << db.error().message;
+  constexpr std::int64_t kDay = 86'400'000;
+  const std::int64_t day0 = 20'000 * kDay;  // 2024-10-04T00:00:00Z
+  auto finished = [&](const std::string& id, std::int64_t sequence, const std::string& owner,
+                      const std::string& project, const std::string& device, std::int64_t end, double joules,
+                      const std::string& source) {
+    StoredJob job = sample_job(id, sequence);
+    job.state = "succeeded";
+    job.owner = owner;
+    job.project = project;
+    job.device = device;
+    job.started_ms = end - 3'600'000;  // an hour each
+    job.finished_ms = end;
+    job.energy_joules = joules;
+    job.energy_source = source;
+    return job;
+  };
+  std::vector<StoredJob> jobs = {
+      finished("a1", 1, "token:alice", "vision", "cpu", day0 + 1000, 100.0, "rapl"),
+      finished("a2", 2, "token:alice", "vision", "lab2/cuda:0", day0 + kDay + 1000, 300.0, "nvml"),
+      finished("b1", 3, "token:bob", "", "cpu", day0 + 2000, 50.0, "modelled"),
+      finished("late", 4, "token:bob", "", "cpu", day0 + 3 * kDay, 70.0, "rapl"),  // after `to`
+  };
+  jobs[0].estimated_joules = 110.0;  // 10 % over
+  jobs[1].estimated_joules = 240.0;  // 20 % under
+  jobs[1].carbon_grams = 12.5;
+  StoredJob queued = sample_job("queued", 5);  // not finished: not counted
+  queued.owner = "token:alice";
+  StoredJob never_ran = sample_job("cancelled", 6);  // cancelled while queued: it used nothing
+  never_ran.state = "cancelled";
+  never_ran.owner = "token:alice";
+  never_ran.finished_ms = day0 + 5000;
+  jobs.push_back(queued);
+  jobs.push_back(never_ran);
+  for (const auto& job : jobs) ASSERT_TRUE((*db)->insert_job(job));
+
+  joule::adapters::UsageQuery query;
+  query.from_ms = day0;
+  query.to_ms = day0 + 2 * kDay;
+  query.local_node = "lab1";
+  auto by_owner = (*db)->usage(query);
+  ASSERT_TRUE(by_owner) << by_owner.error().message;
+  ASSERT_EQ(by_owner->size(), 3u);  // alice: nvml and rapl; bob: modelled
+  const auto& alice_nvml = (*by_owner)[0];
+  EXPECT_EQ(alice_nvml.group, "token:alice");
+  EXPECT_EQ(alice_nvml.source, "nvml");
+  EXPECT_EQ(alice_nvml.jobs, 1);
+  EXPECT_DOUBLE_EQ(alice_nvml.joules, 300.0);
+  EXPECT_DOUBLE_EQ(alice_nvml.device_seconds, 3600.0);
+  EXPECT_EQ(alice_nvml.compared_jobs, 1);
+  EXPECT_DOUBLE_EQ(alice_nvml.compared_relative_error_sum, 0.2);
+  EXPECT_EQ(alice_nvml.carbon_jobs, 1);
+  EXPECT_DOUBLE_EQ(alice_nvml.carbon_grams, 12.5);
+  EXPECT_EQ((*by_owner)[1].source, "rapl");
+  EXPECT_NEAR((*by_owner)[1].compared_relative_error_sum, 0.1, 1e-12);
+  EXPECT_EQ((*by_owner)[2].group, "token:bob");
+  EXPECT_EQ((*by_owner)[2].compared_jobs, 0);
+
+  query.group_by = joule::adapters::UsageQuery::GroupBy::node;
+  auto by_node = (*db)->usage(query);
+  ASSERT_TRUE(by_node);
+  ASSERT_EQ(by_node->size(), 3u);
+  EXPECT_EQ((*by_node)[0].group, "lab1");  // "cpu": this node's
+  EXPECT_EQ((*by_node)[2].group, "lab2");
+  query.group_by = joule::adapters::UsageQuery::GroupBy::day;
+  auto by_day = (*db)->usage(query);
+  ASSERT_TRUE(by_day);
+  ASSERT_EQ(by_day->size(), 3u);
+  EXPECT_EQ((*by_day)[0].group, "2024-10-04");
+  EXPECT_EQ((*by_day)[2].group, "2024-10-05");
+  query.group_by = joule::adapters::UsageQuery::GroupBy::project;
+  query.owner = "token:bob";
+  auto bobs = (*db)->usage(query);
+  ASSERT_TRUE(bobs);
+  ASSERT_EQ(bobs->size(), 1u);
+  EXPECT_EQ((*bobs)[0].group, "");
+  EXPECT_DOUBLE_EQ((*bobs)[0].joules, 50.0);
 }

@@ -6,11 +6,13 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <thread>
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -153,6 +155,70 @@ TEST_F(TenancyTest, a_projects_running_quota_holds_its_jobs_with_the_reason_unti
   std::ofstream(policies_ / "60-tenancy.toml") << tenancy(1);
   daemon_->signal(SIGHUP);
   EXPECT_EQ(daemon_->wait_state(id, {"succeeded"})["state"], "succeeded") << daemon_->log();
+}
+
+// An RFC 3339 time `offset` from now, for a usage report's range.
+std::string utc_from_now(std::chrono::seconds offset) {
+  const std::time_t at = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now() + offset);
+  std::tm utc{};
+  ::gmtime_r(&at, &utc);
+  return fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", utc);
+}
+
+TEST_F(TenancyTest, usage_reports_each_owners_and_projects_jobs_and_an_owner_sees_only_their_own) {
+  std::vector<std::string> ids;
+  for (const auto& [token, project] :
+       {std::pair{"alice-token", ""}, std::pair{"bob-token", "vision"}, std::pair{"bob-token", "vision"}}) {
+    auto [status, accepted] = submit_as(token, job("u", {"true"}, project));
+    ASSERT_EQ(status, 201u) << accepted.dump(2);
+    ids.push_back(accepted["id"]);
+  }
+  for (const auto& id : ids) ASSERT_EQ(daemon_->wait_state(id, {"succeeded"})["state"], "succeeded");
+  const std::string range = "from=" + utc_from_now(-3600s) + "&to=" + utc_from_now(3600s);
+
+  // An admin (jouled's own user, over loopback) sees everyone's.
+  auto [status, report] = daemon_->call("GET", "/v1/usage?" + range);
+  ASSERT_EQ(status, 200u) << report.dump(2);
+  EXPECT_EQ(report["group_by"], "owner");
+  EXPECT_TRUE(report["owner"].is_null());
+  ASSERT_EQ(report["rows"].size(), 2u) << report.dump(2);
+  EXPECT_EQ(report["rows"][0]["owner"], "token:alice");
+  EXPECT_EQ(report["rows"][0]["jobs"], 1);
+  EXPECT_EQ(report["rows"][1]["owner"], "token:bob");
+  EXPECT_EQ(report["rows"][1]["jobs"], 2);
+  // This VM has no meter: the joules are the model's, by source, and none is counted as measured.
+  EXPECT_EQ(report["rows"][1]["joules"]["measured"], 0.0);
+  EXPECT_TRUE(report["rows"][1]["joules"]["by_source"].contains("modelled")) << report.dump(2);
+  EXPECT_GT(report["rows"][1]["device_hours"].get<double>(), 0.0);
+
+  auto [by_project_status, by_project] = daemon_->call("GET", "/v1/usage?" + range + "&group_by=project");
+  ASSERT_EQ(by_project_status, 200u);
+  ASSERT_EQ(by_project["rows"].size(), 2u) << by_project.dump(2);
+  EXPECT_TRUE(by_project["rows"][0]["project"].is_null());  // Alice's job, in none
+  EXPECT_EQ(by_project["rows"][1]["project"], "vision");
+
+  // Alice sees her own row alone, and may not ask for Bob's.
+  auto own = daemon_->client("alice-token").request("GET", "/v1/usage?" + range);
+  ASSERT_TRUE(own);
+  ASSERT_EQ(own->status, 200u) << own->body;
+  const json mine = json::parse(own->body);
+  EXPECT_EQ(mine["owner"], "token:alice");
+  ASSERT_EQ(mine["rows"].size(), 1u);
+  EXPECT_EQ(mine["rows"][0]["owner"], "token:alice");
+  auto other = daemon_->client("alice-token").request("GET", "/v1/usage?" + range + "&owner=token:bob");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 400u) << other->body;
+
+  // Bad input names the parameter.
+  for (const auto& [query, parameter] :
+       {std::pair{"from=" + utc_from_now(0s), std::string("to")},
+        std::pair{"from=" + utc_from_now(0s) + "&to=" + utc_from_now(-60s), std::string("to")},
+        std::pair{"from=yesterday&to=" + utc_from_now(0s), std::string("from")},
+        std::pair{range + "&group_by=week", std::string("group_by")}}) {
+    auto [bad_status, bad] = daemon_->call("GET", "/v1/usage?" + query);
+    EXPECT_EQ(bad_status, 400u) << query;
+    EXPECT_EQ(bad["errors"][0]["parameter"], parameter) << bad.dump(2);
+  }
 }
 
 }  // namespace

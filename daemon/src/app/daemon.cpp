@@ -101,8 +101,9 @@ Daemon::Daemon(const CommandLine& command_line, config::DaemonConfig config)
                     AgentOptions{node_name_, config_.cluster.coordinator, read_token_file(config_.cluster.token_file),
                                  config_.cluster.ca_file, JOULE_VERSION, config_.cluster.lost_after_seconds},
                     clock_)),
+      usage_(io_, config_.state_directory / "jouled.db", node_name_),
       api_(ApiServices{jobs_, metrics_, devices_, &estimates_, &probes_, coordinator_.get(), agent_.get(), slurm_.get(),
-                       &signals_}),
+                       &signals_, &usage_}),
       server_(
           io_,
           [this](HttpRequest&& request, const HttpPeer& peer, Reply reply) {

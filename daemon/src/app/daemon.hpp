@@ -105,6 +105,7 @@ class Daemon {
   std::unique_ptr<SlurmExecutor> slurm_;
   std::unique_ptr<ClusterCoordinator> coordinator_;
   std::unique_ptr<ClusterAgent> agent_;
+  UsageReports usage_;
   Api api_;
   HttpServer server_;
   std::string address_;  // where it listens, host:port

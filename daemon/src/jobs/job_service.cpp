@@ -451,6 +451,7 @@ void JobService::accept(schedulers::JobSpec spec, Submitter submitter, Done done
   job->row.submitted_ms = now_ms();
   job->row.owner = std::move(submitter.name);
   job->row.owner_uid = submitter.uid;
+  job->row.project = spec.project;
   job->spec = std::move(spec);
   if (estimator_ && job->spec.model && job->spec.training) set_estimates(*job, estimator_->estimate_job(job->spec));
   if (auto never = core().never_fits(now_ms(), device_statuses(), pending_job(*job))) {

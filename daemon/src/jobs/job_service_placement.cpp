@@ -268,6 +268,9 @@ void JobService::place(Job& job, Device& device, const std::string& note) {
   if (listener_) listener_->placing_on(device.name);
   device.job = job.row.id;
   job.row.device = device.name;
+  // What placement weighed it by there, kept for usage reports' estimate error.
+  const auto estimate = estimate_for(job, device.name);
+  job.row.estimated_joules = estimate ? std::optional(estimate->joules_mean) : std::nullopt;
   Executor& executor = executor_for(device);
   const std::string run = executor.prepare(job, device);
   // The placement is committed before anything runs it: a crash in between leaves a "placed"

@@ -61,6 +61,38 @@ struct StoredJob {
   std::optional<double> carbon_grams;
   std::optional<double> carbon_intensity;
   std::string carbon_signal;
+  std::string project;  ///< the project it is accounted to ("" for none)
+  /// Its estimate on the device it was placed on (the figure placement weighed), for usage
+  /// reports' estimate error; nullopt where it had none.
+  std::optional<double> estimated_joules;
+};
+
+/// A usage report's question: the finished jobs that ran and ended in [from_ms, to_ms).
+struct UsageQuery {
+  enum class GroupBy { owner, project, device, node, day };  ///< day: of the end, in UTC
+  std::int64_t from_ms = 0;
+  std::int64_t to_ms = 0;
+  GroupBy group_by = GroupBy::owner;
+  std::optional<std::string> owner;  ///< only this owner's jobs; nullopt: everyone's
+  std::string local_node;            ///< the node of a device named without "node/"
+};
+
+/// One group's jobs with one energy source (a group has a row per source its jobs' energy came
+/// from; "" for jobs without energy).
+struct UsageRow {
+  std::string group;
+  std::string source;
+  std::int64_t jobs = 0;
+  double joules = 0.0;
+  double device_seconds = 0.0;  ///< summed run times
+  /// Jobs whose estimate on their device and whole-run energy are both known; their estimates,
+  /// their energy and Σ |estimate − energy| / energy.
+  std::int64_t compared_jobs = 0;
+  double compared_estimated_joules = 0.0;
+  double compared_joules = 0.0;
+  double compared_relative_error_sum = 0.0;
+  std::int64_t carbon_jobs = 0;  ///< jobs with grams of CO2e, and their grams
+  double carbon_grams = 0.0;
 };
 
 /// One entry of the budget ledger: metered energy of a job or probe on one device.
@@ -171,6 +203,8 @@ class Database {
   /// How many jobs each stored state holds (unknown states too: bad rows), as triggers keep
   /// them: seven rows read, not the jobs counted.
   Result<std::map<std::string, std::int64_t>> count_jobs_by_state();
+  /// Finished jobs' use summed per group and energy source (UsageQuery), by one indexed query.
+  Result<std::vector<UsageRow>> usage(const UsageQuery& query);
   /// Deletes finished jobs that ended before `before_ms` (at most `limit`), with their events;
   /// returns each one's id and state.
   Result<std::vector<std::pair<std::string, std::string>>> forget_finished_jobs(std::int64_t before_ms,

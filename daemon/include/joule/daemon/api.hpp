@@ -22,6 +22,7 @@
 #include "joule/daemon/probe_service.hpp"
 #include "joule/daemon/signal_service.hpp"
 #include "joule/daemon/slurm_executor.hpp"
+#include "joule/daemon/usage_reports.hpp"
 
 namespace joule::daemon {
 
@@ -51,6 +52,8 @@ struct ApiServices {
   const SlurmExecutor* slurm = nullptr;
   /// GET /v1/signals: the carbon signal in force and where it comes from (none without one).
   const SignalService* signals = nullptr;
+  /// GET /v1/usage (503 without it).
+  UsageReports* usage = nullptr;
 };
 
 /// The REST API: a route table (daemon/src/http/routes/, one file per resource) and the dispatch in

@@ -103,7 +103,8 @@ struct ApiContext {
         coordinator(services.coordinator),
         agent(services.agent),
         slurm(services.slurm),
-        signals(services.signals) {
+        signals(services.signals),
+        usage(services.usage) {
     if (!estimates) {
       no_models = std::make_unique<EstimateService>(devices);
       estimates = no_models.get();
@@ -123,6 +124,7 @@ struct ApiContext {
   ClusterAgent* agent;
   const SlurmExecutor* slurm;
   const SignalService* signals;
+  UsageReports* usage;
 };
 
 /// /healthz, /readyz, /metrics.

@@ -7,6 +7,7 @@
 #include "http/routes/job_json.hpp"
 #include "jobs/job_record.hpp"
 #include "joule/adapters/log_file.hpp"
+#include "joule/common/energy_source.hpp"
 #include "joule/common/sha256.hpp"
 #include "joule/common/text.hpp"
 
@@ -38,6 +39,45 @@ void hide_env_values(json& job) {
 // The carbon signal a job that has not started is shown under (none without [carbon]).
 const GridSignalFeed* carbon_of(const ApiContext& context) {
   return context.signals ? &context.signals->carbon() : nullptr;
+}
+
+// A usage report's rows (one per group and energy source, in group order) as one object per
+// group: its jobs and device-hours, joules by source with the measured ones summed apart (a
+// model's joules are never counted as measured), the estimates of the jobs that had one beside
+// what those jobs used, and grams of CO2e where a carbon signal gave them.
+json usage_rows_json(const std::vector<adapters::UsageRow>& rows, const std::string& group_by) {
+  json out = json::array();
+  for (std::size_t i = 0; i < rows.size();) {
+    const std::string& group = rows[i].group;
+    std::int64_t jobs = 0, compared = 0, carbon_jobs = 0;
+    double seconds = 0.0, measured = 0.0, estimated = 0.0, used = 0.0, error_sum = 0.0, grams = 0.0;
+    json by_source = json::object();
+    for (; i < rows.size() && rows[i].group == group; ++i) {
+      const auto& row = rows[i];
+      jobs += row.jobs;
+      seconds += row.device_seconds;
+      if (!row.source.empty()) by_source[row.source] = row.joules;
+      if (is_measurement(std::string_view(row.source))) measured += row.joules;
+      compared += row.compared_jobs;
+      estimated += row.compared_estimated_joules;
+      used += row.compared_joules;
+      error_sum += row.compared_relative_error_sum;
+      carbon_jobs += row.carbon_jobs;
+      grams += row.carbon_grams;
+    }
+    json entry = {{group_by, group.empty() ? json(nullptr) : json(group)},
+                  {"jobs", jobs},
+                  {"device_hours", seconds / 3600.0},
+                  {"joules", {{"measured", measured}, {"by_source", std::move(by_source)}}},
+                  {"estimate", compared == 0 ? json(nullptr)
+                                             : json{{"jobs", compared},
+                                                    {"estimated_joules", estimated},
+                                                    {"used_joules", used},
+                                                    {"mean_abs_error", error_sum / static_cast<double>(compared)}}},
+                  {"carbon", carbon_jobs == 0 ? json(nullptr) : json{{"jobs", carbon_jobs}, {"grams", grams}}}};
+    out.push_back(std::move(entry));
+  }
+  return out;
 }
 
 // Whether `token` is the job's progress token (constant time).
@@ -176,6 +216,67 @@ void progress(Call& call, JobService& jobs) {
   call.answer(json_response(http::status::ok, progress_json(id, *report, *answer)));
 }
 
+// GET /v1/usage?from=&to=&group_by=: what jobs that ended in [from, to) used, per owner,
+// project, device, node or day. An owner sees only their own jobs; an admin everyone's, or one
+// owner's with owner=. The sums come from SQLite off the loop (UsageReports).
+void usage(Call& call, ApiContext& context) {
+  if (!context.usage) return call.fail(make_error(ErrorCode::unavailable, "usage reports are not kept here"));
+  using GroupBy = adapters::UsageQuery::GroupBy;
+  static const std::vector<std::pair<std::string, GroupBy>> kGroups = {{"owner", GroupBy::owner},
+                                                                       {"project", GroupBy::project},
+                                                                       {"device", GroupBy::device},
+                                                                       {"node", GroupBy::node},
+                                                                       {"day", GroupBy::day}};
+  adapters::UsageQuery query;
+  for (const auto& [name, slot] : {std::pair{"from", &query.from_ms}, std::pair{"to", &query.to_ms}}) {
+    const auto text = call.query(name);
+    if (!text)
+      return call.fail(make_error(ErrorCode::invalid_argument,
+                                  fmt::format("{} is required: the report covers jobs that ended from `from` up to "
+                                              "`to`, RFC 3339 times such as 2026-11-01T00:00:00Z",
+                                              name),
+                                  name));
+    const auto parsed = schedulers::parse_rfc3339(*text);
+    if (!parsed)
+      return call.fail(make_error(
+          ErrorCode::invalid_argument,
+          fmt::format("{} \"{}\" is not an RFC 3339 time such as 2026-11-01T00:00:00Z", name, printable(*text)), name));
+    *slot = *parsed;
+  }
+  if (query.to_ms <= query.from_ms)
+    return call.fail(make_error(ErrorCode::invalid_argument, "to must be after from", "to"));
+  const std::string group_by = call.query("group_by").value_or("owner");
+  const auto group = std::find_if(kGroups.begin(), kGroups.end(), [&](const auto& g) { return g.first == group_by; });
+  if (group == kGroups.end())
+    return call.fail(
+        make_error(ErrorCode::invalid_argument,
+                   fmt::format("group_by \"{}\" is not one of owner, project, device, node, day", printable(group_by)),
+                   "group_by"));
+  query.group_by = group->second;
+  const Principal& principal = *call.principal;
+  const auto owner = call.query("owner");
+  if (principal.has(Scope::admin)) {
+    if (owner) query.owner = *owner;
+  } else {
+    if (owner && *owner != principal.name)
+      return call.fail(make_error(
+          ErrorCode::invalid_argument,
+          fmt::format("owner: {} may see only its own usage; another owner's needs an admin", principal.name),
+          "owner"));
+    query.owner = principal.name;
+  }
+  json head = {{"from", schedulers::format_rfc3339(query.from_ms)},
+               {"to", schedulers::format_rfc3339(query.to_ms)},
+               {"group_by", group_by},
+               {"owner", query.owner ? json(*query.owner) : json(nullptr)}};
+  context.usage->report(std::move(query), [send = call.send_later(), head = std::move(head),
+                                           group_by](Result<std::vector<adapters::UsageRow>> rows) mutable {
+    if (!rows) return send(rows.error());
+    head["rows"] = usage_rows_json(*rows, group_by);
+    send(std::move(head));
+  });
+}
+
 }  // namespace
 
 void add_job_routes(RouteTable& table, ApiContext& context) {
@@ -188,6 +289,7 @@ void add_job_routes(RouteTable& table, ApiContext& context) {
     table.add(Verb::post, paused ? "/v1/jobs/{id}/pause" : "/v1/jobs/{id}/resume",
               {Guard::submit, true, [&context, paused](Call& call) { pause(call, context, paused); }});
   }
+  table.add(Verb::get, "/v1/usage", {Guard::read, false, [&context](Call& call) { usage(call, context); }});
   table.add(Verb::get, "/v1/jobs/{id}/log", {Guard::read, true, [&jobs](Call& call) { log(call, jobs); }});
   table.add(Verb::post, "/v1/jobs/{id}/progress",
             {Guard::job_token, false, [&jobs](Call& call) { progress(call, jobs); }});
