@@ -15,6 +15,8 @@ started again and measured:
   - reads: GET /v1/jobs?state=succeeded pages of 100 (the first 50, walked by cursor), the
     newest page of every job, 200 GET /v1/jobs/{id} of copies picked at random, each timed;
     /healthz meanwhile;
+  - usage: GET /v1/usage over every stored job by owner, project, device, node and day (the
+    copies are spread over 50 owners and 8 projects), each timed, and /healthz while one runs;
   - running on: `--jobs` more real jobs run in waves of 100 (each submitted, then waited for,
     so the queue stays short); VmRSS after each wave.
 Memory that does not grow with the count, and reads that cost a page, are what issue 18 asks.
@@ -30,6 +32,7 @@ import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 from loopback import free_port  # bench/loopback.py, beside this script
@@ -89,7 +92,7 @@ def fill(database, template_ids, count, log_every=200_000):
     sequence = db.execute("SELECT MAX(sequence) FROM jobs").fetchone()[0]
     columns = ("name, spec, state, priority, device, submitted_ms, started_ms, finished_ms, exit_code, reason, "
                "energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate, token_sha256, epoch, origin, "
-               "owner, owner_uid, energy_partial")
+               "owner_uid, energy_partial, estimated_joules")
     copy = 0
     while have < count:
         batch = min(log_every, count - have)
@@ -98,8 +101,10 @@ def fill(database, template_ids, count, log_every=200_000):
             template = template_ids[(copy + n) % len(template_ids)]
             new_sequence = sequence + 1 + copy + n
             new_id = f"{template}-copy-{new_sequence}"
-            db.execute(f"INSERT INTO jobs (id, sequence, {columns}) SELECT ?, ?, {columns} FROM jobs WHERE id = ?",
-                       (new_id, new_sequence, template))
+            # Spread over 50 owners and 8 projects, so that usage reports have groups to sum.
+            db.execute(f"INSERT INTO jobs (id, sequence, owner, project, {columns}) SELECT ?, ?, ?, ?, {columns} "
+                       "FROM jobs WHERE id = ?",
+                       (new_id, new_sequence, f"uid:{1000 + new_sequence % 50}", f"p{new_sequence % 8}", template))
             db.execute("INSERT INTO job_events (job_id, at_ms, state, message) "
                        "SELECT ?, at_ms, state, message FROM job_events WHERE job_id = ? ORDER BY id",
                        (new_id, template))
@@ -129,7 +134,27 @@ def measure(node, copies, pages=50):
         seconds, status, body = timed(node, f"/v1/jobs/{job_id}")
         assert status == 200 and body["state"] in ("succeeded", "failed", "cancelled"), (status, body)
         views.append(seconds)
+    # Usage reports over every stored job, each group_by, timed; /healthz timed while one is
+    # summed (on jouled's report thread, not its loop).
+    usage = {}
+    for group_by in ("owner", "project", "device", "node", "day"):
+        seconds, status, body = timed(node, f"/v1/usage?from=2000-01-01T00:00:00Z&to=2100-01-01T00:00:00Z"
+                                            f"&group_by={group_by}")
+        assert status == 200, (status, body)
+        usage[group_by] = {"ms": 1000 * seconds, "groups": len(body["rows"]),
+                           "jobs": sum(row["jobs"] for row in body["rows"])}
+    during = []
+    report = threading.Thread(target=timed, args=(node, "/v1/usage?from=2000-01-01T00:00:00Z&to=2100-01-01T00:00:00Z"
+                                                        "&group_by=day"))
+    report.start()
+    while report.is_alive():
+        during.append(timed(node, "/healthz")[0])
+    report.join()
     return {
+        "usage_ms": usage,
+        "healthz_ms_while_a_usage_report_is_summed": ({"p50": 1000 * statistics.median(during),
+                                                       "max": 1000 * max(during), "calls": len(during)}
+                                                      if during else None),
         "ready_seconds": ready,
         "rss_kib_at_start": start_memory["VmRSS"],
         "peak_rss_kib_while_starting": start_memory["VmHWM"],
@@ -180,7 +205,8 @@ def main():
             round_result = {"finished_jobs_stored": count, "database_mib": size / 2**20}
             round_result.update(measure(node, copies))
             log(f"  ready in {round_result['ready_seconds']:.2f} s, RSS {round_result['rss_kib_at_start'] / 1024:.1f} MiB; "
-                f"page p99 {round_result['list_page_ms']['p99']:.1f} ms")
+                f"page p99 {round_result['list_page_ms']['p99']:.1f} ms; usage "
+                + ", ".join(f"{k} {v['ms']:.0f} ms" for k, v in round_result["usage_ms"].items()))
             _, rss = run_jobs(node, args.jobs, f"after-{count}")
             round_result["rss_kib_while_running_jobs"] = rss
             round_result["rss_kib_after_jobs"] = memory_kib(node.proc.pid)["VmRSS"]

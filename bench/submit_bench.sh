@@ -29,6 +29,7 @@ idle_seconds=20      # seconds per idle CPU sample
 limit=540            # the whole run, seconds
 keep=0
 fresh_state=0
+quotas=0             # --quotas: every owner under a queued- and running-jobs quota (issue 35)
 queued_levels=""     # --queued: queue lengths to measure submissions at, after the main runs
 wait_quiet=0         # seconds to wait for other processes to leave the CPUs alone, per phase
 jouled=${JOULED:-$top/build/daemon/jouled}
@@ -53,6 +54,9 @@ Options:
                    jouled serves every run, so later runs meet a bigger state)
   --wait-quiet S   before the jouled and the Slurm phases, wait up to S s for the machine to be
                    quiet (other processes under 10% of it); on a shared machine
+  --quotas         a policy where every owner has queued- and running-jobs quotas (too high to
+                   refuse anything), so each submission and pass counts them: against a run
+                   without, the cost of quotas
   --queued N,N...  then fill the queue behind the blocker to each length (e.g. 10000,100000)
                    and repeat the 1- and 8-connection POST runs there
   --keep           keep the temp dir (state, logs, Slurm config) for inspection
@@ -71,6 +75,7 @@ while (($#)); do
     --keep) keep=1 ;;
     --fresh-state-per-run) fresh_state=1 ;;
     --queued) queued_levels=$2; shift ;;
+    --quotas) quotas=1 ;;
     --wait-quiet) wait_quiet=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown argument: $1" >&2; usage >&2; exit 2 ;;
@@ -306,6 +311,15 @@ cat >"$tmp/jouled.toml" <<EOF
 max_queued_jobs = 10000000
 listen = "127.0.0.1:0"
 EOF
+if ((quotas)); then
+  mkdir -p "$tmp/policies"
+  cat >"$tmp/policies/60-tenancy.toml" <<EOF
+[tenancy]
+max_queued_jobs_per_owner = 10000000
+max_running_jobs_per_owner = 1000
+EOF
+  printf '[policy]\ndirectory = "%s"\n' "$tmp/policies" >>"$tmp/jouled.toml"
+fi
 daemon_count=0
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 say "machine: $(nproc) CPUs, $(uname -r), load average $load_start; jouled $("$jouled" --version 2>&1 | head -1)"
@@ -378,7 +392,7 @@ jobs_total() { curl -fsS "$url/v1/jobs?limit=1" | python3 -c 'import json,sys; p
 
 wait_quiet_now "jouled phase"
 start_jouled
-commands+=("jouled: ${jouled_cmd[*]}  (config: [server] max_queued_jobs = 10000000; copy of $jouled_source, sha256 $jouled_sha...)")
+commands+=("jouled: ${jouled_cmd[*]}  (config: [server] max_queued_jobs = 10000000$( ((quotas)) && echo "; policies.d [tenancy] max_queued_jobs_per_owner = 10000000, max_running_jobs_per_owner = 1000"); copy of $jouled_source, sha256 $jouled_sha...)")
 say "idle sample with an empty state (${idle_seconds}s)"
 read -r idle0_cpu idle0_rss _ idle0_busy < <(idle_sample "$jouled_pid")
 flag_noisy "jouled idle sample, empty state" "$idle0_busy"

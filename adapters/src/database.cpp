@@ -147,6 +147,8 @@ ALTER TABLE jobs ADD COLUMN project TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN estimated_joules REAL;
 UPDATE jobs SET project = json_extract(spec, '$.project')
   WHERE json_valid(spec) AND json_type(spec, '$.project') = 'text';
+CREATE INDEX jobs_usage ON jobs(state, finished_ms, owner, project, device, energy_source, energy_joules, started_ms,
+  estimated_joules, energy_partial, carbon_grams);
 )sql",
 };
 
@@ -192,9 +194,10 @@ constexpr const char* kLatestSucceededJobs = JOULE_JOB_COLUMNS
     "WHERE state = 'succeeded' AND energy_joules IS NOT NULL ORDER BY finished_ms DESC, sequence DESC LIMIT ?1 OFFSET "
     "?2";
 #undef JOULE_JOB_COLUMNS
-// Usage reports (GET /v1/usage): finished jobs that ran, by when they ended, through the
-// (state, finished_ms) index, summed per group and energy source. ?3: only one owner's (NULL:
-// everyone's); ?4: the node of a device named without one.
+// Usage reports (GET /v1/usage): finished jobs that ran, by when they ended, summed per group and
+// energy source from an index that covers every column they read: reading the rows themselves
+// meant walking past each one's stored estimates (overflow pages), 2.5-2.9 s at a million jobs. ?3: only one owner's
+// (NULL: everyone's); ?4: the node of a device named without one.
 #define JOULE_USAGE_BY(key)                                                                         \
   "SELECT " key                                                                                     \
   ", energy_source, COUNT(*), TOTAL(energy_joules),"                                                \
@@ -207,7 +210,7 @@ constexpr const char* kLatestSucceededJobs = JOULE_JOB_COLUMNS
   " TOTAL(CASE WHEN " JOULE_COMPARED                                                                \
   " THEN ABS(estimated_joules - energy_joules) / energy_joules END),"                               \
   " COUNT(carbon_grams), TOTAL(carbon_grams)"                                                       \
-  " FROM jobs INDEXED BY jobs_by_state_and_finish"                                                  \
+  " FROM jobs INDEXED BY jobs_usage"                                                                \
   " WHERE state IN ('succeeded', 'failed', 'cancelled') AND finished_ms >= ?1 AND finished_ms < ?2" \
   " AND started_ms IS NOT NULL AND (?3 IS NULL OR owner = ?3)"                                      \
   " GROUP BY 1, 2 ORDER BY 1, 2"

@@ -36,6 +36,15 @@ std::string read_file(const std::filesystem::path& path) {
   return text.str();
 }
 
+// A shipped example file with its examples uncommented: prose lines start with "##", example
+// lines with a single "# ", which a user removes.
+std::string uncommented_example(const std::string& name) {
+  std::stringstream in(read_file(std::filesystem::path(JOULE_SOURCE_DIR) / "config/policies.d" / name));
+  std::string text;
+  for (std::string line; std::getline(in, line);) text += (line.rfind("# ", 0) == 0 ? line.substr(2) : line) + "\n";
+  return text;
+}
+
 }  // namespace
 
 TEST(PolicyConfigTest, no_files_and_empty_files_keep_the_embedded_defaults) {
@@ -383,11 +392,7 @@ TEST(PolicyConfigTest, the_shipped_policy_files_are_valid_and_change_nothing) {
 }
 
 TEST(PolicyConfigTest, the_shipped_examples_are_valid_when_uncommented) {
-  // Prose lines start with "##"; example lines with a single "# ", which a user removes.
-  std::stringstream in(
-      read_file(std::filesystem::path(JOULE_SOURCE_DIR) / "config/policies.d/50-budgets-example.toml"));
-  std::string text;
-  for (std::string line; std::getline(in, line);) text += (line.rfind("# ", 0) == 0 ? line.substr(2) : line) + "\n";
+  const std::string text = uncommented_example("50-budgets-example.toml");
   auto loaded = parse(text, "50-budgets-example.toml");
   ASSERT_TRUE(loaded) << loaded.error().message << "\n" << text;
   EXPECT_TRUE(loaded->warnings.empty());
@@ -400,10 +405,7 @@ TEST(PolicyConfigTest, the_shipped_examples_are_valid_when_uncommented) {
 }
 
 TEST(PolicyConfigTest, the_shipped_tenancy_example_is_valid_when_uncommented) {
-  std::stringstream in(
-      read_file(std::filesystem::path(JOULE_SOURCE_DIR) / "config/policies.d/60-tenancy-example.toml"));
-  std::string text;
-  for (std::string line; std::getline(in, line);) text += (line.rfind("# ", 0) == 0 ? line.substr(2) : line) + "\n";
+  const std::string text = uncommented_example("60-tenancy-example.toml");
   auto loaded = parse(text, "60-tenancy-example.toml");
   ASSERT_TRUE(loaded) << loaded.error().message << "\n" << text;
   const auto& tenancy = loaded->policy.tenancy;

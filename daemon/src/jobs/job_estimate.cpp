@@ -166,6 +166,23 @@ class StoredRowText {
     separate();
     quoted(text);
   }
+  // A key and its value, in one call.
+  void text_field(std::string_view name, std::string_view value) {
+    key(name);
+    string(value);
+  }
+  void number_field(std::string_view name, double value) {
+    key(name);
+    number(value);
+  }
+  void integer_field(std::string_view name, std::int64_t value) {
+    key(name);
+    integer(value);
+  }
+  void bool_field(std::string_view name, bool value) {
+    key(name);
+    boolean(value);
+  }
   void uncertain(std::string_view name, const estimator::Uncertain& figure) {
     key(name);
     begin_object();
@@ -218,12 +235,9 @@ class StoredRowText {
 void write_stored_row(StoredRowText& text, const EstimateRow& row, bool with_layers) {
   text.begin_object();
   if (!row.estimate) {
-    text.key("detail");
-    text.string(row.detail);
-    text.key("device");
-    text.string(row.device);
-    text.key("status");
-    text.string("no-model");
+    text.text_field("detail", row.detail);
+    text.text_field("device", row.device);
+    text.text_field("status", "no-model");
     text.end_object();
     return;
   }
@@ -231,40 +245,28 @@ void write_stored_row(StoredRowText& text, const EstimateRow& row, bool with_lay
   const auto& correction = row.correction;
   text.key("baseline");
   text.begin_object();
-  text.key("joules");
-  text.number(estimate.flops_baseline_joules);
-  text.key("joules_per_flop");
-  text.number(estimate.joules_per_flop);
-  text.key("method");
-  text.string("flops");
+  text.number_field("joules", estimate.flops_baseline_joules);
+  text.number_field("joules_per_flop", estimate.joules_per_flop);
+  text.text_field("method", "flops");
   text.end_object();
   if (correction) {
     text.key("calibration");
     text.begin_object();
-    text.key("mean_factor");
-    text.number(correction->mean_factor);
-    text.key("method");
-    text.string(correction->method);
+    text.number_field("mean_factor", correction->mean_factor);
+    text.text_field("method", correction->method);
     if (!correction->note.empty()) {
-      text.key("note");
-      text.string(correction->note);
+      text.text_field("note", correction->note);
     }
-    text.key("rows");
-    text.integer(static_cast<std::int64_t>(correction->rows));
-    text.key("sigma_scale");
-    text.number(correction->sigma_scale);
+    text.integer_field("rows", static_cast<std::int64_t>(correction->rows));
+    text.number_field("sigma_scale", correction->sigma_scale);
     text.end_object();
   }
-  text.key("device");
-  text.string(row.device);  // an agent's model names its own device; here it is "node/device"
+  text.text_field("device", row.device);  // an agent's model names its own device; here it is "node/device"
   if (!estimate.environment.empty()) {
-    text.key("environment");
-    text.string(estimate.environment);
+    text.text_field("environment", estimate.environment);
   }
-  text.key("epochs");
-  text.integer(estimate.epochs);
-  text.key("flops_per_step");
-  text.number(flops_per_step(estimate));
+  text.integer_field("epochs", estimate.epochs);
+  text.number_field("flops_per_step", flops_per_step(estimate));
   text.uncertain("joules", estimate.joules);
   text.uncertain("joules_per_step", estimate.joules_per_step);
   text.key("layers");
@@ -272,44 +274,31 @@ void write_stored_row(StoredRowText& text, const EstimateRow& row, bool with_lay
   if (with_layers) {
     for (const auto& layer : estimate.layers) {
       text.begin_object();
-      text.key("extrapolated");
-      text.boolean(layer.extrapolated);
-      text.key("flops_per_step");
-      text.number(layer.flops_per_step);
-      text.key("index");
-      text.integer(static_cast<std::int64_t>(layer.index));
+      text.bool_field("extrapolated", layer.extrapolated);
+      text.number_field("flops_per_step", layer.flops_per_step);
+      text.integer_field("index", static_cast<std::int64_t>(layer.index));
       text.uncertain("joules_per_step", layer.joules_per_step);
-      text.key("model");
-      text.string(layer.key);
+      text.text_field("model", layer.key);
       text.uncertain("seconds_per_step", layer.seconds_per_step);
-      text.key("sparse");
-      text.boolean(layer.sparse);
-      text.key("type");
-      text.string(layer.type);
+      text.bool_field("sparse", layer.sparse);
+      text.text_field("type", layer.type);
       text.end_object();
     }
   }
   text.end_array();
   if (!with_layers) {
-    text.key("layers_left_out");
-    text.boolean(true);
+    text.bool_field("layers_left_out", true);
   }
-  text.key("method");
-  text.string(estimate.method);
+  text.text_field("method", estimate.method);
   if (correction && correction->overhead) {
     const auto& overhead = *correction->overhead;
     text.key("overhead");
     text.begin_object();
-    text.key("joules");
-    text.number(overhead.joules);
-    text.key("learnt_from");
-    text.integer(static_cast<std::int64_t>(overhead.learnt_from));
-    text.key("per_epoch_joules");
-    text.number(overhead.per_epoch_joules);
-    text.key("per_job_joules");
-    text.number(overhead.per_job_joules);
-    text.key("seconds");
-    text.number(overhead.seconds);
+    text.number_field("joules", overhead.joules);
+    text.integer_field("learnt_from", static_cast<std::int64_t>(overhead.learnt_from));
+    text.number_field("per_epoch_joules", overhead.per_epoch_joules);
+    text.number_field("per_job_joules", overhead.per_job_joules);
+    text.number_field("seconds", overhead.seconds);
     text.end_object();
   }
   if (correction) {
@@ -319,10 +308,8 @@ void write_stored_row(StoredRowText& text, const EstimateRow& row, bool with_lay
   if (const auto& runtime = estimate.runtime) {
     text.key("runtime");
     text.begin_object();
-    text.key("modules");
-    text.integer(runtime->modules);
-    text.key("runtime");
-    text.string(runtime->runtime);
+    text.integer_field("modules", runtime->modules);
+    text.text_field("runtime", runtime->runtime);
     text.uncertain("start_joules", runtime->start_joules);
     text.uncertain("start_seconds", runtime->start_seconds);
     text.uncertain("step_joules", runtime->step_joules);
@@ -330,12 +317,9 @@ void write_stored_row(StoredRowText& text, const EstimateRow& row, bool with_lay
     text.end_object();
   }
   text.uncertain("seconds", estimate.seconds);
-  text.key("source");
-  text.string(estimate.source);
-  text.key("status");
-  text.string("ok");
-  text.key("steps");
-  text.integer(estimate.steps);
+  text.text_field("source", estimate.source);
+  text.text_field("status", "ok");
+  text.integer_field("steps", estimate.steps);
   text.key("warnings");
   text.begin_array();
   for (const auto& warning : estimate.warnings) text.string(warning);
