@@ -207,6 +207,31 @@ class FileParser {
     return std::nullopt;
   }
 
+  // A duration such as "24h" or "7d" (up to 366 days) at `key`, or nullopt with the problem noted
+  // (`name` as the message names it: "budgets[0].window").
+  std::optional<std::int64_t> duration(const toml::table& table, const char* key, const std::string& name) {
+    const toml::node* node = table.get(key);
+    auto text = check_.get<std::string>(table, key, name);
+    if (!node || !text) return std::nullopt;
+    std::int64_t seconds = 0;
+    switch (parse_duration(*text, seconds)) {
+      case DurationError::none:
+        return seconds;
+      case DurationError::not_a_duration:
+        check_.problem(*node, fmt::format("{} \"{}\" is not a duration: use a number and s, m, h or d (\"24h\", "
+                                          "\"7d\")",
+                                          name, *text));
+        break;
+      case DurationError::zero:
+        check_.problem(*node, fmt::format("{} \"{}\" must be longer than 0", name, *text));
+        break;
+      case DurationError::too_long:
+        check_.problem(*node, fmt::format("{} \"{}\" is longer than 366d", name, *text));
+        break;
+    }
+    return std::nullopt;
+  }
+
   void parse_placement(const toml::table& table) {
     check_.reject_unknown(table, "placement.", {"objective", "risk", "warmup_epochs"});
     for (const auto& [key, node] : table) {
@@ -425,20 +450,10 @@ class FileParser {
                                         what));
       ok = false;
     } else if (window) {
-      auto text = check_.get<std::string>(table, "window", what + ".window");
-      std::int64_t seconds = 0;
-      const auto error = text ? parse_duration(*text, seconds) : DurationError::not_a_duration;
-      if (text && error == DurationError::not_a_duration)
-        check_.problem(*window, fmt::format("{}.window \"{}\" is not a duration: use a number and s, m, h or d "
-                                            "(\"24h\", \"7d\")",
-                                            what, *text));
-      else if (error == DurationError::zero)
-        check_.problem(*window, fmt::format("{}.window \"{}\" must be longer than 0", what, *text));
-      else if (error == DurationError::too_long)
-        check_.problem(*window, fmt::format("{}.window \"{}\" is longer than 366d", what, *text));
-      ok = ok && error == DurationError::none;
+      const auto seconds = duration(table, "window", what + ".window");
+      ok = ok && seconds.has_value();
       budget.window.kind = schedulers::BudgetWindow::Kind::rolling;
-      budget.window.rolling_seconds = seconds;
+      budget.window.rolling_seconds = seconds.value_or(0);
     } else {
       auto text = check_.get<std::string>(table, "calendar", what + ".calendar");
       using Kind = schedulers::BudgetWindow::Kind;
@@ -546,7 +561,8 @@ class FileParser {
 
   // [tenancy]: the default project and every owner's default limits.
   void parse_tenancy(const toml::table& table) {
-    const std::vector<std::string> keys{"default_project", "max_queued_jobs_per_owner", "max_running_jobs_per_owner"};
+    const std::vector<std::string> keys{"default_project", "max_queued_jobs_per_owner", "max_running_jobs_per_owner",
+                                        "fair_share", "usage_half_life"};
     check_.reject_unknown(table, "tenancy.", keys);
     for (const auto& [key, node] : table) {
       const std::string name(key.str());
@@ -561,13 +577,33 @@ class FileParser {
       acc_.project_uses.push_back({*project, {}, "tenancy.default_project", place_of(*table.get("default_project"))});
     }
     quota(table, "tenancy", "_per_owner", acc_.policy.tenancy.owner_quota);
+    if (const toml::node* fair = table.get("fair_share")) {
+      if (const auto value = fair->value<bool>(); fair->is_boolean())
+        acc_.policy.tenancy.fair_share = *value;
+      else
+        check_.problem(*fair, "tenancy.fair_share must be true or false");
+    }
+    if (table.get("usage_half_life"))
+      if (const auto seconds = duration(table, "usage_half_life", "tenancy.usage_half_life"))
+        acc_.policy.tenancy.usage_half_life_seconds = *seconds;
   }
 
   void parse_project(const toml::table& table, const std::string& what) {
-    check_.reject_unknown(table, what + ".", {"name", "owners", "max_queued_jobs", "max_running_jobs"});
+    check_.reject_unknown(table, what + ".", {"name", "owners", "max_queued_jobs", "max_running_jobs", "shares"});
     schedulers::Project project;
     project.name = rule_name(table, what, "project");
     bool ok = !project.name.empty() && quota(table, what, "", project.quota);
+    if (auto shares = number(table, "shares", what)) {
+      if (*shares <= 0.0 || *shares > 1e6) {
+        check_.problem(*table.get("shares"),
+                       fmt::format("{}.shares must be above 0 and at most 1000000, got {}", what, *shares));
+        ok = false;
+      } else {
+        project.shares = *shares;
+      }
+    } else if (table.get("shares")) {
+      ok = false;
+    }
     if (const toml::node* owners = table.get("owners")) {
       const auto* array = owners->as_array();
       if (!array) {

@@ -123,6 +123,7 @@ PassResult SchedulingCore::place(UnixMillis now, std::vector<DeviceStatus> devic
     scanned_.push_back(&job);
   }
   if (scanned_.empty()) return {};
+  order_by_fair_share(now);
   const bool reaches_tail = scanned_.size() == queue_.size();
   std::vector<DeviceStatus> given;
   if (options_.continue_within_ms > 0) given = devices;
@@ -292,7 +293,9 @@ const Projection* SchedulingCore::report(const std::string& id, EpochReport repo
 }
 
 std::optional<EnergyUse> SchedulingCore::paused(const std::string& id, UnixMillis now) {
-  return ledger_.pause_running(id, now);
+  auto use = ledger_.pause_running(id, now);
+  if (const auto it = running_.find(id); it != running_.end()) remember_use(it->second, use);
+  return use;
 }
 
 void SchedulingCore::resumed(const std::string& id, UnixMillis now) { ledger_.resume_running(id, now); }
@@ -300,11 +303,13 @@ void SchedulingCore::resumed(const std::string& id, UnixMillis now) { ledger_.re
 std::optional<EnergyUse> SchedulingCore::end(const std::string& id, std::optional<EnergyUse> metered) {
   open_.reset();
   throttle_.forget(id);
+  auto use = ledger_.settle(id, std::move(metered));
   if (const auto it = running_.find(id); it != running_.end()) {
+    remember_use(it->second, use);
     count(it->second.owner, it->second.project, 0, -1);
     running_.erase(it);
   }
-  return ledger_.settle(id, std::move(metered));
+  return use;
 }
 
 const TrackedRun* SchedulingCore::running(const std::string& id) const {
@@ -341,6 +346,103 @@ RunningByTenant SchedulingCore::running_by_tenant() const {
   for (const auto& [project, use] : project_use_)
     if (use.running > 0) running.projects.emplace(project, use.running);
   return running;
+}
+
+namespace {
+// Recent use decayed below a joule is no use: shares of a vanishing total would still rank
+// whoever left the last crumb behind everyone else.
+constexpr double kForgottenJoules = 1.0;
+}  // namespace
+
+double DecayedUse::at(UnixMillis now, std::int64_t half_life_seconds) const {
+  if (joules <= 0.0 || now <= as_of) return joules;
+  return joules * std::exp2(-static_cast<double>(now - as_of) / (1000.0 * static_cast<double>(half_life_seconds)));
+}
+
+void DecayedUse::add(double more, UnixMillis when, std::int64_t half_life_seconds) {
+  joules = at(std::max(when, as_of), half_life_seconds) + std::max(0.0, more);
+  as_of = std::max(when, as_of);
+}
+
+double SchedulingCore::recent_joules_of_owner(const std::string& owner, UnixMillis now) const {
+  const auto it = owner_recent_.find(owner);
+  return it == owner_recent_.end() ? 0.0 : it->second.at(now, policy_.tenancy.usage_half_life_seconds);
+}
+
+double SchedulingCore::recent_joules_of_project(const std::string& project, UnixMillis now) const {
+  const auto it = project_recent_.find(project);
+  return it == project_recent_.end() ? 0.0 : it->second.at(now, policy_.tenancy.usage_half_life_seconds);
+}
+
+void SchedulingCore::remember_use(const TrackedRun& run, const std::optional<EnergyUse>& use) {
+  if (!use || !(use->joules > 0.0)) return;
+  const std::int64_t half_life = policy_.tenancy.usage_half_life_seconds;
+  owner_recent_[run.owner].add(use->joules, use->end, half_life);
+  if (!run.project.empty()) project_recent_[run.project].add(use->joules, use->end, half_life);
+}
+
+std::vector<double> SchedulingCore::fair_share_factors(std::span<const PendingJob* const> jobs, UnixMillis now) const {
+  const std::int64_t half_life = policy_.tenancy.usage_half_life_seconds;
+  // factor(name) = 2^(−(use / total use) / (shares / total shares)) over the active names: those
+  // with recent use and those with a job here.
+  auto factors = [&](const std::unordered_map<std::string, DecayedUse>& recent, auto name_of, auto shares_of) {
+    std::unordered_map<std::string, double> use;
+    for (const auto& [name, decayed] : recent)
+      if (const double joules = decayed.at(now, half_life); joules >= kForgottenJoules) use[name] = joules;
+    for (const PendingJob* job : jobs)
+      if (job && !name_of(*job).empty()) use.try_emplace(name_of(*job), 0.0);
+    double total_use = 0.0, total_shares = 0.0;
+    for (const auto& [name, joules] : use) {
+      total_use += joules;
+      total_shares += shares_of(name);
+    }
+    std::unordered_map<std::string, double> out;
+    for (const auto& [name, joules] : use)
+      out[name] = total_use > 0.0 ? std::exp2(-(joules / total_use) / (shares_of(name) / total_shares)) : 1.0;
+    return out;
+  };
+  const auto by_owner = factors(
+      owner_recent_, [](const PendingJob& job) -> const std::string& { return job.owner; },
+      [](const std::string&) { return 1.0; });
+  const auto by_project = factors(
+      project_recent_, [](const PendingJob& job) -> const std::string& { return job.project; },
+      [&](const std::string& name) {
+        const Project* project = policy_.tenancy.project(name);
+        return project ? project->shares : 1.0;
+      });
+  std::vector<double> out;
+  out.reserve(jobs.size());
+  for (const PendingJob* job : jobs) {
+    if (!job) {
+      out.push_back(1.0);
+      continue;
+    }
+    const auto owner = by_owner.find(job->owner);
+    const auto project = job->project.empty() ? by_project.end() : by_project.find(job->project);
+    out.push_back((owner == by_owner.end() ? 1.0 : owner->second) *
+                  (project == by_project.end() ? 1.0 : project->second));
+  }
+  return out;
+}
+
+void SchedulingCore::order_by_fair_share(UnixMillis now) {
+  if (!policy_.tenancy.fair_share || scanned_.size() < 2 || (owner_recent_.empty() && project_recent_.empty())) return;
+  // Forget those whose use has decayed to nothing: the maps hold recent users, not everyone seen.
+  const std::int64_t half_life = policy_.tenancy.usage_half_life_seconds;
+  std::erase_if(owner_recent_, [&](const auto& entry) { return entry.second.at(now, half_life) < kForgottenJoules; });
+  std::erase_if(project_recent_, [&](const auto& entry) { return entry.second.at(now, half_life) < kForgottenJoules; });
+  const std::vector<double> factor = fair_share_factors(scanned_, now);
+  std::vector<std::size_t> order(scanned_.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // The queue's own order is priority, then submission: within a priority, the factor first.
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (scanned_[a]->priority != scanned_[b]->priority) return scanned_[a]->priority > scanned_[b]->priority;
+    return factor[a] > factor[b];
+  });
+  std::vector<const PendingJob*> ordered;
+  ordered.reserve(order.size());
+  for (const std::size_t i : order) ordered.push_back(scanned_[i]);
+  scanned_ = std::move(ordered);
 }
 
 }  // namespace joule::schedulers

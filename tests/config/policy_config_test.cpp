@@ -414,6 +414,9 @@ TEST(PolicyConfigTest, the_shipped_tenancy_example_is_valid_when_uncommented) {
   ASSERT_EQ(tenancy.projects.size(), 2u);
   EXPECT_EQ(tenancy.projects[1].owners, (std::vector<std::string>{"token:alice", "uid:1000"}));
   EXPECT_EQ(tenancy.projects[1].quota.max_running_jobs, 2);
+  EXPECT_EQ(tenancy.projects[1].shares, 2.0);
+  EXPECT_TRUE(tenancy.fair_share);
+  EXPECT_EQ(tenancy.usage_half_life_seconds, 7 * 86400);
   ASSERT_EQ(tenancy.owners.size(), 1u);
   // Alice's own running limit replaces the default; her queued limit is the default's.
   const auto alice = tenancy.quota_of_owner("token:alice");
@@ -454,5 +457,12 @@ TEST(PolicyConfigTest, projects_and_owners_across_files_are_checked_with_their_l
             "file only");
   EXPECT_EQ(problems("[tenancy]\nmax_jobs = 5\n"),
             "50-a.toml:2: unknown key tenancy.max_jobs (known: default_project, max_queued_jobs_per_owner, "
-            "max_running_jobs_per_owner)");
+            "max_running_jobs_per_owner, fair_share, usage_half_life)");
+  EXPECT_EQ(
+      problems("[tenancy]\nusage_half_life = \"a week\"\n"),
+      "50-a.toml:2: tenancy.usage_half_life \"a week\" is not a duration: use a number and s, m, h or d (\"24h\", "
+      "\"7d\")");
+  EXPECT_EQ(problems("[tenancy]\nfair_share = 1\n"), "50-a.toml:2: tenancy.fair_share must be true or false");
+  EXPECT_EQ(problems("[[projects]]\nname = \"p\"\nshares = 0\n"),
+            "50-a.toml:3: projects[0].shares must be above 0 and at most 1000000, got 0");
 }

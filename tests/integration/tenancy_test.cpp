@@ -221,4 +221,24 @@ TEST_F(TenancyTest, usage_reports_each_owners_and_projects_jobs_and_an_owner_see
   }
 }
 
+TEST_F(TenancyTest, fair_share_runs_the_job_of_the_owner_who_used_less_lately_first) {
+  // Alice has used energy lately (a half-second job: ~5 J of the modelled meter); Bob none.
+  auto [status, used] = submit_as("alice-token", job("earlier", {"sleep", "0.5"}));
+  ASSERT_EQ(status, 201u) << used.dump(2);
+  ASSERT_EQ(daemon_->wait_state(used["id"], {"succeeded"})["state"], "succeeded");
+  // The device busy with someone else's job, Alice queues first, then Bob.
+  const std::string blocker = daemon_->submit(job("blocker", {"sleep", "30"}));
+  ASSERT_FALSE(blocker.empty());
+  daemon_->wait_state(blocker, {"running"});
+  const json alices = submit_as("alice-token", job("a1", {"true"})).second;
+  const json bobs = submit_as("bob-token", job("b1", {"true"})).second;
+  ASSERT_EQ(daemon_->call("DELETE", "/v1/jobs/" + blocker).first, 202u);
+  const json a = daemon_->wait_state(alices["id"], {"succeeded"});
+  const json b = daemon_->wait_state(bobs["id"], {"succeeded"});
+  ASSERT_EQ(a["state"], "succeeded");
+  ASSERT_EQ(b["state"], "succeeded");
+  EXPECT_LT(b["started_at"].get<std::string>(), a["started_at"].get<std::string>())
+      << "Bob's job, submitted after Alice's, ran first: " << a.dump(2) << b.dump(2);
+}
+
 }  // namespace

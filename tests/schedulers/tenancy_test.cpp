@@ -1,5 +1,6 @@
 // Projects and quotas in the scheduling core: what each owner and project has queued and
 // running, and placement holding a job whose owner or project runs all its quota allows.
+#include <cmath>
 #include <map>
 
 #include <fmt/format.h>
@@ -164,6 +165,81 @@ TEST(TenancyTest, submissions_that_continue_a_pass_count_the_jobs_it_placed) {
   EXPECT_TRUE(pass.continued);
   EXPECT_TRUE(pass.placements.empty());
   EXPECT_EQ(waiting(pass)["c3"].kind, WaitReason::Kind::quota);
+}
+
+// Runs `job` on device 0 and ends it having used `joules` at `end`: its owner's recent use.
+void ran(SchedulingCore& core, PendingJob job, double joules, UnixMillis end) {
+  static std::int64_t sequence = 1000;
+  const std::string id = job.id;
+  core.enqueue(std::move(job), ++sequence);
+  std::vector<DeviceStatus> devices = free_devices(6);
+  for (std::size_t d = 1; d < devices.size(); ++d) devices[d].accepts_work = false;
+  ASSERT_EQ(placed(core.place(end - 60'000, devices)), std::vector<std::string>{id});
+  core.end(id, EnergyUse{devices[0].ref, id, end - 60'000, end, joules, "rapl"});
+}
+
+// One device: which of the queued jobs a pass places first.
+std::string first_placed(SchedulingCore& core, UnixMillis now) {
+  std::vector<DeviceStatus> devices = free_devices(6);
+  for (std::size_t d = 1; d < devices.size(); ++d) devices[d].accepts_work = false;
+  const PassResult pass = core.place(now, devices);
+  return pass.placements.empty() ? "" : pass.placements.front().job;
+}
+
+TEST(TenancyTest, fair_share_puts_the_owner_who_used_less_lately_first_among_equal_priorities) {
+  Policy policy;
+  policy.tenancy.usage_half_life_seconds = 3600;
+  SchedulingCore core(policy, 0, CoreOptions{.continue_within_ms = 0});
+  ran(core, job("old", "token:alice"), 5000.0, kNow);  // Alice used 5 kJ just now; Bob nothing
+  EXPECT_DOUBLE_EQ(core.recent_joules_of_owner("token:alice", kNow), 5000.0);
+  EXPECT_NEAR(core.recent_joules_of_owner("token:alice", kNow + 3'600'000), 2500.0, 1e-9);  // one half-life
+  core.enqueue(job("a1", "token:alice"), 1);
+  core.enqueue(job("b1", "token:bob"), 2);
+  const std::vector<const PendingJob*> queued{core.pending("a1"), core.pending("b1")};
+  const auto factors = core.fair_share_factors(queued, kNow);
+  EXPECT_DOUBLE_EQ(factors[0], 0.25);  // all the use, half the shares: 2^-2
+  EXPECT_DOUBLE_EQ(factors[1], 1.0);
+  EXPECT_EQ(first_placed(core, kNow), "b1");  // submitted after Alice's, placed before it
+
+  // Priority still counts before fair share.
+  SchedulingCore urgent(policy, 0, CoreOptions{.continue_within_ms = 0});
+  ran(urgent, job("old", "token:alice"), 5000.0, kNow);
+  auto important = job("a1", "token:alice");
+  important.priority = 5;
+  urgent.enqueue(important, 1);
+  urgent.enqueue(job("b1", "token:bob"), 2);
+  EXPECT_EQ(first_placed(urgent, kNow), "a1");
+
+  // Ten half-lives on, Alice's use has faded: submission order again.
+  SchedulingCore later(policy, 0, CoreOptions{.continue_within_ms = 0});
+  ran(later, job("old", "token:alice"), 5000.0, kNow);
+  later.enqueue(job("a1", "token:alice"), 1);
+  later.enqueue(job("b1", "token:bob"), 2);
+  EXPECT_EQ(first_placed(later, kNow + 40 * 3'600'000), "a1");
+
+  // Off: submission order whatever was used.
+  policy.tenancy.fair_share = false;
+  SchedulingCore fifo(policy, 0, CoreOptions{.continue_within_ms = 0});
+  ran(fifo, job("old", "token:alice"), 5000.0, kNow);
+  fifo.enqueue(job("a1", "token:alice"), 1);
+  fifo.enqueue(job("b1", "token:bob"), 2);
+  EXPECT_EQ(first_placed(fifo, kNow), "a1");
+}
+
+TEST(TenancyTest, a_projects_shares_weigh_its_use_in_fair_share) {
+  Policy policy;
+  policy.tenancy.projects = {Project{"vision", {}, {}, 3.0}, Project{"nlp", {}, {}, 1.0}};
+  SchedulingCore core(policy, 0, CoreOptions{.continue_within_ms = 0});
+  // The same use by each project (and each owner); vision holds three times the shares.
+  ran(core, job("v0", "token:alice", "vision"), 1000.0, kNow);
+  ran(core, job("n0", "token:bob", "nlp"), 1000.0, kNow);
+  core.enqueue(job("n1", "token:bob", "nlp"), 1);
+  core.enqueue(job("v1", "token:alice", "vision"), 2);
+  const std::vector<const PendingJob*> queued{core.pending("n1"), core.pending("v1")};
+  const auto factors = core.fair_share_factors(queued, kNow);
+  EXPECT_NEAR(factors[0], 0.5 * std::exp2(-0.5 / 0.25), 1e-12);  // owner 2^-1, project 2^-(0.5/0.25)
+  EXPECT_NEAR(factors[1], 0.5 * std::exp2(-0.5 / 0.75), 1e-12);
+  EXPECT_EQ(first_placed(core, kNow), "v1");
 }
 
 }  // namespace

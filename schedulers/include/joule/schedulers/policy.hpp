@@ -127,6 +127,7 @@ struct Project {
   /// The owners who may use it ("token:alice", "uid:1000"); empty: every owner.
   std::vector<std::string> owners;
   Quota quota;
+  double shares = 1.0;  ///< its weight in fair share against other projects
   bool admits(std::string_view owner) const;
 };
 
@@ -144,6 +145,10 @@ struct Tenancy {
   Quota owner_quota;            ///< every owner's limits, where its own rule sets none
   std::vector<Project> projects;
   std::vector<OwnerRule> owners;
+  /// Fair share: among queued jobs of equal priority, those of owners and projects that used
+  /// less energy lately go first. Recent use is a decaying sum of finished work's joules.
+  bool fair_share = true;
+  std::int64_t usage_half_life_seconds = 7 * 86400;
 
   const Project* project(std::string_view name) const;
   const OwnerRule* owner(std::string_view name) const;

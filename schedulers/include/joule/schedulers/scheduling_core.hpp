@@ -60,6 +60,15 @@ struct TenantUse {
   std::size_t running = 0;
 };
 
+/// Recent energy use of one owner or project: joules that halve every half-life.
+struct DecayedUse {
+  double joules = 0.0;
+  UnixMillis as_of = 0;
+  /// What it amounts to at `now` (never more than as of its last addition).
+  double at(UnixMillis now, std::int64_t half_life_seconds) const;
+  void add(double more, UnixMillis when, std::int64_t half_life_seconds);
+};
+
 struct CoreOptions {
   std::size_t max_scan = PlacementOptions{}.max_scan;  ///< queued jobs a pass looks at (the rest wait their turn)
   /// Queued jobs a pass looks at while no device is free: the placer explains that many and
@@ -138,6 +147,14 @@ class SchedulingCore {
   /// Queued and running jobs of one owner, or of one project (the policy's quotas count them).
   TenantUse owner_use(const std::string& owner) const;
   TenantUse project_use(const std::string& project) const;
+  /// Recent energy use (fair share): the joules of finished and paused work, decayed.
+  double recent_joules_of_owner(const std::string& owner, UnixMillis now) const;
+  double recent_joules_of_project(const std::string& project, UnixMillis now) const;
+  /// The fair-share factors of these jobs' owners and projects multiplied, in (0, 1]: 1 for
+  /// those that used nothing lately, halving as their share of recent use passes their share of
+  /// the shares (Slurm's classic factor, 2^(−use share / shares share)); every owner among those
+  /// with recent use or a job here has an equal share, projects their configured `shares`.
+  std::vector<double> fair_share_factors(std::span<const PendingJob* const> jobs, UnixMillis now) const;
   std::size_t running_count() const { return running_.size(); }
 
   /// The devices as given, with each tracked run's device expected free at its start plus its
@@ -171,6 +188,11 @@ class SchedulingCore {
   // Counts a job's queued and running changes to its owner's and project's use.
   void count(const std::string& owner, const std::string& project, int queued, int running);
   RunningByTenant running_by_tenant() const;
+  // Adds a run's joules to its owner's and project's recent use.
+  void remember_use(const TrackedRun& run, const std::optional<EnergyUse>& use);
+  // Puts the scanned jobs of equal priority in fair-share order (stable: submission order
+  // among equal factors).
+  void order_by_fair_share(UnixMillis now);
 
   Policy policy_;
   CoreOptions options_;
@@ -182,6 +204,8 @@ class SchedulingCore {
   std::map<std::string, TrackedRun> running_;
   std::unordered_map<std::string, TenantUse> owner_use_;
   std::unordered_map<std::string, TenantUse> project_use_;
+  std::unordered_map<std::string, DecayedUse> owner_recent_;
+  std::unordered_map<std::string, DecayedUse> project_recent_;
   std::vector<const PendingJob*> scanned_;
   std::optional<OpenPass> open_;
   std::optional<UnixMillis> retry_at_;
