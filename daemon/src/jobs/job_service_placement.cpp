@@ -301,6 +301,14 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
   const bool metered_here = executor.settle_energy(job, device, exit ? &*exit : nullptr);
   if (job.started_steady)
     job.run_seconds = std::chrono::duration<double>(clock_.steady() - *job.started_steady).count();
+  if (job.row.started_ms) {
+    // Labels bounded by the policy: configured projects, "none", and "other" for the rest.
+    const std::string& project = job.spec.project;
+    metrics_.add_project_job(project.empty()                            ? "none"
+                             : core().policy().tenancy.project(project) ? project
+                                                                        : "other",
+                             job.row.energy_source, job.row.energy_joules);
+  }
   if (device && job.row.energy_joules && job.row.started_ms) {
     metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
     if (metered_here && listener_ && state == JobState::succeeded) {

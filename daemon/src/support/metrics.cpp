@@ -46,6 +46,15 @@ Metrics::Metrics()
                       .Name("joule_job_energy_joules_total")
                       .Help("Energy metered over finished jobs' runs, by device and meter source")
                       .Register(*registry_)),
+      project_energy_(BuildCounter()
+                          .Name("joule_project_energy_joules_total")
+                          .Help("Energy of finished jobs by project (configured projects; \"none\" for jobs without "
+                                "one, \"other\" for projects no longer configured) and meter source")
+                          .Register(*registry_)),
+      project_jobs_(BuildCounter()
+                        .Name("joule_project_jobs_total")
+                        .Help("Finished jobs that ran, by project (as joule_project_energy_joules_total)")
+                        .Register(*registry_)),
       http_requests_(BuildCounter()
                          .Name("joule_http_requests_total")
                          .Help("HTTP requests answered, by route template and status code")
@@ -217,6 +226,12 @@ void Metrics::count_placement_pass(bool continued) {
 
 void Metrics::add_job_energy(const std::string& device, const std::string& source, double joules) {
   if (joules > 0.0) job_energy_.Add(device_labels(device, source)).Increment(joules);
+}
+
+void Metrics::add_project_job(const std::string& project, const std::string& source, std::optional<double> joules) {
+  project_jobs_.Add({{"node", node_}, {"project", project}}).Increment();
+  if (joules && *joules > 0.0)
+    project_energy_.Add({{"node", node_}, {"project", project}, {"source", source}}).Increment(*joules);
 }
 
 void Metrics::observe_request(const std::string& route, unsigned status, double seconds) {

@@ -43,6 +43,9 @@ class Metrics {
   /// One placement pass: a full one, or one that continued the last with jobs queued since.
   void count_placement_pass(bool continued);
   void add_job_energy(const std::string& device, const std::string& source, double joules);
+  /// A finished job's energy and count under its project: `project` is a configured project's
+  /// name, "none" or "other" (the caller bounds the labels: one per configured project).
+  void add_project_job(const std::string& project, const std::string& source, std::optional<double> joules);
   /// One answered HTTP request; `route` is the route template, never the raw path.
   void observe_request(const std::string& route, unsigned status, double seconds);
   /// Time the event loop spent on one piece of work before it could answer anything else: a
@@ -102,6 +105,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& submitted_;
   prometheus::Family<prometheus::Counter>& placement_passes_;
   prometheus::Family<prometheus::Counter>& job_energy_;
+  prometheus::Family<prometheus::Counter>& project_energy_;
+  prometheus::Family<prometheus::Counter>& project_jobs_;
   prometheus::Family<prometheus::Counter>& http_requests_;
   prometheus::Family<prometheus::Histogram>& http_duration_;
   prometheus::Family<prometheus::Histogram>& loop_work_;
