@@ -375,10 +375,15 @@ double SchedulingCore::recent_joules_of_project(const std::string& project, Unix
 }
 
 void SchedulingCore::remember_use(const TrackedRun& run, const std::optional<EnergyUse>& use) {
-  if (!use || !(use->joules > 0.0)) return;
+  if (use) add_recent_use(run.owner, run.project, use->joules, use->end);
+}
+
+void SchedulingCore::add_recent_use(const std::string& owner, const std::string& project, double joules,
+                                    UnixMillis at) {
+  if (!(joules > 0.0)) return;
   const std::int64_t half_life = policy_.tenancy.usage_half_life_seconds;
-  owner_recent_[run.owner].add(use->joules, use->end, half_life);
-  if (!run.project.empty()) project_recent_[run.project].add(use->joules, use->end, half_life);
+  owner_recent_[owner].add(joules, at, half_life);
+  if (!project.empty()) project_recent_[project].add(joules, at, half_life);
 }
 
 std::vector<double> SchedulingCore::fair_share_factors(std::span<const PendingJob* const> jobs, UnixMillis now) const {

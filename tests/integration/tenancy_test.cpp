@@ -50,9 +50,9 @@ class TenancyTest : public ::testing::Test {
     std::string pattern = (std::filesystem::temp_directory_path() / "joule-tenancy-XXXXXX").string();
     policies_ = ::mkdtemp(pattern.data());
     std::ofstream(policies_ / "60-tenancy.toml") << tenancy(0);
-    daemon_ = std::make_unique<DaemonProcess>(joule::testing::DaemonOptions{
-        .config_toml = "[node]\nname = \"lab1\"\n[probing]\nenabled = false\n[policy]\ndirectory = \"" +
-                       policies_.string() + "\"\n" + kTokens});
+    options_.config_toml = "[node]\nname = \"lab1\"\n[probing]\nenabled = false\n[policy]\ndirectory = \"" +
+                           policies_.string() + "\"\n" + kTokens;
+    daemon_ = std::make_unique<DaemonProcess>(options_);
     ASSERT_TRUE(daemon_->start()) << daemon_->log();
   }
   void TearDown() override {
@@ -62,12 +62,16 @@ class TenancyTest : public ::testing::Test {
   }
 
   std::pair<unsigned, json> submit_as(const std::string& token, const json& job) const {
-    auto reply = daemon_->client(token).request("POST", "/v1/jobs", job.dump());
+    return submit_to(*daemon_, token, job);
+  }
+  static std::pair<unsigned, json> submit_to(const DaemonProcess& daemon, const std::string& token, const json& job) {
+    auto reply = daemon.client(token).request("POST", "/v1/jobs", job.dump());
     if (!reply) return {0, json(reply.error().message)};
     return {reply->status, json::parse(reply->body, nullptr, false)};
   }
 
   std::filesystem::path policies_;
+  joule::testing::DaemonOptions options_;
   std::unique_ptr<DaemonProcess> daemon_;
 };
 
@@ -221,20 +225,25 @@ TEST_F(TenancyTest, usage_reports_each_owners_and_projects_jobs_and_an_owner_see
   }
 }
 
-TEST_F(TenancyTest, fair_share_runs_the_job_of_the_owner_who_used_less_lately_first) {
+TEST_F(TenancyTest, fair_share_runs_the_job_of_the_owner_who_used_less_lately_first_across_a_restart) {
   // Alice has used energy lately (a half-second job: ~5 J of the modelled meter); Bob none.
   auto [status, used] = submit_as("alice-token", job("earlier", {"sleep", "0.5"}));
   ASSERT_EQ(status, 201u) << used.dump(2);
   ASSERT_EQ(daemon_->wait_state(used["id"], {"succeeded"})["state"], "succeeded");
+  // jouled restarts: what Alice used is read back from the jobs that ended.
+  daemon_->signal(SIGTERM);
+  ASSERT_EQ(daemon_->wait_exit(), 0);
+  DaemonProcess restarted(options_, daemon_->state_dir());
+  ASSERT_TRUE(restarted.start()) << restarted.log();
   // The device busy with someone else's job, Alice queues first, then Bob.
-  const std::string blocker = daemon_->submit(job("blocker", {"sleep", "30"}));
+  const std::string blocker = restarted.submit(job("blocker", {"sleep", "30"}));
   ASSERT_FALSE(blocker.empty());
-  daemon_->wait_state(blocker, {"running"});
-  const json alices = submit_as("alice-token", job("a1", {"true"})).second;
-  const json bobs = submit_as("bob-token", job("b1", {"true"})).second;
-  ASSERT_EQ(daemon_->call("DELETE", "/v1/jobs/" + blocker).first, 202u);
-  const json a = daemon_->wait_state(alices["id"], {"succeeded"});
-  const json b = daemon_->wait_state(bobs["id"], {"succeeded"});
+  restarted.wait_state(blocker, {"running"});
+  const json alices = submit_to(restarted, "alice-token", job("a1", {"true"})).second;
+  const json bobs = submit_to(restarted, "bob-token", job("b1", {"true"})).second;
+  ASSERT_EQ(restarted.call("DELETE", "/v1/jobs/" + blocker).first, 202u);
+  const json a = restarted.wait_state(alices["id"], {"succeeded"});
+  const json b = restarted.wait_state(bobs["id"], {"succeeded"});
   ASSERT_EQ(a["state"], "succeeded");
   ASSERT_EQ(b["state"], "succeeded");
   EXPECT_LT(b["started_at"].get<std::string>(), a["started_at"].get<std::string>())

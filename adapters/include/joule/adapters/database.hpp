@@ -95,6 +95,15 @@ struct UsageRow {
   double carbon_grams = 0.0;
 };
 
+/// The energy one owner's jobs in one project used in one hour (fair share's recent use, read
+/// back at start).
+struct RecentUse {
+  std::string owner;
+  std::string project;
+  std::int64_t last_end_ms = 0;  ///< the latest end among them
+  double joules = 0.0;
+};
+
 /// One entry of the budget ledger: metered energy of a job or probe on one device.
 struct StoredEnergyUse {
   std::string node;
@@ -205,6 +214,8 @@ class Database {
   Result<std::map<std::string, std::int64_t>> count_jobs_by_state();
   /// Finished jobs' use summed per group and energy source (UsageQuery), by one indexed query.
   Result<std::vector<UsageRow>> usage(const UsageQuery& query);
+  /// The energy of the jobs that ended since `since_ms`, per owner, project and hour.
+  Result<std::vector<RecentUse>> recent_use(std::int64_t since_ms);
   /// Deletes finished jobs that ended before `before_ms` (at most `limit`), with their events;
   /// returns each one's id and state.
   Result<std::vector<std::pair<std::string, std::string>>> forget_finished_jobs(std::int64_t before_ms,

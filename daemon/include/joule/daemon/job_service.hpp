@@ -93,6 +93,9 @@ class JobService final : public JobDemand {
   /// which is then given the jobs Database::load_current_jobs(kept) reads. Without it, every job
   /// stays in memory (unit tests).
   void keep_finished_in(adapters::Database& archive, std::size_t kept = kFinishedKept);
+  /// Fair share's recent use, read back from the jobs that ended within 20 half-lives of the
+  /// policy's (a year at most), so that a restart does not make a heavy user a new one.
+  void restore_recent_use();
   static constexpr std::size_t kFinishedKept = 64;
 
   /// Loads the stored jobs and reconciles those that were placed or running when the last

@@ -149,6 +149,9 @@ class SchedulingCore {
   TenantUse project_use(const std::string& project) const;
   /// Recent energy use (fair share): the joules of finished and paused work, decayed.
   double recent_joules_of_owner(const std::string& owner, UnixMillis now) const;
+  /// Adds work's joules to an owner's and project's recent use, as if it ended `at` (runs the
+  /// core tracks are added when they pause or end; this is for history read back at start).
+  void add_recent_use(const std::string& owner, const std::string& project, double joules, UnixMillis at);
   double recent_joules_of_project(const std::string& project, UnixMillis now) const;
   /// The fair-share factors of these jobs' owners and projects multiplied, in (0, 1]: 1 for
   /// those that used nothing lately, halving as their share of recent use passes their share of
