@@ -493,3 +493,51 @@ TEST_F(ClusterNodesTest, agents_sync_over_tls_and_verify_the_coordinators_certif
   EXPECT_NE(bad, 0);
   EXPECT_NE(said.find("certificate verify failed"), std::string::npos) << said;
 }
+
+TEST_F(ClusterNodesTest, a_projects_running_quota_holds_across_agents_and_a_coordinator_killed_with_9) {
+  std::filesystem::create_directories(dir_ / "policies");
+  // fifo: without the quota, the project's jobs would run on both agents at once.
+  std::ofstream(dir_ / "policies" / "60-tenancy.toml")
+      << "[placement]\nobjective = \"fifo\"\n[[projects]]\nname = \"vision\"\nmax_running_jobs = 1\n";
+  const auto port = free_port();
+  auto coordinator =
+      start_coordinator(port, fmt::format("[policy]\ndirectory = \"{}\"\n", (dir_ / "policies").string()));
+  auto orin = start_agent("orin", "jetson-orin", port);
+  auto pi = start_agent("pi", "raspberry-pi-4", port);
+  ASSERT_TRUE(
+      all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 2); }), 2));
+
+  // Three jobs of the project: two devices, but the project may run one job at once.
+  std::vector<std::string> vision;
+  for (int i = 0; i < 3; ++i) {
+    json job = training_job(fmt::format("v{}", i), marking_command(marks_, 1.5));
+    job["project"] = "vision";
+    vision.push_back(coordinator->submit(job));
+    ASSERT_FALSE(vision.back().empty());
+  }
+  ASSERT_EQ(coordinator->wait_state(vision[0], {"running"})["state"], "running");
+  const json held = coordinator->call("GET", "/v1/jobs/" + vision[1]).second;
+  EXPECT_EQ(held["state"], "queued");
+  EXPECT_EQ(held["waiting"]["reason"], "quota") << held.dump(2);
+  EXPECT_EQ(held["waiting"]["rule"], "project vision");
+
+  // The coordinator killed with -9 while the project's job runs: back, it counts that job again.
+  coordinator->signal(SIGKILL);
+  coordinator->wait_exit();
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(coordinator->start()) << coordinator->log();
+  std::vector<json> done;
+  for (const auto& id : vision) {
+    done.push_back(coordinator->wait_state(id, {"succeeded", "failed", "cancelled"}, 40s));
+    EXPECT_EQ(done.back()["state"], "succeeded") << done.back().dump(2) << coordinator->log();
+  }
+  // One at a time, each once.
+  std::sort(done.begin(), done.end(), [](const json& a, const json& b) {
+    return a["started_at"].get<std::string>() < b["started_at"].get<std::string>();
+  });
+  for (std::size_t i = 1; i < done.size(); ++i)
+    EXPECT_GE(done[i]["started_at"].get<std::string>(), done[i - 1]["finished_at"].get<std::string>())
+        << done[i - 1].dump(2) << done[i].dump(2);
+  const auto marks = lines_of(marks_);
+  for (const auto& id : vision) EXPECT_EQ(std::count(marks.begin(), marks.end(), id + ".1"), 1) << id;
+}
