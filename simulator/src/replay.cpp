@@ -225,6 +225,8 @@ class Replay {
     schedulers::PendingJob pending;
     pending.id = job.id;
     pending.priority = job.priority;
+    pending.owner = job.owner;
+    pending.project = job.project;
     pending.deadline = job.deadline;
     pending.not_before = job.not_before;
     pending.max_energy_joules = job.max_energy_joules;
@@ -598,6 +600,18 @@ class Replay {
       if (job.phase == JobState::Phase::running || job.phase == JobState::Phase::done)
         waits.push_back(static_cast<double>(job.started - spec.submit) / 1000.0);
       m.energy_joules += job.joules_done;
+      if (!spec.owner.empty()) {
+        OwnerMetrics& owner = m.owners[spec.owner];
+        ++owner.jobs;
+        owner.energy_joules += job.joules_done;
+        if (job.phase == JobState::Phase::done) ++owner.completed;
+        if (job.phase == JobState::Phase::running || job.phase == JobState::Phase::done) {
+          const double wait = static_cast<double>(job.started - spec.submit) / 1000.0;
+          ++owner.started;
+          owner.wait_mean_seconds += wait;  // a sum until divided below
+          owner.wait_max_seconds = std::max(owner.wait_max_seconds, wait);
+        }
+      }
       if (job.phase == JobState::Phase::done) {
         ++m.completed;
         completed_joules += job.joules_done;
@@ -608,6 +622,8 @@ class Replay {
       }
       if (spec.max_energy_joules && job.joules_done > *spec.max_energy_joules) ++m.max_energy_exceeded;
     }
+    for (auto& [name, owner] : m.owners)
+      if (owner.started) owner.wait_mean_seconds /= static_cast<double>(owner.started);
     m.energy_per_completed_job_joules = m.completed ? completed_joules / static_cast<double>(m.completed) : 0.0;
     m.idle_joules_not_counted = idle_at_last_finish_;
     if (m.completed && !world_.jobs.empty())

@@ -47,7 +47,7 @@ json to_json(const PolicyMetrics& m) {
   if (m.carbon_grams)
     carbon = {
         {"grams", *m.carbon_grams}, {"joules_outside_signal", m.joules_outside_carbon_signal}, {"source", "simulated"}};
-  return {
+  json out = {
       {"carbon", carbon},
       {"name", m.name},
       {"objective", m.objective},
@@ -97,6 +97,19 @@ json to_json(const PolicyMetrics& m) {
       {"ended_at", schedulers::format_rfc3339(m.ended_at)},
       {"end_reason", m.end_reason},
   };
+  // Per owner, only for traces that name owners (the shipped scenarios' figures stay as they were).
+  if (!m.owners.empty()) {
+    json owners = json::object();
+    for (const auto& [name, owner] : m.owners)
+      owners[name] = {{"jobs", owner.jobs},
+                      {"started", owner.started},
+                      {"completed", owner.completed},
+                      {"energy_joules", owner.energy_joules},
+                      {"wait_seconds", {{"mean", owner.wait_mean_seconds}, {"max", owner.wait_max_seconds}}},
+                      {"energy_source", "simulated"}};
+    out["owners"] = std::move(owners);
+  }
+  return out;
 }
 
 json to_json(const SimulationReport& report) {
@@ -173,6 +186,11 @@ std::string format_table(const SimulationReport& report) {
                          run.placer_wall_seconds > 0 ? run.placement_passes / run.placer_wall_seconds : 0.0);
     out += fmt::format("  {}:{}\n", run.name, extra);
   }
+  for (const auto& run : report.runs)
+    for (const auto& [name, owner] : run.owners)
+      out += fmt::format("  {}: owner {}: {} jobs, {} completed, mean wait {:.0f} s (max {:.0f} s), {:.1f} kJ\n",
+                         run.name, name, owner.jobs, owner.completed, owner.wait_mean_seconds, owner.wait_max_seconds,
+                         owner.energy_joules / 1e3);
   for (const auto& note : report.notes) out += fmt::format("note: {}\n", note);
   return out;
 }

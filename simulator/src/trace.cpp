@@ -35,7 +35,8 @@ Result<Trace> parse_trace(const std::string& text, const std::string& file_name,
   std::istringstream in(text);
   std::string line_text;
   int line = 0;
-  static const std::set<std::string> kFields = {"at", "name", "model", "training", "constraints", "priority"};
+  static const std::set<std::string> kFields = {"at",          "name",     "model", "training",
+                                                "constraints", "priority", "owner", "project"};
   static const std::set<std::string> kConstraints = {"devices", "deadline_seconds", "not_before_seconds",
                                                      "max_energy_joules", "max_slowdown"};
   while (std::getline(in, line_text)) {
@@ -51,7 +52,7 @@ Result<Trace> parse_trace(const std::string& text, const std::string& file_name,
     for (const auto& [key, value] : entry.items())
       if (!kFields.contains(key))
         return at_line(file_name, line, "/" + key,
-                       "unknown field (known: at, name, model, training, constraints, priority)");
+                       "unknown field (known: at, name, model, training, constraints, priority, owner, project)");
 
     TraceJob job;
     job.line = line;
@@ -132,6 +133,12 @@ Result<Trace> parse_trace(const std::string& text, const std::string& file_name,
       if (!entry["priority"].is_number_integer() || std::abs(entry["priority"].get<std::int64_t>()) > 1000000)
         return at_line(file_name, line, "/priority", "must be an integer from -1000000 to 1000000");
       job.priority = static_cast<int>(entry["priority"].get<std::int64_t>());
+    }
+    for (const auto& [key, slot] : {std::pair{"owner", &job.owner}, std::pair{"project", &job.project}}) {
+      if (!entry.contains(key)) continue;
+      if (!entry[key].is_string() || entry[key].get<std::string>().empty())
+        return at_line(file_name, line, fmt::format("/{}", key), "must be a non-empty string");
+      *slot = entry[key].get<std::string>();
     }
     trace.jobs.push_back(std::move(job));
   }

@@ -270,6 +270,8 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
     sim.name = job.name;
     sim.submit = world.start + static_cast<UnixMillis>(std::llround(job.at_seconds * 1000.0));
     sim.priority = job.priority;
+    sim.owner = job.owner;
+    sim.project = job.project;
     if (job.deadline_seconds)
       sim.deadline = sim.submit + static_cast<UnixMillis>(std::llround(*job.deadline_seconds * 1000.0));
     if (job.not_before_seconds)

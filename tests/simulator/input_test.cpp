@@ -189,8 +189,11 @@ TEST(TraceTest, errors_name_the_line_and_the_json_pointer) {
   EXPECT_EQ(
       trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"constraints\": {\"devices\": [7]}}"),
       "t.jsonl:1: /constraints/devices/0: must be a non-empty string");
-  EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"colour\": 1}"),
-            "t.jsonl:1: /colour: unknown field (known: at, name, model, training, constraints, priority)");
+  EXPECT_EQ(
+      trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"colour\": 1}"),
+      "t.jsonl:1: /colour: unknown field (known: at, name, model, training, constraints, priority, owner, project)");
+  EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"owner\": 7}"),
+            "t.jsonl:1: /owner: must be a non-empty string");
   EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"nope.json\", " + kTraining + "}"),
             "t.jsonl:1: /model: cannot read model spec nope.json");
   EXPECT_EQ(trace_error("{\"at\": 0, \"model\": {\"input\": {\"shape\": [4]}, \"layers\": [{\"type\": \"warp\"}]}, " +

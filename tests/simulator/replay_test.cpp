@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "example_models.hpp"
@@ -363,4 +364,44 @@ devices = [{name = "cuda:0", profile = "server-gpu", probes = 60}, {name = "cpu"
   }
 }
 
+}  // namespace joule::simulator
+
+namespace joule::simulator {
+namespace {
+
+// One device; a heavy owner queues four jobs, a light one two a moment later.
+World shared_world() {
+  std::vector<SimJob> jobs;
+  for (int i = 0; i < 4; ++i) {
+    jobs.push_back(job(fmt::format("heavy-{}", i), i, {on(0, 1000.0, 100.0)}));
+    jobs.back().owner = "heavy";
+  }
+  for (int i = 0; i < 2; ++i) {
+    jobs.push_back(job(fmt::format("light-{}", i), 10 + i, {on(0, 1000.0, 100.0)}));
+    jobs.back().owner = "light";
+  }
+  return world_of({"a"}, std::move(jobs));
+}
+
+TEST(ReplayTest, fair_share_runs_the_light_owners_jobs_before_the_heavy_owners_queue_and_says_per_owner) {
+  schedulers::Policy policy;
+  const PolicyMetrics fair = replay(shared_world(), fifo(policy));
+  policy.tenancy.fair_share = false;
+  const PolicyMetrics in_order = replay(shared_world(), fifo(policy));
+  ASSERT_EQ(fair.owners.size(), 2u);
+  // In submission order the light owner waits for all four heavy jobs (390 s and 489 s). With fair
+  // share its first job follows the heavy job running when it came (90 s); then both owners have
+  // used as much, so submission order puts one heavy job before its second (289 s).
+  EXPECT_NEAR(in_order.owners.at("light").wait_mean_seconds, (390.0 + 489.0) / 2, 1e-6);
+  EXPECT_NEAR(fair.owners.at("light").wait_mean_seconds, (90.0 + 289.0) / 2, 1e-6);
+  EXPECT_GT(fair.owners.at("heavy").wait_mean_seconds, in_order.owners.at("heavy").wait_mean_seconds);
+  EXPECT_EQ(fair.owners.at("heavy").completed, 4u);
+  EXPECT_DOUBLE_EQ(fair.owners.at("light").energy_joules, 2000.0);
+  EXPECT_DOUBLE_EQ(fair.energy_joules, in_order.energy_joules);  // the same work, in another order
+  const auto json = to_json(fair);
+  EXPECT_EQ(json["owners"]["light"]["jobs"], 2);
+  EXPECT_FALSE(to_json(replay(world_of({"a"}, {job("j", 0, {on(0, 1.0, 1.0)})}), fifo())).contains("owners"));
+}
+
+}  // namespace
 }  // namespace joule::simulator

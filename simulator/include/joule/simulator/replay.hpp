@@ -103,6 +103,16 @@ struct DeviceUsage {
 };
 
 /// What one policy did. Joules are simulated (the truth of the World), never measured.
+/// One owner's jobs in a run (for traces whose jobs name an owner).
+struct OwnerMetrics {
+  std::size_t jobs = 0;
+  std::size_t started = 0;
+  std::size_t completed = 0;
+  double energy_joules = 0.0;      ///< their true energy, completed or not
+  double wait_mean_seconds = 0.0;  ///< submit → start, over started jobs
+  double wait_max_seconds = 0.0;
+};
+
 struct PolicyMetrics {
   std::string name;
   std::string objective;
@@ -141,6 +151,7 @@ struct PolicyMetrics {
   std::map<std::string, double> floor_violation_seconds;
   /// By power cap: seconds in which the jobs' power in the cap's scope was over the cap.
   std::map<std::string, double> cap_violation_seconds;
+  std::map<std::string, OwnerMetrics> owners;  ///< by owner, where the trace names owners
   std::size_t placement_passes = 0;
   std::size_t placements = 0;
   double placer_wall_seconds = 0.0;  ///< wall time inside Placer::decide (not deterministic)

@@ -48,6 +48,8 @@ struct TraceJob {
   std::optional<double> max_energy_joules;
   std::optional<double> max_slowdown;
   int priority = 0;
+  std::string owner;    ///< who submitted it (fair share, per-owner figures); empty: nobody in particular
+  std::string project;  ///< its project (fair share with the policy's [[projects]] shares); empty: none
   int line = 0;
 };
 

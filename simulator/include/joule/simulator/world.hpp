@@ -64,6 +64,8 @@ struct SimJob {
   std::string name;
   schedulers::UnixMillis submit = 0;
   int priority = 0;
+  std::string owner;    ///< fair share and the per-owner figures; empty: none
+  std::string project;  ///< fair share's project; empty: none
   std::optional<schedulers::UnixMillis> deadline;
   std::optional<schedulers::UnixMillis> not_before;
   std::optional<double> max_energy_joules;
