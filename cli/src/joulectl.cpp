@@ -780,7 +780,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (usage_cmd->parsed()) {
-      const auto now = std::chrono::system_clock::now();
+      // Up to the next whole second: a job that ended a moment ago is in "now"'s report.
+      const auto now = std::chrono::system_clock::now() + std::chrono::seconds(1);
       const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
       std::tm utc{};
       ::gmtime_r(&seconds, &utc);

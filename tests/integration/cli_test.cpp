@@ -1,5 +1,7 @@
 // joulectl against a real daemon: tables for people, JSON for scripts, one-line errors.
 
+#include <unistd.h>
+
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -42,6 +44,32 @@ TEST(CliTest, submit_wait_prints_state_seconds_joules_and_source) {
   auto [dev_code, devices] = run_program({JOULECTL_BINARY, "--server", server_of(daemon), "devices"});
   EXPECT_EQ(dev_code, 0);
   EXPECT_NE(devices.find("modelled*"), std::string::npos) << devices;
+}
+
+TEST(CliTest, usage_prints_this_months_use_per_group_as_a_table_or_csv) {
+  DaemonProcess daemon;
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  const auto job_file = daemon.state_dir().parent_path() / "job.json";
+  std::ofstream(job_file) << R"({"name": "used", "run": {"command": ["sh", "-c", "sleep 0.2"]}})";
+  const std::string server = server_of(daemon);
+  ASSERT_EQ(run_program({JOULECTL_BINARY, "--server", server, "submit", "--wait", job_file.string()}).first, 0);
+  const std::string owner = "uid:" + std::to_string(::geteuid());
+
+  auto [code, table] = run_program({JOULECTL_BINARY, "--server", server, "usage"});
+  EXPECT_EQ(code, 0) << table;
+  EXPECT_NE(table.find("GROUP (owner)"), std::string::npos) << table;
+  EXPECT_NE(table.find(owner), std::string::npos) << table;
+  EXPECT_NE(table.find("modelled"), std::string::npos) << table;  // by source: not measured
+
+  auto [csv_code, csv] = run_program({JOULECTL_BINARY, "--server", server, "usage", "--group-by", "day", "--csv"});
+  EXPECT_EQ(csv_code, 0) << csv;
+  EXPECT_EQ(csv.rfind("day,jobs,device_hours,measured_joules,joules_by_source,", 0), 0u) << csv;
+  EXPECT_NE(csv.find("\n20"), std::string::npos) << csv;  // a row for today's date
+  EXPECT_NE(csv.find(",1,"), std::string::npos) << csv;   // one job
+
+  auto [bad_code, bad] = run_program({JOULECTL_BINARY, "--server", server, "usage", "--from", "last week"});
+  EXPECT_EQ(bad_code, 1);
+  EXPECT_NE(bad.find("from \"last week\" is not an RFC 3339 time"), std::string::npos) << bad;
 }
 
 TEST(CliTest, errors_are_one_line_and_non_zero) {
