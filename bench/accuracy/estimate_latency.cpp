@@ -1,4 +1,4 @@
-// Estimate latency: a 100-layer model on 16 devices (4 simulated profiles x 4 seeds), each
+// Estimate latency: a 100-layer model (and a 3-layer one) on 16 devices (4 simulated profiles x 4 seeds), each
 // device model trained by a probe campaign first. Google Benchmark reports the time of one
 // full estimate across all 16 devices; p50/p99 come from --benchmark_repetitions.
 
@@ -67,6 +67,29 @@ void BM_estimate_100_layers_on_16_devices(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_estimate_100_layers_on_16_devices)->Unit(benchmark::kMicrosecond);
+
+// A small network (linear, relu, linear): what a device's estimate costs beyond its layers'
+// predictions, which is most of a coordinator's work estimating a job on a thousand devices.
+void BM_estimate_3_layers_on_16_devices(benchmark::State& state) {
+  ModelSpec spec;
+  spec.name = "mlp-3";
+  spec.input_shape = {256};
+  spec.layers.push_back(LayerSpec{"linear", {{"out_features", 256}}, {}, {}});
+  spec.layers.push_back(LayerSpec{"relu", nlohmann::json::object(), {}, {}});
+  spec.layers.push_back(LayerSpec{"linear", {{"out_features", 10}}, {}, {}});
+  TrainingConfig training;
+  training.batch_size = 64;
+  training.samples_per_epoch = 60000;
+  auto& devices = trained_devices();
+  for (auto _ : state) {
+    auto layers = analyze_model(spec, training.batch_size);
+    for (const auto& device : devices) {
+      auto estimate = device->estimate(*layers, training);
+      benchmark::DoNotOptimize(estimate);
+    }
+  }
+}
+BENCHMARK(BM_estimate_3_layers_on_16_devices)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 
