@@ -51,14 +51,13 @@ std::vector<std::unique_ptr<DeviceEnergyModel>>& trained_devices() {
   return devices;
 }
 
-void BM_estimate_100_layers_on_16_devices(benchmark::State& state) {
-  const ModelSpec spec = deep_mlp();
+// As the daemon does: analyse the network once, estimate it on every device.
+void estimate_on_every_device(benchmark::State& state, const ModelSpec& spec) {
   TrainingConfig training;
   training.batch_size = 64;
   training.samples_per_epoch = 60000;
   auto& devices = trained_devices();
   for (auto _ : state) {
-    // As the daemon does: analyse the network once, estimate it on every device.
     auto layers = analyze_model(spec, training.batch_size);
     for (const auto& device : devices) {
       auto estimate = device->estimate(*layers, training);
@@ -66,6 +65,8 @@ void BM_estimate_100_layers_on_16_devices(benchmark::State& state) {
     }
   }
 }
+
+void BM_estimate_100_layers_on_16_devices(benchmark::State& state) { estimate_on_every_device(state, deep_mlp()); }
 BENCHMARK(BM_estimate_100_layers_on_16_devices)->Unit(benchmark::kMicrosecond);
 
 // A small network (linear, relu, linear): what a device's estimate costs beyond its layers'
@@ -77,17 +78,7 @@ void BM_estimate_3_layers_on_16_devices(benchmark::State& state) {
   spec.layers.push_back(LayerSpec{"linear", {{"out_features", 256}}, {}, {}});
   spec.layers.push_back(LayerSpec{"relu", nlohmann::json::object(), {}, {}});
   spec.layers.push_back(LayerSpec{"linear", {{"out_features", 10}}, {}, {}});
-  TrainingConfig training;
-  training.batch_size = 64;
-  training.samples_per_epoch = 60000;
-  auto& devices = trained_devices();
-  for (auto _ : state) {
-    auto layers = analyze_model(spec, training.batch_size);
-    for (const auto& device : devices) {
-      auto estimate = device->estimate(*layers, training);
-      benchmark::DoNotOptimize(estimate);
-    }
-  }
+  estimate_on_every_device(state, spec);
 }
 BENCHMARK(BM_estimate_3_layers_on_16_devices)->Unit(benchmark::kMicrosecond);
 
