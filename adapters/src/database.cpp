@@ -224,8 +224,8 @@ constexpr std::array<const char*, 5> kUsageBy = {
 #undef JOULE_USAGE_BY
 constexpr const char* kRecentUse =
     "SELECT owner, project, MAX(finished_ms), TOTAL(energy_joules) FROM jobs INDEXED BY jobs_usage"
-    " WHERE state IN ('succeeded', 'failed', 'cancelled') AND finished_ms >= ?1 AND energy_joules > 0"
-    " GROUP BY owner, project, finished_ms / 3600000";
+    " WHERE state IN ('succeeded', 'failed', 'cancelled') AND finished_ms >= ?1 AND finished_ms < ?2"
+    " AND energy_joules > 0 GROUP BY owner, project, finished_ms / 3600000";
 constexpr const char* kCountJobsByState = "SELECT state, jobs FROM job_counts WHERE jobs != 0";
 constexpr const char* kMaxJobSequence = "SELECT COALESCE(MAX(sequence), 0) FROM jobs";
 constexpr const char* kOldFinishedJobs =
@@ -625,9 +625,12 @@ Result<std::vector<UsageRow>> Database::usage(const UsageQuery& query) {
   return rows;
 }
 
-Result<std::vector<RecentUse>> Database::recent_use(std::int64_t since_ms) {
+Result<std::vector<RecentUse>> Database::recent_use(std::int64_t since_ms, std::int64_t until_ms) {
   std::vector<RecentUse> rows;
-  const auto bind = [&](sqlite3_stmt* stmt) { sqlite3_bind_int64(stmt, 1, since_ms); };
+  const auto bind = [&](sqlite3_stmt* stmt) {
+    sqlite3_bind_int64(stmt, 1, since_ms);
+    sqlite3_bind_int64(stmt, 2, until_ms);
+  };
   const auto read = [&](sqlite3_stmt* stmt) {
     rows.push_back(RecentUse{column_text(stmt, 0), column_text(stmt, 1), sqlite3_column_int64(stmt, 2),
                              sqlite3_column_double(stmt, 3)});

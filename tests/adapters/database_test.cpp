@@ -381,8 +381,8 @@ TEST(DatabaseTest, usage_sums_the_finished_jobs_that_ran_in_the_range_per_group_
   ASSERT_EQ(by_day->size(), 3u);
   EXPECT_EQ((*by_day)[0].group, "2024-10-04");
   EXPECT_EQ((*by_day)[2].group, "2024-10-05");
-  // Fair share's history: per owner, project and hour, since a time (the late job included).
-  auto recent = (*db)->recent_use(day0 + kDay);
+  // Fair share's history: per owner, project and hour, in a span (the late job included).
+  auto recent = (*db)->recent_use(day0 + kDay, day0 + 10 * kDay);
   ASSERT_TRUE(recent) << recent.error().message;
   ASSERT_EQ(recent->size(), 2u);
   EXPECT_EQ((*recent)[0].owner == "token:alice" ? (*recent)[0].joules : (*recent)[1].joules, 300.0);

@@ -37,13 +37,14 @@ void JobService::keep_finished_in(adapters::Database& archive, std::size_t kept)
   finished_kept_ = std::max<std::size_t>(kept, 1);
 }
 
-void JobService::restore_recent_use() {
-  if (!archive_) return;
-  const std::int64_t half_life = core().policy().tenancy.usage_half_life_seconds;
-  const std::int64_t span_ms = std::min<std::int64_t>(20 * half_life, 366 * 86400) * 1000;
-  auto recent = archive_->recent_use(now_ms() - span_ms);
-  if (!recent) return spdlog::warn("fair share starts without recent use: {}", recent.error().message);
-  for (const auto& use : *recent) core().add_recent_use(use.owner, use.project, use.joules, use.last_end_ms);
+std::pair<std::int64_t, std::int64_t> JobService::recent_use_span() const {
+  const std::int64_t half_life = core_.policy().tenancy.usage_half_life_seconds;
+  const std::int64_t now = now_ms();
+  return {now - std::min<std::int64_t>(20 * half_life, 366 * 86400) * 1000, now};
+}
+
+void JobService::remember_recent_use(const std::vector<adapters::RecentUse>& uses) {
+  for (const auto& use : uses) core().add_recent_use(use.owner, use.project, use.joules, use.last_end_ms);
 }
 
 void JobService::evict_finished() {

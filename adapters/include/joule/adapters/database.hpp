@@ -214,8 +214,8 @@ class Database {
   Result<std::map<std::string, std::int64_t>> count_jobs_by_state();
   /// Finished jobs' use summed per group and energy source (UsageQuery), by one indexed query.
   Result<std::vector<UsageRow>> usage(const UsageQuery& query);
-  /// The energy of the jobs that ended since `since_ms`, per owner, project and hour.
-  Result<std::vector<RecentUse>> recent_use(std::int64_t since_ms);
+  /// The energy of the jobs that ended in [since_ms, until_ms), per owner, project and hour.
+  Result<std::vector<RecentUse>> recent_use(std::int64_t since_ms, std::int64_t until_ms);
   /// Deletes finished jobs that ended before `before_ms` (at most `limit`), with their events;
   /// returns each one's id and state.
   Result<std::vector<std::pair<std::string, std::string>>> forget_finished_jobs(std::int64_t before_ms,

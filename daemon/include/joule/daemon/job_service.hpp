@@ -93,9 +93,12 @@ class JobService final : public JobDemand {
   /// which is then given the jobs Database::load_current_jobs(kept) reads. Without it, every job
   /// stays in memory (unit tests).
   void keep_finished_in(adapters::Database& archive, std::size_t kept = kFinishedKept);
-  /// Fair share's recent use, read back from the jobs that ended within 20 half-lives of the
-  /// policy's (a year at most), so that a restart does not make a heavy user a new one.
-  void restore_recent_use();
+  /// What fair share's recent use is read back from at start: the jobs that ended within 20 of
+  /// the policy's half-lives (a year at most) before now, [since, until) in Unix ms.
+  std::pair<std::int64_t, std::int64_t> recent_use_span() const;
+  /// Adds that history to the owners' and projects' recent use (jobs that end from now on are
+  /// added as they end).
+  void remember_recent_use(const std::vector<adapters::RecentUse>& uses);
   static constexpr std::size_t kFinishedKept = 64;
 
   /// Loads the stored jobs and reconciles those that were placed or running when the last

@@ -32,10 +32,18 @@ class UsageReports {
   /// Runs the query off the loop and calls `done` on it; at most kMaxInFlight at once (then a
   /// too_many error at once).
   void report(adapters::UsageQuery query, Done done);
+  /// Fair share's history at start: the energy of the jobs that ended in [since_ms, until_ms),
+  /// read off the loop; `done` runs on it.
+  void recent_use(std::int64_t since_ms, std::int64_t until_ms,
+                  std::function<void(Result<std::vector<adapters::RecentUse>>)> done);
 
   static constexpr std::size_t kMaxInFlight = 4;
 
  private:
+  // Runs `work` with the reader on the report thread, then `then` on the loop (neither once
+  // this is destroyed).
+  void on_reader(std::function<void(Result<adapters::Database*>)> work, std::function<void()> then);
+
   boost::asio::io_context& io_;
   std::filesystem::path database_;
   std::string local_node_;
