@@ -51,7 +51,7 @@ std::vector<std::unique_ptr<DeviceEnergyModel>>& trained_devices() {
   return devices;
 }
 
-// As the daemon does: analyse the network once, estimate it on every device.
+// As the daemon does: analyse and prepare the network once, estimate it on every device.
 void estimate_on_every_device(benchmark::State& state, const ModelSpec& spec) {
   TrainingConfig training;
   training.batch_size = 64;
@@ -59,8 +59,9 @@ void estimate_on_every_device(benchmark::State& state, const ModelSpec& spec) {
   auto& devices = trained_devices();
   for (auto _ : state) {
     auto layers = analyze_model(spec, training.batch_size);
+    const PreparedNetwork network(*layers, training.batch_size);
     for (const auto& device : devices) {
-      auto estimate = device->estimate(*layers, training);
+      auto estimate = device->estimate(network, training);
       benchmark::DoNotOptimize(estimate);
     }
   }

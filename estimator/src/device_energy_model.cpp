@@ -300,18 +300,43 @@ void DeviceEnergyModel::set_runtime(RuntimeCost cost) {
   revision_ = next_revision();
 }
 
+PreparedNetwork::PreparedNetwork(const std::vector<AnalyzedLayer>& layers, std::int64_t batch_size)
+    : layers_(layers), batch_size_(batch_size), keys_(layer_keys(layers)), features_(layers.size()) {
+  key_names_.reserve(keys_.size());
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    key_names_.push_back(keys_[i].name());
+    free_.push_back(keys_[i].position != LayerPosition::output && is_free_layer(layers[i]));
+    log_work_.push_back(std::log(std::max(layer_work(layers[i].cost), 1.0)));
+  }
+}
+
+const Eigen::VectorXd& PreparedNetwork::features(std::size_t i, const std::vector<std::string>& names) const {
+  auto& made = features_[i];
+  for (const auto& [seen, x] : made)
+    if (seen == names) return x;
+  made.emplace_back(names,
+                    DeviceEnergyModel::feature_vector(layers_[i].features, names, static_cast<double>(batch_size_)));
+  return made.back().second;
+}
+
 Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& analyzed, const TrainingConfig& training,
                                              const std::string& runtime) const {
-  const auto* layers = &analyzed;
-  const auto keys = layer_keys(*layers);
+  return estimate(PreparedNetwork(analyzed, training.batch_size), training, runtime);
+}
+
+Result<Estimate> DeviceEnergyModel::estimate(const PreparedNetwork& network, const TrainingConfig& training,
+                                             const std::string& runtime) const {
+  if (network.batch_size() != training.batch_size)  // prepared for another batch: its features are not these
+    return estimate(network.layers(), training, runtime);
+  const auto* layers = &network.layers();
   std::vector<std::string> missing;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    const auto& key = keys[i];
-    if (key.position != LayerPosition::output && is_free_layer((*layers)[i])) continue;
-    const auto it = models_.find(key.name());
-    if ((it == models_.end() || !it->second.usable()) && !(stands_in(key.name()) && !models_.empty()) &&
-        std::find(missing.begin(), missing.end(), key.name()) == missing.end())
-      missing.push_back(key.name());
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    if (network.free(i)) continue;
+    const std::string& name = network.key_name(i);
+    const auto it = models_.find(name);
+    if ((it == models_.end() || !it->second.usable()) && !(stands_in(name) && !models_.empty()) &&
+        std::find(missing.begin(), missing.end(), name) == missing.end())
+      missing.push_back(name);
   }
   // Probes train with sgd: another optimizer adds its own line, from its own model.
   const bool other_optimizer = !training.optimizer.empty() && training.optimizer != "sgd";
@@ -367,16 +392,16 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
   };
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const auto& layer = (*layers)[i];
-    if (keys[i].position != LayerPosition::output && is_free_layer(layer)) {
+    if (network.free(i)) {
       LayerEstimate free;
       free.index = layer.index;
       free.type = layer.type;
-      free.key = keys[i].name();
+      free.key = network.key_name(i);
       out.layers.push_back(std::move(free));  // a view: no work of its own
       continue;
     }
-    std::string key_name = keys[i].name();
-    const double log_work = std::log(std::max(layer_work(layer.cost), 1.0));
+    std::string key_name = network.key_name(i);
+    const double log_work = network.log_work(i);
     const auto own = models_.find(key_name);
     if (own == models_.end() || !own->second.usable()) {
       // An unresolved kind (stands_in): its cost from its work at the device's pooled rate.
@@ -394,7 +419,7 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
       continue;
     }
     const auto& km = own->second;
-    Eigen::VectorXd x = feature_vector(layer.features, km.names, static_cast<double>(training.batch_size));
+    const Eigen::VectorXd& x = network.features(i, km.names);
     // Deep networks repeat the same block: predict each distinct (model, input) once.
     auto cached = std::find_if(predictions.begin(), predictions.end(), [&](const Predicted& p) {
       return p.model == &km && p.x == x && p.log_work == log_work;

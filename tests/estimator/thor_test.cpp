@@ -160,6 +160,37 @@ TEST(DeviceEnergyModelTest, a_probe_campaign_estimates_an_unmeasured_network) {
   EXPECT_EQ(to_json(*named->estimate(lenet(), training))["environment"], named->environment());
 }
 
+// A network prepared once and estimated on several devices gives each device the estimate it
+// gives alone, to the bit: the keys, work and feature vectors found once are the same ones.
+TEST(DeviceEnergyModelTest, a_network_prepared_once_estimates_as_on_each_device_alone) {
+  std::vector<std::unique_ptr<DeviceEnergyModel>> models;
+  for (const char* profile : {"laptop-cpu", "jetson-orin"}) {
+    SimulatedDevice device(*find_simulated_profile(profile), 3);
+    models.push_back(std::make_unique<DeviceEnergyModel>(std::string("sim:") + profile, "simulated"));
+    CampaignOptions options;
+    options.probes = 80;
+    options.gp.restarts = 1;
+    ASSERT_TRUE(run_campaign(*models.back(), {WorkloadItem{lenet(), 32}}, noise_free_meter(device), options));
+  }
+  TrainingConfig training;
+  training.batch_size = 32;
+  training.samples_per_epoch = 3200;
+  auto layers = analyze_model(lenet(), 32);
+  ASSERT_TRUE(layers);
+  const PreparedNetwork network(*layers, 32);
+  for (const auto& model : models) {
+    const auto alone = model->estimate(*layers, training);
+    const auto prepared = model->estimate(network, training);
+    ASSERT_TRUE(alone && prepared);
+    EXPECT_EQ(to_json(*prepared), to_json(*alone)) << model->device();
+  }
+  // Prepared for another batch size: estimated as the training says, not from stale features.
+  training.batch_size = 64;
+  const auto other = models[0]->estimate(network, training);
+  ASSERT_TRUE(other);
+  EXPECT_EQ(to_json(*other), to_json(*models[0]->estimate(*layers, training)));
+}
+
 namespace {
 
 ModelSpec linear_classifier(std::int64_t features) {

@@ -11,6 +11,7 @@ Result<EstimateAnswer> estimate_on(const EstimateRequest& request, const std::ve
                                    const DeviceModels& models) {
   auto layers = estimator::analyze_model(request.model, request.training.batch_size, "/model");
   if (!layers) return layers.error();
+  const estimator::PreparedNetwork network(*layers, request.training.batch_size);  // once, for every device
   schedulers::Constraints filter;
   filter.devices = request.devices;
   EstimateAnswer answer;
@@ -28,7 +29,7 @@ Result<EstimateAnswer> estimate_on(const EstimateRequest& request, const std::ve
       answer.rows.push_back(std::move(row));
       continue;
     }
-    auto estimate = it->second->estimate(*layers, request.training, request.runtime);
+    auto estimate = it->second->estimate(network, request.training, request.runtime);
     if (!estimate) {
       row.detail = estimate.error().message;
       answer.rows.push_back(std::move(row));

@@ -112,6 +112,33 @@ nlohmann::json to_json(const Estimate& estimate);
 /// The same, with or without the per-layer breakdown (`layers` empty where it is left out).
 nlohmann::json to_json(const Estimate& estimate, bool with_layers);
 
+/// A network analysed for estimating on many devices: its layers' keys, whether each is free,
+/// their work, and the feature vectors the devices' models ask for (most devices' models of a
+/// kind name the same features), found once per job instead of once per device. Used on one
+/// thread at a time; valid for the batch size it was made with.
+class PreparedNetwork {
+ public:
+  PreparedNetwork(const std::vector<AnalyzedLayer>& layers, std::int64_t batch_size);
+
+  const std::vector<AnalyzedLayer>& layers() const { return layers_; }
+  std::int64_t batch_size() const { return batch_size_; }
+  const LayerKey& key(std::size_t i) const { return keys_[i]; }
+  const std::string& key_name(std::size_t i) const { return key_names_[i]; }
+  bool free(std::size_t i) const { return free_[i]; }
+  double log_work(std::size_t i) const { return log_work_[i]; }
+  /// Layer i's feature vector over `names` (a KeyModel's), made once per distinct list.
+  const Eigen::VectorXd& features(std::size_t i, const std::vector<std::string>& names) const;
+
+ private:
+  const std::vector<AnalyzedLayer>& layers_;
+  std::int64_t batch_size_;
+  std::vector<LayerKey> keys_;
+  std::vector<std::string> key_names_;
+  std::vector<bool> free_;
+  std::vector<double> log_work_;
+  mutable std::vector<std::vector<std::pair<std::vector<std::string>, Eigen::VectorXd>>> features_;
+};
+
 class DeviceEnergyModel {
  public:
   DeviceEnergyModel(std::string device, std::string source);
@@ -151,6 +178,9 @@ class DeviceEnergyModel {
   /// on many devices analyses it once). Identical layers (same kind, position and inputs) are
   /// predicted once.
   Result<Estimate> estimate(const std::vector<AnalyzedLayer>& layers, const TrainingConfig& training,
+                            const std::string& runtime = {}) const;
+  /// The same for a network prepared once for every device (its batch size `training`'s).
+  Result<Estimate> estimate(const PreparedNetwork& network, const TrainingConfig& training,
                             const std::string& runtime = {}) const;
 
   /// Keeps what a runtime costs on this device (joule-worker runtime), replacing its last one.
@@ -228,6 +258,7 @@ class DeviceEnergyModel {
   std::optional<LogPrediction> pooled_prediction(bool energy, double log_work) const;
   static Eigen::VectorXd feature_vector(const std::map<std::string, double>& features,
                                         const std::vector<std::string>& names, std::optional<double> batch_size);
+  friend class PreparedNetwork;  // finds the feature vectors the models ask for, once per job
 
   static std::uint64_t next_revision();
 
