@@ -432,6 +432,12 @@ std::vector<double> SchedulingCore::fair_share_factors(std::span<const PendingJo
 
 void SchedulingCore::order_by_fair_share(UnixMillis now) {
   if (!policy_.tenancy.fair_share || scanned_.size() < 2 || (owner_recent_.empty() && project_recent_.empty())) return;
+  // Jobs of one owner in one project have one factor: nothing to reorder (a node with one user,
+  // or joule-sim's traces without owners, pay nothing for fair share per pass).
+  const PendingJob& first = *scanned_.front();
+  if (std::all_of(scanned_.begin(), scanned_.end(),
+                  [&](const PendingJob* job) { return job->owner == first.owner && job->project == first.project; }))
+    return;
   // Forget those whose use has decayed to nothing: the maps hold recent users, not everyone seen.
   const std::int64_t half_life = policy_.tenancy.usage_half_life_seconds;
   std::erase_if(owner_recent_, [&](const auto& entry) { return entry.second.at(now, half_life) < kForgottenJoules; });

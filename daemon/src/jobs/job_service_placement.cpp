@@ -77,7 +77,7 @@ void JobService::schedule() {
   for (const auto& placement : pass.placements) {
     Job& job = *jobs_.at(placement.job);
     job.waiting.reset();
-    place(job, devices_[placement.device], placement.note);
+    place(job, devices_[placement.device], placement);
   }
   if (const auto wake = core().wake_at(now)) schedule_retry(*wake);
 }
@@ -264,13 +264,15 @@ std::vector<estimator::WorkloadItem> JobService::workload(std::size_t recent) co
   return out;
 }
 
-void JobService::place(Job& job, Device& device, const std::string& note) {
+void JobService::place(Job& job, Device& device, const schedulers::Placement& placement) {
   if (listener_) listener_->placing_on(device.name);
   device.job = job.row.id;
   job.row.device = device.name;
-  // What placement weighed it by there, kept for usage reports' estimate error.
-  const auto estimate = estimate_for(job, device.name);
+  // Its estimate there, for usage reports' estimate error: the one placement weighed (at the
+  // knob setting chosen), else (a baseline objective reads none) the stored one.
+  const auto estimate = placement.estimate ? placement.estimate : estimate_for(job, device.name);
   job.row.estimated_joules = estimate ? std::optional(estimate->joules_mean) : std::nullopt;
+  const std::string& note = placement.note;
   Executor& executor = executor_for(device);
   const std::string run = executor.prepare(job, device);
   // The placement is committed before anything runs it: a crash in between leaves a "placed"

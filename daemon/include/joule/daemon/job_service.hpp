@@ -233,7 +233,7 @@ class JobService final : public JobDemand {
   void track_running(schedulers::UnixMillis now);
   void apply(const schedulers::ThrottleAction& action);
   void release_controls(Job& job, bool ended);
-  void place(Job& job, Device& device, const std::string& note);
+  void place(Job& job, Device& device, const schedulers::Placement& placement);
   /// A placement that could not be stored: the job waits in the queue again (as the database
   /// still has it) and placing pauses for a while, instead of the job failing.
   void unplace(Job& job, const std::string& why);
