@@ -11,7 +11,7 @@ namespace joule::adapters {
 namespace {
 
 // Each entry moves the schema from version i to i + 1. Never edit a released entry: add one.
-constexpr std::array<const char*, 10> kMigrations = {
+constexpr std::array<const char*, 11> kMigrations = {
     R"sql(
 CREATE TABLE jobs (
   id              TEXT PRIMARY KEY,
@@ -150,6 +150,15 @@ UPDATE jobs SET project = json_extract(spec, '$.project')
 CREATE INDEX jobs_usage ON jobs(state, finished_ms, owner, project, device, energy_source, energy_joules, started_ms,
   estimated_joules, energy_partial, carbon_grams);
 )sql",
+    // Whose a job's energy was, for owners' and projects' budgets after a restart (older rows
+    // from their job, where it is still stored).
+    R"sql(
+ALTER TABLE energy_uses ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+ALTER TABLE energy_uses ADD COLUMN project TEXT NOT NULL DEFAULT '';
+UPDATE energy_uses SET owner = (SELECT owner FROM jobs WHERE jobs.id = energy_uses.work),
+  project = (SELECT project FROM jobs WHERE jobs.id = energy_uses.work)
+  WHERE work != 'probe' AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = energy_uses.work);
+)sql",
 };
 
 constexpr const char* kInsertJob =
@@ -235,9 +244,11 @@ constexpr const char* kDeleteJob = "DELETE FROM jobs WHERE id = ?1";
 constexpr const char* kSelectJobEvents =
     "SELECT job_id, at_ms, state, message FROM job_events WHERE job_id = ?1 ORDER BY id";
 constexpr const char* kInsertEnergyUse =
-    "INSERT INTO energy_uses (node, device, work, start_ms, end_ms, joules, source) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+    "INSERT INTO energy_uses (node, device, work, start_ms, end_ms, joules, source, owner, project)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
 constexpr const char* kSelectEnergyUses =
-    "SELECT node, device, work, start_ms, end_ms, joules, source FROM energy_uses WHERE end_ms >= ?1 ORDER BY end_ms, id";
+    "SELECT node, device, work, start_ms, end_ms, joules, source, owner, project FROM energy_uses WHERE end_ms >= ?1"
+    " ORDER BY end_ms, id";
 constexpr const char* kDeleteEnergyUses = "DELETE FROM energy_uses WHERE end_ms < ?1";
 constexpr const char* kSaveSnapshot =
     "INSERT INTO model_snapshots (device, version, saved_ms, source, snapshot, meta) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
@@ -824,6 +835,8 @@ Status Database::insert_energy_use(const StoredEnergyUse& use) {
   sqlite3_bind_int64(*stmt, 5, use.end_ms);
   sqlite3_bind_double(*stmt, 6, use.joules);
   bind_text(*stmt, 7, use.source);
+  bind_text(*stmt, 8, use.owner);
+  bind_text(*stmt, 9, use.project);
   if (sqlite3_step(*stmt) != SQLITE_DONE) return sqlite_error(fmt::format("recording the energy of {}", use.work));
   return {};
 }
@@ -838,7 +851,8 @@ Result<std::vector<StoredEnergyUse>> Database::load_energy_uses(std::int64_t sin
   while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) {
     out.push_back(StoredEnergyUse{column_text(*stmt, 0), column_text(*stmt, 1), column_text(*stmt, 2),
                                   sqlite3_column_int64(*stmt, 3), sqlite3_column_int64(*stmt, 4),
-                                  sqlite3_column_double(*stmt, 5), column_text(*stmt, 6)});
+                                  sqlite3_column_double(*stmt, 5), column_text(*stmt, 6), column_text(*stmt, 7),
+                                  column_text(*stmt, 8)});
   }
   if (rc != SQLITE_DONE) return sqlite_error("loading the budget ledger");
   return out;

@@ -214,9 +214,13 @@ void print_budgets(const json& view) {
     fmt::print("{:<16}  {:<22}  {:<15}  {:>10}  {:>10}  {:>10}  {:>10}  {}\n", "BUDGET", "SCOPE", "WINDOW", "LIMIT",
                "SPENT", "RESERVED", "REMAINING", "RESETS");
     for (const auto& budget : view["budgets"]) {
-      const std::string scope = budget["target"].get<std::string>().empty()
-                                    ? budget["scope"].get<std::string>()
-                                    : budget["scope"].get<std::string>() + " " + budget["target"].get<std::string>();
+      std::string scope = budget["target"].get<std::string>().empty()
+                              ? budget["scope"].get<std::string>()
+                              : budget["scope"].get<std::string>() + " " + budget["target"].get<std::string>();
+      // An owner's or project's budget counts only their jobs there.
+      for (const char* whose : {"project", "owner"})
+        if (budget.contains(whose) && budget[whose].is_string())
+          scope = fmt::format("{} {}, {}", whose, budget[whose].get<std::string>(), scope);
       fmt::print("{:<16}  {:<22}  {:<15}  {:>10}  {:>10}  {:>10}  {:>10}  {}\n", budget["name"].get<std::string>(),
                  scope, budget["window"].get<std::string>(), joules_text(budget["limit_joules"].get<double>()),
                  joules_text(budget["spent_joules"].get<double>()), joules_text(budget["reserved_joules"].get<double>()),

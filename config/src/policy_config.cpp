@@ -411,10 +411,14 @@ class FileParser {
   }
 
   void parse_budget(const toml::table& table, const std::string& what) {
-    check_.reject_unknown(table, what + ".", {"name", "scope", "target", "joules", "wh", "kwh", "window", "calendar"});
+    check_.reject_unknown(table, what + ".",
+                          {"name", "scope", "target", "joules", "wh", "kwh", "window", "calendar", "owner", "project"});
     schedulers::EnergyBudget budget;
     budget.name = rule_name(table, what, "budget");
-    bool ok = scope_target(table, what, budget.scope);
+    bool ok = budget_tenant(table, what, budget);
+    // An owner's or project's budget counts their jobs everywhere unless it names a scope.
+    const bool for_tenant = table.get("owner") || table.get("project");
+    if (!for_tenant || table.get("scope")) ok = scope_target(table, what, budget.scope) && ok;
 
     static constexpr std::pair<const char*, double> kUnits[] = {{"joules", 1.0}, {"wh", 3600.0}, {"kwh", 3.6e6}};
     int units_set = 0;
@@ -470,6 +474,31 @@ class FileParser {
       }
     }
     if (ok) acc_.policy.budgets.push_back(std::move(budget));
+  }
+
+  // A budget's owner and project, where it is for one; false when either is unusable.
+  bool budget_tenant(const toml::table& table, const std::string& what, schedulers::EnergyBudget& budget) {
+    bool ok = true;
+    if (const toml::node* owner = table.get("owner")) {
+      auto name = check_.get<std::string>(table, "owner", what + ".owner");
+      if (name && !is_owner_name(*name))
+        check_.problem(*owner, fmt::format("{}.owner \"{}\" is not an owner as jobs name them: \"token:NAME\" (a "
+                                           "bearer token's owner) or \"uid:N\" (a local user)",
+                                           what, *name));
+      if (name && is_owner_name(*name))
+        budget.owner = *name;
+      else
+        ok = false;
+    }
+    if (const toml::node* project = table.get("project")) {
+      if (auto name = check_.get<std::string>(table, "project", what + ".project")) {
+        budget.project = *name;
+        acc_.project_uses.push_back({*name, budget.owner, what + ".project", place_of(*project)});
+      } else {
+        ok = false;
+      }
+    }
+    return ok;
   }
 
   void parse_cap(const toml::table& table, const std::string& what) {

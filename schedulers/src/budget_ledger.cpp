@@ -63,7 +63,7 @@ void BudgetLedger::set_budgets(std::vector<EnergyBudget> budgets) {
   covered_.assign(budgets_.size(), {});
   for (std::size_t i = 0; i < uses_.size(); ++i)
     for (std::size_t b = 0; b < budgets_.size(); ++b)
-      if (budgets_[b].scope.covers(uses_[i].device)) covered_[b].push_back(first_use_ + i);
+      if (counts(budgets_[b], uses_[i])) covered_[b].push_back(first_use_ + i);
 }
 
 void BudgetLedger::record(EnergyUse use) {
@@ -72,7 +72,8 @@ void BudgetLedger::record(EnergyUse use) {
   // the uses kept (a day, or the longest window) grow with devices and minutes, not with jobs.
   // Calendar windows start on whole minutes and count such a use exactly; the edge of a rolling
   // window may prorate that minute's energy over the merged span instead of each job's own.
-  const std::string key = use.device.qualified();
+  // One owner's and project's: their budgets count them apart.
+  const std::string key = use.device.qualified() + '\n' + use.owner + '\n' + use.project;
   const UnixMillis minute = floor_div(use.start, kMinute);
   if (minute == floor_div(use.end, kMinute)) {
     const auto last = last_use_.find(key);
@@ -90,7 +91,7 @@ void BudgetLedger::record(EnergyUse use) {
   const std::uint64_t number = first_use_ + uses_.size();
   last_use_[key] = number;
   for (std::size_t b = 0; b < budgets_.size(); ++b)
-    if (budgets_[b].scope.covers(use.device)) covered_[b].push_back(number);
+    if (counts(budgets_[b], use)) covered_[b].push_back(number);
   uses_.push_back(std::move(use));
 }
 
@@ -109,10 +110,13 @@ void BudgetLedger::for_each_covered(std::size_t budget, Visit&& visit) const {
   for (const std::uint64_t number : covered_[budget]) visit(uses_[number - first_use_]);
 }
 
-void BudgetLedger::reserve(const std::string& job, const DeviceRef& device, EnergyDistribution expected) {
+void BudgetLedger::reserve(const std::string& job, const DeviceRef& device, EnergyDistribution expected,
+                           std::string owner, std::string project) {
   ++revision_;
   Running running;
   running.device = device;
+  running.owner = std::move(owner);
+  running.project = std::move(project);
   running.expected = expected;
   jobs_[job] = std::move(running);
 }
@@ -125,8 +129,14 @@ void BudgetLedger::update_running(const std::string& job, UnixMillis start, Unix
   Running& running = it->second;
   running.expected = still_expected;
   if (running.paused) return;
-  running.so_far = EnergyUse{running.device, job, running.stretch_start.value_or(start), now,
-                             std::max(0.0, used_joules - running.recorded_joules), {}};
+  running.so_far = EnergyUse{running.device,
+                             job,
+                             running.stretch_start.value_or(start),
+                             now,
+                             std::max(0.0, used_joules - running.recorded_joules),
+                             {},
+                             running.owner,
+                             running.project};
 }
 
 std::optional<EnergyUse> BudgetLedger::pause_running(const std::string& job, UnixMillis now) {
@@ -155,6 +165,10 @@ void BudgetLedger::resume_running(const std::string& job, UnixMillis now) {
 std::optional<EnergyUse> BudgetLedger::settle(const std::string& job, std::optional<EnergyUse> metered) {
   ++revision_;
   const auto it = jobs_.find(job);
+  if (metered && it != jobs_.end()) {
+    if (metered->owner.empty()) metered->owner = it->second.owner;
+    if (metered->project.empty()) metered->project = it->second.project;
+  }
   if (metered && it != jobs_.end() && it->second.recorded_joules > 0.0) {
     // The last stretch: from the last resume, with what the earlier stretches did not count.
     if (it->second.stretch_start) metered->start = std::min(*it->second.stretch_start, metered->end);
@@ -187,7 +201,7 @@ double BudgetLedger::spent_in(std::size_t budget, UnixMillis from, UnixMillis to
   double joules = 0.0;
   for_each_covered(budget, [&](const EnergyUse& use) { joules += share_in(use, from, to); });
   for (const auto& [id, running] : jobs_)
-    if (running.so_far && budgets_[budget].scope.covers(running.device)) joules += share_in(*running.so_far, from, to);
+    if (running.so_far && counts(budgets_[budget], running)) joules += share_in(*running.so_far, from, to);
   return joules;
 }
 
@@ -210,7 +224,7 @@ std::vector<BudgetState> BudgetLedger::states(UnixMillis now) const {
       };
       for_each_covered(b, consider);
       for (const auto& [id, running] : jobs_)
-        if (running.so_far && budget.scope.covers(running.device)) consider(*running.so_far);
+        if (running.so_far && counts(budget, running)) consider(*running.so_far);
       if (oldest) state.resets_at = *oldest + length;
     } else {
       const auto [start, end] = calendar_window(budget.window.kind, now);
@@ -219,7 +233,7 @@ std::vector<BudgetState> BudgetLedger::states(UnixMillis now) const {
     }
     state.spent_joules = spent_in(b, state.window_start, now);
     for (const auto& [id, running] : jobs_)
-      if (budget.scope.covers(running.device)) state.reserved = state.reserved + running.expected;
+      if (counts(budget, running)) state.reserved = state.reserved + running.expected;
     out.push_back(std::move(state));
   }
   return out;
@@ -238,7 +252,7 @@ std::optional<UnixMillis> BudgetLedger::frees_by(const BudgetState& state, doubl
     if (use.end + length > now) counted.push_back(&use);
   });
   for (const auto& [id, running] : jobs_)
-    if (running.so_far && state.budget.scope.covers(running.device)) counted.push_back(&*running.so_far);
+    if (running.so_far && counts(state.budget, running)) counted.push_back(&*running.so_far);
   std::sort(counted.begin(), counted.end(), [](const EnergyUse* a, const EnergyUse* b) { return a->end < b->end; });
   for (const EnergyUse* leaving : counted) {
     const UnixMillis at = leaving->end + length;

@@ -411,6 +411,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       if (admission) {
         for (const std::size_t b : view.budgets) {
           const BudgetState& state = budgets[b];
+          if (!state.budget.counts_work_of(job->owner, job->project)) continue;
           if (!energy) {
             feasible = false;
             if (wants(WaitReason::Kind::no_estimate))
@@ -435,7 +436,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
           why.needed_joules = quantile_above(*energy, policy_.risk);
           why.message = fmt::format(
               "budget {} ({}, {}): {} left of {} ({} spent, {} reserved); the job needs {} on {} at {:g}% risk",
-              state.budget.name, state.budget.scope.describe(), state.budget.window.describe(),
+              state.budget.name, state.budget.describe_scope(), state.budget.window.describe(),
               joules_text(std::max(0.0, *why.remaining_joules)), joules_text(state.budget.limit_joules),
               joules_text(state.spent_joules), joules_text(state.reserved.mean_joules), joules_text(*why.needed_joules),
               where(), policy_.risk * 100.0);
@@ -709,7 +710,9 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     free_list.erase(std::find(free_list.begin(), free_list.end(), d));
     view.available_at = best.finish;
     view.assigned_seconds += seconds;
-    for (const std::size_t b : view.budgets) budgets[b].reserved = budgets[b].reserved + placement.reserve;
+    for (const std::size_t b : view.budgets)
+      if (budgets[b].budget.counts_work_of(job->owner, job->project))
+        budgets[b].reserved = budgets[b].reserved + placement.reserve;
     const double job_watts = best.estimate && best.estimate->seconds_mean > 0
                                  ? best.estimate->joules_mean / best.estimate->seconds_mean
                                  : 0.0;
@@ -790,15 +793,18 @@ std::optional<WaitReason> Placer::never_fits(UnixMillis now, std::span<const Dev
     bool fits = true;
     if (policy_.admission) {
       for (const auto& state : budgets) {
-        if (!state.budget.scope.covers(device.ref)) continue;
+        if (!state.budget.scope.covers(device.ref) || !state.budget.counts_work_of(job.owner, job.project)) continue;
         if (overrun_probability(cheapest.energy(), state.budget.limit_joules) < policy_.risk) continue;
         fits = false;
-        WaitReason why{
-            WaitReason::Kind::budget,
-            fmt::format("on {} it needs {} at {:g}% risk, more than the whole of budget {} ({} per {})", where,
-                        joules_text(quantile_above(cheapest.energy(), policy_.risk)), policy_.risk * 100.0,
-                        state.budget.name, joules_text(state.budget.limit_joules), state.budget.window.describe()),
-            where, state.budget.name};
+        WaitReason why{WaitReason::Kind::budget,
+                       fmt::format("on {} it needs {} at {:g}% risk, more than the whole of budget {} ({}{} per {})",
+                                   where, joules_text(quantile_above(cheapest.energy(), policy_.risk)),
+                                   policy_.risk * 100.0, state.budget.name,
+                                   state.budget.owner.empty() && state.budget.project.empty()
+                                       ? std::string()
+                                       : state.budget.describe_scope() + ": ",
+                                   joules_text(state.budget.limit_joules), state.budget.window.describe()),
+                       where, state.budget.name};
         why.limit = state.budget.limit_joules;
         why.needed_joules = quantile_above(cheapest.energy(), policy_.risk);
         reason = std::move(why);

@@ -100,6 +100,14 @@ std::string ScopeTarget::describe() const {
   return fmt::format("{} {}", to_string(scope), target);
 }
 
+std::string EnergyBudget::describe_scope() const {
+  std::string whose;
+  if (!owner.empty()) whose = "owner " + owner;
+  if (!project.empty()) whose += (whose.empty() ? "project " : " in project ") + project;
+  if (whose.empty()) return scope.describe();
+  return fmt::format("{} on {}", whose, scope.describe());
+}
+
 std::string BudgetWindow::describe() const {
   switch (kind) {
     case Kind::day:

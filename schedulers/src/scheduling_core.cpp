@@ -208,7 +208,7 @@ void SchedulingCore::start_runs(UnixMillis now, const PassResult& result, std::s
     // What it is expected to use: its estimate there, else its own max_energy_joules.
     if (placement.reserve.mean_joules > 0) run.prior = placement.reserve;
     if (placement.estimate) run.expected_seconds = placement.estimate->seconds_mean;
-    ledger_.reserve(run.id, devices[placement.device].ref, placement.reserve);
+    ledger_.reserve(run.id, devices[placement.device].ref, placement.reserve, run.owner, run.project);
     queue_.erase(placement.job);
     std::replace(scanned_.begin(), scanned_.end(), static_cast<const PendingJob*>(&it->second),
                  static_cast<const PendingJob*>(nullptr));
@@ -241,6 +241,8 @@ std::vector<ThrottleAction> SchedulingCore::track(UnixMillis now, std::vector<De
     view.id = run.id;
     view.device = run.device;
     view.priority = run.priority;
+    view.owner = run.owner;
+    view.project = run.project;
     view.still_expected = still;
     views.push_back(std::move(view));
   }
@@ -270,7 +272,7 @@ void SchedulingCore::track_run(TrackedRun run, const DeviceRef& device) {
   if (const auto old = running_.find(run.id); old != running_.end())
     count(old->second.owner, old->second.project, 0, -1);
   count(run.owner, run.project, 0, 1);
-  if (run.prior) ledger_.reserve(run.id, device, *run.prior);
+  if (run.prior) ledger_.reserve(run.id, device, *run.prior, run.owner, run.project);
   if (!run.reports.empty() && !run.projection) {
     StepOptions step;
     step.warmup_epochs = policy_.warmup_epochs;
@@ -303,8 +305,14 @@ void SchedulingCore::resumed(const std::string& id, UnixMillis now) { ledger_.re
 std::optional<EnergyUse> SchedulingCore::end(const std::string& id, std::optional<EnergyUse> metered) {
   open_.reset();
   throttle_.forget(id);
+  const auto it = running_.find(id);
+  if (metered && it != running_.end()) {
+    // Its owners' and projects' budgets count it (a run with nothing reserved is not in the ledger).
+    if (metered->owner.empty()) metered->owner = it->second.owner;
+    if (metered->project.empty()) metered->project = it->second.project;
+  }
   auto use = ledger_.settle(id, std::move(metered));
-  if (const auto it = running_.find(id); it != running_.end()) {
+  if (it != running_.end()) {
     remember_use(it->second, use);
     count(it->second.owner, it->second.project, 0, -1);
     running_.erase(it);

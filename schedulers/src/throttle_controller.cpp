@@ -39,11 +39,13 @@ std::vector<ThrottleAction> ThrottleController::evaluate(UnixMillis now, std::sp
     const auto it = holds_.find(job.id);
     return it != holds_.end() && it->second.hold == hold && it->second.rule == rule;
   };
-  // Jobs on devices a scope covers, lowest priority first (the first to be slowed).
-  auto in_scope = [&](const ScopeTarget& scope) {
+  // Jobs on devices a scope covers (of the owner or project a budget is for), lowest priority
+  // first (the first to be slowed).
+  auto in_scope = [&](const ScopeTarget& scope, const EnergyBudget* budget = nullptr) {
     std::vector<const RunningJob*> out;
     for (const auto& job : jobs)
-      if (scope.covers(devices[job.device].ref)) out.push_back(&job);
+      if (scope.covers(devices[job.device].ref) && (!budget || budget->counts_work_of(job.owner, job.project)))
+        out.push_back(&job);
     std::stable_sort(out.begin(), out.end(), [](const RunningJob* a, const RunningJob* b) { return a->priority < b->priority; });
     return out;
   };
@@ -151,7 +153,7 @@ std::vector<ThrottleAction> ThrottleController::evaluate(UnixMillis now, std::sp
   const std::vector<BudgetState> states = ledger.states(now);
   for (const auto& state : states) {
     const double room = state.budget.limit_joules - state.spent_joules;
-    const auto scoped = in_scope(state.budget.scope);
+    const auto scoped = in_scope(state.budget.scope, &state.budget);
     EnergyDistribution active = state.reserved;
     for (const RunningJob* job : scoped)
       if (job->paused) {

@@ -41,6 +41,7 @@ struct Segment {
   UnixMillis start = 0;
   UnixMillis end = 0;
   double joules = 0.0;
+  const schedulers::PendingJob* job = nullptr;  // whose: owners' and projects' budgets count theirs
 };
 
 struct JobState {
@@ -97,7 +98,9 @@ std::vector<Violation> find_violations(const World& world, const std::vector<sch
   for (const auto& budget : budgets) {
     std::vector<const Segment*> covered;
     for (const auto& segment : segments)
-      if (budget.scope.covers(world.devices[segment.device].ref)) covered.push_back(&segment);
+      if (budget.scope.covers(world.devices[segment.device].ref) &&
+          budget.counts_work_of(segment.job->owner, segment.job->project))
+        covered.push_back(&segment);
     if (covered.empty()) continue;
     UnixMillis first = covered.front()->start, last = covered.front()->end;
     for (const Segment* s : covered) {
@@ -390,7 +393,7 @@ class Replay {
   }
 
   void close_segment(JobState& job, UnixMillis now) {
-    segments_.push_back(Segment{job.cost->device, job.segment_start, now, job.segment_joules});
+    segments_.push_back(Segment{job.cost->device, job.segment_start, now, job.segment_joules, &job.pending});
     job.segment_start = now;
     job.segment_joules = 0.0;
   }
@@ -409,8 +412,9 @@ class Replay {
       log(now, fmt::format("finish {} on {}: {:.0f} J (reserved {:.0f} J)", job.pending.id,
                            world_.devices[d].ref.qualified(), job.joules_done, job.reserved_joules));
       close_segment(job, now);
-      core_.end(job.pending.id, schedulers::EnergyUse{world_.devices[d].ref, job.pending.id, job.started, now,
-                                                      job.joules_done, "simulated"});
+      core_.end(job.pending.id,
+                schedulers::EnergyUse{world_.devices[d].ref, job.pending.id, job.started, now, job.joules_done,
+                                      "simulated", job.pending.owner, job.pending.project});
       device_job_[d].reset();
       --running_;
       last_progress_ = now;

@@ -192,6 +192,44 @@ TEST(DatabaseTest, the_budget_ledger_and_job_tokens_round_trip_and_old_entries_a
   EXPECT_EQ((*db)->load_energy_uses(0)->size(), 1u);
 }
 
+TEST(DatabaseTest, an_energy_uses_owner_and_project_round_trip_and_older_rows_get_them_from_their_job) {
+  TempDir dir;
+  using joule::adapters::StoredEnergyUse;
+  {
+    auto db = Database::open(dir / "jouled.db");
+    ASSERT_TRUE(db) << db.error().message;
+    auto job = sample_job("old", 1);
+    job.owner = "token:alice";
+    job.project = "vision";
+    ASSERT_TRUE((*db)->insert_job(job));
+    ASSERT_TRUE((*db)->insert_energy_use(StoredEnergyUse{"lab1", "cpu", "old", 1000, 5000, 12.5, "rapl"}));
+    ASSERT_TRUE((*db)->insert_energy_use(StoredEnergyUse{"lab1", "cpu", "probe", 6000, 7000, 1.0, "rapl"}));
+    ASSERT_TRUE((*db)->insert_energy_use(StoredEnergyUse{"lab1", "cpu", "gone", 7000, 8000, 2.0, "rapl"}));
+  }
+  // A file from before schema 11: its energy uses have no owner or project.
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open((dir / "jouled.db").c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw,
+                         "ALTER TABLE energy_uses DROP COLUMN owner; ALTER TABLE energy_uses DROP COLUMN project; "
+                         "PRAGMA user_version = 10",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(raw);
+  auto db = Database::open(dir / "jouled.db");
+  ASSERT_TRUE(db) << db.error().message;
+  ASSERT_TRUE(
+      (*db)->insert_energy_use(StoredEnergyUse{"lab1", "cuda:0", "new", 9000, 9500, 4.0, "nvml", "uid:1000", "lab"}));
+  auto uses = (*db)->load_energy_uses(0);
+  ASSERT_TRUE(uses);
+  ASSERT_EQ(uses->size(), 4u);
+  EXPECT_EQ(uses->at(0).owner, "token:alice");  // from its job
+  EXPECT_EQ(uses->at(0).project, "vision");
+  EXPECT_EQ(uses->at(1).owner, "");    // a probe is nobody's
+  EXPECT_EQ(uses->at(2).project, "");  // its job is no longer stored
+  EXPECT_EQ(uses->at(3).owner, "uid:1000");
+  EXPECT_EQ(uses->at(3).project, "lab");
+}
+
 TEST(DatabaseTest, a_partial_energy_flag_is_stored_and_older_files_get_it_from_their_events) {
   TempDir dir;
   {
@@ -212,11 +250,15 @@ TEST(DatabaseTest, a_partial_energy_flag_is_stored_and_older_files_get_it_from_t
   // Schema 10's index covers the column: it goes first, as it was not there then either.
   ASSERT_EQ(sqlite3_exec(raw, "DROP INDEX jobs_usage", nullptr, nullptr, nullptr), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE jobs DROP COLUMN energy_partial", nullptr, nullptr, nullptr), SQLITE_OK);
-  // Nor the columns of later schemas (9: carbon; 10: project and estimate).
+  // Nor the columns of later schemas (9: carbon; 10: project and estimate; 11: energy uses' owner
+  // and project).
   for (const char* later : {"carbon_grams", "carbon_intensity", "carbon_signal", "project", "estimated_joules"})
     ASSERT_EQ(
         sqlite3_exec(raw, (std::string("ALTER TABLE jobs DROP COLUMN ") + later).c_str(), nullptr, nullptr, nullptr),
         SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE energy_uses DROP COLUMN owner; ALTER TABLE energy_uses DROP COLUMN project",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
   // The column came with schema 7; later migrations run again over it, as they may.
   ASSERT_EQ(sqlite3_exec(raw, "PRAGMA user_version = 6", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(raw);

@@ -151,7 +151,8 @@ TEST(PolicyConfigTest, a_budget_needs_exactly_one_positive_energy) {
   // A unit that does not exist is an unknown key, and the budget has no energy.
   EXPECT_EQ(problems(budget("kj = 5\nwindow = \"1d\"\n")),
             "50-a.toml:1: budgets[0] needs an energy: one of joules, wh or kwh (e.g. kwh = 10)\n"
-            "50-a.toml:4: unknown key budgets[0].kj (known: name, scope, target, joules, wh, kwh, window, calendar)");
+            "50-a.toml:4: unknown key budgets[0].kj (known: name, scope, target, joules, wh, kwh, window, calendar, "
+            "owner, project)");
 }
 
 TEST(PolicyConfigTest, bad_windows_are_problems_on_their_line) {
@@ -229,7 +230,7 @@ TEST(PolicyConfigTest, a_group_target_must_be_defined_in_some_file) {
 TEST(PolicyConfigTest, unknown_keys_and_tables_are_errors_not_warnings) {
   EXPECT_EQ(problems(budget("kwh = 1\nwindow = \"1d\"\nwindwo = \"2d\"\n")),
             "50-a.toml:6: unknown key budgets[0].windwo (known: name, scope, target, joules, wh, kwh, window, "
-            "calendar)");
+            "calendar, owner, project)");
   EXPECT_EQ(problems("[budget]\nkwh = 1\n"),
             "50-a.toml:1: unknown key budget (known: placement, knobs, groups, budgets, power_caps, battery_floors, "
             "tenancy, projects, owners)");
@@ -424,6 +425,40 @@ TEST(PolicyConfigTest, the_shipped_tenancy_example_is_valid_when_uncommented) {
   EXPECT_EQ(alice.max_queued_jobs, 500);
   EXPECT_EQ(tenancy.quota_of_owner("uid:1000").max_running_jobs, 4);
   EXPECT_TRUE(tenancy.limits_running());
+  ASSERT_EQ(loaded->policy.budgets.size(), 2u);
+  EXPECT_EQ(loaded->policy.budgets[0].describe_scope(), "project vision on the cluster");
+  EXPECT_DOUBLE_EQ(loaded->policy.budgets[0].limit_joules, 50 * 3.6e6);
+  EXPECT_EQ(loaded->policy.budgets[1].describe_scope(), "owner token:alice on node jetson-1");
+}
+
+TEST(PolicyConfigTest, an_owners_or_projects_budget_is_read_and_checked_with_its_lines) {
+  auto loaded =
+      parse_policy_files({{"50-a.toml",
+                           "[[budgets]]\nname = \"v\"\nproject = \"vision\"\nowner = \"uid:1000\"\njoules = 5\n"
+                           "window = \"24h\"\n"},
+                          {"60-b.toml", "[[projects]]\nname = \"vision\"\n"}});
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  const auto& budget = loaded->policy.budgets.at(0);
+  EXPECT_EQ(budget.project, "vision");
+  EXPECT_EQ(budget.owner, "uid:1000");
+  EXPECT_EQ(budget.scope.scope, Scope::cluster);  // everywhere, as no scope is named
+  EXPECT_TRUE(budget.counts_work_of("uid:1000", "vision"));
+  EXPECT_FALSE(budget.counts_work_of("uid:1000", "lab"));
+  EXPECT_FALSE(budget.counts_work_of("", ""));  // a probe
+  EXPECT_EQ(problems("[[budgets]]\nname = \"v\"\nproject = \"vision\"\njoules = 5\nwindow = \"24h\"\n"),
+            "50-a.toml:3: budgets[0].project \"vision\" is not a project: define it in any policy file with "
+            "[[projects]] name = \"vision\"");
+  EXPECT_EQ(problems("[[projects]]\nname = \"vision\"\nowners = [\"uid:1\"]\n[[budgets]]\nname = \"v\"\n"
+                     "owner = \"uid:2\"\nproject = \"vision\"\njoules = 5\nwindow = \"24h\"\n"),
+            "50-a.toml:7: budgets[0].project \"vision\": uid:2 is not one of its owners");
+  EXPECT_EQ(problems("[[budgets]]\nname = \"a\"\nowner = \"alice\"\njoules = 5\nwindow = \"24h\"\n"),
+            "50-a.toml:3: budgets[0].owner \"alice\" is not an owner as jobs name them: \"token:NAME\" (a bearer "
+            "token's owner) or \"uid:N\" (a local user)");
+  EXPECT_EQ(problems("[[budgets]]\nname = \"a\"\nowner = \"uid:1\"\nscope = \"node\"\njoules = 5\nwindow = \"24h\"\n"),
+            "50-a.toml:1: budgets[0] has scope \"node\" and needs a target (a node name)");
+  // Without an owner or project a budget still needs its scope.
+  EXPECT_EQ(problems("[[budgets]]\nname = \"a\"\njoules = 5\nwindow = \"24h\"\n"),
+            "50-a.toml:1: budgets[0] needs a scope: \"device\", \"node\", \"group\" or \"cluster\"");
 }
 
 TEST(PolicyConfigTest, projects_and_owners_across_files_are_checked_with_their_lines) {

@@ -541,3 +541,75 @@ TEST_F(ClusterNodesTest, a_projects_running_quota_holds_across_agents_and_a_coor
   const auto marks = lines_of(marks_);
   for (const auto& id : vision) EXPECT_EQ(std::count(marks.begin(), marks.end(), id + ".1"), 1) << id;
 }
+
+TEST_F(ClusterNodesTest, a_projects_energy_budget_holds_across_agents_and_a_coordinator_killed_with_9) {
+  std::filesystem::create_directories(dir_ / "policies");
+  // Each job reserves its own max_energy_joules (they have no model): the project's budget has
+  // room for one at a time; everyone's budget is only there to show the other project's energy.
+  std::ofstream(dir_ / "policies" / "60-tenancy.toml")
+      << "[[projects]]\nname = \"vision\"\n[[projects]]\nname = \"lab\"\n"
+         "[[budgets]]\nname = \"vision-day\"\nproject = \"vision\"\njoules = 150\nwindow = \"24h\"\n"
+         "[[budgets]]\nname = \"everyone\"\nscope = \"cluster\"\njoules = 1000000\nwindow = \"24h\"\n";
+  const auto port = free_port();
+  auto coordinator =
+      start_coordinator(port, fmt::format("[policy]\ndirectory = \"{}\"\n", (dir_ / "policies").string()));
+  auto orin = start_agent("orin", "jetson-orin", port);
+  auto pi = start_agent("pi", "raspberry-pi-4", port);
+  ASSERT_TRUE(
+      all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 2); }), 2));
+  auto job = [&](const std::string& name, const std::string& project, double seconds) {
+    return json{{"name", name},
+                {"project", project},
+                {"run", {{"command", marking_command(marks_, seconds)}}},
+                {"constraints", {{"max_energy_joules", 100}}}};
+  };
+  const std::string v0 = coordinator->submit(job("v0", "vision", 3));
+  ASSERT_EQ(coordinator->wait_state(v0, {"running"})["state"], "running") << coordinator->log();
+  const std::string v1 = coordinator->submit(job("v1", "vision", 0.5));
+  // A device is free, but the project's budget is not.
+  json held = wait_until([&] { return coordinator->call("GET", "/v1/jobs/" + v1).second; },
+                         [](const json& j) { return j.contains("waiting") && j["waiting"]["reason"] == "budget"; });
+  EXPECT_EQ(held["state"], "queued");
+  EXPECT_EQ(held["waiting"]["reason"], "budget") << held.dump(2);
+  EXPECT_EQ(held["waiting"]["rule"], "vision-day");
+  EXPECT_NE(held["waiting"]["message"].get<std::string>().find("project vision on the cluster"), std::string::npos)
+      << held.dump(2);
+  // Another project's job runs on the free device meanwhile.
+  const std::string l0 = coordinator->submit(job("l0", "lab", 0.5));
+  EXPECT_EQ(coordinator->wait_state(l0, {"succeeded"})["state"], "succeeded") << coordinator->log();
+
+  // The coordinator killed with -9 while the project's job runs: back, it holds the budget again.
+  coordinator->signal(SIGKILL);
+  coordinator->wait_exit();
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(coordinator->start()) << coordinator->log();
+  const json first = coordinator->wait_state(v0, {"succeeded", "failed", "cancelled"}, 40s);
+  const json second = coordinator->wait_state(v1, {"succeeded", "failed", "cancelled"}, 40s);
+  ASSERT_EQ(first["state"], "succeeded") << first.dump(2) << coordinator->log();
+  ASSERT_EQ(second["state"], "succeeded") << second.dump(2) << coordinator->log();
+  EXPECT_GE(second["started_at"].get<std::string>(), first["finished_at"].get<std::string>())
+      << first.dump(2) << second.dump(2);
+  const auto marks = lines_of(marks_);
+  for (const auto& id : {v0, v1}) EXPECT_EQ(std::count(marks.begin(), marks.end(), id + ".1"), 1) << id;
+
+  // The project's budget counts its two jobs' energy, not the other project's; so again after
+  // another kill -9 (from the stored ledger).
+  const json lab = coordinator->call("GET", "/v1/jobs/" + l0).second;
+  const double vision_joules = first["energy"]["joules"].get<double>() + second["energy"]["joules"].get<double>();
+  auto spent = [&](const std::string& name) {
+    const json view = coordinator->call("GET", "/v1/budgets").second;
+    for (const auto& budget : view["budgets"])
+      if (budget["name"] == name) return budget["spent_joules"].get<double>();
+    return -1.0;
+  };
+  EXPECT_GT(lab["energy"]["joules"].get<double>(), 0.0) << lab.dump(2);
+  EXPECT_NEAR(spent("vision-day"), vision_joules, 1e-6 * vision_joules + 1e-3);
+  EXPECT_GE(spent("everyone"), vision_joules + lab["energy"]["joules"].get<double>() - 1e-3);
+  coordinator->signal(SIGKILL);
+  coordinator->wait_exit();
+  ASSERT_TRUE(coordinator->start()) << coordinator->log();
+  EXPECT_NEAR(spent("vision-day"), vision_joules, 1e-6 * vision_joules + 1e-3);
+  const json budget = coordinator->call("GET", "/v1/budgets").second["budgets"][0];
+  EXPECT_EQ(budget["project"], "vision");
+  EXPECT_TRUE(budget["owner"].is_null());
+}

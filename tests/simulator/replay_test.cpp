@@ -403,5 +403,32 @@ TEST(ReplayTest, fair_share_runs_the_light_owners_jobs_before_the_heavy_owners_q
   EXPECT_FALSE(to_json(replay(world_of({"a"}, {job("j", 0, {on(0, 1.0, 1.0)})}), fifo())).contains("owners"));
 }
 
+TEST(ReplayTest, a_projects_budget_counts_and_holds_only_its_jobs) {
+  // Two projects' 100 J jobs on two devices; vision may use 150 J an hour.
+  std::vector<SimJob> jobs;
+  for (int i = 0; i < 2; ++i) {
+    jobs.push_back(job(fmt::format("vision-{}", i), i, {on(0, 100, 100), on(1, 100, 100)}));
+    jobs.back().owner = "alice";
+    jobs.back().project = "vision";
+    jobs.push_back(job(fmt::format("lab-{}", i), i, {on(0, 100, 100), on(1, 100, 100)}));
+    jobs.back().owner = "bob";
+    jobs.back().project = "lab";
+  }
+  const World world = world_of({"a", "b"}, std::move(jobs));
+  schedulers::Policy policy = with_budget(150.0, {schedulers::BudgetWindow::Kind::rolling, 3600});
+  policy.budgets[0].project = "vision";
+  // Without admission both vision jobs run within the hour: one overrun, of vision's 200 J only.
+  const PolicyMetrics f = replay(world, fifo(policy));
+  ASSERT_EQ(f.violations.size(), 1u);
+  EXPECT_NEAR(f.violations[0].spent_joules, 200.0, 1e-9);
+  // With it the second vision job waits for the first's energy to leave the window, while the
+  // lab jobs run at once.
+  const PolicyMetrics m = replay(world, min_energy(policy));
+  EXPECT_TRUE(m.violations.empty());
+  EXPECT_EQ(m.completed, 4u);
+  EXPECT_DOUBLE_EQ(m.owners.at("bob").wait_max_seconds, 99.0);  // for a device, not for the budget
+  EXPECT_GT(m.owners.at("alice").wait_max_seconds, 3000.0);
+}
+
 }  // namespace
 }  // namespace joule::simulator

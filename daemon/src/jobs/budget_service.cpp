@@ -13,8 +13,14 @@ namespace {
 constexpr sched::UnixMillis kDay = 86'400'000;
 
 sched::EnergyUse to_use(const adapters::StoredEnergyUse& row, const std::vector<std::string>& groups) {
-  return sched::EnergyUse{
-      sched::DeviceRef{row.node, row.device, groups}, row.work, row.start_ms, row.end_ms, row.joules, row.source};
+  return sched::EnergyUse{sched::DeviceRef{row.node, row.device, groups},
+                          row.work,
+                          row.start_ms,
+                          row.end_ms,
+                          row.joules,
+                          row.source,
+                          row.owner,
+                          row.project};
 }
 
 }  // namespace
@@ -47,8 +53,8 @@ void BudgetService::load(const std::vector<adapters::StoredEnergyUse>& uses) {
 
 namespace {
 adapters::StoredEnergyUse to_row(const sched::EnergyUse& use) {
-  return adapters::StoredEnergyUse{use.device.node, use.device.name, use.work,  use.start,
-                                   use.end,         use.joules,      use.source};
+  return adapters::StoredEnergyUse{use.device.node, use.device.name, use.work,  use.start,  use.end,
+                                   use.joules,      use.source,      use.owner, use.project};
 }
 }  // namespace
 

@@ -113,6 +113,8 @@ struct StoredEnergyUse {
   std::int64_t end_ms = 0;
   double joules = 0.0;
   std::string source;
+  std::string owner{};    ///< the job's owner ("" for probes), for owners' budgets
+  std::string project{};  ///< the job's project ("" for none), for projects' budgets
 };
 
 /// A device's fitted energy model, saved so a restart does not probe again.

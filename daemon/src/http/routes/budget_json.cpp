@@ -16,6 +16,8 @@ json budgets_json(const BudgetsView& view) {
     budgets.push_back({{"name", budget.name},
                        {"scope", sched::to_string(budget.scope.scope)},
                        {"target", budget.scope.target},
+                       {"owner", budget.owner.empty() ? json(nullptr) : json(budget.owner)},
+                       {"project", budget.project.empty() ? json(nullptr) : json(budget.project)},
                        {"window", budget.window.describe()},
                        {"window_start", sched::format_rfc3339(state.window_start)},
                        {"resets_at", state.resets_at ? json(sched::format_rfc3339(*state.resets_at)) : json(nullptr)},

@@ -29,6 +29,8 @@ struct EnergyUse {
   UnixMillis end = 0;
   double joules = 0.0;
   std::string source;  ///< meter source: what kind of joules these are
+  std::string owner{};    ///< the job's owner, for owners' budgets; empty for probes
+  std::string project{};  ///< the job's project, for projects' budgets; empty: none
 };
 
 /// One budget at one moment.
@@ -68,8 +70,10 @@ class BudgetLedger {
   /// Records metered work that has ended (a finished job, a probe). Work that ran inside one
   /// wall-clock minute adds to its device's use of that minute, if there is one.
   void record(EnergyUse use);
-  /// Reserves what a placed job is expected to use on its device.
-  void reserve(const std::string& job, const DeviceRef& device, EnergyDistribution expected);
+  /// Reserves what a placed job of `owner` in `project` is expected to use on its device; its
+  /// use so far and at the end counts for them too.
+  void reserve(const std::string& job, const DeviceRef& device, EnergyDistribution expected, std::string owner = {},
+               std::string project = {});
   /// A running job: what it has used so far (from `start` to `now`) and what it is still
   /// expected to use (from its projection). Replaces the job's previous figures.
   void update_running(const std::string& job, UnixMillis start, UnixMillis now, double used_joules,
@@ -80,7 +84,8 @@ class BudgetLedger {
   /// A paused job runs again: its next stretch starts `now`.
   void resume_running(const std::string& job, UnixMillis now);
   /// Ends a job's reservation; records its metered use when there is one (`metered` covers the
-  /// whole run; the stretches recorded at pauses are taken off). Returns what was recorded.
+  /// whole run; the stretches recorded at pauses are taken off; an owner and project it lacks
+  /// are the reservation's). Returns what was recorded.
   std::optional<EnergyUse> settle(const std::string& job, std::optional<EnergyUse> metered);
   bool has_reservation(const std::string& job) const { return jobs_.contains(job); }
 
@@ -100,6 +105,8 @@ class BudgetLedger {
  private:
   struct Running {
     DeviceRef device;
+    std::string owner;
+    std::string project;
     EnergyDistribution expected;  ///< still to come
     std::optional<EnergyUse> so_far;  ///< the current stretch (since the start or the last resume)
     double recorded_joules = 0.0;     ///< stretches already recorded at pauses
@@ -107,6 +114,12 @@ class BudgetLedger {
     bool paused = false;
   };
   double spent_in(std::size_t budget, UnixMillis from, UnixMillis to) const;
+  static bool counts(const EnergyBudget& budget, const EnergyUse& use) {
+    return budget.counts_work_of(use.owner, use.project) && budget.scope.covers(use.device);
+  }
+  static bool counts(const EnergyBudget& budget, const Running& running) {
+    return budget.counts_work_of(running.owner, running.project) && budget.scope.covers(running.device);
+  }
   /// Calls `visit` with every recorded use the budget covers, oldest first.
   template <class Visit>
   void for_each_covered(std::size_t budget, Visit&& visit) const;

@@ -64,12 +64,23 @@ struct BudgetWindow {
 };
 
 /// An energy allowance for a scope over a window, in joules of the work Joule runs there
-/// (jobs and probes), metered where a meter exists.
+/// (jobs and probes), metered where a meter exists. A budget for an owner or a project counts
+/// only that owner's or project's jobs in its scope (never probes).
 struct EnergyBudget {
   std::string name;
   ScopeTarget scope;
   double limit_joules = 0.0;
   BudgetWindow window;
+  std::string owner{};    ///< "token:alice" or "uid:1000": only this owner's jobs; empty: anyone's work
+  std::string project{};  ///< only this project's jobs; empty: any project's work
+
+  /// Whether it counts the work of `owner` in `project` (a probe's are both empty), wherever
+  /// its scope covers.
+  bool counts_work_of(std::string_view work_owner, std::string_view work_project) const {
+    return (owner.empty() || owner == work_owner) && (project.empty() || project == work_project);
+  }
+  /// "project vision on the cluster", "owner token:alice on node lab-1", "device cpu".
+  std::string describe_scope() const;
 };
 
 /// A cap on the moving average of metered power of a scope.

@@ -33,6 +33,8 @@ struct RunningJob {
   std::string id;
   std::size_t device = 0;  ///< index into the devices of the call
   int priority = 0;
+  std::string owner{};                ///< whose budgets count it
+  std::string project{};              ///< which project's budgets count it
   EnergyDistribution still_expected;  ///< what it will still use (ledger's view)
   double power_watts = 0.0;           ///< its recent metered draw
   bool paused = false;
