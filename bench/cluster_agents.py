@@ -26,6 +26,7 @@ KILL; the temp dir goes unless --keep. Every joule is simulated. See bench/READM
 import argparse
 import http.client
 import json
+import urllib.parse
 import os
 import re
 import shutil
@@ -245,6 +246,17 @@ def call(port, method, path, body=None, timeout=30):
         conn.close()
 
 
+def all_nodes(port):
+    """Every node GET /v1/nodes lists, page after page (100 a page)."""
+    out, path = [], "/v1/nodes"
+    while True:
+        _, page = call(port, "GET", path)
+        out += (page or {}).get("nodes", [])
+        if not page or not page.get("next"):
+            return out
+        path = "/v1/nodes?after=" + urllib.parse.quote(page["next"])
+
+
 def training_job(name, command, marker):
     """The MLP of tests/integration/cluster_test.cpp: the Jetson Orin is far cheaper than the server GPU."""
     if ARGS.plain:
@@ -408,8 +420,7 @@ enabled = false
     deadline = time.time() + 180
     ready = 0
     while time.time() < deadline:
-        status, nodes = call(port, "GET", "/v1/nodes")
-        ready = sum(1 for n in (nodes or {}).get("nodes", [])
+        ready = sum(1 for n in all_nodes(port)
                     if n["state"] == "ready" and n["devices"]
                     and all(d.get("model", {}).get("state") == "ready" for d in n["devices"]))
         if ready == ARGS.agents:

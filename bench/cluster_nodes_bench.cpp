@@ -977,7 +977,7 @@ int main(int argc, char** argv) {
     client::HttpClient http(*url, {}, std::chrono::seconds(30), tls);
     while (!done && o.nodes_every <= 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     while (!done) {
-      // Every page (500 nodes each, "next" to go on), each timed as a GET of its own.
+      // Every page (100 nodes each, "next" to go on), each timed as a GET of its own.
       std::string target = "/v1/nodes";
       while (!done) {
         const auto start = Clock::now();
@@ -1240,7 +1240,7 @@ int main(int argc, char** argv) {
     fmt::print("nodes at the end (GET /v1/nodes): {}\n", states.empty() ? "?" : states);
     if (final_coord) fmt::print("coordinator VmHWM {:.1f} MB\n", final_coord->hwm_mb);
     fmt::print(
-        "a page of GET /v1/nodes (up to 500) with the syncs stopped, {} nodes: p50 {} ms, max {} ms (10 calls)\n",
+        "a page of GET /v1/nodes (up to 100) with the syncs stopped, {} nodes: p50 {} ms, max {} ms (10 calls)\n",
         fleet.size(), fmt_ms(percentile(quiet_nodes_ms, 50)), fmt_ms(percentile(quiet_nodes_ms, 100)));
     fmt::print("failed syncs: {}{}\n", rec.error_count, rec.errors.empty() ? "" : ", e.g.:");
     for (const auto& e : rec.errors) fmt::print("  {}\n", e);

@@ -780,7 +780,7 @@ class LiveApiTest(unittest.TestCase):
         self.assertEqual([entry["name"] for entry in second.json["nodes"]], ["lab-2"])
         self.assertIsNone(second.json["next"])
         self.assertIsNone(second.header("Link"))
-        self.assert_problem(self.call(coordinator, "GET", "/v1/nodes?limit=501", "/v1/nodes", 400), parameter="limit")
+        self.assert_problem(self.call(coordinator, "GET", "/v1/nodes?limit=101", "/v1/nodes", 400), parameter="limit")
         answer = self.wait_for("the agent to report its sync", lambda: (
             lambda a: a.json["last_sync"] is not None and a)(self.call(agent, "GET", "/v1/nodes", "/v1/nodes", 200)))
         self.assertEqual((answer.json["role"], answer.json["node"]), ("agent", "agent1"))

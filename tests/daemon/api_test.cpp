@@ -433,6 +433,22 @@ TEST_F(ApiTest, estimate_with_a_simulated_model_carries_mean_std_breakdown_and_b
   EXPECT_GT(estimate["joules"]["std"].get<double>(), 0.0);
   EXPECT_EQ(estimate["layers"].size(), 4u);
   EXPECT_EQ(estimate["baseline"]["method"], "flops");
+
+  // A job's model work started before the models change (it runs off the loop) is made with the
+  // models it began with.
+  json job = json::parse(kEstimateBody);
+  job["run"] = {{"command", {"true"}}};
+  const auto job_spec = joule::schedulers::parse_job_spec(job);
+  ASSERT_TRUE(job_spec) << job_spec.error().message;
+  auto work = estimates.start_estimate(*job_spec);
+  estimates.set_models({});
+  auto rows = work();
+  estimates.finish_estimate(*job_spec, rows);
+  ASSERT_EQ(rows.size(), 1u);
+  ASSERT_TRUE(rows[0].estimate);
+  EXPECT_NEAR(rows[0].estimate->joules.mean, estimate["joules"]["mean"].get<double>(),
+              1e-6 * estimate["joules"]["mean"].get<double>());
+  EXPECT_FALSE(estimates.estimate_job(*job_spec).at(0).estimate);  // made now: no model
 }
 
 // ---- Hostile input: each request below once stopped jouled (an exception escaped a handler).

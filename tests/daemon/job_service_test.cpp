@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include <future>
+
 #include <gtest/gtest.h>
 
 #include "counting_meter.hpp"
@@ -344,6 +346,34 @@ TEST_F(JobServiceTest, a_new_model_stores_again_only_the_queued_jobs_whose_estim
   EXPECT_EQ(json::parse(database_->find_job(id).value()->estimate_json)[0]["joules"]["mean"], 450.5);
   jobs_.refresh_estimates();
   EXPECT_EQ(jobs_.writes_in_flight(), 0u);
+}
+
+// A coordinator's submission is estimated on every device of its cluster (~15 ms at 1,500
+// devices): the models' part runs off the loop, which meanwhile takes other submissions.
+TEST_F(JobServiceTest, a_submissions_model_work_runs_off_the_loop_while_it_takes_other_submissions) {
+  agent_joins("agent-1");
+  spend_most_of_the_hour_on("agent-1/cpu");  // the jobs stay queued
+  estimate_with([](const joule::schedulers::JobSpec&) { return rapl_estimate("agent-1/cpu", 500.0); });
+  std::promise<void> release;
+  hold_model_work_until(release.get_future().share());
+  std::optional<joule::Result<json>> held;
+  jobs_.submit({{"run", {{"command", {"train"}}}},
+                {"model", {{"input", {{"shape", {1, 8}}}}, {"layers", {{{"type", "linear"}, {"out_features", 2}}}}}},
+                {"training", {{"batch_size", 8}, {"epochs", 1}, {"samples_per_epoch", 64}}},
+                {"constraints", {{"devices", {"agent-1/cpu"}}}}},
+               joule::daemon::JobService::Submitter{"token:test", std::nullopt},
+               [&](joule::Result<joule::daemon::JobView> result) { held = rendered(result); });
+  // While its models work, another submission (nothing to estimate) is stored and answered.
+  auto other = submit({{"run", {{"command", {"true"}}}}, {"constraints", {{"devices", {"agent-1/cpu"}}}}});
+  ASSERT_TRUE(other) << other.error().message;
+  EXPECT_FALSE(held);
+  release.set_value();
+  ASSERT_TRUE(run_until([&] { return held.has_value(); }));
+  ASSERT_TRUE(*held) << held->error().message;
+  const std::string id = (**held)["id"];
+  EXPECT_EQ(shown(id).value()["estimate"][0]["joules"]["mean"], 500.0);
+  // Accepted after the other: the later place in submission order.
+  EXPECT_GT(database_->find_job(id).value()->sequence, database_->find_job((*other)["id"]).value()->sequence);
 }
 
 // The API writes a job's stored estimate into its answer as stored (not parsed and written out

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -34,9 +35,18 @@ class FixedEstimator final : public daemon::JobEstimator {
   std::vector<daemon::EstimateRow> estimate_job(const schedulers::JobSpec& spec) const override {
     return answer_ ? answer_(spec) : std::vector<daemon::EstimateRow>{};
   }
+  /// From now on the models' part of each estimate (run off the loop) waits until `gate` is ready.
+  void hold_model_work_until(std::shared_future<void> gate) { gate_ = std::move(gate); }
+  ModelWork start_estimate(const schedulers::JobSpec& spec) const override {
+    return [rows = estimate_job(spec), gate = gate_] {
+      if (gate.valid()) gate.wait();
+      return rows;
+    };
+  }
 
  private:
   Answer answer_;
+  std::shared_future<void> gate_;
 };
 
 class JobBook {
@@ -78,6 +88,8 @@ class JobBook {
 
   /// Jobs are estimated by `answer` from now on (before: they have none).
   void estimate_with(FixedEstimator::Answer answer) { estimator_.answer_with(std::move(answer)); }
+  /// Each estimate's model work (off the loop) waits for `gate` from now on.
+  void hold_model_work_until(std::shared_future<void> gate) { estimator_.hold_model_work_until(std::move(gate)); }
 
   /// POST /v1/jobs as the book answers it: once the job is stored, or with why not.
   Result<nlohmann::json> submit(const nlohmann::json& body) {

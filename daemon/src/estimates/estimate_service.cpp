@@ -12,9 +12,10 @@ EstimateService::EstimateService(const DeviceTable& devices, const OutcomeServic
     : devices_(devices), outcomes_(outcomes), model_sources_(std::move(model_sources)) {}
 
 void EstimateService::set_models(const DeviceModels& learnt) {
-  models_ = learnt;
+  auto models = std::make_shared<DeviceModels>(learnt);
   for (const auto& [slot, source] : model_sources_)
-    if (const auto it = learnt.find(source); it != learnt.end()) models_[slot] = it->second;
+    if (const auto it = learnt.find(source); it != learnt.end()) (*models)[slot] = it->second;
+  models_ = std::move(models);
 }
 
 const std::string& EstimateService::model_source(const std::string& device) const {
@@ -29,17 +30,35 @@ std::optional<nlohmann::json> EstimateService::model_info(const std::string& dev
   return info;
 }
 
+namespace {
+// A built-in job trains in joule-worker (LibTorch, as probes do); a command's runtime is what its
+// program says it is: Python's start-up and per-step cost are measured per device.
+std::string runtime_of(const schedulers::JobSpec& spec) {
+  return spec.run.builtin ? "" : estimator::runtime_of_command(spec.run.argv);
+}
+}  // namespace
+
 std::vector<EstimateRow> EstimateService::estimate_job(const schedulers::JobSpec& spec) const {
-  if (!spec.model || !spec.training) return {};
+  std::vector<EstimateRow> rows = start_estimate(spec)();
+  finish_estimate(spec, rows);
+  return rows;
+}
+
+JobEstimator::ModelWork EstimateService::start_estimate(const schedulers::JobSpec& spec) const {
+  if (!spec.model || !spec.training) return [] { return std::vector<EstimateRow>{}; };
   std::vector<std::string> names;
   for (const auto& device : devices_)
     if (schedulers::device_allowed(spec.constraints, device.name)) names.push_back(device.name);
-  // A built-in job trains in joule-worker (LibTorch, as probes do); a command's runtime is what
-  // its program says it is: Python's start-up and per-step cost are measured per device.
-  const std::string runtime = spec.run.builtin ? "" : estimator::runtime_of_command(spec.run.argv);
-  auto answer = estimate_on(EstimateRequest{*spec.model, *spec.training, runtime, {}}, names, models_);
-  if (!answer) return {};
-  std::vector<EstimateRow> rows = std::move(answer->rows);
+  return [request = EstimateRequest{*spec.model, *spec.training, runtime_of(spec), {}}, names = std::move(names),
+          models = models_] {
+    auto answer = estimate_on(request, names, *models);
+    return answer ? std::move(answer->rows) : std::vector<EstimateRow>{};
+  };
+}
+
+void EstimateService::finish_estimate(const schedulers::JobSpec& spec, std::vector<EstimateRow>& rows) const {
+  if (rows.empty()) return;
+  const std::string runtime = runtime_of(spec);
   if (outcomes_) outcomes_->apply(rows);
   for (auto& row : rows) {
     if (!row.estimate) continue;
@@ -54,11 +73,10 @@ std::vector<EstimateRow> EstimateService::estimate_job(const schedulers::JobSpec
     else if (!runtime.empty() && !row.estimate->runtime)
       if (auto why = runtime_problem_ ? runtime_problem_(row.device) : std::nullopt) warnings.push_back(*why);
   }
-  return rows;
 }
 
 Result<EstimateAnswer> EstimateService::estimate(const EstimateRequest& request) const {
-  auto answer = estimate_on(request, devices_.names(), models_);
+  auto answer = estimate_on(request, devices_.names(), *models_);
   if (answer && outcomes_) outcomes_->apply(answer->rows);
   return answer;
 }

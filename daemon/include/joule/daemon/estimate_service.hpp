@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -33,7 +34,7 @@ class EstimateService final : public JobEstimator {
   /// The models learnt or loaded, by device (ModelService's); slots get their source's.
   void set_models(const DeviceModels& learnt);
   /// The models estimates are made with, slots included.
-  const DeviceModels& models() const { return models_; }
+  const DeviceModels& models() const { return *models_; }
   /// The device whose model `device` estimates with: itself, unless it is a slot.
   const std::string& model_source(const std::string& device) const;
   /// Why a device's estimates have no Python runtime lines (probing's answer: not measured yet,
@@ -54,6 +55,10 @@ class EstimateService final : public JobEstimator {
   /// A job's estimate on every device it may use (constraints.devices), corrected, each with its
   /// device's caveats; none where nothing could be estimated (no model spec).
   std::vector<EstimateRow> estimate_job(const schedulers::JobSpec& spec) const override;
+  /// The predictions of estimate_job with the models in force now (kept alive by the work, so a
+  /// model installed meanwhile changes nothing in it); finish_estimate corrects and adds caveats.
+  ModelWork start_estimate(const schedulers::JobSpec& spec) const override;
+  void finish_estimate(const schedulers::JobSpec& spec, std::vector<EstimateRow>& rows) const override;
   /// POST /v1/estimate: the estimates on every device of the node the request's patterns allow,
   /// corrected; errors name the field by JSON pointer.
   Result<EstimateAnswer> estimate(const EstimateRequest& request) const;
@@ -64,7 +69,8 @@ class EstimateService final : public JobEstimator {
   const DeviceTable& devices_;
   const OutcomeService* outcomes_;
   std::map<std::string, std::string> model_sources_;
-  DeviceModels models_;
+  // Replaced whole, never changed in place: work started off the loop holds the set it began with.
+  std::shared_ptr<const DeviceModels> models_ = std::make_shared<const DeviceModels>();
   std::function<std::optional<std::string>(const std::string&)> runtime_problem_;
   std::function<nlohmann::json(const std::string&)> describe_;
 };

@@ -5,6 +5,7 @@
 // them names the book, so the estimates and probing rooms include this header, not its.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,8 +35,19 @@ struct JobFeedback {
 /// may use; none where nothing could be estimated.
 class JobEstimator {
  public:
+  /// The models' part of an estimate, as work any thread may run: it holds what it reads.
+  using ModelWork = std::function<std::vector<EstimateRow>()>;
+
   virtual ~JobEstimator() = default;
   virtual std::vector<EstimateRow> estimate_job(const schedulers::JobSpec& spec) const = 0;
+  /// estimate_job in two halves, so the book can keep the models' predictions (a coordinator's
+  /// on every device of its cluster) off the loop: `start_estimate` on the loop, its work on any
+  /// thread, then `finish_estimate` on the loop with the rows (corrections and caveats, which
+  /// read what the loop changes). By default the whole estimate is made at the start.
+  virtual ModelWork start_estimate(const schedulers::JobSpec& spec) const {
+    return [rows = estimate_job(spec)] { return rows; };
+  }
+  virtual void finish_estimate(const schedulers::JobSpec&, std::vector<EstimateRow>&) const {}
 };
 
 /// What the book tells the services that share its devices and learn from its jobs (probing, the
