@@ -452,37 +452,41 @@ void JobService::accept(schedulers::JobSpec spec, Submitter submitter, Done done
   ++estimates_in_flight_;
   ++submissions_in_flight_;
   count_in_flight(submitter.name, spec.project, 1);
-  // Three steps: the models' predictions on the thread, their corrections and caveats on the
-  // loop (they read what it changes), the text the job stores and its figures on the thread again.
+  // The submission, moved into what admits it, is estimated from a copy of its spec.
+  const schedulers::JobSpec estimated = spec;
+  estimate_off_loop(estimated, "POST /v1/jobs: corrected",
+                    [this, spec = std::move(spec), submitter = std::move(submitter),
+                     done = std::move(done)](KeptEstimates kept) mutable {
+                      const TimedWork timed(metrics_, "POST /v1/jobs: estimated", clock_);
+                      --estimates_in_flight_;
+                      --submissions_in_flight_;
+                      count_in_flight(submitter.name, spec.project, -1);
+                      admit(std::move(spec), std::move(submitter), std::move(kept), std::move(done));
+                    });
+}
+
+void JobService::estimate_off_loop(const schedulers::JobSpec& spec, std::string what,
+                                   std::function<void(KeptEstimates)> then) {
   auto work = estimator_->start_estimate(spec);
-  auto keep = [this, alive = alive_](schedulers::JobSpec spec, Submitter submitter, std::vector<EstimateRow> rows,
-                                     Done done) {
-    KeptEstimates kept{stored_estimates(rows), figures_of(rows)};
-    boost::asio::post(io_, [this, alive, kept = std::move(kept), spec = std::move(spec),
-                            submitter = std::move(submitter), done = std::move(done)]() mutable {
+  auto finishing = std::make_shared<const schedulers::JobSpec>(spec);  // what finish_estimate reads
+  boost::asio::post(*estimating_, [this, alive = alive_, work = std::move(work), finishing, what = std::move(what),
+                                   then = std::move(then)]() mutable {
+    auto rows = work();
+    boost::asio::post(io_, [this, alive, rows = std::move(rows), finishing, what = std::move(what),
+                            then = std::move(then)]() mutable {
       if (!*alive) return;
-      const TimedWork timed(metrics_, "POST /v1/jobs: estimated", clock_);
-      --estimates_in_flight_;
-      --submissions_in_flight_;
-      count_in_flight(submitter.name, spec.project, -1);
-      admit(std::move(spec), std::move(submitter), std::move(kept), std::move(done));
-    });
-  };
-  boost::asio::post(
-      *estimating_, [this, alive = alive_, work = std::move(work), keep = std::move(keep), spec = std::move(spec),
-                     submitter = std::move(submitter), done = std::move(done)]() mutable {
-        auto rows = work();
-        boost::asio::post(io_, [this, alive, keep = std::move(keep), rows = std::move(rows), spec = std::move(spec),
-                                submitter = std::move(submitter), done = std::move(done)]() mutable {
-          if (!*alive) return;
-          const TimedWork timed(metrics_, "POST /v1/jobs: corrected", clock_);
-          estimator_->finish_estimate(spec, rows);
-          boost::asio::post(*estimating_, [keep = std::move(keep), rows = std::move(rows), spec = std::move(spec),
-                                           submitter = std::move(submitter), done = std::move(done)]() mutable {
-            keep(std::move(spec), std::move(submitter), std::move(rows), std::move(done));
-          });
+      {
+        const TimedWork timed(metrics_, what, clock_);
+        estimator_->finish_estimate(*finishing, rows);
+      }
+      boost::asio::post(*estimating_, [this, alive, rows = std::move(rows), then = std::move(then)]() mutable {
+        KeptEstimates kept{stored_estimates(rows), figures_of(rows)};
+        boost::asio::post(io_, [alive, kept = std::move(kept), then = std::move(then)]() mutable {
+          if (*alive) then(std::move(kept));
         });
       });
+    });
+  });
 }
 
 void JobService::admit(schedulers::JobSpec spec, Submitter submitter, std::optional<KeptEstimates> estimates,

@@ -195,32 +195,48 @@ std::optional<schedulers::EnergyDistribution> JobService::estimate_on(const Job&
 
 void JobService::refresh_estimates(std::size_t limit) {
   if (!estimator_ || !scheduling_) return;
-  const TimedWork timed(metrics_, "estimates", clock_);
-  std::vector<adapters::StoredJob> changed;
-  for (const auto& id : core().queue().first(limit)) {
-    Job& job = *jobs_.at(id);
+  // The queue's head as it is now; a refresh already working goes on from there.
+  refresh_left_.clear();
+  for (const auto& id : core().queue().first(limit)) refresh_left_.push_back(id);
+  if (refreshing_) return;
+  refreshing_ = true;
+  refresh_next();
+}
+
+void JobService::refresh_next() {
+  while (!refresh_left_.empty()) {
+    const std::string id = std::move(refresh_left_.front());
+    refresh_left_.pop_front();
+    const auto it = jobs_.find(id);
+    if (it == jobs_.end() || it->second->state != schedulers::JobState::queued) continue;
+    const Job& job = *it->second;
     if (!job.spec.model || !job.spec.training) continue;
-    const auto rows = estimator_->estimate_job(job.spec);
-    // Compared as the job keeps its figures (6 significant digits): only a job whose estimate
-    // moved is stored again, not every queued job at every model change.
-    const auto figures = figures_of(rows);
-    if (std::equal(figures.begin(), figures.end(), job.estimates.begin(), job.estimates.end(),
-                   [](const DeviceEstimate& a, const DeviceEstimate& b) { return a.same_figures(b); }))
-      continue;
-    job.row.estimate_json = stored_estimates(rows);
-    job.estimates = std::move(figures);
-    core().update_pending(pending_job(job));
-    changed.push_back(job.row);
+    estimate_off_loop(job.spec, "estimates", [this, id](KeptEstimates kept) {
+      const TimedWork timed(metrics_, "estimates", clock_);
+      const auto found = jobs_.find(id);
+      // Compared as the job keeps its figures (6 significant digits): only a job whose estimate
+      // moved is stored again, not every queued job at every model change.
+      if (found != jobs_.end() && found->second->state == schedulers::JobState::queued &&
+          !std::equal(kept.figures.begin(), kept.figures.end(), found->second->estimates.begin(),
+                      found->second->estimates.end(),
+                      [](const DeviceEstimate& a, const DeviceEstimate& b) { return a.same_figures(b); })) {
+        Job& job = *found->second;
+        job.row.estimate_json = std::move(kept.stored);
+        job.estimates = std::move(kept.figures);
+        core().update_pending(pending_job(job));
+        ++refresh_changed_;
+        persist([row = job.row](adapters::Database& db) { return db.update_job(row); });
+        schedule();
+      }
+      refresh_next();
+    });
+    return;
   }
-  if (changed.empty()) return;
-  spdlog::info("estimated {} queued job{} again with the new energy model", changed.size(),
-               changed.size() == 1 ? "" : "s");
-  persist([rows = std::move(changed)](adapters::Database& db) -> Status {
-    for (const auto& row : rows)
-      if (auto s = db.update_job(row); !s) return s;
-    return {};
-  });
-  schedule();
+  refreshing_ = false;
+  if (refresh_changed_ > 0)
+    spdlog::info("estimated {} queued job{} again with the new energy model", refresh_changed_,
+                 refresh_changed_ == 1 ? "" : "s");
+  refresh_changed_ = 0;
 }
 
 void JobService::set_policy(schedulers::Policy policy) {

@@ -151,8 +151,12 @@ class JobService final : public JobDemand {
   const std::optional<std::string>& storage_failure() const { return storage_failure_; }
 
   /// A device model changed: the first `limit` queued jobs are estimated again (and stored), so
-  /// that jobs submitted before a model existed can be admitted under budgets; then a pass runs.
+  /// that jobs submitted before a model existed can be admitted under budgets. One job at a
+  /// time, its predictions and text off the loop; a job whose estimate moved is stored and a
+  /// pass runs. A change while it works starts it again from the queue's head.
   void refresh_estimates(std::size_t limit = 256);
+  /// Whether a refresh is still working through its jobs (tests wait for it).
+  bool refreshing_estimates() const { return refreshing_; }
 
   using Feedback = JobFeedback;
   /// The feedback of the jobs that succeeded (rebuilding what finished jobs taught, at start), in
@@ -200,6 +204,13 @@ class JobService final : public JobDemand {
   /// An accepted submission with its estimates (nullopt: it has nothing to estimate) stored and
   /// queued, unless it can never run here: `done` gets the job once it is committed.
   void admit(schedulers::JobSpec spec, Submitter submitter, std::optional<KeptEstimates> estimates, Done done);
+  /// Estimates `spec` in three steps: the models' predictions on the estimating thread, their
+  /// corrections and caveats on the loop (they read what it changes), the stored text and the
+  /// figures on the thread again; `then` gets them on the loop (never once the book is gone).
+  /// `what` names the loop's share in joule_loop_work_seconds.
+  void estimate_off_loop(const schedulers::JobSpec& spec, std::string what, std::function<void(KeptEstimates)> then);
+  /// The next job of a refresh (refresh_estimates), or its end.
+  void refresh_next();
   /// A 429 where one more queued job of `owner` (in `project`) would pass its quota, or nothing.
   std::optional<Error> queued_quota_refusal(const std::string& owner, const std::string& project) const;
   void count_in_flight(const std::string& owner, const std::string& project, int change);
@@ -356,6 +367,9 @@ class JobService final : public JobDemand {
   std::unique_ptr<boost::asio::thread_pool> estimating_ = std::make_unique<boost::asio::thread_pool>(1);
   std::size_t estimates_in_flight_ = 0;
   static constexpr std::size_t kMaxEstimatesInFlight = 256;
+  std::deque<std::string> refresh_left_;  // queued jobs a refresh has still to estimate
+  bool refreshing_ = false;
+  std::size_t refresh_changed_ = 0;  // jobs the refresh stored again
 };
 
 }  // namespace joule::daemon
