@@ -211,7 +211,7 @@ void JobService::refresh_next() {
     if (it == jobs_.end() || it->second->state != schedulers::JobState::queued) continue;
     const Job& job = *it->second;
     if (!job.spec.model || !job.spec.training) continue;
-    estimate_off_loop(job.spec, "estimates", [this, id](KeptEstimates kept) {
+    estimate_off_loop(job.spec, "estimates: corrected", [this, id](KeptEstimates kept) {
       const TimedWork timed(metrics_, "estimates", clock_);
       const auto found = jobs_.find(id);
       // Compared as the job keeps its figures (6 significant digits): only a job whose estimate
