@@ -151,8 +151,24 @@ class ClusterNodesTest : public ::testing::Test {
     return daemon;
   }
 
+  // A coordinator reading `policy` from its policies directory, with two agents (a Jetson Orin
+  // and a Raspberry Pi) ready with their models; `port` gets the coordinator's.
+  std::unique_ptr<DaemonProcess> start_cluster_with_policy(const std::string& policy, std::uint16_t& port) {
+    std::filesystem::create_directories(dir_ / "policies");
+    std::ofstream(dir_ / "policies" / "60-tenancy.toml") << policy;
+    port = free_port();
+    auto coordinator =
+        start_coordinator(port, fmt::format("[policy]\ndirectory = \"{}\"\n", (dir_ / "policies").string()));
+    agents_.push_back(start_agent("orin", "jetson-orin", port));
+    agents_.push_back(start_agent("pi", "raspberry-pi-4", port));
+    EXPECT_TRUE(all_ready(
+        wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 2); }), 2));
+    return coordinator;
+  }
+
   std::filesystem::path dir_;
   std::filesystem::path marks_;
+  std::vector<std::unique_ptr<DaemonProcess>> agents_;
 };
 
 }  // namespace
@@ -495,17 +511,11 @@ TEST_F(ClusterNodesTest, agents_sync_over_tls_and_verify_the_coordinators_certif
 }
 
 TEST_F(ClusterNodesTest, a_projects_running_quota_holds_across_agents_and_a_coordinator_killed_with_9) {
-  std::filesystem::create_directories(dir_ / "policies");
   // fifo: without the quota, the project's jobs would run on both agents at once.
-  std::ofstream(dir_ / "policies" / "60-tenancy.toml")
-      << "[placement]\nobjective = \"fifo\"\n[[projects]]\nname = \"vision\"\nmax_running_jobs = 1\n";
-  const auto port = free_port();
-  auto coordinator =
-      start_coordinator(port, fmt::format("[policy]\ndirectory = \"{}\"\n", (dir_ / "policies").string()));
-  auto orin = start_agent("orin", "jetson-orin", port);
-  auto pi = start_agent("pi", "raspberry-pi-4", port);
-  ASSERT_TRUE(
-      all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 2); }), 2));
+  std::uint16_t port = 0;
+  auto coordinator = start_cluster_with_policy(
+      "[placement]\nobjective = \"fifo\"\n[[projects]]\nname = \"vision\"\nmax_running_jobs = 1\n", port);
+  ASSERT_FALSE(HasFailure());
 
   // Three jobs of the project: two devices, but the project may run one job at once.
   std::vector<std::string> vision;
@@ -543,20 +553,15 @@ TEST_F(ClusterNodesTest, a_projects_running_quota_holds_across_agents_and_a_coor
 }
 
 TEST_F(ClusterNodesTest, a_projects_energy_budget_holds_across_agents_and_a_coordinator_killed_with_9) {
-  std::filesystem::create_directories(dir_ / "policies");
   // Each job reserves its own max_energy_joules (they have no model): the project's budget has
   // room for one at a time; everyone's budget is only there to show the other project's energy.
-  std::ofstream(dir_ / "policies" / "60-tenancy.toml")
-      << "[[projects]]\nname = \"vision\"\n[[projects]]\nname = \"lab\"\n"
-         "[[budgets]]\nname = \"vision-day\"\nproject = \"vision\"\njoules = 150\nwindow = \"24h\"\n"
-         "[[budgets]]\nname = \"everyone\"\nscope = \"cluster\"\njoules = 1000000\nwindow = \"24h\"\n";
-  const auto port = free_port();
-  auto coordinator =
-      start_coordinator(port, fmt::format("[policy]\ndirectory = \"{}\"\n", (dir_ / "policies").string()));
-  auto orin = start_agent("orin", "jetson-orin", port);
-  auto pi = start_agent("pi", "raspberry-pi-4", port);
-  ASSERT_TRUE(
-      all_ready(wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 2); }), 2));
+  std::uint16_t port = 0;
+  auto coordinator = start_cluster_with_policy(
+      "[[projects]]\nname = \"vision\"\n[[projects]]\nname = \"lab\"\n"
+      "[[budgets]]\nname = \"vision-day\"\nproject = \"vision\"\njoules = 150\nwindow = \"24h\"\n"
+      "[[budgets]]\nname = \"everyone\"\nscope = \"cluster\"\njoules = 1000000\nwindow = \"24h\"\n",
+      port);
+  ASSERT_FALSE(HasFailure());
   auto job = [&](const std::string& name, const std::string& project, double seconds) {
     return json{{"name", name},
                 {"project", project},
