@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
@@ -158,6 +159,11 @@ Result<ProcessIdentity> launch_job(const LaunchSpec& spec) {
   if (!spec.lease_path.empty())
     args.insert(args.end(), {"--lease", spec.lease_path.string(), "--lease-ms",
                              std::to_string(static_cast<long>(std::lround(spec.lease_seconds * 1000.0)))});
+  if (!spec.cpus.empty()) {
+    std::string cpus;
+    for (const int cpu : spec.cpus) cpus += (cpus.empty() ? "" : ",") + std::to_string(cpu);
+    args.insert(args.end(), {"--cpus", cpus});
+  }
   args.push_back("--");
   args.insert(args.end(), spec.argv.begin(), spec.argv.end());
   auto argv = c_strings(args);
@@ -268,6 +274,7 @@ struct RunnerOptions {
   std::string workdir;
   std::string lease;
   long lease_ms = 0;
+  std::vector<int> cpus;  // the command's affinity; empty: the runner's
   char** command = nullptr;
 };
 
@@ -320,6 +327,17 @@ std::optional<RunnerOptions> parse_runner_options(int argc, char** argv) {
       const auto ms = number(value);
       if (!ms || *ms == 0) return std::nullopt;
       options.lease_ms = static_cast<long>(*ms);
+    } else if (arg == "--cpus") {
+      std::string_view list = value;
+      while (!list.empty()) {
+        const auto comma = list.find(',');
+        const std::string item(list.substr(0, comma));
+        const auto cpu = number(item.c_str());
+        if (!cpu || *cpu >= CPU_SETSIZE) return std::nullopt;
+        options.cpus.push_back(static_cast<int>(*cpu));
+        if (comma == std::string_view::npos) break;
+        list.remove_prefix(comma + 1);
+      }
     } else {
       return std::nullopt;
     }
@@ -457,7 +475,7 @@ int job_runner_main(int argc, char** argv) {
   if (!options) {
     std::fprintf(stderr,
                  "usage: jouled --job-runner STATUS_FILE [--env-fd N] [--uid U --gid G --groups G,...] "
-                 "[--workdir DIR] [--lease FILE --lease-ms MS] -- PROGRAM [ARGS...]\n");
+                 "[--workdir DIR] [--lease FILE --lease-ms MS] [--cpus N,N...] -- PROGRAM [ARGS...]\n");
     return 2;
   }
   const std::filesystem::path status_path = options->status_path;
@@ -476,6 +494,17 @@ int job_runner_main(int argc, char** argv) {
   }
   if (child == 0) {
     ::sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);
+    if (!options->cpus.empty()) {
+      // Its cores (resources.cores): the command and everything it starts stay on them.
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (const int cpu : options->cpus) CPU_SET(cpu, &set);
+      if (::sched_setaffinity(0, sizeof(set), &set) != 0) {
+        std::string list;
+        for (const int cpu : options->cpus) list += (list.empty() ? "" : ",") + std::to_string(cpu);
+        fail_in_child("cannot confine the job to CPUs", list);
+      }
+    }
     if (options->identity) become(*options->identity);
     if (!options->workdir.empty() && ::chdir(options->workdir.c_str()) != 0)
       fail_in_child("cannot enter the workdir", options->workdir);
@@ -538,6 +567,28 @@ int job_runner_main(int argc, char** argv) {
 }  // namespace joule::adapters
 
 namespace joule::adapters {
+
+std::vector<int> usable_cpus() {
+  std::vector<int> out;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return out;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) out.push_back(cpu);
+  return out;
+}
+
+std::string cpu_list_text(const std::vector<int>& cpus) {
+  std::string out;
+  for (std::size_t i = 0; i < cpus.size();) {
+    std::size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += j == i ? std::to_string(cpus[i]) : fmt::format("{}-{}", cpus[i], cpus[j]);
+    i = j + 1;
+  }
+  return out;
+}
 
 Status renew_lease(const std::filesystem::path& lease_path) {
   // O_CREAT without O_TRUNC, then a fresh modification time: the runner looks only at that.

@@ -146,6 +146,30 @@ Result<RunCommand> parse_run(const json& run, const JobLimits& limits) {
   return command;
 }
 
+// At most this many cores a job may ask for (beyond any node's: the node's own count is checked
+// where the job runs).
+constexpr int kMaxCores = 4096;
+
+Result<Resources> parse_resources(const json& input) {
+  if (!input.is_object()) return invalid("resources must be an object, e.g. {\"cores\": 4}", "/resources");
+  Resources resources;
+  for (const auto& [key, value] : input.items()) {
+    const std::string where = "/resources/" + key;
+    if (key == "cores") {
+      const bool whole = value.is_number_unsigned() || value.is_number_integer();
+      if (!whole || value.get<std::int64_t>() < 1 || value.get<std::int64_t>() > kMaxCores)
+        return invalid(fmt::format("resources.cores must be a whole number of cores from 1 to {}", kMaxCores), where);
+      resources.cores = static_cast<int>(value.get<std::int64_t>());
+    } else if (key == "gpus") {
+      return invalid("resources.gpus is not supported yet: a job runs on one device (constraints.devices picks it)",
+                     where);
+    } else {
+      return invalid(fmt::format("resources: unknown field \"{}\" (known: cores)", key), where);
+    }
+  }
+  return resources;
+}
+
 Result<Constraints> parse_constraints(const json& input) {
   if (!input.is_object()) return invalid("constraints must be an object", "/constraints");
   Constraints constraints;
@@ -286,6 +310,10 @@ Result<JobSpec> parse_job_spec(const json& body, const JobLimits& limits) {
       auto knobs = parse_knobs(value);
       if (!knobs) return knobs.error();
       spec.knobs = std::move(knobs).value();
+    } else if (key == "resources") {
+      auto resources = parse_resources(value);
+      if (!resources) return resources.error();
+      spec.resources = std::move(resources).value();
     } else if (key == "priority") {
       // An unsigned JSON number above INT64_MAX read as int64 wraps negative (2^64-1 became
       // -1): the range is checked on the number as it was written.
@@ -345,6 +373,7 @@ json to_json(const JobSpec& spec) {
   if (spec.model) out["model"] = estimator::to_json(*spec.model);
   if (spec.training) out["training"] = estimator::to_json(*spec.training);
   if (!spec.knobs.empty()) out["knobs"] = to_json(spec.knobs);
+  if (spec.resources.cores) out["resources"] = {{"cores", *spec.resources.cores}};
   if (!spec.project.empty()) out["project"] = spec.project;
   return out;
 }

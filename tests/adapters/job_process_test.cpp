@@ -94,6 +94,33 @@ TEST(JobProcessTest, a_missing_program_is_exit_127_with_a_message) {
   EXPECT_NE(slurp(dir / "stderr.log").find("cannot execute no-such-program-xyz"), std::string::npos);
 }
 
+TEST(JobProcessTest, a_job_given_cpus_runs_on_those_only_and_one_the_kernel_refuses_fails_it) {
+  const auto usable = joule::adapters::usable_cpus();
+  ASSERT_FALSE(usable.empty());
+  EXPECT_EQ(joule::adapters::cpu_list_text({0, 1, 2, 5, 7, 8}), "0-2,5,7-8");
+  TempDir dir;
+  auto spec = spec_in(dir, {"sh", "-c", "grep Cpus_allowed_list /proc/self/status"});
+  spec.cpus = {usable.back()};
+  auto process = joule::adapters::launch_job(spec);
+  ASSERT_TRUE(process);
+  wait_for_exit(process->pid);
+  (void)joule::adapters::reap_child(process->pid);
+  EXPECT_EQ(joule::adapters::read_status_file(dir / "status")->value, 0);
+  EXPECT_NE(slurp(dir / "stdout.log").find(fmt::format(":\t{}\n", usable.back())), std::string::npos)
+      << slurp(dir / "stdout.log");
+
+  TempDir other;
+  auto absent = spec_in(other, {"true"});
+  absent.cpus = {1000};  // no such CPU here
+  process = joule::adapters::launch_job(absent);
+  ASSERT_TRUE(process);
+  wait_for_exit(process->pid);
+  (void)joule::adapters::reap_child(process->pid);
+  EXPECT_EQ(joule::adapters::read_status_file(other / "status")->value, 127);
+  EXPECT_NE(slurp(other / "stderr.log").find("cannot confine the job to CPUs 1000"), std::string::npos)
+      << slurp(other / "stderr.log");
+}
+
 TEST(JobProcessTest, a_missing_workdir_fails_the_launch) {
   TempDir dir;
   auto spec = spec_in(dir, {"true"});

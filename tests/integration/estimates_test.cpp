@@ -212,6 +212,33 @@ TEST(EstimatesTest, jobs_get_their_devices_thread_count_and_an_estimate_says_whe
   EXPECT_NE(warnings.find("run.env sets OMP_NUM_THREADS=1, but this device's model is learnt at 3 threads"),
             std::string::npos)
       << warnings;
+
+  // A job with cores of its own: its processes run on that many CPUs only, its thread variables
+  // say as many, and its estimate says the model was learnt at another count.
+  json confined = {{"model", mlp()},
+                   {"training", training},
+                   {"resources", {{"cores", 1}}},
+                   {"run", {{"command", {"sh", "-c", print + "; grep Cpus_allowed_list /proc/self/status"}}}}};
+  const auto id = daemon.submit(confined);
+  ASSERT_FALSE(id.empty());
+  const json done = daemon.wait_state(id, {"succeeded", "failed"});
+  EXPECT_EQ(done["state"], "succeeded") << done.dump(2);
+  const std::string log = daemon.client().request("GET", "/v1/jobs/" + id + "/log")->body;
+  EXPECT_NE(log.find("1 1 1 1 33554432"), std::string::npos) << log;
+  const auto allowed = log.find("Cpus_allowed_list:");
+  ASSERT_NE(allowed, std::string::npos) << log;
+  const std::string cpus = log.substr(allowed + 18, log.find('\n', allowed) - allowed - 18);
+  EXPECT_EQ(cpus.find_first_of(",-"), std::string::npos) << "one CPU, not " << cpus;
+  EXPECT_NE(done.dump().find("on CPUs "), std::string::npos) << done.dump(2);
+  EXPECT_NE(done["estimate"][0]["warnings"].dump().find(
+                "resources.cores = 1 runs it at 1 thread, but this device's model is learnt at 3 threads"),
+            std::string::npos)
+      << done.dump(2);
+  // More cores than the node has: refused, naming the field, nothing stored.
+  confined["resources"]["cores"] = 4096;
+  const auto [status, refused] = daemon.call("POST", "/v1/jobs", confined.dump());
+  EXPECT_EQ(status, 400u) << refused.dump(2);
+  EXPECT_EQ(refused["errors"][0]["pointer"], "/resources/cores") << refused.dump(2);
   std::filesystem::remove_all(state);
   std::filesystem::remove_all(state.string() + "-jobs");
 }

@@ -189,6 +189,26 @@ TEST(JobSpecTest, knobs_are_checked_by_field_and_round_trip) {
   }
 }
 
+TEST(JobSpecTest, resources_ask_for_cores_checked_by_field_and_round_trip) {
+  json body = minimal_job();
+  body["resources"] = {{"cores", 2}};
+  auto spec = parse_job_spec(body);
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->resources.cores, 2);
+  EXPECT_EQ(joule::schedulers::to_json(*spec)["resources"], body["resources"]);
+  EXPECT_FALSE(joule::schedulers::to_json(*parse_job_spec(minimal_job())).contains("resources"));
+  const std::vector<std::pair<json, std::string>> bad = {
+      {json::array(), "/resources"},          {{{"cores", 0}}, "/resources/cores"},
+      {{{"cores", -2}}, "/resources/cores"},  {{{"cores", 1.5}}, "/resources/cores"},
+      {{{"cores", "2"}}, "/resources/cores"}, {{{"cores", 100000}}, "/resources/cores"},
+      {{{"gpus", 2}}, "/resources/gpus"},     {{{"memory", 2}}, "/resources/memory"},
+  };
+  for (const auto& [resources, pointer] : bad) {
+    body["resources"] = resources;
+    EXPECT_EQ(error_pointer(body), pointer) << resources;
+  }
+}
+
 TEST(JobSpecTest, device_patterns_are_globs) {
   joule::schedulers::Constraints constraints;
   EXPECT_TRUE(joule::schedulers::device_allowed(constraints, "cpu"));

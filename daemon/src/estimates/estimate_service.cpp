@@ -65,6 +65,7 @@ void EstimateService::finish_estimate(const schedulers::JobSpec& spec, std::vect
     auto& warnings = row.estimate->warnings;
     const Device* device = devices_.find(row.device);
     if (auto warning = thread_count_warning(spec.run.env, device ? device->threads : 0)) warnings.push_back(*warning);
+    if (auto warning = cores_warning(spec.resources.cores, device ? device->threads : 0)) warnings.push_back(*warning);
     if (runtime.empty() && !spec.run.builtin && !spec.run.argv.empty())
       warnings.push_back(fmt::format(
           "{} is not a runtime Joule measures (Python is): the program's start-up and any per-step work beyond "

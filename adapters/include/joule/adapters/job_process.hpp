@@ -50,7 +50,15 @@ struct LaunchSpec {
   /// running beside its next placement once its agent is gone.
   std::filesystem::path lease_path;
   double lease_seconds = 0.0;
+  /// The CPUs the command (and all it starts) may run on (sched_setaffinity before exec); empty:
+  /// any. One the kernel refuses fails the job (exit 127, the reason on stderr).
+  std::vector<int> cpus;
 };
+
+/// The CPUs this process may run on (its affinity), ascending.
+std::vector<int> usable_cpus();
+/// CPUs as the kernel lists them: "0-3,6".
+std::string cpu_list_text(const std::vector<int>& cpus);
 
 /// Renews a job's lease (creates the file if needed): its modification time moves on.
 Status renew_lease(const std::filesystem::path& lease_path);

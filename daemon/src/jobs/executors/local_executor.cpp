@@ -53,6 +53,13 @@ LocalExecutor::~LocalExecutor() { *alive_ = false; }
 
 Status LocalExecutor::check(const schedulers::JobSpec& spec,
                             const std::optional<adapters::JobIdentity>& identity) const {
+  if (spec.resources.cores) {
+    const auto cpus = adapters::usable_cpus();
+    if (static_cast<std::size_t>(*spec.resources.cores) > cpus.size())
+      return invalid(fmt::format("resources.cores asks for {} cores; this node has {} (CPUs {})", *spec.resources.cores,
+                                 cpus.size(), adapters::cpu_list_text(cpus)),
+                     "/resources/cores");
+  }
   std::filesystem::path workdir = spec.run.workdir;
   if (!workdir.empty()) {
     std::error_code ec;
@@ -129,6 +136,22 @@ Status LocalExecutor::check(const schedulers::JobSpec& spec,
 
 LocalExecutor::Run& LocalExecutor::run_of(const JobRecord& job) { return runs_[job.row.id]; }
 
+std::vector<int> LocalExecutor::choose_cpus(int count) const {
+  std::map<int, int> holders;  // CPU -> running jobs of ours on it
+  for (const int cpu : adapters::usable_cpus()) holders[cpu] = 0;
+  for (const auto& [id, run] : runs_)
+    for (const int cpu : run.cpus)
+      if (const auto it = holders.find(cpu); it != holders.end()) ++it->second;
+  std::vector<std::pair<int, int>> ranked;  // (holders, cpu): free ones first, lowest first
+  for (const auto& [cpu, held] : holders) ranked.emplace_back(held, cpu);
+  std::sort(ranked.begin(), ranked.end());
+  std::vector<int> out;
+  for (std::size_t i = 0; i < ranked.size() && static_cast<int>(out.size()) < count; ++i)
+    out.push_back(ranked[i].second);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::optional<adapters::JobIdentity> LocalExecutor::job_identity(std::int64_t sequence,
                                                                  const std::optional<std::int64_t>& owner_uid) const {
   if (options_.accounts.mode == JobAccounts::Mode::daemon) return std::nullopt;
@@ -188,9 +211,9 @@ std::vector<std::string> LocalExecutor::job_environment(const JobRecord& job, co
     env["USER"] = env["LOGNAME"] =
         identity->user_name.empty() ? options_.accounts.user_name(*identity) : identity->user_name;
   }
-  // The device's count, the one its model is learnt at; the job's own run.env may ask otherwise
-  // (its estimate then says so).
-  set_thread_variables(env, device.threads);
+  // Its own cores' count where it asks for cores, else the device's count, the one its model is
+  // learnt at; the job's own run.env may ask otherwise (its estimate then says so).
+  set_thread_variables(env, job.spec.resources.cores.value_or(device.threads));
   // The allocator the probes ran under, for the same reason; run.env may ask otherwise (a node
   // short of memory: a trim threshold of 1 GiB keeps up to that much freed memory in the job).
   set_allocator_variables(env);
@@ -255,7 +278,7 @@ Result<std::vector<std::string>> LocalExecutor::builtin_command(
                                    "--device",
                                    torch_device,
                                    "--threads",
-                                   std::to_string(std::max(1, device.threads))};
+                                   std::to_string(std::max(1, job.spec.resources.cores.value_or(device.threads)))};
   if (const auto checkpoints = checkpoint_directory(job); !checkpoints.empty())
     argv.insert(argv.end(), {"--checkpoint", checkpoints.string()});
   return argv;
@@ -311,6 +334,12 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
       return host_.ended(job, JobState::failed, held.error().message, std::nullopt);
     spec.lease_path = run.lease;
     spec.lease_seconds = lease_seconds_;
+  }
+  if (job.spec.resources.cores) {
+    run.cpus = choose_cpus(*job.spec.resources.cores);
+    spec.cpus = run.cpus;
+    host_.note(job, fmt::format("on CPUs {} (resources.cores = {})", adapters::cpu_list_text(run.cpus),
+                                *job.spec.resources.cores));
   }
   apply_knobs(job, device, run);
   run.window = open_window(device, /*partial=*/false);

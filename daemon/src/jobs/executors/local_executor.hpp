@@ -83,7 +83,11 @@ class LocalExecutor final : public Executor {
     std::unique_ptr<adapters::DevfreqLimit> gpu_frequency;       // the job's Jetson GPU clock cap
     bool knobs_held_back = false;  // its knobs were put back for a pause: set them again on resume
     std::filesystem::path lease;   // its lease file, renewed while jouled runs it; empty: none
+    std::vector<int> cpus;         // its cores (resources.cores); empty: any CPU
   };
+  /// `count` of this node's CPUs for a job: those no other running job of ours holds first,
+  /// lowest first; then, where too few are free, shared ones.
+  std::vector<int> choose_cpus(int count) const;
 
   Run& run_of(const JobRecord& job);
   /// Creates the job's directory and its tmp/, owned by `identity` when there is one.

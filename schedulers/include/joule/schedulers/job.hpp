@@ -63,6 +63,15 @@ struct Knobs {
   bool wants_gpu() const { return gpu_power_limit_watts || gpu_max_frequency_mhz; }
 };
 
+/// What a job gets of its node beside its device (`resources`).
+struct Resources {
+  /// CPU cores of its own: its processes may run on that many of the node's CPUs only, and its
+  /// thread variables (OMP_NUM_THREADS...) say as many; nullopt: the device's thread count and
+  /// any CPU. A job still holds its whole device (several jobs side by side on one device: later).
+  std::optional<int> cores;
+  bool empty() const { return !cores; }
+};
+
 /// What happens to a job whose node is lost while it is placed or running there.
 enum class RestartPolicy { requeue, fail };
 
@@ -77,6 +86,7 @@ struct JobSpec {
   RunCommand run;
   Constraints constraints;
   Knobs knobs;
+  Resources resources;
   int priority = 0;  ///< higher runs first; equal priorities run in submission order
   RestartPolicy restart = RestartPolicy::requeue;
 };
