@@ -243,6 +243,30 @@ std::optional<ExitStatus> read_status_file(const std::filesystem::path& path) {
   return status;
 }
 
+std::optional<std::vector<int>> process_group_cpus(pid_t pgid, const std::filesystem::path& proc_root) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(proc_root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (name == std::to_string(pgid) || process_group_of(entry.path()) != pgid) continue;
+    std::ifstream status(entry.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (!line.starts_with("Cpus_allowed_list:")) continue;
+      // "0-3,6": ranges and single CPUs, comma-separated.
+      std::vector<int> cpus;
+      std::stringstream list(line.substr(line.find(':') + 1));
+      for (std::string item; std::getline(list, item, ',');) {
+        const auto dash = item.find('-');
+        const int first = std::atoi(item.c_str());
+        const int last = dash == std::string::npos ? first : std::atoi(item.c_str() + dash + 1);
+        for (int cpu = first; cpu <= last && cpu < CPU_SETSIZE; ++cpu) cpus.push_back(cpu);
+      }
+      return cpus;
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<double> process_group_cpu_seconds(pid_t pgid, const std::filesystem::path& proc_root) {
   static const long ticks_per_second = ::sysconf(_SC_CLK_TCK);
   std::error_code ec;

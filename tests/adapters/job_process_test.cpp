@@ -230,6 +230,12 @@ TEST(JobProcessTest, a_process_groups_cpu_time_sums_its_members_and_their_waited
   ASSERT_TRUE(seconds);
   EXPECT_NEAR(*seconds, 3.0 + 1.0 + 2.0 + 0.5, 1e-9);
   EXPECT_FALSE(joule::adapters::process_group_cpu_seconds(700, proc.path()));
+
+  // The CPUs its command was confined to (the runner's own are not the job's).
+  proc.write("500/status", "Name:\tjouled\nCpus_allowed_list:\t0-7\n");
+  proc.write("501/status", "Name:\tpython3\nCpus_allowed_list:\t2-3,6\n");
+  EXPECT_EQ(joule::adapters::process_group_cpus(500, proc.path()), (std::vector<int>{2, 3, 6}));
+  EXPECT_FALSE(joule::adapters::process_group_cpus(600, proc.path()));
 }
 
 namespace {

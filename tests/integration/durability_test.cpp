@@ -1,5 +1,6 @@
 // A job the API accepted is never lost, across kill -9 too; running jobs are reconciled.
 
+#include <sched.h>
 #include <signal.h>
 
 #include <atomic>
@@ -164,6 +165,58 @@ TEST(DurabilityTest, a_job_that_ended_while_the_daemon_was_down_gets_its_exit_st
   EXPECT_TRUE(done["energy"].is_null());  // not metered: no number is invented
   std::filesystem::remove_all(state);
   std::filesystem::remove_all(state.string() + "-jobs");  // the jobs' directories, beside it
+  std::filesystem::remove(go_file(state));
+}
+
+// A job on cores of its own keeps them across a kill -9 of jouled: the next jouled reads them
+// from the adopted process and gives the next job others.
+TEST(DurabilityTest, an_adopted_job_keeps_its_cores_and_the_next_job_gets_others) {
+  cpu_set_t usable;
+  CPU_ZERO(&usable);
+  if (::sched_getaffinity(0, sizeof(usable), &usable) != 0 || CPU_COUNT(&usable) < 2) GTEST_SKIP() << "needs two CPUs";
+  auto state = std::filesystem::temp_directory_path() / ("joule-cores-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");
+  const std::string config =
+      "[probing]\nenabled = false\n[[devices]]\nname = \"cpu\"\n[[devices]]\nname = \"sim:laptop-cpu\"\n"
+      "runs_jobs = true\n";
+  const std::string show_then_wait = "grep Cpus_allowed_list /proc/self/status; " + wait_for(go_file(state));
+  auto on_one_core = [&](const std::string& device) {
+    return json{{"resources", {{"cores", 1}}},
+                {"constraints", {{"devices", {device}}}},
+                {"run", {{"command", {"sh", "-c", show_then_wait}}}}};
+  };
+  auto cpus_of = [](const DaemonProcess& daemon, const std::string& id) {
+    std::string log;
+    for (int i = 0; i < 200 && log.find('\n') == std::string::npos; ++i) {
+      log = daemon.client().request("GET", "/v1/jobs/" + id + "/log")->body;
+      std::this_thread::sleep_for(25ms);
+    }
+    return log.substr(0, log.find('\n'));
+  };
+  std::string first, first_cpus;
+  {
+    DaemonProcess daemon({.config_toml = config}, state);
+    ASSERT_TRUE(daemon.start()) << daemon.log();
+    first = daemon.submit(on_one_core("cpu"));
+    ASSERT_EQ(state_of(daemon.wait_state(first, {"running"})), "running");
+    first_cpus = cpus_of(daemon, first);
+    daemon.signal(SIGKILL);
+    daemon.wait_exit();
+  }
+  DaemonProcess restarted({.config_toml = config}, state);
+  ASSERT_TRUE(restarted.start()) << restarted.log();
+  const std::string second = restarted.submit(on_one_core("sim:*"));
+  ASSERT_EQ(state_of(restarted.wait_state(second, {"running"})), "running");
+  const std::string second_cpus = cpus_of(restarted, second);
+  EXPECT_NE(first_cpus.find("Cpus_allowed_list:"), std::string::npos) << first_cpus;
+  EXPECT_NE(second_cpus.find("Cpus_allowed_list:"), std::string::npos) << second_cpus;
+  EXPECT_NE(first_cpus, second_cpus);
+  std::ofstream(go_file(state)) << "go\n";
+  for (const auto& id : {first, second})
+    EXPECT_EQ(state_of(restarted.wait_state(id, {"succeeded", "failed"})), "succeeded") << id;
+  std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");
   std::filesystem::remove(go_file(state));
 }
 

@@ -119,6 +119,11 @@ std::optional<ExitStatus> read_status_file(const std::filesystem::path& path);
 /// has no live process.
 std::optional<double> process_group_cpu_seconds(pid_t pgid, const std::filesystem::path& proc_root = "/proc");
 
+/// The CPUs a job's command may run on, read from the first process of the group `pgid` other
+/// than its runner (`Cpus_allowed_list` in its status): what a job adopted after a restart was
+/// confined to. Nothing where no such process lives.
+std::optional<std::vector<int>> process_group_cpus(pid_t pgid, const std::filesystem::path& proc_root = "/proc");
+
 /// The runner's own main: `STATUS_PATH [--env-fd N] [--uid U --gid G [--groups G,...]]
 /// [--workdir DIR] -- ARGV...`. Returns the process exit code.
 int job_runner_main(int argc, char** argv);

@@ -722,6 +722,9 @@ void LocalExecutor::recover(JobRecord& job, Device* device) {
     if (!job.row.started_ms) job.row.started_ms = host_.clock().unix_ms();
     job.row.energy_partial = true;
     Run& run = run_of(job);
+    // Its cores stay its own: the next job is given others.
+    if (job.spec.resources.cores)
+      run.cpus = adapters::process_group_cpus(process->pid, options_.proc_root).value_or(std::vector<int>{});
     run.window = device ? open_window(*device, /*partial=*/true) : std::nullopt;
     // Its runner holds a lease if the last jouled gave it one: renewing it goes on from here.
     if (std::error_code ec; std::filesystem::exists(job_directory(id) / "lease", ec)) {
