@@ -590,6 +590,12 @@ int main(int argc, char** argv) {
       ->add_option("--project", submit_project,
                    "account the job to this project (policies.d [[projects]]; replaces the file's \"project\")")
       ->type_name("NAME");
+  int submit_cores = 0;
+  submit
+      ->add_option("--cores", submit_cores,
+                   "give the job this many CPUs of its own (resources.cores; replaces the file's)")
+      ->check(CLI::PositiveNumber)
+      ->type_name("N");
 
   std::string state;
   std::size_t limit = 0;
@@ -729,6 +735,11 @@ int main(int argc, char** argv) {
       if (file != "-" && read_from_job_directory(body, std::filesystem::absolute(file).parent_path())) text = body.dump();
       if (!submit_project.empty() && body.is_object()) {
         body["project"] = submit_project;
+        text = body.dump();
+      }
+      // A "resources" that is not an object is left for jouled to refuse, naming it.
+      if (submit_cores > 0 && body.is_object() && (!body.contains("resources") || body["resources"].is_object())) {
+        body["resources"]["cores"] = submit_cores;
         text = body.dump();
       }
       json accepted = expect_json(client.request("POST", "/v1/jobs", text));

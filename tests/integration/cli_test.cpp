@@ -44,6 +44,12 @@ TEST(CliTest, submit_wait_prints_state_seconds_joules_and_source) {
   auto [dev_code, devices] = run_program({JOULECTL_BINARY, "--server", server_of(daemon), "devices"});
   EXPECT_EQ(dev_code, 0);
   EXPECT_NE(devices.find("modelled*"), std::string::npos) << devices;
+
+  // --cores gives the job CPUs of its own (resources.cores).
+  auto [cores_code, submitted] = run_program(
+      {JOULECTL_BINARY, "--server", server_of(daemon), "--json", "submit", "--cores", "1", job_file.string()});
+  ASSERT_EQ(cores_code, 0) << submitted;
+  EXPECT_EQ(json::parse(submitted)["spec"]["resources"]["cores"], 1) << submitted;
 }
 
 TEST(CliTest, usage_prints_this_months_use_per_group_as_a_table_or_csv) {
