@@ -481,14 +481,16 @@ class FileParser {
     bool ok = true;
     if (const toml::node* owner = table.get("owner")) {
       auto name = check_.get<std::string>(table, "owner", what + ".owner");
-      if (name && !is_owner_name(*name))
+      if (!name) {
+        ok = false;
+      } else if (!is_owner_name(*name)) {
         check_.problem(*owner, fmt::format("{}.owner \"{}\" is not an owner as jobs name them: \"token:NAME\" (a "
                                            "bearer token's owner) or \"uid:N\" (a local user)",
                                            what, *name));
-      if (name && is_owner_name(*name))
-        budget.owner = *name;
-      else
         ok = false;
+      } else {
+        budget.owner = *name;
+      }
     }
     if (const toml::node* project = table.get("project")) {
       if (auto name = check_.get<std::string>(table, "project", what + ".project")) {
