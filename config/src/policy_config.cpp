@@ -483,9 +483,11 @@ class FileParser {
       auto name = check_.get<std::string>(table, "owner", what + ".owner");
       if (!name) {
         ok = false;
+      } else if (*name == "*") {
+        budget.each_owner = true;  // a budget of this size for every owner
       } else if (!is_owner_name(*name)) {
         check_.problem(*owner, fmt::format("{}.owner \"{}\" is not an owner as jobs name them: \"token:NAME\" (a "
-                                           "bearer token's owner) or \"uid:N\" (a local user)",
+                                           "bearer token's owner), \"uid:N\" (a local user) or \"*\" (each owner)",
                                            what, *name));
         ok = false;
       } else {

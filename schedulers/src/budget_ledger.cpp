@@ -263,6 +263,17 @@ std::optional<UnixMillis> BudgetLedger::frees_by(const BudgetState& state, doubl
   return std::nullopt;
 }
 
+std::vector<std::string> BudgetLedger::owners() const {
+  std::vector<std::string> out;
+  for (const auto& use : uses_)
+    if (!use.owner.empty()) out.push_back(use.owner);
+  for (const auto& [id, running] : jobs_)
+    if (!running.owner.empty()) out.push_back(running.owner);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 void BudgetLedger::prune(UnixMillis now) {
   ++revision_;
   // Keep at least a day so that a budget added by a reload still sees the recent past.

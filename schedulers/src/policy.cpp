@@ -100,8 +100,30 @@ std::string ScopeTarget::describe() const {
   return fmt::format("{} {}", to_string(scope), target);
 }
 
+std::vector<EnergyBudget> budgets_for_owners(const std::vector<EnergyBudget>& budgets,
+                                             const std::vector<std::string>& owners) {
+  std::vector<EnergyBudget> out;
+  for (const auto& budget : budgets) {
+    if (!budget.each_owner) {
+      out.push_back(budget);
+      continue;
+    }
+    for (const auto& owner : owners) {
+      if (owner.empty()) continue;
+      EnergyBudget own = budget;
+      own.each_owner = false;
+      own.owner = owner;
+      own.name = fmt::format("{} ({})", budget.name, owner);
+      own.template_name = budget.name;
+      out.push_back(std::move(own));
+    }
+  }
+  return out;
+}
+
 std::string EnergyBudget::describe_scope() const {
   std::string whose;
+  if (each_owner) whose = "each owner";
   if (!owner.empty()) whose = "owner " + owner;
   if (!project.empty()) whose += (whose.empty() ? "project " : " in project ") + project;
   if (whose.empty()) return scope.describe();

@@ -36,9 +36,35 @@ SchedulingCore::SchedulingCore(Policy policy, int utc_offset_minutes, CoreOption
 void SchedulingCore::set_policy(Policy policy) {
   open_.reset();
   policy_ = std::move(policy);
+  if (has_owner_templates()) return expand_owner_budgets(/*always=*/true);
+  budget_owners_.clear();
   ledger_.set_policy(policy_);
   placer_.set_policy(policy_);
   throttle_.set_policy(policy_);
+}
+
+bool SchedulingCore::has_owner_templates() const {
+  return std::any_of(policy_.budgets.begin(), policy_.budgets.end(),
+                     [](const EnergyBudget& budget) { return budget.each_owner; });
+}
+
+void SchedulingCore::expand_owner_budgets(bool always) {
+  // New owners are rare (a first submission): the whole policy is set again then, and the
+  // ledger counts each new budget's past uses as it does on a reload.
+  std::vector<std::string> owners = ledger_.owners();
+  for (const auto& [id, job] : pending_) owners.push_back(job.owner);
+  for (const auto& [id, run] : running_) owners.push_back(run.owner);
+  std::sort(owners.begin(), owners.end());
+  owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
+  owners.erase(std::remove(owners.begin(), owners.end(), std::string()), owners.end());
+  if (!always && owners == budget_owners_) return;
+  open_.reset();
+  budget_owners_ = owners;
+  Policy expanded = policy_;
+  expanded.budgets = budgets_for_owners(policy_.budgets, owners);
+  ledger_.set_policy(expanded);
+  placer_.set_policy(expanded);
+  throttle_.set_policy(expanded);
 }
 
 std::optional<WaitReason> SchedulingCore::never_fits(UnixMillis now, std::span<const DeviceStatus> devices,
@@ -53,6 +79,8 @@ void SchedulingCore::enqueue(PendingJob job, std::int64_t sequence) {
     count(old->second.owner, old->second.project, -1, 0);
   }
   count(job.owner, job.project, 1, 0);
+  const bool new_owner = has_owner_templates() && !job.owner.empty() &&
+                         !std::binary_search(budget_owners_.begin(), budget_owners_.end(), job.owner);
   queue_.push(job.id, job.priority, sequence);
   if (open_) {
     // Behind every job the open pass saw: it may continue with this one. Ahead of any: not.
@@ -64,6 +92,7 @@ void SchedulingCore::enqueue(PendingJob job, std::int64_t sequence) {
   order_candidates(job, policy_.objective);  // here, not in a pass: its cost is the submission's
   std::string id = job.id;
   pending_.insert_or_assign(std::move(id), std::move(job));
+  if (new_owner) expand_owner_budgets(/*always=*/false);  // its own budgets before it is weighed
 }
 
 void SchedulingCore::update_pending(PendingJob job) {
@@ -278,8 +307,11 @@ void SchedulingCore::track_run(TrackedRun run, const DeviceRef& device) {
     step.warmup_epochs = policy_.warmup_epochs;
     run.projection = project_energy(run.reports, run.prior, step);
   }
+  const bool new_owner = has_owner_templates() && !run.owner.empty() &&
+                         !std::binary_search(budget_owners_.begin(), budget_owners_.end(), run.owner);
   std::string id = run.id;
   running_.insert_or_assign(std::move(id), std::move(run));
+  if (new_owner) expand_owner_budgets(/*always=*/false);
 }
 
 const Projection* SchedulingCore::report(const std::string& id, EpochReport report) {

@@ -638,7 +638,12 @@ class Replay {
       m.wait_mean_seconds = sum / static_cast<double>(waits.size());
       m.wait_p95_seconds = percentile(waits, 0.95);
     }
-    m.violations = find_violations(world_, run_.policy.budgets, segments_, core_.ledger());
+    std::vector<std::string> owners;
+    for (const auto& job : world_.jobs) owners.push_back(job.owner);
+    std::sort(owners.begin(), owners.end());
+    owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
+    m.violations =
+        find_violations(world_, schedulers::budgets_for_owners(run_.policy.budgets, owners), segments_, core_.ledger());
     if (world_.carbon) {
       // Each stretch's energy drawn evenly over it, at the grid's intensity then.
       m.carbon_grams = 0.0;

@@ -425,10 +425,11 @@ TEST(PolicyConfigTest, the_shipped_tenancy_example_is_valid_when_uncommented) {
   EXPECT_EQ(alice.max_queued_jobs, 500);
   EXPECT_EQ(tenancy.quota_of_owner("uid:1000").max_running_jobs, 4);
   EXPECT_TRUE(tenancy.limits_running());
-  ASSERT_EQ(loaded->policy.budgets.size(), 2u);
+  ASSERT_EQ(loaded->policy.budgets.size(), 3u);
   EXPECT_EQ(loaded->policy.budgets[0].describe_scope(), "project vision on the cluster");
   EXPECT_DOUBLE_EQ(loaded->policy.budgets[0].limit_joules, 50 * 3.6e6);
-  EXPECT_EQ(loaded->policy.budgets[1].describe_scope(), "owner token:alice on node jetson-1");
+  EXPECT_TRUE(loaded->policy.budgets[1].each_owner);
+  EXPECT_EQ(loaded->policy.budgets[2].describe_scope(), "owner token:alice on node jetson-1");
 }
 
 TEST(PolicyConfigTest, an_owners_or_projects_budget_is_read_and_checked_with_its_lines) {
@@ -453,7 +454,13 @@ TEST(PolicyConfigTest, an_owners_or_projects_budget_is_read_and_checked_with_its
             "50-a.toml:7: budgets[0].project \"vision\": uid:2 is not one of its owners");
   EXPECT_EQ(problems("[[budgets]]\nname = \"a\"\nowner = \"alice\"\njoules = 5\nwindow = \"24h\"\n"),
             "50-a.toml:3: budgets[0].owner \"alice\" is not an owner as jobs name them: \"token:NAME\" (a bearer "
-            "token's owner) or \"uid:N\" (a local user)");
+            "token's owner), \"uid:N\" (a local user) or \"*\" (each owner)");
+  // "*": a template, a budget of that size for every owner.
+  auto each = parse("[[budgets]]\nname = \"each-week\"\nowner = \"*\"\nkwh = 1\ncalendar = \"week\"\n");
+  ASSERT_TRUE(each) << each.error().message;
+  EXPECT_TRUE(each->policy.budgets.at(0).each_owner);
+  EXPECT_EQ(each->policy.budgets.at(0).describe_scope(), "each owner on the cluster");
+  EXPECT_FALSE(each->policy.budgets.at(0).counts_work_of("uid:1000", ""));  // the template counts nothing itself
   EXPECT_EQ(problems("[[budgets]]\nname = \"a\"\nowner = \"uid:1\"\nscope = \"node\"\njoules = 5\nwindow = \"24h\"\n"),
             "50-a.toml:1: budgets[0] has scope \"node\" and needs a target (a node name)");
   // Without an owner or project a budget still needs its scope.

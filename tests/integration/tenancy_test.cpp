@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -223,6 +224,47 @@ TEST_F(TenancyTest, usage_reports_each_owners_and_projects_jobs_and_an_owner_see
     EXPECT_EQ(bad_status, 400u) << query;
     EXPECT_EQ(bad["errors"][0]["parameter"], parameter) << bad.dump(2);
   }
+}
+
+TEST_F(TenancyTest, a_budget_for_each_owner_holds_one_owners_second_job_and_counts_another_apart) {
+  std::ofstream(policies_ / "70-each.toml")
+      << "[[budgets]]\nname = \"each-day\"\nowner = \"*\"\njoules = 150\nwindow = \"24h\"\n";
+  daemon_->signal(SIGHUP);
+  joule::testing::wait_until([&] { return daemon_->call("GET", "/v1/budgets").second; },
+                             [](const json& view) {
+                               return view["policy"]["source"].get<std::string>().find("70-each.toml") !=
+                                      std::string::npos;
+                             });
+  // Each job reserves its own max_energy_joules (no model): alice's budget has room for one.
+  auto capped = [](const std::string& name, const std::string& seconds) {
+    json out = job(name, {"sleep", seconds});
+    out["constraints"] = {{"max_energy_joules", 100}};
+    return out;
+  };
+  auto [first_status, first] = submit_as("alice-token", capped("a1", "1"));
+  ASSERT_EQ(first_status, 201u) << first.dump(2);
+  ASSERT_EQ(daemon_->wait_state(first["id"], {"running"})["state"], "running");
+  auto [second_status, second] = submit_as("alice-token", capped("a2", "0.1"));
+  ASSERT_EQ(second_status, 201u) << second.dump(2);
+  const json held = joule::testing::wait_until(
+      [&] { return daemon_->call("GET", "/v1/jobs/" + second["id"].get<std::string>()).second; },
+      [](const json& j) { return j.contains("waiting") && j["waiting"]["reason"] == "budget"; });
+  EXPECT_EQ(held["waiting"]["rule"], "each-day (token:alice)") << held.dump(2);
+  // Bob's job is his own budget's: it waits for the device, not for alice's budget.
+  auto [bob_status, bob] = submit_as("bob-token", capped("b1", "0.1"));
+  ASSERT_EQ(bob_status, 201u) << bob.dump(2);
+  const json bobs = joule::testing::wait_until(
+      [&] { return daemon_->call("GET", "/v1/jobs/" + bob["id"].get<std::string>()).second; },
+      [](const json& j) { return j.contains("waiting") || j["state"] != "queued"; });
+  if (bobs.contains("waiting")) {
+    EXPECT_NE(bobs["waiting"]["reason"], "budget") << bobs.dump(2);
+  }
+  std::vector<std::string> names;
+  const json budgets = daemon_->call("GET", "/v1/budgets").second;
+  for (const auto& budget : budgets["budgets"]) names.push_back(budget["name"].get<std::string>());
+  EXPECT_NE(std::find(names.begin(), names.end(), "each-day (token:alice)"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "each-day (token:bob)"), names.end());
+  EXPECT_EQ(daemon_->wait_state(bob["id"], {"succeeded"}, std::chrono::seconds(20))["state"], "succeeded");
 }
 
 TEST_F(TenancyTest, fair_share_runs_the_job_of_the_owner_who_used_less_lately_first_across_a_restart) {

@@ -351,6 +351,37 @@ TEST(TenancyTest, a_job_that_would_overrun_its_projects_budget_waits_naming_it_w
   EXPECT_FALSE(core.never_fits(kHalfMinuteIn, free_devices(6), dear(job("l2", "token:bob", "lab"), 400)));
 }
 
+TEST(TenancyTest, a_budget_for_each_owner_gives_every_owner_one_of_their_own_as_they_come) {
+  Policy policy;
+  EnergyBudget each = budget("each-day", 150, "", "");
+  each.each_owner = true;
+  policy.budgets.push_back(each);
+  policy.budgets.push_back(budget("all", 10'000, "", ""));
+  SchedulingCore core(policy, 0, CoreOptions{.continue_within_ms = 0});
+  core.enqueue(job("a1", "token:alice"), 1);
+  core.enqueue(job("a2", "token:alice"), 2);
+  core.enqueue(job("b1", "token:bob"), 3);
+  const PassResult pass = core.place(kHalfMinuteIn, free_devices(6));
+  std::vector<std::string> placed;
+  for (const auto& placement : pass.placements) placed.push_back(placement.job);
+  EXPECT_EQ(placed, (std::vector<std::string>{"a1", "b1"}));  // bob's job counts in his budget, not alice's
+  ASSERT_EQ(pass.waiting.size(), 1u);
+  EXPECT_EQ(pass.waiting[0].first, "a2");
+  EXPECT_EQ(pass.waiting[0].second.rule, "each-day (token:alice)");
+  EXPECT_NE(pass.waiting[0].second.message.find("owner token:alice on the cluster"), std::string::npos)
+      << pass.waiting[0].second.message;
+  auto states = by_name(core.ledger().states(kHalfMinuteIn));
+  ASSERT_EQ(states.size(), 3u);  // alice's, bob's and everyone's
+  EXPECT_DOUBLE_EQ(states["each-day (token:alice)"].reserved.mean_joules, 100);
+  EXPECT_DOUBLE_EQ(states["each-day (token:bob)"].reserved.mean_joules, 100);
+  EXPECT_DOUBLE_EQ(states["all"].reserved.mean_joules, 200);
+  // A reload keeps every owner's budget, with what they used.
+  core.set_policy(policy);
+  states = by_name(core.ledger().states(kHalfMinuteIn));
+  EXPECT_DOUBLE_EQ(states["each-day (token:bob)"].reserved.mean_joules, 100);
+  EXPECT_EQ(budgets_for_owners(policy.budgets, {"uid:1", ""}).size(), 2u);  // uid:1's, and everyone's
+}
+
 TEST(TenancyTest, a_projects_projected_overrun_pauses_its_own_running_job_not_another_projects) {
   Policy policy;
   policy.budgets.push_back(budget("vision-day", 1'000, "", "vision"));

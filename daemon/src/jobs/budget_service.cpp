@@ -112,8 +112,11 @@ BudgetsView BudgetService::view(sched::UnixMillis now, std::span<const sched::De
 void BudgetService::publish(sched::UnixMillis now) {
   std::vector<Metrics::BudgetFigures> figures;
   for (const auto& state : core_.ledger().states(now))
-    figures.push_back({state.budget.name, state.budget.limit_joules, state.spent_joules, state.reserved.mean_joules,
-                       state.remaining_joules()});
+    // One series per budget of the policy: every owner's own of an each-owner template would make
+    // as many as there are owners (GET /v1/budgets lists them).
+    if (state.budget.template_name.empty())
+      figures.push_back({state.budget.name, state.budget.limit_joules, state.spent_joules, state.reserved.mean_joules,
+                         state.remaining_joules()});
   metrics_.set_budgets(figures);
   // The core forgets uses no window can count by itself; the stored ones go here.
   if (now - last_prune_ > 3'600'000) {

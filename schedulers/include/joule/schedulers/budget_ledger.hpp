@@ -98,6 +98,8 @@ class BudgetLedger {
   /// Forgets uses that no window can count any more.
   void prune(UnixMillis now);
   std::size_t uses() const { return uses_.size(); }
+  /// Every owner of a use or reservation held, once each, sorted.
+  std::vector<std::string> owners() const;
 
   /// Where a window that contains `now` starts and when it ends.
   std::pair<UnixMillis, UnixMillis> calendar_window(BudgetWindow::Kind kind, UnixMillis now) const;

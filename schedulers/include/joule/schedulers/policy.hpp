@@ -73,11 +73,15 @@ struct EnergyBudget {
   BudgetWindow window;
   std::string owner{};    ///< "token:alice" or "uid:1000": only this owner's jobs; empty: anyone's work
   std::string project{};  ///< only this project's jobs; empty: any project's work
+  /// A template (policies.d `owner = "*"`): every owner gets a budget of its own like this one,
+  /// named "NAME (OWNER)" (budgets_for_owners); the template itself counts nothing.
+  bool each_owner = false;
+  std::string template_name{};  ///< an owner's budget made from an each_owner template: the template's name
 
   /// Whether it counts the work of `owner` in `project` (a probe's are both empty), wherever
   /// its scope covers.
   bool counts_work_of(std::string_view work_owner, std::string_view work_project) const {
-    return (owner.empty() || owner == work_owner) && (project.empty() || project == work_project);
+    return !each_owner && (owner.empty() || owner == work_owner) && (project.empty() || project == work_project);
   }
   /// "project vision on the cluster", "owner token:alice on node lab-1", "device cpu".
   std::string describe_scope() const;
@@ -98,6 +102,11 @@ struct BatteryFloor {
   double percent = 20.0;
   double margin_percent = 5.0;  ///< throttling starts this far above the floor
 };
+
+/// `budgets` with each `each_owner` template replaced by one budget per owner of `owners` (in
+/// their order), each counting only that owner's jobs; the other budgets as they are.
+std::vector<EnergyBudget> budgets_for_owners(const std::vector<EnergyBudget>& budgets,
+                                             const std::vector<std::string>& owners);
 
 /// A named set of nodes, for group-scoped rules.
 struct NodeGroup {

@@ -188,6 +188,12 @@ class SchedulingCore {
     std::vector<std::string> queued_since;  ///< at the tail, in order
   };
 
+  /// Gives every owner of a queued or running job or of the ledger's work its own budget of each
+  /// `each_owner` template, where one is new to them (or `always`): the ledger, placer and
+  /// throttle controller then see the policy with the templates expanded.
+  void expand_owner_budgets(bool always);
+  bool has_owner_templates() const;
+
   // Counts a job's queued and running changes to its owner's and project's use.
   void count(const std::string& owner, const std::string& project, int queued, int running);
   RunningByTenant running_by_tenant() const;
@@ -211,6 +217,7 @@ class SchedulingCore {
   std::unordered_map<std::string, DecayedUse> project_recent_;
   std::vector<const PendingJob*> scanned_;
   std::optional<OpenPass> open_;
+  std::vector<std::string> budget_owners_;  // the owners the expanded policy has budgets for, sorted
   std::optional<UnixMillis> retry_at_;
   UnixMillis last_prune_ = 0;
 };
