@@ -184,6 +184,26 @@ TEST(BuiltinTest, a_dataset_that_does_not_fit_is_refused_at_submit_naming_the_fi
   EXPECT_EQ(submitted["spec"]["run"]["workdir"], (data / "job.json").parent_path().string()) << out;
 }
 
+// A joule-worker the jobs' accounts cannot reach (a build tree under a 0700 home): a built-in job
+// is refused at submission naming the directory in the way, not failed at its start.
+TEST(BuiltinTest, a_worker_out_of_the_jobs_reach_is_refused_at_submit_naming_the_directory) {
+  if (!worker_built()) GTEST_SKIP() << "joule-worker is not built here";
+  DataDir data;
+  write_idx_pair(data / "images-idx3-ubyte", data / "labels-idx1-ubyte", 100);
+  char pattern[] = "/tmp/joule-private-XXXXXX";  // mkdtemp: mode 0700, root's
+  const std::filesystem::path private_dir = ::mkdtemp(pattern);
+  std::filesystem::copy_file(JOULE_WORKER_BINARY, private_dir / "joule-worker");
+  DaemonProcess daemon(
+      {.config_toml = "[probing]\nenabled = false\nworker = \"" + (private_dir / "joule-worker").string() + "\"\n"});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  auto [status, body] = daemon.call("POST", "/v1/jobs", builtin_job(data, 90, 1).dump());
+  EXPECT_EQ(status, 400u) << body.dump(2);
+  EXPECT_EQ(body["errors"][0]["pointer"], "/run/builtin") << body.dump(2);
+  EXPECT_NE(body["detail"].get<std::string>().find(private_dir.string() + " is mode 0700"), std::string::npos)
+      << body.dump(2);
+  std::filesystem::remove_all(private_dir);
+}
+
 // The node goes down with the job (here: jouled and the job's process group killed with -9):
 // the next jouled queues it again, and the trainer goes on after its last checkpoint.
 TEST(BuiltinTest, a_builtin_job_whose_process_died_with_its_node_resumes_from_its_checkpoint) {

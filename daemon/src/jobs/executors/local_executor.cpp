@@ -90,6 +90,9 @@ Status LocalExecutor::check(const schedulers::JobSpec& spec,
     if (options_.worker.empty())
       return invalid("run.builtin trains with joule-worker, which this jouled did not find (set [probing] worker)",
                      "/run/builtin");
+    // The trainer runs as the job's account: a worker in a private directory (a build tree under
+    // a 0700 home) would fail every built-in job at its start.
+    if (auto status = reachable(options_.worker, "joule-worker", "/run/builtin"); !status) return status;
     // The files' contents are read off the loop (inspect_builtin_dataset); here, only where they are.
     auto dataset = worker::parse_dataset_spec(spec.run.builtin->dataset, "/run/builtin/dataset", workdir);
     if (!dataset) return dataset.error();
