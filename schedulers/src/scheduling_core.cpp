@@ -43,6 +43,11 @@ void SchedulingCore::set_policy(Policy policy) {
   throttle_.set_policy(policy_);
 }
 
+bool SchedulingCore::lacks_owner_budgets(const std::string& owner) const {
+  return !owner.empty() && has_owner_templates() &&
+         !std::binary_search(budget_owners_.begin(), budget_owners_.end(), owner);
+}
+
 bool SchedulingCore::has_owner_templates() const {
   return std::any_of(policy_.budgets.begin(), policy_.budgets.end(),
                      [](const EnergyBudget& budget) { return budget.each_owner; });
@@ -79,8 +84,7 @@ void SchedulingCore::enqueue(PendingJob job, std::int64_t sequence) {
     count(old->second.owner, old->second.project, -1, 0);
   }
   count(job.owner, job.project, 1, 0);
-  const bool new_owner = has_owner_templates() && !job.owner.empty() &&
-                         !std::binary_search(budget_owners_.begin(), budget_owners_.end(), job.owner);
+  const bool new_owner = lacks_owner_budgets(job.owner);
   queue_.push(job.id, job.priority, sequence);
   if (open_) {
     // Behind every job the open pass saw: it may continue with this one. Ahead of any: not.
@@ -307,8 +311,7 @@ void SchedulingCore::track_run(TrackedRun run, const DeviceRef& device) {
     step.warmup_epochs = policy_.warmup_epochs;
     run.projection = project_energy(run.reports, run.prior, step);
   }
-  const bool new_owner = has_owner_templates() && !run.owner.empty() &&
-                         !std::binary_search(budget_owners_.begin(), budget_owners_.end(), run.owner);
+  const bool new_owner = lacks_owner_budgets(run.owner);
   std::string id = run.id;
   running_.insert_or_assign(std::move(id), std::move(run));
   if (new_owner) expand_owner_budgets(/*always=*/false);

@@ -193,6 +193,8 @@ class SchedulingCore {
   /// throttle controller then see the policy with the templates expanded.
   void expand_owner_budgets(bool always);
   bool has_owner_templates() const;
+  /// Whether the policy has each-owner templates and `owner` has no budgets made from them yet.
+  bool lacks_owner_budgets(const std::string& owner) const;
 
   // Counts a job's queued and running changes to its owner's and project's use.
   void count(const std::string& owner, const std::string& project, int queued, int running);
