@@ -92,14 +92,17 @@ json builtin_job(const DataDir& data, std::int64_t samples_per_epoch, std::int64
                 {"labels", (data / "labels-idx1-ubyte").string()}}}}}}}};
 }
 
-// jouled finds joule-worker in the build tree; a build without LibTorch has none.
-bool worker_built() {
+// jouled finds joule-worker in the build tree; a build without LibTorch (or a sanitized build
+// that leaves the worker out) has none: empty then.
+std::string worker_binary() {
 #ifdef JOULE_WORKER_BINARY
-  return true;
+  return JOULE_WORKER_BINARY;
 #else
-  return false;
+  return {};
 #endif
 }
+
+bool worker_built() { return !worker_binary().empty(); }
 
 }  // namespace
 
@@ -192,7 +195,7 @@ TEST(BuiltinTest, a_worker_out_of_the_jobs_reach_is_refused_at_submit_naming_the
   write_idx_pair(data / "images-idx3-ubyte", data / "labels-idx1-ubyte", 100);
   char pattern[] = "/tmp/joule-private-XXXXXX";  // mkdtemp: mode 0700, root's
   const std::filesystem::path private_dir = ::mkdtemp(pattern);
-  std::filesystem::copy_file(JOULE_WORKER_BINARY, private_dir / "joule-worker");
+  std::filesystem::copy_file(worker_binary(), private_dir / "joule-worker");
   DaemonProcess daemon(
       {.config_toml = "[probing]\nenabled = false\nworker = \"" + (private_dir / "joule-worker").string() + "\"\n"});
   ASSERT_TRUE(daemon.start()) << daemon.log();
