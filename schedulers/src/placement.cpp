@@ -64,7 +64,9 @@ bool waits_for_best(Objective objective) {
 
 // The state a pass keeps of each device while it hands out work.
 struct DeviceView {
-  bool free = false;             // accepts work, not busy, not taken in this pass
+  bool free = false;             // some job could start on it: accepts work, not held whole, a core left
+  int cores = 0;                 // DeviceStatus::cores: shared among jobs asking for cores; 0: one job
+  int cores_held = 0;            // of those, held, with this pass's placements
   UnixMillis available_at = 0;   // when a newly placed job could start
   double assigned_seconds = 0.0;  // least-loaded: work handed out in this pass
   std::vector<std::size_t> budgets;  // budgets covering it
@@ -74,6 +76,13 @@ struct DeviceView {
   // window around them, so that two jobs waiting for one clean hour do not both count on it.
   std::vector<std::pair<UnixMillis, UnixMillis>> deferred;
 };
+
+// Whether a job asking for `job_cores` (0: the whole device) could start on it now, in this pass.
+bool fits_now(const DeviceView& view, int job_cores) {
+  if (!view.free) return false;
+  if (view.cores > 0 && job_cores > 0) return view.cores_held + job_cores <= view.cores;
+  return view.cores_held == 0;
+}
 
 // The cleanest start in [earliest, latest] for a run of `run_ms` that overlaps none of
 // `taken`: the signal's lowest_start over each gap between them.
@@ -193,6 +202,19 @@ Placer::Placer(Policy policy, PlacementOptions options) : policy_(std::move(poli
 
 void Placer::set_policy(Policy policy) { policy_ = std::move(policy); }
 
+bool DeviceStatus::fits_now(int job_cores) const {
+  if (!accepts_work || busy) return false;
+  if (shares_cores_with(job_cores)) return cores_held + job_cores <= cores;
+  return cores_held == 0;
+}
+
+void DeviceStatus::hold(int job_cores) {
+  if (shares_cores_with(job_cores))
+    cores_held += job_cores;
+  else
+    busy = true;
+}
+
 struct PassState::Data {
   std::vector<BudgetState> budgets;
   std::vector<DeviceView> views;
@@ -230,17 +252,20 @@ PassState Placer::begin(UnixMillis now, std::span<const DeviceStatus> devices, c
   for (std::size_t d = 0; d < devices.size(); ++d) {
     const DeviceStatus& device = devices[d];
     DeviceView& view = state.views[d];
-    view.free = device.accepts_work && !device.busy;
+    view.free = device.takes_work();
+    view.cores = device.cores;
+    view.cores_held = device.cores_held;
     state.free_devices += view.free ? 1 : 0;
     if (view.free) state.free_list.push_back(d);
-    view.available_at = device.busy ? std::max(now, device.busy_until.value_or(now)) : now;
+    const bool held = device.busy || device.cores_held > 0;
+    view.available_at = held ? std::max(now, device.busy_until.value_or(now)) : now;
     for (std::size_t b = 0; b < budgets.size(); ++b)
       if (budgets[b].budget.scope.covers(device.ref)) view.budgets.push_back(b);
     for (std::size_t c = 0; c < policy_.power_caps.size(); ++c) {
       if (!policy_.power_caps[c].scope.covers(device.ref)) continue;
       view.caps.push_back(c);
       state.caps[c].watts += device.average_power_watts;
-      state.caps[c].has_work = state.caps[c].has_work || device.busy;
+      state.caps[c].has_work = state.caps[c].has_work || device.busy || device.cores_held > 0;
     }
     for (std::size_t f = 0; f < policy_.battery_floors.size(); ++f)
       if (policy_.battery_floors[f].scope.covers(device.ref)) view.floors.push_back(f);
@@ -326,16 +351,23 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
           note_reason({WaitReason::Kind::unavailable, fmt::format("{} accepts no work now", where()), where()});
         return;
       }
+      if (view.cores > 0 && job->cores > view.cores) {
+        if (wants(WaitReason::Kind::unavailable))
+          note_reason({WaitReason::Kind::unavailable,
+                       fmt::format("it asks for {} cores; {} shares {}", job->cores, where(), view.cores), where()});
+        return;
+      }
       ++eligible;
+      const bool free_now = fits_now(view, job->cores);
       const bool baseline = !waits_for_best(objective);
-      if (baseline && !view.free) {
+      if (baseline && !free_now) {
         if (wants(WaitReason::Kind::no_free_device))
           note_reason({WaitReason::Kind::no_free_device, "every eligible device is busy", where()});
         return;
       }
 
       // max: a pass continued later than it began may find a device's expected end passed.
-      const UnixMillis start = view.free ? now : std::max(now, view.available_at);
+      const UnixMillis start = free_now ? now : std::max(now, view.available_at);
       // The setting the knob goal prefers here (nullptr: the defaults); what follows is
       // judged at it: energy, budgets, power, finish.
       const SettingOption* setting =
@@ -384,7 +416,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       // best rules out. Equal scores are checked in full (the finish breaks the tie).
       if (walks_cheapest_first(objective) && estimate && best.candidate &&
           (!job->deadline || finish <= *job->deadline) && estimate->joules_mean > best.score &&
-          (!view.free || estimate->joules_mean > best_free.score))
+          (!free_now || estimate->joules_mean > best_free.score))
         return;
 
       std::optional<EnergyDistribution> energy;
@@ -520,7 +552,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       const double slot_score = meets_deadline ? score : static_cast<double>(finish);
       if (better(slot, slot_score, tie, index))
         slot = Choice{&candidate, estimate, slot_score, tie, finish, setting, run_start, carbon, carbon_now, index};
-      if (meets_deadline && view.free && better(best_free, score, tie, index))
+      if (meets_deadline && free_now && better(best_free, score, tie, index))
         best_free = Choice{&candidate, estimate, score, tie, finish, setting, run_start, carbon, carbon_now, index};
       if (!meets_deadline && wants(WaitReason::Kind::deadline)) {
         WaitReason why{WaitReason::Kind::deadline,
@@ -553,13 +585,14 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
         if (best.candidate) {
           // Without estimates every score is infinite and a run finishes as it starts: a device
           // free now is the earliest, and the candidates after it come later in their order.
-          if (std::isinf(best.score) && best.finish <= now && views[best.candidate->device].free) break;
+          if (std::isinf(best.score) && best.finish <= now && fits_now(views[best.candidate->device], job->cores))
+            break;
           from_floor = score_floor(candidates[index], objective);
           if (from_floor > best.score) break;
         }
         consider(index);
       }
-      if (position < order.cheapest_first.size() && !views[best.candidate->device].free) {
+      if (position < order.cheapest_first.size() && !fits_now(views[best.candidate->device], job->cores)) {
         // The rest, (floor, index) at or after where the walk stopped: only free devices count.
         const std::uint32_t from = order.cheapest_first[position];
         auto in_rest = [&](std::uint32_t index, double floor) {
@@ -580,7 +613,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
           for (; position < order.cheapest_first.size(); ++position) {
             const std::uint32_t index = order.cheapest_first[position];
             if (score_floor(candidates[index], objective) > free_bound()) break;
-            if (views[candidates[index].device].free) consider(index);
+            if (fits_now(views[candidates[index].device], job->cores)) consider(index);
           }
         }
       }
@@ -601,15 +634,15 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     // Waiting for a busy device is worth it only if it is cheaper beyond what the estimates can
     // tell apart (1 sigma of the difference): otherwise take the free one now.
     if (objective == Objective::min_energy && best.candidate && best_free.candidate &&
-        best.candidate != best_free.candidate && !views[best.candidate->device].free && best.estimate &&
-        best_free.estimate) {
+        best.candidate != best_free.candidate && !fits_now(views[best.candidate->device], job->cores) &&
+        best.estimate && best_free.estimate) {
       const double spread = std::hypot(best.estimate->joules_std, best_free.estimate->joules_std);
       if (best_free.score - best.score <= spread) best = best_free;
     }
     // Where the objective cannot tell them apart (no estimates, equal scores), a free device
     // beats waiting for a busy one.
     if (best.candidate && best_free.candidate && best.candidate != best_free.candidate &&
-        !views[best.candidate->device].free && best_free.score <= best.score)
+        !fits_now(views[best.candidate->device], job->cores) && best_free.score <= best.score)
       best = best_free;
     bool misses_deadline = false;
     if (!best.candidate && late.candidate) {
@@ -636,14 +669,17 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     DeviceView& view = views[d];
     const std::string where = devices[d].ref.qualified();
     const double seconds = best.estimate ? best.estimate->seconds_mean : 0.0;
-    if (!view.free) {
-      WaitReason why{WaitReason::Kind::device_busy,
-                     fmt::format("waiting for {}, the best device by {}{}; expected free at {}", where,
-                                 to_string(objective),
-                                 best.estimate ? fmt::format(" ({} expected)", joules_text(best.estimate->joules_mean))
-                                               : "",
-                                 format_rfc3339(view.available_at)),
-                     where};
+    if (!fits_now(view, job->cores)) {
+      const std::string wanted =
+          view.cores > 0 && job->cores > 0
+              ? fmt::format("{} of {}'s cores ({} of {} held)", job->cores, where, view.cores_held, view.cores)
+              : where;
+      WaitReason why{
+          WaitReason::Kind::device_busy,
+          fmt::format("waiting for {}, the best device by {}{}; expected free at {}", wanted, to_string(objective),
+                      best.estimate ? fmt::format(" ({} expected)", joules_text(best.estimate->joules_mean)) : "",
+                      format_rfc3339(view.available_at)),
+          where};
       why.retry_at = view.available_at;
       view.available_at = best.finish;
       result.waiting.emplace_back(job->id, std::move(why));
@@ -705,10 +741,17 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
                                     best.estimate->joules_mean / 3.6e6 * best.carbon, best.carbon);
     if (misses_deadline) placement.note += "; no device can meet its deadline, so it runs where it finishes first";
 
-    view.free = false;
-    --free_devices;
-    free_list.erase(std::find(free_list.begin(), free_list.end(), d));
-    view.available_at = best.finish;
+    placement.cores = view.cores > 0 && job->cores > 0 ? job->cores : 0;
+    if (placement.cores > 0)
+      view.cores_held += placement.cores;
+    else
+      view.cores_held = std::max(view.cores, 1);  // the whole device
+    if (view.cores_held >= std::max(view.cores, 1)) {
+      view.free = false;
+      --free_devices;
+      free_list.erase(std::find(free_list.begin(), free_list.end(), d));
+    }
+    view.available_at = std::max(view.available_at, best.finish);
     view.assigned_seconds += seconds;
     for (const std::size_t b : view.budgets)
       if (budgets[b].budget.counts_work_of(job->owner, job->project))
@@ -765,11 +808,16 @@ std::optional<WaitReason> Placer::never_fits(UnixMillis now, std::span<const Dev
   for (const Candidate& candidate : job.candidates) {
     const DeviceStatus& device = devices[candidate.device];
     if (!device.accepts_work) continue;
+    const std::string where = device.ref.qualified();
+    if (device.cores > 0 && job.cores > device.cores) {
+      reason = WaitReason{WaitReason::Kind::unavailable,
+                          fmt::format("it asks for {} cores; {} shares {}", job.cores, where, device.cores), where};
+      continue;
+    }
     // Nothing known yet: it may fit, unless the job's own max_energy_joules (what it would
     // reserve) is more than a whole budget.
     if (!candidate.estimate && !job.max_energy_joules) return std::nullopt;
     const Estimate estimate = candidate.estimate.value_or(Estimate{*job.max_energy_joules, 0.0, 0.0});
-    const std::string where = device.ref.qualified();
     if (job.deadline && now + static_cast<UnixMillis>(estimate.seconds_mean * 1000.0) > *job.deadline) {
       reason = WaitReason{WaitReason::Kind::deadline,
                           fmt::format("on {} it needs about {:.0f} s, more than is left before its deadline", where,

@@ -127,10 +127,13 @@ std::vector<DeviceStatus> SchedulingCore::with_expectations(UnixMillis now, std:
   for (const auto& [id, run] : running_) {
     if (run.device >= devices.size()) continue;
     DeviceStatus& status = devices[run.device];
+    // Several jobs may share a device's cores: it is wholly free when the last one ends.
+    std::optional<UnixMillis> until;
     if (run.projection && run.projection->seconds_remaining > 0)
-      status.busy_until = after_seconds(now, run.projection->seconds_remaining);
+      until = after_seconds(now, run.projection->seconds_remaining);
     else if (run.expected_seconds)
-      status.busy_until = after_seconds(run.started, *run.expected_seconds);
+      until = after_seconds(run.started, *run.expected_seconds);
+    if (until) status.busy_until = std::max(status.busy_until.value_or(*until), *until);
   }
   return devices;
 }
@@ -147,8 +150,8 @@ PassResult SchedulingCore::place(UnixMillis now, std::vector<DeviceStatus> devic
   // With no device free the placer explains the first max_explain jobs and places nothing; the
   // rest of a full scan was gathered (and then re-labelled by jouled) on every submission, work
   // that grew with the queue up to max_scan (issue 32: 0.4x the submission rate at 1,000 queued).
-  const bool any_free = std::any_of(devices.begin(), devices.end(),
-                                    [](const DeviceStatus& device) { return device.accepts_work && !device.busy; });
+  const bool any_free =
+      std::any_of(devices.begin(), devices.end(), [](const DeviceStatus& device) { return device.takes_work(); });
   const std::size_t scan = any_free ? options_.max_scan : std::min(options_.max_scan, options_.max_explain);
   for (const auto& id : queue_.first(scan)) {
     PendingJob& job = pending_.at(id);
@@ -171,7 +174,8 @@ PassResult SchedulingCore::place(UnixMillis now, std::vector<DeviceStatus> devic
     open.until = std::min(now + options_.continue_within_ms, wake_at(now).value_or(now + options_.continue_within_ms));
     open.ledger_revision = ledger_.revision();
     open.given = std::move(given);
-    for (const auto& placement : result.placements) open.given[placement.device].busy = true;  // as it will be told
+    for (const auto& placement : result.placements)
+      open.given[placement.device].hold(placement.cores);  // as it will be told
     open.expected = std::move(devices);
     open.state = std::move(state);
     open.reaches_tail = reaches_tail && result.considered == scanned_.size();
@@ -189,11 +193,11 @@ bool SchedulingCore::continues(UnixMillis now, const std::vector<DeviceStatus>& 
   for (std::size_t d = 0; d < devices.size(); ++d) {
     const DeviceStatus& a = devices[d];
     const DeviceStatus& b = open_->given[d];
-    if (a.accepts_work != b.accepts_work || a.busy != b.busy || a.busy_until != b.busy_until ||
-        a.battery_percent != b.battery_percent || a.battery_capacity_joules != b.battery_capacity_joules ||
-        a.work_seconds != b.work_seconds || a.carbon != b.carbon ||
-        (capped && a.average_power_watts != b.average_power_watts) || a.ref.name != b.ref.name ||
-        a.ref.node != b.ref.node || a.ref.groups != b.ref.groups)
+    if (a.accepts_work != b.accepts_work || a.busy != b.busy || a.cores != b.cores || a.cores_held != b.cores_held ||
+        a.busy_until != b.busy_until || a.battery_percent != b.battery_percent ||
+        a.battery_capacity_joules != b.battery_capacity_joules || a.work_seconds != b.work_seconds ||
+        a.carbon != b.carbon || (capped && a.average_power_watts != b.average_power_watts) ||
+        a.ref.name != b.ref.name || a.ref.node != b.ref.node || a.ref.groups != b.ref.groups)
       return false;
   }
   return true;
@@ -222,7 +226,8 @@ PassResult SchedulingCore::continue_pass(UnixMillis now) {
     open.until = std::min(open.until, *result.next_retry);
   }
   start_runs(now, result, open.expected);
-  for (const auto& placement : result.placements) open.given[placement.device].busy = true;  // as it will be told
+  for (const auto& placement : result.placements)
+    open.given[placement.device].hold(placement.cores);  // as it will be told
   open.ledger_revision = ledger_.revision();
   return result;
 }

@@ -10,11 +10,15 @@
 // busy, the job waits for it (min-energy prefers waiting for an efficient device to running
 // now on a wasteful one, as long as the deadline holds) and the device's expected free time
 // moves on. The baselines (fifo, round-robin, least-loaded) take a free device only.
+// A device may share its cores (DeviceStatus::cores): jobs asking for cores (PendingJob::cores)
+// are packed onto it side by side while its cores last, and it is free for such a job while
+// enough are left; a job that asks for none holds the whole device, waiting for all of them.
 // With a knob goal in the policy, each device is scored at the setting the goal prefers
 // there among those within the job's allowed slowdown and deadline, so device and setting are
 // chosen together: a slower, cheaper setting may win a device, a deadline may forbid it.
 // Pure: the caller passes time, devices, the queue and the ledger, and applies the decisions.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -87,6 +91,9 @@ struct PendingJob {
   std::optional<UnixMillis> not_before;  ///< its constraints.not_before: not placed before then
   std::optional<double> max_energy_joules;
   std::optional<double> max_slowdown;  ///< its constraints.max_slowdown: replaces the policy's
+  /// Its resources.cores: on a device that shares its cores (DeviceStatus::cores) it holds that
+  /// many, side by side with other such jobs; 0, or on any other device: the whole device.
+  int cores = 0;
   std::vector<Candidate> candidates;
   /// Built by `order_candidates` for the pass's objective; empty or for another objective: a
   /// pass walks every candidate in turn (the same decisions, only slower on many devices).
@@ -99,15 +106,30 @@ void order_candidates(PendingJob& job, Objective objective);
 /// A device as placement sees it at the start of a pass.
 struct DeviceStatus {
   DeviceRef ref;
-  bool accepts_work = true;            ///< false: lost, draining or estimation-only
-  bool busy = false;                   ///< a job is placed or running on it
-  std::optional<UnixMillis> busy_until;  ///< when its current job is expected to end
+  bool accepts_work = true;  ///< false: lost, draining or estimation-only
+  /// Held whole: a job that takes the whole device is placed or running on it, or a probe.
+  bool busy = false;
+  /// Cores it shares among jobs that ask for cores (PendingJob::cores), each holding its own;
+  /// 0: one job at a time, whatever it asks.
+  int cores = 0;
+  int cores_held = 0;  ///< of those, held by the jobs placed or running on it
+  /// When it is expected to be wholly free: its jobs' latest expected end.
+  std::optional<UnixMillis> busy_until;
   double average_power_watts = 0.0;    ///< metered, over the power caps' averaging period
   std::optional<double> battery_percent;
   std::optional<double> battery_capacity_joules;  ///< full charge, for the floor's headroom
   double work_seconds = 0.0;  ///< seconds of work it has run (least-loaded)
   /// The carbon intensity of the grid it draws from (min-carbon); nullptr: none known.
   const GridSignal* carbon = nullptr;
+
+  /// Whether it shares its cores, so that a job asking for `job_cores` holds only those.
+  bool shares_cores_with(int job_cores) const { return cores > 0 && job_cores > 0; }
+  /// Whether some job could start on it now.
+  bool takes_work() const { return accepts_work && !busy && cores_held < std::max(cores, 1); }
+  /// Whether a job asking for `job_cores` (0: the whole device) could start on it now.
+  bool fits_now(int job_cores) const;
+  /// Records a job placed on it, as its driver will tell it from now on.
+  void hold(int job_cores);
 };
 
 /// Why a job is not running. `message` is one line for people; the rest for programs.
@@ -152,6 +174,7 @@ struct Placement {
   std::optional<SettingOption> setting;
   std::optional<Estimate> at_default;
   EnergyDistribution reserve;  ///< what to reserve in the budget ledger
+  int cores = 0;               ///< cores it holds on a device that shares them; 0: the whole device
   std::string note;            ///< why this device: "fewest joules: 12.3 kJ (cpu 30.1 kJ)"
   bool misses_deadline = false;  ///< no device could meet it; placed anyway, earliest finish
 };
