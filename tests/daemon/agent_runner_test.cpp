@@ -176,7 +176,7 @@ TEST_F(AgentRunnerTest, reports_carry_energy_so_far_then_the_end_until_it_is_ack
 
 TEST_F(AgentRunnerTest, the_nodes_own_devices_are_reported_with_their_meter_and_whether_busy) {
   devices.add_agent_device("other", "cpu", "rapl");  // an agent's device is never its own report
-  devices.find("cpu")->job = "job-a.1";
+  devices.find("cpu")->hold("job-a.1", 0);
   devices.find("cpu")->energy_joules = 42.0;
   const auto reported = runner.reported_devices();
   ASSERT_EQ(reported.size(), 1u);

@@ -64,7 +64,7 @@ class LocalExecutorTest : public ::testing::Test {
   // Places and starts `job` on the cpu the way the book does: prepare, store (here at once), start.
   void place(JobRecord& job) {
     Device& cpu = *devices.find("cpu");
-    cpu.job = job.row.id;
+    cpu.hold(job.row.id, 0);
     job.row.device = cpu.name;
     (void)executor.prepare(job, cpu);
     job.state = JobState::placed;

@@ -33,7 +33,7 @@ class NodeExecutorTest : public ::testing::Test {
   JobRecord& place(const std::string& device_name) {
     JobRecord& job = book.jobs.at("job-1");
     Device& device = *book.devices.find(device_name);
-    device.job = job.row.id;
+    device.hold(job.row.id, 0);
     job.row.device = device.name;
     placement_note = executor.prepare(job, device);
     job.state = JobState::placed;
@@ -51,7 +51,7 @@ class NodeExecutorTest : public ::testing::Test {
 TEST_F(NodeExecutorTest, each_placement_gets_a_new_epoch_that_is_published_only_once_stored) {
   JobRecord& job = book.jobs.at("job-1");
   Device& device = book.devices[0];
-  device.job = job.row.id;
+  device.hold(job.row.id, 0);
   job.row.device = device.name;
   EXPECT_EQ(executor.prepare(job, device), " (epoch 1)");
   job.state = JobState::placed;
@@ -69,10 +69,10 @@ TEST_F(NodeExecutorTest, each_placement_gets_a_new_epoch_that_is_published_only_
 
 TEST_F(NodeExecutorTest, a_report_of_an_older_epoch_never_settles_the_current_placement) {
   JobRecord& job = place("agent-1/cpu");
-  book.devices[0].job.reset();
+  book.devices[0].holds.clear();
   (void)executor.prepare(job, book.devices[1]);  // placed again elsewhere: epoch 2
   job.row.device = "agent-2/cpu";
-  book.devices[1].job = job.row.id;
+  book.devices[1].hold(job.row.id, 0);
   executor.start(job, book.devices[1]);
   ASSERT_EQ(job.row.epoch, 2);
 
@@ -186,7 +186,7 @@ TEST_F(NodeExecutorTest, a_node_that_comes_back_still_running_the_job_is_adopted
   (void)executor.apply_reports("agent-1", {reported_job("job-1", 1, "running")});
   // The node is lost: the book queues the job again and lets go of the run, keeping its epoch.
   executor.release(job, /*ended=*/false);
-  book.devices[0].job.reset();
+  book.devices[0].holds.clear();
   job.state = JobState::queued;
   EXPECT_FALSE(executor.energy_so_far(job, book.devices[0], nullptr).has_value());
 
@@ -194,7 +194,7 @@ TEST_F(NodeExecutorTest, a_node_that_comes_back_still_running_the_job_is_adopted
   back.energy_joules = 70.0;
   (void)executor.apply_reports("agent-1", {back});
   EXPECT_EQ(job.state, JobState::running);
-  EXPECT_EQ(book.devices[0].job, "job-1");
+  EXPECT_TRUE(book.devices[0].holds_job("job-1"));
   EXPECT_EQ(executor.energy_so_far(job, book.devices[0], nullptr), 70.0);
   EXPECT_EQ(executor.desired_for("agent-1").size(), 1u);
 }
@@ -205,7 +205,7 @@ TEST_F(NodeExecutorTest, recovery_publishes_the_stored_epoch_and_reserves_the_jo
   job.row.epoch = 4;
   job.state = JobState::running;
   executor.recover(job, &book.devices[1]);
-  EXPECT_EQ(book.devices[1].job, "job-1");
+  EXPECT_TRUE(book.devices[1].holds_job("job-1"));
   EXPECT_EQ(book.reserved, std::vector<std::string>{"job-1"});
   const auto desired = executor.desired_for("agent-2");
   ASSERT_EQ(desired.size(), 1u);

@@ -56,13 +56,13 @@ class FakeExecutorHost final : public daemon::ExecutorHost {
   void device_added(daemon::Device& device) override { added.push_back(device.name); }
   void devices_changed(bool) override { ++passes; }
   void lost(JobRecord& job, daemon::Device& device, const std::string& why) override {
-    device.job.reset();
+    device.release(job.row.id);
     job.state = JobState::queued;
     notes.push_back("lost: " + why);
   }
   void adopt(JobRecord& job, daemon::Device& device, const std::string& note, const std::string& report_state,
              std::optional<std::int64_t>) override {
-    device.job = job.row.id;
+    device.hold(job.row.id, 0);
     job.state = report_state == "placed" ? JobState::placed : JobState::running;
     notes.push_back("adopted: " + note);
   }

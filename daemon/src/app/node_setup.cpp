@@ -295,6 +295,9 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
     device.meter_note = note;
     spdlog::info("device {}: meter {} ({})", device.name, device.meter->source(), device.meter_note);
     if (device.name == "cpu") {
+      // Jobs that ask for cores (resources.cores) run side by side on cores of their own.
+      if (const auto cpus = adapters::usable_cpus(); cpus.size() > 1)
+        device.shared_cores = static_cast<int>(cpus.size());
       if (device_config.cpufreq.empty()) {
         device.knob_note = "cpufreq = \"off\" in its [[devices]] table";
       } else if (auto knob = adapters::CpuFrequencyKnob::discover(device_config.cpufreq)) {

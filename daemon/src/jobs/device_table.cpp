@@ -38,6 +38,33 @@ double Device::average_power(double seconds) const {
   return span > 0 ? (newest.second - oldest.second) / span : power_watts;
 }
 
+bool Device::holds_job(const std::string& id) const {
+  return std::any_of(holds.begin(), holds.end(), [&](const DeviceHold& hold) { return hold.job == id; });
+}
+
+bool Device::can_hold(int cores) const {
+  if (holds.empty()) return true;
+  return cores > 0 && !held_whole() && cores_held() + cores <= shared_cores;
+}
+
+void Device::hold(const std::string& id, int cores) {
+  if (!holds_job(id)) holds.push_back(DeviceHold{id, cores});
+}
+
+void Device::release(const std::string& id) {
+  std::erase_if(holds, [&](const DeviceHold& hold) { return hold.job == id; });
+}
+
+int Device::cores_held() const {
+  int held = 0;
+  for (const DeviceHold& hold : holds) held += hold.cores;
+  return held;
+}
+
+bool Device::held_whole() const {
+  return std::any_of(holds.begin(), holds.end(), [](const DeviceHold& hold) { return hold.cores == 0; });
+}
+
 DeviceTable::DeviceTable(std::vector<Device> devices) {
   for (auto& device : devices) add(std::move(device));
 }
@@ -117,12 +144,12 @@ std::vector<DeviceSample> DeviceTable::sample(std::chrono::steady_clock::time_po
     }
     device.meter_error.reset();
     device.energy_joules = reading->value;
-    DeviceSample sample{&device, device.energy_joules - before, false};
+    DeviceSample sample{&device, device.energy_joules - before, 0.0, false};
+    if (device.last_sample) sample.seconds = std::chrono::duration<double>(now - *device.last_sample).count();
     if (device.on_agent()) {
       device.power_watts = device.reported_power_watts;
     } else if (device.last_sample) {
-      const double seconds = std::chrono::duration<double>(now - *device.last_sample).count();
-      device.power_watts = seconds > 0 ? sample.joules / seconds : 0.0;
+      device.power_watts = sample.seconds > 0 ? sample.joules / sample.seconds : 0.0;
       sample.power_known = true;
     }
     device.last_sample = now;

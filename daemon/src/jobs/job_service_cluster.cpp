@@ -26,7 +26,7 @@ NodeJobs& JobService::nodes() { return *nodes_; }
 
 void JobService::adopt(Job& job, Device& device, const std::string& note, const std::string& report_state,
                        std::optional<std::int64_t> started_ms) {
-  device.job = job.row.id;
+  device.hold(job.row.id, device.cores_for(job.spec.resources.cores));
   job.waiting.reset();
   track_run(job, device, started_ms.value_or(now_ms()));
   transition(job, JobState::placed, note);
@@ -54,7 +54,7 @@ void JobService::queue_again(Job& job, Device& device, const std::string& why) {
                                      std::string(device.meter->source())};
   budgets_.settle(job.row.id, used);
   release_controls(job, /*ended=*/false);  // the epoch stays: the node may come back with it
-  device.job.reset();
+  device.release(job.row.id);
   job.row.started_ms.reset();
   job.forget_run_reports();
   transition(job, JobState::queued, fmt::format("{}: queued again (epoch {} is fenced)", why, job.row.epoch));

@@ -50,8 +50,9 @@ void JobService::schedule() {
     const schedulers::PendingJob* pending = scanned[i];
     if (!pending) continue;  // placed by this pass
     Job& job = *jobs_.at(pending->id);
-    const bool all_busy = std::all_of(pending->candidates.begin(), pending->candidates.end(),
-                                      [&](const auto& c) { return devices_[c.device].job.has_value(); });
+    const bool all_busy = std::all_of(pending->candidates.begin(), pending->candidates.end(), [&](const auto& c) {
+      return !devices_[c.device].can_hold(devices_[c.device].cores_for(job.spec.resources.cores));
+    });
     if (all_busy && !pending->candidates.empty())
       note_waiting(job, schedulers::WaitReason(schedulers::WaitReason::Kind::no_free_device,
                                                "every device it may run on is busy"));
@@ -120,7 +121,9 @@ std::vector<schedulers::DeviceStatus> JobService::device_statuses() const {
     status.carbon = carbon;
     status.ref = device.ref;
     status.accepts_work = device.runs_jobs && scheduling_ && device.node_ready;
-    status.busy = device.job.has_value() || device.reported_busy;
+    status.busy = device.held_whole() || device.reported_busy;
+    status.cores = device.shared_cores;
+    status.cores_held = device.cores_held();
     status.average_power_watts = capped ? device.average_power(longest_cap) : device.power_watts;
     status.work_seconds = device.work_seconds;
     status.battery_percent = device.battery_percent;
@@ -145,6 +148,7 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
   pending.deadline = spec.constraints.deadline;
   pending.not_before = spec.constraints.not_before;
   pending.max_energy_joules = spec.constraints.max_energy_joules;
+  pending.cores = spec.resources.cores.value_or(0);
   // Indexed once: with a thousand agents' devices a search per device made this quadratic.
   std::unordered_map<std::string, const DeviceEstimate*> usable;
   for (const auto& estimate : job.estimates)
@@ -282,7 +286,7 @@ std::vector<estimator::WorkloadItem> JobService::workload(std::size_t recent) co
 
 void JobService::place(Job& job, Device& device, const schedulers::Placement& placement) {
   if (listener_) listener_->placing_on(device.name);
-  device.job = job.row.id;
+  device.hold(job.row.id, placement.cores);
   job.row.device = device.name;
   // Its estimate there, for usage reports' estimate error: the one placement weighed (at the
   // knob setting chosen), else (a baseline objective reads none) the stored one.
@@ -369,8 +373,11 @@ void JobService::account_carbon(Job& job) {
 }
 
 void JobService::release_device(Job& job) {
-  for (auto& device : devices_)
-    if (device.job == job.row.id) device.job.reset();
+  if (Device* device = devices_.find(job.row.device); device && device->holds_job(job.row.id)) {
+    device->release(job.row.id);
+    return;
+  }
+  for (auto& device : devices_) device.release(job.row.id);  // placed somewhere it no longer names
 }
 
 void JobService::unplace(Job& job, const std::string& why) {
@@ -405,6 +412,9 @@ void JobService::sample_meters() {
   {
     const TimedWork timed(metrics_, "sample", clock_);  // its placement pass is counted as placement
     for (const auto& sample : devices_.sample(clock_.steady())) {
+      // Several jobs on one device's cores: each is given its share of what the meter read.
+      if (sample.device->shared_cores > 0 && !sample.device->on_agent() && !sample.device->idle())
+        local_->share_sample(*sample.device, sample.joules, sample.seconds);
       const std::string source(sample.device->meter->source());
       metrics_.add_device_energy(sample.device->name, source, sample.joules);
       if (sample.power_known) metrics_.set_device_power(sample.device->name, source, sample.device->power_watts);
@@ -427,28 +437,29 @@ void JobService::track_running(schedulers::UnixMillis now) {
   std::vector<schedulers::RunningSample> samples;
   for (std::size_t d = 0; d < devices_.size(); ++d) {
     Device& device = devices_[d];
-    if (!device.job) continue;
-    auto it = jobs_.find(*device.job);
-    if (it == jobs_.end()) continue;
-    Job& job = *it->second;
-    if (job.state != JobState::running && job.state != JobState::throttled) continue;
-    Executor& executor = executor_for(device);
-    const std::optional<double> metered = executor.energy_as_sampled(job, device);
-    job.used_joules = metered;          // shown as energy_so_far
-    if (!job.row.started_ms) continue;  // placed, not started: its reservation stands as it is
-    schedulers::RunningSample sample;
-    sample.id = job.row.id;
-    sample.started = *job.row.started_ms;
-    sample.used_joules = metered;
-    sample.controls.power_watts = device.power_watts;
-    sample.controls.paused = job.paused;
-    sample.controls.cpu_quota = job.cpu_quota;
-    sample.controls.gpu_limit_watts = job.gpu_limit_watts;
-    sample.controls.can_limit_cpu = executor.can_limit_cpu(job);
-    sample.controls.can_limit_gpu = device.can_limit_gpu;
-    sample.controls.gpu_min_watts = device.gpu_min_watts;
-    sample.controls.cpus = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
-    samples.push_back(std::move(sample));
+    for (const DeviceHold& hold : device.holds) {
+      auto it = jobs_.find(hold.job);
+      if (it == jobs_.end()) continue;
+      Job& job = *it->second;
+      if (job.state != JobState::running && job.state != JobState::throttled) continue;
+      Executor& executor = executor_for(device);
+      const std::optional<double> metered = executor.energy_as_sampled(job, device);
+      job.used_joules = metered;          // shown as energy_so_far
+      if (!job.row.started_ms) continue;  // placed, not started: its reservation stands as it is
+      schedulers::RunningSample sample;
+      sample.id = job.row.id;
+      sample.started = *job.row.started_ms;
+      sample.used_joules = metered;
+      sample.controls.power_watts = device.power_watts;
+      sample.controls.paused = job.paused;
+      sample.controls.cpu_quota = job.cpu_quota;
+      sample.controls.gpu_limit_watts = job.gpu_limit_watts;
+      sample.controls.can_limit_cpu = executor.can_limit_cpu(job);
+      sample.controls.can_limit_gpu = device.can_limit_gpu;
+      sample.controls.gpu_min_watts = device.gpu_min_watts;
+      sample.controls.cpus = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+      samples.push_back(std::move(sample));
+    }
   }
   if (samples.empty()) return;
   for (const auto& action : core().track(now, device_statuses(), std::move(samples))) apply(action);

@@ -121,7 +121,7 @@ std::vector<JobService::Feedback> JobService::finished_feedback() const {
 
 std::string JobService::summary() const {
   std::size_t running = 0;
-  for (const auto& device : devices_) running += device.job ? 1 : 0;
+  for (const auto& device : devices_) running += device.holds.size();
   std::string text = fmt::format("{} queued, {} running", core().queue().size(), running);
   for (const auto& device : devices_)
     text += fmt::format("; {} {:.1f} W ({})", device.name, device.power_watts, device.meter->source());
@@ -145,7 +145,11 @@ JobView JobService::view_of(const Job& job) const {
   if (shown_state == JobState::queued && !(job.waiting && job.waiting->kind != schedulers::WaitReason::Kind::behind))
     view.jobs_ahead = core().queue().position(job.row.id).value_or(0);
   if (shown.started_ms) view.seconds = run_seconds(job);
-  if (shown.energy_joules) view.energy_scope = energy_scope(shown.device, shown.energy_source);
+  if (shown.energy_joules) {
+    view.energy_scope = energy_scope(shown.device, shown.energy_source);
+    if (job.energy_shared)
+      view.energy_scope += "; its share by CPU time of the device's energy while other jobs ran beside it";
+  }
   if (const Device* device = devices_.find(job.row.device)) view.meter_source = std::string(device->meter->source());
   if (const Device* ran_on = devices_.find(shown.device)) view.node = ran_on->node;
   view.directory = local_->job_directory(job.row.id);

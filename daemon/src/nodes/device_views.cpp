@@ -15,6 +15,14 @@ json model_view(const EstimateService* estimates, const std::string& device, jso
   return info ? std::move(*info) : none;
 }
 
+// The jobs placed or running on it, with the cores each holds (null: the whole device).
+json jobs_view(const Device& device) {
+  json out = json::array();
+  for (const DeviceHold& hold : device.holds)
+    out.push_back({{"id", hold.job}, {"cores", hold.cores > 0 ? json(hold.cores) : json(nullptr)}});
+  return out;
+}
+
 }  // namespace
 
 json device_knobs(const Device& device) {
@@ -57,16 +65,20 @@ json devices_view(const DeviceTable& devices, const EstimateService* estimates) 
   for (const auto& device : devices) {
     const std::string source(device.meter->source());
     const bool measured = is_measurement(source);
-    out.push_back({{"name", device.name},
-                   {"meter", {{"source", source}, {"measured", measured}, {"note", device.meter_note}}},
-                   {"energy_joules", device.energy_joules},
-                   {"power_watts", device.power_watts},
-                   {"meter_error", device.meter_error ? json(*device.meter_error) : json(nullptr)},
-                   {"job", device.job ? json(*device.job) : json(nullptr)},
-                   {"runs_jobs", device.runs_jobs},
-                   {"threads", device.threads > 0 ? nlohmann::json(device.threads) : nlohmann::json(nullptr)},
-                   {"knobs", device_knobs(device)},
-                   {"model", model_view(estimates, device.name, json{{"state", "none"}, {"samples", 0}})}});
+    out.push_back(
+        {{"name", device.name},
+         {"meter", {{"source", source}, {"measured", measured}, {"note", device.meter_note}}},
+         {"energy_joules", device.energy_joules},
+         {"power_watts", device.power_watts},
+         {"meter_error", device.meter_error ? json(*device.meter_error) : json(nullptr)},
+         {"job", device.idle() ? json(nullptr) : json(device.holds.front().job)},
+         {"jobs", jobs_view(device)},
+         {"cores", device.shared_cores > 0 ? json{{"shared", device.shared_cores}, {"held", device.cores_held()}}
+                                           : json(nullptr)},
+         {"runs_jobs", device.runs_jobs},
+         {"threads", device.threads > 0 ? nlohmann::json(device.threads) : nlohmann::json(nullptr)},
+         {"knobs", device_knobs(device)},
+         {"model", model_view(estimates, device.name, json{{"state", "none"}, {"samples", 0}})}});
   }
   return json{{"devices", out}};
 }
@@ -82,7 +94,7 @@ json node_devices_view(const DeviceTable& devices, const std::string& node, cons
                    {"power_watts", device.power_watts},
                    {"energy_joules", device.energy_joules},
                    {"runs_jobs", device.runs_jobs},
-                   {"job", device.job ? json(*device.job) : json(nullptr)},
+                   {"job", device.idle() ? json(nullptr) : json(device.holds.front().job)},
                    {"battery_percent", device.battery_percent ? json(*device.battery_percent) : json(nullptr)},
                    {"model", model_view(estimates, device.name, json{{"state", "none"}})}});
   }

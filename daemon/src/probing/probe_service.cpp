@@ -261,7 +261,7 @@ void ProbeService::consider(Device& device) {
   const std::string& name = device.name;
   ProbeConditions conditions;
   const daemon::Device* entry = table_.find(name);
-  const bool idle = entry && entry->runs_jobs && !entry->job;
+  const bool idle = entry && entry->runs_jobs && entry->idle();
   conditions.device_busy = !idle || demand_.work_waiting_for(name);
   conditions.refusal = probing_refusal(options_.probing, ProbeMoment{false, minute, device.joules_today});
   conditions.refusal_when_requested = probing_refusal(options_.probing, ProbeMoment{true, minute, device.joules_today});

@@ -22,6 +22,12 @@
 
 namespace joule::daemon {
 
+/// A job placed or running on a device, and the cores it holds there (0: the whole device).
+struct DeviceHold {
+  std::string job;
+  int cores = 0;
+};
+
 /// A device of this node (or of one of its agents) with its meter and what it is doing.
 struct Device {
   std::string name;
@@ -33,7 +39,10 @@ struct Device {
   bool runs_jobs = true;   ///< false for simulated devices: they estimate, they run nothing
   /// Threads a job placed here gets (thread_settings.hpp), the count its probes use; 0: unset.
   int threads = 0;
-  std::optional<std::string> job;  ///< the job placed or running on it
+  /// Cores it shares among jobs that ask for cores (resources.cores), each on cores of its own:
+  /// this node's CPU when it has more than one usable CPU; 0: one job at a time.
+  int shared_cores = 0;
+  std::vector<DeviceHold> holds;   ///< the jobs placed or running on it, in the order they came
   double energy_joules = 0.0;      ///< metered since start
   double power_watts = 0.0;
   std::optional<std::string> meter_error;
@@ -67,6 +76,18 @@ struct Device {
 
   /// Whether it is an agent's device, whose jobs run on that agent.
   bool on_agent() const { return !node.empty(); }
+  bool idle() const { return holds.empty(); }
+  bool holds_job(const std::string& id) const;
+  /// The cores a job asking for `asked` (its resources.cores) holds here: 0 (the whole device)
+  /// unless it shares its cores.
+  int cores_for(const std::optional<int>& asked) const { return shared_cores > 0 && asked ? *asked : 0; }
+  /// Whether a job holding `cores` (cores_for) could be added beside what it holds now.
+  bool can_hold(int cores) const;
+  void hold(const std::string& id, int cores);
+  void release(const std::string& id);
+  int cores_held() const;
+  /// Held whole: by a job that holds the whole device.
+  bool held_whole() const;
   /// Its average power over the last `seconds` of its history (its power now, short of two samples).
   double average_power(double seconds) const;
 };
@@ -75,6 +96,7 @@ struct Device {
 struct DeviceSample {
   Device* device = nullptr;
   double joules = 0.0;       ///< energy since its previous sample
+  double seconds = 0.0;      ///< since its previous sample; 0 for its first
   bool power_known = false;  ///< power_watts was measured from this sample (this node's own devices)
 };
 

@@ -100,7 +100,7 @@ std::vector<cluster::ReportedDevice> AgentRunner::reported_devices() const {
     report.energy_joules = device.energy_joules;
     report.power_watts = device.power_watts;
     report.runs_jobs = device.runs_jobs;
-    report.busy = device.job.has_value();
+    report.busy = !device.idle();
     report.battery_percent = device.battery_percent;
     report.meter_error = device.meter_error;
     out.push_back(std::move(report));

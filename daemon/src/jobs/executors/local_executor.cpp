@@ -18,6 +18,7 @@
 
 #include "../job_record.hpp"
 #include "joule/common/sha256.hpp"
+#include "joule/daemon/meter_shares.hpp"
 #include "joule/daemon/thread_settings.hpp"
 #include "joule/worker/datasets.hpp"
 
@@ -363,6 +364,7 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
   job.row.boot_id = options_.boot_id;
   job.row.started_ms = host_.clock().unix_ms();
   job.started_steady = host_.clock().steady();
+  job.energy_shared = false;
   if (options_.cgroups && options_.cgroups->usable()) {
     if (auto cgroup = options_.cgroups->create_for(id, process.pid))
       run.cgroup = *cgroup;
@@ -630,7 +632,7 @@ std::optional<double> LocalExecutor::energy_so_far(JobRecord& job, Device& devic
     const double wall = job.started_steady
                             ? std::chrono::duration<double>(host_.clock().steady() - *job.started_steady).count()
                             : static_cast<double>(std::max<std::int64_t>(0, until - *job.row.started_ms)) / 1000.0;
-    return model->joules(wall, run.cpu_seconds.value_or(0.0));
+    return model->joules(std::max(0.0, wall - run.idle_seconds_to_others), run.cpu_seconds.value_or(0.0));
   }
   if (!run.window) return std::nullopt;
   auto measured = run.window->read(*device.meter, host_.clock().steady());
@@ -639,7 +641,45 @@ std::optional<double> LocalExecutor::energy_so_far(JobRecord& job, Device& devic
     return std::nullopt;
   }
   device.meter_error.reset();
-  return measured->joules;
+  return std::max(0.0, measured->joules - run.joules_to_others);
+}
+
+void LocalExecutor::share_sample(const Device& device, double joules, double seconds) {
+  struct Sharer {
+    JobRecord* job;
+    Run* run;
+    double cpu_now;
+  };
+  std::vector<Sharer> sharers;
+  for (const DeviceHold& hold : device.holds) {
+    const auto it = runs_.find(hold.job);
+    JobRecord* job = host_.find_job(hold.job);
+    if (it == runs_.end() || !job || job->row.pid <= 0 || !job->row.started_ms) continue;
+    Run& run = it->second;
+    // CPU time never goes back (an exited child leaves the group's live count): the largest stands.
+    if (const auto cpu = adapters::process_group_cpu_seconds(static_cast<pid_t>(job->row.pid), options_.proc_root))
+      run.cpu_seconds = std::max(run.cpu_seconds.value_or(0.0), *cpu);
+    sharers.push_back(Sharer{job, &run, run.cpu_seconds.value_or(0.0)});
+  }
+  std::vector<double> used;
+  for (const Sharer& sharer : sharers) used.push_back(sharer.cpu_now - sharer.run->cpu_at_last_sample.value_or(0.0));
+  const bool several = sharers.size() > 1;
+  const std::vector<double> shares = shares_by_cpu_time(used);
+  for (std::size_t i = 0; i < sharers.size(); ++i) {
+    Run& run = *sharers[i].run;
+    run.cpu_at_last_sample = sharers[i].cpu_now;
+    if (!several) continue;
+    run.joules_to_others += joules * (1.0 - shares[i]);
+    run.idle_seconds_to_others += seconds * (1.0 - shares[i]);
+    if (!run.shared) {
+      run.shared = true;
+      sharers[i].job->energy_shared = true;
+      host_.note(*sharers[i].job,
+                 fmt::format("shares {} with {} other job{} from now: its energy is its share of the device's by CPU "
+                             "time, idle power included",
+                             device.name, sharers.size() - 1, sharers.size() > 2 ? "s" : ""));
+    }
+  }
 }
 
 std::optional<double> LocalExecutor::energy_as_sampled(JobRecord& job, Device& device) {
@@ -651,7 +691,8 @@ std::optional<double> LocalExecutor::energy_as_sampled(JobRecord& job, Device& d
 std::optional<double> LocalExecutor::sampled_energy(const JobRecord& job, const Device& device) const {
   const auto it = runs_.find(job.row.id);
   if (it == runs_.end() || !it->second.window || device.meter_error) return std::nullopt;
-  return it->second.window->at(device.energy_joules, host_.clock().steady()).joules;
+  return std::max(
+      0.0, it->second.window->at(device.energy_joules, host_.clock().steady()).joules - it->second.joules_to_others);
 }
 
 bool LocalExecutor::settle_energy(JobRecord& job, Device* device, const adapters::ExitStatus* exit) {
@@ -710,15 +751,16 @@ void LocalExecutor::recover(JobRecord& job, Device* device) {
   else
     process = adapters::find_job_runner(status_path, options_.proc_root);
 
+  const int cores = device ? device->cores_for(job.spec.resources.cores) : 0;
   if (process) {
-    if (!device || device->job) {
+    if (!device || !device->can_hold(cores)) {
       spdlog::error("job {}: its process {} lives but device {} is unavailable; cancelling it", id, process->pid,
                     job.row.device);
       job.row.pid = process->pid;
       job.cancel_requested = true;
       (void)adapters::signal_process_group(process->pid, SIGKILL);
     }
-    if (device && !device->job) device->job = id;
+    if (device && device->can_hold(cores)) device->hold(id, cores);
     job.row.pid = process->pid;
     job.row.pid_start_ticks = process->start_ticks;
     job.row.boot_id = options_.boot_id;

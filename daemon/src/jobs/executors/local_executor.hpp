@@ -48,6 +48,10 @@ class LocalExecutor final : public Executor {
   Status check(const schedulers::JobSpec& spec, const std::optional<adapters::JobIdentity>& identity) const;
   /// The joules a job has used since it started on `device`, as of the device's last sample.
   std::optional<double> sampled_energy(const JobRecord& job, const Device& device) const;
+  /// A sample of a device that shares its cores (`joules` over `seconds`): while several of its
+  /// jobs run, each is given its share by CPU time (meter_shares.hpp), of the meter's joules or,
+  /// on a CPU-time model, of the idle power; a job alone keeps all of it.
+  void share_sample(const Device& device, double joules, double seconds);
   /// Who the job with this number, submitted by `owner_uid`, runs as (nothing: as jouled).
   std::optional<adapters::JobIdentity> job_identity(std::int64_t sequence,
                                                     const std::optional<std::int64_t>& owner_uid) const;
@@ -84,6 +88,12 @@ class LocalExecutor final : public Executor {
     bool knobs_held_back = false;  // its knobs were put back for a pause: set them again on resume
     std::filesystem::path lease;   // its lease file, renewed while jouled runs it; empty: none
     std::vector<int> cpus;         // its cores (resources.cores); empty: any CPU
+    // On a device that shares its cores: its CPU time at the last sample, and what of the
+    // meter's joules (or, on a CPU-time model, of its idle seconds) went to the jobs beside it.
+    std::optional<double> cpu_at_last_sample;
+    double joules_to_others = 0.0;
+    double idle_seconds_to_others = 0.0;
+    bool shared = false;  // it has run beside another job
   };
   /// `count` of this node's CPUs for a job: those no other running job of ours holds first,
   /// lowest first; then, where too few are free, shared ones.

@@ -38,7 +38,7 @@ void NodeExecutor::update_node(const std::string& node, const std::vector<cluste
     device->reported_power_watts = report.power_watts;
     device->battery_percent = report.battery_percent;
     // Busy with something this coordinator did not place there (a fenced run still stopping).
-    device->reported_busy = report.busy && !device->job;
+    device->reported_busy = report.busy && device->idle();
     woke = woke || !device->node_ready;
     device->node_ready = true;
   }
@@ -55,10 +55,12 @@ void NodeExecutor::node_lost(const std::string& node) {
   }
   for (const std::size_t index : devices_.of_node(node)) {
     Device& device = devices_[index];
-    if (!device.job) continue;
-    JobRecord* job = host_.find_job(*device.job);
-    if (!job || schedulers::is_terminal(job->state)) continue;
-    host_.lost(*job, device, fmt::format("node {} lost (no sync within its lease)", node));
+    const std::vector<DeviceHold> holds = device.holds;  // lost() releases them
+    for (const DeviceHold& hold : holds) {
+      JobRecord* job = host_.find_job(hold.job);
+      if (!job || schedulers::is_terminal(job->state)) continue;
+      host_.lost(*job, device, fmt::format("node {} lost (no sync within its lease)", node));
+    }
   }
   host_.devices_changed(false);
 }
@@ -129,7 +131,7 @@ void NodeExecutor::release(JobRecord& job, bool ended) {
 }
 
 void NodeExecutor::recover(JobRecord& job, Device* device) {
-  if (device) device->job = job.row.id;
+  if (device) device->hold(job.row.id, 0);  // an agent's device runs one job at a time
   Run& run = runs_[job.row.id];
   run.committed_epoch = job.row.epoch;
   run.seen = job.state != JobState::placed;
@@ -142,8 +144,8 @@ std::vector<cluster::Assignment> NodeExecutor::desired_for(const std::string& no
   std::vector<cluster::Assignment> out;
   for (const std::size_t index : devices_.of_node(node)) {
     const Device& device = devices_[index];
-    if (!device.job) continue;
-    JobRecord* found = host_.find_job(*device.job);
+    if (device.idle()) continue;
+    JobRecord* found = host_.find_job(device.holds.front().job);  // one job at a time
     if (!found) continue;
     const JobRecord& job = *found;
     const auto run = runs_.find(job.row.id);
@@ -208,7 +210,7 @@ std::vector<std::pair<std::string, std::int64_t>> NodeExecutor::apply_reports(
       case cluster::Verdict::ended_while_lost:
         // Queued again after its node was lost, and that node ran it to the end: taken back onto
         // its device and ended, if the device is still free for it; else it runs again.
-        if (Device* device = devices_.find(job.row.device); device && !device->job) {
+        if (Device* device = devices_.find(job.row.device); device && device->idle()) {
           run.seen = true;
           host_.adopt(job, *device,
                       fmt::format("{} came back having run it to the end (epoch {})", device->node, report.epoch),
@@ -221,7 +223,7 @@ std::vector<std::pair<std::string, std::int64_t>> NodeExecutor::apply_reports(
         recorded.emplace_back(report.id, report.epoch);
         break;
       case cluster::Verdict::adopt:
-        if (Device* device = devices_.find(job.row.device); device && !device->job) {
+        if (Device* device = devices_.find(job.row.device); device && device->idle()) {
           run.seen = true;
           run.reported_used = report.energy_joules;
           host_.adopt(job, *device,
