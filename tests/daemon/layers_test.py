@@ -19,6 +19,7 @@ HEADER_ONLY = {
     "local_run_options": "jobs", "job_accounts": "jobs", "job_estimate": "jobs",
     "daemon_app": "app", "systemd_notify": "app", "run_on_loop": "support",
     "reported_meter": "support", "thread_settings": "support", "router": "http",
+    "meter_shares": "jobs",
 }
 
 
