@@ -195,7 +195,11 @@ TEST(JobSpecTest, resources_ask_for_cores_checked_by_field_and_round_trip) {
   auto spec = parse_job_spec(body);
   ASSERT_TRUE(spec) << spec.error().message;
   EXPECT_EQ(spec->resources.cores, 2);
+  EXPECT_EQ(spec->shared_cores(), 2) << "it holds two cores of a device that shares them";
   EXPECT_EQ(joule::schedulers::to_json(*spec)["resources"], body["resources"]);
+  body["knobs"] = {{"cpu_max_frequency_mhz", 1600}};
+  EXPECT_EQ(parse_job_spec(body)->shared_cores(), 0) << "its knobs reach the whole device: it holds all of it";
+  body.erase("knobs");
   EXPECT_FALSE(joule::schedulers::to_json(*parse_job_spec(minimal_job())).contains("resources"));
   const std::vector<std::pair<json, std::string>> bad = {
       {json::array(), "/resources"},          {{{"cores", 0}}, "/resources/cores"},

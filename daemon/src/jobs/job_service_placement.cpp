@@ -51,7 +51,7 @@ void JobService::schedule() {
     if (!pending) continue;  // placed by this pass
     Job& job = *jobs_.at(pending->id);
     const bool all_busy = std::all_of(pending->candidates.begin(), pending->candidates.end(), [&](const auto& c) {
-      return !devices_[c.device].can_hold(devices_[c.device].cores_for(job.spec.resources.cores));
+      return !devices_[c.device].can_hold(devices_[c.device].cores_for(job.spec.shared_cores()));
     });
     if (all_busy && !pending->candidates.empty())
       note_waiting(job, schedulers::WaitReason(schedulers::WaitReason::Kind::no_free_device,
@@ -148,7 +148,7 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
   pending.deadline = spec.constraints.deadline;
   pending.not_before = spec.constraints.not_before;
   pending.max_energy_joules = spec.constraints.max_energy_joules;
-  pending.cores = spec.resources.cores.value_or(0);
+  pending.cores = spec.shared_cores();
   // Indexed once: with a thousand agents' devices a search per device made this quadratic.
   std::unordered_map<std::string, const DeviceEstimate*> usable;
   for (const auto& estimate : job.estimates)

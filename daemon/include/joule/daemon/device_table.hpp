@@ -78,9 +78,9 @@ struct Device {
   bool on_agent() const { return !node.empty(); }
   bool idle() const { return holds.empty(); }
   bool holds_job(const std::string& id) const;
-  /// The cores a job asking for `asked` (its resources.cores) holds here: 0 (the whole device)
+  /// The cores a job asking for `asked` (JobSpec::shared_cores) holds here: 0 (the whole device)
   /// unless it shares its cores.
-  int cores_for(const std::optional<int>& asked) const { return shared_cores > 0 && asked ? *asked : 0; }
+  int cores_for(int asked) const { return shared_cores > 0 ? asked : 0; }
   /// Whether a job holding `cores` (cores_for) could be added beside what it holds now.
   bool can_hold(int cores) const;
   void hold(const std::string& id, int cores);

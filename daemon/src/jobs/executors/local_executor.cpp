@@ -751,7 +751,7 @@ void LocalExecutor::recover(JobRecord& job, Device* device) {
   else
     process = adapters::find_job_runner(status_path, options_.proc_root);
 
-  const int cores = device ? device->cores_for(job.spec.resources.cores) : 0;
+  const int cores = device ? device->cores_for(job.spec.shared_cores()) : 0;
   if (process) {
     if (!device || !device->can_hold(cores)) {
       spdlog::error("job {}: its process {} lives but device {} is unavailable; cancelling it", id, process->pid,

@@ -67,7 +67,7 @@ struct Knobs {
 struct Resources {
   /// CPU cores of its own: its processes may run on that many of the node's CPUs only, and its
   /// thread variables (OMP_NUM_THREADS...) say as many; nullopt: the device's thread count and
-  /// any CPU. A job still holds its whole device (several jobs side by side on one device: later).
+  /// any CPU. On a device that shares its cores it holds only those (see JobSpec::shared_cores).
   std::optional<int> cores;
   bool empty() const { return !cores; }
 };
@@ -89,6 +89,11 @@ struct JobSpec {
   Resources resources;
   int priority = 0;  ///< higher runs first; equal priorities run in submission order
   RestartPolicy restart = RestartPolicy::requeue;
+
+  /// The cores it holds on a device that shares its cores, side by side with other jobs: its
+  /// resources.cores, unless it sets knobs (they reach the whole device, so it holds all of it);
+  /// 0: the whole device.
+  int shared_cores() const { return knobs.empty() ? resources.cores.value_or(0) : 0; }
 };
 
 /// Limits a submission is checked against.
