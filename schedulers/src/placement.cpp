@@ -67,6 +67,10 @@ struct DeviceView {
   bool free = false;             // some job could start on it: accepts work, not held whole, a core left
   int cores = 0;                 // DeviceStatus::cores: shared among jobs asking for cores; 0: one job
   int cores_held = 0;            // of those, held, with this pass's placements
+  // A job earlier in the queue waits for this shared device's cores, expected to start then:
+  // later jobs may take cores now only if they are expected to end by then (backfilling), so a
+  // job that asks for many cores, or for the whole device, is not passed by small ones forever.
+  std::optional<UnixMillis> held_for;
   UnixMillis available_at = 0;   // when a newly placed job could start
   double assigned_seconds = 0.0;  // least-loaded: work handed out in this pass
   std::vector<std::size_t> budgets;  // budgets covering it
@@ -340,6 +344,16 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
              (score == slot.score && (tie < slot.tie || (slot.candidate && tie == slot.tie && index < slot.index)));
     };
 
+    // Whether the job could start on the candidate's device now: it fits, and it ends before an
+    // earlier job that waits for the device's cores is expected to start (without an estimate
+    // it cannot say, so it waits too).
+    auto starts_now = [&](const Candidate& candidate) {
+      const DeviceView& view = views[candidate.device];
+      if (!fits_now(view, job->cores)) return false;
+      if (!view.held_for) return true;
+      return candidate.estimate && finish_after(now, candidate.estimate->seconds_mean) <= *view.held_for;
+    };
+
     auto consider = [&](std::size_t index) {
       const Candidate& candidate = job->candidates[index];
       ++result.weighed;
@@ -358,7 +372,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
         return;
       }
       ++eligible;
-      const bool free_now = fits_now(view, job->cores);
+      const bool free_now = starts_now(candidate);
       const bool baseline = !waits_for_best(objective);
       if (baseline && !free_now) {
         if (wants(WaitReason::Kind::no_free_device))
@@ -585,14 +599,13 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
         if (best.candidate) {
           // Without estimates every score is infinite and a run finishes as it starts: a device
           // free now is the earliest, and the candidates after it come later in their order.
-          if (std::isinf(best.score) && best.finish <= now && fits_now(views[best.candidate->device], job->cores))
-            break;
+          if (std::isinf(best.score) && best.finish <= now && starts_now(*best.candidate)) break;
           from_floor = score_floor(candidates[index], objective);
           if (from_floor > best.score) break;
         }
         consider(index);
       }
-      if (position < order.cheapest_first.size() && !fits_now(views[best.candidate->device], job->cores)) {
+      if (position < order.cheapest_first.size() && !starts_now(*best.candidate)) {
         // The rest, (floor, index) at or after where the walk stopped: only free devices count.
         const std::uint32_t from = order.cheapest_first[position];
         auto in_rest = [&](std::uint32_t index, double floor) {
@@ -613,7 +626,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
           for (; position < order.cheapest_first.size(); ++position) {
             const std::uint32_t index = order.cheapest_first[position];
             if (score_floor(candidates[index], objective) > free_bound()) break;
-            if (fits_now(views[candidates[index].device], job->cores)) consider(index);
+            if (starts_now(candidates[index])) consider(index);
           }
         }
       }
@@ -634,15 +647,14 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     // Waiting for a busy device is worth it only if it is cheaper beyond what the estimates can
     // tell apart (1 sigma of the difference): otherwise take the free one now.
     if (objective == Objective::min_energy && best.candidate && best_free.candidate &&
-        best.candidate != best_free.candidate && !fits_now(views[best.candidate->device], job->cores) &&
-        best.estimate && best_free.estimate) {
+        best.candidate != best_free.candidate && !starts_now(*best.candidate) && best.estimate && best_free.estimate) {
       const double spread = std::hypot(best.estimate->joules_std, best_free.estimate->joules_std);
       if (best_free.score - best.score <= spread) best = best_free;
     }
     // Where the objective cannot tell them apart (no estimates, equal scores), a free device
     // beats waiting for a busy one.
     if (best.candidate && best_free.candidate && best.candidate != best_free.candidate &&
-        !fits_now(views[best.candidate->device], job->cores) && best_free.score <= best.score)
+        !starts_now(*best.candidate) && best_free.score <= best.score)
       best = best_free;
     bool misses_deadline = false;
     if (!best.candidate && late.candidate) {
@@ -669,7 +681,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     DeviceView& view = views[d];
     const std::string where = devices[d].ref.qualified();
     const double seconds = best.estimate ? best.estimate->seconds_mean : 0.0;
-    if (!fits_now(view, job->cores)) {
+    if (!starts_now(*best.candidate)) {
       const std::string wanted =
           view.cores > 0 && job->cores > 0
               ? fmt::format("{} of {}'s cores ({} of {} held)", job->cores, where, view.cores_held, view.cores)
@@ -681,6 +693,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
                       format_rfc3339(view.available_at)),
           where};
       why.retry_at = view.available_at;
+      if (view.cores > 0) view.held_for = std::min(view.held_for.value_or(view.available_at), view.available_at);
       view.available_at = best.finish;
       result.waiting.emplace_back(job->id, std::move(why));
       continue;

@@ -52,16 +52,41 @@ TEST(SharedCoresTest, jobs_asking_for_cores_share_a_device_until_its_cores_are_h
   EXPECT_NE(why.at("c").message.find("1 of n1/cpu's cores (2 of 2 held)"), std::string::npos) << why.at("c").message;
 }
 
-TEST(SharedCoresTest, a_job_takes_the_cores_left_and_one_asking_more_waits_while_a_smaller_one_goes_by) {
-  SchedulingCore core;
+TEST(SharedCoresTest, a_smaller_job_takes_the_cores_left_only_if_it_ends_before_the_larger_one_waiting_can_start) {
   DeviceStatus cpu = shared_device("cpu", 8);
-  cpu.cores_held = 5;  // jobs of the driver's, running
-  core.enqueue(job("four", 4), 1);
-  core.enqueue(job("three", 3), 2);
-  const PassResult pass = core.place(kNow, {cpu});
-  ASSERT_EQ(pass.placements.size(), 1u);
-  EXPECT_EQ(pass.placements[0].job, "three");
-  EXPECT_EQ(reasons(pass).at("four").kind, WaitReason::Kind::device_busy);
+  cpu.cores_held = 5;                   // jobs of the driver's, running...
+  cpu.busy_until = kNow + 10 * 60'000;  // ...expected to end in ten minutes
+  {
+    SchedulingCore core;
+    core.enqueue(job("four", 4), 1);
+    core.enqueue(job("three", 3, 100.0, 60.0), 2);  // a minute: done before "four" can start
+    const PassResult pass = core.place(kNow, {cpu});
+    ASSERT_EQ(pass.placements.size(), 1u);
+    EXPECT_EQ(pass.placements[0].job, "three");
+    EXPECT_EQ(reasons(pass).at("four").kind, WaitReason::Kind::device_busy);
+  }
+  {
+    // An hour: it would hold a core "four" waits for, and small jobs could pass it forever.
+    SchedulingCore core;
+    core.enqueue(job("four", 4), 1);
+    core.enqueue(job("three", 3, 100.0, 3600.0), 2);
+    const PassResult pass = core.place(kNow, {cpu});
+    EXPECT_TRUE(pass.placements.empty());
+    EXPECT_EQ(reasons(pass).at("three").kind, WaitReason::Kind::device_busy);
+  }
+}
+
+TEST(SharedCoresTest, a_job_waiting_for_the_whole_device_is_not_passed_by_jobs_without_an_estimate) {
+  Placer placer(Policy{});
+  BudgetLedger ledger;
+  DeviceStatus cpu = shared_device("cpu", 4);
+  cpu.cores_held = 1;
+  const PendingJob whole = job("whole", 0);
+  PendingJob unknown = job("unknown", 1);
+  unknown.candidates[0].estimate.reset();  // nothing says when it would end
+  std::vector<const PendingJob*> queue{&whole, &unknown};
+  const PassResult pass = placer.decide(kNow, std::vector<DeviceStatus>{cpu}, queue, ledger);
+  EXPECT_TRUE(pass.placements.empty());
 }
 
 TEST(SharedCoresTest, a_job_that_wants_the_whole_device_waits_for_every_core_and_then_holds_it_all) {
@@ -69,11 +94,13 @@ TEST(SharedCoresTest, a_job_that_wants_the_whole_device_waits_for_every_core_and
   BudgetLedger ledger;
   DeviceStatus cpu = shared_device("cpu", 4);
   cpu.cores_held = 1;
+  cpu.busy_until = kNow + 10 * 60'000;
   const PendingJob whole = job("whole", 0);
   const PendingJob small = job("small", 1);
   std::vector<const PendingJob*> queue{&whole, &small};
   PassResult pass = placer.decide(kNow, std::vector<DeviceStatus>{cpu}, queue, ledger);
-  ASSERT_EQ(pass.placements.size(), 1u) << "the whole-device job waits; the small one fits beside the held core";
+  ASSERT_EQ(pass.placements.size(), 1u)
+      << "the whole-device job waits; the small one fits beside the held core, done before it can start";
   EXPECT_EQ(pass.placements[0].job, "small");
   EXPECT_EQ(reasons(pass).at("whole").kind, WaitReason::Kind::device_busy);
 
