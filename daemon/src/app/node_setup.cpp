@@ -233,6 +233,54 @@ std::filesystem::path find_python_package(const std::filesystem::path& self) {
   return {};
 }
 
+// Gives `mode` to `path` and, for a directory, 0755 to it and its directories and `mode` to its
+// files; Python's caches are left out.
+void open_to_jobs(const std::filesystem::path& path, mode_t mode, std::error_code& ec) {
+  if (!std::filesystem::is_directory(path, ec)) {
+    std::filesystem::permissions(path, static_cast<std::filesystem::perms>(mode), ec);
+    return;
+  }
+  std::filesystem::permissions(path, static_cast<std::filesystem::perms>(0755), ec);
+  std::vector<std::filesystem::path> caches;
+  for (auto it = std::filesystem::recursive_directory_iterator(path, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->path().filename() == "__pycache__") {
+      caches.push_back(it->path());
+      it.disable_recursion_pending();
+      continue;
+    }
+    std::filesystem::permissions(it->path(), static_cast<std::filesystem::perms>(it->is_directory() ? 0755 : mode), ec);
+  }
+  for (const auto& cache : caches) std::filesystem::remove_all(cache, ec);
+}
+
+// What jobs run from jouled's own tree (the Python package joule, joule-worker), where the jobs'
+// accounts cannot reach it (a build tree under a 0700 home): copied into `copy` in the jobs'
+// directory, which they reach, at every start, and given to them from there. Returns the path
+// jobs get: `original` where they reach it (or it is empty), else the copy (the original where
+// it cannot be made, which check() then refuses with the directory in the way).
+std::filesystem::path within_jobs_reach(const std::filesystem::path& original, const std::filesystem::path& reached,
+                                        mode_t access, const std::filesystem::path& copy, mode_t mode,
+                                        const adapters::JobIdentity& identity, const char* what) {
+  if (original.empty()) return original;
+  const auto why = adapters::unreachable_by(reached, identity, access);
+  if (!why) return original;
+  std::error_code ec;
+  std::filesystem::remove_all(copy, ec);
+  std::filesystem::create_directories(copy.parent_path(), ec);
+  if (!ec) std::filesystem::permissions(copy.parent_path(), static_cast<std::filesystem::perms>(0755), ec);
+  if (!ec) std::filesystem::copy(original, copy, std::filesystem::copy_options::recursive, ec);
+  if (!ec) open_to_jobs(copy, mode, ec);
+  if (ec) {
+    spdlog::warn("{} at {} is out of reach of the jobs' accounts ({}) and could not be copied to {}: {}", what,
+                 original.string(), *why, copy.string(), ec.message());
+    return original;
+  }
+  spdlog::info("{} at {} is out of reach of the jobs' accounts ({}): jobs are given a copy at {}", what,
+               original.string(), *why, copy.string());
+  return copy;
+}
+
 }  // namespace
 
 AccessConfig access_config(const config::DaemonConfig& config) {
@@ -482,6 +530,17 @@ JobServiceOptions job_service_options(const config::DaemonConfig& config) {
   options.runner = std::filesystem::read_symlink("/proc/self/exe", ec);
   options.python_path = find_python_package(options.runner);
   options.worker = find_worker(config.probing, options.runner);
+  if (const auto identity = options.accounts.identity_for(1); identity && !options.work_directory.empty()) {
+    // jouled's own copies live beside the jobs' directories (job ids never start with a dot).
+    const auto shared = options.work_directory / ".jouled";
+    if (!options.python_path.empty())
+      options.python_path =
+          within_jobs_reach(options.python_path / "joule", options.python_path / "joule" / "__init__.py", S_IROTH,
+                            shared / "python" / "joule", 0644, *identity, "the Python package joule")
+              .parent_path();
+    options.worker = within_jobs_reach(options.worker, options.worker, S_IXOTH, shared / "joule-worker", 0755,
+                                       *identity, "joule-worker");
+  }
   if (options.python_path.empty())
     spdlog::info("the Python package joule was not found (share/joule/python beside jouled): jobs get no PYTHONPATH");
   else
