@@ -60,6 +60,7 @@ print("joule-sim scenarios; every joule SIMULATED; ratio = policy's energy / the
 aims = []
 knob_aims = []
 carbon_rows = []
+packing_rows = []
 for scenario in scenarios:
     files = sorted(f for f in os.listdir(out) if f.startswith(scenario + "."))
     for name in files:
@@ -86,6 +87,20 @@ for scenario in scenarios:
                   f"{run['throttle_actions']['count']:>8} {run['makespan_seconds'] / 3600:>8.1f}h "
                   f"{run['wait_seconds']['p95'] / 60:>7.0f}m")
         by = {r["name"]: r for r in runs}
+        alone = by.get(policy["name"] + ", one job per device")
+        if alone:
+            # Jobs per hour over the makespan, energy per job: the jobs' own, and the node's with
+            # its idle draw (jobs + idle until the last finish) spread over them.
+            def per_hour(run):
+                return run["jobs"]["completed"] / (run["makespan_seconds"] / 3600)
+            def node_per_job(run):
+                e = run["energy"]
+                return (e["joules"] + e["idle_joules_not_counted"]) / max(1, run["jobs"]["completed"])
+            packing_rows.append((scenario, seed, per_hour(policy), per_hour(alone),
+                                 policy["energy"]["per_completed_job_joules"], alone["energy"]["per_completed_job_joules"],
+                                 node_per_job(policy), node_per_job(alone), per_hour(by["oracle"])))
+        if report["devices"] < 2:
+            continue  # one device: no placement to compare against the baselines
         def ratio(other):
             return policy["energy"]["joules"] / by[other]["energy"]["joules"]
         aims.append((scenario, seed, 1 - ratio("round-robin"), 1 - ratio("least-loaded"), ratio("oracle") - 1,
@@ -130,6 +145,19 @@ for scenario, seed, save, span, late, late_before, at, total, oracle_save, zeus_
 print("  less energy: 1 - +knobs / placement alone; oracle+knobs: the same with true costs (the ceiling);")
 print("  zeus-like/ll: what just-in-time power-limit tuning saves over its own least-loaded placement;")
 print("  +knobs/zeus: 1 - +knobs / zeus-like.  * : aim not met")
+if packing_rows:
+    print("\nPacking: the policy with jobs side by side on a device's cores against the same one job per device "
+          "(SIMULATED; server-cpu's slices, see simulator/include/joule/simulator/world.hpp). Aim: >= 3x the jobs an "
+          "hour at <= 10 % more energy per job")
+    print(f"  {'scenario':<14} {'seed':>4} {'jobs/h':>7} {'alone':>7} {'ratio':>6} {'kJ/job':>7} {'alone':>7} "
+          f"{'change':>7} {'node kJ/job':>11} {'alone':>7} {'change':>7} {'oracle jobs/h':>13}")
+    for scenario, seed, rate, rate_alone, per_job, per_job_alone, node, node_alone, oracle_rate in packing_rows:
+        mark = lambda ok: "" if ok else " *"
+        print(f"  {scenario:<14} {seed:>4} {rate:>7.1f} {rate_alone:>7.1f} {rate / rate_alone:>5.1f}x{mark(rate >= 3 * rate_alone):2}"
+              f"{per_job / 1e3:>7.2f} {per_job_alone / 1e3:>7.2f} {(per_job / per_job_alone - 1) * 100:>+6.1f}%"
+              f"{mark(per_job <= 1.1 * per_job_alone):2}{node / 1e3:>9.2f} {node_alone / 1e3:>7.2f} "
+              f"{(node / node_alone - 1) * 100:>+6.1f}% {oracle_rate:>13.1f}")
+    print("  node kJ/job: the jobs' energy and the device's idle draw until the last finish, per job.  * : aim not met")
 if carbon_rows:
     print("\nCarbon (grams CO2e of SIMULATED energy at each scenario's made-up signal): min-carbon against "
           "run-now (min-energy: the same placement, never deferred), fifo and carbon-only (waits for the lowest "

@@ -162,9 +162,49 @@ const std::vector<SimulatedProfile>& simulated_profiles() {
     laptop.knob.clocked_static_share = 0.6;
     laptop.knob.source = "range: intel_pstate scaling limits of a 4.7 GHz laptop part";
     out.push_back(laptop);
+
+    // A one-socket 64-core server CPU, sized on the spec sheet of an AMD EPYC 7763 (64 cores,
+    // 2.45 GHz base, 8 channels of DDR4-3200, 32 MB of L3 per 8-core chiplet) and made plausible
+    // rather than calibrated: per core, the laptop profile's rate (1.5e11 over 8 cores) at 2.45
+    // GHz instead of 4.7; AVX2 blocks of 8; about 150 GB/s of the 205 the channels carry; the
+    // L3 one job's threads share (a chiplet's); 100 W idle for the socket and its platform. Jobs
+    // asking for cores run on slices of it (cores_slice).
+    SimulatedProfile server_cpu;
+    server_cpu.name = "server-cpu";
+    server_cpu.description = "64-core server CPU: wide but slow cores, high idle power, shared by jobs by cores";
+    server_cpu.peak_flops_per_second = 6.4e11;
+    server_cpu.half_saturation_flops = 1.6e7;
+    server_cpu.bandwidth_bytes_per_second = 1.5e11;
+    server_cpu.cache_bytes = 3.2e7;
+    server_cpu.cache_penalty = 2.0;
+    server_cpu.channel_block = 8;
+    server_cpu.launch_seconds = 3e-6;
+    server_cpu.static_watts = 100.0;
+    server_cpu.joules_per_flop = 8e-11;
+    server_cpu.joules_per_byte = 2.5e-10;
+    server_cpu.step_overhead_seconds = 5e-4;
+    server_cpu.knob.name = "cpu_max_frequency_mhz";
+    for (double mhz : {2450.0, 2200.0, 2000.0, 1800.0, 1500.0})
+      server_cpu.knob.settings.push_back(cpu_setting(mhz, 2450.0));
+    server_cpu.knob.voltage_floor = 0.75;
+    server_cpu.knob.clocked_static_share = 0.3;
+    server_cpu.knob.source = "range: AMD EPYC 7763 P-states (1.5-2.45 GHz base)";
+    out.push_back(server_cpu);
     return out;
   }();
   return profiles;
+}
+
+SimulatedProfile cores_slice(const SimulatedProfile& whole, int cores, int of) {
+  if (cores <= 0 || of <= 0 || cores >= of) return whole;
+  const double share = static_cast<double>(cores) / of;
+  SimulatedProfile slice = whole;
+  slice.name = fmt::format("{} ({} of {} cores)", whole.name, cores, of);
+  slice.peak_flops_per_second *= share;
+  slice.half_saturation_flops *= share;
+  slice.bandwidth_bytes_per_second *= share;
+  slice.static_watts *= share;
+  return slice;
 }
 
 Result<SimulatedProfile> find_simulated_profile(const std::string& name) {

@@ -131,6 +131,60 @@ def carbon_campus():
         out.write(CAMPUS_POLICY)
 
 
+CPU_PAIR_CLUSTER = """## cpu-pair (held out): two 64-core CPU servers (server-cpu) a department shares; a morning
+## backlog of 80 jobs, then 15 an hour over the day; jobs ask for 2 to 32 cores, one in eight for a
+## whole server. Written by make_traces.py (seed 6464) for the packing figures of issue 36.
+start = "2026-11-26T08:00:00Z"
+utc_offset_minutes = 0
+
+[[nodes]]
+name = "cpu-a"
+devices = [{name = "cpu", profile = "server-cpu", probes = 300, cores = 64}]
+
+[[nodes]]
+name = "cpu-b"
+devices = [{name = "cpu", profile = "server-cpu", probes = 300, cores = 64}]
+"""
+
+CPU_PAIR_POLICY = """## cpu-pair (held out): min-energy at the default risk; no budgets.
+
+[placement]
+objective = "min-energy"
+risk = 0.05
+"""
+
+
+def cpu_pair():
+    rng = random.Random(6464)
+    names = ["lstm_classifier", "lenet5_wide"]
+    jobs, at = [], 0.0
+    for index in range(1, 201):
+        at = rng.uniform(0, 900) if index <= 80 else at + rng.expovariate(15.0 / 3600.0)
+        name = rng.choice(names)
+        samples, (lo, hi), batches, _ = CATALOGUE[name]
+        entry = {
+            "at": round(at, 1),
+            "name": f"{name}-{index}",
+            "model": MODELS + name + ".json",
+            "training": {"batch_size": rng.choice(batches), "epochs": max(1, rng.randint(lo, hi) // 4),
+                         "samples_per_epoch": samples},
+        }
+        if rng.random() >= 0.125:
+            entry["resources"] = {"cores": rng.choice([2, 4, 8, 16, 32])}
+        if rng.random() < 0.1:
+            entry["priority"] = 1
+        jobs.append(entry)
+    os.makedirs(os.path.join(HERE, "cpu-pair"), exist_ok=True)
+    with open(os.path.join(HERE, "cpu-pair", "cluster.toml"), "w") as out:
+        out.write(CPU_PAIR_CLUSTER)
+    with open(os.path.join(HERE, "cpu-pair", "policy.toml"), "w") as out:
+        out.write(CPU_PAIR_POLICY)
+    with open(os.path.join(HERE, "cpu-pair", "trace.jsonl"), "w") as out:
+        for entry in sorted(jobs, key=lambda e: e["at"]):
+            out.write(json.dumps(entry) + "\n")
+
+
 if __name__ == "__main__":
     gpu_lab()
     carbon_campus()
+    cpu_pair()

@@ -182,8 +182,27 @@ def carbon_scenarios():
             out.write(CARBON_POLICY.format(name=name))
 
 
+def cpu_server(name, jobs_per_hour):
+    """A 64-core CPU server a team shares: 160 jobs, each asking for 4, 8 or 16 cores
+    (resources.cores), on the catalogue's small and medium networks. cpu-server is handed them as
+    a backlog within ten minutes (its makespan measures how many jobs an hour the server gets
+    through); cpu-server-day gets 20 an hour over a working day."""
+    rng = random.Random(64)
+    names = ["lenet5", "lenet5_wide", "mlp", "mlp_wide", "gru_tagger"]
+    jobs, at = [], 0.0
+    for index in range(1, 161):
+        at += rng.expovariate(jobs_per_hour / 3600.0)
+        entry = job(rng, at, index, names, scale=0.5, deadline_share=0.0, edge_share=0.0)
+        entry.pop("constraints", None)
+        entry["resources"] = {"cores": rng.choice([4, 8, 8, 16])}
+        jobs.append(entry)
+    write(name, jobs)
+
+
 if __name__ == "__main__":
     mixed_fleet()
     solar_edge()
     burst()
     carbon_scenarios()
+    cpu_server("cpu-server", 960.0)  # 160 in about ten minutes
+    cpu_server("cpu-server-day", 20.0)

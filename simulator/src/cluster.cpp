@@ -81,7 +81,7 @@ bool valid_name(const std::string& name) {
 }
 
 void parse_device(Problems& problems, const toml::table& table, const std::string& what, NodeSpec& node) {
-  problems.reject_unknown(table, what + ".", {"name", "profile", "probes", "idle_watts"});
+  problems.reject_unknown(table, what + ".", {"name", "profile", "probes", "idle_watts", "cores"});
   DeviceSpec device;
   auto name = problems.string(table, "name", what + ".name");
   auto profile = problems.string(table, "profile", what + ".profile");
@@ -111,6 +111,12 @@ void parse_device(Problems& problems, const toml::table& table, const std::strin
       problems.add(*probes, fmt::format("{}.probes must be an integer from 1 to 100000", what));
     else
       device.probes = static_cast<std::size_t>(*probes->value<std::int64_t>());
+  }
+  if (const toml::node* cores = table.get("cores")) {
+    if (!cores->is_integer() || *cores->value<std::int64_t>() < 2 || *cores->value<std::int64_t>() > 4096)
+      problems.add(*cores, fmt::format("{}.cores must be a whole number of cores from 2 to 4096", what));
+    else
+      device.cores = static_cast<int>(*cores->value<std::int64_t>());
   }
   if (auto idle = problems.in_range(table, "idle_watts", what + ".idle_watts", 0.0, 1e6))
     device.idle_watts = *idle;
@@ -149,7 +155,7 @@ void parse_node(Problems& problems, const toml::table& table, const std::string&
   const toml::array* list = devices ? devices->as_array() : nullptr;
   if (!list || list->empty()) {
     problems.add(devices ? *devices : static_cast<const toml::node&>(table),
-                 what + ".devices must be a non-empty array of {name, profile, probes, idle_watts} tables");
+                 what + ".devices must be a non-empty array of {name, profile, probes, idle_watts, cores} tables");
   } else {
     for (std::size_t i = 0; i < list->size(); ++i) {
       const std::string item = fmt::format("{}.devices[{}]", what, i);

@@ -1,6 +1,7 @@
 // joule-sim: replays a job trace on a simulated cluster under the policy and the baselines.
 // Usage: joule-sim --cluster CLUSTER.toml --trace JOBS.jsonl --policy POLICY.toml [--json]
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -132,7 +133,9 @@ int main(int argc, char** argv) {
         fmt::format("device models learnt from simulated probes in {:.1f} s of wall time", learn_seconds));
     simulator::ReplayOptions replay_options;
     replay_options.horizon_hours = horizon_hours;
-    for (const auto& run : simulator::standard_runs(policy->policy, world->carbon.has_value())) {
+    const bool shared_cores = std::any_of(world->devices.begin(), world->devices.end(),
+                                          [](const simulator::SimDevice& device) { return device.cores > 0; });
+    for (const auto& run : simulator::standard_runs(policy->policy, world->carbon.has_value(), shared_cores)) {
       if (!only.empty() && std::find(only.begin(), only.end(), run.name) == only.end()) continue;
       simulator::ReplayOptions options = replay_options;
       if (run.name == events)

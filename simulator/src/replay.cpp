@@ -54,6 +54,7 @@ struct JobState {
   double seconds_done = 0.0;  // of truth.seconds
   double joules_done = 0.0;
   bool paused = false;
+  int held_cores = 0;            // of a device that shares its cores; 0: the whole device
   double reserved_joules = 0.0;  // what the scheduler reserved for it, for the event log
   int epochs_reported = 0;
   UnixMillis segment_start = 0;
@@ -163,7 +164,7 @@ class Replay {
         options_(options),
         core_(run.policy, world.utc_offset_minutes, schedulers::CoreOptions{.throttle = run.throttle}),
         jobs_(world.jobs.size()),
-        device_job_(world.devices.size()),
+        device_jobs_(world.devices.size()),
         work_seconds_(world.devices.size(), 0.0),
         usage_(world.devices.size()),
         nodes_(world.nodes.size()) {
@@ -234,6 +235,7 @@ class Replay {
     pending.not_before = job.not_before;
     pending.max_energy_joules = job.max_energy_joules;
     pending.max_slowdown = job.max_slowdown;
+    pending.cores = job.cores;
     for (const auto& cost : job.costs) {
       schedulers::Candidate candidate;
       candidate.device = cost.device;
@@ -270,9 +272,29 @@ class Replay {
   }
   std::size_t progressing() const {
     std::size_t count = 0;
-    for (const auto& j : device_job_)
-      if (j && is_progressing(jobs_[*j])) ++count;
+    for (const auto& on_device : device_jobs_)
+      for (const std::size_t j : on_device)
+        if (is_progressing(jobs_[j])) ++count;
     return count;
+  }
+  // The cores of its device a job's share of the static power goes by (the whole device's
+  // where it holds it whole).
+  int cores_weight(std::size_t device, const JobState& job) const {
+    return job.held_cores > 0 ? job.held_cores : std::max(1, world_.devices[device].cores);
+  }
+  // What a device draws while these of its jobs progress: its static power once, each job's
+  // dynamic power (all of its truth's on a device that does not share its cores).
+  double device_watts(std::size_t device) const {
+    double watts = 0.0;
+    bool any = false;
+    for (const std::size_t j : device_jobs_[device]) {
+      const JobState& job = jobs_[j];
+      if (!is_progressing(job)) continue;
+      watts += job.truth.watts() - job.cost->static_watts;
+      if (!any) watts += job.cost->static_watts;
+      any = true;
+    }
+    return watts;
   }
 
   std::vector<schedulers::DeviceStatus> device_statuses() const {
@@ -283,11 +305,16 @@ class Replay {
       status.accepts_work = node_up(d);
       status.work_seconds = work_seconds_[d];
       status.carbon = world_.carbon ? &*world_.carbon : nullptr;
-      if (const auto& j = device_job_[d]) {
-        const JobState& job = jobs_[*j];
-        status.busy = true;  // when it is expected to be free is the core's to say, from what it was told
-        if (is_progressing(job)) status.average_power_watts = job.truth.watts();
+      // One job at a time unless it shares its cores (and this run lets it: see PolicyRun).
+      status.cores = run_.one_job_per_device ? 0 : world_.devices[d].cores;
+      for (const std::size_t j : device_jobs_[d]) {
+        // When it is expected to be free is the core's to say, from what it was told.
+        if (jobs_[j].held_cores > 0)
+          status.cores_held += jobs_[j].held_cores;
+        else
+          status.busy = true;
       }
+      status.average_power_watts = device_watts(d);
       const NodeState& node = nodes_[world_.devices[d].node];
       if (node.capacity_joules > 0.0) {
         status.battery_percent = node.percent();
@@ -313,13 +340,14 @@ class Replay {
     };
     if (next_submit_ < world_.jobs.size()) consider(world_.jobs[next_submit_].submit);
     if (!held_.empty()) consider(held_.begin()->first);
-    for (const auto& j : device_job_) {
-      if (!j || !is_progressing(jobs_[*j])) continue;
-      const JobState& job = jobs_[*j];
-      const double left = std::max(0.0, job.truth.seconds - job.seconds_done);
-      // Less a hair: seconds summed over events carry rounding that would make it a millisecond late.
-      consider(now + std::max<UnixMillis>(1, static_cast<UnixMillis>(std::ceil(left * 1000.0 - 1e-6))));
-    }
+    for (const auto& on_device : device_jobs_)
+      for (const std::size_t j : on_device) {
+        const JobState& job = jobs_[j];
+        if (!is_progressing(job)) continue;
+        const double left = std::max(0.0, job.truth.seconds - job.seconds_done);
+        // Less a hair: seconds summed over events carry rounding that would make it a millisecond late.
+        consider(now + std::max<UnixMillis>(1, static_cast<UnixMillis>(std::ceil(left * 1000.0 - 1e-6))));
+      }
     const bool waiting = queued_ > 0 || running_ > progressing();
     if (waiting)
       if (const auto wake = core_.wake_at(now)) consider(*wake);
@@ -338,22 +366,34 @@ class Replay {
     std::vector<double> job_watts(world_.devices.size(), 0.0);
     for (std::size_t d = 0; d < world_.devices.size(); ++d) {
       const std::size_t n = world_.devices[d].node;
-      const auto& j = device_job_[d];
-      if (j && is_progressing(jobs_[*j])) {
-        JobState& job = jobs_[*j];
-        const double step = std::min(dt, job.truth.seconds - job.seconds_done);
-        const double joules = job.truth.watts() * std::max(0.0, step);
-        job.seconds_done += std::max(0.0, step);
-        job.joules_done += joules;
-        job.segment_joules += joules;
-        work_seconds_[d] += std::max(0.0, step);
-        usage_[d].busy_seconds += std::max(0.0, step);
+      // Its progressing jobs: each its own dynamic energy, and the device's static power split
+      // by the cores each holds (all of it for a job alone), as jouled splits a shared meter.
+      int weights = 0;
+      for (const std::size_t j : device_jobs_[d])
+        if (is_progressing(jobs_[j])) weights += cores_weight(d, jobs_[j]);
+      if (weights > 0) {
+        double longest = 0.0, joules = 0.0;
+        for (const std::size_t j : device_jobs_[d]) {
+          JobState& job = jobs_[j];
+          if (!is_progressing(job)) continue;
+          const double step = std::max(0.0, std::min(dt, job.truth.seconds - job.seconds_done));
+          const double share = static_cast<double>(cores_weight(d, job)) / weights;
+          const double used =
+              (job.truth.watts() - job.cost->static_watts) * step + job.cost->static_watts * step * share;
+          job.seconds_done += step;
+          job.joules_done += used;
+          job.segment_joules += used;
+          joules += used;
+          longest = std::max(longest, step);
+        }
+        work_seconds_[d] += longest;
+        usage_[d].busy_seconds += longest;
         usage_[d].joules += joules;
-        const double idle_seconds = dt - std::max(0.0, step);
+        const double idle_seconds = dt - longest;
         draw[n] += joules / dt + world_.devices[d].idle_watts * idle_seconds / dt;
         idle_joules_ += world_.devices[d].idle_watts * idle_seconds;
-        if (step > 0.0) last_progress_ = to;
-        ran[d] = step > 0.0;
+        if (longest > 0.0) last_progress_ = to;
+        ran[d] = longest > 0.0;
         job_watts[d] = joules / dt;
       } else if (node_up(d)) {
         draw[n] += world_.devices[d].idle_watts;
@@ -402,23 +442,24 @@ class Replay {
   // placement pass.
   void step(UnixMillis now) {
     for (std::size_t d = 0; d < world_.devices.size(); ++d) {
-      if (!device_job_[d]) continue;
-      const std::size_t j = *device_job_[d];
-      JobState& job = jobs_[j];
-      report_progress(j, now);
-      if (job.seconds_done < job.truth.seconds - 1e-6) continue;
-      job.phase = JobState::Phase::done;
-      job.finished = now;
-      log(now, fmt::format("finish {} on {}: {:.0f} J (reserved {:.0f} J)", job.pending.id,
-                           world_.devices[d].ref.qualified(), job.joules_done, job.reserved_joules));
-      close_segment(job, now);
-      core_.end(job.pending.id,
-                schedulers::EnergyUse{world_.devices[d].ref, job.pending.id, job.started, now, job.joules_done,
-                                      "simulated", job.pending.owner, job.pending.project});
-      device_job_[d].reset();
-      --running_;
-      last_progress_ = now;
-      idle_at_last_finish_ = idle_joules_;
+      const std::vector<std::size_t> on_device = device_jobs_[d];  // finished ones leave it
+      for (const std::size_t j : on_device) {
+        JobState& job = jobs_[j];
+        report_progress(j, now);
+        if (job.seconds_done < job.truth.seconds - 1e-6) continue;
+        job.phase = JobState::Phase::done;
+        job.finished = now;
+        log(now, fmt::format("finish {} on {}: {:.0f} J (reserved {:.0f} J)", job.pending.id,
+                             world_.devices[d].ref.qualified(), job.joules_done, job.reserved_joules));
+        close_segment(job, now);
+        core_.end(job.pending.id,
+                  schedulers::EnergyUse{world_.devices[d].ref, job.pending.id, job.started, now, job.joules_done,
+                                        "simulated", job.pending.owner, job.pending.project});
+        std::erase(device_jobs_[d], j);
+        --running_;
+        last_progress_ = now;
+        idle_at_last_finish_ = idle_joules_;
+      }
     }
     while (next_submit_ < world_.jobs.size() && world_.jobs[next_submit_].submit <= now) {
       JobState& job = jobs_[next_submit_];
@@ -452,8 +493,11 @@ class Replay {
     const SimJob& spec = world_.jobs[j];
     const double fraction = job.truth.seconds > 0 ? job.seconds_done / job.truth.seconds : 1.0;
     const int done = std::min(spec.epochs, static_cast<int>(std::floor(fraction * spec.epochs + 1e-9)));
+    // The energy at each epoch's end, on the pace it has used so far (side by side with other
+    // jobs that is less than its truth, which assumes it alone).
+    const double per_fraction = fraction > 0.0 ? job.joules_done / fraction : job.truth.joules;
     for (int e = job.epochs_reported + 1; e <= done; ++e)
-      core_.report(job.pending.id, {e, spec.epochs, job.truth.joules * e / spec.epochs, now});
+      core_.report(job.pending.id, {e, spec.epochs, per_fraction * e / spec.epochs, now});
     job.epochs_reported = std::max(job.epochs_reported, done);
   }
 
@@ -462,16 +506,16 @@ class Replay {
   void track_running(UnixMillis now) {
     const auto statuses = device_statuses();
     std::vector<schedulers::RunningSample> samples;
-    for (std::size_t d = 0; d < world_.devices.size(); ++d) {
-      if (!device_job_[d]) continue;
-      const JobState& job = jobs_[*device_job_[d]];
-      schedulers::RunningSample sample;
-      sample.id = job.pending.id;
-      sample.used_joules = job.joules_done;
-      sample.controls.power_watts = statuses[d].average_power_watts;
-      sample.controls.paused = job.paused;
-      samples.push_back(std::move(sample));
-    }
+    for (std::size_t d = 0; d < world_.devices.size(); ++d)
+      for (const std::size_t j : device_jobs_[d]) {
+        const JobState& job = jobs_[j];
+        schedulers::RunningSample sample;
+        sample.id = job.pending.id;
+        sample.used_joules = job.joules_done;
+        sample.controls.power_watts = statuses[d].average_power_watts;
+        sample.controls.paused = job.paused;
+        samples.push_back(std::move(sample));
+      }
     for (const auto& action : core_.track(now, statuses, std::move(samples))) {
       const auto it = index_.find(action.job);
       if (it == index_.end()) continue;
@@ -528,7 +572,8 @@ class Replay {
       job.started = now;
       job.segment_start = now;
       job.reserved_joules = placement.reserve.mean_joules;
-      device_job_[placement.device] = j;
+      job.held_cores = placement.cores;
+      device_jobs_[placement.device].push_back(j);
       log(now, fmt::format("start {}: {}", job.pending.id, placement.note));
       if (options_.on_placement) options_.on_placement(now, placement);
       ++usage_[placement.device].jobs;
@@ -680,7 +725,7 @@ class Replay {
   schedulers::SchedulingCore core_;
   std::vector<JobState> jobs_;
   std::unordered_map<std::string, std::size_t> index_;  // job id → jobs_
-  std::vector<std::optional<std::size_t>> device_job_;
+  std::vector<std::vector<std::size_t>> device_jobs_;   // the jobs on each device, in the order placed
   std::vector<double> work_seconds_;
   std::vector<DeviceUsage> usage_;
   std::vector<NodeState> nodes_;
@@ -709,11 +754,17 @@ class Replay {
 
 }  // namespace
 
-std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy, bool carbon) {
+std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy, bool carbon, bool shared_cores) {
   using schedulers::Objective;
   std::vector<PolicyRun> runs;
   runs.push_back(
       PolicyRun{std::string(schedulers::to_string(policy.objective)), policy, Knowledge::estimates, policy.admission});
+  if (shared_cores) {
+    PolicyRun alone = runs.front();
+    alone.name += ", one job per device";
+    alone.one_job_per_device = true;
+    runs.push_back(alone);
+  }
   if (policy.knobs.goal == schedulers::KnobGoal::off) {
     // The same policy choosing devices' knob settings too (the default goal and slowdown).
     schedulers::Policy with_knobs = policy;

@@ -35,8 +35,8 @@ Result<Trace> parse_trace(const std::string& text, const std::string& file_name,
   std::istringstream in(text);
   std::string line_text;
   int line = 0;
-  static const std::set<std::string> kFields = {"at",          "name",     "model", "training",
-                                                "constraints", "priority", "owner", "project"};
+  static const std::set<std::string> kFields = {"at",       "name",  "model",   "training", "constraints",
+                                                "priority", "owner", "project", "resources"};
   static const std::set<std::string> kConstraints = {"devices", "deadline_seconds", "not_before_seconds",
                                                      "max_energy_joules", "max_slowdown"};
   while (std::getline(in, line_text)) {
@@ -52,7 +52,8 @@ Result<Trace> parse_trace(const std::string& text, const std::string& file_name,
     for (const auto& [key, value] : entry.items())
       if (!kFields.contains(key))
         return at_line(file_name, line, "/" + key,
-                       "unknown field (known: at, name, model, training, constraints, priority, owner, project)");
+                       "unknown field (known: at, name, model, training, constraints, priority, owner, project, "
+                       "resources)");
 
     TraceJob job;
     job.line = line;
@@ -133,6 +134,16 @@ Result<Trace> parse_trace(const std::string& text, const std::string& file_name,
       if (!entry["priority"].is_number_integer() || std::abs(entry["priority"].get<std::int64_t>()) > 1000000)
         return at_line(file_name, line, "/priority", "must be an integer from -1000000 to 1000000");
       job.priority = static_cast<int>(entry["priority"].get<std::int64_t>());
+    }
+    if (entry.contains("resources")) {
+      const json& resources = entry["resources"];
+      if (!resources.is_object()) return at_line(file_name, line, "/resources", "must be an object: {\"cores\": N}");
+      for (const auto& [key, value] : resources.items()) {
+        if (key != "cores") return at_line(file_name, line, "/resources/" + key, "unknown field (known: cores)");
+        if (!value.is_number_integer() || value.get<std::int64_t>() < 1 || value.get<std::int64_t>() > 4096)
+          return at_line(file_name, line, "/resources/cores", "must be a whole number of cores from 1 to 4096");
+        job.cores = static_cast<int>(value.get<std::int64_t>());
+      }
     }
     for (const auto& [key, slot] : {std::pair{"owner", &job.owner}, std::pair{"project", &job.project}}) {
       if (!entry.contains(key)) continue;

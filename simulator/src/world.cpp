@@ -154,7 +154,7 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
       if (std::find(groups.begin(), groups.end(), group) == groups.end()) groups.push_back(group);
     for (const auto& device : node.devices)
       world.devices.push_back(SimDevice{schedulers::DeviceRef{node.name, device.name, groups}, world.nodes.size() - 1,
-                                        device.profile, device.idle_watts});
+                                        device.profile, device.idle_watts, device.cores});
   }
 
   // Jobs in submission order; each job's eligible devices; each network analysed once per batch.
@@ -279,6 +279,7 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
     sim.max_energy_joules = job.max_energy_joules;
     sim.max_slowdown = job.max_slowdown;
     sim.epochs = static_cast<int>(std::min<std::int64_t>(job.training.epochs, 1'000'000));
+    sim.cores = job.cores;
 
     std::mt19937_64 rng(mix(options.seed, kJobFactor, j));
     std::normal_distribution<double> normal(0.0, options.truth_sigma);
@@ -289,10 +290,25 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
     for (const std::size_t d : eligible[j]) {
       JobCost cost;
       cost.device = d;
-      const estimator::StepCost step = truths[d].step_cost(layers, job.model.loss, job.training.optimizer);
-      cost.truth = TrueCost{step.joules * steps * factor, step.seconds * steps * factor};
+      const int shared = world.devices[d].cores;
+      const bool on_slice = shared > 0 && job.cores > 0 && job.cores < shared;
+      if (on_slice) {
+        // Its cores' slice of the device: dynamic energy and time there, the whole device's
+        // static power over its run (as a meter would read it alone).
+        const estimator::SimulatedProfile& whole = truths[d].profile();
+        const estimator::SimulatedProfile slice = estimator::cores_slice(whole, job.cores, shared);
+        const estimator::StepCost step =
+            estimator::SimulatedDevice(slice, 0).step_cost(layers, job.model.loss, job.training.optimizer);
+        const double dynamic = std::max(0.0, step.joules - slice.static_watts * step.seconds);
+        cost.truth =
+            TrueCost{(dynamic + whole.static_watts * step.seconds) * steps * factor, step.seconds * steps * factor};
+      } else {
+        const estimator::StepCost step = truths[d].step_cost(layers, job.model.loss, job.training.optimizer);
+        cost.truth = TrueCost{step.joules * steps * factor, step.seconds * steps * factor};
+      }
+      if (shared > 0) cost.static_watts = truths[d].profile().static_watts;
       const estimator::SimulatedKnob& knob = truths[d].profile().knob;
-      for (std::size_t s = 1; s < knob.settings.size(); ++s) {
+      for (std::size_t s = 1; !on_slice && s < knob.settings.size(); ++s) {
         const auto& setting = knob.settings[s];
         const estimator::StepCost at = truths[d].step_cost(layers, job.model.loss, job.training.optimizer, setting);
         cost.settings.push_back(SettingCost{knob.name, setting.value, setting.label, std::nullopt, 0.0,

@@ -89,7 +89,7 @@ colour = "red"
 
 [[nodes]]
 name = "a"
-devices = [{name = "cpu", profile = "laptop-cpu", probes = 0}]
+devices = [{name = "cpu", profile = "laptop-cpu", probes = 0, cores = 1}]
 solar = {peak_watts = 10}
 )";
   const std::string message = problems(text);
@@ -99,10 +99,13 @@ solar = {peak_watts = 10}
   EXPECT_NE(message.find("c.toml:7: nodes[1].name \"a\" is used twice"), std::string::npos) << message;
   EXPECT_NE(message.find("c.toml:8: nodes[1].devices[0].probes must be an integer from 1 to 100000"), std::string::npos)
       << message;
+  EXPECT_NE(message.find("c.toml:8: nodes[1].devices[0].cores must be a whole number of cores from 2 to 4096"),
+            std::string::npos)
+      << message;
   EXPECT_NE(message.find("c.toml:9: nodes[1].solar needs a battery"), std::string::npos) << message;
   // In line order, one per line.
   EXPECT_LT(message.find("c.toml:3:"), message.find("c.toml:4:"));
-  EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 4);
+  EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 5);
 }
 
 TEST(ClusterTest, syntax_errors_and_missing_parts_name_the_line) {
@@ -191,7 +194,12 @@ TEST(TraceTest, errors_name_the_line_and_the_json_pointer) {
       "t.jsonl:1: /constraints/devices/0: must be a non-empty string");
   EXPECT_EQ(
       trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"colour\": 1}"),
-      "t.jsonl:1: /colour: unknown field (known: at, name, model, training, constraints, priority, owner, project)");
+      "t.jsonl:1: /colour: unknown field (known: at, name, model, training, constraints, priority, owner, project, "
+      "resources)");
+  EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"resources\": {\"cores\": 0}}"),
+            "t.jsonl:1: /resources/cores: must be a whole number of cores from 1 to 4096");
+  EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"resources\": {\"gpus\": 2}}"),
+            "t.jsonl:1: /resources/gpus: unknown field (known: cores)");
   EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"owner\": 7}"),
             "t.jsonl:1: /owner: must be a non-empty string");
   EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"nope.json\", " + kTraining + "}"),
@@ -243,6 +251,31 @@ TEST(TraceTest, device_constraints_match_qualified_and_bare_names_and_groups_com
   ASSERT_EQ(world->jobs[1].costs.size(), 2u);  // jetson-1/cuda:0 and server/cuda:0
   EXPECT_EQ(world->jobs[1].costs[0].device, 0u);
   EXPECT_EQ(world->jobs[1].costs[1].device, 1u);
+}
+
+TEST(TraceTest, a_job_on_some_of_a_shared_devices_cores_costs_its_slice_and_the_whole_static_power_alone) {
+  auto cluster = parse_cluster(
+      "[[nodes]]\nname = \"s\"\ndevices = [{name = \"cpu\", profile = \"server-cpu\", cores = 64}]\n", "c.toml");
+  ASSERT_TRUE(cluster) << cluster.error().message;
+  const std::string text = "{\"at\": 0, \"model\": \"lenet.json\", " + kTraining +
+                           ", \"resources\": {\"cores\": 8}}\n" + "{\"at\": 0, \"model\": \"lenet.json\", " +
+                           kTraining + "}\n";
+  auto trace = parse_trace(text, "t.jsonl", files({{"lenet.json", testing::example_model("lenet5")}}));
+  ASSERT_TRUE(trace) << trace.error().message;
+  auto world = build_world(*cluster, *trace, schedulers::Policy{}, few_probes());
+  ASSERT_TRUE(world) << world.error().message;
+  EXPECT_EQ(world->devices[0].cores, 64);
+  ASSERT_EQ(world->jobs.size(), 2u);
+  EXPECT_EQ(world->jobs[0].cores, 8);
+  const JobCost& eight = world->jobs[0].costs[0];
+  const JobCost& whole = world->jobs[1].costs[0];
+  const double static_watts = estimator::find_simulated_profile("server-cpu")->static_watts;
+  EXPECT_DOUBLE_EQ(eight.static_watts, static_watts);
+  EXPECT_GT(eight.truth.seconds, whole.truth.seconds) << "fewer cores, longer";
+  EXPECT_LT(eight.truth.seconds, 8.0 * whole.truth.seconds) << "the step's serial part does not slow down";
+  EXPECT_GT(eight.truth.joules, static_watts * eight.truth.seconds) << "the whole static power, and its own";
+  EXPECT_TRUE(eight.settings.empty()) << "a knob would reach the jobs beside it";
+  EXPECT_FALSE(whole.settings.empty());
 }
 
 TEST(TraceTest, files_are_read_relative_to_the_trace) {

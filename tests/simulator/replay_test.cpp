@@ -432,3 +432,43 @@ TEST(ReplayTest, a_projects_budget_counts_and_holds_only_its_jobs) {
 
 }  // namespace
 }  // namespace joule::simulator
+
+namespace joule::simulator {
+namespace {
+
+// A device sharing 16 cores, two jobs asking for 8 each: 100 s alone, 40 W static of 100 W.
+World packing_world() {
+  World world = world_of({"cpu"}, {});
+  world.devices[0].cores = 16;
+  for (const char* id : {"a", "b"}) {
+    JobCost cost = on(0, 10'000.0, 100.0);
+    cost.static_watts = 40.0;
+    SimJob sim = job(id, 0, {cost});
+    sim.cores = 8;
+    world.jobs.push_back(sim);
+  }
+  return world;
+}
+
+TEST(ReplaySharedCoresTest, jobs_on_cores_of_one_device_run_side_by_side_and_split_its_static_power_by_cores) {
+  const World world = packing_world();
+  const PolicyMetrics packed = replay(world, min_energy(), {});
+  EXPECT_EQ(packed.completed, 2u);
+  EXPECT_DOUBLE_EQ(packed.makespan_seconds, 100.0) << "both at once";
+  // Each: 60 W of its own for 100 s, and half of the 40 W static: 8,000 J.
+  EXPECT_NEAR(packed.energy_per_completed_job_joules, 8'000.0, 1e-6);
+
+  PolicyRun alone = min_energy();
+  alone.one_job_per_device = true;
+  const PolicyMetrics one_by_one = replay(world, alone, {});
+  EXPECT_EQ(one_by_one.completed, 2u);
+  EXPECT_DOUBLE_EQ(one_by_one.makespan_seconds, 200.0) << "one after the other";
+  EXPECT_NEAR(one_by_one.energy_per_completed_job_joules, 10'000.0, 1e-6) << "each with all of the static power";
+  const auto runs = standard_runs(schedulers::Policy{}, false, true);
+  ASSERT_GE(runs.size(), 2u);
+  EXPECT_EQ(runs[1].name, "min-energy, one job per device");
+  EXPECT_TRUE(runs[1].one_job_per_device);
+}
+
+}  // namespace
+}  // namespace joule::simulator

@@ -81,8 +81,16 @@ struct SimulatedProfile {
 };
 
 /// The built-in profiles: "jetson-orin" (embedded GPU), "raspberry-pi-4" (small ARM CPU),
-/// "server-gpu" (data-centre GPU) and "laptop-cpu" (x86 with wide vectors).
+/// "server-gpu" (data-centre GPU), "laptop-cpu" (x86 with wide vectors) and "server-cpu" (a
+/// 64-core server socket).
 const std::vector<SimulatedProfile>& simulated_profiles();
+/// What a job holding `cores` of a profile's `of` cores runs on: that share of its compute rate,
+/// of the layer size that saturates it, of its memory bandwidth and of its static power (the
+/// slice's own, for telling a job's dynamic energy apart); cache, launches and the per-step
+/// overhead stay as they are, so small layers and the step's serial part do not speed up with
+/// more cores. Memory contention among jobs side by side is not modelled. The whole profile
+/// where `cores` is 0 or at least `of`.
+SimulatedProfile cores_slice(const SimulatedProfile& whole, int cores, int of);
 /// Looks a profile up by name; the error lists the known names.
 Result<SimulatedProfile> find_simulated_profile(const std::string& name);
 

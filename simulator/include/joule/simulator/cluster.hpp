@@ -14,7 +14,9 @@
 //
 // `profile` names one of estimator::simulated_profiles(); `probes` (default 300) is how many THOR
 // probes the device's energy model learns from before the replay; `idle_watts` (default: the
-// profile's static power) is what the device draws while it runs no job. Idle power drains a
+// profile's static power) is what the device draws while it runs no job; `cores` (2 or more) makes
+// it a device that shares its cores, as jouled's CPU does: jobs asking for cores run side by side
+// on a slice of the profile each (see world.hpp), its static power split among them by cores. Idle power drains a
 // battery but is NOT counted in job energy or budgets (jobs are metered, idle time is not).
 // Unknown keys are errors; every problem is "file:line: message" and all of a file's problems
 // are reported together.
@@ -50,6 +52,7 @@ struct DeviceSpec {
   std::string profile;  ///< simulated hardware profile
   std::size_t probes = 300;
   double idle_watts = 0.0;  ///< filled with the profile's static power when not given
+  int cores = 0;            ///< cores shared among jobs that ask for cores; 0: one job at a time
 };
 
 struct NodeSpec {

@@ -59,6 +59,9 @@ struct PolicyRun {
   /// Carbon-only: a job with a deadline is held until the signal's lowest value before its
   /// deadline, knowing nothing of how long it runs (no estimates), then placed least-loaded.
   bool carbon_only = false;
+  /// Devices that share their cores run one job at a time all the same (the jobs keep their own
+  /// cores' cost): what the policy is worth without packing.
+  bool one_job_per_device = false;
 };
 
 /// The comparison joule-sim runs: the policy file as written, the same choosing knob settings
@@ -70,8 +73,9 @@ struct PolicyRun {
 /// true costs, admission and throttling on), and oracle+knobs (the oracle choosing settings
 /// from their true costs: the ceiling for +knobs). Baselines keep the policy's budgets, caps and
 /// floors, for the violation counts. With a carbon signal (`carbon`): min-carbon beside
-/// min-energy (whichever the file is not), and carbon-only (see PolicyRun) after fifo.
-std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy, bool carbon = false);
+/// min-energy (whichever the file is not), and carbon-only (see PolicyRun) after fifo. Where a
+/// device shares its cores (`shared_cores`): the policy again with one job per device, second.
+std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy, bool carbon = false, bool shared_cores = false);
 
 struct ReplayOptions {
   double tick_seconds = 60.0;

@@ -19,6 +19,8 @@
 //                      (how much slower than at its device's defaults a knob setting may make
 //                      it: 0.1 is 10 %; replaces the policy's knobs.max_slowdown)
 //   priority           optional integer; higher first, then submission order
+//   resources          optional: {"cores": N}, as in POST /v1/jobs: on a device that shares its
+//                      cores (the cluster's `cores`) the job holds N of them beside other jobs
 //
 // Every error is "file:line: /json/pointer: message".
 
@@ -50,6 +52,7 @@ struct TraceJob {
   int priority = 0;
   std::string owner;    ///< who submitted it (fair share, per-owner figures); empty: nobody in particular
   std::string project;  ///< its project (fair share with the policy's [[projects]] shares); empty: none
+  int cores = 0;        ///< resources.cores; 0: none asked (it holds a whole device)
   int line = 0;
 };
 

@@ -14,6 +14,12 @@
 //    order, clocks, temperature) that no model of the device can know. The factor
 //    is the job's, the same on every device, so it moves a job's cost but not which device is
 //    cheapest. Energy and time share it: power is the device's power for that network.
+//  - Cores: on a device that shares its cores (the cluster's `cores`), a job asking for k of
+//    its C cores runs at the truth of estimator::cores_slice (k/C of the compute, bandwidth and
+//    static power; the step's serial part as it is), with the device's whole static power in its
+//    truth as if alone; the estimate is the device model's, learnt on the whole device, as
+//    jouled's is (not yet per core count). Such a job gets no knob settings (they would reach
+//    the jobs beside it).
 //  - Knobs: each profile's knob settings (SimulatedKnob) have their own truth; their estimate
 //    is the default's times an estimator::KnobResponse learnt by measuring THOR probe networks
 //    of the device's workload at every setting and at the defaults, as jouled would probe.
@@ -57,6 +63,9 @@ struct JobCost {
   std::optional<double> flops_joules;            ///< the FLOPs baseline's joules
   TrueCost truth;                                ///< at the device's default setting
   std::vector<SettingCost> settings;             ///< the profile's other knob settings
+  /// On a device that shares its cores: its static power, all of it in `truth` (as if the job
+  /// ran alone); side by side, the replay gives each job its share by cores instead.
+  double static_watts = 0.0;
 };
 
 struct SimJob {
@@ -71,6 +80,7 @@ struct SimJob {
   std::optional<double> max_energy_joules;
   std::optional<double> max_slowdown;
   int epochs = 1;              ///< progress reports: one per epoch
+  int cores = 0;               ///< resources.cores; 0: a whole device
   std::vector<JobCost> costs;  ///< one per eligible device, in device order
 };
 
@@ -85,6 +95,7 @@ struct SimDevice {
   std::size_t node = 0;       ///< index into World::nodes
   std::string profile;
   double idle_watts = 0.0;
+  int cores = 0;  ///< shared among jobs that ask for cores; 0: one job at a time
 };
 
 struct World {
