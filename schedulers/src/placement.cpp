@@ -338,6 +338,8 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     Choice best_free;     // feasible and free now
     Choice late;          // feasible but for the deadline: used when no device can meet it
     std::size_t eligible = 0;
+    // Baselines: the shared devices it could not start on now, held for it if it waits for one.
+    std::vector<std::size_t> short_of_cores;
     // Whether (score, tie, index) beats the slot's choice.
     auto better = [](const Choice& slot, double score, double tie, std::size_t index) {
       return score < slot.score ||
@@ -377,6 +379,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       if (baseline && !free_now) {
         if (wants(WaitReason::Kind::no_free_device))
           note_reason({WaitReason::Kind::no_free_device, "every eligible device is busy", where()});
+        if (view.cores > 0) short_of_cores.push_back(candidate.device);
         return;
       }
 
@@ -638,6 +641,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
         budget_deficit = 0.0;
         best_free = Choice{};
         eligible = 0;
+        short_of_cores.clear();
         for (std::size_t index = 0; index < job->candidates.size(); ++index) consider(index);
       }
     } else {
@@ -673,6 +677,11 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       if (!reason) reason = WaitReason{WaitReason::Kind::unavailable, "no eligible device", {}};
       if (eligible == 0 && reason->kind != WaitReason::Kind::unavailable) reason->kind = WaitReason::Kind::unavailable;
       if (reason->retry_at) result.next_retry = std::min(result.next_retry.value_or(*reason->retry_at), *reason->retry_at);
+      // A baseline keeps queue order on shared devices too: later jobs take cores it waits for
+      // only if they end before it can start (as for the objectives that wait for a device).
+      if (reason->kind == WaitReason::Kind::no_free_device)
+        for (const std::size_t d : short_of_cores)
+          views[d].held_for = std::min(views[d].held_for.value_or(views[d].available_at), views[d].available_at);
       result.waiting.emplace_back(job->id, std::move(*reason));
       continue;
     }

@@ -116,6 +116,22 @@ TEST(SharedCoresTest, a_job_that_wants_the_whole_device_waits_for_every_core_and
   EXPECT_FALSE(cpu.fits_now(1));
 }
 
+TEST(SharedCoresTest, fifo_keeps_queue_order_on_a_shared_device_a_small_job_does_not_pass_a_waiting_large_one) {
+  Policy policy;
+  policy.objective = Objective::fifo;
+  policy.admission = false;
+  Placer placer(policy);
+  BudgetLedger ledger;
+  DeviceStatus cpu = shared_device("cpu", 4);
+  cpu.cores_held = 2;
+  PendingJob large = job("large", 4), small = job("small", 1);
+  for (PendingJob* pending : {&large, &small}) pending->candidates[0].estimate.reset();  // fifo knows nothing
+  std::vector<const PendingJob*> queue{&large, &small};
+  const PassResult pass = placer.decide(kNow, std::vector<DeviceStatus>{cpu}, queue, ledger);
+  EXPECT_TRUE(pass.placements.empty());
+  EXPECT_EQ(reasons(pass).at("large").kind, WaitReason::Kind::no_free_device);
+}
+
 TEST(SharedCoresTest, a_device_that_does_not_share_its_cores_runs_one_job_whatever_it_asks) {
   SchedulingCore core;
   DeviceStatus gpu = shared_device("gpu", 0);
