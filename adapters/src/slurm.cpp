@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <set>
@@ -428,6 +430,48 @@ Result<std::vector<SlurmJob>> parse_scontrol_jobs(std::string_view text) {
   return out;
 }
 
+std::string parse_energy_plugin(std::string_view show_config) {
+  std::size_t start = 0;
+  while (start < show_config.size()) {
+    auto end = show_config.find('\n', start);
+    if (end == std::string_view::npos) end = show_config.size();
+    const auto line = trim(show_config.substr(start, end - start));
+    start = end + 1;
+    if (line.rfind("AcctGatherEnergyType", 0) != 0) continue;
+    const auto equals = line.find('=');
+    if (equals == std::string_view::npos) return {};
+    auto value = trim(line.substr(equals + 1));
+    if (const auto slash = value.rfind('/'); slash != std::string_view::npos) value = value.substr(slash + 1);
+    if (value.empty() || value == "none" || value == "(null)") return {};
+    return std::string(value);
+  }
+  return {};
+}
+
+std::optional<double> parse_sacct_energy(std::string_view text, std::string_view slurm_id) {
+  std::optional<double> own, batch;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    const auto line = trim(text.substr(start, end - start));
+    start = end + 1;
+    const auto bar = line.find('|');
+    if (bar == std::string_view::npos) continue;
+    const auto id = trim(line.substr(0, bar));
+    const auto value = trim(line.substr(bar + 1));
+    double joules = 0.0;
+    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), joules);
+    if (ec != std::errc() || ptr != value.data() + value.size() || !(joules > 0.0) || !std::isfinite(joules)) continue;
+    if (id == slurm_id)
+      own = joules;
+    else if (id.size() == slurm_id.size() + 6 && id.substr(0, slurm_id.size()) == slurm_id &&
+             id.substr(slurm_id.size()) == ".batch")
+      batch = joules;
+  }
+  return own ? own : batch;
+}
+
 Result<std::vector<SlurmJob>> parse_sacct(std::string_view text) {
   constexpr std::size_t kFields = 9;  // JobIDRaw|User|State|Reason|NodeList|ExitCode|Start|End|Comment
   std::vector<SlurmJob> out;
@@ -566,6 +610,20 @@ std::vector<SlurmJob> SlurmCli::accounting_jobs() const {
   }
   auto jobs = parse_sacct(*text);
   return jobs ? std::move(*jobs) : std::vector<SlurmJob>{};
+}
+
+Result<std::string> SlurmCli::energy_plugin() const {
+  auto text = run("scontrol", {"show", "config"});
+  if (!text) return text.error();
+  return parse_energy_plugin(*text);
+}
+
+Result<std::optional<double>> SlurmCli::consumed_energy(std::string_view slurm_id) const {
+  if (!valid_slurm_id(slurm_id))
+    return make_error(ErrorCode::invalid_argument, fmt::format("'{}' is not a Slurm job id", slurm_id));
+  auto text = run("sacct", {"-n", "-P", "-j", std::string(slurm_id), "--format=JobIDRaw,ConsumedEnergyRaw"});
+  if (!text) return text.error();
+  return parse_sacct_energy(*text, slurm_id);
 }
 
 Status SlurmCli::control(const std::string& tool, std::vector<std::string> args, std::string_view slurm_id) const {

@@ -203,6 +203,31 @@ TEST(SlurmParsingTest, sacct_parsable_rows) {
   EXPECT_FALSE(adapters::parse_sacct("11|root|COMPLETED\n"));
 }
 
+TEST(SlurmParsingTest, the_energy_plugin_comes_from_scontrol_show_config) {
+  // Lines as `scontrol show config` prints them (Slurm 22.05).
+  EXPECT_EQ(adapters::parse_energy_plugin("Configuration data as of 2026-11-29T10:00:00\n"
+                                          "AccountingStorageType   = accounting_storage/slurmdbd\n"
+                                          "AcctGatherEnergyType    = acct_gather_energy/rapl\n"
+                                          "AcctGatherNodeFreq      = 30 sec\n"),
+            "rapl");
+  EXPECT_EQ(adapters::parse_energy_plugin("AcctGatherEnergyType    = acct_gather_energy/none\n"), "");
+  EXPECT_EQ(adapters::parse_energy_plugin("AcctGatherEnergyType    = (null)\n"), "");
+  EXPECT_EQ(adapters::parse_energy_plugin("AccountingStorageType = accounting_storage/none\n"), "");
+}
+
+TEST(SlurmParsingTest, a_jobs_energy_is_its_own_lines_else_its_batch_steps_from_sacct) {
+  // sacct -n -P -j ID --format=JobIDRaw,ConsumedEnergyRaw: the job, then its steps.
+  EXPECT_EQ(adapters::parse_sacct_energy("42|15234\n42.batch|15230\n42.extern|15234\n", "42"), 15234.0);
+  // Older Slurm leaves the job's own line empty: the batch step ran the command Joule handed it.
+  EXPECT_EQ(adapters::parse_sacct_energy("42|\n42.batch|9120\n42.extern|9400\n", "42"), 9120.0);
+  // No plugin (0 everywhere), not stored yet (empty), another job's lines, garbage: no figure.
+  EXPECT_EQ(adapters::parse_sacct_energy("42|0\n42.batch|0\n", "42"), std::nullopt);
+  EXPECT_EQ(adapters::parse_sacct_energy("42|\n42.batch|\n", "42"), std::nullopt);
+  EXPECT_EQ(adapters::parse_sacct_energy("421|500\n421.batch|500\n", "42"), std::nullopt);
+  EXPECT_EQ(adapters::parse_sacct_energy("42|12 J\n42.batch|nan\n", "42"), std::nullopt);
+  EXPECT_EQ(adapters::parse_sacct_energy("", "42"), std::nullopt);
+}
+
 TEST(SlurmParsingTest, sbatch_parsable_answers) {
   EXPECT_EQ(*adapters::parse_sbatch_id("123\n"), "123");
   EXPECT_EQ(*adapters::parse_sbatch_id("123;joule\n"), "123");

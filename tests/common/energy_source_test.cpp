@@ -5,8 +5,8 @@
 using joule::EnergySource;
 
 TEST(EnergySourceTest, only_hardware_meters_are_measurements) {
-  for (const auto source :
-       {EnergySource::rapl, EnergySource::nvml, EnergySource::ina3221, EnergySource::hwmon, EnergySource::battery}) {
+  for (const auto source : {EnergySource::rapl, EnergySource::nvml, EnergySource::ina3221, EnergySource::hwmon,
+                            EnergySource::battery, EnergySource::slurm}) {
     EXPECT_TRUE(joule::is_measurement(source)) << joule::to_string(source);
     EXPECT_TRUE(joule::is_measurement(joule::to_string(source)));
   }

@@ -235,6 +235,19 @@ TEST_F(SlurmCliTest, a_held_job_waits_until_released) {
   EXPECT_EQ(read_file(dir_ / "held.txt"), "ran\n");
 }
 
+TEST_F(SlurmCliTest, a_cluster_without_energy_accounting_names_no_plugin_and_gives_no_figure) {
+  // The test cluster has no AcctGatherEnergyType and no slurmdbd: jobs there are not metered.
+  auto plugin = cli_.energy_plugin();
+  ASSERT_TRUE(plugin) << plugin.error().message;
+  EXPECT_EQ(*plugin, "");
+  auto id = cli_.submit(job("energy", {"true"}));
+  ASSERT_TRUE(id) << id.error().message;
+  EXPECT_EQ(wait_final(*id).state, "COMPLETED");
+  auto energy = cli_.consumed_energy(*id);
+  EXPECT_TRUE(!energy || !*energy) << "no figure where nothing meters it";
+  EXPECT_FALSE(cli_.consumed_energy("42; rm -rf /")) << "not a job id";
+}
+
 TEST_F(SlurmCliTest, slurms_own_error_messages_come_back) {
   auto s = job("bad", {"true"});
   s.partition = "nope";

@@ -129,6 +129,9 @@ std::string JobService::summary() const {
 }
 
 std::string JobService::energy_scope(const std::string& device_name, const std::string& source) const {
+  if (source == to_string(EnergySource::slurm))
+    return "Slurm's energy accounting (sacct ConsumedEnergyRaw): its nodes' energy over its run, its own only where "
+           "it had them to itself";
   for (const auto& device : devices_) {
     if (device.name != device_name || !device.node.empty()) continue;
     if (const auto* model = device.meter->cpu_time_model(); model && source == device.meter->source())

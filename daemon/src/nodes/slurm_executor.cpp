@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
 
+#include "joule/common/energy_source.hpp"
 #include "joule/daemon/run_on_loop.hpp"
 #include "joule/daemon/thread_settings.hpp"
 
@@ -204,6 +205,10 @@ cluster::ReportedJob SlurmExecutor::report_of(const Handed& handed) const {
   report.reason = fmt::format("Slurm job {} {}{}", job.slurm_id, job.state,
                               job.reason.empty() || job.reason == "None" ? "" : " (" + job.reason + ")");
   if (state == schedulers::JobState::succeeded) report.reason = fmt::format("exit code 0 (Slurm job {})", job.slurm_id);
+  if (handed.energy_joules) {
+    report.energy_joules = handed.energy_joules;
+    report.energy_source = std::string(to_string(EnergySource::slurm));
+  }
   if (handed.record.resubmissions > 0 && state == schedulers::JobState::failed && !job.exit_signal &&
       job.exit_code == adapters::kSecondCopyExit)
     report.reason = fmt::format(
@@ -234,6 +239,20 @@ void SlurmExecutor::cycle() {
     std::lock_guard lock(mutex_);
     last_error_.clear();
     last_listing_ms_ = clock_.unix_ms();
+  }
+  if (!energy_plugin_) {
+    if (auto plugin = cli_.energy_plugin()) {
+      energy_plugin_ = *plugin;
+      if (plugin->empty())
+        spdlog::info(
+            "slurm: no energy accounting (AcctGatherEnergyType): jobs there are charged their estimate, "
+            "labelled modelled");
+      else
+        spdlog::info(
+            "slurm: energy accounting acct_gather_energy/{}: ended jobs' energy is read from sacct "
+            "(ConsumedEnergyRaw), labelled slurm",
+            *plugin);
+    }
   }
   std::map<std::string, const adapters::SlurmJob*> by_joule_id;
   for (const auto& job : *listing)
@@ -389,8 +408,9 @@ void SlurmExecutor::cycle() {
 
   // 5. Tell the JobService, per node type; what it has recorded is forgotten here.
   std::map<std::string, std::vector<cluster::ReportedJob>> reports;
-  for (const auto& [joule_id, handed] : handed_)
-    if (handed.last || handed.failure || handed.lost) reports[handed.node].push_back(report_of(handed));
+  for (auto& [joule_id, handed] : handed_)
+    if ((handed.last || handed.failure || handed.lost) && !awaits_energy(handed))
+      reports[handed.node].push_back(report_of(handed));
   std::vector<std::pair<std::string, std::int64_t>> recorded;
   on_loop([&] {
     for (const auto& [node, node_reports] : reports) {
@@ -406,6 +426,28 @@ void SlurmExecutor::cycle() {
   }
   std::lock_guard lock(mutex_);
   live_ = handed_.size();
+}
+
+bool SlurmExecutor::awaits_energy(Handed& handed) {
+  // Three asks, a poll apart: slurmdbd stores the figure shortly after the end; without it the
+  // job is charged its estimate, labelled modelled.
+  constexpr int kAsks = 3;
+  if (handed.energy_settled || !energy_plugin_ || energy_plugin_->empty() || handed.failure || handed.lost ||
+      !handed.last || !adapters::is_final_slurm_state(handed.last->state) || !handed.last->start_ms ||
+      handed.record.slurm_id.empty())
+    return false;
+  auto energy = cli_.consumed_energy(handed.record.slurm_id);
+  if (energy && *energy) {
+    handed.energy_joules = **energy;
+    handed.energy_settled = true;
+    return false;
+  }
+  if (++handed.energy_asks < kAsks) return true;
+  spdlog::warn(
+      "slurm: no energy for Slurm job {} from sacct after {} asks ({}): its estimate stands, labelled modelled",
+      handed.record.slurm_id, kAsks, energy ? "no ConsumedEnergyRaw" : energy.error().message);
+  handed.energy_settled = true;
+  return false;
 }
 
 json SlurmExecutor::describe() const {

@@ -106,6 +106,13 @@ class SlurmCli {
   Status cancel(std::string_view slurm_id) const;
   Status release(std::string_view slurm_id) const;  ///< scontrol release of a --hold job
 
+  /// The cluster's energy accounting plugin (`scontrol show config`, AcctGatherEnergyType):
+  /// "rapl", "ipmi", "gpu", "pm_counters"...; empty where none is configured.
+  Result<std::string> energy_plugin() const;
+  /// A finished job's energy as Slurm's accounting has it (sacct ConsumedEnergyRaw, joules; see
+  /// parse_sacct_energy); nullopt while sacct has no figure for it yet, or has none at all.
+  Result<std::optional<double>> consumed_energy(std::string_view slurm_id) const;
+
  private:
   /// `environment`: the command's whole environment; none: ours with options_.env on top.
   Result<std::string> run(const std::string& tool, const std::vector<std::string>& args,
@@ -184,6 +191,15 @@ Result<std::vector<SlurmJob>> parse_scontrol_jobs(std::string_view text);
 /// `sacct -X -n -P --format=JobIDRaw,User,State,Reason,NodeList,ExitCode,Start,End,Comment`
 /// (the comment last, so a '|' in it stays in it).
 Result<std::vector<SlurmJob>> parse_sacct(std::string_view text);
+
+/// The energy plugin named in `scontrol show config` ("AcctGatherEnergyType = acct_gather_energy/rapl"
+/// gives "rapl"); empty for none, "(null)" or a listing without it.
+std::string parse_energy_plugin(std::string_view show_config);
+
+/// `sacct -n -P -j ID --format=JobIDRaw,ConsumedEnergyRaw`: the job's own line where it carries
+/// a figure above 0, else its batch step's (the command Joule hands Slurm runs there); nullopt
+/// where neither has one (no energy plugin, or the figure not stored yet).
+std::optional<double> parse_sacct_energy(std::string_view text, std::string_view slurm_id);
 
 /// The error code for a failed Slurm command (`tool` is sbatch, scontrol...) from its stderr (see SlurmCli).
 ErrorCode classify_slurm_error(std::string_view tool, std::string_view stderr_text);

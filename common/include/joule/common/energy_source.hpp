@@ -8,10 +8,12 @@
 
 namespace joule {
 
-enum class EnergySource { rapl, nvml, ina3221, hwmon, battery, modelled, simulated };
+/// `slurm`: a Slurm job's energy as the cluster's acct_gather_energy plugin metered it (sacct
+/// ConsumedEnergyRaw): its nodes' meters over its run.
+enum class EnergySource { rapl, nvml, ina3221, hwmon, battery, slurm, modelled, simulated };
 
-constexpr std::array<std::string_view, 7> kEnergySourceNames = {"rapl",    "nvml",     "ina3221",  "hwmon",
-                                                                "battery", "modelled", "simulated"};
+constexpr std::array<std::string_view, 8> kEnergySourceNames = {"rapl",    "nvml",  "ina3221",  "hwmon",
+                                                                "battery", "slurm", "modelled", "simulated"};
 
 constexpr std::string_view to_string(EnergySource source) { return kEnergySourceNames[static_cast<int>(source)]; }
 

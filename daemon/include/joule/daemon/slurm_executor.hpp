@@ -59,6 +59,11 @@ class SlurmExecutor {
     std::optional<std::string> failure;  // Slurm refused it: reported failed with Slurm's message
     bool lost = false;
     int releases = 0;  // how often Joule released it from Slurm's launch-failure hold
+    // Ended, where the cluster meters energy: what sacct says it used, once read, and how often
+    // it was asked (the figure reaches slurmdbd a little after the end).
+    std::optional<double> energy_joules;
+    int energy_asks = 0;
+    bool energy_settled = false;
   };
 
   void run();
@@ -82,6 +87,10 @@ class SlurmExecutor {
   // The executor thread's own:
   std::map<std::string, Handed> handed_;  // by joule id "<job id>.<epoch>"
   bool listed_once_ = false;
+  // The cluster's energy plugin (AcctGatherEnergyType), read once; empty: jobs' energy is not metered.
+  std::optional<std::string> energy_plugin_;
+  /// Whether an ended job's report waits for its energy from sacct (asked now, a few times).
+  bool awaits_energy(Handed& handed);
   // For describe():
   std::string last_error_;
   std::int64_t last_listing_ms_ = 0;
