@@ -421,8 +421,9 @@ Status JobCgroups::probe(const path& dir) const {
 
 Status JobCgroups::detect(pid_t daemon_pid) {
   usable_ = false;
-  v2_prepared_ = v2_cpu_ = false;
+  v2_prepared_ = v2_cpu_ = v2_cpuset_ = false;
   cpu_note_.clear();
+  cpuset_note_ = "cgroup v1: the cpuset hierarchy is not used";
   v1_cpu_.clear();
   v1_freezer_.clear();
   const path list = proc_root_ / std::to_string(daemon_pid) / "cgroup";
@@ -492,7 +493,11 @@ Status JobCgroups::detect(pid_t daemon_pid) {
   auto controllers = read_file(files_, v2_own_ / "cgroup.controllers");
   if (!controllers) return unusable(controllers.error());
   std::istringstream names(*controllers);
-  for (std::string name; names >> name;) v2_cpu_ = v2_cpu_ || name == "cpu";
+  for (std::string name; names >> name;) {
+    v2_cpu_ = v2_cpu_ || name == "cpu";
+    v2_cpuset_ = v2_cpuset_ || name == "cpuset";
+  }
+  if (!v2_cpuset_) cpuset_note_ = fmt::format("the cpuset controller is not delegated to {}", v2_own_.string());
   if (!v2_cpu_)
     cpu_note_ = fmt::format("the cpu controller is not delegated to {} (cgroup.controllers: \"{}\")", v2_own_.string(),
                             trim(*controllers));
@@ -544,6 +549,13 @@ Status JobCgroups::prepare_v2() {
               .message;
     }
   }
+  if (v2_cpuset_) {
+    const path control = v2_own_ / "cgroup.subtree_control";
+    if (const int err = files_.write(control, "+cpuset\n"); err != 0) {
+      v2_cpuset_ = false;
+      cpuset_note_ = file_error(err, "write", control).message;
+    }
+  }
   v2_prepared_ = true;
   return {};
 }
@@ -587,7 +599,7 @@ std::vector<path> JobCgroups::job_dirs(const std::string& job_id) const {
   return dirs;
 }
 
-Result<JobCgroup> JobCgroups::create_for(const std::string& job_id, pid_t pid) {
+Result<JobCgroup> JobCgroups::create_for(const std::string& job_id, pid_t pid, const std::vector<int>& cpus) {
   if (!valid_job_id(job_id))
     return make_error(ErrorCode::invalid_argument, fmt::format("\"{}\" cannot name a cgroup", job_id));
   if (!usable_) return make_error(ErrorCode::unavailable, "no job cgroups: " + reason_);
@@ -599,16 +611,36 @@ Result<JobCgroup> JobCgroups::create_for(const std::string& job_id, pid_t pid) {
     for (const path& dir : made) (void)files_.remove_dir(dir);
     return error;
   };
+  std::string cpuset_cpus, cpuset_note;
   for (const path& dir : job_dirs(job_id)) {
     const int err = files_.make_dir(dir);
     if (err != 0 && err != EEXIST) return undo(file_error(err, "create", dir));
     if (err == 0) made.push_back(dir);
+    if (!cpus.empty() && version_ == CgroupVersion::v2) {
+      // Before anything moves in: no process of the job ever runs outside its cores.
+      const std::string list = cpu_list_text(cpus);
+      if (!v2_cpuset_)
+        cpuset_note = cpuset_note_;
+      else if (const int refused = files_.write(dir / "cpuset.cpus", list + "\n"); refused != 0)
+        cpuset_note = file_error(refused, "write", dir / "cpuset.cpus").message;
+      else
+        cpuset_cpus = list;
+    } else if (!cpus.empty()) {
+      cpuset_note = "cgroup v1: the cpuset hierarchy is not used";
+    }
     if (auto moved = move_job(pid, dir); !moved) return undo(moved.error());
   }
   const auto dirs = job_dirs(job_id);
-  if (version_ == CgroupVersion::v2) return JobCgroup{CgroupVersion::v2, v2_cpu_ ? dirs[0] : path(), dirs[0]};
-  return JobCgroup{CgroupVersion::v1, v1_cpu_.empty() ? path() : v1_cpu_ / ("job-" + job_id),
+  if (version_ == CgroupVersion::v2) {
+    JobCgroup cgroup{CgroupVersion::v2, v2_cpu_ ? dirs[0] : path(), dirs[0]};
+    cgroup.cpuset_cpus = cpuset_cpus;
+    cgroup.cpuset_note = cpuset_note;
+    return cgroup;
+  }
+  JobCgroup cgroup{CgroupVersion::v1, v1_cpu_.empty() ? path() : v1_cpu_ / ("job-" + job_id),
                    v1_freezer_.empty() ? path() : v1_freezer_ / ("job-" + job_id)};
+  cgroup.cpuset_note = cpuset_note;
+  return cgroup;
 }
 
 Status JobCgroups::remove(const std::string& job_id) {

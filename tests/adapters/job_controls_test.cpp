@@ -120,6 +120,7 @@ class FakeKernel {
       put(d / "cgroup.controllers", parent_control);
       put(d / "cgroup.events", "populated 0\nfrozen 0\n");
       if (has(parent_control, "cpu")) put(d / "cpu.max", "max 100000\n");
+      if (has(parent_control, "cpuset")) put(d / "cpuset.cpus", "");
     } else if (rel(d).starts_with("cpu")) {
       put(d / "cpu.cfs_quota_us", "-1\n");
       put(d / "cpu.cfs_period_us", "100000\n");
@@ -240,6 +241,40 @@ TEST(CgroupTest, v2_delegated_cgroup_moves_daemon_to_leaf_first) {
   kernel.log.clear();
   ASSERT_TRUE(cgroups.create_for("8", 300));
   EXPECT_EQ(kernel.log.front(), "mkdir " + own + "job-8");  // prepared once
+}
+
+TEST(CgroupTest, v2_with_the_cpuset_controller_confines_a_job_to_its_cores_before_it_moves_in) {
+  FakeKernel kernel;
+  write_v2_host(kernel, "cpu cpuset memory pids");
+  write_job_group(kernel);
+  JobCgroups cgroups = detected(kernel);
+  auto job = cgroups.create_for("7", 200, {2, 3, 5});
+  ASSERT_TRUE(job) << job.error().message;
+  EXPECT_EQ(job->cpuset_cpus, "2-3,5");
+  EXPECT_EQ(job->cpuset_note, "");
+  const std::string own = "system.slice/jouled.service/";
+  EXPECT_EQ(slurp(kernel.cg(own + "job-7/cpuset.cpus")), "2-3,5\n");
+  const auto at = [&](const std::string& entry) {
+    return std::find(kernel.log.begin(), kernel.log.end(), entry) - kernel.log.begin();
+  };
+  EXPECT_LT(at("write " + own + "cgroup.subtree_control +cpuset"), at("mkdir " + own + "job-7"));
+  EXPECT_LT(at("write " + own + "job-7/cpuset.cpus 2-3,5"), at("write " + own + "job-7/cgroup.procs 200"))
+      << "no process of the job runs outside its cores";
+  // A job that asks for no cores gets no cpuset written.
+  kernel.log.clear();
+  ASSERT_TRUE(cgroups.create_for("8", 300));
+  for (const auto& entry : kernel.log) EXPECT_FALSE(has(entry, "cpuset")) << entry;
+}
+
+TEST(CgroupTest, without_a_cpuset_a_jobs_cores_are_kept_by_affinity_and_it_says_why) {
+  FakeKernel kernel;
+  write_v2_host(kernel);  // cpu memory pids
+  write_job_group(kernel);
+  JobCgroups cgroups = detected(kernel);
+  auto job = cgroups.create_for("7", 200, {1});
+  ASSERT_TRUE(job) << job.error().message;
+  EXPECT_EQ(job->cpuset_cpus, "");
+  EXPECT_TRUE(has(job->cpuset_note, "the cpuset controller is not delegated to")) << job->cpuset_note;
 }
 
 TEST(CgroupTest, v2_without_the_cpu_controller_still_freezes_but_has_no_quota) {

@@ -73,6 +73,10 @@ struct JobCgroup {
   CgroupVersion version = CgroupVersion::v2;
   std::filesystem::path cpu_dir;      ///< empty: no cpu controller, so no CPU quota
   std::filesystem::path freezer_dir;  ///< empty: no freezer, so JobPauser uses SIGSTOP
+  /// The CPUs its cpuset confines it to (create_for's `cpus`), as the kernel has them; empty
+  /// where it asked for none, or `cpuset_note` says why there is no cpuset.
+  std::string cpuset_cpus;
+  std::string cpuset_note;
 };
 
 /// Pauses and resumes a whole job. With a freezer (`cgroup` given and its `freezer_dir` set):
@@ -207,8 +211,12 @@ class JobCgroups {
   /// into it, with every process of the process group `pid` leads (found under `proc_root`):
   /// the job runner may already have forked the command. Later children follow by inheritance.
   /// `job_id` is a directory name: letters, digits, '-', '_', '.', not starting with '.'.
-  /// On failure the cgroups this call made are removed again.
-  Result<JobCgroup> create_for(const std::string& job_id, pid_t pid);
+  /// On failure the cgroups this call made are removed again. `cpus` (a job's own cores): under
+  /// v2 with the cpuset controller delegated, written to its `cpuset.cpus` before anything moves
+  /// in, so the kernel keeps the job on them whatever affinity it sets itself; where there is no
+  /// cpuset, or the kernel refuses the list, the cgroup is made all the same and `cpuset_note`
+  /// says why (the runner's affinity still holds the job to them).
+  Result<JobCgroup> create_for(const std::string& job_id, pid_t pid, const std::vector<int>& cpus = {});
   /// Removes the job's cgroup(s): conflict while a process is still in one, success when gone.
   Status remove(const std::string& job_id);
 
@@ -230,6 +238,8 @@ class JobCgroups {
   bool v2_prepared_ = false;
   bool v2_cpu_ = false;
   std::string cpu_note_;  ///< why there is no CPU quota, when there is none
+  bool v2_cpuset_ = false;
+  std::string cpuset_note_;  ///< why jobs' cores get no cpuset, when they get none
   std::filesystem::path v1_cpu_;
   std::filesystem::path v1_freezer_;
 };

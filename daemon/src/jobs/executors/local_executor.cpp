@@ -366,9 +366,13 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
   job.started_steady = host_.clock().steady();
   job.energy_shared = false;
   if (options_.cgroups && options_.cgroups->usable()) {
-    if (auto cgroup = options_.cgroups->create_for(id, process.pid))
+    if (auto cgroup = options_.cgroups->create_for(id, process.pid, run.cpus)) {
       run.cgroup = *cgroup;
-    else
+      if (!cgroup->cpuset_cpus.empty())
+        host_.note(job, fmt::format("its cpuset cgroup keeps it on CPUs {}", cgroup->cpuset_cpus));
+      else if (!run.cpus.empty() && !cgroup->cpuset_note.empty())
+        host_.note(job, fmt::format("its cores are kept by CPU affinity alone (no cpuset: {})", cgroup->cpuset_note));
+    } else
       spdlog::warn("job {}: no cgroup of its own ({}); it can be paused (SIGSTOP) but gets no CPU quota", id,
                    cgroup.error().message);
   }
