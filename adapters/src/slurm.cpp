@@ -21,6 +21,19 @@ namespace {
 
 constexpr std::string_view kCommentPrefix = "joule:";
 
+// A command's output, line by line, each trimmed (blank ones kept, as empty views).
+std::vector<std::string_view> trimmed_lines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    lines.push_back(trim(text.substr(start, end - start)));
+    start = end + 1;
+  }
+  return lines;
+}
+
 std::string upper(std::string_view text) {
   std::string out(text);
   for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -374,12 +387,7 @@ Result<std::vector<SlurmJob>> parse_squeue_json(std::string_view text) {
 
 Result<std::vector<SlurmJob>> parse_scontrol_jobs(std::string_view text) {
   std::vector<SlurmJob> out;
-  std::size_t line_start = 0;
-  while (line_start < text.size()) {
-    auto line_end = text.find('\n', line_start);
-    if (line_end == std::string_view::npos) line_end = text.size();
-    const auto line = trim(text.substr(line_start, line_end - line_start));
-    line_start = line_end + 1;
+  for (const std::string_view line : trimmed_lines(text)) {
     if (line.empty() || line == "No jobs in the system") continue;
 
     // Key=Value pairs separated by spaces; a word that does not look like "Key=" continues
@@ -431,12 +439,7 @@ Result<std::vector<SlurmJob>> parse_scontrol_jobs(std::string_view text) {
 }
 
 std::string parse_energy_plugin(std::string_view show_config) {
-  std::size_t start = 0;
-  while (start < show_config.size()) {
-    auto end = show_config.find('\n', start);
-    if (end == std::string_view::npos) end = show_config.size();
-    const auto line = trim(show_config.substr(start, end - start));
-    start = end + 1;
+  for (const std::string_view line : trimmed_lines(show_config)) {
     if (line.rfind("AcctGatherEnergyType", 0) != 0) continue;
     const auto equals = line.find('=');
     if (equals == std::string_view::npos) return {};
@@ -450,12 +453,7 @@ std::string parse_energy_plugin(std::string_view show_config) {
 
 std::optional<double> parse_sacct_energy(std::string_view text, std::string_view slurm_id) {
   std::optional<double> own, batch;
-  std::size_t start = 0;
-  while (start < text.size()) {
-    auto end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    const auto line = trim(text.substr(start, end - start));
-    start = end + 1;
+  for (const std::string_view line : trimmed_lines(text)) {
     const auto bar = line.find('|');
     if (bar == std::string_view::npos) continue;
     const auto id = trim(line.substr(0, bar));
