@@ -90,6 +90,17 @@ std::string seconds_text(const json& seconds) {
 }
 
 // "v3, 42 samples, last probe 2026-..., held-out error 4.1 %; probing" from GET /v1/devices.
+// The jobs on a device: the first, how many more, and on a device that shares its cores how
+// many of them are held ("job-1 +2 [3/4 cores]").
+std::string device_jobs_text(const json& device) {
+  const json jobs = device.value("jobs", json::array());
+  std::string text = jobs.empty() ? text_or(device["job"]) : jobs[0]["id"].get<std::string>();
+  if (jobs.size() > 1) text += fmt::format(" +{}", jobs.size() - 1);
+  if (device.contains("cores") && device["cores"].is_object())
+    text += fmt::format(" [{}/{} cores]", device["cores"]["held"].get<int>(), device["cores"]["shared"].get<int>());
+  return text;
+}
+
 std::string model_summary(const json& model) {
   std::string text = model.value("state", "none");
   if (model.contains("version")) text = fmt::format("v{}", model["version"].get<long long>());
@@ -1000,7 +1011,7 @@ int main(int argc, char** argv) {
         const auto& meter = device["meter"];
         fmt::print("{:<20}  {:<10}  {:>9.1f}  {:>12.1f}  {:<36}  {}\n", device["name"].get<std::string>(),
                    meter["source"].get<std::string>() + (meter["measured"].get<bool>() ? "" : "*"),
-                   device["power_watts"].get<double>(), device["energy_joules"].get<double>(), text_or(device["job"]),
+                   device["power_watts"].get<double>(), device["energy_joules"].get<double>(), device_jobs_text(device),
                    model_summary(device["model"]));
       }
       for (const auto& device : listed["devices"]) {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "daemon_process.hpp"
@@ -60,6 +61,10 @@ TEST(SharedNodeTest, two_one_core_jobs_run_side_by_side_on_cores_of_their_own_ea
   EXPECT_EQ(cpu["cores"]["shared"], 2) << cpu.dump(2);
   EXPECT_EQ(cpu["cores"]["held"], 2) << cpu.dump(2);
   EXPECT_EQ(cpu["jobs"].size(), 2u) << cpu.dump(2);
+  const auto [code, table] = joule::testing::run_program(
+      {JOULECTL_BINARY, "--server", fmt::format("http://127.0.0.1:{}", daemon.port()), "devices"});
+  EXPECT_EQ(code, 0) << table;
+  EXPECT_NE(table.find(" +1 [2/2 cores]"), std::string::npos) << table;
 
   // A third one-core job waits for a core; one that asks for none waits for the whole device.
   const std::string third = daemon.submit(job_until(go, 1, false));
