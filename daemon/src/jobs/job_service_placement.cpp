@@ -457,7 +457,10 @@ void JobService::track_running(schedulers::UnixMillis now) {
       sample.controls.can_limit_cpu = executor.can_limit_cpu(job);
       sample.controls.can_limit_gpu = device.can_limit_gpu;
       sample.controls.gpu_min_watts = device.gpu_min_watts;
-      sample.controls.cpus = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+      // What a CPU quota is a fraction of: its own cores where it asked for some.
+      sample.controls.cpus = job.spec.resources.cores
+                                 ? static_cast<double>(*job.spec.resources.cores)
+                                 : static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
       samples.push_back(std::move(sample));
     }
   }
