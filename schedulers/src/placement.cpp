@@ -81,6 +81,12 @@ struct DeviceView {
   std::vector<std::pair<UnixMillis, UnixMillis>> deferred;
 };
 
+// A job waits for the shared device's cores from its expected start: later jobs backfill only
+// what ends by then.
+void hold_for_waiting(DeviceView& view) {
+  view.held_for = std::min(view.held_for.value_or(view.available_at), view.available_at);
+}
+
 // Whether a job asking for `job_cores` (0: the whole device) could start on it now, in this pass.
 bool fits_now(const DeviceView& view, int job_cores) {
   if (!view.free) return false;
@@ -680,8 +686,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       // A baseline keeps queue order on shared devices too: later jobs take cores it waits for
       // only if they end before it can start (as for the objectives that wait for a device).
       if (reason->kind == WaitReason::Kind::no_free_device)
-        for (const std::size_t d : short_of_cores)
-          views[d].held_for = std::min(views[d].held_for.value_or(views[d].available_at), views[d].available_at);
+        for (const std::size_t d : short_of_cores) hold_for_waiting(views[d]);
       result.waiting.emplace_back(job->id, std::move(*reason));
       continue;
     }
@@ -702,7 +707,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
                       format_rfc3339(view.available_at)),
           where};
       why.retry_at = view.available_at;
-      if (view.cores > 0) view.held_for = std::min(view.held_for.value_or(view.available_at), view.available_at);
+      if (view.cores > 0) hold_for_waiting(view);
       view.available_at = best.finish;
       result.waiting.emplace_back(job->id, std::move(why));
       continue;

@@ -625,11 +625,8 @@ std::optional<double> LocalExecutor::energy_so_far(JobRecord& job, Device& devic
   Run& run = run_of(job);
   if (const auto* model = device.meter->cpu_time_model(); model && job.row.started_ms && job.row.pid > 0) {
     // The runner's wait4 at the end counts every descendant it waited for; while running, the
-    // group's live processes are read. CPU time never goes back: the largest reading stands.
-    const auto cpu = exit && exit->cpu_seconds
-                         ? exit->cpu_seconds
-                         : adapters::process_group_cpu_seconds(static_cast<pid_t>(job.row.pid), options_.proc_root);
-    if (cpu) run.cpu_seconds = std::max(run.cpu_seconds.value_or(0.0), *cpu);
+    // group's live processes are read.
+    read_cpu_seconds(job, run, exit);
     // Its run on the monotonic clock where this daemon started it; an adopted run has only
     // its stored start.
     const auto until = job.row.finished_ms.value_or(host_.clock().unix_ms());
@@ -648,6 +645,14 @@ std::optional<double> LocalExecutor::energy_so_far(JobRecord& job, Device& devic
   return std::max(0.0, measured->joules - run.joules_to_others);
 }
 
+void LocalExecutor::read_cpu_seconds(const JobRecord& job, Run& run, const adapters::ExitStatus* exit) const {
+  const auto cpu = exit && exit->cpu_seconds
+                       ? exit->cpu_seconds
+                       : adapters::process_group_cpu_seconds(static_cast<pid_t>(job.row.pid), options_.proc_root);
+  // CPU time never goes back (an exited child leaves the group's live count): the largest stands.
+  if (cpu) run.cpu_seconds = std::max(run.cpu_seconds.value_or(0.0), *cpu);
+}
+
 void LocalExecutor::share_sample(const Device& device, double joules, double seconds) {
   struct Sharer {
     JobRecord* job;
@@ -660,9 +665,7 @@ void LocalExecutor::share_sample(const Device& device, double joules, double sec
     JobRecord* job = host_.find_job(hold.job);
     if (it == runs_.end() || !job || job->row.pid <= 0 || !job->row.started_ms) continue;
     Run& run = it->second;
-    // CPU time never goes back (an exited child leaves the group's live count): the largest stands.
-    if (const auto cpu = adapters::process_group_cpu_seconds(static_cast<pid_t>(job->row.pid), options_.proc_root))
-      run.cpu_seconds = std::max(run.cpu_seconds.value_or(0.0), *cpu);
+    read_cpu_seconds(*job, run, nullptr);
     sharers.push_back(Sharer{job, &run, run.cpu_seconds.value_or(0.0)});
   }
   std::vector<double> used;

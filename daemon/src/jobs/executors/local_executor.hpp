@@ -100,6 +100,8 @@ class LocalExecutor final : public Executor {
   std::vector<int> choose_cpus(int count) const;
 
   Run& run_of(const JobRecord& job);
+  /// Its process group's CPU time into `run.cpu_seconds` (the exit's total where it has ended).
+  void read_cpu_seconds(const JobRecord& job, Run& run, const adapters::ExitStatus* exit) const;
   /// Creates the job's directory and its tmp/, owned by `identity` when there is one.
   Status prepare_work_directory(const std::string& id, const std::optional<adapters::JobIdentity>& identity) const;
   std::vector<std::string> job_environment(const JobRecord& job, const Device& device) const;
