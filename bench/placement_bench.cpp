@@ -204,9 +204,9 @@ std::unique_ptr<Cluster> make_cluster(std::size_t device_count, std::size_t queu
   const auto states = c->ledger.states(kNow);
   c->open_budgets = budgets;
   for (std::size_t b = 0; b < budgets.size(); ++b)
-    c->open_budgets[b].limit_joules = 2.0 * (states[b].spent_joules + states[b].reserved.mean_joules) + 1e9;
+    c->open_budgets[b].limit = 2.0 * (states[b].spent + states[b].reserved.mean_joules) + 1e9;
   c->tight_budgets = c->open_budgets;
-  c->tight_budgets[1].limit_joules = states[1].spent_joules + states[1].reserved.mean_joules + 1e3;
+  c->tight_budgets[1].limit = states[1].spent + states[1].reserved.mean_joules + 1e3;
 
   // Queue.
   std::vector<std::size_t> cuda_devices;
@@ -482,7 +482,7 @@ void frees_by_row(std::size_t uses, double seconds) {
     for (const auto& cand : job->candidates)
       if (cand.estimate && state.budget.scope.covers(c->devices[cand.device].ref)) {
         const js::EnergyDistribution total = state.reserved + cand.estimate->energy();
-        deficits.push_back(state.spent_joules + js::quantile_above(total, c->policy.risk) - state.budget.limit_joules);
+        deficits.push_back(state.spent + js::quantile_above(total, c->policy.risk) - state.budget.limit);
       }
   std::size_t i = 0, found = 0;
   const Others since = Others::now();

@@ -11,7 +11,7 @@ namespace joule::adapters {
 namespace {
 
 // Each entry moves the schema from version i to i + 1. Never edit a released entry: add one.
-constexpr std::array<const char*, 11> kMigrations = {
+constexpr std::array<const char*, 12> kMigrations = {
     R"sql(
 CREATE TABLE jobs (
   id              TEXT PRIMARY KEY,
@@ -159,27 +159,40 @@ UPDATE energy_uses SET owner = (SELECT owner FROM jobs WHERE jobs.id = energy_us
   project = (SELECT project FROM jobs WHERE jobs.id = energy_uses.work)
   WHERE work != 'probe' AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = energy_uses.work);
 )sql",
+    // Budgets in grams and money (issue 34): each ledger entry's grams and cost (older job
+    // entries their share of their job's grams; probes and costs before this stay unknown), and
+    // each job's cost under the price signal.
+    R"sql(
+ALTER TABLE energy_uses ADD COLUMN grams REAL;
+ALTER TABLE energy_uses ADD COLUMN cost REAL;
+UPDATE energy_uses SET grams = (SELECT carbon_grams * energy_uses.joules / energy_joules FROM jobs
+  WHERE jobs.id = energy_uses.work AND energy_joules > 0) WHERE work != 'probe';
+ALTER TABLE jobs ADD COLUMN cost REAL;
+ALTER TABLE jobs ADD COLUMN cost_price REAL;
+ALTER TABLE jobs ADD COLUMN cost_currency TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN cost_signal TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 constexpr const char* kInsertJob =
     "INSERT INTO jobs (id, sequence, name, spec, state, priority, device, submitted_ms, started_ms,"
     " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate,"
     " token_sha256, epoch, origin, owner, owner_uid, energy_partial, carbon_grams, carbon_intensity, carbon_signal,"
-    " project, estimated_joules)"
+    " project, estimated_joules, cost, cost_price, cost_currency, cost_signal)"
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23,"
-    " ?24, ?25, ?26, ?27, ?28, ?29)";
+    " ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)";
 constexpr const char* kUpdateJob =
     "UPDATE jobs SET sequence = ?2, name = ?3, spec = ?4, state = ?5, priority = ?6, device = ?7,"
     " submitted_ms = ?8, started_ms = ?9, finished_ms = ?10, exit_code = ?11, reason = ?12,"
     " energy_joules = ?13, energy_source = ?14, pid = ?15, pid_start_ticks = ?16, boot_id = ?17,"
     " estimate = ?18, token_sha256 = ?19, epoch = ?20, origin = ?21, owner = ?22, owner_uid = ?23,"
     " energy_partial = ?24, carbon_grams = ?25, carbon_intensity = ?26, carbon_signal = ?27, project = ?28,"
-    " estimated_joules = ?29 WHERE id = ?1";
+    " estimated_joules = ?29, cost = ?30, cost_price = ?31, cost_currency = ?32, cost_signal = ?33 WHERE id = ?1";
 #define JOULE_JOB_COLUMNS                                                                                        \
   "SELECT id, sequence, name, spec, state, priority, device, submitted_ms, started_ms, finished_ms, exit_code,"  \
   " reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate, token_sha256, epoch, origin," \
-  " owner, owner_uid, energy_partial, carbon_grams, carbon_intensity, carbon_signal, project, estimated_joules"  \
-  " FROM jobs "
+  " owner, owner_uid, energy_partial, carbon_grams, carbon_intensity, carbon_signal, project, estimated_joules," \
+  " cost, cost_price, cost_currency, cost_signal FROM jobs "
 constexpr const char* kSelectJobs = JOULE_JOB_COLUMNS "ORDER BY sequence";
 // Every job not finished (by state, through the index: a scan of a million finished rows
 // would read them all), then the latest finished ones of each finished state, in submission
@@ -244,11 +257,11 @@ constexpr const char* kDeleteJob = "DELETE FROM jobs WHERE id = ?1";
 constexpr const char* kSelectJobEvents =
     "SELECT job_id, at_ms, state, message FROM job_events WHERE job_id = ?1 ORDER BY id";
 constexpr const char* kInsertEnergyUse =
-    "INSERT INTO energy_uses (node, device, work, start_ms, end_ms, joules, source, owner, project)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+    "INSERT INTO energy_uses (node, device, work, start_ms, end_ms, joules, source, owner, project, grams, cost)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
 constexpr const char* kSelectEnergyUses =
-    "SELECT node, device, work, start_ms, end_ms, joules, source, owner, project FROM energy_uses WHERE end_ms >= ?1"
-    " ORDER BY end_ms, id";
+    "SELECT node, device, work, start_ms, end_ms, joules, source, owner, project, grams, cost FROM energy_uses"
+    " WHERE end_ms >= ?1 ORDER BY end_ms, id";
 constexpr const char* kDeleteEnergyUses = "DELETE FROM energy_uses WHERE end_ms < ?1";
 constexpr const char* kSaveSnapshot =
     "INSERT INTO model_snapshots (device, version, saved_ms, source, snapshot, meta) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
@@ -319,6 +332,10 @@ void bind_job(sqlite3_stmt* stmt, const StoredJob& job) {
   bind_text(stmt, 27, job.carbon_signal);
   bind_text(stmt, 28, job.project);
   bind_optional(stmt, 29, job.estimated_joules);
+  bind_optional(stmt, 30, job.cost);
+  bind_optional(stmt, 31, job.cost_price);
+  bind_text(stmt, 32, job.cost_currency);
+  bind_text(stmt, 33, job.cost_signal);
 }
 
 std::string column_text(sqlite3_stmt* stmt, int column) {
@@ -522,6 +539,10 @@ StoredJob read_job(sqlite3_stmt* stmt) {
   job.carbon_signal = column_text(stmt, 26);
   job.project = column_text(stmt, 27);
   job.estimated_joules = column_optional<double>(stmt, 28);
+  job.cost = column_optional<double>(stmt, 29);
+  job.cost_price = column_optional<double>(stmt, 30);
+  job.cost_currency = column_text(stmt, 31);
+  job.cost_signal = column_text(stmt, 32);
   return job;
 }
 
@@ -837,6 +858,8 @@ Status Database::insert_energy_use(const StoredEnergyUse& use) {
   bind_text(*stmt, 7, use.source);
   bind_text(*stmt, 8, use.owner);
   bind_text(*stmt, 9, use.project);
+  bind_optional(*stmt, 10, use.grams);
+  bind_optional(*stmt, 11, use.cost);
   if (sqlite3_step(*stmt) != SQLITE_DONE) return sqlite_error(fmt::format("recording the energy of {}", use.work));
   return {};
 }
@@ -849,10 +872,10 @@ Result<std::vector<StoredEnergyUse>> Database::load_energy_uses(std::int64_t sin
   std::vector<StoredEnergyUse> out;
   int rc = 0;
   while ((rc = sqlite3_step(*stmt)) == SQLITE_ROW) {
-    out.push_back(StoredEnergyUse{column_text(*stmt, 0), column_text(*stmt, 1), column_text(*stmt, 2),
-                                  sqlite3_column_int64(*stmt, 3), sqlite3_column_int64(*stmt, 4),
-                                  sqlite3_column_double(*stmt, 5), column_text(*stmt, 6), column_text(*stmt, 7),
-                                  column_text(*stmt, 8)});
+    out.push_back(StoredEnergyUse{
+        column_text(*stmt, 0), column_text(*stmt, 1), column_text(*stmt, 2), sqlite3_column_int64(*stmt, 3),
+        sqlite3_column_int64(*stmt, 4), sqlite3_column_double(*stmt, 5), column_text(*stmt, 6), column_text(*stmt, 7),
+        column_text(*stmt, 8), column_optional<double>(*stmt, 9), column_optional<double>(*stmt, 10)});
   }
   if (rc != SQLITE_DONE) return sqlite_error("loading the budget ledger");
   return out;

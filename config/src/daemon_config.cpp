@@ -3,8 +3,9 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cctype>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -13,6 +14,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "joule/config/grid_signal_file.hpp"
 #include "joule/estimator/simulated_device.hpp"
 #include "toml_checker.hpp"
 
@@ -132,54 +134,79 @@ void parse_named_tokens(Checker& check, const toml::node& node, std::vector<Daem
   }
 }
 
-void parse_carbon(Checker& check, const toml::table& table, CarbonConfig& carbon) {
-  check.warn_unknown(table, "carbon.",
-                     {"file", "url", "token_file", "token_header", "intensity", "refresh_seconds", "timeout_seconds"});
-  if (auto file = check.get<std::string>(table, "file", "carbon.file")) {
+// [carbon] or [price] (`name`): the same keys but for the constant and the currency.
+void parse_signal(Checker& check, const toml::table& table, const std::string& name, SignalConfig& signal) {
+  const bool price = name == "price";
+  const char* constant_key = price ? "per_kwh" : "intensity";
+  std::set<std::string> known{"file",           "url", "token_file", "token_header", constant_key, "refresh_seconds",
+                              "timeout_seconds"};
+  if (price) known.insert("currency");
+  check.warn_unknown(table, name + ".", known);
+  auto key = [&](const char* what) { return fmt::format("{}.{}", name, what); };
+  if (auto file = check.get<std::string>(table, "file", key("file"))) {
     if (file->empty() || file->front() != '/')
-      check.problem(*table.get("file"), "carbon.file must be an absolute path");
+      check.problem(*table.get("file"), fmt::format("{} must be an absolute path", key("file")));
     else
-      carbon.file = *file;
+      signal.file = *file;
   }
-  if (auto url = check.get<std::string>(table, "url", "carbon.url")) {
+  if (auto url = check.get<std::string>(table, "url", key("url"))) {
     if (!url->starts_with("http://") && !url->starts_with("https://"))
-      check.problem(*table.get("url"), fmt::format("carbon.url \"{}\" must start with http:// or https://", *url));
+      check.problem(*table.get("url"), fmt::format("{} \"{}\" must start with http:// or https://", key("url"), *url));
     else
-      carbon.url = *url;
+      signal.url = *url;
   }
-  if (!carbon.file.empty() && !carbon.url.empty()) check.problem(table, "[carbon] takes a file or a url, not both");
-  if (auto path = check.get<std::string>(table, "token_file", "carbon.token_file")) {
+  if (!signal.file.empty() && !signal.url.empty())
+    check.problem(table, fmt::format("[{}] takes a file or a url, not both", name));
+  if (auto path = check.get<std::string>(table, "token_file", key("token_file"))) {
     if (path->empty() || path->front() != '/')
-      check.problem(*table.get("token_file"), "carbon.token_file must be an absolute path");
-    else if (carbon.url.empty())
-      check.problem(*table.get("token_file"), "carbon.token_file is sent with carbon.url requests: set a url");
+      check.problem(*table.get("token_file"), fmt::format("{} must be an absolute path", key("token_file")));
+    else if (signal.url.empty())
+      check.problem(*table.get("token_file"),
+                    fmt::format("{} is sent with {} requests: set a url", key("token_file"), key("url")));
     else
-      carbon.token_file = *path;
+      signal.token_file = *path;
   }
-  if (auto header = check.get<std::string>(table, "token_header", "carbon.token_header")) {
+  if (auto header = check.get<std::string>(table, "token_header", key("token_header"))) {
     const bool token_like = !header->empty() && std::all_of(header->begin(), header->end(), [](unsigned char c) {
       return std::isalnum(c) || c == '-' || c == '_';
     });
     if (!token_like)
       check.problem(
           *table.get("token_header"),
-          fmt::format("carbon.token_header \"{}\" must be a header name (letters, digits, '-', '_')", *header));
-    else if (carbon.token_file.empty())
+          fmt::format("{} \"{}\" must be a header name (letters, digits, '-', '_')", key("token_header"), *header));
+    else if (signal.token_file.empty())
       check.problem(*table.get("token_header"),
-                    "carbon.token_header names where carbon.token_file goes: set a token_file");
+                    fmt::format("{} names where {} goes: set a token_file", key("token_header"), key("token_file")));
     else
-      carbon.token_header = *header;
+      signal.token_header = *header;
   }
-  if (auto intensity = check.get<double>(table, "intensity", "carbon.intensity")) {
-    // The dirtiest grids average about 1,000 g/kWh (coal); 5,000 is a typo, not a grid.
-    if (!(*intensity >= 0.0 && *intensity <= 5000.0))
-      check.problem(*table.get("intensity"), "carbon.intensity must be 0-5000 gCO2e/kWh");
+  if (auto constant = check.get<double>(table, constant_key, key(constant_key))) {
+    // The dirtiest grids average about 1,000 g/kWh (coal); 5,000 is a typo, not a grid. A price
+    // is in any currency: only its sign and finiteness are checked.
+    if (!price && !(*constant >= 0.0 && *constant <= 5000.0))
+      check.problem(*table.get(constant_key), "carbon.intensity must be 0-5000 gCO2e/kWh");
+    else if (price && !(std::isfinite(*constant) && *constant >= 0.0))
+      check.problem(*table.get(constant_key), "price.per_kwh must be a price >= 0");
     else
-      carbon.intensity = *intensity;
+      signal.constant = *constant;
   }
-  carbon.refresh_seconds = check.positive(table, "refresh_seconds", "carbon.refresh_seconds", carbon.refresh_seconds);
-  carbon.timeout_seconds = check.positive(table, "timeout_seconds", "carbon.timeout_seconds", carbon.timeout_seconds);
-  if (!carbon.configured()) check.problem(table, "[carbon] needs a file, a url or an intensity (gCO2e/kWh)");
+  if (price) {
+    if (auto currency = check.get<std::string>(table, "currency", "price.currency")) {
+      if (!is_currency_code(*currency))
+        check.problem(*table.get("currency"),
+                      fmt::format("price.currency must be a currency code of 3 capital letters (\"EUR\"), got \"{}\"",
+                                  *currency));
+      else
+        signal.currency = *currency;
+    } else if (!table.get("currency")) {
+      check.problem(table, "[price] needs a currency: the code its prices are in (currency = \"EUR\")");
+    }
+  }
+  signal.refresh_seconds = check.positive(table, "refresh_seconds", key("refresh_seconds"), signal.refresh_seconds);
+  signal.timeout_seconds = check.positive(table, "timeout_seconds", key("timeout_seconds"), signal.timeout_seconds);
+  if (!signal.configured())
+    check.problem(table, price ? "[price] needs a file, a url or a per_kwh price"
+                               : "[carbon] needs a file, a url or an intensity (gCO2e/kWh)");
 }
 
 void parse_slurm(Checker& check, const toml::table& table, SlurmConfig& slurm) {
@@ -481,7 +508,7 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
   config.source = file_name;
   check.warn_unknown(root, "",
                      {"server", "state", "log", "auth", "devices", "meters", "jobs", "probing", "node", "policy",
-                      "cluster", "slurm", "carbon"});
+                      "cluster", "slurm", "carbon", "price"});
 
   auto table_of = [&](const char* key) -> const toml::table* {
     const toml::node* node = root.get(key);
@@ -568,7 +595,8 @@ Result<LoadedConfig> parse_config(const std::string& text, const std::string& fi
     if (config.cluster.role == "agent")
       check.problem(*slurm, "[slurm] is for a coordinator (or a standalone node), not an agent");
   }
-  if (const auto* carbon = table_of("carbon")) parse_carbon(check, *carbon, config.carbon);
+  if (const auto* carbon = table_of("carbon")) parse_signal(check, *carbon, "carbon", config.carbon);
+  if (const auto* price = table_of("price")) parse_signal(check, *price, "price", config.price);
   if (const toml::node* devices = root.get("devices")) parse_devices(check, *devices, config);
   if (const auto* meters = table_of("meters")) {
     check.warn_unknown(*meters, "meters.", {"interval_seconds"});

@@ -1,5 +1,7 @@
 #include "joule/config/grid_signal_file.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <sstream>
@@ -31,7 +33,7 @@ Result<schedulers::GridSignal> finish(std::vector<SignalPoint> points, UnixMilli
   return signal;
 }
 
-Result<schedulers::GridSignal> parse_csv(std::string_view text, const std::string& source) {
+Result<schedulers::GridSignal> parse_csv(std::string_view text, const std::string& source, SignalKind kind) {
   std::vector<SignalPoint> points;
   std::istringstream in{std::string(text)};
   std::string line;
@@ -56,9 +58,12 @@ Result<schedulers::GridSignal> parse_csv(std::string_view text, const std::strin
     const std::string value_text(joule::trim(std::string_view(row).substr(comma + 1)));
     double value = 0.0;
     const auto [end, error] = std::from_chars(value_text.data(), value_text.data() + value_text.size(), value);
-    if (error != std::errc{} || end != value_text.data() + value_text.size() || !std::isfinite(value) || value < 0.0)
+    if (error != std::errc{} || end != value_text.data() + value_text.size() || !std::isfinite(value) ||
+        (value < 0.0 && kind == SignalKind::carbon))
       return make_error(ErrorCode::invalid_argument,
-                        fmt::format("{}:{}: \"{}\" is not a number >= 0", source, number, value_text));
+                        fmt::format("{}:{}: \"{}\" is not a number{}", source, number, value_text,
+                                    kind == SignalKind::carbon ? " >= 0" : ""));
+    value = std::max(0.0, value);  // a negative price counts as free
     if (!points.empty() && *time <= points.back().at)
       return make_error(ErrorCode::invalid_argument,
                         fmt::format("{}:{}: {} is not after the row before ({}): times must increase", source, number,
@@ -69,9 +74,20 @@ Result<schedulers::GridSignal> parse_csv(std::string_view text, const std::strin
   return finish(std::move(points), 0, source);
 }
 
+// A row's value: carbon >= 0; a price any finite number, counted from 0 up.
+Result<double> json_value(const json* value, SignalKind kind, const std::string& source,
+                          const std::string& value_pointer) {
+  const bool carbon = kind == SignalKind::carbon;
+  if (!value || !value->is_number() || !std::isfinite(value->get<double>()) || (carbon && value->get<double>() < 0.0))
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("{}: {}: expected a number{}", source, value_pointer, carbon ? " >= 0" : ""));
+  return std::max(0.0, value->get<double>());
+}
+
 // One JSON row's time and value; `pointer` names the row in errors.
 Result<SignalPoint> json_point(const json& row, const char* time_key, const json* value, const std::string& source,
-                               const std::string& pointer, const std::string& value_pointer) {
+                               const std::string& pointer, const std::string& value_pointer,
+                               SignalKind kind = SignalKind::carbon) {
   if (!row.is_object() || !row.contains(time_key) || !row[time_key].is_string())
     return make_error(ErrorCode::invalid_argument,
                       fmt::format("{}: {}/{}: expected a time string", source, pointer, time_key));
@@ -79,13 +95,82 @@ Result<SignalPoint> json_point(const json& row, const char* time_key, const json
   if (!time)
     return make_error(ErrorCode::invalid_argument, fmt::format("{}: {}/{}: \"{}\" is not an RFC 3339 time", source,
                                                                pointer, time_key, row[time_key].get<std::string>()));
-  if (!value || !value->is_number() || !std::isfinite(value->get<double>()) || value->get<double>() < 0.0)
-    return make_error(ErrorCode::invalid_argument,
-                      fmt::format("{}: {}: expected a number >= 0", source, value_pointer));
-  return SignalPoint{*time, value->get<double>()};
+  auto number = json_value(value, kind, source, value_pointer);
+  if (!number) return number.error();
+  return SignalPoint{*time, *number};
 }
 
-Result<schedulers::GridSignal> parse_json(const json& doc, const std::string& source) {
+// aWATTar's market data: hours as milliseconds since the epoch, prices per MWh.
+Result<schedulers::GridSignal> parse_awattar(const json& rows, const std::string& source) {
+  std::vector<SignalPoint> points;
+  UnixMillis end = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::string pointer = fmt::format("/data/{}", i);
+    const json& row = rows[i];
+    if (!row.is_object() || !row.contains("start_timestamp") || !row["start_timestamp"].is_number_integer())
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("{}: {}/start_timestamp: expected milliseconds since 1970", source, pointer));
+    if (row.contains("unit") && row["unit"].is_string()) {
+      std::string unit = row["unit"].get<std::string>();
+      std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (!unit.ends_with("/mwh"))
+        return make_error(ErrorCode::invalid_argument, fmt::format("{}: {}/unit: expected a price per MWh, got \"{}\"",
+                                                                   source, pointer, row["unit"].get<std::string>()));
+    }
+    auto price = json_value(row.contains("marketprice") ? &row["marketprice"] : nullptr, SignalKind::price, source,
+                            pointer + "/marketprice");
+    if (!price) return price.error();
+    const UnixMillis at = row["start_timestamp"].get<UnixMillis>();
+    if (!points.empty() && at <= points.back().at)
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("{}: {}: {} is not after the row before: times must increase", source, pointer,
+                                    schedulers::format_rfc3339(at)));
+    points.push_back({at, *price / 1000.0});
+    if (row.contains("end_timestamp") && row["end_timestamp"].is_number_integer())
+      end = row["end_timestamp"].get<UnixMillis>();
+  }
+  if (points.empty()) return make_error(ErrorCode::invalid_argument, fmt::format("{}: /data is empty", source));
+  return finish(std::move(points), end, source);
+}
+
+// Octopus Energy's unit rates: half hours, newest first, pence per kWh including VAT.
+Result<schedulers::GridSignal> parse_octopus(const json& rows, const std::string& source) {
+  std::vector<std::pair<SignalPoint, UnixMillis>> spans;  // each rate and where it ends (0: unknown)
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::string pointer = fmt::format("/results/{}", i);
+    const json& row = rows[i];
+    const json* value = row.is_object() && row.contains("value_inc_vat") ? &row["value_inc_vat"] : nullptr;
+    auto point = json_point(row, "valid_from", value, source, pointer, pointer + "/value_inc_vat", SignalKind::price);
+    if (!point) return point.error();
+    point->value /= 100.0;
+    UnixMillis to = 0;
+    if (row.contains("valid_to") && row["valid_to"].is_string())
+      if (auto parsed = parse_time(row["valid_to"].get<std::string>())) to = *parsed;
+    spans.emplace_back(*point, to);
+  }
+  if (spans.empty()) return make_error(ErrorCode::invalid_argument, fmt::format("{}: /results is empty", source));
+  std::sort(spans.begin(), spans.end(), [](const auto& a, const auto& b) { return a.first.at < b.first.at; });
+  std::vector<SignalPoint> points;
+  for (const auto& [point, to] : spans) {
+    if (!points.empty() && point.at == points.back().at)
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("{}: two rates from {}", source, schedulers::format_rfc3339(point.at)));
+    points.push_back(point);
+  }
+  return finish(std::move(points), spans.back().second, source);
+}
+
+Result<schedulers::GridSignal> parse_json(const json& doc, const std::string& source, SignalKind kind) {
+  if (kind == SignalKind::price) {
+    if (doc.is_object() && doc.contains("data") && doc["data"].is_array()) return parse_awattar(doc["data"], source);
+    if (doc.is_object() && doc.contains("results") && doc["results"].is_array())
+      return parse_octopus(doc["results"], source);
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("{}: not a price signal: expected aWATTar's \"data\" with \"start_timestamp\" and "
+                                  "\"marketprice\", or Octopus Energy's \"results\" with \"valid_from\" and "
+                                  "\"value_inc_vat\" (or a CSV of time,price rows)",
+                                  source));
+  }
   std::vector<SignalPoint> points;
   UnixMillis end = 0;
   auto add = [&](Result<SignalPoint> point, const std::string& pointer) -> Status {
@@ -158,14 +243,18 @@ Result<schedulers::GridSignal> parse_json(const json& doc, const std::string& so
 
 }  // namespace
 
-Result<schedulers::GridSignal> parse_grid_signal(std::string_view text, const std::string& source) {
+Result<schedulers::GridSignal> parse_grid_signal(std::string_view text, const std::string& source, SignalKind kind) {
   const auto first = text.find_first_not_of(" \t\r\n");
   if (first != std::string_view::npos && (text[first] == '{' || text[first] == '[')) {
     const json doc = json::parse(text, nullptr, false);
     if (doc.is_discarded()) return make_error(ErrorCode::invalid_argument, fmt::format("{}: not valid JSON", source));
-    return parse_json(doc, source);
+    return parse_json(doc, source, kind);
   }
-  return parse_csv(text, source);
+  return parse_csv(text, source, kind);
+}
+
+bool is_currency_code(std::string_view text) {
+  return text.size() == 3 && std::all_of(text.begin(), text.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
 }
 
 }  // namespace joule::config

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "joule/config/grid_signal_file.hpp"
 #include "toml_checker.hpp"
 
 namespace joule::config {
@@ -412,7 +413,8 @@ class FileParser {
 
   void parse_budget(const toml::table& table, const std::string& what) {
     check_.reject_unknown(table, what + ".",
-                          {"name", "scope", "target", "joules", "wh", "kwh", "window", "calendar", "owner", "project"});
+                          {"name", "scope", "target", "joules", "wh", "kwh", "grams", "kg", "cost", "currency",
+                           "window", "calendar", "owner", "project"});
     schedulers::EnergyBudget budget;
     budget.name = rule_name(table, what, "budget");
     bool ok = budget_tenant(table, what, budget);
@@ -420,27 +422,56 @@ class FileParser {
     const bool for_tenant = table.get("owner") || table.get("project");
     if (!for_tenant || table.get("scope")) ok = scope_target(table, what, budget.scope) && ok;
 
-    static constexpr std::pair<const char*, double> kUnits[] = {{"joules", 1.0}, {"wh", 3600.0}, {"kwh", 3.6e6}};
-    int units_set = 0;
-    for (const auto& [key, joules_per_unit] : kUnits) {
+    // The allowance: energy, grams CO2e at the carbon signal, or money at the price signal.
+    using Unit = schedulers::BudgetUnit;
+    struct Amount {
+      const char* key;
+      Unit unit;
+      double per_key;  // in the unit
+    };
+    static constexpr Amount kAmounts[] = {{"joules", Unit::joules, 1.0}, {"wh", Unit::joules, 3600.0},
+                                          {"kwh", Unit::joules, 3.6e6},  {"grams", Unit::grams, 1.0},
+                                          {"kg", Unit::grams, 1000.0},   {"cost", Unit::money, 1.0}};
+    int amounts_set = 0;
+    for (const auto& [key, unit, per_key] : kAmounts) {
       if (!table.get(key)) continue;
-      if (++units_set > 1) {
-        check_.problem(*table.get(key),
-                       fmt::format("{} sets its energy twice: set exactly one of joules, wh, kwh", what));
+      if (++amounts_set > 1) {
+        check_.problem(
+            *table.get(key),
+            fmt::format("{} sets its allowance twice: set exactly one of joules, wh, kwh, grams, kg, cost", what));
         ok = false;
         continue;
       }
       auto amount = number(table, key, what);
       if (amount && *amount <= 0.0)
         check_.problem(*table.get(key), fmt::format("{}.{} must be > 0, got {}", what, key, *amount));
-      if (!amount || *amount <= 0.0)
+      if (!amount || *amount <= 0.0) {
         ok = false;
-      else
-        budget.limit_joules = *amount * joules_per_unit;
+      } else {
+        budget.unit = unit;
+        budget.limit = *amount * per_key;
+      }
     }
-    if (units_set == 0) {
-      check_.problem(table, fmt::format("{} needs an energy: one of joules, wh or kwh (e.g. kwh = 10)", what));
+    if (amounts_set == 0) {
+      check_.problem(table, fmt::format("{} needs an allowance: one of joules, wh or kwh (e.g. kwh = 10), grams or kg "
+                                        "of CO2e, or cost (money)",
+                                        what));
       ok = false;
+    }
+    if (const toml::node* currency = table.get("currency")) {
+      auto text = check_.get<std::string>(table, "currency", what + ".currency");
+      if (!table.get("cost")) {
+        check_.problem(*currency, fmt::format("{}.currency applies only to a budget in money (cost = ...)", what));
+        ok = false;
+      } else if (text && !is_currency_code(*text)) {
+        check_.problem(*currency, fmt::format("{}.currency must be a currency code of 3 letters (\"EUR\"), got \"{}\"",
+                                              what, *text));
+        ok = false;
+      } else if (text) {
+        budget.currency = *text;
+      } else {
+        ok = false;
+      }
     }
 
     const toml::node* window = table.get("window");

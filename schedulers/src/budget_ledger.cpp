@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 namespace joule::schedulers {
 namespace {
@@ -33,12 +34,23 @@ std::pair<std::int64_t, unsigned> year_month_of(std::int64_t days) {
   return {y + (m <= 2), m};
 }
 
-// The share of a use's energy that falls in [from, to].
-double share_in(const EnergyUse& use, UnixMillis from, UnixMillis to) {
-  if (use.end <= use.start) return use.end >= from && use.end <= to ? use.joules : 0.0;
+// The share of a use's interval that falls in [from, to] (all of it or none for an instant).
+double fraction_in(const EnergyUse& use, UnixMillis from, UnixMillis to) {
+  if (use.end <= use.start) return use.end >= from && use.end <= to ? 1.0 : 0.0;
   const UnixMillis overlap = std::min(use.end, to) - std::max(use.start, from);
   if (overlap <= 0) return 0.0;
-  return use.joules * static_cast<double>(overlap) / static_cast<double>(use.end - use.start);
+  return static_cast<double>(overlap) / static_cast<double>(use.end - use.start);
+}
+
+std::optional<double> sum(std::optional<double> a, std::optional<double> b) {
+  if (!a || !b) return std::nullopt;
+  return *a + *b;
+}
+
+// `amount` less what earlier stretches counted of it, where both are known.
+std::optional<double> less_recorded(std::optional<double> amount, std::optional<double> recorded) {
+  if (!amount) return std::nullopt;
+  return std::max(0.0, *amount - recorded.value_or(0.0));
 }
 
 UnixMillis window_length(const BudgetWindow& window) {
@@ -56,6 +68,30 @@ UnixMillis window_length(const BudgetWindow& window) {
 }
 
 }  // namespace
+
+std::optional<double> UseRates::of(BudgetUnit unit) const {
+  switch (unit) {
+    case BudgetUnit::joules:
+      return 1.0;
+    case BudgetUnit::grams:
+      return grams_per_joule;
+    case BudgetUnit::money:
+      return cost_per_joule;
+  }
+  return std::nullopt;
+}
+
+std::optional<double> EnergyUse::amount(BudgetUnit unit) const {
+  switch (unit) {
+    case BudgetUnit::joules:
+      return joules;
+    case BudgetUnit::grams:
+      return grams;
+    case BudgetUnit::money:
+      return cost;
+  }
+  return std::nullopt;
+}
 
 void BudgetLedger::set_budgets(std::vector<EnergyBudget> budgets) {
   ++revision_;
@@ -80,10 +116,13 @@ void BudgetLedger::record(EnergyUse use) {
     if (last != last_use_.end() && last->second >= first_use_) {
       EnergyUse& into = uses_[last->second - first_use_];
       if (floor_div(into.start, kMinute) == minute && floor_div(into.end, kMinute) == minute &&
-          into.source == use.source) {
+          into.source == use.source && into.grams.has_value() == use.grams.has_value() &&
+          into.cost.has_value() == use.cost.has_value()) {
         into.start = std::min(into.start, use.start);
         into.end = std::max(into.end, use.end);
         into.joules += use.joules;
+        into.grams = sum(into.grams, use.grams);
+        into.cost = sum(into.cost, use.cost);
         return;
       }
     }
@@ -111,32 +150,42 @@ void BudgetLedger::for_each_covered(std::size_t budget, Visit&& visit) const {
 }
 
 void BudgetLedger::reserve(const std::string& job, const DeviceRef& device, EnergyDistribution expected,
-                           std::string owner, std::string project) {
+                           std::string owner, std::string project, UseRates rates) {
   ++revision_;
   Running running;
   running.device = device;
   running.owner = std::move(owner);
   running.project = std::move(project);
   running.expected = expected;
+  running.ahead = rates;
+  running.spent = rates;
   jobs_[job] = std::move(running);
 }
 
 void BudgetLedger::update_running(const std::string& job, UnixMillis start, UnixMillis now, double used_joules,
-                                  EnergyDistribution still_expected) {
+                                  EnergyDistribution still_expected, UseRates spent_rates, UseRates ahead_rates) {
   ++revision_;
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return;
   Running& running = it->second;
   running.expected = still_expected;
+  running.ahead = ahead_rates;
   if (running.paused) return;
+  running.spent = spent_rates;
+  const double joules = std::max(0.0, used_joules - running.recorded.joules);
+  auto at = [&](const std::optional<double>& per_joule) {
+    return per_joule ? std::optional<double>(joules * *per_joule) : std::nullopt;
+  };
   running.so_far = EnergyUse{running.device,
                              job,
                              running.stretch_start.value_or(start),
                              now,
-                             std::max(0.0, used_joules - running.recorded_joules),
+                             joules,
                              {},
                              running.owner,
-                             running.project};
+                             running.project,
+                             at(spent_rates.grams_per_joule),
+                             at(spent_rates.cost_per_joule)};
 }
 
 std::optional<EnergyUse> BudgetLedger::pause_running(const std::string& job, UnixMillis now) {
@@ -148,7 +197,9 @@ std::optional<EnergyUse> BudgetLedger::pause_running(const std::string& job, Uni
   if (!running.so_far) return std::nullopt;
   EnergyUse stretch = *running.so_far;
   stretch.end = std::max(stretch.start, now);
-  running.recorded_joules += stretch.joules;
+  running.recorded.joules += stretch.joules;
+  running.recorded.grams = running.recorded.grams.value_or(0.0) + stretch.grams.value_or(0.0);
+  running.recorded.cost = running.recorded.cost.value_or(0.0) + stretch.cost.value_or(0.0);
   running.so_far.reset();
   record(stretch);
   return stretch;
@@ -169,10 +220,13 @@ std::optional<EnergyUse> BudgetLedger::settle(const std::string& job, std::optio
     if (metered->owner.empty()) metered->owner = it->second.owner;
     if (metered->project.empty()) metered->project = it->second.project;
   }
-  if (metered && it != jobs_.end() && it->second.recorded_joules > 0.0) {
+  if (metered && it != jobs_.end() && it->second.recorded.joules > 0.0) {
     // The last stretch: from the last resume, with what the earlier stretches did not count.
+    const EnergyUse& recorded = it->second.recorded;
     if (it->second.stretch_start) metered->start = std::min(*it->second.stretch_start, metered->end);
-    metered->joules = std::max(0.0, metered->joules - it->second.recorded_joules);
+    metered->joules = std::max(0.0, metered->joules - recorded.joules);
+    metered->grams = less_recorded(metered->grams, recorded.grams);
+    metered->cost = less_recorded(metered->cost, recorded.cost);
   }
   if (it != jobs_.end()) jobs_.erase(it);
   if (!metered) return std::nullopt;
@@ -197,12 +251,21 @@ std::pair<UnixMillis, UnixMillis> BudgetLedger::calendar_window(BudgetWindow::Ki
   return {first * kDay - offset, next * kDay - offset};
 }
 
-double BudgetLedger::spent_in(std::size_t budget, UnixMillis from, UnixMillis to) const {
-  double joules = 0.0;
-  for_each_covered(budget, [&](const EnergyUse& use) { joules += share_in(use, from, to); });
+std::pair<double, double> BudgetLedger::spent_in(std::size_t budget, UnixMillis from, UnixMillis to) const {
+  const BudgetUnit unit = budgets_[budget].unit;
+  double spent = 0.0, uncounted = 0.0;
+  auto add = [&](const EnergyUse& use) {
+    const double fraction = fraction_in(use, from, to);
+    if (fraction <= 0.0) return;
+    if (const auto amount = use.amount(unit))
+      spent += *amount * fraction;
+    else
+      uncounted += use.joules * fraction;
+  };
+  for_each_covered(budget, add);
   for (const auto& [id, running] : jobs_)
-    if (running.so_far && counts(budgets_[budget], running)) joules += share_in(*running.so_far, from, to);
-  return joules;
+    if (running.so_far && counts(budgets_[budget], running)) add(*running.so_far);
+  return {spent, uncounted};
 }
 
 std::vector<BudgetState> BudgetLedger::states(UnixMillis now) const {
@@ -218,7 +281,7 @@ std::vector<BudgetState> BudgetLedger::states(UnixMillis now) const {
       state.window_start = now - length;
       std::optional<UnixMillis> oldest;
       auto consider = [&](const EnergyUse& use) {
-        if (share_in(use, state.window_start, now) <= 0.0) return;
+        if (fraction_in(use, state.window_start, now) <= 0.0) return;
         const UnixMillis from = std::max(use.start, state.window_start);
         oldest = oldest ? std::min(*oldest, from) : from;
       };
@@ -231,17 +294,22 @@ std::vector<BudgetState> BudgetLedger::states(UnixMillis now) const {
       state.window_start = start;
       state.resets_at = end;
     }
-    state.spent_joules = spent_in(b, state.window_start, now);
-    for (const auto& [id, running] : jobs_)
-      if (counts(budget, running)) state.reserved = state.reserved + running.expected;
+    std::tie(state.spent, state.uncounted_joules) = spent_in(b, state.window_start, now);
+    for (const auto& [id, running] : jobs_) {
+      if (!counts(budget, running)) continue;
+      // A job without the signal a grams or money budget needs is reserved nothing there.
+      if (const auto rate = running.ahead.of(budget.unit))
+        state.reserved = state.reserved + EnergyDistribution{running.expected.mean_joules * *rate,
+                                                             running.expected.variance * *rate * *rate};
+    }
     out.push_back(std::move(state));
   }
   return out;
 }
 
-std::optional<UnixMillis> BudgetLedger::frees_by(const BudgetState& state, double joules, UnixMillis now) const {
-  if (joules <= 0.0) return now;
-  if (joules > state.spent_joules + 1e-9) return std::nullopt;
+std::optional<UnixMillis> BudgetLedger::frees_by(const BudgetState& state, double amount, UnixMillis now) const {
+  if (amount <= 0.0) return now;
+  if (amount > state.spent + 1e-9) return std::nullopt;
   if (state.budget.window.kind != BudgetWindow::Kind::rolling) return state.resets_at;
   // Spent energy leaves a rolling window as time passes; each use has left entirely once its
   // end is a window length ago. Check those moments in order (ignoring new spending).
@@ -254,11 +322,12 @@ std::optional<UnixMillis> BudgetLedger::frees_by(const BudgetState& state, doubl
   for (const auto& [id, running] : jobs_)
     if (running.so_far && counts(state.budget, running)) counted.push_back(&*running.so_far);
   std::sort(counted.begin(), counted.end(), [](const EnergyUse* a, const EnergyUse* b) { return a->end < b->end; });
+  const BudgetUnit unit = state.budget.unit;
   for (const EnergyUse* leaving : counted) {
     const UnixMillis at = leaving->end + length;
     double still = 0.0;
-    for (const EnergyUse* use : counted) still += share_in(*use, at - length, now);
-    if (state.spent_joules - still >= joules - 1e-9) return at;
+    for (const EnergyUse* use : counted) still += use->amount(unit).value_or(0.0) * fraction_in(*use, at - length, now);
+    if (state.spent - still >= amount - 1e-9) return at;
   }
   return std::nullopt;
 }

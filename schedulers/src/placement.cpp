@@ -59,7 +59,33 @@ bool surely_within(const EnergyDistribution& energy, double limit, double risk) 
 bool waits_for_best(Objective objective) {
   return objective == Objective::min_energy || objective == Objective::min_edp ||
          objective == Objective::earliest_finish || objective == Objective::flops_greedy ||
-         objective == Objective::min_carbon;
+         objective == Objective::min_carbon || objective == Objective::min_cost;
+}
+
+// When `signal` next falls below its value at `now`; nullopt if it never does.
+std::optional<UnixMillis> falls_after(const GridSignal& signal, UnixMillis now) {
+  const double value = signal.mean_extended(now, now + 1);
+  for (const auto& point : signal.points())
+    if (point.at > now && point.value < value) return point.at;
+  return std::nullopt;
+}
+
+// The lowest rate a joule on `device` is ever counted at in `unit` (the signal's lowest value);
+// nullopt without the signal.
+std::optional<double> lowest_rate(const DeviceStatus& device, BudgetUnit unit) {
+  if (unit == BudgetUnit::joules) return 1.0;
+  const GridSignal* signal = unit == BudgetUnit::grams ? device.carbon : device.price;
+  if (!signal) return std::nullopt;
+  double lowest = signal->points().front().value;
+  for (const auto& point : signal->points()) lowest = std::min(lowest, point.value);
+  return lowest / 3.6e6;
+}
+
+// The signal a deferring objective times jobs by: min-carbon's carbon, min-cost's price.
+const GridSignal* timing_signal(Objective objective, const DeviceStatus& device) {
+  if (objective == Objective::min_carbon) return device.carbon;
+  if (objective == Objective::min_cost) return device.price;
+  return nullptr;
 }
 
 // The state a pass keeps of each device while it hands out work.
@@ -212,6 +238,16 @@ Placer::Placer(Policy policy, PlacementOptions options) : policy_(std::move(poli
 
 void Placer::set_policy(Policy policy) { policy_ = std::move(policy); }
 
+UseRates rates_over(const DeviceStatus& device, UnixMillis from, UnixMillis to) {
+  UseRates rates;
+  auto mean = [&](const GridSignal& signal) {
+    return (to > from ? signal.mean_extended(from, to) : signal.mean_extended(from, from + 1)) / 3.6e6;
+  };
+  if (device.carbon) rates.grams_per_joule = mean(*device.carbon);
+  if (device.price) rates.cost_per_joule = mean(*device.price);
+  return rates;
+}
+
 bool DeviceStatus::fits_now(int job_cores) const {
   if (!accepts_work || busy) return false;
   if (shares_cores_with(job_cores)) return cores_held + job_cores <= cores;
@@ -322,6 +358,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     // A budget reason's retry time is worked out once, after the devices, for the budget and
     // deficit of the reason kept (frees_by scans the ledger).
     std::size_t budget_index = 0;
+    const GridSignal* budget_signal = nullptr;  // the signal a grams or money budget reason counts at
     double budget_deficit = 0.0;
     // The first reason of the kind that ranks highest is kept (budget reasons are set below).
     auto note_reason = [&](WaitReason candidate) {
@@ -335,9 +372,9 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       double tie = kInfinity;
       UnixMillis finish = 0;
       const SettingOption* setting = nullptr;
-      UnixMillis run_start = 0;  // min-carbon: when it would start (later than now: a cleaner window)
-      double carbon = 0.0;       // min-carbon: the grid's mean intensity over its run
-      double carbon_now = 0.0;   // min-carbon: the same if it started as soon as it could
+      UnixMillis run_start = 0;  // min-carbon, min-cost: when it would start (later than now: a better window)
+      double signal = 0.0;       // min-carbon, min-cost: the signal's mean over its run
+      double signal_now = 0.0;   // the same if it started as soon as it could
       std::size_t index = 0;     // in job->candidates: equal scores and finishes go to the first
     };
     Choice best;          // feasible
@@ -404,13 +441,14 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
         else
           estimate.reset();
       }
-      // min-carbon: the start in [start, deadline - run] with the cleanest run on this device's
-      // grid; a job without a deadline is not deferred.
+      // min-carbon, min-cost: the start in [start, deadline - run] with the cleanest or cheapest
+      // run on this device's grid; a job without a deadline is not deferred.
       UnixMillis run_start = start;
-      double carbon = 0.0, carbon_now = 0.0;
-      if (objective == Objective::min_carbon && estimate && device.carbon) {
+      double signal = 0.0, signal_now = 0.0;
+      const GridSignal* timing = timing_signal(objective, device);
+      if (timing && estimate) {
         const auto run_ms = static_cast<UnixMillis>(std::llround(estimate->seconds_mean * 1000.0));
-        carbon = carbon_now = device.carbon->mean_extended(start, start + run_ms);
+        signal = signal_now = timing->mean_extended(start, start + run_ms);
         // A deferred job must still meet its deadline if it runs long: its run at the policy's
         // risk, its time taken as unsure as its energy (the estimate's relative spread).
         const double relative = estimate->joules_mean > 0 ? estimate->joules_std / estimate->joules_mean : 0.0;
@@ -423,11 +461,11 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
             job->deadline ? *job->deadline - static_cast<UnixMillis>(std::llround(long_seconds * 1000.0)) : start;
         if (latest > start) {
           const auto window = view.deferred.empty()
-                                  ? device.carbon->lowest_start(start, latest, run_ms)
-                                  : lowest_start_around(*device.carbon, start, latest, run_ms, view.deferred);
-          if (window && window->mean < carbon_now) {
+                                  ? timing->lowest_start(start, latest, run_ms)
+                                  : lowest_start_around(*timing, start, latest, run_ms, view.deferred);
+          if (window && window->mean < signal_now) {
             run_start = window->start;
-            carbon = window->mean;
+            signal = window->mean;
           }
         }
       }
@@ -464,6 +502,9 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
         }
       }
       if (admission) {
+        // Grams and money budgets count the job's joules at the signals over its run here
+        // (worked out for the first such budget only: most policies have none).
+        std::optional<UseRates> rates;
         for (const std::size_t b : view.budgets) {
           const BudgetState& state = budgets[b];
           if (!state.budget.counts_work_of(job->owner, job->project)) continue;
@@ -477,26 +518,46 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
                            where(), state.budget.name});
             continue;
           }
-          const double room = state.budget.limit_joules - state.spent_joules;
-          const EnergyDistribution total = state.reserved + *energy;
+          if (!rates && state.budget.unit != BudgetUnit::joules)
+            rates = rates_over(device, run_start, finish_after(run_start, estimate ? estimate->seconds_mean : 0.0));
+          const std::optional<double> rate = rates ? rates->of(state.budget.unit) : std::optional<double>(1.0);
+          if (!rate) {
+            feasible = false;
+            if (wants(WaitReason::Kind::no_estimate))
+              note_reason(
+                  {WaitReason::Kind::no_estimate,
+                   fmt::format("budget {} counts {} and {} has no {} signal to count this job's joules at",
+                               state.budget.name, state.budget.unit == BudgetUnit::grams ? "grams CO2e" : "money",
+                               where(), state.budget.unit == BudgetUnit::grams ? "carbon" : "price"),
+                   where(), state.budget.name});
+            continue;
+          }
+          const EnergyDistribution amount = energy->scaled(*rate);
+          const double room = state.budget.limit - state.spent;
+          const EnergyDistribution total = state.reserved + amount;
           if (surely_within(total, room, policy_.risk) || overrun_probability(total, room) < policy_.risk) continue;
           feasible = false;
-          const double deficit = state.spent_joules + quantile_above(total, policy_.risk) - state.budget.limit_joules;
+          const double deficit = state.spent + quantile_above(total, policy_.risk) - state.budget.limit;
           // Among budget reasons, the one closest to fitting.
           if (reason && reason->kind == WaitReason::Kind::budget && deficit >= budget_deficit) continue;
           if (!wants(WaitReason::Kind::budget)) continue;
-          WaitReason why{WaitReason::Kind::budget, {}, where(), state.budget.name};
-          why.limit = state.budget.limit_joules;
-          why.remaining_joules = state.remaining_joules();
-          why.needed_joules = quantile_above(*energy, policy_.risk);
+          const EnergyBudget& budget = state.budget;
+          WaitReason why{WaitReason::Kind::budget, {}, where(), budget.name};
+          why.limit = budget.limit;
+          why.unit = budget.unit;
+          why.remaining = state.remaining();
+          why.needed = quantile_above(amount, policy_.risk);
           why.message = fmt::format(
               "budget {} ({}, {}): {} left of {} ({} spent, {} reserved); the job needs {} on {} at {:g}% risk",
-              state.budget.name, state.budget.describe_scope(), state.budget.window.describe(),
-              joules_text(std::max(0.0, *why.remaining_joules)), joules_text(state.budget.limit_joules),
-              joules_text(state.spent_joules), joules_text(state.reserved.mean_joules), joules_text(*why.needed_joules),
-              where(), policy_.risk * 100.0);
+              budget.name, budget.describe_scope(), budget.window.describe(),
+              budget.amount_text(std::max(0.0, *why.remaining)), budget.amount_text(budget.limit),
+              budget.amount_text(state.spent), budget.amount_text(state.reserved.mean_joules),
+              budget.amount_text(*why.needed), where(), policy_.risk * 100.0);
           reason = std::move(why);  // a budget reason outranks every other kind
           budget_index = b;
+          budget_signal = budget.unit == BudgetUnit::grams   ? device.carbon
+                          : budget.unit == BudgetUnit::money ? device.price
+                                                             : nullptr;
           budget_deficit = deficit;
         }
         const double job_watts =
@@ -546,9 +607,10 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
           score = estimate ? estimate->joules_mean : kInfinity;
           break;
         case Objective::min_carbon:
-          // Grams CO2e. A device whose grid is unknown ranks after every known one; among
-          // those (no signal at all: jouled today) the fewest joules win, as min-energy.
-          score = estimate ? (device.carbon ? estimate->joules_mean / 3.6e6 * carbon : kInfinity) : kInfinity;
+        case Objective::min_cost:
+          // Grams CO2e or money. A device whose grid is unknown ranks after every known one;
+          // among those (no signal at all) the fewest joules win, as min-energy.
+          score = estimate ? (timing ? estimate->joules_mean / 3.6e6 * signal : kInfinity) : kInfinity;
           tie = estimate ? estimate->joules_mean : kInfinity;
           break;
         case Objective::min_edp:
@@ -574,9 +636,9 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       Choice& slot = meets_deadline ? best : late;
       const double slot_score = meets_deadline ? score : static_cast<double>(finish);
       if (better(slot, slot_score, tie, index))
-        slot = Choice{&candidate, estimate, slot_score, tie, finish, setting, run_start, carbon, carbon_now, index};
+        slot = Choice{&candidate, estimate, slot_score, tie, finish, setting, run_start, signal, signal_now, index};
       if (meets_deadline && free_now && better(best_free, score, tie, index))
-        best_free = Choice{&candidate, estimate, score, tie, finish, setting, run_start, carbon, carbon_now, index};
+        best_free = Choice{&candidate, estimate, score, tie, finish, setting, run_start, signal, signal_now, index};
       if (!meets_deadline && wants(WaitReason::Kind::deadline)) {
         WaitReason why{WaitReason::Kind::deadline,
                        fmt::format("on {} it would finish at {}, after its deadline {}", where(), format_rfc3339(finish),
@@ -644,6 +706,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       if (!best.candidate && !late.candidate) {
         reason.reset();
         budget_index = 0;
+        budget_signal = nullptr;
         budget_deficit = 0.0;
         best_free = Choice{};
         eligible = 0;
@@ -677,8 +740,17 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       // A budget reason's retry time only now that it is the one shown (frees_by scans the ledger).
       if (reason && reason->kind == WaitReason::Kind::budget) {
         reason->retry_at = ledger.frees_by(budgets[budget_index], budget_deficit, now);
-        reason->message += reason->retry_at ? fmt::format("; fits again at {}", format_rfc3339(*reason->retry_at))
-                                            : std::string("; waiting alone will not free enough");
+        // Grams and money: a cleaner or cheaper hour counts the same joules for less.
+        const std::optional<UnixMillis> falls = budget_signal ? falls_after(*budget_signal, now) : std::nullopt;
+        if (reason->retry_at)
+          reason->message += fmt::format("; fits again at {}", format_rfc3339(*reason->retry_at));
+        else if (falls)
+          reason->message +=
+              fmt::format("; the {} signal falls at {}, when it may fit",
+                          reason->unit == BudgetUnit::grams ? "carbon" : "price", format_rfc3339(*falls));
+        else
+          reason->message += "; waiting alone will not free enough";
+        if (!reason->retry_at) reason->retry_at = falls;
       }
       if (!reason) reason = WaitReason{WaitReason::Kind::unavailable, "no eligible device", {}};
       if (eligible == 0 && reason->kind != WaitReason::Kind::unavailable) reason->kind = WaitReason::Kind::unavailable;
@@ -713,16 +785,19 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       continue;
     }
 
-    if (objective == Objective::min_carbon && best.run_start > now) {
-      // Free now, but a cleaner window comes before its deadline: the device stays free for
-      // others meanwhile; the pass runs again when the window opens.
-      WaitReason why{
-          WaitReason::Kind::cleaner_window,
-          fmt::format("waiting for a cleaner window on {} at {}: {:.0f}% less carbon than now ({:.0f} "
-                      "against {:.0f} gCO2e/kWh)",
-                      where, format_rfc3339(best.run_start),
-                      100.0 * (1.0 - best.carbon / std::max(best.carbon_now, 1e-12)), best.carbon, best.carbon_now),
-          where};
+    if (timing_signal(objective, devices[d]) && best.run_start > now) {
+      // Free now, but a cleaner or cheaper window comes before its deadline: the device stays
+      // free for others meanwhile; the pass runs again when the window opens.
+      const double less = 100.0 * (1.0 - best.signal / std::max(best.signal_now, 1e-12));
+      WaitReason why{WaitReason::Kind::cleaner_window,
+                     objective == Objective::min_carbon
+                         ? fmt::format("waiting for a cleaner window on {} at {}: {:.0f}% less carbon than now ({:.0f} "
+                                       "against {:.0f} gCO2e/kWh)",
+                                       where, format_rfc3339(best.run_start), less, best.signal, best.signal_now)
+                         : fmt::format("waiting for a cheaper window on {} at {}: {:.0f}% less cost than now ({:.4g} "
+                                       "against {:.4g} per kWh)",
+                                       where, format_rfc3339(best.run_start), less, best.signal, best.signal_now),
+                     where};
       why.retry_at = best.run_start;
       result.next_retry = std::min(result.next_retry.value_or(best.run_start), best.run_start);
       view.deferred.emplace_back(best.run_start, best.finish);
@@ -765,7 +840,11 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     }
     if (objective == Objective::min_carbon && best.estimate && devices[d].carbon)
       placement.note += fmt::format("; {:.1f} g CO2e expected at {:.0f} gCO2e/kWh",
-                                    best.estimate->joules_mean / 3.6e6 * best.carbon, best.carbon);
+                                    best.estimate->joules_mean / 3.6e6 * best.signal, best.signal);
+    if (objective == Objective::min_cost && best.estimate && devices[d].price)
+      placement.note += fmt::format("; {:.4g} expected at {:.4g} per kWh",
+                                    best.estimate->joules_mean / 3.6e6 * best.signal, best.signal);
+    placement.rates = rates_over(devices[d], best.run_start, best.finish);
     if (misses_deadline) placement.note += "; no device can meet its deadline, so it runs where it finishes first";
 
     placement.cores = view.cores > 0 && job->cores > 0 ? job->cores : 0;
@@ -782,7 +861,8 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     view.assigned_seconds += seconds;
     for (const std::size_t b : view.budgets)
       if (budgets[b].budget.counts_work_of(job->owner, job->project))
-        budgets[b].reserved = budgets[b].reserved + placement.reserve;
+        if (const auto rate = placement.rates.of(budgets[b].budget.unit))
+          budgets[b].reserved = budgets[b].reserved + placement.reserve.scaled(*rate);
     const double job_watts = best.estimate && best.estimate->seconds_mean > 0
                                  ? best.estimate->joules_mean / best.estimate->seconds_mean
                                  : 0.0;
@@ -868,20 +948,25 @@ std::optional<WaitReason> Placer::never_fits(UnixMillis now, std::span<const Dev
     bool fits = true;
     if (policy_.admission) {
       for (const auto& state : budgets) {
-        if (!state.budget.scope.covers(device.ref) || !state.budget.counts_work_of(job.owner, job.project)) continue;
-        if (overrun_probability(cheapest.energy(), state.budget.limit_joules) < policy_.risk) continue;
+        const EnergyBudget& budget = state.budget;
+        if (!budget.scope.covers(device.ref) || !budget.counts_work_of(job.owner, job.project)) continue;
+        // Grams and money at the signal's lowest value: it cannot fit at any hour.
+        const std::optional<double> rate = lowest_rate(device, budget.unit);
+        if (!rate) continue;  // no signal yet to count it at: it may fit once there is one
+        const EnergyDistribution amount = cheapest.energy().scaled(*rate);
+        if (overrun_probability(amount, budget.limit) < policy_.risk) continue;
         fits = false;
-        WaitReason why{WaitReason::Kind::budget,
-                       fmt::format("on {} it needs {} at {:g}% risk, more than the whole of budget {} ({}{} per {})",
-                                   where, joules_text(quantile_above(cheapest.energy(), policy_.risk)),
-                                   policy_.risk * 100.0, state.budget.name,
-                                   state.budget.owner.empty() && state.budget.project.empty()
-                                       ? std::string()
-                                       : state.budget.describe_scope() + ": ",
-                                   joules_text(state.budget.limit_joules), state.budget.window.describe()),
-                       where, state.budget.name};
-        why.limit = state.budget.limit_joules;
-        why.needed_joules = quantile_above(cheapest.energy(), policy_.risk);
+        WaitReason why{
+            WaitReason::Kind::budget,
+            fmt::format("on {} it needs {} at {:g}% risk{}, more than the whole of budget {} ({}{} per {})", where,
+                        budget.amount_text(quantile_above(amount, policy_.risk)), policy_.risk * 100.0,
+                        budget.unit == BudgetUnit::joules ? "" : " at the signal's lowest", budget.name,
+                        budget.owner.empty() && budget.project.empty() ? std::string() : budget.describe_scope() + ": ",
+                        budget.amount_text(budget.limit), budget.window.describe()),
+            where, budget.name};
+        why.limit = budget.limit;
+        why.unit = budget.unit;
+        why.needed = quantile_above(amount, policy_.risk);
         reason = std::move(why);
         break;
       }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <utility>
 
 #include <fmt/format.h>
@@ -10,11 +11,12 @@
 namespace joule::schedulers {
 namespace {
 
-constexpr std::array<std::pair<Objective, std::string_view>, 8> kObjectives{{
+constexpr std::array<std::pair<Objective, std::string_view>, 9> kObjectives{{
     {Objective::min_energy, "min-energy"},
     {Objective::min_edp, "min-edp"},
     {Objective::earliest_finish, "earliest-finish"},
     {Objective::min_carbon, "min-carbon"},
+    {Objective::min_cost, "min-cost"},
     {Objective::fifo, "fifo"},
     {Objective::round_robin, "round-robin"},
     {Objective::least_loaded, "least-loaded"},
@@ -63,7 +65,8 @@ std::optional<Objective> objective_from_string(std::string_view text) {
 
 bool uses_estimates(Objective objective) {
   return objective == Objective::min_energy || objective == Objective::min_edp ||
-         objective == Objective::earliest_finish || objective == Objective::min_carbon;
+         objective == Objective::earliest_finish || objective == Objective::min_carbon ||
+         objective == Objective::min_cost;
 }
 
 std::string_view to_string(Scope scope) {
@@ -128,6 +131,36 @@ std::string EnergyBudget::describe_scope() const {
   if (!project.empty()) whose += (whose.empty() ? "project " : " in project ") + project;
   if (whose.empty()) return scope.describe();
   return fmt::format("{} on {}", whose, scope.describe());
+}
+
+std::string_view to_string(BudgetUnit unit) {
+  switch (unit) {
+    case BudgetUnit::joules:
+      return "joules";
+    case BudgetUnit::grams:
+      return "grams";
+    case BudgetUnit::money:
+      return "money";
+  }
+  return "?";
+}
+
+std::string EnergyBudget::amount_text(double amount) const {
+  const double magnitude = std::abs(amount);
+  switch (unit) {
+    case BudgetUnit::joules:
+      if (magnitude >= 1e9) return fmt::format("{:.3g} GJ", amount / 1e9);
+      if (magnitude >= 1e6) return fmt::format("{:.3g} MJ", amount / 1e6);
+      if (magnitude >= 1e3) return fmt::format("{:.3g} kJ", amount / 1e3);
+      return fmt::format("{:.3g} J", amount);
+    case BudgetUnit::grams:
+      if (magnitude >= 1e6) return fmt::format("{:.3g} t CO2e", amount / 1e6);
+      if (magnitude >= 1e3) return fmt::format("{:.3g} kg CO2e", amount / 1e3);
+      return fmt::format("{:.3g} g CO2e", amount);
+    case BudgetUnit::money:
+      return fmt::format("{:.2f}{}{}", amount, currency.empty() ? "" : " ", currency);
+  }
+  return fmt::format("{:g}", amount);
 }
 
 std::string BudgetWindow::describe() const {

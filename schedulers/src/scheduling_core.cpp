@@ -196,7 +196,7 @@ bool SchedulingCore::continues(UnixMillis now, const std::vector<DeviceStatus>& 
     if (a.accepts_work != b.accepts_work || a.busy != b.busy || a.cores != b.cores || a.cores_held != b.cores_held ||
         a.busy_until != b.busy_until || a.battery_percent != b.battery_percent ||
         a.battery_capacity_joules != b.battery_capacity_joules || a.work_seconds != b.work_seconds ||
-        a.carbon != b.carbon || (capped && a.average_power_watts != b.average_power_watts) ||
+        a.carbon != b.carbon || a.price != b.price || (capped && a.average_power_watts != b.average_power_watts) ||
         a.ref.name != b.ref.name || a.ref.node != b.ref.node || a.ref.groups != b.ref.groups)
       return false;
   }
@@ -246,7 +246,7 @@ void SchedulingCore::start_runs(UnixMillis now, const PassResult& result, std::s
     // What it is expected to use: its estimate there, else its own max_energy_joules.
     if (placement.reserve.mean_joules > 0) run.prior = placement.reserve;
     if (placement.estimate) run.expected_seconds = placement.estimate->seconds_mean;
-    ledger_.reserve(run.id, devices[placement.device].ref, placement.reserve, run.owner, run.project);
+    ledger_.reserve(run.id, devices[placement.device].ref, placement.reserve, run.owner, run.project, placement.rates);
     queue_.erase(placement.job);
     std::replace(scanned_.begin(), scanned_.end(), static_cast<const PendingJob*>(&it->second),
                  static_cast<const PendingJob*>(nullptr));
@@ -274,7 +274,20 @@ std::vector<ThrottleAction> SchedulingCore::track(UnixMillis now, std::vector<De
     if (sample.started) run.started = *sample.started;
     run.used_joules = sample.used_joules.value_or(0.0);
     const EnergyDistribution still = still_expected(run);
-    ledger_.update_running(run.id, run.started, now, run.used_joules, still);
+    // Grams and money budgets: its joules so far at the signals since it started, what is still
+    // to come at theirs over what is left of its run (its projection, else its estimate).
+    UseRates spent_rates, ahead_rates;
+    if (run.device < devices.size()) {
+      const DeviceStatus& device = devices[run.device];
+      spent_rates = rates_over(device, run.started, now);
+      std::optional<UnixMillis> until;
+      if (run.projection && run.projection->seconds_remaining > 0)
+        until = after_seconds(now, run.projection->seconds_remaining);
+      else if (run.expected_seconds)
+        until = after_seconds(run.started, *run.expected_seconds);
+      ahead_rates = rates_over(device, now, std::max(now, until.value_or(now)));
+    }
+    ledger_.update_running(run.id, run.started, now, run.used_joules, still, spent_rates, ahead_rates);
     RunningJob view = std::move(sample.controls);
     view.id = run.id;
     view.device = run.device;
@@ -282,6 +295,7 @@ std::vector<ThrottleAction> SchedulingCore::track(UnixMillis now, std::vector<De
     view.owner = run.owner;
     view.project = run.project;
     view.still_expected = still;
+    view.rates = ahead_rates;
     views.push_back(std::move(view));
   }
   if (!options_.throttle || views.empty()) return {};

@@ -152,13 +152,19 @@ std::vector<ThrottleAction> ThrottleController::evaluate(UnixMillis now, std::sp
 
   const std::vector<BudgetState> states = ledger.states(now);
   for (const auto& state : states) {
-    const double room = state.budget.limit_joules - state.spent_joules;
-    const auto scoped = in_scope(state.budget.scope, &state.budget);
+    const EnergyBudget& budget = state.budget;
+    const double room = budget.limit - state.spent;
+    const auto scoped = in_scope(budget.scope, &budget);
+    // What a job still expects, in the budget's unit (nothing where its signal is missing, as
+    // the ledger reserves it).
+    auto still = [&](const RunningJob& job) {
+      return job.still_expected.scaled(job.rates.of(budget.unit).value_or(0.0));
+    };
     EnergyDistribution active = state.reserved;
     for (const RunningJob* job : scoped)
       if (job->paused) {
-        active.mean_joules -= job->still_expected.mean_joules;
-        active.variance -= job->still_expected.variance;
+        active.mean_joules -= still(*job).mean_joules;
+        active.variance -= still(*job).variance;
       }
     active.mean_joules = std::max(0.0, active.mean_joules);
     active.variance = std::max(0.0, active.variance);
@@ -166,8 +172,8 @@ std::vector<ThrottleAction> ThrottleController::evaluate(UnixMillis now, std::sp
       for (const RunningJob* job : scoped) {
         if (job->paused || touched.contains(job->id)) continue;
         act(ThrottleAction::Kind::pause, *job, 0.0, state.budget.name,
-            fmt::format("budget {}: running work is projected to need {:.0f} J with {:.0f} J left; paused until it fits",
-                        state.budget.name, active.mean_joules, std::max(0.0, room)),
+            fmt::format("budget {}: running work is projected to need {} with {} left; paused until it fits",
+                        budget.name, budget.amount_text(active.mean_joules), budget.amount_text(std::max(0.0, room))),
             Held{Hold::budget, state.budget.name});
         break;
       }
@@ -176,11 +182,11 @@ std::vector<ThrottleAction> ThrottleController::evaluate(UnixMillis now, std::sp
     for (auto it = scoped.rbegin(); it != scoped.rend(); ++it) {
       const RunningJob& job = **it;
       if (!job.paused || !held_by(job, Hold::budget, state.budget.name) || touched.contains(job.id)) continue;
-      const EnergyDistribution with_job = active + job.still_expected;
+      const EnergyDistribution with_job = active + still(job);
       if (overrun_probability(with_job, room) >= policy_.risk) continue;
       holds_.erase(job.id);
       act(ThrottleAction::Kind::resume, job, 0.0, state.budget.name,
-          fmt::format("budget {}: {:.0f} J left, enough for it again", state.budget.name, room), std::nullopt);
+          fmt::format("budget {}: {} left, enough for it again", budget.name, budget.amount_text(room)), std::nullopt);
       active = with_job;
     }
   }

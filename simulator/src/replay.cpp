@@ -90,6 +90,10 @@ UnixMillis window_millis(const schedulers::BudgetWindow& window) {
   return kDay;
 }
 
+const schedulers::GridSignal* signal_of(const std::optional<schedulers::GridSignal>& signal) {
+  return signal ? &*signal : nullptr;
+}
+
 bool over(double spent, double limit) { return spent > limit + 1e-6 * std::max(1.0, limit); }
 
 // Budget windows whose true spent energy exceeded the limit, from every metered segment.
@@ -108,17 +112,28 @@ std::vector<Violation> find_violations(const World& world, const std::vector<sch
       first = std::min(first, s->start);
       last = std::max(last, s->end);
     }
+    // Grams and money: each stretch's joules at the cluster's signal over it (none: nothing).
+    const schedulers::GridSignal* signal = budget.unit == schedulers::BudgetUnit::grams   ? signal_of(world.carbon)
+                                           : budget.unit == schedulers::BudgetUnit::money ? signal_of(world.price)
+                                                                                          : nullptr;
+    std::vector<double> rate(covered.size(), 1.0);
+    for (std::size_t i = 0; i < covered.size() && budget.unit != schedulers::BudgetUnit::joules; ++i)
+      rate[i] = signal
+                    ? signal->mean_extended(covered[i]->start, std::max(covered[i]->end, covered[i]->start + 1)) / 3.6e6
+                    : 0.0;
     auto spent_in = [&](UnixMillis from, UnixMillis to) {
-      double joules = 0.0;
-      for (const Segment* s : covered) joules += share_in(*s, from, to);
-      return joules;
+      double spent = 0.0;
+      for (std::size_t i = 0; i < covered.size(); ++i) spent += share_in(*covered[i], from, to) * rate[i];
+      return spent;
+    };
+    auto violation = [&](UnixMillis from, UnixMillis to, double spent) {
+      return Violation{budget.name, from, to, spent, budget.limit, budget.unit};
     };
     if (budget.window.kind != schedulers::BudgetWindow::Kind::rolling) {
       for (auto [from, to] = calendar.calendar_window(budget.window.kind, first); from <= last;
            std::tie(from, to) = calendar.calendar_window(budget.window.kind, to)) {
         const double spent = spent_in(from, to);
-        if (over(spent, budget.limit_joules))
-          out.push_back(Violation{budget.name, from, to, spent, budget.limit_joules});
+        if (over(spent, budget.limit)) out.push_back(violation(from, to, spent));
       }
       continue;
     }
@@ -133,10 +148,8 @@ std::vector<Violation> find_violations(const World& world, const std::vector<sch
     std::optional<Violation> open;
     for (const UnixMillis t : moments) {
       const double spent = spent_in(t - length, t);
-      if (over(spent, budget.limit_joules)) {
-        if (!open || spent > open->spent_joules) {
-          open = Violation{budget.name, t - length, t, spent, budget.limit_joules};  // the worst moment
-        }
+      if (over(spent, budget.limit)) {
+        if (!open || spent > open->spent) open = violation(t - length, t, spent);  // the worst moment
       } else if (open) {
         out.push_back(*open);
         open.reset();
@@ -305,6 +318,7 @@ class Replay {
       status.accepts_work = node_up(d);
       status.work_seconds = work_seconds_[d];
       status.carbon = world_.carbon ? &*world_.carbon : nullptr;
+      status.price = world_.price ? &*world_.price : nullptr;
       // One job at a time unless it shares its cores (and this run lets it: see PolicyRun).
       status.cores = run_.one_job_per_device ? 0 : world_.devices[d].cores;
       for (const std::size_t j : device_jobs_[d]) {
@@ -701,7 +715,8 @@ class Replay {
           m.joules_outside_carbon_signal += use.joules;
       }
     }
-    for (const auto& v : m.violations) m.max_overrun_joules = std::max(m.max_overrun_joules, v.overrun_joules());
+    for (const auto& v : m.violations)
+      if (v.unit == schedulers::BudgetUnit::joules) m.max_overrun_joules = std::max(m.max_overrun_joules, v.overrun());
     m.throttle_actions = throttle_actions_;
     for (const auto& [kind, count] : throttle_actions_) m.throttle_action_count += count;
     for (std::size_t n = 0; n < world_.nodes.size(); ++n) {

@@ -34,9 +34,10 @@ json to_json(const PolicyMetrics& m) {
     violations.push_back({{"budget", v.budget},
                           {"window_start", schedulers::format_rfc3339(v.window_start)},
                           {"window_end", schedulers::format_rfc3339(v.window_end)},
-                          {"spent_joules", v.spent_joules},
-                          {"limit_joules", v.limit_joules},
-                          {"overrun_joules", v.overrun_joules()}});
+                          {"unit", schedulers::to_string(v.unit)},
+                          {"spent", v.spent},
+                          {"limit", v.limit},
+                          {"overrun", v.overrun()}});
   json battery = json::object();
   for (const auto& [node, percent] : m.battery_min_percent)
     battery[node] = {{"min_percent", percent}, {"empty_seconds", m.battery_empty_seconds.at(node)}};

@@ -192,7 +192,7 @@ TEST(DatabaseTest, the_budget_ledger_and_job_tokens_round_trip_and_old_entries_a
   EXPECT_EQ((*db)->load_energy_uses(0)->size(), 1u);
 }
 
-TEST(DatabaseTest, an_energy_uses_owner_and_project_round_trip_and_older_rows_get_them_from_their_job) {
+TEST(DatabaseTest, an_energy_uses_owner_project_grams_and_cost_round_trip_and_older_rows_get_them_from_their_job) {
   TempDir dir;
   using joule::adapters::StoredEnergyUse;
   {
@@ -201,6 +201,8 @@ TEST(DatabaseTest, an_energy_uses_owner_and_project_round_trip_and_older_rows_ge
     auto job = sample_job("old", 1);
     job.owner = "token:alice";
     job.project = "vision";
+    job.energy_joules = 25.0;  // of which the use below is half
+    job.carbon_grams = 10.0;
     ASSERT_TRUE((*db)->insert_job(job));
     ASSERT_TRUE((*db)->insert_energy_use(StoredEnergyUse{"lab1", "cpu", "old", 1000, 5000, 12.5, "rapl"}));
     ASSERT_TRUE((*db)->insert_energy_use(StoredEnergyUse{"lab1", "cpu", "probe", 6000, 7000, 1.0, "rapl"}));
@@ -211,23 +213,31 @@ TEST(DatabaseTest, an_energy_uses_owner_and_project_round_trip_and_older_rows_ge
   ASSERT_EQ(sqlite3_open((dir / "jouled.db").c_str(), &raw), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(raw,
                          "ALTER TABLE energy_uses DROP COLUMN owner; ALTER TABLE energy_uses DROP COLUMN project; "
+                         "ALTER TABLE energy_uses DROP COLUMN grams; ALTER TABLE energy_uses DROP COLUMN cost; "
+                         "ALTER TABLE jobs DROP COLUMN cost; ALTER TABLE jobs DROP COLUMN cost_price; "
+                         "ALTER TABLE jobs DROP COLUMN cost_currency; ALTER TABLE jobs DROP COLUMN cost_signal; "
                          "PRAGMA user_version = 10",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(raw);
   auto db = Database::open(dir / "jouled.db");
   ASSERT_TRUE(db) << db.error().message;
-  ASSERT_TRUE(
-      (*db)->insert_energy_use(StoredEnergyUse{"lab1", "cuda:0", "new", 9000, 9500, 4.0, "nvml", "uid:1000", "lab"}));
+  ASSERT_TRUE((*db)->insert_energy_use(
+      StoredEnergyUse{"lab1", "cuda:0", "new", 9000, 9500, 4.0, "nvml", "uid:1000", "lab", 0.3, 0.0012}));
   auto uses = (*db)->load_energy_uses(0);
   ASSERT_TRUE(uses);
   ASSERT_EQ(uses->size(), 4u);
   EXPECT_EQ(uses->at(0).owner, "token:alice");  // from its job
   EXPECT_EQ(uses->at(0).project, "vision");
-  EXPECT_EQ(uses->at(1).owner, "");    // a probe is nobody's
-  EXPECT_EQ(uses->at(2).project, "");  // its job is no longer stored
+  EXPECT_DOUBLE_EQ(uses->at(0).grams.value(), 5.0);  // its share of its job's grams
+  EXPECT_FALSE(uses->at(0).cost);                    // no older job had a cost
+  EXPECT_EQ(uses->at(1).owner, "");                  // a probe is nobody's
+  EXPECT_FALSE(uses->at(1).grams);                   // and its grams were never known
+  EXPECT_EQ(uses->at(2).project, "");                // its job is no longer stored
   EXPECT_EQ(uses->at(3).owner, "uid:1000");
   EXPECT_EQ(uses->at(3).project, "lab");
+  EXPECT_DOUBLE_EQ(uses->at(3).grams.value(), 0.3);
+  EXPECT_DOUBLE_EQ(uses->at(3).cost.value(), 0.0012);
 }
 
 TEST(DatabaseTest, a_partial_energy_flag_is_stored_and_older_files_get_it_from_their_events) {
@@ -252,11 +262,14 @@ TEST(DatabaseTest, a_partial_energy_flag_is_stored_and_older_files_get_it_from_t
   ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE jobs DROP COLUMN energy_partial", nullptr, nullptr, nullptr), SQLITE_OK);
   // Nor the columns of later schemas (9: carbon; 10: project and estimate; 11: energy uses' owner
   // and project).
-  for (const char* later : {"carbon_grams", "carbon_intensity", "carbon_signal", "project", "estimated_joules"})
+  for (const char* later : {"carbon_grams", "carbon_intensity", "carbon_signal", "project", "estimated_joules", "cost",
+                            "cost_price", "cost_currency", "cost_signal"})
     ASSERT_EQ(
         sqlite3_exec(raw, (std::string("ALTER TABLE jobs DROP COLUMN ") + later).c_str(), nullptr, nullptr, nullptr),
         SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE energy_uses DROP COLUMN owner; ALTER TABLE energy_uses DROP COLUMN project",
+  ASSERT_EQ(sqlite3_exec(raw,
+                         "ALTER TABLE energy_uses DROP COLUMN owner; ALTER TABLE energy_uses DROP COLUMN project; "
+                         "ALTER TABLE energy_uses DROP COLUMN grams; ALTER TABLE energy_uses DROP COLUMN cost",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
   // The column came with schema 7; later migrations run again over it, as they may.

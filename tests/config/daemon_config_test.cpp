@@ -313,7 +313,7 @@ TEST(DaemonConfigTest, carbon_takes_a_file_or_a_url_and_a_constant) {
                            "jouled.toml");
   ASSERT_TRUE(file) << file.error().message;
   EXPECT_EQ(file->config.carbon.file, "/etc/joule/carbon.csv");
-  EXPECT_EQ(file->config.carbon.intensity, 250.0);
+  EXPECT_EQ(file->config.carbon.constant, 250.0);
   EXPECT_EQ(file->config.carbon.refresh_seconds, 60.0);
   auto url = parse_config("[carbon]\nurl = \"https://api.example.org/v1/forecast\"\ntoken_file = \"/etc/joule/wt\"\n",
                           "jouled.toml");

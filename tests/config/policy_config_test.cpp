@@ -127,32 +127,62 @@ TEST(PolicyConfigTest, budget_in_wh_is_converted_to_joules) {
   ASSERT_TRUE(loaded) << loaded.error().message;
   const auto& budgets = loaded->policy.budgets;
   ASSERT_EQ(budgets.size(), 3u);
-  EXPECT_DOUBLE_EQ(budgets[0].limit_joules, 7.2e6);
+  EXPECT_DOUBLE_EQ(budgets[0].limit, 7.2e6);
   EXPECT_EQ(budgets[0].window.kind, BudgetWindow::Kind::week);
   EXPECT_EQ(budgets[0].scope.scope, Scope::cluster);
   EXPECT_EQ(budgets[1].name, "k");
-  EXPECT_DOUBLE_EQ(budgets[1].limit_joules, 5.4e6);
+  EXPECT_DOUBLE_EQ(budgets[1].limit, 5.4e6);
   EXPECT_EQ(budgets[1].window.kind, BudgetWindow::Kind::rolling);
   EXPECT_EQ(budgets[1].window.rolling_seconds, 5400);
   EXPECT_EQ(budgets[1].scope.target, "lab-1");
-  EXPECT_DOUBLE_EQ(budgets[2].limit_joules, 3.6e7);
+  EXPECT_DOUBLE_EQ(budgets[2].limit, 3.6e7);
   EXPECT_EQ(budgets[2].window.rolling_seconds, 7 * 86400);
   EXPECT_EQ(budgets[2].scope.describe(), "device lab-1/cuda:0");
 }
 
+TEST(PolicyConfigTest, a_budget_may_count_grams_of_co2e_or_money_instead_of_joules) {
+  auto loaded = parse(budget("kg = 2.5\ncalendar = \"day\"\n") +
+                      "[[budgets]]\nname = \"g\"\nscope = \"cluster\"\ngrams = 300\nwindow = \"24h\"\n"
+                      "[[budgets]]\nname = \"m\"\nscope = \"cluster\"\ncost = 12.5\ncurrency = \"EUR\"\n"
+                      "calendar = \"month\"\n"
+                      "[[budgets]]\nname = \"n\"\nscope = \"cluster\"\ncost = 3\ncalendar = \"week\"\n");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  const auto& budgets = loaded->policy.budgets;
+  ASSERT_EQ(budgets.size(), 4u);
+  EXPECT_EQ(budgets[0].unit, joule::schedulers::BudgetUnit::grams);
+  EXPECT_DOUBLE_EQ(budgets[0].limit, 2500.0);
+  EXPECT_EQ(budgets[0].amount_text(1234.0), "1.23 kg CO2e");
+  EXPECT_EQ(budgets[1].unit, joule::schedulers::BudgetUnit::grams);
+  EXPECT_DOUBLE_EQ(budgets[1].limit, 300.0);
+  EXPECT_EQ(budgets[2].unit, joule::schedulers::BudgetUnit::money);
+  EXPECT_DOUBLE_EQ(budgets[2].limit, 12.5);
+  EXPECT_EQ(budgets[2].currency, "EUR");
+  EXPECT_EQ(budgets[2].amount_text(4.2), "4.20 EUR");
+  EXPECT_EQ(budgets[3].currency, "");  // the price signal's, whatever it is
+  EXPECT_EQ(problems(budget("cost = 3\ncurrency = \"euro\"\nwindow = \"1d\"\n")),
+            "50-a.toml:5: budgets[0].currency must be a currency code of 3 letters (\"EUR\"), got \"euro\"");
+  EXPECT_EQ(problems(budget("kwh = 3\ncurrency = \"EUR\"\nwindow = \"1d\"\n")),
+            "50-a.toml:5: budgets[0].currency applies only to a budget in money (cost = ...)");
+  EXPECT_EQ(problems(budget("grams = -1\nwindow = \"1d\"\n")), "50-a.toml:4: budgets[0].grams must be > 0, got -1");
+}
+
 TEST(PolicyConfigTest, a_budget_needs_exactly_one_positive_energy) {
   EXPECT_EQ(problems(budget("window = \"1d\"\n")),
-            "50-a.toml:1: budgets[0] needs an energy: one of joules, wh or kwh (e.g. kwh = 10)");
+            "50-a.toml:1: budgets[0] needs an allowance: one of joules, wh or kwh (e.g. kwh = 10), grams or kg of "
+            "CO2e, or cost (money)");
   EXPECT_EQ(problems(budget("wh = 5\nkwh = 1\nwindow = \"1d\"\n")),
-            "50-a.toml:5: budgets[0] sets its energy twice: set exactly one of joules, wh, kwh");
+            "50-a.toml:5: budgets[0] sets its allowance twice: set exactly one of joules, wh, kwh, grams, kg, cost");
+  EXPECT_EQ(problems(budget("kwh = 5\ngrams = 100\nwindow = \"1d\"\n")),
+            "50-a.toml:5: budgets[0] sets its allowance twice: set exactly one of joules, wh, kwh, grams, kg, cost");
   EXPECT_EQ(problems(budget("kwh = 0\nwindow = \"1d\"\n")), "50-a.toml:4: budgets[0].kwh must be > 0, got 0");
   EXPECT_EQ(problems(budget("kwh = -3\nwindow = \"1d\"\n")), "50-a.toml:4: budgets[0].kwh must be > 0, got -3");
   EXPECT_EQ(problems(budget("kwh = \"10 kWh\"\nwindow = \"1d\"\n")), "50-a.toml:4: budgets[0].kwh must be a number");
   // A unit that does not exist is an unknown key, and the budget has no energy.
   EXPECT_EQ(problems(budget("kj = 5\nwindow = \"1d\"\n")),
-            "50-a.toml:1: budgets[0] needs an energy: one of joules, wh or kwh (e.g. kwh = 10)\n"
-            "50-a.toml:4: unknown key budgets[0].kj (known: name, scope, target, joules, wh, kwh, window, calendar, "
-            "owner, project)");
+            "50-a.toml:1: budgets[0] needs an allowance: one of joules, wh or kwh (e.g. kwh = 10), grams or kg of "
+            "CO2e, or cost (money)\n"
+            "50-a.toml:4: unknown key budgets[0].kj (known: name, scope, target, joules, wh, kwh, grams, kg, cost, "
+            "currency, window, calendar, owner, project)");
 }
 
 TEST(PolicyConfigTest, bad_windows_are_problems_on_their_line) {
@@ -229,8 +259,8 @@ TEST(PolicyConfigTest, a_group_target_must_be_defined_in_some_file) {
 
 TEST(PolicyConfigTest, unknown_keys_and_tables_are_errors_not_warnings) {
   EXPECT_EQ(problems(budget("kwh = 1\nwindow = \"1d\"\nwindwo = \"2d\"\n")),
-            "50-a.toml:6: unknown key budgets[0].windwo (known: name, scope, target, joules, wh, kwh, window, "
-            "calendar, owner, project)");
+            "50-a.toml:6: unknown key budgets[0].windwo (known: name, scope, target, joules, wh, kwh, grams, kg, cost, "
+            "currency, window, calendar, owner, project)");
   EXPECT_EQ(problems("[budget]\nkwh = 1\n"),
             "50-a.toml:1: unknown key budget (known: placement, knobs, groups, budgets, power_caps, battery_floors, "
             "tenancy, projects, owners)");
@@ -338,7 +368,7 @@ TEST(PolicyConfigTest, a_directory_is_read_in_lexical_order_and_accumulates) {
                                                                dir / "50-budgets.toml"}));
   EXPECT_EQ(loaded->policy.objective, Objective::earliest_finish);
   ASSERT_EQ(loaded->policy.budgets.size(), 2u);
-  EXPECT_DOUBLE_EQ(loaded->policy.budgets[1].limit_joules, 1.8e6);
+  EXPECT_DOUBLE_EQ(loaded->policy.budgets[1].limit, 1.8e6);
   EXPECT_EQ(loaded->policy.budgets[1].scope.describe(), "group edge");
 }
 
@@ -399,7 +429,7 @@ TEST(PolicyConfigTest, the_shipped_examples_are_valid_when_uncommented) {
   EXPECT_TRUE(loaded->warnings.empty());
   EXPECT_EQ(loaded->policy.groups.size(), 1u);
   ASSERT_EQ(loaded->policy.budgets.size(), 4u);
-  EXPECT_DOUBLE_EQ(loaded->policy.budgets[0].limit_joules, 3.6e7);
+  EXPECT_DOUBLE_EQ(loaded->policy.budgets[0].limit, 3.6e7);
   EXPECT_EQ(loaded->policy.budgets[0].window.describe(), "rolling 1d");
   EXPECT_EQ(loaded->policy.power_caps.size(), 1u);
   EXPECT_EQ(loaded->policy.battery_floors.size(), 1u);
@@ -427,7 +457,7 @@ TEST(PolicyConfigTest, the_shipped_tenancy_example_is_valid_when_uncommented) {
   EXPECT_TRUE(tenancy.limits_running());
   ASSERT_EQ(loaded->policy.budgets.size(), 3u);
   EXPECT_EQ(loaded->policy.budgets[0].describe_scope(), "project vision on the cluster");
-  EXPECT_DOUBLE_EQ(loaded->policy.budgets[0].limit_joules, 50 * 3.6e6);
+  EXPECT_DOUBLE_EQ(loaded->policy.budgets[0].limit, 50 * 3.6e6);
   EXPECT_TRUE(loaded->policy.budgets[1].each_owner);
   EXPECT_EQ(loaded->policy.budgets[2].describe_scope(), "owner token:alice on node jetson-1");
 }

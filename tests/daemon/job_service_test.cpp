@@ -26,7 +26,7 @@ namespace {
 
 // A page of jobs as the API writes it, read back.
 json page_of(const joule::daemon::JobPage& page, const joule::daemon::GridSignalFeed* carbon) {
-  return json::parse(joule::daemon::routes::job_page_text(page, carbon));
+  return json::parse(joule::daemon::routes::job_page_text(page, {carbon, nullptr}));
 }
 
 class JobServiceTest : public ::testing::Test, protected joule::testing::JobBook {
@@ -94,7 +94,7 @@ class JobServiceTest : public ::testing::Test, protected joule::testing::JobBook
     joule::schedulers::EnergyBudget budget;
     budget.name = "agent-hour";
     budget.scope = {joule::schedulers::Scope::device, device};
-    budget.limit_joules = 1000.0;
+    budget.limit = 1000.0;
     budget.window.rolling_seconds = 3600;
     policy.budgets.push_back(budget);
     jobs_.budgets().set_policy(policy);
@@ -392,15 +392,15 @@ TEST_F(JobServiceTest, a_job_and_a_page_written_as_text_read_back_as_their_json)
   const auto page = jobs_.jobs("queued", 10, std::nullopt, false);
   ASSERT_TRUE(page);
   ASSERT_EQ(page->jobs.size(), 3u);
-  const json listed = json::parse(joule::daemon::routes::job_page_text(*page, nullptr));
+  const json listed = json::parse(joule::daemon::routes::job_page_text(*page, {}));
   EXPECT_EQ(listed["total"], 3);
   EXPECT_TRUE(listed["next"].is_null());
   ASSERT_EQ(listed["jobs"].size(), 3u);
   for (std::size_t i = 0; i < 3; ++i)
-    EXPECT_EQ(listed["jobs"][i], joule::daemon::routes::job_json(page->jobs[i], false, nullptr));
+    EXPECT_EQ(listed["jobs"][i], joule::daemon::routes::job_json(page->jobs[i], false, {}));
   for (const auto& view : page->jobs) {
-    const json written = json::parse(joule::daemon::routes::job_text(view, true, nullptr));
-    EXPECT_EQ(written, joule::daemon::routes::job_json(view, true, nullptr));
+    const json written = json::parse(joule::daemon::routes::job_text(view, true, {}));
+    EXPECT_EQ(written, joule::daemon::routes::job_json(view, true, {}));
     EXPECT_EQ(written["estimate"][0]["joules"]["mean"], 500.123);
   }
 }

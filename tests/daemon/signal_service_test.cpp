@@ -44,7 +44,7 @@ TEST(GridSignalFeedTest, nothing_loaded_and_no_constant_is_no_signal) {
   GridSignalFeed feed("file /x.csv", std::nullopt);
   EXPECT_EQ(feed.in_force(kNoon).signal, nullptr);
   EXPECT_EQ(feed.in_force(kNoon).state, SignalState::none);
-  EXPECT_FALSE(feed.grams(3.6e6, kNoon, kNoon + kHour));
+  EXPECT_FALSE(feed.amount(3.6e6, kNoon, kNoon + kHour));
   EXPECT_EQ(feed.describe(kNoon)["state"], "none");
 }
 
@@ -57,7 +57,7 @@ TEST(GridSignalFeedTest, a_signal_covering_now_is_fresh_and_past_its_end_the_con
   EXPECT_EQ(feed.in_force(kNoon).source, "file /x.csv");
   EXPECT_DOUBLE_EQ(*feed.value_at(kNoon + kHour), 200.0);
   // 1 kWh over the two hours: 150 g.
-  EXPECT_DOUBLE_EQ(*feed.grams(3.6e6, kNoon, kNoon + 2 * kHour), 150.0);
+  EXPECT_DOUBLE_EQ(*feed.amount(3.6e6, kNoon, kNoon + 2 * kHour), 150.0);
   EXPECT_EQ(feed.in_force(kNoon + 2 * kHour).state, SignalState::constant);
   EXPECT_DOUBLE_EQ(*feed.value_at(kNoon + 3 * kHour), 300.0);
   EXPECT_EQ(feed.in_force(kNoon + 2 * kHour).source, "constant 300 g/kWh");
@@ -122,13 +122,13 @@ class SignalServiceTest : public ::testing::Test {
 TEST_F(SignalServiceTest, a_file_is_read_at_start_and_again_when_it_changes_and_a_bad_one_keeps_the_last) {
   const auto file = dir_.write("carbon.csv", "time,value\n2027-01-15T08:00:00Z,200\n2027-01-15T09:00:00Z,100\n");
   clock_.set_wall(joule::schedulers::parse_rfc3339("2027-01-15T08:30:00Z").value());
-  joule::config::CarbonConfig config;
+  joule::config::SignalConfig config;
   config.file = file;
   config.refresh_seconds = 60;
-  SignalService service(io_, metrics_, config, clock_);
+  SignalService service(io_, metrics_, config, joule::config::SignalKind::carbon, clock_);
   service.start();
-  EXPECT_EQ(service.carbon().in_force(clock_.unix_ms()).state, SignalState::fresh);
-  EXPECT_DOUBLE_EQ(*service.carbon().value_at(clock_.unix_ms()), 200.0);
+  EXPECT_EQ(service.feed().in_force(clock_.unix_ms()).state, SignalState::fresh);
+  EXPECT_DOUBLE_EQ(*service.feed().value_at(clock_.unix_ms()), 200.0);
   EXPECT_NE(metric("joule_grid_carbon_intensity_grams_per_kwh").find(" 200"), std::string::npos);
 
   // A bad edit: reported, counted, the last good signal stays.
@@ -136,45 +136,45 @@ TEST_F(SignalServiceTest, a_file_is_read_at_start_and_again_when_it_changes_and_
   std::filesystem::last_write_time(file, std::filesystem::last_write_time(file) + 1s);
   clock_.advance(60s);
   run();
-  EXPECT_NE(service.carbon().last_error().find("carbon.csv"), std::string::npos) << service.carbon().last_error();
-  EXPECT_DOUBLE_EQ(*service.carbon().value_at(clock_.unix_ms()), 200.0);
+  EXPECT_NE(service.feed().last_error().find("carbon.csv"), std::string::npos) << service.feed().last_error();
+  EXPECT_DOUBLE_EQ(*service.feed().value_at(clock_.unix_ms()), 200.0);
   EXPECT_NE(metric("joule_grid_carbon_signal_failures_total").find(" 1"), std::string::npos);
 
   // Unchanged, it is not read again (one failure, not one per period).
   clock_.advance(60s);
   run();
-  EXPECT_EQ(service.carbon().failures(), 1u);
+  EXPECT_EQ(service.feed().failures(), 1u);
 
   // Fixed: the new values are in force.
   dir_.write("carbon.csv", "time,value\n2027-01-15T08:00:00Z,50\n2027-01-15T10:00:00Z,60\n");
   std::filesystem::last_write_time(file, std::filesystem::last_write_time(file) + 2s);
   clock_.advance(60s);
   run();
-  EXPECT_DOUBLE_EQ(*service.carbon().value_at(clock_.unix_ms()), 50.0);
-  EXPECT_TRUE(service.carbon().last_error().empty());
+  EXPECT_DOUBLE_EQ(*service.feed().value_at(clock_.unix_ms()), 50.0);
+  EXPECT_TRUE(service.feed().last_error().empty());
   EXPECT_EQ(service.describe()["carbon"]["state"], "fresh");
   EXPECT_EQ(service.describe()["carbon"]["refresh_seconds"], 60.0);
   service.stop();
 }
 
 TEST_F(SignalServiceTest, a_missing_file_leaves_the_constant_in_force) {
-  joule::config::CarbonConfig config;
+  joule::config::SignalConfig config;
   config.file = dir_ / "absent.json";
-  config.intensity = 420.0;
-  SignalService service(io_, metrics_, config, clock_);
+  config.constant = 420.0;
+  SignalService service(io_, metrics_, config, joule::config::SignalKind::carbon, clock_);
   service.start();
-  EXPECT_EQ(service.carbon().in_force(clock_.unix_ms()).state, SignalState::constant);
-  EXPECT_NE(service.carbon().last_error().find("absent.json"), std::string::npos);
+  EXPECT_EQ(service.feed().in_force(clock_.unix_ms()).state, SignalState::constant);
+  EXPECT_NE(service.feed().last_error().find("absent.json"), std::string::npos);
   EXPECT_NE(metric("joule_grid_carbon_signal_state", "state=\"constant\"").find(" 1"), std::string::npos);
   service.stop();
 }
 
 TEST_F(SignalServiceTest, a_reload_switches_the_source_and_keeps_the_signal_when_only_settings_change) {
-  joule::config::CarbonConfig config;
-  config.intensity = 250.0;
-  SignalService service(io_, metrics_, config, clock_);
+  joule::config::SignalConfig config;
+  config.constant = 250.0;
+  SignalService service(io_, metrics_, config, joule::config::SignalKind::carbon, clock_);
   service.start();
-  EXPECT_EQ(service.carbon().in_force(clock_.unix_ms()).state, SignalState::constant);
+  EXPECT_EQ(service.feed().in_force(clock_.unix_ms()).state, SignalState::constant);
   int changes = 0;
   service.on_change([&] { ++changes; });
 
@@ -182,20 +182,20 @@ TEST_F(SignalServiceTest, a_reload_switches_the_source_and_keeps_the_signal_when
   clock_.set_wall(joule::schedulers::parse_rfc3339("2027-01-15T08:30:00Z").value());
   config.file = file;
   service.reconfigure(config);
-  EXPECT_EQ(service.carbon().in_force(clock_.unix_ms()).state, SignalState::fresh);
-  EXPECT_DOUBLE_EQ(*service.carbon().value_at(clock_.unix_ms()), 200.0);
+  EXPECT_EQ(service.feed().in_force(clock_.unix_ms()).state, SignalState::fresh);
+  EXPECT_DOUBLE_EQ(*service.feed().value_at(clock_.unix_ms()), 200.0);
   EXPECT_GE(changes, 1);
 
   // Only the period changes: the signal stays (the file, gone now, is a failed load that keeps it).
   std::filesystem::remove(file);
   config.refresh_seconds = 60;
   service.reconfigure(config);
-  EXPECT_DOUBLE_EQ(*service.carbon().value_at(clock_.unix_ms()), 200.0);
+  EXPECT_DOUBLE_EQ(*service.feed().value_at(clock_.unix_ms()), 200.0);
   EXPECT_EQ(service.describe()["carbon"]["refresh_seconds"], 60.0);
 
   // [carbon] removed: no signal.
   service.reconfigure({});
-  EXPECT_EQ(service.carbon().in_force(clock_.unix_ms()).state, SignalState::none);
+  EXPECT_EQ(service.feed().in_force(clock_.unix_ms()).state, SignalState::none);
   EXPECT_EQ(service.describe()["carbon"]["state"], "none");
   service.stop();
 }
@@ -219,26 +219,26 @@ TEST_F(SignalServiceTest, a_url_is_fetched_off_the_loop_and_an_http_error_keeps_
       },
       {});
   clock_.set_wall(joule::schedulers::parse_rfc3339("2027-01-15T08:10:00Z").value());
-  joule::config::CarbonConfig config;
+  joule::config::SignalConfig config;
   config.url = "http://127.0.0.1:" + std::to_string(server.port()) + "/intensity/{now}/fw24h";
   config.refresh_seconds = 300;
   config.token_file = dir_.write("key", "s3cret\n");
   config.token_header = "auth-token";  // ElectricityMaps' way
-  SignalService service(io_, metrics_, config, clock_);
+  SignalService service(io_, metrics_, config, joule::config::SignalKind::carbon, clock_);
   service.start();
   const auto wait_for = [&](auto done) {
     for (int i = 0; i < 500 && !done(); ++i) run();
   };
-  wait_for([&] { return service.carbon().in_force(clock_.unix_ms()).state == SignalState::fresh; });
+  wait_for([&] { return service.feed().in_force(clock_.unix_ms()).state == SignalState::fresh; });
   EXPECT_EQ(target_seen, "/intensity/2027-01-15T08:10Z/fw24h");           // {now}, to the minute
-  EXPECT_DOUBLE_EQ(*service.carbon().value_at(clock_.unix_ms()), 175.0);  // the actual where there is one
+  EXPECT_DOUBLE_EQ(*service.feed().value_at(clock_.unix_ms()), 175.0);    // the actual where there is one
   EXPECT_EQ(key_seen, "s3cret");
 
   status = 503;
   clock_.advance(300s);
-  wait_for([&] { return service.carbon().failures() > 0; });
-  EXPECT_NE(service.carbon().last_error().find("HTTP 503"), std::string::npos) << service.carbon().last_error();
-  EXPECT_DOUBLE_EQ(*service.carbon().value_at(clock_.unix_ms()), 175.0);
+  wait_for([&] { return service.feed().failures() > 0; });
+  EXPECT_NE(service.feed().last_error().find("HTTP 503"), std::string::npos) << service.feed().last_error();
+  EXPECT_DOUBLE_EQ(*service.feed().value_at(clock_.unix_ms()), 175.0);
   service.stop();
   EXPECT_EQ(requests.load(), 2);
 }

@@ -1,5 +1,7 @@
 #include "joule/schedulers/budget_ledger.hpp"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 namespace joule::schedulers {
@@ -26,10 +28,10 @@ TEST(BudgetLedgerTest, rolling_window_counts_the_share_of_a_use_inside_it) {
   ledger.record({device("n1", "cpu"), "job-1", t0, t0 + 2 * kHour, 100.0, "rapl"});
   auto states = ledger.states(t0 + 2 * kHour);
   ASSERT_EQ(states.size(), 1u);
-  EXPECT_NEAR(states[0].spent_joules, 50.0, 1e-9);
-  EXPECT_NEAR(states[0].remaining_joules(), 950.0, 1e-9);
+  EXPECT_NEAR(states[0].spent, 50.0, 1e-9);
+  EXPECT_NEAR(states[0].remaining(), 950.0, 1e-9);
   EXPECT_EQ(states[0].resets_at, t0 + 2 * kHour);  // the oldest counted part leaves from then on
-  EXPECT_NEAR(ledger.states(t0 + 3 * kHour)[0].spent_joules, 0.0, 1e-9);
+  EXPECT_NEAR(ledger.states(t0 + 3 * kHour)[0].spent, 0.0, 1e-9);
 }
 
 TEST(BudgetLedgerTest, calendar_day_splits_a_use_across_local_midnight) {
@@ -40,7 +42,7 @@ TEST(BudgetLedgerTest, calendar_day_splits_a_use_across_local_midnight) {
   const auto states = ledger.states(at("2026-11-27T00:00:00Z"));
   EXPECT_EQ(states[0].window_start, at("2026-11-26T23:00:00Z"));
   EXPECT_EQ(states[0].resets_at, at("2026-11-27T23:00:00Z"));
-  EXPECT_NEAR(states[0].spent_joules, 100.0, 1e-9);
+  EXPECT_NEAR(states[0].spent, 100.0, 1e-9);
 }
 
 TEST(BudgetLedgerTest, calendar_weeks_start_on_monday_and_months_on_the_first) {
@@ -66,10 +68,10 @@ TEST(BudgetLedgerTest, scopes_count_only_the_devices_they_cover) {
   ledger.record({device("n1", "cpu"), "b", t, t + 1000, 20.0, "rapl"});
   ledger.record({device("pi", "cpu", {"edge"}), "c", t, t + 1000, 40.0, "ina3221"});
   const auto states = ledger.states(t + kHour);
-  EXPECT_NEAR(states[0].spent_joules, 10.0, 1e-9);
-  EXPECT_NEAR(states[1].spent_joules, 60.0, 1e-9);
-  EXPECT_NEAR(states[2].spent_joules, 40.0, 1e-9);
-  EXPECT_NEAR(states[3].spent_joules, 70.0, 1e-9);
+  EXPECT_NEAR(states[0].spent, 10.0, 1e-9);
+  EXPECT_NEAR(states[1].spent, 60.0, 1e-9);
+  EXPECT_NEAR(states[2].spent, 40.0, 1e-9);
+  EXPECT_NEAR(states[3].spent, 70.0, 1e-9);
 }
 
 TEST(BudgetLedgerTest, reservations_add_up_and_settle_into_metered_energy) {
@@ -81,18 +83,18 @@ TEST(BudgetLedgerTest, reservations_add_up_and_settle_into_metered_energy) {
   auto state = ledger.states(t)[0];
   EXPECT_NEAR(state.reserved.mean_joules, 300.0, 1e-9);
   EXPECT_NEAR(state.reserved.variance, 500.0, 1e-9);
-  EXPECT_NEAR(state.remaining_joules(), 700.0, 1e-9);
+  EXPECT_NEAR(state.remaining(), 700.0, 1e-9);
 
   // a has used 80 J so far and is projected to need 40 J more.
   ledger.update_running("a", t - kHour, t, 80.0, EnergyDistribution::from_std(40.0, 5.0));
   state = ledger.states(t)[0];
-  EXPECT_NEAR(state.spent_joules, 80.0, 1e-9);
+  EXPECT_NEAR(state.spent, 80.0, 1e-9);
   EXPECT_NEAR(state.reserved.mean_joules, 240.0, 1e-9);
 
   ledger.settle("a", EnergyUse{device("n1", "cpu"), "a", t - kHour, t + 1000, 130.0, "rapl"});
   ledger.settle("b", std::nullopt);  // cancelled before it ran
   state = ledger.states(t + 1000)[0];
-  EXPECT_NEAR(state.spent_joules, 130.0, 1e-9);
+  EXPECT_NEAR(state.spent, 130.0, 1e-9);
   EXPECT_NEAR(state.reserved.mean_joules, 0.0, 1e-9);
   EXPECT_FALSE(ledger.has_reservation("a"));
 }
@@ -105,7 +107,7 @@ TEST(BudgetLedgerTest, frees_by_finds_when_enough_energy_has_left_a_rolling_wind
   ledger.record({device("n1", "cpu"), "b", t + kHour, t + kHour + 1000, 500.0, "rapl"});
   const UnixMillis now = t + 2 * kHour;
   const auto state = ledger.states(now)[0];
-  EXPECT_NEAR(state.spent_joules, 800.0, 1e-9);
+  EXPECT_NEAR(state.spent, 800.0, 1e-9);
   EXPECT_EQ(ledger.frees_by(state, 200.0, now), t + 1000 + 4 * kHour);
   EXPECT_EQ(ledger.frees_by(state, 700.0, now), t + kHour + 1000 + 4 * kHour);
   EXPECT_EQ(ledger.frees_by(state, 900.0, now), std::nullopt);
@@ -140,8 +142,8 @@ TEST(BudgetLedgerTest, short_work_of_one_minute_adds_up_in_one_use_per_device_an
   ledger.record({device("n1", "cpu"), "after", t + 121'500, t + 122'000, 1.0, "rapl"});
   EXPECT_EQ(ledger.uses(), 7u);
   const auto states = ledger.states(t + kHour);
-  EXPECT_NEAR(states[0].spent_joules, 120 * 3.0 + 3.0 + 4.0 + 1.0, 1e-9);
-  EXPECT_NEAR(states[1].spent_joules, 120 * 2.0 + 3.0 + 4.0 + 1.0, 1e-9);
+  EXPECT_NEAR(states[0].spent, 120 * 3.0 + 3.0 + 4.0 + 1.0, 1e-9);
+  EXPECT_NEAR(states[1].spent, 120 * 2.0 + 3.0 + 4.0 + 1.0, 1e-9);
 }
 
 TEST(BudgetLedgerTest, prune_keeps_what_the_longest_window_still_counts) {
@@ -181,8 +183,8 @@ TEST(BudgetLedgerTest, a_paused_job_counts_its_energy_in_the_stretches_it_ran) {
   ASSERT_TRUE(last);
   EXPECT_EQ(last->start, start + 3 * 3'600'000);
   EXPECT_NEAR(last->joules, 60.0, 1e-9);
-  EXPECT_NEAR(ledger.states(start + 3'600'000 + 1)[0].spent_joules, 100.0, 1e-9);
-  EXPECT_NEAR(ledger.states(start + 4 * 3'600'000)[0].spent_joules, 60.0, 1e-9);
+  EXPECT_NEAR(ledger.states(start + 3'600'000 + 1)[0].spent, 100.0, 1e-9);
+  EXPECT_NEAR(ledger.states(start + 4 * 3'600'000)[0].spent, 60.0, 1e-9);
 }
 
 }  // namespace
@@ -198,10 +200,10 @@ TEST(BudgetLedgerTest, a_reload_that_moves_a_node_into_a_group_counts_its_past_e
   ledger.set_policy(policy);
   const UnixMillis t = parse_rfc3339("2026-11-26T10:00:00Z").value();
   ledger.record({DeviceRef{"pi", "cpu", {}}, "a", t, t + 1000, 40.0, "ina3221"});
-  EXPECT_EQ(ledger.states(t + 2000)[0].spent_joules, 0.0);
+  EXPECT_EQ(ledger.states(t + 2000)[0].spent, 0.0);
   policy.groups = {NodeGroup{"edge", {"pi"}}};
   ledger.set_policy(policy);
-  EXPECT_NEAR(ledger.states(t + 2000)[0].spent_joules, 40.0, 1e-9);
+  EXPECT_NEAR(ledger.states(t + 2000)[0].spent, 40.0, 1e-9);
 }
 
 }  // namespace
@@ -216,6 +218,63 @@ TEST(BudgetLedgerTest, calendar_windows_follow_a_new_utc_offset) {
   EXPECT_EQ(ledger.calendar_window(BudgetWindow::Kind::day, now).first, parse_rfc3339("2026-03-28T23:00:00Z"));
   ledger.set_utc_offset_minutes(120);  // summer time began that night
   EXPECT_EQ(ledger.calendar_window(BudgetWindow::Kind::day, now).first, parse_rfc3339("2026-03-28T22:00:00Z"));
+}
+
+EnergyBudget grams_budget(double grams) {
+  EnergyBudget b = budget("grams", Scope::cluster, "", grams, rolling_hours(24));
+  b.unit = BudgetUnit::grams;
+  return b;
+}
+
+TEST(BudgetLedgerTest, a_grams_budget_counts_the_grams_of_its_uses_and_shows_the_joules_it_could_not) {
+  BudgetLedger ledger;
+  EnergyBudget money = budget("money", Scope::cluster, "", 10.0, rolling_hours(24));
+  money.unit = BudgetUnit::money;
+  ledger.set_budgets({grams_budget(500.0), money, budget("joules", Scope::cluster, "", 1e9, rolling_hours(24))});
+  const UnixMillis t0 = at("2026-11-26T10:00:00Z");
+  EnergyUse priced{device("n1", "cpu"), "job-1", t0, t0 + kHour, 3.6e6, "rapl"};
+  priced.grams = 300.0;
+  priced.cost = 0.25;
+  ledger.record(priced);
+  ledger.record({device("n1", "cpu"), "probe", t0 + kHour, t0 + 2 * kHour, 1000.0, "rapl"});  // no signal then
+  const auto states = ledger.states(t0 + 2 * kHour);
+  EXPECT_NEAR(states[0].spent, 300.0, 1e-9);
+  EXPECT_NEAR(states[0].uncounted_joules, 1000.0, 1e-9);
+  EXPECT_NEAR(states[0].remaining(), 200.0, 1e-9);
+  EXPECT_NEAR(states[1].spent, 0.25, 1e-12);
+  EXPECT_NEAR(states[2].spent, 3.6e6 + 1000.0, 1e-6);
+  EXPECT_NEAR(states[2].uncounted_joules, 0.0, 1e-12);
+}
+
+TEST(BudgetLedgerTest, a_running_job_counts_in_grams_at_its_rates_through_a_pause_and_its_end) {
+  BudgetLedger ledger;
+  ledger.set_budgets({grams_budget(10'000.0)});
+  const UnixMillis t0 = at("2026-11-26T10:00:00Z");
+  const UseRates at_400{400.0 / 3.6e6, std::nullopt};
+  const UseRates at_100{100.0 / 3.6e6, std::nullopt};
+  ledger.reserve("a", device("n1", "cpu"), EnergyDistribution::from_std(7.2e6, 3.6e5), "", "", at_400);
+  auto state = ledger.states(t0)[0];
+  EXPECT_NEAR(state.reserved.mean_joules, 800.0, 1e-6);  // 2 kWh at 400 g/kWh
+  EXPECT_NEAR(std::sqrt(state.reserved.variance), 40.0, 1e-6);
+  // An hour in: 1 kWh used at 400, 1 kWh still to come at 100.
+  ledger.update_running("a", t0, t0 + kHour, 3.6e6, EnergyDistribution::from_std(3.6e6, 0.0), at_400, at_100);
+  state = ledger.states(t0 + kHour)[0];
+  EXPECT_NEAR(state.spent, 400.0, 1e-6);
+  EXPECT_NEAR(state.reserved.mean_joules, 100.0, 1e-6);
+  // Paused: the stretch is recorded with its grams; resumed and ended with 2 kWh, 450 g in all.
+  const auto stretch = ledger.pause_running("a", t0 + kHour);
+  ASSERT_TRUE(stretch);
+  EXPECT_NEAR(stretch->grams.value(), 400.0, 1e-6);
+  ledger.resume_running("a", t0 + 2 * kHour);
+  EnergyUse whole{device("n1", "cpu"), "a", t0, t0 + 3 * kHour, 7.2e6, "rapl"};
+  whole.grams = 450.0;
+  const auto settled = ledger.settle("a", whole);
+  ASSERT_TRUE(settled);
+  EXPECT_NEAR(settled->joules, 3.6e6, 1e-6);  // the last stretch alone
+  EXPECT_NEAR(settled->grams.value(), 50.0, 1e-6);
+  state = ledger.states(t0 + 3 * kHour)[0];
+  EXPECT_NEAR(state.spent, 450.0, 1e-6);
+  EXPECT_NEAR(state.reserved.mean_joules, 0.0, 1e-9);
 }
 
 }  // namespace

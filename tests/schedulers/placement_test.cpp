@@ -211,8 +211,8 @@ TEST(PlacementTest, admission_refuses_a_job_likely_to_overrun_what_is_left_and_s
   const auto& why = reason_of(result, "a");
   EXPECT_EQ(why.kind, WaitReason::Kind::budget);
   EXPECT_EQ(why.rule, "daily");
-  EXPECT_NEAR(why.remaining_joules.value(), 100.0, 1e-9);
-  EXPECT_GT(why.needed_joules.value(), 100.0);
+  EXPECT_NEAR(why.remaining.value(), 100.0, 1e-9);
+  EXPECT_GT(why.needed.value(), 100.0);
   EXPECT_EQ(why.retry_at, parse_rfc3339("2026-11-27T00:00:00Z"));
   EXPECT_EQ(result.next_retry, why.retry_at);
   EXPECT_NE(why.message.find("budget daily (the cluster, calendar day): 100 J left of 1 kJ"), std::string::npos)
@@ -615,6 +615,104 @@ TEST(PlacementCarbonTest, grams_choose_the_device_and_without_any_signal_joules_
   pass.devices[0].carbon = nullptr;
   pass.devices[1].carbon = nullptr;
   EXPECT_EQ(pass.run().placements[0].device, 0u);
+}
+
+Policy with_budget_in(BudgetUnit unit, double limit, Objective objective = Objective::min_energy) {
+  Policy policy = with_budget(limit, objective);
+  policy.budgets[0].unit = unit;
+  if (unit == BudgetUnit::money) policy.budgets[0].currency = "EUR";
+  return policy;
+}
+
+TEST(PlacementBudgetUnitsTest, a_grams_budget_counts_each_job_at_the_carbon_over_its_run) {
+  const GridSignal grid = clean_later();  // 400 g/kWh for two hours, then 100
+  // 500 g a day; each job is 1 kWh (400 g now): the first fits, the second would take 800 g.
+  Pass pass{with_budget_in(BudgetUnit::grams, 500.0),
+            {device("cpu"), device("gpu")},
+            {job("a", {on(0, 3.6e6, 3600.0)}), job("b", {on(1, 3.6e6, 3600.0)})}};
+  pass.devices[0].carbon = &grid;
+  pass.devices[1].carbon = &grid;
+  auto result = pass.run();
+  ASSERT_EQ(result.placements.size(), 1u);
+  EXPECT_NEAR(*result.placements[0].rates.grams_per_joule * 3.6e6, 400.0, 1e-9);
+  EXPECT_FALSE(result.placements[0].rates.cost_per_joule);  // no price signal
+  const WaitReason& why = reason_of(result, "b");
+  EXPECT_EQ(why.kind, WaitReason::Kind::budget);
+  EXPECT_EQ(why.unit, BudgetUnit::grams);
+  EXPECT_NEAR(*why.needed, 400.0, 1e-6);
+  EXPECT_NEAR(*why.remaining, 100.0, 1e-6);
+  EXPECT_NE(why.message.find("100 g CO2e left of 500 g CO2e"), std::string::npos) << why.message;
+  // On a clean grid (100 g/kWh) both fit.
+  const GridSignal clean = GridSignal::from_points({{kNow, 100.0}}, kNow + 24 * 3'600'000).value();
+  pass.devices[0].carbon = &clean;
+  pass.devices[1].carbon = &clean;
+  EXPECT_EQ(pass.run().placements.size(), 2u);
+}
+
+TEST(PlacementBudgetUnitsTest, without_the_signal_a_grams_or_money_budget_holds_its_jobs_and_says_why) {
+  Pass grams{with_budget_in(BudgetUnit::grams, 500.0), {device("cpu")}, {job("a", {on(0, 100.0, 10.0)})}};
+  auto result = grams.run();
+  ASSERT_TRUE(result.placements.empty());
+  EXPECT_EQ(reason_of(result, "a").kind, WaitReason::Kind::no_estimate);
+  EXPECT_EQ(reason_of(result, "a").message,
+            "budget daily counts grams CO2e and n1/cpu has no carbon signal to count this job's joules at");
+  Pass money{with_budget_in(BudgetUnit::money, 5.0), {device("cpu")}, {job("a", {on(0, 100.0, 10.0)})}};
+  result = money.run();
+  ASSERT_TRUE(result.placements.empty());
+  EXPECT_NE(reason_of(result, "a").message.find("no price signal"), std::string::npos);
+  // A joule budget needs no signal.
+  Pass joules{with_budget(500.0), {device("cpu")}, {job("a", {on(0, 100.0, 10.0)})}};
+  EXPECT_EQ(joules.run().placements.size(), 1u);
+}
+
+TEST(PlacementBudgetUnitsTest, a_money_budget_counts_at_the_price_and_whole_budgets_are_judged_at_the_lowest_price) {
+  // 0.30 per kWh now, 0.10 from two hours on.
+  const GridSignal price =
+      GridSignal::from_points({{kNow, 0.30}, {kNow + 2 * 3'600'000, 0.10}}, kNow + 24 * 3'600'000).value();
+  Policy policy = with_budget_in(BudgetUnit::money, 1.0);                    // 1 EUR a day
+  Pass pass{policy, {device("cpu")}, {job("a", {on(0, 3.6e6 * 4, 60.0)})}};  // 4 kWh: 1.20 now
+  pass.devices[0].price = &price;
+  const auto result = pass.run();
+  ASSERT_TRUE(result.placements.empty());
+  const WaitReason& why = reason_of(result, "a");
+  EXPECT_EQ(why.message,
+            "budget daily (the cluster, calendar day): 1.00 EUR left of 1.00 EUR (0.00 EUR spent, 0.00 EUR reserved); "
+            "the job needs 1.20 EUR on n1/cpu at 5% risk; the price signal falls at 2026-11-26T12:00:00.000Z, when it "
+            "may fit");
+  EXPECT_EQ(why.retry_at, kNow + 2 * 3'600'000);                    // the pass runs again then
+  EXPECT_EQ(pass.run(kNow + 2 * 3'600'000).placements.size(), 1u);  // 0.40 EUR then
+  // It could fit at 0.10 (0.40 EUR): not refused at submission. 12 kWh could not (1.20 at best).
+  BudgetLedger ledger;
+  ledger.set_budgets(policy.budgets);
+  Placer placer(policy);
+  EXPECT_EQ(placer.never_fits(kNow, pass.devices, pass.jobs[0], ledger), std::nullopt);
+  const auto never = placer.never_fits(kNow, pass.devices, job("big", {on(0, 3.6e6 * 12, 60.0)}), ledger);
+  ASSERT_TRUE(never);
+  EXPECT_EQ(never->kind, WaitReason::Kind::budget);
+  EXPECT_NE(never->message.find("1.20 EUR at 5% risk at the signal's lowest"), std::string::npos) << never->message;
+}
+
+TEST(PlacementBudgetUnitsTest, min_cost_waits_for_a_cheaper_window_within_the_deadline) {
+  const GridSignal price =
+      GridSignal::from_points({{kNow, 0.30}, {kNow + 2 * 3'600'000, 0.10}}, kNow + 24 * 3'600'000).value();
+  Policy policy;
+  policy.objective = Objective::min_cost;
+  Pass pass{policy, {device("cpu")}, {job("a", {on(0, 3.6e6, 3600.0)})}};
+  pass.devices[0].price = &price;
+  EXPECT_EQ(pass.run().placements.size(), 1u);  // no deadline: never deferred
+  pass.jobs[0].deadline = kNow + 6 * 3'600'000;
+  auto result = pass.run();
+  ASSERT_TRUE(result.placements.empty());
+  const WaitReason& why = reason_of(result, "a");
+  EXPECT_EQ(why.kind, WaitReason::Kind::cleaner_window);
+  EXPECT_EQ(why.retry_at, kNow + 2 * 3'600'000);
+  EXPECT_EQ(why.message,
+            "waiting for a cheaper window on n1/cpu at 2026-11-26T12:00:00.000Z: 67% less cost than now (0.1 "
+            "against 0.3 per kWh)");
+  result = pass.run(kNow + 2 * 3'600'000);
+  ASSERT_EQ(result.placements.size(), 1u);
+  EXPECT_NE(result.placements[0].note.find("0.1 expected at 0.1 per kWh"), std::string::npos)
+      << result.placements[0].note;
 }
 
 }  // namespace

@@ -287,7 +287,7 @@ TEST(SchedulingCoreTest, tracking_feeds_the_ledger_and_pauses_a_job_projected_to
   EXPECT_EQ(actions[0].kind, ThrottleAction::Kind::pause);
   EXPECT_EQ(actions[0].rule, "daily");
   const auto state = core.ledger().states(now).at(0);
-  EXPECT_NEAR(state.spent_joules, 600.0, 1e-6);
+  EXPECT_NEAR(state.spent, 600.0, 1e-6);
   EXPECT_NEAR(state.reserved.mean_joules, 1400.0, 50.0) << "what the projection says it will still use";
 
   // The driver paused it: the stretch it ran is recorded, and ending it settles the rest.
@@ -299,7 +299,7 @@ TEST(SchedulingCoreTest, tracking_feeds_the_ledger_and_pauses_a_job_projected_to
   EXPECT_NEAR(settled->joules, 50.0, 1e-6);
   EXPECT_EQ(core.running("low"), nullptr);
   EXPECT_FALSE(core.ledger().has_reservation("low"));
-  EXPECT_NEAR(core.ledger().states(now + kMinute).at(0).spent_joules, 650.0, 1e-6);
+  EXPECT_NEAR(core.ledger().states(now + kMinute).at(0).spent, 650.0, 1e-6);
 }
 
 TEST(SchedulingCoreTest, without_throttling_tracking_only_feeds_the_ledger) {
@@ -311,7 +311,7 @@ TEST(SchedulingCoreTest, without_throttling_tracking_only_feeds_the_ledger) {
   DeviceStatus busy = device("cpu");
   busy.busy = true;
   EXPECT_TRUE(core.track(kNow + 2 * kMinute, {busy}, {sample("low", 600.0)}).empty());
-  EXPECT_NEAR(core.ledger().states(kNow + 2 * kMinute).at(0).spent_joules, 600.0, 1e-6);
+  EXPECT_NEAR(core.ledger().states(kNow + 2 * kMinute).at(0).spent, 600.0, 1e-6);
 }
 
 TEST(SchedulingCoreTest, a_run_it_did_not_place_is_tracked_with_its_prior_reserved) {

@@ -287,10 +287,10 @@ TEST(TenancyTest, an_owners_or_projects_budget_counts_only_their_jobs_used_runni
   ledger.record(use("a2", 50, "token:alice", "vision"));  // the same minute, owner and project: one use
   EXPECT_EQ(ledger.uses(), 3u);
   auto states = by_name(ledger.states(kHalfMinuteIn));
-  EXPECT_DOUBLE_EQ(states["all"].spent_joules, 650);
-  EXPECT_DOUBLE_EQ(states["vision"].spent_joules, 550);
-  EXPECT_DOUBLE_EQ(states["alice"].spent_joules, 250);
-  EXPECT_DOUBLE_EQ(states["alice-vision"].spent_joules, 250);
+  EXPECT_DOUBLE_EQ(states["all"].spent, 650);
+  EXPECT_DOUBLE_EQ(states["vision"].spent, 550);
+  EXPECT_DOUBLE_EQ(states["alice"].spent, 250);
+  EXPECT_DOUBLE_EQ(states["alice-vision"].spent, 250);
 
   // Alice's job in another project: reserved, then running, then ended with a metered use that
   // names no owner (as a meter's does): the reservation's owner and project are its.
@@ -302,18 +302,18 @@ TEST(TenancyTest, an_owners_or_projects_budget_counts_only_their_jobs_used_runni
   EXPECT_DOUBLE_EQ(states["alice-vision"].reserved.mean_joules, 0);
   ledger.update_running("a3", kHalfMinuteIn - 5'000, kHalfMinuteIn, 40, EnergyDistribution::from_std(60, 10));
   states = by_name(ledger.states(kHalfMinuteIn));
-  EXPECT_DOUBLE_EQ(states["alice"].spent_joules, 290);
-  EXPECT_DOUBLE_EQ(states["vision"].spent_joules, 550);
+  EXPECT_DOUBLE_EQ(states["alice"].spent, 290);
+  EXPECT_DOUBLE_EQ(states["vision"].spent, 550);
   const auto settled =
       ledger.settle("a3", EnergyUse{device("cuda:0"), "a3", kHalfMinuteIn - 5'000, kHalfMinuteIn, 90, "nvml"});
   ASSERT_TRUE(settled);
   EXPECT_EQ(settled->owner, "token:alice");
   EXPECT_EQ(settled->project, "lab");
   states = by_name(ledger.states(kHalfMinuteIn));
-  EXPECT_DOUBLE_EQ(states["all"].spent_joules, 740);
-  EXPECT_DOUBLE_EQ(states["alice"].spent_joules, 340);
+  EXPECT_DOUBLE_EQ(states["all"].spent, 740);
+  EXPECT_DOUBLE_EQ(states["alice"].spent, 340);
   EXPECT_DOUBLE_EQ(states["alice"].reserved.mean_joules, 0);
-  EXPECT_DOUBLE_EQ(states["alice-vision"].spent_joules, 250);
+  EXPECT_DOUBLE_EQ(states["alice-vision"].spent, 250);
   EXPECT_EQ(states["alice-vision"].budget.describe_scope(), "owner token:alice in project vision on the cluster");
   EXPECT_EQ(states["vision"].budget.describe_scope(), "project vision on the cluster");
 }

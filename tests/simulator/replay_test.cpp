@@ -192,7 +192,7 @@ TEST(ReplayTest, calendar_budget_violations_count_windows_over_their_limit_with_
   const auto policy = with_budget(150.0, {schedulers::BudgetWindow::Kind::day});
   const PolicyMetrics f = replay(world, fifo(policy));
   ASSERT_EQ(f.violations.size(), 1u);  // day 1: 250 J; day 2: 50 J
-  EXPECT_NEAR(f.violations[0].spent_joules, 250.0, 1e-9);
+  EXPECT_NEAR(f.violations[0].spent, 250.0, 1e-9);
   EXPECT_NEAR(f.max_overrun_joules, 100.0, 1e-9);
   EXPECT_EQ(f.violations[0].window_start, kStart);
 
@@ -420,7 +420,7 @@ TEST(ReplayTest, a_projects_budget_counts_and_holds_only_its_jobs) {
   // Without admission both vision jobs run within the hour: one overrun, of vision's 200 J only.
   const PolicyMetrics f = replay(world, fifo(policy));
   ASSERT_EQ(f.violations.size(), 1u);
-  EXPECT_NEAR(f.violations[0].spent_joules, 200.0, 1e-9);
+  EXPECT_NEAR(f.violations[0].spent, 200.0, 1e-9);
   // With it the second vision job waits for the first's energy to leave the window, while the
   // lab jobs run at once.
   const PolicyMetrics m = replay(world, min_energy(policy));

@@ -108,11 +108,11 @@ class JobBook {
                                 bool newest_first = false) const {
     auto page = jobs_.jobs(state, limit, after, newest_first);
     if (!page) return page.error();
-    return nlohmann::json::parse(daemon::routes::job_page_text(*page, nullptr));
+    return nlohmann::json::parse(daemon::routes::job_page_text(*page, {}));
   }
   static Result<nlohmann::json> rendered(const Result<daemon::JobView>& view) {
     if (!view) return view.error();
-    return nlohmann::json::parse(daemon::routes::job_text(*view, true, nullptr));
+    return nlohmann::json::parse(daemon::routes::job_text(*view, true, {}));
   }
 
  protected:

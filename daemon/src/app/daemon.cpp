@@ -30,10 +30,32 @@ T checked(Result<T> result, const std::string& what) {
   return std::move(result).value();
 }
 
-void warn_when_carbon_is_wanted_but_missing(const schedulers::Policy& policy, const SignalService& signals) {
-  if (policy.objective == schedulers::Objective::min_carbon && !signals.configured())
+// What a policy needs of the node's signals: a money budget in another currency than [price]'s
+// cannot be counted (an error: the policy is refused); min-carbon, min-cost and budgets in grams
+// or money without their signal are warned of (jobs such a budget covers wait, saying why).
+void check_policy_against_signals(const schedulers::Policy& policy, const config::DaemonConfig& config) {
+  using schedulers::BudgetUnit;
+  for (const auto& budget : policy.budgets) {
+    if (budget.unit == BudgetUnit::money && config.price.configured() && !budget.currency.empty() &&
+        budget.currency != config.price.currency)
+      throw std::runtime_error(fmt::format("policies: budget {} is in {} but jouled.toml's [price] is in {}",
+                                           budget.name, budget.currency, config.price.currency));
+    if (budget.unit == BudgetUnit::grams && !config.carbon.configured())
+      spdlog::warn(
+          "budget {} counts grams of CO2e but jouled.toml has no [carbon] signal: jobs it covers wait until "
+          "one is set",
+          budget.name);
+    if (budget.unit == BudgetUnit::money && !config.price.configured())
+      spdlog::warn("budget {} counts money but jouled.toml has no [price] signal: jobs it covers wait until one is set",
+                   budget.name);
+  }
+  if (policy.objective == schedulers::Objective::min_carbon && !config.carbon.configured())
     spdlog::warn(
         "placement.objective is min-carbon but jouled.toml has no [carbon] signal: jobs are placed as "
+        "min-energy until one is set");
+  if (policy.objective == schedulers::Objective::min_cost && !config.price.configured())
+    spdlog::warn(
+        "placement.objective is min-cost but jouled.toml has no [price] signal: jobs are placed as "
         "min-energy until one is set");
 }
 
@@ -74,11 +96,12 @@ Daemon::Daemon(const CommandLine& command_line, config::DaemonConfig config)
         options.control_journal = control_journal_.get();
         return options;
       }()),
-      signals_(io_, metrics_, config_.carbon, clock_),
+      signals_(io_, metrics_, config_.carbon, config::SignalKind::carbon, clock_),
+      price_signals_(io_, metrics_, config_.price, config::SignalKind::price, clock_),
       estimates_(devices_, &outcomes_, slurm_model_sources(config_.slurm)),
       learning_(outcomes_, metrics_),
       jobs_(io_, storage_, metrics_, devices_, job_options_,
-            JobServiceLinks{&estimates_, &learning_, &signals_.carbon()}, clock_),
+            JobServiceLinks{&estimates_, &learning_, &signals_.feed(), &price_signals_.feed()}, clock_),
       models_(
           io_, storage_, metrics_, [this] { models_changed(); }, clock_),
       probes_(io_, storage_, metrics_, models_, jobs_, jobs_.budgets(), devices_,
@@ -103,7 +126,7 @@ Daemon::Daemon(const CommandLine& command_line, config::DaemonConfig config)
                     clock_)),
       usage_(io_, config_.state_directory / "jouled.db", node_name_),
       api_(ApiServices{jobs_, metrics_, devices_, &estimates_, &probes_, coordinator_.get(), agent_.get(), slurm_.get(),
-                       &signals_, &usage_}),
+                       &signals_, &price_signals_, &usage_}),
       server_(
           io_,
           [this](HttpRequest&& request, const HttpPeer& peer, Reply reply) {
@@ -112,7 +135,11 @@ Daemon::Daemon(const CommandLine& command_line, config::DaemonConfig config)
           server_options(config_, coordinator_ != nullptr),
           [this](unsigned status) { metrics_.observe_request("refused", status, 0.0); }) {
   jobs_.keep_finished_in(*state_.archive);
-  jobs_.budgets().set_policy(checked(load_policy(policy_directory(config_, command_line_)), "policies: "));
+  {
+    auto policy = checked(load_policy(policy_directory(config_, command_line_)), "policies: ");
+    check_policy_against_signals(policy, config_);
+    jobs_.budgets().set_policy(std::move(policy));
+  }
   // The ledger keeps what its windows need (uses merged by device and minute); the rows read at
   // start, one per job of the last year, are let go here: kept in state_, 100,000 finished jobs
   // held 22 MiB for the daemon's whole life after a restart (bench/drained_queue_memory.py).
@@ -124,9 +151,9 @@ Daemon::Daemon(const CommandLine& command_line, config::DaemonConfig config)
     if (!recent) return spdlog::warn("fair share starts without recent use: {}", recent.error().message);
     jobs_.remember_recent_use(*recent);
   });
-  // A new carbon signal may move or close a waiting job's cleaner window: a placement pass.
-  signals_.on_change([this] { jobs_.carbon_changed(); });
-  warn_when_carbon_is_wanted_but_missing(jobs_.budgets().policy(), signals_);
+  // A new carbon or price signal may move or close a waiting job's window: a placement pass.
+  signals_.on_change([this] { jobs_.signal_changed(); });
+  price_signals_.on_change([this] { jobs_.signal_changed(); });
   estimates_.set_model_descriptions([this](const std::string& source) { return models_.model_info(source); });
   estimates_.set_runtime_problem([this](const std::string& device) { return probes_.runtime_problem(device); });
   learning_.attach(probes_);
@@ -182,6 +209,7 @@ void Daemon::start() {
   adapters::release_free_heap();
   heap_policy_.released(adapters::heap_usage().free_bytes);
   signals_.start();
+  price_signals_.start();
   if (coordinator_) coordinator_->start();
   if (slurm_) slurm_->start();
   if (agent_) agent_->start();
@@ -273,6 +301,7 @@ void Daemon::drain_on_stop_signal() {
     jobs_.stop_scheduling();
     probes_.stop();
     signals_.stop();
+    price_signals_.stop();
     meter_timer_.cancel();
     drain_deadline_ = std::chrono::steady_clock::now() + 10s;
     stop_when_drained();
@@ -313,6 +342,7 @@ void Daemon::reload() {
   // Policies: a valid set replaces the running one whole; a bad one (or a bad config) changes
   // nothing.
   auto next_policy = checked(load_policy(policy_directory(next, command_line_)), "policies: ");
+  check_policy_against_signals(next_policy, next);
   for (const auto& warning : warnings) spdlog::warn("{}", warning.describe());
   if (next.server.host != config_.server.host || next.server.port != config_.server.port ||
       next.state_directory != config_.state_directory)
@@ -337,7 +367,9 @@ void Daemon::reload() {
   config_.probing = next.probing;
   probes_.set_config(next.probing);
   signals_.reconfigure(next.carbon);
-  warn_when_carbon_is_wanted_but_missing(next_policy, signals_);
+  price_signals_.reconfigure(next.price);
+  config_.carbon = next.carbon;
+  config_.price = next.price;
   jobs_.set_policy(std::move(next_policy));
   spdlog::info("reloaded {}", next.source);
 }

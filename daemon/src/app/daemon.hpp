@@ -95,7 +95,8 @@ class Daemon {
   DeviceTable devices_;
   std::unique_ptr<adapters::ControlJournal> control_journal_;
   JobServiceOptions job_options_;
-  SignalService signals_;
+  SignalService signals_;        // [carbon]
+  SignalService price_signals_;  // [price]
   OutcomeService outcomes_;
   EstimateService estimates_;
   LearningFromJobs learning_;

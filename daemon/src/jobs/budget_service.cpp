@@ -20,16 +20,23 @@ sched::EnergyUse to_use(const adapters::StoredEnergyUse& row, const std::vector<
                           row.joules,
                           row.source,
                           row.owner,
-                          row.project};
+                          row.project,
+                          row.grams,
+                          row.cost};
 }
 
 }  // namespace
 
 BudgetService::BudgetService(adapters::StorageWriter& storage, Metrics& metrics, std::string node,
-                             sched::SchedulingCore& core)
-    : storage_(storage), metrics_(metrics), node_(std::move(node)), core_(core) {}
+                             sched::SchedulingCore& core, SignalFeeds signals)
+    : storage_(storage), metrics_(metrics), node_(std::move(node)), core_(core), signals_(signals) {}
 
 void BudgetService::set_policy(sched::Policy policy) {
+  // A budget in money that names no currency counts in the price signal's.
+  if (signals_.price)
+    for (auto& budget : policy.budgets)
+      if (budget.unit == sched::BudgetUnit::money && budget.currency.empty())
+        budget.currency = signals_.price->currency();
   core_.set_policy(std::move(policy));
   const sched::Policy& installed = core_.policy();
   spdlog::info("policy from {}: objective {}, risk {:g}, {} budgets, {} power caps, {} battery floors",
@@ -53,8 +60,8 @@ void BudgetService::load(const std::vector<adapters::StoredEnergyUse>& uses) {
 
 namespace {
 adapters::StoredEnergyUse to_row(const sched::EnergyUse& use) {
-  return adapters::StoredEnergyUse{use.device.node, use.device.name, use.work,  use.start,  use.end,
-                                   use.joules,      use.source,      use.owner, use.project};
+  return adapters::StoredEnergyUse{use.device.node, use.device.name, use.work,    use.start, use.end, use.joules,
+                                   use.source,      use.owner,       use.project, use.grams, use.cost};
 }
 }  // namespace
 
@@ -81,7 +88,9 @@ void BudgetService::store(const adapters::StoredEnergyUse& row) {
                   });
 }
 
-void BudgetService::record(const adapters::StoredEnergyUse& use) {
+void BudgetService::record(adapters::StoredEnergyUse use) {
+  if (signals_.carbon) use.grams = signals_.carbon->amount(use.joules, use.start_ms, use.end_ms);
+  if (signals_.price) use.cost = signals_.price->amount(use.joules, use.start_ms, use.end_ms);
   core_.ledger().record(to_use(use, core_.policy().groups_of(use.node)));
   store(use);
 }
@@ -115,8 +124,8 @@ void BudgetService::publish(sched::UnixMillis now) {
     // One series per budget of the policy: every owner's own of an each-owner template would make
     // as many as there are owners (GET /v1/budgets lists them).
     if (state.budget.template_name.empty())
-      figures.push_back({state.budget.name, state.budget.limit_joules, state.spent_joules, state.reserved.mean_joules,
-                         state.remaining_joules()});
+      figures.push_back({state.budget.name, state.budget.unit, state.budget.currency, state.budget.limit, state.spent,
+                         state.reserved.mean_joules, state.remaining()});
   metrics_.set_budgets(figures);
   // The core forgets uses no window can count by itself; the stored ones go here.
   if (now - last_prune_ > 3'600'000) {

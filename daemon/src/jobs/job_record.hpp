@@ -38,11 +38,16 @@ struct ShownRow {
   std::optional<double> carbon_grams;
   std::optional<double> carbon_intensity;
   std::string carbon_signal;
+  std::optional<double> cost;
+  std::optional<double> cost_price;
+  std::string cost_currency;
+  std::string cost_signal;
 
   static ShownRow of(const adapters::StoredJob& row) {
     return {row.state,          row.device,       row.started_ms,       row.finished_ms,
             row.exit_code,      row.reason,       row.energy_joules,    row.energy_source,
-            row.energy_partial, row.carbon_grams, row.carbon_intensity, row.carbon_signal};
+            row.energy_partial, row.carbon_grams, row.carbon_intensity, row.carbon_signal,
+            row.cost,           row.cost_price,   row.cost_currency,    row.cost_signal};
   }
 };
 

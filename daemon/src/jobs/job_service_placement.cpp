@@ -116,9 +116,11 @@ std::vector<schedulers::DeviceStatus> JobService::device_statuses() const {
   std::vector<schedulers::DeviceStatus> out;
   out.reserve(devices_.size());
   const schedulers::GridSignal* carbon = carbon_ ? carbon_->in_force(now_ms()).signal : nullptr;
+  const schedulers::GridSignal* price = price_ ? price_->in_force(now_ms()).signal : nullptr;
   for (const auto& device : devices_) {
     schedulers::DeviceStatus status;
     status.carbon = carbon;
+    status.price = price;
     status.ref = device.ref;
     status.accepts_work = device.runs_jobs && scheduling_ && device.node_ready;
     status.busy = device.held_whole() || device.reported_busy;
@@ -350,8 +352,8 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
                                         job.row.finished_ms.value_or(now_ms()),
                                         *job.row.energy_joules,
                                         job.row.energy_source};
+  if (metered) account_signals(job, *metered);
   budgets_.settle(job.row.id, metered);
-  if (metered) account_carbon(job);
   if (device && job.row.started_ms) device->work_seconds += run_seconds(job).value_or(0.0);
   release_controls(job, /*ended=*/true);
   release_device(job);
@@ -359,17 +361,25 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
   schedule();
 }
 
-void JobService::account_carbon(Job& job) {
-  if (!carbon_) return;
+void JobService::account_signals(Job& job, adapters::StoredEnergyUse& metered) {
   const auto from = *job.row.started_ms, to = job.row.finished_ms.value_or(now_ms());
-  const auto force = carbon_->over(from, to);
-  const auto intensity = carbon_->intensity_over(from, to);
-  if (!intensity) return;
-  const double grams = *job.row.energy_joules / 3.6e6 * *intensity;
-  job.row.carbon_grams = grams;
-  job.row.carbon_intensity = *intensity;
-  job.row.carbon_signal = force.label();
-  metrics_.add_job_carbon(job.row.device, job.row.energy_source, grams);
+  if (const auto intensity = carbon_ ? carbon_->mean_over(from, to) : std::nullopt) {
+    const double grams = *job.row.energy_joules / 3.6e6 * *intensity;
+    job.row.carbon_grams = grams;
+    job.row.carbon_intensity = *intensity;
+    job.row.carbon_signal = carbon_->over(from, to).label();
+    metered.grams = grams;
+    metrics_.add_job_carbon(job.row.device, job.row.energy_source, grams);
+  }
+  if (const auto price = price_ ? price_->mean_over(from, to) : std::nullopt) {
+    const double cost = *job.row.energy_joules / 3.6e6 * *price;
+    job.row.cost = cost;
+    job.row.cost_price = *price;
+    job.row.cost_currency = price_->currency();
+    job.row.cost_signal = price_->over(from, to).label();
+    metered.cost = cost;
+    metrics_.add_job_cost(job.row.device, job.row.energy_source, price_->currency(), cost);
+  }
 }
 
 void JobService::release_device(Job& job) {

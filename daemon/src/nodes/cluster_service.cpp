@@ -238,10 +238,14 @@ json ClusterCoordinator::nodes(std::size_t limit, const std::optional<std::strin
       const bool covers = std::any_of(node.devices.begin(), node.devices.end(), [&](const auto& device) {
         return rule.scope.covers(jobs_.budgets().device_ref(name + "/" + device.name));
       });
-      if (covers)
-        covering.push_back({{"name", rule.name},
-                            {"limit_joules", rule.limit_joules},
-                            {"remaining_joules", budget.state.remaining_joules()}});
+      if (!covers) continue;
+      const bool joules = rule.unit == schedulers::BudgetUnit::joules;
+      covering.push_back({{"name", rule.name},
+                          {"unit", schedulers::to_string(rule.unit)},
+                          {"limit", rule.limit},
+                          {"remaining", budget.state.remaining()},
+                          {"limit_joules", joules ? json(rule.limit) : json(nullptr)},
+                          {"remaining_joules", joules ? json(budget.state.remaining()) : json(nullptr)}});
     }
     out.push_back({{"name", name},
                    {"state", cluster::to_string(node.state)},

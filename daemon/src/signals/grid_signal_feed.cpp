@@ -25,8 +25,8 @@ std::string_view to_string(SignalState state) {
   return "none";
 }
 
-GridSignalFeed::GridSignalFeed(std::string source, std::optional<double> constant)
-    : source_(std::move(source)), constant_value_(constant) {
+GridSignalFeed::GridSignalFeed(std::string source, std::optional<double> constant, std::string currency)
+    : source_(std::move(source)), currency_(std::move(currency)), constant_value_(constant) {
   // One point: the placer extends a signal's edges (mean_extended) and never defers inside a
   // flat one (lowest_start needs a cleaner window), so a constant holds at every time.
   if (constant)
@@ -49,7 +49,9 @@ bool GridSignalFeed::failed(std::string error, UnixMillis now) {
 
 SignalInForce GridSignalFeed::in_force(UnixMillis now) const {
   if (signal_ && now < signal_->end()) return {&*signal_, SignalState::fresh, source_};
-  if (constant_) return {&*constant_, SignalState::constant, fmt::format("constant {:g} g/kWh", *constant_value_)};
+  if (constant_)
+    return {&*constant_, SignalState::constant,
+            fmt::format("constant {:g} {}", *constant_value_, is_price() ? unit() : std::string("g/kWh"))};
   if (signal_) return {&*signal_, SignalState::stale, source_};
   return {};
 }
@@ -66,26 +68,34 @@ SignalInForce GridSignalFeed::over(UnixMillis from, UnixMillis to) const {
   return in_force(to);
 }
 
-std::optional<double> GridSignalFeed::intensity_over(UnixMillis from, UnixMillis to) const {
+std::string GridSignalFeed::unit() const { return is_price() ? currency_ + "/kWh" : "gCO2e/kWh"; }
+
+std::optional<double> GridSignalFeed::mean_over(UnixMillis from, UnixMillis to) const {
   const auto force = over(from, to);
   if (!force.signal) return std::nullopt;
   return to > from ? force.signal->mean_extended(from, to) : force.signal->mean_extended(from, from + 1);
 }
 
-std::optional<double> GridSignalFeed::grams(double joules, UnixMillis from, UnixMillis to) const {
-  const auto intensity = intensity_over(from, to);
-  if (!intensity) return std::nullopt;
-  return joules / 3.6e6 * *intensity;
+std::optional<double> GridSignalFeed::amount(double joules, UnixMillis from, UnixMillis to) const {
+  const auto mean = mean_over(from, to);
+  if (!mean) return std::nullopt;
+  return joules / 3.6e6 * *mean;
 }
 
 json GridSignalFeed::estimate(UnixMillis start, double joules_mean, double joules_std, double seconds) const {
   const auto force = in_force(start);
   if (!force.signal) return nullptr;
   const UnixMillis end = start + std::max<UnixMillis>(1, static_cast<UnixMillis>(std::llround(seconds * 1000.0)));
-  const double intensity = force.signal->mean_extended(start, end);
-  return {{"grams", joules_mean / 3.6e6 * intensity},
-          {"grams_std", joules_std / 3.6e6 * intensity},
-          {"intensity", intensity},
+  const double mean = force.signal->mean_extended(start, end);
+  if (is_price())
+    return {{"cost", joules_mean / 3.6e6 * mean},
+            {"cost_std", joules_std / 3.6e6 * mean},
+            {"price_per_kwh", mean},
+            {"currency", currency_},
+            {"signal", force.label()}};
+  return {{"grams", joules_mean / 3.6e6 * mean},
+          {"grams_std", joules_std / 3.6e6 * mean},
+          {"intensity", mean},
           {"signal", force.label()}};
 }
 
@@ -94,9 +104,9 @@ void GridSignalFeed::add_estimates(json& rows, UnixMillis start) const {
   for (auto& row : rows) {
     if (!row.is_object() || row.value("status", "") != "ok" || !row.contains("joules") || !row.contains("seconds"))
       continue;
-    json carbon = estimate(start, row["joules"].value("mean", 0.0), row["joules"].value("std", 0.0),
+    json figure = estimate(start, row["joules"].value("mean", 0.0), row["joules"].value("std", 0.0),
                            row["seconds"].value("mean", 0.0));
-    if (!carbon.is_null()) row["carbon"] = std::move(carbon);
+    if (!figure.is_null()) row[is_price() ? "cost" : "carbon"] = std::move(figure);
   }
 }
 
@@ -108,7 +118,7 @@ json GridSignalFeed::describe(UnixMillis now) const {
   json out = {{"state", to_string(force.state)},
               {"in_force", force.signal ? json(force.source) : json(nullptr)},
               {"value_now", force.signal ? json(force.signal->mean_extended(now, now + 1)) : json(nullptr)},
-              {"unit", "gCO2e/kWh"},
+              {"unit", unit()},
               {"source", source_.empty() ? json(nullptr) : json(source_)},
               {"constant", constant_value_ ? json(*constant_value_) : json(nullptr)},
               {"loaded_at", time(loaded_at_)},

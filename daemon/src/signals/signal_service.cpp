@@ -19,7 +19,7 @@ namespace {
 // A forecast or a year of hourly history is well under a megabyte; more is not a signal file.
 constexpr std::uintmax_t kMaxSignalBytes = 16u << 20;
 
-std::string describe_source(const config::CarbonConfig& config) {
+std::string describe_source(const config::SignalConfig& config) {
   if (!config.file.empty()) return "file " + config.file.string();
   if (!config.url.empty()) return "url " + config.url;
   return {};
@@ -52,37 +52,45 @@ std::string with_now(std::string target, schedulers::UnixMillis now) {
   return target;
 }
 
-Result<std::string> read_token(const std::filesystem::path& file) {
+Result<std::string> read_token(const std::filesystem::path& file, const std::string& section) {
   if (file.empty()) return std::string();
   std::ifstream in(file);
   std::string token;
   if (!in || !std::getline(in, token))
-    return make_error(ErrorCode::io, fmt::format("carbon.token_file {}: cannot read it", file.string()));
+    return make_error(ErrorCode::io, fmt::format("{}.token_file {}: cannot read it", section, file.string()));
   token = std::string(trim(token));
-  if (token.empty()) return make_error(ErrorCode::io, fmt::format("carbon.token_file {}: it is empty", file.string()));
+  if (token.empty())
+    return make_error(ErrorCode::io, fmt::format("{}.token_file {}: it is empty", section, file.string()));
   return token;
+}
+
+std::string currency_of(const config::SignalConfig& config, config::SignalKind kind) {
+  return kind == config::SignalKind::price ? config.currency : std::string();
 }
 
 }  // namespace
 
-SignalService::SignalService(boost::asio::io_context& io, Metrics& metrics, config::CarbonConfig config,
-                             const Clock& clock)
+SignalService::SignalService(boost::asio::io_context& io, Metrics& metrics, config::SignalConfig config,
+                             config::SignalKind kind, const Clock& clock)
     : io_(io),
       metrics_(metrics),
       config_(std::move(config)),
+      kind_(kind),
+      name_(kind == config::SignalKind::price ? "price" : "carbon"),
       clock_(clock),
-      feed_(describe_source(config_), config_.intensity),
+      feed_(describe_source(config_), config_.constant, currency_of(config_, kind)),
       timer_(io, clock) {}
 
 SignalService::~SignalService() { stop(); }
 
-void SignalService::reconfigure(config::CarbonConfig config) {
+void SignalService::reconfigure(config::SignalConfig config) {
   if (config == config_) return;
   stop();
-  const bool same_source = describe_source(config) == describe_source(config_) && config.intensity == config_.intensity;
+  const bool same_source = describe_source(config) == describe_source(config_) && config.constant == config_.constant &&
+                           config.currency == config_.currency;
   config_ = std::move(config);
   if (!same_source) {
-    feed_ = GridSignalFeed(describe_source(config_), config_.intensity);
+    feed_ = GridSignalFeed(describe_source(config_), config_.constant, currency_of(config_, kind_));
     read_stamp_.reset();
   }
   {
@@ -91,7 +99,7 @@ void SignalService::reconfigure(config::CarbonConfig config) {
     fetch_wanted_ = false;
   }
   alive_ = std::make_shared<std::atomic<bool>>(true);
-  if (!configured()) spdlog::info("carbon signal: none ([carbon] was removed)");
+  if (!configured()) spdlog::info("{} signal: none ([{}] was removed)", name_, name_);
   start();
   publish();
   if (changed_) changed_();
@@ -99,10 +107,11 @@ void SignalService::reconfigure(config::CarbonConfig config) {
 
 void SignalService::start() {
   if (!configured()) return;
-  spdlog::info("carbon signal: {}{}", config_.file.empty() && config_.url.empty() ? "" : describe_source(config_),
-               config_.intensity
-                   ? fmt::format("{}constant {:g} g/kWh where it says nothing",
-                                 config_.file.empty() && config_.url.empty() ? "" : "; ", *config_.intensity)
+  spdlog::info("{} signal: {}{}", name_, config_.file.empty() && config_.url.empty() ? "" : describe_source(config_),
+               config_.constant
+                   ? fmt::format("{}constant {:g} {} where it says nothing",
+                                 config_.file.empty() && config_.url.empty() ? "" : "; ", *config_.constant,
+                                 kind_ == config::SignalKind::price ? feed_.unit() : "g/kWh")
                    : "");
   if (!config_.url.empty()) fetcher_ = std::thread([this] { fetch_loop(); });
   refresh();
@@ -120,17 +129,21 @@ void SignalService::stop() {
 }
 
 nlohmann::json SignalService::describe() const {
-  if (!configured()) return describe_none();
-  nlohmann::json carbon = feed_.describe(clock_.unix_ms());
-  carbon["refresh_seconds"] = config_.refresh_seconds;
-  return {{"carbon", std::move(carbon)}};
+  if (!configured()) return describe_none(kind_);
+  nlohmann::json signal = feed_.describe(clock_.unix_ms());
+  signal["refresh_seconds"] = config_.refresh_seconds;
+  return {{name_, std::move(signal)}};
 }
 
-nlohmann::json SignalService::describe_none() {
+nlohmann::json SignalService::describe_none(config::SignalKind kind) {
+  const bool price = kind == config::SignalKind::price;
   GridSignalFeed none({}, std::nullopt);
-  nlohmann::json carbon = none.describe(0);
-  carbon["message"] = "no carbon signal: set [carbon] file, url or intensity in jouled.toml";
-  return {{"carbon", std::move(carbon)}};
+  nlohmann::json signal = none.describe(0);
+  signal["unit"] = nullptr;
+  signal["message"] = price ? "no price signal: set [price] currency and a file, url or per_kwh in jouled.toml"
+                            : "no carbon signal: set [carbon] file, url or intensity in jouled.toml";
+  if (!price) signal["unit"] = "gCO2e/kWh";
+  return {{price ? "price" : "carbon", std::move(signal)}};
 }
 
 void SignalService::refresh() {
@@ -168,12 +181,12 @@ void SignalService::read_file() {
   std::stringstream text;
   text << in.rdbuf();
   if (!in) return accept(make_error(ErrorCode::io, fmt::format("{}: cannot read it", name)));
-  accept(config::parse_grid_signal(text.str(), name));
+  accept(config::parse_grid_signal(text.str(), name, kind_));
 }
 
 void SignalService::fetch_loop() {
   auto where = split_url(config_.url);
-  auto token = read_token(config_.token_file);
+  auto token = read_token(config_.token_file, name_);
   std::optional<client::HttpClient> http;
   if (where && token) {
     http.emplace(where->first, *token,
@@ -201,7 +214,7 @@ void SignalService::fetch_loop() {
           make_error(ErrorCode::unavailable, fmt::format("{}: HTTP {}{}", config_.url, reply->status,
                                                          reply->body.empty() ? "" : ": " + reply->body.substr(0, 200)));
     else
-      result = config::parse_grid_signal(reply->body, config_.url);
+      result = config::parse_grid_signal(reply->body, config_.url, kind_);
     boost::asio::post(io_, [this, alive = alive_, result = std::move(result)]() mutable {
       if (!alive->load()) return;
       accept(std::move(result));
@@ -217,20 +230,25 @@ void SignalService::accept(Result<schedulers::GridSignal> signal) {
     const auto ends = signal->end();
     feed_.loaded(std::move(signal).value(), now);
     if (now >= ends)
-      spdlog::warn("carbon signal: {} ends at {}, before now: {} stands in", describe_source(config_),
-                   schedulers::format_rfc3339(ends), config_.intensity ? "the constant" : "its last value");
+      spdlog::warn("{} signal: {} ends at {}, before now: {} stands in", name_, describe_source(config_),
+                   schedulers::format_rfc3339(ends), config_.constant ? "the constant" : "its last value");
     else if (!was_fresh)
-      spdlog::info("carbon signal: {} in force, {:.0f} g/kWh now", describe_source(config_), *feed_.value_at(now));
+      spdlog::info("{} signal: {} in force, {:.4g} {} now", name_, describe_source(config_), *feed_.value_at(now),
+                   kind_ == config::SignalKind::price ? feed_.unit() : "g/kWh");
     if (changed_) changed_();
     return;
   }
   if (feed_.failed(signal.error().message, now))
-    spdlog::warn("carbon signal: {} (the previous signal stays in force)", signal.error().message);
+    spdlog::warn("{} signal: {} (the previous signal stays in force)", name_, signal.error().message);
 }
 
 void SignalService::publish() {
   const auto now = clock_.unix_ms();
-  metrics_.set_carbon_signal(feed_.value_at(now), to_string(feed_.in_force(now).state), feed_.failures());
+  if (kind_ == config::SignalKind::price)
+    metrics_.set_price_signal(feed_.value_at(now), feed_.currency(), to_string(feed_.in_force(now).state),
+                              feed_.failures());
+  else
+    metrics_.set_carbon_signal(feed_.value_at(now), to_string(feed_.in_force(now).state), feed_.failures());
 }
 
 }  // namespace joule::daemon

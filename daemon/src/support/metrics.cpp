@@ -2,6 +2,7 @@
 
 #include "joule/schedulers/placement.hpp"
 
+#include <fmt/format.h>
 #include <prometheus/text_serializer.h>
 
 #include <array>
@@ -103,22 +104,6 @@ Metrics::Metrics()
                           .Name("joule_probe_outcomes_total")
                           .Help("Probe processes by outcome: completed, preempted, failed")
                           .Register(*registry_)),
-      budget_limit_(BuildGauge()
-                        .Name("joule_budget_limit_joules")
-                        .Help("Energy allowed per window by each budget of the policy")
-                        .Register(*registry_)),
-      budget_remaining_(BuildGauge()
-                            .Name("joule_budget_remaining_joules")
-                            .Help("Limit minus spent minus reserved, per budget (negative: overrun)")
-                            .Register(*registry_)),
-      budget_spent_(BuildGauge()
-                        .Name("joule_budget_spent_joules")
-                        .Help("Metered energy of jobs and probes in each budget's current window")
-                        .Register(*registry_)),
-      budget_reserved_(BuildGauge()
-                           .Name("joule_budget_reserved_joules")
-                           .Help("Energy placed and running jobs are still expected to use, per budget")
-                           .Register(*registry_)),
       throttle_actions_(BuildCounter()
                             .Name("joule_throttle_actions_total")
                             .Help("Throttling actions taken on running jobs, by action")
@@ -147,6 +132,25 @@ Metrics::Metrics()
                       .Help("Grams of CO2e of finished jobs: their joules (source: measured or modelled) times "
                             "the carbon intensity over their run")
                       .Register(*registry_)),
+      price_(BuildGauge()
+                 .Name("joule_grid_price_per_kwh")
+                 .Help("The electricity price in force now under [price], per kWh in its currency")
+                 .Register(*registry_)),
+      price_state_(BuildGauge()
+                       .Name("joule_grid_price_signal_state")
+                       .Help("1 for what the price in force comes from: fresh (the source covers now), stale (its "
+                             "last value, past its end), constant ([price] per_kwh), none")
+                       .Register(*registry_)),
+      price_failures_(BuildCounter()
+                          .Name("joule_grid_price_signal_failures_total")
+                          .Help("Loads of the price signal's file or URL that failed (unreadable, HTTP error, "
+                                "malformed); the last good signal stays in force")
+                          .Register(*registry_)),
+      job_cost_(BuildCounter()
+                    .Name("joule_job_cost_total")
+                    .Help("What finished jobs cost: their joules (source: measured or modelled) times the price "
+                          "over their run, in the currency labelled")
+                    .Register(*registry_)),
       calibration_rows_(BuildGauge()
                             .Name("joule_calibration_rows")
                             .Help("Finished jobs each device's estimates learn from (same meter source, not partial)")
@@ -170,6 +174,23 @@ Metrics::Metrics()
                         .Help("What jobs use outside their training steps, learnt from finished jobs: per=\"job\" "
                               "(start-up) or \"epoch\"")
                         .Register(*registry_)) {
+  // Budgets' gauges, one set per unit: joules as before, grams of CO2e, money (with its currency).
+  constexpr std::array<std::pair<const char*, const char*>, 3> kUnits{
+      {{"joules", "Energy"}, {"grams", "Grams of CO2e"}, {"cost", "Money"}}};
+  for (std::size_t unit = 0; unit < kUnits.size(); ++unit) {
+    const auto [suffix, what] = kUnits[unit];
+    const std::array<std::pair<const char*, std::string>, 4> gauges{{
+        {"limit", fmt::format("{} allowed per window by each budget of the policy", what)},
+        {"remaining", "Limit minus spent minus reserved, per budget (negative: overrun)"},
+        {"spent", fmt::format("{} of metered jobs and probes in each budget's current window", what)},
+        {"reserved", fmt::format("{} placed and running jobs are still expected to use, per budget", what)},
+    }};
+    for (std::size_t g = 0; g < gauges.size(); ++g)
+      budget_gauges_[unit][g] = &BuildGauge()
+                                     .Name(fmt::format("joule_budget_{}_{}", gauges[g].first, suffix))
+                                     .Help(gauges[g].second)
+                                     .Register(*registry_);
+  }
   for (const char* action :
        {"pause", "resume", "cpu-quota", "clear-cpu-quota", "gpu-power-limit", "clear-gpu-power-limit"})
     throttle_actions_.Add({{"action", action}});
@@ -306,17 +327,17 @@ void Metrics::count_probe_outcome(const std::string& device, const std::string& 
 }
 
 void Metrics::set_budgets(const std::vector<BudgetFigures>& budgets) {
-  // A reload may drop budgets: their series go with them.
-  for (auto* family : {&budget_limit_, &budget_remaining_, &budget_spent_, &budget_reserved_}) {
-    for (const auto& name : budget_names_) family->Remove(&family->Add({{"budget", name}}));
-  }
-  budget_names_.clear();
+  // A reload may drop budgets or change their units: their series go with them.
+  for (const auto& [unit, labels] : budget_series_)
+    for (auto* family : budget_gauges_[unit]) family->Remove(&family->Add(labels));
+  budget_series_.clear();
   for (const auto& budget : budgets) {
-    budget_names_.push_back(budget.name);
-    budget_limit_.Add({{"budget", budget.name}}).Set(budget.limit_joules);
-    budget_remaining_.Add({{"budget", budget.name}}).Set(budget.remaining_joules);
-    budget_spent_.Add({{"budget", budget.name}}).Set(budget.spent_joules);
-    budget_reserved_.Add({{"budget", budget.name}}).Set(budget.reserved_joules);
+    const auto unit = static_cast<std::size_t>(budget.unit);
+    std::map<std::string, std::string> labels{{"budget", budget.name}};
+    if (budget.unit == schedulers::BudgetUnit::money) labels["currency"] = budget.currency;
+    const std::array<double, 4> values{budget.limit, budget.remaining, budget.spent, budget.reserved};
+    for (std::size_t g = 0; g < values.size(); ++g) budget_gauges_[unit][g]->Add(labels).Set(values[g]);
+    budget_series_.emplace_back(unit, std::move(labels));
   }
 }
 
@@ -342,6 +363,36 @@ void Metrics::set_carbon_signal(std::optional<double> grams_per_kwh, std::string
 
 void Metrics::add_job_carbon(const std::string& device, const std::string& joules_source, double grams) {
   if (grams > 0.0) job_carbon_.Add(device_labels(device, joules_source)).Increment(grams);
+}
+
+void Metrics::set_price_signal(std::optional<double> per_kwh, const std::string& currency, std::string_view state,
+                               std::size_t failures) {
+  // No price: no sample, rather than a 0 that reads as free power.
+  if (!price_currency_.empty() && price_currency_ != currency)
+    price_.Remove(&price_.Add({{"node", node_}, {"currency", price_currency_}}));
+  price_currency_ = currency;
+  if (!currency.empty()) {
+    auto& price = price_.Add({{"node", node_}, {"currency", currency}});
+    if (per_kwh)
+      price.Set(*per_kwh);
+    else
+      price_.Remove(&price);
+  }
+  for (const std::string_view each : {"fresh", "stale", "constant", "none"})
+    price_state_.Add({{"node", node_}, {"state", std::string(each)}}).Set(each == state ? 1.0 : 0.0);
+  auto& counter = price_failures_.Add({{"node", node_}});
+  if (static_cast<double>(failures) > price_failures_counted_) {
+    counter.Increment(static_cast<double>(failures) - price_failures_counted_);
+    price_failures_counted_ = static_cast<double>(failures);
+  }
+}
+
+void Metrics::add_job_cost(const std::string& device, const std::string& joules_source, const std::string& currency,
+                           double cost) {
+  if (cost <= 0.0) return;
+  auto labels = device_labels(device, joules_source);
+  labels["currency"] = currency;
+  job_cost_.Add(labels).Increment(cost);
 }
 
 void Metrics::count_knobs(const std::string& device, const std::string& outcome) {

@@ -61,6 +61,12 @@ struct StoredJob {
   std::optional<double> carbon_grams;
   std::optional<double> carbon_intensity;
   std::string carbon_signal;
+  /// What its energy cost under the node's price signal ([price]), the mean price per kWh over
+  /// its run, the currency and the signal it came from; nullopt and "" without a signal or energy.
+  std::optional<double> cost;
+  std::optional<double> cost_price;
+  std::string cost_currency;
+  std::string cost_signal;
   std::string project;  ///< the project it is accounted to ("" for none)
   /// Its estimate on the device it was placed on (the figure placement weighed), for usage
   /// reports' estimate error; nullopt where it had none.
@@ -115,6 +121,8 @@ struct StoredEnergyUse {
   std::string source;
   std::string owner{};    ///< the job's owner ("" for probes), for owners' budgets
   std::string project{};  ///< the job's project ("" for none), for projects' budgets
+  std::optional<double> grams{};  ///< its CO2e at the carbon signal over it, for budgets in grams; nullopt: none
+  std::optional<double> cost{};   ///< its cost at the price signal over it, for budgets in money; nullopt: none
 };
 
 /// A device's fitted energy model, saved so a restart does not probe again.

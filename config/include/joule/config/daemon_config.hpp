@@ -128,23 +128,26 @@ struct SlurmConfig {
   std::vector<SlurmNodeType> node_types;
 };
 
-/// [carbon]: where this node's grid carbon intensity (gCO2e per kWh) comes from, for min-carbon
-/// placement and each job's grams. A file or a URL (CSV, or the JSON of the UK National Grid,
-/// ElectricityMaps or WattTime: config/grid_signal_file.hpp), refreshed on a period; `intensity`
-/// stands in where neither says anything for now (not configured, unreadable from the start, or
-/// run past its end). No section: no carbon signal.
-struct CarbonConfig {
+/// [carbon] and [price]: where this node's grid carbon intensity (gCO2e per kWh; min-carbon
+/// placement, each job's grams, budgets in grams) or its electricity price per kWh (min-cost,
+/// each job's cost, budgets in money) comes from. A file or a URL (CSV, or the JSON of the UK
+/// National Grid, ElectricityMaps or WattTime for carbon, of aWATTar or Octopus Energy for
+/// prices: config/grid_signal_file.hpp), refreshed on a period; the constant (`intensity`,
+/// `per_kwh`) stands in where neither says anything for now (not configured, unreadable from the
+/// start, or run past its end). No section: no such signal.
+struct SignalConfig {
   std::filesystem::path file;        ///< re-read when it changes (checked every refresh_seconds)
   /// http:// or https://, fetched every refresh_seconds; "{now}" in it becomes the time of the
   /// request (UTC, "2026-11-29T10:30Z"), for APIs whose forecasts start at a time in the path.
   std::string url;
   std::filesystem::path token_file;  ///< url: a token sent with each request (Authorization: Bearer)
   std::string token_header;          ///< url: send the token in this header instead ("auth-token")
-  std::optional<double> intensity;   ///< the constant stand-in, gCO2e/kWh
+  std::optional<double> constant;    ///< the stand-in: gCO2e/kWh ([carbon] intensity), price per kWh ([price] per_kwh)
+  std::string currency;              ///< [price]: the prices' currency code ("EUR")
   double refresh_seconds = 300.0;
   double timeout_seconds = 10.0;  ///< url: per request
-  bool configured() const { return !file.empty() || !url.empty() || intensity.has_value(); }
-  bool operator==(const CarbonConfig&) const = default;
+  bool configured() const { return !file.empty() || !url.empty() || constant.has_value(); }
+  bool operator==(const SignalConfig&) const = default;
 };
 
 struct DaemonConfig {
@@ -189,7 +192,8 @@ struct DaemonConfig {
   std::filesystem::path job_work_directory;  ///< [jobs] directory; empty: "<state directory>-jobs"
   ClusterConfig cluster;
   SlurmConfig slurm;
-  CarbonConfig carbon;
+  SignalConfig carbon;
+  SignalConfig price;
   std::string source = "embedded defaults";  ///< the file it came from
 };
 

@@ -52,6 +52,8 @@ struct ApiServices {
   const SlurmExecutor* slurm = nullptr;
   /// GET /v1/signals: the carbon signal in force and where it comes from (none without one).
   const SignalService* signals = nullptr;
+  /// The same for the price signal ([price]).
+  const SignalService* price_signals = nullptr;
   /// GET /v1/usage (503 without it).
   UsageReports* usage = nullptr;
 };

@@ -12,6 +12,7 @@
 
 #include "joule/adapters/database.hpp"
 #include "joule/adapters/storage_writer.hpp"
+#include "joule/daemon/grid_signal_feed.hpp"
 #include "joule/daemon/metrics.hpp"
 #include "joule/schedulers/policy.hpp"
 #include "joule/schedulers/scheduling_core.hpp"
@@ -47,8 +48,10 @@ struct BudgetsView {
 class BudgetService {
  public:
   /// `node`: this node's name (budgets and caps name it); `core`: the job book's scheduling
-  /// core, whose policy and ledger this keeps.
-  BudgetService(adapters::StorageWriter& storage, Metrics& metrics, std::string node, schedulers::SchedulingCore& core);
+  /// core, whose policy and ledger this keeps; `signals`: what probes' energy is counted at in
+  /// budgets in grams and money.
+  BudgetService(adapters::StorageWriter& storage, Metrics& metrics, std::string node, schedulers::SchedulingCore& core,
+                SignalFeeds signals = {});
 
   /// Installs a policy (at start and on a reload that validated).
   void set_policy(schedulers::Policy policy);
@@ -65,10 +68,11 @@ class BudgetService {
   /// A job paused or resumed by throttling: the ledger counts its energy in stretches.
   void pause_running(const std::string& job, schedulers::UnixMillis now, const std::string& source);
   void resume_running(const std::string& job, schedulers::UnixMillis now);
-  /// Ends a job's tracking and reservation and, when it was metered, records and stores its energy.
+  /// Ends a job's tracking and reservation and, when it was metered, records and stores its
+  /// energy (with the grams and cost the book found for it).
   void settle(const std::string& job, std::optional<adapters::StoredEnergyUse> metered);
-  /// Records and stores the metered energy of probing.
-  void record(const adapters::StoredEnergyUse& use);
+  /// Records and stores the metered energy of probing, at the signals over it.
+  void record(adapters::StoredEnergyUse use);
 
   /// The policy, each budget's limit, spent, reserved and remaining, caps with their scope's
   /// power now, floors with the charge now (`devices`: this node's, as placement sees them).
@@ -83,6 +87,7 @@ class BudgetService {
   Metrics& metrics_;
   std::string node_;
   schedulers::SchedulingCore& core_;  // what the core records in its ledger goes through here
+  SignalFeeds signals_;
   schedulers::UnixMillis last_prune_ = 0;
 };
 

@@ -1,9 +1,9 @@
 #pragma once
-// What jouled knows of its grid's carbon intensity at any moment: the last signal its source gave
-// that parsed, and what stands in when it has none or has run past its end (the configured
-// constant, else the last signal's final value). Every answer says which of these it is, so a
-// job's grams and a deferral can be traced to their data. Pure: loads and times are passed in;
-// SignalService reads the file or URL on its timer.
+// What jouled knows of its grid's carbon intensity, or of its electricity price, at any moment:
+// the last signal its source gave that parsed, and what stands in when it has none or has run
+// past its end (the configured constant, else the last signal's final value). Every answer says
+// which of these it is, so a job's grams or cost and a deferral can be traced to their data.
+// Pure: loads and times are passed in; SignalService reads the file or URL on its timer.
 
 #include <cstddef>
 #include <optional>
@@ -36,8 +36,14 @@ struct SignalInForce {
 class GridSignalFeed {
  public:
   /// `source` names where loads come from ("" when only the constant is configured);
-  /// `constant`: gCO2e/kWh standing in where the source says nothing for now.
-  GridSignalFeed(std::string source, std::optional<double> constant);
+  /// `constant`: the value per kWh standing in where the source says nothing for now;
+  /// `currency`: empty for a carbon signal (gCO2e/kWh), a price signal's currency ("EUR") else.
+  GridSignalFeed(std::string source, std::optional<double> constant, std::string currency = {});
+
+  bool is_price() const { return !currency_.empty(); }
+  const std::string& currency() const { return currency_; }
+  /// "gCO2e/kWh", "EUR/kWh".
+  std::string unit() const;
 
   /// A load that parsed replaces the signal, whole.
   void loaded(schedulers::GridSignal signal, schedulers::UnixMillis now);
@@ -51,18 +57,19 @@ class GridSignalFeed {
   SignalInForce over(schedulers::UnixMillis from, schedulers::UnixMillis to) const;
   /// The value at `now` of the signal in force; nullopt when there is none.
   std::optional<double> value_at(schedulers::UnixMillis now) const;
-  /// The mean intensity over [from, to) (the value at `from` when they are equal) under
-  /// over(from, to), a forecast's edges persisting; nullopt when there is no signal.
-  std::optional<double> intensity_over(schedulers::UnixMillis from, schedulers::UnixMillis to) const;
-  /// Grams of CO2e for `joules` drawn evenly over [from, to), at intensity_over.
-  std::optional<double> grams(double joules, schedulers::UnixMillis from, schedulers::UnixMillis to) const;
+  /// The mean value (intensity or price) over [from, to) (the value at `from` when they are
+  /// equal) under over(from, to), a forecast's edges persisting; nullopt when there is no signal.
+  std::optional<double> mean_over(schedulers::UnixMillis from, schedulers::UnixMillis to) const;
+  /// Grams of CO2e, or the cost, of `joules` drawn evenly over [from, to), at mean_over.
+  std::optional<double> amount(double joules, schedulers::UnixMillis from, schedulers::UnixMillis to) const;
 
   /// What a run of `seconds` drawing `joules_mean` ± `joules_std` evenly from `start` would emit
-  /// under the signal in force: {grams, grams_std, intensity, signal}; null without a signal.
-  /// The spread is the energy's only: the sources publish no forecast error.
+  /// or cost under the signal in force: {grams, grams_std, intensity, signal} or {cost,
+  /// cost_std, price_per_kwh, currency, signal}; null without a signal. The spread is the
+  /// energy's only: the sources publish no forecast error.
   nlohmann::json estimate(schedulers::UnixMillis start, double joules_mean, double joules_std, double seconds) const;
-  /// The same for every row of an estimate answer whose status is "ok" (a "carbon" member, as
-  /// if started at `start`).
+  /// The same for every row of an estimate answer whose status is "ok" (a "carbon" or "cost"
+  /// member, as if started at `start`).
   void add_estimates(nlohmann::json& rows, schedulers::UnixMillis start) const;
 
   std::size_t failures() const { return failures_; }
@@ -73,6 +80,7 @@ class GridSignalFeed {
 
  private:
   std::string source_;
+  std::string currency_;
   std::optional<double> constant_value_;
   std::optional<schedulers::GridSignal> constant_;
   std::optional<schedulers::GridSignal> signal_;
@@ -80,6 +88,12 @@ class GridSignalFeed {
   std::optional<schedulers::UnixMillis> failed_at_;
   std::string last_error_;
   std::size_t failures_ = 0;
+};
+
+/// The node's signals, either absent: what job views and estimates read.
+struct SignalFeeds {
+  const GridSignalFeed* carbon = nullptr;
+  const GridSignalFeed* price = nullptr;
 };
 
 }  // namespace joule::daemon

@@ -83,6 +83,9 @@ struct JobServiceLinks {
   /// book places on (an agent's too: the coordinator's signal stands for them), and each job that
   /// ends metered is accounted in grams under it.
   const GridSignalFeed* carbon = nullptr;
+  /// The node's price signal ([price]): min-cost and budgets in money read it as min-carbon and
+  /// budgets in grams read the carbon signal, and each job that ends metered is costed under it.
+  const GridSignalFeed* price = nullptr;
 };
 
 }  // namespace joule::daemon

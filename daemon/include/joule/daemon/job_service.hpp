@@ -166,9 +166,9 @@ class JobService final : public JobDemand {
   /// Enough for every device's outcome rows (estimator::OutcomeCalibration::kMaxRows each) on a
   /// node of ten devices; read with each one's estimate, so bounded.
   static constexpr std::size_t kFeedbackRows = 2000;
-  /// The carbon signal was replaced: a placement pass now, since a waiting job's cleaner window
+  /// The carbon or price signal was replaced: a placement pass now, since a waiting job's window
   /// may have moved or gone.
-  void carbon_changed() { schedule(); }
+  void signal_changed() { schedule(); }
   // --- Coordinator: agents' devices and the jobs placed on them ---
   /// What other nodes' runners (agents, the Slurm executor) meet: the node executor.
   NodeJobs& nodes();
@@ -275,8 +275,9 @@ class JobService final : public JobDemand {
   void finish(Job& job, schedulers::JobState state, const std::string& reason,
               std::optional<adapters::ExitStatus> exit);
   void release_device(Job& job);
-  // A job that ended metered: its grams under the carbon signal in force when it ended.
-  void account_carbon(Job& job);
+  // A job that ended metered: its grams and cost under the signals over its run, on its row and
+  // on `metered` (what the budget ledger records).
+  void account_signals(Job& job, adapters::StoredEnergyUse& metered);
   void refresh_state_metrics();
   /// Takes a stored job into the book's indexes (submission order, jobs per shown state).
   void index(Job& job);
@@ -336,6 +337,7 @@ class JobService final : public JobDemand {
   const JobEstimator* estimator_;
   JobListener* listener_;
   const GridSignalFeed* carbon_;
+  const GridSignalFeed* price_;
   schedulers::SchedulingCore core_;
   BudgetService budgets_;
   std::unique_ptr<ClockTimer> retry_timer_;

@@ -3,6 +3,7 @@
 // Registry and served by our own HTTP server through the TextSerializer, so the daemon needs
 // no second listener. No per-job labels: label values are bounded (devices, states, routes).
 
+#include <array>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@
 
 #include "joule/common/clock.hpp"
 #include "joule/estimator/outcome_calibration.hpp"
+#include "joule/schedulers/policy.hpp"
 
 namespace joule::daemon {
 
@@ -64,13 +66,17 @@ class Metrics {
   void add_probe_energy(const std::string& device, const std::string& source, double joules);
   void count_probe_outcome(const std::string& device, const std::string& outcome);
 
-  /// One budget's figures for the joule_budget_* gauges.
+  /// One budget's figures for the joule_budget_* gauges, in its unit: joule budgets in
+  /// joule_budget_*_joules, grams budgets in joule_budget_*_grams, money budgets in
+  /// joule_budget_*_cost{currency}.
   struct BudgetFigures {
     std::string name;
-    double limit_joules = 0.0;
-    double spent_joules = 0.0;
-    double reserved_joules = 0.0;
-    double remaining_joules = 0.0;
+    schedulers::BudgetUnit unit = schedulers::BudgetUnit::joules;
+    std::string currency;
+    double limit = 0.0;
+    double spent = 0.0;
+    double reserved = 0.0;
+    double remaining = 0.0;
   };
   /// Replaces the budget gauges (a reload may add or drop budgets).
   void set_budgets(const std::vector<BudgetFigures>& budgets);
@@ -85,6 +91,13 @@ class Metrics {
   void set_carbon_signal(std::optional<double> grams_per_kwh, std::string_view state, std::size_t failures);
   /// A finished job's grams of CO2e, by device and the joules' source (measured or modelled).
   void add_job_carbon(const std::string& device, const std::string& joules_source, double grams);
+  /// The price signal ([price]), as set_carbon_signal: the price per kWh in force now in its
+  /// currency, its state and its failed loads.
+  void set_price_signal(std::optional<double> per_kwh, const std::string& currency, std::string_view state,
+                        std::size_t failures);
+  /// A finished job's cost, by device, the joules' source and the currency.
+  void add_job_cost(const std::string& device, const std::string& joules_source, const std::string& currency,
+                    double cost);
 
   /// What a device's finished jobs teach its estimates (OutcomeService), for the
   /// joule_calibration_* and joule_job_overhead_joules gauges; the errors and coverages exist
@@ -119,10 +132,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& model_last_probe_;
   prometheus::Family<prometheus::Counter>& probe_energy_;
   prometheus::Family<prometheus::Counter>& probe_outcomes_;
-  prometheus::Family<prometheus::Gauge>& budget_limit_;
-  prometheus::Family<prometheus::Gauge>& budget_remaining_;
-  prometheus::Family<prometheus::Gauge>& budget_spent_;
-  prometheus::Family<prometheus::Gauge>& budget_reserved_;
+  // Per budget unit (joules, grams, money): limit, remaining, spent, reserved.
+  std::array<std::array<prometheus::Family<prometheus::Gauge>*, 4>, 3> budget_gauges_{};
   prometheus::Family<prometheus::Counter>& throttle_actions_;
   prometheus::Family<prometheus::Counter>& knobs_;
   prometheus::Family<prometheus::Gauge>& carbon_intensity_;
@@ -130,12 +141,19 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& carbon_failures_;
   prometheus::Family<prometheus::Counter>& job_carbon_;
   double carbon_failures_counted_ = 0.0;
+  prometheus::Family<prometheus::Gauge>& price_;
+  prometheus::Family<prometheus::Gauge>& price_state_;
+  prometheus::Family<prometheus::Counter>& price_failures_;
+  prometheus::Family<prometheus::Counter>& job_cost_;
+  double price_failures_counted_ = 0.0;
+  std::string price_currency_;  // the currency label of the price series set last
   prometheus::Family<prometheus::Gauge>& calibration_rows_;
   prometheus::Family<prometheus::Gauge>& calibration_error_;
   prometheus::Family<prometheus::Gauge>& calibration_coverage_;
   prometheus::Family<prometheus::Gauge>& calibration_sigma_scale_;
   prometheus::Family<prometheus::Gauge>& job_overhead_;
-  std::vector<std::string> budget_names_;
+  // Each budget series set last (its unit and labels), so that a reload's dropped budgets go.
+  std::vector<std::pair<std::size_t, std::map<std::string, std::string>>> budget_series_;
 };
 
 /// Times one piece of the event loop's work on `clock`'s monotonic time and records it under

@@ -13,6 +13,9 @@ json budgets_json(const BudgetsView& view) {
   json budgets = json::array();
   for (const auto& [state, covers_this_node] : view.budgets) {
     const auto& budget = state.budget;
+    const bool joules = budget.unit == sched::BudgetUnit::joules;
+    // Joule budgets' figures also under the names they had before budgets had units.
+    auto in_joules = [&](double value) { return joules ? json(value) : json(nullptr); };
     budgets.push_back({{"name", budget.name},
                        {"scope", sched::to_string(budget.scope.scope)},
                        {"target", budget.scope.target},
@@ -21,11 +24,19 @@ json budgets_json(const BudgetsView& view) {
                        {"window", budget.window.describe()},
                        {"window_start", sched::format_rfc3339(state.window_start)},
                        {"resets_at", state.resets_at ? json(sched::format_rfc3339(*state.resets_at)) : json(nullptr)},
-                       {"limit_joules", budget.limit_joules},
-                       {"spent_joules", state.spent_joules},
-                       {"reserved_joules", state.reserved.mean_joules},
-                       {"reserved_std_joules", std::sqrt(state.reserved.variance)},
-                       {"remaining_joules", state.remaining_joules()},
+                       {"unit", sched::to_string(budget.unit)},
+                       {"currency", budget.currency.empty() ? json(nullptr) : json(budget.currency)},
+                       {"limit", budget.limit},
+                       {"spent", state.spent},
+                       {"reserved", state.reserved.mean_joules},
+                       {"reserved_std", std::sqrt(state.reserved.variance)},
+                       {"remaining", state.remaining()},
+                       {"uncounted_joules", state.uncounted_joules},
+                       {"limit_joules", in_joules(budget.limit)},
+                       {"spent_joules", in_joules(state.spent)},
+                       {"reserved_joules", in_joules(state.reserved.mean_joules)},
+                       {"reserved_std_joules", in_joules(std::sqrt(state.reserved.variance))},
+                       {"remaining_joules", in_joules(state.remaining())},
                        {"covers_this_node", covers_this_node}});
   }
   json caps = json::array();
@@ -55,7 +66,9 @@ json budgets_json(const BudgetsView& view) {
               {"battery_floors", floors},
               {"note",
                "spent is the metered energy of the jobs and probes jouled ran (by their meters' sources; idle power is "
-               "not counted); reserved is what placed and running jobs are still expected to use"}};
+               "not counted), in each budget's unit: joules, grams of CO2e or money at the carbon or price signal "
+               "over the work; reserved is what placed and running jobs are still expected to use; "
+               "uncounted_joules is work a grams or money budget covers that ran with no signal to count it at"}};
 }
 
 }  // namespace joule::daemon::routes

@@ -104,6 +104,7 @@ struct ApiContext {
         agent(services.agent),
         slurm(services.slurm),
         signals(services.signals),
+        price_signals(services.price_signals),
         usage(services.usage) {
     if (!estimates) {
       no_models = std::make_unique<EstimateService>(devices);
@@ -124,6 +125,7 @@ struct ApiContext {
   ClusterAgent* agent;
   const SlurmExecutor* slurm;
   const SignalService* signals;
+  const SignalService* price_signals;
   UsageReports* usage;
 };
 

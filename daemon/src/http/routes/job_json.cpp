@@ -40,54 +40,55 @@ namespace {
 // JSON as the API writes it: compact, any ill-formed UTF-8 replaced.
 std::string written(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// Whether a job's stored estimate is shown with something added to it: what it would emit on
-// each device if it started now, before it runs while a carbon signal is in force.
-bool adds_carbon(const JobView& view, const GridSignalFeed* carbon) {
-  if (!carbon || view.job().row.estimate_json.empty() || !carbon->in_force(view.at_ms).signal) return false;
+// Whether a job's stored estimate is shown with something added to it: what it would emit or
+// cost on each device if it started now, before it runs while a carbon or price signal is in force.
+bool adds_to_estimate(const JobView& view, const SignalFeeds& signals) {
+  auto in_force = [&](const GridSignalFeed* feed) { return feed && feed->in_force(view.at_ms).signal; };
+  if (view.job().row.estimate_json.empty() || (!in_force(signals.carbon) && !in_force(signals.price))) return false;
   const auto state = schedulers::job_state_from_string(view.job().shown.state).value_or(view.job().state);
   return state == JobState::queued || state == JobState::placed;
 }
 
 // Every field of a job; its "estimate" only `with_estimate` (job_text splices the stored text in).
-json job_fields(const JobView& view, bool with_events, const GridSignalFeed* carbon, bool with_estimate);
+json job_fields(const JobView& view, bool with_events, const SignalFeeds& signals, bool with_estimate);
 
 }  // namespace
 
-json job_json(const JobView& view, bool with_events, const GridSignalFeed* carbon) {
-  return job_fields(view, with_events, carbon, true);
+json job_json(const JobView& view, bool with_events, const SignalFeeds& signals) {
+  return job_fields(view, with_events, signals, true);
 }
 
 namespace {
 
 // Appends a job's text to `out` (job_text).
-void append_job_text(std::string& out, const JobView& view, bool with_events, const GridSignalFeed* carbon) {
+void append_job_text(std::string& out, const JobView& view, bool with_events, const SignalFeeds& signals) {
   const std::string& stored = view.job().row.estimate_json;
-  if (stored.empty() || adds_carbon(view, carbon)) {
-    out += written(job_json(view, with_events, carbon));
+  if (stored.empty() || adds_to_estimate(view, signals)) {
+    out += written(job_json(view, with_events, signals));
     return;
   }
   // The stored estimate is JSON text already (stored_estimates): parsing it to write it out
   // again was most of a page's time (~35 ms of the loop for 1,000 estimated queued jobs).
-  out += written(job_fields(view, with_events, carbon, false));
+  out += written(job_fields(view, with_events, signals, false));
   out.pop_back();  // the object's closing brace
   out.append(",\"estimate\":").append(stored).push_back('}');
 }
 
 }  // namespace
 
-std::string job_text(const JobView& view, bool with_events, const GridSignalFeed* carbon) {
+std::string job_text(const JobView& view, bool with_events, const SignalFeeds& signals) {
   std::string text;
-  append_job_text(text, view, with_events, carbon);
+  append_job_text(text, view, with_events, signals);
   return text;
 }
 
-std::string job_page_text(const JobPage& page, const GridSignalFeed* carbon) {
+std::string job_page_text(const JobPage& page, const SignalFeeds& signals) {
   std::string text = "{\"jobs\":[";
   // Grown once: appending a page of a thousand estimated jobs otherwise copied it a dozen times.
   text.reserve(page.jobs.size() * 2048);
   for (std::size_t i = 0; i < page.jobs.size(); ++i) {
     if (i > 0) text.push_back(',');
-    append_job_text(text, page.jobs[i], false, carbon);
+    append_job_text(text, page.jobs[i], false, signals);
   }
   text.append("],\"next\":").append(page.next ? json(*page.next).dump() : "null");
   text.append(",\"total\":").append(std::to_string(page.total)).push_back('}');
@@ -96,7 +97,7 @@ std::string job_page_text(const JobPage& page, const GridSignalFeed* carbon) {
 
 namespace {
 
-json job_fields(const JobView& view, bool with_events, const GridSignalFeed* carbon, bool with_estimate) {
+json job_fields(const JobView& view, bool with_events, const SignalFeeds& signals, bool with_estimate) {
   const JobRecord& job = view.job();
   // What changes as it runs is shown as committed: a state only once it would survive a crash.
   const auto& row = job.row;
@@ -129,8 +130,10 @@ json job_fields(const JobView& view, bool with_events, const GridSignalFeed* car
               {"cancel_requested", job.cancel_requested}};
   if (with_estimate) {
     out["estimate"] = row.estimate_json.empty() ? json(nullptr) : json::parse(row.estimate_json, nullptr, false);
-    // Before it runs: what it would emit on each device if it started now.
-    if (adds_carbon(view, carbon)) carbon->add_estimates(out["estimate"], view.at_ms);
+    // Before it runs: what it would emit and cost on each device if it started now.
+    if (adds_to_estimate(view, signals))
+      for (const GridSignalFeed* feed : {signals.carbon, signals.price})
+        if (feed) feed->add_estimates(out["estimate"], view.at_ms);
   }
   // Feedback: the metered energy beside the estimate for the device the job ran on (only when
   // both come from the same source: modelled joules are not compared with measured ones).
@@ -142,6 +145,15 @@ json job_fields(const JobView& view, bool with_events, const GridSignalFeed* car
                      {"signal", shown.carbon_signal},
                      {"joules_source", shown.energy_source},
                      {"measured", is_measurement(shown.energy_source)}};
+  }
+  if (shown.cost) {
+    // A cost is as sure as the joules under it, as grams are.
+    out["cost"] = {{"amount", *shown.cost},
+                   {"currency", shown.cost_currency},
+                   {"price_per_kwh", shown.cost_price ? json(*shown.cost_price) : json(nullptr)},
+                   {"signal", shown.cost_signal},
+                   {"joules_source", shown.energy_source},
+                   {"measured", is_measurement(shown.energy_source)}};
   }
   if (shown.energy_joules) {
     const auto* estimate = find_estimate(job.estimates, shown.device);
@@ -162,8 +174,14 @@ json job_fields(const JobView& view, bool with_events, const GridSignalFeed* car
       if (!why.device.empty()) waiting["device"] = why.device;
       if (!why.rule.empty()) waiting["rule"] = why.rule;
       if (why.limit) waiting["limit"] = *why.limit;
-      if (why.remaining_joules) waiting["remaining_joules"] = *why.remaining_joules;
-      if (why.needed_joules) waiting["needed_joules"] = *why.needed_joules;
+      // A budget's figures in its unit; joule budgets' also under their older names.
+      if (why.unit) waiting["unit"] = schedulers::to_string(*why.unit);
+      if (why.remaining) waiting["remaining"] = *why.remaining;
+      if (why.needed) waiting["needed"] = *why.needed;
+      if (why.unit == schedulers::BudgetUnit::joules) {
+        if (why.remaining) waiting["remaining_joules"] = *why.remaining;
+        if (why.needed) waiting["needed_joules"] = *why.needed;
+      }
       if (why.retry_at) waiting["retry_at"] = schedulers::format_rfc3339(*why.retry_at);
     } else {
       const std::size_t ahead = view.jobs_ahead.value_or(0);

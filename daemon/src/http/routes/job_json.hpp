@@ -14,15 +14,16 @@
 
 namespace joule::daemon::routes {
 
-/// A job; `with_events`: with its spec and history too (GET /v1/jobs/{id}). `carbon`: where
-/// set, a job that has not started says what it would emit on each device if it started now.
-nlohmann::json job_json(const JobView& view, bool with_events, const GridSignalFeed* carbon);
+/// A job; `with_events`: with its spec and history too (GET /v1/jobs/{id}). `signals`: where
+/// set, a job that has not started says what it would emit and cost on each device if it
+/// started now.
+nlohmann::json job_json(const JobView& view, bool with_events, const SignalFeeds& signals);
 /// A job as JSON text, as the API answers it: its stored estimate goes into the text as it is
 /// stored (its "estimate" then comes last), not parsed and written out again, unless something
-/// is added to it (a carbon estimate before the job runs). Reads back as job_json's.
-std::string job_text(const JobView& view, bool with_events, const GridSignalFeed* carbon);
+/// is added to it (grams or cost before the job runs). Reads back as job_json's.
+std::string job_text(const JobView& view, bool with_events, const SignalFeeds& signals);
 /// {"jobs": [job_text...], "next": id or null, "total": N}, as text.
-std::string job_page_text(const JobPage& page, const GridSignalFeed* carbon);
+std::string job_page_text(const JobPage& page, const SignalFeeds& signals);
 /// A STEP projection; `source` is the meter source of the joules it projects.
 nlohmann::json projection_json(const schedulers::Projection& projection, const std::string& source);
 

@@ -36,9 +36,11 @@ void hide_env_values(json& job) {
   for (auto& [name, value] : run["env"].items()) value = "(hidden: not your job)";
 }
 
-// The carbon signal a job that has not started is shown under (none without [carbon]).
-const GridSignalFeed* carbon_of(const ApiContext& context) {
-  return context.signals ? &context.signals->carbon() : nullptr;
+// The carbon and price signals a job that has not started is shown under (none without
+// [carbon] and [price]).
+SignalFeeds signals_of(const ApiContext& context) {
+  return {context.signals ? &context.signals->feed() : nullptr,
+          context.price_signals ? &context.price_signals->feed() : nullptr};
 }
 
 // A usage report's rows (one per group and energy source, in group order) as one object per
@@ -94,9 +96,9 @@ void submit(Call& call, ApiContext& context) {
   JobService::Submitter submitter{call.principal->name, call.principal->uid};
   context.jobs.submit(
       *body, std::move(submitter),
-      [answer = call.answer, target = call.target, carbon = carbon_of(context)](Result<JobView> result) {
+      [answer = call.answer, target = call.target, signals = signals_of(context)](Result<JobView> result) {
         if (!result) return answer(problem_response(result.error(), target));
-        HttpResponse response = json_response(http::status::created, job_text(*result, true, carbon));
+        HttpResponse response = json_response(http::status::created, job_text(*result, true, signals));
         response.set(http::field::location, "/v1/jobs/" + result->job().row.id);
         answer(std::move(response));
       });
@@ -122,7 +124,7 @@ void list(Call& call, const ApiContext& context) {
   auto page = context.jobs.jobs(state, limit, call.query("after"), order == "newest");
   if (!page) return call.fail(page.error());
   // A listed job shows no spec, so no environment values to hide from others.
-  HttpResponse response = json_response(http::status::ok, job_page_text(*page, carbon_of(context)));
+  HttpResponse response = json_response(http::status::ok, job_page_text(*page, signals_of(context)));
   if (page->next) {
     std::string link = fmt::format("/v1/jobs?limit={}&after={}", limit, percent_encode(*page->next));
     if (state) link += "&state=" + percent_encode(*state);
@@ -136,17 +138,17 @@ void show(Call& call, const ApiContext& context) {
   auto view = context.jobs.job(call.param("id"));
   if (!view) return call.fail(view.error());
   if (call.principal->may_act_on(view->job().row.owner))
-    return call.answer(json_response(http::status::ok, job_text(*view, true, carbon_of(context))));
-  json job = job_json(*view, true, carbon_of(context));
+    return call.answer(json_response(http::status::ok, job_text(*view, true, signals_of(context))));
+  json job = job_json(*view, true, signals_of(context));
   hide_env_values(job);
   call.answer(json_response(http::status::ok, job));
 }
 
 void cancel(Call& call, ApiContext& context) {
   context.jobs.cancel(call.param("id"), [answer = call.answer, target = call.target,
-                                         carbon = carbon_of(context)](Result<JobView> result) {
+                                         signals = signals_of(context)](Result<JobView> result) {
     if (!result) return answer(problem_response(result.error(), target));
-    const json job = job_json(*result, true, carbon);
+    const json job = job_json(*result, true, signals);
     const bool done = job["state"] == "cancelled";
     answer(json_response(done ? http::status::ok : http::status::accepted, job));
   });
@@ -155,7 +157,7 @@ void cancel(Call& call, ApiContext& context) {
 void pause(Call& call, ApiContext& context, bool pause) {
   auto view = context.jobs.pause(call.param("id"), pause);
   if (!view) return call.fail(view.error());
-  call.answer(json_response(http::status::ok, job_text(*view, true, carbon_of(context))));
+  call.answer(json_response(http::status::ok, job_text(*view, true, signals_of(context))));
 }
 
 void log(Call& call, const JobService& jobs) {

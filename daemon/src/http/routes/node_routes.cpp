@@ -85,12 +85,14 @@ void add_node_routes(RouteTable& table, ApiContext& context) {
             {Guard::read, false, [&context](Call& call) {
                call.answer(json_response(http::status::ok, budgets_json(context.jobs.budgets_view())));
              }});
-  table.add(
-      Verb::get, "/v1/signals",
-      {Guard::read, false, [&context](Call& call) {
-         const SignalService* signals = context.signals;
-         call.answer(json_response(http::status::ok, signals ? signals->describe() : SignalService::describe_none()));
-       }});
+  table.add(Verb::get, "/v1/signals",
+            {Guard::read, false, [&context](Call& call) {
+               json out = context.signals ? context.signals->describe()
+                                          : SignalService::describe_none(config::SignalKind::carbon);
+               out.update(context.price_signals ? context.price_signals->describe()
+                                                : SignalService::describe_none(config::SignalKind::price));
+               call.answer(json_response(http::status::ok, out));
+             }});
   table.add(Verb::get, "/v1/nodes", {Guard::read, false, [&context](Call& call) { list_nodes(call, context); }});
   // An estimate is a computation that changes nothing: read scope.
   table.add(Verb::post, "/v1/estimate", {Guard::read, false, [&context](Call& call) {
@@ -101,9 +103,9 @@ void add_node_routes(RouteTable& table, ApiContext& context) {
                                            auto answer = context.estimates->estimate(*request);
                                            if (!answer) return call.fail(answer.error());
                                            json out = estimate_answer_json(*answer);
-                                           if (context.signals)
-                                             context.signals->carbon().add_estimates(out["estimates"],
-                                                                                     context.signals->now_ms());
+                                           for (const SignalService* signals : {context.signals, context.price_signals})
+                                             if (signals)
+                                               signals->feed().add_estimates(out["estimates"], signals->now_ms());
                                            call.answer(json_response(http::status::ok, out));
                                          }});
 

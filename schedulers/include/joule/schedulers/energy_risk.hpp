@@ -9,7 +9,8 @@
 
 namespace joule::schedulers {
 
-/// Mean and variance of an amount of energy in joules; variance 0 means a known amount.
+/// Mean and variance of an amount of energy in joules (or, scaled, of the grams or money it
+/// stands for in a budget's unit); variance 0 means a known amount.
 struct EnergyDistribution {
   double mean_joules = 0.0;
   double variance = 0.0;
@@ -17,6 +18,8 @@ struct EnergyDistribution {
   static EnergyDistribution from_std(double mean_joules, double std_joules) {
     return {mean_joules, std_joules * std_joules};
   }
+  /// The same amount counted at `rate` per joule (grams, money).
+  EnergyDistribution scaled(double rate) const { return {mean_joules * rate, variance * rate * rate}; }
   /// The sum with an independent amount.
   EnergyDistribution operator+(const EnergyDistribution& other) const {
     return {mean_joules + other.mean_joules, variance + other.variance};

@@ -119,8 +119,10 @@ struct DeviceStatus {
   std::optional<double> battery_percent;
   std::optional<double> battery_capacity_joules;  ///< full charge, for the floor's headroom
   double work_seconds = 0.0;  ///< seconds of work it has run (least-loaded)
-  /// The carbon intensity of the grid it draws from (min-carbon); nullptr: none known.
+  /// The carbon intensity of the grid it draws from (min-carbon, grams budgets); nullptr: none known.
   const GridSignal* carbon = nullptr;
+  /// The price per kWh it pays (min-cost, money budgets); nullptr: none known.
+  const GridSignal* price = nullptr;
 
   /// Whether it shares its cores, so that a job asking for `job_cores` holds only those.
   bool shares_cores_with(int job_cores) const { return cores > 0 && job_cores > 0; }
@@ -131,6 +133,10 @@ struct DeviceStatus {
   /// Records a job placed on it, as its driver will tell it from now on.
   void hold(int job_cores);
 };
+
+/// What a joule drawn on `device` over [from, to) emits and costs at its signals (their edges
+/// persisting; the value at `from` when to <= from).
+UseRates rates_over(const DeviceStatus& device, UnixMillis from, UnixMillis to);
 
 /// Why a job is not running. `message` is one line for people; the rest for programs.
 struct WaitReason {
@@ -145,7 +151,7 @@ struct WaitReason {
     deadline,        ///< no device can finish it before its deadline
     no_estimate,     ///< a budget applies but the device has no energy model for the job
     unavailable,     ///< no eligible device accepts work
-    cleaner_window,  ///< min-carbon: waiting for a cleaner window that still meets its deadline
+    cleaner_window,  ///< min-carbon, min-cost: waiting for a cleaner or cheaper window that still meets its deadline
     not_before,      ///< its constraints.not_before has not come yet
     quota,           ///< its owner or project runs as many jobs as its quota allows
   };
@@ -157,9 +163,10 @@ struct WaitReason {
   std::string message;
   std::string device;  ///< qualified device name the reason is about, if one
   std::string rule;    ///< budget, cap or floor name
-  std::optional<double> limit;            ///< joules (budget), watts (cap), percent (floor)
-  std::optional<double> remaining_joules;  ///< budget: limit - spent - reserved
-  std::optional<double> needed_joules;     ///< budget: what the job needs at the policy's risk
+  std::optional<double> limit;             ///< the budget's unit (budget), watts (cap), percent (floor)
+  std::optional<double> remaining;         ///< budget: limit - spent - reserved, in its unit
+  std::optional<double> needed;            ///< budget: what the job needs at the policy's risk, in its unit
+  std::optional<BudgetUnit> unit;          ///< budget: its unit
   std::optional<UnixMillis> retry_at;      ///< when the condition is expected to clear
 };
 std::string_view to_string(WaitReason::Kind kind);
@@ -174,6 +181,7 @@ struct Placement {
   std::optional<SettingOption> setting;
   std::optional<Estimate> at_default;
   EnergyDistribution reserve;  ///< what to reserve in the budget ledger
+  UseRates rates;              ///< what a joule of it emits and costs over its expected run, at the signals
   int cores = 0;               ///< cores it holds on a device that shares them; 0: the whole device
   std::string note;            ///< why this device: "fewest joules: 12.3 kJ (cpu 30.1 kJ)"
   bool misses_deadline = false;  ///< no device could meet it; placed anyway, earliest finish

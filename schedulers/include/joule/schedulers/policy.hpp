@@ -19,6 +19,9 @@ enum class Objective {
   /// fewest expected grams CO2e at the device's carbon signal: a job with a deadline may wait
   /// for a cleaner window that still meets it; without a signal, as min_energy
   min_carbon,
+  /// the least expected cost at the device's price signal, deferring like min_carbon; without a
+  /// price signal, as min_energy
+  min_cost,
   fifo,  ///< the first free eligible device in device order: ignores estimates
   // Baselines for the simulator (also accepted by jouled, for comparison runs):
   round_robin,   ///< free eligible devices in turn
@@ -63,13 +66,19 @@ struct BudgetWindow {
   std::string describe() const;           ///< "rolling 24h", "calendar day"
 };
 
-/// An energy allowance for a scope over a window, in joules of the work Joule runs there
-/// (jobs and probes), metered where a meter exists. A budget for an owner or a project counts
-/// only that owner's or project's jobs in its scope (never probes).
+/// What a budget counts: the joules of the work, the grams CO2e they emitted at the carbon
+/// signal, or what they cost at the price signal.
+enum class BudgetUnit { joules, grams, money };
+std::string_view to_string(BudgetUnit unit);
+
+/// An allowance for a scope over a window, of the work Joule runs there (jobs and probes): in
+/// joules, metered where a meter exists, or in grams CO2e or money, those joules at the signal in
+/// force while they were drawn. A budget for an owner or a project counts only that owner's or
+/// project's jobs in its scope (never probes).
 struct EnergyBudget {
   std::string name;
   ScopeTarget scope;
-  double limit_joules = 0.0;
+  double limit = 0.0;  ///< in its unit: joules, grams CO2e, or money in `currency`
   BudgetWindow window;
   std::string owner{};    ///< "token:alice" or "uid:1000": only this owner's jobs; empty: anyone's work
   std::string project{};  ///< only this project's jobs; empty: any project's work
@@ -77,6 +86,8 @@ struct EnergyBudget {
   /// named "NAME (OWNER)" (budgets_for_owners); the template itself counts nothing.
   bool each_owner = false;
   std::string template_name{};  ///< an owner's budget made from an each_owner template: the template's name
+  BudgetUnit unit = BudgetUnit::joules;
+  std::string currency{};  ///< money budgets: the price signal's currency ("EUR"); empty: whatever it is
 
   /// Whether it counts the work of `owner` in `project` (a probe's are both empty), wherever
   /// its scope covers.
@@ -85,6 +96,8 @@ struct EnergyBudget {
   }
   /// "project vision on the cluster", "owner token:alice on node lab-1", "device cpu".
   std::string describe_scope() const;
+  /// An amount in its unit for people: "1.2 MJ", "350 g CO2e", "4.20 EUR".
+  std::string amount_text(double amount) const;
 };
 
 /// A cap on the moving average of metered power of a scope.

@@ -36,6 +36,7 @@ struct RunningJob {
   std::string owner{};                ///< whose budgets count it
   std::string project{};              ///< which project's budgets count it
   EnergyDistribution still_expected;  ///< what it will still use (ledger's view)
+  UseRates rates;                     ///< what a joule of that emits and costs, at the signals
   double power_watts = 0.0;           ///< its recent metered draw
   bool paused = false;
   std::optional<double> cpu_quota;       ///< CPUs it is limited to, if limited

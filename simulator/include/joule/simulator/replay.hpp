@@ -89,14 +89,16 @@ struct ReplayOptions {
   std::function<void(schedulers::UnixMillis, const schedulers::Placement&)> on_placement;
 };
 
-/// A budget window whose true spent energy exceeded its limit.
+/// A budget window whose true spent amount (joules, or grams or money at the cluster's signals)
+/// exceeded its limit.
 struct Violation {
   std::string budget;
   schedulers::UnixMillis window_start = 0;
   schedulers::UnixMillis window_end = 0;  ///< rolling: the end of the worst moment's window
-  double spent_joules = 0.0;
-  double limit_joules = 0.0;
-  double overrun_joules() const { return spent_joules - limit_joules; }
+  double spent = 0.0;                     ///< in the budget's unit
+  double limit = 0.0;
+  schedulers::BudgetUnit unit = schedulers::BudgetUnit::joules;
+  double overrun() const { return spent - limit; }
 };
 
 /// What one device did under a policy.

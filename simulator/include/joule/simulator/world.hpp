@@ -102,6 +102,7 @@ struct World {
   schedulers::UnixMillis start = 0;
   int utc_offset_minutes = 0;
   std::optional<schedulers::GridSignal> carbon;  ///< the cluster's carbon intensity, if it has one
+  std::optional<schedulers::GridSignal> price;   ///< the cluster's price per kWh, if it has one
   std::vector<SimNode> nodes;
   std::vector<SimDevice> devices;
   std::vector<SimJob> jobs;        ///< in submission order (stable for equal times)
