@@ -135,23 +135,40 @@ void print_probe_run(const json& run) {
   if (!run["message"].get<std::string>().empty()) fmt::print("  {}\n", run["message"].get<std::string>());
 }
 
-void print_signals(const json& carbon) {
-  const std::string state = carbon["state"];
+// One signal of GET /v1/signals: "carbon" (g/kWh) or "price" (its currency per kWh).
+void print_signal(const std::string& kind, const json& signal) {
+  const std::string state = signal["state"];
+  const bool price = kind == "price";
+  const std::string label = fmt::format("{}:", kind);
   if (state == "none") {
-    fmt::print("carbon:    none ({})\n", carbon.value("message", "no [carbon] in jouled.toml"));
+    fmt::print("{:<10} none ({})\n", label, signal.value("message", "not in jouled.toml"));
     return;
   }
-  fmt::print("carbon:    {:.0f} g/kWh now ({}: {})\n", carbon["value_now"].get<double>(), state,
-             carbon["in_force"].get<std::string>());
-  if (carbon.contains("begins"))
-    fmt::print("loaded:    {} points, {} to {} (at {})\n", carbon["points"].get<int>(),
-               carbon["begins"].get<std::string>(), carbon["ends"].get<std::string>(), text_or(carbon["loaded_at"]));
-  if (carbon.contains("lowest_ahead"))
-    fmt::print("cleanest:  {:.0f} g/kWh from {}\n", carbon["lowest_ahead"]["value"].get<double>(),
-               carbon["lowest_ahead"]["at"].get<std::string>());
-  if (!carbon["last_error"].is_null())
-    fmt::print("last error ({} failed loads): {} at {}\n", carbon["failures"].get<int>(),
-               carbon["last_error"].get<std::string>(), text_or(carbon["last_error_at"]));
+  const std::string unit = price ? signal.value("unit", std::string("/kWh")) : "g/kWh";
+  auto value = [&](double v) { return price ? fmt::format("{:.4g} {}", v, unit) : fmt::format("{:.0f} {}", v, unit); };
+  fmt::print("{:<10} {} now ({}: {})\n", label, value(signal["value_now"].get<double>()), state,
+             signal["in_force"].get<std::string>());
+  if (signal.contains("begins"))
+    fmt::print("loaded:    {} points, {} to {} (at {})\n", signal["points"].get<int>(),
+               signal["begins"].get<std::string>(), signal["ends"].get<std::string>(), text_or(signal["loaded_at"]));
+  if (signal.contains("lowest_ahead"))
+    fmt::print("{:<10} {} from {}\n",
+               price ? "cheapest:" : "cleanest:", value(signal["lowest_ahead"]["value"].get<double>()),
+               signal["lowest_ahead"]["at"].get<std::string>());
+  if (!signal["last_error"].is_null())
+    fmt::print("last error ({} failed loads): {} at {}\n", signal["failures"].get<int>(),
+               signal["last_error"].get<std::string>(), text_or(signal["last_error_at"]));
+}
+
+// A budget's figure in its unit: joules, grams of CO2e, or money in its currency.
+std::string budget_amount(const json& budget, double amount) {
+  const std::string unit = budget.value("unit", std::string("joules"));
+  if (unit == "grams")
+    return std::abs(amount) >= 1000.0 ? fmt::format("{:.3g} kg", amount / 1000.0) : fmt::format("{:.3g} g", amount);
+  if (unit == "money")
+    return fmt::format("{:.2f}{}", amount,
+                       budget["currency"].is_string() ? " " + budget["currency"].get<std::string>() : "");
+  return joules_text(amount);
 }
 
 // A query value with everything but unreserved characters and ':' percent-encoded (a "+01:00"
@@ -233,9 +250,13 @@ void print_budgets(const json& view) {
         if (budget.contains(whose) && budget[whose].is_string())
           scope = fmt::format("{} {}, {}", whose, budget[whose].get<std::string>(), scope);
       fmt::print("{:<16}  {:<22}  {:<15}  {:>10}  {:>10}  {:>10}  {:>10}  {}\n", budget["name"].get<std::string>(),
-                 scope, budget["window"].get<std::string>(), joules_text(budget["limit_joules"].get<double>()),
-                 joules_text(budget["spent_joules"].get<double>()), joules_text(budget["reserved_joules"].get<double>()),
-                 joules_text(budget["remaining_joules"].get<double>()), text_or(budget["resets_at"]));
+                 scope, budget["window"].get<std::string>(), budget_amount(budget, budget["limit"].get<double>()),
+                 budget_amount(budget, budget["spent"].get<double>()),
+                 budget_amount(budget, budget["reserved"].get<double>()),
+                 budget_amount(budget, budget["remaining"].get<double>()), text_or(budget["resets_at"]));
+      if (budget.value("uncounted_joules", 0.0) > 0.0)
+        fmt::print("{:<16}  ({} ran with no signal to count it at)\n", "",
+                   joules_text(budget["uncounted_joules"].get<double>()));
     }
   }
   for (const auto& cap : view["power_caps"])
@@ -274,7 +295,7 @@ void print_nodes(const json& view) {
     return;
   }
   fmt::print("{:<16}  {:<8}  {:>9}  {:>9}  {:>4}  {:<40}  {}\n", "NODE", "STATE", "HEARD", "POWER W", "JOBS", "DEVICES",
-             "BUDGETS (remaining J)");
+             "BUDGETS (remaining)");
   for (const auto& node : view["nodes"]) {
     std::string devices;
     for (const auto& device : node["devices"]) {
@@ -285,7 +306,8 @@ void print_nodes(const json& view) {
     std::string budgets;
     for (const auto& budget : node["budgets"]) {
       if (!budgets.empty()) budgets += ", ";
-      budgets += fmt::format("{} {:.0f}", budget["name"].get<std::string>(), budget["remaining_joules"].get<double>());
+      budgets += fmt::format("{} {}", budget["name"].get<std::string>(),
+                             budget_amount(budget, budget.value("remaining", 0.0)));
     }
     const std::string heard = node["seconds_since_heartbeat"].is_null()
                                   ? "never"
@@ -381,6 +403,13 @@ void print_job(const json& job) {
                carbon["intensity"].get<double>(), carbon["signal"].get<std::string>(),
                carbon["joules_source"].get<std::string>());
   }
+  if (job.contains("cost")) {
+    const auto& cost = job["cost"];
+    fmt::print("cost:      {:.4g} {} at {:.4g} per kWh over its run ({}; {} joules)\n", cost["amount"].get<double>(),
+               cost["currency"].get<std::string>(),
+               cost["price_per_kwh"].is_null() ? 0.0 : cost["price_per_kwh"].get<double>(),
+               cost["signal"].get<std::string>(), cost["joules_source"].get<std::string>());
+  }
   if (job["estimate"].is_array() && !job["estimate"].empty()) {
     fmt::print("estimate:\n");
     for (const auto& row : job["estimate"]) {
@@ -398,6 +427,10 @@ void print_job(const json& job) {
         fmt::print("  {:<20} {:.3g} ± {:.2g} g CO2e if it started now ({:.0f} g/kWh)\n", "",
                    row["carbon"]["grams"].get<double>(), row["carbon"]["grams_std"].get<double>(),
                    row["carbon"]["intensity"].get<double>());
+      if (row.contains("cost"))
+        fmt::print("  {:<20} {:.4g} ± {:.2g} {} if it started now ({:.4g} per kWh)\n", "",
+                   row["cost"]["cost"].get<double>(), row["cost"]["cost_std"].get<double>(),
+                   row["cost"]["currency"].get<std::string>(), row["cost"]["price_per_kwh"].get<double>());
     }
   } else {
     fmt::print("estimate:  none (the job has no model spec and training config)\n");
@@ -706,7 +739,8 @@ int main(int argc, char** argv) {
       ->type_name("GROUP");
   usage_cmd->add_option("--owner", usage_owner, "only this owner's jobs (admins)")->type_name("OWNER");
   usage_cmd->add_flag("--csv", usage_csv, "comma-separated values, one row per group");
-  auto* signals = app.add_subcommand("signals", "the carbon-intensity signal in force ([carbon]) and its last load");
+  auto* signals = app.add_subcommand(
+      "signals", "the carbon-intensity and price signals in force ([carbon], [price]) and their last loads");
   auto* token_cmd = app.add_subcommand("token", "API tokens");
   token_cmd->require_subcommand(1);
   auto* token_new = token_cmd->add_subcommand("new", "print a new random token and the config line with its hash");
@@ -836,7 +870,8 @@ int main(int argc, char** argv) {
       if (as_json)
         fmt::print("{}\n", view.dump(2));
       else
-        print_signals(view["carbon"]);
+        for (const char* kind : {"carbon", "price"})
+          if (view.contains(kind)) print_signal(kind, view[kind]);
       return 0;
     }
     if (job->parsed()) {

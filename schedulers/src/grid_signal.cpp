@@ -55,13 +55,16 @@ std::optional<double> GridSignal::mean_over(UnixMillis from, UnixMillis to) cons
 }
 
 double GridSignal::mean_extended(UnixMillis from, UnixMillis to) const {
-  auto integral = [&](UnixMillis at) {
-    if (at <= begin()) return points_.front().value * static_cast<double>(at - begin());
-    if (at >= end_) return integral_to(end_) + points_.back().value * static_cast<double>(at - end_);
-    return integral_to(at);
-  };
   if (to <= from) return at(from).value_or(from < begin() ? points_.front().value : points_.back().value);
-  return (integral(to) - integral(from)) / static_cast<double>(to - from);
+  // Before, within and after the signal summed apart: integrals from its begin to times far
+  // past its end (a constant's one point, a stale forecast) would cancel to noise over a short
+  // run (a price of 0.3 read as 0.30005 over a millisecond).
+  double sum = 0.0;
+  if (from < begin()) sum += points_.front().value * static_cast<double>(std::min(to, begin()) - from);
+  if (to > end_) sum += points_.back().value * static_cast<double>(to - std::max(from, end_));
+  const UnixMillis inside_from = std::max(from, begin()), inside_to = std::min(to, end_);
+  if (inside_from < inside_to) sum += integral_to(inside_to) - integral_to(inside_from);
+  return sum / static_cast<double>(to - from);
 }
 
 std::optional<SignalWindow> GridSignal::lowest_start(UnixMillis earliest, UnixMillis latest,

@@ -322,6 +322,30 @@ TEST(DaemonConfigTest, carbon_takes_a_file_or_a_url_and_a_constant) {
   EXPECT_FALSE(parse_config("", "jouled.toml")->config.carbon.configured());
 }
 
+TEST(DaemonConfigTest, price_takes_a_currency_and_a_file_a_url_or_a_constant) {
+  auto file =
+      parse_config("[price]\ncurrency = \"EUR\"\nfile = \"/etc/joule/price.json\"\nper_kwh = 0.25\n", "jouled.toml");
+  ASSERT_TRUE(file) << file.error().message;
+  EXPECT_EQ(file->config.price.currency, "EUR");
+  EXPECT_EQ(file->config.price.file, "/etc/joule/price.json");
+  EXPECT_EQ(file->config.price.constant, 0.25);
+  EXPECT_FALSE(file->config.carbon.configured());
+  const auto problem = [](const std::string& text) {
+    auto loaded = parse_config(text, "jouled.toml");
+    return loaded ? std::string("accepted") : loaded.error().message;
+  };
+  EXPECT_NE(problem("[price]\nper_kwh = 0.3\n").find("jouled.toml:1: [price] needs a currency"), std::string::npos);
+  EXPECT_NE(problem("[price]\ncurrency = \"eur\"\nper_kwh = 0.3\n")
+                .find("jouled.toml:2: price.currency must be a currency code of 3 capital letters"),
+            std::string::npos);
+  EXPECT_NE(problem("[price]\ncurrency = \"GBP\"\n").find("[price] needs a file, a url or a per_kwh price"),
+            std::string::npos);
+  EXPECT_NE(problem("[price]\ncurrency = \"GBP\"\nper_kwh = -1\n").find("jouled.toml:3: price.per_kwh must be"),
+            std::string::npos);
+  EXPECT_NE(problem("[price]\ncurrency = \"GBP\"\nfile = \"p.csv\"\n").find("price.file must be an absolute path"),
+            std::string::npos);
+}
+
 TEST(DaemonConfigTest, a_carbon_section_that_cannot_work_names_the_line) {
   const auto problem = [](const std::string& text) {
     auto loaded = parse_config(text, "jouled.toml");

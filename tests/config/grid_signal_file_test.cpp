@@ -79,3 +79,45 @@ TEST(GridSignalFileTest, electricitymaps_and_watttime_shapes_are_read) {
   EXPECT_EQ(error_of("{\"forecast\": [", "em.json"), "em.json: not valid JSON");
   EXPECT_NE(error_of(R"({"zone": "DE"})", "em.json").find("em.json: not a signal"), std::string::npos);
 }
+
+TEST(GridSignalFileTest, price_signals_read_awattar_and_octopus_and_count_negative_prices_as_free) {
+  using joule::config::SignalKind;
+  // aWATTar: hours in milliseconds, EUR/MWh.
+  auto awattar = parse_grid_signal(
+      R"({"object": "list", "data": [
+        {"start_timestamp": 1796169600000, "end_timestamp": 1796173200000, "marketprice": 82.5, "unit": "Eur/MWh"},
+        {"start_timestamp": 1796173200000, "end_timestamp": 1796176800000, "marketprice": -4.1, "unit": "Eur/MWh"}]})",
+      "awattar", SignalKind::price);
+  ASSERT_TRUE(awattar) << awattar.error().message;
+  ASSERT_EQ(awattar->points().size(), 2u);
+  EXPECT_DOUBLE_EQ(awattar->points()[0].value, 0.0825);
+  EXPECT_DOUBLE_EQ(awattar->points()[1].value, 0.0);  // paid to draw power: counted as free
+  EXPECT_EQ(awattar->end(), 1796176800000);
+  // Octopus: newest first, pence per kWh including VAT, read in pounds oldest first.
+  auto octopus = parse_grid_signal(
+      R"({"count": 2, "next": null, "previous": null, "results": [
+        {"value_exc_vat": 20.0, "value_inc_vat": 21.0, "valid_from": "2026-11-28T00:30:00Z", "valid_to": "2026-11-28T01:00:00Z"},
+        {"value_exc_vat": 10.0, "value_inc_vat": 10.5, "valid_from": "2026-11-28T00:00:00Z", "valid_to": "2026-11-28T00:30:00Z"}]})",
+      "octopus", SignalKind::price);
+  ASSERT_TRUE(octopus) << octopus.error().message;
+  ASSERT_EQ(octopus->points().size(), 2u);
+  EXPECT_DOUBLE_EQ(octopus->points()[0].value, 0.105);
+  EXPECT_DOUBLE_EQ(octopus->points()[1].value, 0.21);
+  EXPECT_EQ(octopus->end(), *parse_rfc3339("2026-11-28T01:00:00Z"));
+  // A CSV price may be negative; a carbon intensity may not.
+  auto csv = parse_grid_signal("2026-11-28T00:00:00Z,-0.02\n2026-11-28T01:00:00Z,0.3\n", "p.csv", SignalKind::price);
+  ASSERT_TRUE(csv) << csv.error().message;
+  EXPECT_DOUBLE_EQ(csv->points()[0].value, 0.0);
+  EXPECT_EQ(error_of("2026-11-28T00:00:00Z,-0.02\n"), "forecast.csv:1: \"-0.02\" is not a number >= 0");
+  // Errors name the row.
+  auto bad =
+      parse_grid_signal(R"({"data": [{"start_timestamp": 1796169600000, "marketprice": 82.5, "unit": "Eur/kWh"}]})",
+                        "awattar", SignalKind::price);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message, "awattar: /data/0/unit: expected a price per MWh, got \"Eur/kWh\"");
+  auto carbon_json =
+      parse_grid_signal(R"({"forecast": [{"datetime": "2026-11-28T00:00:00Z", "carbonIntensity": 300}]})", "price.json",
+                        SignalKind::price);
+  ASSERT_FALSE(carbon_json);
+  EXPECT_NE(carbon_json.error().message.find("not a price signal"), std::string::npos);
+}

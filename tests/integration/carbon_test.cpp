@@ -5,6 +5,7 @@
 // its owner (constraints.not_before) waits for its own time.
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -137,4 +138,102 @@ TEST(CarbonTest, min_carbon_waits_for_a_cleaner_window_and_jobs_are_accounted_in
                      [](const json& j) { return j.contains("waiting") && j["waiting"]["reason"] == "not-before"; });
   EXPECT_EQ(shown["waiting"]["reason"], "not-before") << shown.dump(2);
   EXPECT_EQ(shown["spec"]["constraints"]["not_before"].get<std::string>().substr(0, 16), at(60min).substr(0, 16));
+}
+
+// Budgets in grams and money and a price signal, through a real jouled: a job is accounted in
+// grams and money at constant signals, the budgets count both, a grams budget too small for a
+// second job holds it and says so in grams, and a budget in another currency than [price]'s is
+// refused at reload.
+TEST(CarbonTest, budgets_in_grams_and_money_count_jobs_at_the_signals_and_hold_what_would_overrun) {
+  joule::testing::TempDir dir;
+  auto budgets = [&](const std::string& grams, const std::string& currency) {
+    dir.write("policies/10-budgets.toml",
+              fmt::format("[[budgets]]\nname = \"grams-day\"\nscope = \"node\"\ntarget = \"lab\"\ngrams = {}\n"
+                          "calendar = \"day\"\n[[budgets]]\nname = \"money-day\"\nscope = \"node\"\ntarget = \"lab\"\n"
+                          "cost = 100\ncurrency = \"{}\"\ncalendar = \"day\"\n",
+                          grams, currency));
+  };
+  budgets("1_000_000", "EUR");
+  const std::string config = fmt::format(
+      "[node]\nname = \"lab\"\n[policy]\ndirectory = \"{}\"\n[carbon]\nintensity = 500\n"
+      "[price]\ncurrency = \"EUR\"\nper_kwh = 0.3\n"
+      "[[devices]]\nname = \"sim:laptop-cpu\"\nprobes = 40\nruns_jobs = true\n[probing]\nenabled = false\n",
+      (dir / "policies").string());
+  DaemonProcess daemon({.config_toml = config});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  const auto signals = daemon.call("GET", "/v1/signals").second;
+  EXPECT_EQ(signals["price"]["state"], "constant") << signals.dump(2);
+  EXPECT_EQ(signals["price"]["value_now"], 0.3);
+  EXPECT_EQ(signals["price"]["unit"], "EUR/kWh");
+  // Budgets in grams or money need an estimate to admit a job: wait for the model.
+  const auto model_ready = wait_until([&] { return daemon.call("GET", "/v1/devices").second; },
+                                      [](const json& d) { return d["devices"][0]["model"]["state"] == "ready"; });
+  ASSERT_EQ(model_ready["devices"][0]["model"]["state"], "ready") << model_ready.dump(2);
+
+  const auto first = daemon.submit(mlp_job("first", std::nullopt));
+  auto done = daemon.wait_state(first, {"succeeded", "failed"});
+  ASSERT_EQ(done["state"], "succeeded") << done.dump(2);
+  const double joules = done["energy"]["joules"];
+  const double grams = done["carbon"]["grams"];
+  EXPECT_NEAR(grams, joules / 3.6e6 * 500.0, 1e-9 + grams * 1e-9);
+  ASSERT_TRUE(done.contains("cost")) << done.dump(2);
+  EXPECT_NEAR(done["cost"]["amount"].get<double>(), joules / 3.6e6 * 0.3, 1e-12 + joules * 1e-15);
+  EXPECT_EQ(done["cost"]["currency"], "EUR");
+  EXPECT_EQ(done["cost"]["signal"], "constant 0.3 EUR/kWh");
+  EXPECT_EQ(done["cost"]["joules_source"], "simulated");
+  EXPECT_EQ(done["cost"]["measured"], false);
+
+  // The budgets counted it in their units.
+  const auto shown = wait_until([&] { return daemon.call("GET", "/v1/budgets").second; },
+                                [](const json& b) { return b["budgets"][0]["spent"].get<double>() > 0.0; });
+  const json& in_grams = shown["budgets"][0];
+  const json& in_money = shown["budgets"][1];
+  EXPECT_EQ(in_grams["unit"], "grams") << shown.dump(2);
+  EXPECT_NEAR(in_grams["spent"].get<double>(), grams, 1e-6 + grams * 1e-9);
+  EXPECT_TRUE(in_grams["spent_joules"].is_null());
+  EXPECT_EQ(in_money["unit"], "money");
+  EXPECT_EQ(in_money["currency"], "EUR");
+  EXPECT_NEAR(in_money["spent"].get<double>(), done["cost"]["amount"].get<double>(), 1e-9);
+  const auto metrics = daemon.client().request("GET", "/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("joule_budget_spent_grams{budget=\"grams-day\"}"), std::string::npos);
+  EXPECT_NE(metrics->body.find("joule_budget_limit_cost{budget=\"money-day\",currency=\"EUR\"} 100"),
+            std::string::npos);
+  EXPECT_NE(metrics->body.find("joule_grid_price_per_kwh{currency=\"EUR\",node=\"lab\"} 0.3"), std::string::npos);
+  EXPECT_NE(metrics->body.find("joule_job_cost_total{currency=\"EUR\",device=\"sim:laptop-cpu\",node=\"lab\","
+                               "source=\"simulated\"}"),
+            std::string::npos);
+  const std::string server = "http://127.0.0.1:" + std::to_string(daemon.port());
+  auto [code, text] = joule::testing::run_program({JOULECTL_BINARY, "--server", server, "budgets"});
+  EXPECT_EQ(code, 0);
+  EXPECT_NE(text.find("100.00 EUR"), std::string::npos) << text;
+  auto [job_code, job_text] = joule::testing::run_program({JOULECTL_BINARY, "--server", server, "job", first});
+  EXPECT_NE(job_text.find("EUR at 0.3 per kWh over its run (constant 0.3 EUR/kWh; simulated joules)"),
+            std::string::npos)
+      << job_text;
+
+  // A grams budget with room for half of another such job (by its estimate): the next one waits,
+  // in grams.
+  const double estimated_grams = done["estimate"][0]["joules"]["mean"].get<double>() / 3.6e6 * 500.0;
+  budgets(fmt::format("{:.6f}", grams + 0.5 * estimated_grams), "EUR");
+  daemon.signal(SIGHUP);
+  ASSERT_TRUE(daemon.wait_notification("config reloaded", 10s)) << daemon.log();
+  const auto second = daemon.submit(mlp_job("second", std::nullopt));
+  const auto held =
+      wait_until([&] { return daemon.call("GET", "/v1/jobs/" + second).second; },
+                 [](const json& j) { return j.contains("waiting") && j["waiting"]["reason"] == "budget"; });
+  ASSERT_TRUE(held.contains("waiting") && held["waiting"]["reason"] == "budget") << held.dump(2);
+  EXPECT_EQ(held["waiting"]["unit"], "grams");
+  EXPECT_EQ(held["waiting"]["rule"], "grams-day");
+  EXPECT_NE(held["waiting"]["message"].get<std::string>().find("g CO2e left of"), std::string::npos)
+      << held["waiting"].dump(2);
+  EXPECT_FALSE(held["waiting"].contains("remaining_joules"));
+  ASSERT_TRUE(held["estimate"][0].contains("cost")) << held["estimate"][0].dump(2);
+
+  // A money budget in dollars cannot be counted at a price in euros: the reload is refused.
+  budgets("1_000_000", "USD");
+  daemon.signal(SIGHUP);
+  ASSERT_TRUE(daemon.wait_notification("last reload refused", 10s)) << daemon.log();
+  EXPECT_NE(daemon.log().find("budget money-day is in USD but jouled.toml's [price] is in EUR"), std::string::npos);
+  EXPECT_EQ(daemon.call("GET", "/v1/jobs/" + second).second["state"], "queued");
 }

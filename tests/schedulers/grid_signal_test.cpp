@@ -72,3 +72,17 @@ TEST(GridSignalTest, bad_points_are_refused_naming_the_point) {
 }
 
 }  // namespace joule::schedulers
+
+TEST(GridSignalTest, far_past_its_end_a_short_run_reads_the_last_value_exactly) {
+  // A constant stands in as one point at the epoch: a millisecond now, decades later, must not
+  // read the difference of two huge integrals.
+  const auto constant = joule::schedulers::GridSignal::from_points({{0, 0.3}}).value();
+  const joule::schedulers::UnixMillis now = 1'796'169'600'000;
+  EXPECT_EQ(constant.mean_extended(now, now + 1), 0.3);
+  EXPECT_EQ(constant.mean_extended(now, now + 3'600'000), 0.3);
+  const auto forecast = joule::schedulers::GridSignal::from_points({{now, 100.0}, {now + 3'600'000, 300.0}}).value();
+  EXPECT_EQ(forecast.mean_extended(now - 3'600'000, now), 100.0);  // before: the first value
+  EXPECT_DOUBLE_EQ(forecast.mean_extended(now - 3'600'000, now + 3'600'000), 100.0);
+  EXPECT_DOUBLE_EQ(forecast.mean_extended(now + 3'600'000, now + 3 * 3'600'000), 300.0);  // past its end
+  EXPECT_DOUBLE_EQ(forecast.mean_extended(now, now + 4 * 3'600'000), 250.0);
+}
