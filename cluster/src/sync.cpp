@@ -104,6 +104,43 @@ bool is_valid_node_name(const std::string& name) {
   return std::regex_match(name, pattern);
 }
 
+namespace {
+
+// A reported signal: {"points": [[ms, value], ...], "end": ms, "label", "currency"}; errors name
+// `at` (its JSON pointer).
+Result<ReportedSignal> parse_signal(const json& item, const std::string& at) {
+  auto fail = [&](const std::string& what) {
+    return make_error(ErrorCode::invalid_argument, fmt::format("{}: {}", at, what), at);
+  };
+  if (!item.is_object() || !item.contains("points") || !item["points"].is_array())
+    return fail("must be an object with points [[ms, value], ...]");
+  std::vector<schedulers::SignalPoint> points;
+  for (std::size_t i = 0; i < item["points"].size(); ++i) {
+    const json& point = item["points"][i];
+    if (!point.is_array() || point.size() != 2 || !point[0].is_number_integer() || !point[1].is_number())
+      return fail(fmt::format("points/{} must be [milliseconds, value]", i));
+    points.push_back({point[0].get<schedulers::UnixMillis>(), point[1].get<double>()});
+  }
+  const schedulers::UnixMillis end =
+      item.contains("end") && item["end"].is_number_integer() ? item["end"].get<schedulers::UnixMillis>() : 0;
+  auto signal = schedulers::GridSignal::from_points(std::move(points), end);
+  if (!signal) return fail(signal.error().message);
+  ReportedSignal out{std::move(signal).value(), item.value("label", std::string()),
+                     item.value("currency", std::string())};
+  return out;
+}
+
+json signal_json(const ReportedSignal& reported) {
+  json points = json::array();
+  for (const auto& point : reported.signal.points()) points.push_back({point.at, point.value});
+  return {{"points", std::move(points)},
+          {"end", reported.signal.end()},
+          {"label", reported.label},
+          {"currency", reported.currency}};
+}
+
+}  // namespace
+
 Result<SyncRequest> parse_sync_request(const json& body) {
   std::optional<Error> problem;
   Fields top(body, "", problem);
@@ -150,6 +187,21 @@ Result<SyncRequest> parse_sync_request(const json& body) {
     if (!problem && job.epoch < 1) f.fail("epoch", "must be >= 1");
     return job;
   });
+  request.signals_digest = top.text("signals_digest", false);
+  if (!problem && body.contains("signals")) {
+    const json& signals = body["signals"];
+    if (!signals.is_object()) top.fail("signals", "must be an object of carbon and price");
+    request.signals_sent = true;
+    for (const char* kind : {"carbon", "price"}) {
+      if (problem || !signals.is_object() || !signals.contains(kind) || signals[kind].is_null()) continue;
+      auto parsed = parse_signal(signals[kind], fmt::format("/signals/{}", kind));
+      if (!parsed) {
+        problem = parsed.error();
+        break;
+      }
+      (std::string_view(kind) == "carbon" ? request.carbon : request.price) = std::move(parsed).value();
+    }
+  }
   request.models = each<ModelUpload>(top, "models", [&](const json& item, const std::string& at) {
     Fields f(item, at, problem);
     ModelUpload model;
@@ -165,6 +217,10 @@ Result<SyncRequest> parse_sync_request(const json& body) {
 }
 
 json to_json(const SyncRequest& request) {
+  json signals = nullptr;
+  if (request.signals_sent)
+    signals = {{"carbon", request.carbon ? signal_json(*request.carbon) : json(nullptr)},
+               {"price", request.price ? signal_json(*request.price) : json(nullptr)}};
   json devices = json::array();
   for (const auto& d : request.devices)
     devices.push_back({{"name", d.name},
@@ -192,9 +248,17 @@ json to_json(const SyncRequest& request) {
   json models = json::array();
   for (const auto& m : request.models)
     models.push_back({{"device", m.device}, {"version", m.version}, {"snapshot", m.snapshot}});
-  return {{"node", request.node},   {"incarnation", request.incarnation}, {"version", request.version},
-          {"devices", devices},     {"jobs", jobs},                       {"models", models},
-          {"wait_seconds", request.wait_seconds}, {"digest", request.digest}};
+  json out = {{"node", request.node},
+              {"incarnation", request.incarnation},
+              {"version", request.version},
+              {"devices", devices},
+              {"jobs", jobs},
+              {"models", models},
+              {"wait_seconds", request.wait_seconds},
+              {"digest", request.digest},
+              {"signals_digest", request.signals_digest}};
+  if (request.signals_sent) out["signals"] = std::move(signals);
+  return out;
 }
 
 Result<SyncReply> parse_sync_reply(const json& body) {
@@ -206,6 +270,7 @@ Result<SyncReply> parse_sync_reply(const json& body) {
   reply.digest = top.text("digest");
   reply.coordinator = top.text("coordinator", false);
   reply.revision = top.integer("revision", false);
+  reply.signals_digest = top.text("signals_digest", false);
   reply.jobs = each<Assignment>(top, "jobs", [&](const json& item, const std::string& at) {
     Fields f(item, at, problem);
     Assignment job;
@@ -265,7 +330,26 @@ json to_json(const SyncReply& reply) {
           {"recorded", recorded},
           {"model_versions", versions},
           {"coordinator", reply.coordinator},
-          {"revision", reply.revision}};
+          {"revision", reply.revision},
+          {"signals_digest", reply.signals_digest}};
+}
+
+std::string digest_of_signals(const std::optional<ReportedSignal>& carbon, const std::optional<ReportedSignal>& price) {
+  if (!carbon && !price) return {};
+  std::uint64_t hash = 1469598103934665603ull;
+  auto mix = [&](const std::string& text) {
+    for (const unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+    hash = (hash ^ 0xff) * 1099511628211ull;
+  };
+  for (const auto* signal : {&carbon, &price}) {
+    if (!*signal) {
+      mix("-");
+      continue;
+    }
+    mix((*signal)->label + ":" + (*signal)->currency + ":" + std::to_string((*signal)->signal.end()));
+    for (const auto& point : (*signal)->signal.points()) mix(fmt::format("{}={:.17g}", point.at, point.value));
+  }
+  return fmt::format("{:016x}", hash);
 }
 
 std::string digest_of(const std::vector<Assignment>& jobs) {

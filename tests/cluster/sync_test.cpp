@@ -75,6 +75,44 @@ TEST(SyncProtocolTest, bad_input_names_its_json_pointer) {
   EXPECT_NE(parsed.error().message.find("missing"), std::string::npos);
 }
 
+TEST(SyncProtocolTest, an_agents_own_signals_travel_whole_only_when_sent_and_their_digest_follows_them) {
+  using joule::cluster::ReportedSignal;
+  using joule::schedulers::GridSignal;
+  joule::cluster::SyncRequest request;
+  request.node = "orin";
+  request.incarnation = "i";
+  ReportedSignal carbon{GridSignal::from_points({{1000, 400.0}, {3'601'000, 90.5}}, 7'201'000).value(),
+                        "file /srv/carbon.csv", ""};
+  ReportedSignal price{GridSignal::from_points({{0, 0.25}}).value(), "constant 0.25 EUR/kWh", "EUR"};
+  request.signals_digest = joule::cluster::digest_of_signals(carbon, price);
+  EXPECT_FALSE(request.signals_digest.empty());
+  EXPECT_TRUE(joule::cluster::digest_of_signals(std::nullopt, std::nullopt).empty());
+  EXPECT_NE(joule::cluster::digest_of_signals(carbon, std::nullopt), request.signals_digest);
+  // Not sent: only the digest goes.
+  auto parsed = joule::cluster::parse_sync_request(joule::cluster::to_json(request));
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  EXPECT_FALSE(parsed->signals_sent);
+  EXPECT_EQ(parsed->signals_digest, request.signals_digest);
+  // Sent: whole, and the digest of what arrived is the one sent.
+  request.signals_sent = true;
+  request.carbon = carbon;
+  request.price = price;
+  parsed = joule::cluster::parse_sync_request(joule::cluster::to_json(request));
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  ASSERT_TRUE(parsed->signals_sent && parsed->carbon && parsed->price);
+  EXPECT_EQ(parsed->carbon->signal.points().size(), 2u);
+  EXPECT_EQ(parsed->carbon->signal.end(), 7'201'000);
+  EXPECT_EQ(parsed->carbon->label, "file /srv/carbon.csv");
+  EXPECT_EQ(parsed->price->currency, "EUR");
+  EXPECT_EQ(joule::cluster::digest_of_signals(parsed->carbon, parsed->price), request.signals_digest);
+  // A bad signal is named by its pointer.
+  auto body = joule::cluster::to_json(request);
+  body["signals"]["carbon"]["points"][1] = {500, 10.0};  // before the point ahead of it
+  const auto bad = joule::cluster::parse_sync_request(body);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("/signals/carbon: point 1"), std::string::npos) << bad.error().message;
+}
+
 TEST(SyncProtocolTest, the_digest_changes_with_what_the_agent_acts_on) {
   Assignment a;
   a.id = "j1";

@@ -428,9 +428,13 @@ TEST(PolicyConfigTest, the_shipped_examples_are_valid_when_uncommented) {
   ASSERT_TRUE(loaded) << loaded.error().message << "\n" << text;
   EXPECT_TRUE(loaded->warnings.empty());
   EXPECT_EQ(loaded->policy.groups.size(), 1u);
-  ASSERT_EQ(loaded->policy.budgets.size(), 4u);
+  ASSERT_EQ(loaded->policy.budgets.size(), 6u);
   EXPECT_DOUBLE_EQ(loaded->policy.budgets[0].limit, 3.6e7);
   EXPECT_EQ(loaded->policy.budgets[0].window.describe(), "rolling 1d");
+  EXPECT_EQ(loaded->policy.budgets[3].unit, joule::schedulers::BudgetUnit::grams);  // 2 kg a day
+  EXPECT_DOUBLE_EQ(loaded->policy.budgets[3].limit, 2000.0);
+  EXPECT_EQ(loaded->policy.budgets[4].unit, joule::schedulers::BudgetUnit::money);
+  EXPECT_EQ(loaded->policy.budgets[4].currency, "EUR");
   EXPECT_EQ(loaded->policy.power_caps.size(), 1u);
   EXPECT_EQ(loaded->policy.battery_floors.size(), 1u);
 }

@@ -618,3 +618,59 @@ TEST_F(ClusterNodesTest, a_projects_energy_budget_holds_across_agents_and_a_coor
   EXPECT_EQ(budget["project"], "vision");
   EXPECT_TRUE(budget["owner"].is_null());
 }
+
+// Agents on grids of their own: each reports its [carbon] (and a price in the coordinator's
+// currency), the coordinator places by them under min-carbon and accounts the job's grams and
+// cost at the agent's signal; an agent's price in another currency is not taken.
+TEST_F(ClusterNodesTest, agents_report_their_own_grids_and_jobs_are_placed_and_accounted_by_them) {
+  std::filesystem::create_directories(dir_ / "policies");
+  std::ofstream(dir_ / "policies" / "00-placement.toml") << "[placement]\nobjective = \"min-carbon\"\n";
+  const auto port = free_port();
+  auto coordinator = start_coordinator(
+      port, fmt::format("[policy]\ndirectory = \"{}\"\n[carbon]\nintensity = 300\n[price]\ncurrency = \"EUR\"\n"
+                        "per_kwh = 0.3\n",
+                        (dir_ / "policies").string()));
+  // The Orin uses the fewest joules but sits on a coal grid; the server on a hydro one.
+  auto orin = start_agent("orin", "jetson-orin", port, "[carbon]\nintensity = 4000\n");
+  auto server = start_agent("server", "server-gpu", port,
+                            "[carbon]\nintensity = 2\n[price]\ncurrency = \"EUR\"\nper_kwh = 0.1\n");
+  const json nodes = wait_until([&] { return nodes_of(*coordinator); },
+                                [](const json& n) {
+                                  if (!all_ready(n, 2)) return false;
+                                  for (const auto& node : n["nodes"])
+                                    if (node["signals"]["carbon"].is_null()) return false;
+                                  return true;
+                                });
+  ASSERT_TRUE(all_ready(nodes, 2)) << nodes.dump(2) << coordinator->log();
+  for (const auto& node : nodes["nodes"]) {
+    ASSERT_FALSE(node["signals"]["carbon"].is_null()) << nodes.dump(2);
+    if (node["name"] == "orin") {
+      EXPECT_EQ(node["signals"]["carbon"]["value_now"], 4000.0);
+      EXPECT_EQ(node["signals"]["carbon"]["signal"], "constant 4000 g/kWh");
+      EXPECT_TRUE(node["signals"]["price"].is_null());  // the coordinator's stands in
+    } else {
+      EXPECT_EQ(node["signals"]["price"]["value_now"], 0.1);
+      EXPECT_EQ(node["signals"]["price"]["currency"], "EUR");
+    }
+  }
+
+  const std::string id = coordinator->submit(training_job("mlp", marking_command(marks_, 0.5)));
+  ASSERT_FALSE(id.empty());
+  const json done = coordinator->wait_state(id, {"succeeded", "failed", "cancelled"});
+  ASSERT_EQ(done["state"], "succeeded") << done.dump(2);
+  EXPECT_EQ(done["device"], "server/sim:server-gpu") << done.dump(2);
+  EXPECT_EQ(done["carbon"]["intensity"], 2.0) << done.dump(2);
+  EXPECT_EQ(done["carbon"]["signal"], "node server: constant 2 g/kWh");
+  EXPECT_EQ(done["cost"]["price_per_kwh"], 0.1);
+  EXPECT_EQ(done["cost"]["signal"], "node server: constant 0.1 EUR/kWh");
+
+  // Prices in pounds cannot be added to a coordinator's euros: not taken, and said so.
+  auto pounds = start_agent("pounds", "raspberry-pi-4", port, "[price]\ncurrency = \"GBP\"\nper_kwh = 0.2\n");
+  const json with_pounds =
+      wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 3); });
+  EXPECT_NE(coordinator->log().find("node pounds: its prices are in GBP but this coordinator's are in EUR"),
+            std::string::npos)
+      << coordinator->log();
+  for (const auto& node : with_pounds["nodes"])
+    if (node["name"] == "pounds") EXPECT_TRUE(node["signals"]["price"].is_null()) << node.dump(2);
+}

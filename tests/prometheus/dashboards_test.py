@@ -382,6 +382,9 @@ directory = "{policies}"
 interval_seconds = 0.5
 [carbon]
 intensity = 300
+[price]
+currency = "EUR"
+per_kwh = 0.25
 [[devices]]
 name = "cpu"
 meter = "modelled"
@@ -428,6 +431,13 @@ name = "cluster-hourly"
 scope = "cluster"
 wh = 100
 window = "1h"
+
+[[budgets]]
+name = "coord-grams"
+scope = "node"
+target = "coord"
+kg = 100
+calendar = "day"
 """
 
 # No machine draws less than a milliwatt: the cap is exceeded as soon as it is read.
@@ -678,8 +688,12 @@ SHOWN = [
     ("joule-node", "Grid carbon intensity", "A", {"node": "coord"}, lambda v: v == 300, "the constant 300 g/kWh"),
     ("joule-node", "Carbon of finished jobs in the time range", "A", {"device": "sim:laptop-cpu"}, positive,
      "two laptop CPU jobs' grams"),
+    ("joule-node", "Cost of finished jobs in the time range", "A", {"device": "sim:laptop-cpu", "currency": "EUR"},
+     positive, "two laptop CPU jobs' cost at the constant 0.25 EUR/kWh"),
     ("joule-node", "Budget used in its current window", "A", {"budget": "coord-daily"}, positive, "budget spent"),
     ("joule-node", "Budget used in its current window", "A", {"budget": "cluster-hourly"}, positive, "budget spent"),
+    ("joule-node", "Budget used in its current window", "A", {"budget": "coord-grams"}, positive,
+     "a budget in grams spent"),
     ("joule-node", "Jobs now", "A", {"state": "succeeded"}, lambda v: v == 6, "the 6 jobs succeeded"),
     ("joule-node", "Jobs compared with their estimate in the time range", "A", {"device": "cpu"}, positive,
      "cpu jobs compared with their estimates"),

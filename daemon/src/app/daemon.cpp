@@ -114,16 +114,17 @@ Daemon::Daemon(const CommandLine& command_line, config::DaemonConfig config)
                        ? nullptr
                        : std::make_unique<ClusterCoordinator>(
                              io_, jobs_, devices_, models_, metrics_,
-                             CoordinatorOptions{config_.cluster.heartbeat_seconds, config_.cluster.lost_after_seconds},
+                             CoordinatorOptions{config_.cluster.heartbeat_seconds, config_.cluster.lost_after_seconds,
+                                                config_.price.configured() ? config_.price.currency : ""},
                              clock_)),
-      agent_(
-          config_.cluster.role != "agent"
-              ? nullptr
-              : std::make_unique<ClusterAgent>(
-                    io_, jobs_.agent(), models_,
-                    AgentOptions{node_name_, config_.cluster.coordinator, read_token_file(config_.cluster.token_file),
-                                 config_.cluster.ca_file, JOULE_VERSION, config_.cluster.lost_after_seconds},
-                    clock_)),
+      agent_(config_.cluster.role != "agent"
+                 ? nullptr
+                 : std::make_unique<ClusterAgent>(
+                       io_, jobs_.agent(), models_,
+                       AgentOptions{node_name_, config_.cluster.coordinator,
+                                    read_token_file(config_.cluster.token_file), config_.cluster.ca_file, JOULE_VERSION,
+                                    config_.cluster.lost_after_seconds, &signals_.feed(), &price_signals_.feed()},
+                       clock_)),
       usage_(io_, config_.state_directory / "jouled.db", node_name_),
       api_(ApiServices{jobs_, metrics_, devices_, &estimates_, &probes_, coordinator_.get(), agent_.get(), slurm_.get(),
                        &signals_, &price_signals_, &usage_}),
@@ -356,7 +357,9 @@ void Daemon::reload() {
   if (renewed) server_.set_tls(std::move(renewed));
   apply_log_level(next.log_level);
   api_.set_access(access_config(next));
-  if (coordinator_) coordinator_->set_options({next.cluster.heartbeat_seconds, next.cluster.lost_after_seconds});
+  if (coordinator_)
+    coordinator_->set_options({next.cluster.heartbeat_seconds, next.cluster.lost_after_seconds,
+                               next.price.configured() ? next.price.currency : ""});
   if (next.cluster.role != config_.cluster.role || next.cluster.coordinator != config_.cluster.coordinator)
     spdlog::warn("reload: the cluster role and coordinator change only on restart");
   config_.log_level = next.log_level;

@@ -119,8 +119,9 @@ std::vector<schedulers::DeviceStatus> JobService::device_statuses() const {
   const schedulers::GridSignal* price = price_ ? price_->in_force(now_ms()).signal : nullptr;
   for (const auto& device : devices_) {
     schedulers::DeviceStatus status;
-    status.carbon = carbon;
-    status.price = price;
+    // An agent's own signals where it has them (its grid), else this node's.
+    status.carbon = device.reported_carbon ? &device.reported_carbon->signal : carbon;
+    status.price = device.reported_price ? &device.reported_price->signal : price;
     status.ref = device.ref;
     status.accepts_work = device.runs_jobs && scheduling_ && device.node_ready;
     status.busy = device.held_whole() || device.reported_busy;
@@ -363,22 +364,38 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
 
 void JobService::account_signals(Job& job, adapters::StoredEnergyUse& metered) {
   const auto from = *job.row.started_ms, to = job.row.finished_ms.value_or(now_ms());
-  if (const auto intensity = carbon_ ? carbon_->mean_over(from, to) : std::nullopt) {
-    const double grams = *job.row.energy_joules / 3.6e6 * *intensity;
+  // A value and its label: an agent's own signal where its node reported one, else this node's.
+  struct Figure {
+    double value = 0.0;
+    std::string label;
+    std::string currency;
+  };
+  const Device* device = devices_.find(job.row.device);
+  auto figure = [&](const GridSignalFeed* feed,
+                    const std::shared_ptr<const cluster::ReportedSignal>& reported) -> std::optional<Figure> {
+    if (reported)
+      return Figure{reported->signal.mean_extended(from, std::max(to, from + 1)),
+                    fmt::format("node {}: {}", device->node, reported->label), reported->currency};
+    if (const auto mean = feed ? feed->mean_over(from, to) : std::nullopt)
+      return Figure{*mean, feed->over(from, to).label(), feed->currency()};
+    return std::nullopt;
+  };
+  if (const auto intensity = figure(carbon_, device ? device->reported_carbon : nullptr)) {
+    const double grams = *job.row.energy_joules / 3.6e6 * intensity->value;
     job.row.carbon_grams = grams;
-    job.row.carbon_intensity = *intensity;
-    job.row.carbon_signal = carbon_->over(from, to).label();
+    job.row.carbon_intensity = intensity->value;
+    job.row.carbon_signal = intensity->label;
     metered.grams = grams;
     metrics_.add_job_carbon(job.row.device, job.row.energy_source, grams);
   }
-  if (const auto price = price_ ? price_->mean_over(from, to) : std::nullopt) {
-    const double cost = *job.row.energy_joules / 3.6e6 * *price;
+  if (const auto price = figure(price_, device ? device->reported_price : nullptr)) {
+    const double cost = *job.row.energy_joules / 3.6e6 * price->value;
     job.row.cost = cost;
-    job.row.cost_price = *price;
-    job.row.cost_currency = price_->currency();
-    job.row.cost_signal = price_->over(from, to).label();
+    job.row.cost_price = price->value;
+    job.row.cost_currency = price->currency;
+    job.row.cost_signal = price->label;
     metered.cost = cost;
-    metrics_.add_job_cost(job.row.device, job.row.energy_source, price_->currency(), cost);
+    metrics_.add_job_cost(job.row.device, job.row.energy_source, price->currency, cost);
   }
 }
 

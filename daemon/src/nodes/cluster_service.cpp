@@ -120,7 +120,47 @@ cluster::SyncReply ClusterCoordinator::reply_for(const std::string& node) {
   for (auto it = model_versions_.lower_bound(prefix); it != model_versions_.end() && it->first.starts_with(prefix);
        ++it)
     reply.model_versions[it->first.substr(prefix.size())] = it->second;
+  if (const auto digest = signal_digests_.find(node); digest != signal_digests_.end())
+    reply.signals_digest = digest->second;
   return reply;
+}
+
+json ClusterCoordinator::node_signals_view(const std::string& node) const {
+  // Its devices carry what it reported (all of them the same).
+  std::shared_ptr<const cluster::ReportedSignal> carbon, price;
+  for (const std::size_t index : devices_.of_node(node)) {
+    carbon = devices_[index].reported_carbon;
+    price = devices_[index].reported_price;
+  }
+  const auto now = now_ms();
+  auto view = [&](const std::shared_ptr<const cluster::ReportedSignal>& signal) {
+    if (!signal) return json(nullptr);
+    return json{{"value_now", signal->signal.mean_extended(now, now + 1)},
+                {"signal", signal->label},
+                {"currency", signal->currency.empty() ? json(nullptr) : json(signal->currency)}};
+  };
+  return {{"carbon", view(carbon)}, {"price", view(price)}};
+}
+
+void ClusterCoordinator::take_signals(const cluster::SyncRequest& request) {
+  auto price = request.price;
+  if (price && price->currency != options_.price_currency) {
+    spdlog::warn(
+        "node {}: its prices are in {} but {}: they are not taken (its jobs are costed at this node's prices, "
+        "if any)",
+        request.node, price->currency,
+        options_.price_currency.empty() ? "this coordinator has no [price]"
+                                        : "this coordinator's are in " + options_.price_currency);
+    price.reset();
+  }
+  auto shared = [](std::optional<cluster::ReportedSignal> signal) {
+    return signal ? std::make_shared<const cluster::ReportedSignal>(std::move(*signal)) : nullptr;
+  };
+  spdlog::info("node {}: signals of its own: carbon {}, price {}", request.node,
+               request.carbon ? request.carbon->label : "none (this node's stands in)",
+               price ? price->label : "none (this node's stands in)");
+  jobs_.nodes().set_node_signals(request.node, shared(request.carbon), shared(std::move(price)));
+  signal_digests_[request.node] = request.signals_digest;
 }
 
 void ClusterCoordinator::sync(const json& body, Answer answer) {
@@ -163,6 +203,7 @@ void ClusterCoordinator::sync(const json& body, Answer answer) {
     models_.keep(name, upload.snapshot, upload.version, source,
                  std::make_shared<const estimator::DeviceEnergyModel>(std::move(model).value()));
   }
+  if (request->signals_sent) take_signals(*request);
   auto reply = reply_for(request->node);
   reply.recorded = std::move(recorded);
   bool wants_upload = false;
@@ -258,7 +299,8 @@ json ClusterCoordinator::nodes(std::size_t limit, const std::optional<std::strin
                    {"power_watts", power},
                    {"running_jobs", running},
                    {"devices", devices},
-                   {"budgets", covering}});
+                   {"budgets", covering},
+                   {"signals", node_signals_view(name)}});
   }
   const bool more = it != all.end();
   return json{{"role", "coordinator"},
@@ -329,6 +371,21 @@ cluster::SyncRequest ClusterAgent::build_request(double wait_seconds) {
   request.jobs = jobs_.assignment_reports(acknowledged_);
   request.wait_seconds = wait_seconds;
   request.digest = digest_;
+  // This node's signals in force, whole only when the coordinator holds others.
+  const auto now = clock_.unix_ms();
+  auto reported = [&](const GridSignalFeed* feed) -> std::optional<cluster::ReportedSignal> {
+    const SignalInForce force = feed ? feed->in_force(now) : SignalInForce{};
+    if (!force.signal) return std::nullopt;
+    return cluster::ReportedSignal{*force.signal, force.label(), feed->currency()};
+  };
+  auto carbon = reported(options_.carbon);
+  auto price = reported(options_.price);
+  request.signals_digest = cluster::digest_of_signals(carbon, price);
+  if (request.signals_digest != coordinator_signals_ && knows_coordinator_models_) {
+    request.signals_sent = true;
+    request.carbon = std::move(carbon);
+    request.price = std::move(price);
+  }
   return request;
 }
 
@@ -339,6 +396,7 @@ void ClusterAgent::apply(const cluster::SyncReply& reply) {
   applied_revision_ = reply.revision;
   for (const auto& ended : reply.recorded) acknowledged_.insert(ended);
   coordinator_models_ = reply.model_versions;
+  coordinator_signals_ = reply.signals_digest;
   knows_coordinator_models_ = true;
   if (fenced_) {
     spdlog::info("agent {}: the coordinator answers again; reconciling", options_.node);

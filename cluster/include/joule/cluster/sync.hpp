@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "joule/common/result.hpp"
+#include "joule/schedulers/grid_signal.hpp"
 
 namespace joule::cluster {
 
@@ -53,6 +54,18 @@ struct ModelUpload {
   nlohmann::json snapshot;  ///< DeviceEnergyModel::save()
 };
 
+/// A grid signal an agent has in force for its node (its own jouled.toml's [carbon] or
+/// [price]), for the coordinator to place and account the node's jobs by.
+struct ReportedSignal {
+  schedulers::GridSignal signal;
+  std::string label;     ///< where it comes from: "file /etc/...", "constant 100 g/kWh"
+  std::string currency;  ///< a price's currency; empty for carbon
+};
+
+/// What an agent's signals are, as a digest of each: sent whole only when the coordinator's
+/// copy differs (SyncReply::signals_digest), since a forecast is kilobytes and a sync is every second.
+std::string digest_of_signals(const std::optional<ReportedSignal>& carbon, const std::optional<ReportedSignal>& price);
+
 struct SyncRequest {
   std::string node;
   std::string incarnation;  ///< new at each agent start: tells a restart from a slow network
@@ -63,6 +76,12 @@ struct SyncRequest {
   /// >0: the coordinator may hold the answer this long while the desired state is `digest`.
   double wait_seconds = 0.0;
   std::string digest;  ///< the digest of the last desired state the agent applied
+  /// Its signals' digest ("" without any), and the signals themselves when `signals_sent`
+  /// (either may be absent: the node has no such signal of its own).
+  std::string signals_digest;
+  bool signals_sent = false;
+  std::optional<ReportedSignal> carbon;
+  std::optional<ReportedSignal> price;
 };
 
 /// One job the coordinator wants on the agent, with how it should stand.
@@ -89,6 +108,7 @@ struct SyncReply {
   /// only if it is newer than the last one it applied (two requests may cross).
   std::string coordinator;
   std::int64_t revision = 0;
+  std::string signals_digest;  ///< of the node's signals the coordinator holds ("" none)
 };
 
 /// A node name: 1-64 of [A-Za-z0-9._-], so "node/device" stays unambiguous.

@@ -27,6 +27,7 @@
 #include "joule/common/result.hpp"
 #include "joule/daemon/agent_jobs.hpp"
 #include "joule/daemon/estimate_service.hpp"
+#include "joule/daemon/grid_signal_feed.hpp"
 #include "joule/daemon/job_service.hpp"
 #include "joule/daemon/metrics.hpp"
 #include "joule/daemon/model_service.hpp"
@@ -36,6 +37,9 @@ namespace joule::daemon {
 struct CoordinatorOptions {
   double heartbeat_seconds = 1.0;
   double lost_after_seconds = 30.0;
+  /// Its own [price] currency: an agent's prices count only in it (budgets in money add them
+  /// up); empty: agents' prices are not taken.
+  std::string price_currency{};
 };
 
 class ClusterCoordinator {
@@ -75,6 +79,11 @@ class ClusterCoordinator {
   void release_held(const std::string& node, bool timed_out_only);
   void check_leases();
   void publish_node_counts();
+  // A node's own carbon and price signals, sent with its sync: its devices are placed and its
+  // jobs accounted by them from now on (a price only in this coordinator's currency).
+  void take_signals(const cluster::SyncRequest& request);
+  // GET /v1/nodes: the signals a node reported of its own (null each: the coordinator's stands in).
+  nlohmann::json node_signals_view(const std::string& node) const;
   /// Monotonic milliseconds: the registry's time, for leases.
   std::int64_t now_ms() const;
   /// A registry time as wall time, for display.
@@ -91,6 +100,7 @@ class ClusterCoordinator {
   cluster::NodeRegistry registry_;
   std::map<std::string, std::list<HeldSync>> held_;
   std::map<std::string, std::int64_t> model_versions_;  // by "node/device"
+  std::map<std::string, std::string> signal_digests_;   // by node: the signals it reported, as taken
   std::string incarnation_;     // this coordinator process
   std::int64_t revision_ = 0;   // of the replies it built
   boost::asio::steady_timer lease_timer_;
@@ -104,6 +114,10 @@ struct AgentOptions {
   std::filesystem::path ca_file;
   std::string version;
   double lost_after_seconds = 30.0;  ///< the lease until the coordinator says otherwise
+  /// This node's own signals ([carbon], [price]), reported for the coordinator to place and
+  /// account its jobs by; null: none (the coordinator's stand for this node).
+  const GridSignalFeed* carbon = nullptr;
+  const GridSignalFeed* price = nullptr;
 };
 
 class ClusterAgent {
@@ -148,6 +162,7 @@ class ClusterAgent {
   // Loop-thread state:
   std::set<std::pair<std::string, std::int64_t>> acknowledged_;
   std::map<std::string, std::int64_t> coordinator_models_;
+  std::string coordinator_signals_;        // the digest of this node's signals the coordinator holds
   bool knows_coordinator_models_ = false;  // models are offered once the coordinator said what it has
   std::string digest_;
   std::string applied_from_;

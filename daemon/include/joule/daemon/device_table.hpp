@@ -17,6 +17,7 @@
 #include "joule/adapters/energy_meter.hpp"
 #include "joule/adapters/frequency_limits.hpp"
 #include "joule/adapters/jetson_power_mode.hpp"
+#include "joule/cluster/sync.hpp"
 #include "joule/config/daemon_config.hpp"
 #include "joule/schedulers/policy.hpp"
 
@@ -70,6 +71,10 @@ struct Device {
   bool node_ready = true;      ///< its agent is heard from (placement skips it otherwise)
   bool reported_busy = false;  ///< the agent says something else holds it (a probe)
   double reported_power_watts = 0.0;
+  /// Coordinator: the carbon and price signals its agent has of its own (its jouled.toml's
+  /// [carbon] and [price]); null: the coordinator's stand for it.
+  std::shared_ptr<const cluster::ReportedSignal> reported_carbon;
+  std::shared_ptr<const cluster::ReportedSignal> reported_price;
   /// Its node, name and the policy's groups of its node, as budgets and caps scope it: kept
   /// (refreshed with the policy) since every placement pass asks it of every device.
   schedulers::DeviceRef ref;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,10 @@ class NodeJobs {
   virtual ~NodeJobs() = default;
   /// Adds or refreshes a node's devices from its sync; new ones become placement candidates.
   virtual void update_node(const std::string& node, const std::vector<cluster::ReportedDevice>& devices) = 0;
+  /// The node's own carbon and price signals (null: none of its own; the coordinator's stand in),
+  /// for its devices from now on.
+  virtual void set_node_signals(const std::string& node, std::shared_ptr<const cluster::ReportedSignal> carbon,
+                                std::shared_ptr<const cluster::ReportedSignal> price) = 0;
   /// The node's reports of the jobs it runs: starts, energy so far, ends, adoptions. Returns the
   /// ends recorded (now or before), which the node may stop reporting.
   virtual std::vector<std::pair<std::string, std::int64_t>> apply_reports(

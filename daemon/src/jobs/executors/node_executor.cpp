@@ -31,6 +31,10 @@ void NodeExecutor::update_node(const std::string& node, const std::vector<cluste
       added = true;
       spdlog::info("node {}: device {} ({} meter{})", node, report.name, report.source,
                    report.runs_jobs ? "" : "; estimation only");
+      if (const auto signals = node_signals_.find(node); signals != node_signals_.end()) {
+        device->reported_carbon = signals->second.carbon;
+        device->reported_price = signals->second.price;
+      }
     }
     device->meter->reported_readings()->report(report.source, report.energy_joules, report.meter_error);
     device->meter_note = fmt::format("metered on agent {} by its {} meter", node, report.source);
@@ -43,6 +47,16 @@ void NodeExecutor::update_node(const std::string& node, const std::vector<cluste
     device->node_ready = true;
   }
   if (added || woke) host_.devices_changed(added);
+}
+
+void NodeExecutor::set_node_signals(const std::string& node, std::shared_ptr<const cluster::ReportedSignal> carbon,
+                                    std::shared_ptr<const cluster::ReportedSignal> price) {
+  node_signals_[node] = NodeSignals{carbon, price};
+  for (const std::size_t index : devices_.of_node(node)) {
+    devices_[index].reported_carbon = carbon;
+    devices_[index].reported_price = price;
+  }
+  host_.devices_changed(false);  // a pass: the node's jobs may cost otherwise now
 }
 
 void NodeExecutor::node_lost(const std::string& node) {

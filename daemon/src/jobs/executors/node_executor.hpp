@@ -38,6 +38,8 @@ class NodeExecutor final : public Executor, public NodeJobs {
 
   // NodeJobs: what the nodes' runners meet.
   void update_node(const std::string& node, const std::vector<cluster::ReportedDevice>& reported) override;
+  void set_node_signals(const std::string& node, std::shared_ptr<const cluster::ReportedSignal> carbon,
+                        std::shared_ptr<const cluster::ReportedSignal> price) override;
   std::vector<std::pair<std::string, std::int64_t>> apply_reports(
       const std::string& node, const std::vector<cluster::ReportedJob>& reports) override;
   std::vector<cluster::Assignment> desired_for(const std::string& node) const override;
@@ -63,6 +65,11 @@ class NodeExecutor final : public Executor, public NodeJobs {
   DeviceTable& devices_;
   std::vector<std::function<void(const std::string&)>> node_changed_;
   std::map<std::string, Run> runs_;  // by job id; kept while the job is queued again (it may be adopted)
+  // Each node's own signals, for its devices (those it reports later too).
+  struct NodeSignals {
+    std::shared_ptr<const cluster::ReportedSignal> carbon, price;
+  };
+  std::map<std::string, NodeSignals> node_signals_;
 };
 
 }  // namespace joule::daemon
