@@ -60,6 +60,8 @@ print("joule-sim scenarios; every joule SIMULATED; ratio = policy's energy / the
 aims = []
 knob_aims = []
 carbon_rows = []
+price_rows = []
+unit_violations = []
 packing_rows = []
 for scenario in scenarios:
     files = sorted(f for f in os.listdir(out) if f.startswith(scenario + "."))
@@ -112,6 +114,17 @@ for scenario in scenarios:
                                 by["min-energy"]["deadline_misses"], by["carbon-only"]["deadline_misses"],
                                 by["min-carbon"]["budget_violations"]["count"],
                                 by["min-carbon"]["makespan_seconds"] / by["min-energy"]["makespan_seconds"] - 1))
+        if all(r.get("cost") for r in runs) and "min-cost" in by and "min-energy" in by:
+            cost = lambda name: by[name]["cost"]["amount"]
+            price_rows.append((scenario, seed, cost("min-cost"), cost("min-energy"), cost("fifo"),
+                               by["min-cost"]["deadline_misses"], by["min-energy"]["deadline_misses"],
+                               by["min-cost"]["makespan_seconds"] / by["min-energy"]["makespan_seconds"] - 1))
+        # Budgets in grams or money: every run's overrun windows in those units.
+        for run in runs:
+            for window in run["budget_violations"]["windows"]:
+                if window.get("unit", "joules") != "joules":
+                    unit_violations.append((scenario, seed, run["name"], window["budget"], window["unit"],
+                                            window["spent"], window["limit"]))
         knobbed = by.get(policy["name"] + "+knobs")
         if knobbed:
             def saving(run, than):
@@ -158,6 +171,19 @@ if packing_rows:
               f"{mark(per_job <= 1.1 * per_job_alone):2}{node / 1e3:>9.2f} {node_alone / 1e3:>7.2f} "
               f"{(node / node_alone - 1) * 100:>+6.1f}% {oracle_rate:>13.1f}")
     print("  node kJ/job: the jobs' energy and the device's idle draw until the last finish, per job.  * : aim not met")
+if price_rows:
+    print("\nPrices (cost of SIMULATED energy at each scenario's made-up prices per kWh): min-cost against run-now "
+          "(min-energy) and fifo")
+    print(f"  {'scenario':<16} {'seed':>4} {'min-cost':>10} {'run-now':>10} {'less':>7} {'fifo':>10} "
+          f"{'late mc (now)':>14} {'makespan':>9}")
+    for scenario, seed, mc, now, fifo, late, late_now, span in price_rows:
+        less = 1 - mc / now if now > 0 else float("nan")
+        print(f"  {scenario:<16} {seed:>4} {mc:>10.4g} {now:>10.4g} {less * 100:>6.1f}% {fifo:>10.4g} "
+              f"{late:>6} ({late_now:>2})    {span * 100:>+8.1f}%")
+if unit_violations:
+    print("\nBudgets in grams or money overrun (SIMULATED energy at the scenario's signals), by run:")
+    for scenario, seed, run, budget, unit, spent, limit in unit_violations:
+        print(f"  {scenario:<16} {seed:>4} {run:<18} {budget}: {spent:.4g} of {limit:.4g} {unit}")
 if carbon_rows:
     print("\nCarbon (grams CO2e of SIMULATED energy at each scenario's made-up signal): min-carbon against "
           "run-now (min-energy: the same placement, never deferred), fifo and carbon-only (waits for the lowest "

@@ -154,17 +154,7 @@ def carbon_signal(kind, rng):
 
 
 def carbon_scenarios():
-    rng = random.Random(34)
-    jobs, index = [], 0
-    while len(jobs) < 80:
-        at = rng.uniform(0, 24 * 3600)
-        hour = at / 3600.0
-        if not (8 <= hour < 18) and rng.random() < 0.6:
-            continue  # most work is submitted in office hours
-        index += 1
-        entry = job(rng, at, index, list(CATALOGUE), scale=0.5, deadline_share=0.0, edge_share=0.0)
-        entry.setdefault("constraints", {})["deadline_seconds"] = 12 * 3600
-        jobs.append(entry)
+    jobs = carbon_jobs()
     for kind in ("solar", "wind", "flat"):
         name = f"carbon-{kind}"
         os.makedirs(os.path.join(HERE, name), exist_ok=True)
@@ -180,6 +170,102 @@ def carbon_scenarios():
             out.write(CARBON_FLEET.format(name=name, kind=kind + "-heavy" if kind != "flat" else "flat", signal=signal))
         with open(os.path.join(HERE, name, "policy.toml"), "w") as out:
             out.write(CARBON_POLICY.format(name=name))
+
+
+PRICE_FLEET = CARBON_FLEET.replace('carbon = "{signal}"', 'price = "{signal}"').replace(
+    "carbon-aware timing on a small lab fleet under a {kind} grid", "price-aware timing on a small lab fleet at {kind}")
+
+PRICE_POLICY = """## {name}: min-cost placement, no budgets: each job's device and start chosen for the least
+## expected cost before its deadline; joule-sim runs min-energy (never defers) and fifo (run now)
+## beside it.
+
+[placement]
+objective = "min-cost"
+risk = 0.05
+"""
+
+CARBON_BUDGET_POLICY = """## carbon-budget: carbon-solar's jobs and grid under min-carbon with a budget of {grams} g CO2e
+## per calendar day on the whole fleet: half of what running every job at once (fifo) emits over
+## the whole trace in simulated grams (seed 1), set by that rule before any run with the budget.
+
+[placement]
+objective = "min-carbon"
+risk = 0.05
+
+[[budgets]]
+name = "fleet-grams"
+scope = "cluster"
+grams = {grams}
+calendar = "day"
+"""
+
+
+def price_signal(rng):
+    """Hourly prices per kWh (EUR) from a day before the start to three days after. MADE UP,
+    shaped as a day-ahead market's winter weekday, not any market's data: ~0.10 at night, a
+    morning peak ~0.28 at 08:00, a solar dip ~0.14 at 13:00, an evening peak ~0.36 at 19:00;
+    each day scaled 0.85-1.15, ±0.015 of hourly noise."""
+    shape = [0.10, 0.09, 0.09, 0.09, 0.10, 0.12, 0.18, 0.25, 0.28, 0.25, 0.20, 0.16,
+             0.14, 0.14, 0.15, 0.18, 0.24, 0.31, 0.35, 0.36, 0.30, 0.22, 0.16, 0.12]
+    rows = []
+    for h in range(-24, 72):
+        hour = h % 24
+        if hour == 0:
+            scale = rng.uniform(0.85, 1.15)
+        rows.append((h, max(0.0, shape[hour] * scale + rng.gauss(0, 0.015))))
+    return rows
+
+
+def carbon_jobs():
+    """carbon-*'s 80 jobs: submitted over a day, most in office hours, each with 12 h of slack."""
+    rng = random.Random(34)
+    jobs, index = [], 0
+    while len(jobs) < 80:
+        at = rng.uniform(0, 24 * 3600)
+        hour = at / 3600.0
+        if not (8 <= hour < 18) and rng.random() < 0.6:
+            continue  # most work is submitted in office hours
+        index += 1
+        entry = job(rng, at, index, list(CATALOGUE), scale=0.5, deadline_share=0.0, edge_share=0.0)
+        entry.setdefault("constraints", {})["deadline_seconds"] = 12 * 3600
+        jobs.append(entry)
+    return jobs
+
+
+def price_scenario():
+    name = "price-dayahead"
+    os.makedirs(os.path.join(HERE, name), exist_ok=True)
+    write(name, carbon_jobs())
+    with open(os.path.join(HERE, name, "prices.csv"), "w") as out:
+        out.write(f"# {price_signal.__doc__.splitlines()[0]}\n# made up by make_traces.py\n")
+        out.write("time,eur_per_kwh\n")
+        for h, value in price_signal(random.Random("price-34")):
+            day, hour = divmod(h, 24)
+            out.write(f"2026-11-{26 + day:02d}T{hour:02d}:00:00Z,{value:.4f}\n")
+    with open(os.path.join(HERE, name, "cluster.toml"), "w") as out:
+        out.write(PRICE_FLEET.format(name=name, kind="day-ahead prices", signal="prices.csv"))
+    with open(os.path.join(HERE, name, "policy.toml"), "w") as out:
+        out.write(PRICE_POLICY.format(name=name))
+
+
+def carbon_budget_scenario(grams):
+    """carbon-solar with a daily grams budget (`grams`: see CARBON_BUDGET_POLICY for the rule)."""
+    name = "carbon-budget"
+    os.makedirs(os.path.join(HERE, name), exist_ok=True)
+    write(name, carbon_jobs())
+    with open(os.path.join(HERE, "carbon-solar", "solar.csv")) as source:
+        text = source.read()
+    with open(os.path.join(HERE, name, "solar.csv"), "w") as out:
+        out.write(text)
+    with open(os.path.join(HERE, name, "cluster.toml"), "w") as out:
+        out.write(CARBON_FLEET.format(name=name, kind="solar-heavy", signal="solar.csv"))
+    with open(os.path.join(HERE, name, "policy.toml"), "w") as out:
+        out.write(CARBON_BUDGET_POLICY.format(grams=grams))
+
+
+# Half of what fifo (every job at once) emits over carbon-solar's whole trace: 36 g of simulated
+# CO2e at seed 1 (joule-sim --seed 1 on carbon-solar), so 18 g a day, fixed before any run with it.
+CARBON_BUDGET_GRAMS = 18
 
 
 def cpu_server(name, jobs_per_hour):
@@ -206,3 +292,5 @@ if __name__ == "__main__":
     carbon_scenarios()
     cpu_server("cpu-server", 960.0)  # 160 in about ten minutes
     cpu_server("cpu-server-day", 20.0)
+    price_scenario()
+    carbon_budget_scenario(CARBON_BUDGET_GRAMS)

@@ -230,8 +230,9 @@ Result<ClusterSpec> parse_cluster(const std::string& text, const std::string& fi
   ClusterSpec cluster;
   cluster.source = file_name;
   cluster.start = default_start();
-  problems.reject_unknown(root, "", {"start", "utc_offset_minutes", "carbon", "nodes"});
+  problems.reject_unknown(root, "", {"start", "utc_offset_minutes", "carbon", "price", "nodes"});
   if (auto carbon = problems.string(root, "carbon", "carbon")) cluster.carbon_path = *carbon;
+  if (auto price = problems.string(root, "price", "price")) cluster.price_path = *price;
   if (auto start = problems.string(root, "start", "start")) {
     if (auto parsed = schedulers::parse_rfc3339(*start))
       cluster.start = *parsed;
@@ -271,17 +272,28 @@ Result<ClusterSpec> load_cluster(const std::filesystem::path& path) {
   std::stringstream text;
   text << in.rdbuf();
   auto cluster = parse_cluster(text.str(), path.string());
-  if (!cluster || cluster->carbon_path.empty()) return cluster;
-  const std::filesystem::path signal_path = path.parent_path() / cluster->carbon_path;
-  std::ifstream signal_in(signal_path);
-  if (!signal_in)
-    return make_error(ErrorCode::not_found,
-                      fmt::format("{}: carbon: cannot read {}", path.string(), signal_path.string()));
-  std::stringstream signal_text;
-  signal_text << signal_in.rdbuf();
-  auto signal = config::parse_grid_signal(signal_text.str(), signal_path.string());
-  if (!signal) return signal.error();
-  cluster->carbon = std::move(signal).value();
+  if (!cluster) return cluster;
+  // Its signals, relative to the cluster file.
+  auto load = [&](const std::string& relative, const char* key,
+                  config::SignalKind kind) -> Result<std::optional<schedulers::GridSignal>> {
+    if (relative.empty()) return std::optional<schedulers::GridSignal>();
+    const std::filesystem::path signal_path = path.parent_path() / relative;
+    std::ifstream signal_in(signal_path);
+    if (!signal_in)
+      return make_error(ErrorCode::not_found,
+                        fmt::format("{}: {}: cannot read {}", path.string(), key, signal_path.string()));
+    std::stringstream signal_text;
+    signal_text << signal_in.rdbuf();
+    auto signal = config::parse_grid_signal(signal_text.str(), signal_path.string(), kind);
+    if (!signal) return signal.error();
+    return std::optional<schedulers::GridSignal>(std::move(signal).value());
+  };
+  auto carbon = load(cluster->carbon_path, "carbon", config::SignalKind::carbon);
+  if (!carbon) return carbon.error();
+  cluster->carbon = std::move(carbon).value();
+  auto price = load(cluster->price_path, "price", config::SignalKind::price);
+  if (!price) return price.error();
+  cluster->price = std::move(price).value();
   return cluster;
 }
 

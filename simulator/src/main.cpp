@@ -135,7 +135,8 @@ int main(int argc, char** argv) {
     replay_options.horizon_hours = horizon_hours;
     const bool shared_cores = std::any_of(world->devices.begin(), world->devices.end(),
                                           [](const simulator::SimDevice& device) { return device.cores > 0; });
-    for (const auto& run : simulator::standard_runs(policy->policy, world->carbon.has_value(), shared_cores)) {
+    for (const auto& run :
+         simulator::standard_runs(policy->policy, world->carbon.has_value(), shared_cores, world->price.has_value())) {
       if (!only.empty() && std::find(only.begin(), only.end(), run.name) == only.end()) continue;
       simulator::ReplayOptions options = replay_options;
       if (run.name == events)

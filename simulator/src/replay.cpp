@@ -53,6 +53,8 @@ struct JobState {
   UnixMillis finished = 0;
   double seconds_done = 0.0;  // of truth.seconds
   double joules_done = 0.0;
+  std::optional<double> grams_done;  // at the cluster's signals, over its stretches so far
+  std::optional<double> cost_done;
   bool paused = false;
   int held_cores = 0;            // of a device that shares its cores; 0: the whole device
   double reserved_joules = 0.0;  // what the scheduler reserved for it, for the event log
@@ -448,6 +450,15 @@ class Replay {
 
   void close_segment(JobState& job, UnixMillis now) {
     segments_.push_back(Segment{job.cost->device, job.segment_start, now, job.segment_joules, &job.pending});
+    // What the stretch emitted and cost at the cluster's signals, for budgets in grams and money
+    // (as jouled prices a metered job at the signals over its run).
+    auto at = [&](const std::optional<schedulers::GridSignal>& signal, std::optional<double>& total) {
+      if (!signal) return;
+      total = total.value_or(0.0) + job.segment_joules / 3.6e6 *
+                                        signal->mean_extended(job.segment_start, std::max(now, job.segment_start + 1));
+    };
+    at(world_.carbon, job.grams_done);
+    at(world_.price, job.cost_done);
     job.segment_start = now;
     job.segment_joules = 0.0;
   }
@@ -466,9 +477,9 @@ class Replay {
         log(now, fmt::format("finish {} on {}: {:.0f} J (reserved {:.0f} J)", job.pending.id,
                              world_.devices[d].ref.qualified(), job.joules_done, job.reserved_joules));
         close_segment(job, now);
-        core_.end(job.pending.id,
-                  schedulers::EnergyUse{world_.devices[d].ref, job.pending.id, job.started, now, job.joules_done,
-                                        "simulated", job.pending.owner, job.pending.project});
+        core_.end(job.pending.id, schedulers::EnergyUse{world_.devices[d].ref, job.pending.id, job.started, now,
+                                                        job.joules_done, "simulated", job.pending.owner,
+                                                        job.pending.project, job.grams_done, job.cost_done});
         std::erase(device_jobs_[d], j);
         --running_;
         last_progress_ = now;
@@ -703,18 +714,21 @@ class Replay {
     owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
     m.violations =
         find_violations(world_, schedulers::budgets_for_owners(run_.policy.budgets, owners), segments_, core_.ledger());
-    if (world_.carbon) {
-      // Each stretch's energy drawn evenly over it, at the grid's intensity then.
-      m.carbon_grams = 0.0;
+    // Each stretch's energy drawn evenly over it, at the grid's intensity or price then.
+    auto at_signal = [&](const std::optional<schedulers::GridSignal>& signal, std::optional<double>& total,
+                         double& outside) {
+      if (!signal) return;
+      total = 0.0;
       for (const Segment& use : segments_) {
-        const auto intensity =
-            use.end > use.start ? world_.carbon->mean_over(use.start, use.end) : world_.carbon->at(use.start);
-        if (intensity)
-          *m.carbon_grams += use.joules / 3.6e6 * *intensity;
+        const auto value = use.end > use.start ? signal->mean_over(use.start, use.end) : signal->at(use.start);
+        if (value)
+          *total += use.joules / 3.6e6 * *value;
         else
-          m.joules_outside_carbon_signal += use.joules;
+          outside += use.joules;
       }
-    }
+    };
+    at_signal(world_.carbon, m.carbon_grams, m.joules_outside_carbon_signal);
+    at_signal(world_.price, m.cost, m.joules_outside_price_signal);
     for (const auto& v : m.violations)
       if (v.unit == schedulers::BudgetUnit::joules) m.max_overrun_joules = std::max(m.max_overrun_joules, v.overrun());
     m.throttle_actions = throttle_actions_;
@@ -769,7 +783,7 @@ class Replay {
 
 }  // namespace
 
-std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy, bool carbon, bool shared_cores) {
+std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy, bool carbon, bool shared_cores, bool price) {
   using schedulers::Objective;
   std::vector<PolicyRun> runs;
   runs.push_back(
@@ -798,6 +812,10 @@ std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy, bool carb
     baseline(policy.objective == Objective::min_carbon ? Objective::min_energy : Objective::min_carbon,
              Knowledge::estimates, policy.admission,
              policy.objective == Objective::min_carbon ? "min-energy" : "min-carbon");
+  if (price && (policy.objective == Objective::min_cost || policy.objective == Objective::min_energy))
+    baseline(policy.objective == Objective::min_cost ? Objective::min_energy : Objective::min_cost,
+             Knowledge::estimates, policy.admission,
+             policy.objective == Objective::min_cost ? "min-energy" : "min-cost");
   baseline(Objective::fifo, Knowledge::none, false, "fifo");
   if (carbon) {
     schedulers::Policy p = policy;

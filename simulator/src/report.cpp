@@ -48,8 +48,12 @@ json to_json(const PolicyMetrics& m) {
   if (m.carbon_grams)
     carbon = {
         {"grams", *m.carbon_grams}, {"joules_outside_signal", m.joules_outside_carbon_signal}, {"source", "simulated"}};
+  json cost = nullptr;
+  if (m.cost)
+    cost = {{"amount", *m.cost}, {"joules_outside_signal", m.joules_outside_price_signal}, {"source", "simulated"}};
   json out = {
       {"carbon", carbon},
+      {"cost", cost},
       {"name", m.name},
       {"objective", m.objective},
       {"knowledge", m.knowledge},
@@ -160,6 +164,14 @@ std::string format_table(const SimulationReport& report) {
   }
   out += "\n/oracle, /rr: ratio of energy to the oracle's and to round-robin's (total; kJ/job's per completed job).\n";
   out += "budget viol.: budget windows whose simulated spent energy exceeded the limit (largest overrun).\n";
+  for (const auto& run : report.runs) {
+    if (!run.cost) continue;
+    out += fmt::format(
+        "  {}: {:.4g} (per kWh's currency) of simulated energy at the cluster's price signal{}\n", run.name, *run.cost,
+        run.joules_outside_price_signal > 0
+            ? fmt::format(" ({:.0f} kJ drawn outside the signal, not counted)", run.joules_outside_price_signal / 1e3)
+            : std::string());
+  }
   for (const auto& run : report.runs) {
     if (!run.carbon_grams) continue;
     out += fmt::format(

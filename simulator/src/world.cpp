@@ -146,6 +146,7 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
   World world;
   world.start = cluster.start;
   world.carbon = cluster.carbon;
+  world.price = cluster.price;
   world.utc_offset_minutes = cluster.utc_offset_minutes;
   for (const auto& node : cluster.nodes) {
     world.nodes.push_back(SimNode{node.name, node.battery, node.solar});

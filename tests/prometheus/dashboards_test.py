@@ -438,6 +438,13 @@ scope = "node"
 target = "coord"
 kg = 100
 calendar = "day"
+
+[[budgets]]
+name = "coord-money"
+scope = "node"
+target = "coord"
+cost = 100
+calendar = "day"
 """
 
 # No machine draws less than a milliwatt: the cap is exceeded as soon as it is read.
@@ -694,6 +701,8 @@ SHOWN = [
     ("joule-node", "Budget used in its current window", "A", {"budget": "cluster-hourly"}, positive, "budget spent"),
     ("joule-node", "Budget used in its current window", "A", {"budget": "coord-grams"}, positive,
      "a budget in grams spent"),
+    ("joule-node", "Budget used in its current window", "A", {"budget": "coord-money", "currency": "EUR"}, positive,
+     "a budget in money spent"),
     ("joule-node", "Jobs now", "A", {"state": "succeeded"}, lambda v: v == 6, "the 6 jobs succeeded"),
     ("joule-node", "Jobs compared with their estimate in the time range", "A", {"device": "cpu"}, positive,
      "cpu jobs compared with their estimates"),

@@ -121,6 +121,45 @@ TEST(ScenarioCarbonTest, on_a_solar_grid_min_carbon_emits_less_than_running_now_
   EXPECT_EQ(only.completed, only.jobs);
 }
 
+TEST(ScenarioCarbonTest, a_budget_in_grams_holds_where_placement_admits_by_it_and_breaks_where_nothing_does) {
+  const Scenario scenario = load("carbon-budget");
+  ASSERT_EQ(scenario.policy.budgets.at(0).unit, schedulers::BudgetUnit::grams);
+  WorldOptions options;
+  options.threads = 2;
+  options.refit_every = 30;
+  auto world = build_world(scenario.cluster, scenario.trace, scenario.policy, options);
+  ASSERT_TRUE(world) << world.error().message;
+  const auto runs = standard_runs(scenario.policy, true);
+  // min-energy runs every job at once where it costs fewest joules, but admits each only while
+  // the day's grams hold at the policy's risk; fifo knows nothing of the budget.
+  const PolicyMetrics admitted = replay(*world, run_named(runs, "min-energy"));
+  EXPECT_TRUE(admitted.violations.empty()) << admitted.violations.front().spent << " g";
+  EXPECT_EQ(admitted.completed, admitted.jobs);
+  const PolicyMetrics blind = replay(*world, run_named(runs, "fifo"));
+  ASSERT_FALSE(blind.violations.empty());
+  EXPECT_EQ(blind.violations.front().unit, schedulers::BudgetUnit::grams);
+  EXPECT_GT(blind.violations.front().spent, scenario.policy.budgets.at(0).limit);
+}
+
+TEST(ScenarioPriceTest, min_cost_pays_less_than_running_now_and_misses_no_more_deadlines) {
+  const Scenario scenario = load("price-dayahead");
+  ASSERT_EQ(scenario.policy.objective, schedulers::Objective::min_cost);
+  WorldOptions options;
+  options.threads = 2;
+  options.refit_every = 30;
+  auto world = build_world(scenario.cluster, scenario.trace, scenario.policy, options);
+  ASSERT_TRUE(world) << world.error().message;
+  ASSERT_TRUE(world->price);
+  const auto runs = standard_runs(scenario.policy, false, false, true);
+  const PolicyMetrics cost = replay(*world, runs.front());
+  const PolicyMetrics now = replay(*world, run_named(runs, "min-energy"));
+  ASSERT_TRUE(cost.cost && now.cost);
+  EXPECT_LT(*cost.cost, *now.cost);
+  EXPECT_EQ(cost.completed, cost.jobs);
+  EXPECT_LE(cost.deadline_misses, now.deadline_misses);
+  EXPECT_EQ(cost.joules_outside_price_signal, 0.0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shipped, ScenarioTest, ::testing::Values("mixed-fleet", "solar-edge", "burst"),
                          [](const auto& info) {
                            std::string name = info.param;

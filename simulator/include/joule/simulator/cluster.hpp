@@ -73,6 +73,11 @@ struct ClusterSpec {
   /// config::parse_grid_signal reads), relative to the cluster file; loaded by load_cluster.
   std::string carbon_path;
   std::optional<schedulers::GridSignal> carbon;
+  /// `price`: a price-per-kWh signal file for the whole cluster (CSV, or aWATTar's or Octopus
+  /// Energy's JSON), relative to the cluster file; loaded by load_cluster. Its currency is
+  /// whatever the file's numbers are in (the report says "per kWh").
+  std::string price_path;
+  std::optional<schedulers::GridSignal> price;
 };
 
 /// The default virtual start: 2026-11-26T00:00:00Z, a Thursday.

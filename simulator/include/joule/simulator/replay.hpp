@@ -75,7 +75,8 @@ struct PolicyRun {
 /// floors, for the violation counts. With a carbon signal (`carbon`): min-carbon beside
 /// min-energy (whichever the file is not), and carbon-only (see PolicyRun) after fifo. Where a
 /// device shares its cores (`shared_cores`): the policy again with one job per device, second.
-std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy, bool carbon = false, bool shared_cores = false);
+std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy, bool carbon = false, bool shared_cores = false,
+                                     bool price = false);
 
 struct ReplayOptions {
   double tick_seconds = 60.0;
@@ -147,6 +148,9 @@ struct PolicyMetrics {
   /// drawn where the signal has no value is left out and counted apart.
   std::optional<double> carbon_grams;
   double joules_outside_carbon_signal = 0.0;
+  /// The same at the cluster's price signal: what the jobs' energy cost (nullopt: no signal).
+  std::optional<double> cost;
+  double joules_outside_price_signal = 0.0;
   std::size_t jobs_at_settings = 0;   ///< jobs that ran at a knob setting other than their device's default
   std::size_t slowdown_exceeded = 0;  ///< of those, jobs truly slowed beyond their allowed max_slowdown
   std::map<std::string, DeviceUsage> devices;           ///< by qualified device name
