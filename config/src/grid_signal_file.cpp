@@ -19,6 +19,33 @@ using nlohmann::json;
 using schedulers::SignalPoint;
 using schedulers::UnixMillis;
 
+// Beyond these a value is a mistake, not a grid: the dirtiest grids average about 1,000 gCO2e/kWh
+// (coal); no currency's electricity costs 100,000 a kWh (the rupiah's is about 1,500).
+constexpr double kMaxCarbon = 5000.0;
+constexpr double kMaxPrice = 100000.0;
+
+// "0-5000 (gCO2e/kWh)", the range of a kind's values, for messages.
+std::string range_of(SignalKind kind) {
+  return kind == SignalKind::carbon ? fmt::format("0-{:g} (gCO2e/kWh)", kMaxCarbon)
+                                    : fmt::format("up to {:g} (a price per kWh)", kMaxPrice);
+}
+
+bool in_range(double value, SignalKind kind) {
+  if (!std::isfinite(value)) return false;
+  return kind == SignalKind::carbon ? value >= 0.0 && value <= kMaxCarbon : value <= kMaxPrice;
+}
+
+// An interval's start must be where the one before ended: a gap or an overlap would leave a
+// time with no value, or two.
+Status joins(UnixMillis start, std::optional<UnixMillis> previous_end, const std::string& source,
+             const std::string& pointer) {
+  if (!previous_end || start == *previous_end) return {};
+  return make_error(ErrorCode::invalid_argument,
+                    fmt::format("{}: {}: starts at {} but the row before ends at {}: {} between rows", source, pointer,
+                                schedulers::format_rfc3339(start), schedulers::format_rfc3339(*previous_end),
+                                start > *previous_end ? "a gap" : "an overlap"));
+}
+
 // RFC 3339, and the minute-precision "2026-11-28T12:30Z" the UK National Grid API writes.
 std::optional<UnixMillis> parse_time(const std::string& text) {
   if (auto parsed = schedulers::parse_rfc3339(text)) return parsed;
@@ -58,11 +85,9 @@ Result<schedulers::GridSignal> parse_csv(std::string_view text, const std::strin
     const std::string value_text(joule::trim(std::string_view(row).substr(comma + 1)));
     double value = 0.0;
     const auto [end, error] = std::from_chars(value_text.data(), value_text.data() + value_text.size(), value);
-    if (error != std::errc{} || end != value_text.data() + value_text.size() || !std::isfinite(value) ||
-        (value < 0.0 && kind == SignalKind::carbon))
+    if (error != std::errc{} || end != value_text.data() + value_text.size() || !in_range(value, kind))
       return make_error(ErrorCode::invalid_argument,
-                        fmt::format("{}:{}: \"{}\" is not a number{}", source, number, value_text,
-                                    kind == SignalKind::carbon ? " >= 0" : ""));
+                        fmt::format("{}:{}: \"{}\" is not a number {}", source, number, value_text, range_of(kind)));
     value = std::max(0.0, value);  // a negative price counts as free
     if (!points.empty() && *time <= points.back().at)
       return make_error(ErrorCode::invalid_argument,
@@ -77,10 +102,9 @@ Result<schedulers::GridSignal> parse_csv(std::string_view text, const std::strin
 // A row's value: carbon >= 0; a price any finite number, counted from 0 up.
 Result<double> json_value(const json* value, SignalKind kind, const std::string& source,
                           const std::string& value_pointer) {
-  const bool carbon = kind == SignalKind::carbon;
-  if (!value || !value->is_number() || !std::isfinite(value->get<double>()) || (carbon && value->get<double>() < 0.0))
+  if (!value || !value->is_number() || !in_range(value->get<double>(), kind))
     return make_error(ErrorCode::invalid_argument,
-                      fmt::format("{}: {}: expected a number{}", source, value_pointer, carbon ? " >= 0" : ""));
+                      fmt::format("{}: {}: expected a number {}", source, value_pointer, range_of(kind)));
   return std::max(0.0, value->get<double>());
 }
 
@@ -125,9 +149,14 @@ Result<schedulers::GridSignal> parse_awattar(const json& rows, const std::string
       return make_error(ErrorCode::invalid_argument,
                         fmt::format("{}: {}: {} is not after the row before: times must increase", source, pointer,
                                     schedulers::format_rfc3339(at)));
+    if (auto joined = joins(at, points.empty() || end == 0 ? std::nullopt : std::optional(end), source,
+                            pointer + "/start_timestamp");
+        !joined)
+      return joined.error();
     points.push_back({at, *price / 1000.0});
-    if (row.contains("end_timestamp") && row["end_timestamp"].is_number_integer())
-      end = row["end_timestamp"].get<UnixMillis>();
+    end = row.contains("end_timestamp") && row["end_timestamp"].is_number_integer()
+              ? row["end_timestamp"].get<UnixMillis>()
+              : 0;
   }
   if (points.empty()) return make_error(ErrorCode::invalid_argument, fmt::format("{}: /data is empty", source));
   return finish(std::move(points), end, source);
@@ -151,11 +180,17 @@ Result<schedulers::GridSignal> parse_octopus(const json& rows, const std::string
   if (spans.empty()) return make_error(ErrorCode::invalid_argument, fmt::format("{}: /results is empty", source));
   std::sort(spans.begin(), spans.end(), [](const auto& a, const auto& b) { return a.first.at < b.first.at; });
   std::vector<SignalPoint> points;
+  std::optional<UnixMillis> previous_end;
   for (const auto& [point, to] : spans) {
     if (!points.empty() && point.at == points.back().at)
       return make_error(ErrorCode::invalid_argument,
                         fmt::format("{}: two rates from {}", source, schedulers::format_rfc3339(point.at)));
+    if (auto joined = joins(point.at, previous_end, source,
+                            "/results (the rate from " + schedulers::format_rfc3339(point.at) + ")");
+        !joined)
+      return joined.error();
     points.push_back(point);
+    previous_end = to == 0 ? std::nullopt : std::optional(to);
   }
   return finish(std::move(points), spans.back().second, source);
 }
@@ -199,9 +234,15 @@ Result<schedulers::GridSignal> parse_json(const json& doc, const std::string& so
           value = &intensity["forecast"];
         }
       }
+      const std::size_t before = points.size();
       if (auto added = add(json_point(row, "from", value, source, pointer, pointer + "/intensity/" + which), pointer);
           !added)
         return added.error();
+      if (auto joined = joins(points.back().at, before == 0 || end == 0 ? std::nullopt : std::optional(end), source,
+                              pointer + "/from");
+          !joined)
+        return joined.error();
+      end = 0;
       if (row.contains("to") && row["to"].is_string())
         if (auto to = parse_time(row["to"].get<std::string>())) end = *to;
     }

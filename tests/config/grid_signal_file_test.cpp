@@ -29,9 +29,9 @@ TEST(GridSignalFileTest, csv_errors_name_the_file_and_line) {
   EXPECT_EQ(error_of("time,value\n2026-11-28T00:00:00Z,400\nyesterday,300\n"),
             "forecast.csv:3: \"yesterday\" is not an RFC 3339 time");
   EXPECT_EQ(error_of("2026-11-28T00:00:00Z,400\n2026-11-28T01:00:00Z,lots\n"),
-            "forecast.csv:2: \"lots\" is not a number >= 0");
+            "forecast.csv:2: \"lots\" is not a number 0-5000 (gCO2e/kWh)");
   EXPECT_EQ(error_of("2026-11-28T00:00:00Z,400\n2026-11-28T01:00:00Z,-3\n"),
-            "forecast.csv:2: \"-3\" is not a number >= 0");
+            "forecast.csv:2: \"-3\" is not a number 0-5000 (gCO2e/kWh)");
   EXPECT_EQ(error_of("2026-11-28T01:00:00Z,400\n2026-11-28T00:00:00Z,300\n"),
             "forecast.csv:2: 2026-11-28T00:00:00Z is not after the row before (2026-11-28T01:00:00.000Z): times must "
             "increase");
@@ -52,7 +52,7 @@ TEST(GridSignalFileTest, the_uk_national_grid_shape_takes_the_actual_where_there
       error_of(
           R"({"data": [{"from": "2026-11-28T12:00Z", "to": "2026-11-28T12:30Z", "intensity": {"forecast": "high"}}]})",
           "uk.json"),
-      "uk.json: /data/0/intensity/forecast: expected a number >= 0");
+      "uk.json: /data/0/intensity/forecast: expected a number 0-5000 (gCO2e/kWh)");
 }
 
 TEST(GridSignalFileTest, electricitymaps_and_watttime_shapes_are_read) {
@@ -108,7 +108,7 @@ TEST(GridSignalFileTest, price_signals_read_awattar_and_octopus_and_count_negati
   auto csv = parse_grid_signal("2026-11-28T00:00:00Z,-0.02\n2026-11-28T01:00:00Z,0.3\n", "p.csv", SignalKind::price);
   ASSERT_TRUE(csv) << csv.error().message;
   EXPECT_DOUBLE_EQ(csv->points()[0].value, 0.0);
-  EXPECT_EQ(error_of("2026-11-28T00:00:00Z,-0.02\n"), "forecast.csv:1: \"-0.02\" is not a number >= 0");
+  EXPECT_EQ(error_of("2026-11-28T00:00:00Z,-0.02\n"), "forecast.csv:1: \"-0.02\" is not a number 0-5000 (gCO2e/kWh)");
   // Errors name the row.
   auto bad =
       parse_grid_signal(R"({"data": [{"start_timestamp": 1796169600000, "marketprice": 82.5, "unit": "Eur/kWh"}]})",
@@ -120,4 +120,36 @@ TEST(GridSignalFileTest, price_signals_read_awattar_and_octopus_and_count_negati
                         SignalKind::price);
   ASSERT_FALSE(carbon_json);
   EXPECT_NE(carbon_json.error().message.find("not a price signal"), std::string::npos);
+}
+
+TEST(GridSignalFileTest, absurd_values_and_gaps_between_rows_are_refused_with_the_row) {
+  using joule::config::SignalKind;
+  EXPECT_EQ(error_of("2026-11-28T00:00:00Z,400\n2026-11-28T01:00:00Z,40000\n"),
+            "forecast.csv:2: \"40000\" is not a number 0-5000 (gCO2e/kWh)");
+  auto price = parse_grid_signal("2026-11-28T00:00:00Z,2500000\n", "p.csv", SignalKind::price);
+  ASSERT_FALSE(price);
+  EXPECT_EQ(price.error().message, "p.csv:1: \"2500000\" is not a number up to 100000 (a price per kWh)");
+  // The UK National Grid's half hours must follow each other.
+  EXPECT_EQ(error_of(R"({"data": [
+      {"from": "2026-11-28T12:00Z", "to": "2026-11-28T12:30Z", "intensity": {"forecast": 200}},
+      {"from": "2026-11-28T13:00Z", "to": "2026-11-28T13:30Z", "intensity": {"forecast": 210}}]})",
+                     "uk.json"),
+            "uk.json: /data/1/from: starts at 2026-11-28T13:00:00.000Z but the row before ends at "
+            "2026-11-28T12:30:00.000Z: a gap between rows");
+  // As must aWATTar's hours and Octopus Energy's half hours.
+  auto awattar = parse_grid_signal(R"({"data": [
+      {"start_timestamp": 0, "end_timestamp": 3600000, "marketprice": 80, "unit": "Eur/MWh"},
+      {"start_timestamp": 1800000, "end_timestamp": 5400000, "marketprice": 90, "unit": "Eur/MWh"}]})",
+                                   "awattar", SignalKind::price);
+  ASSERT_FALSE(awattar);
+  EXPECT_NE(awattar.error().message.find("/data/1/start_timestamp: starts at 1970-01-01T00:30:00.000Z but the row "
+                                         "before ends at 1970-01-01T01:00:00.000Z: an overlap"),
+            std::string::npos)
+      << awattar.error().message;
+  auto octopus = parse_grid_signal(R"({"results": [
+      {"value_inc_vat": 20.0, "valid_from": "2026-11-28T02:00:00Z", "valid_to": "2026-11-28T02:30:00Z"},
+      {"value_inc_vat": 10.0, "valid_from": "2026-11-28T00:00:00Z", "valid_to": "2026-11-28T00:30:00Z"}]})",
+                                   "octopus", SignalKind::price);
+  ASSERT_FALSE(octopus);
+  EXPECT_NE(octopus.error().message.find("a gap between rows"), std::string::npos) << octopus.error().message;
 }
