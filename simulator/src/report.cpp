@@ -164,22 +164,21 @@ std::string format_table(const SimulationReport& report) {
   }
   out += "\n/oracle, /rr: ratio of energy to the oracle's and to round-robin's (total; kJ/job's per completed job).\n";
   out += "budget viol.: budget windows whose simulated spent energy exceeded the limit (largest overrun).\n";
-  for (const auto& run : report.runs) {
-    if (!run.cost) continue;
-    out += fmt::format(
-        "  {}: {:.4g} (per kWh's currency) of simulated energy at the cluster's price signal{}\n", run.name, *run.cost,
-        run.joules_outside_price_signal > 0
-            ? fmt::format(" ({:.0f} kJ drawn outside the signal, not counted)", run.joules_outside_price_signal / 1e3)
-            : std::string());
-  }
-  for (const auto& run : report.runs) {
-    if (!run.carbon_grams) continue;
-    out += fmt::format(
-        "  {}: {:.0f} g CO2e of simulated energy at the cluster's carbon signal{}\n", run.name, *run.carbon_grams,
-        run.joules_outside_carbon_signal > 0
-            ? fmt::format(" ({:.0f} kJ drawn outside the signal, not counted)", run.joules_outside_carbon_signal / 1e3)
-            : std::string());
-  }
+  // Each run's energy at the cluster's price and carbon signals, where it has them.
+  auto at_signal = [&](auto amount, auto outside, const char* what) {
+    for (const auto& run : report.runs) {
+      if (!(run.*amount)) continue;
+      out += fmt::format(
+          "  {}: {} of simulated energy at the cluster's {} signal{}\n", run.name,
+          what == std::string_view("price") ? fmt::format("{:.4g} (in the prices' currency)", *(run.*amount))
+                                            : fmt::format("{:.0f} g CO2e", *(run.*amount)),
+          what,
+          run.*outside > 0 ? fmt::format(" ({:.0f} kJ drawn outside the signal, not counted)", run.*outside / 1e3)
+                           : std::string());
+    }
+  };
+  at_signal(&PolicyMetrics::cost, &PolicyMetrics::joules_outside_price_signal, "price");
+  at_signal(&PolicyMetrics::carbon_grams, &PolicyMetrics::joules_outside_carbon_signal, "carbon");
   for (const auto& run : report.runs) {
     std::string extra;
     if (run.never_started || run.started_not_completed || run.rejected)

@@ -352,12 +352,19 @@ void Metrics::set_carbon_signal(std::optional<double> grams_per_kwh, std::string
     intensity.Set(*grams_per_kwh);
   else
     carbon_intensity_.Remove(&intensity);
+  set_signal_state(carbon_state_, carbon_failures_, carbon_failures_counted_, state, failures);
+}
+
+void Metrics::set_signal_state(prometheus::Family<prometheus::Gauge>& states,
+                               prometheus::Family<prometheus::Counter>& failed, double& counted, std::string_view state,
+                               std::size_t failures) {
   for (const std::string_view each : {"fresh", "stale", "constant", "none"})
-    carbon_state_.Add({{"node", node_}, {"state", std::string(each)}}).Set(each == state ? 1.0 : 0.0);
-  auto& counter = carbon_failures_.Add({{"node", node_}});
-  if (static_cast<double>(failures) > carbon_failures_counted_) {
-    counter.Increment(static_cast<double>(failures) - carbon_failures_counted_);
-    carbon_failures_counted_ = static_cast<double>(failures);
+    states.Add({{"node", node_}, {"state", std::string(each)}}).Set(each == state ? 1.0 : 0.0);
+  // The feed counts its failures; the counter is raised to that count.
+  auto& counter = failed.Add({{"node", node_}});
+  if (static_cast<double>(failures) > counted) {
+    counter.Increment(static_cast<double>(failures) - counted);
+    counted = static_cast<double>(failures);
   }
 }
 
@@ -378,13 +385,7 @@ void Metrics::set_price_signal(std::optional<double> per_kwh, const std::string&
     else
       price_.Remove(&price);
   }
-  for (const std::string_view each : {"fresh", "stale", "constant", "none"})
-    price_state_.Add({{"node", node_}, {"state", std::string(each)}}).Set(each == state ? 1.0 : 0.0);
-  auto& counter = price_failures_.Add({{"node", node_}});
-  if (static_cast<double>(failures) > price_failures_counted_) {
-    counter.Increment(static_cast<double>(failures) - price_failures_counted_);
-    price_failures_counted_ = static_cast<double>(failures);
-  }
+  set_signal_state(price_state_, price_failures_, price_failures_counted_, state, failures);
 }
 
 void Metrics::add_job_cost(const std::string& device, const std::string& joules_source, const std::string& currency,

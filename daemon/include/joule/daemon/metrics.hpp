@@ -109,6 +109,9 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& device_energy_;
   prometheus::Family<prometheus::Gauge>& device_power_;
   std::map<std::string, std::string> device_labels(const std::string& device, const std::string& source) const;
+  // A signal's state gauges (1 for `state`) and its failed loads' counter, raised to `failures`.
+  void set_signal_state(prometheus::Family<prometheus::Gauge>& states, prometheus::Family<prometheus::Counter>& failed,
+                        double& counted, std::string_view state, std::size_t failures);
 
   std::string node_ = "localhost";
   prometheus::Family<prometheus::Gauge>& jobs_;
