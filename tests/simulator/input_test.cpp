@@ -133,7 +133,8 @@ TEST(ClusterTest, a_carbon_signal_file_is_read_beside_the_cluster_file_and_its_e
   std::ofstream(dir.path() / "grid.csv") << "time,gco2_per_kwh\n2026-11-26T00:00:00Z,300\n2026-11-26T01:00:00Z,much\n";
   auto bad = load_cluster(dir.path() / "cluster.toml");
   ASSERT_FALSE(bad);
-  EXPECT_EQ(bad.error().message, (dir.path() / "grid.csv").string() + ":3: \"much\" is not a number >= 0");
+  EXPECT_EQ(bad.error().message,
+            (dir.path() / "grid.csv").string() + ":3: \"much\" is not a number 0-5000 (gCO2e/kWh)");
   std::filesystem::remove(dir.path() / "grid.csv");
   auto missing = load_cluster(dir.path() / "cluster.toml");
   ASSERT_FALSE(missing);
