@@ -267,10 +267,12 @@ std::optional<std::vector<int>> process_group_cpus(pid_t pgid, const std::filesy
   return std::nullopt;
 }
 
-std::optional<double> process_group_cpu_seconds(pid_t pgid, const std::filesystem::path& proc_root) {
+std::map<pid_t, double> process_groups_cpu_seconds(const std::vector<pid_t>& groups,
+                                                   const std::filesystem::path& proc_root) {
   static const long ticks_per_second = ::sysconf(_SC_CLK_TCK);
+  std::map<pid_t, double> totals;
+  if (groups.empty()) return totals;
   std::error_code ec;
-  std::optional<double> total;
   for (const auto& entry : std::filesystem::directory_iterator(proc_root, ec)) {
     const std::string name = entry.path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
@@ -280,12 +282,20 @@ std::optional<double> process_group_cpu_seconds(pid_t pgid, const std::filesyste
     std::vector<std::string> values;
     std::string field;
     while (values.size() < 15 && *fields >> field) values.push_back(field);
-    if (values.size() < 15 || values[2] != std::to_string(pgid)) continue;
+    if (values.size() < 15) continue;
+    const auto group = static_cast<pid_t>(std::strtol(values[2].c_str(), nullptr, 10));
+    if (std::find(groups.begin(), groups.end(), group) == groups.end()) continue;
     double ticks = 0.0;
     for (std::size_t i = 11; i <= 14; ++i) ticks += std::strtod(values[i].c_str(), nullptr);
-    total = total.value_or(0.0) + ticks / static_cast<double>(ticks_per_second > 0 ? ticks_per_second : 100);
+    totals[group] += ticks / static_cast<double>(ticks_per_second > 0 ? ticks_per_second : 100);
   }
-  return total;
+  return totals;
+}
+
+std::optional<double> process_group_cpu_seconds(pid_t pgid, const std::filesystem::path& proc_root) {
+  const auto totals = process_groups_cpu_seconds({pgid}, proc_root);
+  if (totals.empty()) return std::nullopt;
+  return totals.begin()->second;
 }
 
 namespace {

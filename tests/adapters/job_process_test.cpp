@@ -230,6 +230,12 @@ TEST(JobProcessTest, a_process_groups_cpu_time_sums_its_members_and_their_waited
   ASSERT_TRUE(seconds);
   EXPECT_NEAR(*seconds, 3.0 + 1.0 + 2.0 + 0.5, 1e-9);
   EXPECT_FALSE(joule::adapters::process_group_cpu_seconds(700, proc.path()));
+  // Several groups in one walk: each with a live process, with its sum.
+  const auto groups = joule::adapters::process_groups_cpu_seconds({500, 600, 700}, proc.path());
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_NEAR(groups.at(500), 6.5, 1e-9);
+  EXPECT_NEAR(groups.at(600), 50.0, 1e-9);
+  EXPECT_TRUE(joule::adapters::process_groups_cpu_seconds({}, proc.path()).empty());
 
   // The CPUs its command was confined to (the runner's own are not the job's).
   proc.write("500/status", "Name:\tjouled\nCpus_allowed_list:\t0-7\n");

@@ -438,6 +438,15 @@ void JobService::requeue(Job& job, const std::string& why) {
 void JobService::sample_meters() {
   {
     const TimedWork timed(metrics_, "sample", clock_);  // its placement pass is counted as placement
+    // Every running job's CPU time that this sample reads, in one walk of /proc.
+    local_->begin_sample([this](const std::string& name) {
+      const Device* device = devices_.find(name);
+      return device && (device->meter->cpu_time_model() || device->shared_cores > 0);
+    });
+    struct EndSample {
+      LocalExecutor& local;
+      ~EndSample() { local.end_sample(); }
+    } end_sample{*local_};
     for (const auto& sample : devices_.sample(clock_.steady())) {
       // Several jobs on one device's cores: each is given its share of what the meter read.
       if (sample.device->shared_cores > 0 && !sample.device->on_agent() && !sample.device->idle())

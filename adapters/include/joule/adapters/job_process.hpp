@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -118,6 +119,10 @@ std::optional<ExitStatus> read_status_file(const std::filesystem::path& path);
 /// `pgid`: a running job's CPU time so far (its runner leads the group). Nothing if the group
 /// has no live process.
 std::optional<double> process_group_cpu_seconds(pid_t pgid, const std::filesystem::path& proc_root = "/proc");
+/// The same for several groups in one walk of `proc_root` (a meter sample reads every running
+/// job's): each group with a live process, and its seconds.
+std::map<pid_t, double> process_groups_cpu_seconds(const std::vector<pid_t>& groups,
+                                                   const std::filesystem::path& proc_root = "/proc");
 
 /// The CPUs a job's command may run on, read from the first process of the group `pgid` other
 /// than its runner (`Cpus_allowed_list` in its status): what a job adopted after a restart was

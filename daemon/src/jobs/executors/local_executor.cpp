@@ -645,10 +645,27 @@ std::optional<double> LocalExecutor::energy_so_far(JobRecord& job, Device& devic
   return std::max(0.0, measured->joules - run.joules_to_others);
 }
 
+void LocalExecutor::begin_sample(const std::function<bool(const std::string& device)>& reads_cpu_time) {
+  std::vector<pid_t> groups;
+  for (const auto& [id, run] : runs_) {
+    const JobRecord* job = host_.find_job(id);
+    if (job && job->row.pid > 0 && job->row.started_ms && reads_cpu_time(job->row.device))
+      groups.push_back(static_cast<pid_t>(job->row.pid));
+  }
+  sample_cpu_ = adapters::process_groups_cpu_seconds(groups, options_.proc_root);
+}
+
 void LocalExecutor::read_cpu_seconds(const JobRecord& job, Run& run, const adapters::ExitStatus* exit) const {
-  const auto cpu = exit && exit->cpu_seconds
-                       ? exit->cpu_seconds
-                       : adapters::process_group_cpu_seconds(static_cast<pid_t>(job.row.pid), options_.proc_root);
+  const auto group = static_cast<pid_t>(job.row.pid);
+  std::optional<double> cpu;
+  if (exit && exit->cpu_seconds) {
+    cpu = exit->cpu_seconds;
+  } else if (sample_cpu_) {
+    // This sample's walk asked for every group a sample reads; one it did not find has no live process.
+    if (const auto read = sample_cpu_->find(group); read != sample_cpu_->end()) cpu = read->second;
+  } else {
+    cpu = adapters::process_group_cpu_seconds(group, options_.proc_root);
+  }
   // CPU time never goes back (an exited child leaves the group's live count): the largest stands.
   if (cpu) run.cpu_seconds = std::max(run.cpu_seconds.value_or(0.0), *cpu);
 }

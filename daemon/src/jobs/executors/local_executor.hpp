@@ -5,6 +5,7 @@
 // adopted by the next jouled when this one stops.
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -52,6 +53,12 @@ class LocalExecutor final : public Executor {
   /// jobs run, each is given its share by CPU time (meter_shares.hpp), of the meter's joules or,
   /// on a CPU-time model, of the idle power; a job alone keeps all of it.
   void share_sample(const Device& device, double joules, double seconds);
+  /// A meter sample begins: the CPU time of every running job on a device for which
+  /// `reads_cpu_time` says so (a CPU-time model, or cores shared) is read in one walk of /proc,
+  /// and stands for this sample until end_sample (the split of a shared device and each job's
+  /// energy read it again otherwise: a walk of /proc per job, twice per sample).
+  void begin_sample(const std::function<bool(const std::string& device)>& reads_cpu_time);
+  void end_sample() { sample_cpu_.reset(); }
   /// Who the job with this number, submitted by `owner_uid`, runs as (nothing: as jouled).
   std::optional<adapters::JobIdentity> job_identity(std::int64_t sequence,
                                                     const std::optional<std::int64_t>& owner_uid) const;
@@ -98,6 +105,9 @@ class LocalExecutor final : public Executor {
   /// `count` of this node's CPUs for a job: those no other running job of ours holds first,
   /// lowest first; then, where too few are free, shared ones.
   std::vector<int> choose_cpus(int count) const;
+
+  // This sample's CPU time by process group (begin_sample); nullopt between samples.
+  std::optional<std::map<pid_t, double>> sample_cpu_;
 
   Run& run_of(const JobRecord& job);
   /// Its process group's CPU time into `run.cpu_seconds` (the exit's total where it has ended).
