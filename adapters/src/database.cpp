@@ -161,7 +161,8 @@ UPDATE energy_uses SET owner = (SELECT owner FROM jobs WHERE jobs.id = energy_us
 )sql",
     // Budgets in grams and money (issue 34): each ledger entry's grams and cost (older job
     // entries their share of their job's grams; probes and costs before this stay unknown), and
-    // each job's cost under the price signal.
+    // each job's cost under the price signal; whether a job's energy was its share of a device's
+    // (issue 36; older rows: not known to have been).
     R"sql(
 ALTER TABLE energy_uses ADD COLUMN grams REAL;
 ALTER TABLE energy_uses ADD COLUMN cost REAL;
@@ -171,6 +172,7 @@ ALTER TABLE jobs ADD COLUMN cost REAL;
 ALTER TABLE jobs ADD COLUMN cost_price REAL;
 ALTER TABLE jobs ADD COLUMN cost_currency TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN cost_signal TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN energy_shared INTEGER NOT NULL DEFAULT 0;
 )sql",
 };
 
@@ -178,21 +180,22 @@ constexpr const char* kInsertJob =
     "INSERT INTO jobs (id, sequence, name, spec, state, priority, device, submitted_ms, started_ms,"
     " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate,"
     " token_sha256, epoch, origin, owner, owner_uid, energy_partial, carbon_grams, carbon_intensity, carbon_signal,"
-    " project, estimated_joules, cost, cost_price, cost_currency, cost_signal)"
+    " project, estimated_joules, cost, cost_price, cost_currency, cost_signal, energy_shared)"
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23,"
-    " ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)";
+    " ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34)";
 constexpr const char* kUpdateJob =
     "UPDATE jobs SET sequence = ?2, name = ?3, spec = ?4, state = ?5, priority = ?6, device = ?7,"
     " submitted_ms = ?8, started_ms = ?9, finished_ms = ?10, exit_code = ?11, reason = ?12,"
     " energy_joules = ?13, energy_source = ?14, pid = ?15, pid_start_ticks = ?16, boot_id = ?17,"
     " estimate = ?18, token_sha256 = ?19, epoch = ?20, origin = ?21, owner = ?22, owner_uid = ?23,"
     " energy_partial = ?24, carbon_grams = ?25, carbon_intensity = ?26, carbon_signal = ?27, project = ?28,"
-    " estimated_joules = ?29, cost = ?30, cost_price = ?31, cost_currency = ?32, cost_signal = ?33 WHERE id = ?1";
+    " estimated_joules = ?29, cost = ?30, cost_price = ?31, cost_currency = ?32, cost_signal = ?33,"
+    " energy_shared = ?34 WHERE id = ?1";
 #define JOULE_JOB_COLUMNS                                                                                        \
   "SELECT id, sequence, name, spec, state, priority, device, submitted_ms, started_ms, finished_ms, exit_code,"  \
   " reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate, token_sha256, epoch, origin," \
   " owner, owner_uid, energy_partial, carbon_grams, carbon_intensity, carbon_signal, project, estimated_joules," \
-  " cost, cost_price, cost_currency, cost_signal FROM jobs "
+  " cost, cost_price, cost_currency, cost_signal, energy_shared FROM jobs "
 constexpr const char* kSelectJobs = JOULE_JOB_COLUMNS "ORDER BY sequence";
 // Every job not finished (by state, through the index: a scan of a million finished rows
 // would read them all), then the latest finished ones of each finished state, in submission
@@ -336,6 +339,7 @@ void bind_job(sqlite3_stmt* stmt, const StoredJob& job) {
   bind_optional(stmt, 31, job.cost_price);
   bind_text(stmt, 32, job.cost_currency);
   bind_text(stmt, 33, job.cost_signal);
+  sqlite3_bind_int(stmt, 34, job.energy_shared ? 1 : 0);
 }
 
 std::string column_text(sqlite3_stmt* stmt, int column) {
@@ -543,6 +547,7 @@ StoredJob read_job(sqlite3_stmt* stmt) {
   job.cost_price = column_optional<double>(stmt, 30);
   job.cost_currency = column_text(stmt, 31);
   job.cost_signal = column_text(stmt, 32);
+  job.energy_shared = sqlite3_column_int(stmt, 33) != 0;
   return job;
 }
 

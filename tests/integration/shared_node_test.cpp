@@ -3,6 +3,7 @@
 
 #include <sched.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -112,4 +113,12 @@ TEST(SharedNodeTest, two_one_core_jobs_run_side_by_side_on_cores_of_their_own_ea
     noted = noted || event["message"].get<std::string>().find("shares cpu with 1 other job") != std::string::npos;
   EXPECT_TRUE(noted) << ended[1].dump(2);
   std::filesystem::remove(go);
+
+  // The scope stays what it was across a restart (the row keeps that the energy was a share).
+  daemon.signal(SIGKILL);
+  ASSERT_TRUE(daemon.wait_exit());
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  const json again = daemon.call("GET", "/v1/jobs/" + idle).second;
+  EXPECT_NE(again["energy"]["scope"].get<std::string>().find("its share by CPU time"), std::string::npos)
+      << again.dump(2);
 }

@@ -24,6 +24,11 @@ inline constexpr std::string_view kFencedReason = "fenced: ";
 /// acknowledges it; the run stays in the agent's memory that long.
 inline constexpr std::int64_t kReportEndsForMs = 10 * 60 * 1000;
 
+/// What the event says when a job starts to share its device: a run whose row was not written
+/// since (jouled killed) is known by it at the next start.
+inline constexpr std::string_view kSharedEnergyNote =
+    "from now: its energy is its share of the device's by CPU time, idle power included";
+
 /// The parts of a job's row that change as it runs, as last committed: what the API shows.
 struct ShownRow {
   std::string state;
@@ -68,9 +73,6 @@ struct JobRecord {
   std::optional<std::chrono::steady_clock::time_point> started_steady;
   std::optional<double> run_seconds;
   std::optional<double> used_joules;  // its energy so far while it runs, as of the last meter sample
-  /// Its run shared its device with other jobs: its energy is its share by CPU time (its events
-  /// say from when); shown in its energy's scope.
-  bool energy_shared = false;
   bool cancel_requested = false;
   // Scheduling (what the core decides with, its queue entry and its run's reports, is the core's):
   std::optional<schedulers::WaitReason> waiting;  // why it is not running, from the last pass

@@ -664,6 +664,9 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
     job->events = std::move(history[row.id]);
     const std::string id = row.id;
     job->row = std::move(row);
+    // A run that began to share its device and whose row was not written since (jouled killed).
+    for (const auto& event : job->events)
+      if (event.message.find(kSharedEnergyNote) != std::string::npos) job->row.energy_shared = true;
     job->estimates = read_estimates(job->row.estimate_json);
     if (job->state == JobState::queued) enqueue(*job);
     if (!schedulers::is_terminal(job->state) && job->state != JobState::queued) to_reconcile.push_back(id);

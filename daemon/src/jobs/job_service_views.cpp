@@ -150,7 +150,7 @@ JobView JobService::view_of(const Job& job) const {
   if (shown.started_ms) view.seconds = run_seconds(job);
   if (shown.energy_joules) {
     view.energy_scope = energy_scope(shown.device, shown.energy_source);
-    if (job.energy_shared)
+    if (job.row.energy_shared)
       view.energy_scope += "; its share by CPU time of the device's energy while other jobs ran beside it";
   }
   if (const Device* device = devices_.find(job.row.device)) view.meter_source = std::string(device->meter->source());

@@ -67,6 +67,9 @@ struct StoredJob {
   std::optional<double> cost_price;
   std::string cost_currency;
   std::string cost_signal;
+  /// Its run shared its device with other jobs: its energy is its share by CPU time of the
+  /// device's (its events say from when).
+  bool energy_shared = false;
   std::string project;  ///< the project it is accounted to ("" for none)
   /// Its estimate on the device it was placed on (the figure placement weighed), for usage
   /// reports' estimate error; nullopt where it had none.

@@ -364,7 +364,7 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
   job.row.boot_id = options_.boot_id;
   job.row.started_ms = host_.clock().unix_ms();
   job.started_steady = host_.clock().steady();
-  job.energy_shared = false;
+  job.row.energy_shared = false;
   if (options_.cgroups && options_.cgroups->usable()) {
     if (auto cgroup = options_.cgroups->create_for(id, process.pid, run.cpus)) {
       run.cgroup = *cgroup;
@@ -697,11 +697,9 @@ void LocalExecutor::share_sample(const Device& device, double joules, double sec
     run.idle_seconds_to_others += seconds * (1.0 - shares[i]);
     if (!run.shared) {
       run.shared = true;
-      sharers[i].job->energy_shared = true;
-      host_.note(*sharers[i].job,
-                 fmt::format("shares {} with {} other job{} from now: its energy is its share of the device's by CPU "
-                             "time, idle power included",
-                             device.name, sharers.size() - 1, sharers.size() > 2 ? "s" : ""));
+      sharers[i].job->row.energy_shared = true;
+      host_.note(*sharers[i].job, fmt::format("shares {} with {} other job{} {}", device.name, sharers.size() - 1,
+                                              sharers.size() > 2 ? "s" : "", kSharedEnergyNote));
     }
   }
 }
