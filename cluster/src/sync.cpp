@@ -166,6 +166,8 @@ Result<SyncRequest> parse_sync_request(const json& body) {
     device.battery_percent = f.optional<double>("battery_percent");
     device.meter_error = f.optional<std::string>("meter_error");
     device.model_version = f.integer("model_version", false);
+    device.cores = static_cast<int>(f.integer("cores", false));
+    if (!problem && (device.cores < 0 || device.cores > 4096)) f.fail("cores", "must be 0-4096");
     if (!problem && (device.name.empty() || device.name.find('/') != std::string::npos))
       f.fail("name", "must be a device name without '/'");
     return device;
@@ -231,7 +233,8 @@ json to_json(const SyncRequest& request) {
                        {"busy", d.busy},
                        {"battery_percent", optional_json(d.battery_percent)},
                        {"meter_error", optional_json(d.meter_error)},
-                       {"model_version", d.model_version}});
+                       {"model_version", d.model_version},
+                       {"cores", d.cores}});
   json jobs = json::array();
   for (const auto& j : request.jobs)
     jobs.push_back({{"id", j.id},

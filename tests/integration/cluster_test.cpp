@@ -674,3 +674,48 @@ TEST_F(ClusterNodesTest, agents_report_their_own_grids_and_jobs_are_placed_and_a
   for (const auto& node : with_pounds["nodes"])
     if (node["name"] == "pounds") EXPECT_TRUE(node["signals"]["price"].is_null()) << node.dump(2);
 }
+
+// An agent's CPU shares its cores among jobs that ask for cores: the coordinator learns how many
+// from the agent's sync and packs two 1-core jobs there side by side, as the agent runs them.
+TEST_F(ClusterNodesTest, jobs_asking_for_cores_run_side_by_side_on_an_agents_shared_cpu) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs two CPUs";
+  const auto port = free_port();
+  auto coordinator = start_coordinator(port);
+  auto packer = start_agent("packer", "raspberry-pi-4", port, "[[devices]]\nname = \"cpu\"\nmeter = \"modelled\"\n");
+  // Its CPU has no model (probing is off): the node being heard from is enough.
+  auto heard = [](const json& n) {
+    return n.is_object() && n.contains("nodes") && n["nodes"].size() == 1 && n["nodes"][0]["state"] == "ready" &&
+           n["nodes"][0]["devices"].size() == 2;
+  };
+  const json nodes = wait_until([&] { return nodes_of(*coordinator); }, heard);
+  ASSERT_TRUE(heard(nodes)) << nodes.dump(2);
+  const auto go = dir_ / "go";
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2; ++i) {
+    json job = training_job(fmt::format("core-{}", i),
+                            {"sh", "-c",
+                             fmt::format("echo \"$JOULE_JOB_ID\" >> {}; while [ ! -e {} ]; do sleep 0.1; done",
+                                         marks_.string(), go.string())});
+    job["resources"] = {{"cores", 1}};
+    job["constraints"] = {{"devices", {"packer/cpu"}}};
+    ids.push_back(coordinator->submit(job));
+    ASSERT_FALSE(ids.back().empty()) << coordinator->log();
+  }
+  // Both start before either may end: side by side on the agent's CPU.
+  const auto started = wait_until([&] { return json(lines_of(marks_).size()); },
+                                  [](const json& count) { return count.get<std::size_t>() >= 2; });
+  EXPECT_EQ(started.get<std::size_t>(), 2u) << coordinator->log() << packer->log();
+  const json devices = coordinator->call("GET", "/v1/devices").second;
+  bool seen = false;
+  for (const auto& device : devices["devices"]) {
+    if (device["name"] != "packer/cpu") continue;
+    seen = true;
+    EXPECT_GE(device["cores"]["shared"].get<int>(), 2) << device.dump(2);
+    EXPECT_EQ(device["cores"]["held"], 2) << device.dump(2);
+  }
+  EXPECT_TRUE(seen) << devices.dump(2);
+  std::ofstream{go};
+  for (const auto& id : ids)
+    EXPECT_EQ(coordinator->wait_state(id, {"succeeded", "failed", "cancelled"})["state"], "succeeded")
+        << coordinator->log();
+}

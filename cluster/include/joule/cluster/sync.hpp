@@ -28,6 +28,9 @@ struct ReportedDevice {
   std::optional<double> battery_percent;
   std::optional<std::string> meter_error;
   std::int64_t model_version = 0;  ///< 0: no energy model yet
+  /// Cores it shares among jobs that ask for cores (resources.cores), each on cores of its own;
+  /// 0: one job at a time.
+  int cores = 0;
 };
 
 /// A job the agent executes for the coordinator, as it stands on the agent.

@@ -103,6 +103,7 @@ std::vector<cluster::ReportedDevice> AgentRunner::reported_devices() const {
     report.busy = !device.idle();
     report.battery_percent = device.battery_percent;
     report.meter_error = device.meter_error;
+    report.cores = device.shared_cores;
     out.push_back(std::move(report));
   }
   return out;

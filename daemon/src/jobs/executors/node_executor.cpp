@@ -39,6 +39,9 @@ void NodeExecutor::update_node(const std::string& node, const std::vector<cluste
     device->meter->reported_readings()->report(report.source, report.energy_joules, report.meter_error);
     device->meter_note = fmt::format("metered on agent {} by its {} meter", node, report.source);
     device->runs_jobs = report.runs_jobs;
+    // Its cores shared among jobs as the agent shares them: the coordinator packs jobs that ask
+    // for cores there, and the agent's own placement runs them side by side.
+    device->shared_cores = report.cores;
     device->reported_power_watts = report.power_watts;
     device->battery_percent = report.battery_percent;
     // Busy with something this coordinator did not place there (a fenced run still stopping).
@@ -158,23 +161,25 @@ std::vector<cluster::Assignment> NodeExecutor::desired_for(const std::string& no
   std::vector<cluster::Assignment> out;
   for (const std::size_t index : devices_.of_node(node)) {
     const Device& device = devices_[index];
-    if (device.idle()) continue;
-    JobRecord* found = host_.find_job(device.holds.front().job);  // one job at a time
-    if (!found) continue;
-    const JobRecord& job = *found;
-    const auto run = runs_.find(job.row.id);
-    if (schedulers::is_terminal(job.state) || run == runs_.end() || run->second.committed_epoch != job.row.epoch)
-      continue;
-    cluster::Assignment assignment;
-    assignment.id = job.row.id;
-    assignment.epoch = job.row.epoch;
-    assignment.device = device.agent_device;
-    assignment.name = job.row.name;
-    assignment.priority = job.row.priority;
-    assignment.spec = json::parse(job.row.spec_json, nullptr, false);
-    assignment.paused = job.paused;
-    assignment.stop = job.cancel_requested;
-    out.push_back(std::move(assignment));
+    // Every job it holds: one, or several side by side on a device that shares its cores.
+    for (const DeviceHold& hold : device.holds) {
+      JobRecord* found = host_.find_job(hold.job);
+      if (!found) continue;
+      const JobRecord& job = *found;
+      const auto run = runs_.find(job.row.id);
+      if (schedulers::is_terminal(job.state) || run == runs_.end() || run->second.committed_epoch != job.row.epoch)
+        continue;
+      cluster::Assignment assignment;
+      assignment.id = job.row.id;
+      assignment.epoch = job.row.epoch;
+      assignment.device = device.agent_device;
+      assignment.name = job.row.name;
+      assignment.priority = job.row.priority;
+      assignment.spec = json::parse(job.row.spec_json, nullptr, false);
+      assignment.paused = job.paused;
+      assignment.stop = job.cancel_requested;
+      out.push_back(std::move(assignment));
+    }
   }
   return out;
 }
