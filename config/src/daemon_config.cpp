@@ -210,7 +210,15 @@ void parse_signal(Checker& check, const toml::table& table, const std::string& n
 }
 
 void parse_slurm(Checker& check, const toml::table& table, SlurmConfig& slurm) {
-  check.warn_unknown(table, "slurm.", {"bin_dir", "conf", "poll_seconds", "timeout_seconds", "workdir", "node_types"});
+  check.warn_unknown(table, "slurm.",
+                     {"bin_dir", "conf", "poll_seconds", "timeout_seconds", "workdir", "joule_url", "node_types"});
+  if (auto url = check.get<std::string>(table, "joule_url", "slurm.joule_url")) {
+    if (!url->starts_with("http://") && !url->starts_with("https://"))
+      check.problem(*table.get("joule_url"),
+                    fmt::format("slurm.joule_url \"{}\" must start with http:// or https://", *url));
+    else
+      slurm.joule_url = *url;
+  }
   if (auto path = check.get<std::string>(table, "bin_dir", "slurm.bin_dir")) slurm.bin_dir = *path;
   if (auto path = check.get<std::string>(table, "conf", "slurm.conf")) slurm.conf = *path;
   if (auto path = check.get<std::string>(table, "workdir", "slurm.workdir")) slurm.workdir = *path;

@@ -216,6 +216,19 @@ TEST(DaemonConfigTest, a_jetsons_power_modes_come_from_nvpmodel_unless_off) {
   EXPECT_NE(relative.error().message.find("node.nvpmodel must be an absolute path"), std::string::npos);
 }
 
+TEST(DaemonConfigTest, slurm_jobs_may_be_given_the_url_compute_nodes_reach_jouled_at) {
+  const std::string type = "[[slurm.node_types]]\nname = \"cpu\"\nmodel = \"sim:laptop-cpu\"\n";
+  auto loaded = parse_config("[slurm]\njoule_url = \"https://head.cluster:8571\"\n" + type, "jouled.toml");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->config.slurm.joule_url, "https://head.cluster:8571");
+  auto bad = parse_config("[slurm]\njoule_url = \"head:8571\"\n" + type, "jouled.toml");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(
+      bad.error().message.find("jouled.toml:2: slurm.joule_url \"head:8571\" must start with http:// or https://"),
+      std::string::npos)
+      << bad.error().message;
+}
+
 TEST(DaemonConfigTest, a_slurm_node_type_may_set_its_jobs_thread_count) {
   const std::string head = "[[slurm.node_types]]\nname = \"cpu\"\nmodel = \"sim:laptop-cpu\"\n";
   auto loaded = parse_config(head + "threads = 4\n", "jouled.toml");

@@ -666,11 +666,12 @@ TEST_F(ClusterNodesTest, agents_report_their_own_grids_and_jobs_are_placed_and_a
 
   // Prices in pounds cannot be added to a coordinator's euros: not taken, and said so.
   auto pounds = start_agent("pounds", "raspberry-pi-4", port, "[price]\ncurrency = \"GBP\"\nper_kwh = 0.2\n");
+  const std::string warning = "node pounds: its prices are in GBP but this coordinator's are in EUR";
+  const json warned = wait_until([&] { return json(coordinator->log().find(warning) != std::string::npos); },
+                                 [](const json& found) { return found.get<bool>(); });
+  EXPECT_TRUE(warned.get<bool>()) << coordinator->log();
   const json with_pounds =
       wait_until([&] { return nodes_of(*coordinator); }, [](const json& n) { return all_ready(n, 3); });
-  EXPECT_NE(coordinator->log().find("node pounds: its prices are in GBP but this coordinator's are in EUR"),
-            std::string::npos)
-      << coordinator->log();
   for (const auto& node : with_pounds["nodes"])
     if (node["name"] == "pounds") EXPECT_TRUE(node["signals"]["price"].is_null()) << node.dump(2);
 }

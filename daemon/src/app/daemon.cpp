@@ -180,7 +180,9 @@ void Daemon::start() {
   const auto& ip = endpoint.address();
   const std::string job_host = ip.is_unspecified() ? (ip.is_v6() ? "[::1]" : "127.0.0.1")
                                                    : (ip.is_v6() ? "[" + ip.to_string() + "]" : ip.to_string());
-  jobs_.set_api_url(fmt::format("{}://{}:{}", scheme, job_host, endpoint.port()));
+  const std::string api_url = fmt::format("{}://{}:{}", scheme, job_host, endpoint.port());
+  jobs_.set_api_url(api_url);
+  if (slurm_) slurm_->set_api_url(api_url);
   if (auto recovered = jobs_.recover(std::move(state_.jobs), std::move(state_.events)); !recovered)
     throw std::runtime_error(recovered.error().message);
   // What finished jobs taught: corrects and calibrates estimates (rows rebuilt after recovery).

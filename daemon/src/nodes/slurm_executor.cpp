@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
 
+#include "jobs/progress_token.hpp"
 #include "joule/common/energy_source.hpp"
 #include "joule/daemon/run_on_loop.hpp"
 #include "joule/daemon/thread_settings.hpp"
@@ -117,6 +118,16 @@ void SlurmExecutor::start() {
                  type.slots == 1 ? "" : "s", type.partition.empty() ? "(default)" : type.partition,
                  type.constraint.empty() ? "" : ", constraint " + type.constraint, type.model);
   }
+  // Jobs report progress to JOULE_URL: a loopback address reaches only jobs Slurm runs on this host.
+  const std::string url = job_url();
+  if (url.find("://127.") != std::string::npos || url.find("://[::1]") != std::string::npos ||
+      url.find("://localhost") != std::string::npos)
+    spdlog::warn(
+        "slurm: jobs get JOULE_URL={}, which reaches this jouled only from this host: set [slurm] joule_url to an "
+        "address the compute nodes reach (and [server] listen on it) for progress reports from other nodes",
+        url);
+  else if (!url.empty())
+    spdlog::info("slurm: jobs report progress to {}", url);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -138,6 +149,10 @@ void SlurmExecutor::wake() {
 }
 
 bool SlurmExecutor::on_loop(const std::function<void()>& work) { return run_on_loop(io_, work, stopping_); }
+
+void SlurmExecutor::set_api_url(std::string url) { api_url_ = std::move(url); }
+
+std::string SlurmExecutor::job_url() const { return config_.joule_url.empty() ? api_url_ : config_.joule_url; }
 
 void SlurmExecutor::run() {
   while (!stopping_) {
@@ -167,6 +182,7 @@ adapters::SlurmSubmission SlurmExecutor::submission_for(const cluster::Assignmen
   if (run.contains("env") && run["env"].is_object())
     for (const auto& [name, value] : run["env"].items()) submission.env[name] = value.get<std::string>();
   submission.env["JOULE_JOB_ID"] = assignment.id;
+  if (const std::string url = job_url(); !url.empty()) submission.env["JOULE_URL"] = url;
   submission.env["JOULE_DEVICE"] = fmt::format("{}/{}", node_name(type), assignment.device);
   if (!submission.workdir.empty()) {
     submission.stdout_path = fmt::format("{}/joule-{}.out", submission.workdir, submission.joule_id);
@@ -362,7 +378,12 @@ void SlurmExecutor::cycle() {
               "joule-worker train --job FILE) or a device of a node running jouled";
           continue;
         }
-        const auto submission = submission_for(assignment, type);
+        auto submission = submission_for(assignment, type);
+        // Its own progress token, as a local job gets one: the book keeps its hash before the job can use it.
+        if (const auto token = new_progress_token()) {
+          submission.env["JOULE_JOB_TOKEN"] = token->token;
+          if (!on_loop([&] { nodes_.set_progress_token(assignment.id, assignment.epoch, token->sha256); })) return;
+        }
         auto submitted = cli_.submit(submission);
         handed.job = assignment.id;
         handed.epoch = assignment.epoch;

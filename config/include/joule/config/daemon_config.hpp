@@ -125,6 +125,10 @@ struct SlurmConfig {
   double poll_seconds = 2.0;      ///< how often Slurm's view is read
   double timeout_seconds = 15.0;  ///< per command (sbatch needs ~9 s to give up on a dead slurmctld)
   std::string workdir;            ///< where jobs without run.workdir run and write their output
+  /// The URL Slurm jobs reach this jouled at (their JOULE_URL, for progress reports); empty:
+  /// the address jouled listens on, which a compute node other than this one reaches only if
+  /// it is not a loopback one.
+  std::string joule_url;
   std::vector<SlurmNodeType> node_types;
 };
 

@@ -24,6 +24,9 @@ class NodeJobs {
   /// for its devices from now on.
   virtual void set_node_signals(const std::string& node, std::shared_ptr<const cluster::ReportedSignal> carbon,
                                 std::shared_ptr<const cluster::ReportedSignal> price) = 0;
+  /// A run's own progress token (JOULE_JOB_TOKEN), as its SHA-256, for a runner that hands the
+  /// token to the job itself (the Slurm executor): progress reports of `job`'s `epoch` need it.
+  virtual void set_progress_token(const std::string& job, std::int64_t epoch, const std::string& sha256) = 0;
   /// The node's reports of the jobs it runs: starts, energy so far, ends, adoptions. Returns the
   /// ends recorded (now or before), which the node may stop reporting.
   virtual std::vector<std::pair<std::string, std::int64_t>> apply_reports(

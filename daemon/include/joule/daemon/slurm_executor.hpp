@@ -46,6 +46,8 @@ class SlurmExecutor {
   bool owns(const std::string& node) const;
   /// For GET /v1/nodes: each node type, Slurm's last answer and the jobs handed over.
   nlohmann::json describe() const;
+  /// Where jouled listens (before start): jobs' JOULE_URL unless [slurm] joule_url says otherwise.
+  void set_api_url(std::string url);
 
  private:
   struct Handed {
@@ -72,11 +74,14 @@ class SlurmExecutor {
   void wake();
   adapters::SlurmSubmission submission_for(const cluster::Assignment& assignment, const config::SlurmNodeType& type) const;
   cluster::ReportedJob report_of(const Handed& handed) const;
+  /// What its jobs get as JOULE_URL: [slurm] joule_url, else where jouled listens.
+  std::string job_url() const;
 
   boost::asio::io_context& io_;
   NodeJobs& nodes_;
   const Clock& clock_;
   config::SlurmConfig config_;
+  std::string api_url_;  // set before start()
   adapters::SlurmCli cli_;
   std::string user_;
   std::thread thread_;

@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "../job_record.hpp"
+#include "../progress_token.hpp"
 #include "joule/common/sha256.hpp"
 #include "joule/daemon/meter_shares.hpp"
 #include "joule/daemon/thread_settings.hpp"
@@ -319,12 +320,9 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
   spec.workdir = job.spec.run.workdir.empty() ? work_directory(id) : std::filesystem::path(job.spec.run.workdir);
   spec.env = job_environment(job, device);
   // The job's own token for POST /v1/jobs/{id}/progress: only its hash is stored.
-  std::array<unsigned char, 24> secret{};
-  if (RAND_bytes(secret.data(), static_cast<int>(secret.size())) == 1) {
-    std::string token;
-    for (const unsigned char byte : secret) token += fmt::format("{:02x}", byte);
-    job.row.token_sha256 = joule::sha256_hex(token);
-    spec.env.push_back("JOULE_JOB_TOKEN=" + token);
+  if (const auto token = new_progress_token()) {
+    job.row.token_sha256 = token->sha256;
+    spec.env.push_back("JOULE_JOB_TOKEN=" + token->token);
   }
   spec.stdout_path = dir / "stdout.log";
   spec.stderr_path = dir / "stderr.log";

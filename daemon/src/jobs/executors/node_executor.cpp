@@ -1,5 +1,7 @@
 #include "node_executor.hpp"
 
+#include "joule/common/energy_source.hpp"
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
@@ -50,6 +52,11 @@ void NodeExecutor::update_node(const std::string& node, const std::vector<cluste
     device->node_ready = true;
   }
   if (added || woke) host_.devices_changed(added);
+}
+
+void NodeExecutor::set_progress_token(const std::string& job, std::int64_t epoch, const std::string& sha256) {
+  JobRecord* found = host_.find_job(job);
+  if (found && found->row.epoch == epoch) found->row.token_sha256 = sha256;
 }
 
 void NodeExecutor::set_node_signals(const std::string& node, std::shared_ptr<const cluster::ReportedSignal> carbon,
@@ -125,9 +132,18 @@ Status NodeExecutor::throttle(JobRecord& job, Device&, const schedulers::Throttl
   return {};
 }
 
-std::optional<double> NodeExecutor::energy_so_far(JobRecord& job, Device&, const adapters::ExitStatus*) {
+std::optional<double> NodeExecutor::energy_so_far(JobRecord& job, Device& device, const adapters::ExitStatus*) {
   const auto it = runs_.find(job.row.id);
-  return it == runs_.end() ? std::nullopt : it->second.reported_used;
+  if (it == runs_.end()) return std::nullopt;
+  if (it->second.reported_used) return it->second.reported_used;
+  // A node that meters nothing while a job runs (Slurm): its estimate pro rata of its run time,
+  // where the device's figures are a model's anyway (never beside a meter's: it would read as one).
+  if (is_measurement(device.meter->source()) || !job.row.started_ms) return std::nullopt;
+  const auto estimate = host_.estimate_for(job, device.name);
+  if (!estimate || estimate->seconds_mean <= 0.0) return std::nullopt;
+  const double elapsed =
+      static_cast<double>(std::max<std::int64_t>(0, host_.clock().unix_ms() - *job.row.started_ms)) / 1000.0;
+  return estimate->joules_mean * std::min(1.0, elapsed / estimate->seconds_mean);
 }
 
 bool NodeExecutor::settle_energy(JobRecord&, Device*, const adapters::ExitStatus*) {

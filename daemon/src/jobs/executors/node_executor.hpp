@@ -38,6 +38,7 @@ class NodeExecutor final : public Executor, public NodeJobs {
 
   // NodeJobs: what the nodes' runners meet.
   void update_node(const std::string& node, const std::vector<cluster::ReportedDevice>& reported) override;
+  void set_progress_token(const std::string& job, std::int64_t epoch, const std::string& sha256) override;
   void set_node_signals(const std::string& node, std::shared_ptr<const cluster::ReportedSignal> carbon,
                         std::shared_ptr<const cluster::ReportedSignal> price) override;
   std::vector<std::pair<std::string, std::int64_t>> apply_reports(
