@@ -56,6 +56,10 @@ std::optional<double> GridSignal::mean_over(UnixMillis from, UnixMillis to) cons
 
 double GridSignal::mean_extended(UnixMillis from, UnixMillis to) const {
   if (to <= from) return at(from).value_or(from < begin() ? points_.front().value : points_.back().value);
+  // Wholly before or after the signal: its edge value as it is (a ratio of equal spans can be an
+  // ulp off it).
+  if (from >= end_) return points_.back().value;
+  if (to <= begin()) return points_.front().value;
   // Before, within and after the signal summed apart: integrals from its begin to times far
   // past its end (a constant's one point, a stale forecast) would cancel to noise over a short
   // run (a price of 0.3 read as 0.30005 over a millisecond).

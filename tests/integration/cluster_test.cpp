@@ -659,9 +659,9 @@ TEST_F(ClusterNodesTest, agents_report_their_own_grids_and_jobs_are_placed_and_a
   const json done = coordinator->wait_state(id, {"succeeded", "failed", "cancelled"});
   ASSERT_EQ(done["state"], "succeeded") << done.dump(2);
   EXPECT_EQ(done["device"], "server/sim:server-gpu") << done.dump(2);
-  EXPECT_EQ(done["carbon"]["intensity"], 2.0) << done.dump(2);
+  EXPECT_DOUBLE_EQ(done["carbon"]["intensity"].get<double>(), 2.0) << done.dump(2);
   EXPECT_EQ(done["carbon"]["signal"], "node server: constant 2 g/kWh");
-  EXPECT_EQ(done["cost"]["price_per_kwh"], 0.1);
+  EXPECT_DOUBLE_EQ(done["cost"]["price_per_kwh"].get<double>(), 0.1);
   EXPECT_EQ(done["cost"]["signal"], "node server: constant 0.1 EUR/kWh");
 
   // Prices in pounds cannot be added to a coordinator's euros: not taken, and said so.
