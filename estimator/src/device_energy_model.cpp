@@ -81,6 +81,17 @@ json to_json(const Estimate& estimate, bool with_layers) {
                       {"step_joules", to_json(r.step_joules)},
                       {"step_seconds", to_json(r.step_seconds)}};
   }
+  if (estimate.whole) {
+    const auto& w = *estimate.whole;
+    out["whole"] = {{"basis", w.basis},
+                    {"family", w.family},
+                    {"layers_joules_per_step", w.layers_joules_per_step},
+                    {"layers_seconds_per_step", w.layers_seconds_per_step},
+                    {"joules_ratio", w.joules_ratio},
+                    {"seconds_ratio", w.seconds_ratio},
+                    {"samples", w.samples}};
+    if (w.basis == "measured") out["whole"]["measured_ms"] = w.measured_ms;
+  }
   return out;
 }
 
@@ -248,7 +259,48 @@ Status DeviceEnergyModel::fit(const GpFitOptions& options, std::size_t min_sampl
     model.energy = std::move(energy_gp);
     model.time = std::move(time_gp);
   }
+  learn_whole_network_gaps();
   return {};
+}
+
+bool DeviceEnergyModel::add_whole_network(WholeNetworkSample sample) {
+  if (!(sample.joules_per_step > 0.0) || !(sample.seconds_per_step > 0.0) || sample.signature.empty()) return false;
+  revision_ = next_revision();
+  const std::string key = whole_network_key(sample.signature, sample.batch_size, sample.optimizer);
+  for (auto& kept : wholes_) {
+    if (whole_network_key(kept.signature, kept.batch_size, kept.optimizer) == key) {
+      kept = std::move(sample);
+      return true;
+    }
+  }
+  wholes_.push_back(std::move(sample));
+  return true;
+}
+
+const WholeNetworkSample* DeviceEnergyModel::whole_network(const std::string& signature, std::int64_t batch_size,
+                                                           const std::string& optimizer) const {
+  if (signature.empty()) return nullptr;
+  const std::string wanted = optimizer.empty() ? "sgd" : optimizer;
+  for (const auto& sample : wholes_)
+    if (sample.signature == signature && sample.batch_size == batch_size && sample.optimizer == wanted) return &sample;
+  return nullptr;
+}
+
+void DeviceEnergyModel::learn_whole_network_gaps() {
+  // Each network measured whole against what its layers sum to under the layer models just
+  // fitted: the gap moves as the layer models learn, so it is learnt again at every fit.
+  std::vector<GapReading> readings;
+  for (const auto& sample : wholes_) {
+    auto layers = analyze_model(sample.model, sample.batch_size);
+    if (!layers) continue;
+    const TrainingConfig one_step{sample.batch_size, 1, sample.batch_size, sample.optimizer, std::nullopt};
+    auto raw = estimate_with(PreparedNetwork(*layers, sample.batch_size), one_step, "", false);
+    if (!raw || !(raw->joules_per_step.mean > 0.0) || !(raw->seconds.mean > 0.0)) continue;
+    readings.push_back({network_family(*layers), std::log(sample.joules_per_step / raw->joules_per_step.mean),
+                        std::log(sample.seconds_per_step / raw->seconds.mean)});
+  }
+  gaps_.clear();
+  for (auto& [family, gap] : learn_gaps(readings)) gaps_.emplace(family, gap);
 }
 
 bool DeviceEnergyModel::stands_in(const std::string& key) const {
@@ -291,7 +343,7 @@ Result<Estimate> DeviceEnergyModel::estimate(const ModelSpec& model, const Train
                                              const std::string& runtime) const {
   auto layers = analyze_model(model, training.batch_size);
   if (!layers) return layers.error();
-  return estimate(*layers, training, runtime);
+  return estimate(PreparedNetwork(*layers, training.batch_size, network_signature(model)), training, runtime);
 }
 
 void DeviceEnergyModel::set_runtime(RuntimeCost cost) {
@@ -300,8 +352,14 @@ void DeviceEnergyModel::set_runtime(RuntimeCost cost) {
   revision_ = next_revision();
 }
 
-PreparedNetwork::PreparedNetwork(const std::vector<AnalyzedLayer>& layers, std::int64_t batch_size)
-    : layers_(layers), batch_size_(batch_size), keys_(layer_keys(layers)), features_(layers.size()) {
+PreparedNetwork::PreparedNetwork(const std::vector<AnalyzedLayer>& layers, std::int64_t batch_size,
+                                 std::string signature)
+    : layers_(layers),
+      batch_size_(batch_size),
+      signature_(std::move(signature)),
+      family_(network_family(layers)),
+      keys_(layer_keys(layers)),
+      features_(layers.size()) {
   key_names_.reserve(keys_.size());
   for (std::size_t i = 0; i < layers.size(); ++i) {
     key_names_.push_back(keys_[i].name());
@@ -326,8 +384,14 @@ Result<Estimate> DeviceEnergyModel::estimate(const std::vector<AnalyzedLayer>& a
 
 Result<Estimate> DeviceEnergyModel::estimate(const PreparedNetwork& network, const TrainingConfig& training,
                                              const std::string& runtime) const {
+  return estimate_with(network, training, runtime, true);
+}
+
+Result<Estimate> DeviceEnergyModel::estimate_with(const PreparedNetwork& network, const TrainingConfig& training,
+                                                  const std::string& runtime, bool whole) const {
   if (network.batch_size() != training.batch_size)  // prepared for another batch: its features are not these
-    return estimate(network.layers(), training, runtime);
+    return estimate_with(PreparedNetwork(network.layers(), training.batch_size, network.signature()), training, runtime,
+                         whole);
   const auto* layers = &network.layers();
   std::vector<std::string> missing;
   for (std::size_t i = 0; i < layers->size(); ++i) {
@@ -468,8 +532,63 @@ Result<Estimate> DeviceEnergyModel::estimate(const PreparedNetwork& network, con
   }
   // The layers' spreads are independent and shrink in the sum; what the sum itself misses (a
   // real job's step is not exactly its probed layers') is shared by every layer: one more term.
-  step_var += (kStructuralSigma * out.joules_per_step.mean) * (kStructuralSigma * out.joules_per_step.mean);
-  seconds_var += (kStructuralSigma * seconds_mean) * (kStructuralSigma * seconds_mean);
+  double structural_joules = kStructuralSigma;
+  double structural_seconds = kStructuralSigma;
+  if (whole && out.joules_per_step.mean > 0.0 && seconds_mean > 0.0) {
+    // The network measured whole is its own best estimate; else its family's gap scales the sum.
+    WholeNetworkLine line;
+    line.family = network.family();
+    line.layers_joules_per_step = out.joules_per_step.mean;
+    line.layers_seconds_per_step = seconds_mean;
+    std::optional<double> joules_sigma, seconds_sigma;
+    if (const auto* measured = whole_network(network.signature(), training.batch_size, training.optimizer)) {
+      line.basis = "measured";
+      line.joules_ratio = measured->joules_per_step / out.joules_per_step.mean;
+      line.seconds_ratio = measured->seconds_per_step / seconds_mean;
+      line.samples = 1;
+      line.measured_ms = measured->measured_ms;
+      // Its own readings' spread (half the range about the median), and never less than the
+      // machine's drift between the measurement and the job.
+      joules_sigma = std::max(kMeasuredWholeSigma, measured->joules_spread / 2.0);
+      seconds_sigma = std::max(kMeasuredWholeSigma, measured->seconds_spread / 2.0);
+    } else if (const auto gap = gaps_.find(network.family()); gap != gaps_.end()) {
+      const WholeNetworkGap& g = gap->second;
+      line.basis = "family-gap";
+      line.joules_ratio = std::exp(g.log_joules_mean);
+      line.seconds_ratio = std::exp(g.log_seconds_mean);
+      line.samples = g.samples;
+      // A new network of the family lies about the family's mean as its measured ones did,
+      // and the mean of a few is itself uncertain: σ·√(1 + 1/n). The sum's own structural
+      // term stays the floor: a gap learnt from few networks cannot claim more.
+      const double inflate = std::sqrt(1.0 + 1.0 / static_cast<double>(g.samples));
+      structural_joules = std::max(kStructuralSigma, std::max(kGapFloorSigma, g.log_joules_std) * inflate);
+      structural_seconds = std::max(kStructuralSigma, std::max(kGapFloorSigma, g.log_seconds_std) * inflate);
+    }
+    if (!line.basis.empty()) {
+      for (auto& layer : out.layers) {
+        layer.joules_per_step.mean *= line.joules_ratio;
+        layer.joules_per_step.std *= line.joules_ratio;
+        layer.seconds_per_step.mean *= line.seconds_ratio;
+        layer.seconds_per_step.std *= line.seconds_ratio;
+      }
+      out.joules_per_step.mean *= line.joules_ratio;
+      step_var *= line.joules_ratio * line.joules_ratio;
+      seconds_mean *= line.seconds_ratio;
+      seconds_var *= line.seconds_ratio * line.seconds_ratio;
+      if (joules_sigma) {
+        // The measurement replaces the layers' sum and its spreads.
+        step_var = 0.0;
+        seconds_var = 0.0;
+        structural_joules = *joules_sigma;
+        structural_seconds = *seconds_sigma;
+        // The layers' caveats (sparse, extrapolated) are about the sum it replaced.
+        out.warnings.clear();
+      }
+      out.whole = std::move(line);
+    }
+  }
+  step_var += (structural_joules * out.joules_per_step.mean) * (structural_joules * out.joules_per_step.mean);
+  seconds_var += (structural_seconds * seconds_mean) * (structural_seconds * seconds_mean);
   // The runtime's own work per step (Python's module calls, its optimizer loop) is a line of
   // the step; its start-up is paid once. Their errors are the runtime probe's, apart from the
   // layers'.
@@ -549,6 +668,19 @@ json DeviceEnergyModel::save() const {
     for (const auto& [name, cost] : runtimes_) runtimes[name] = to_json(cost);
     out["runtimes"] = runtimes;
   }
+  if (!wholes_.empty()) {
+    json wholes = json::array();
+    for (const auto& sample : wholes_) wholes.push_back(to_json(sample));
+    out["whole_networks"] = wholes;
+    json gaps = json::object();
+    for (const auto& [family, gap] : gaps_)
+      gaps[family] = {{"samples", gap.samples},
+                      {"log_joules_mean", gap.log_joules_mean},
+                      {"log_joules_std", gap.log_joules_std},
+                      {"log_seconds_mean", gap.log_seconds_mean},
+                      {"log_seconds_std", gap.log_seconds_std}};
+    out["whole_network_gaps"] = gaps;
+  }
   return out;
 }
 
@@ -594,6 +726,33 @@ Result<DeviceEnergyModel> DeviceEnergyModel::load(const json& in) {
                             fmt::format("not a saved device energy model: runtimes/{}{}: {}", name, cost.error().where,
                                         cost.error().message));
         out.runtimes_.emplace(name, std::move(cost).value());
+      }
+    }
+    // Models saved before whole networks were measured have none.
+    if (const auto wholes = in.find("whole_networks"); wholes != in.end() && wholes->is_array()) {
+      for (std::size_t i = 0; i < wholes->size(); ++i) {
+        auto sample = whole_network_sample_from_json((*wholes)[i], fmt::format("/whole_networks/{}", i));
+        if (!sample)
+          return make_error(ErrorCode::invalid_argument, fmt::format("not a saved device energy model: {}: {}",
+                                                                     sample.error().where, sample.error().message));
+        sample->measured_ms = (*wholes)[i].value("measured_ms", std::int64_t{0});
+        out.wholes_.push_back(std::move(sample).value());
+      }
+    }
+    if (const auto gaps = in.find("whole_network_gaps"); gaps != in.end() && gaps->is_object()) {
+      for (const auto& [family, entry] : gaps->items()) {
+        WholeNetworkGap gap;
+        gap.samples = entry.at("samples").get<std::size_t>();
+        gap.log_joules_mean = entry.at("log_joules_mean").get<double>();
+        gap.log_joules_std = entry.at("log_joules_std").get<double>();
+        gap.log_seconds_mean = entry.at("log_seconds_mean").get<double>();
+        gap.log_seconds_std = entry.at("log_seconds_std").get<double>();
+        for (const double v : {gap.log_joules_mean, gap.log_joules_std, gap.log_seconds_mean, gap.log_seconds_std})
+          if (!std::isfinite(v) || std::abs(v) > 10.0)
+            return make_error(
+                ErrorCode::invalid_argument,
+                fmt::format("not a saved device energy model: whole_network_gaps/{}: not a ratio", family));
+        out.gaps_.emplace(family, gap);
       }
     }
     for (const auto& [name, entry] : in.at("models").items()) {

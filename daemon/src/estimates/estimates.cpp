@@ -11,7 +11,9 @@ Result<EstimateAnswer> estimate_on(const EstimateRequest& request, const std::ve
                                    const DeviceModels& models) {
   auto layers = estimator::analyze_model(request.model, request.training.batch_size, "/model");
   if (!layers) return layers.error();
-  const estimator::PreparedNetwork network(*layers, request.training.batch_size);  // once, for every device
+  // Once, for every device; its signature finds a device's measurement of this network whole.
+  const estimator::PreparedNetwork network(*layers, request.training.batch_size,
+                                           estimator::network_signature(request.model));
   schedulers::Constraints filter;
   filter.devices = request.devices;
   EstimateAnswer answer;

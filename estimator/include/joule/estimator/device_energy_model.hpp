@@ -40,6 +40,7 @@
 #include "joule/estimator/model_spec.hpp"
 #include "joule/estimator/runtime_cost.hpp"
 #include "joule/estimator/thor_probes.hpp"
+#include "joule/estimator/whole_network.hpp"
 
 namespace joule::estimator {
 
@@ -87,6 +88,21 @@ struct RuntimeLines {
   Uncertain step_seconds;
 };
 
+/// How a network measured whole on the device, or its family's whole-to-layers gap, changed the
+/// sum of its layer lines (whole_network.hpp). The layer lines are scaled to apportion the result.
+struct WholeNetworkLine {
+  /// "measured": this network (spec, batch size, optimizer) was trained whole on the device and
+  /// its step is that measurement; "family-gap": its family's learnt ratio scales its layer sum.
+  std::string basis;
+  std::string family;
+  double layers_joules_per_step = 0.0;  ///< the layer lines' sum before
+  double layers_seconds_per_step = 0.0;
+  double joules_ratio = 1.0;  ///< what the sum was multiplied by
+  double seconds_ratio = 1.0;
+  std::size_t samples = 0;       ///< networks the gap was learnt from (1 where measured)
+  std::int64_t measured_ms = 0;  ///< when it was measured ("measured" only)
+};
+
 /// What one job will cost on one device.
 struct Estimate {
   std::string device;
@@ -105,6 +121,9 @@ struct Estimate {
   /// The job's runtime's cost, where it asked for one the device has measured; nothing for a
   /// built-in job, an unknown runtime, or one not measured yet (a warning then says so).
   std::optional<RuntimeLines> runtime;
+  /// Where a whole measurement or a family gap changed the layers' sum; nothing where neither
+  /// is known.
+  std::optional<WholeNetworkLine> whole;
   std::vector<std::string> warnings;
 };
 
@@ -118,10 +137,14 @@ nlohmann::json to_json(const Estimate& estimate, bool with_layers);
 /// thread at a time; valid for the batch size it was made with.
 class PreparedNetwork {
  public:
-  PreparedNetwork(const std::vector<AnalyzedLayer>& layers, std::int64_t batch_size);
+  /// `signature`: network_signature of the spec the layers come from, so a network measured
+  /// whole is found; empty where the caller has no spec (only family gaps then apply).
+  PreparedNetwork(const std::vector<AnalyzedLayer>& layers, std::int64_t batch_size, std::string signature = {});
 
   const std::vector<AnalyzedLayer>& layers() const { return layers_; }
   std::int64_t batch_size() const { return batch_size_; }
+  const std::string& signature() const { return signature_; }
+  const std::string& family() const { return family_; }
   const LayerKey& key(std::size_t i) const { return keys_[i]; }
   const std::string& key_name(std::size_t i) const { return key_names_[i]; }
   bool free(std::size_t i) const { return free_[i]; }
@@ -132,6 +155,8 @@ class PreparedNetwork {
  private:
   const std::vector<AnalyzedLayer>& layers_;
   std::int64_t batch_size_;
+  std::string signature_;
+  std::string family_;
   std::vector<LayerKey> keys_;
   std::vector<std::string> key_names_;
   std::vector<bool> free_;
@@ -182,6 +207,17 @@ class DeviceEnergyModel {
   /// The same for a network prepared once for every device (its batch size `training`'s).
   Result<Estimate> estimate(const PreparedNetwork& network, const TrainingConfig& training,
                             const std::string& runtime = {}) const;
+
+  /// Keeps a network measured whole on this device, replacing an earlier measurement of the same
+  /// network, batch size and optimizer; its family's gap is learnt at the next fit(). Refuses
+  /// a sample without positive figures.
+  bool add_whole_network(WholeNetworkSample sample);
+  const std::vector<WholeNetworkSample>& whole_networks() const { return wholes_; }
+  /// The whole-to-layers gap per family, as the last fit() (or the loaded snapshot) learnt it.
+  const std::map<std::string, WholeNetworkGap>& whole_network_gaps() const { return gaps_; }
+  /// The measurement of a network whole, if this device has one (whole_network_key).
+  const WholeNetworkSample* whole_network(const std::string& signature, std::int64_t batch_size,
+                                          const std::string& optimizer) const;
 
   /// Keeps what a runtime costs on this device (joule-worker runtime), replacing its last one.
   void set_runtime(RuntimeCost cost);
@@ -259,6 +295,11 @@ class DeviceEnergyModel {
   static Eigen::VectorXd feature_vector(const std::map<std::string, double>& features,
                                         const std::vector<std::string>& names, std::optional<double> batch_size);
   friend class PreparedNetwork;  // finds the feature vectors the models ask for, once per job
+  /// estimate() with or without what whole networks teach (fit() learns the gaps from the raw sums).
+  Result<Estimate> estimate_with(const PreparedNetwork& network, const TrainingConfig& training,
+                                 const std::string& runtime, bool whole) const;
+  /// Learns gaps_ from wholes_ with the fitted layer models.
+  void learn_whole_network_gaps();
 
   static std::uint64_t next_revision();
 
@@ -272,6 +313,8 @@ class DeviceEnergyModel {
   std::size_t dropped_ = 0;
   std::map<std::string, std::size_t> unresolved_;  // kinds with no kept sample: drops so far
   std::map<std::string, RuntimeCost> runtimes_;    // by RuntimeCost::runtime
+  std::vector<WholeNetworkSample> wholes_;         // one per whole_network_key
+  std::map<std::string, WholeNetworkGap> gaps_;    // by family
 };
 
 }  // namespace joule::estimator
