@@ -735,7 +735,6 @@ Result<DeviceEnergyModel> DeviceEnergyModel::load(const json& in) {
         if (!sample)
           return make_error(ErrorCode::invalid_argument, fmt::format("not a saved device energy model: {}: {}",
                                                                      sample.error().where, sample.error().message));
-        sample->measured_ms = (*wholes)[i].value("measured_ms", std::int64_t{0});
         out.wholes_.push_back(std::move(sample).value());
       }
     }

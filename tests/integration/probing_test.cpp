@@ -518,3 +518,43 @@ TEST(ProbingTest, python_jobs_are_estimated_with_the_interpreter_the_device_meas
             std::string::npos)
       << other_job.dump(2);
 }
+
+// A requested run naming a network measures it whole once its layers have a model; the estimate
+// of that network is then the measurement (its layers apportioning it), and a restart keeps it.
+TEST(ProbingTest, a_requested_run_measures_its_networks_whole_and_estimates_them_from_it) {
+  StateDir state("joule-probing-whole");
+  const json mlp = json::parse(R"({"input": {"shape": [48]}, "layers": [
+      {"type": "linear", "out_features": 24}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
+  const json job = {{"model", mlp}, {"training", {{"batch_size", 16}, {"samples_per_epoch", 160}}}};
+  json measured;
+  {
+    DaemonProcess daemon({.config_toml = config("enabled = false\n" + kQuick)}, state.path);
+    ASSERT_TRUE(daemon.start()) << daemon.log();
+    const json request = {
+        {"device", "cpu"}, {"seconds", 60}, {"models", {{{"model", mlp}, {"training", {{"batch_size", 16}}}}}}};
+    auto [status, accepted] = daemon.call("POST", "/v1/probes", request.dump());
+    ASSERT_EQ(status, 202u) << accepted.dump();
+    const bool whole = eventually(
+        [&] {
+          measured = daemon.call("POST", "/v1/estimate", job.dump()).second;
+          return text(measured, "/estimates/0/whole/basis") == "measured";
+        },
+        90s);
+    ASSERT_TRUE(whole) << measured.dump(2) << daemon.log();
+    const json& row = measured["estimates"][0];
+    EXPECT_EQ(text(row, "/whole/family"), "dense");
+    EXPECT_GT(row["whole"]["layers_joules_per_step"].get<double>(), 0.0);
+    // Never tighter than the drift between a measurement and a job.
+    EXPECT_GE(row["joules_per_step"]["std"].get<double>(), 0.099 * row["joules_per_step"]["mean"].get<double>());
+    const auto cpu = cpu_device(daemon);
+    EXPECT_GE(number(cpu, "/model/probing/whole_networks/measured"), 1) << cpu.dump(2);
+    EXPECT_NE(daemon.log().find("measured whole at batch 16"), std::string::npos) << daemon.log();
+    daemon.signal(SIGTERM);
+    EXPECT_EQ(daemon.wait_exit(), 0) << daemon.log();
+  }
+  DaemonProcess restarted({.config_toml = config("enabled = false\n" + kQuick)}, state.path);
+  ASSERT_TRUE(restarted.start()) << restarted.log();
+  const json again = restarted.call("POST", "/v1/estimate", job.dump()).second;
+  EXPECT_EQ(text(again, "/estimates/0/whole/basis"), "measured") << again.dump(2) << restarted.log();
+  EXPECT_GE(number(cpu_device(restarted), "/model/probing/whole_networks/measured"), 1);
+}

@@ -18,6 +18,7 @@
 #include "joule/daemon/probe_service.hpp"
 #include "joule/estimator/drift.hpp"
 #include "joule/estimator/layer_analysis.hpp"
+#include "joule/estimator/probe_campaign.hpp"
 
 namespace joule::daemon {
 
@@ -115,6 +116,7 @@ struct ProbeService::Running {
   bool preempted = false;
   bool environment_only = false;  // `joule-worker env`, not a probe
   bool runtime_only = false;      // `joule-worker runtime`: the interpreter's cost, not a layer
+  std::optional<estimator::WorkloadItem> whole;  // a network of the workload measured whole
 };
 
 struct ProbeService::Device {
@@ -148,6 +150,18 @@ struct ProbeService::Device {
   std::string not_paying;       // why background probing stopped before the model converged, if it did
   bool runtime_tried = false;   // the runtime probe ended (either way) since the campaign began
   std::string runtime_problem;  // why it stored nothing, when it did not
+  // Networks of the workload that may be measured whole (queued and recent jobs', a requested
+  // run's), and those tried this campaign (whole_network_key) whether they measured or failed.
+  std::vector<estimator::WorkloadItem> whole_items;
+  std::uint64_t whole_items_revision = 0;
+  std::vector<std::string> wholes_tried;
+  struct WholeAnswer {  // next_whole's last answer, kept while nothing it read changed
+    std::uint64_t model_revision = 0;
+    std::uint64_t items_revision = 0;
+    std::size_t tried = 0;
+    std::optional<std::pair<std::size_t, std::pair<double, double>>> best;  // item, (reduction, cost)
+  };
+  std::optional<WholeAnswer> whole_answer;
 };
 
 }  // namespace joule::daemon

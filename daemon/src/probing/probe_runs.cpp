@@ -78,6 +78,10 @@ void ProbeService::start_probe(Device& device) {
   }
   // Each stretch of probing learns for the jobs queued and finished since the last one.
   if (!device.active_run) refresh_workload(device);
+  if (auto next = next_probe(device); next && next->whole) {
+    start_whole_probe(device, *next->whole);
+    return;
+  }
   const auto& model = device.fitted ? *device.fitted : *device.learning;
   // Up to plans_per_run plans for one worker process. Each is marked as taken, so the next pick
   // spreads away from it; one that never runs (pre-empted, or after a failure) is unmarked.
@@ -395,6 +399,10 @@ void ProbeService::on_probe_exit(const std::string& device_name, const std::opti
 
   if (probe.runtime_only) {
     on_runtime_exit(device, probe, exit, seconds);
+    return;
+  }
+  if (probe.whole) {
+    on_whole_exit(device, probe, exit, seconds);
     return;
   }
 

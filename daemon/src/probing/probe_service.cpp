@@ -102,6 +102,7 @@ void ProbeService::start(StoredProbeState stored) {
     device->learning->set_environment(device->environment);
     if (auto it = stored.samples.find(config.name); it != stored.samples.end() && !device->environment.empty()) {
       for (const auto& row : it->second) {
+        if (restore_whole(*device, row)) continue;
         const auto detail = json::parse(row.detail_json, nullptr, false);
         auto key = parse_key(row.layer_key);
         if (!key || !detail.is_object()) continue;
@@ -195,6 +196,10 @@ void ProbeService::tick() {
 
 void ProbeService::refresh_workload(Device& device) {
   std::vector<estimator::WorkloadItem> workload = demand_.workload(32);
+  // The users' networks (not the starter set the layers are seeded from) may be measured whole.
+  device.whole_items = workload;
+  device.whole_items.insert(device.whole_items.end(), device.requested_models.begin(), device.requested_models.end());
+  ++device.whole_items_revision;
   for (auto& item : ModelService::starter_workload()) workload.push_back(std::move(item));
   workload.insert(workload.end(), device.requested_models.begin(), device.requested_models.end());
   if (!device.planner) {
@@ -212,32 +217,44 @@ bool ProbeService::needs_probing(Device& device) {
     begin_campaign(device, "age");
     return true;
   }
-  const auto& model = device.fitted ? *device.fitted : *device.learning;
-  const auto planned = device.planner->next_planned(model);
-  if (!planned) return false;
+  const auto next = next_probe(device);
+  if (!next) return false;
   if (device.cycle.requested()) return true;  // a requested run probes for its time
-  const bool pays = probe_pays(device, *planned);
+  const bool pays = probe_pays(device, next->error_reduction);
   if (pays) device.not_paying.clear();
   return pays;
 }
 
-bool ProbeService::probe_pays(Device& device, const estimator::PlannedProbe& planned) {
+std::optional<ProbeService::NextProbe> ProbeService::next_probe(Device& device) {
+  const auto& model = device.fitted ? *device.fitted : *device.learning;
+  const auto layer = device.planner->next_planned(model);
+  auto whole = next_whole(device);
+  // Seeds and kinds without a model come first: without them some network has no estimate.
+  const bool layer_first = layer && !std::isfinite(layer->error_reduction);
+  if (whole && !layer_first &&
+      (!layer || whole->error_reduction / std::sqrt(whole->cost) > layer->error_reduction / std::sqrt(layer->cost)))
+    return whole;
+  if (layer) return NextProbe{layer->error_reduction, layer->cost, std::nullopt};
+  return std::nullopt;
+}
+
+bool ProbeService::probe_pays(Device& device, double error_reduction) {
   // A seed, or a kind with no model at all: without it the workload has no estimate.
-  if (!std::isfinite(planned.error_reduction) || device.probe_plans == 0) return true;
+  if (!std::isfinite(error_reduction) || device.probe_plans == 0) return true;
   const std::int64_t day_ago = now_ms() - 86'400'000;
   while (!device.job_joules.empty() && device.job_joules.front().first < day_ago) device.job_joules.pop_front();
   double jobs_joules = 0.0;
   for (const auto& [finished, joules] : device.job_joules) jobs_joules += joules;
   // The estimates serve until the model is re-probed for its age (at least a day).
   const double days = std::max(options_.probing.max_model_age_hours / 24.0, 1.0);
-  const double worth = planned.error_reduction * jobs_joules * days;
+  const double worth = error_reduction * jobs_joules * days;
   const double cost = device.probe_joules / static_cast<double>(device.probe_plans);
   if (worth >= cost) return true;
   std::string note = fmt::format(
       "probing no longer pays: the best next probe would cut the estimates' expected error by {:.2g} % of the "
       "{:.4g} J that jobs estimated here used in the last day (over the model's {:.0f} days: {:.3g} J), less than "
       "the {:.3g} J a probe costs",
-      100.0 * planned.error_reduction, jobs_joules, days, worth, cost);
+      100.0 * error_reduction, jobs_joules, days, worth, cost);
   if (device.not_paying.empty())
     spdlog::info("device {}: {}; background probing waits for more jobs (a requested run still probes)", device.name,
                  note);
@@ -248,7 +265,7 @@ bool ProbeService::probe_pays(Device& device, const estimator::PlannedProbe& pla
 void ProbeService::consider(Device& device) {
   if (device.cycle.worker_running()) {
     // Its end is what moves the device on; meanwhile each plan it finishes is learnt from.
-    if (device.probe && !device.probe->environment_only && !device.probe->runtime_only &&
+    if (device.probe && !device.probe->environment_only && !device.probe->runtime_only && !device.probe->whole &&
         take_results(device, *device.probe))
       save_run(device.probe->run_id);
     return;
@@ -303,6 +320,8 @@ void ProbeService::begin_campaign(Device& device, const std::string& reason) {
   device.drift.reset();
   device.runtime_tried = false;  // the new model measures its runtime again
   device.runtime_problem.clear();
+  device.wholes_tried.clear();  // and its networks whole
+  device.whole_answer.reset();
   refresh_workload(device);
 }
 
@@ -517,6 +536,7 @@ json ProbeService::info(const std::string& name) const {
     if (!device.runtime_problem.empty()) runtime["problem"] = device.runtime_problem;
     probing["runtime"] = std::move(runtime);
   }
+  probing["whole_networks"] = whole_info(device);
   return {{"last_probe_ms", device.last_probe_ms ? json(*device.last_probe_ms) : json(nullptr)},
           {"heldout_error", heldout},
           {"probing", probing}};

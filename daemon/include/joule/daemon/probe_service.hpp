@@ -19,6 +19,14 @@
 // environment (LibTorch, BLAS, threads, meter source) than the model was learnt under: that
 // model is withdrawn at once, since its figures describe other conditions.
 //
+// Once a device's layer models are seeded, the networks of queued jobs and of a requested run's
+// `models` are candidates too: measured whole for a few steps (joule-worker probe with the
+// network itself), weighed against the next layer probe by the same rule (the expected fall of
+// the workload's estimate error per √cost). A network measured whole is estimated from that
+// measurement; the ones not measured are scaled by their family's whole-to-layers gap
+// (estimator/whole_network.hpp). A measurement that fails is not tried again this campaign and
+// stores nothing.
+//
 // Before the first layer probe of a campaign, `joule-worker runtime` meters what the configured
 // Python interpreter ([probing] python) costs: its start-up and its training loop's per-step
 // work beyond LibTorch's (estimator/runtime_cost.hpp). The model keeps it, so jobs whose command
@@ -122,7 +130,23 @@ class ProbeService {
   /// energy) × the energy jobs estimated on the device used in the last day × the model's life
   /// in days (max_model_age_hours), against the mean joules of a probe plan here. Seeds and
   /// kinds with no model always pay. When it does not, GET /v1/devices says so.
-  bool probe_pays(Device& device, const estimator::PlannedProbe& planned);
+  bool probe_pays(Device& device, double error_reduction);
+  /// What probing would do next on the device, and what it is worth: the layer planner's next
+  /// plan, or a network of the workload to measure whole where that is worth more per √cost.
+  struct NextProbe {
+    double error_reduction = 0.0;
+    double cost = 1.0;
+    std::optional<estimator::WorkloadItem> whole;  ///< set: measure this network whole
+  };
+  std::optional<NextProbe> next_probe(Device& device);
+  /// The workload's network most worth measuring whole now, if any (probe_whole.cpp).
+  std::optional<NextProbe> next_whole(Device& device);
+  void start_whole_probe(Device& device, const estimator::WorkloadItem& item);
+  void on_whole_exit(Device& device, Running& probe, const std::optional<adapters::ExitStatus>& exit, double seconds);
+  /// A stored whole-network row back into the device's model (at start); whether it was one.
+  static bool restore_whole(Device& device, const adapters::StoredProbeSample& row);
+  /// What GET /v1/devices shows of the networks measured whole and the families' gaps.
+  static nlohmann::json whole_info(const Device& device);
   static void remember_job_energy(Device& device, const JobFeedback& feedback);
   void start_probe(Device& device);
   /// Why a run is opened now: "requested", the campaign's reason, or "idle".

@@ -213,6 +213,10 @@ class DeviceEnergyModel {
   /// a sample without positive figures.
   bool add_whole_network(WholeNetworkSample sample);
   const std::vector<WholeNetworkSample>& whole_networks() const { return wholes_; }
+  /// Learns each family's gap from the networks measured whole against their layer sums under
+  /// the layer models as fitted now (fit() calls it; a whole measurement added to a fitted
+  /// model is learnt from without refitting the GPs).
+  void learn_whole_network_gaps();
   /// The whole-to-layers gap per family, as the last fit() (or the loaded snapshot) learnt it.
   const std::map<std::string, WholeNetworkGap>& whole_network_gaps() const { return gaps_; }
   /// The measurement of a network whole, if this device has one (whole_network_key).
@@ -298,8 +302,6 @@ class DeviceEnergyModel {
   /// estimate() with or without what whole networks teach (fit() learns the gaps from the raw sums).
   Result<Estimate> estimate_with(const PreparedNetwork& network, const TrainingConfig& training,
                                  const std::string& runtime, bool whole) const;
-  /// Learns gaps_ from wholes_ with the fitted layer models.
-  void learn_whole_network_gaps();
 
   static std::uint64_t next_revision();
 

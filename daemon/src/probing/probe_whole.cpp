@@ -1,0 +1,298 @@
+// ProbeService measuring the workload's own networks whole: which one is worth it, the worker's
+// run, and what its result teaches (estimator/whole_network.hpp).
+#include "joule/daemon/probe_service.hpp"
+
+#include "probe_parts.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "joule/common/energy_source.hpp"
+#include "joule/estimator/whole_network.hpp"
+#include "joule/worker/protocol.hpp"
+
+namespace joule::daemon {
+
+using nlohmann::json;
+using namespace probe_parts;
+
+namespace {
+
+constexpr const char* kWholeRowKey = "whole-network";
+// A whole measurement holds the device like a probe (a job pre-empts it); one whose readings
+// would take longer than this at its estimated pace is left to the layers and the family gap.
+constexpr double kMaxWholeSeconds = 120.0;
+
+std::string key_of(const estimator::WorkloadItem& item) {
+  return estimator::whole_network_key(estimator::network_signature(item.model), item.batch_size, item.optimizer);
+}
+
+}  // namespace
+
+std::optional<ProbeService::NextProbe> ProbeService::next_whole(Device& device) {
+  // Whole networks are weighed against layer probes once the layers have a fitted model: the
+  // worth of a measurement is how unsure the model's estimate of the network is.
+  if (!device.fitted || device.planner->seeding() || device.whole_items.empty()) return std::nullopt;
+  const auto& model = *device.fitted;
+  const std::size_t tried = device.wholes_tried.size() + device.learning->whole_networks().size();
+  auto& kept = device.whole_answer;
+  if (!kept || kept->model_revision != model.revision() || kept->items_revision != device.whole_items_revision ||
+      kept->tried != tried) {
+    kept = Device::WholeAnswer{model.revision(), device.whole_items_revision, tried, std::nullopt};
+    // One candidate per network, batch size and optimizer; its share of the workload sums over
+    // the jobs that train it.
+    std::vector<estimator::WholeNetworkCandidate> candidates;
+    std::vector<std::size_t> item_of;
+    std::map<std::string, std::size_t> index_of;
+    double total = 0.0;
+    for (std::size_t i = 0; i < device.whole_items.size(); ++i) {
+      const auto& item = device.whole_items[i];
+      const std::string signature = estimator::network_signature(item.model);
+      const std::string key = estimator::whole_network_key(signature, item.batch_size, item.optimizer);
+      const estimator::TrainingConfig one_step{item.batch_size, 1, item.batch_size, item.optimizer, std::nullopt};
+      auto estimate = model.estimate(item.model, one_step);
+      if (!estimate || !(estimate->joules_per_step.mean > 0.0)) continue;
+      total += estimate->joules_per_step.mean;
+      if (const auto seen = index_of.find(key); seen != index_of.end()) {
+        candidates[seen->second].share += estimate->joules_per_step.mean;
+        continue;
+      }
+      estimator::WholeNetworkCandidate candidate;
+      candidate.signature = signature;
+      candidate.batch_size = item.batch_size;
+      candidate.optimizer = item.optimizer;
+      candidate.flops_per_step = 0.0;
+      for (const auto& line : estimate->layers) candidate.flops_per_step += line.flops_per_step;
+      candidate.relative_std = estimate->joules_per_step.std / estimate->joules_per_step.mean;
+      candidate.seconds_per_step =
+          estimate->seconds.mean / static_cast<double>(std::max<std::int64_t>(1, estimate->steps));
+      candidate.share = estimate->joules_per_step.mean;
+      index_of.emplace(key, candidates.size());
+      candidates.push_back(std::move(candidate));
+      item_of.push_back(i);
+    }
+    for (auto& candidate : candidates) candidate.share /= total;
+    std::vector<std::string> done = device.wholes_tried;
+    for (const auto& sample : device.learning->whole_networks())
+      done.push_back(estimator::whole_network_key(sample.signature, sample.batch_size, sample.optimizer));
+    const int steps =
+        options_.probing.warmup_steps + options_.probing.repetitions * options_.probing.steps_per_repetition;
+    if (const auto best = estimator::plan_whole_network(candidates, done, steps, kMaxWholeSeconds))
+      kept->best = {item_of[best->index], {best->error_reduction, best->cost}};
+  }
+  if (!kept->best) return std::nullopt;
+  return NextProbe{kept->best->second.first, kept->best->second.second, device.whole_items[kept->best->first]};
+}
+
+void ProbeService::start_whole_probe(Device& device, const estimator::WorkloadItem& item) {
+  if (!device.active_run) open_run(device, run_reason(device), std::nullopt);
+  const int threads = config::device_threads(*device.config, options_.probing);
+  const auto directory =
+      options_.state_directory / "probes" / fmt::format("{}-whole-{}", *device.active_run, next_run_++);
+  std::error_code ec;
+  std::filesystem::create_directories(directory, ec);
+  worker::ProbeRequest request;
+  request.device = device.name;
+  request.threads = threads;
+  request.batch_size = item.batch_size;
+  request.optimizer = item.optimizer;
+  request.warmup_steps = options_.probing.warmup_steps;
+  request.steps_per_repetition = options_.probing.steps_per_repetition;
+  request.min_reading_seconds = options_.probing.reading_seconds;
+  request.repetitions = options_.probing.repetitions;
+  request.meter = device.config->meter;
+  request.idle_watts = device.config->idle_watts;
+  request.watts_per_busy_core = device.config->watts_per_busy_core;
+  request.seed = next_run_++;
+  request.networks = {item.model};
+  const auto file = directory / "request.json";
+  {
+    std::ofstream out(file);
+    out << worker::to_json(request).dump();
+    if (!out) {
+      device.wholes_tried.push_back(key_of(item));
+      device.cycle.launch_failed(clock_.steady(), fmt::format("cannot write {}", file.string()));
+      return;
+    }
+  }
+  adapters::LaunchSpec spec;
+  spec.argv = {options_.worker.string(), "probe", "--request", file.string()};
+  set_probe_launch(spec, directory, threads, "results.jsonl");
+  auto worker = launch_worker(device, spec, "whole-network probe");
+  if (!worker) {
+    spdlog::error("device {}: cannot start a whole-network probe: {}", device.name, worker.error().message);
+    device.cycle.launch_failed(clock_.steady(), "cannot start joule-worker: " + worker.error().message);
+    return;
+  }
+  Running running;
+  running.run_id = *device.active_run;
+  running.worker = std::move(*worker);
+  running.directory = directory;
+  running.started = clock_.steady();
+  running.taken_at = running.started;
+  running.whole = item;
+  device.probe = std::move(running);
+  device.cycle.probe_started();
+  spdlog::info("device {}: measuring network {} whole at batch {} ({})", device.name,
+               item.model.name.empty() ? estimator::network_signature(item.model) : item.model.name, item.batch_size,
+               item.optimizer);
+}
+
+void ProbeService::on_whole_exit(Device& device, Running& probe, const std::optional<adapters::ExitStatus>& exit,
+                                 double seconds) {
+  const std::string& name = device.name;
+  const estimator::WorkloadItem& item = *probe.whole;
+  auto run = runs_.find(probe.run_id);
+  if (run != runs_.end()) run->second.probe_seconds += seconds;
+  ProbeOutcome outcome = ProbeOutcome::completed;
+  std::string failure;
+  if (probe.preempted) {
+    // Not tried: it is a candidate again once the device is idle.
+    outcome = ProbeOutcome::preempted;
+    metrics_.count_probe_outcome(name, "preempted");
+    if (run != runs_.end()) ++run->second.preempted;
+  } else {
+    device.wholes_tried.push_back(key_of(item));
+    const std::string output = read_file(probe.directory / "results.jsonl");
+    const auto line = output.substr(0, output.find('\n'));
+    auto result = worker::parse_probe_result(json::parse(line, nullptr, false));
+    const std::string label = item.model.name.empty() ? estimator::network_signature(item.model) : item.model.name;
+    if (!exit || !exit->success() || !result || result->networks.size() != 1) {
+      const std::string why = last_line(read_file(probe.directory / "stderr.log", 8192));
+      failure = fmt::format("whole-network probe of {} (batch {}) failed with {}: {}", label, item.batch_size,
+                            exit ? exit->describe() : "no exit status",
+                            !why.empty() ? why
+                            : result     ? "no result"
+                                         : result.error().message);
+    } else if (result->environment.fingerprint() != device.environment || result->meter_source != device.source) {
+      // Not comparable with the layers it would be set beside: the next layer probe notices
+      // the change and re-probes.
+      failure = fmt::format(
+          "whole-network probe of {} ran under \"{}\" metered by {}, the model under \"{}\" by {}: "
+          "not kept",
+          label, result->environment.fingerprint(), result->meter_source, device.environment, device.source);
+    } else {
+      const auto& network = result->networks.front();
+      double joules = 0.0;
+      for (const auto& repetition : network.repetitions)
+        joules += repetition.joules_per_step *
+                  (repetition.steps > 0 ? repetition.steps : std::max(1, network.steps_per_repetition));
+      const auto ended = now_ms();
+      device.last_probe_ms = ended;
+      device.joules_today += joules;
+      device.probe_joules += joules;
+      ++device.probe_plans;
+      metrics_.add_probe_runs(name, 1.0);
+      metrics_.add_probe_energy(name, result->meter_source, joules);
+      budgets_.record(adapters::StoredEnergyUse{budgets_.node(), name, "probe",
+                                                ended - static_cast<std::int64_t>(seconds * 1000.0), ended, joules,
+                                                result->meter_source});
+      if (run != runs_.end()) {
+        ++run->second.probes;
+        run->second.joules += joules;
+        run->second.source = result->meter_source;
+      }
+      estimator::WholeNetworkSample sample;
+      sample.model = item.model;
+      sample.signature = estimator::network_signature(item.model);
+      if (auto layers = estimator::analyze_model(item.model, item.batch_size))
+        sample.family = estimator::network_family(*layers);
+      sample.batch_size = item.batch_size;
+      sample.optimizer = item.optimizer;
+      sample.joules_per_step = network.joules_per_step;
+      sample.seconds_per_step = network.seconds_per_step;
+      sample.joules_spread = network.joules_spread;
+      sample.seconds_spread = network.seconds_spread;
+      sample.measured_ms = ended;
+      // Held out: what the model in use said of this network before its measurement joined.
+      const auto& models = models_.models();
+      if (const auto in_use = models.find(name); in_use != models.end() && in_use->second) {
+        const estimator::TrainingConfig one_step{item.batch_size, 1, item.batch_size, item.optimizer, std::nullopt};
+        if (auto predicted = in_use->second->estimate(item.model, one_step);
+            predicted && sample.joules_per_step > 0.0) {
+          device.heldout.push_back(std::abs(predicted->joules_per_step.mean - sample.joules_per_step) /
+                                   sample.joules_per_step);
+          if (device.heldout.size() > kHeldOutWindow) device.heldout.pop_front();
+        }
+      }
+      if (!device.learning->add_whole_network(sample)) {
+        failure = fmt::format("whole-network probe of {} measured nothing usable ({:.3g} J, {:.3g} s per step)", label,
+                              sample.joules_per_step, sample.seconds_per_step);
+      } else {
+        metrics_.count_probe_outcome(name, "completed");
+        adapters::StoredProbeSample row;
+        row.device = name;
+        row.fingerprint = device.environment + "; meter " + device.source;
+        row.at_ms = ended;
+        row.layer_key = kWholeRowKey;
+        row.joules_per_step = sample.joules_per_step;
+        row.seconds_per_step = sample.seconds_per_step;
+        row.source = result->meter_source;
+        row.detail_json = json{{"whole", estimator::to_json(sample)}, {"run", probe.run_id}}.dump();
+        storage_.submit([row](adapters::Database& db) { return db.insert_probe_sample(row); },
+                        [name](Status s) {
+                          if (!s)
+                            spdlog::error("device {}: whole-network sample not saved: {}", name, s.error().message);
+                        });
+        // Served at once: the fitted layers stay, the measurement and the gaps join them.
+        if (device.fitted && !device.replacing) {
+          auto updated = std::make_shared<estimator::DeviceEnergyModel>(*device.fitted);
+          updated->add_whole_network(sample);
+          updated->learn_whole_network_gaps();
+          device.fitted = updated;
+          install_model(device, updated);
+        }
+        spdlog::info("device {}: network {} measured whole at batch {}: {:.4g} J and {:.4g} s per step ({})", name,
+                     label, item.batch_size, sample.joules_per_step, sample.seconds_per_step, result->meter_source);
+      }
+    }
+    if (!failure.empty()) {
+      outcome = ProbeOutcome::failed;
+      metrics_.count_probe_outcome(name, "failed");
+      spdlog::warn("device {}: {}", name, failure);
+      if (run != runs_.end()) {
+        ++run->second.failed;
+        run->second.message = failure;
+      }
+    }
+  }
+  if (run != runs_.end()) save_run(run->first);
+  std::error_code ec;
+  std::filesystem::remove_all(probe.directory, ec);
+  if (device.cycle.probe_ended(clock_.steady(), outcome))
+    close_run(device, "failed", failure + " (" + device.cycle.backoff_reason() + ")");
+}
+
+bool ProbeService::restore_whole(Device& device, const adapters::StoredProbeSample& row) {
+  if (row.layer_key != kWholeRowKey) return false;
+  const auto detail = json::parse(row.detail_json, nullptr, false);
+  if (!detail.is_object() || !detail.contains("whole")) return true;
+  auto sample = estimator::whole_network_sample_from_json(detail["whole"]);
+  if (!sample) {
+    spdlog::warn("device {}: a stored whole-network sample is unreadable ({}: {}); skipped", device.name,
+                 sample.error().where, sample.error().message);
+    return true;
+  }
+  device.learning->add_whole_network(std::move(sample).value());
+  return true;
+}
+
+json ProbeService::whole_info(const Device& device) {
+  const auto& model = device.fitted ? *device.fitted : *device.learning;
+  json families = json::object();
+  for (const auto& [family, gap] : model.whole_network_gaps())
+    families[family] = {{"networks", gap.samples},
+                        {"joules_ratio", std::exp(gap.log_joules_mean)},
+                        {"joules_log_std", gap.log_joules_std},
+                        {"seconds_ratio", std::exp(gap.log_seconds_mean)},
+                        {"seconds_log_std", gap.log_seconds_std}};
+  json out = {{"measured", model.whole_networks().size()}, {"gaps", families}};
+  if (device.probe && device.probe->whole) out["measuring"] = device.probe->whole->model.name;
+  return out;
+}
+
+}  // namespace joule::daemon
