@@ -39,6 +39,7 @@ import argparse
 import collections
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -682,6 +683,18 @@ def analyse_row(row, modelled_watts):
     row["runtime_joules"] = runtime_joules
     layers_mean = raw_mean - runtime_joules if runtime_joules is not None else raw_mean
     row["error_raw_without_runtime"] = rel(layers_mean, metered)
+    # A network measured whole on the device (or scaled by its family's whole-to-layers gap) is
+    # estimated from that: its layers' own sum is kept beside it (the estimate's `whole`).
+    whole = (est or {}).get("whole") if ok else None
+    row["whole_basis"] = whole.get("basis") if whole else None
+    row["family"] = whole.get("family") if whole else None
+    if whole and raw_mean is not None:
+        steps = est.get("steps") or 0
+        layers_step = whole["layers_joules_per_step"]
+        row["layers_joules_per_step"] = layers_step
+        row["whole_joules_ratio"] = whole["joules_ratio"]
+        row["raw_without_whole"] = raw_mean - steps * layers_step * (whole["joules_ratio"] - 1.0)
+        row["error_raw_without_whole"] = rel(row["raw_without_whole"], metered)
     row["error_served"] = rel(served_mean, metered)
     row["error_flops"] = rel(baseline, metered)
     row["in_2sigma_raw"] = inside(raw_mean, raw_std, metered)
@@ -722,6 +735,28 @@ def analyse_row(row, modelled_watts):
     return row
 
 
+def family_gap_leave_one_out(rows):
+    """Each network measured whole, estimated instead as one not measured would be: its layers'
+    sum scaled by the mean log whole-to-layers ratio of the OTHER networks of its family measured
+    in the same run (the rule jouled applies from 2 such networks on); nothing where there are
+    fewer than 2 others."""
+    measured = [r for r in rows if r.get("whole_basis") == "measured" and r.get("whole_joules_ratio")]
+    for r in measured:
+        others = [math.log(o["whole_joules_ratio"]) for o in measured
+                  if o["family"] == r["family"] and o["network"] != r["network"]]
+        if len(others) < 2:
+            continue
+        ratio = math.exp(statistics.fmean(others))
+        steps = (r.get("estimate_at_submit") or {}).get("steps") or 0
+        loo = r["raw_without_whole"] + steps * r["layers_joules_per_step"] * (ratio - 1.0)
+        r["family_gap_loo"] = {"ratio": ratio, "others": len(others), "joules": loo}
+        r["error_family_gap_loo"] = rel(loo, r.get("metered_joules"))
+        if r.get("worker_joules"):
+            runtime = r.get("runtime_joules") or 0.0
+            r["error_family_gap_loo_vs_worker"] = rel(loo - runtime, r["worker_joules"])
+            r["error_raw_without_whole_vs_worker"] = rel(r["raw_without_whole"] - runtime, r["worker_joules"])
+
+
 def summary(rows, error_key, flops_key, cover_key):
     errs = [(r, r.get(error_key)) for r in rows if r.get(error_key) is not None]
     if not errs:
@@ -740,6 +775,7 @@ def summary(rows, error_key, flops_key, cover_key):
 
 
 def summaries(rows):
+    family_gap_leave_one_out(rows)
     out = {}
     for label, subset in (("tuning", [r for r in rows if r["set"] == "tuning"]),
                           ("held-out", [r for r in rows if r["set"] == "held-out"]), ("all", rows)):
@@ -750,6 +786,14 @@ def summaries(rows):
                                                     "in_2sigma_raw"),
             "vs_worker_measure": summary(subset, "error_raw_vs_worker", "error_flops_vs_worker",
                                          "in_2sigma_raw_vs_worker"),
+            # Issue 30's whole networks: the same estimates from their layers' sum alone, and each
+            # measured network estimated from its family's other measured networks instead.
+            "vs_real_jobs_without_whole": summary(subset, "error_raw_without_whole", "error_flops", "in_2sigma_raw"),
+            "vs_real_jobs_family_gap_loo": summary(subset, "error_family_gap_loo", "error_flops", "in_2sigma_raw"),
+            "vs_worker_without_whole": summary(subset, "error_raw_without_whole_vs_worker", "error_flops_vs_worker",
+                                               "in_2sigma_raw_vs_worker"),
+            "vs_worker_family_gap_loo": summary(subset, "error_family_gap_loo_vs_worker", "error_flops_vs_worker",
+                                                "in_2sigma_raw_vs_worker"),
             # The job's own process as the modelled meter would read it alone (idle W x its seconds
             # + W per busy core x its CPU seconds): the real job without the other load on the node.
             "vs_job_own_process": summary(subset, "error_raw_vs_own", "error_flops_vs_own", "in_2sigma_raw_vs_own"),
@@ -814,7 +858,7 @@ def report(data):
     p("")
     hdr = (f"{'network':<12}{'set':<9}{'B':>3}{'steps':>6}{'job s':>7}{'est s':>7}{'metered J':>10}"
            f"{'raw est J ± std':>18}{'err':>8}{'2σ':>4}{'FLOPs':>8}{'served':>8}{'worker J':>10}{'vs wkr':>8}"
-           f"{'job/wkr':>8}{'others':>7}{'start':>6}{'thr':>4}")
+           f"{'job/wkr':>8}{'others':>7}{'start':>6}{'thr':>4}{'whole':>7}")
     p(hdr)
     for r in data["rows"]:
         res = r.get("result") or {}
@@ -826,6 +870,7 @@ def report(data):
           f"{num(r.get('worker_joules')):>10}{pct(r.get('error_raw_vs_worker'), 0):>8}"
           f"{num(r.get('job_over_worker'), '{:.2f}'):>8}{apct(r.get('others_share'), 0):>7}"
           f"{apct(r.get('startup_share'), 0):>6}{num(res.get('torch_threads'), '{}'):>4}"
+          f"{({'measured': 'meas', 'family-gap': 'gap'}).get(r.get('whole_basis'), '-'):>7}"
           + ("" if r.get("state") == "succeeded" else f"  {r.get('state')}: {r.get('reason')}"))
     p("")
     p("err: (raw estimate - metered) / metered; 2σ: metered within the raw estimate's mean ± 2 std; FLOPs: the "
@@ -833,13 +878,19 @@ def report(data):
       "worker J: joule-worker measure J/step x steps; vs wkr: raw estimate against it; job/wkr: metered / worker J; "
       "others: share of the metered joules beyond idle W x the job's seconds + W/core x its own CPU seconds (0 where jouled "
       "meters the job's process group alone); start: "
-      "share of the job's seconds before its first step; thr: torch's thread count in the job")
+      "share of the job's seconds before its first step; thr: torch's thread count in the job; whole: the "
+      "estimate's basis beyond its layers' sum (meas: the network measured whole on the device; gap: its family's "
+      "whole-to-layers ratio)")
     p("")
     p(f"{'summary':<34}{'set':<9}{'n':>3}{'MAPE':>8}{'median':>8}{'signed':>8}{'worst':>24}{'<20%':>6}{'2σ cov':>8}"
       f"{'FLOPs':>8}{'F/MAPE':>7}")
     for what, key in (("vs real jobs (raw)", "vs_real_jobs"),
                       ("  the same, without runtime lines", "vs_real_jobs_without_runtime"),
+                      ("  the same, layers' sum only", "vs_real_jobs_without_whole"),
+                      ("  family gap, leave-one-out", "vs_real_jobs_family_gap_loo"),
                       ("vs joule-worker measure (raw)", "vs_worker_measure"),
+                      ("  the same, layers' sum only", "vs_worker_without_whole"),
+                      ("  family gap, leave-one-out", "vs_worker_family_gap_loo"),
                       ("vs the job's own process (raw)", "vs_job_own_process"),
                       ("served at submit (calibrated)", "served_calibrated_at_submit"),
                       ("  the same jobs, raw", "same_jobs_raw")):
@@ -891,6 +942,16 @@ def report(data):
           f" µs per module, ±{apct(step.get('sigma'), 0)}")
     else:
         p("runtime probe: none in the model (" + str(((m.get("probing") or {}).get("runtime") or {})) + ")")
+    whole = (m.get("probing") or {}).get("whole_networks") or {}
+    measured_rows = [r for r in data["rows"] if r.get("whole_joules_ratio") and r.get("whole_basis") == "measured"]
+    p(f"networks measured whole at the end: {whole.get('measured', 0)}; jobs estimated from a whole measurement at "
+      f"submit: {len(measured_rows)}, from a family gap: "
+      f"{sum(1 for r in data['rows'] if r.get('whole_basis') == 'family-gap')}; whole / layers' sum per job: "
+      + ", ".join(f"{r['network']}/{r['batch']} {r['whole_joules_ratio']:.2f}" for r in measured_rows))
+    if whole.get("gaps"):
+        p("family gaps (whole / layers' sum, joules): " + "; ".join(
+            f"{family} x{g['joules_ratio']:.2f} ±{apct(g['joules_log_std'], 0)} from {g['networks']}"
+            for family, g in sorted(whole["gaps"].items())))
     runs = data.get("probe_runs") or []
     if len(runs) > 1:
         p("probe runs: " + "; ".join(f"{r.get('reason')} {r.get('state')} {r.get('probes')} probes "

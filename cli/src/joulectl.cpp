@@ -121,6 +121,13 @@ std::string model_summary(const json& model) {
     const auto& probing = model["probing"];
     text += "; " + probing.value("state", "");
     if (probing.contains("waiting")) text += " (" + probing["waiting"].get<std::string>() + ")";
+    // Networks measured whole, and each family's whole-to-layers ratio learnt from them.
+    if (const auto whole = probing.find("whole_networks");
+        whole != probing.end() && whole->is_object() && whole->value("measured", 0) > 0) {
+      text += fmt::format("; {} networks measured whole", (*whole)["measured"].get<long long>());
+      for (const auto& [family, gap] : whole->value("gaps", json::object()).items())
+        text += fmt::format(", {} ×{:.2f}", family, gap.value("joules_ratio", 1.0));
+    }
   }
   return text;
 }
@@ -941,6 +948,12 @@ int main(int argc, char** argv) {
                    row["seconds"]["mean"].get<double>(), row["seconds"]["std"].get<double>(), row["method"].get<std::string>(),
                    row["source"].get<std::string>(), row["baseline"]["joules"].get<double>());
         if (row.contains("overhead")) fmt::print("  {}\n", overhead_text(row));
+        if (row.contains("whole"))
+          fmt::print("  {}: the layers sum to {:.3g} J per step, ×{:.2f} ({})\n",
+                     row["whole"]["basis"] == "measured" ? "measured whole on the device"
+                                                         : "scaled by its family's whole-to-layers ratio",
+                     row["whole"]["layers_joules_per_step"].get<double>(), row["whole"]["joules_ratio"].get<double>(),
+                     row["whole"]["family"].get<std::string>());
         if (row.contains("runtime"))
           fmt::print("  {}: {:.1f} J and {:.2f} s to start, {:.3g} J and {:.3g} ms per step beyond the layers\n",
                      row["runtime"]["runtime"].get<std::string>(), row["runtime"]["start_joules"]["mean"].get<double>(),

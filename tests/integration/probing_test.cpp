@@ -549,6 +549,9 @@ TEST(ProbingTest, a_requested_run_measures_its_networks_whole_and_estimates_them
     const auto cpu = cpu_device(daemon);
     EXPECT_GE(number(cpu, "/model/probing/whole_networks/measured"), 1) << cpu.dump(2);
     EXPECT_NE(daemon.log().find("measured whole at batch 16"), std::string::npos) << daemon.log();
+    auto [devices_code, devices] = run_program({JOULECTL_BINARY, "--server", server_of(daemon), "devices"});
+    EXPECT_EQ(devices_code, 0) << devices;
+    EXPECT_NE(devices.find("networks measured whole"), std::string::npos) << devices;
     daemon.signal(SIGTERM);
     EXPECT_EQ(daemon.wait_exit(), 0) << daemon.log();
   }
