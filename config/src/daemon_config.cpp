@@ -330,7 +330,7 @@ void parse_probing(Checker& check, const toml::table& table, ProbingConfig& prob
   check.warn_unknown(table, "probing.",
                      {"enabled", "idle_seconds", "hours", "max_joules_per_day", "max_model_age_hours", "target_sigma",
                       "threads", "warmup_steps", "steps_per_repetition", "reading_seconds", "repetitions",
-                      "refit_every", "plans_per_run", "worker", "python"});
+                      "refit_every", "plans_per_run", "worker", "python", "reference_minutes"});
   if (const toml::node* enabled = table.get("enabled")) {
     if (auto value = enabled->value<bool>())
       probing.enabled = *value;
@@ -368,6 +368,8 @@ void parse_probing(Checker& check, const toml::table& table, ProbingConfig& prob
       static_cast<int>(check.integer_in(table, "plans_per_run", "probing.plans_per_run", 1, 64, probing.plans_per_run));
   if (auto worker = check.get<std::string>(table, "worker", "probing.worker")) probing.worker = *worker;
   if (auto python = check.get<std::string>(table, "python", "probing.python")) probing.python = *python;
+  probing.reference_minutes =
+      check.positive(table, "reference_minutes", "probing.reference_minutes", probing.reference_minutes, true);
 }
 
 void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config) {
@@ -739,7 +741,8 @@ nlohmann::json to_json(const DaemonConfig& config) {
         {"threads", config.probing.threads},
         {"plans_per_run", config.probing.plans_per_run},
         {"worker", config.probing.worker.string()},
-        {"python", config.probing.python}}}};
+        {"python", config.probing.python},
+        {"reference_minutes", config.probing.reference_minutes}}}};
 }
 
 }  // namespace joule::config

@@ -274,7 +274,21 @@ bool DeviceEnergyModel::add_whole_network(WholeNetworkSample sample) {
     }
   }
   wholes_.push_back(std::move(sample));
+  // Bounded: a long campaign meets ever new networks, and the snapshot (stored, sent by agents)
+  // carries every one with its spec. The oldest measurement goes first.
+  if (wholes_.size() > kMaxWholeNetworks) {
+    const auto oldest = std::min_element(wholes_.begin(), wholes_.end(),
+                                         [](const auto& a, const auto& b) { return a.measured_ms < b.measured_ms; });
+    wholes_.erase(oldest);
+  }
   return true;
+}
+
+void DeviceEnergyModel::set_speed_spread(double log_sigma) {
+  const double spread = std::isfinite(log_sigma) ? std::clamp(log_sigma, 0.0, 5.0) : 0.0;
+  if (spread == speed_spread_) return;
+  speed_spread_ = spread;
+  revision_ = next_revision();
 }
 
 const WholeNetworkSample* DeviceEnergyModel::whole_network(const std::string& signature, std::int64_t batch_size,
@@ -587,6 +601,9 @@ Result<Estimate> DeviceEnergyModel::estimate_with(const PreparedNetwork& network
       out.whole = std::move(line);
     }
   }
+  // However sure the model, the device itself moves this much between readings of one network.
+  structural_joules = std::max(structural_joules, speed_spread_);
+  structural_seconds = std::max(structural_seconds, speed_spread_);
   step_var += (structural_joules * out.joules_per_step.mean) * (structural_joules * out.joules_per_step.mean);
   seconds_var += (structural_seconds * seconds_mean) * (structural_seconds * seconds_mean);
   // The runtime's own work per step (Python's module calls, its optimizer loop) is a line of
@@ -681,6 +698,7 @@ json DeviceEnergyModel::save() const {
                       {"log_seconds_std", gap.log_seconds_std}};
     out["whole_network_gaps"] = gaps;
   }
+  if (speed_spread_ > 0.0) out["speed_spread"] = speed_spread_;
   return out;
 }
 
@@ -738,6 +756,8 @@ Result<DeviceEnergyModel> DeviceEnergyModel::load(const json& in) {
         out.wholes_.push_back(std::move(sample).value());
       }
     }
+    // Models saved before a reference network was read again have none.
+    if (in.contains("speed_spread")) out.set_speed_spread(in["speed_spread"].get<double>());
     if (const auto gaps = in.find("whole_network_gaps"); gaps != in.end() && gaps->is_object()) {
       for (const auto& [family, entry] : gaps->items()) {
         WholeNetworkGap gap;

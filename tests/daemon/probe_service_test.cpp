@@ -409,3 +409,61 @@ TEST_F(ProbeServiceTest, a_failed_runtime_probe_stores_nothing_says_why_and_laye
 
 }  // namespace
 }  // namespace joule::daemon
+
+namespace joule::daemon {
+namespace {
+
+// A network a requested run names is measured whole once its layers have a fitted model: one
+// request with that network alone at its batch size, once; the served model then estimates it
+// from the measurement, and GET /v1/devices counts it.
+TEST_F(ProbeServiceTest, a_named_network_is_measured_whole_once_and_served_from_its_measurement) {
+  config::ProbingConfig probing;
+  probing.enabled = false;
+  probing.refit_every = 2;
+  start(probing);
+  const json mlp = json::parse(R"({"input": {"shape": [32]}, "layers": [
+      {"type": "linear", "out_features": 16}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
+  const auto spec = estimator::parse_model_spec(mlp, "/model");
+  ASSERT_TRUE(spec);
+  // run_until gives up after a few seconds of loop; seeding the starter set's kinds takes longer.
+  auto within = [&](auto done, std::chrono::seconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!run_until(done))
+      if (std::chrono::steady_clock::now() > deadline) return false;
+    return true;
+  };
+  auto requested = probes_->request(
+      {{"device", "cpu"}, {"seconds", 3600}, {"models", {{{"model", mlp}, {"training", {{"batch_size", 8}}}}}}});
+  ASSERT_TRUE(requested) << requested.error().message;
+  ASSERT_TRUE(within([&] { return shown()["whole_networks"]["measured"] == 1; }, 60s)) << shown().dump();
+  const std::string whole_request = json::array({8, json::array({estimator::to_json(*spec)})}).dump();
+  auto requested_whole = [&] {
+    const auto read = requests_read();
+    return std::count_if(read.begin(), read.end(),
+                         [&](const std::string& line) { return json::parse(line) == json::parse(whole_request); });
+  };
+  EXPECT_EQ(requested_whole(), 1);
+  const auto models = models_->models();
+  ASSERT_TRUE(models.contains("cpu") && models.at("cpu"));
+  auto estimate = models.at("cpu")->estimate(*spec, estimator::TrainingConfig{8, 1, 8, "sgd", std::nullopt});
+  ASSERT_TRUE(estimate) << estimate.error().message;
+  ASSERT_TRUE(estimate->whole);
+  EXPECT_EQ(estimate->whole->basis, "measured");
+  // Measured once: the probing that goes on does not measure it again.
+  const int plans = plans_done();
+  ASSERT_TRUE(within([&] { return plans_done() >= plans + 4; }, 30s));
+  EXPECT_EQ(requested_whole(), 1);
+  EXPECT_EQ(shown()["whole_networks"]["reference"]["readings"], 1) << shown().dump();
+
+  // Every [probing] reference_minutes the first network measured whole is read again: the
+  // device's speed, seen by the same network.
+  clock_.advance(std::chrono::minutes(31));
+  ASSERT_TRUE(within([&] { return requested_whole() == 2; }, 30s)) << shown().dump();
+  ASSERT_TRUE(within([&] { return shown()["whole_networks"]["reference"]["readings"] == 2; }, 30s)) << shown().dump();
+  const json reference = shown()["whole_networks"]["reference"];
+  EXPECT_NEAR(reference["drift"].get<double>(), 0.0, 1e-9) << reference.dump();  // the stand-in never drifts
+  EXPECT_EQ(shown()["whole_networks"]["measured"], 1);                           // the same network, measured afresh
+}
+
+}  // namespace
+}  // namespace joule::daemon

@@ -194,3 +194,22 @@ TEST(WholeNetworkTest, the_planner_measures_what_cuts_the_workloads_error_most_p
   EXPECT_FALSE(plan_whole_network(candidates, {whole_network_key("small", 32, "sgd"), whole_network_key("big", 32, "")},
                                   150, 600.0));
 }
+
+TEST(WholeNetworkTest, a_model_keeps_the_latest_measurements_up_to_its_bound) {
+  DeviceEnergyModel model("cpu", "modelled");
+  ModelSpec spec = example("mlp");
+  for (std::size_t i = 0; i < kMaxWholeNetworks + 5; ++i) {
+    WholeNetworkSample sample;
+    sample.model = spec;
+    sample.signature = network_signature(spec);
+    sample.family = "dense";
+    sample.batch_size = static_cast<std::int64_t>(i + 1);  // another measurement each
+    sample.joules_per_step = 1.0;
+    sample.seconds_per_step = 0.01;
+    sample.measured_ms = static_cast<std::int64_t>(1000 + i);
+    ASSERT_TRUE(model.add_whole_network(sample));
+  }
+  ASSERT_EQ(model.whole_networks().size(), kMaxWholeNetworks);
+  EXPECT_EQ(model.whole_network(network_signature(spec), 1, "sgd"), nullptr);  // the oldest went
+  EXPECT_NE(model.whole_network(network_signature(spec), kMaxWholeNetworks + 5, "sgd"), nullptr);
+}

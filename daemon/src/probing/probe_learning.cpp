@@ -180,6 +180,7 @@ void ProbeService::on_fitted(const std::string& name, std::shared_ptr<estimator:
   for (const auto& [runtime, cost] : device.learning->runtimes())
     if (!model->runtimes().contains(runtime) || model->runtimes().at(runtime).measured_ms != cost.measured_ms)
       model->set_runtime(cost);
+  model->set_speed_spread(device.learning->speed_spread());
   // So is a network measured whole meanwhile.
   if (model->whole_networks().size() != device.learning->whole_networks().size()) {
     for (const auto& sample : device.learning->whole_networks()) model->add_whole_network(sample);

@@ -162,6 +162,10 @@ struct ProbeService::Device {
     std::optional<std::pair<std::size_t, std::pair<double, double>>> best;  // item, (reduction, cost)
   };
   std::optional<WholeAnswer> whole_answer;
+  // The reference network ([probing] reference_minutes): the first network measured whole since
+  // jouled started, measured again to see the device's speed move; its readings (ms, J/step).
+  std::optional<estimator::WorkloadItem> reference;
+  std::deque<std::pair<std::int64_t, double>> reference_readings;
 };
 
 }  // namespace joule::daemon

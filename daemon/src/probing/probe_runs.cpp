@@ -78,6 +78,10 @@ void ProbeService::start_probe(Device& device) {
   }
   // Each stretch of probing learns for the jobs queued and finished since the last one.
   if (!device.active_run) refresh_workload(device);
+  if (reference_due(device)) {
+    start_whole_probe(device, *device.reference);
+    return;
+  }
   if (auto next = next_probe(device); next && next->whole) {
     start_whole_probe(device, *next->whole);
     return;

@@ -211,7 +211,7 @@ void ProbeService::refresh_workload(Device& device) {
 }
 
 bool ProbeService::needs_probing(Device& device) {
-  if (!device.campaign_reason.empty() || runtime_due(device)) return true;
+  if (!device.campaign_reason.empty() || runtime_due(device) || reference_due(device)) return true;
   const double age_hours = static_cast<double>(now_ms() - device.model_saved_ms) / 3.6e6;
   if (device.model_saved_ms > 0 && age_hours > options_.probing.max_model_age_hours) {
     begin_campaign(device, "age");
@@ -322,6 +322,11 @@ void ProbeService::begin_campaign(Device& device, const std::string& reason) {
   device.runtime_problem.clear();
   device.wholes_tried.clear();  // and its networks whole
   device.whole_answer.reset();
+  // The device's speed moved as much before the new campaign as it does now.
+  if (device.fitted)
+    device.learning->set_speed_spread(device.fitted->speed_spread());
+  else if (device.replacing)
+    device.learning->set_speed_spread(device.replacing->speed_spread());
   refresh_workload(device);
 }
 

@@ -223,6 +223,8 @@ void ProbeService::on_whole_exit(Device& device, Running& probe, const std::opti
         failure = fmt::format("whole-network probe of {} measured nothing usable ({:.3g} J, {:.3g} s per step)", label,
                               sample.joules_per_step, sample.seconds_per_step);
       } else {
+        const double spread = note_reference(device, item, ended, sample.joules_per_step);
+        device.learning->set_speed_spread(spread);
         metrics_.count_probe_outcome(name, "completed");
         adapters::StoredProbeSample row;
         row.device = name;
@@ -243,6 +245,7 @@ void ProbeService::on_whole_exit(Device& device, Running& probe, const std::opti
           auto updated = std::make_shared<estimator::DeviceEnergyModel>(*device.fitted);
           updated->add_whole_network(sample);
           updated->learn_whole_network_gaps();
+          updated->set_speed_spread(spread);
           device.fitted = updated;
           install_model(device, updated);
         }
@@ -265,6 +268,34 @@ void ProbeService::on_whole_exit(Device& device, Running& probe, const std::opti
   std::filesystem::remove_all(probe.directory, ec);
   if (device.cycle.probe_ended(clock_.steady(), outcome))
     close_run(device, "failed", failure + " (" + device.cycle.backoff_reason() + ")");
+}
+
+bool ProbeService::reference_due(const Device& device) const {
+  if (!(options_.probing.reference_minutes > 0.0) || !device.reference || !device.fitted ||
+      device.reference_readings.empty())
+    return false;
+  const auto due_ms =
+      device.reference_readings.back().first + static_cast<std::int64_t>(options_.probing.reference_minutes * 60'000.0);
+  return now_ms() >= due_ms;
+}
+
+double ProbeService::note_reference(Device& device, const estimator::WorkloadItem& item, std::int64_t at_ms,
+                                    double joules_per_step) {
+  constexpr std::size_t kReadingsKept = 24;  // 12 hours at the default half hour
+  if (!device.reference) device.reference = item;
+  if (key_of(*device.reference) == key_of(item)) {
+    device.reference_readings.emplace_back(at_ms, joules_per_step);
+    if (device.reference_readings.size() > kReadingsKept) device.reference_readings.pop_front();
+  }
+  // The sample standard deviation of the log readings, once there are three.
+  const auto& readings = device.reference_readings;
+  if (readings.size() < 3) return device.learning->speed_spread();
+  double mean = 0.0;
+  for (const auto& [ms, joules] : readings) mean += std::log(joules);
+  mean /= static_cast<double>(readings.size());
+  double sum = 0.0;
+  for (const auto& [ms, joules] : readings) sum += (std::log(joules) - mean) * (std::log(joules) - mean);
+  return std::sqrt(sum / static_cast<double>(readings.size() - 1));
 }
 
 bool ProbeService::restore_whole(Device& device, const adapters::StoredProbeSample& row) {
@@ -292,6 +323,18 @@ json ProbeService::whole_info(const Device& device) {
                         {"seconds_log_std", gap.log_seconds_std}};
   json out = {{"measured", model.whole_networks().size()}, {"gaps", families}};
   if (device.probe && device.probe->whole) out["measuring"] = device.probe->whole->model.name;
+  if (device.reference && !device.reference_readings.empty()) {
+    const auto& readings = device.reference_readings;
+    out["reference"] = {
+        {"network", device.reference->model.name.empty() ? estimator::network_signature(device.reference->model)
+                                                         : device.reference->model.name},
+        {"batch_size", device.reference->batch_size},
+        {"readings", readings.size()},
+        {"last_ms", readings.back().first},
+        {"joules_per_step", readings.back().second},
+        {"drift", readings.back().second / readings.front().second - 1.0},
+        {"spread", model.speed_spread()}};
+  }
   return out;
 }
 

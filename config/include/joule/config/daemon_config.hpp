@@ -65,6 +65,10 @@ struct ProbingConfig {
   /// command runs Python); a path, or a name looked up in PATH. Empty: not measured, and Python
   /// jobs' estimates say their runtime is missing.
   std::string python = "python3";
+  /// Minutes between readings of a reference network (the first network a campaign measured
+  /// whole, measured again): how much the device's speed moves between probes and jobs, shown in
+  /// GET /v1/devices, and the least spread an estimate on the device claims. 0: no readings.
+  double reference_minutes = 30.0;
 };
 
 /// The thread count probes and jobs use on a device: its own, else [probing] threads.

@@ -25,7 +25,9 @@
 // the workload's estimate error per √cost). A network measured whole is estimated from that
 // measurement; the ones not measured are scaled by their family's whole-to-layers gap
 // (estimator/whole_network.hpp). A measurement that fails is not tried again this campaign and
-// stores nothing.
+// stores nothing. Every [probing] reference_minutes the first network measured whole is measured
+// again: the spread of those readings is how much the device's own speed moves, shown in GET
+// /v1/devices and taken as the least spread of any estimate on the device.
 //
 // Before the first layer probe of a campaign, `joule-worker runtime` meters what the configured
 // Python interpreter ([probing] python) costs: its start-up and its training loop's per-step
@@ -143,6 +145,12 @@ class ProbeService {
   std::optional<NextProbe> next_whole(Device& device);
   void start_whole_probe(Device& device, const estimator::WorkloadItem& item);
   void on_whole_exit(Device& device, Running& probe, const std::optional<adapters::ExitStatus>& exit, double seconds);
+  /// Whether the reference network is due for another reading ([probing] reference_minutes).
+  bool reference_due(const Device& device) const;
+  /// A whole measurement of `item` joins the reference readings (the first one measured becomes
+  /// the reference); the device's speed spread follows them. Returns that spread.
+  static double note_reference(Device& device, const estimator::WorkloadItem& item, std::int64_t at_ms,
+                               double joules_per_step);
   /// A stored whole-network row back into the device's model (at start); whether it was one.
   static bool restore_whole(Device& device, const adapters::StoredProbeSample& row);
   /// What GET /v1/devices shows of the networks measured whole and the families' gaps.

@@ -209,8 +209,8 @@ class DeviceEnergyModel {
                             const std::string& runtime = {}) const;
 
   /// Keeps a network measured whole on this device, replacing an earlier measurement of the same
-  /// network, batch size and optimizer; its family's gap is learnt at the next fit(). Refuses
-  /// a sample without positive figures.
+  /// network, batch size and optimizer (at most kMaxWholeNetworks, the oldest dropped); its
+  /// family's gap is learnt at the next fit(). Refuses a sample without positive figures.
   bool add_whole_network(WholeNetworkSample sample);
   const std::vector<WholeNetworkSample>& whole_networks() const { return wholes_; }
   /// Learns each family's gap from the networks measured whole against their layer sums under
@@ -219,6 +219,11 @@ class DeviceEnergyModel {
   void learn_whole_network_gaps();
   /// The whole-to-layers gap per family, as the last fit() (or the loaded snapshot) learnt it.
   const std::map<std::string, WholeNetworkGap>& whole_network_gaps() const { return gaps_; }
+  /// How much the device's own speed moves between readings of the same network (log σ of a
+  /// reference network's readings, whole_network.hpp): no estimate here claims a spread below
+  /// it. 0: unknown.
+  void set_speed_spread(double log_sigma);
+  double speed_spread() const { return speed_spread_; }
   /// The measurement of a network whole, if this device has one (whole_network_key).
   const WholeNetworkSample* whole_network(const std::string& signature, std::int64_t batch_size,
                                           const std::string& optimizer) const;
@@ -317,6 +322,7 @@ class DeviceEnergyModel {
   std::map<std::string, RuntimeCost> runtimes_;    // by RuntimeCost::runtime
   std::vector<WholeNetworkSample> wholes_;         // one per whole_network_key
   std::map<std::string, WholeNetworkGap> gaps_;    // by family
+  double speed_spread_ = 0.0;
 };
 
 }  // namespace joule::estimator

@@ -76,6 +76,9 @@ inline constexpr double kGapFloorSigma = 0.1;
 /// project runs on: the same network read 11.1 and 9.3 J/step 15 minutes apart).
 inline constexpr double kMeasuredWholeSigma = 0.1;
 
+/// The most networks a device model keeps measured whole (the oldest measurement goes first).
+inline constexpr std::size_t kMaxWholeNetworks = 48;
+
 /// The gap of each family, from the samples' log ratios (whole / layer sum); families with
 /// fewer than kGapMinSamples get none.
 struct GapReading {
