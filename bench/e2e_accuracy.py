@@ -352,8 +352,9 @@ class Session:
         try:
             db = sqlite3.connect(f"file:{os.path.join(self.state, 'jouled.db')}?mode=ro", uri=True, timeout=10)
             try:
+                # Networks measured whole are rows too, but not layer samples of the model.
                 return db.execute("select count(*) from probe_samples where device = 'cpu' and joules_per_step > 0 "
-                                  "and seconds_per_step > 0").fetchone()[0]
+                                  "and seconds_per_step > 0 and layer_key != 'whole-network'").fetchone()[0]
             finally:
                 db.close()
         except sqlite3.Error:
