@@ -250,3 +250,29 @@ TEST(JobEstimateTest, the_stored_text_is_each_rows_json_rounded_with_its_summed_
   EXPECT_EQ(stored[11]["layers_left_out"], true);  // the dearest
   EXPECT_EQ(stored[0]["layers"].size(), 3u);
 }
+
+// A job's stored row says what a network measured whole (or its family's gap) did to its layers'
+// sum, as POST /v1/estimate shows it.
+TEST(JobEstimateTest, a_stored_row_keeps_the_whole_network_basis_of_its_estimate) {
+  auto row = estimator_row("cpu", 30.0);
+  row.estimate->whole =
+      estimator::WholeNetworkLine{"measured", "attention", 0.008, 4.2e-4, 1.25, 1.1, 1, 1'800'000'000'000};
+  auto gap = estimator_row("cuda:0", 12.0);
+  gap.estimate->whole = estimator::WholeNetworkLine{"family-gap", "recurrent", 0.004, 2e-4, 1.3, 1.2, 3, 0};
+  const json kept = json::parse(joule::daemon::stored_estimates({row, gap}));
+  ASSERT_EQ(kept.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const json shown = joule::daemon::estimate_row_json(i == 0 ? row : gap)["whole"];
+    ASSERT_TRUE(kept[i].contains("whole")) << kept[i].dump();
+    ASSERT_EQ(kept[i]["whole"].size(), shown.size()) << kept[i]["whole"].dump() << shown.dump();
+    for (const auto& [key, value] : shown.items()) {
+      if (value.is_number_float())
+        EXPECT_NEAR(kept[i]["whole"][key].get<double>(), value.get<double>(), 1e-5 * std::abs(value.get<double>()))
+            << key;
+      else
+        EXPECT_EQ(kept[i]["whole"][key], value) << key;
+    }
+  }
+  EXPECT_EQ(kept[0]["whole"]["measured_ms"], 1'800'000'000'000);
+  EXPECT_FALSE(kept[1]["whole"].contains("measured_ms"));
+}

@@ -560,4 +560,10 @@ TEST(ProbingTest, a_requested_run_measures_its_networks_whole_and_estimates_them
   const json again = restarted.call("POST", "/v1/estimate", job.dump()).second;
   EXPECT_EQ(text(again, "/estimates/0/whole/basis"), "measured") << again.dump(2) << restarted.log();
   EXPECT_GE(number(cpu_device(restarted), "/model/probing/whole_networks/measured"), 1);
+  // A job of that network keeps the basis in the estimate it was placed by.
+  json submitted = job;
+  submitted["run"] = {{"command", {"/bin/true"}}};
+  auto [status, placed] = restarted.call("POST", "/v1/jobs", submitted.dump());
+  ASSERT_EQ(status, 201u) << placed.dump(2);
+  EXPECT_EQ(text(placed, "/estimate/0/whole/basis"), "measured") << placed.dump(2);
 }

@@ -324,6 +324,19 @@ void write_stored_row(StoredRowText& text, const EstimateRow& row, bool with_lay
   text.begin_array();
   for (const auto& warning : estimate.warnings) text.string(warning);
   text.end_array();
+  if (const auto& whole = estimate.whole) {
+    text.key("whole");
+    text.begin_object();
+    text.text_field("basis", whole->basis);
+    text.text_field("family", whole->family);
+    text.number_field("joules_ratio", whole->joules_ratio);
+    text.number_field("layers_joules_per_step", whole->layers_joules_per_step);
+    text.number_field("layers_seconds_per_step", whole->layers_seconds_per_step);
+    if (whole->basis == "measured") text.integer_field("measured_ms", whole->measured_ms);
+    text.integer_field("samples", static_cast<std::int64_t>(whole->samples));
+    text.number_field("seconds_ratio", whole->seconds_ratio);
+    text.end_object();
+  }
   text.end_object();
 }
 

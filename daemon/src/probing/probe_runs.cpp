@@ -142,22 +142,27 @@ void ProbeService::start_probe(Device& device) {
     spec.argv.insert(spec.argv.end(), {"--request", file.string()});
   }
   set_probe_launch(spec, directory, threads, "results.jsonl");  // one line per plan, each written once measured
-  auto worker = launch_worker(device, spec, "probe");
-  if (!worker) {
-    give_back();
-    spdlog::error("device {}: cannot start a probe: {}", device.name, worker.error().message);
-    device.cycle.launch_failed(clock_.steady(), "cannot start joule-worker: " + worker.error().message);
-    return;
-  }
   Running running;
-  running.run_id = *device.active_run;
   running.plans = std::move(plans);
-  running.worker = std::move(*worker);
   running.directory = directory;
+  if (!launch_probe(device, spec, "probe", std::move(running))) give_back();
+}
+
+bool ProbeService::launch_probe(Device& device, const adapters::LaunchSpec& spec, const std::string& what,
+                                Running running) {
+  auto worker = launch_worker(device, spec, what);
+  if (!worker) {
+    spdlog::error("device {}: cannot start the {}: {}", device.name, what, worker.error().message);
+    device.cycle.launch_failed(clock_.steady(), "cannot start joule-worker: " + worker.error().message);
+    return false;
+  }
+  running.run_id = *device.active_run;
+  running.worker = std::move(*worker);
   running.started = clock_.steady();
   running.taken_at = running.started;
   device.probe = std::move(running);
   device.cycle.probe_started();
+  return true;
 }
 
 std::string ProbeService::run_reason(const Device& device) const {
@@ -207,21 +212,10 @@ void ProbeService::start_runtime_probe(Device& device) {
   if (options_.probing.reading_seconds > 0.0)
     spec.argv.insert(spec.argv.end(), {"--reading-seconds", fmt::format("{}", options_.probing.reading_seconds)});
   set_probe_launch(spec, directory, threads, "result.json");
-  auto worker = launch_worker(device, spec, "runtime probe");
-  if (!worker) {
-    spdlog::error("device {}: cannot start the runtime probe: {}", device.name, worker.error().message);
-    device.cycle.launch_failed(clock_.steady(), "cannot start joule-worker: " + worker.error().message);
-    return;
-  }
   Running running;
-  running.run_id = *device.active_run;
-  running.worker = std::move(*worker);
   running.directory = directory;
-  running.started = clock_.steady();
-  running.taken_at = running.started;
   running.runtime_only = true;
-  device.probe = std::move(running);
-  device.cycle.probe_started();
+  if (!launch_probe(device, spec, "runtime probe", std::move(running))) return;
   spdlog::info("device {}: measuring what {} costs (start-up, and its loop per step beyond LibTorch)", device.name,
                options_.probing.python);
 }

@@ -122,21 +122,10 @@ void ProbeService::start_whole_probe(Device& device, const estimator::WorkloadIt
   adapters::LaunchSpec spec;
   spec.argv = {options_.worker.string(), "probe", "--request", file.string()};
   set_probe_launch(spec, directory, threads, "results.jsonl");
-  auto worker = launch_worker(device, spec, "whole-network probe");
-  if (!worker) {
-    spdlog::error("device {}: cannot start a whole-network probe: {}", device.name, worker.error().message);
-    device.cycle.launch_failed(clock_.steady(), "cannot start joule-worker: " + worker.error().message);
-    return;
-  }
   Running running;
-  running.run_id = *device.active_run;
-  running.worker = std::move(*worker);
   running.directory = directory;
-  running.started = clock_.steady();
-  running.taken_at = running.started;
   running.whole = item;
-  device.probe = std::move(running);
-  device.cycle.probe_started();
+  if (!launch_probe(device, spec, "whole-network probe", std::move(running))) return;
   spdlog::info("device {}: measuring network {} whole at batch {} ({})", device.name,
                item.model.name.empty() ? estimator::network_signature(item.model) : item.model.name, item.batch_size,
                item.optimizer);

@@ -171,6 +171,9 @@ class ProbeService {
   void on_runtime_exit(Device& device, Running& probe, const std::optional<adapters::ExitStatus>& exit, double seconds);
   /// Serves `model` for the device's estimates as a new version and saves its snapshot.
   void install_model(Device& device, const std::shared_ptr<const estimator::DeviceEnergyModel>& model);
+  /// Starts the worker `spec` describes as the device's probe, `running` saying what it measures
+  /// (its directory, plans or kind); one that cannot start backs probing off, and false.
+  bool launch_probe(Device& device, const adapters::LaunchSpec& spec, const std::string& what, Running running);
   /// Starts joule-worker for `device`; its end comes to on_probe_exit.
   Result<std::unique_ptr<ChildProcess>> launch_worker(Device& device, const adapters::LaunchSpec& spec,
                                                       const std::string& what);
