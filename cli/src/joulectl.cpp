@@ -125,7 +125,8 @@ std::string model_summary(const json& model) {
     if (const auto whole = probing.find("whole_networks");
         whole != probing.end() && whole->is_object() && whole->value("measured", 0) > 0) {
       text += fmt::format("; {} networks measured whole", (*whole)["measured"].get<long long>());
-      for (const auto& [family, gap] : whole->value("gaps", json::object()).items())
+      const json gaps = whole->value("gaps", json::object());  // kept: items() of a temporary dangles
+      for (const auto& [family, gap] : gaps.items())
         text += fmt::format(", {} ×{:.2f}", family, gap.value("joules_ratio", 1.0));
     }
   }
