@@ -465,5 +465,36 @@ TEST_F(ProbeServiceTest, a_named_network_is_measured_whole_once_and_served_from_
   EXPECT_EQ(shown()["whole_networks"]["measured"], 1);                           // the same network, measured afresh
 }
 
+// A converged device still reads its reference network when it is due, in the background: the
+// device's speed may have moved while no probe ran.
+TEST_F(ProbeServiceTest, a_converged_device_reads_its_reference_network_when_it_is_due) {
+  config::ProbingConfig probing;
+  probing.idle_seconds = 0.0;
+  probing.target_sigma = 0.0;  // only what a probe is worth stops it
+  probing.refit_every = 2;
+  start(probing);
+  const json mlp = json::parse(R"({"input": {"shape": [32]}, "layers": [
+      {"type": "linear", "out_features": 16}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
+  auto within = [&](auto done, std::chrono::seconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!run_until(done))
+      if (std::chrono::steady_clock::now() > deadline) return false;
+    return true;
+  };
+  // A short requested run names the network; it is measured whole and becomes the reference.
+  auto requested = probes_->request(
+      {{"device", "cpu"}, {"seconds", 60}, {"models", {{{"model", mlp}, {"training", {{"batch_size", 8}}}}}}});
+  ASSERT_TRUE(requested) << requested.error().message;
+  ASSERT_TRUE(within([&] { return shown()["whole_networks"]["measured"] == 1; }, 60s)) << shown().dump();
+  clock_.advance(61s);  // the run ends; with no job's energy to pay for them, background probes stop
+  ASSERT_TRUE(within([&] { return state() == "converged"; }, 60s)) << shown().dump();
+  const int readings = shown()["whole_networks"]["reference"]["readings"];
+  clock_.advance(std::chrono::minutes(30));
+  ASSERT_TRUE(within([&] { return shown()["whole_networks"]["reference"]["readings"] == readings + 1; }, 30s))
+      << shown().dump();
+  // And not again until the next half hour.
+  idle_for(300ms);
+  EXPECT_EQ(shown()["whole_networks"]["reference"]["readings"], readings + 1);
+}
 }  // namespace
 }  // namespace joule::daemon
