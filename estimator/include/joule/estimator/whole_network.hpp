@@ -90,8 +90,7 @@ std::vector<std::pair<std::string, WholeNetworkGap>> learn_gaps(const std::vecto
 
 /// A queued (or requested) network the device might measure whole.
 struct WholeNetworkCandidate {
-  ModelSpec model;
-  std::string signature;  ///< network_signature(model)
+  std::string signature;  ///< network_signature of its spec
   std::int64_t batch_size = 32;
   std::string optimizer = "sgd";
   double flops_per_step = 0.0;
