@@ -177,6 +177,20 @@ for n, path in enumerate(requests):
     run_until([&] { return std::chrono::steady_clock::now() >= until; });
   }
 
+  /// run_until for longer than its few seconds of loop: seeding the starter set's kinds takes more.
+  template <typename Predicate>
+  bool within(Predicate done, std::chrono::seconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!run_until(done))
+      if (std::chrono::steady_clock::now() > deadline) return false;
+    return true;
+  }
+  /// A small network a requested run names, to be measured whole.
+  static json small_mlp() {
+    return json::parse(R"({"input": {"shape": [32]}, "layers": [
+        {"type": "linear", "out_features": 16}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
+  }
+
   std::unique_ptr<ModelService> models_;
   std::unique_ptr<ProbeService> probes_;
 };
@@ -421,17 +435,9 @@ TEST_F(ProbeServiceTest, a_named_network_is_measured_whole_once_and_served_from_
   probing.enabled = false;
   probing.refit_every = 2;
   start(probing);
-  const json mlp = json::parse(R"({"input": {"shape": [32]}, "layers": [
-      {"type": "linear", "out_features": 16}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
+  const json mlp = small_mlp();
   const auto spec = estimator::parse_model_spec(mlp, "/model");
   ASSERT_TRUE(spec);
-  // run_until gives up after a few seconds of loop; seeding the starter set's kinds takes longer.
-  auto within = [&](auto done, std::chrono::seconds limit) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (!run_until(done))
-      if (std::chrono::steady_clock::now() > deadline) return false;
-    return true;
-  };
   auto requested = probes_->request(
       {{"device", "cpu"}, {"seconds", 3600}, {"models", {{{"model", mlp}, {"training", {{"batch_size", 8}}}}}}});
   ASSERT_TRUE(requested) << requested.error().message;
@@ -473,14 +479,7 @@ TEST_F(ProbeServiceTest, a_converged_device_reads_its_reference_network_when_it_
   probing.target_sigma = 0.0;  // only what a probe is worth stops it
   probing.refit_every = 2;
   start(probing);
-  const json mlp = json::parse(R"({"input": {"shape": [32]}, "layers": [
-      {"type": "linear", "out_features": 16}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
-  auto within = [&](auto done, std::chrono::seconds limit) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (!run_until(done))
-      if (std::chrono::steady_clock::now() > deadline) return false;
-    return true;
-  };
+  const json mlp = small_mlp();
   // A short requested run names the network; it is measured whole and becomes the reference.
   auto requested = probes_->request(
       {{"device", "cpu"}, {"seconds", 60}, {"models", {{{"model", mlp}, {"training", {{"batch_size", 8}}}}}}});

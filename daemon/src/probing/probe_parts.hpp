@@ -19,6 +19,7 @@
 #include "joule/estimator/drift.hpp"
 #include "joule/estimator/layer_analysis.hpp"
 #include "joule/estimator/probe_campaign.hpp"
+#include "joule/worker/protocol.hpp"
 
 namespace joule::daemon {
 
@@ -101,6 +102,26 @@ inline std::optional<estimator::ProbeTarget> parse_target(const json& j) {
   } catch (const json::exception&) {
     return std::nullopt;
   }
+}
+
+/// A probe request as every probing worker run is given one: the device, its threads and meter,
+/// the [probing] reading lengths, at `batch_size` with a fresh `seed`; the caller adds networks.
+inline worker::ProbeRequest probe_request(const config::ProbingConfig& probing, const config::DeviceConfig& config,
+                                          const std::string& device, int threads, std::int64_t batch_size,
+                                          std::uint64_t seed) {
+  worker::ProbeRequest request;
+  request.device = device;
+  request.threads = threads;
+  request.batch_size = batch_size;
+  request.warmup_steps = probing.warmup_steps;
+  request.steps_per_repetition = probing.steps_per_repetition;
+  request.min_reading_seconds = probing.reading_seconds;
+  request.repetitions = probing.repetitions;
+  request.meter = config.meter;
+  request.idle_watts = config.idle_watts;
+  request.watts_per_busy_core = config.watts_per_busy_core;
+  request.seed = seed;
+  return request;
 }
 
 }  // namespace probe_parts

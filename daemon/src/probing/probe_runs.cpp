@@ -117,18 +117,8 @@ void ProbeService::start_probe(Device& device) {
   adapters::LaunchSpec spec;
   spec.argv = {options_.worker.string(), "probe"};
   for (std::size_t i = 0; i < plans.size(); ++i) {
-    worker::ProbeRequest request;
-    request.device = device.name;
-    request.threads = threads;
-    request.batch_size = plans[i].target.batch_size;
-    request.warmup_steps = options_.probing.warmup_steps;
-    request.steps_per_repetition = options_.probing.steps_per_repetition;
-    request.min_reading_seconds = options_.probing.reading_seconds;
-    request.repetitions = options_.probing.repetitions;
-    request.meter = device.config->meter;
-    request.idle_watts = device.config->idle_watts;
-    request.watts_per_busy_core = device.config->watts_per_busy_core;
-    request.seed = next_run_++;
+    worker::ProbeRequest request =
+        probe_request(options_.probing, *device.config, device.name, threads, plans[i].target.batch_size, next_run_++);
     request.networks = plans[i].networks;
     request.network_optimizers = plans[i].optimizers;
     const auto file = directory / fmt::format("request-{}.json", i);

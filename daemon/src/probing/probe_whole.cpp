@@ -95,19 +95,9 @@ void ProbeService::start_whole_probe(Device& device, const estimator::WorkloadIt
       options_.state_directory / "probes" / fmt::format("{}-whole-{}", *device.active_run, next_run_++);
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
-  worker::ProbeRequest request;
-  request.device = device.name;
-  request.threads = threads;
-  request.batch_size = item.batch_size;
+  worker::ProbeRequest request =
+      probe_request(options_.probing, *device.config, device.name, threads, item.batch_size, next_run_++);
   request.optimizer = item.optimizer;
-  request.warmup_steps = options_.probing.warmup_steps;
-  request.steps_per_repetition = options_.probing.steps_per_repetition;
-  request.min_reading_seconds = options_.probing.reading_seconds;
-  request.repetitions = options_.probing.repetitions;
-  request.meter = device.config->meter;
-  request.idle_watts = device.config->idle_watts;
-  request.watts_per_busy_core = device.config->watts_per_busy_core;
-  request.seed = next_run_++;
   request.networks = {item.model};
   const auto file = directory / "request.json";
   {
