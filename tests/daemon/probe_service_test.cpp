@@ -494,6 +494,10 @@ TEST_F(ProbeServiceTest, a_converged_device_reads_its_reference_network_when_it_
   // And not again until the next half hour.
   idle_for(300ms);
   EXPECT_EQ(shown()["whole_networks"]["reference"]["readings"], readings + 1);
+  // Prometheus sees the same: no drift (the stand-in's readings are all alike).
+  const std::string exposition = metrics_.serialize();
+  EXPECT_NE(exposition.find("joule_device_speed_drift_ratio{device=\"cpu\"} 0"), std::string::npos) << exposition;
+  EXPECT_NE(exposition.find("joule_device_speed_spread{device=\"cpu\"} 0"), std::string::npos);
 }
 }  // namespace
 }  // namespace joule::daemon

@@ -204,6 +204,9 @@ void ProbeService::on_whole_exit(Device& device, Running& probe, const std::opti
       } else {
         const double spread = note_reference(device, item, ended, sample.joules_per_step);
         device.learning->set_speed_spread(spread);
+        const auto& readings = device.reference_readings;
+        if (!readings.empty())
+          metrics_.set_device_speed(name, readings.back().second / readings.front().second - 1.0, spread);
         metrics_.count_probe_outcome(name, "completed");
         adapters::StoredProbeSample row;
         row.device = name;

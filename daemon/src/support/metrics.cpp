@@ -96,6 +96,16 @@ Metrics::Metrics()
                             .Name("joule_model_last_probe_timestamp_seconds")
                             .Help("Unix time of each device's last completed probe")
                             .Register(*registry_)),
+      speed_drift_(BuildGauge()
+                       .Name("joule_device_speed_drift_ratio")
+                       .Help("The device's reference network measured whole again: its last reading of joules per "
+                             "step against its first, minus 1 ([probing] reference_minutes)")
+                       .Register(*registry_)),
+      speed_spread_(BuildGauge()
+                        .Name("joule_device_speed_spread")
+                        .Help("Standard deviation of the log of the reference network's readings: how much the "
+                              "device's own speed moves, the least spread its estimates claim")
+                        .Register(*registry_)),
       probe_energy_(BuildCounter()
                         .Name("joule_probe_energy_joules_total")
                         .Help("Metered energy of probe repetitions, by meter source (modelled is not a measurement)")
@@ -293,6 +303,11 @@ void Metrics::set_model_state(const std::string& device, double version, double 
   model_version_.Add({{"device", device}}).Set(version);
   model_heldout_error_.Add({{"device", device}}).Set(heldout_error);
   model_last_probe_.Add({{"device", device}}).Set(last_probe_seconds);
+}
+
+void Metrics::set_device_speed(const std::string& device, double drift, double spread) {
+  speed_drift_.Add({{"device", device}}).Set(drift);
+  speed_spread_.Add({{"device", device}}).Set(spread);
 }
 
 void Metrics::set_calibration(const std::string& device, const estimator::CalibrationSummary& figures) {

@@ -63,6 +63,8 @@ class Metrics {
   /// A device model's state: version, held-out error (median |relative error| of probe networks
   /// predicted before they were measured), time of the last probe.
   void set_model_state(const std::string& device, double version, double heldout_error, double last_probe_seconds);
+  /// The device's reference network: its last reading against its first, and the readings' log σ.
+  void set_device_speed(const std::string& device, double drift, double spread);
   void add_probe_energy(const std::string& device, const std::string& source, double joules);
   void count_probe_outcome(const std::string& device, const std::string& outcome);
 
@@ -133,6 +135,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& model_version_;
   prometheus::Family<prometheus::Gauge>& model_heldout_error_;
   prometheus::Family<prometheus::Gauge>& model_last_probe_;
+  prometheus::Family<prometheus::Gauge>& speed_drift_;
+  prometheus::Family<prometheus::Gauge>& speed_spread_;
   prometheus::Family<prometheus::Counter>& probe_energy_;
   prometheus::Family<prometheus::Counter>& probe_outcomes_;
   // Per budget unit (joules, grams, money): limit, remaining, spent, reserved.
