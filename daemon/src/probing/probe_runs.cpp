@@ -105,15 +105,12 @@ void ProbeService::start_probe(Device& device) {
     return;
   }
   if (plans.empty()) return;
-  if (!device.active_run) open_run(device, run_reason(device), std::nullopt);
   const auto give_back = [&] {
     for (const auto& plan : plans) device.planner->unmark_probed(plan.target);
   };
 
   const int threads = config::device_threads(*device.config, options_.probing);
-  const auto directory = options_.state_directory / "probes" / fmt::format("{}-{}", *device.active_run, next_run_++);
-  std::error_code ec;
-  std::filesystem::create_directories(directory, ec);
+  const auto directory = open_probe_directory(device, "");
   adapters::LaunchSpec spec;
   spec.argv = {options_.worker.string(), "probe"};
   for (std::size_t i = 0; i < plans.size(); ++i) {
@@ -176,13 +173,18 @@ bool ProbeService::runtime_due(const Device& device) const {
   return !options_.probing.python.empty() && !device.runtime_tried && !device.learning->runtimes().contains("python");
 }
 
-void ProbeService::start_runtime_probe(Device& device) {
+std::filesystem::path ProbeService::open_probe_directory(Device& device, const std::string& kind) {
   if (!device.active_run) open_run(device, run_reason(device), std::nullopt);
-  const int threads = config::device_threads(*device.config, options_.probing);
-  const auto directory =
-      options_.state_directory / "probes" / fmt::format("{}-runtime-{}", *device.active_run, next_run_++);
+  const auto directory = options_.state_directory / "probes" /
+                         fmt::format("{}-{}{}", *device.active_run, kind.empty() ? "" : kind + "-", next_run_++);
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
+  return directory;
+}
+
+void ProbeService::start_runtime_probe(Device& device) {
+  const int threads = config::device_threads(*device.config, options_.probing);
+  const auto directory = open_probe_directory(device, "runtime");
   adapters::LaunchSpec spec;
   spec.argv = {options_.worker.string(),
                "runtime",

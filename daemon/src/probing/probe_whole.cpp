@@ -89,12 +89,8 @@ std::optional<ProbeService::NextProbe> ProbeService::next_whole(Device& device) 
 }
 
 void ProbeService::start_whole_probe(Device& device, const estimator::WorkloadItem& item) {
-  if (!device.active_run) open_run(device, run_reason(device), std::nullopt);
   const int threads = config::device_threads(*device.config, options_.probing);
-  const auto directory =
-      options_.state_directory / "probes" / fmt::format("{}-whole-{}", *device.active_run, next_run_++);
-  std::error_code ec;
-  std::filesystem::create_directories(directory, ec);
+  const auto directory = open_probe_directory(device, "whole");
   worker::ProbeRequest request =
       probe_request(options_.probing, *device.config, device.name, threads, item.batch_size, next_run_++);
   request.optimizer = item.optimizer;

@@ -171,6 +171,9 @@ class ProbeService {
   void on_runtime_exit(Device& device, Running& probe, const std::optional<adapters::ExitStatus>& exit, double seconds);
   /// Serves `model` for the device's estimates as a new version and saves its snapshot.
   void install_model(Device& device, const std::shared_ptr<const estimator::DeviceEnergyModel>& model);
+  /// A new directory for one worker run of the device's probe run (opened first if none is):
+  /// <state>/probes/<run>-[<kind>-]<n>.
+  std::filesystem::path open_probe_directory(Device& device, const std::string& kind);
   /// Starts the worker `spec` describes as the device's probe, `running` saying what it measures
   /// (its directory, plans or kind); one that cannot start backs probing off, and false.
   bool launch_probe(Device& device, const adapters::LaunchSpec& spec, const std::string& what, Running running);
