@@ -181,11 +181,15 @@ void ProbeService::on_fitted(const std::string& name, std::shared_ptr<estimator:
     if (!model->runtimes().contains(runtime) || model->runtimes().at(runtime).measured_ms != cost.measured_ms)
       model->set_runtime(cost);
   model->set_speed_spread(device.learning->speed_spread());
-  // So is a network measured whole meanwhile.
-  if (model->whole_networks().size() != device.learning->whole_networks().size()) {
-    for (const auto& sample : device.learning->whole_networks()) model->add_whole_network(sample);
-    model->learn_whole_network_gaps();
+  // So is a network measured whole meanwhile (or measured again: the reference).
+  bool wholes_changed = false;
+  for (const auto& sample : device.learning->whole_networks()) {
+    const auto* kept = model->whole_network(sample.signature, sample.batch_size, sample.optimizer);
+    if (kept && kept->measured_ms == sample.measured_ms) continue;
+    model->add_whole_network(sample);
+    wholes_changed = true;
   }
+  if (wholes_changed) model->learn_whole_network_gaps();
   device.fitted = model;
   // A re-probe keeps serving the model it replaces until the new one covers the same layers.
   if (device.replacing) {

@@ -323,10 +323,7 @@ void ProbeService::begin_campaign(Device& device, const std::string& reason) {
   device.wholes_tried.clear();  // and its networks whole
   device.whole_answer.reset();
   // The device's speed moved as much before the new campaign as it does now.
-  if (device.fitted)
-    device.learning->set_speed_spread(device.fitted->speed_spread());
-  else if (device.replacing)
-    device.learning->set_speed_spread(device.replacing->speed_spread());
+  if (device.replacing) device.learning->set_speed_spread(device.replacing->speed_spread());
   refresh_workload(device);
 }
 
