@@ -92,6 +92,22 @@ json to_json(const Estimate& estimate, bool with_layers) {
                     {"samples", w.samples}};
     if (w.basis == "measured") out["whole"]["measured_ms"] = w.measured_ms;
   }
+  if (!estimate.settings.empty()) {
+    json settings = json::array();
+    for (const auto& line : estimate.settings)
+      settings.push_back({{"knob", line.setting.knob},
+                          {"value", line.setting.value},
+                          {"label", line.setting.label},
+                          {"basis", line.basis},
+                          {"joules_ratio", line.joules_ratio},
+                          {"joules_log_std", line.joules_log_std},
+                          {"seconds_ratio", line.seconds_ratio},
+                          {"seconds_log_std", line.seconds_log_std},
+                          {"samples", line.samples},
+                          {"joules", to_json(line.joules)},
+                          {"seconds", to_json(line.seconds)}});
+    out["settings"] = std::move(settings);
+  }
   return out;
 }
 
@@ -266,22 +282,108 @@ Status DeviceEnergyModel::fit(const GpFitOptions& options, std::size_t min_sampl
 bool DeviceEnergyModel::add_whole_network(WholeNetworkSample sample) {
   if (!(sample.joules_per_step > 0.0) || !(sample.seconds_per_step > 0.0) || sample.signature.empty()) return false;
   revision_ = next_revision();
-  const std::string key = whole_network_key(sample.signature, sample.batch_size, sample.optimizer);
+  const std::string key = whole_network_key(sample);
+  const bool at_setting = sample.setting.has_value();
+  bool replaced = false;
   for (auto& kept : wholes_) {
-    if (whole_network_key(kept.signature, kept.batch_size, kept.optimizer) == key) {
+    if (whole_network_key(kept) == key) {
       kept = std::move(sample);
-      return true;
+      replaced = true;
+      break;
     }
   }
-  wholes_.push_back(std::move(sample));
-  // Bounded: a long campaign meets ever new networks, and the snapshot (stored, sent by agents)
-  // carries every one with its spec. The oldest measurement goes first.
-  if (wholes_.size() > kMaxWholeNetworks) {
-    const auto oldest = std::min_element(wholes_.begin(), wholes_.end(),
-                                         [](const auto& a, const auto& b) { return a.measured_ms < b.measured_ms; });
-    wholes_.erase(oldest);
+  if (!replaced) {
+    const std::string group = sample.setting ? sample.setting->key() : "";
+    wholes_.push_back(std::move(sample));
+    // Bounded: a long campaign meets ever new networks, and the snapshot (stored, sent by agents)
+    // carries every one with its spec. The oldest measurement of its setting goes first.
+    auto in_group = [&](const WholeNetworkSample& s) { return (s.setting ? s.setting->key() : "") == group; };
+    if (static_cast<std::size_t>(std::count_if(wholes_.begin(), wholes_.end(), in_group)) > kMaxWholeNetworks) {
+      auto oldest = wholes_.end();
+      for (auto it = wholes_.begin(); it != wholes_.end(); ++it)
+        if (in_group(*it) && (oldest == wholes_.end() || it->measured_ms < oldest->measured_ms)) oldest = it;
+      wholes_.erase(oldest);
+    }
   }
+  // A setting's ratios rest on the measurement at the defaults too: either kind moves them.
+  if (at_setting || !settings_.empty()) learn_settings();
   return true;
+}
+
+void DeviceEnergyModel::learn_settings() {
+  settings_.clear();
+  std::map<std::string, std::vector<KnobSample>> samples;
+  for (const auto& at : wholes_) {
+    if (!at.setting) continue;
+    SettingModel& model = settings_[at.setting->key()];
+    model.setting = *at.setting;
+    const WholeNetworkSample* base = whole_network(at.signature, at.batch_size, at.optimizer);
+    if (!base) continue;
+    auto layers = analyze_model(at.model, at.batch_size);
+    if (!layers) continue;
+    KnobSample sample;
+    sample.features = network_features(*layers);
+    sample.features.watts = base->joules_per_step / base->seconds_per_step;
+    sample.time_ratio = at.seconds_per_step / base->seconds_per_step;
+    sample.energy_ratio = at.joules_per_step / base->joules_per_step;
+    samples[at.setting->key()].push_back(sample);
+    ++model.networks;
+  }
+  for (auto& [key, model] : settings_) {
+    const auto& measured = samples[key];
+    if (measured.size() < kMinResponseNetworks) continue;
+    auto response = KnobResponse::fit(
+        measured, model.setting.is_power_limit() ? std::optional<double>(model.setting.value) : std::nullopt);
+    if (response) model.response = std::move(response).value();
+  }
+}
+
+void DeviceEnergyModel::estimate_settings(const PreparedNetwork& network, const TrainingConfig& training,
+                                          Estimate& out) const {
+  if (settings_.empty() || !(out.joules.mean > 0.0) || !(out.seconds.mean > 0.0) || out.steps <= 0) return;
+  const WholeNetworkSample* base = whole_network(network.signature(), training.batch_size, training.optimizer);
+  std::optional<NetworkFeatures> features;
+  for (const auto& [key, model] : settings_) {
+    SettingLine line;
+    line.setting = model.setting;
+    const WholeNetworkSample* at =
+        base ? whole_network(network.signature(), training.batch_size, training.optimizer, &model.setting) : nullptr;
+    if (at) {
+      // Both readings' own spreads, and the device's drift between two readings of one network
+      // (each moved by it): the ratio is of readings taken minutes apart.
+      line.basis = "measured";
+      line.samples = 1;
+      line.joules_ratio = at->joules_per_step / base->joules_per_step;
+      line.seconds_ratio = at->seconds_per_step / base->seconds_per_step;
+      const double drift = std::sqrt(2.0) * speed_spread_;
+      line.joules_log_std = std::hypot(at->joules_spread / 2.0, base->joules_spread / 2.0, drift);
+      line.seconds_log_std = std::hypot(at->seconds_spread / 2.0, base->seconds_spread / 2.0, drift);
+    } else if (model.response) {
+      if (!features) {
+        // Its power at the defaults, as the responses were fitted: joules over seconds.
+        features = network_features(network.layers());
+        features->watts = out.joules.mean / out.seconds.mean;
+      }
+      const RatioPrediction ratio = model.response->predict(*features);
+      line.basis = "response";
+      line.samples = model.response->samples();
+      line.joules_ratio = ratio.energy_ratio;
+      line.seconds_ratio = ratio.time_ratio;
+      line.joules_log_std = std::max(kResponseFloorSigma, std::hypot(ratio.energy_log_std, speed_spread_));
+      line.seconds_log_std = std::max(kResponseFloorSigma, std::hypot(ratio.time_log_std, speed_spread_));
+    } else {
+      continue;
+    }
+    line.joules_log_std = std::max(kSettingFloorSigma, line.joules_log_std);
+    line.seconds_log_std = std::max(kSettingFloorSigma, line.seconds_log_std);
+    // The estimate's own spread stays (the job's cost at the defaults is as unsure as it was),
+    // beside the ratio's.
+    const double joules = out.joules.mean * line.joules_ratio;
+    const double seconds = out.seconds.mean * line.seconds_ratio;
+    line.joules = {joules, joules * std::hypot(out.joules.std / out.joules.mean, line.joules_log_std)};
+    line.seconds = {seconds, seconds * std::hypot(out.seconds.std / out.seconds.mean, line.seconds_log_std)};
+    out.settings.push_back(std::move(line));
+  }
 }
 
 void DeviceEnergyModel::set_speed_spread(double log_sigma) {
@@ -292,11 +394,14 @@ void DeviceEnergyModel::set_speed_spread(double log_sigma) {
 }
 
 const WholeNetworkSample* DeviceEnergyModel::whole_network(const std::string& signature, std::int64_t batch_size,
-                                                           const std::string& optimizer) const {
+                                                           const std::string& optimizer,
+                                                           const KnobSetting* setting) const {
   if (signature.empty()) return nullptr;
   const std::string wanted = optimizer.empty() ? "sgd" : optimizer;
   for (const auto& sample : wholes_)
-    if (sample.signature == signature && sample.batch_size == batch_size && sample.optimizer == wanted) return &sample;
+    if (sample.signature == signature && sample.batch_size == batch_size && sample.optimizer == wanted &&
+        sample.setting.has_value() == (setting != nullptr) && (!setting || *sample.setting == *setting))
+      return &sample;
   return nullptr;
 }
 
@@ -305,6 +410,7 @@ void DeviceEnergyModel::learn_whole_network_gaps() {
   // fitted: the gap moves as the layer models learn, so it is learnt again at every fit.
   std::vector<GapReading> readings;
   for (const auto& sample : wholes_) {
+    if (sample.setting) continue;  // what a setting does is not what the network costs
     auto layers = analyze_model(sample.model, sample.batch_size);
     if (!layers) continue;
     const TrainingConfig one_step{sample.batch_size, 1, sample.batch_size, sample.optimizer, std::nullopt};
@@ -647,6 +753,7 @@ Result<Estimate> DeviceEnergyModel::estimate_with(const PreparedNetwork& network
                           std::hypot(std::sqrt(seconds_var) * steps, start_seconds.std)};
   out.joules_per_flop = flops_sum_xx_ > 0 ? flops_sum_xy_ / flops_sum_xx_ : 0.0;
   out.flops_baseline_joules = out.joules_per_flop * flops * steps;
+  if (whole) estimate_settings(network, training, out);
   return out;
 }
 
@@ -755,6 +862,7 @@ Result<DeviceEnergyModel> DeviceEnergyModel::load(const json& in) {
                                                                      sample.error().where, sample.error().message));
         out.wholes_.push_back(std::move(sample).value());
       }
+      out.learn_settings();
     }
     // Models saved before a reference network was read again have none.
     if (in.contains("speed_spread")) out.set_speed_spread(in["speed_spread"].get<double>());

@@ -19,6 +19,28 @@ NetworkFeatures network_features(const std::vector<AnalyzedLayer>& layers) {
   return features;
 }
 
+std::string KnobSetting::key() const { return fmt::format("{}={:g}", knob, value); }
+
+nlohmann::json to_json(const KnobSetting& setting) {
+  return {{"knob", setting.knob}, {"value", setting.value}, {"label", setting.label}};
+}
+
+Result<KnobSetting> knob_setting_from_json(const nlohmann::json& in, const std::string& pointer) {
+  if (!in.is_object()) return make_error(ErrorCode::invalid_argument, "not an object", pointer);
+  KnobSetting out;
+  const auto knob = in.find("knob");
+  if (knob == in.end() || !knob->is_string() || knob->get<std::string>().empty())
+    return make_error(ErrorCode::invalid_argument, "must be a knob's name", pointer + "/knob");
+  out.knob = knob->get<std::string>();
+  const auto value = in.find("value");
+  if (value == in.end() || !value->is_number() || !(value->get<double>() > 0.0) || !std::isfinite(value->get<double>()))
+    return make_error(ErrorCode::invalid_argument, "must be a positive number", pointer + "/value");
+  out.value = value->get<double>();
+  const auto label = in.find("label");
+  out.label = label != in.end() && label->is_string() ? label->get<std::string>() : out.key();
+  return out;
+}
+
 namespace {
 
 Eigen::Vector4d row(const NetworkFeatures& features, std::optional<double> power_limit_watts) {

@@ -56,21 +56,31 @@ std::string network_family(const std::vector<AnalyzedLayer>& layers) {
   return "dense";
 }
 
-std::string whole_network_key(const std::string& signature, std::int64_t batch_size, const std::string& optimizer) {
-  return fmt::format("{}/{}/{}", signature, batch_size, optimizer.empty() ? "sgd" : optimizer);
+std::string whole_network_key(const std::string& signature, std::int64_t batch_size, const std::string& optimizer,
+                              const KnobSetting* setting) {
+  std::string key = fmt::format("{}/{}/{}", signature, batch_size, optimizer.empty() ? "sgd" : optimizer);
+  if (setting) key += "@" + setting->key();
+  return key;
+}
+
+std::string whole_network_key(const WholeNetworkSample& sample) {
+  return whole_network_key(sample.signature, sample.batch_size, sample.optimizer,
+                           sample.setting ? &*sample.setting : nullptr);
 }
 
 json to_json(const WholeNetworkSample& sample) {
-  return {{"signature", sample.signature},
-          {"family", sample.family},
-          {"model", to_json(sample.model)},
-          {"batch_size", sample.batch_size},
-          {"optimizer", sample.optimizer},
-          {"joules_per_step", sample.joules_per_step},
-          {"seconds_per_step", sample.seconds_per_step},
-          {"joules_spread", sample.joules_spread},
-          {"seconds_spread", sample.seconds_spread},
-          {"measured_ms", sample.measured_ms}};
+  json out = {{"signature", sample.signature},
+              {"family", sample.family},
+              {"model", to_json(sample.model)},
+              {"batch_size", sample.batch_size},
+              {"optimizer", sample.optimizer},
+              {"joules_per_step", sample.joules_per_step},
+              {"seconds_per_step", sample.seconds_per_step},
+              {"joules_spread", sample.joules_spread},
+              {"seconds_spread", sample.seconds_spread},
+              {"measured_ms", sample.measured_ms}};
+  if (sample.setting) out["setting"] = to_json(*sample.setting);
+  return out;
 }
 
 Result<WholeNetworkSample> whole_network_sample_from_json(const json& in, const std::string& pointer) {
@@ -93,6 +103,11 @@ Result<WholeNetworkSample> whole_network_sample_from_json(const json& in, const 
                       pointer);
   }
   if (out.batch_size < 1) return make_error(ErrorCode::invalid_argument, "must be at least 1", pointer + "/batch_size");
+  if (const auto setting = in.find("setting"); setting != in.end() && !setting->is_null()) {
+    auto parsed = knob_setting_from_json(*setting, pointer + "/setting");
+    if (!parsed) return parsed.error();
+    out.setting = std::move(parsed).value();
+  }
   if (!(out.joules_per_step > 0.0) || !std::isfinite(out.joules_per_step))
     return make_error(ErrorCode::invalid_argument, "must be a positive number", pointer + "/joules_per_step");
   if (!(out.seconds_per_step > 0.0) || !std::isfinite(out.seconds_per_step))
@@ -138,7 +153,8 @@ std::optional<PlannedWholeNetwork> plan_whole_network(const std::vector<WholeNet
   double best_score = 0.0;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     const auto& candidate = candidates[i];
-    const std::string key = whole_network_key(candidate.signature, candidate.batch_size, candidate.optimizer);
+    const std::string key = whole_network_key(candidate.signature, candidate.batch_size, candidate.optimizer,
+                                              candidate.setting ? &*candidate.setting : nullptr);
     if (std::find(done.begin(), done.end(), key) != done.end()) continue;
     if (candidate.seconds_per_step * measuring_steps > max_seconds) continue;
     const double reduction = candidate.share * (candidate.relative_std - kMeasuredWholeSigma);

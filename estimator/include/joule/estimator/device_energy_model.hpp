@@ -103,6 +103,41 @@ struct WholeNetworkLine {
   std::int64_t measured_ms = 0;  ///< when it was measured ("measured" only)
 };
 
+/// What one of the device's knob settings would do to the job: ratios to its estimate at the
+/// defaults, from whole networks measured at the setting (knob_response.hpp).
+struct SettingLine {
+  KnobSetting setting;
+  /// "measured": this network (spec, batch size, optimizer) was trained whole at the setting and
+  /// at the defaults; "response": predicted from the networks that were (KnobResponse).
+  std::string basis;
+  double joules_ratio = 1.0;  ///< at the setting / at the defaults
+  double joules_log_std = 0.0;
+  double seconds_ratio = 1.0;
+  double seconds_log_std = 0.0;
+  std::size_t samples = 0;  ///< networks measured at both that it rests on (1 where measured)
+  Uncertain joules;         ///< whole job at the setting
+  Uncertain seconds;
+};
+
+/// A knob setting the device has measured networks at, and what it learnt of the setting.
+struct SettingModel {
+  KnobSetting setting;
+  std::size_t networks = 0;  ///< measured at the setting and at the defaults
+  /// From kMinResponseNetworks of them on: how the setting changes a network not measured at it.
+  std::optional<KnobResponse> response;
+};
+/// A setting's response is fitted from this many networks measured at it and at the defaults;
+/// below, only the networks measured there get the setting's figures.
+inline constexpr std::size_t kMinResponseNetworks = 4;
+/// The least log σ a setting's ratio is taken to have: two readings of a few steps cannot show
+/// a smaller difference reliably.
+inline constexpr double kSettingFloorSigma = 0.02;
+/// The least log σ of a ratio predicted by a setting's response for a network not measured at
+/// it: fitted on a handful of networks, a response's residuals understate how far a network
+/// unlike them lands (on the simulated laptop, 5 noise-free networks left a 3 % residual and
+/// missed LeNet's slowdown by 15 %).
+inline constexpr double kResponseFloorSigma = 0.1;
+
 /// What one job will cost on one device.
 struct Estimate {
   std::string device;
@@ -124,6 +159,9 @@ struct Estimate {
   /// Where a whole measurement or a family gap changed the layers' sum; nothing where neither
   /// is known.
   std::optional<WholeNetworkLine> whole;
+  /// The device's knob settings this network can be estimated at (measured there, or predicted
+  /// by a setting's response); empty where none is.
+  std::vector<SettingLine> settings;
   std::vector<std::string> warnings;
 };
 
@@ -209,8 +247,9 @@ class DeviceEnergyModel {
                             const std::string& runtime = {}) const;
 
   /// Keeps a network measured whole on this device, replacing an earlier measurement of the same
-  /// network, batch size and optimizer (at most kMaxWholeNetworks, the oldest dropped); its
-  /// family's gap is learnt at the next fit(). Refuses a sample without positive figures.
+  /// network, batch size, optimizer and knob setting (at most kMaxWholeNetworks at the defaults
+  /// and as many at each setting, the oldest dropped); its family's gap is learnt at the next
+  /// fit(), a setting's response at once. Refuses a sample without positive figures.
   bool add_whole_network(WholeNetworkSample sample);
   const std::vector<WholeNetworkSample>& whole_networks() const { return wholes_; }
   /// Learns each family's gap from the networks measured whole against their layer sums under
@@ -226,7 +265,9 @@ class DeviceEnergyModel {
   double speed_spread() const { return speed_spread_; }
   /// The measurement of a network whole, if this device has one (whole_network_key).
   const WholeNetworkSample* whole_network(const std::string& signature, std::int64_t batch_size,
-                                          const std::string& optimizer) const;
+                                          const std::string& optimizer, const KnobSetting* setting = nullptr) const;
+  /// The knob settings networks were measured at, by KnobSetting::key().
+  const std::map<std::string, SettingModel>& settings() const { return settings_; }
 
   /// Keeps what a runtime costs on this device (joule-worker runtime), replacing its last one.
   void set_runtime(RuntimeCost cost);
@@ -309,6 +350,10 @@ class DeviceEnergyModel {
                                  const std::string& runtime, bool whole) const;
 
   static std::uint64_t next_revision();
+  /// Each setting's networks and response, from the whole measurements (at every change of them).
+  void learn_settings();
+  /// The job at each setting the device knows, beside `out` (its estimate at the defaults).
+  void estimate_settings(const PreparedNetwork& network, const TrainingConfig& training, Estimate& out) const;
 
   std::string device_;
   std::string source_;
@@ -322,6 +367,7 @@ class DeviceEnergyModel {
   std::map<std::string, RuntimeCost> runtimes_;    // by RuntimeCost::runtime
   std::vector<WholeNetworkSample> wholes_;         // one per whole_network_key
   std::map<std::string, WholeNetworkGap> gaps_;    // by family
+  std::map<std::string, SettingModel> settings_;   // by KnobSetting::key()
   double speed_spread_ = 0.0;
 };
 

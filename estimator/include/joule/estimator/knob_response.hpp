@@ -10,12 +10,29 @@
 
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "joule/common/result.hpp"
 #include "joule/estimator/layer_analysis.hpp"
 
 namespace joule::estimator {
+
+/// A setting of one of a device's knobs that a job may run at instead of the device's defaults.
+struct KnobSetting {
+  std::string knob;    ///< the job's knob field: gpu_power_limit_watts, cpu_max_frequency_mhz, gpu_max_frequency_mhz
+  double value = 0.0;  ///< watts or MHz
+  std::string label;   ///< "90 W", "1600 MHz"
+  /// What measurements at the setting are found by: "cpu_max_frequency_mhz=1600".
+  std::string key() const;
+  bool is_power_limit() const { return knob == "gpu_power_limit_watts"; }
+  bool operator==(const KnobSetting& other) const { return knob == other.knob && value == other.value; }
+};
+nlohmann::json to_json(const KnobSetting& setting);
+/// Errors name the JSON pointer of the bad field (under `pointer`).
+Result<KnobSetting> knob_setting_from_json(const nlohmann::json& json, const std::string& pointer = "");
 
 /// What the fit reads of a network.
 struct NetworkFeatures {

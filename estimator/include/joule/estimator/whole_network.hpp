@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "joule/common/result.hpp"
+#include "joule/estimator/knob_response.hpp"
 #include "joule/estimator/layer_analysis.hpp"
 #include "joule/estimator/model_spec.hpp"
 
@@ -50,6 +51,10 @@ struct WholeNetworkSample {
   double joules_spread = 0.0;
   double seconds_spread = 0.0;
   std::int64_t measured_ms = 0;  ///< Unix ms
+  /// The knob setting it ran at; nullopt: the device's defaults. A measurement at a setting
+  /// teaches what the setting does to the network (its ratios to the one at the defaults), not
+  /// the network's cost: it joins no gap and estimates nothing at the defaults.
+  std::optional<KnobSetting> setting;
 };
 
 nlohmann::json to_json(const WholeNetworkSample& sample);
@@ -97,6 +102,9 @@ struct WholeNetworkCandidate {
   double relative_std = 0.0;      ///< of its current estimate on the device (σ / mean)
   double seconds_per_step = 0.0;  ///< its current estimate's time per step
   double share = 0.0;             ///< of the workload's estimated energy, 0..1
+  /// Measured at this knob setting (its ratios to the defaults are what is learnt); nullopt:
+  /// at the defaults.
+  std::optional<KnobSetting> setting;
 };
 
 /// What measuring one candidate whole is worth, in the layer planner's terms (PlannedProbe): the
@@ -117,7 +125,10 @@ std::optional<PlannedWholeNetwork> plan_whole_network(const std::vector<WholeNet
                                                       const std::vector<std::string>& done, int measuring_steps,
                                                       double max_seconds);
 
-/// The key a whole measurement is found by: its signature, batch size and optimizer.
-std::string whole_network_key(const std::string& signature, std::int64_t batch_size, const std::string& optimizer);
+/// The key a whole measurement is found by: its signature, batch size and optimizer, and the
+/// knob setting it ran at (none: the defaults).
+std::string whole_network_key(const std::string& signature, std::int64_t batch_size, const std::string& optimizer,
+                              const KnobSetting* setting = nullptr);
+std::string whole_network_key(const WholeNetworkSample& sample);
 
 }  // namespace joule::estimator
