@@ -280,14 +280,9 @@ class FileParser {
                                          first->second.file, first->second.line));
     }
     if (auto goal = check_.get<std::string>(table, "goal", "knobs.goal")) {
-      if (auto parsed = schedulers::knob_goal_from_string(*goal)) {
+      if (auto parsed = schedulers::knob_goal_from_string(*goal))
         acc_.policy.knobs.goal = *parsed;
-        if (*parsed != schedulers::KnobGoal::off)
-          check_.warning(*table.get("goal"),
-                         fmt::format("knobs.goal \"{}\": joule-sim chooses settings with it; jouled does not yet "
-                                     "(its jobs run at the knobs they ask for, or the devices' defaults)",
-                                     *goal));
-      } else
+      else
         check_.problem(*table.get("goal"),
                        fmt::format("knobs.goal \"{}\" is not one of off, min-energy, zeus, min-edp", *goal));
     }

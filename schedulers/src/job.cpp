@@ -196,6 +196,10 @@ Result<Constraints> parse_constraints(const json& input) {
       if (!value.is_number() || value.get<double>() <= 0.0)
         return invalid("max_energy_joules must be a number > 0", where);
       constraints.max_energy_joules = value.get<double>();
+    } else if (key == "max_slowdown") {
+      if (!value.is_number() || !(value.get<double>() > 0.0) || value.get<double>() > 10.0)
+        return invalid("max_slowdown must be a number above 0 and at most 10 (0.1: 10 % slower)", where);
+      constraints.max_slowdown = value.get<double>();
     } else {
       return invalid(fmt::format("constraints: unknown field \"{}\"", key), where);
     }
@@ -365,6 +369,7 @@ json to_json(const JobSpec& spec) {
   if (spec.constraints.deadline) constraints["deadline"] = format_rfc3339(*spec.constraints.deadline);
   if (spec.constraints.not_before) constraints["not_before"] = format_rfc3339(*spec.constraints.not_before);
   if (spec.constraints.max_energy_joules) constraints["max_energy_joules"] = *spec.constraints.max_energy_joules;
+  if (spec.constraints.max_slowdown) constraints["max_slowdown"] = *spec.constraints.max_slowdown;
   json out = {{"name", spec.name},
               {"run", run},
               {"constraints", constraints},

@@ -93,8 +93,7 @@ TEST(PolicyConfigTest, knob_keys_are_read_and_checked) {
   EXPECT_EQ(loaded->policy.knobs.goal, joule::schedulers::KnobGoal::zeus);
   EXPECT_DOUBLE_EQ(*loaded->policy.knobs.max_slowdown, 0.25);
   EXPECT_DOUBLE_EQ(loaded->policy.knobs.eta, 0.8);
-  ASSERT_EQ(loaded->warnings.size(), 1u);
-  EXPECT_NE(loaded->warnings[0].message.find("jouled does not yet"), std::string::npos);
+  EXPECT_TRUE(loaded->warnings.empty());
   EXPECT_EQ(parse_policy_files({})->policy.knobs.goal, joule::schedulers::KnobGoal::off);
 
   EXPECT_EQ(problems("[knobs]\ngoal = \"cheapest\"\n"),

@@ -71,6 +71,41 @@ DeviceEstimate DeviceEstimate::of(const EstimateRow& row) {
   out.epochs = std::max<std::int64_t>(1, estimate.epochs);
   out.mix = work_mix_of(estimate);
   out.warnings_digest = digest_of_warnings(estimate.warnings);
+  for (const auto& line : estimate.settings)
+    out.settings.push_back({line.setting, line.basis, rounded(line.joules_ratio), rounded(line.joules_log_std),
+                            rounded(line.seconds_ratio), rounded(line.seconds_log_std)});
+  return out;
+}
+
+std::vector<schedulers::SettingOption> DeviceEstimate::setting_options() const {
+  std::vector<schedulers::SettingOption> out;
+  if (!ok || !(joules_mean > 0.0) || !(seconds_mean > 0.0)) return out;
+  const double relative = joules_std / joules_mean;
+  for (const auto& line : settings) {
+    const double joules = joules_mean * line.joules_ratio;
+    out.push_back({line.setting.knob, line.setting.value, line.setting.label,
+                   schedulers::Estimate{joules, joules * std::hypot(relative, line.joules_log_std),
+                                        seconds_mean * line.seconds_ratio},
+                   line.seconds_log_std});
+  }
+  return out;
+}
+
+std::optional<DeviceEstimate> DeviceEstimate::at(const estimator::KnobSetting& setting) const {
+  const auto line =
+      std::find_if(settings.begin(), settings.end(), [&](const Setting& s) { return s.setting == setting; });
+  if (line == settings.end()) return std::nullopt;
+  DeviceEstimate out = *this;
+  out.settings.clear();
+  const auto scale = [&](double& mean, double& std) {
+    std = mean > 0.0 ? mean * line->joules_ratio * std::hypot(std / mean, line->joules_log_std) : 0.0;
+    mean *= line->joules_ratio;
+  };
+  scale(out.joules_mean, out.joules_std);
+  scale(out.model_joules_mean, out.model_joules_std);
+  out.seconds_mean *= line->seconds_ratio;
+  out.model_seconds_mean *= line->seconds_ratio;
+  if (out.baseline_joules) *out.baseline_joules *= line->joules_ratio;
   return out;
 }
 
@@ -80,7 +115,7 @@ bool DeviceEstimate::same_figures(const DeviceEstimate& other) const {
          model_joules_mean == other.model_joules_mean && model_joules_std == other.model_joules_std &&
          seconds_mean == other.seconds_mean && model_seconds_mean == other.model_seconds_mean &&
          baseline_joules == other.baseline_joules && flops_per_step == other.flops_per_step && steps == other.steps &&
-         epochs == other.epochs && warnings_digest == other.warnings_digest;
+         epochs == other.epochs && warnings_digest == other.warnings_digest && settings == other.settings;
 }
 
 std::size_t digest_of_warnings(const std::vector<std::string>& warnings) {
@@ -421,6 +456,15 @@ std::vector<DeviceEstimate> read_estimates(const json& rows) {
         for (const auto& warning : *listed)
           if (warning.is_string()) warnings.push_back(warning.get<std::string>());
       estimate.warnings_digest = digest_of_warnings(warnings);
+      if (const auto settings = row.find("settings"); settings != row.end() && settings->is_array()) {
+        for (const auto& line : *settings) {
+          auto setting = estimator::knob_setting_from_json(line);
+          if (!setting || !line.is_object()) continue;
+          estimate.settings.push_back({std::move(setting).value(), line.value("basis", ""),
+                                       line.value("joules_ratio", 1.0), line.value("joules_log_std", 0.0),
+                                       line.value("seconds_ratio", 1.0), line.value("seconds_log_std", 0.0)});
+        }
+      }
     }
     out.push_back(std::move(estimate));
   }

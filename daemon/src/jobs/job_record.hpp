@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "joule/adapters/database.hpp"
+#include "joule/daemon/device_knobs.hpp"
 #include "joule/daemon/job_estimate.hpp"
 #include "joule/schedulers/job.hpp"
 #include "joule/schedulers/placement.hpp"
@@ -96,6 +97,22 @@ struct JobRecord {
   /// Its knobs as set on its device this run ("cpu_max_frequency_mhz 1600 (policy0 1600 MHz)");
   /// nothing when it asked for none, or they were refused (its events say why).
   std::optional<std::string> knobs_in_force;
+  /// The knob setting placement chose for this run (policy knobs.goal), and what the job was
+  /// expected to cost there and at the device's defaults; nullopt: its own knobs, or the defaults.
+  struct ChosenSetting {
+    estimator::KnobSetting setting;
+    std::string goal;  ///< the policy's knobs.goal that chose it
+    schedulers::Estimate at_setting;
+    schedulers::Estimate at_default;
+  };
+  std::optional<ChosenSetting> chosen_setting;
+  /// What its executor sets before it starts: its own knobs, else the setting chosen for it.
+  schedulers::Knobs effective_knobs() const;
 };
+
+inline schedulers::Knobs JobRecord::effective_knobs() const {
+  if (!spec.knobs.empty() || !chosen_setting) return spec.knobs;
+  return knobs_of(chosen_setting->setting);
+}
 
 }  // namespace joule::daemon

@@ -151,7 +151,12 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
   pending.deadline = spec.constraints.deadline;
   pending.not_before = spec.constraints.not_before;
   pending.max_energy_joules = spec.constraints.max_energy_joules;
+  pending.max_slowdown = spec.constraints.max_slowdown;
   pending.cores = spec.shared_cores();
+  // Settings are chosen for jobs that ask for none and hold their device whole (a setting is the
+  // device's, not a job's: it would reach the jobs beside one on shared cores).
+  const bool choose_settings =
+      core().policy().knobs.goal != schedulers::KnobGoal::off && spec.knobs.empty() && pending.cores == 0;
   // Indexed once: with a thousand agents' devices a search per device made this quadratic.
   std::unordered_map<std::string, const DeviceEstimate*> usable;
   for (const auto& estimate : job.estimates)
@@ -164,6 +169,14 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
     if (const auto it = usable.find(device.name); it != usable.end()) {
       candidate.estimate = it->second->placement();
       candidate.flops_joules = it->second->baseline_joules;
+      if (choose_settings && !it->second->settings.empty()) {
+        // Only what the device offers now (its knobs can change with a restart).
+        const auto offered = knob_choices(device);
+        for (auto& option : it->second->setting_options())
+          if (std::find(offered.begin(), offered.end(), estimator::KnobSetting{option.knob, option.value, ""}) !=
+              offered.end())
+            candidate.settings.push_back(std::move(option));
+      }
     }
     pending.candidates.push_back(std::move(candidate));
   }
@@ -296,6 +309,12 @@ void JobService::place(Job& job, Device& device, const schedulers::Placement& pl
   const auto estimate = placement.estimate ? placement.estimate : estimate_for(job, device.name);
   job.row.estimated_joules = estimate ? std::optional(estimate->joules_mean) : std::nullopt;
   const std::string& note = placement.note;
+  job.chosen_setting.reset();
+  if (placement.setting && placement.at_default && job.spec.knobs.empty())
+    job.chosen_setting = Job::ChosenSetting{
+        estimator::KnobSetting{placement.setting->knob, placement.setting->value, placement.setting->label},
+        std::string(schedulers::to_string(core().policy().knobs.goal)), placement.setting->estimate,
+        *placement.at_default};
   Executor& executor = executor_for(device);
   const std::string run = executor.prepare(job, device);
   // The placement is committed before anything runs it: a crash in between leaves a "placed"
@@ -337,7 +356,12 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
   if (device && job.row.energy_joules && job.row.started_ms) {
     metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
     if (metered_here && listener_ && state == JobState::succeeded) {
-      if (const auto* estimate = find_estimate(job.estimates, device->name))
+      const DeviceEstimate* estimate = find_estimate(job.estimates, device->name);
+      // A job that ran at the setting chosen for it is compared with its estimate there.
+      std::optional<DeviceEstimate> at_setting;
+      if (estimate && job.chosen_setting && job.knobs_in_force) at_setting = estimate->at(job.chosen_setting->setting);
+      if (at_setting) estimate = &*at_setting;
+      if (estimate)
         listener_->finished(Feedback{device->name, *estimate, *job.row.energy_joules,
                                      energy_source_from_string(job.row.energy_source), job.row.energy_partial,
                                      job.row.id, job.row.finished_ms.value_or(0), job.run_seconds});

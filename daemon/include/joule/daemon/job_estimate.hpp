@@ -82,9 +82,27 @@ struct DeviceEstimate {
   /// A digest of its caveats (the row's warnings: a thread count the model was not learnt at...),
   /// to tell that they changed without keeping their text with every queued job; 0: none.
   std::size_t warnings_digest = 0;
+  /// What each of the device's knob settings would do to it (the row's `settings`): ratios to
+  /// the figures above.
+  struct Setting {
+    estimator::KnobSetting setting;
+    std::string basis;  ///< "measured" or "response"
+    double joules_ratio = 1.0;
+    double joules_log_std = 0.0;
+    double seconds_ratio = 1.0;
+    double seconds_log_std = 0.0;
+    bool operator==(const Setting& other) const = default;
+  };
+  std::vector<Setting> settings;
 
   /// What placement weighs it by.
   schedulers::Estimate placement() const { return {joules_mean, joules_std, seconds_mean}; }
+  /// What placement may choose instead of the defaults: the figures above times each setting's
+  /// ratios, the spreads of both.
+  std::vector<schedulers::SettingOption> setting_options() const;
+  /// The figures at `setting` (a job that ran there is compared with these); nothing where the
+  /// estimate has no such setting.
+  std::optional<DeviceEstimate> at(const estimator::KnobSetting& setting) const;
   /// The figures of `row`, each to the 6 significant digits a job keeps (stored_estimates): the
   /// same as read back from the stored form after a restart.
   static DeviceEstimate of(const EstimateRow& row);

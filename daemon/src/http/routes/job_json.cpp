@@ -226,11 +226,32 @@ json job_fields(const JobView& view, bool with_events, const SignalFeeds& signal
                        {"cpu_quota", job.cpu_quota ? json(*job.cpu_quota) : json(nullptr)},
                        {"gpu_power_limit_watts", job.gpu_limit_watts ? json(*job.gpu_limit_watts) : json(nullptr)}};
   }
-  if (!job.spec.knobs.empty()) {
-    // Asked for, and what is in force this run (null before it starts, after it ends, or when
-    // refused: its events say which).
+  if (!job.spec.knobs.empty() || job.chosen_setting) {
+    // Asked for, or chosen by placement, and what is in force this run (null before it starts,
+    // after it ends, or when refused: its events say which).
     out["knobs"] = {{"requested", schedulers::to_json(job.spec.knobs)},
                     {"in_force", job.knobs_in_force ? json(*job.knobs_in_force) : json(nullptr)}};
+    if (const auto& chosen = job.chosen_setting) {
+      const auto& at = chosen->at_setting;
+      const auto& base = chosen->at_default;
+      json shown = {{"knob", chosen->setting.knob},
+                    {"value", chosen->setting.value},
+                    {"label", chosen->setting.label},
+                    {"goal", chosen->goal},
+                    {"predicted",
+                     {{"joules", at.joules_mean},
+                      {"seconds", at.seconds_mean},
+                      {"joules_at_defaults", base.joules_mean},
+                      {"seconds_at_defaults", base.seconds_mean},
+                      {"energy_saving", base.joules_mean > 0 ? 1.0 - at.joules_mean / base.joules_mean : 0.0},
+                      {"slowdown", base.seconds_mean > 0 ? at.seconds_mean / base.seconds_mean - 1.0 : 0.0}}}};
+      // What it used against what was predicted at the setting, once metered whole.
+      if (row.energy_joules && !row.energy_partial && row.finished_ms && at.joules_mean > 0)
+        shown["measured"] = {{"joules", *row.energy_joules},
+                             {"source", row.energy_source},
+                             {"ratio_to_predicted", *row.energy_joules / at.joules_mean}};
+      out["knobs"]["chosen"] = std::move(shown);
+    }
   }
   if (with_events) {
     out["spec"] = json::parse(row.spec_json, nullptr, false);

@@ -389,78 +389,21 @@ adapters::GpuPowerLimit* LocalExecutor::gpu_limit_of(Run& run, Device& device) {
 }
 
 void LocalExecutor::apply_knobs(JobRecord& job, Device& device, Run& run) {
-  const schedulers::Knobs& knobs = job.spec.knobs;
+  const schedulers::Knobs knobs = job.effective_knobs();
   if (knobs.empty()) return;
-  std::vector<std::string> set;
-  std::optional<Error> refused;
-  // The power mode first: nvpmodel rewrites the CPU and GPU limits, which the other knobs then
-  // narrow (and which come back in the opposite order).
-  if (knobs.power_mode) {
-    const auto mode = device.power_modes ? device.power_modes->find(*knobs.power_mode) : std::nullopt;
-    if (!mode) {
-      refused = make_error(ErrorCode::unavailable,
-                           fmt::format("{} has no power mode \"{}\"", device.name, *knobs.power_mode));
-    } else {
-      adapters::CommandRunner run_tool = options_.run_tool;
-      if (!run_tool) run_tool = adapters::system_command_runner();
-      run.power_mode = std::make_unique<adapters::JetsonPowerMode>(*device.power_modes, options_.control_journal,
-                                                                   std::move(run_tool));
-      if (auto applied = run.power_mode->set(*mode))
-        set.push_back("power_mode " + *applied);
-      else
-        refused = applied.error();
-    }
-  }
-  if (!refused && knobs.wants_cpu()) {
-    if (!device.cpu_frequency) {
-      refused = make_error(ErrorCode::unavailable, fmt::format("{} has no CPU frequency knob", device.name));
-    } else {
-      run.cpu_frequency =
-          std::make_unique<adapters::CpuFrequencyLimit>(*device.cpu_frequency, options_.control_journal);
-      if (knobs.cpu_max_frequency_mhz) {
-        if (auto applied = run.cpu_frequency->set_max_mhz(*knobs.cpu_max_frequency_mhz))
-          set.push_back(fmt::format("cpu_max_frequency_mhz {:g} ({})", *knobs.cpu_max_frequency_mhz, *applied));
-        else
-          refused = applied.error();
-      }
-      if (!refused && knobs.cpu_energy_preference) {
-        if (auto applied = run.cpu_frequency->set_energy_preference(*knobs.cpu_energy_preference))
-          set.push_back("cpu_energy_preference " + *knobs.cpu_energy_preference);
-        else
-          refused = applied.error();
-      }
-    }
-  }
-  if (!refused && knobs.gpu_max_frequency_mhz) {
-    if (!device.gpu_frequency) {
-      refused = make_error(ErrorCode::unavailable, fmt::format("{} has no GPU clock limit", device.name));
-    } else {
-      run.gpu_frequency = std::make_unique<adapters::DevfreqLimit>(*device.gpu_frequency, options_.control_journal);
-      if (auto applied = run.gpu_frequency->set_max_mhz(*knobs.gpu_max_frequency_mhz))
-        set.push_back(fmt::format("gpu_max_frequency_mhz {:g} ({})", *knobs.gpu_max_frequency_mhz, *applied));
-      else
-        refused = applied.error();
-    }
-  }
+  run.knobs = std::make_unique<DeviceKnobs>(options_.control_journal, options_.run_tool);
   // Under a power cap the cap's limit stands (a job resumed while capped).
-  if (!refused && knobs.gpu_power_limit_watts && !job.gpu_limit_watts) {
-    if (auto* limit = gpu_limit_of(run, device); !limit) {
-      refused = make_error(ErrorCode::unavailable, fmt::format("{} has no NVML power limit", device.name));
-    } else if (auto applied = limit->set_watts(*knobs.gpu_power_limit_watts)) {
-      set.push_back(fmt::format("gpu_power_limit_watts {:g} ({})", *knobs.gpu_power_limit_watts, applied->describe()));
-    } else {
-      refused = applied.error();
-    }
-  }
-  if (refused) {
-    // Nothing stays half set: whatever was written goes back, and the job runs as the device is.
-    restore_knobs(job, run);
-    spdlog::warn("job {}: knobs refused, it runs at the device's defaults: {}", job.row.id, refused->message);
-    host_.note(job, "knobs refused, it runs at the device's defaults: " + refused->message);
+  auto applied = run.knobs->apply(
+      knobs, device, [&] { return gpu_limit_of(run, device); }, job.gpu_limit_watts.has_value());
+  if (!applied) {
+    // Nothing stays half set (apply put back what it wrote): the job runs as the device is.
+    run.knobs.reset();
+    spdlog::warn("job {}: knobs refused, it runs at the device's defaults: {}", job.row.id, applied.error().message);
+    host_.note(job, "knobs refused, it runs at the device's defaults: " + applied.error().message);
     host_.count_knobs(device.name, "refused");
     return;
   }
-  job.knobs_in_force = fmt::format("{}", fmt::join(set, "; "));
+  job.knobs_in_force = fmt::format("{}", fmt::join(*applied, "; "));
   host_.note(job, "knobs set: " + *job.knobs_in_force);
   host_.count_knobs(device.name, "set");
 }
@@ -468,14 +411,12 @@ void LocalExecutor::apply_knobs(JobRecord& job, Device& device, Run& run) {
 void LocalExecutor::restore_knobs(JobRecord& job, Run& run) {
   // The GPU's limit is also the power cap's: while a cap holds it, it stays.
   adapters::RestorableControl* gpu = job.gpu_limit_watts ? nullptr : run.gpu_limit.get();
-  for (adapters::RestorableControl* control : std::initializer_list<adapters::RestorableControl*>{
-           run.cpu_frequency.get(), run.gpu_frequency.get(), gpu, run.power_mode.get()}) {
-    if (!control) continue;
-    if (auto restored = control->restore(); !restored) spdlog::warn("job {}: {}", job.row.id, restored.error().message);
+  if (run.knobs) {
+    for (const auto& failure : run.knobs->restore(gpu)) spdlog::warn("job {}: {}", job.row.id, failure);
+  } else if (gpu) {
+    if (auto restored = gpu->restore(); !restored) spdlog::warn("job {}: {}", job.row.id, restored.error().message);
   }
-  run.cpu_frequency.reset();
-  run.gpu_frequency.reset();
-  run.power_mode.reset();
+  run.knobs.reset();
   job.knobs_in_force.reset();
 }
 
@@ -735,20 +676,24 @@ void LocalExecutor::release(JobRecord& job, bool ended) {
     (void)adapters::signal_process_group(static_cast<pid_t>(job.row.pid), SIGCONT);
   if (it != runs_.end()) {
     Run& run = it->second;
-    // The power mode last: the other knobs narrowed what it had set.
-    for (adapters::RestorableControl* control : std::initializer_list<adapters::RestorableControl*>{
-             run.pauser.get(), run.quota.get(), run.gpu_limit.get(), run.cpu_frequency.get(), run.gpu_frequency.get(),
-             run.power_mode.get()}) {
+    for (adapters::RestorableControl* control :
+         std::initializer_list<adapters::RestorableControl*>{run.pauser.get(), run.quota.get()}) {
       if (!control) continue;
       if (auto restored = control->restore(); !restored)
         spdlog::warn("job {}: {}", job.row.id, restored.error().message);
     }
+    // The knobs with the GPU's limit (a cap's too), the power mode last: the others narrowed it.
+    if (run.knobs) {
+      for (const auto& failure : run.knobs->restore(run.gpu_limit.get()))
+        spdlog::warn("job {}: {}", job.row.id, failure);
+    } else if (run.gpu_limit) {
+      if (auto restored = run.gpu_limit->restore(); !restored)
+        spdlog::warn("job {}: {}", job.row.id, restored.error().message);
+    }
     run.pauser.reset();
     run.quota.reset();
+    run.knobs.reset();
     run.gpu_limit.reset();
-    run.cpu_frequency.reset();
-    run.gpu_frequency.reset();
-    run.power_mode.reset();
     job.knobs_in_force.reset();
     run.child.reset();  // stops watching; the process itself is left alone
   }

@@ -21,6 +21,7 @@
 #include "joule/adapters/job_controls.hpp"
 #include "joule/adapters/measurement_window.hpp"
 #include "joule/daemon/child_process.hpp"
+#include "joule/daemon/device_knobs.hpp"
 #include "joule/daemon/device_table.hpp"
 #include "joule/daemon/local_run_options.hpp"
 
@@ -89,9 +90,7 @@ class LocalExecutor final : public Executor {
     std::unique_ptr<adapters::JobPauser> pauser;
     std::unique_ptr<adapters::CpuQuota> quota;
     std::unique_ptr<adapters::GpuPowerLimit> gpu_limit;          // a power cap's, or the job's knob
-    std::unique_ptr<adapters::CpuFrequencyLimit> cpu_frequency;  // the job's CPU knobs
-    std::unique_ptr<adapters::JetsonPowerMode> power_mode;       // the job's power mode
-    std::unique_ptr<adapters::DevfreqLimit> gpu_frequency;       // the job's Jetson GPU clock cap
+    std::unique_ptr<DeviceKnobs> knobs;                          // the job's knobs but its GPU power limit
     bool knobs_held_back = false;  // its knobs were put back for a pause: set them again on resume
     std::filesystem::path lease;   // its lease file, renewed while jouled runs it; empty: none
     std::vector<int> cpus;         // its cores (resources.cores); empty: any CPU

@@ -46,6 +46,9 @@ struct Constraints {
   /// It may not start before this time (a window the user chose; before its deadline).
   std::optional<UnixMillis> not_before;
   std::optional<double> max_energy_joules;
+  /// How much slower than at its device's defaults a knob setting placement chooses may make it
+  /// (0.1: 10 %); replaces the policy's knobs.max_slowdown.
+  std::optional<double> max_slowdown;
 };
 
 /// Device settings a job asks to run at (`knobs`): set on its device just before it starts and
