@@ -157,7 +157,7 @@ std::optional<PlannedWholeNetwork> plan_whole_network(const std::vector<WholeNet
                                               candidate.setting ? &*candidate.setting : nullptr);
     if (std::find(done.begin(), done.end(), key) != done.end()) continue;
     if (candidate.seconds_per_step * measuring_steps > max_seconds) continue;
-    const double reduction = candidate.share * (candidate.relative_std - kMeasuredWholeSigma);
+    const double reduction = candidate.share * (candidate.relative_std - candidate.measured_std);
     if (!(reduction > 0.0)) continue;
     const double cost = kWorkerStart + std::max(1.0, candidate.flops_per_step / kFlopsPerReading);
     const double score = reduction / std::sqrt(cost);

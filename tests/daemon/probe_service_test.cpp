@@ -6,16 +6,20 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
+#include "../fakes/sysfs_fixtures.hpp"
 #include "counting_meter.hpp"
 #include "job_book.hpp"
+#include "joule/daemon/device_knobs.hpp"
 #include "joule/worker/protocol.hpp"
 
 namespace joule::daemon {
@@ -33,6 +37,9 @@ struct FakeWorker {
   bool runtime = false;
   bool runtime_fails = false;  ///< `runtime` exits 1 as an interpreter without torch makes it
   bool env_fails = false;      ///< `env` exits 1 as a worker without LibTorch's libraries does
+  /// A cpufreq scaling_max_freq the stand-in reads as the device's clock cap: below its top
+  /// (4.7 GHz) a step takes (4.7 GHz / cap)^0.5 as long and (cap / 4.7 GHz)^0.3 the energy.
+  std::string clock_cap_file;
 };
 
 class ProbeServiceTest : public ::testing::Test, protected joule::testing::JobBook {
@@ -104,6 +111,15 @@ if args[0] == "runtime":
     print({runtime_result})
     sys.exit(0)
 template = json.loads({result})
+cap_file = "{cap_file}"
+cap = 4700000.0
+if cap_file:
+    with open(cap_file) as f:
+        cap = float(f.read())
+    with open("{caps}", "a") as log:
+        log.write("%d\n" % cap)
+time_factor = (4700000.0 / cap) ** 0.5
+energy_factor = (cap / 4700000.0) ** 0.3
 requests = [args[i + 1] for i, arg in enumerate(args) if arg == "--request"]
 with open("{calls}", "a") as calls:
     calls.write(" ".join(args) + "\n")
@@ -121,8 +137,8 @@ for n, path in enumerate(requests):
     # Each layer costs in proportion to the size of its spec: networks cost the sum of their
     # layers, as THOR's subtraction assumes, so every probe decomposes into a positive layer.
     size = lambda network: sum(len(json.dumps(layer)) for layer in network["layers"]) / 100.0
-    out["networks"] = [dict(net, joules_per_step=net["joules_per_step"] * size(spec),
-                            seconds_per_step=net["seconds_per_step"] * size(spec))
+    out["networks"] = [dict(net, joules_per_step=net["joules_per_step"] * size(spec) * energy_factor,
+                            seconds_per_step=net["seconds_per_step"] * size(spec) * time_factor)
                        for spec in request["networks"]]
     print(json.dumps(out), flush=True)
     with open("{done}", "a") as done:
@@ -135,7 +151,8 @@ for n, path in enumerate(requests):
                     fmt::arg("fail_at", fake.fail_at), fmt::arg("runtime_calls", (dir_ / "runtime.log").string()),
                     fmt::arg("runtime_fails", fake.runtime_fails ? "True" : "False"),
                     fmt::arg("env_fails", fake.env_fails ? "True" : "False"),
-                    fmt::arg("runtime_result", json(worker::to_json(runtime).dump()).dump())));
+                    fmt::arg("runtime_result", json(worker::to_json(runtime).dump()).dump()),
+                    fmt::arg("cap_file", fake.clock_cap_file), fmt::arg("caps", (dir_ / "caps.log").string())));
     ::chmod(worker.c_str(), 0755);
     models_ = std::make_unique<ModelService>(io_, writer_, metrics_, [] {});
     ProbeServiceOptions options;
@@ -499,5 +516,70 @@ TEST_F(ProbeServiceTest, a_converged_device_reads_its_reference_network_when_it_
   EXPECT_NE(exposition.find("joule_device_speed_drift_ratio{device=\"cpu\"} 0"), std::string::npos) << exposition;
   EXPECT_NE(exposition.find("joule_device_speed_spread{device=\"cpu\"} 0"), std::string::npos);
 }
+
+// With a policy knobs.goal, a network measured whole is measured at each of the CPU's knob
+// settings too (a fixture cpufreq tree; the stand-in worker reads the cap as its clock): each
+// setting is set for the worker's run and put back after, and the served model estimates the
+// network at every setting from its measurements.
+TEST_F(ProbeServiceTest, with_a_knob_goal_a_network_is_measured_at_each_setting_and_the_defaults_come_back) {
+  joule::testing::TempDir tree;
+  joule::testing::write_cpufreq_policy(tree, joule::testing::intel_pstate_policy(0));
+  const auto cpufreq = tree / "sys/devices/system/cpu/cpufreq";
+  auto knob = adapters::CpuFrequencyKnob::discover(cpufreq);
+  ASSERT_TRUE(knob) << knob.error().message;
+  device_table_.find("cpu")->cpu_frequency = *knob;
+  schedulers::Policy policy;
+  policy.knobs.goal = schedulers::KnobGoal::min_energy;
+  jobs_.set_policy(policy);
+  ASSERT_TRUE(jobs_.chooses_settings());
+  const auto choices = knob_choices(*device_table_.find("cpu"));
+  ASSERT_EQ(choices.size(), 3u);
+  EXPECT_EQ(choices[0].label, "3800 MHz");
+  EXPECT_EQ(choices[2].label, "2100 MHz");
+
+  config::ProbingConfig probing;
+  probing.enabled = false;
+  probing.refit_every = 2;
+  FakeWorker fake;
+  fake.clock_cap_file = (cpufreq / "policy0/scaling_max_freq").string();
+  start(probing, fake);
+  const json mlp = small_mlp();
+  auto requested = probes_->request(
+      {{"device", "cpu"}, {"seconds", 3600}, {"models", {{{"model", mlp}, {"training", {{"batch_size", 8}}}}}}});
+  ASSERT_TRUE(requested) << requested.error().message;
+  auto measured_everywhere = [&] {
+    const json settings = shown()["whole_networks"].value("settings", json::array());
+    return settings.size() == 3 &&
+           std::all_of(settings.begin(), settings.end(), [](const json& s) { return s["networks"] == 1; });
+  };
+  ASSERT_TRUE(within(measured_everywhere, 90s)) << shown().dump();
+  ASSERT_TRUE(within([&] { return !probes_->info("cpu")["probing"].contains("measuring_at"); }, 30s));
+  // Each worker ran at its setting; the defaults are back after each (and nothing stays noted).
+  std::ifstream caps_log(dir_ / "caps.log");
+  std::set<std::string> caps;
+  for (std::string line; std::getline(caps_log, line);) caps.insert(line);
+  EXPECT_TRUE(caps.contains("3800000") && caps.contains("2800000") && caps.contains("2100000"));
+  EXPECT_TRUE(caps.contains("4700000"));
+  idle_for(100ms);
+  std::ifstream limit(cpufreq / "policy0/scaling_max_freq");
+  std::string now;
+  std::getline(limit, now);
+  if (!probes_->info("cpu")["probing"].contains("measuring_at")) EXPECT_EQ(now, "4700000");
+
+  // The served model: the network at each setting, as measured (ratios of the stand-in's law).
+  const auto spec = estimator::parse_model_spec(mlp, "/model");
+  const auto models = models_->models();
+  ASSERT_TRUE(models.contains("cpu") && models.at("cpu"));
+  auto estimate = models.at("cpu")->estimate(*spec, estimator::TrainingConfig{8, 1, 800, "sgd", std::nullopt});
+  ASSERT_TRUE(estimate) << estimate.error().message;
+  ASSERT_EQ(estimate->settings.size(), 3u);
+  for (const auto& line : estimate->settings) {
+    EXPECT_EQ(line.basis, "measured");
+    const double cap = line.setting.value * 1000.0;
+    EXPECT_NEAR(line.seconds_ratio, std::pow(4700000.0 / cap, 0.5), 1e-6) << line.setting.label;
+    EXPECT_NEAR(line.joules_ratio, std::pow(cap / 4700000.0, 0.3), 1e-6) << line.setting.label;
+  }
+}
+
 }  // namespace
 }  // namespace joule::daemon

@@ -105,7 +105,8 @@ Daemon::Daemon(const CommandLine& command_line, config::DaemonConfig config)
       models_(
           io_, storage_, metrics_, [this] { models_changed(); }, clock_),
       probes_(io_, storage_, metrics_, models_, jobs_, jobs_.budgets(), devices_,
-              ProbeServiceOptions{config_.probing, config_.state_directory, job_options_.worker, job_options_.runner},
+              ProbeServiceOptions{config_.probing, config_.state_directory, job_options_.worker, job_options_.runner,
+                                  1.0, control_journal_.get(), job_options_.run_tool},
               clock_),
       slurm_(config_.slurm.node_types.empty()
                  ? nullptr

@@ -300,6 +300,10 @@ std::vector<estimator::WorkloadItem> JobService::workload(std::size_t recent) co
   return out;
 }
 
+bool JobService::chooses_settings() const {
+  return scheduling_ && core().policy().knobs.goal != schedulers::KnobGoal::off;
+}
+
 void JobService::place(Job& job, Device& device, const schedulers::Placement& placement) {
   if (listener_) listener_->placing_on(device.name);
   device.hold(job.row.id, placement.cores);

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "joule/daemon/device_knobs.hpp"
 #include "joule/daemon/probe_service.hpp"
 #include "joule/estimator/drift.hpp"
 #include "joule/estimator/layer_analysis.hpp"
@@ -138,6 +139,11 @@ struct ProbeService::Running {
   bool environment_only = false;  // `joule-worker env`, not a probe
   bool runtime_only = false;      // `joule-worker runtime`: the interpreter's cost, not a layer
   std::optional<estimator::WorkloadItem> whole;  // a network of the workload measured whole
+  // The knob setting `whole` is measured at (nullopt: the defaults), set on the device for the
+  // worker's run and put back when it ends or is pre-empted (or, dropped, by the controls).
+  std::optional<estimator::KnobSetting> setting;
+  std::unique_ptr<DeviceKnobs> knobs;
+  std::unique_ptr<adapters::GpuPowerLimit> gpu_limit;
 };
 
 struct ProbeService::Device {
@@ -180,7 +186,14 @@ struct ProbeService::Device {
     std::uint64_t model_revision = 0;
     std::uint64_t items_revision = 0;
     std::size_t tried = 0;
-    std::optional<std::pair<std::size_t, std::pair<double, double>>> best;  // item, (reduction, cost)
+    bool settings = false;  // whether the devices' knob settings were candidates
+    struct Best {
+      std::size_t item = 0;
+      std::optional<estimator::KnobSetting> setting;
+      double reduction = 0.0;
+      double cost = 1.0;
+    };
+    std::optional<Best> best;
   };
   std::optional<WholeAnswer> whole_answer;
   // The reference network ([probing] reference_minutes): the first network measured whole since

@@ -83,7 +83,7 @@ void ProbeService::start_probe(Device& device) {
     return;
   }
   if (auto next = next_probe(device); next && next->whole) {
-    start_whole_probe(device, *next->whole);
+    start_whole_probe(device, *next->whole, next->setting);
     return;
   }
   const auto& model = device.fitted ? *device.fitted : *device.learning;
@@ -343,6 +343,8 @@ void ProbeService::preempt(const std::string& device_name) {
   device.probe->preempted = true;
   // At once: the job must not share the device with a probe, and a half-measured probe is worthless.
   device.probe->worker->kill();
+  // And the device's defaults back before the job sets its own knobs.
+  put_knobs_back(*device.probe);
   spdlog::info("device {}: probe pre-empted by a job", device_name);
 }
 

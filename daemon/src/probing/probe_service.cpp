@@ -160,6 +160,7 @@ void ProbeService::stop() {
     if (device->probe) {
       device->probe->preempted = true;
       device->probe->worker->kill();
+      put_knobs_back(*device->probe);
     }
   }
 }
@@ -234,7 +235,7 @@ std::optional<ProbeService::NextProbe> ProbeService::next_probe(Device& device) 
   if (whole && !layer_first &&
       (!layer || whole->error_reduction / std::sqrt(whole->cost) > layer->error_reduction / std::sqrt(layer->cost)))
     return whole;
-  if (layer) return NextProbe{layer->error_reduction, layer->cost, std::nullopt};
+  if (layer) return NextProbe{layer->error_reduction, layer->cost, std::nullopt, std::nullopt};
   return std::nullopt;
 }
 

@@ -26,9 +26,13 @@ constexpr const char* kWholeRowKey = "whole-network";
 // A whole measurement holds the device like a probe (a job pre-empts it); one whose readings
 // would take longer than this at its estimated pace is left to the layers and the family gap.
 constexpr double kMaxWholeSeconds = 120.0;
+// How unsure a setting's effect on a network is before any network was measured at it (log σ):
+// published sweeps move a step's energy by 10-40 % across a knob's range.
+constexpr double kUnknownSettingSigma = 0.3;
 
-std::string key_of(const estimator::WorkloadItem& item) {
-  return estimator::whole_network_key(estimator::network_signature(item.model), item.batch_size, item.optimizer);
+std::string key_of(const estimator::WorkloadItem& item, const std::optional<estimator::KnobSetting>& setting = {}) {
+  return estimator::whole_network_key(estimator::network_signature(item.model), item.batch_size, item.optimizer,
+                                      setting ? &*setting : nullptr);
 }
 
 }  // namespace
@@ -39,10 +43,11 @@ std::optional<ProbeService::NextProbe> ProbeService::next_whole(Device& device) 
   if (!device.fitted || device.planner->seeding() || device.whole_items.empty()) return std::nullopt;
   const auto& model = *device.fitted;
   const std::size_t tried = device.wholes_tried.size() + device.learning->whole_networks().size();
+  const auto settings = settings_to_measure(device);
   auto& kept = device.whole_answer;
   if (!kept || kept->model_revision != model.revision() || kept->items_revision != device.whole_items_revision ||
-      kept->tried != tried) {
-    kept = Device::WholeAnswer{model.revision(), device.whole_items_revision, tried, std::nullopt};
+      kept->tried != tried || kept->settings != !settings.empty()) {
+    kept = Device::WholeAnswer{model.revision(), device.whole_items_revision, tried, !settings.empty(), std::nullopt};
     // One candidate per network, batch size and optimizer; its share of the workload sums over
     // the jobs that train it.
     std::vector<estimator::WholeNetworkCandidate> candidates;
@@ -76,19 +81,58 @@ std::optional<ProbeService::NextProbe> ProbeService::next_whole(Device& device) 
       item_of.push_back(i);
     }
     for (auto& candidate : candidates) candidate.share /= total;
+    // A network measured at the defaults may be measured at each knob setting too: what the
+    // setting does to it is unknown (a prior of ±30 %) or its setting's response's spread, and
+    // a measurement leaves about the device's drift between two readings.
+    const std::size_t at_defaults = candidates.size();
+    const auto& settings_known = device.learning->settings();
+    for (std::size_t c = 0; c < at_defaults && !settings.empty(); ++c) {
+      if (!device.learning->whole_network(candidates[c].signature, candidates[c].batch_size, candidates[c].optimizer))
+        continue;
+      for (const auto& setting : settings) {
+        estimator::WholeNetworkCandidate at = candidates[c];
+        at.setting = setting;
+        const auto known = settings_known.find(setting.key());
+        at.relative_std = known != settings_known.end() && known->second.response ? estimator::kResponseFloorSigma
+                                                                                  : kUnknownSettingSigma;
+        at.measured_std = std::max(estimator::kSettingFloorSigma, std::sqrt(2.0) * device.learning->speed_spread());
+        candidates.push_back(std::move(at));
+        item_of.push_back(item_of[c]);
+      }
+    }
     std::vector<std::string> done = device.wholes_tried;
-    for (const auto& sample : device.learning->whole_networks())
-      done.push_back(estimator::whole_network_key(sample.signature, sample.batch_size, sample.optimizer));
+    for (const auto& sample : device.learning->whole_networks()) done.push_back(estimator::whole_network_key(sample));
     const int steps =
         options_.probing.warmup_steps + options_.probing.repetitions * options_.probing.steps_per_repetition;
     if (const auto best = estimator::plan_whole_network(candidates, done, steps, kMaxWholeSeconds))
-      kept->best = {item_of[best->index], {best->error_reduction, best->cost}};
+      kept->best = Device::WholeAnswer::Best{item_of[best->index], candidates[best->index].setting,
+                                             best->error_reduction, best->cost};
   }
   if (!kept->best) return std::nullopt;
-  return NextProbe{kept->best->second.first, kept->best->second.second, device.whole_items[kept->best->first]};
+  return NextProbe{kept->best->reduction, kept->best->cost, device.whole_items[kept->best->item], kept->best->setting};
 }
 
-void ProbeService::start_whole_probe(Device& device, const estimator::WorkloadItem& item) {
+std::vector<estimator::KnobSetting> ProbeService::settings_to_measure(const Device& device) const {
+  if (!demand_.chooses_settings()) return {};
+  const daemon::Device* where = table_.find(device.name);
+  if (!where) return {};
+  auto choices = knob_choices(*where);
+  if (choices.empty()) return choices;
+  for (const auto& other : table_)
+    if (other.node.empty() && !other.holds.empty()) return {};
+  return choices;
+}
+
+void ProbeService::put_knobs_back(Running& probe) {
+  if (!probe.knobs) return;
+  for (const auto& failure : probe.knobs->restore(probe.gpu_limit.get()))
+    spdlog::warn("whole-network probe: {}", failure);
+  probe.knobs.reset();
+  probe.gpu_limit.reset();
+}
+
+void ProbeService::start_whole_probe(Device& device, const estimator::WorkloadItem& item,
+                                     const std::optional<estimator::KnobSetting>& setting) {
   const int threads = config::device_threads(*device.config, options_.probing);
   const auto directory = open_probe_directory(device, "whole");
   worker::ProbeRequest request =
@@ -100,7 +144,7 @@ void ProbeService::start_whole_probe(Device& device, const estimator::WorkloadIt
     std::ofstream out(file);
     out << worker::to_json(request).dump();
     if (!out) {
-      device.wholes_tried.push_back(key_of(item));
+      device.wholes_tried.push_back(key_of(item, setting));
       device.cycle.launch_failed(clock_.steady(), fmt::format("cannot write {}", file.string()));
       return;
     }
@@ -111,16 +155,42 @@ void ProbeService::start_whole_probe(Device& device, const estimator::WorkloadIt
   Running running;
   running.directory = directory;
   running.whole = item;
+  if (setting) {
+    // Set just before the worker starts, put back when it ends (a failed start drops `running`,
+    // whose controls put the originals back as they go).
+    const daemon::Device* where = table_.find(device.name);
+    running.setting = setting;
+    running.knobs = std::make_unique<DeviceKnobs>(options_.control_journal, options_.run_tool);
+    auto gpu_limit = [&]() -> adapters::GpuPowerLimit* {
+      const auto* gpu = where && where->meter ? where->meter->gpu_power_control() : nullptr;
+      if (!gpu || device.name.rfind("cuda:", 0) != 0) return nullptr;
+      running.gpu_limit =
+          std::make_unique<adapters::GpuPowerLimit>(*gpu, static_cast<unsigned>(std::stoul(device.name.substr(5))));
+      running.gpu_limit->keep_original_in(options_.control_journal);
+      return running.gpu_limit.get();
+    };
+    auto applied = where ? running.knobs->apply(knobs_of(*setting), *where, gpu_limit)
+                         : Result<std::vector<std::string>>(make_error(ErrorCode::unavailable, "no such device"));
+    if (!applied) {
+      // Not tried again this campaign; nothing was measured, nothing is stored.
+      device.wholes_tried.push_back(key_of(item, setting));
+      running.knobs.reset();
+      device.cycle.launch_failed(clock_.steady(), fmt::format("cannot set {} on {} to measure a network there: {}",
+                                                              setting->label, device.name, applied.error().message));
+      return;
+    }
+  }
   if (!launch_probe(device, spec, "whole-network probe", std::move(running))) return;
-  spdlog::info("device {}: measuring network {} whole at batch {} ({})", device.name,
+  spdlog::info("device {}: measuring network {} whole at batch {} ({}){}", device.name,
                item.model.name.empty() ? estimator::network_signature(item.model) : item.model.name, item.batch_size,
-               item.optimizer);
+               item.optimizer, setting ? fmt::format(" at {} {}", setting->knob, setting->label) : "");
 }
 
 void ProbeService::on_whole_exit(Device& device, Running& probe, const std::optional<adapters::ExitStatus>& exit,
                                  double seconds) {
   const std::string& name = device.name;
   const estimator::WorkloadItem& item = *probe.whole;
+  put_knobs_back(probe);
   auto run = runs_.find(probe.run_id);
   if (run != runs_.end()) run->second.probe_seconds += seconds;
   ProbeOutcome outcome = ProbeOutcome::completed;
@@ -131,7 +201,7 @@ void ProbeService::on_whole_exit(Device& device, Running& probe, const std::opti
     metrics_.count_probe_outcome(name, "preempted");
     if (run != runs_.end()) ++run->second.preempted;
   } else {
-    device.wholes_tried.push_back(key_of(item));
+    device.wholes_tried.push_back(key_of(item, probe.setting));
     const std::string output = read_file(probe.directory / "results.jsonl");
     const auto line = output.substr(0, output.find('\n'));
     auto result = worker::parse_probe_result(json::parse(line, nullptr, false));
@@ -183,9 +253,10 @@ void ProbeService::on_whole_exit(Device& device, Running& probe, const std::opti
       sample.joules_spread = network.joules_spread;
       sample.seconds_spread = network.seconds_spread;
       sample.measured_ms = ended;
+      sample.setting = probe.setting;
       // Held out: what the model in use said of this network before its measurement joined.
       const auto& models = models_.models();
-      if (const auto in_use = models.find(name); in_use != models.end() && in_use->second) {
+      if (const auto in_use = models.find(name); !probe.setting && in_use != models.end() && in_use->second) {
         const estimator::TrainingConfig one_step{item.batch_size, 1, item.batch_size, item.optimizer, std::nullopt};
         if (auto predicted = in_use->second->estimate(item.model, one_step);
             predicted && sample.joules_per_step > 0.0) {
@@ -198,7 +269,9 @@ void ProbeService::on_whole_exit(Device& device, Running& probe, const std::opti
         failure = fmt::format("whole-network probe of {} measured nothing usable ({:.3g} J, {:.3g} s per step)", label,
                               sample.joules_per_step, sample.seconds_per_step);
       } else {
-        const double spread = note_reference(device, item, ended, sample.joules_per_step);
+        // A reading at a setting is no reading of the reference's speed.
+        const double spread = probe.setting ? device.learning->speed_spread()
+                                            : note_reference(device, item, ended, sample.joules_per_step);
         device.learning->set_speed_spread(spread);
         const auto& readings = device.reference_readings;
         if (!readings.empty())
@@ -227,8 +300,9 @@ void ProbeService::on_whole_exit(Device& device, Running& probe, const std::opti
           device.fitted = updated;
           install_model(device, updated);
         }
-        spdlog::info("device {}: network {} measured whole at batch {}: {:.4g} J and {:.4g} s per step ({})", name,
-                     label, item.batch_size, sample.joules_per_step, sample.seconds_per_step, result->meter_source);
+        spdlog::info("device {}: network {} measured whole at batch {}{}: {:.4g} J and {:.4g} s per step ({})", name,
+                     label, item.batch_size, probe.setting ? " at " + probe.setting->label : std::string(),
+                     sample.joules_per_step, sample.seconds_per_step, result->meter_source);
       }
     }
     if (!failure.empty()) {
@@ -299,8 +373,24 @@ json ProbeService::whole_info(const Device& device) {
                         {"joules_log_std", gap.log_joules_std},
                         {"seconds_ratio", std::exp(gap.log_seconds_mean)},
                         {"seconds_log_std", gap.log_seconds_std}};
-  json out = {{"measured", model.whole_networks().size()}, {"gaps", families}};
-  if (device.probe && device.probe->whole) out["measuring"] = device.probe->whole->model.name;
+  const auto& wholes = model.whole_networks();
+  const auto at_defaults = std::count_if(wholes.begin(), wholes.end(), [](const auto& w) { return !w.setting; });
+  json out = {{"measured", at_defaults}, {"gaps", families}};
+  if (device.probe && device.probe->whole) {
+    out["measuring"] = device.probe->whole->model.name;
+    if (device.probe->setting) out["measuring_at"] = estimator::to_json(*device.probe->setting);
+  }
+  // The knob settings networks were measured at (policy knobs.goal), and what each taught.
+  if (!model.settings().empty()) {
+    json settings = json::array();
+    for (const auto& [key, setting] : model.settings())
+      settings.push_back({{"knob", setting.setting.knob},
+                          {"value", setting.setting.value},
+                          {"label", setting.setting.label},
+                          {"networks", setting.networks},
+                          {"response", setting.response.has_value()}});
+    out["settings"] = std::move(settings);
+  }
   if (device.reference && !device.reference_readings.empty()) {
     const auto& readings = device.reference_readings;
     out["reference"] = {

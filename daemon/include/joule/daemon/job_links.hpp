@@ -70,6 +70,9 @@ class JobDemand {
   /// The models of queued jobs and of the latest `recent` finished ones, with their batch sizes:
   /// what the probe planner should learn.
   virtual std::vector<estimator::WorkloadItem> workload(std::size_t recent) const = 0;
+  /// Whether placement chooses knob settings for jobs (the policy's knobs.goal): only then are
+  /// networks worth measuring at the devices' settings.
+  virtual bool chooses_settings() const { return false; }
 };
 
 /// The collaborators the book is built with; each may be null (tests, tools) and outlives it.

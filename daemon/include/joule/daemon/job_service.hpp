@@ -180,6 +180,7 @@ class JobService final : public JobDemand {
   // --- JobDemand: what probing asks of the queue ---
   bool work_waiting_for(const std::string& device) const override;
   std::vector<estimator::WorkloadItem> workload(std::size_t recent) const override;
+  bool chooses_settings() const override;
 
  private:
   using Job = JobRecord;

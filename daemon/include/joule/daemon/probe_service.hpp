@@ -34,6 +34,11 @@
 // work beyond LibTorch's (estimator/runtime_cost.hpp). The model keeps it, so jobs whose command
 // runs Python are estimated with it from the first one; a failed runtime probe stores nothing
 // and says why in GET /v1/devices and in those jobs' estimates.
+//
+// While the policy has a knobs.goal, a network measured whole is also measured at each of its
+// device's knob settings (device_knobs.hpp: a few power limits or clock caps), set for the
+// worker's run and put back after (journalled like a job's): the model learns each setting's
+// ratios, and placement chooses among them. Only while no job holds a device of the node.
 
 #include <chrono>
 #include <deque>
@@ -49,7 +54,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
 
+#include "joule/adapters/control_journal.hpp"
 #include "joule/adapters/database.hpp"
+#include "joule/adapters/jetson_power_mode.hpp"
 #include "joule/adapters/job_process.hpp"
 #include "joule/adapters/storage_writer.hpp"
 #include "joule/common/clock.hpp"
@@ -71,6 +78,10 @@ struct ProbeServiceOptions {
   std::filesystem::path worker;  ///< the joule-worker executable
   std::filesystem::path runner;  ///< jouled itself (--job-runner)
   double tick_seconds = 1.0;
+  /// Where the originals of knob settings a measurement sets are noted first (the executor's
+  /// journal: a kill -9 mid-measurement is put back at the next start); null: none.
+  adapters::ControlJournal* control_journal = nullptr;
+  adapters::CommandRunner run_tool;  ///< runs nvpmodel; empty: the system's
 };
 
 /// What was stored about a device's probing, loaded at start.
@@ -139,11 +150,20 @@ class ProbeService {
     double error_reduction = 0.0;
     double cost = 1.0;
     std::optional<estimator::WorkloadItem> whole;  ///< set: measure this network whole
+    std::optional<estimator::KnobSetting> setting;  ///< ... at this knob setting
   };
   std::optional<NextProbe> next_probe(Device& device);
   /// The workload's network most worth measuring whole now, if any (probe_whole.cpp).
   std::optional<NextProbe> next_whole(Device& device);
-  void start_whole_probe(Device& device, const estimator::WorkloadItem& item);
+  void start_whole_probe(Device& device, const estimator::WorkloadItem& item,
+                         const std::optional<estimator::KnobSetting>& setting = std::nullopt);
+  /// The knob settings the workload's networks may be measured at on `device` now: its
+  /// knob_choices while placement chooses settings (policy knobs.goal) and no job holds any of
+  /// this node's devices (a setting reaches beyond the device: a CPU cap slows every process).
+  std::vector<estimator::KnobSetting> settings_to_measure(const Device& device) const;
+  /// Puts back the knob setting a measurement set, at once (the job that pre-empts it may set
+  /// its own next).
+  static void put_knobs_back(Running& probe);
   void on_whole_exit(Device& device, Running& probe, const std::optional<adapters::ExitStatus>& exit, double seconds);
   /// Whether the reference network is due for another reading ([probing] reference_minutes).
   bool reference_due(const Device& device) const;

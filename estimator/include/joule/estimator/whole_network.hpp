@@ -105,6 +105,8 @@ struct WholeNetworkCandidate {
   /// Measured at this knob setting (its ratios to the defaults are what is learnt); nullopt:
   /// at the defaults.
   std::optional<KnobSetting> setting;
+  /// Its relative σ once measured (the fall is relative_std − this).
+  double measured_std = kMeasuredWholeSigma;
 };
 
 /// What measuring one candidate whole is worth, in the layer planner's terms (PlannedProbe): the
