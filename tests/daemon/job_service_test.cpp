@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../fakes/sysfs_fixtures.hpp"
 #include "counting_meter.hpp"
 #include "job_book.hpp"
 #include "reported_job.hpp"
@@ -562,4 +563,94 @@ TEST_F(JobServiceTest, finished_jobs_older_than_keep_finished_days_leave_the_dat
   EXPECT_EQ(pruning.jobs("cancelled", 10).value().total, 1u);
   EXPECT_EQ(pruning.jobs(std::nullopt, 10).value().total, 2u);  // and the placed one
   ASSERT_TRUE(run_until([&] { return !std::filesystem::exists(log_directory); }));
+}
+
+// With a policy knobs.goal, placement chooses among the knob settings the job's estimate carries
+// (what probing measured at them) within its allowed slowdown, the executor sets the one chosen
+// on the device (a fixture cpufreq tree) and puts the default back when the job ends; the job
+// shows the setting, what it was predicted to save, and what it measured.
+TEST_F(JobServiceTest,
+       with_a_knob_goal_a_job_runs_at_its_cheapest_setting_within_its_slowdown_and_the_default_returns) {
+  joule::testing::TempDir tree;
+  joule::testing::write_cpufreq_policy(tree, joule::testing::intel_pstate_policy(0));
+  const auto limit_file = tree / "sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq";
+  auto knob = joule::adapters::CpuFrequencyKnob::discover(tree / "sys/devices/system/cpu/cpufreq");
+  ASSERT_TRUE(knob) << knob.error().message;
+  device_table_.find("cpu")->cpu_frequency = *knob;
+  joule::schedulers::Policy policy;
+  policy.knobs.goal = joule::schedulers::KnobGoal::min_energy;
+  policy.knobs.max_slowdown = 0.5;
+  jobs_.set_policy(policy);
+  // 100 J and 60 s at the defaults; each setting's ratios as measured (2 % spreads).
+  estimate_with([](const joule::schedulers::JobSpec&) {
+    auto rows = rapl_estimate("cpu", 100.0);
+    for (const auto& [mhz, energy, time] : {std::tuple{3800.0, 0.95, 1.05}, {2800.0, 0.80, 1.25}, {2100.0, 0.70, 1.7}})
+      rows[0].estimate->settings.push_back({{"cpu_max_frequency_mhz", mhz, fmt::format("{:g} MHz", mhz)},
+                                            "measured",
+                                            energy,
+                                            0.02,
+                                            time,
+                                            0.02,
+                                            1,
+                                            {100.0 * energy, 5.0},
+                                            {60.0 * time, 1.0}});
+    return rows;
+  });
+  auto run_with = [&](json constraints) {
+    constraints["devices"] = {"cpu"};
+    auto submitted =
+        submit({{"run", {{"command", {"/bin/sleep", "30"}}}},
+                {"model", {{"input", {{"shape", {1, 8}}}}, {"layers", {{{"type", "linear"}, {"out_features", 2}}}}}},
+                {"training", {{"batch_size", 8}, {"epochs", 1}, {"samples_per_epoch", 64}}},
+                {"constraints", constraints}});
+    EXPECT_TRUE(submitted) << submitted.error().message;
+    return submitted ? (*submitted)["id"].get<std::string>() : std::string();
+  };
+  auto limit_now = [&] {
+    std::ifstream in(limit_file);
+    std::string text;
+    std::getline(in, text);
+    return text;
+  };
+
+  // The policy allows 50 % slower: 2800 MHz saves most within it (2100 MHz is 70 % slower).
+  const std::string id = run_with(json::object());
+  ASSERT_TRUE(run_until([&] { return state_of(id) == "running"; }));
+  json job = shown(id).value();
+  const json chosen = job["knobs"]["chosen"];
+  EXPECT_EQ(chosen["label"], "2800 MHz") << job.dump(2);
+  EXPECT_EQ(chosen["goal"], "min-energy");
+  EXPECT_NEAR(chosen["predicted"]["energy_saving"].get<double>(), 0.20, 1e-9);
+  EXPECT_NEAR(chosen["predicted"]["slowdown"].get<double>(), 0.25, 1e-9);
+  EXPECT_NEAR(chosen["predicted"]["joules_at_defaults"].get<double>(), 100.0, 1e-9);
+  EXPECT_EQ(job["knobs"]["in_force"], "cpu_max_frequency_mhz 2800 (policy0 2800 MHz)");
+  EXPECT_EQ(limit_now(), "2800000");
+  clock_.advance(2s);
+  std::optional<joule::Result<json>> cancelled;
+  jobs_.cancel(id, [&](joule::Result<joule::daemon::JobView> result) { cancelled = rendered(result); });
+  ASSERT_TRUE(run_until([&] { return state_of(id) == "cancelled"; }));
+  EXPECT_EQ(limit_now(), "4700000");
+  EXPECT_EQ(shown(id).value()["knobs"]["in_force"], nullptr);
+
+  // A job that allows 10 %: only 3800 MHz keeps its slowdown at the policy's risk.
+  const std::string careful = run_with({{"max_slowdown", 0.1}});
+  ASSERT_TRUE(run_until([&] { return state_of(careful) == "running"; }));
+  job = shown(careful).value();
+  EXPECT_EQ(job["knobs"]["chosen"]["label"], "3800 MHz") << job.dump(2);
+  EXPECT_EQ(job["spec"]["constraints"]["max_slowdown"], 0.1);
+  EXPECT_EQ(limit_now(), "3800000");
+  cancelled.reset();
+  jobs_.cancel(careful, [&](joule::Result<joule::daemon::JobView> result) { cancelled = rendered(result); });
+  ASSERT_TRUE(run_until([&] { return state_of(careful) == "cancelled"; }));
+  EXPECT_EQ(limit_now(), "4700000");
+
+  // With the goal off, jobs run at the defaults.
+  jobs_.set_policy(joule::schedulers::Policy{});
+  const std::string plain = run_with(json::object());
+  ASSERT_TRUE(run_until([&] { return state_of(plain) == "running"; }));
+  EXPECT_FALSE(shown(plain).value().contains("knobs"));
+  EXPECT_EQ(limit_now(), "4700000");
+  cancelled.reset();
+  jobs_.cancel(plain, [&](joule::Result<joule::daemon::JobView> result) { cancelled = rendered(result); });
+  ASSERT_TRUE(run_until([&] { return state_of(plain) == "cancelled"; }));
 }
