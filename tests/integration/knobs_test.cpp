@@ -304,3 +304,91 @@ TEST(KnobsTest, a_job_runs_in_its_jetson_power_mode_and_the_original_comes_back_
   std::filesystem::remove_all(state);
   std::filesystem::remove_all(state.string() + "-jobs");
 }
+
+// With a policy knobs.goal, a real jouled measures a requested run's network whole at each of
+// the CPU's settings (the fixture cpufreq tree; the real joule-worker, whose speed the fixture
+// cannot change, so the ratios here are the machine's noise about 1), each set for the worker's
+// run: a kill -9 mid-measurement is put back at the next start, the estimate carries every
+// setting, and a job placed by it runs at the setting chosen (or the defaults) and gives it back.
+TEST(KnobsTest, with_a_knob_goal_networks_are_measured_at_the_cpu_settings_and_a_kill_9_mid_measurement_is_put_back) {
+  TempDir tree;
+  joule::testing::write_cpufreq_policy(tree, joule::testing::intel_pstate_policy(0));
+  const auto limit = tree / kCpufreq / "policy0/scaling_max_freq";
+  TempDir policies;
+  policies.write("10-knobs.toml", "[knobs]\ngoal = \"min-energy\"\nmax_slowdown = 0.5\n");
+  const auto state = std::filesystem::temp_directory_path() / ("joule-knob-probes-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");
+  const DaemonOptions options{
+      .config_toml =
+          "[[devices]]\nname = \"cpu\"\nmeter = \"modelled\"\ncpufreq = \"" + (tree / kCpufreq).string() +
+          "\"\n[probing]\nenabled = false\nwarmup_steps = 2\nsteps_per_repetition = 3\nreading_seconds = 0.02\n"
+          "repetitions = 3\nrefit_every = 2\npython = \"\"\n[policy]\ndirectory = \"" +
+          policies.path().string() + "\"\n"};
+  const json mlp = json::parse(R"({"input": {"shape": [48]}, "layers": [
+      {"type": "linear", "out_features": 24}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
+  const json request = {
+      {"device", "cpu"}, {"seconds", 120}, {"models", {{{"model", mlp}, {"training", {{"batch_size", 16}}}}}}};
+  auto whole_networks = [](DaemonProcess& daemon) {
+    const json devices = daemon.call("GET", "/v1/devices").second;
+    return devices["devices"][0]["model"]["probing"].value("whole_networks", json::object());
+  };
+  {
+    DaemonProcess daemon(options, state);
+    ASSERT_TRUE(daemon.start()) << daemon.log();
+    ASSERT_EQ(daemon.call("POST", "/v1/probes", request.dump()).first, 202u);
+    // Caught while a setting is in force for a measurement: jouled dies with it set.
+    bool caught = false;
+    for (auto until = std::chrono::steady_clock::now() + 120s; !caught && std::chrono::steady_clock::now() < until;) {
+      caught = whole_networks(daemon).contains("measuring_at") && read_text(limit) != "4700000\n";
+      if (!caught) std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_TRUE(caught) << daemon.log();
+    daemon.signal(SIGKILL);
+    EXPECT_EQ(daemon.wait_exit(), 128 + SIGKILL);
+  }
+  EXPECT_NE(read_text(limit), "4700000\n");  // nobody put it back
+  DaemonProcess daemon(options, state);
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  EXPECT_EQ(read_text(limit), "4700000\n") << daemon.log();
+  EXPECT_NE(daemon.log().find("knobs left by the last jouled: restored"), std::string::npos) << daemon.log();
+  EXPECT_EQ(journal_entries(daemon), 0u);
+
+  // Measured at every setting; the defaults back between and after.
+  ASSERT_EQ(daemon.call("POST", "/v1/probes", request.dump()).first, 202u);
+  json settings;
+  for (auto until = std::chrono::steady_clock::now() + 120s; std::chrono::steady_clock::now() < until;) {
+    settings = whole_networks(daemon).value("settings", json::array());
+    if (settings.size() == 3 &&
+        std::all_of(settings.begin(), settings.end(), [](const json& s) { return s["networks"] == 1; }))
+      break;
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_EQ(settings.size(), 3u) << whole_networks(daemon).dump(2) << daemon.log();
+  EXPECT_EQ(settings[0]["knob"], "cpu_max_frequency_mhz");
+  const json job = {{"model", mlp}, {"training", {{"batch_size", 16}, {"samples_per_epoch", 160}}}};
+  const json estimate = daemon.call("POST", "/v1/estimate", job.dump()).second;
+  const json lines = estimate["estimates"][0].value("settings", json::array());
+  ASSERT_EQ(lines.size(), 3u) << estimate.dump(2);
+  for (const auto& line : lines) {
+    EXPECT_EQ(line["basis"], "measured");
+    EXPECT_GT(line["joules_ratio"].get<double>(), 0.0);
+  }
+
+  // A job placed by that estimate: at the setting placement chose, if any, and back after.
+  json submitted = job;
+  submitted["run"] = {{"command", {"/bin/sleep", "1"}}};
+  const auto id = daemon.submit(submitted);
+  ASSERT_FALSE(id.empty());
+  const json done = daemon.wait_state(id, {"succeeded", "failed"});
+  EXPECT_EQ(done["state"], "succeeded") << done.dump(2);
+  if (done.contains("knobs")) {
+    EXPECT_TRUE(has_event(done, "knobs set: cpu_max_frequency_mhz")) << done.dump(2);
+    EXPECT_LT(done["knobs"]["chosen"]["predicted"]["joules"].get<double>(),
+              done["knobs"]["chosen"]["predicted"]["joules_at_defaults"].get<double>());
+  }
+  EXPECT_EQ(read_text(limit), "4700000\n");
+  EXPECT_EQ(journal_entries(daemon), 0u);
+  std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");
+}

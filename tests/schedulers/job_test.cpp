@@ -79,6 +79,11 @@ TEST(JobSpecTest, every_bad_field_is_named_by_pointer) {
   body = minimal_job();
   body["constraints"] = json{{"max_energy_joules", -1}};
   EXPECT_EQ(error_pointer(body), "/constraints/max_energy_joules");
+  for (const json slowdown : {json(0), json(11), json("10%")}) {
+    body = minimal_job();
+    body["constraints"] = json{{"max_slowdown", slowdown}};
+    EXPECT_EQ(error_pointer(body), "/constraints/max_slowdown") << slowdown;
+  }
   body = minimal_job();
   body["colour"] = "blue";
   EXPECT_EQ(error_pointer(body), "/colour");
