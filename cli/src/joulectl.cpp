@@ -128,6 +128,14 @@ std::string model_summary(const json& model) {
       const json gaps = whole->value("gaps", json::object());  // kept: items() of a temporary dangles
       for (const auto& [family, gap] : gaps.items())
         text += fmt::format(", {} ×{:.2f}", family, gap.value("joules_ratio", 1.0));
+      // The knob settings measured (policy knobs.goal), and the one in force for a measurement.
+      const json settings = whole->value("settings", json::array());
+      for (const auto& setting : settings)
+        text += fmt::format("{} {} ({} networks{})", &setting == &settings.front() ? "; at settings" : ",",
+                            setting.value("label", ""), setting.value("networks", 0),
+                            setting.value("response", false) ? ", response fitted" : "");
+      if (const auto at = whole->find("measuring_at"); at != whole->end() && at->is_object())
+        text += fmt::format("; measuring at {} now", at->value("label", ""));
     }
   }
   return text;
@@ -373,6 +381,15 @@ void print_job(const json& job) {
     for (const auto& [name, value] : knobs["requested"].items())
       asked += fmt::format("{}{} {}", asked.empty() ? "" : ", ", name,
                            value.is_string() ? value.get<std::string>() : fmt::format("{:g}", value.get<double>()));
+    if (const auto chosen = knobs.find("chosen"); chosen != knobs.end() && chosen->is_object()) {
+      const auto& predicted = (*chosen)["predicted"];
+      asked = fmt::format("{} {} chosen ({}): predicted {:.0f} % fewer joules, {:.0f} % more time",
+                          chosen->value("knob", ""), chosen->value("label", ""), chosen->value("goal", ""),
+                          100.0 * predicted.value("energy_saving", 0.0), 100.0 * predicted.value("slowdown", 0.0));
+      if (const auto measured = chosen->find("measured"); measured != chosen->end() && measured->is_object())
+        asked += fmt::format("; used {:.4g} J {}, {:.2f}× predicted", measured->value("joules", 0.0),
+                             measured->value("source", ""), measured->value("ratio_to_predicted", 0.0));
+    }
     fmt::print("knobs:     {}; in force: {}\n", asked, text_or(knobs["in_force"]));
   }
   if (job.contains("progress")) {

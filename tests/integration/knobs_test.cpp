@@ -366,6 +366,12 @@ TEST(KnobsTest, with_a_knob_goal_networks_are_measured_at_the_cpu_settings_and_a
   }
   ASSERT_EQ(settings.size(), 3u) << whole_networks(daemon).dump(2) << daemon.log();
   EXPECT_EQ(settings[0]["knob"], "cpu_max_frequency_mhz");
+  const std::string server = "http://127.0.0.1:" + std::to_string(daemon.port());
+  auto [listed, table] = joule::testing::run_program({JOULECTL_BINARY, "--server", server, "devices"});
+  EXPECT_EQ(listed, 0) << table;
+  EXPECT_NE(table.find("at settings 2100 MHz (1 networks), 2800 MHz (1 networks), 3800 MHz (1 networks)"),
+            std::string::npos)
+      << table;
   const json job = {{"model", mlp}, {"training", {{"batch_size", 16}, {"samples_per_epoch", 160}}}};
   const json estimate = daemon.call("POST", "/v1/estimate", job.dump()).second;
   const json lines = estimate["estimates"][0].value("settings", json::array());
@@ -384,6 +390,8 @@ TEST(KnobsTest, with_a_knob_goal_networks_are_measured_at_the_cpu_settings_and_a
   EXPECT_EQ(done["state"], "succeeded") << done.dump(2);
   if (done.contains("knobs")) {
     EXPECT_TRUE(has_event(done, "knobs set: cpu_max_frequency_mhz")) << done.dump(2);
+    auto [shown, text] = joule::testing::run_program({JOULECTL_BINARY, "--server", server, "job", id});
+    EXPECT_NE(text.find("chosen (min-energy): predicted"), std::string::npos) << text;
     EXPECT_LT(done["knobs"]["chosen"]["predicted"]["joules"].get<double>(),
               done["knobs"]["chosen"]["predicted"]["joules_at_defaults"].get<double>());
   }
