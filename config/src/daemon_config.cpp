@@ -330,7 +330,7 @@ void parse_probing(Checker& check, const toml::table& table, ProbingConfig& prob
   check.warn_unknown(table, "probing.",
                      {"enabled", "idle_seconds", "hours", "max_joules_per_day", "max_model_age_hours", "target_sigma",
                       "threads", "warmup_steps", "steps_per_repetition", "reading_seconds", "repetitions",
-                      "refit_every", "plans_per_run", "worker", "python", "reference_minutes"});
+                      "refit_every", "plans_per_run", "worker", "python", "reference_minutes", "max_speed_spread"});
   if (const toml::node* enabled = table.get("enabled")) {
     if (auto value = enabled->value<bool>())
       probing.enabled = *value;
@@ -370,6 +370,8 @@ void parse_probing(Checker& check, const toml::table& table, ProbingConfig& prob
   if (auto python = check.get<std::string>(table, "python", "probing.python")) probing.python = *python;
   probing.reference_minutes =
       check.positive(table, "reference_minutes", "probing.reference_minutes", probing.reference_minutes, true);
+  probing.max_speed_spread =
+      check.positive(table, "max_speed_spread", "probing.max_speed_spread", probing.max_speed_spread, true);
 }
 
 void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config) {
@@ -742,7 +744,8 @@ nlohmann::json to_json(const DaemonConfig& config) {
         {"plans_per_run", config.probing.plans_per_run},
         {"worker", config.probing.worker.string()},
         {"python", config.probing.python},
-        {"reference_minutes", config.probing.reference_minutes}}}};
+        {"reference_minutes", config.probing.reference_minutes},
+        {"max_speed_spread", config.probing.max_speed_spread}}}};
 }
 
 }  // namespace joule::config

@@ -40,6 +40,9 @@ struct FakeWorker {
   /// A cpufreq scaling_max_freq the stand-in reads as the device's clock cap: below its top
   /// (4.7 GHz) a step takes (4.7 GHz / cap)^0.5 as long and (cap / 4.7 GHz)^0.3 the energy.
   std::string clock_cap_file;
+  /// Each worker process after the first reads this much more per call than the one before
+  /// (cycling over 3): a device whose speed moves between readings.
+  double drift = 0.0;
 };
 
 class ProbeServiceTest : public ::testing::Test, protected joule::testing::JobBook {
@@ -120,6 +123,12 @@ if cap_file:
         log.write("%d\n" % cap)
 time_factor = (4700000.0 / cap) ** 0.5
 energy_factor = (cap / 4700000.0) ** 0.3
+try:
+    with open("{calls}") as f:
+        drifted = 1.0 + {drift} * (len(f.readlines()) % 3)
+except FileNotFoundError:
+    drifted = 1.0
+energy_factor *= drifted
 requests = [args[i + 1] for i, arg in enumerate(args) if arg == "--request"]
 with open("{calls}", "a") as calls:
     calls.write(" ".join(args) + "\n")
@@ -152,7 +161,8 @@ for n, path in enumerate(requests):
                     fmt::arg("runtime_fails", fake.runtime_fails ? "True" : "False"),
                     fmt::arg("env_fails", fake.env_fails ? "True" : "False"),
                     fmt::arg("runtime_result", json(worker::to_json(runtime).dump()).dump()),
-                    fmt::arg("cap_file", fake.clock_cap_file), fmt::arg("caps", (dir_ / "caps.log").string())));
+                    fmt::arg("cap_file", fake.clock_cap_file), fmt::arg("caps", (dir_ / "caps.log").string()),
+                    fmt::arg("drift", fake.drift)));
     ::chmod(worker.c_str(), 0755);
     models_ = std::make_unique<ModelService>(io_, writer_, metrics_, [] {});
     ProbeServiceOptions options;
@@ -579,6 +589,79 @@ TEST_F(ProbeServiceTest, with_a_knob_goal_a_network_is_measured_at_each_setting_
     EXPECT_NEAR(line.seconds_ratio, std::pow(4700000.0 / cap, 0.5), 1e-6) << line.setting.label;
     EXPECT_NEAR(line.joules_ratio, std::pow(cap / 4700000.0, 0.3), 1e-6) << line.setting.label;
   }
+}
+
+// A setting the kernel refuses (here scaling_max_freq cannot be written) stores nothing, is not
+// tried again, and the network's estimates say which setting is missing and why.
+TEST_F(ProbeServiceTest, a_setting_that_cannot_be_set_stores_nothing_and_the_estimate_says_why) {
+  joule::testing::TempDir tree;
+  joule::testing::write_cpufreq_policy(tree, joule::testing::intel_pstate_policy(0));
+  const auto cpufreq = tree / "sys/devices/system/cpu/cpufreq";
+  auto knob = adapters::CpuFrequencyKnob::discover(cpufreq);
+  ASSERT_TRUE(knob) << knob.error().message;
+  device_table_.find("cpu")->cpu_frequency = *knob;
+  // Gone after discovery, as a driver unloaded under jouled would leave it: no write can land.
+  std::filesystem::remove(cpufreq / "policy0/scaling_max_freq");
+  std::filesystem::create_directory(cpufreq / "policy0/scaling_max_freq");
+  schedulers::Policy policy;
+  policy.knobs.goal = schedulers::KnobGoal::min_energy;
+  jobs_.set_policy(policy);
+  config::ProbingConfig probing;
+  probing.enabled = false;
+  probing.refit_every = 2;
+  start(probing);
+  const json mlp = small_mlp();
+  const auto spec = estimator::parse_model_spec(mlp, "/model");
+  ASSERT_TRUE(
+      probes_
+          ->request(
+              {{"device", "cpu"}, {"seconds", 3600}, {"models", {{{"model", mlp}, {"training", {{"batch_size", 8}}}}}}})
+          .ok());
+  const estimator::TrainingConfig training{8, 1, 8, "sgd", std::nullopt};
+  auto caveats = [&] { return probes_->estimate_caveats("cpu", *spec, training); };
+  ASSERT_TRUE(within([&] { return caveats().size() == 3; }, 60s)) << shown().dump();
+  EXPECT_NE(caveats()[0].find("could not be measured at cpu_max_frequency_mhz=2100 on cpu (2100 MHz could not be set"),
+            std::string::npos)
+      << caveats()[0];
+  EXPECT_EQ(shown()["whole_networks"]["measured"], 1);  // at the defaults it was
+  EXPECT_EQ(shown()["whole_networks"].value("settings", json::array()).size(), 0u) << shown().dump();
+  // Not tried again: probing goes on with the layers.
+  const int plans = plans_done();
+  ASSERT_TRUE(within([&] { return plans_done() >= plans + 4; }, 30s));
+  EXPECT_EQ(caveats().size(), 3u);
+  EXPECT_FALSE(shown()["whole_networks"].contains("measuring_at"));
+}
+
+// A device whose speed moves more than [probing] max_speed_spread between readings of its
+// reference network is marked noisy, and every estimate on it says so.
+TEST_F(ProbeServiceTest, a_device_whose_reference_readings_spread_beyond_the_bound_is_noisy_in_its_estimates) {
+  config::ProbingConfig probing;
+  probing.enabled = false;
+  probing.refit_every = 2;
+  probing.max_speed_spread = 0.1;
+  FakeWorker fake;
+  fake.drift = 0.4;  // readings 1.0, 1.4, 1.8 × apart
+  start(probing, fake);
+  const json mlp = small_mlp();
+  const auto spec = estimator::parse_model_spec(mlp, "/model");
+  ASSERT_TRUE(
+      probes_
+          ->request(
+              {{"device", "cpu"}, {"seconds", 7200}, {"models", {{{"model", mlp}, {"training", {{"batch_size", 8}}}}}}})
+          .ok());
+  ASSERT_TRUE(within([&] { return shown()["whole_networks"]["measured"] == 1; }, 60s)) << shown().dump();
+  for (int reading = 2; reading <= 4; ++reading) {
+    clock_.advance(std::chrono::minutes(31));
+    ASSERT_TRUE(within([&] { return shown()["whole_networks"]["reference"]["readings"] == reading; }, 30s))
+        << shown().dump();
+  }
+  const json reference = shown()["whole_networks"]["reference"];
+  EXPECT_GT(reference["spread"].get<double>(), 0.1) << reference.dump();
+  EXPECT_TRUE(reference["noisy"].get<bool>());
+  const auto caveats = probes_->estimate_caveats("cpu", *spec, estimator::TrainingConfig{8, 1, 8, "sgd", std::nullopt});
+  ASSERT_EQ(caveats.size(), 1u);
+  EXPECT_NE(caveats[0].find("device cpu is noisy"), std::string::npos) << caveats[0];
+  EXPECT_NE(caveats[0].find("above [probing] max_speed_spread 0.100"), std::string::npos) << caveats[0];
 }
 
 }  // namespace

@@ -158,6 +158,10 @@ Daemon::Daemon(const CommandLine& command_line, config::DaemonConfig config)
   price_signals_.on_change([this] { jobs_.signal_changed(); });
   estimates_.set_model_descriptions([this](const std::string& source) { return models_.model_info(source); });
   estimates_.set_runtime_problem([this](const std::string& device) { return probes_.runtime_problem(device); });
+  estimates_.set_probe_caveats(
+      [this](const std::string& device, const estimator::ModelSpec& model, const estimator::TrainingConfig& training) {
+        return probes_.estimate_caveats(device, model, training);
+      });
   learning_.attach(probes_);
   // Slurm's slot devices estimate with their node type's model (learnt here, or an agent's).
   if (coordinator_) coordinator_->describe_models_with(&estimates_);

@@ -73,12 +73,20 @@ void EstimateService::finish_estimate(const schedulers::JobSpec& spec, std::vect
           spec.run.argv.front()));
     else if (!runtime.empty() && !row.estimate->runtime)
       if (auto why = runtime_problem_ ? runtime_problem_(row.device) : std::nullopt) warnings.push_back(*why);
+    if (probe_caveats_)
+      for (auto& caveat : probe_caveats_(row.device, *spec.model, *spec.training))
+        warnings.push_back(std::move(caveat));
   }
 }
 
 Result<EstimateAnswer> EstimateService::estimate(const EstimateRequest& request) const {
   auto answer = estimate_on(request, devices_.names(), *models_);
   if (answer && outcomes_) outcomes_->apply(answer->rows);
+  if (answer && probe_caveats_)
+    for (auto& row : answer->rows)
+      if (row.estimate)
+        for (auto& caveat : probe_caveats_(row.device, request.model, request.training))
+          row.estimate->warnings.push_back(std::move(caveat));
   return answer;
 }
 

@@ -8,6 +8,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -182,6 +183,9 @@ struct ProbeService::Device {
   std::vector<estimator::WorkloadItem> whole_items;
   std::uint64_t whole_items_revision = 0;
   std::vector<std::string> wholes_tried;
+  // Why the last measurement of a network whole failed (refused setting, worker failure), by its
+  // whole_network_key: its estimates say so until a measurement of it succeeds.
+  std::map<std::string, std::string> whole_failures;
   struct WholeAnswer {  // next_whole's last answer, kept while nothing it read changed
     std::uint64_t model_revision = 0;
     std::uint64_t items_revision = 0;

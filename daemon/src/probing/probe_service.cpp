@@ -540,6 +540,10 @@ json ProbeService::info(const std::string& name) const {
     probing["runtime"] = std::move(runtime);
   }
   probing["whole_networks"] = whole_info(device);
+  if (auto& reference = probing["whole_networks"]; reference.contains("reference"))
+    reference["reference"]["noisy"] =
+        options_.probing.max_speed_spread > 0.0 &&
+        reference["reference"]["spread"].get<double>() > options_.probing.max_speed_spread;
   return {{"last_probe_ms", device.last_probe_ms ? json(*device.last_probe_ms) : json(nullptr)},
           {"heldout_error", heldout},
           {"probing", probing}};

@@ -174,9 +174,17 @@ void ProbeService::start_whole_probe(Device& device, const estimator::WorkloadIt
     if (!applied) {
       // Not tried again this campaign; nothing was measured, nothing is stored.
       device.wholes_tried.push_back(key_of(item, setting));
+      device.whole_failures[key_of(item, setting)] =
+          fmt::format("{} could not be set: {}", setting->label, applied.error().message);
       running.knobs.reset();
-      device.cycle.launch_failed(clock_.steady(), fmt::format("cannot set {} on {} to measure a network there: {}",
-                                                              setting->label, device.name, applied.error().message));
+      // The device itself is fine: probing goes on at once with what is worth most next (this
+      // setting, now tried, is not it again).
+      spdlog::warn("device {}: cannot set {} to measure network {} there: {}", device.name, setting->label,
+                   item.model.name.empty() ? estimator::network_signature(item.model) : item.model.name,
+                   applied.error().message);
+      std::error_code ec;
+      std::filesystem::remove_all(directory, ec);
+      start_probe(device);
       return;
     }
   }
@@ -305,6 +313,10 @@ void ProbeService::on_whole_exit(Device& device, Running& probe, const std::opti
                      sample.joules_per_step, sample.seconds_per_step, result->meter_source);
       }
     }
+    if (failure.empty())
+      device.whole_failures.erase(key_of(item, probe.setting));
+    else
+      device.whole_failures[key_of(item, probe.setting)] = failure;
     if (!failure.empty()) {
       outcome = ProbeOutcome::failed;
       metrics_.count_probe_outcome(name, "failed");
@@ -320,6 +332,41 @@ void ProbeService::on_whole_exit(Device& device, Running& probe, const std::opti
   std::filesystem::remove_all(probe.directory, ec);
   if (device.cycle.probe_ended(clock_.steady(), outcome))
     close_run(device, "failed", failure + " (" + device.cycle.backoff_reason() + ")");
+}
+
+std::vector<std::string> ProbeService::estimate_caveats(const std::string& device_name,
+                                                        const estimator::ModelSpec& model,
+                                                        const estimator::TrainingConfig& training) const {
+  std::vector<std::string> out;
+  const auto it = devices_.find(device_name);
+  if (it == devices_.end()) return out;
+  const Device& device = *it->second;
+  const std::string signature = estimator::network_signature(model);
+  const std::string optimizer = training.optimizer.empty() ? "sgd" : training.optimizer;
+  const auto& learnt = device.fitted ? *device.fitted : *device.learning;
+  for (const auto& [key, why] : device.whole_failures) {
+    if (key.rfind(estimator::whole_network_key(signature, training.batch_size, optimizer), 0) != 0) continue;
+    const auto at = key.find('@');
+    if (at == std::string::npos) {
+      if (learnt.whole_network(signature, training.batch_size, optimizer)) continue;  // measured before
+      out.push_back(fmt::format("this network could not be measured whole on {} ({}): estimated from its layers{}",
+                                device_name, why,
+                                learnt.whole_network_gaps().empty() ? "" : " and its family's gap where learnt"));
+    } else {
+      out.push_back(
+          fmt::format("this network could not be measured at {} on {} ({}): that setting is estimated "
+                      "from the networks that were, or not at all",
+                      key.substr(at + 1), device_name, why));
+    }
+  }
+  const double spread = learnt.speed_spread();
+  if (options_.probing.max_speed_spread > 0.0 && spread > options_.probing.max_speed_spread)
+    out.push_back(
+        fmt::format("device {} is noisy: its reference network's readings spread ±{:.0f} % (log σ {:.3f}), "
+                    "above [probing] max_speed_spread {:.3f}; no estimate here is tighter than that, and "
+                    "errors below it cannot be told from the device's own drift",
+                    device_name, 100.0 * std::expm1(spread), spread, options_.probing.max_speed_spread));
+  return out;
 }
 
 bool ProbeService::reference_due(const Device& device) const {

@@ -69,6 +69,9 @@ struct ProbingConfig {
   /// whole, measured again): how much the device's speed moves between probes and jobs, shown in
   /// GET /v1/devices, and the least spread an estimate on the device claims. 0: no readings.
   double reference_minutes = 30.0;
+  /// The most the device's own speed may move (log σ of the reference network's readings) before
+  /// its estimates say the device is too noisy to be estimated tighter. 0: no bound.
+  double max_speed_spread = 0.15;
 };
 
 /// The thread count probes and jobs use on a device: its own, else [probing] threads.

@@ -42,6 +42,11 @@ class EstimateService final : public JobEstimator {
   void set_runtime_problem(std::function<std::optional<std::string>(const std::string& device)> why) {
     runtime_problem_ = std::move(why);
   }
+  /// What probing says of an estimate of a network on a device (ProbeService::estimate_caveats):
+  /// added to its warnings, for jobs and POST /v1/estimate alike.
+  using ProbeCaveats = std::function<std::vector<std::string>(
+      const std::string& device, const estimator::ModelSpec& model, const estimator::TrainingConfig& training)>;
+  void set_probe_caveats(ProbeCaveats caveats) { probe_caveats_ = std::move(caveats); }
 
   /// How a device's energy model is described (ModelService::model_info, by the device whose
   /// model it is); unset: model_info() describes none.
@@ -72,6 +77,7 @@ class EstimateService final : public JobEstimator {
   // Replaced whole, never changed in place: work started off the loop holds the set it began with.
   std::shared_ptr<const DeviceModels> models_ = std::make_shared<const DeviceModels>();
   std::function<std::optional<std::string>(const std::string&)> runtime_problem_;
+  ProbeCaveats probe_caveats_;
   std::function<nlohmann::json(const std::string&)> describe_;
 };
 

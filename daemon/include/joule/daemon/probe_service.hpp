@@ -128,6 +128,11 @@ class ProbeService {
   /// Why `device`'s estimates have no Python runtime lines (not measured yet, the probe failed,
   /// no interpreter configured); nothing once measured, or for a device not probed here.
   std::optional<std::string> runtime_problem(const std::string& device) const;
+  /// What an estimate of `model` on `device` should say of probing: that measuring the network
+  /// whole failed (and why) while no measurement of it succeeded, that a knob setting could not be
+  /// measured, and that the device's speed moves more than [probing] max_speed_spread.
+  std::vector<std::string> estimate_caveats(const std::string& device, const estimator::ModelSpec& model,
+                                            const estimator::TrainingConfig& training) const;
 
  private:
   struct Device;
