@@ -386,6 +386,8 @@ void print_job(const json& job) {
       asked = fmt::format("{} {} chosen ({}): predicted {:.0f} % fewer joules, {:.0f} % more time",
                           chosen->value("knob", ""), chosen->value("label", ""), chosen->value("goal", ""),
                           100.0 * predicted.value("energy_saving", 0.0), 100.0 * predicted.value("slowdown", 0.0));
+      if (const auto check = chosen->find("check"); check != chosen->end() && check->is_object())
+        asked += "; checked: " + check->value("why", "");
       if (const auto measured = chosen->find("measured"); measured != chosen->end() && measured->is_object())
         asked += fmt::format("; used {:.4g} J {}, {:.2f}× predicted", measured->value("joules", 0.0),
                              measured->value("source", ""), measured->value("ratio_to_predicted", 0.0));

@@ -654,3 +654,113 @@ TEST_F(JobServiceTest,
   jobs_.cancel(plain, [&](joule::Result<joule::daemon::JobView> result) { cancelled = rendered(result); });
   ASSERT_TRUE(run_until([&] { return state_of(plain) == "cancelled"; }));
 }
+
+namespace {
+// A meter whose reading the test sets: the test plays the hardware.
+class ScriptedMeter final : public joule::adapters::EnergyMeter {
+ public:
+  explicit ScriptedMeter(const double* total) : total_(total) {}
+  std::string_view source() const override { return "rapl"; }
+  joule::Result<joule::Joules> read() override { return joule::Joules{*total_}; }
+
+ private:
+  const double* total_;
+};
+}  // namespace
+
+// The setting chosen for a job is checked in its first epochs, Zeus-style: one epoch at the
+// setting, the next at the defaults (the fixture's cap read back as the hardware's clock: 70 J
+// and 13 s an epoch capped, 100 J and 10 s at the defaults), then the goal keeps the setting.
+// The next job of the network is weighed by what this one measured.
+TEST_F(JobServiceTest, a_chosen_setting_is_checked_in_the_jobs_first_epochs_and_the_next_job_weighed_by_it) {
+  joule::testing::TempDir tree;
+  joule::testing::write_cpufreq_policy(tree, joule::testing::intel_pstate_policy(0));
+  const auto limit_file = tree / "sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq";
+  auto knob = joule::adapters::CpuFrequencyKnob::discover(tree / "sys/devices/system/cpu/cpufreq");
+  ASSERT_TRUE(knob) << knob.error().message;
+  double metered = 0.0;
+  device_table_.find("cpu")->cpu_frequency = *knob;
+  device_table_.find("cpu")->meter = std::make_unique<ScriptedMeter>(&metered);
+  joule::schedulers::Policy policy;
+  policy.knobs.goal = joule::schedulers::KnobGoal::min_energy;
+  policy.knobs.max_slowdown = 0.5;
+  jobs_.set_policy(policy);
+  estimate_with([](const joule::schedulers::JobSpec&) {
+    auto rows = rapl_estimate("cpu", 1000.0);
+    rows[0].estimate->settings.push_back({{"cpu_max_frequency_mhz", 2800.0, "2800 MHz"},
+                                          "measured",
+                                          0.8,
+                                          0.02,
+                                          1.25,
+                                          0.02,
+                                          1,
+                                          {800.0, 40.0},
+                                          {75.0, 1.0}});
+    return rows;
+  });
+  const json body = {
+      {"run", {{"command", {"/bin/sleep", "30"}}}},
+      {"model", {{"input", {{"shape", {1, 8}}}}, {"layers", {{{"type", "linear"}, {"out_features", 2}}}}}},
+      {"training", {{"batch_size", 8}, {"epochs", 10}, {"samples_per_epoch", 64}}},
+      {"constraints", {{"devices", {"cpu"}}}}};
+  auto limit_now = [&] {
+    std::ifstream in(limit_file);
+    std::string text;
+    std::getline(in, text);
+    return text;
+  };
+  // One epoch on the "hardware": its cost at the cap in force, then the job's report.
+  auto epoch = [&](const std::string& id, int n) {
+    const bool capped = limit_now() == "2800000";
+    metered += capped ? 70.0 : 100.0;
+    clock_.advance(capped ? 13s : 10s);
+    auto answer = jobs_.report_progress(id, {n, 10, json::object()});
+    EXPECT_TRUE(answer) << answer.error().message;
+  };
+
+  auto submitted = submit(body);
+  ASSERT_TRUE(submitted) << submitted.error().message;
+  const std::string id = (*submitted)["id"];
+  ASSERT_TRUE(run_until([&] { return state_of(id) == "running"; }));
+  EXPECT_EQ(shown(id).value()["knobs"]["chosen"]["label"], "2800 MHz");
+  EXPECT_EQ(limit_now(), "2800000");
+  epoch(id, 1);  // warm-up
+  EXPECT_EQ(limit_now(), "2800000");
+  epoch(id, 2);  // metered at the setting; the defaults for the next
+  EXPECT_EQ(limit_now(), "4700000");
+  EXPECT_EQ(shown(id).value()["knobs"]["in_force"], nullptr);
+  epoch(id, 3);  // metered at the defaults: the setting saves 30 % at 30 % more time, within 50 %
+  EXPECT_EQ(limit_now(), "2800000");
+  EXPECT_EQ(state_of(id), "running");  // its notes committed
+  json job = shown(id).value();
+  const json check = job["knobs"]["chosen"]["check"];
+  EXPECT_TRUE(check["kept"].get<bool>()) << job.dump(2);
+  EXPECT_EQ(check["setting_epoch"], 2);
+  EXPECT_EQ(check["default_epoch"], 3);
+  EXPECT_NEAR(check["energy_ratio"].get<double>(), 0.7, 1e-9);
+  EXPECT_NEAR(check["time_ratio"].get<double>(), 1.3, 1e-9);
+  const std::string said =
+      "cpu_max_frequency_mhz 2800 MHz checked in epochs 2 and 3: 0.70× the joules and 1.30× the "
+      "time of the defaults: the setting kept";
+  EXPECT_TRUE(std::any_of(job["events"].begin(), job["events"].end(), [&](const json& event) {
+    return event["message"] == said;
+  })) << job.dump(2);
+  epoch(id, 4);
+  EXPECT_EQ(limit_now(), "2800000");  // nothing more to check
+  std::optional<joule::Result<json>> cancelled;
+  jobs_.cancel(id, [&](joule::Result<joule::daemon::JobView> result) { cancelled = rendered(result); });
+  ASSERT_TRUE(run_until([&] { return state_of(id) == "cancelled"; }));
+  EXPECT_EQ(limit_now(), "4700000");
+
+  // The next job of the same network is weighed by what the first measured, not the prediction.
+  auto next = submit(body);
+  ASSERT_TRUE(next) << next.error().message;
+  const std::string second = (*next)["id"];
+  ASSERT_TRUE(run_until([&] { return state_of(second) == "running"; }));
+  job = shown(second).value();
+  EXPECT_NEAR(job["knobs"]["chosen"]["predicted"]["energy_saving"].get<double>(), 0.3, 1e-9) << job.dump(2);
+  EXPECT_NEAR(job["knobs"]["chosen"]["predicted"]["slowdown"].get<double>(), 0.3, 1e-9);
+  cancelled.reset();
+  jobs_.cancel(second, [&](joule::Result<joule::daemon::JobView> result) { cancelled = rendered(result); });
+  ASSERT_TRUE(run_until([&] { return state_of(second) == "cancelled"; }));
+}

@@ -13,6 +13,7 @@
 #include "joule/daemon/job_estimate.hpp"
 #include "joule/schedulers/job.hpp"
 #include "joule/schedulers/placement.hpp"
+#include "joule/schedulers/setting_check.hpp"
 #include "joule/schedulers/step_projection.hpp"
 
 namespace joule::daemon {
@@ -106,6 +107,10 @@ struct JobRecord {
     schedulers::Estimate at_default;
   };
   std::optional<ChosenSetting> chosen_setting;
+  /// The chosen setting checked in its first epochs (setting_check.hpp); its result, once
+  /// decided, is noted on the job and remembered for the next job of the same network.
+  std::optional<schedulers::SettingCheck> setting_check;
+  bool setting_check_noted = false;
   /// What its executor sets before it starts: its own knobs, else the setting chosen for it.
   schedulers::Knobs effective_knobs() const;
 };

@@ -172,10 +172,23 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
       if (choose_settings && !it->second->settings.empty()) {
         // Only what the device offers now (its knobs can change with a restart).
         const auto offered = knob_choices(device);
-        for (auto& option : it->second->setting_options())
-          if (std::find(offered.begin(), offered.end(), estimator::KnobSetting{option.knob, option.value, ""}) !=
-              offered.end())
-            candidate.settings.push_back(std::move(option));
+        for (auto& option : it->second->setting_options()) {
+          const estimator::KnobSetting setting{option.knob, option.value, option.label};
+          if (std::find(offered.begin(), offered.end(), setting) == offered.end()) continue;
+          // What an earlier job of this network measured at the setting in its first epochs
+          // replaces the prediction: a setting it gave up is not offered again.
+          if (!checked_settings_.empty()) {
+            if (const auto checked = checked_settings_.find(checked_key(job, device.name, setting));
+                checked != checked_settings_.end() && checked->second.setting_epoch > 0) {
+              if (!checked->second.kept) continue;
+              const auto base = it->second->placement();
+              option.estimate.joules_mean = base.joules_mean * checked->second.energy_ratio;
+              option.estimate.joules_std = base.joules_std * checked->second.energy_ratio;
+              option.estimate.seconds_mean = base.seconds_mean * checked->second.time_ratio;
+            }
+          }
+          candidate.settings.push_back(std::move(option));
+        }
       }
     }
     pending.candidates.push_back(std::move(candidate));
@@ -300,6 +313,13 @@ std::vector<estimator::WorkloadItem> JobService::workload(std::size_t recent) co
   return out;
 }
 
+std::string JobService::checked_key(const Job& job, const std::string& device, const estimator::KnobSetting& setting) {
+  if (!job.spec.model || !job.spec.training) return {};
+  return device + "|" +
+         estimator::whole_network_key(estimator::network_signature(*job.spec.model), job.spec.training->batch_size,
+                                      job.spec.training->optimizer, &setting);
+}
+
 bool JobService::chooses_settings() const {
   return scheduling_ && core().policy().knobs.goal != schedulers::KnobGoal::off;
 }
@@ -319,6 +339,14 @@ void JobService::place(Job& job, Device& device, const schedulers::Placement& pl
         estimator::KnobSetting{placement.setting->knob, placement.setting->value, placement.setting->label},
         std::string(schedulers::to_string(core().policy().knobs.goal)), placement.setting->estimate,
         *placement.at_default};
+  job.setting_check.reset();
+  job.setting_check_noted = false;
+  if (job.chosen_setting) {
+    const auto& knobs = core().policy().knobs;
+    job.setting_check.emplace(
+        knobs, job.spec.constraints.max_slowdown ? job.spec.constraints.max_slowdown : knobs.max_slowdown,
+        core().policy().warmup_epochs);
+  }
   Executor& executor = executor_for(device);
   const std::string run = executor.prepare(job, device);
   // The placement is committed before anything runs it: a crash in between leaves a "placed"
@@ -571,6 +599,27 @@ void JobService::release_controls(Job& job, bool ended) {
   job.gpu_limit_watts.reset();
 }
 
+void JobService::check_setting(Job& job, Device& device) {
+  if (!job.setting_check || !job.chosen_setting || job.setting_check_noted || !job.last_report) return;
+  const auto step = job.setting_check->on_report(*job.last_report);
+  const auto& setting = job.chosen_setting->setting;
+  if (step == schedulers::SettingCheck::Step::to_defaults) {
+    executor_for(device).switch_setting(job, device, true);
+    note(job, fmt::format("checking {} {}: epoch {} runs at the device's defaults", setting.knob, setting.label,
+                          job.last_report->epoch + 1));
+  } else if (step == schedulers::SettingCheck::Step::to_setting) {
+    executor_for(device).switch_setting(job, device, false);
+  }
+  const auto& result = job.setting_check->result();
+  if (!result) return;
+  job.setting_check_noted = true;
+  if (result->setting_epoch > 0)
+    note(job, fmt::format("{} {} checked in epochs {} and {}: {}", setting.knob, setting.label, result->setting_epoch,
+                          result->default_epoch, result->why));
+  if (const auto key = checked_key(job, device.name, setting); !key.empty() && result->setting_epoch > 0)
+    checked_settings_[key] = *result;
+}
+
 Result<ProgressAnswer> JobService::report_progress(const std::string& id, const ProgressReport& report) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return not_in_memory(id, "is {}, not running");
@@ -600,6 +649,7 @@ Result<ProgressAnswer> JobService::report_progress(const std::string& id, const 
     return out;
   }
   job.projection = *projection;
+  check_setting(job, *device);
   const std::string source(device->meter->source());
   out.joules = *used;
   out.source = source;

@@ -50,6 +50,7 @@
 #include "joule/estimator/probe_campaign.hpp"
 #include "joule/schedulers/job.hpp"
 #include "joule/schedulers/job_queue.hpp"
+#include "joule/schedulers/setting_check.hpp"
 
 namespace joule::daemon {
 
@@ -318,6 +319,14 @@ class JobService final : public JobDemand {
   JobServiceOptions options_;
   const Clock& clock_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
+  /// What jobs' first epochs measured of a setting chosen for them (setting_check.hpp), by
+  /// "device|network key": placement weighs the next job of that network by it. In memory.
+  std::map<std::string, schedulers::SettingCheckResult> checked_settings_;
+  /// That key for `job` on `device` at `setting`.
+  static std::string checked_key(const Job& job, const std::string& device, const estimator::KnobSetting& setting);
+  /// A progress report of a job at a chosen setting: the check's next step (switching its
+  /// device's settings), and its result noted and remembered once decided.
+  void check_setting(Job& job, Device& device);
   std::map<std::int64_t, Job*> by_sequence_;  // the same jobs in submission order
   // The submission numbers of the jobs in each shown (committed) state, kept as commits land:
   // counting and listing by state cost a page, not a walk over every job.

@@ -80,6 +80,9 @@ class Executor {
   /// Applies a throttling action to a running job; sets the record's paused, cpu_quota and
   /// gpu_limit_watts to what is in force.
   virtual Status throttle(JobRecord& job, Device& device, const schedulers::ThrottleAction& action) = 0;
+  /// While a chosen setting is checked in the job's first epochs: its device's defaults in force
+  /// (`at_defaults`), or the setting again. Only where the executor sets knobs (this node's).
+  virtual void switch_setting(JobRecord& /*job*/, Device& /*device*/, bool /*at_defaults*/) {}
   /// Whether a CPU quota can be set on this run.
   virtual bool can_limit_cpu(const JobRecord& job) const = 0;
   /// Joules the run has used so far (all of them once `exit` is known), from a fresh reading;

@@ -420,6 +420,15 @@ void LocalExecutor::restore_knobs(JobRecord& job, Run& run) {
   job.knobs_in_force.reset();
 }
 
+void LocalExecutor::switch_setting(JobRecord& job, Device& device, bool at_defaults) {
+  const auto it = runs_.find(job.row.id);
+  if (it == runs_.end() || it->second.knobs_held_back) return;  // paused: its knobs are back already
+  if (at_defaults)
+    restore_knobs(job, it->second);
+  else
+    apply_knobs(job, device, it->second);
+}
+
 void LocalExecutor::put_knobs_back(JobRecord& job, Run& run) {
   if (!job.knobs_in_force) return;
   restore_knobs(job, run);

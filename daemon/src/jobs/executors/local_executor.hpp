@@ -36,6 +36,7 @@ class LocalExecutor final : public Executor {
   void start(JobRecord& job, Device& device) override;
   void stop(JobRecord& job) override;
   Status throttle(JobRecord& job, Device& device, const schedulers::ThrottleAction& action) override;
+  void switch_setting(JobRecord& job, Device& device, bool at_defaults) override;
   bool can_limit_cpu(const JobRecord& job) const override;
   std::optional<double> energy_so_far(JobRecord& job, Device& device, const adapters::ExitStatus* exit) override;
   std::optional<double> energy_as_sampled(JobRecord& job, Device& device) override;
