@@ -151,8 +151,9 @@ UnixMillis finish_after(UnixMillis start, double seconds) {
 }
 
 // The setting `knobs` prefers for the job on this candidate started at `start`, or nullptr for
-// the device's defaults: only settings within the job's allowed slowdown (at `risk`), and that keep a
-// deadline the defaults keep, are considered; one wins only by beating the defaults.
+// the device's defaults: only settings within the job's allowed slowdown (at `risk`), that save
+// energy at `risk`, and that keep a deadline the defaults keep, are considered; one wins only by
+// beating the defaults.
 const SettingOption* choose_setting(const KnobPolicy& knobs, double risk, const PendingJob& job,
                                     const Candidate& candidate, UnixMillis start) {
   if (knobs.goal == KnobGoal::off || candidate.settings.empty() || !candidate.estimate) return nullptr;
@@ -181,6 +182,11 @@ const SettingOption* choose_setting(const KnobPolicy& knobs, double risk, const 
     if (option.slowdown_log_std > 0.0)
       time_ratio = quantile_above(EnergyDistribution::from_std(time_ratio, time_ratio * option.slowdown_log_std), risk);
     if (max_slowdown && time_ratio - 1.0 > *max_slowdown) continue;
+    if (option.saving_log_std > 0.0) {
+      const double energy_ratio = option.estimate.joules_mean / base.joules_mean;
+      if (quantile_above(EnergyDistribution::from_std(energy_ratio, energy_ratio * option.saving_log_std), risk) >= 1.0)
+        continue;
+    }
     if (deadline_holds && job.deadline && finish_after(start, option.estimate.seconds_mean) > *job.deadline) continue;
     if (const double c = cost(option.estimate); c < best_cost) {
       best = &option;

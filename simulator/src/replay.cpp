@@ -269,7 +269,8 @@ class Replay {
           if (estimate)
             candidate.settings.push_back(
                 schedulers::SettingOption{setting.knob, setting.value, setting.label, *estimate,
-                                          run_.knowledge == Knowledge::truth ? 0.0 : setting.slowdown_log_std});
+                                          run_.knowledge == Knowledge::truth ? 0.0 : setting.slowdown_log_std,
+                                          run_.knowledge == Knowledge::truth ? 0.0 : setting.saving_log_std});
         }
       }
       pending.candidates.push_back(candidate);

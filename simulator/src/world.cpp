@@ -312,7 +312,7 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
       for (std::size_t s = 1; !on_slice && s < knob.settings.size(); ++s) {
         const auto& setting = knob.settings[s];
         const estimator::StepCost at = truths[d].step_cost(layers, job.model.loss, job.training.optimizer, setting);
-        cost.settings.push_back(SettingCost{knob.name, setting.value, setting.label, std::nullopt, 0.0,
+        cost.settings.push_back(SettingCost{knob.name, setting.value, setting.label, std::nullopt, 0.0, 0.0,
                                             TrueCost{at.joules * steps * factor, at.seconds * steps * factor}});
       }
       if (models[d]) {
@@ -338,6 +338,7 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
                                      base.joules_mean * ratio.energy_ratio * std::hypot(relative, ratio.energy_log_std),
                                      base.seconds_mean * ratio.time_ratio};
             cost.settings[s].slowdown_log_std = ratio.time_log_std;
+            cost.settings[s].saving_log_std = ratio.energy_log_std;
             const double true_energy = cost.settings[s].truth.joules / cost.truth.joules;
             const double true_time = cost.settings[s].truth.seconds / cost.truth.seconds;
             KnobError& error = knob_errors[world.devices[d].ref.qualified()];

@@ -508,6 +508,21 @@ TEST(PlacementKnobsTest, an_unsure_slowdown_must_hold_at_the_policys_risk) {
   EXPECT_TRUE(pass.run().placements[0].setting);
 }
 
+TEST(PlacementKnobsTest, a_saving_the_readings_cannot_tell_from_their_noise_changes_nothing) {
+  // 0.6 % fewer joules with a 2 % log-std (what a knob that changes nothing read on the VM):
+  // its 95th percentile is above the defaults. A 20 % saving holds at that risk.
+  auto noise = at("3800 MHz", 3800, 994.0, 99.4);
+  noise.saving_log_std = 0.02;
+  Pass pass{
+      with_knobs(KnobGoal::min_energy), {device("cuda:0")}, {job("a", {with_settings(on(0, 1000.0, 100.0), {noise})})}};
+  EXPECT_FALSE(pass.run().placements[0].setting);
+  auto real = at("90 W", 90, 800.0, 105.0);
+  real.saving_log_std = 0.02;
+  pass.jobs = {job("a", {with_settings(on(0, 1000.0, 100.0), {noise, real})})};
+  ASSERT_TRUE(pass.run().placements[0].setting);
+  EXPECT_EQ(pass.run().placements[0].setting->label, "90 W");
+}
+
 TEST(PlacementKnobsTest, a_job_that_fits_only_at_a_setting_is_not_refused_at_submission) {
   const auto gpu = with_settings(on(0, 1000.0, 100.0), {at("90 W", 90, 800.0, 105.0)});
   Pass pass{with_knobs(KnobGoal::min_energy), {device("cuda:0")}, {job("a", {gpu})}};

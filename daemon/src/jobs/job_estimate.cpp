@@ -86,7 +86,7 @@ std::vector<schedulers::SettingOption> DeviceEstimate::setting_options() const {
     out.push_back({line.setting.knob, line.setting.value, line.setting.label,
                    schedulers::Estimate{joules, joules * std::hypot(relative, line.joules_log_std),
                                         seconds_mean * line.seconds_ratio},
-                   line.seconds_log_std});
+                   line.seconds_log_std, line.joules_log_std});
   }
   return out;
 }

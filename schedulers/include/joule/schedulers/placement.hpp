@@ -52,6 +52,10 @@ struct SettingOption {
   /// How unsure the predicted slowdown is (log-space std of seconds at the setting / at the
   /// defaults): a setting is allowed only if the slowdown holds at the policy's risk.
   double slowdown_log_std = 0.0;
+  /// How unsure its saving is (log-space std of joules at the setting / at the defaults): a
+  /// setting is chosen only if it saves energy at the policy's risk, so a saving the readings
+  /// cannot tell from their noise does not change the device's settings.
+  double saving_log_std = 0.0;
 };
 
 /// A device a job may run on (its constraints allow it), with what the job would cost there.

@@ -53,6 +53,7 @@ struct SettingCost {
   /// The default's estimate times the device's learnt knob response; nullopt: no estimate.
   std::optional<schedulers::Estimate> estimate;
   double slowdown_log_std = 0.0;  ///< the response's spread of the time ratio (log space)
+  double saving_log_std = 0.0;    ///< ... and of the energy ratio
   TrueCost truth;
 };
 
