@@ -747,6 +747,9 @@ TEST_F(JobServiceTest, a_chosen_setting_is_checked_in_the_jobs_first_epochs_and_
   })) << job.dump(2);
   epoch(id, 4);
   EXPECT_EQ(limit_now(), "2800000");  // nothing more to check
+  const std::string exposition = metrics_.serialize();
+  EXPECT_NE(exposition.find("outcome=\"chosen\"} 1"), std::string::npos) << exposition;
+  EXPECT_NE(exposition.find("outcome=\"check-kept\"} 1"), std::string::npos);
   std::optional<joule::Result<json>> cancelled;
   jobs_.cancel(id, [&](joule::Result<joule::daemon::JobView> result) { cancelled = rendered(result); });
   ASSERT_TRUE(run_until([&] { return state_of(id) == "cancelled"; }));

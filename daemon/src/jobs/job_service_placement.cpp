@@ -342,6 +342,7 @@ void JobService::place(Job& job, Device& device, const schedulers::Placement& pl
   job.setting_check.reset();
   job.setting_check_noted = false;
   if (job.chosen_setting) {
+    metrics_.count_knobs(device.name, "chosen");
     const auto& knobs = core().policy().knobs;
     job.setting_check.emplace(
         knobs, job.spec.constraints.max_slowdown ? job.spec.constraints.max_slowdown : knobs.max_slowdown,
@@ -613,6 +614,7 @@ void JobService::check_setting(Job& job, Device& device) {
   const auto& result = job.setting_check->result();
   if (!result) return;
   job.setting_check_noted = true;
+  if (result->setting_epoch > 0) metrics_.count_knobs(device.name, result->kept ? "check-kept" : "check-defaults");
   if (result->setting_epoch > 0)
     note(job, fmt::format("{} {} checked in epochs {} and {}: {}", setting.knob, setting.label, result->setting_epoch,
                           result->default_epoch, result->why));

@@ -120,8 +120,9 @@ Metrics::Metrics()
                             .Register(*registry_)),
       knobs_(BuildCounter()
                  .Name("joule_job_knobs_total")
-                 .Help("Jobs whose knobs were set on their device before they started (outcome set), or refused "
-                       "there so that they ran at the defaults (outcome refused)")
+                 .Help("Jobs whose knobs were set on their device (outcome set), or refused there so that they "
+                       "ran at the defaults (refused); settings placement chose for jobs (chosen), and what the "
+                       "check in their first epochs kept (check-kept, check-defaults)")
                  .Register(*registry_)),
       carbon_intensity_(BuildGauge()
                             .Name("joule_grid_carbon_intensity_grams_per_kwh")

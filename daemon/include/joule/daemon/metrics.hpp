@@ -84,7 +84,8 @@ class Metrics {
   void set_budgets(const std::vector<BudgetFigures>& budgets);
   /// One throttling action: pause, resume, cpu-quota, gpu-power-limit and their clears.
   void count_throttle_action(const std::string& action);
-  /// Jobs whose knobs were set on a device, or refused there (outcome "set" or "refused").
+  /// Jobs whose knobs were set on a device, or refused there (outcome "set" or "refused"); a
+  /// setting placement chose ("chosen"), and what its check kept ("check-kept", "check-defaults").
   void count_knobs(const std::string& device, const std::string& outcome);
 
   /// The carbon signal ([carbon]): the intensity in force now (nullopt: none), what stands
