@@ -644,6 +644,24 @@ TEST_F(JobServiceTest,
   ASSERT_TRUE(run_until([&] { return state_of(careful) == "cancelled"; }));
   EXPECT_EQ(limit_now(), "4700000");
 
+  // A job that asks for a measured setting itself is weighed at it: 80 J, not the defaults' 100.
+  auto own = json{{"run", {{"command", {"/bin/sleep", "30"}}}},
+                  {"model", {{"input", {{"shape", {1, 8}}}}, {"layers", {{{"type", "linear"}, {"out_features", 2}}}}}},
+                  {"training", {{"batch_size", 8}, {"epochs", 1}, {"samples_per_epoch", 64}}},
+                  {"knobs", {{"cpu_max_frequency_mhz", 2800}}}};
+  auto asked = submit(own);
+  ASSERT_TRUE(asked) << asked.error().message;
+  const std::string mine = (*asked)["id"];
+  ASSERT_TRUE(run_until([&] { return state_of(mine) == "running"; }));
+  job = shown(mine).value();
+  EXPECT_FALSE(job["knobs"].contains("chosen"));
+  EXPECT_TRUE(std::any_of(job["events"].begin(), job["events"].end(), [](const json& event) {
+    return event["message"].get<std::string>().find("80 J") != std::string::npos;
+  })) << job.dump(2);
+  cancelled.reset();
+  jobs_.cancel(mine, [&](joule::Result<joule::daemon::JobView> result) { cancelled = rendered(result); });
+  ASSERT_TRUE(run_until([&] { return state_of(mine) == "cancelled"; }));
+
   // With the goal off, jobs run at the defaults.
   jobs_.set_policy(joule::schedulers::Policy{});
   const std::string plain = run_with(json::object());

@@ -72,6 +72,18 @@ schedulers::Knobs knobs_of(const estimator::KnobSetting& setting) {
   return knobs;
 }
 
+std::optional<estimator::KnobSetting> setting_of(const schedulers::Knobs& knobs) {
+  if (knobs.cpu_energy_preference || knobs.power_mode) return std::nullopt;
+  const int set = (knobs.gpu_power_limit_watts ? 1 : 0) + (knobs.cpu_max_frequency_mhz ? 1 : 0) +
+                  (knobs.gpu_max_frequency_mhz ? 1 : 0);
+  if (set != 1) return std::nullopt;
+  if (knobs.gpu_power_limit_watts)
+    return estimator::KnobSetting{"gpu_power_limit_watts", *knobs.gpu_power_limit_watts, ""};
+  if (knobs.cpu_max_frequency_mhz)
+    return estimator::KnobSetting{"cpu_max_frequency_mhz", *knobs.cpu_max_frequency_mhz, ""};
+  return estimator::KnobSetting{"gpu_max_frequency_mhz", *knobs.gpu_max_frequency_mhz, ""};
+}
+
 DeviceKnobs::DeviceKnobs(adapters::ControlJournal* journal, adapters::CommandRunner run_tool)
     : journal_(journal), run_tool_(run_tool ? std::move(run_tool) : adapters::system_command_runner()) {}
 

@@ -113,6 +113,15 @@ struct JobRecord {
   bool setting_check_noted = false;
   /// What its executor sets before it starts: its own knobs, else the setting chosen for it.
   schedulers::Knobs effective_knobs() const;
+  /// The measured setting it runs (or ran) at, if any: the one chosen for it unless its check
+  /// gave it up, else its own knobs where they are one setting (setting_of).
+  std::optional<estimator::KnobSetting> setting_ran_at() const {
+    if (chosen_setting) {
+      if (setting_check && setting_check->result() && !setting_check->result()->kept) return std::nullopt;
+      return chosen_setting->setting;
+    }
+    return setting_of(spec.knobs);
+  }
 };
 
 inline schedulers::Knobs JobRecord::effective_knobs() const {

@@ -157,6 +157,7 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
   // device's, not a job's: it would reach the jobs beside one on shared cores).
   const bool choose_settings =
       core().policy().knobs.goal != schedulers::KnobGoal::off && spec.knobs.empty() && pending.cores == 0;
+  const auto own_setting = setting_of(spec.knobs);
   // Indexed once: with a thousand agents' devices a search per device made this quadratic.
   std::unordered_map<std::string, const DeviceEstimate*> usable;
   for (const auto& estimate : job.estimates)
@@ -168,6 +169,9 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
     schedulers::Candidate candidate{d, std::nullopt, std::nullopt, {}};
     if (const auto it = usable.find(device.name); it != usable.end()) {
       candidate.estimate = it->second->placement();
+      // A job that asks for a setting the device measured networks at is weighed at it.
+      if (own_setting)
+        if (const auto at = it->second->at(*own_setting)) candidate.estimate = at->placement();
       candidate.flops_joules = it->second->baseline_joules;
       if (choose_settings && !it->second->settings.empty()) {
         // Only what the device offers now (its knobs can change with a restart).
@@ -201,6 +205,8 @@ std::optional<schedulers::Estimate> JobService::estimate_for(const Job& job, con
   if (!where || !where->runs_jobs || !schedulers::device_allowed(job.spec.constraints, device)) return std::nullopt;
   const DeviceEstimate* estimate = find_estimate(job.estimates, device);
   if (!estimate || !estimate->ok) return std::nullopt;
+  if (const auto own = setting_of(job.spec.knobs))
+    if (const auto at = estimate->at(*own)) return at->placement();
   return estimate->placement();
 }
 
@@ -392,7 +398,8 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
       const DeviceEstimate* estimate = find_estimate(job.estimates, device->name);
       // A job that ran at the setting chosen for it is compared with its estimate there.
       std::optional<DeviceEstimate> at_setting;
-      if (estimate && job.chosen_setting && job.knobs_in_force) at_setting = estimate->at(job.chosen_setting->setting);
+      if (const auto ran_at = job.setting_ran_at(); estimate && ran_at && job.knobs_in_force)
+        at_setting = estimate->at(*ran_at);
       if (at_setting) estimate = &*at_setting;
       if (estimate)
         listener_->finished(Feedback{device->name, *estimate, *job.row.energy_joules,

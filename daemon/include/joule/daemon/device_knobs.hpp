@@ -32,6 +32,9 @@ namespace joule::daemon {
 std::vector<estimator::KnobSetting> knob_choices(const Device& device);
 /// A setting as a job's knobs.
 schedulers::Knobs knobs_of(const estimator::KnobSetting& setting);
+/// A job's knobs as one setting a device may have measured networks at (one power limit or
+/// clock cap, nothing else); nothing for other combinations.
+std::optional<estimator::KnobSetting> setting_of(const schedulers::Knobs& knobs);
 
 class DeviceKnobs {
  public:

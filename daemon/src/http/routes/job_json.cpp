@@ -157,6 +157,10 @@ json job_fields(const JobView& view, bool with_events, const SignalFeeds& signal
   }
   if (shown.energy_joules) {
     const auto* estimate = find_estimate(job.estimates, shown.device);
+    // A job that ran at a measured setting is compared with its estimate there.
+    std::optional<DeviceEstimate> at_setting;
+    if (const auto ran_at = job.setting_ran_at(); estimate && ran_at) at_setting = estimate->at(*ran_at);
+    if (at_setting) estimate = &*at_setting;
     if (estimate && estimate->ok && estimate->joules_mean > 0.0 &&
         estimate->source == energy_source_from_string(shown.energy_source))
       out["estimate_error"] = {{"estimated_joules", estimate->joules_mean},
