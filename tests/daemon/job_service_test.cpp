@@ -572,11 +572,9 @@ TEST_F(JobServiceTest, finished_jobs_older_than_keep_finished_days_leave_the_dat
 TEST_F(JobServiceTest,
        with_a_knob_goal_a_job_runs_at_its_cheapest_setting_within_its_slowdown_and_the_default_returns) {
   joule::testing::TempDir tree;
-  joule::testing::write_cpufreq_policy(tree, joule::testing::intel_pstate_policy(0));
   const auto limit_file = tree / "sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq";
-  auto knob = joule::adapters::CpuFrequencyKnob::discover(tree / "sys/devices/system/cpu/cpufreq");
-  ASSERT_TRUE(knob) << knob.error().message;
-  device_table_.find("cpu")->cpu_frequency = *knob;
+  const auto knob = joule::testing::intel_pstate_knob(tree);
+  device_table_.find("cpu")->cpu_frequency = knob;
   joule::schedulers::Policy policy;
   policy.knobs.goal = joule::schedulers::KnobGoal::min_energy;
   policy.knobs.max_slowdown = 0.5;
@@ -692,12 +690,10 @@ class ScriptedMeter final : public joule::adapters::EnergyMeter {
 // The next job of the network is weighed by what this one measured.
 TEST_F(JobServiceTest, a_chosen_setting_is_checked_in_the_jobs_first_epochs_and_the_next_job_weighed_by_it) {
   joule::testing::TempDir tree;
-  joule::testing::write_cpufreq_policy(tree, joule::testing::intel_pstate_policy(0));
   const auto limit_file = tree / "sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq";
-  auto knob = joule::adapters::CpuFrequencyKnob::discover(tree / "sys/devices/system/cpu/cpufreq");
-  ASSERT_TRUE(knob) << knob.error().message;
+  const auto knob = joule::testing::intel_pstate_knob(tree);
   double metered = 0.0;
-  device_table_.find("cpu")->cpu_frequency = *knob;
+  device_table_.find("cpu")->cpu_frequency = knob;
   device_table_.find("cpu")->meter = std::make_unique<ScriptedMeter>(&metered);
   joule::schedulers::Policy policy;
   policy.knobs.goal = joule::schedulers::KnobGoal::min_energy;

@@ -218,6 +218,15 @@ for n, path in enumerate(requests):
         {"type": "linear", "out_features": 16}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
   }
 
+  /// The cpu device gets an intel_pstate frequency knob written under `tree`, and the policy a
+  /// knob goal: probing measures networks at the CPU's settings.
+  void choose_settings_on_a_cpu_under(const joule::testing::TempDir& tree) {
+    device_table_.find("cpu")->cpu_frequency = joule::testing::intel_pstate_knob(tree);
+    schedulers::Policy policy;
+    policy.knobs.goal = schedulers::KnobGoal::min_energy;
+    jobs_.set_policy(policy);
+  }
+
   std::unique_ptr<ModelService> models_;
   std::unique_ptr<ProbeService> probes_;
 };
@@ -533,14 +542,8 @@ TEST_F(ProbeServiceTest, a_converged_device_reads_its_reference_network_when_it_
 // network at every setting from its measurements.
 TEST_F(ProbeServiceTest, with_a_knob_goal_a_network_is_measured_at_each_setting_and_the_defaults_come_back) {
   joule::testing::TempDir tree;
-  joule::testing::write_cpufreq_policy(tree, joule::testing::intel_pstate_policy(0));
   const auto cpufreq = tree / "sys/devices/system/cpu/cpufreq";
-  auto knob = adapters::CpuFrequencyKnob::discover(cpufreq);
-  ASSERT_TRUE(knob) << knob.error().message;
-  device_table_.find("cpu")->cpu_frequency = *knob;
-  schedulers::Policy policy;
-  policy.knobs.goal = schedulers::KnobGoal::min_energy;
-  jobs_.set_policy(policy);
+  choose_settings_on_a_cpu_under(tree);
   ASSERT_TRUE(jobs_.chooses_settings());
   const auto choices = knob_choices(*device_table_.find("cpu"));
   ASSERT_EQ(choices.size(), 3u);
@@ -595,17 +598,11 @@ TEST_F(ProbeServiceTest, with_a_knob_goal_a_network_is_measured_at_each_setting_
 // tried again, and the network's estimates say which setting is missing and why.
 TEST_F(ProbeServiceTest, a_setting_that_cannot_be_set_stores_nothing_and_the_estimate_says_why) {
   joule::testing::TempDir tree;
-  joule::testing::write_cpufreq_policy(tree, joule::testing::intel_pstate_policy(0));
   const auto cpufreq = tree / "sys/devices/system/cpu/cpufreq";
-  auto knob = adapters::CpuFrequencyKnob::discover(cpufreq);
-  ASSERT_TRUE(knob) << knob.error().message;
-  device_table_.find("cpu")->cpu_frequency = *knob;
+  choose_settings_on_a_cpu_under(tree);
   // Gone after discovery, as a driver unloaded under jouled would leave it: no write can land.
   std::filesystem::remove(cpufreq / "policy0/scaling_max_freq");
   std::filesystem::create_directory(cpufreq / "policy0/scaling_max_freq");
-  schedulers::Policy policy;
-  policy.knobs.goal = schedulers::KnobGoal::min_energy;
-  jobs_.set_policy(policy);
   config::ProbingConfig probing;
   probing.enabled = false;
   probing.refit_every = 2;

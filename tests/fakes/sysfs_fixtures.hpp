@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "joule/adapters/frequency_limits.hpp"
 #include "joule/adapters/sysfs.hpp"
 #include "temp_dir.hpp"
 
@@ -152,6 +154,15 @@ inline adapters::FileReader denying_reader(std::string denied) {
       return make_error(ErrorCode::permission_denied, path.string() + ": Permission denied");
     return adapters::read_sysfs_file(path);
   };
+}
+
+/// An intel_pstate CPU (one policy, 400-4700 MHz) written under `root`, as jouled discovers its
+/// frequency knob; the tree's cpufreq directory is root / "sys/devices/system/cpu/cpufreq".
+inline adapters::CpuFrequencyKnob intel_pstate_knob(const TempDir& root) {
+  write_cpufreq_policy(root, intel_pstate_policy(0));
+  auto knob = adapters::CpuFrequencyKnob::discover(root / "sys/devices/system/cpu/cpufreq");
+  if (!knob) throw std::runtime_error(knob.error().message);
+  return *knob;
 }
 
 }  // namespace joule::testing
