@@ -105,6 +105,13 @@ class JobServiceTest : public ::testing::Test, protected joule::testing::JobBook
         {device.substr(0, slash), device.substr(slash + 1), "earlier", now - 600'000, now - 60'000, 900.0, "rapl"});
     return now;
   }
+  // A policy with knob goal min-energy, allowing jobs `max_slowdown` more time.
+  void choose_settings_within(double max_slowdown) {
+    joule::schedulers::Policy policy;
+    policy.knobs.goal = joule::schedulers::KnobGoal::min_energy;
+    policy.knobs.max_slowdown = max_slowdown;
+    jobs_.set_policy(policy);
+  }
   // An agent with one device that runs jobs, metered by RAPL there.
   void agent_joins(const std::string& node) {
     joule::cluster::ReportedDevice device;
@@ -575,10 +582,7 @@ TEST_F(JobServiceTest,
   const auto limit_file = tree / "sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq";
   const auto knob = joule::testing::intel_pstate_knob(tree);
   device_table_.find("cpu")->cpu_frequency = knob;
-  joule::schedulers::Policy policy;
-  policy.knobs.goal = joule::schedulers::KnobGoal::min_energy;
-  policy.knobs.max_slowdown = 0.5;
-  jobs_.set_policy(policy);
+  choose_settings_within(0.5);
   // 100 J and 60 s at the defaults; each setting's ratios as measured (2 % spreads).
   estimate_with([](const joule::schedulers::JobSpec&) {
     auto rows = rapl_estimate("cpu", 100.0);
@@ -695,10 +699,7 @@ TEST_F(JobServiceTest, a_chosen_setting_is_checked_in_the_jobs_first_epochs_and_
   double metered = 0.0;
   device_table_.find("cpu")->cpu_frequency = knob;
   device_table_.find("cpu")->meter = std::make_unique<ScriptedMeter>(&metered);
-  joule::schedulers::Policy policy;
-  policy.knobs.goal = joule::schedulers::KnobGoal::min_energy;
-  policy.knobs.max_slowdown = 0.5;
-  jobs_.set_policy(policy);
+  choose_settings_within(0.5);
   estimate_with([](const joule::schedulers::JobSpec&) {
     auto rows = rapl_estimate("cpu", 1000.0);
     rows[0].estimate->settings.push_back({{"cpu_max_frequency_mhz", 2800.0, "2800 MHz"},

@@ -218,6 +218,13 @@ for n, path in enumerate(requests):
         {"type": "linear", "out_features": 16}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
   }
 
+  /// POST /v1/probes for the cpu, `seconds` long, naming `model` at batch 8 to measure whole.
+  bool request_run_measuring(const json& model, int seconds) {
+    auto requested = probes_->request(
+        {{"device", "cpu"}, {"seconds", seconds}, {"models", {{{"model", model}, {"training", {{"batch_size", 8}}}}}}});
+    EXPECT_TRUE(requested) << requested.error().message;
+    return requested.ok();
+  }
   /// The cpu device gets an intel_pstate frequency knob written under `tree`, and the policy a
   /// knob goal: probing measures networks at the CPU's settings.
   void choose_settings_on_a_cpu_under(const joule::testing::TempDir& tree) {
@@ -557,9 +564,7 @@ TEST_F(ProbeServiceTest, with_a_knob_goal_a_network_is_measured_at_each_setting_
   fake.clock_cap_file = (cpufreq / "policy0/scaling_max_freq").string();
   start(probing, fake);
   const json mlp = small_mlp();
-  auto requested = probes_->request(
-      {{"device", "cpu"}, {"seconds", 3600}, {"models", {{{"model", mlp}, {"training", {{"batch_size", 8}}}}}}});
-  ASSERT_TRUE(requested) << requested.error().message;
+  ASSERT_TRUE(request_run_measuring(mlp, 3600));
   auto measured_everywhere = [&] {
     const json settings = shown()["whole_networks"].value("settings", json::array());
     return settings.size() == 3 &&
@@ -609,11 +614,7 @@ TEST_F(ProbeServiceTest, a_setting_that_cannot_be_set_stores_nothing_and_the_est
   start(probing);
   const json mlp = small_mlp();
   const auto spec = estimator::parse_model_spec(mlp, "/model");
-  ASSERT_TRUE(
-      probes_
-          ->request(
-              {{"device", "cpu"}, {"seconds", 3600}, {"models", {{{"model", mlp}, {"training", {{"batch_size", 8}}}}}}})
-          .ok());
+  ASSERT_TRUE(request_run_measuring(mlp, 3600));
   const estimator::TrainingConfig training{8, 1, 8, "sgd", std::nullopt};
   auto caveats = [&] { return probes_->estimate_caveats("cpu", *spec, training); };
   ASSERT_TRUE(within([&] { return caveats().size() == 3; }, 60s)) << shown().dump();
@@ -641,11 +642,7 @@ TEST_F(ProbeServiceTest, a_device_whose_reference_readings_spread_beyond_the_bou
   start(probing, fake);
   const json mlp = small_mlp();
   const auto spec = estimator::parse_model_spec(mlp, "/model");
-  ASSERT_TRUE(
-      probes_
-          ->request(
-              {{"device", "cpu"}, {"seconds", 7200}, {"models", {{{"model", mlp}, {"training", {{"batch_size", 8}}}}}}})
-          .ok());
+  ASSERT_TRUE(request_run_measuring(mlp, 7200));
   ASSERT_TRUE(within([&] { return shown()["whole_networks"]["measured"] == 1; }, 60s)) << shown().dump();
   for (int reading = 2; reading <= 4; ++reading) {
     clock_.advance(std::chrono::minutes(31));
