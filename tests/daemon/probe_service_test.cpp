@@ -218,6 +218,13 @@ for n, path in enumerate(requests):
         {"type": "linear", "out_features": 16}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
   }
 
+  /// Background probing off, a refit every other sample: only requested runs probe.
+  void start_requested_only(FakeWorker fake = {}) {
+    config::ProbingConfig probing;
+    probing.enabled = false;
+    probing.refit_every = 2;
+    start(probing, fake);
+  }
   /// POST /v1/probes for the cpu, `seconds` long, naming `model` at batch 8 to measure whole.
   bool request_run_measuring(const json& model, int seconds) {
     auto requested = probes_->request(
@@ -474,10 +481,7 @@ namespace {
 // request with that network alone at its batch size, once; the served model then estimates it
 // from the measurement, and GET /v1/devices counts it.
 TEST_F(ProbeServiceTest, a_named_network_is_measured_whole_once_and_served_from_its_measurement) {
-  config::ProbingConfig probing;
-  probing.enabled = false;
-  probing.refit_every = 2;
-  start(probing);
+  start_requested_only();
   const json mlp = small_mlp();
   const auto spec = estimator::parse_model_spec(mlp, "/model");
   ASSERT_TRUE(spec);
@@ -557,12 +561,9 @@ TEST_F(ProbeServiceTest, with_a_knob_goal_a_network_is_measured_at_each_setting_
   EXPECT_EQ(choices[0].label, "3800 MHz");
   EXPECT_EQ(choices[2].label, "2100 MHz");
 
-  config::ProbingConfig probing;
-  probing.enabled = false;
-  probing.refit_every = 2;
   FakeWorker fake;
   fake.clock_cap_file = (cpufreq / "policy0/scaling_max_freq").string();
-  start(probing, fake);
+  start_requested_only(fake);
   const json mlp = small_mlp();
   ASSERT_TRUE(request_run_measuring(mlp, 3600));
   auto measured_everywhere = [&] {
@@ -608,10 +609,7 @@ TEST_F(ProbeServiceTest, a_setting_that_cannot_be_set_stores_nothing_and_the_est
   // Gone after discovery, as a driver unloaded under jouled would leave it: no write can land.
   std::filesystem::remove(cpufreq / "policy0/scaling_max_freq");
   std::filesystem::create_directory(cpufreq / "policy0/scaling_max_freq");
-  config::ProbingConfig probing;
-  probing.enabled = false;
-  probing.refit_every = 2;
-  start(probing);
+  start_requested_only();
   const json mlp = small_mlp();
   const auto spec = estimator::parse_model_spec(mlp, "/model");
   ASSERT_TRUE(request_run_measuring(mlp, 3600));
