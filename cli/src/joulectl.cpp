@@ -974,6 +974,14 @@ int main(int argc, char** argv) {
                                                          : "scaled by its family's whole-to-layers ratio",
                      row["whole"]["layers_joules_per_step"].get<double>(), row["whole"]["joules_ratio"].get<double>(),
                      row["whole"]["family"].get<std::string>());
+        if (const auto settings = row.find("settings"); settings != row.end() && settings->is_array())
+          for (const auto& line : *settings)
+            fmt::print("  at {} {}: {:.1f} J (×{:.3f} ± {:.0f} %), {:.1f} s (×{:.3f}) ({})\n", line.value("knob", ""),
+                       line.value("label", ""), line["joules"].value("mean", 0.0), line.value("joules_ratio", 1.0),
+                       100.0 * line.value("joules_log_std", 0.0), line["seconds"].value("mean", 0.0),
+                       line.value("seconds_ratio", 1.0),
+                       line.value("basis", "") == "measured" ? "measured at the setting"
+                                                             : "predicted from the networks measured there");
         if (row.contains("runtime"))
           fmt::print("  {}: {:.1f} J and {:.2f} s to start, {:.3g} J and {:.3g} ms per step beyond the layers\n",
                      row["runtime"]["runtime"].get<std::string>(), row["runtime"]["start_joules"]["mean"].get<double>(),

@@ -380,6 +380,14 @@ TEST(KnobsTest, with_a_knob_goal_networks_are_measured_at_the_cpu_settings_and_a
     EXPECT_EQ(line["basis"], "measured");
     EXPECT_GT(line["joules_ratio"].get<double>(), 0.0);
   }
+  const auto model_file = state / "mlp.json";
+  std::ofstream(model_file) << mlp.dump();
+  auto [estimated, said] =
+      joule::testing::run_program({JOULECTL_BINARY, "--server", server, "estimate", model_file.string(), "--batch-size",
+                                   "16", "--samples-per-epoch", "160"});
+  EXPECT_EQ(estimated, 0) << said;
+  EXPECT_NE(said.find("at cpu_max_frequency_mhz 2100 MHz: "), std::string::npos) << said;
+  EXPECT_NE(said.find("(measured at the setting)"), std::string::npos) << said;
 
   // A job placed by that estimate: at the setting placement chose, if any, and back after.
   json submitted = job;
