@@ -151,16 +151,25 @@ UnixMillis finish_after(UnixMillis start, double seconds) {
 }
 
 // The setting `knobs` prefers for the job on this candidate started at `start`, or nullptr for
-// the device's defaults: only settings within the job's allowed slowdown (at `risk`), that save
-// energy at `risk`, and that keep a deadline the defaults keep, are considered; one wins only by
-// beating the defaults.
+// the device's defaults (preferred_setting), keeping a deadline the defaults keep.
 const SettingOption* choose_setting(const KnobPolicy& knobs, double risk, const PendingJob& job,
                                     const Candidate& candidate, UnixMillis start) {
   if (knobs.goal == KnobGoal::off || candidate.settings.empty() || !candidate.estimate) return nullptr;
   const Estimate& base = *candidate.estimate;
-  if (base.joules_mean <= 0.0 || base.seconds_mean <= 0.0) return nullptr;
   const std::optional<double> max_slowdown = job.max_slowdown ? job.max_slowdown : knobs.max_slowdown;
   const bool deadline_holds = !job.deadline || finish_after(start, base.seconds_mean) <= *job.deadline;
+  return preferred_setting(knobs, risk, max_slowdown, base, candidate.settings, [&](const SettingOption& option) {
+    return !(deadline_holds && job.deadline && finish_after(start, option.estimate.seconds_mean) > *job.deadline);
+  });
+}
+
+}  // namespace
+
+const SettingOption* preferred_setting(const KnobPolicy& knobs, double risk, std::optional<double> max_slowdown,
+                                       const Estimate& base, const std::vector<SettingOption>& settings,
+                                       const std::function<bool(const SettingOption&)>& allowed) {
+  if (knobs.goal == KnobGoal::off || settings.empty()) return nullptr;
+  if (base.joules_mean <= 0.0 || base.seconds_mean <= 0.0) return nullptr;
   auto cost = [&](const Estimate& at) {
     const double energy = at.joules_mean / base.joules_mean;
     const double time = at.seconds_mean / base.seconds_mean;
@@ -175,19 +184,20 @@ const SettingOption* choose_setting(const KnobPolicy& knobs, double risk, const 
   };
   const SettingOption* best = nullptr;
   double best_cost = cost(base);
-  for (const SettingOption& option : candidate.settings) {
+  for (const SettingOption& option : settings) {
     // The slowdown it could have at the policy's risk, as budgets are held: a mispredicted
     // response must not make a job slower than it allowed more often than that.
     double time_ratio = option.estimate.seconds_mean / base.seconds_mean;
     if (option.slowdown_log_std > 0.0)
       time_ratio = quantile_above(EnergyDistribution::from_std(time_ratio, time_ratio * option.slowdown_log_std), risk);
     if (max_slowdown && time_ratio - 1.0 > *max_slowdown) continue;
+    // A saving the readings cannot tell from their noise does not change the device's settings.
     if (option.saving_log_std > 0.0) {
       const double energy_ratio = option.estimate.joules_mean / base.joules_mean;
       if (quantile_above(EnergyDistribution::from_std(energy_ratio, energy_ratio * option.saving_log_std), risk) >= 1.0)
         continue;
     }
-    if (deadline_holds && job.deadline && finish_after(start, option.estimate.seconds_mean) > *job.deadline) continue;
+    if (allowed && !allowed(option)) continue;
     if (const double c = cost(option.estimate); c < best_cost) {
       best = &option;
       best_cost = c;
@@ -195,8 +205,6 @@ const SettingOption* choose_setting(const KnobPolicy& knobs, double risk, const 
   }
   return best;
 }
-
-}  // namespace
 
 bool walks_cheapest_first(Objective objective) {
   return objective == Objective::min_energy || objective == Objective::flops_greedy;

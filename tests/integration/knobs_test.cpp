@@ -376,6 +376,12 @@ TEST(KnobsTest, with_a_knob_goal_networks_are_measured_at_the_cpu_settings_and_a
   const json estimate = daemon.call("POST", "/v1/estimate", job.dump()).second;
   const json lines = estimate["estimates"][0].value("settings", json::array());
   ASSERT_EQ(lines.size(), 3u) << estimate.dump(2);
+  // What the policy would pick there: on this VM the caps change nothing, so no "saving" holds
+  // at the policy's risk unless the readings drifted apart by more than their spread.
+  const json choice = estimate["estimates"][0]["policy_choice"];
+  EXPECT_EQ(choice["goal"], "min-energy") << estimate.dump(2);
+  ASSERT_TRUE(choice.contains("setting"));
+  if (!choice["setting"].is_null()) EXPECT_EQ(choice["setting"]["knob"], "cpu_max_frequency_mhz");
   for (const auto& line : lines) {
     EXPECT_EQ(line["basis"], "measured");
     EXPECT_GT(line["joules_ratio"].get<double>(), 0.0);

@@ -192,4 +192,22 @@ Result<json> advise_request(const json& body, const std::vector<std::string>& de
   return out;
 }
 
+void add_policy_choices(nlohmann::json& answer, const EstimateAnswer& estimated, const schedulers::Policy& policy) {
+  if (policy.knobs.goal == schedulers::KnobGoal::off || !answer.contains("estimates")) return;
+  for (auto& row : answer["estimates"]) {
+    const auto device = row.value("device", "");
+    const auto found = std::find_if(estimated.rows.begin(), estimated.rows.end(),
+                                    [&](const EstimateRow& r) { return r.device == device; });
+    if (found == estimated.rows.end() || !found->estimate || found->estimate->settings.empty()) continue;
+    const DeviceEstimate figures = DeviceEstimate::of(*found);
+    const auto options = figures.setting_options();
+    const auto* chosen = schedulers::preferred_setting(policy.knobs, policy.risk, policy.knobs.max_slowdown,
+                                                       figures.placement(), options);
+    row["policy_choice"] = {
+        {"goal", schedulers::to_string(policy.knobs.goal)},
+        {"setting", chosen ? nlohmann::json{{"knob", chosen->knob}, {"value", chosen->value}, {"label", chosen->label}}
+                           : nlohmann::json(nullptr)}};
+  }
+}
+
 }  // namespace joule::daemon::routes

@@ -10,6 +10,7 @@
 
 #include "joule/common/result.hpp"
 #include "joule/daemon/estimates.hpp"
+#include "joule/schedulers/policy.hpp"
 
 namespace joule::daemon::routes {
 
@@ -17,6 +18,10 @@ namespace joule::daemon::routes {
 Result<EstimateRequest> parse_estimate_request(const nlohmann::json& body);
 /// `{"model": {"layers", "parameters", "flops_per_step"}, "steps", "estimates": [row...]}`.
 nlohmann::json estimate_answer_json(const EstimateAnswer& answer);
+/// Where the policy has a knobs.goal, each row with settings gets `policy_choice`: the goal and
+/// the setting it would run the job at on that device (null: the defaults), within the policy's
+/// max_slowdown and saving energy at its risk, before any queue, budget or deadline.
+void add_policy_choices(nlohmann::json& answer, const EstimateAnswer& estimated, const schedulers::Policy& policy);
 
 /// POST /v1/advise: `{"model", "training", "target", "device"?, "min_multiplier"?}`, energy-aware
 /// pruning advice (estimator/pruning_advice.hpp) from one device's model (the one named, or

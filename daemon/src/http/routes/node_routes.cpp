@@ -103,6 +103,7 @@ void add_node_routes(RouteTable& table, ApiContext& context) {
                                            auto answer = context.estimates->estimate(*request);
                                            if (!answer) return call.fail(answer.error());
                                            json out = estimate_answer_json(*answer);
+                                           add_policy_choices(out, *answer, context.jobs.budgets().policy());
                                            for (const SignalService* signals : {context.signals, context.price_signals})
                                              if (signals)
                                                signals->feed().add_estimates(out["estimates"], signals->now_ms());

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -67,6 +68,14 @@ struct Candidate {
   /// device has no knobs the job may be given, or the job asked for settings of its own.
   std::vector<SettingOption> settings;
 };
+
+/// The setting `knobs`' goal prefers for a job estimated `base` at the device's defaults: only
+/// settings whose slowdown holds within `max_slowdown` at `risk`, that save energy at `risk`,
+/// and that `allowed` accepts (placement: a deadline the defaults keep) are considered; one
+/// wins only by beating the defaults. nullptr: the defaults (or goal off).
+const SettingOption* preferred_setting(const KnobPolicy& knobs, double risk, std::optional<double> max_slowdown,
+                                       const Estimate& base, const std::vector<SettingOption>& settings,
+                                       const std::function<bool(const SettingOption&)>& allowed = {});
 
 /// The lowest score a min-energy or flops-greedy pass could give a candidate: its joules at the
 /// defaults or at its cheapest setting (infinity where it has none).
