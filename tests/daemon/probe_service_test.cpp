@@ -656,5 +656,45 @@ TEST_F(ProbeServiceTest, a_device_whose_reference_readings_spread_beyond_the_bou
   EXPECT_NE(caveats[0].find("above [probing] max_speed_spread 0.100"), std::string::npos) << caveats[0];
 }
 
+// When the reference network's reading steps by more than max_speed_spread, the other networks
+// measured whole before the step are measured again: their measurements describe a device that
+// has since moved.
+TEST_F(ProbeServiceTest, a_step_in_the_devices_speed_has_the_networks_measured_before_it_measured_again) {
+  config::ProbingConfig probing;
+  probing.enabled = false;
+  probing.refit_every = 2;
+  probing.max_speed_spread = 0.1;
+  FakeWorker fake;
+  fake.drift = 0.4;  // each worker process reads 1.0, 1.4 or 1.8 × by turns
+  start(probing, fake);
+  const json mlp = small_mlp();
+  const json other = json::parse(R"({"input": {"shape": [32]}, "layers": [
+      {"type": "linear", "out_features": 24}, {"type": "tanh"}, {"type": "linear", "out_features": 4}]})");
+  auto requested = probes_->request(
+      {{"device", "cpu"},
+       {"seconds", 7200},
+       {"models",
+        {{{"model", mlp}, {"training", {{"batch_size", 8}}}}, {{"model", other}, {"training", {{"batch_size", 8}}}}}}});
+  ASSERT_TRUE(requested) << requested.error().message;
+  ASSERT_TRUE(within([&] { return shown()["whole_networks"]["measured"] == 2; }, 60s)) << shown().dump();
+  const std::string other_request =
+      json::array({8, json::array({estimator::to_json(*estimator::parse_model_spec(other, "/model"))})}).dump();
+  auto other_measured = [&] {
+    const auto read = requests_read();
+    return std::count_if(read.begin(), read.end(),
+                         [&](const std::string& line) { return json::parse(line) == json::parse(other_request); });
+  };
+  ASSERT_EQ(other_measured(), 1);
+  // Half-hourly reference readings until one steps (the stand-in's turns make most of them do).
+  for (int i = 0; i < 4 && other_measured() < 2; ++i) {
+    const int readings = shown()["whole_networks"]["reference"]["readings"];
+    clock_.advance(std::chrono::minutes(31));
+    ASSERT_TRUE(within([&] { return shown()["whole_networks"]["reference"]["readings"] == readings + 1; }, 30s))
+        << shown().dump();
+    (void)within([&] { return other_measured() >= 2; }, 5s);
+  }
+  EXPECT_GE(other_measured(), 2) << shown().dump();
+}
+
 }  // namespace
 }  // namespace joule::daemon

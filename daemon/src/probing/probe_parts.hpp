@@ -204,6 +204,11 @@ struct ProbeService::Device {
   // jouled started, measured again to see the device's speed move; its readings (ms, J/step).
   std::optional<estimator::WorkloadItem> reference;
   std::deque<std::pair<std::int64_t, double>> reference_readings;
+  // When the reference moved by more than [probing] max_speed_spread from one reading to the
+  // next (Unix ms, and by how much, log): networks measured whole before then are stale, and
+  // measured again where that is worth it.
+  std::int64_t speed_step_ms = 0;
+  double speed_step = 0.0;
 };
 
 }  // namespace joule::daemon

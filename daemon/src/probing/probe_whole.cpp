@@ -101,7 +101,18 @@ std::optional<ProbeService::NextProbe> ProbeService::next_whole(Device& device) 
       }
     }
     std::vector<std::string> done = device.wholes_tried;
-    for (const auto& sample : device.learning->whole_networks()) done.push_back(estimator::whole_network_key(sample));
+    for (const auto& sample : device.learning->whole_networks()) {
+      // Measured before the device's speed stepped: as unsure as the step, and measured again.
+      if (!sample.setting && sample.measured_ms < device.speed_step_ms) {
+        const std::string key = estimator::whole_network_key(sample);
+        for (auto& candidate : candidates)
+          if (!candidate.setting &&
+              estimator::whole_network_key(candidate.signature, candidate.batch_size, candidate.optimizer) == key)
+            candidate.relative_std = std::max(candidate.relative_std, device.speed_step);
+        continue;
+      }
+      done.push_back(estimator::whole_network_key(sample));
+    }
     const int steps =
         options_.probing.warmup_steps + options_.probing.repetitions * options_.probing.steps_per_repetition;
     if (const auto best = estimator::plan_whole_network(candidates, done, steps, kMaxWholeSeconds))
@@ -282,6 +293,21 @@ void ProbeService::on_whole_exit(Device& device, Running& probe, const std::opti
                                             : note_reference(device, item, ended, sample.joules_per_step);
         device.learning->set_speed_spread(spread);
         const auto& readings = device.reference_readings;
+        if (!probe.setting && readings.size() >= 2 && readings.back().first == ended &&
+            options_.probing.max_speed_spread > 0.0) {
+          const double step = std::abs(std::log(readings.back().second / readings[readings.size() - 2].second));
+          if (step > options_.probing.max_speed_spread) {
+            device.speed_step_ms = ended;
+            device.speed_step = step;
+            // Tried once is no longer enough: their measurements describe a device that moved.
+            std::erase_if(device.wholes_tried,
+                          [](const std::string& key) { return key.find('@') == std::string::npos; });
+            spdlog::warn(
+                "device {}: its speed moved {:+.0f} % between two readings of its reference network: the "
+                "networks measured whole before are measured again where that is worth it",
+                name, 100.0 * (readings.back().second / readings[readings.size() - 2].second - 1.0));
+          }
+        }
         if (!readings.empty())
           metrics_.set_device_speed(name, readings.back().second / readings.front().second - 1.0, spread);
         metrics_.count_probe_outcome(name, "completed");
