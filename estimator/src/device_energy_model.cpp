@@ -313,16 +313,21 @@ bool DeviceEnergyModel::add_whole_network(WholeNetworkSample sample) {
 void DeviceEnergyModel::learn_settings() {
   settings_.clear();
   std::map<std::string, std::vector<KnobSample>> samples;
+  // Each network is analysed once, however many settings it was measured at (on the loop, at
+  // every whole measurement added).
+  std::map<std::string, std::optional<NetworkFeatures>> features_of;
   for (const auto& at : wholes_) {
     if (!at.setting) continue;
     SettingModel& model = settings_[at.setting->key()];
     model.setting = *at.setting;
     const WholeNetworkSample* base = whole_network(at.signature, at.batch_size, at.optimizer);
     if (!base) continue;
-    auto layers = analyze_model(at.model, at.batch_size);
-    if (!layers) continue;
+    auto [features, fresh] = features_of.try_emplace(whole_network_key(at.signature, at.batch_size, at.optimizer));
+    if (fresh)
+      if (auto layers = analyze_model(at.model, at.batch_size)) features->second = network_features(*layers);
+    if (!features->second) continue;
     KnobSample sample;
-    sample.features = network_features(*layers);
+    sample.features = *features->second;
     sample.features.watts = base->joules_per_step / base->seconds_per_step;
     sample.time_ratio = at.seconds_per_step / base->seconds_per_step;
     sample.energy_ratio = at.joules_per_step / base->joules_per_step;
