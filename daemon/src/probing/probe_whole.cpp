@@ -370,8 +370,11 @@ std::vector<std::string> ProbeService::estimate_caveats(const std::string& devic
   const std::string signature = estimator::network_signature(model);
   const std::string optimizer = training.optimizer.empty() ? "sgd" : training.optimizer;
   const auto& learnt = device.fitted ? *device.fitted : *device.learning;
+  const std::string network_key = estimator::whole_network_key(signature, training.batch_size, optimizer);
   for (const auto& [key, why] : device.whole_failures) {
-    if (key.rfind(estimator::whole_network_key(signature, training.batch_size, optimizer), 0) != 0) continue;
+    // This network at the defaults, or at a setting ("key@setting"); not another whose key
+    // merely starts the same.
+    if (key != network_key && key.rfind(network_key + "@", 0) != 0) continue;
     const auto at = key.find('@');
     if (at == std::string::npos) {
       if (learnt.whole_network(signature, training.batch_size, optimizer)) continue;  // measured before
