@@ -90,6 +90,13 @@ struct JobRecord {
     last_report.reset();
     projection.reset();
     training_figures = nlohmann::json::object();
+    forget_setting();
+  }
+  /// Its next placement chooses (and checks) a setting afresh.
+  void forget_setting() {
+    chosen_setting.reset();
+    setting_check.reset();
+    setting_check_noted = false;
   }
   // Throttling in force (set by its executor, shown in GET /v1/jobs/{id}, offered to the controller):
   bool paused = false;

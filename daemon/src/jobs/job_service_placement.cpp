@@ -339,14 +339,12 @@ void JobService::place(Job& job, Device& device, const schedulers::Placement& pl
   const auto estimate = placement.estimate ? placement.estimate : estimate_for(job, device.name);
   job.row.estimated_joules = estimate ? std::optional(estimate->joules_mean) : std::nullopt;
   const std::string& note = placement.note;
-  job.chosen_setting.reset();
+  job.forget_setting();
   if (placement.setting && placement.at_default && job.spec.knobs.empty())
     job.chosen_setting = Job::ChosenSetting{
         estimator::KnobSetting{placement.setting->knob, placement.setting->value, placement.setting->label},
         std::string(schedulers::to_string(core().policy().knobs.goal)), placement.setting->estimate,
         *placement.at_default};
-  job.setting_check.reset();
-  job.setting_check_noted = false;
   if (job.chosen_setting) {
     metrics_.count_knobs(device.name, "chosen");
     const auto& knobs = core().policy().knobs;
@@ -478,6 +476,7 @@ void JobService::unplace(Job& job, const std::string& why) {
   executor_for(job.row.device).release(job, /*ended=*/true);
   release_device(job);
   if (!job.events.empty() && job.events.back().state == "placed") job.events.pop_back();
+  job.forget_setting();
   // Nor is its placement written again once the database takes writes.
   if (auto unsaved = unsaved_.find(job.row.id); unsaved != unsaved_.end()) {
     auto& events = unsaved->second.events;
@@ -494,7 +493,7 @@ void JobService::unplace(Job& job, const std::string& why) {
 void JobService::requeue(Job& job, const std::string& why) {
   job.row.device.clear();
   job.row.pid = 0;
-  job.forget_run_reports();
+  job.forget_run_reports();  // and the setting chosen for that run
   transition(job, JobState::queued, why);
   enqueue(job);
 }
