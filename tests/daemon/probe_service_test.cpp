@@ -40,8 +40,9 @@ struct FakeWorker {
   /// A cpufreq scaling_max_freq the stand-in reads as the device's clock cap: below its top
   /// (4.7 GHz) a step takes (4.7 GHz / cap)^0.5 as long and (cap / 4.7 GHz)^0.3 the energy.
   std::string clock_cap_file;
-  /// Each worker process after the first reads this much more per call than the one before
-  /// (cycling over 3): a device whose speed moves between readings.
+  /// Each reading of the same request (the same networks at the same batch) costs this much more
+  /// than the one before (1, 1 + drift, 1 + 2 drift...): a device whose speed moves between
+  /// readings of its reference network.
   double drift = 0.0;
 };
 
@@ -123,20 +124,21 @@ if cap_file:
         log.write("%d\n" % cap)
 time_factor = (4700000.0 / cap) ** 0.5
 energy_factor = (cap / 4700000.0) ** 0.3
-try:
-    with open("{calls}") as f:
-        drifted = 1.0 + {drift} * (len(f.readlines()) % 3)
-except FileNotFoundError:
-    drifted = 1.0
-energy_factor *= drifted
 requests = [args[i + 1] for i, arg in enumerate(args) if arg == "--request"]
 with open("{calls}", "a") as calls:
     calls.write(" ".join(args) + "\n")
 for n, path in enumerate(requests):
     with open(path) as f:
         request = json.load(f)
+    line = json.dumps([request["batch_size"], request["networks"]], sort_keys=True)
+    try:
+        with open("{requests}") as log:
+            read_before = sum(1 for earlier in log if earlier.rstrip("\n") == line)
+    except FileNotFoundError:
+        read_before = 0
+    drifted = 1.0 + {drift} * read_before
     with open("{requests}", "a") as log:
-        log.write(json.dumps([request["batch_size"], request["networks"]], sort_keys=True) + "\n")
+        log.write(line + "\n")
     time.sleep({seconds})
     if n == {fail_at}:
         sys.stderr.write("no LibTorch here\n")
@@ -146,7 +148,7 @@ for n, path in enumerate(requests):
     # Each layer costs in proportion to the size of its spec: networks cost the sum of their
     # layers, as THOR's subtraction assumes, so every probe decomposes into a positive layer.
     size = lambda network: sum(len(json.dumps(layer)) for layer in network["layers"]) / 100.0
-    out["networks"] = [dict(net, joules_per_step=net["joules_per_step"] * size(spec) * energy_factor,
+    out["networks"] = [dict(net, joules_per_step=net["joules_per_step"] * size(spec) * energy_factor * drifted,
                             seconds_per_step=net["seconds_per_step"] * size(spec) * time_factor)
                        for spec in request["networks"]]
     print(json.dumps(out), flush=True)
@@ -665,7 +667,7 @@ TEST_F(ProbeServiceTest, a_step_in_the_devices_speed_has_the_networks_measured_b
   probing.refit_every = 2;
   probing.max_speed_spread = 0.1;
   FakeWorker fake;
-  fake.drift = 0.4;  // each worker process reads 1.0, 1.4 or 1.8 × by turns
+  fake.drift = 0.4;  // the reference reads 1.0, 1.4, 1.8 × ...: every reading a step
   start(probing, fake);
   const json mlp = small_mlp();
   const json other = json::parse(R"({"input": {"shape": [32]}, "layers": [
@@ -685,8 +687,8 @@ TEST_F(ProbeServiceTest, a_step_in_the_devices_speed_has_the_networks_measured_b
                          [&](const std::string& line) { return json::parse(line) == json::parse(other_request); });
   };
   ASSERT_EQ(other_measured(), 1);
-  // Half-hourly reference readings until one steps (the stand-in's turns make most of them do).
-  for (int i = 0; i < 4 && other_measured() < 2; ++i) {
+  // The next half-hourly reference reading steps by 40 %: the other network is measured again.
+  for (int i = 0; i < 2 && other_measured() < 2; ++i) {
     const int readings = shown()["whole_networks"]["reference"]["readings"];
     clock_.advance(std::chrono::minutes(31));
     ASSERT_TRUE(within([&] { return shown()["whole_networks"]["reference"]["readings"] == readings + 1; }, 30s))
