@@ -221,10 +221,11 @@ for n, path in enumerate(requests):
   }
 
   /// Background probing off, a refit every other sample: only requested runs probe.
-  void start_requested_only(FakeWorker fake = {}) {
+  void start_requested_only(FakeWorker fake = {}, std::optional<double> max_speed_spread = std::nullopt) {
     config::ProbingConfig probing;
     probing.enabled = false;
     probing.refit_every = 2;
+    if (max_speed_spread) probing.max_speed_spread = *max_speed_spread;
     start(probing, fake);
   }
   /// POST /v1/probes for the cpu, `seconds` long, naming `model` at batch 8 to measure whole.
@@ -633,13 +634,9 @@ TEST_F(ProbeServiceTest, a_setting_that_cannot_be_set_stores_nothing_and_the_est
 // A device whose speed moves more than [probing] max_speed_spread between readings of its
 // reference network is marked noisy, and every estimate on it says so.
 TEST_F(ProbeServiceTest, a_device_whose_reference_readings_spread_beyond_the_bound_is_noisy_in_its_estimates) {
-  config::ProbingConfig probing;
-  probing.enabled = false;
-  probing.refit_every = 2;
-  probing.max_speed_spread = 0.1;
   FakeWorker fake;
   fake.drift = 0.4;  // readings 1.0, 1.4, 1.8 × apart
-  start(probing, fake);
+  start_requested_only(fake, 0.1);
   const json mlp = small_mlp();
   const auto spec = estimator::parse_model_spec(mlp, "/model");
   ASSERT_TRUE(request_run_measuring(mlp, 7200));
@@ -662,13 +659,9 @@ TEST_F(ProbeServiceTest, a_device_whose_reference_readings_spread_beyond_the_bou
 // measured whole before the step are measured again: their measurements describe a device that
 // has since moved.
 TEST_F(ProbeServiceTest, a_step_in_the_devices_speed_has_the_networks_measured_before_it_measured_again) {
-  config::ProbingConfig probing;
-  probing.enabled = false;
-  probing.refit_every = 2;
-  probing.max_speed_spread = 0.1;
   FakeWorker fake;
   fake.drift = 0.4;  // the reference reads 1.0, 1.4, 1.8 × ...: every reading a step
-  start(probing, fake);
+  start_requested_only(fake, 0.1);
   const json mlp = small_mlp();
   const json other = json::parse(R"({"input": {"shape": [32]}, "layers": [
       {"type": "linear", "out_features": 24}, {"type": "tanh"}, {"type": "linear", "out_features": 4}]})");
