@@ -158,6 +158,7 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
   const bool choose_settings =
       core().policy().knobs.goal != schedulers::KnobGoal::off && spec.knobs.empty() && pending.cores == 0;
   const auto own_setting = setting_of(spec.knobs);
+  std::string signature;  // of its network, once a remembered check needs it
   // Indexed once: with a thousand agents' devices a search per device made this quadratic.
   std::unordered_map<std::string, const DeviceEstimate*> usable;
   for (const auto& estimate : job.estimates)
@@ -182,7 +183,9 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
           // What an earlier job of this network measured at the setting in its first epochs
           // replaces the prediction: a setting it gave up is not offered again.
           if (!checked_settings_.empty()) {
-            if (const auto checked = checked_settings_.find(checked_key(job, device.name, setting));
+            // The network's signature once per job, not per device and setting.
+            if (signature.empty() && spec.model) signature = estimator::network_signature(*spec.model);
+            if (const auto checked = checked_settings_.find(checked_key(job, device.name, setting, signature));
                 checked != checked_settings_.end() && checked->second.setting_epoch > 0) {
               if (!checked->second.kept) continue;
               const auto base = it->second->placement();
@@ -319,11 +322,12 @@ std::vector<estimator::WorkloadItem> JobService::workload(std::size_t recent) co
   return out;
 }
 
-std::string JobService::checked_key(const Job& job, const std::string& device, const estimator::KnobSetting& setting) {
+std::string JobService::checked_key(const Job& job, const std::string& device, const estimator::KnobSetting& setting,
+                                    const std::string& signature) {
   if (!job.spec.model || !job.spec.training) return {};
   return device + "|" +
-         estimator::whole_network_key(estimator::network_signature(*job.spec.model), job.spec.training->batch_size,
-                                      job.spec.training->optimizer, &setting);
+         estimator::whole_network_key(signature.empty() ? estimator::network_signature(*job.spec.model) : signature,
+                                      job.spec.training->batch_size, job.spec.training->optimizer, &setting);
 }
 
 bool JobService::chooses_settings() const {

@@ -322,8 +322,10 @@ class JobService final : public JobDemand {
   /// What jobs' first epochs measured of a setting chosen for them (setting_check.hpp), by
   /// "device|network key": placement weighs the next job of that network by it. In memory.
   std::map<std::string, schedulers::SettingCheckResult> checked_settings_;
-  /// That key for `job` on `device` at `setting`.
-  static std::string checked_key(const Job& job, const std::string& device, const estimator::KnobSetting& setting);
+  /// That key for `job` on `device` at `setting`; `signature`: its network's, where the caller
+  /// has it already (else it is computed).
+  static std::string checked_key(const Job& job, const std::string& device, const estimator::KnobSetting& setting,
+                                 const std::string& signature = {});
   /// A progress report of a job at a chosen setting: the check's next step (switching its
   /// device's settings), and its result noted and remembered once decided.
   void check_setting(Job& job, Device& device);
