@@ -410,14 +410,17 @@ void LocalExecutor::apply_knobs(JobRecord& job, Device& device, Run& run) {
 
 void LocalExecutor::restore_knobs(JobRecord& job, Run& run) {
   // The GPU's limit is also the power cap's: while a cap holds it, it stays.
-  adapters::RestorableControl* gpu = job.gpu_limit_watts ? nullptr : run.gpu_limit.get();
+  put_back(job, run, job.gpu_limit_watts ? nullptr : run.gpu_limit.get());
+  job.knobs_in_force.reset();
+}
+
+void LocalExecutor::put_back(const JobRecord& job, Run& run, adapters::RestorableControl* gpu) {
   if (run.knobs) {
     for (const auto& failure : run.knobs->restore(gpu)) spdlog::warn("job {}: {}", job.row.id, failure);
   } else if (gpu) {
     if (auto restored = gpu->restore(); !restored) spdlog::warn("job {}: {}", job.row.id, restored.error().message);
   }
   run.knobs.reset();
-  job.knobs_in_force.reset();
 }
 
 void LocalExecutor::switch_setting(JobRecord& job, Device& device, bool at_defaults) {
@@ -692,16 +695,9 @@ void LocalExecutor::release(JobRecord& job, bool ended) {
         spdlog::warn("job {}: {}", job.row.id, restored.error().message);
     }
     // The knobs with the GPU's limit (a cap's too), the power mode last: the others narrowed it.
-    if (run.knobs) {
-      for (const auto& failure : run.knobs->restore(run.gpu_limit.get()))
-        spdlog::warn("job {}: {}", job.row.id, failure);
-    } else if (run.gpu_limit) {
-      if (auto restored = run.gpu_limit->restore(); !restored)
-        spdlog::warn("job {}: {}", job.row.id, restored.error().message);
-    }
+    put_back(job, run, run.gpu_limit.get());
     run.pauser.reset();
     run.quota.reset();
-    run.knobs.reset();
     run.gpu_limit.reset();
     job.knobs_in_force.reset();
     run.child.reset();  // stops watching; the process itself is left alone

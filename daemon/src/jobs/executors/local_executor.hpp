@@ -16,8 +16,6 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "executor.hpp"
-#include "joule/adapters/frequency_limits.hpp"
-#include "joule/adapters/jetson_power_mode.hpp"
 #include "joule/adapters/job_controls.hpp"
 #include "joule/adapters/measurement_window.hpp"
 #include "joule/daemon/child_process.hpp"
@@ -123,6 +121,9 @@ class LocalExecutor final : public Executor {
   void apply_knobs(JobRecord& job, Device& device, Run& run);
   /// Puts back what apply_knobs set (the GPU's limit only while no power cap holds it).
   void restore_knobs(JobRecord& job, Run& run);
+  /// Puts back the job's knobs and `gpu` (the GPU's limit, where it goes back too; a power cap's
+  /// stays otherwise), the power mode last, logging what cannot be.
+  static void put_back(const JobRecord& job, Run& run, adapters::RestorableControl* gpu);
   /// When the job is paused: its knobs go back until it resumes (apply_knobs again), noted.
   void put_knobs_back(JobRecord& job, Run& run);
   /// The GPU power limit control of `run` on `device` (made on first use, journalled).
