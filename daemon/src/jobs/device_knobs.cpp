@@ -84,6 +84,15 @@ std::optional<estimator::KnobSetting> setting_of(const schedulers::Knobs& knobs)
   return estimator::KnobSetting{"gpu_max_frequency_mhz", *knobs.gpu_max_frequency_mhz, ""};
 }
 
+std::unique_ptr<adapters::GpuPowerLimit> gpu_power_limit_of(const Device& device, adapters::ControlJournal* journal) {
+  const auto* gpu = device.meter ? device.meter->gpu_power_control() : nullptr;
+  if (!gpu || device.name.rfind("cuda:", 0) != 0) return nullptr;
+  auto limit =
+      std::make_unique<adapters::GpuPowerLimit>(*gpu, static_cast<unsigned>(std::stoul(device.name.substr(5))));
+  limit->keep_original_in(journal);
+  return limit;
+}
+
 DeviceKnobs::DeviceKnobs(adapters::ControlJournal* journal, adapters::CommandRunner run_tool)
     : journal_(journal), run_tool_(run_tool ? std::move(run_tool) : adapters::system_command_runner()) {}
 

@@ -173,11 +173,7 @@ void ProbeService::start_whole_probe(Device& device, const estimator::WorkloadIt
     running.setting = setting;
     running.knobs = std::make_unique<DeviceKnobs>(options_.control_journal, options_.run_tool);
     auto gpu_limit = [&]() -> adapters::GpuPowerLimit* {
-      const auto* gpu = where && where->meter ? where->meter->gpu_power_control() : nullptr;
-      if (!gpu || device.name.rfind("cuda:", 0) != 0) return nullptr;
-      running.gpu_limit =
-          std::make_unique<adapters::GpuPowerLimit>(*gpu, static_cast<unsigned>(std::stoul(device.name.substr(5))));
-      running.gpu_limit->keep_original_in(options_.control_journal);
+      running.gpu_limit = gpu_power_limit_of(*where, options_.control_journal);
       return running.gpu_limit.get();
     };
     auto applied = where ? running.knobs->apply(knobs_of(*setting), *where, gpu_limit)

@@ -36,6 +36,10 @@ schedulers::Knobs knobs_of(const estimator::KnobSetting& setting);
 /// clock cap, nothing else); nothing for other combinations.
 std::optional<estimator::KnobSetting> setting_of(const schedulers::Knobs& knobs);
 
+/// A control of `device`'s GPU power limit (its meter is NVML on a cuda:N device), noting its
+/// original in `journal` before the first write; null where the device has none.
+std::unique_ptr<adapters::GpuPowerLimit> gpu_power_limit_of(const Device& device, adapters::ControlJournal* journal);
+
 class DeviceKnobs {
  public:
   /// `journal`: where originals are noted first (null: none); `run_tool` runs nvpmodel.

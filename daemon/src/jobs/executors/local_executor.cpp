@@ -378,13 +378,7 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
 }
 
 adapters::GpuPowerLimit* LocalExecutor::gpu_limit_of(Run& run, Device& device) {
-  const auto* gpu = device.meter->gpu_power_control();
-  if (!gpu) return nullptr;
-  if (!run.gpu_limit) {
-    run.gpu_limit =
-        std::make_unique<adapters::GpuPowerLimit>(*gpu, static_cast<unsigned>(std::stoul(device.name.substr(5))));
-    run.gpu_limit->keep_original_in(options_.control_journal);
-  }
+  if (!run.gpu_limit) run.gpu_limit = gpu_power_limit_of(device, options_.control_journal);
   return run.gpu_limit.get();
 }
 
