@@ -149,6 +149,8 @@ Result<RunCommand> parse_run(const json& run, const JobLimits& limits) {
 // At most this many cores a job may ask for (beyond any node's: the node's own count is checked
 // where the job runs).
 constexpr int kMaxCores = 4096;
+// At most this many GPUs (beyond any single node's; the node's own count is checked where it runs).
+constexpr int kMaxGpus = 64;
 
 Result<Resources> parse_resources(const json& input) {
   if (!input.is_object()) return invalid("resources must be an object, e.g. {\"cores\": 4}", "/resources");
@@ -161,12 +163,18 @@ Result<Resources> parse_resources(const json& input) {
         return invalid(fmt::format("resources.cores must be a whole number of cores from 1 to {}", kMaxCores), where);
       resources.cores = static_cast<int>(value.get<std::int64_t>());
     } else if (key == "gpus") {
-      return invalid("resources.gpus is not supported yet: a job runs on one device (constraints.devices picks it)",
-                     where);
+      const bool whole = value.is_number_unsigned() || value.is_number_integer();
+      if (!whole || value.get<std::int64_t>() < 1 || value.get<std::int64_t>() > kMaxGpus)
+        return invalid(fmt::format("resources.gpus must be a whole number of GPUs from 1 to {}", kMaxGpus), where);
+      resources.gpus = static_cast<int>(value.get<std::int64_t>());
     } else {
-      return invalid(fmt::format("resources: unknown field \"{}\" (known: cores)", key), where);
+      return invalid(fmt::format("resources: unknown field \"{}\" (known: cores, gpus)", key), where);
     }
   }
+  // Cores are a CPU's, shared side by side; GPUs are held whole, each by one job.
+  if (resources.cores && resources.gpus)
+    return invalid("resources asks for both cores and gpus: cores are for jobs on the CPU, gpus for jobs on GPUs",
+                   "/resources/gpus");
   return resources;
 }
 
@@ -345,6 +353,11 @@ Result<JobSpec> parse_job_spec(const json& body, const JobLimits& limits) {
   if (spec.run.builtin && !spec.training)
     return invalid("run.builtin needs \"training\" (epochs, batch size, optimizer) to train the model with",
                    "/training");
+  if (spec.device_count() > 1 && spec.run.builtin)
+    return invalid("run.builtin trains on one device; a job on several GPUs runs a command of its own (torchrun ...)",
+                   "/resources/gpus");
+  if (spec.device_count() > 1 && !spec.knobs.empty())
+    return invalid("knobs are set on one device; a job on several GPUs cannot set them yet", "/knobs");
   if (spec.model) {
     // Shapes must fit layer by layer (the error names the layer, its pointer and a fix).
     auto analyzed = estimator::analyze_model(*spec.model, spec.training ? spec.training->batch_size : 1, "/model");
@@ -378,7 +391,8 @@ json to_json(const JobSpec& spec) {
   if (spec.model) out["model"] = estimator::to_json(*spec.model);
   if (spec.training) out["training"] = estimator::to_json(*spec.training);
   if (!spec.knobs.empty()) out["knobs"] = to_json(spec.knobs);
-  if (spec.resources.cores) out["resources"] = {{"cores", *spec.resources.cores}};
+  if (spec.resources.cores) out["resources"]["cores"] = *spec.resources.cores;
+  if (spec.resources.gpus) out["resources"]["gpus"] = *spec.resources.gpus;
   if (!spec.project.empty()) out["project"] = spec.project;
   return out;
 }

@@ -120,6 +120,40 @@ bool fits_now(const DeviceView& view, int job_cores) {
   return view.cores_held == 0;
 }
 
+// A job asking for GPUs: its candidates' devices that accept work, by group, in their order.
+using Gangs = std::unordered_map<std::string_view, std::vector<std::size_t>>;
+Gangs gangs_of(const PendingJob& job, std::span<const DeviceStatus> devices) {
+  Gangs gangs;
+  for (const Candidate& candidate : job.candidates) {
+    const DeviceStatus& device = devices[candidate.device];
+    if (device.accepts_work && !device.group.empty()) gangs[device.group].push_back(candidate.device);
+  }
+  return gangs;
+}
+
+// Why a job asking for GPUs can never run with `device` as the first of them: it is no GPU, or
+// its group has fewer the job may run on than it asks for. nullopt: it can.
+std::optional<WaitReason> gang_problem(const PendingJob& job, const DeviceStatus& device, const Gangs& gangs) {
+  const std::string where = device.ref.qualified();
+  if (device.group.empty())
+    return WaitReason{WaitReason::Kind::unavailable,
+                      fmt::format("it asks for {} GPU{}; {} is not a GPU", job.gpus, job.gpus == 1 ? "" : "s", where),
+                      where};
+  const auto it = gangs.find(device.group);
+  if (it != gangs.end() && it->second.size() >= static_cast<std::size_t>(job.gpus)) return std::nullopt;
+  std::string_view largest;
+  std::size_t most = 0;
+  for (const auto& [group, members] : gangs)
+    if (members.size() > most || (members.size() == most && group < largest)) {
+      largest = group;
+      most = members.size();
+    }
+  return WaitReason{
+      WaitReason::Kind::unavailable,
+      fmt::format("it asks for {} GPUs of one kind on one node; {} has {} it may run on", job.gpus, largest, most),
+      where};
+}
+
 // The cleanest start in [earliest, latest] for a run of `run_ms` that overlaps none of
 // `taken`: the signal's lowest_start over each gap between them.
 std::optional<SignalWindow> lowest_start_around(const GridSignal& signal, UnixMillis earliest, UnixMillis latest,
@@ -366,6 +400,38 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
         continue;
       }
 
+    // A job on several GPUs: the N - 1 others it would hold beside the first (those free
+    // soonest, free ones first), when they all are, and whether that is now.
+    const Gangs gangs = job->gpus > 0 ? gangs_of(*job, devices) : Gangs{};
+    struct Gang {
+      std::vector<std::size_t> others;
+      UnixMillis ready = 0;
+      bool now = true;
+    };
+    auto gang_beside = [&](std::size_t first) {
+      Gang gang;
+      if (job->gpus <= 1) return gang;
+      const auto it = gangs.find(devices[first].group);
+      std::vector<std::tuple<UnixMillis, bool, std::size_t>> order;  // (free at, not free now, device)
+      if (it != gangs.end())
+        for (const std::size_t m : it->second)
+          if (m != first) {
+            // One held for a job waiting before this one is not counted free (it may end later).
+            const bool free = fits_now(views[m], 0) && !views[m].held_for;
+            order.emplace_back(free ? now : std::max(now, views[m].available_at), !free, m);
+          }
+      const auto wanted = static_cast<std::size_t>(job->gpus - 1);
+      gang.now = order.size() >= wanted;
+      const std::size_t take = std::min(wanted, order.size());
+      std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(take), order.end());
+      for (std::size_t i = 0; i < take; ++i) {
+        gang.others.push_back(std::get<2>(order[i]));
+        gang.ready = std::max(gang.ready, std::get<0>(order[i]));
+        gang.now = gang.now && !std::get<1>(order[i]);
+      }
+      return gang;
+    };
+
     std::optional<WaitReason> reason;
     // Whether a reason of this kind could replace the one noted (so it is worth formatting).
     auto wants = [&](WaitReason::Kind kind) { return !reason || precedence(kind) <= precedence(reason->kind); };
@@ -409,6 +475,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     auto starts_now = [&](const Candidate& candidate) {
       const DeviceView& view = views[candidate.device];
       if (!fits_now(view, job->cores)) return false;
+      if (job->gpus > 1 && !gang_beside(candidate.device).now) return false;
       if (!view.held_for) return true;
       return candidate.estimate && finish_after(now, candidate.estimate->seconds_mean) <= *view.held_for;
     };
@@ -424,6 +491,11 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
           note_reason({WaitReason::Kind::unavailable, fmt::format("{} accepts no work now", where()), where()});
         return;
       }
+      if (job->gpus > 0)
+        if (auto why = gang_problem(*job, device, gangs)) {
+          if (wants(WaitReason::Kind::unavailable)) note_reason(std::move(*why));
+          return;
+        }
       if (view.cores > 0 && job->cores > view.cores) {
         if (wants(WaitReason::Kind::unavailable))
           note_reason({WaitReason::Kind::unavailable,
@@ -441,7 +513,8 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       }
 
       // max: a pass continued later than it began may find a device's expected end passed.
-      const UnixMillis start = free_now ? now : std::max(now, view.available_at);
+      UnixMillis start = free_now ? now : std::max(now, view.available_at);
+      if (!free_now && job->gpus > 1) start = std::max(start, gang_beside(candidate.device).ready);
       // The setting the knob goal prefers here (nullptr: the defaults); what follows is
       // judged at it: energy, budgets, power, finish.
       const SettingOption* setting =
@@ -781,20 +854,29 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     DeviceView& view = views[d];
     const std::string where = devices[d].ref.qualified();
     const double seconds = best.estimate ? best.estimate->seconds_mean : 0.0;
+    const Gang gang = gang_beside(d);
     if (!starts_now(*best.candidate)) {
       const std::string wanted =
           view.cores > 0 && job->cores > 0
               ? fmt::format("{} of {}'s cores ({} of {} held)", job->cores, where, view.cores_held, view.cores)
-              : where;
+          : job->gpus > 1 ? fmt::format("{} GPUs of {}, {} first", job->gpus, devices[d].group, where)
+                          : where;
+      const UnixMillis free_at = std::max(view.available_at, gang.ready);
       WaitReason why{
           WaitReason::Kind::device_busy,
           fmt::format("waiting for {}, the best device by {}{}; expected free at {}", wanted, to_string(objective),
                       best.estimate ? fmt::format(" ({} expected)", joules_text(best.estimate->joules_mean)) : "",
-                      format_rfc3339(view.available_at)),
+                      format_rfc3339(free_at)),
           where};
-      why.retry_at = view.available_at;
+      why.retry_at = free_at;
       if (view.cores > 0) hold_for_waiting(view);
       view.available_at = best.finish;
+      // Its GPUs free before then are held for it: later jobs take them only if they end by then.
+      for (const std::size_t m : gang.others) {
+        views[m].held_for = std::min(views[m].held_for.value_or(free_at), free_at);
+        views[m].available_at = std::max(views[m].available_at, best.finish);
+      }
+      if (!gang.others.empty()) view.held_for = std::min(view.held_for.value_or(free_at), free_at);
       result.waiting.emplace_back(job->id, std::move(why));
       continue;
     }
@@ -873,6 +955,22 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     }
     view.available_at = std::max(view.available_at, best.finish);
     view.assigned_seconds += seconds;
+    for (const std::size_t m : gang.others) {
+      DeviceView& other = views[m];
+      other.cores_held = std::max(other.cores, 1);
+      if (other.free) {
+        other.free = false;
+        --free_devices;
+        free_list.erase(std::find(free_list.begin(), free_list.end(), m));
+      }
+      other.available_at = std::max(other.available_at, best.finish);
+    }
+    placement.companions = gang.others;
+    if (!gang.others.empty()) {
+      std::string others;
+      for (const std::size_t m : gang.others) others += (others.empty() ? "" : ", ") + devices[m].ref.qualified();
+      placement.note += fmt::format("; with {} ({} GPUs)", others, job->gpus);
+    }
     for (const std::size_t b : view.budgets)
       if (budgets[b].budget.counts_work_of(job->owner, job->project))
         if (const auto rate = placement.rates.of(budgets[b].budget.unit))
@@ -925,10 +1023,16 @@ std::optional<WaitReason> Placer::quota_hold(const PendingJob& job, const Runnin
 std::optional<WaitReason> Placer::never_fits(UnixMillis now, std::span<const DeviceStatus> devices,
                                              const PendingJob& job, const BudgetLedger& ledger) const {
   const std::vector<BudgetState> budgets = ledger.states(now);
+  const Gangs gangs = job.gpus > 0 ? gangs_of(job, devices) : Gangs{};
   std::optional<WaitReason> reason;
   for (const Candidate& candidate : job.candidates) {
     const DeviceStatus& device = devices[candidate.device];
     if (!device.accepts_work) continue;
+    if (job.gpus > 0)
+      if (auto why = gang_problem(job, device, gangs)) {
+        reason = std::move(*why);
+        continue;
+      }
     const std::string where = device.ref.qualified();
     if (device.cores > 0 && job.cores > device.cores) {
       reason = WaitReason{WaitReason::Kind::unavailable,

@@ -22,6 +22,13 @@ UnixMillis after_seconds(UnixMillis from, double seconds) {
   return from + static_cast<UnixMillis>(std::llround(std::max(0.0, seconds) * 1000.0));
 }
 
+// A placement as its driver will report it from now on: its device, and a job on several GPUs'
+// others, held.
+void hold(std::vector<DeviceStatus>& devices, const Placement& placement) {
+  devices[placement.device].hold(placement.cores);
+  for (const std::size_t m : placement.companions) devices[m].hold(0);
+}
+
 }  // namespace
 
 SchedulingCore::SchedulingCore(Policy policy, int utc_offset_minutes, CoreOptions options)
@@ -133,7 +140,10 @@ std::vector<DeviceStatus> SchedulingCore::with_expectations(UnixMillis now, std:
       until = after_seconds(now, run.projection->seconds_remaining);
     else if (run.expected_seconds)
       until = after_seconds(run.started, *run.expected_seconds);
-    if (until) status.busy_until = std::max(status.busy_until.value_or(*until), *until);
+    if (!until) continue;
+    status.busy_until = std::max(status.busy_until.value_or(*until), *until);
+    for (const std::size_t m : run.companions)
+      if (m < devices.size()) devices[m].busy_until = std::max(devices[m].busy_until.value_or(*until), *until);
   }
   return devices;
 }
@@ -174,8 +184,7 @@ PassResult SchedulingCore::place(UnixMillis now, std::vector<DeviceStatus> devic
     open.until = std::min(now + options_.continue_within_ms, wake_at(now).value_or(now + options_.continue_within_ms));
     open.ledger_revision = ledger_.revision();
     open.given = std::move(given);
-    for (const auto& placement : result.placements)
-      open.given[placement.device].hold(placement.cores);  // as it will be told
+    for (const auto& placement : result.placements) hold(open.given, placement);  // as it will be told
     open.expected = std::move(devices);
     open.state = std::move(state);
     open.reaches_tail = reaches_tail && result.considered == scanned_.size();
@@ -197,7 +206,7 @@ bool SchedulingCore::continues(UnixMillis now, const std::vector<DeviceStatus>& 
         a.busy_until != b.busy_until || a.battery_percent != b.battery_percent ||
         a.battery_capacity_joules != b.battery_capacity_joules || a.work_seconds != b.work_seconds ||
         a.carbon != b.carbon || a.price != b.price || (capped && a.average_power_watts != b.average_power_watts) ||
-        a.ref.name != b.ref.name || a.ref.node != b.ref.node || a.ref.groups != b.ref.groups)
+        a.ref.name != b.ref.name || a.ref.node != b.ref.node || a.ref.groups != b.ref.groups || a.group != b.group)
       return false;
   }
   return true;
@@ -226,8 +235,7 @@ PassResult SchedulingCore::continue_pass(UnixMillis now) {
     open.until = std::min(open.until, *result.next_retry);
   }
   start_runs(now, result, open.expected);
-  for (const auto& placement : result.placements)
-    open.given[placement.device].hold(placement.cores);  // as it will be told
+  for (const auto& placement : result.placements) hold(open.given, placement);  // as it will be told
   open.ledger_revision = ledger_.revision();
   return result;
 }
@@ -239,6 +247,7 @@ void SchedulingCore::start_runs(UnixMillis now, const PassResult& result, std::s
     TrackedRun run;
     run.id = placement.job;
     run.device = placement.device;
+    run.companions = placement.companions;
     run.priority = it->second.priority;
     run.owner = it->second.owner;
     run.project = it->second.project;

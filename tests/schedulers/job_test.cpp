@@ -210,12 +210,31 @@ TEST(JobSpecTest, resources_ask_for_cores_checked_by_field_and_round_trip) {
       {json::array(), "/resources"},          {{{"cores", 0}}, "/resources/cores"},
       {{{"cores", -2}}, "/resources/cores"},  {{{"cores", 1.5}}, "/resources/cores"},
       {{{"cores", "2"}}, "/resources/cores"}, {{{"cores", 100000}}, "/resources/cores"},
-      {{{"gpus", 2}}, "/resources/gpus"},     {{{"memory", 2}}, "/resources/memory"},
+      {{{"gpus", 0}}, "/resources/gpus"},     {{{"gpus", 65}}, "/resources/gpus"},
+      {{{"gpus", 1.5}}, "/resources/gpus"},   {{{"cores", 2}, {"gpus", 2}}, "/resources/gpus"},
+      {{{"memory", 2}}, "/resources/memory"},
   };
   for (const auto& [resources, pointer] : bad) {
     body["resources"] = resources;
     EXPECT_EQ(error_pointer(body), pointer) << resources;
   }
+}
+
+TEST(JobSpecTest, resources_ask_for_gpus_held_whole_by_one_job) {
+  json body = minimal_job();
+  body["resources"] = {{"gpus", 4}};
+  auto spec = parse_job_spec(body);
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->device_count(), 4);
+  EXPECT_EQ(spec->shared_cores(), 0);
+  EXPECT_EQ(joule::schedulers::to_json(*spec)["resources"], body["resources"]);
+  EXPECT_EQ(parse_job_spec(minimal_job())->device_count(), 1);
+  body["knobs"] = {{"gpu_power_limit_watts", 200}};
+  EXPECT_EQ(error_pointer(body), "/knobs") << "knobs are one device's";
+  body.erase("knobs");
+  body["resources"] = {{"gpus", 1}};
+  body["knobs"] = {{"gpu_power_limit_watts", 200}};
+  EXPECT_TRUE(parse_job_spec(body)) << "one GPU may set its knobs";
 }
 
 TEST(JobSpecTest, device_patterns_are_globs) {

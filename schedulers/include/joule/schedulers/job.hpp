@@ -72,7 +72,10 @@ struct Resources {
   /// thread variables (OMP_NUM_THREADS...) say as many; nullopt: the device's thread count and
   /// any CPU. On a device that shares its cores it holds only those (see JobSpec::shared_cores).
   std::optional<int> cores;
-  bool empty() const { return !cores; }
+  /// GPUs of its own, all of one kind on one node, held whole for its run (a data-parallel job:
+  /// torchrun, DDP); nullopt: any one device its constraints allow, a CPU included.
+  std::optional<int> gpus;
+  bool empty() const { return !cores && !gpus; }
 };
 
 /// What happens to a job whose node is lost while it is placed or running there.
@@ -97,6 +100,8 @@ struct JobSpec {
   /// resources.cores, unless it sets knobs (they reach the whole device, so it holds all of it);
   /// 0: the whole device.
   int shared_cores() const { return knobs.empty() ? resources.cores.value_or(0) : 0; }
+  /// How many devices it runs on at once: its resources.gpus, else one.
+  int device_count() const { return resources.gpus.value_or(1); }
 };
 
 /// Limits a submission is checked against.

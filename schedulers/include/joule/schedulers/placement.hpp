@@ -13,6 +13,9 @@
 // A device may share its cores (DeviceStatus::cores): jobs asking for cores (PendingJob::cores)
 // are packed onto it side by side while its cores last, and it is free for such a job while
 // enough are left; a job that asks for none holds the whole device, waiting for all of them.
+// A job asking for N GPUs (PendingJob::gpus) runs on N devices of one group at once: it is
+// weighed on each as the first of them, starts when it and N - 1 others are free, and holds them
+// all; budgets, caps and floors are judged on the first, which carries the whole job's energy.
 // With a knob goal in the policy, each device is scored at the setting the goal prefers
 // there among those within the job's allowed slowdown and deadline, so device and setting are
 // chosen together: a slower, cheaper setting may win a device, a deadline may forbid it.
@@ -107,6 +110,10 @@ struct PendingJob {
   /// Its resources.cores: on a device that shares its cores (DeviceStatus::cores) it holds that
   /// many, side by side with other such jobs; 0, or on any other device: the whole device.
   int cores = 0;
+  /// Its resources.gpus: 0, any one device its candidates allow; N, N devices of one group
+  /// (DeviceStatus::group: GPUs of one kind on one node) at once, each held whole, the first
+  /// the candidate chosen. Its candidates' estimates are then for its whole run on N.
+  int gpus = 0;
   std::vector<Candidate> candidates;
   /// Built by `order_candidates` for the pass's objective; empty or for another objective: a
   /// pass walks every candidate in turn (the same decisions, only slower on many devices).
@@ -126,6 +133,9 @@ struct DeviceStatus {
   /// 0: one job at a time, whatever it asks.
   int cores = 0;
   int cores_held = 0;  ///< of those, held by the jobs placed or running on it
+  /// The devices a job asking for GPUs (PendingJob::gpus) may hold together with it: a node's
+  /// GPUs of one kind share a group ("node-a: NVIDIA H200"); empty: not a GPU.
+  std::string group;
   /// When it is expected to be wholly free: its jobs' latest expected end.
   std::optional<UnixMillis> busy_until;
   double average_power_watts = 0.0;    ///< metered, over the power caps' averaging period
@@ -196,6 +206,8 @@ struct Placement {
   EnergyDistribution reserve;  ///< what to reserve in the budget ledger
   UseRates rates;              ///< what a joule of it emits and costs over its expected run, at the signals
   int cores = 0;               ///< cores it holds on a device that shares them; 0: the whole device
+  /// A job on several GPUs: the others it holds beside `device`, each whole (same group).
+  std::vector<std::size_t> companions;
   std::string note;            ///< why this device: "fewest joules: 12.3 kJ (cpu 30.1 kJ)"
   bool misses_deadline = false;  ///< no device could meet it; placed anyway, earliest finish
 };

@@ -31,6 +31,7 @@ namespace joule::schedulers {
 struct TrackedRun {
   std::string id;
   std::size_t device = 0;  ///< index into the driver's device statuses
+  std::vector<std::size_t> companions;  ///< a job on several GPUs: the others it holds
   int priority = 0;
   std::string owner;       ///< whose running-job quota it counts against
   std::string project;     ///< its project; empty: none
