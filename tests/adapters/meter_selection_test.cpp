@@ -160,7 +160,7 @@ TEST(MeterSelectionTest, gpu_takes_nvml) {
   auto selected = select_meter(request("cuda:1"), roots);
   ASSERT_TRUE(selected) << selected.error().message;
   EXPECT_EQ(sources(*selected), "nvml+ ");
-  EXPECT_EQ(selected->considered[0].reason, "GPU 1 NVIDIA A100-SXM4-40GB #1, total energy counter");
+  EXPECT_EQ(selected->considered[0].reason, "GPU 1 NVIDIA A100-SXM4-40GB, total energy counter");
   EXPECT_FALSE(select_meter(request("cuda:2"), roots));
 }
 

@@ -80,13 +80,14 @@ TEST(NvmlLibraryTest, shuts_nvml_down_when_the_last_user_lets_go) {
 }
 
 TEST(NvmlLibraryTest, device_names_and_bad_indices) {
-  FakeNvmlScript script("devices 2\nname NVIDIA A100-SXM4-40GB\n");
+  FakeNvmlScript script("devices 3\nname NVIDIA A100-SXM4-40GB\nname_of 2 NVIDIA L4\n");
   auto library = open_fake();
   ASSERT_TRUE(library);
   auto gpu1 = library->device(1);
   ASSERT_TRUE(gpu1);
-  EXPECT_EQ(*library->name(*gpu1), "NVIDIA A100-SXM4-40GB #1");
-  auto gpu2 = library->device(2);
+  EXPECT_EQ(*library->name(*gpu1), "NVIDIA A100-SXM4-40GB");  // identical GPUs share a name
+  EXPECT_EQ(*library->name(*library->device(2)), "NVIDIA L4");
+  auto gpu2 = library->device(3);
   ASSERT_FALSE(gpu2);
   EXPECT_EQ(gpu2.error().code, ErrorCode::invalid_argument);
   EXPECT_NE(gpu2.error().message.find("Invalid Argument"), std::string::npos);

@@ -3,7 +3,8 @@
 //
 //   init 0                         nvmlInit_v2's return code (999 = unknown error)
 //   devices 2                      how many GPUs (default 1)
-//   name NVIDIA Fake A100          nvmlDeviceGetName
+//   name NVIDIA Fake A100          nvmlDeviceGetName, every GPU's (as identical GPUs have one name)
+//   name_of 2 NVIDIA Fake L4       GPU 2's own name (a node with GPUs of two kinds)
 //   energy_mj 1000 2500 400        successive TotalEnergyConsumption readings of each GPU (the last repeats)
 //   energy_mj not_supported        TotalEnergyConsumption returns NVML_ERROR_NOT_SUPPORTED
 //   power_mw 100000 300000         successive PowerUsage readings
@@ -30,6 +31,7 @@ constexpr int kMaxDevices = 8;
 
 struct Device {
   int index = 0;
+  std::string name;  // "": the script's `name`
   std::size_t energy_cursor = 0;
   std::size_t power_cursor = 0;
 };
@@ -72,6 +74,11 @@ void load_script() {
       if (key == "init") words >> fresh.init_return;
       if (key == "devices") words >> fresh.devices;
       if (key == "name") std::getline(words >> std::ws, fresh.name);
+      if (key == "name_of") {
+        int index = -1;
+        words >> index;
+        if (index >= 0 && index < kMaxDevices) std::getline(words >> std::ws, fresh.device[index].name);
+      }
       if (key == "energy_mj") {
         fresh.energy_mj.clear();
         std::string word;
@@ -158,7 +165,7 @@ __attribute__((visibility("default"))) int nvmlDeviceGetName(void* handle, char*
   Device* device = device_of(handle);
   if (!device) return kUninitialized;
   if (name == nullptr || length == 0) return kInvalidArgument;
-  const std::string text = state().name + (device->index > 0 ? " #" + std::to_string(device->index) : "");
+  const std::string text = device->name.empty() ? state().name : device->name;
   const std::size_t n = text.size() < length - 1 ? text.size() : length - 1;
   text.copy(name, n);
   name[n] = '\0';

@@ -49,6 +49,7 @@ class FakeExecutorHost final : public daemon::ExecutorHost {
     const auto it = jobs.find(id);
     return it == jobs.end() ? nullptr : &it->second;
   }
+  daemon::Device* find_device(const std::string& name) override { return devices.find(name); }
   std::string device_node(const std::string& device) const override {
     const auto slash = device.find('/');
     return slash == std::string::npos ? "here" : device.substr(0, slash);

@@ -26,6 +26,7 @@
 #include "joule/adapters/job_process.hpp"
 #include "joule/adapters/meter_selection.hpp"
 #include "joule/adapters/modelled_cpu_meter.hpp"
+#include "joule/adapters/nvml_meter.hpp"
 #include "joule/adapters/simulated_meter.hpp"
 #include "joule/config/policy_config.hpp"
 #include "joule/daemon/budget_service.hpp"
@@ -356,6 +357,11 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
       }
       spdlog::info("device cpu: CPU frequency knob {}",
                    device.cpu_frequency ? device.knob_note : "unavailable: " + device.knob_note);
+    }
+    if (device.name.rfind("cuda:", 0) == 0) {
+      // Jobs asking for several GPUs (resources.gpus) hold GPUs of one model together.
+      const auto* nvml = dynamic_cast<const adapters::NvmlMeter*>(device.meter.get());
+      device.gpu_group = nvml && !nvml->name().empty() ? nvml->name() : "GPU";
     }
     if (device.name.rfind("cuda:", 0) == 0 && !device_config.devfreq.empty()) {
       // A Jetson's integrated GPU: its clock limit is a knob. A discrete GPU has none here (its

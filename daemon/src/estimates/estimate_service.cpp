@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "joule/daemon/thread_settings.hpp"
+#include "joule/estimator/data_parallel.hpp"
 #include "joule/estimator/runtime_cost.hpp"
 
 namespace joule::daemon {
@@ -66,6 +67,14 @@ void EstimateService::finish_estimate(const schedulers::JobSpec& spec, std::vect
     const Device* device = devices_.find(row.device);
     if (auto warning = thread_count_warning(spec.run.env, device ? device->threads : 0)) warnings.push_back(*warning);
     if (auto warning = cores_warning(spec.resources.cores, device ? device->threads : 0)) warnings.push_back(*warning);
+    if (spec.resources.gpus) {
+      if (!device || device->gpu_group.empty())
+        warnings.push_back(
+            fmt::format("{} is not a GPU of this node: a job asking for resources.gpus does not run here", row.device));
+      else
+        *row.estimate =
+            estimator::across_gpus(std::move(*row.estimate), *spec.resources.gpus, spec.training->batch_size);
+    }
     if (runtime.empty() && !spec.run.builtin && !spec.run.argv.empty())
       warnings.push_back(fmt::format(
           "{} is not a runtime Joule measures (Python is): the program's start-up and any per-step work beyond "

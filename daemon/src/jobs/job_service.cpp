@@ -77,6 +77,7 @@ class JobService::Host final : public ExecutorHost, public AgentHost {
     const auto it = book_.jobs_.find(id);
     return it == book_.jobs_.end() ? nullptr : it->second.get();
   }
+  Device* find_device(const std::string& name) override { return book_.devices_.find(name); }
   std::string device_node(const std::string& device) const override { return book_.budgets_.device_ref(device).node; }
   void device_added(Device& device) override {
     device.ref = book_.budgets_.device_ref(device.name);
@@ -510,9 +511,13 @@ void JobService::admit(schedulers::JobSpec spec, Submitter submitter, std::optio
     job->estimates = std::move(estimates->figures);
   }
   if (auto never = core().never_fits(now_ms(), device_statuses(), pending_job(*job))) {
-    const char* where = never->kind == schedulers::WaitReason::Kind::deadline     ? "/constraints/deadline"
-                        : never->kind == schedulers::WaitReason::Kind::max_energy ? "/constraints/max_energy_joules"
-                                                                                  : "/training";
+    using Kind = schedulers::WaitReason::Kind;
+    const auto& resources = job->spec.resources;
+    const char* where = never->kind == Kind::deadline                         ? "/constraints/deadline"
+                        : never->kind == Kind::max_energy                     ? "/constraints/max_energy_joules"
+                        : never->kind == Kind::unavailable && resources.gpus  ? "/resources/gpus"
+                        : never->kind == Kind::unavailable && resources.cores ? "/resources/cores"
+                                                                              : "/training";
     return done(invalid(fmt::format("the job can never run on this node: {}", never->message), where));
   }
   StoredEvent event{job->row.id, job->row.submitted_ms, "queued", "submitted"};

@@ -127,6 +127,7 @@ std::vector<schedulers::DeviceStatus> JobService::device_statuses() const {
     status.busy = device.held_whole() || device.reported_busy;
     status.cores = device.shared_cores;
     status.cores_held = device.cores_held();
+    status.group = device.gpu_group;
     status.average_power_watts = capped ? device.average_power(longest_cap) : device.power_watts;
     status.work_seconds = device.work_seconds;
     status.battery_percent = device.battery_percent;
@@ -153,10 +154,11 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
   pending.max_energy_joules = spec.constraints.max_energy_joules;
   pending.max_slowdown = spec.constraints.max_slowdown;
   pending.cores = spec.shared_cores();
+  pending.gpus = spec.resources.gpus.value_or(0);
   // Settings are chosen for jobs that ask for none and hold their device whole (a setting is the
-  // device's, not a job's: it would reach the jobs beside one on shared cores).
-  const bool choose_settings =
-      core().policy().knobs.goal != schedulers::KnobGoal::off && spec.knobs.empty() && pending.cores == 0;
+  // device's, not a job's: it would reach the jobs beside one on shared cores), and only one.
+  const bool choose_settings = core().policy().knobs.goal != schedulers::KnobGoal::off && spec.knobs.empty() &&
+                               pending.cores == 0 && spec.device_count() == 1;
   const auto own_setting = setting_of(spec.knobs);
   std::string signature;  // of its network, once a remembered check needs it
   // Indexed once: with a thousand agents' devices a search per device made this quadratic.
@@ -219,6 +221,8 @@ void JobService::track_run(const Job& job, const Device& device, schedulers::Uni
   schedulers::TrackedRun run;
   run.id = job.row.id;
   run.device = devices_.index_of(device.name).value();
+  for (const auto& name : job.row.companions)
+    if (const auto index = devices_.index_of(name)) run.companions.push_back(*index);
   run.priority = job.row.priority;
   run.owner = job.row.owner;
   run.project = job.spec.project;
@@ -338,6 +342,14 @@ void JobService::place(Job& job, Device& device, const schedulers::Placement& pl
   if (listener_) listener_->placing_on(device.name);
   device.hold(job.row.id, placement.cores);
   job.row.device = device.name;
+  // A job on several GPUs holds the others whole too, for its whole run.
+  job.row.companions.clear();
+  for (const std::size_t m : placement.companions) {
+    Device& other = devices_[m];
+    if (listener_) listener_->placing_on(other.name);
+    other.hold(job.row.id, 0);
+    job.row.companions.push_back(other.name);
+  }
   // Its estimate there, for usage reports' estimate error: the one placement weighed (at the
   // knob setting chosen), else (a baseline objective reads none) the stored one.
   const auto estimate = placement.estimate ? placement.estimate : estimate_for(job, device.name);
@@ -396,7 +408,8 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
   }
   if (device && job.row.energy_joules && job.row.started_ms) {
     metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
-    if (metered_here && listener_ && state == JobState::succeeded) {
+    // A job on several GPUs teaches one GPU's model nothing (its joules are several GPUs').
+    if (metered_here && listener_ && state == JobState::succeeded && job.row.companions.empty()) {
       const DeviceEstimate* estimate = find_estimate(job.estimates, device->name);
       // A job that ran at the setting chosen for it is compared with its estimate there.
       std::optional<DeviceEstimate> at_setting;
@@ -466,6 +479,8 @@ void JobService::account_signals(Job& job, adapters::StoredEnergyUse& metered) {
 }
 
 void JobService::release_device(Job& job) {
+  for (const auto& name : job.row.companions)
+    if (Device* other = devices_.find(name)) other->release(job.row.id);
   if (Device* device = devices_.find(job.row.device); device && device->holds_job(job.row.id)) {
     device->release(job.row.id);
     return;
@@ -487,6 +502,7 @@ void JobService::unplace(Job& job, const std::string& why) {
     if (!events.empty() && events.back().state == "placed") events.pop_back();
   }
   job.row.device.clear();
+  job.row.companions.clear();
   set_state(job, JobState::queued);
   enqueue(job);
   refresh_state_metrics();
@@ -496,6 +512,7 @@ void JobService::unplace(Job& job, const std::string& why) {
 
 void JobService::requeue(Job& job, const std::string& why) {
   job.row.device.clear();
+  job.row.companions.clear();
   job.row.pid = 0;
   job.forget_run_reports();  // and the setting chosen for that run
   transition(job, JobState::queued, why);

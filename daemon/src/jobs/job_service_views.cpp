@@ -152,6 +152,10 @@ JobView JobService::view_of(const Job& job) const {
     view.energy_scope = energy_scope(shown.device, shown.energy_source);
     if (job.row.energy_shared)
       view.energy_scope += "; its share by CPU time of the device's energy while other jobs ran beside it";
+    if (!job.row.companions.empty())
+      view.energy_scope +=
+          fmt::format("; summed over its {} GPUs ({}, {}); the host's CPU energy is not in it",
+                      job.row.companions.size() + 1, shown.device, fmt::join(job.row.companions, ", "));
   }
   if (const Device* device = devices_.find(job.row.device)) view.meter_source = std::string(device->meter->source());
   if (const Device* ran_on = devices_.find(shown.device)) view.node = ran_on->node;

@@ -70,6 +70,8 @@ struct StoredJob {
   /// Its run shared its device with other jobs: its energy is its share by CPU time of the
   /// device's (its events say from when).
   bool energy_shared = false;
+  /// A job on several GPUs: the others it holds beside `device` (resources.gpus); empty: none.
+  std::vector<std::string> companions;
   std::string project;  ///< the project it is accounted to ("" for none)
   /// Its estimate on the device it was placed on (the figure placement weighed), for usage
   /// reports' estimate error; nullopt where it had none.

@@ -43,6 +43,10 @@ struct Device {
   /// Cores it shares among jobs that ask for cores (resources.cores), each on cores of its own:
   /// this node's CPU when it has more than one usable CPU; 0: one job at a time.
   int shared_cores = 0;
+  /// The GPUs a job asking for several (resources.gpus) may hold together with this one: this
+  /// node's GPUs of one model share it ("NVIDIA H200"); empty: not a GPU, or an agent's device
+  /// (jobs on several GPUs run on the node they are submitted to).
+  std::string gpu_group;
   std::vector<DeviceHold> holds;   ///< the jobs placed or running on it, in the order they came
   double energy_joules = 0.0;      ///< metered since start
   double power_watts = 0.0;

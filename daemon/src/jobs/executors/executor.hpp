@@ -49,6 +49,8 @@ class ExecutorHost {
   /// The job's estimate on `device`, when it has one there.
   virtual std::optional<schedulers::Estimate> estimate_for(const JobRecord& job, const std::string& device) const = 0;
   virtual JobRecord* find_job(const std::string& id) = 0;
+  /// A device of the table by name (a job on several GPUs' others); nullptr: none such.
+  virtual Device* find_device(const std::string& name) = 0;
   /// The node a device belongs to, as budgets and cluster reports name it.
   virtual std::string device_node(const std::string& device) const = 0;
   /// A device another node reported for the first time: the book scopes it for budgets and

@@ -1,7 +1,10 @@
 #include "local_executor.hpp"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,6 +47,25 @@ Error invalid(std::string message, std::string where) {
 bool is_executable_file(const std::filesystem::path& path) {
   struct stat info {};
   return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// A TCP port on loopback that nothing listens on now, for a job's processes to meet at (DDP's
+// rendezvous); another program may take it before the job does, which fails that job's start
+// only, as torchrun --standalone's own choice would. nullopt: the kernel gave none.
+std::optional<int> free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof address;
+  std::optional<int> port;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0)
+    port = ntohs(address.sin_port);
+  ::close(fd);
+  return port;
 }
 
 }  // namespace
@@ -232,6 +254,21 @@ std::vector<std::string> LocalExecutor::job_environment(const JobRecord& job, co
   env["JOULE_JOB_ID"] = job.row.id;
   env["JOULE_DEVICE"] = device.name;
   if (device.name.rfind("cuda:", 0) == 0) env["CUDA_VISIBLE_DEVICES"] = device.name.substr(5);
+  if (!job.row.companions.empty()) {
+    // Its GPUs, its own device first: what `torchrun` and DDP need to start one process per GPU
+    // on this node (torchrun reads its options from PET_*; a program that spawns its own
+    // processes reads MASTER_ADDR, MASTER_PORT and WORLD_SIZE).
+    const int gpus = static_cast<int>(job.row.companions.size()) + 1;
+    std::string visible = env["CUDA_VISIBLE_DEVICES"];
+    for (const auto& name : job.row.companions)
+      if (name.rfind("cuda:", 0) == 0) visible += "," + name.substr(5);
+    env["CUDA_VISIBLE_DEVICES"] = visible;
+    env["JOULE_DEVICES"] = fmt::format("{},{}", device.name, fmt::join(job.row.companions, ","));
+    env["JOULE_GPUS"] = env["WORLD_SIZE"] = env["LOCAL_WORLD_SIZE"] = env["PET_NPROC_PER_NODE"] = std::to_string(gpus);
+    env["MASTER_ADDR"] = env["PET_MASTER_ADDR"] = "127.0.0.1";
+    env["PET_NNODES"] = "1";
+    if (const auto port = free_loopback_port()) env["MASTER_PORT"] = env["PET_MASTER_PORT"] = std::to_string(*port);
+  }
   if (!api_url_.empty()) env["JOULE_URL"] = api_url_;
   std::vector<std::string> out;
   for (const auto& [name, value] : env) out.push_back(name + "=" + value);
@@ -345,6 +382,7 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
   }
   apply_knobs(job, device, run);
   run.window = open_window(device, /*partial=*/false);
+  open_companion_windows(job, run, /*partial=*/false);
   auto child = ChildProcess::launch(io_, spec, "job " + id,
                                     [this, id](std::optional<adapters::ExitStatus> exit) { on_exit(id, exit); });
   if (!child) return host_.ended(job, JobState::failed, child.error().message, std::nullopt);
@@ -587,7 +625,37 @@ std::optional<double> LocalExecutor::energy_so_far(JobRecord& job, Device& devic
     return std::nullopt;
   }
   device.meter_error.reset();
-  return std::max(0.0, measured->joules - run.joules_to_others);
+  const auto others = companions_energy(run, /*sampled=*/false);
+  if (!others) return std::nullopt;
+  return std::max(0.0, measured->joules - run.joules_to_others) + *others;
+}
+
+void LocalExecutor::open_companion_windows(const JobRecord& job, Run& run, bool partial) {
+  run.companions.clear();
+  for (const auto& name : job.row.companions) {
+    Device* other = host_.find_device(name);
+    if (!other) continue;  // gone from the configuration since: its joules are not counted
+    run.companions.push_back(Run::Companion{other, open_window(*other, partial)});
+  }
+}
+
+std::optional<double> LocalExecutor::companions_energy(const Run& run, bool sampled) const {
+  double joules = 0.0;
+  for (const auto& [other, window] : run.companions) {
+    if (!window || (sampled && other->meter_error)) return std::nullopt;
+    if (sampled) {
+      joules += window->at(other->energy_joules, host_.clock().steady()).joules;
+      continue;
+    }
+    auto measured = window->read(*other->meter, host_.clock().steady());
+    if (!measured) {
+      other->meter_error = measured.error().message;
+      return std::nullopt;
+    }
+    other->meter_error.reset();
+    joules += measured->joules;
+  }
+  return joules;
 }
 
 void LocalExecutor::begin_sample(const std::function<bool(const std::string& device)>& reads_cpu_time) {
@@ -658,8 +726,11 @@ std::optional<double> LocalExecutor::energy_as_sampled(JobRecord& job, Device& d
 std::optional<double> LocalExecutor::sampled_energy(const JobRecord& job, const Device& device) const {
   const auto it = runs_.find(job.row.id);
   if (it == runs_.end() || !it->second.window || device.meter_error) return std::nullopt;
-  return std::max(
-      0.0, it->second.window->at(device.energy_joules, host_.clock().steady()).joules - it->second.joules_to_others);
+  const auto others = companions_energy(it->second, /*sampled=*/true);
+  if (!others) return std::nullopt;
+  return std::max(0.0, it->second.window->at(device.energy_joules, host_.clock().steady()).joules -
+                           it->second.joules_to_others) +
+         *others;
 }
 
 bool LocalExecutor::settle_energy(JobRecord& job, Device* device, const adapters::ExitStatus* exit) {
@@ -724,7 +795,12 @@ void LocalExecutor::recover(JobRecord& job, Device* device) {
       job.cancel_requested = true;
       (void)adapters::signal_process_group(process->pid, SIGKILL);
     }
-    if (device && device->can_hold(cores)) device->hold(id, cores);
+    if (device && device->can_hold(cores)) {
+      device->hold(id, cores);
+      // A job on several GPUs holds its others again (they were its own when jouled stopped).
+      for (const auto& name : job.row.companions)
+        if (Device* other = host_.find_device(name)) other->hold(id, 0);
+    }
     job.row.pid = process->pid;
     job.row.pid_start_ticks = process->start_ticks;
     job.row.boot_id = options_.boot_id;
@@ -735,6 +811,7 @@ void LocalExecutor::recover(JobRecord& job, Device* device) {
     if (job.spec.resources.cores)
       run.cpus = adapters::process_group_cpus(process->pid, options_.proc_root).value_or(std::vector<int>{});
     run.window = device ? open_window(*device, /*partial=*/true) : std::nullopt;
+    open_companion_windows(job, run, /*partial=*/true);
     // Its runner holds a lease if the last jouled gave it one: renewing it goes on from here.
     if (std::error_code ec; std::filesystem::exists(job_directory(id) / "lease", ec)) {
       run.lease = job_directory(id) / "lease";

@@ -99,7 +99,19 @@ class LocalExecutor final : public Executor {
     double joules_to_others = 0.0;
     double idle_seconds_to_others = 0.0;
     bool shared = false;  // it has run beside another job
+    // A job on several GPUs: the others it holds (JobRecord row.companions), each on its own
+    // meter from its start, their joules added to its device's.
+    struct Companion {
+      Device* device = nullptr;
+      std::optional<adapters::MeasurementWindow> window;
+    };
+    std::vector<Companion> companions;
   };
+  /// Opens a window on each of the job's other GPUs (row.companions) for `run`.
+  void open_companion_windows(const JobRecord& job, Run& run, bool partial);
+  /// Its other GPUs' joules since its start: read from their meters now, or as of their last
+  /// sample (`sampled`); nullopt where one cannot be read.
+  std::optional<double> companions_energy(const Run& run, bool sampled) const;
   /// `count` of this node's CPUs for a job: those no other running job of ours holds first,
   /// lowest first; then, where too few are free, shared ones.
   std::vector<int> choose_cpus(int count) const;
