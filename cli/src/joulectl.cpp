@@ -667,6 +667,13 @@ int main(int argc, char** argv) {
                    "give the job this many CPUs of its own (resources.cores; replaces the file's)")
       ->check(CLI::PositiveNumber)
       ->type_name("N");
+  int submit_gpus = 0;
+  submit
+      ->add_option("--gpus", submit_gpus,
+                   "run the job on this many GPUs of one model at once (resources.gpus; replaces the file's): a "
+                   "data-parallel job, started with the environment torchrun and DDP read")
+      ->check(CLI::PositiveNumber)
+      ->type_name("N");
 
   std::string state;
   std::size_t limit = 0;
@@ -810,8 +817,13 @@ int main(int argc, char** argv) {
         text = body.dump();
       }
       // A "resources" that is not an object is left for jouled to refuse, naming it.
-      if (submit_cores > 0 && body.is_object() && (!body.contains("resources") || body["resources"].is_object())) {
+      const bool resources_object = body.is_object() && (!body.contains("resources") || body["resources"].is_object());
+      if (submit_cores > 0 && resources_object) {
         body["resources"]["cores"] = submit_cores;
+        text = body.dump();
+      }
+      if (submit_gpus > 0 && resources_object) {
+        body["resources"]["gpus"] = submit_gpus;
         text = body.dump();
       }
       json accepted = expect_json(client.request("POST", "/v1/jobs", text));

@@ -8,15 +8,17 @@
 //   energy_mj 1000 2500 400        successive TotalEnergyConsumption readings of each GPU (the last repeats)
 //   energy_mj not_supported        TotalEnergyConsumption returns NVML_ERROR_NOT_SUPPORTED
 //   power_mw 100000 300000         successive PowerUsage readings
-//   limit_mw 250000                the power limit
+//   limit_mw 250000                every GPU's power limit at start (each GPU then has its own)
 //   limit_constraints_mw 100000 300000
 //   set_limit_return 4             force SetPowerManagementLimit's return code
 //   log /tmp/x/nvml.log            append "init", "shutdown" and "set_limit N" lines there
+//                                  ("set_limit N gpu I" for GPU I > 0)
 //
 // Without the variable every call behaves as on an idle GPU with an energy counter.
 
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -32,6 +34,7 @@ constexpr int kMaxDevices = 8;
 struct Device {
   int index = 0;
   std::string name;  // "": the script's `name`
+  std::optional<unsigned> limit_mw;  // set by SetPowerManagementLimit; nullopt: the script's
   std::size_t energy_cursor = 0;
   std::size_t power_cursor = 0;
 };
@@ -190,7 +193,7 @@ __attribute__((visibility("default"))) int nvmlDeviceGetPowerUsage(void* handle,
 
 __attribute__((visibility("default"))) int nvmlDeviceGetPowerManagementLimit(void* handle, unsigned* limit_mw) {
   if (!device_of(handle)) return kUninitialized;
-  *limit_mw = state().limit_mw;
+  *limit_mw = device_of(handle)->limit_mw.value_or(state().limit_mw);
   return kSuccess;
 }
 
@@ -206,8 +209,10 @@ __attribute__((visibility("default"))) int nvmlDeviceSetPowerManagementLimit(voi
   if (!device_of(handle)) return kUninitialized;
   if (state().set_limit_return != kSuccess) return state().set_limit_return;
   if (limit_mw < state().min_limit_mw || limit_mw > state().max_limit_mw) return kInvalidArgument;
-  state().limit_mw = limit_mw;
-  log_line("set_limit " + std::to_string(limit_mw));
+  Device* device = device_of(handle);
+  device->limit_mw = limit_mw;
+  log_line("set_limit " + std::to_string(limit_mw) +
+           (device->index > 0 ? " gpu " + std::to_string(device->index) : std::string()));
   return kSuccess;
 }
 

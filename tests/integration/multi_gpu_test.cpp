@@ -7,6 +7,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -53,15 +54,15 @@ if __name__ == "__main__":
 
 struct FakeGpus {
   std::filesystem::path dir;
-  explicit FakeGpus(int count) {
+  explicit FakeGpus(int count, int joules_per_reading = 100) {
     dir = std::filesystem::temp_directory_path() / ("joule-multi-gpu-" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     std::filesystem::permissions(dir, std::filesystem::perms::all);  // the job's account reads and writes here
     std::filesystem::create_symlink(JOULE_FAKE_NVML, dir / "libnvidia-ml.so.1");
-    // 100 J more at every reading of each GPU.
+    // `joules_per_reading` more at every reading of each GPU (jouled reads about once a second).
     std::string energy = "energy_mj";
-    for (int i = 0; i < 5000; ++i) energy += " " + std::to_string(i * 100000LL);
+    for (int i = 0; i < 5000; ++i) energy += " " + std::to_string(i * 1000LL * joules_per_reading);
     std::ofstream(dir / "script") << "devices " << count << "\nname NVIDIA Fake A100\n" << energy << "\n";
     std::ofstream(dir / "ddp.py") << kProgram;
   }
@@ -119,8 +120,16 @@ TEST(MultiGpuTest, a_job_on_two_gpus_holds_both_gets_the_ddp_environment_and_is_
   std::vector<std::string> held = holding(daemon, id);
   ASSERT_EQ(held.size(), 2u) << daemon.call("GET", "/v1/devices").second.dump(2);
 
-  // A second job on two waits: one GPU is left.
-  const std::string second = daemon.submit(ddp_job(gpus, 2));
+  // A second job on two (joulectl's --gpus) waits: one GPU is left.
+  json spec = ddp_job(gpus, 1);
+  spec.erase("resources");
+  std::ofstream(gpus.dir / "job.json") << spec.dump();
+  const auto [submit_code, submitted] =
+      joule::testing::run_program({JOULECTL_BINARY, "--server", "http://127.0.0.1:" + std::to_string(daemon.port()),
+                                   "--json", "submit", "--gpus", "2", (gpus.dir / "job.json").string()});
+  ASSERT_EQ(submit_code, 0) << submitted;
+  EXPECT_EQ(json::parse(submitted)["spec"]["resources"]["gpus"], 2) << submitted;
+  const std::string second = json::parse(submitted)["id"];
   const json waiting =
       joule::testing::wait_until([&] { return daemon.call("GET", "/v1/jobs/" + second).second; },
                                  [](const json& job) { return job.contains("waiting") && job["waiting"].is_object(); });
@@ -151,4 +160,52 @@ TEST(MultiGpuTest, a_job_on_two_gpus_holds_both_gets_the_ddp_environment_and_is_
   EXPECT_TRUE(holding(daemon, id).empty());
   EXPECT_EQ(daemon.wait_state(second, {"running", "succeeded"})["state"], "running")
       << "the GPUs it freed take the next";
+}
+
+// A power cap throttles a job on several GPUs as one: the limit its first GPU gets is set on the
+// other too, and both come back when the cap goes.
+TEST(MultiGpuTest, a_capped_job_on_two_gpus_gets_the_lower_limit_on_both_and_both_come_back) {
+  const FakeGpus gpus(2, /*joules_per_reading=*/300);
+  const auto policies = gpus.dir / "policies";
+  std::filesystem::create_directories(policies);
+  auto options = gpus.options(2);
+  options.config_toml += "[policy]\ndirectory = \"" + policies.string() + "\"\n";
+  std::ofstream(gpus.dir / "script", std::ios::app)
+      << "limit_mw 250000\nlimit_constraints_mw 100000 300000\nlog " << (gpus.dir / "nvml.log").string() << "\n";
+  DaemonProcess daemon(options);
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  const std::string go = (gpus.dir / "go").string();
+  const std::string id =
+      daemon.submit({{"name", "ddp"},
+                     {"resources", {{"gpus", 2}}},
+                     {"run", {{"command", {"sh", "-c", "while [ ! -e " + go + " ]; do sleep 0.05; done"}}}}});
+  const json running = daemon.wait_state(id, {"running"});
+  ASSERT_EQ(running["state"], "running") << daemon.log();
+  std::ofstream(policies / "10-cap.toml")
+      << "[[power_caps]]\nname = \"gpu\"\nscope = \"device\"\ntarget = \"" << running["device"].get<std::string>()
+      << "\"\nwatts = 200\naverage_seconds = 2\n";
+  daemon.signal(SIGHUP);
+  const json throttled = daemon.wait_state(id, {"throttled"});
+  ASSERT_EQ(throttled["state"], "throttled") << throttled.dump(2) << daemon.log();
+  std::filesystem::remove(policies / "10-cap.toml");
+  daemon.signal(SIGHUP);
+  joule::testing::wait_until([&] { return daemon.call("GET", "/v1/jobs/" + id).second; },
+                             [](const json& job) { return job["state"] == "running"; });
+  std::ofstream(go) << "go\n";
+  ASSERT_EQ(daemon.wait_state(id, {"succeeded", "failed"})["state"], "succeeded");
+
+  // Each GPU's limits in order: lowered by the cap, then its original (250 W) again.
+  std::map<std::string, std::vector<std::string>> limits;  // "0", "1" -> limits set
+  std::ifstream log(gpus.dir / "nvml.log");
+  for (std::string line; std::getline(log, line);) {
+    if (line.rfind("set_limit ", 0) != 0) continue;
+    const auto gpu = line.find(" gpu ");
+    limits[gpu == std::string::npos ? "0" : line.substr(gpu + 5)].push_back(line.substr(10, line.find(' ', 10) - 10));
+  }
+  ASSERT_EQ(limits.size(), 2u) << daemon.log();
+  for (const auto& [gpu, set] : limits) {
+    ASSERT_GE(set.size(), 2u) << gpu;
+    EXPECT_LT(std::stoi(set.front()), 250000) << gpu;
+    EXPECT_EQ(set.back(), "250000") << gpu;
+  }
 }

@@ -573,6 +573,7 @@ Status LocalExecutor::throttle(JobRecord& job, Device& device, const schedulers:
         break;
       }
       job.gpu_limit_watts = set->applied_watts;
+      limit_companions(job, run, set->applied_watts);
       break;
     }
     case Kind::clear_gpu_power_limit:
@@ -583,10 +584,31 @@ Status LocalExecutor::throttle(JobRecord& job, Device& device, const schedulers:
       } else {
         done = run.gpu_limit ? run.gpu_limit->restore() : Status{};
       }
-      if (done) job.gpu_limit_watts.reset();
+      if (done) {
+        job.gpu_limit_watts.reset();
+        limit_companions(job, run, std::nullopt);
+      }
       break;
   }
   return done;
+}
+
+void LocalExecutor::limit_companions(const JobRecord& job, Run& run, std::optional<double> watts) {
+  for (auto& companion : run.companions) {
+    if (!watts) {
+      if (!companion.limit) continue;
+      if (auto restored = companion.limit->restore(); !restored)
+        spdlog::warn("job {}: {}", job.row.id, restored.error().message);
+      continue;
+    }
+    if (!companion.limit) companion.limit = gpu_power_limit_of(*companion.device, options_.control_journal);
+    if (!companion.limit) {
+      spdlog::warn("job {}: {} has no NVML to set a power limit with", job.row.id, companion.device->name);
+      continue;
+    }
+    if (auto set = companion.limit->set_watts(*watts); !set)
+      spdlog::warn("job {}: {}: {}", job.row.id, companion.device->name, set.error().message);
+  }
 }
 
 bool LocalExecutor::can_limit_cpu(const JobRecord& job) const {
@@ -635,13 +657,15 @@ void LocalExecutor::open_companion_windows(const JobRecord& job, Run& run, bool 
   for (const auto& name : job.row.companions) {
     Device* other = host_.find_device(name);
     if (!other) continue;  // gone from the configuration since: its joules are not counted
-    run.companions.push_back(Run::Companion{other, open_window(*other, partial)});
+    run.companions.push_back(Run::Companion{other, open_window(*other, partial), nullptr});
   }
 }
 
 std::optional<double> LocalExecutor::companions_energy(const Run& run, bool sampled) const {
   double joules = 0.0;
-  for (const auto& [other, window] : run.companions) {
+  for (const auto& companion : run.companions) {
+    Device* other = companion.device;
+    const auto& window = companion.window;
     if (!window || (sampled && other->meter_error)) return std::nullopt;
     if (sampled) {
       joules += window->at(other->energy_joules, host_.clock().steady()).joules;
@@ -761,6 +785,8 @@ void LocalExecutor::release(JobRecord& job, bool ended) {
     }
     // The knobs with the GPU's limit (a cap's too), the power mode last: the others narrowed it.
     put_back(job, run, run.gpu_limit.get());
+    limit_companions(job, run, std::nullopt);
+    run.companions.clear();
     run.pauser.reset();
     run.quota.reset();
     run.gpu_limit.reset();

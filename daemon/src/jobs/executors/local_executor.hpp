@@ -104,6 +104,7 @@ class LocalExecutor final : public Executor {
     struct Companion {
       Device* device = nullptr;
       std::optional<adapters::MeasurementWindow> window;
+      std::unique_ptr<adapters::GpuPowerLimit> limit;  // a power cap's, as on its first GPU
     };
     std::vector<Companion> companions;
   };
@@ -112,6 +113,9 @@ class LocalExecutor final : public Executor {
   /// Its other GPUs' joules since its start: read from their meters now, or as of their last
   /// sample (`sampled`); nullopt where one cannot be read.
   std::optional<double> companions_energy(const Run& run, bool sampled) const;
+  /// A power cap's limit on the job's first GPU set on its others too (they run in step: one
+  /// slower GPU keeps the rest waiting), or, with nullopt, put back; what fails is logged.
+  void limit_companions(const JobRecord& job, Run& run, std::optional<double> watts);
   /// `count` of this node's CPUs for a job: those no other running job of ours holds first,
   /// lowest first; then, where too few are free, shared ones.
   std::vector<int> choose_cpus(int count) const;
