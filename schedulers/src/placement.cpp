@@ -408,7 +408,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       UnixMillis ready = 0;
       bool now = true;
     };
-    auto gang_beside = [&](std::size_t first) {
+    auto gang_beside = [&](std::size_t first, const std::optional<Estimate>& estimate) {
       Gang gang;
       if (job->gpus <= 1) return gang;
       const auto it = gangs.find(devices[first].group);
@@ -416,8 +416,10 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       if (it != gangs.end())
         for (const std::size_t m : it->second)
           if (m != first) {
-            // One held for a job waiting before this one is not counted free (it may end later).
-            const bool free = fits_now(views[m], 0) && !views[m].held_for;
+            // One held for a job waiting before this one is free only to a run that ends by then.
+            const bool free =
+                fits_now(views[m], 0) &&
+                (!views[m].held_for || (estimate && finish_after(now, estimate->seconds_mean) <= *views[m].held_for));
             order.emplace_back(free ? now : std::max(now, views[m].available_at), !free, m);
           }
       const auto wanted = static_cast<std::size_t>(job->gpus - 1);
@@ -475,7 +477,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     auto starts_now = [&](const Candidate& candidate) {
       const DeviceView& view = views[candidate.device];
       if (!fits_now(view, job->cores)) return false;
-      if (job->gpus > 1 && !gang_beside(candidate.device).now) return false;
+      if (job->gpus > 1 && !gang_beside(candidate.device, candidate.estimate).now) return false;
       if (!view.held_for) return true;
       return candidate.estimate && finish_after(now, candidate.estimate->seconds_mean) <= *view.held_for;
     };
@@ -514,7 +516,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
 
       // max: a pass continued later than it began may find a device's expected end passed.
       UnixMillis start = free_now ? now : std::max(now, view.available_at);
-      if (!free_now && job->gpus > 1) start = std::max(start, gang_beside(candidate.device).ready);
+      if (!free_now && job->gpus > 1) start = std::max(start, gang_beside(candidate.device, candidate.estimate).ready);
       // The setting the knob goal prefers here (nullptr: the defaults); what follows is
       // judged at it: energy, budgets, power, finish.
       const SettingOption* setting =
@@ -854,7 +856,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     DeviceView& view = views[d];
     const std::string where = devices[d].ref.qualified();
     const double seconds = best.estimate ? best.estimate->seconds_mean : 0.0;
-    const Gang gang = gang_beside(d);
+    const Gang gang = gang_beside(d, best.candidate->estimate);
     if (!starts_now(*best.candidate)) {
       const std::string wanted =
           view.cores > 0 && job->cores > 0

@@ -184,7 +184,61 @@ def cpu_pair():
             out.write(json.dumps(entry) + "\n")
 
 
+GPU_PAIR_DEVICES = ", ".join(f'{{name = "cuda:{i}", profile = "server-gpu", probes = 300}}' for i in range(4))
+GPU_PAIR_CLUSTER = f"""## gpu-pair (held out): two servers with four data-centre GPUs each (server-gpu); a morning
+## backlog of 40 jobs, then 6 an hour; jobs ask for 1, 2 or 4 GPUs (resources.gpus) and run
+## data-parallel. Written by make_traces.py (seed 4848) for the multi-GPU figures of issue 36.
+start = "2026-11-26T08:00:00Z"
+utc_offset_minutes = 0
+
+[[nodes]]
+name = "gpu-a"
+devices = [{GPU_PAIR_DEVICES}]
+
+[[nodes]]
+name = "gpu-b"
+devices = [{GPU_PAIR_DEVICES}]
+"""
+
+GPU_PAIR_POLICY = """## gpu-pair (held out): min-energy at the default risk; no budgets.
+
+[placement]
+objective = "min-energy"
+risk = 0.05
+"""
+
+
+def gpu_pair():
+    rng = random.Random(4848)
+    names = ["resnet18_cifar", "mobilenetv2_cifar"]
+    jobs, at = [], 0.0
+    for index in range(1, 101):
+        at = rng.uniform(0, 600) if index <= 40 else at + rng.expovariate(6.0 / 3600.0)
+        name = rng.choice(names)
+        samples, (lo, hi), batches, _ = CATALOGUE[name]
+        entry = {
+            "at": round(at, 1),
+            "name": f"{name}-{index}",
+            "model": MODELS + name + ".json",
+            "training": {"batch_size": rng.choice(batches), "epochs": rng.randint(lo, hi),
+                         "samples_per_epoch": samples},
+            "resources": {"gpus": rng.choice([1, 1, 2, 2, 4])},
+        }
+        if rng.random() < 0.1:
+            entry["priority"] = 1
+        jobs.append(entry)
+    os.makedirs(os.path.join(HERE, "gpu-pair"), exist_ok=True)
+    with open(os.path.join(HERE, "gpu-pair", "cluster.toml"), "w") as out:
+        out.write(GPU_PAIR_CLUSTER)
+    with open(os.path.join(HERE, "gpu-pair", "policy.toml"), "w") as out:
+        out.write(GPU_PAIR_POLICY)
+    with open(os.path.join(HERE, "gpu-pair", "trace.jsonl"), "w") as out:
+        for entry in sorted(jobs, key=lambda e: e["at"]):
+            out.write(json.dumps(entry) + "\n")
+
+
 if __name__ == "__main__":
     gpu_lab()
     carbon_campus()
     cpu_pair()
+    gpu_pair()

@@ -285,6 +285,22 @@ def cpu_server(name, jobs_per_hour):
     write(name, jobs)
 
 
+def gpu_server(name, jobs_per_hour, count, scale):
+    """An 8-GPU server a team shares: jobs on the catalogue's GPU networks, each asking for 1, 2,
+    4 or 8 GPUs (resources.gpus; data-parallel: each GPU trains 1/N of every epoch), arriving
+    over a working day."""
+    rng = random.Random(8)
+    names = ["cnn5", "vgg_small", "lstm_classifier", "transformer_small"]
+    jobs, at = [], 0.0
+    for index in range(1, count + 1):
+        at += rng.expovariate(jobs_per_hour / 3600.0)
+        entry = job(rng, at, index, names, scale=scale, deadline_share=0.0, edge_share=0.0)
+        entry.pop("constraints", None)
+        entry["resources"] = {"gpus": rng.choice([1, 2, 2, 4, 4, 8])}
+        jobs.append(entry)
+    write(name, jobs)
+
+
 if __name__ == "__main__":
     mixed_fleet()
     solar_edge()
@@ -292,5 +308,6 @@ if __name__ == "__main__":
     carbon_scenarios()
     cpu_server("cpu-server", 960.0)  # 160 in about ten minutes
     cpu_server("cpu-server-day", 20.0)
+    gpu_server("gpu-server", 600.0, 60, 5.0)  # 60 in about six minutes
     price_scenario()
     carbon_budget_scenario(CARBON_BUDGET_GRAMS)

@@ -133,8 +133,11 @@ int main(int argc, char** argv) {
         fmt::format("device models learnt from simulated probes in {:.1f} s of wall time", learn_seconds));
     simulator::ReplayOptions replay_options;
     replay_options.horizon_hours = horizon_hours;
-    const bool shared_cores = std::any_of(world->devices.begin(), world->devices.end(),
-                                          [](const simulator::SimDevice& device) { return device.cores > 0; });
+    // Packing (cores side by side, jobs on several GPUs) is compared with one job per device.
+    const bool shared_cores =
+        std::any_of(world->devices.begin(), world->devices.end(),
+                    [](const simulator::SimDevice& device) { return device.cores > 0; }) ||
+        std::any_of(world->jobs.begin(), world->jobs.end(), [](const simulator::SimJob& job) { return job.gpus > 1; });
     for (const auto& run :
          simulator::standard_runs(policy->policy, world->carbon.has_value(), shared_cores, world->price.has_value())) {
       if (!only.empty() && std::find(only.begin(), only.end(), run.name) == only.end()) continue;

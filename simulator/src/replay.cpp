@@ -57,6 +57,7 @@ struct JobState {
   std::optional<double> cost_done;
   bool paused = false;
   int held_cores = 0;            // of a device that shares its cores; 0: the whole device
+  std::vector<std::size_t> companions;  // a job on several GPUs: the others it holds
   double reserved_joules = 0.0;  // what the scheduler reserved for it, for the event log
   int epochs_reported = 0;
   UnixMillis segment_start = 0;
@@ -180,6 +181,7 @@ class Replay {
         core_(run.policy, world.utc_offset_minutes, schedulers::CoreOptions{.throttle = run.throttle}),
         jobs_(world.jobs.size()),
         device_jobs_(world.devices.size()),
+        companion_of_(world.devices.size()),
         work_seconds_(world.devices.size(), 0.0),
         usage_(world.devices.size()),
         nodes_(world.nodes.size()) {
@@ -251,15 +253,18 @@ class Replay {
     pending.max_energy_joules = job.max_energy_joules;
     pending.max_slowdown = job.max_slowdown;
     pending.cores = job.cores;
+    // One job per device: a job asking for several GPUs runs on one of them.
+    pending.gpus = run_.one_job_per_device ? std::min(job.gpus, 1) : job.gpus;
     for (const auto& cost : job.costs) {
       schedulers::Candidate candidate;
       candidate.device = cost.device;
+      const TrueCost& truth = truth_of(cost);
       if (run_.knowledge == Knowledge::estimates) {
-        candidate.estimate = cost.estimate;
+        candidate.estimate = run_.one_job_per_device && cost.alone_truth ? cost.alone_estimate : cost.estimate;
         candidate.flops_joules = cost.flops_joules;
       } else if (run_.knowledge == Knowledge::truth) {
-        candidate.estimate = schedulers::Estimate{cost.truth.joules, 0.0, cost.truth.seconds};
-        candidate.flops_joules = cost.truth.joules;
+        candidate.estimate = schedulers::Estimate{truth.joules, 0.0, truth.seconds};
+        candidate.flops_joules = truth.joules;
       }
       if (run_.policy.knobs.goal != schedulers::KnobGoal::off && run_.knowledge != Knowledge::none) {
         for (const auto& setting : cost.settings) {
@@ -276,6 +281,18 @@ class Replay {
       pending.candidates.push_back(candidate);
     }
     return pending;
+  }
+
+  // What a job really costs on the device it is placed on under this run: on one GPU alone
+  // where the run gives each job one device, else as it asked.
+  const TrueCost& truth_of(const JobCost& cost) const {
+    return run_.one_job_per_device && cost.alone_truth ? *cost.alone_truth : cost.truth;
+  }
+
+  // Whether a job on several GPUs that holds `device` beside its own is progressing (its
+  // energy, the device's static power included, is in that job's truth).
+  bool held_by_progressing(std::size_t device) const {
+    return companion_of_[device] && is_progressing(jobs_[*companion_of_[device]]);
   }
 
   void log(UnixMillis now, const std::string& text) const {
@@ -324,6 +341,8 @@ class Replay {
       status.price = world_.price ? &*world_.price : nullptr;
       // One job at a time unless it shares its cores (and this run lets it: see PolicyRun).
       status.cores = run_.one_job_per_device ? 0 : world_.devices[d].cores;
+      status.group = world_.devices[d].group;
+      status.busy = companion_of_[d].has_value();
       for (const std::size_t j : device_jobs_[d]) {
         // When it is expected to be free is the core's to say, from what it was told.
         if (jobs_[j].held_cores > 0)
@@ -412,6 +431,8 @@ class Replay {
         if (longest > 0.0) last_progress_ = to;
         ran[d] = longest > 0.0;
         job_watts[d] = joules / dt;
+      } else if (held_by_progressing(d)) {
+        ran[d] = true;  // its draw is in the job's truth, counted on the job's first GPU
       } else if (node_up(d)) {
         draw[n] += world_.devices[d].idle_watts;
         idle_joules_ += world_.devices[d].idle_watts * dt;
@@ -482,6 +503,7 @@ class Replay {
                                                         job.joules_done, "simulated", job.pending.owner,
                                                         job.pending.project, job.grams_done, job.cost_done});
         std::erase(device_jobs_[d], j);
+        for (const std::size_t m : job.companions) companion_of_[m].reset();
         --running_;
         last_progress_ = now;
         idle_at_last_finish_ = idle_joules_;
@@ -578,7 +600,7 @@ class Replay {
       JobState& job = jobs_[j];
       for (const auto& cost : world_.jobs[j].costs)
         if (cost.device == placement.device) job.cost = &cost;
-      job.truth = job.cost->truth;
+      job.truth = truth_of(*job.cost);
       if (placement.setting) {
         for (const auto& setting : job.cost->settings)
           if (setting.label == placement.setting->label) job.truth = setting.truth;
@@ -599,6 +621,8 @@ class Replay {
       job.segment_start = now;
       job.reserved_joules = placement.reserve.mean_joules;
       job.held_cores = placement.cores;
+      job.companions = placement.companions;
+      for (const std::size_t m : placement.companions) companion_of_[m] = j;
       device_jobs_[placement.device].push_back(j);
       log(now, fmt::format("start {}: {}", job.pending.id, placement.note));
       if (options_.on_placement) options_.on_placement(now, placement);
@@ -690,6 +714,7 @@ class Replay {
       if (job.phase == JobState::Phase::done) {
         ++m.completed;
         completed_joules += job.joules_done;
+        m.turnaround_mean_seconds += static_cast<double>(job.finished - spec.submit) / 1000.0;  // a sum until divided
         last_finish = std::max(last_finish, job.finished);
         if (spec.deadline && job.finished > *spec.deadline) ++m.deadline_misses;
       } else if (spec.deadline && *spec.deadline < now) {
@@ -700,6 +725,7 @@ class Replay {
     for (auto& [name, owner] : m.owners)
       if (owner.started) owner.wait_mean_seconds /= static_cast<double>(owner.started);
     m.energy_per_completed_job_joules = m.completed ? completed_joules / static_cast<double>(m.completed) : 0.0;
+    if (m.completed) m.turnaround_mean_seconds /= static_cast<double>(m.completed);
     m.idle_joules_not_counted = idle_at_last_finish_;
     if (m.completed && !world_.jobs.empty())
       m.makespan_seconds = static_cast<double>(last_finish - world_.jobs.front().submit) / 1000.0;
@@ -756,6 +782,7 @@ class Replay {
   std::vector<JobState> jobs_;
   std::unordered_map<std::string, std::size_t> index_;  // job id → jobs_
   std::vector<std::vector<std::size_t>> device_jobs_;   // the jobs on each device, in the order placed
+  std::vector<std::optional<std::size_t>> companion_of_;  // the job on several GPUs holding it beside its own
   std::vector<double> work_seconds_;
   std::vector<DeviceUsage> usage_;
   std::vector<NodeState> nodes_;

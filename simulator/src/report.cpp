@@ -76,6 +76,7 @@ json to_json(const PolicyMetrics& m) {
         {"source", "simulated"}}},
       {"makespan_seconds", m.makespan_seconds},
       {"wait_seconds", {{"mean", m.wait_mean_seconds}, {"p95", m.wait_p95_seconds}}},
+      {"turnaround_seconds", {{"mean", m.turnaround_mean_seconds}}},
       {"deadline_misses", m.deadline_misses},
       {"max_energy_exceeded", m.max_energy_exceeded},
       {"budget_violations",

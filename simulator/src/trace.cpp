@@ -139,11 +139,20 @@ Result<Trace> parse_trace(const std::string& text, const std::string& file_name,
       const json& resources = entry["resources"];
       if (!resources.is_object()) return at_line(file_name, line, "/resources", "must be an object: {\"cores\": N}");
       for (const auto& [key, value] : resources.items()) {
-        if (key != "cores") return at_line(file_name, line, "/resources/" + key, "unknown field (known: cores)");
-        if (!value.is_number_integer() || value.get<std::int64_t>() < 1 || value.get<std::int64_t>() > 4096)
-          return at_line(file_name, line, "/resources/cores", "must be a whole number of cores from 1 to 4096");
-        job.cores = static_cast<int>(value.get<std::int64_t>());
+        if (key == "cores") {
+          if (!value.is_number_integer() || value.get<std::int64_t>() < 1 || value.get<std::int64_t>() > 4096)
+            return at_line(file_name, line, "/resources/cores", "must be a whole number of cores from 1 to 4096");
+          job.cores = static_cast<int>(value.get<std::int64_t>());
+        } else if (key == "gpus") {
+          if (!value.is_number_integer() || value.get<std::int64_t>() < 1 || value.get<std::int64_t>() > 64)
+            return at_line(file_name, line, "/resources/gpus", "must be a whole number of GPUs from 1 to 64");
+          job.gpus = static_cast<int>(value.get<std::int64_t>());
+        } else {
+          return at_line(file_name, line, "/resources/" + key, "unknown field (known: cores, gpus)");
+        }
       }
+      if (job.cores > 0 && job.gpus > 0)
+        return at_line(file_name, line, "/resources/gpus", "cores and gpus together: cores are a CPU's, gpus GPUs'");
     }
     for (const auto& [key, slot] : {std::pair{"owner", &job.owner}, std::pair{"project", &job.project}}) {
       if (!entry.contains(key)) continue;

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "joule/estimator/data_parallel.hpp"
 #include "joule/estimator/device_energy_model.hpp"
 #include "joule/estimator/knob_response.hpp"
 #include "joule/estimator/layer_analysis.hpp"
@@ -139,6 +140,17 @@ std::vector<std::optional<estimator::KnobResponse>> learn_knob_response(
   return responses;
 }
 
+// A ring all-reduce of a step's gradients (4 bytes a parameter) over `gpus` GPUs: the link figures
+// are assumptions (NVLink-class), not calibrated (see world.hpp).
+constexpr double kLinkBytesPerSecond = 100e9;
+constexpr double kLinkLatencySeconds = 10e-6;
+double all_reduce_seconds(const std::vector<estimator::AnalyzedLayer>& layers, int gpus) {
+  double bytes = 0.0;
+  for (const auto& layer : layers) bytes += layer.cost.parameter_bytes;
+  const double hops = 2.0 * (gpus - 1);
+  return hops / gpus * bytes / kLinkBytesPerSecond + hops * kLinkLatencySeconds;
+}
+
 }  // namespace
 
 Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const schedulers::Policy& policy,
@@ -155,7 +167,8 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
       if (std::find(groups.begin(), groups.end(), group) == groups.end()) groups.push_back(group);
     for (const auto& device : node.devices)
       world.devices.push_back(SimDevice{schedulers::DeviceRef{node.name, device.name, groups}, world.nodes.size() - 1,
-                                        device.profile, device.idle_watts, device.cores});
+                                        device.profile, device.idle_watts, device.cores,
+                                        device.name.rfind("cuda:", 0) == 0 ? node.name + ": " + device.profile : ""});
   }
 
   // Jobs in submission order; each job's eligible devices; each network analysed once per batch.
@@ -171,8 +184,9 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
     constraints.devices = job.devices;
     for (std::size_t d = 0; d < world.devices.size(); ++d) {
       const auto& ref = world.devices[d].ref;
-      if (schedulers::device_allowed(constraints, ref.qualified()) || schedulers::device_allowed(constraints, ref.name))
-        eligible[j].push_back(d);
+      const bool allowed =
+          schedulers::device_allowed(constraints, ref.qualified()) || schedulers::device_allowed(constraints, ref.name);
+      if (allowed && (job.gpus == 0 || !world.devices[d].group.empty())) eligible[j].push_back(d);
     }
     if (eligible[j].empty())
       return make_error(
@@ -281,6 +295,7 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
     sim.max_slowdown = job.max_slowdown;
     sim.epochs = static_cast<int>(std::min<std::int64_t>(job.training.epochs, 1'000'000));
     sim.cores = job.cores;
+    sim.gpus = job.gpus;
 
     std::mt19937_64 rng(mix(options.seed, kJobFactor, j));
     std::normal_distribution<double> normal(0.0, options.truth_sigma);
@@ -308,8 +323,18 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
         cost.truth = TrueCost{step.joules * steps * factor, step.seconds * steps * factor};
       }
       if (shared > 0) cost.static_watts = truths[d].profile().static_watts;
+      const bool data_parallel = job.gpus > 1;
+      if (data_parallel) {
+        cost.alone_truth = cost.truth;
+        const estimator::StepCost step = truths[d].step_cost(layers, job.model.loss, job.training.optimizer);
+        const double comm = all_reduce_seconds(layers, job.gpus);
+        const double per_gpu_steps = steps / job.gpus;
+        const double static_watts = truths[d].profile().static_watts;
+        cost.truth = TrueCost{job.gpus * (step.joules + static_watts * comm) * per_gpu_steps * factor,
+                              (step.seconds + comm) * per_gpu_steps * factor};
+      }
       const estimator::SimulatedKnob& knob = truths[d].profile().knob;
-      for (std::size_t s = 1; !on_slice && s < knob.settings.size(); ++s) {
+      for (std::size_t s = 1; !on_slice && !data_parallel && s < knob.settings.size(); ++s) {
         const auto& setting = knob.settings[s];
         const estimator::StepCost at = truths[d].step_cost(layers, job.model.loss, job.training.optimizer, setting);
         cost.settings.push_back(SettingCost{knob.name, setting.value, setting.label, std::nullopt, 0.0, 0.0,
@@ -317,6 +342,11 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
       }
       if (models[d]) {
         auto estimate = models[d]->estimate(layers, job.training);
+        if (estimate && data_parallel) {
+          cost.alone_estimate =
+              schedulers::Estimate{estimate->joules.mean, estimate->joules.std, estimate->seconds.mean};
+          *estimate = estimator::across_gpus(std::move(*estimate), job.gpus, job.training.batch_size);
+        }
         if (estimate) {
           cost.estimate = schedulers::Estimate{estimate->joules.mean, estimate->joules.std, estimate->seconds.mean};
           if (estimate->flops_baseline_joules > 0.0) cost.flops_joules = estimate->flops_baseline_joules;

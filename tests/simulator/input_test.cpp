@@ -199,8 +199,13 @@ TEST(TraceTest, errors_name_the_line_and_the_json_pointer) {
       "resources)");
   EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"resources\": {\"cores\": 0}}"),
             "t.jsonl:1: /resources/cores: must be a whole number of cores from 1 to 4096");
-  EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"resources\": {\"gpus\": 2}}"),
-            "t.jsonl:1: /resources/gpus: unknown field (known: cores)");
+  EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"resources\": {\"gpus\": 0}}"),
+            "t.jsonl:1: /resources/gpus: must be a whole number of GPUs from 1 to 64");
+  EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining +
+                        ", \"resources\": {\"cores\": 2, \"gpus\": 2}}"),
+            "t.jsonl:1: /resources/gpus: cores and gpus together: cores are a CPU's, gpus GPUs'");
+  EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"resources\": {\"memory\": 2}}"),
+            "t.jsonl:1: /resources/memory: unknown field (known: cores, gpus)");
   EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"owner\": 7}"),
             "t.jsonl:1: /owner: must be a non-empty string");
   EXPECT_EQ(trace_error("{\"at\": 0, \"model\": \"nope.json\", " + kTraining + "}"),

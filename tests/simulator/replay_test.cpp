@@ -470,5 +470,53 @@ TEST(ReplaySharedCoresTest, jobs_on_cores_of_one_device_run_side_by_side_and_spl
   EXPECT_TRUE(runs[1].one_job_per_device);
 }
 
+// Two GPUs of one group and a job asking for both: 50 s on the two (100 s on one alone), 10 W of
+// idle draw each; a one-GPU job after it waits for it.
+World gang_world() {
+  World world = world_of({"cuda:0", "cuda:1"}, {});
+  for (auto& device : world.devices) {
+    device.group = "n1: test";
+    device.idle_watts = 10.0;
+  }
+  std::vector<JobCost> costs;
+  for (std::size_t d = 0; d < 2; ++d) {
+    JobCost cost = on(d, 11'000.0, 55.0);  // both GPUs' energy, 10 % for their all-reduce
+    cost.alone_truth = TrueCost{10'000.0, 100.0};
+    cost.alone_estimate = schedulers::Estimate{10'000.0, 0.0, 100.0};
+    costs.push_back(cost);
+  }
+  SimJob ddp = job("ddp", 0, costs);
+  ddp.gpus = 2;
+  world.jobs.push_back(ddp);
+  world.jobs.push_back(job("one", 1, {on(0, 1'000.0, 10.0), on(1, 1'000.0, 10.0)}));
+  return world;
+}
+
+TEST(ReplayGpuGangTest, a_job_on_two_gpus_holds_both_and_its_energy_counts_them_both) {
+  const World world = gang_world();
+  std::vector<std::pair<UnixMillis, std::vector<std::size_t>>> placed;
+  ReplayOptions options;
+  options.on_placement = [&](UnixMillis at, const schedulers::Placement& placement) {
+    std::vector<std::size_t> held = placement.companions;
+    held.push_back(placement.device);
+    placed.emplace_back(at, held);
+  };
+  const PolicyMetrics m = replay(world, min_energy(), options);
+  EXPECT_EQ(m.completed, 2u);
+  ASSERT_EQ(placed.size(), 2u);
+  EXPECT_EQ(placed[0].second.size(), 2u) << "both GPUs";
+  EXPECT_EQ(placed[1].first, kStart + 55'000) << "the one-GPU job waits for the pair to end";
+  EXPECT_NEAR(m.energy_joules, 12'000.0, 1e-6);
+  // Nothing idles while the pair runs; then the GPU the second job leaves idles 10 s.
+  EXPECT_NEAR(m.idle_joules_not_counted, 100.0, 1e-6);
+
+  PolicyRun alone = min_energy();
+  alone.one_job_per_device = true;
+  const PolicyMetrics single = replay(world, alone, {});
+  EXPECT_EQ(single.completed, 2u);
+  EXPECT_NEAR(single.energy_joules, 11'000.0, 1e-6) << "the pair's job on one GPU, at its one-GPU truth";
+  EXPECT_DOUBLE_EQ(single.makespan_seconds, 100.0) << "the other job ran beside it on the second GPU";
+}
+
 }  // namespace
 }  // namespace joule::simulator

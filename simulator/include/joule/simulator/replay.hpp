@@ -60,7 +60,8 @@ struct PolicyRun {
   /// deadline, knowing nothing of how long it runs (no estimates), then placed least-loaded.
   bool carbon_only = false;
   /// Devices that share their cores run one job at a time all the same (the jobs keep their own
-  /// cores' cost): what the policy is worth without packing.
+  /// cores' cost), and a job asking for several GPUs runs on one (at its one-GPU truth): what
+  /// the policy is worth without packing or data parallelism.
   bool one_job_per_device = false;
 };
 
@@ -74,7 +75,8 @@ struct PolicyRun {
 /// from their true costs: the ceiling for +knobs). Baselines keep the policy's budgets, caps and
 /// floors, for the violation counts. With a carbon signal (`carbon`): min-carbon beside
 /// min-energy (whichever the file is not), and carbon-only (see PolicyRun) after fifo. Where a
-/// device shares its cores (`shared_cores`): the policy again with one job per device, second.
+/// device shares its cores or a job asks for several GPUs (`shared_cores`): the policy again with
+/// one job per device, second.
 std::vector<PolicyRun> standard_runs(const schedulers::Policy& policy, bool carbon = false, bool shared_cores = false,
                                      bool price = false);
 
@@ -138,6 +140,7 @@ struct PolicyMetrics {
   double makespan_seconds = 0.0;                 ///< first submission to last completion
   double wait_mean_seconds = 0.0;                ///< submit → start, over started jobs
   double wait_p95_seconds = 0.0;
+  double turnaround_mean_seconds = 0.0;  ///< submit → finish, over completed jobs
   std::size_t deadline_misses = 0;      ///< finished late, or unfinished with its deadline past at the end
   std::size_t max_energy_exceeded = 0;  ///< jobs whose true energy exceeded their max_energy_joules
   std::vector<Violation> violations;    ///< budget windows overrun (true spent > limit)

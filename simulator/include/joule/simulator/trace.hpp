@@ -19,8 +19,10 @@
 //                      (how much slower than at its device's defaults a knob setting may make
 //                      it: 0.1 is 10 %; replaces the policy's knobs.max_slowdown)
 //   priority           optional integer; higher first, then submission order
-//   resources          optional: {"cores": N}, as in POST /v1/jobs: on a device that shares its
-//                      cores (the cluster's `cores`) the job holds N of them beside other jobs
+//   resources          optional: {"cores": N} or {"gpus": N}, as in POST /v1/jobs: on a device
+//                      that shares its cores (the cluster's `cores`) the job holds N of them
+//                      beside other jobs; with gpus it runs on N GPUs of one node's profile at
+//                      once, each held whole (data-parallel: see world.hpp)
 //
 // Every error is "file:line: /json/pointer: message".
 
@@ -53,6 +55,7 @@ struct TraceJob {
   std::string owner;    ///< who submitted it (fair share, per-owner figures); empty: nobody in particular
   std::string project;  ///< its project (fair share with the policy's [[projects]] shares); empty: none
   int cores = 0;        ///< resources.cores; 0: none asked (it holds a whole device)
+  int gpus = 0;         ///< resources.gpus; 0: none asked (any one device)
   int line = 0;
 };
 

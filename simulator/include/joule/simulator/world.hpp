@@ -20,6 +20,15 @@
 //    truth as if alone; the estimate is the device model's, learnt on the whole device, as
 //    jouled's is (not yet per core count). Such a job gets no knob settings (they would reach
 //    the jobs beside it).
+//  - GPUs: a job asking for N GPUs (`resources.gpus`) runs data-parallel on N devices of one
+//    node's group (its `cuda:*` devices of one profile): each trains 1/N of the steps at the
+//    job's batch size, and after every step the gradients are all-reduced over a ring, taking
+//    2(N-1)/N × the parameters' bytes / kLinkBytesPerSecond + 2(N-1) × kLinkLatencySeconds, not
+//    overlapped with the backward pass, while every GPU draws its static power. The link
+//    figures are assumptions (an NVLink-class 100 GB/s per GPU, 10 µs per hop), not
+//    calibrated. Its estimate is estimator::across_gpus of the device model's (the overhead
+//    a stated prior, as jouled's); its one-GPU truth and estimate are kept too, for the run
+//    that gives each job one device.
 //  - Knobs: each profile's knob settings (SimulatedKnob) have their own truth; their estimate
 //    is the default's times an estimator::KnobResponse learnt by measuring THOR probe networks
 //    of the device's workload at every setting and at the defaults, as jouled would probe.
@@ -67,6 +76,10 @@ struct JobCost {
   /// On a device that shares its cores: its static power, all of it in `truth` (as if the job
   /// ran alone); side by side, the replay gives each job its share by cores instead.
   double static_watts = 0.0;
+  /// A job on several GPUs: `truth` and `estimate` are its run on all of them from this one;
+  /// these are the same job on this GPU alone (a run with one job per device).
+  std::optional<TrueCost> alone_truth;
+  std::optional<schedulers::Estimate> alone_estimate;
 };
 
 struct SimJob {
@@ -82,6 +95,7 @@ struct SimJob {
   std::optional<double> max_slowdown;
   int epochs = 1;              ///< progress reports: one per epoch
   int cores = 0;               ///< resources.cores; 0: a whole device
+  int gpus = 0;                ///< resources.gpus; 0: any one device
   std::vector<JobCost> costs;  ///< one per eligible device, in device order
 };
 
@@ -97,6 +111,9 @@ struct SimDevice {
   std::string profile;
   double idle_watts = 0.0;
   int cores = 0;  ///< shared among jobs that ask for cores; 0: one job at a time
+  /// A `cuda:*` device's GPU group ("node: profile"), as jouled groups a node's GPUs of one
+  /// model; empty: not a GPU.
+  std::string group;
 };
 
 struct World {
