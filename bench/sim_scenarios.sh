@@ -100,7 +100,8 @@ for scenario in scenarios:
                 return (e["joules"] + e["idle_joules_not_counted"]) / max(1, run["jobs"]["completed"])
             packing_rows.append((scenario, seed, per_hour(policy), per_hour(alone),
                                  policy["energy"]["per_completed_job_joules"], alone["energy"]["per_completed_job_joules"],
-                                 node_per_job(policy), node_per_job(alone), per_hour(by["oracle"])))
+                                 node_per_job(policy), node_per_job(alone), per_hour(by["oracle"]),
+                                 policy["turnaround_seconds"]["mean"], alone["turnaround_seconds"]["mean"]))
         if report["devices"] < 2:
             continue  # one device: no placement to compare against the baselines
         def ratio(other):
@@ -159,18 +160,23 @@ print("  less energy: 1 - +knobs / placement alone; oracle+knobs: the same with 
 print("  zeus-like/ll: what just-in-time power-limit tuning saves over its own least-loaded placement;")
 print("  +knobs/zeus: 1 - +knobs / zeus-like.  * : aim not met")
 if packing_rows:
-    print("\nPacking: the policy with jobs side by side on a device's cores against the same one job per device "
-          "(SIMULATED; server-cpu's slices, see simulator/include/joule/simulator/world.hpp). Aim: >= 3x the jobs an "
-          "hour at <= 10 % more energy per job")
+    print("\nPacking: the policy with jobs side by side on a device's cores, or on several GPUs at once, against the "
+          "same with one job per device (each on one GPU) (SIMULATED; server-cpu's slices and server-gpu's all-reduce, "
+          "see simulator/include/joule/simulator/world.hpp). Aim (cores): >= 3x the jobs an hour at <= 10 % more "
+          "energy per job")
     print(f"  {'scenario':<14} {'seed':>4} {'jobs/h':>7} {'alone':>7} {'ratio':>6} {'kJ/job':>7} {'alone':>7} "
-          f"{'change':>7} {'node kJ/job':>11} {'alone':>7} {'change':>7} {'oracle jobs/h':>13}")
-    for scenario, seed, rate, rate_alone, per_job, per_job_alone, node, node_alone, oracle_rate in packing_rows:
+          f"{'change':>7} {'node kJ/job':>11} {'alone':>7} {'change':>7} {'oracle jobs/h':>13} "
+          f"{'turnaround':>10} {'alone':>7}")
+    for (scenario, seed, rate, rate_alone, per_job, per_job_alone, node, node_alone, oracle_rate, turnaround,
+         turnaround_alone) in packing_rows:
         mark = lambda ok: "" if ok else " *"
         print(f"  {scenario:<14} {seed:>4} {rate:>7.1f} {rate_alone:>7.1f} {rate / rate_alone:>5.1f}x{mark(rate >= 3 * rate_alone):2}"
               f"{per_job / 1e3:>7.2f} {per_job_alone / 1e3:>7.2f} {(per_job / per_job_alone - 1) * 100:>+6.1f}%"
               f"{mark(per_job <= 1.1 * per_job_alone):2}{node / 1e3:>9.2f} {node_alone / 1e3:>7.2f} "
-              f"{(node / node_alone - 1) * 100:>+6.1f}% {oracle_rate:>13.1f}")
-    print("  node kJ/job: the jobs' energy and the device's idle draw until the last finish, per job.  * : aim not met")
+              f"{(node / node_alone - 1) * 100:>+6.1f}% {oracle_rate:>13.1f} {turnaround / 60:>8.1f}m "
+              f"{turnaround_alone / 60:>6.1f}m")
+    print("  node kJ/job: the jobs' energy and the device's idle draw until the last finish, per job; turnaround:")
+    print("  submission to finish, mean over completed jobs.  * : aim not met")
 if price_rows:
     print("\nPrices (cost of SIMULATED energy at each scenario's made-up prices per kWh): min-cost against run-now "
           "(min-energy) and fifo")
