@@ -19,7 +19,9 @@
 #include "../fakes/sysfs_fixtures.hpp"
 #include "counting_meter.hpp"
 #include "job_book.hpp"
+#include "joule/adapters/job_process.hpp"
 #include "joule/daemon/device_knobs.hpp"
+#include "joule/estimator/thread_count.hpp"
 #include "joule/worker/protocol.hpp"
 
 namespace joule::daemon {
@@ -40,6 +42,8 @@ struct FakeWorker {
   /// A cpufreq scaling_max_freq the stand-in reads as the device's clock cap: below its top
   /// (4.7 GHz) a step takes (4.7 GHz / cap)^0.5 as long and (cap / 4.7 GHz)^0.3 the energy.
   std::string clock_cap_file;
+  // A request at more threads than its template's one takes threads^-0.7 the time and
+  // threads^0.25 the energy, and its result says it ran at that count.
   /// Each reading of the same request (the same networks at the same batch) costs this much more
   /// than the one before (1, 1 + drift, 1 + 2 drift...): a device whose speed moves between
   /// readings of its reference network.
@@ -144,12 +148,17 @@ for n, path in enumerate(requests):
         sys.stderr.write("no LibTorch here\n")
         sys.exit(1)
     out = dict(template, batch_size=request["batch_size"])
+    threads = request.get("threads", 1)
+    out["environment"] = dict(template["environment"], threads=threads)
+    with open("{threads_log}", "a") as log:
+        log.write("%d\n" % threads)
     net = template["networks"][0]
     # Each layer costs in proportion to the size of its spec: networks cost the sum of their
     # layers, as THOR's subtraction assumes, so every probe decomposes into a positive layer.
     size = lambda network: sum(len(json.dumps(layer)) for layer in network["layers"]) / 100.0
-    out["networks"] = [dict(net, joules_per_step=net["joules_per_step"] * size(spec) * energy_factor * drifted,
-                            seconds_per_step=net["seconds_per_step"] * size(spec) * time_factor)
+    out["networks"] = [dict(net, joules_per_step=net["joules_per_step"] * size(spec) * energy_factor * drifted
+                                                 * threads ** 0.25,
+                            seconds_per_step=net["seconds_per_step"] * size(spec) * time_factor * threads ** -0.7)
                        for spec in request["networks"]]
     print(json.dumps(out), flush=True)
     with open("{done}", "a") as done:
@@ -164,7 +173,7 @@ for n, path in enumerate(requests):
                     fmt::arg("env_fails", fake.env_fails ? "True" : "False"),
                     fmt::arg("runtime_result", json(worker::to_json(runtime).dump()).dump()),
                     fmt::arg("cap_file", fake.clock_cap_file), fmt::arg("caps", (dir_ / "caps.log").string()),
-                    fmt::arg("drift", fake.drift)));
+                    fmt::arg("drift", fake.drift), fmt::arg("threads_log", (dir_ / "threads.log").string())));
     ::chmod(worker.c_str(), 0755);
     models_ = std::make_unique<ModelService>(io_, writer_, metrics_, [] {});
     ProbeServiceOptions options;
@@ -601,6 +610,53 @@ TEST_F(ProbeServiceTest, with_a_knob_goal_a_network_is_measured_at_each_setting_
     EXPECT_NEAR(line.seconds_ratio, std::pow(4700000.0 / cap, 0.5), 1e-6) << line.setting.label;
     EXPECT_NEAR(line.joules_ratio, std::pow(cap / 4700000.0, 0.3), 1e-6) << line.setting.label;
   }
+}
+
+// A queued job asking for cores of its own on a device that shares them: probing measures the
+// network whole at that thread count too (no knob goal needed), the worker at that count, and
+// the served model estimates the network there by the measured ratio.
+TEST_F(ProbeServiceTest, a_network_is_measured_at_the_thread_count_queued_jobs_ask_for) {
+  if (adapters::usable_cpus().size() < 2) GTEST_SKIP() << "a job asking for 2 cores needs a node with 2 CPUs";
+  device_table_.find("cpu")->shared_cores = 2;
+  ASSERT_FALSE(jobs_.chooses_settings());
+  // Queued until long after the test: it asks for 2 cores and waits its time.
+  const auto queued = submit(json{{"resources", {{"cores", 2}}},
+                                  {"constraints", {{"not_before", "2099-01-01T00:00:00Z"}}},
+                                  {"run", {{"command", {"true"}}}}});
+  ASSERT_TRUE(queued) << queued.error().message;
+  EXPECT_EQ(jobs_.core_counts("cpu"), std::vector<int>{2});
+
+  start_requested_only();
+  const json mlp = small_mlp();
+  ASSERT_TRUE(request_run_measuring(mlp, 3600));
+  auto measured_at_two = [&] {
+    for (const auto& s : shown()["whole_networks"].value("settings", json::array()))
+      if (s["knob"] == "threads" && s["value"] == 2 && s["networks"] == 1) return true;
+    return false;
+  };
+  ASSERT_TRUE(within(measured_at_two, 90s)) << shown().dump();
+  std::ifstream threads_log(dir_ / "threads.log");
+  std::set<std::string> counts;
+  for (std::string line; std::getline(threads_log, line);) counts.insert(line);
+  EXPECT_EQ(counts, (std::set<std::string>{"1", "2"})) << "workers at the device's count and at the job's";
+
+  const auto spec = estimator::parse_model_spec(mlp, "/model");
+  const auto models = models_->models();
+  ASSERT_TRUE(models.contains("cpu") && models.at("cpu"));
+  auto estimate = models.at("cpu")->estimate(*spec, estimator::TrainingConfig{8, 1, 800, "sgd", std::nullopt});
+  ASSERT_TRUE(estimate) << estimate.error().message;
+  ASSERT_EQ(estimate->settings.size(), 1u);
+  EXPECT_EQ(estimate->settings[0].basis, "measured");
+  EXPECT_NEAR(estimate->settings[0].seconds_ratio, std::pow(2.0, -0.7), 1e-6);
+  EXPECT_NEAR(estimate->settings[0].joules_ratio, std::pow(2.0, 0.25), 1e-6);
+  // A job at 2 cores is estimated there; at 3 (not measured) it says so.
+  estimator::Estimate at_two = *estimate;
+  EXPECT_TRUE(estimator::at_thread_count(at_two, 2, 1));
+  EXPECT_NEAR(at_two.seconds.mean, estimate->seconds.mean * std::pow(2.0, -0.7), 1e-9);
+  EXPECT_NE(at_two.warnings.back().find("measured whole at 2 threads"), std::string::npos) << at_two.warnings.back();
+  estimator::Estimate at_three = *estimate;
+  EXPECT_FALSE(estimator::at_thread_count(at_three, 3, 1));
+  EXPECT_NE(at_three.warnings.back().find("no network was measured at 3 yet"), std::string::npos);
 }
 
 // A setting the kernel refuses (here scaling_max_freq cannot be written) stores nothing, is not

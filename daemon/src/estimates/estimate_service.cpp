@@ -5,6 +5,7 @@
 #include "joule/daemon/thread_settings.hpp"
 #include "joule/estimator/data_parallel.hpp"
 #include "joule/estimator/runtime_cost.hpp"
+#include "joule/estimator/thread_count.hpp"
 
 namespace joule::daemon {
 
@@ -66,7 +67,9 @@ void EstimateService::finish_estimate(const schedulers::JobSpec& spec, std::vect
     auto& warnings = row.estimate->warnings;
     const Device* device = devices_.find(row.device);
     if (auto warning = thread_count_warning(spec.run.env, device ? device->threads : 0)) warnings.push_back(*warning);
-    if (auto warning = cores_warning(spec.resources.cores, device ? device->threads : 0)) warnings.push_back(*warning);
+    // At its own cores' thread count, where networks were measured at it (else a warning).
+    if (spec.resources.cores && device)
+      estimator::at_thread_count(*row.estimate, *spec.resources.cores, device->threads);
     if (spec.resources.gpus) {
       if (!device || device->gpu_group.empty())
         warnings.push_back(

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -336,6 +337,22 @@ std::string JobService::checked_key(const Job& job, const std::string& device, c
 
 bool JobService::chooses_settings() const {
   return scheduling_ && core().policy().knobs.goal != schedulers::KnobGoal::off;
+}
+
+std::vector<int> JobService::core_counts(const std::string& device) const {
+  // The newest jobs first, a bounded number: the counts in use, not every copy of them.
+  constexpr std::size_t kLooked = 4096;
+  std::set<int> counts;
+  std::size_t looked = 0;
+  for (auto it = by_sequence_.rbegin(); it != by_sequence_.rend() && looked < kLooked; ++it) {
+    const Job& job = *it->second;
+    if (job.state != JobState::queued) continue;
+    ++looked;
+    if (const int cores = job.spec.shared_cores();
+        cores > 0 && schedulers::device_allowed(job.spec.constraints, device))
+      counts.insert(cores);
+  }
+  return {counts.begin(), counts.end()};
 }
 
 void JobService::place(Job& job, Device& device, const schedulers::Placement& placement) {

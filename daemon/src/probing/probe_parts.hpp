@@ -190,7 +190,7 @@ struct ProbeService::Device {
     std::uint64_t model_revision = 0;
     std::uint64_t items_revision = 0;
     std::size_t tried = 0;
-    bool settings = false;  // whether the devices' knob settings were candidates
+    std::vector<estimator::KnobSetting> settings;  // the settings that were candidates
     struct Best {
       std::size_t item = 0;
       std::optional<estimator::KnobSetting> setting;

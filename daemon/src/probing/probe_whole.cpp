@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "joule/common/energy_source.hpp"
+#include "joule/estimator/thread_count.hpp"
 #include "joule/estimator/whole_network.hpp"
 #include "joule/worker/protocol.hpp"
 
@@ -35,6 +36,14 @@ std::string key_of(const estimator::WorkloadItem& item, const std::optional<esti
                                       setting ? &*setting : nullptr);
 }
 
+// A worker's environment as it would be at the device's own thread count: a measurement at a
+// thread count (the setting) differs from the model's conditions in that alone.
+std::string fingerprint_at_defaults(worker::WorkerEnvironment environment,
+                                    const std::optional<estimator::KnobSetting>& setting, int device_threads) {
+  if (setting && setting->knob == estimator::kThreadsKnob) environment.threads = device_threads;
+  return environment.fingerprint();
+}
+
 }  // namespace
 
 std::optional<ProbeService::NextProbe> ProbeService::next_whole(Device& device) {
@@ -46,8 +55,8 @@ std::optional<ProbeService::NextProbe> ProbeService::next_whole(Device& device) 
   const auto settings = settings_to_measure(device);
   auto& kept = device.whole_answer;
   if (!kept || kept->model_revision != model.revision() || kept->items_revision != device.whole_items_revision ||
-      kept->tried != tried || kept->settings != !settings.empty()) {
-    kept = Device::WholeAnswer{model.revision(), device.whole_items_revision, tried, !settings.empty(), std::nullopt};
+      kept->tried != tried || kept->settings != settings) {
+    kept = Device::WholeAnswer{model.revision(), device.whole_items_revision, tried, settings, std::nullopt};
     // One candidate per network, batch size and optimizer; its share of the workload sums over
     // the jobs that train it.
     std::vector<estimator::WholeNetworkCandidate> candidates;
@@ -124,10 +133,15 @@ std::optional<ProbeService::NextProbe> ProbeService::next_whole(Device& device) 
 }
 
 std::vector<estimator::KnobSetting> ProbeService::settings_to_measure(const Device& device) const {
-  if (!demand_.chooses_settings()) return {};
   const daemon::Device* where = table_.find(device.name);
   if (!where) return {};
-  auto choices = knob_choices(*where);
+  std::vector<estimator::KnobSetting> choices;
+  if (demand_.chooses_settings()) choices = knob_choices(*where);
+  if (where->shared_cores > 0) {
+    const int own = config::device_threads(*device.config, options_.probing);
+    for (const int cores : demand_.core_counts(device.name))
+      if (cores != own && cores <= where->shared_cores) choices.push_back(estimator::threads_setting(cores));
+  }
   if (choices.empty()) return choices;
   for (const auto& other : table_)
     if (other.node.empty() && !other.holds.empty()) return {};
@@ -144,7 +158,10 @@ void ProbeService::put_knobs_back(Running& probe) {
 
 void ProbeService::start_whole_probe(Device& device, const estimator::WorkloadItem& item,
                                      const std::optional<estimator::KnobSetting>& setting) {
-  const int threads = config::device_threads(*device.config, options_.probing);
+  // A thread count is the worker's own setting: nothing of the device's is set for it.
+  const bool at_threads = setting && setting->knob == estimator::kThreadsKnob;
+  const int threads =
+      at_threads ? static_cast<int>(setting->value) : config::device_threads(*device.config, options_.probing);
   const auto directory = open_probe_directory(device, "whole");
   worker::ProbeRequest request =
       probe_request(options_.probing, *device.config, device.name, threads, item.batch_size, next_run_++);
@@ -166,7 +183,8 @@ void ProbeService::start_whole_probe(Device& device, const estimator::WorkloadIt
   Running running;
   running.directory = directory;
   running.whole = item;
-  if (setting) {
+  if (at_threads) running.setting = setting;
+  if (setting && !at_threads) {
     // Set just before the worker starts, put back when it ends (a failed start drops `running`,
     // whose controls put the originals back as they go).
     const daemon::Device* where = table_.find(device.name);
@@ -228,7 +246,10 @@ void ProbeService::on_whole_exit(Device& device, Running& probe, const std::opti
                             !why.empty() ? why
                             : result     ? "no result"
                                          : result.error().message);
-    } else if (result->environment.fingerprint() != device.environment || result->meter_source != device.source) {
+    } else if (fingerprint_at_defaults(result->environment, probe.setting,
+                                       config::device_threads(*device.config, options_.probing)) !=
+                   device.environment ||
+               result->meter_source != device.source) {
       // Not comparable with the layers it would be set beside: the next layer probe notices
       // the change and re-probes.
       failure = fmt::format(

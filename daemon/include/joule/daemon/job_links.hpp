@@ -73,6 +73,9 @@ class JobDemand {
   /// Whether placement chooses knob settings for jobs (the policy's knobs.goal): only then are
   /// networks worth measuring at the devices' settings.
   virtual bool chooses_settings() const { return false; }
+  /// The numbers of cores queued jobs that may run on `device` ask for (resources.cores), in
+  /// increasing order: the thread counts its networks are worth measuring at.
+  virtual std::vector<int> core_counts(const std::string& /*device*/) const { return {}; }
 };
 
 /// The collaborators the book is built with; each may be null (tests, tools) and outlives it.

@@ -182,6 +182,7 @@ class JobService final : public JobDemand {
   bool work_waiting_for(const std::string& device) const override;
   std::vector<estimator::WorkloadItem> workload(std::size_t recent) const override;
   bool chooses_settings() const override;
+  std::vector<int> core_counts(const std::string& device) const override;
 
  private:
   using Job = JobRecord;

@@ -162,9 +162,11 @@ class ProbeService {
   std::optional<NextProbe> next_whole(Device& device);
   void start_whole_probe(Device& device, const estimator::WorkloadItem& item,
                          const std::optional<estimator::KnobSetting>& setting = std::nullopt);
-  /// The knob settings the workload's networks may be measured at on `device` now: its
-  /// knob_choices while placement chooses settings (policy knobs.goal) and no job holds any of
-  /// this node's devices (a setting reaches beyond the device: a CPU cap slows every process).
+  /// The settings the workload's networks may be measured at on `device` now, while no job holds
+  /// any of this node's devices (a setting reaches beyond the device: a CPU cap slows every
+  /// process, and more threads take cores jobs would use): its knob_choices while placement
+  /// chooses settings (policy knobs.goal), and on a device that shares its cores the thread
+  /// counts queued jobs ask for (resources.cores) other than its own, up to its cores.
   std::vector<estimator::KnobSetting> settings_to_measure(const Device& device) const;
   /// Puts back the knob setting a measurement set, at once (the job that pre-empts it may set
   /// its own next).

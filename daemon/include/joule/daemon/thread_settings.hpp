@@ -48,14 +48,4 @@ inline std::optional<std::string> thread_count_warning(const std::map<std::strin
   return std::nullopt;
 }
 
-/// A note for the estimate when the job asks for another number of cores (resources.cores) than
-/// `device_threads`, the thread count the device's model is learnt at.
-inline std::optional<std::string> cores_warning(const std::optional<int>& cores, int device_threads) {
-  if (!cores || device_threads <= 0 || *cores == device_threads) return std::nullopt;
-  return fmt::format(
-      "resources.cores = {} runs it at {} thread{}, but this device's model is learnt at {} thread{}: the estimate "
-      "is outside what was probed",
-      *cores, *cores, *cores == 1 ? "" : "s", device_threads, device_threads == 1 ? "" : "s");
-}
-
 }  // namespace joule::daemon

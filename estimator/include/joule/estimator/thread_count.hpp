@@ -1,0 +1,28 @@
+#pragma once
+// A job on another number of threads than its device's model was learnt at (resources.cores):
+// the device measures networks whole at the thread counts queued jobs ask for, and a network's
+// estimate at such a count is a setting of the `threads` knob like any other (its own reading's
+// ratio to the defaults, or a response fitted over the networks that were measured there).
+
+#include <optional>
+#include <string>
+
+#include "joule/estimator/device_energy_model.hpp"
+#include "joule/estimator/knob_response.hpp"
+
+namespace joule::estimator {
+
+/// The knob a thread count is measured under: not a device's setting, the worker's own.
+inline constexpr const char* kThreadsKnob = "threads";
+
+/// The setting of `threads` threads ("4 threads").
+KnobSetting threads_setting(int threads);
+
+/// `estimate` (at the device's `device_threads`) for a job that runs at `threads`: where the
+/// estimate has a line for that count, its figures become the line's (noted, with its basis) and
+/// true is returned; otherwise a warning says the estimate is outside what was probed, and false.
+/// Either way the knob settings' lines are dropped: they are ratios to the defaults' figures,
+/// and a job on cores of its own is not given settings (they would reach the jobs beside it).
+bool at_thread_count(Estimate& estimate, int threads, int device_threads);
+
+}  // namespace joule::estimator

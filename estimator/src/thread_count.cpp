@@ -1,0 +1,43 @@
+#include "joule/estimator/thread_count.hpp"
+
+#include <fmt/format.h>
+
+namespace joule::estimator {
+
+KnobSetting threads_setting(int threads) {
+  return KnobSetting{kThreadsKnob, static_cast<double>(threads),
+                     fmt::format("{} thread{}", threads, threads == 1 ? "" : "s")};
+}
+
+bool at_thread_count(Estimate& estimate, int threads, int device_threads) {
+  if (threads <= 0 || device_threads <= 0 || threads == device_threads) return false;
+  const KnobSetting wanted = threads_setting(threads);
+  const SettingLine* line = nullptr;
+  for (const auto& candidate : estimate.settings)
+    if (candidate.setting == wanted) line = &candidate;
+  if (!line) {
+    estimate.settings.clear();
+    estimate.warnings.push_back(fmt::format(
+        "resources.cores = {} runs it at {} thread{}, but this device's model is learnt at {} thread{} and no "
+        "network was measured at {} yet: the estimate is outside what was probed",
+        threads, threads, threads == 1 ? "" : "s", device_threads, device_threads == 1 ? "" : "s", threads));
+    return false;
+  }
+  const SettingLine found = *line;
+  estimate.joules = found.joules;
+  estimate.seconds = found.seconds;
+  estimate.settings.clear();
+  estimate.warnings.push_back(
+      found.basis == "measured"
+          ? fmt::format("at {} (resources.cores): this network was measured whole at {} and at the device's {} "
+                        "thread{}, and scaled by their ratio ({:.2f}x the joules, {:.2f}x the time)",
+                        found.setting.label, found.setting.label, device_threads, device_threads == 1 ? "" : "s",
+                        found.joules_ratio, found.seconds_ratio)
+          : fmt::format("at {} (resources.cores): scaled by what {} networks measured at {} and at {} thread{} "
+                        "predict for this one ({:.2f}x the joules, {:.2f}x the time)",
+                        found.setting.label, found.samples, found.setting.label, device_threads,
+                        device_threads == 1 ? "" : "s", found.joules_ratio, found.seconds_ratio));
+  return true;
+}
+
+}  // namespace joule::estimator
