@@ -33,7 +33,7 @@ std::uint64_t mix(std::uint64_t seed, std::uint64_t stream, std::uint64_t index)
   return z ^ (z >> 31);
 }
 
-enum Stream : std::uint64_t { kProbeNoise = 1, kCampaign = 2, kJobFactor = 3 };
+enum Stream : std::uint64_t { kProbeNoise = 1, kCampaign = 2, kJobFactor = 3, kCoresProbe = 4 };
 
 std::string analysis_key(const TraceJob& job) { return fmt::format("{}@{}", job.model_key, job.training.batch_size); }
 
@@ -73,6 +73,23 @@ MedianStep median_step(estimator::SimulatedDevice& hardware, const std::vector<e
   out.joules = joules[2];
   out.seconds = seconds[2];
   return out;
+}
+
+// A network at `cores` of a device that shares `shared` of them, against the whole device, as
+// jouled's probes measure it (estimator/thread_count.hpp): the worker at that many threads on
+// the otherwise idle device, metered whole (the slice's dynamic energy, all of the device's
+// static power), the median of 5 noisy steps each.
+estimator::RatioPrediction measure_at_cores(const estimator::SimulatedProfile& whole, int cores, int shared,
+                                            const std::vector<estimator::AnalyzedLayer>& layers,
+                                            const std::string& loss, const std::string& optimizer, std::uint64_t seed) {
+  const estimator::SimulatedProfile slice = estimator::cores_slice(whole, cores, shared);
+  estimator::SimulatedDevice on_slice(slice, seed);
+  estimator::SimulatedDevice on_whole(whole, seed + 1);
+  MedianStep at = median_step(on_slice, layers, loss, optimizer, estimator::SimulatedSetting{});
+  at.joules += (whole.static_watts - slice.static_watts) * at.seconds;
+  const MedianStep base = median_step(on_whole, layers, loss, optimizer, estimator::SimulatedSetting{});
+  return {at.seconds / base.seconds, std::hypot(at.seconds_log_std, base.seconds_log_std), at.joules / base.joules,
+          std::hypot(at.joules_log_std, base.joules_log_std)};
 }
 
 // knob_probes = networks: each workload network measured at every setting and at the defaults
@@ -342,6 +359,16 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
       }
       if (models[d]) {
         auto estimate = models[d]->estimate(layers, job.training);
+        if (estimate && on_slice) {
+          // jouled's estimate at the job's core count: the network measured at it and whole.
+          const auto ratio = measure_at_cores(truths[d].profile(), job.cores, shared, layers, job.model.loss,
+                                              job.training.optimizer, mix(options.seed, kCoresProbe, j * 4096 + d));
+          const double joules_relative = estimate->joules.mean > 0 ? estimate->joules.std / estimate->joules.mean : 0;
+          estimate->joules = {
+              estimate->joules.mean * ratio.energy_ratio,
+              estimate->joules.mean * ratio.energy_ratio * std::hypot(joules_relative, ratio.energy_log_std)};
+          estimate->seconds = {estimate->seconds.mean * ratio.time_ratio, estimate->seconds.std * ratio.time_ratio};
+        }
         if (estimate && data_parallel) {
           cost.alone_estimate =
               schedulers::Estimate{estimate->joules.mean, estimate->joules.std, estimate->seconds.mean};

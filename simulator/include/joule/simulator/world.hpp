@@ -17,9 +17,10 @@
 //  - Cores: on a device that shares its cores (the cluster's `cores`), a job asking for k of
 //    its C cores runs at the truth of estimator::cores_slice (k/C of the compute, bandwidth and
 //    static power; the step's serial part as it is), with the device's whole static power in its
-//    truth as if alone; the estimate is the device model's, learnt on the whole device, as
-//    jouled's is (not yet per core count). Such a job gets no knob settings (they would reach
-//    the jobs beside it).
+//    truth as if alone; the estimate is the device model's scaled as jouled scales it at the
+//    job's core count: the network measured (5 noisy steps each) on the slice, metered whole,
+//    and on the whole device. Such a job gets no knob settings (they would reach the jobs
+//    beside it).
 //  - GPUs: a job asking for N GPUs (`resources.gpus`) runs data-parallel on N devices of one
 //    node's group (its `cuda:*` devices of one profile): each trains 1/N of the steps at the
 //    job's batch size, and after every step the gradients are all-reduced over a ring, taking
