@@ -131,6 +131,18 @@ def carbon_campus():
         out.write(CAMPUS_POLICY)
 
 
+def write_scenario(name, cluster, policy, jobs):
+    """A scenario's directory: its cluster and policy files, and its jobs in order of arrival."""
+    os.makedirs(os.path.join(HERE, name), exist_ok=True)
+    with open(os.path.join(HERE, name, "cluster.toml"), "w") as out:
+        out.write(cluster)
+    with open(os.path.join(HERE, name, "policy.toml"), "w") as out:
+        out.write(policy)
+    with open(os.path.join(HERE, name, "trace.jsonl"), "w") as out:
+        for entry in sorted(jobs, key=lambda e: e["at"]):
+            out.write(json.dumps(entry) + "\n")
+
+
 CPU_PAIR_CLUSTER = """## cpu-pair (held out): two 64-core CPU servers (server-cpu) a department shares; a morning
 ## backlog of 80 jobs, then 15 an hour over the day; jobs ask for 2 to 32 cores, one in eight for a
 ## whole server. Written by make_traces.py (seed 6464) for the packing figures of issue 36.
@@ -174,14 +186,7 @@ def cpu_pair():
         if rng.random() < 0.1:
             entry["priority"] = 1
         jobs.append(entry)
-    os.makedirs(os.path.join(HERE, "cpu-pair"), exist_ok=True)
-    with open(os.path.join(HERE, "cpu-pair", "cluster.toml"), "w") as out:
-        out.write(CPU_PAIR_CLUSTER)
-    with open(os.path.join(HERE, "cpu-pair", "policy.toml"), "w") as out:
-        out.write(CPU_PAIR_POLICY)
-    with open(os.path.join(HERE, "cpu-pair", "trace.jsonl"), "w") as out:
-        for entry in sorted(jobs, key=lambda e: e["at"]):
-            out.write(json.dumps(entry) + "\n")
+    write_scenario("cpu-pair", CPU_PAIR_CLUSTER, CPU_PAIR_POLICY, jobs)
 
 
 GPU_PAIR_DEVICES = ", ".join(f'{{name = "cuda:{i}", profile = "server-gpu", probes = 300}}' for i in range(4))
@@ -227,14 +232,7 @@ def gpu_pair():
         if rng.random() < 0.1:
             entry["priority"] = 1
         jobs.append(entry)
-    os.makedirs(os.path.join(HERE, "gpu-pair"), exist_ok=True)
-    with open(os.path.join(HERE, "gpu-pair", "cluster.toml"), "w") as out:
-        out.write(GPU_PAIR_CLUSTER)
-    with open(os.path.join(HERE, "gpu-pair", "policy.toml"), "w") as out:
-        out.write(GPU_PAIR_POLICY)
-    with open(os.path.join(HERE, "gpu-pair", "trace.jsonl"), "w") as out:
-        for entry in sorted(jobs, key=lambda e: e["at"]):
-            out.write(json.dumps(entry) + "\n")
+    write_scenario("gpu-pair", GPU_PAIR_CLUSTER, GPU_PAIR_POLICY, jobs)
 
 
 if __name__ == "__main__":
