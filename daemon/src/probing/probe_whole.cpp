@@ -216,7 +216,10 @@ void ProbeService::start_whole_probe(Device& device, const estimator::WorkloadIt
   if (!launch_probe(device, spec, "whole-network probe", std::move(running))) return;
   spdlog::info("device {}: measuring network {} whole at batch {} ({}){}", device.name,
                item.model.name.empty() ? estimator::network_signature(item.model) : item.model.name, item.batch_size,
-               item.optimizer, setting ? fmt::format(" at {} {}", setting->knob, setting->label) : "");
+               item.optimizer,
+               !setting     ? std::string()
+               : at_threads ? " at " + setting->label
+                            : fmt::format(" at {} {}", setting->knob, setting->label));
 }
 
 void ProbeService::on_whole_exit(Device& device, Running& probe, const std::optional<adapters::ExitStatus>& exit,
