@@ -1,6 +1,9 @@
 #include "joule/estimator/thread_count.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace joule::estimator {
 
@@ -38,6 +41,33 @@ bool at_thread_count(Estimate& estimate, int threads, int device_threads) {
                         found.setting.label, found.samples, found.setting.label, device_threads,
                         device_threads == 1 ? "" : "s", found.joules_ratio, found.seconds_ratio));
   return true;
+}
+
+std::vector<int> over_core_range(Estimate& estimate, int low, int high, int device_threads) {
+  std::vector<int> counts;
+  if (device_threads >= low && device_threads <= high) counts.push_back(device_threads);
+  std::vector<SettingLine> kept;
+  for (auto& line : estimate.settings) {
+    if (line.setting.knob != kThreadsKnob) continue;
+    const int count = static_cast<int>(line.setting.value);
+    if (count < low || count > high || count == device_threads) continue;
+    counts.push_back(count);
+    kept.push_back(std::move(line));
+  }
+  estimate.settings = std::move(kept);
+  std::sort(counts.begin(), counts.end());
+  if (counts.empty()) {
+    estimate.warnings.push_back(fmt::format(
+        "resources.cores {}-{}: no count in the range has been measured on this device yet (its model is learnt at "
+        "{} thread{}): it runs at {}, its estimate outside what was probed",
+        low, high, device_threads, device_threads == 1 ? "" : "s", low));
+    return counts;
+  }
+  estimate.warnings.push_back(fmt::format(
+      "resources.cores {}-{}: placement chooses among the counts measured in the range ({}); the figures above are "
+      "at {} thread{}",
+      low, high, fmt::join(counts, ", "), device_threads, device_threads == 1 ? "" : "s"));
+  return counts;
 }
 
 }  // namespace joule::estimator

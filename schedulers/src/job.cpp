@@ -158,10 +158,36 @@ Result<Resources> parse_resources(const json& input) {
   for (const auto& [key, value] : input.items()) {
     const std::string where = "/resources/" + key;
     if (key == "cores") {
-      const bool whole = value.is_number_unsigned() || value.is_number_integer();
-      if (!whole || value.get<std::int64_t>() < 1 || value.get<std::int64_t>() > kMaxCores)
-        return invalid(fmt::format("resources.cores must be a whole number of cores from 1 to {}", kMaxCores), where);
-      resources.cores = static_cast<int>(value.get<std::int64_t>());
+      auto count = [&](const json& number) -> std::optional<int> {
+        const bool whole = number.is_number_unsigned() || number.is_number_integer();
+        if (!whole || number.get<std::int64_t>() < 1 || number.get<std::int64_t>() > kMaxCores) return std::nullopt;
+        return static_cast<int>(number.get<std::int64_t>());
+      };
+      if (value.is_object()) {
+        // A range: placement chooses the count.
+        for (const auto& [bound, number] : value.items()) {
+          if (bound != "min" && bound != "max")
+            return invalid(fmt::format("resources.cores: unknown field \"{}\" (known: min, max)", bound),
+                           where + "/" + bound);
+          if (!count(number))
+            return invalid(
+                fmt::format("resources.cores.{} must be a whole number of cores from 1 to {}", bound, kMaxCores),
+                where + "/" + bound);
+        }
+        if (!value.contains("min") || !value.contains("max"))
+          return invalid("resources.cores as a range needs both min and max: {\"min\": 2, \"max\": 8}", where);
+        resources.cores = count(value["min"]);
+        resources.cores_max = count(value["max"]);
+        if (*resources.cores_max < *resources.cores)
+          return invalid("resources.cores.max must be at least its min", where + "/max");
+        continue;
+      }
+      if (!count(value))
+        return invalid(fmt::format("resources.cores must be a whole number of cores from 1 to {}, or {{\"min\": a, "
+                                   "\"max\": b}}",
+                                   kMaxCores),
+                       where);
+      resources.cores = count(value);
     } else if (key == "gpus") {
       const bool whole = value.is_number_unsigned() || value.is_number_integer();
       if (!whole || value.get<std::int64_t>() < 1 || value.get<std::int64_t>() > kMaxGpus)
@@ -391,7 +417,10 @@ json to_json(const JobSpec& spec) {
   if (spec.model) out["model"] = estimator::to_json(*spec.model);
   if (spec.training) out["training"] = estimator::to_json(*spec.training);
   if (!spec.knobs.empty()) out["knobs"] = to_json(spec.knobs);
-  if (spec.resources.cores) out["resources"]["cores"] = *spec.resources.cores;
+  if (spec.resources.cores && spec.resources.cores_max)
+    out["resources"]["cores"] = {{"min", *spec.resources.cores}, {"max", *spec.resources.cores_max}};
+  else if (spec.resources.cores)
+    out["resources"]["cores"] = *spec.resources.cores;
   if (spec.resources.gpus) out["resources"]["gpus"] = *spec.resources.gpus;
   if (!spec.project.empty()) out["project"] = spec.project;
   return out;

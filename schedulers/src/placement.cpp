@@ -474,9 +474,11 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     // Whether the job could start on the candidate's device now: it fits, and it ends before an
     // earlier job that waits for the device's cores is expected to start (without an estimate
     // it cannot say, so it waits too).
+    // The cores a candidate holds: its own count, else the job's.
+    auto cores_of = [&](const Candidate& candidate) { return candidate.cores > 0 ? candidate.cores : job->cores; };
     auto starts_now = [&](const Candidate& candidate) {
       const DeviceView& view = views[candidate.device];
-      if (!fits_now(view, job->cores)) return false;
+      if (!fits_now(view, cores_of(candidate))) return false;
       if (job->gpus > 1 && !gang_beside(candidate.device, candidate.estimate).now) return false;
       if (!view.held_for) return true;
       return candidate.estimate && finish_after(now, candidate.estimate->seconds_mean) <= *view.held_for;
@@ -498,10 +500,11 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
           if (wants(WaitReason::Kind::unavailable)) note_reason(std::move(*why));
           return;
         }
-      if (view.cores > 0 && job->cores > view.cores) {
+      if (view.cores > 0 && cores_of(candidate) > view.cores) {
         if (wants(WaitReason::Kind::unavailable))
           note_reason({WaitReason::Kind::unavailable,
-                       fmt::format("it asks for {} cores; {} shares {}", job->cores, where(), view.cores), where()});
+                       fmt::format("it asks for {} cores; {} shares {}", cores_of(candidate), where(), view.cores),
+                       where()});
         return;
       }
       ++eligible;
@@ -858,11 +861,12 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     const double seconds = best.estimate ? best.estimate->seconds_mean : 0.0;
     const Gang gang = gang_beside(d, best.candidate->estimate);
     if (!starts_now(*best.candidate)) {
-      const std::string wanted =
-          view.cores > 0 && job->cores > 0
-              ? fmt::format("{} of {}'s cores ({} of {} held)", job->cores, where, view.cores_held, view.cores)
-          : job->gpus > 1 ? fmt::format("{} GPUs of {}, {} first", job->gpus, devices[d].group, where)
-                          : where;
+      const std::string wanted = view.cores > 0 && cores_of(*best.candidate) > 0
+                                     ? fmt::format("{} of {}'s cores ({} of {} held)", cores_of(*best.candidate), where,
+                                                   view.cores_held, view.cores)
+                                 : job->gpus > 1
+                                     ? fmt::format("{} GPUs of {}, {} first", job->gpus, devices[d].group, where)
+                                     : where;
       const UnixMillis free_at = std::max(view.available_at, gang.ready);
       WaitReason why{
           WaitReason::Kind::device_busy,
@@ -945,7 +949,9 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     placement.rates = rates_over(devices[d], best.run_start, best.finish);
     if (misses_deadline) placement.note += "; no device can meet its deadline, so it runs where it finishes first";
 
-    placement.cores = view.cores > 0 && job->cores > 0 ? job->cores : 0;
+    placement.cores = view.cores > 0 && cores_of(*best.candidate) > 0 ? cores_of(*best.candidate) : 0;
+    if (best.candidate->cores > 0 && placement.cores > 0)
+      placement.note += fmt::format("; on {} cores", placement.cores);
     if (placement.cores > 0)
       view.cores_held += placement.cores;
     else
@@ -1036,9 +1042,10 @@ std::optional<WaitReason> Placer::never_fits(UnixMillis now, std::span<const Dev
         continue;
       }
     const std::string where = device.ref.qualified();
-    if (device.cores > 0 && job.cores > device.cores) {
+    const int cores = candidate.cores > 0 ? candidate.cores : job.cores;
+    if (device.cores > 0 && cores > device.cores) {
       reason = WaitReason{WaitReason::Kind::unavailable,
-                          fmt::format("it asks for {} cores; {} shares {}", job.cores, where, device.cores), where};
+                          fmt::format("it asks for {} cores; {} shares {}", cores, where, device.cores), where};
       continue;
     }
     // Nothing known yet: it may fit, unless the job's own max_energy_joules (what it would

@@ -4,6 +4,8 @@
 #include "joule/daemon/job_service.hpp"
 #include "jobs/job_record.hpp"
 
+#include "joule/adapters/job_process.hpp"
+#include "joule/estimator/thread_count.hpp"
 #include "joule/schedulers/time_format.hpp"
 
 #include <fmt/format.h>
@@ -673,6 +675,47 @@ TEST_F(JobServiceTest,
   cancelled.reset();
   jobs_.cancel(plain, [&](joule::Result<joule::daemon::JobView> result) { cancelled = rendered(result); });
   ASSERT_TRUE(run_until([&] { return state_of(plain) == "cancelled"; }));
+}
+
+// A job that lets placement choose its cores (resources.cores {min, max}) runs at the count the
+// device's figures make cheapest, holds that many, and its threads and CPUs follow; counts the
+// device has no figures for are not chosen.
+TEST_F(JobServiceTest, a_job_with_a_range_of_cores_runs_at_the_cheapest_count_measured) {
+  if (joule::adapters::usable_cpus().size() < 2) GTEST_SKIP() << "needs a node with 2 CPUs";
+  joule::daemon::Device& cpu = *device_table_.find("cpu");
+  cpu.shared_cores = 2;
+  cpu.threads = 1;
+  // 100 J in 60 s at the device's 1 thread; 70 J in 40 s measured at 2 threads.
+  estimate_with([](const joule::schedulers::JobSpec&) {
+    auto rows = rapl_estimate("cpu", 100.0);
+    rows[0].estimate->settings.push_back(
+        {joule::estimator::threads_setting(2), "measured", 0.7, 0.02, 0.67, 0.02, 1, {70.0, 3.5}, {40.0, 2.0}});
+    return rows;
+  });
+  auto submitted =
+      submit({{"run", {{"command", {"/bin/sleep", "30"}}}},
+              {"model", {{"input", {{"shape", {1, 8}}}}, {"layers", {{{"type", "linear"}, {"out_features", 2}}}}}},
+              {"training", {{"batch_size", 8}, {"epochs", 1}, {"samples_per_epoch", 64}}},
+              {"resources", {{"cores", {{"min", 1}, {"max", 2}}}}},
+              {"constraints", {{"devices", {"cpu"}}}}});
+  ASSERT_TRUE(submitted) << submitted.error().message;
+  const std::string id = (*submitted)["id"];
+  ASSERT_TRUE(run_until([&] { return state_of(id) == "running"; }));
+  const json job = shown(id).value();
+  EXPECT_TRUE(std::any_of(job["events"].begin(), job["events"].end(), [](const json& event) {
+    return event["message"].get<std::string>().find("(2 of resources.cores 1-2, placement's choice)") !=
+           std::string::npos;
+  })) << job.dump(2);
+  EXPECT_EQ(cpu.cores_held(), 2);
+  // Stored, for a restart to hold as many again.
+  const auto stored = database_->load_current_jobs(0).value();
+  const auto row = std::find_if(stored.begin(), stored.end(), [&](const auto& r) { return r.id == id; });
+  ASSERT_NE(row, stored.end());
+  EXPECT_EQ(row->cores, 2);
+  std::optional<joule::Result<json>> cancelled;
+  jobs_.cancel(id, [&](joule::Result<joule::daemon::JobView> result) { cancelled = rendered(result); });
+  ASSERT_TRUE(run_until([&] { return state_of(id) == "cancelled"; }));
+  EXPECT_EQ(cpu.cores_held(), 0);
 }
 
 namespace {

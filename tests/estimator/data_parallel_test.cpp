@@ -42,3 +42,51 @@ TEST(DataParallelTest, one_gpu_is_left_as_it_is_and_the_default_overhead_says_it
 
 }  // namespace
 }  // namespace joule::estimator
+
+#include "joule/estimator/thread_count.hpp"
+
+namespace joule::estimator {
+namespace {
+
+Estimate with_thread_lines() {
+  Estimate estimate;
+  estimate.joules = {100.0, 10.0};
+  estimate.seconds = {60.0, 6.0};
+  for (const auto& [threads, joules, seconds] : {std::tuple{2, 90.0, 35.0}, {4, 110.0, 20.0}, {16, 200.0, 10.0}}) {
+    SettingLine line;
+    line.setting = threads_setting(threads);
+    line.basis = "measured";
+    line.joules = {joules, 0.1 * joules};
+    line.seconds = {seconds, 0.1 * seconds};
+    estimate.settings.push_back(line);
+  }
+  SettingLine knob;
+  knob.setting = KnobSetting{"cpu_max_frequency_mhz", 2000.0, "2000 MHz"};
+  estimate.settings.push_back(knob);
+  return estimate;
+}
+
+TEST(ThreadCountTest, a_range_keeps_the_counts_measured_in_it_and_names_them) {
+  Estimate estimate = with_thread_lines();
+  EXPECT_EQ(over_core_range(estimate, 1, 8, 1), (std::vector<int>{1, 2, 4}));
+  ASSERT_EQ(estimate.settings.size(), 2u) << "16 threads and the knob's line are dropped";
+  EXPECT_NE(estimate.warnings.back().find("among the counts measured in the range (1, 2, 4)"), std::string::npos)
+      << estimate.warnings.back();
+  Estimate none = with_thread_lines();
+  EXPECT_TRUE(over_core_range(none, 5, 8, 1).empty());
+  EXPECT_NE(none.warnings.back().find("it runs at 5"), std::string::npos) << none.warnings.back();
+}
+
+TEST(ThreadCountTest, a_fixed_count_takes_its_lines_figures) {
+  Estimate estimate = with_thread_lines();
+  EXPECT_TRUE(at_thread_count(estimate, 4, 1));
+  EXPECT_DOUBLE_EQ(estimate.joules.mean, 110.0);
+  EXPECT_DOUBLE_EQ(estimate.seconds.mean, 20.0);
+  EXPECT_TRUE(estimate.settings.empty());
+  Estimate same = with_thread_lines();
+  EXPECT_FALSE(at_thread_count(same, 1, 1)) << "the device's own count: its figures as they are";
+  EXPECT_DOUBLE_EQ(same.joules.mean, 100.0);
+}
+
+}  // namespace
+}  // namespace joule::estimator

@@ -220,6 +220,31 @@ TEST(JobSpecTest, resources_ask_for_cores_checked_by_field_and_round_trip) {
   }
 }
 
+TEST(JobSpecTest, resources_cores_may_be_a_range_placement_chooses_from) {
+  json body = minimal_job();
+  body["resources"] = {{"cores", {{"min", 2}, {"max", 8}}}};
+  auto spec = parse_job_spec(body);
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->resources.cores, 2);
+  EXPECT_EQ(spec->resources.cores_max, 8);
+  EXPECT_TRUE(spec->chooses_cores());
+  EXPECT_EQ(spec->shared_cores(), 2) << "its least, until placement chooses";
+  EXPECT_EQ(joule::schedulers::to_json(*spec)["resources"], body["resources"]);
+  body["resources"] = {{"cores", {{"min", 4}, {"max", 4}}}};
+  EXPECT_FALSE(parse_job_spec(body)->chooses_cores()) << "one count: nothing to choose";
+  const std::vector<std::pair<json, std::string>> bad = {
+      {{{"cores", {{"min", 0}, {"max", 4}}}}, "/resources/cores/min"},
+      {{{"cores", {{"min", 2}, {"max", 5000}}}}, "/resources/cores/max"},
+      {{{"cores", {{"min", 4}, {"max", 2}}}}, "/resources/cores/max"},
+      {{{"cores", {{"min", 2}}}}, "/resources/cores"},
+      {{{"cores", {{"min", 2}, {"max", 4}, {"step", 2}}}}, "/resources/cores/step"},
+  };
+  for (const auto& [resources, pointer] : bad) {
+    body["resources"] = resources;
+    EXPECT_EQ(error_pointer(body), pointer) << resources;
+  }
+}
+
 TEST(JobSpecTest, resources_ask_for_gpus_held_whole_by_one_job) {
   json body = minimal_job();
   body["resources"] = {{"gpus", 4}};

@@ -205,5 +205,46 @@ TEST(SharedCoresTest, min_energy_packs_a_cheaper_shared_device_before_a_dearer_f
   EXPECT_EQ(pass.placements[0].cores, 1);
 }
 
+TEST(SharedCoresTest, a_job_that_lets_placement_choose_its_cores_runs_at_the_cheapest_count_that_fits) {
+  // 2 cores: 100 J in 60 s; 4 cores: 80 J in 25 s; 8 cores: 120 J in 15 s.
+  PendingJob ranged = job("ranged", 2, 100.0, 60.0, 1);
+  ranged.candidates.front().cores = 2;
+  for (const auto& [cores, joules, seconds] : {std::tuple{4, 80.0, 25.0}, {8, 120.0, 15.0}}) {
+    Candidate at{0, Estimate{joules, 0.1 * joules, seconds}, std::nullopt, {}};
+    at.cores = cores;
+    ranged.candidates.push_back(at);
+  }
+  {
+    SchedulingCore core;
+    core.enqueue(ranged, 1);
+    const PassResult pass = core.place(kNow, {shared_device("cpu", 8)});
+    ASSERT_EQ(pass.placements.size(), 1u);
+    EXPECT_EQ(pass.placements[0].cores, 4);
+    EXPECT_NE(pass.placements[0].note.find("on 4 cores"), std::string::npos) << pass.placements[0].note;
+  }
+  {
+    // Only 3 cores free: 2 fits now, but 4 is cheaper beyond the estimates' spread (80 J against
+    // 100 J, σ of the difference 12.8 J): min-energy waits for 4 of them.
+    DeviceStatus cpu = shared_device("cpu", 8);
+    cpu.cores_held = 5;
+    cpu.busy_until = kNow + 600'000;
+    SchedulingCore core;
+    core.enqueue(ranged, 1);
+    const PassResult pass = core.place(kNow, {cpu});
+    EXPECT_TRUE(pass.placements.empty());
+    const auto why = reasons(pass);
+    ASSERT_TRUE(why.contains("ranged"));
+    EXPECT_NE(why.at("ranged").message.find("4 of n1/cpu's cores"), std::string::npos) << why.at("ranged").message;
+    // Were 2 cores as cheap (within the spread), it would run on them now.
+    PendingJob close = ranged;
+    close.candidates[0].estimate->joules_mean = 85.0;
+    SchedulingCore other;
+    other.enqueue(close, 1);
+    const PassResult now = other.place(kNow, {cpu});
+    ASSERT_EQ(now.placements.size(), 1u);
+    EXPECT_EQ(now.placements[0].cores, 2);
+  }
+}
+
 }  // namespace
 }  // namespace joule::schedulers

@@ -68,8 +68,12 @@ void EstimateService::finish_estimate(const schedulers::JobSpec& spec, std::vect
     const Device* device = devices_.find(row.device);
     if (auto warning = thread_count_warning(spec.run.env, device ? device->threads : 0)) warnings.push_back(*warning);
     // At its own cores' thread count, where networks were measured at it (else a warning).
-    if (spec.resources.cores && device)
-      estimator::at_thread_count(*row.estimate, *spec.resources.cores, device->threads);
+    if (spec.resources.cores && device) {
+      if (spec.chooses_cores())
+        estimator::over_core_range(*row.estimate, *spec.resources.cores, *spec.resources.cores_max, device->threads);
+      else
+        estimator::at_thread_count(*row.estimate, *spec.resources.cores, device->threads);
+    }
     if (spec.resources.gpus) {
       if (!device || device->gpu_group.empty())
         warnings.push_back(

@@ -118,6 +118,11 @@ struct JobRecord {
   /// decided, is noted on the job and remembered for the next job of the same network.
   std::optional<schedulers::SettingCheck> setting_check;
   bool setting_check_noted = false;
+  /// The cores it runs on this run: the count placement chose where it let it choose, else its
+  /// resources.cores; 0: none asked.
+  int run_cores() const { return row.cores > 0 ? row.cores : spec.resources.cores.value_or(0); }
+  /// The cores it holds of a device that shares them (0: the whole device, as knobs make it).
+  int held_cores() const { return spec.knobs.empty() ? run_cores() : 0; }
   /// What its executor sets before it starts: its own knobs, else the setting chosen for it.
   schedulers::Knobs effective_knobs() const;
   /// The measured setting it runs (or ran) at, if any: the one chosen for it unless its check

@@ -26,7 +26,7 @@ NodeJobs& JobService::nodes() { return *nodes_; }
 
 void JobService::adopt(Job& job, Device& device, const std::string& note, const std::string& report_state,
                        std::optional<std::int64_t> started_ms) {
-  device.hold(job.row.id, device.cores_for(job.spec.shared_cores()));
+  device.hold(job.row.id, device.cores_for(job.held_cores()));
   job.waiting.reset();
   track_run(job, device, started_ms.value_or(now_ms()));
   transition(job, JobState::placed, note);

@@ -6,6 +6,7 @@
 #include "executors/local_executor.hpp"
 #include "executors/node_executor.hpp"
 #include "job_record.hpp"
+#include "joule/estimator/thread_count.hpp"
 #include "knob_check.hpp"
 
 #include <unistd.h>
@@ -201,9 +202,49 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
         }
       }
     }
+    if (spec.chooses_cores() && device.shared_cores > 0) {
+      for (auto& option : core_options(spec, device, candidate, usable))
+        pending.candidates.push_back(std::move(option));
+      continue;
+    }
     pending.candidates.push_back(std::move(candidate));
   }
   return pending;
+}
+
+std::vector<schedulers::Candidate> JobService::core_options(
+    const schedulers::JobSpec& spec, const Device& device, const schedulers::Candidate& candidate,
+    const std::unordered_map<std::string, const DeviceEstimate*>& usable) {
+  // Each count of the range the device has figures for: its own thread count (the estimate's
+  // own), the others measured there (the estimate's threads lines); with none, the range's least.
+  const int low = *spec.resources.cores, high = std::min(*spec.resources.cores_max, device.shared_cores);
+  std::vector<schedulers::Candidate> out;
+  if (const auto it = usable.find(device.name); it != usable.end()) {
+    const DeviceEstimate& estimate = *it->second;
+    if (device.threads >= low && device.threads <= high) {
+      schedulers::Candidate at = candidate;
+      at.cores = device.threads;
+      out.push_back(std::move(at));
+    }
+    for (const auto& line : estimate.settings) {
+      const int count = static_cast<int>(line.setting.value);
+      if (line.setting.knob != estimator::kThreadsKnob || count < low || count > high || count == device.threads)
+        continue;
+      if (const auto there = estimate.at(line.setting)) {
+        schedulers::Candidate at = candidate;
+        at.cores = count;
+        at.estimate = there->placement();
+        at.flops_joules.reset();
+        out.push_back(std::move(at));
+      }
+    }
+  }
+  if (out.empty()) {
+    schedulers::Candidate at = candidate;
+    at.cores = low;
+    out.push_back(std::move(at));
+  }
+  return out;
 }
 
 std::optional<schedulers::Estimate> JobService::estimate_for(const Job& job, const std::string& device) const {
@@ -348,9 +389,11 @@ std::vector<int> JobService::core_counts(const std::string& device) const {
     const Job& job = *it->second;
     if (job.state != JobState::queued) continue;
     ++looked;
-    if (const int cores = job.spec.shared_cores();
-        cores > 0 && schedulers::device_allowed(job.spec.constraints, device))
-      counts.insert(cores);
+    const int cores = job.spec.shared_cores();
+    if (cores <= 0 || !schedulers::device_allowed(job.spec.constraints, device)) continue;
+    counts.insert(cores);
+    // A range: its ends too, so that its curve is known as far as it may go.
+    if (job.spec.chooses_cores()) counts.insert(*job.spec.resources.cores_max);
   }
   return {counts.begin(), counts.end()};
 }
@@ -359,6 +402,8 @@ void JobService::place(Job& job, Device& device, const schedulers::Placement& pl
   if (listener_) listener_->placing_on(device.name);
   device.hold(job.row.id, placement.cores);
   job.row.device = device.name;
+  // The count placement chose, where the job let it (its spec's otherwise).
+  job.row.cores = job.spec.chooses_cores() ? placement.cores : 0;
   // A job on several GPUs holds the others whole too, for its whole run.
   job.row.companions.clear();
   for (const std::size_t m : placement.companions) {
@@ -520,6 +565,7 @@ void JobService::unplace(Job& job, const std::string& why) {
   }
   job.row.device.clear();
   job.row.companions.clear();
+  job.row.cores = 0;
   set_state(job, JobState::queued);
   enqueue(job);
   refresh_state_metrics();
@@ -530,6 +576,7 @@ void JobService::unplace(Job& job, const std::string& why) {
 void JobService::requeue(Job& job, const std::string& why) {
   job.row.device.clear();
   job.row.companions.clear();
+  job.row.cores = 0;
   job.row.pid = 0;
   job.forget_run_reports();  // and the setting chosen for that run
   transition(job, JobState::queued, why);
@@ -595,8 +642,8 @@ void JobService::track_running(schedulers::UnixMillis now) {
       sample.controls.can_limit_gpu = device.can_limit_gpu;
       sample.controls.gpu_min_watts = device.gpu_min_watts;
       // What a CPU quota is a fraction of: its own cores where it asked for some.
-      sample.controls.cpus = job.spec.resources.cores
-                                 ? static_cast<double>(*job.spec.resources.cores)
+      sample.controls.cpus = job.run_cores() > 0
+                                 ? static_cast<double>(job.run_cores())
                                  : static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
       samples.push_back(std::move(sample));
     }

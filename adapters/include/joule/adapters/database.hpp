@@ -72,6 +72,9 @@ struct StoredJob {
   bool energy_shared = false;
   /// A job on several GPUs: the others it holds beside `device` (resources.gpus); empty: none.
   std::vector<std::string> companions;
+  /// The cores placement chose for this run of a job that let it (resources.cores {min, max});
+  /// 0: its spec's count.
+  int cores = 0;
   std::string project;  ///< the project it is accounted to ("" for none)
   /// Its estimate on the device it was placed on (the figure placement weighed), for usage
   /// reports' estimate error; nullopt where it had none.

@@ -182,6 +182,12 @@ class JobService final : public JobDemand {
   bool work_waiting_for(const std::string& device) const override;
   std::vector<estimator::WorkloadItem> workload(std::size_t recent) const override;
   bool chooses_settings() const override;
+  /// A job that lets placement choose its core count, on a device that shares its cores: a
+  /// candidate per count in its range with figures there (the estimate's own at the device's
+  /// thread count, the measured counts' lines), each with its `cores`; with none, its least.
+  static std::vector<schedulers::Candidate> core_options(
+      const schedulers::JobSpec& spec, const Device& device, const schedulers::Candidate& candidate,
+      const std::unordered_map<std::string, const DeviceEstimate*>& usable);
   std::vector<int> core_counts(const std::string& device) const override;
 
  private:

@@ -78,10 +78,12 @@ LocalExecutor::~LocalExecutor() { *alive_ = false; }
 Status LocalExecutor::check(const schedulers::JobSpec& spec,
                             const std::optional<adapters::JobIdentity>& identity) const {
   if (spec.resources.cores) {
+    // A range needs its least: placement chooses a count the node has.
     const auto cpus = adapters::usable_cpus();
     if (static_cast<std::size_t>(*spec.resources.cores) > cpus.size())
-      return invalid(fmt::format("resources.cores asks for {} cores; this node has {} (CPUs {})", *spec.resources.cores,
-                                 cpus.size(), adapters::cpu_list_text(cpus)),
+      return invalid(fmt::format("resources.cores asks for {}{} cores; this node has {} (CPUs {})",
+                                 spec.resources.cores_max ? "at least " : "", *spec.resources.cores, cpus.size(),
+                                 adapters::cpu_list_text(cpus)),
                      "/resources/cores");
   }
   std::filesystem::path workdir = spec.run.workdir;
@@ -240,7 +242,7 @@ std::vector<std::string> LocalExecutor::job_environment(const JobRecord& job, co
   }
   // Its own cores' count where it asks for cores, else the device's count, the one its model is
   // learnt at; the job's own run.env may ask otherwise (its estimate then says so).
-  set_thread_variables(env, job.spec.resources.cores.value_or(device.threads));
+  set_thread_variables(env, job.run_cores() > 0 ? job.run_cores() : device.threads);
   // The allocator the probes ran under, for the same reason; run.env may ask otherwise (a node
   // short of memory: a trim threshold of 1 GiB keeps up to that much freed memory in the job).
   set_allocator_variables(env);
@@ -320,7 +322,7 @@ Result<std::vector<std::string>> LocalExecutor::builtin_command(
                                    "--device",
                                    torch_device,
                                    "--threads",
-                                   std::to_string(std::max(1, job.spec.resources.cores.value_or(device.threads)))};
+                                   std::to_string(std::max(1, job.run_cores() > 0 ? job.run_cores() : device.threads))};
   if (const auto checkpoints = checkpoint_directory(job); !checkpoints.empty())
     argv.insert(argv.end(), {"--checkpoint", checkpoints.string()});
   return argv;
@@ -374,11 +376,14 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
     spec.lease_path = run.lease;
     spec.lease_seconds = lease_seconds_;
   }
-  if (job.spec.resources.cores) {
-    run.cpus = choose_cpus(*job.spec.resources.cores);
+  if (const int cores = job.run_cores(); cores > 0) {
+    run.cpus = choose_cpus(cores);
     spec.cpus = run.cpus;
-    host_.note(job, fmt::format("on CPUs {} (resources.cores = {})", adapters::cpu_list_text(run.cpus),
-                                *job.spec.resources.cores));
+    const auto& resources = job.spec.resources;
+    host_.note(job, resources.cores_max && job.row.cores > 0
+                        ? fmt::format("on CPUs {} ({} of resources.cores {}-{}, placement's choice)",
+                                      adapters::cpu_list_text(run.cpus), cores, *resources.cores, *resources.cores_max)
+                        : fmt::format("on CPUs {} (resources.cores = {})", adapters::cpu_list_text(run.cpus), cores));
   }
   apply_knobs(job, device, run);
   run.window = open_window(device, /*partial=*/false);
@@ -812,7 +817,7 @@ void LocalExecutor::recover(JobRecord& job, Device* device) {
   else
     process = adapters::find_job_runner(status_path, options_.proc_root);
 
-  const int cores = device ? device->cores_for(job.spec.shared_cores()) : 0;
+  const int cores = device ? device->cores_for(job.held_cores()) : 0;
   if (process) {
     if (!device || !device->can_hold(cores)) {
       spdlog::error("job {}: its process {} lives but device {} is unavailable; cancelling it", id, process->pid,
@@ -834,7 +839,7 @@ void LocalExecutor::recover(JobRecord& job, Device* device) {
     job.row.energy_partial = true;
     Run& run = run_of(job);
     // Its cores stay its own: the next job is given others.
-    if (job.spec.resources.cores)
+    if (job.run_cores() > 0)
       run.cpus = adapters::process_group_cpus(process->pid, options_.proc_root).value_or(std::vector<int>{});
     run.window = device ? open_window(*device, /*partial=*/true) : std::nullopt;
     open_companion_windows(job, run, /*partial=*/true);

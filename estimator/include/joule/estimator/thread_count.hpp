@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "joule/estimator/device_energy_model.hpp"
 #include "joule/estimator/knob_response.hpp"
@@ -24,5 +25,12 @@ KnobSetting threads_setting(int threads);
 /// Either way the knob settings' lines are dropped: they are ratios to the defaults' figures,
 /// and a job on cores of its own is not given settings (they would reach the jobs beside it).
 bool at_thread_count(Estimate& estimate, int threads, int device_threads);
+
+/// `estimate` for a job that lets placement choose its count in [low, high]: the lines of the
+/// counts in the range are kept (placement weighs the job at each, and at `device_threads` by
+/// the estimate's own figures where it is in the range), every other setting's line dropped, and
+/// a note names the counts placement may choose from (or, with none, that the job runs at `low`
+/// outside what was probed). The counts, in increasing order.
+std::vector<int> over_core_range(Estimate& estimate, int low, int high, int device_threads);
 
 }  // namespace joule::estimator

@@ -72,6 +72,9 @@ struct Resources {
   /// thread variables (OMP_NUM_THREADS...) say as many; nullopt: the device's thread count and
   /// any CPU. On a device that shares its cores it holds only those (see JobSpec::shared_cores).
   std::optional<int> cores;
+  /// `"cores": {"min": a, "max": b}`: placement chooses the count in [cores, cores_max] (the
+  /// energy-time curve the device measured over counts); nullopt: `cores` exactly.
+  std::optional<int> cores_max;
   /// GPUs of its own, all of one kind on one node, held whole for its run (a data-parallel job:
   /// torchrun, DDP); nullopt: any one device its constraints allow, a CPU included.
   std::optional<int> gpus;
@@ -102,6 +105,8 @@ struct JobSpec {
   int shared_cores() const { return knobs.empty() ? resources.cores.value_or(0) : 0; }
   /// How many devices it runs on at once: its resources.gpus, else one.
   int device_count() const { return resources.gpus.value_or(1); }
+  /// Whether placement chooses its number of cores (resources.cores {min, max}, min < max).
+  bool chooses_cores() const { return knobs.empty() && resources.cores_max && *resources.cores_max > *resources.cores; }
 };
 
 /// Limits a submission is checked against.

@@ -16,6 +16,8 @@
 // A job asking for N GPUs (PendingJob::gpus) runs on N devices of one group at once: it is
 // weighed on each as the first of them, starts when it and N - 1 others are free, and holds them
 // all; budgets, caps and floors are judged on the first, which carries the whole job's energy.
+// A job whose core count placement chooses (resources.cores {min, max}) has a candidate per count
+// on such a device, each weighed at its count like another device.
 // With a knob goal in the policy, each device is scored at the setting the goal prefers
 // there among those within the job's allowed slowdown and deadline, so device and setting are
 // chosen together: a slower, cheaper setting may win a device, a deadline may forbid it.
@@ -70,6 +72,9 @@ struct Candidate {
   /// Settings placement may choose instead of the default (policy knobs.goal): empty where the
   /// device has no knobs the job may be given, or the job asked for settings of its own.
   std::vector<SettingOption> settings;
+  /// The cores it would hold on the device (a job that lets placement choose its count has a
+  /// candidate per count, each with its estimate at that count); 0: the job's own `cores`.
+  int cores = 0;
 };
 
 /// The setting `knobs`' goal prefers for a job estimated `base` at the device's defaults: only
