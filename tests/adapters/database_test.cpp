@@ -216,7 +216,7 @@ TEST(DatabaseTest, an_energy_uses_owner_project_grams_and_cost_round_trip_and_ol
                          "ALTER TABLE energy_uses DROP COLUMN grams; ALTER TABLE energy_uses DROP COLUMN cost; "
                          "ALTER TABLE jobs DROP COLUMN cost; ALTER TABLE jobs DROP COLUMN cost_price; "
                          "ALTER TABLE jobs DROP COLUMN cost_currency; ALTER TABLE jobs DROP COLUMN cost_signal; "
-                         "ALTER TABLE jobs DROP COLUMN energy_shared; ALTER TABLE jobs DROP COLUMN companions; "
+                         "ALTER TABLE jobs DROP COLUMN energy_shared; ALTER TABLE jobs DROP COLUMN companions; ALTER TABLE jobs DROP COLUMN cores; "
                          "PRAGMA user_version = 10",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
@@ -264,7 +264,7 @@ TEST(DatabaseTest, a_partial_energy_flag_is_stored_and_older_files_get_it_from_t
   // Nor the columns of later schemas (9: carbon; 10: project and estimate; 11: energy uses' owner
   // and project).
   for (const char* later : {"carbon_grams", "carbon_intensity", "carbon_signal", "project", "estimated_joules", "cost",
-                            "cost_price", "cost_currency", "cost_signal", "energy_shared", "companions"})
+                            "cost_price", "cost_currency", "cost_signal", "energy_shared", "companions", "cores"})
     ASSERT_EQ(
         sqlite3_exec(raw, (std::string("ALTER TABLE jobs DROP COLUMN ") + later).c_str(), nullptr, nullptr, nullptr),
         SQLITE_OK);
@@ -291,10 +291,13 @@ TEST(DatabaseTest, a_partial_energy_flag_is_stored_and_older_files_get_it_from_t
   again.energy_shared = true;
   EXPECT_TRUE(again.companions.empty());  // none before schema 13
   again.companions = {"cuda:1", "cuda:2"};
+  EXPECT_EQ(again.cores, 0);
+  again.cores = 4;
   ASSERT_TRUE((*db)->update_job(again));
   EXPECT_TRUE((*(*db)->load_jobs())[0].energy_partial);
   EXPECT_TRUE((*(*db)->load_jobs())[0].energy_shared);
   EXPECT_EQ((*(*db)->load_jobs())[0].companions, (std::vector<std::string>{"cuda:1", "cuda:2"}));
+  EXPECT_EQ((*(*db)->load_jobs())[0].cores, 4);
 }
 
 TEST(DatabaseTest, finished_jobs_are_read_back_by_page_by_id_and_by_count_through_a_reader) {
