@@ -131,6 +131,20 @@ def carbon_campus():
         out.write(CAMPUS_POLICY)
 
 
+def held_out_job(rng, at, index, names, epochs=lambda drawn: drawn):
+    """One trace line: a network of `names` with its dataset, a batch size and epochs drawn (in that
+    order) from its catalogue entry, `epochs` applied to the draw."""
+    name = rng.choice(names)
+    samples, (lo, hi), batches, _ = CATALOGUE[name]
+    return {
+        "at": round(at, 1),
+        "name": f"{name}-{index}",
+        "model": MODELS + name + ".json",
+        "training": {"batch_size": rng.choice(batches), "epochs": epochs(rng.randint(lo, hi)),
+                     "samples_per_epoch": samples},
+    }
+
+
 def write_scenario(name, cluster, policy, jobs):
     """A scenario's directory: its cluster and policy files, and its jobs in order of arrival."""
     os.makedirs(os.path.join(HERE, name), exist_ok=True)
@@ -172,15 +186,7 @@ def cpu_pair():
     jobs, at = [], 0.0
     for index in range(1, 201):
         at = rng.uniform(0, 900) if index <= 80 else at + rng.expovariate(15.0 / 3600.0)
-        name = rng.choice(names)
-        samples, (lo, hi), batches, _ = CATALOGUE[name]
-        entry = {
-            "at": round(at, 1),
-            "name": f"{name}-{index}",
-            "model": MODELS + name + ".json",
-            "training": {"batch_size": rng.choice(batches), "epochs": max(1, rng.randint(lo, hi) // 4),
-                         "samples_per_epoch": samples},
-        }
+        entry = held_out_job(rng, at, index, names, lambda epochs: max(1, epochs // 4))
         if rng.random() >= 0.125:
             entry["resources"] = {"cores": rng.choice([2, 4, 8, 16, 32])}
         if rng.random() < 0.1:
@@ -219,16 +225,8 @@ def gpu_pair():
     jobs, at = [], 0.0
     for index in range(1, 101):
         at = rng.uniform(0, 600) if index <= 40 else at + rng.expovariate(6.0 / 3600.0)
-        name = rng.choice(names)
-        samples, (lo, hi), batches, _ = CATALOGUE[name]
-        entry = {
-            "at": round(at, 1),
-            "name": f"{name}-{index}",
-            "model": MODELS + name + ".json",
-            "training": {"batch_size": rng.choice(batches), "epochs": rng.randint(lo, hi),
-                         "samples_per_epoch": samples},
-            "resources": {"gpus": rng.choice([1, 1, 2, 2, 4])},
-        }
+        entry = held_out_job(rng, at, index, names)
+        entry["resources"] = {"gpus": rng.choice([1, 1, 2, 2, 4])}
         if rng.random() < 0.1:
             entry["priority"] = 1
         jobs.append(entry)
