@@ -707,6 +707,7 @@ TEST_F(JobServiceTest, a_job_with_a_range_of_cores_runs_at_the_cheapest_count_me
            std::string::npos;
   })) << job.dump(2);
   EXPECT_EQ(cpu.cores_held(), 2);
+  EXPECT_EQ(job["cores"], 2);
   // Stored, for a restart to hold as many again.
   const auto stored = database_->load_current_jobs(0).value();
   const auto row = std::find_if(stored.begin(), stored.end(), [&](const auto& r) { return r.id == id; });

@@ -119,6 +119,8 @@ TEST(MultiGpuTest, a_job_on_two_gpus_holds_both_gets_the_ddp_environment_and_is_
   ASSERT_EQ(running["state"], "running") << running.dump(2) << daemon.log();
   std::vector<std::string> held = holding(daemon, id);
   ASSERT_EQ(held.size(), 2u) << daemon.call("GET", "/v1/devices").second.dump(2);
+  ASSERT_EQ(running["devices"].size(), 2u) << running.dump(2);
+  EXPECT_EQ(running["devices"][0], running["device"]);
 
   // A second job on two (joulectl's --gpus) waits: one GPU is left.
   json spec = ddp_job(gpus, 1);

@@ -128,6 +128,13 @@ json job_fields(const JobView& view, bool with_events, const SignalFeeds& signal
               {"reason", shown.reason},
               {"energy", energy},
               {"cancel_requested", job.cancel_requested}};
+  // A job on several GPUs: all of them, its device first; the cores a job runs on where it has
+  // its own (placement's choice for a range).
+  if (!row.companions.empty() && !shown.device.empty()) {
+    out["devices"] = json::array({shown.device});
+    for (const auto& other : row.companions) out["devices"].push_back(other);
+  }
+  if (!shown.device.empty() && job.run_cores() > 0) out["cores"] = job.run_cores();
   if (with_estimate) {
     out["estimate"] = row.estimate_json.empty() ? json(nullptr) : json::parse(row.estimate_json, nullptr, false);
     // Before it runs: what it would emit and cost on each device if it started now.
