@@ -356,6 +356,9 @@ void print_job(const json& job) {
   fmt::print("state:     {}{}\n", job["state"].get<std::string>(),
              job["cancel_requested"].get<bool>() && job["state"] != "cancelled" ? " (cancel requested)" : "");
   fmt::print("device:    {}\n", text_or(job["device"]));
+  if (job.contains("devices") && job["devices"].is_array())
+    fmt::print("gpus:      {}\n", fmt::join(job["devices"].get<std::vector<std::string>>(), ", "));
+  if (job.contains("cores") && job["cores"].is_number_integer()) fmt::print("cores:     {}\n", job["cores"].get<int>());
   fmt::print("submitted: {}\n", job["submitted_at"].get<std::string>());
   fmt::print("started:   {}\n", text_or(job["started_at"]));
   fmt::print("finished:  {}\n", text_or(job["finished_at"]));

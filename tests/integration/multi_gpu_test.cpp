@@ -121,6 +121,12 @@ TEST(MultiGpuTest, a_job_on_two_gpus_holds_both_gets_the_ddp_environment_and_is_
   ASSERT_EQ(held.size(), 2u) << daemon.call("GET", "/v1/devices").second.dump(2);
   ASSERT_EQ(running["devices"].size(), 2u) << running.dump(2);
   EXPECT_EQ(running["devices"][0], running["device"]);
+  const auto [shown_code, shown] = joule::testing::run_program(
+      {JOULECTL_BINARY, "--server", "http://127.0.0.1:" + std::to_string(daemon.port()), "job", id});
+  EXPECT_NE(shown.find("gpus:      " + running["devices"][0].get<std::string>() + ", " +
+                       running["devices"][1].get<std::string>()),
+            std::string::npos)
+      << shown;
 
   // A second job on two (joulectl's --gpus) waits: one GPU is left.
   json spec = ddp_job(gpus, 1);
