@@ -268,7 +268,7 @@ def carbon_budget_scenario(grams):
 CARBON_BUDGET_GRAMS = 18
 
 
-def cpu_server(name, jobs_per_hour):
+def cpu_server(name, jobs_per_hour, ranged=False):
     """A 64-core CPU server a team shares: 160 jobs, each asking for 4, 8 or 16 cores
     (resources.cores), on the catalogue's small and medium networks. cpu-server is handed them as
     a backlog within ten minutes (its makespan measures how many jobs an hour the server gets
@@ -280,7 +280,9 @@ def cpu_server(name, jobs_per_hour):
         at += rng.expovariate(jobs_per_hour / 3600.0)
         entry = job(rng, at, index, names, scale=0.5, deadline_share=0.0, edge_share=0.0)
         entry.pop("constraints", None)
-        entry["resources"] = {"cores": rng.choice([4, 8, 8, 16])}
+        cores = rng.choice([4, 8, 8, 16])
+        # ranged: the same jobs letting placement choose between their count and twice it.
+        entry["resources"] = {"cores": {"min": cores, "max": 2 * cores} if ranged else cores}
         jobs.append(entry)
     write(name, jobs)
 
@@ -308,6 +310,7 @@ if __name__ == "__main__":
     carbon_scenarios()
     cpu_server("cpu-server", 960.0)  # 160 in about ten minutes
     cpu_server("cpu-server-day", 20.0)
+    cpu_server("cpu-server-range", 960.0, ranged=True)
     gpu_server("gpu-server", 600.0, 60, 5.0)  # 60 in about six minutes
     price_scenario()
     carbon_budget_scenario(CARBON_BUDGET_GRAMS)

@@ -266,6 +266,18 @@ class Replay {
         candidate.estimate = schedulers::Estimate{truth.joules, 0.0, truth.seconds};
         candidate.flops_joules = truth.joules;
       }
+      if (!cost.cores_options.empty() && !run_.one_job_per_device) {
+        // A range: a candidate at each count (placement chooses; its truth follows the choice).
+        for (const auto& option : cost.cores_options) {
+          schedulers::Candidate at = candidate;
+          at.cores = option.cores;
+          if (run_.knowledge == Knowledge::estimates) at.estimate = option.estimate;
+          if (run_.knowledge == Knowledge::truth)
+            at.estimate = schedulers::Estimate{option.truth.joules, 0.0, option.truth.seconds};
+          pending.candidates.push_back(at);
+        }
+        continue;
+      }
       if (run_.policy.knobs.goal != schedulers::KnobGoal::off && run_.knowledge != Knowledge::none) {
         for (const auto& setting : cost.settings) {
           std::optional<schedulers::Estimate> estimate = setting.estimate;
@@ -601,6 +613,8 @@ class Replay {
       for (const auto& cost : world_.jobs[j].costs)
         if (cost.device == placement.device) job.cost = &cost;
       job.truth = truth_of(*job.cost);
+      for (const auto& option : job.cost->cores_options)
+        if (option.cores == placement.cores && !run_.one_job_per_device) job.truth = option.truth;
       if (placement.setting) {
         for (const auto& setting : job.cost->settings)
           if (setting.label == placement.setting->label) job.truth = setting.truth;

@@ -139,8 +139,18 @@ Result<Trace> parse_trace(const std::string& text, const std::string& file_name,
       const json& resources = entry["resources"];
       if (!resources.is_object()) return at_line(file_name, line, "/resources", "must be an object: {\"cores\": N}");
       for (const auto& [key, value] : resources.items()) {
-        if (key == "cores") {
-          if (!value.is_number_integer() || value.get<std::int64_t>() < 1 || value.get<std::int64_t>() > 4096)
+        auto count = [](const json& number) {
+          return number.is_number_integer() && number.get<std::int64_t>() >= 1 && number.get<std::int64_t>() <= 4096;
+        };
+        if (key == "cores" && value.is_object()) {
+          if (!value.contains("min") || !value.contains("max") || value.size() != 2 || !count(value["min"]) ||
+              !count(value["max"]) || value["max"].get<std::int64_t>() < value["min"].get<std::int64_t>())
+            return at_line(file_name, line, "/resources/cores",
+                           "a range must be {\"min\": a, \"max\": b}, whole numbers of cores with 1 <= a <= b <= 4096");
+          job.cores = static_cast<int>(value["min"].get<std::int64_t>());
+          job.cores_max = static_cast<int>(value["max"].get<std::int64_t>());
+        } else if (key == "cores") {
+          if (!count(value))
             return at_line(file_name, line, "/resources/cores", "must be a whole number of cores from 1 to 4096");
           job.cores = static_cast<int>(value.get<std::int64_t>());
         } else if (key == "gpus") {

@@ -313,6 +313,7 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
     sim.epochs = static_cast<int>(std::min<std::int64_t>(job.training.epochs, 1'000'000));
     sim.cores = job.cores;
     sim.gpus = job.gpus;
+    sim.cores_max = job.cores_max;
 
     std::mt19937_64 rng(mix(options.seed, kJobFactor, j));
     std::normal_distribution<double> normal(0.0, options.truth_sigma);
@@ -325,20 +326,41 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
       cost.device = d;
       const int shared = world.devices[d].cores;
       const bool on_slice = shared > 0 && job.cores > 0 && job.cores < shared;
-      if (on_slice) {
-        // Its cores' slice of the device: dynamic energy and time there, the whole device's
-        // static power over its run (as a meter would read it alone).
-        const estimator::SimulatedProfile& whole = truths[d].profile();
-        const estimator::SimulatedProfile slice = estimator::cores_slice(whole, job.cores, shared);
-        const estimator::StepCost step =
-            estimator::SimulatedDevice(slice, 0).step_cost(layers, job.model.loss, job.training.optimizer);
-        const double dynamic = std::max(0.0, step.joules - slice.static_watts * step.seconds);
-        cost.truth =
-            TrueCost{(dynamic + whole.static_watts * step.seconds) * steps * factor, step.seconds * steps * factor};
-      } else {
+      // The job on `cores` of this device: its cores' slice (dynamic energy and time there, the
+      // whole device's static power over its run, as a meter would read it alone), or the whole.
+      auto truth_at = [&](int cores) {
+        if (shared > 0 && cores > 0 && cores < shared) {
+          const estimator::SimulatedProfile& whole = truths[d].profile();
+          const estimator::SimulatedProfile slice = estimator::cores_slice(whole, cores, shared);
+          const estimator::StepCost step =
+              estimator::SimulatedDevice(slice, 0).step_cost(layers, job.model.loss, job.training.optimizer);
+          const double dynamic = std::max(0.0, step.joules - slice.static_watts * step.seconds);
+          return TrueCost{(dynamic + whole.static_watts * step.seconds) * steps * factor,
+                          step.seconds * steps * factor};
+        }
         const estimator::StepCost step = truths[d].step_cost(layers, job.model.loss, job.training.optimizer);
-        cost.truth = TrueCost{step.joules * steps * factor, step.seconds * steps * factor};
-      }
+        return TrueCost{step.joules * steps * factor, step.seconds * steps * factor};
+      };
+      // jouled's estimate at `cores`: the whole device's, scaled by the network measured there
+      // and whole.
+      auto estimate_at = [&](int cores, estimator::Estimate estimate) {
+        if (!(shared > 0 && cores > 0 && cores < shared)) return estimate;
+        const auto ratio =
+            measure_at_cores(truths[d].profile(), cores, shared, layers, job.model.loss, job.training.optimizer,
+                             mix(options.seed, kCoresProbe, j * 4096 + d) + (cores == job.cores ? 0 : cores));
+        const double joules_relative = estimate.joules.mean > 0 ? estimate.joules.std / estimate.joules.mean : 0;
+        estimate.joules = {
+            estimate.joules.mean * ratio.energy_ratio,
+            estimate.joules.mean * ratio.energy_ratio * std::hypot(joules_relative, ratio.energy_log_std)};
+        estimate.seconds = {estimate.seconds.mean * ratio.time_ratio, estimate.seconds.std * ratio.time_ratio};
+        return estimate;
+      };
+      cost.truth = truth_at(job.cores);
+      // A range: placement weighs the job at each end (the counts jouled measures while it waits).
+      const bool ranged = shared > 0 && job.cores_max > job.cores;
+      if (ranged)
+        for (const int cores : {job.cores, std::min(job.cores_max, shared)})
+          cost.cores_options.push_back(CoresOption{cores, truth_at(cores), std::nullopt});
       if (shared > 0) cost.static_watts = truths[d].profile().static_watts;
       const bool data_parallel = job.gpus > 1;
       if (data_parallel) {
@@ -359,16 +381,12 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
       }
       if (models[d]) {
         auto estimate = models[d]->estimate(layers, job.training);
-        if (estimate && on_slice) {
-          // jouled's estimate at the job's core count: the network measured at it and whole.
-          const auto ratio = measure_at_cores(truths[d].profile(), job.cores, shared, layers, job.model.loss,
-                                              job.training.optimizer, mix(options.seed, kCoresProbe, j * 4096 + d));
-          const double joules_relative = estimate->joules.mean > 0 ? estimate->joules.std / estimate->joules.mean : 0;
-          estimate->joules = {
-              estimate->joules.mean * ratio.energy_ratio,
-              estimate->joules.mean * ratio.energy_ratio * std::hypot(joules_relative, ratio.energy_log_std)};
-          estimate->seconds = {estimate->seconds.mean * ratio.time_ratio, estimate->seconds.std * ratio.time_ratio};
-        }
+        if (estimate)
+          for (auto& option : cost.cores_options) {
+            const auto at = estimate_at(option.cores, *estimate);
+            option.estimate = schedulers::Estimate{at.joules.mean, at.joules.std, at.seconds.mean};
+          }
+        if (estimate && on_slice) *estimate = estimate_at(job.cores, std::move(*estimate));
         if (estimate && data_parallel) {
           cost.alone_estimate =
               schedulers::Estimate{estimate->joules.mean, estimate->joules.std, estimate->seconds.mean};

@@ -518,5 +518,25 @@ TEST(ReplayGpuGangTest, a_job_on_two_gpus_holds_both_and_its_energy_counts_them_
   EXPECT_DOUBLE_EQ(single.makespan_seconds, 100.0) << "the other job ran beside it on the second GPU";
 }
 
+TEST(ReplaySharedCoresTest, a_job_with_a_range_of_cores_runs_at_the_count_placement_chose_and_at_its_truth) {
+  World world = world_of({"cpu"}, {});
+  world.devices[0].cores = 16;
+  JobCost cost = on(0, 10'000.0, 100.0);  // at 4 cores
+  cost.static_watts = 40.0;
+  cost.cores_options = {CoresOption{4, TrueCost{10'000.0, 100.0}, schedulers::Estimate{10'000.0, 0.0, 100.0}},
+                        CoresOption{8, TrueCost{7'000.0, 50.0}, schedulers::Estimate{7'000.0, 0.0, 50.0}}};
+  SimJob ranged = job("ranged", 0, {cost});
+  ranged.cores = 4;
+  ranged.cores_max = 8;
+  world.jobs.push_back(ranged);
+  int chosen = 0;
+  ReplayOptions options;
+  options.on_placement = [&](UnixMillis, const schedulers::Placement& placement) { chosen = placement.cores; };
+  const PolicyMetrics m = replay(world, min_energy(), options);
+  EXPECT_EQ(chosen, 8);
+  EXPECT_DOUBLE_EQ(m.makespan_seconds, 50.0) << "at the 8-core truth";
+  EXPECT_NEAR(m.energy_joules, 7'000.0, 1e-6);
+}
+
 }  // namespace
 }  // namespace joule::simulator

@@ -19,7 +19,8 @@
 //                      (how much slower than at its device's defaults a knob setting may make
 //                      it: 0.1 is 10 %; replaces the policy's knobs.max_slowdown)
 //   priority           optional integer; higher first, then submission order
-//   resources          optional: {"cores": N} or {"gpus": N}, as in POST /v1/jobs: on a device
+//   resources          optional: {"cores": N}, {"cores": {"min": a, "max": b}} (placement chooses
+//                      between a and b) or {"gpus": N}, as in POST /v1/jobs: on a device
 //                      that shares its cores (the cluster's `cores`) the job holds N of them
 //                      beside other jobs; with gpus it runs on N GPUs of one node's profile at
 //                      once, each held whole (data-parallel: see world.hpp)
@@ -56,6 +57,7 @@ struct TraceJob {
   std::string project;  ///< its project (fair share with the policy's [[projects]] shares); empty: none
   int cores = 0;        ///< resources.cores; 0: none asked (it holds a whole device)
   int gpus = 0;         ///< resources.gpus; 0: none asked (any one device)
+  int cores_max = 0;    ///< resources.cores {min, max}: its max (`cores`: its min); 0: a count
   int line = 0;
 };
 

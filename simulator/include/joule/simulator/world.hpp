@@ -67,6 +67,13 @@ struct SettingCost {
   TrueCost truth;
 };
 
+/// A job that lets placement choose its cores, at one count of a device that shares them.
+struct CoresOption {
+  int cores = 0;
+  TrueCost truth;
+  std::optional<schedulers::Estimate> estimate;  ///< jouled's at that count; nullopt: no model
+};
+
 /// A job on one device it may run on.
 struct JobCost {
   std::size_t device = 0;                        ///< index into World::devices
@@ -81,6 +88,9 @@ struct JobCost {
   /// these are the same job on this GPU alone (a run with one job per device).
   std::optional<TrueCost> alone_truth;
   std::optional<schedulers::Estimate> alone_estimate;
+  /// A job with a range of cores on a device that shares them: the job at each end of its range
+  /// (`truth` and `estimate` are at its least); empty otherwise.
+  std::vector<CoresOption> cores_options;
 };
 
 struct SimJob {
@@ -97,6 +107,7 @@ struct SimJob {
   int epochs = 1;              ///< progress reports: one per epoch
   int cores = 0;               ///< resources.cores; 0: a whole device
   int gpus = 0;                ///< resources.gpus; 0: any one device
+  int cores_max = 0;           ///< resources.cores {min, max}: its max (`cores` its min); 0: none
   std::vector<JobCost> costs;  ///< one per eligible device, in device order
 };
 
