@@ -137,7 +137,9 @@ std::optional<WaitReason> gang_problem(const PendingJob& job, const DeviceStatus
   const std::string where = device.ref.qualified();
   if (device.group.empty())
     return WaitReason{WaitReason::Kind::unavailable,
-                      fmt::format("it asks for {} GPU{}; {} is not a GPU", job.gpus, job.gpus == 1 ? "" : "s", where),
+                      fmt::format("it asks for {} GPU{}; {} is not a GPU that can be held for it (a CPU, or another "
+                                  "node's GPU: jobs that ask for GPUs run on the node they are submitted to)",
+                                  job.gpus, job.gpus == 1 ? "" : "s", where),
                       where};
   const auto it = gangs.find(device.group);
   if (it != gangs.end() && it->second.size() >= static_cast<std::size_t>(job.gpus)) return std::nullopt;
