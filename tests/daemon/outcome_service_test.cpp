@@ -80,6 +80,10 @@ TEST(OutcomeServiceTest, partial_mismatched_and_failed_estimates_teach_nothing) 
   auto no_model = finished(100.0, 200.0, 3);
   no_model.estimate = DeviceEstimate::of(no_model_row("cpu"));
   EXPECT_FALSE(outcomes.record(no_model));
+  auto on_two = finished(100.0, 200.0, 4);
+  on_two.gpus = 2;  // two GPUs' joules: nothing one GPU's model should learn
+  EXPECT_FALSE(outcomes.record(on_two));
+  EXPECT_EQ(outcomes.record_all({on_two}), 0u);
   EXPECT_EQ(outcomes.view("cpu")["rows"], 0);
   // Below the minimum rows an estimate is left as the model made it.
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(outcomes.record(finished(100.0, 200.0, 10 + i)));

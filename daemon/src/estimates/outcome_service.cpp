@@ -21,7 +21,7 @@ json overhead_json(const estimator::JobOverhead& line) {
 
 std::optional<estimator::OutcomeRow> OutcomeService::row_of(const JobFeedback& feedback) {
   const DeviceEstimate& estimate = feedback.estimate;
-  if (feedback.partial || !estimate.ok) return std::nullopt;
+  if (feedback.partial || !estimate.ok || feedback.gpus > 1) return std::nullopt;
   // Like with like: a modelled estimate says nothing about what a hardware meter reads.
   if (estimate.source != feedback.source) return std::nullopt;
   estimator::OutcomeRow row;

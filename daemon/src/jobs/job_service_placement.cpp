@@ -470,8 +470,7 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
   }
   if (device && job.row.energy_joules && job.row.started_ms) {
     metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
-    // A job on several GPUs teaches one GPU's model nothing (its joules are several GPUs').
-    if (metered_here && listener_ && state == JobState::succeeded && job.row.companions.empty()) {
+    if (metered_here && listener_ && state == JobState::succeeded) {
       const DeviceEstimate* estimate = find_estimate(job.estimates, device->name);
       // A job that ran at the setting chosen for it is compared with its estimate there.
       std::optional<DeviceEstimate> at_setting;
@@ -481,7 +480,8 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
       if (estimate)
         listener_->finished(Feedback{device->name, *estimate, *job.row.energy_joules,
                                      energy_source_from_string(job.row.energy_source), job.row.energy_partial,
-                                     job.row.id, job.row.finished_ms.value_or(0), job.run_seconds});
+                                     job.row.id, job.row.finished_ms.value_or(0), job.run_seconds,
+                                     static_cast<int>(job.row.companions.size()) + 1});
     }
   }
   // The budget ledger trades the job's reservation for what it was metered to use.

@@ -115,7 +115,8 @@ std::vector<JobService::Feedback> JobService::finished_feedback() const {
     if (const auto* estimate = find_estimate(job->estimates, job->row.device))
       out.push_back(Feedback{job->row.device, *estimate, *job->row.energy_joules,
                              energy_source_from_string(job->row.energy_source), job->row.energy_partial, job->row.id,
-                             *job->row.finished_ms, run_seconds(*job)});
+                             *job->row.finished_ms, run_seconds(*job),
+                             static_cast<int>(job->row.companions.size()) + 1});
   return out;
 }
 

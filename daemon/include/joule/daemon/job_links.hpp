@@ -29,6 +29,9 @@ struct JobFeedback {
   std::string job_id;
   std::int64_t finished_ms = 0;
   std::optional<double> seconds;  ///< how long the run lasted, where this daemon timed it
+  /// Devices it ran on at once (resources.gpus): the joules of several GPUs teach a one-GPU
+  /// model nothing.
+  int gpus = 1;
 };
 
 /// What the book asks of the estimator (EstimateService): a job's estimate on each device it
