@@ -12,14 +12,22 @@ KnobSetting threads_setting(int threads) {
                      fmt::format("{} thread{}", threads, threads == 1 ? "" : "s")};
 }
 
+namespace {
+// The estimate's lines but the thread counts' (a job at a count of its own has no other).
+std::vector<SettingLine> without_thread_counts(std::vector<SettingLine> lines) {
+  std::erase_if(lines, [](const SettingLine& line) { return line.setting.knob == kThreadsKnob; });
+  return lines;
+}
+}  // namespace
+
 bool at_thread_count(Estimate& estimate, int threads, int device_threads) {
-  if (threads <= 0 || device_threads <= 0 || threads == device_threads) return false;
   const KnobSetting wanted = threads_setting(threads);
-  const SettingLine* line = nullptr;
+  std::optional<SettingLine> line;
   for (const auto& candidate : estimate.settings)
-    if (candidate.setting == wanted) line = &candidate;
+    if (candidate.setting == wanted) line = candidate;
+  estimate.settings = without_thread_counts(std::move(estimate.settings));
+  if (threads <= 0 || device_threads <= 0 || threads == device_threads) return false;
   if (!line) {
-    estimate.settings.clear();
     estimate.warnings.push_back(fmt::format(
         "resources.cores = {} runs it at {} thread{}, but this device's model is learnt at {} thread{} and no "
         "network was measured at {} yet: the estimate is outside what was probed",
@@ -29,7 +37,6 @@ bool at_thread_count(Estimate& estimate, int threads, int device_threads) {
   const SettingLine found = *line;
   estimate.joules = found.joules;
   estimate.seconds = found.seconds;
-  estimate.settings.clear();
   estimate.warnings.push_back(
       found.basis == "measured"
           ? fmt::format("at {} (resources.cores): this network was measured whole at {} and at the device's {} "

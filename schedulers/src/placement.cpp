@@ -465,8 +465,10 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
     Choice best_free;     // feasible and free now
     Choice late;          // feasible but for the deadline: used when no device can meet it
     std::size_t eligible = 0;
-    // Baselines: the shared devices it could not start on now, held for it if it waits for one.
+    // Baselines: the shared devices it could not start on now, held for it if it waits for one;
+    // for a job on several GPUs, the first GPU it could not start on (its others held with it).
     std::vector<std::size_t> short_of_cores;
+    const Candidate* short_of_gpus = nullptr;
     // Whether (score, tie, index) beats the slot's choice.
     auto better = [](const Choice& slot, double score, double tie, std::size_t index) {
       return score < slot.score ||
@@ -516,6 +518,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
         if (wants(WaitReason::Kind::no_free_device))
           note_reason({WaitReason::Kind::no_free_device, "every eligible device is busy", where()});
         if (view.cores > 0) short_of_cores.push_back(candidate.device);
+        if (job->gpus > 1 && !short_of_gpus) short_of_gpus = &candidate;
         return;
       }
 
@@ -805,6 +808,7 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
         best_free = Choice{};
         eligible = 0;
         short_of_cores.clear();
+        short_of_gpus = nullptr;
         for (std::size_t index = 0; index < job->candidates.size(); ++index) consider(index);
       }
     } else {
@@ -851,8 +855,19 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       if (reason->retry_at) result.next_retry = std::min(result.next_retry.value_or(*reason->retry_at), *reason->retry_at);
       // A baseline keeps queue order on shared devices too: later jobs take cores it waits for
       // only if they end before it can start (as for the objectives that wait for a device).
-      if (reason->kind == WaitReason::Kind::no_free_device)
+      if (reason->kind == WaitReason::Kind::no_free_device) {
         for (const std::size_t d : short_of_cores) hold_for_waiting(views[d]);
+        // Its GPUs likewise, from when the last of them is expected free: a stream of one-GPU
+        // jobs does not keep it waiting for ever.
+        if (short_of_gpus) {
+          const std::size_t d = short_of_gpus->device;
+          const Gang gang = gang_beside(d, short_of_gpus->estimate);
+          const UnixMillis free_at = std::max({now, fits_now(views[d], 0) ? now : views[d].available_at, gang.ready});
+          for (const std::size_t m : gang.others)
+            views[m].held_for = std::min(views[m].held_for.value_or(free_at), free_at);
+          views[d].held_for = std::min(views[d].held_for.value_or(free_at), free_at);
+        }
+      }
       result.waiting.emplace_back(job->id, std::move(*reason));
       continue;
     }

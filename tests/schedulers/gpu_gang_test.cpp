@@ -162,5 +162,24 @@ TEST(GpuGangTest, a_submission_continues_the_pass_with_every_gpu_it_placed_held)
   EXPECT_EQ(reasons(pass).at("second").kind, WaitReason::Kind::device_busy);
 }
 
+TEST(GpuGangTest, under_fifo_a_waiting_job_on_two_gpus_is_not_passed_for_ever_by_one_gpu_jobs) {
+  Policy policy;
+  policy.objective = Objective::fifo;
+  policy.admission = false;
+  Placer placer(policy);
+  BudgetLedger ledger;
+  std::vector<DeviceStatus> devices{gpu("cuda:0"), gpu("cuda:1")};
+  devices[1].busy = true;
+  devices[1].busy_until = kNow + 5 * 60'000;
+  PendingJob ddp = job("ddp", 2, 2);
+  PendingJob one = job("one", 0, 2);
+  for (auto* pending : {&ddp, &one})
+    for (auto& candidate : pending->candidates) candidate.estimate.reset();  // fifo knows no run times
+  std::vector<const PendingJob*> queue{&ddp, &one};
+  const PassResult pass = placer.decide(kNow, devices, queue, ledger);
+  EXPECT_TRUE(pass.placements.empty()) << "cuda:0 is held for ddp: the one-GPU job cannot say it ends in time";
+  EXPECT_EQ(reasons(pass).at("ddp").kind, WaitReason::Kind::no_free_device);
+}
+
 }  // namespace
 }  // namespace joule::schedulers

@@ -1,5 +1,7 @@
 #include "joule/daemon/job_estimate.hpp"
 
+#include "joule/estimator/thread_count.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -480,6 +482,11 @@ const DeviceEstimate* find_estimate(const std::vector<DeviceEstimate>& estimates
   for (const auto& estimate : estimates)
     if (estimate.device == device) return &estimate;
   return nullptr;
+}
+
+std::optional<DeviceEstimate> at_chosen_cores(const DeviceEstimate& estimate, int chosen_cores, int device_threads) {
+  if (chosen_cores <= 0 || chosen_cores == device_threads) return estimate;
+  return estimate.at(estimator::threads_setting(chosen_cores));
 }
 
 }  // namespace joule::daemon

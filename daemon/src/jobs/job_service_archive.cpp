@@ -199,7 +199,10 @@ std::vector<JobService::Feedback> JobService::archived_feedback() const {
     for (const StoredJob& row : *rows) {
       if (!row.energy_joules || !row.finished_ms || row.estimate_json.empty()) continue;
       const auto estimates = read_estimates(row.estimate_json);
-      const auto* estimate = find_estimate(estimates, row.device);
+      const auto* found = find_estimate(estimates, row.device);
+      if (!found) continue;
+      const Device* device = devices_.find(row.device);
+      const auto estimate = at_chosen_cores(*found, row.cores, device ? device->threads : 0);
       if (!estimate) continue;
       std::optional<double> seconds;
       if (row.started_ms)

@@ -250,8 +250,11 @@ std::vector<schedulers::Candidate> JobService::core_options(
 std::optional<schedulers::Estimate> JobService::estimate_for(const Job& job, const std::string& device) const {
   const Device* where = devices_.find(device);
   if (!where || !where->runs_jobs || !schedulers::device_allowed(job.spec.constraints, device)) return std::nullopt;
-  const DeviceEstimate* estimate = find_estimate(job.estimates, device);
-  if (!estimate || !estimate->ok) return std::nullopt;
+  const DeviceEstimate* found = find_estimate(job.estimates, device);
+  if (!found || !found->ok) return std::nullopt;
+  // At the count of cores placement chose, where it chose one.
+  const auto estimate = at_chosen_cores(*found, job.row.cores, where->threads);
+  if (!estimate) return std::nullopt;
   if (const auto own = setting_of(job.spec.knobs))
     if (const auto at = estimate->at(*own)) return at->placement();
   return estimate->placement();
@@ -402,8 +405,13 @@ void JobService::place(Job& job, Device& device, const schedulers::Placement& pl
   if (listener_) listener_->placing_on(device.name);
   device.hold(job.row.id, placement.cores);
   job.row.device = device.name;
-  // The count placement chose, where the job let it (its spec's otherwise).
-  job.row.cores = job.spec.chooses_cores() ? placement.cores : 0;
+  // The count placement chose, where the job let it (its spec's otherwise); on a device that
+  // does not share its cores, the device's own count within the range (what it was weighed at).
+  job.row.cores = 0;
+  if (job.spec.chooses_cores())
+    job.row.cores = placement.cores > 0 ? placement.cores
+                                        : std::clamp(device.threads > 0 ? device.threads : *job.spec.resources.cores,
+                                                     *job.spec.resources.cores, *job.spec.resources.cores_max);
   // A job on several GPUs holds the others whole too, for its whole run.
   job.row.companions.clear();
   for (const std::size_t m : placement.companions) {
@@ -471,8 +479,11 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
   if (device && job.row.energy_joules && job.row.started_ms) {
     metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
     if (metered_here && listener_ && state == JobState::succeeded) {
-      const DeviceEstimate* estimate = find_estimate(job.estimates, device->name);
-      // A job that ran at the setting chosen for it is compared with its estimate there.
+      // Compared with its estimate at the cores it ran on, and at the setting chosen for it.
+      std::optional<DeviceEstimate> as_run;
+      if (const DeviceEstimate* found = find_estimate(job.estimates, device->name))
+        as_run = at_chosen_cores(*found, job.row.cores, device->threads);
+      const DeviceEstimate* estimate = as_run ? &*as_run : nullptr;
       std::optional<DeviceEstimate> at_setting;
       if (const auto ran_at = job.setting_ran_at(); estimate && ran_at && job.knobs_in_force)
         at_setting = estimate->at(*ran_at);
@@ -626,6 +637,8 @@ void JobService::track_running(schedulers::UnixMillis now) {
       if (it == jobs_.end()) continue;
       Job& job = *it->second;
       if (job.state != JobState::running && job.state != JobState::throttled) continue;
+      // A job on several GPUs is sampled once, on its own device (it sums the others').
+      if (job.row.device != device.name) continue;
       Executor& executor = executor_for(device);
       const std::optional<double> metered = executor.energy_as_sampled(job, device);
       job.used_joules = metered;          // shown as energy_so_far

@@ -112,17 +112,23 @@ std::vector<JobService::Feedback> JobService::finished_feedback() const {
                    [](const Job* a, const Job* b) { return *a->row.finished_ms < *b->row.finished_ms; });
   std::vector<Feedback> out;
   for (const Job* job : done)
-    if (const auto* estimate = find_estimate(job->estimates, job->row.device))
+    if (const auto* found = find_estimate(job->estimates, job->row.device)) {
+      const Device* device = devices_.find(job->row.device);
+      const auto estimate = at_chosen_cores(*found, job->row.cores, device ? device->threads : 0);
+      if (!estimate) continue;
       out.push_back(Feedback{job->row.device, *estimate, *job->row.energy_joules,
                              energy_source_from_string(job->row.energy_source), job->row.energy_partial, job->row.id,
                              *job->row.finished_ms, run_seconds(*job),
                              static_cast<int>(job->row.companions.size()) + 1});
+    }
   return out;
 }
 
 std::string JobService::summary() const {
   std::size_t running = 0;
-  for (const auto& device : devices_) running += device.holds.size();
+  for (const auto& device : devices_)
+    for (const DeviceHold& hold : device.holds)
+      if (const auto it = jobs_.find(hold.job); it == jobs_.end() || it->second->row.device == device.name) ++running;
   std::string text = fmt::format("{} queued, {} running", core().queue().size(), running);
   for (const auto& device : devices_)
     text += fmt::format("; {} {:.1f} W ({})", device.name, device.power_watts, device.meter->source());

@@ -372,7 +372,8 @@ void ProbeService::feedback(const JobFeedback& feedback) {
   const auto it = devices_.find(feedback.device);
   if (it == devices_.end()) return;
   Device& device = *it->second;
-  if (feedback.partial || !feedback.estimate.ok) return;
+  // Several GPUs' joules say nothing of one GPU's model.
+  if (feedback.partial || !feedback.estimate.ok || feedback.gpus > 1) return;
   remember_job_energy(device, feedback);
   // Only like with like: a job metered by another source than the model learnt from says
   // nothing about the model's error.

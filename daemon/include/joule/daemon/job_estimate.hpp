@@ -152,5 +152,9 @@ std::vector<DeviceEstimate> read_estimates(const nlohmann::json& rows);
 std::vector<DeviceEstimate> read_estimates(const std::string& stored);
 /// The estimate on `device` among `estimates`, or nullptr.
 const DeviceEstimate* find_estimate(const std::vector<DeviceEstimate>& estimates, const std::string& device);
+/// A job's estimate at the count of cores placement chose for it (`chosen_cores`, its row's;
+/// 0: none chosen), from its estimate at `device_threads`: the same where it is that count or
+/// none was chosen, the measured count's figures otherwise; nullopt where that count has none.
+std::optional<DeviceEstimate> at_chosen_cores(const DeviceEstimate& estimate, int chosen_cores, int device_threads);
 
 }  // namespace joule::daemon

@@ -192,6 +192,10 @@ std::vector<cluster::Assignment> NodeExecutor::desired_for(const std::string& no
       assignment.name = job.row.name;
       assignment.priority = job.row.priority;
       assignment.spec = json::parse(job.row.spec_json, nullptr, false);
+      // A range of cores the coordinator chose a count in: the agent runs it at that count.
+      if (job.row.cores > 0 && assignment.spec.is_object() && assignment.spec.contains("resources") &&
+          assignment.spec["resources"].is_object())
+        assignment.spec["resources"]["cores"] = job.row.cores;
       assignment.paused = job.paused;
       assignment.stop = job.cancel_requested;
       out.push_back(std::move(assignment));

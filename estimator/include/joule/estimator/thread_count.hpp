@@ -22,8 +22,8 @@ KnobSetting threads_setting(int threads);
 /// `estimate` (at the device's `device_threads`) for a job that runs at `threads`: where the
 /// estimate has a line for that count, its figures become the line's (noted, with its basis) and
 /// true is returned; otherwise a warning says the estimate is outside what was probed, and false.
-/// Either way the knob settings' lines are dropped: they are ratios to the defaults' figures,
-/// and a job on cores of its own is not given settings (they would reach the jobs beside it).
+/// Either way the thread counts' lines are dropped; the knob settings' stay (a job that sets its
+/// own knobs is weighed at them, their ratios taken as they were measured at the device's count).
 bool at_thread_count(Estimate& estimate, int threads, int device_threads);
 
 /// `estimate` for a job that lets placement choose its count in [low, high]: the lines of the
