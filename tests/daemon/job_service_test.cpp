@@ -826,3 +826,50 @@ TEST_F(JobServiceTest, a_chosen_setting_is_checked_in_the_jobs_first_epochs_and_
   jobs_.cancel(second, [&](joule::Result<joule::daemon::JobView> result) { cancelled = rendered(result); });
   ASSERT_TRUE(run_until([&] { return state_of(second) == "cancelled"; }));
 }
+
+namespace {
+// A node with two GPUs of one model, each metered by a reading the test sets.
+class GpuPairBookTest : public ::testing::Test, protected joule::testing::JobBook {
+ protected:
+  GpuPairBookTest() : JobBook(devices(), 1'900'000'000'000) {}
+
+  static std::vector<joule::daemon::Device> devices() {
+    std::vector<joule::daemon::Device> out(3);
+    out[0].name = "cpu";
+    out[0].meter = std::make_unique<joule::testing::CountingMeter>();
+    for (int i = 0; i < 2; ++i) {
+      out[1 + i].name = fmt::format("cuda:{}", i);
+      out[1 + i].meter = std::make_unique<ScriptedMeter>(&gpu_joules[i]);
+      out[1 + i].gpu_group = "Fake GPU";
+    }
+    return out;
+  }
+  static inline double gpu_joules[2] = {0.0, 0.0};
+};
+}  // namespace
+
+// A job on both GPUs is sampled once, its energy so far the sum of the two GPUs' since it
+// started (each GPU holds it, but only its own device reports it).
+TEST_F(GpuPairBookTest, a_job_on_two_gpus_is_sampled_once_with_both_gpus_energy) {
+  gpu_joules[0] = 100.0;
+  gpu_joules[1] = 500.0;
+  auto submitted = submit({{"run", {{"command", {"/bin/sleep", "30"}}}}, {"resources", {{"gpus", 2}}}});
+  ASSERT_TRUE(submitted) << submitted.error().message;
+  const std::string id = (*submitted)["id"];
+  ASSERT_TRUE(run_until([&] { return shown(id).value()["state"] == "running"; }));
+  EXPECT_EQ(device_table_.find("cuda:0")->holds.size(), 1u);
+  EXPECT_EQ(device_table_.find("cuda:1")->holds.size(), 1u);
+  jobs_.sample_meters();
+  gpu_joules[0] += 30.0;  // 30 J on one GPU, 70 J on the other since it started
+  gpu_joules[1] += 70.0;
+  clock_.advance(std::chrono::seconds(1));
+  jobs_.sample_meters();
+  const json job = shown(id).value();
+  EXPECT_NEAR(job["energy_so_far"]["joules"].get<double>(), 100.0, 1e-9) << job.dump(2);
+  EXPECT_EQ(job["devices"].size(), 2u) << job.dump(2);
+  std::optional<joule::Result<json>> cancelled;
+  jobs_.cancel(id, [&](joule::Result<joule::daemon::JobView> result) { cancelled = rendered(result); });
+  ASSERT_TRUE(run_until([&] { return shown(id).value()["state"] == "cancelled"; }));
+  EXPECT_TRUE(device_table_.find("cuda:0")->holds.empty());
+  EXPECT_TRUE(device_table_.find("cuda:1")->holds.empty());
+}
