@@ -198,11 +198,7 @@ std::vector<JobService::Feedback> JobService::archived_feedback() const {
     }
     for (const StoredJob& row : *rows) {
       if (!row.energy_joules || !row.finished_ms || row.estimate_json.empty()) continue;
-      const auto estimates = read_estimates(row.estimate_json);
-      const auto* found = find_estimate(estimates, row.device);
-      if (!found) continue;
-      const Device* device = devices_.find(row.device);
-      const auto estimate = at_chosen_cores(*found, row.cores, device ? device->threads : 0);
+      const auto estimate = estimate_as_run(read_estimates(row.estimate_json), row);
       if (!estimate) continue;
       std::optional<double> seconds;
       if (row.started_ms)

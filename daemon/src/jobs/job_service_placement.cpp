@@ -247,6 +247,14 @@ std::vector<schedulers::Candidate> JobService::core_options(
   return out;
 }
 
+std::optional<DeviceEstimate> JobService::estimate_as_run(const std::vector<DeviceEstimate>& estimates,
+                                                          const adapters::StoredJob& row) const {
+  const DeviceEstimate* found = find_estimate(estimates, row.device);
+  if (!found) return std::nullopt;
+  const Device* device = devices_.find(row.device);
+  return at_chosen_cores(*found, row.cores, device ? device->threads : 0);
+}
+
 std::optional<schedulers::Estimate> JobService::estimate_for(const Job& job, const std::string& device) const {
   const Device* where = devices_.find(device);
   if (!where || !where->runs_jobs || !schedulers::device_allowed(job.spec.constraints, device)) return std::nullopt;
@@ -480,9 +488,7 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
     metrics_.add_job_energy(device->name, job.row.energy_source, *job.row.energy_joules);
     if (metered_here && listener_ && state == JobState::succeeded) {
       // Compared with its estimate at the cores it ran on, and at the setting chosen for it.
-      std::optional<DeviceEstimate> as_run;
-      if (const DeviceEstimate* found = find_estimate(job.estimates, device->name))
-        as_run = at_chosen_cores(*found, job.row.cores, device->threads);
+      const std::optional<DeviceEstimate> as_run = estimate_as_run(job.estimates, job.row);
       const DeviceEstimate* estimate = as_run ? &*as_run : nullptr;
       std::optional<DeviceEstimate> at_setting;
       if (const auto ran_at = job.setting_ran_at(); estimate && ran_at && job.knobs_in_force)

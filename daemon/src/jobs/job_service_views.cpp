@@ -112,15 +112,11 @@ std::vector<JobService::Feedback> JobService::finished_feedback() const {
                    [](const Job* a, const Job* b) { return *a->row.finished_ms < *b->row.finished_ms; });
   std::vector<Feedback> out;
   for (const Job* job : done)
-    if (const auto* found = find_estimate(job->estimates, job->row.device)) {
-      const Device* device = devices_.find(job->row.device);
-      const auto estimate = at_chosen_cores(*found, job->row.cores, device ? device->threads : 0);
-      if (!estimate) continue;
+    if (const auto estimate = estimate_as_run(job->estimates, job->row))
       out.push_back(Feedback{job->row.device, *estimate, *job->row.energy_joules,
                              energy_source_from_string(job->row.energy_source), job->row.energy_partial, job->row.id,
                              *job->row.finished_ms, run_seconds(*job),
                              static_cast<int>(job->row.companions.size()) + 1});
-    }
   return out;
 }
 

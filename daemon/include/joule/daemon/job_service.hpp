@@ -257,6 +257,10 @@ class JobService final : public JobDemand {
   /// Keeps a job's estimates: the stored text (the API shows it) and what the daemon decides with.
   void set_estimates(Job& job, const std::vector<EstimateRow>& rows);
   std::optional<schedulers::Estimate> estimate_for(const Job& job, const std::string& device) const;
+  /// A run's estimate as it ran (on its row's device, at the cores placement chose for it), for
+  /// what finished jobs teach; nullopt where it has none there.
+  std::optional<DeviceEstimate> estimate_as_run(const std::vector<DeviceEstimate>& estimates,
+                                                const adapters::StoredJob& row) const;
   std::optional<schedulers::EnergyDistribution> estimate_on(const Job& job, const std::string& device) const;
   void note_waiting(Job& job, schedulers::WaitReason reason);
   void track_running(schedulers::UnixMillis now);
