@@ -392,14 +392,14 @@ bool JobService::chooses_settings() const {
 }
 
 std::vector<int> JobService::core_counts(const std::string& device) const {
-  // The newest jobs first, a bounded number: the counts in use, not every copy of them.
+  // The queue's head, a bounded number: the jobs about to run, not every queued copy (the book
+  // also holds finished jobs, which a walk of all of it would pass over each time).
   constexpr std::size_t kLooked = 4096;
   std::set<int> counts;
-  std::size_t looked = 0;
-  for (auto it = by_sequence_.rbegin(); it != by_sequence_.rend() && looked < kLooked; ++it) {
+  for (const auto& id : core().queue().first(kLooked)) {
+    const auto it = jobs_.find(id);
+    if (it == jobs_.end()) continue;
     const Job& job = *it->second;
-    if (job.state != JobState::queued) continue;
-    ++looked;
     const int cores = job.spec.shared_cores();
     if (cores <= 0 || !schedulers::device_allowed(job.spec.constraints, device)) continue;
     counts.insert(cores);
