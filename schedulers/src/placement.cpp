@@ -109,8 +109,11 @@ struct DeviceView {
 
 // A job waits for the shared device's cores from its expected start: later jobs backfill only
 // what ends by then.
-void hold_for_waiting(DeviceView& view) {
-  view.held_for = std::min(view.held_for.value_or(view.available_at), view.available_at);
+// A job on several GPUs likewise holds the free ones among them from `from`, when the last of
+// them is expected free.
+void hold_for_waiting(DeviceView& view, std::optional<UnixMillis> from = std::nullopt) {
+  const UnixMillis start = from.value_or(view.available_at);
+  view.held_for = std::min(view.held_for.value_or(start), start);
 }
 
 // Whether a job asking for `job_cores` (0: the whole device) could start on it now, in this pass.
@@ -863,9 +866,8 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
           const std::size_t d = short_of_gpus->device;
           const Gang gang = gang_beside(d, short_of_gpus->estimate);
           const UnixMillis free_at = std::max({now, fits_now(views[d], 0) ? now : views[d].available_at, gang.ready});
-          for (const std::size_t m : gang.others)
-            views[m].held_for = std::min(views[m].held_for.value_or(free_at), free_at);
-          views[d].held_for = std::min(views[d].held_for.value_or(free_at), free_at);
+          for (const std::size_t m : gang.others) hold_for_waiting(views[m], free_at);
+          hold_for_waiting(views[d], free_at);
         }
       }
       result.waiting.emplace_back(job->id, std::move(*reason));
@@ -896,10 +898,10 @@ PassResult Placer::extend(PassState& pass, UnixMillis now, std::span<const Devic
       view.available_at = best.finish;
       // Its GPUs free before then are held for it: later jobs take them only if they end by then.
       for (const std::size_t m : gang.others) {
-        views[m].held_for = std::min(views[m].held_for.value_or(free_at), free_at);
+        hold_for_waiting(views[m], free_at);
         views[m].available_at = std::max(views[m].available_at, best.finish);
       }
-      if (!gang.others.empty()) view.held_for = std::min(view.held_for.value_or(free_at), free_at);
+      if (!gang.others.empty()) hold_for_waiting(view, free_at);
       result.waiting.emplace_back(job->id, std::move(why));
       continue;
     }
