@@ -11,6 +11,7 @@
 #include "joule/adapters/battery_meter.hpp"
 #include "joule/adapters/hwmon_meter.hpp"
 #include "joule/adapters/ina3221_meter.hpp"
+#include "joule/adapters/mig_meter.hpp"
 #include "joule/adapters/nvml_meter.hpp"
 #include "joule/adapters/rapl_meter.hpp"
 
@@ -44,6 +45,23 @@ std::optional<unsigned> gpu_index(const std::string& device) {
   return index;
 }
 
+// A GPU in MIG mode cannot run a CUDA job whole (a process sees one MIG device): its MIG devices
+// are the devices then, and the error names them.
+std::optional<Error> whole_gpu_in_mig_mode(const NvmlLibrary& library, unsigned gpu) {
+  auto handle = library.device(gpu);
+  if (!handle) return std::nullopt;  // the meter's own open says so
+  auto enabled = library.mig_enabled(*handle);
+  if (!enabled || !*enabled) return std::nullopt;
+  std::string names;
+  if (auto devices = library.mig_devices(*handle))
+    for (const auto& device : *devices)
+      names += fmt::format("{}mig:{}.{} ({})", names.empty() ? "" : ", ", gpu, device.index, device.name);
+  return make_error(ErrorCode::invalid_argument,
+                    fmt::format("GPU {} is in MIG mode: a job cannot use it whole; name its MIG devices as devices "
+                                "instead: {}",
+                                gpu, names.empty() ? "it has none yet" : names));
+}
+
 std::string model_note(const ModelledCpuParams& params, bool process) {
   return fmt::format("{} modelled as {} W idle + {} W per busy core: an estimate, not a measurement",
                      process ? "this process's CPU time" : "CPU time of the whole node (/proc/stat)", params.idle_watts,
@@ -51,13 +69,34 @@ std::string model_note(const ModelledCpuParams& params, bool process) {
 }
 
 Result<Opened> try_source(const std::string& source, const MeterRequest& request, const MeterRoots& roots,
-                          std::optional<unsigned> gpu) {
+                          std::optional<unsigned> gpu, std::optional<MigName> mig) {
   if (source == "rapl")
     return first_read(RaplMeter::open(RaplOptions{roots.sys, roots.proc, roots.reader}),
                       [](const RaplMeter& m) { return m.description(); });
+  if (source == "nvml" && mig) {
+    if (request.scope == "process") {
+      // A probe on a MIG device reads its GPU's counter whole: jouled runs it while the GPU's
+      // other MIG devices have no work.
+      auto library = NvmlLibrary::open(roots.nvml_library);
+      if (!library) return library.error();
+      auto partition = MigPartition::open(*library, mig->gpu, roots.monotonic_seconds);
+      if (!partition) return partition.error();
+      if (!(*partition)->device(mig->index))
+        return make_error(ErrorCode::not_found, fmt::format("GPU {} has no MIG device {}", mig->gpu, mig->index));
+      return first_read(NvmlMeter::open(*library, mig->gpu, roots.monotonic_seconds), [&](const NvmlMeter& m) {
+        return m.description() + fmt::format(", whole, for mig:{}.{} while the GPU's other MIG devices have no work",
+                                             mig->gpu, mig->index);
+      });
+    }
+    if (!roots.mig_partitions) return make_error(ErrorCode::unavailable, "no MIG partitions for this meter's node");
+    auto partition = roots.mig_partitions->of(roots.nvml_library, mig->gpu, roots.monotonic_seconds);
+    if (!partition) return partition.error();
+    return first_read(MigMeter::open(*partition, mig->index), [](const MigMeter& m) { return m.description(); });
+  }
   if (source == "nvml") {
     auto library = NvmlLibrary::open(roots.nvml_library);
     if (!library) return library.error();
+    if (auto problem = whole_gpu_in_mig_mode(**library, *gpu)) return *problem;
     return first_read(NvmlMeter::open(*library, *gpu, roots.monotonic_seconds),
                       [](const NvmlMeter& m) { return m.description(); });
   }
@@ -89,10 +128,11 @@ Result<Opened> try_source(const std::string& source, const MeterRequest& request
 }  // namespace
 
 Result<SelectedMeter> select_meter(const MeterRequest& request, const MeterRoots& roots) {
-  const std::optional<unsigned> gpu = gpu_index(request.device);
+  const std::optional<MigName> mig = parse_mig_name(request.device);
+  const std::optional<unsigned> gpu = mig ? std::optional(mig->gpu) : gpu_index(request.device);
   if (request.device != "cpu" && !gpu)
     return make_error(ErrorCode::invalid_argument,
-                      fmt::format("device \"{}\": expected \"cpu\" or \"cuda:N\"", request.device));
+                      fmt::format("device \"{}\": expected \"cpu\", \"cuda:N\" or \"mig:G.I\"", request.device));
   if (request.scope != "device" && request.scope != "process")
     return make_error(ErrorCode::invalid_argument,
                       fmt::format("meter scope \"{}\": expected \"device\" or \"process\"", request.scope));
@@ -101,8 +141,12 @@ Result<SelectedMeter> select_meter(const MeterRequest& request, const MeterRoots
   static const std::vector<std::string> kGpu = {"nvml", "ina3221"};
   static const std::vector<std::string> kKnown = {"rapl", "nvml", "ina3221", "hwmon", "battery", "modelled"};
   std::vector<std::string> order;
+  if (mig && request.meter != "auto" && request.meter != "nvml")
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("meter \"{}\" cannot meter MIG device {}: only nvml (its GPU's counter, shared)",
+                                  request.meter, request.device));
   if (request.meter == "auto") {
-    order = gpu ? kGpu : kCpu;
+    order = mig ? std::vector<std::string>{"nvml"} : gpu ? kGpu : kCpu;
   } else if (std::find(kKnown.begin(), kKnown.end(), request.meter) != kKnown.end()) {
     const bool cpu_only = request.meter == "rapl" || request.meter == "battery" || request.meter == "modelled";
     if ((gpu && cpu_only) || (!gpu && request.meter == "nvml"))
@@ -119,7 +163,7 @@ Result<SelectedMeter> select_meter(const MeterRequest& request, const MeterRoots
   std::string why_not;
   ErrorCode last_code = ErrorCode::unavailable;
   for (const auto& source : order) {
-    auto opened = try_source(source, request, roots, gpu);
+    auto opened = try_source(source, request, roots, gpu, mig);
     if (opened) {
       selected.meter = std::move(opened->meter);
       selected.considered.push_back(MeterCandidate{source, true, std::move(opened->description)});

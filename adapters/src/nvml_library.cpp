@@ -19,6 +19,12 @@ struct NvmlLibrary::Api {
   nvml::Return (*get_limit)(nvml::Device, unsigned*) = nullptr;
   nvml::Return (*get_limit_constraints)(nvml::Device, unsigned*, unsigned*) = nullptr;
   nvml::Return (*set_limit)(nvml::Device, unsigned) = nullptr;
+  // MIG (R450 and newer): without them no GPU is in MIG mode.
+  nvml::Return (*mig_mode)(nvml::Device, unsigned*, unsigned*) = nullptr;
+  nvml::Return (*max_mig_count)(nvml::Device, unsigned*) = nullptr;
+  nvml::Return (*mig_handle)(nvml::Device, unsigned, nvml::Device*) = nullptr;
+  nvml::Return (*uuid)(nvml::Device, char*, unsigned) = nullptr;
+  nvml::Return (*attributes)(nvml::Device, nvml::DeviceAttributes*) = nullptr;
 };
 
 namespace {
@@ -52,6 +58,11 @@ Result<std::shared_ptr<NvmlLibrary>> NvmlLibrary::open(const std::string& path) 
   resolve(handle, "nvmlDeviceGetPowerManagementLimit", api->get_limit);
   resolve(handle, "nvmlDeviceGetPowerManagementLimitConstraints", api->get_limit_constraints);
   resolve(handle, "nvmlDeviceSetPowerManagementLimit", api->set_limit);
+  resolve(handle, "nvmlDeviceGetMigMode", api->mig_mode);
+  resolve(handle, "nvmlDeviceGetMaxMigDeviceCount", api->max_mig_count);
+  resolve(handle, "nvmlDeviceGetMigDeviceHandleByIndex", api->mig_handle);
+  resolve(handle, "nvmlDeviceGetUUID", api->uuid);
+  resolve(handle, "nvmlDeviceGetAttributes_v2", api->attributes);
   if (missing) {
     ::dlclose(handle);
     return make_error(ErrorCode::unavailable, fmt::format("{}: no symbol {}", path, missing));
@@ -115,6 +126,44 @@ Result<std::uint32_t> NvmlLibrary::power_usage_mw(nvml::Device device) const {
   if (const auto rc = api_->power_usage(device, &power_mw); rc != nvml::kSuccess)
     return error_of(rc, "nvmlDeviceGetPowerUsage");
   return static_cast<std::uint32_t>(power_mw);
+}
+
+Result<bool> NvmlLibrary::mig_enabled(nvml::Device device) const {
+  if (!api_->mig_mode) return false;
+  unsigned current = 0, pending = 0;
+  const auto rc = api_->mig_mode(device, &current, &pending);
+  if (rc == nvml::kErrorNotSupported) return false;  // a GPU without MIG
+  if (rc != nvml::kSuccess) return error_of(rc, "nvmlDeviceGetMigMode");
+  return current == nvml::kMigEnabled;
+}
+
+Result<std::vector<MigDevice>> NvmlLibrary::mig_devices(nvml::Device device) const {
+  if (!api_->max_mig_count || !api_->mig_handle || !api_->uuid)
+    return make_error(ErrorCode::unavailable, path_ + ": no MIG device entry points (a driver older than R450?)");
+  unsigned count = 0;
+  if (const auto rc = api_->max_mig_count(device, &count); rc != nvml::kSuccess)
+    return error_of(rc, "nvmlDeviceGetMaxMigDeviceCount");
+  std::vector<MigDevice> out;
+  for (unsigned index = 0; index < count; ++index) {
+    MigDevice mig;
+    mig.index = index;
+    const auto rc = api_->mig_handle(device, index, &mig.handle);
+    if (rc == nvml::kErrorNotFound || rc == nvml::kErrorInvalidArgument) continue;  // no instance at this index
+    if (rc != nvml::kSuccess) return error_of(rc, "nvmlDeviceGetMigDeviceHandleByIndex");
+    char uuid[nvml::kDeviceUuidBufferSize] = {};
+    if (const auto got = api_->uuid(mig.handle, uuid, sizeof uuid); got != nvml::kSuccess)
+      return error_of(got, "nvmlDeviceGetUUID");
+    uuid[sizeof uuid - 1] = '\0';
+    mig.uuid = uuid;
+    if (auto named = name(mig.handle)) mig.name = std::move(named).value();
+    nvml::DeviceAttributes attributes;
+    if (api_->attributes && api_->attributes(mig.handle, &attributes) == nvml::kSuccess) {
+      mig.compute_slices = attributes.computeInstanceSliceCount;
+      mig.memory_mb = attributes.memorySizeMB;
+    }
+    out.push_back(std::move(mig));
+  }
+  return out;
 }
 
 Result<std::uint32_t> NvmlLibrary::power_limit_mw(nvml::Device device) const {

@@ -168,6 +168,8 @@ Result<SyncRequest> parse_sync_request(const json& body) {
     device.model_version = f.integer("model_version", false);
     device.cores = static_cast<int>(f.integer("cores", false));
     if (!problem && (device.cores < 0 || device.cores > 4096)) f.fail("cores", "must be 0-4096");
+    device.gpu_group = f.text("gpu_group", false);
+    if (!problem && device.gpu_group.size() > 256) f.fail("gpu_group", "must be at most 256 characters");
     if (!problem && (device.name.empty() || device.name.find('/') != std::string::npos))
       f.fail("name", "must be a device name without '/'");
     return device;
@@ -234,7 +236,8 @@ json to_json(const SyncRequest& request) {
                        {"battery_percent", optional_json(d.battery_percent)},
                        {"meter_error", optional_json(d.meter_error)},
                        {"model_version", d.model_version},
-                       {"cores", d.cores}});
+                       {"cores", d.cores},
+                       {"gpu_group", d.gpu_group}});
   json jobs = json::array();
   for (const auto& j : request.jobs)
     jobs.push_back({{"id", j.id},
@@ -284,6 +287,16 @@ Result<SyncReply> parse_sync_reply(const json& body) {
     job.priority = static_cast<int>(f.integer("priority", false));
     job.paused = f.boolean("paused", false);
     job.stop = f.boolean("stop", false);
+    if (const json* companions = f.array("companions")) {
+      for (std::size_t i = 0; i < companions->size() && !problem; ++i) {
+        const json& name = (*companions)[i];
+        if (!name.is_string() || name.get<std::string>().empty() ||
+            name.get<std::string>().find('/') != std::string::npos)
+          f.fail("companions", fmt::format("entry {} must be a device name without '/'", i));
+        else
+          job.companions.push_back(name.get<std::string>());
+      }
+    }
     if (!problem && (!item.contains("spec") || !item["spec"].is_object())) f.fail("spec", "must be the job's spec object");
     if (!problem) job.spec = item["spec"];
     return job;
@@ -321,7 +334,8 @@ json to_json(const SyncReply& reply) {
                     {"priority", j.priority},
                     {"spec", j.spec},
                     {"paused", j.paused},
-                    {"stop", j.stop}});
+                    {"stop", j.stop},
+                    {"companions", j.companions}});
   json recorded = json::array();
   for (const auto& [id, epoch] : reply.recorded) recorded.push_back({id, epoch});
   json versions = json::object();

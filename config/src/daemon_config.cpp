@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "joule/config/device_names.hpp"
 #include "joule/config/grid_signal_file.hpp"
 #include "joule/estimator/simulated_device.hpp"
 #include "toml_checker.hpp"
@@ -309,11 +310,6 @@ void parse_cluster(Checker& check, const toml::table& table, ClusterConfig& clus
     check.problem(table, "an agent needs cluster.coordinator, the coordinator's URL");
 }
 
-bool is_cuda_device_name(const std::string& name) {
-  if (name.rfind("cuda:", 0) != 0 || name.size() == 5 || name.size() > 8) return false;
-  return std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
 // "HH:MM-HH:MM" (24:00 allowed as an end) into minutes of the day.
 std::optional<std::pair<int, int>> parse_hours(const std::string& text) {
   int h1 = 0, m1 = 0, h2 = 0, m2 = 0;
@@ -397,9 +393,9 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
       if (auto profile = estimator::find_simulated_profile(device.name.substr(4)); !profile)
         check.problem(table, fmt::format("device \"{}\": {}", device.name, profile.error().message));
       device.meter = "simulated";
-    } else if (device.name != "cpu" && !is_cuda_device_name(device.name)) {
-      check.problem(table, fmt::format("device \"{}\": devices are \"cpu\", \"cuda:N\" (an NVIDIA GPU) or "
-                                       "simulated \"sim:<profile>\"",
+    } else if (device.name != "cpu" && !is_gpu_device_name(device.name)) {
+      check.problem(table, fmt::format("device \"{}\": devices are \"cpu\", \"cuda:N\" (an NVIDIA GPU), \"mig:G.I\" "
+                                       "(GPU G's MIG device I) or simulated \"sim:<profile>\"",
                                        device.name));
     }
     if (!names.insert(device.name).second)

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "joule/config/device_names.hpp"
 #include "joule/config/grid_signal_file.hpp"
 #include "toml_checker.hpp"
 
@@ -46,14 +47,6 @@ bool is_node_name(std::string_view name) {
   return !name.empty() && std::none_of(name.begin(), name.end(), [](char c) {
     return c == '/' || std::isspace(static_cast<unsigned char>(c)) || std::iscntrl(static_cast<unsigned char>(c));
   });
-}
-
-// The device names jouled.toml accepts: "cpu", "cuda:N", "sim:<profile>".
-bool is_device_name(std::string_view name) {
-  if (name == "cpu") return true;
-  if (name.starts_with("sim:")) return name.size() > 4;
-  if (!name.starts_with("cuda:") || name.size() == 5 || name.size() > 8) return false;
-  return std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 // "90m", "24h", "7d": a positive integer and one unit, nothing else.

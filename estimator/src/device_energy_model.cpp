@@ -92,6 +92,16 @@ json to_json(const Estimate& estimate, bool with_layers) {
                     {"samples", w.samples}};
     if (w.basis == "measured") out["whole"]["measured_ms"] = w.measured_ms;
   }
+  if (estimate.data_parallel) {
+    const auto& d = *estimate.data_parallel;
+    out["data_parallel"] = {{"gpus", d.gpus},
+                            {"one_gpu_joules", to_json(d.one_gpu_joules)},
+                            {"one_gpu_seconds", to_json(d.one_gpu_seconds)},
+                            {"joules_overhead", to_json(d.joules_overhead)},
+                            {"seconds_overhead", to_json(d.seconds_overhead)},
+                            {"jobs", d.jobs},
+                            {"basis", d.basis}};
+  }
   if (!estimate.settings.empty()) {
     json settings = json::array();
     for (const auto& line : estimate.settings)

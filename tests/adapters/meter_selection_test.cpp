@@ -1,4 +1,5 @@
 #include "joule/adapters/meter_selection.hpp"
+#include "joule/adapters/mig_meter.hpp"
 
 #include <gtest/gtest.h>
 
@@ -201,4 +202,42 @@ TEST(MeterSelectionTest, forced_hwmon_is_tried_alone) {
   ASSERT_TRUE(selected) << selected.error().message;
   EXPECT_EQ(sources(*selected), "hwmon+ ");
   EXPECT_EQ(selected->meter->source(), "hwmon");
+}
+
+// A MIG device is metered by its share of its GPU's counter; its siblings, selected with the same
+// roots, share one partition; a probe (scope "process") reads the GPU's counter whole; a GPU in
+// MIG mode named whole is refused, naming its MIG devices.
+TEST(MeterSelectionTest, mig_devices_share_their_gpus_counter_and_a_whole_gpu_in_mig_mode_is_refused) {
+  TempDir root;
+  FakeNvml nvml(root, "name NVIDIA A100-SXM4-40GB\nmig 0 3g.20gb 3g.20gb\nenergy_mj 0 1000 2000 3000 4000 5000\n");
+  auto roots = bare(root);
+  roots.nvml_library = JOULE_FAKE_NVML;
+  roots.mig_partitions = std::make_shared<joule::adapters::MigPartitions>();
+  auto first = select_meter(request("mig:0.0"), roots);
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_EQ(sources(*first), "nvml+ ");
+  EXPECT_NE(first->considered[0].reason.find("its share of GPU 0's energy counter"), std::string::npos)
+      << first->considered[0].reason;
+  auto second = select_meter(request("mig:0.1"), roots);
+  ASSERT_TRUE(second) << second.error().message;
+  first->meter->shared_gpu_counter()->set_busy(true);
+  EXPECT_TRUE(second->meter->shared_gpu_counter()->others_busy()) << "one partition for the GPU";
+
+  auto probe = request("mig:0.1");
+  probe.scope = "process";
+  auto whole = select_meter(probe, roots);
+  ASSERT_TRUE(whole) << whole.error().message;
+  EXPECT_NE(whole->considered[0].reason.find("whole, for mig:0.1 while the GPU's other MIG devices have no work"),
+            std::string::npos)
+      << whole->considered[0].reason;
+
+  const auto gpu = select_meter(request("cuda:0"), roots);
+  ASSERT_FALSE(gpu);
+  EXPECT_NE(gpu.error().message.find("GPU 0 is in MIG mode: a job cannot use it whole; name its MIG devices as "
+                                     "devices instead: mig:0.0 (NVIDIA A100-SXM4-40GB MIG 3g.20gb), mig:0.1"),
+            std::string::npos)
+      << gpu.error().message;
+  EXPECT_EQ(select_meter(request("mig:0.7"), roots).error().code, ErrorCode::unavailable);
+  EXPECT_EQ(select_meter(request("mig:0.1", "ina3221"), roots).error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(select_meter(request("mig:0"), roots).error().code, ErrorCode::invalid_argument);
 }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "joule/adapters/job_controls.hpp"
+#include "joule/adapters/mig_meter.hpp"
 #include "joule/adapters/nvml_library.hpp"
 #include "joule/adapters/simulated_meter.hpp"
 #include "temp_dir.hpp"
@@ -193,4 +194,73 @@ TEST(NvmlMeterTest, offers_its_gpus_power_limit_as_a_capability) {
   joule::adapters::EnergyMeter& simulated_meter = simulated;
   EXPECT_EQ(simulated_meter.gpu_power_control(), nullptr);
   ASSERT_NE(simulated_meter.modelled_load(), nullptr);
+}
+
+// MIG (issue 36): a GPU in MIG mode lists its MIG devices, and its counter is shared among them
+// by the stated rule: to those with work by their compute slices, to all by slices while none has.
+TEST(NvmlLibraryTest, a_gpu_in_mig_mode_lists_its_mig_devices_with_uuids_names_and_slices) {
+  FakeNvmlScript script("devices 2\nname NVIDIA A100-SXM4-40GB\nmig 0 3g.20gb 1g.5gb\n");
+  auto library = open_fake();
+  ASSERT_TRUE(library);
+  EXPECT_TRUE(*library->mig_enabled(*library->device(0)));
+  EXPECT_FALSE(*library->mig_enabled(*library->device(1)));
+  const auto devices = library->mig_devices(*library->device(0));
+  ASSERT_TRUE(devices) << devices.error().message;
+  ASSERT_EQ(devices->size(), 2u);
+  EXPECT_EQ((*devices)[1].index, 1u);
+  EXPECT_EQ((*devices)[1].name, "NVIDIA A100-SXM4-40GB MIG 1g.5gb");
+  EXPECT_EQ((*devices)[1].uuid.rfind("MIG-", 0), 0u) << (*devices)[1].uuid;
+  EXPECT_NE((*devices)[0].uuid, (*devices)[1].uuid);
+  EXPECT_EQ((*devices)[0].compute_slices, 3u);
+  EXPECT_EQ((*devices)[0].memory_mb, 20u * 1024);
+  EXPECT_TRUE(library->mig_devices(*library->device(1))->empty());
+}
+
+TEST(MigMeterTest, the_gpus_counter_goes_to_the_mig_devices_with_work_by_their_slices) {
+  // 7 J more at every reading of GPU 0's counter.
+  FakeNvmlScript script(
+      "name NVIDIA A100-SXM4-40GB\nmig 0 3g.20gb 3g.20gb 1g.5gb\nenergy_mj 0 7000 14000 21000 28000 35000\n");
+  auto partition = joule::adapters::MigPartition::open(open_fake(), 0);
+  ASSERT_TRUE(partition) << partition.error().message;
+  auto& gpu = **partition;
+  EXPECT_DOUBLE_EQ(gpu.read(0)->value, 3.0) << "none has work: 7 J by slices, 3:3:1";
+  gpu.set_busy(1, true);  // the 7 J before it still went 3:3:1
+  EXPECT_DOUBLE_EQ(gpu.read(1)->value, 6.0 + 7.0) << "alone with work, it gets the whole GPU";
+  gpu.set_busy(2, true);
+  EXPECT_DOUBLE_EQ(gpu.read(2)->value, 2.0 + 1.75);  // 7 J split 3:1 between the two with work
+  EXPECT_DOUBLE_EQ(gpu.read(0)->value, 6.0) << "no work, no share";
+  EXPECT_DOUBLE_EQ(gpu.read(1)->value + gpu.read(2)->value + gpu.read(0)->value, 35.0)
+      << "the MIG devices' joules add up to the GPU's counter";
+  EXPECT_TRUE(gpu.others_busy(0));
+  EXPECT_TRUE(gpu.others_busy(1)) << "2 has work";
+  gpu.set_busy(2, false);
+  EXPECT_TRUE(gpu.others_busy(2)) << "1 still has work";
+  gpu.set_busy(1, false);
+  EXPECT_FALSE(gpu.others_busy(2));
+  EXPECT_NE(gpu.rule(0).find("3 of the 7 its 3 MIG devices have"), std::string::npos) << gpu.rule(0);
+  EXPECT_FALSE(gpu.read(5)) << "no MIG device 5";
+
+  auto meter = joule::adapters::MigMeter::open(*partition, 1);
+  ASSERT_TRUE(meter) << meter.error().message;
+  EXPECT_EQ((*meter)->source(), "nvml");
+  EXPECT_EQ((*meter)->gpu_power_control(), nullptr) << "the GPU's limit is its siblings' too";
+  ASSERT_NE((*meter)->shared_gpu_counter(), nullptr);
+  EXPECT_EQ((*meter)->cuda_visible().rfind("MIG-", 0), 0u);
+  EXPECT_NE((*meter)->description().find("NVIDIA A100-SXM4-40GB MIG 3g.20gb (MIG-"), std::string::npos)
+      << (*meter)->description();
+  const auto missing = joule::adapters::MigMeter::open(*partition, 4);
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message.find("mig:0.2 (NVIDIA A100-SXM4-40GB MIG 1g.5gb)"), std::string::npos)
+      << missing.error().message;
+}
+
+TEST(MigMeterTest, a_gpu_not_in_mig_mode_or_without_mig_devices_is_no_partition) {
+  FakeNvmlScript script("devices 2\nname NVIDIA A100-SXM4-40GB\n");
+  const auto whole = joule::adapters::MigPartition::open(open_fake(), 1);
+  ASSERT_FALSE(whole);
+  EXPECT_NE(whole.error().message.find("GPU 1 is not in MIG mode"), std::string::npos) << whole.error().message;
+  EXPECT_EQ(joule::adapters::parse_mig_name("mig:1.2")->index, 2u);
+  EXPECT_FALSE(joule::adapters::parse_mig_name("mig:1"));
+  EXPECT_FALSE(joule::adapters::parse_mig_name("mig:1.x"));
+  EXPECT_FALSE(joule::adapters::parse_mig_name("cuda:1"));
 }

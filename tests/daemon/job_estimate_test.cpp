@@ -139,6 +139,19 @@ TEST(JobEstimateTest, the_figures_of_the_rows_and_of_their_stored_text_are_the_s
       estimate.layers.push_back(layer);
     }
     estimate.warnings = {"OMP_NUM_THREADS differs from the model's"};
+    if (d == 4) {  // a knob setting and a thread count, as placement and finished jobs read them
+      estimator::SettingLine knob;
+      knob.setting = estimator::KnobSetting{"gpu_power_limit_watts", 200.0, "200 W"};
+      knob.basis = "measured";
+      knob.joules_ratio = 0.8123456789;
+      knob.seconds_ratio = 1.1;
+      knob.joules = {0.9, 0.1};
+      estimate.settings.push_back(knob);
+      estimator::SettingLine threads = knob;
+      threads.setting = estimator::KnobSetting{"threads", 4.0, "4 threads"};
+      threads.basis = "response";
+      estimate.settings.push_back(threads);
+    }
     row.estimate = std::move(estimate);
     if (d == 3) {
       row.correction = joule::daemon::EstimateCorrection{};
@@ -156,6 +169,9 @@ TEST(JobEstimateTest, the_figures_of_the_rows_and_of_their_stored_text_are_the_s
   EXPECT_EQ(restarted[3].model_seconds_mean, 0.142857);
   EXPECT_EQ(restarted[0].source, joule::EnergySource::rapl);
   EXPECT_NE(restarted[0].warnings_digest, 0u);
+  ASSERT_EQ(restarted[4].settings.size(), 2u) << "a job at a setting finds its figures after a restart";
+  EXPECT_TRUE(restarted[4].at(estimator::KnobSetting{"threads", 4.0, "4 threads"}));
+  EXPECT_EQ(restarted[4].settings[0].joules_ratio, 0.812346);
   // A warning that changes, and nothing else, is a different estimate.
   auto warned = rows;
   warned[5].estimate->warnings.push_back("a runtime not measured yet");

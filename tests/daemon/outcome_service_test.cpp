@@ -234,3 +234,46 @@ TEST(OutcomeServiceTest, a_new_environments_empty_calibration_clears_the_old_fig
   EXPECT_EQ(text.find("joule_calibration_error_ratio{device=\"cpu\""), std::string::npos) << text;
   EXPECT_NE(text.find("joule_calibration_rows{device=\"cpu\"} 0"), std::string::npos) << text;
 }
+
+// A job on several GPUs teaches the overhead of its GPU model, not the model of the device it
+// started on; what it taught moves the next estimate on several GPUs, also from the stored
+// rows read back at start.
+TEST(OutcomeServiceTest, jobs_on_several_gpus_teach_their_gpu_models_overhead) {
+  auto one_gpu = joule::testing::estimate_row("cuda:0", "nvml", 1000.0, 50.0, 400.0, 100);
+  joule::estimator::Estimate on_two = joule::estimator::across_gpus(*one_gpu.estimate, 2, 32);
+  EstimateRow two_row{"cuda:0", on_two, "", std::nullopt};
+  // Read back as a finished job's stored estimate is.
+  const auto stored = joule::daemon::read_estimates(joule::daemon::stored_estimates({two_row}));
+  ASSERT_EQ(stored.size(), 1u);
+  ASSERT_TRUE(stored[0].data_parallel);
+  EXPECT_EQ(stored[0].data_parallel->one_gpu_joules.mean, 1000.0);
+  EXPECT_TRUE(stored[0].same_figures(DeviceEstimate::of(two_row)));
+  const auto job = [&](double joules, double seconds, int i) {
+    JobFeedback feedback{"cuda:0", stored[0], joules, EnergySource::nvml, false, "job-" + std::to_string(i),
+                         i,        seconds};
+    feedback.gpus = 2;
+    feedback.gpu_group = "NVIDIA A100";
+    return feedback;
+  };
+  OutcomeService outcomes;
+  EXPECT_EQ(outcomes.data_parallel_overhead("NVIDIA A100", 2).jobs, 0u);
+  auto modelled = job(1300.0, 260.0, 0);
+  modelled.source = EnergySource::modelled;
+  EXPECT_FALSE(outcomes.record(modelled)) << "an nvml estimate against modelled joules";
+  auto partial = job(1300.0, 260.0, 0);
+  partial.partial = true;
+  EXPECT_FALSE(outcomes.record(partial));
+  std::vector<JobFeedback> history;
+  for (int i = 0; i < 6; ++i) history.push_back(job(1300.0, 260.0, i));  // +30 % energy, 2 × 260 / 400: +30 % time
+  EXPECT_EQ(outcomes.record_all(history), 6u);
+  const auto learnt = outcomes.data_parallel_overhead("NVIDIA A100", 2);
+  EXPECT_EQ(learnt.jobs, 6u);
+  EXPECT_NEAR(learnt.joules.mean, (0.15 + 6 * 0.30) / 7, 1e-9);
+  EXPECT_NEAR(learnt.seconds.mean, (0.15 + 6 * 0.30) / 7, 1e-9);
+  EXPECT_EQ(outcomes.data_parallel_overhead("NVIDIA H100", 2).jobs, 0u) << "another model's GPUs learn apart";
+  EXPECT_EQ(outcomes.view("cuda:0")["rows"], 0) << "the one-GPU model learns nothing from them";
+  const json view = outcomes.data_parallel_view("NVIDIA A100");
+  EXPECT_EQ(view["2"]["jobs"], 6);
+  EXPECT_NE(view["2"]["basis"].get<std::string>().find("6 finished jobs on 2 NVIDIA A100 GPUs"), std::string::npos)
+      << view.dump();
+}

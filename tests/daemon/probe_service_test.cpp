@@ -747,5 +747,25 @@ TEST_F(ProbeServiceTest, a_step_in_the_devices_speed_has_the_networks_measured_b
   EXPECT_GE(other_measured(), 2) << shown().dump();
 }
 
+// A MIG device is probed only while its siblings have no work: a probe reads their GPU's counter
+// whole. (The fixture's device stands in for a MIG device of GPU 0, a second for its sibling.)
+TEST_F(ProbeServiceTest, a_mig_device_waits_to_probe_while_a_sibling_has_work) {
+  device_table_.find("cpu")->mig_gpu = 0;
+  Device sibling;
+  sibling.name = "mig:0.1";
+  sibling.mig_gpu = 0;
+  sibling.meter = std::make_unique<joule::testing::CountingMeter>();
+  device_table_.add(std::move(sibling)).hold("someone-elses-job", 0);
+  config::ProbingConfig probing;
+  probing.idle_seconds = 0.0;
+  start(probing);
+  ASSERT_TRUE(run_until([&] { return state() == "busy"; })) << shown().dump();
+  EXPECT_EQ(waiting(), "another MIG device of its GPU has work (a probe reads the GPU's counter whole)");
+  idle_for(50ms);
+  EXPECT_EQ(probes_started(), 0);
+  device_table_.find("mig:0.1")->release("someone-elses-job");
+  ASSERT_TRUE(run_until([&] { return probes_started() >= 1; })) << shown().dump();
+}
+
 }  // namespace
 }  // namespace joule::daemon

@@ -13,10 +13,16 @@
 //   set_limit_return 4             force SetPowerManagementLimit's return code
 //   log /tmp/x/nvml.log            append "init", "shutdown" and "set_limit N" lines there
 //                                  ("set_limit N gpu I" for GPU I > 0)
+//   mig 0 3g.20gb 3g.20gb 1g.5gb   GPU 0 in MIG mode with these MIG devices (profiles as nvidia-smi
+//                                  names them: N compute slices, M GB), indices 0, 1, 2; as on
+//                                  real drivers they have no energy counter or power reading of
+//                                  their own, and their GPU's counter keeps counting for all
 //
 // Without the variable every call behaves as on an idle GPU with an energy counter.
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -29,7 +35,9 @@ constexpr int kSuccess = 0;
 constexpr int kUninitialized = 1;
 constexpr int kInvalidArgument = 2;
 constexpr int kNotSupported = 3;
+constexpr int kNotFound = 6;
 constexpr int kMaxDevices = 8;
+constexpr int kMaxMigDevices = 7;  // an A100's or H100's most
 
 struct Device {
   int index = 0;
@@ -37,6 +45,11 @@ struct Device {
   std::optional<unsigned> limit_mw;  // set by SetPowerManagementLimit; nullopt: the script's
   std::size_t energy_cursor = 0;
   std::size_t power_cursor = 0;
+  // MIG: on a GPU, its MIG devices' profiles ("3g.20gb"; empty: not in MIG mode); on a MIG
+  // device, its own profile and its GPU.
+  std::vector<std::string> mig_profiles;
+  std::string profile;
+  int parent = -1;
 };
 
 struct State {
@@ -53,6 +66,7 @@ struct State {
   int set_limit_return = kSuccess;
   std::string log;
   Device device[kMaxDevices];
+  Device mig[kMaxDevices][kMaxMigDevices];
 };
 
 State& state() {
@@ -100,9 +114,22 @@ void load_script() {
       if (key == "limit_constraints_mw") words >> fresh.min_limit_mw >> fresh.max_limit_mw;
       if (key == "set_limit_return") words >> fresh.set_limit_return;
       if (key == "log") words >> fresh.log;
+      if (key == "mig") {
+        int index = -1;
+        words >> index;
+        if (index >= 0 && index < kMaxDevices)
+          for (std::string profile; words >> profile;) fresh.device[index].mig_profiles.push_back(profile);
+      }
     }
   }
   if (fresh.devices > kMaxDevices) fresh.devices = kMaxDevices;
+  for (int g = 0; g < kMaxDevices; ++g)
+    for (int i = 0; i < kMaxMigDevices; ++i) {
+      Device& mig = fresh.mig[g][i];
+      mig.index = i;
+      mig.parent = g;
+      if (i < static_cast<int>(fresh.device[g].mig_profiles.size())) mig.profile = fresh.device[g].mig_profiles[i];
+    }
   state() = fresh;
 }
 
@@ -168,7 +195,11 @@ __attribute__((visibility("default"))) int nvmlDeviceGetName(void* handle, char*
   Device* device = device_of(handle);
   if (!device) return kUninitialized;
   if (name == nullptr || length == 0) return kInvalidArgument;
-  const std::string text = device->name.empty() ? state().name : device->name;
+  std::string text = device->name.empty() ? state().name : device->name;
+  if (device->parent >= 0) {
+    const Device& gpu = state().device[device->parent];
+    text = (gpu.name.empty() ? state().name : gpu.name) + " MIG " + device->profile;
+  }
   const std::size_t n = text.size() < length - 1 ? text.size() : length - 1;
   text.copy(name, n);
   name[n] = '\0';
@@ -179,7 +210,7 @@ __attribute__((visibility("default"))) int nvmlDeviceGetTotalEnergyConsumption(v
                                                                                unsigned long long* energy_mj) {
   Device* device = device_of(handle);
   if (!device) return kUninitialized;
-  if (!state().energy_supported) return kNotSupported;
+  if (!state().energy_supported || device->parent >= 0) return kNotSupported;
   *energy_mj = next(state().energy_mj, device->energy_cursor);
   return kSuccess;
 }
@@ -187,6 +218,7 @@ __attribute__((visibility("default"))) int nvmlDeviceGetTotalEnergyConsumption(v
 __attribute__((visibility("default"))) int nvmlDeviceGetPowerUsage(void* handle, unsigned* power_mw) {
   Device* device = device_of(handle);
   if (!device) return kUninitialized;
+  if (device->parent >= 0) return kNotSupported;
   *power_mw = next(state().power_mw, device->power_cursor);
   return kSuccess;
 }
@@ -213,6 +245,62 @@ __attribute__((visibility("default"))) int nvmlDeviceSetPowerManagementLimit(voi
   device->limit_mw = limit_mw;
   log_line("set_limit " + std::to_string(limit_mw) +
            (device->index > 0 ? " gpu " + std::to_string(device->index) : std::string()));
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) int nvmlDeviceGetMigMode(void* handle, unsigned* current, unsigned* pending) {
+  Device* device = device_of(handle);
+  if (!device) return kUninitialized;
+  if (device->parent >= 0) return kInvalidArgument;
+  *current = *pending = device->mig_profiles.empty() ? 0 : 1;
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) int nvmlDeviceGetMaxMigDeviceCount(void* handle, unsigned* count) {
+  Device* device = device_of(handle);
+  if (!device) return kUninitialized;
+  *count = device->mig_profiles.empty() ? 0 : kMaxMigDevices;
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) int nvmlDeviceGetMigDeviceHandleByIndex(void* handle, unsigned index,
+                                                                               void** mig) {
+  Device* device = device_of(handle);
+  if (!device) return kUninitialized;
+  if (device->parent >= 0 || index >= kMaxMigDevices || mig == nullptr) return kInvalidArgument;
+  if (index >= device->mig_profiles.size()) return kNotFound;
+  *mig = &state().mig[device->index][index];
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) int nvmlDeviceGetUUID(void* handle, char* uuid, unsigned length) {
+  Device* device = device_of(handle);
+  if (!device) return kUninitialized;
+  char text[96];
+  if (device->parent >= 0)
+    std::snprintf(text, sizeof text, "MIG-%08x-0000-4000-8000-%012x", 0xfa4e0000u + device->parent, device->index);
+  else
+    std::snprintf(text, sizeof text, "GPU-%08x-0000-4000-8000-000000000000", 0xfa4e0000u + device->index);
+  if (uuid == nullptr || length <= std::strlen(text)) return kInvalidArgument;
+  std::strcpy(uuid, text);
+  return kSuccess;
+}
+
+// nvmlDeviceAttributes_t as nvml.h lays it out.
+struct Attributes {
+  unsigned multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount, sharedEncoderCount, sharedJpegCount,
+      sharedOfaCount, gpuInstanceSliceCount, computeInstanceSliceCount;
+  unsigned long long memorySizeMB;
+};
+
+__attribute__((visibility("default"))) int nvmlDeviceGetAttributes_v2(void* handle, Attributes* attributes) {
+  Device* device = device_of(handle);
+  if (!device) return kUninitialized;
+  if (device->parent < 0 || attributes == nullptr) return kNotSupported;  // a whole GPU's are not asked for here
+  // "3g.20gb": 3 slices, 20 GB (an A100's 14 multiprocessors a slice).
+  unsigned slices = 0, gigabytes = 0;
+  std::sscanf(device->profile.c_str(), "%ug.%ugb", &slices, &gigabytes);
+  *attributes = Attributes{14 * slices, 1, 0, 0, 0, 0, slices, slices, 1024ull * gigabytes};
   return kSuccess;
 }
 

@@ -3,10 +3,7 @@
 // agent's jobs run again elsewhere exactly once, a returning agent is fenced, a coordinator
 // killed with -9 loses nothing, and a partition never leaves a job running twice.
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <sys/stat.h>
@@ -38,18 +35,6 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr double kLease = 2.0;  // seconds; heartbeats every 0.2 s
-
-std::uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 std::string coordinator_config(std::uint16_t port, const std::string& extra = "") {
   return fmt::format(
@@ -156,7 +141,7 @@ class ClusterNodesTest : public ::testing::Test {
   std::unique_ptr<DaemonProcess> start_cluster_with_policy(const std::string& policy, std::uint16_t& port) {
     std::filesystem::create_directories(dir_ / "policies");
     std::ofstream(dir_ / "policies" / "60-tenancy.toml") << policy;
-    port = free_port();
+    port = joule::testing::free_loopback_port();
     auto coordinator =
         start_coordinator(port, fmt::format("[policy]\ndirectory = \"{}\"\n", (dir_ / "policies").string()));
     agents_.push_back(start_agent("orin", "jetson-orin", port));
@@ -174,7 +159,7 @@ class ClusterNodesTest : public ::testing::Test {
 }  // namespace
 
 TEST_F(ClusterNodesTest, jobs_go_to_the_agent_where_they_cost_least_and_their_energy_comes_back_labelled) {
-  const auto port = free_port();
+  const auto port = joule::testing::free_loopback_port();
   auto coordinator = start_coordinator(port);
   auto orin = start_agent("orin", "jetson-orin", port);
   auto server = start_agent("server", "server-gpu", port);
@@ -229,7 +214,7 @@ TEST_F(ClusterNodesTest, jobs_go_to_the_agent_where_they_cost_least_and_their_en
 }
 
 TEST_F(ClusterNodesTest, a_lost_agents_job_runs_again_elsewhere_once_and_the_returning_agent_stops_its_copy) {
-  const auto port = free_port();
+  const auto port = joule::testing::free_loopback_port();
   auto coordinator = start_coordinator(port);
   auto orin = start_agent("orin", "jetson-orin", port);
   auto server = start_agent("server", "server-gpu", port);
@@ -266,7 +251,7 @@ TEST_F(ClusterNodesTest, a_lost_agents_job_runs_again_elsewhere_once_and_the_ret
 }
 
 TEST_F(ClusterNodesTest, a_killed_agents_job_is_paused_by_its_runner_before_it_runs_elsewhere) {
-  const auto port = free_port();
+  const auto port = joule::testing::free_loopback_port();
   auto coordinator = start_coordinator(port);
   auto orin = start_agent("orin", "jetson-orin", port);
   auto server = start_agent("server", "server-gpu", port);
@@ -313,7 +298,7 @@ TEST_F(ClusterNodesTest, a_killed_agents_job_is_paused_by_its_runner_before_it_r
 }
 
 TEST_F(ClusterNodesTest, a_job_with_restart_fail_fails_when_its_node_is_lost) {
-  const auto port = free_port();
+  const auto port = joule::testing::free_loopback_port();
   auto coordinator = start_coordinator(port);
   auto orin = start_agent("orin", "jetson-orin", port);
   ASSERT_TRUE(
@@ -336,7 +321,7 @@ TEST_F(ClusterNodesTest, a_job_with_restart_fail_fails_when_its_node_is_lost) {
 // comes back with that success, the job is taken back and ends: it once stayed queued for good,
 // out of the queue, after a refused "queued -> succeeded".
 TEST_F(ClusterNodesTest, a_job_that_succeeded_while_its_agent_was_lost_ends_when_the_agent_is_back) {
-  const auto port = free_port();
+  const auto port = joule::testing::free_loopback_port();
   auto coordinator = start_coordinator(port);
   auto orin = start_agent("orin", "jetson-orin", port);
   ASSERT_TRUE(
@@ -361,7 +346,7 @@ TEST_F(ClusterNodesTest, a_job_that_succeeded_while_its_agent_was_lost_ends_when
 // coordinator declared it lost: the job is not over, whichever came first; it runs again and
 // ends succeeded, never "cancelled" by the fence (bench/chaos.py saw that for 2 jobs of 400).
 TEST_F(ClusterNodesTest, a_run_fenced_while_its_agent_hung_runs_again_instead_of_ending_cancelled) {
-  const auto port = free_port();
+  const auto port = joule::testing::free_loopback_port();
   auto coordinator = start_coordinator(port);
   auto orin = start_agent("orin", "jetson-orin", port);
   ASSERT_TRUE(
@@ -380,7 +365,7 @@ TEST_F(ClusterNodesTest, a_run_fenced_while_its_agent_hung_runs_again_instead_of
 }
 
 TEST_F(ClusterNodesTest, a_coordinator_killed_with_9_loses_nothing_and_resumes_with_its_agents) {
-  const auto port = free_port();
+  const auto port = joule::testing::free_loopback_port();
   auto coordinator = start_coordinator(port);
   auto orin = start_agent("orin", "jetson-orin", port);
   auto pi = start_agent("pi", "raspberry-pi-4", port);
@@ -413,7 +398,7 @@ TEST_F(ClusterNodesTest, a_coordinator_killed_with_9_loses_nothing_and_resumes_w
 }
 
 TEST_F(ClusterNodesTest, a_partitioned_agent_pauses_its_job_after_the_lease_and_stops_it_when_the_network_heals) {
-  const auto port = free_port();
+  const auto port = joule::testing::free_loopback_port();
   auto coordinator = start_coordinator(port);
   TcpProxy link(port);
   auto orin = start_agent("orin", "jetson-orin", link.port());
@@ -445,7 +430,7 @@ TEST_F(ClusterNodesTest, a_partitioned_agent_pauses_its_job_after_the_lease_and_
 }
 
 TEST_F(ClusterNodesTest, agents_need_the_cluster_token) {
-  const auto port = free_port();
+  const auto port = joule::testing::free_loopback_port();
   const std::string token = "agent-secret";
   std::ofstream(dir_ / "token") << token << "\n";
   const auto [code, printed] = joule::testing::run_program({"/bin/sh", "-c", "printf %s " + token + " | sha256sum"});
@@ -463,7 +448,7 @@ TEST_F(ClusterNodesTest, agents_need_the_cluster_token) {
 
 TEST_F(ClusterNodesTest, agents_sync_over_tls_and_verify_the_coordinators_certificate) {
   const auto pki = joule::testing::make_test_pki(dir_);
-  const auto port = free_port();
+  const auto port = joule::testing::free_loopback_port();
   const std::string tls = fmt::format("[server]\ntls_certificate = \"{}\"\ntls_private_key = \"{}\"\n",
                                       pki.server_chain.string(), pki.server_key.string());
   // The coordinator's own [server] table comes first in its config: add the TLS keys there.
@@ -625,7 +610,7 @@ TEST_F(ClusterNodesTest, a_projects_energy_budget_holds_across_agents_and_a_coor
 TEST_F(ClusterNodesTest, agents_report_their_own_grids_and_jobs_are_placed_and_accounted_by_them) {
   std::filesystem::create_directories(dir_ / "policies");
   std::ofstream(dir_ / "policies" / "00-placement.toml") << "[placement]\nobjective = \"min-carbon\"\n";
-  const auto port = free_port();
+  const auto port = joule::testing::free_loopback_port();
   auto coordinator = start_coordinator(
       port, fmt::format("[policy]\ndirectory = \"{}\"\n[carbon]\nintensity = 300\n[price]\ncurrency = \"EUR\"\n"
                         "per_kwh = 0.3\n",
@@ -680,7 +665,7 @@ TEST_F(ClusterNodesTest, agents_report_their_own_grids_and_jobs_are_placed_and_a
 // from the agent's sync and packs two 1-core jobs there side by side, as the agent runs them.
 TEST_F(ClusterNodesTest, jobs_asking_for_cores_run_side_by_side_on_an_agents_shared_cpu) {
   if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs two CPUs";
-  const auto port = free_port();
+  const auto port = joule::testing::free_loopback_port();
   auto coordinator = start_coordinator(port);
   auto packer = start_agent("packer", "raspberry-pi-4", port, "[[devices]]\nname = \"cpu\"\nmeter = \"modelled\"\n");
   // Its CPU has no model (probing is off): the node being heard from is enough.

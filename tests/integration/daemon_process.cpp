@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <functional>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -209,6 +211,18 @@ bool has_event(const json& job, const std::string& text) {
   for (const auto& event : job["events"])
     if (event["message"].get<std::string>().find(text) != std::string::npos) return true;
   return false;
+}
+
+std::uint16_t free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  socklen_t length = sizeof(address);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
 }
 
 std::pair<int, std::string> run_program(const std::vector<std::string>& argv,

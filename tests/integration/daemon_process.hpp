@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -122,6 +123,9 @@ inline nlohmann::json mlp_training_job(const std::string& name, const std::vecto
       {"training", {{"batch_size", 64}, {"epochs", 1}, {"samples_per_epoch", 6400}}},
       {"run", {{"command", command}}}};
 }
+
+/// A loopback TCP port nothing listens on now (for a coordinator's fixed `listen`).
+std::uint16_t free_loopback_port();
 
 /// Runs a program, returns (exit code, stdout+stderr).
 std::pair<int, std::string> run_program(const std::vector<std::string>& argv,

@@ -10,6 +10,7 @@
 #include <map>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "daemon_process.hpp"
@@ -216,4 +217,100 @@ TEST(MultiGpuTest, a_capped_job_on_two_gpus_gets_the_lower_limit_on_both_and_bot
     EXPECT_LT(std::stoi(set.front()), 250000) << gpu;
     EXPECT_EQ(set.back(), "250000") << gpu;
   }
+}
+
+// Through a coordinator: an agent reports its GPUs' model, the coordinator holds two of one
+// agent's GPUs for a job asking for two (never GPUs of two nodes), and the agent runs it on
+// exactly those, with the same environment as a job submitted to it.
+TEST(MultiGpuTest, a_coordinator_places_a_job_on_two_gpus_of_one_agent_and_the_agent_runs_it_on_both) {
+  const FakeGpus gpus(2);
+  const auto port = joule::testing::free_loopback_port();
+  const auto coordinator_dir = gpus.dir / "coordinator";
+  std::filesystem::create_directories(coordinator_dir);
+  DaemonProcess coordinator(
+      {.config_toml = fmt::format("[node]\nname = \"coord\"\n[server]\nlisten = \"127.0.0.1:{}\"\n[cluster]\nrole = "
+                                  "\"coordinator\"\nheartbeat_seconds = 0.2\n[probing]\nenabled = false\n"
+                                  "[[devices]]\nname = \"sim:laptop-cpu\"\nprobes = 40\n",
+                                  port),
+       .listen_loopback_any_port = false},
+      coordinator_dir);
+  ASSERT_TRUE(coordinator.start()) << coordinator.log();
+  auto options = gpus.options(2);
+  options.config_toml =
+      fmt::format("[node]\nname = \"gpu-node\"\n[cluster]\nrole = \"agent\"\ncoordinator = \"http://127.0.0.1:{}\"\n",
+                  port) +
+      options.config_toml;
+  DaemonProcess agent(options);
+  ASSERT_TRUE(agent.start()) << agent.log();
+  const json nodes = joule::testing::wait_until(
+      [&] { return coordinator.call("GET", "/v1/nodes").second; },
+      [](const json& n) { return n.contains("nodes") && !n["nodes"].empty() && n["nodes"][0]["state"] == "ready"; });
+  ASSERT_EQ(nodes["nodes"][0]["state"], "ready") << nodes.dump(2) << coordinator.log();
+
+  const std::string id = coordinator.submit(
+      {{"name", "ddp"},
+       {"resources", {{"gpus", 2}}},
+       {"run",
+        {{"command", {"sh", "-c", "echo \"gpus $CUDA_VISIBLE_DEVICES world $WORLD_SIZE on $JOULE_DEVICES\""}}}}});
+  ASSERT_FALSE(id.empty()) << coordinator.log();
+  const json done = coordinator.wait_state(id, {"succeeded", "failed"}, 30s);
+  ASSERT_EQ(done["state"], "succeeded") << done.dump(2) << coordinator.log() << agent.log();
+  ASSERT_EQ(done["devices"].size(), 2u) << done.dump(2);
+  for (const auto& device : done["devices"]) EXPECT_EQ(device.get<std::string>().rfind("gpu-node/cuda:", 0), 0u);
+  EXPECT_EQ(done["energy"]["source"], "nvml") << done.dump(2);
+  // On the agent, under its own id for the placement: on the two GPUs the coordinator held (the
+  // agent's placer picks which of them is its first).
+  const std::string one = done["devices"][0].get<std::string>().substr(9);
+  const std::string two = done["devices"][1].get<std::string>().substr(9);
+  const std::string log = agent.client().request("GET", "/v1/jobs/" + id + ".1/log")->body;
+  const bool as_held =
+      log.find(fmt::format("gpus {},{} world 2 on {},{}", one.substr(5), two.substr(5), one, two)) != std::string::npos;
+  const bool swapped =
+      log.find(fmt::format("gpus {},{} world 2 on {},{}", two.substr(5), one.substr(5), two, one)) != std::string::npos;
+  EXPECT_TRUE(as_held || swapped) << log << agent.log();
+}
+
+// MIG (issue 36): a GPU in MIG mode, named by its MIG devices, gives a device each; a job there
+// sees its own MIG device alone and is metered by its share of the GPU's counter, said so in its
+// scope; a job asking for two GPUs finds none to gang; the GPU named whole is refused at start,
+// naming what to write instead.
+TEST(MultiGpuTest, mig_devices_are_devices_of_their_own_metered_by_their_share_of_the_gpus_counter) {
+  const FakeGpus gpus(1);
+  std::ofstream(gpus.dir / "script", std::ios::app) << "mig 0 3g.20gb 3g.20gb\n";
+  auto options = gpus.options(0);
+  options.config_toml += "[[devices]]\nname = \"mig:0.0\"\n[[devices]]\nname = \"mig:0.1\"\n";
+  DaemonProcess daemon(options);
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  const json devices = daemon.call("GET", "/v1/devices").second;
+  std::map<std::string, json> by_name;
+  for (const auto& device : devices["devices"]) by_name[device["name"]] = device;
+  ASSERT_TRUE(by_name.contains("mig:0.1")) << devices.dump(2);
+  EXPECT_EQ(by_name["mig:0.1"]["meter"]["source"], "nvml") << by_name["mig:0.1"].dump(2);
+  EXPECT_NE(by_name["mig:0.1"].dump().find("NVIDIA Fake A100 MIG 3g.20gb (MIG-"), std::string::npos)
+      << by_name["mig:0.1"].dump(2);
+
+  const std::string id = daemon.submit({{"name", "on-mig"},
+                                        {"constraints", {{"devices", {"mig:0.1"}}}},
+                                        {"resources", {{"gpus", 1}}},
+                                        {"run", {{"command", {"sh", "-c", "echo \"sees $CUDA_VISIBLE_DEVICES\""}}}}});
+  const json done = daemon.wait_state(id, {"succeeded", "failed"});
+  ASSERT_EQ(done["state"], "succeeded") << done.dump(2) << daemon.log();
+  const std::string log = daemon.client().request("GET", "/v1/jobs/" + id + "/log")->body;
+  EXPECT_NE(log.find("sees MIG-fa4e0000-0000-4000-8000-000000000001"), std::string::npos) << log;
+  EXPECT_EQ(done["energy"]["source"], "nvml") << done.dump(2);
+  EXPECT_NE(done["energy"]["scope"].get<std::string>().find("its share of GPU 0's energy counter"), std::string::npos)
+      << done.dump(2);
+
+  auto [code, refused] = daemon.call("POST", "/v1/jobs", ddp_job(gpus, 2).dump());
+  EXPECT_EQ(code, 400u) << refused.dump(2);
+  EXPECT_EQ(refused["errors"][0]["pointer"], "/resources/gpus") << refused.dump(2);
+
+  // The GPU named whole: jouled does not start, and says what to name instead.
+  auto whole = gpus.options(1);
+  DaemonProcess refusing(whole);
+  EXPECT_FALSE(refusing.start(std::chrono::seconds(5)));
+  EXPECT_NE(refusing.log().find("GPU 0 is in MIG mode: a job cannot use it whole; name its MIG devices as devices "
+                                "instead: mig:0.0 (NVIDIA Fake A100 MIG 3g.20gb), mig:0.1"),
+            std::string::npos)
+      << refusing.log();
 }

@@ -57,7 +57,7 @@ Result<TrainSummary> run_training(const TrainRequest& request,
                                   const std::function<void(const EpochReport&)>& on_epoch) {
   if (auto status = check_device(request.device); !status) return status.error();
   set_worker_threads(request.threads);
-  const torch::Device device(request.device);
+  const torch::Device device(torch_device(request.device));
   auto session = TrainingSession::create(
       request.model, {request.training.batch_size, request.training.optimizer, device, request.seed});
   if (!session) return session.error();

@@ -40,7 +40,7 @@ std::string read_text(const std::filesystem::path& path) {
 std::string gpu_name(const std::string& device) {
 #ifdef JOULE_WORKER_CUDA_NAMES
   if (torch::cuda::is_available()) {
-    const int index = std::stoi(device.substr(device.find(':') + 1));
+    const int index = device.rfind("mig:", 0) == 0 ? 0 : std::stoi(device.substr(device.find(':') + 1));
     if (index >= 0 && static_cast<std::size_t>(index) < torch::cuda::device_count())
       return at::cuda::getDeviceProperties(index)->name;
   }

@@ -330,7 +330,8 @@ int run(int argc, char** argv) {
       ->add_option("--min-reading-seconds", measure.min_reading_seconds,
                    "Each reading lasts at least this long (0: by meter, 2 s for NVML)")
       ->check(CLI::Range(0.0, 3600.0));
-  measure_cmd->add_option("--device", measure.device, "cpu or cuda:N")->capture_default_str();
+  measure_cmd->add_option("--device", measure.device, "cpu, cuda:N or mig:G.I (with CUDA_VISIBLE_DEVICES naming it)")
+      ->capture_default_str();
   measure_cmd->add_option("--threads", measure.threads, "Intra-op and BLAS threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
@@ -351,7 +352,8 @@ int run(int argc, char** argv) {
   std::string meters_scope = "device";
   double meters_seconds = 1.0;
   auto* meters_cmd = app.add_subcommand("meters", "Show the meter chosen for a device and read it for a while");
-  meters_cmd->add_option("--device", meters_device, "cpu or cuda:N")->capture_default_str();
+  meters_cmd->add_option("--device", meters_device, "cpu, cuda:N or mig:G.I (with CUDA_VISIBLE_DEVICES naming it)")
+      ->capture_default_str();
   meters_cmd->add_option("--meter", meters_meter, "auto or one source to force")->capture_default_str();
   meters_cmd->add_option("--scope", meters_scope, "device (whole device) or process (this process, modelled only)")
       ->capture_default_str()
@@ -368,7 +370,8 @@ int run(int argc, char** argv) {
   train_cmd->add_option("--checkpoint", train.checkpoint,
                         "Directory for checkpoints after each epoch; a run given one that holds a checkpoint of the "
                         "same job resumes after its epoch");
-  train_cmd->add_option("--device", train.device, "cpu or cuda:N")->capture_default_str();
+  train_cmd->add_option("--device", train.device, "cpu, cuda:N or mig:G.I (with CUDA_VISIBLE_DEVICES naming it)")
+      ->capture_default_str();
   train_cmd->add_option("--threads", train.threads, "Intra-op and BLAS threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
@@ -378,7 +381,8 @@ int run(int argc, char** argv) {
   std::string env_device = "cpu";
   int env_threads = 1;
   auto* env_cmd = app.add_subcommand("env", "Print the environment (LibTorch, BLAS, threads, device) as JSON");
-  env_cmd->add_option("--device", env_device, "cpu or cuda:N")->capture_default_str();
+  env_cmd->add_option("--device", env_device, "cpu, cuda:N or mig:G.I (with CUDA_VISIBLE_DEVICES naming it)")
+      ->capture_default_str();
   env_cmd->add_option("--threads", env_threads, "Threads to set before reporting")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));

@@ -102,7 +102,7 @@ const std::vector<std::string>& known_meters() {
 }
 
 bool valid_device(const std::string& device) {
-  static const std::regex pattern("cpu|cuda:(0|[1-9][0-9]{0,3})");
+  static const std::regex pattern("cpu|cuda:(0|[1-9][0-9]{0,3})|mig:(0|[1-9][0-9]{0,2})\\.(0|[1-9][0-9]?)");
   return std::regex_match(device, pattern);
 }
 
@@ -197,7 +197,7 @@ Result<ProbeRequest> parse_probe_request(const json& value) {
   ProbeRequest request;
   if (auto e = reader.string("device", request.device)) return *e;
   if (!valid_device(request.device))
-    return invalid(fmt::format("device must be \"cpu\" or \"cuda:N\", got \"{}\"", request.device),
+    return invalid(fmt::format("device must be \"cpu\", \"cuda:N\" or \"mig:G.I\", got \"{}\"", request.device),
                    reader.where("device"));
   if (auto e = reader.integer("threads", request.threads, 1, 4096)) return *e;
   if (auto e = reader.integer("batch_size", request.batch_size, 1, 1 << 20)) return *e;

@@ -9,8 +9,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
 #include <regex>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -53,12 +55,25 @@ void set_worker_threads(int threads) {
     set_blas(threads);
 }
 
-Status check_device(const std::string& device) {
-  if (device == "cpu") return {};
+std::string torch_device(const std::string& device) { return device.rfind("mig:", 0) == 0 ? "cuda:0" : device; }
+
+Status check_device(const std::string& requested) {
+  if (requested == "cpu") return {};
   static const std::regex cuda("cuda:(0|[1-9][0-9]{0,3})");
-  if (!std::regex_match(device, cuda))
+  static const std::regex mig("mig:(0|[1-9][0-9]{0,2})\\.(0|[1-9][0-9]?)");
+  if (!std::regex_match(requested, cuda) && !std::regex_match(requested, mig))
     return make_error(ErrorCode::invalid_argument,
-                      fmt::format("device must be \"cpu\" or \"cuda:N\", got \"{}\"", device));
+                      fmt::format("device must be \"cpu\", \"cuda:N\" or \"mig:G.I\", got \"{}\"", requested));
+  if (requested.rfind("mig:", 0) == 0) {
+    // A process sees one MIG device, as cuda:0: the one CUDA_VISIBLE_DEVICES names.
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (!visible || std::string_view(visible).rfind("MIG-", 0) != 0)
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("device {} needs CUDA_VISIBLE_DEVICES naming its MIG device (MIG-...; jouled sets "
+                                    "it): without it CUDA would pick whichever MIG device comes first",
+                                    requested));
+  }
+  const std::string device = torch_device(requested);
   if (!torch::cuda::is_available())
     return make_error(ErrorCode::unavailable,
                       fmt::format("device {} asked for, but CUDA is not available (a CPU-only LibTorch, no NVIDIA "
@@ -83,7 +98,7 @@ Result<ProbeResult> run_probe(const ProbeRequest& request, adapters::EnergyMeter
   const auto started = Clock::now();
   if (auto status = check_device(request.device); !status) return status.error();
   set_worker_threads(request.threads);
-  const torch::Device device(request.device);
+  const torch::Device device(torch_device(request.device));
 
   std::vector<TrainingSession> sessions;
   for (std::size_t i = 0; i < request.networks.size(); ++i) {

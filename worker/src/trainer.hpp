@@ -30,8 +30,11 @@ void pin_allocator();
 /// (ATen allows that once per process; later calls leave it as it is).
 void set_worker_threads(int threads);
 
-/// Fails with unavailable when `device` is "cuda:N" and this LibTorch or machine has no such GPU.
+/// Fails with unavailable when `device` is "cuda:N" and this LibTorch or machine has no such GPU;
+/// a MIG device ("mig:G.I") needs CUDA_VISIBLE_DEVICES naming it (invalid_argument otherwise).
 Status check_device(const std::string& device);
+/// The LibTorch device a device name trains on: a MIG device is the process's only CUDA device.
+std::string torch_device(const std::string& device);
 
 /// How long one reading must last for a meter source to resolve it (when the request says 0).
 double default_min_reading_seconds(std::string_view source);

@@ -78,6 +78,8 @@ void LearningFromJobs::finished(const JobFeedback& feedback) {
   if (outcomes_.record(feedback)) publish_calibration();
 }
 
+bool LearningFromJobs::probing(const std::string& device) const { return probes_ && probes_->probing(device); }
+
 void LearningFromJobs::publish_calibration() {
   for (const auto& [device, summary] : outcomes_.summaries()) metrics_.set_calibration(device, summary);
 }

@@ -47,6 +47,7 @@ class LearningFromJobs final : public JobListener {
   void attach(ProbeService& probes) { probes_ = &probes; }
   void placing_on(const std::string& device) override;
   void finished(const JobFeedback& feedback) override;
+  bool probing(const std::string& device) const override;
   /// Every device's calibration (from the outcome rows) into the metrics.
   void publish_calibration();
 

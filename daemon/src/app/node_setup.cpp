@@ -25,6 +25,7 @@
 #include "joule/adapters/job_controls.hpp"
 #include "joule/adapters/job_process.hpp"
 #include "joule/adapters/meter_selection.hpp"
+#include "joule/adapters/mig_meter.hpp"
 #include "joule/adapters/modelled_cpu_meter.hpp"
 #include "joule/adapters/nvml_meter.hpp"
 #include "joule/adapters/simulated_meter.hpp"
@@ -303,6 +304,9 @@ AccessConfig access_config(const config::DaemonConfig& config) {
 
 std::vector<Device> open_devices(const config::DaemonConfig& config) {
   std::vector<Device> devices;
+  // One set of roots for every device: the MIG devices of a GPU share its partition.
+  adapters::MeterRoots roots;
+  roots.mig_partitions = std::make_shared<adapters::MigPartitions>();
   for (const auto& device_config : config.devices) {
     Device device;
     device.name = device_config.name;
@@ -331,7 +335,7 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
     request.device = device.name;
     request.meter = device_config.meter;
     request.modelled = adapters::ModelledCpuParams{device_config.idle_watts, device_config.watts_per_busy_core};
-    auto selected = adapters::select_meter(request);
+    auto selected = adapters::select_meter(request, roots);
     if (!selected) throw std::runtime_error(fmt::format("device {}: {}", device.name, selected.error().message));
     device.meter = std::move(selected->meter);
     std::string note;
@@ -362,6 +366,15 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
       // Jobs asking for several GPUs (resources.gpus) hold GPUs of one model together.
       const auto* nvml = dynamic_cast<const adapters::NvmlMeter*>(device.meter.get());
       device.gpu_group = nvml && !nvml->name().empty() ? nvml->name() : "GPU";
+      device.cuda_visible = device.name.substr(5);
+    }
+    if (const auto mig = adapters::parse_mig_name(device.name)) {
+      // A MIG device: the one CUDA device its jobs see, metered by a share of its GPU's counter.
+      // A process sees one MIG device, so it gangs with none (a group of its own).
+      const auto* meter = dynamic_cast<const adapters::MigMeter*>(device.meter.get());
+      device.mig_gpu = mig->gpu;
+      device.cuda_visible = device.meter->shared_gpu_counter()->cuda_visible();
+      device.gpu_group = fmt::format("{} ({})", meter ? meter->name() : "MIG device", device.name);
     }
     if (device.name.rfind("cuda:", 0) == 0 && !device_config.devfreq.empty()) {
       // A Jetson's integrated GPU: its clock limit is a knob. A discrete GPU has none here (its

@@ -28,7 +28,11 @@ const std::string& EstimateService::model_source(const std::string& device) cons
 std::optional<nlohmann::json> EstimateService::model_info(const std::string& device) const {
   if (!describe_) return std::nullopt;
   auto info = describe_(model_source(device));
-  if (outcomes_) info["calibration"] = outcomes_->view(device);
+  if (outcomes_) {
+    info["calibration"] = outcomes_->view(device);
+    if (const Device* found = devices_.find(device); found && !found->gpu_group.empty())
+      info["calibration"]["data_parallel"] = outcomes_->data_parallel_view(found->gpu_group);
+  }
   return info;
 }
 
@@ -79,8 +83,10 @@ void EstimateService::finish_estimate(const schedulers::JobSpec& spec, std::vect
         warnings.push_back(
             fmt::format("{} is not a GPU of this node: a job asking for resources.gpus does not run here", row.device));
       else
-        *row.estimate =
-            estimator::across_gpus(std::move(*row.estimate), *spec.resources.gpus, spec.training->batch_size);
+        *row.estimate = estimator::across_gpus(
+            std::move(*row.estimate), *spec.resources.gpus, spec.training->batch_size,
+            outcomes_ ? outcomes_->data_parallel_overhead(device->gpu_group, *spec.resources.gpus)
+                      : estimator::DataParallelOverhead{});
     }
     if (runtime.empty() && !spec.run.builtin && !spec.run.argv.empty())
       warnings.push_back(fmt::format(

@@ -54,7 +54,42 @@ estimator::OutcomeCalibration& OutcomeService::calibration_of(DeviceRows& rows, 
   return it->second;
 }
 
+bool OutcomeService::record_data_parallel(const JobFeedback& feedback) {
+  const DeviceEstimate& estimate = feedback.estimate;
+  if (feedback.gpus <= 1 || feedback.partial || !estimate.ok || !estimate.data_parallel || feedback.gpu_group.empty())
+    return false;
+  // Like with like, as for one device's rows: a modelled one-GPU figure against a meter's joules
+  // would teach the meter's offset from the model, not the overhead.
+  if (estimate.source != feedback.source) return false;
+  if (!data_parallel_[feedback.gpu_group].add(feedback.gpus, feedback.joules, feedback.seconds,
+                                              *estimate.data_parallel))
+    return false;
+  const auto learnt = data_parallel_overhead(feedback.gpu_group, feedback.gpus);
+  spdlog::debug("{} GPUs of {}: overhead {:.1f} % ± {:.1f} % energy, {:.1f} % ± {:.1f} % time ({})", feedback.gpus,
+                feedback.gpu_group, 100.0 * learnt.joules.mean, 100.0 * learnt.joules.std, 100.0 * learnt.seconds.mean,
+                100.0 * learnt.seconds.std, learnt.basis);
+  return true;
+}
+
+estimator::DataParallelOverhead OutcomeService::data_parallel_overhead(const std::string& gpu_group, int gpus) const {
+  const auto found = data_parallel_.find(gpu_group);
+  return found == data_parallel_.end() ? estimator::DataParallelOverhead{} : found->second.overhead(gpus, gpu_group);
+}
+
+json OutcomeService::data_parallel_view(const std::string& gpu_group) const {
+  json out = json::object();
+  const auto found = data_parallel_.find(gpu_group);
+  if (found == data_parallel_.end()) return out;
+  for (const auto& [gpus, overhead] : found->second.learnt(gpu_group))
+    out[std::to_string(gpus)] = {{"jobs", overhead.jobs},
+                                 {"joules_overhead", {{"mean", overhead.joules.mean}, {"std", overhead.joules.std}}},
+                                 {"seconds_overhead", {{"mean", overhead.seconds.mean}, {"std", overhead.seconds.std}}},
+                                 {"basis", overhead.basis}};
+  return out;
+}
+
 bool OutcomeService::record(const JobFeedback& feedback) {
+  if (feedback.gpus > 1) return record_data_parallel(feedback);
   auto row = row_of(feedback);
   if (!row) return false;
   auto& rows = devices_[feedback.device];
@@ -79,9 +114,14 @@ bool OutcomeService::record(const JobFeedback& feedback) {
 std::size_t OutcomeService::record_all(const std::vector<JobFeedback>& history) {
   // By device and environment, each calibration refitted once.
   std::map<std::string, std::map<std::string, std::vector<estimator::OutcomeRow>>> rows;
-  for (const auto& feedback : history)
-    if (auto row = row_of(feedback)) rows[feedback.device][feedback.estimate.environment].push_back(std::move(*row));
   std::size_t kept = 0;
+  for (const auto& feedback : history) {
+    if (feedback.gpus > 1) {
+      kept += record_data_parallel(feedback) ? 1 : 0;
+      continue;
+    }
+    if (auto row = row_of(feedback)) rows[feedback.device][feedback.estimate.environment].push_back(std::move(*row));
+  }
   for (auto& [device, by_environment] : rows) {
     auto& device_rows = devices_[device];
     if (const auto unnamed = by_environment.find(""); unnamed != by_environment.end()) {

@@ -76,6 +76,12 @@ DeviceEstimate DeviceEstimate::of(const EstimateRow& row) {
   for (const auto& line : estimate.settings)
     out.settings.push_back({line.setting, line.basis, rounded(line.joules_ratio), rounded(line.joules_log_std),
                             rounded(line.seconds_ratio), rounded(line.seconds_log_std)});
+  if (const auto& line = estimate.data_parallel) {
+    out.data_parallel = *line;
+    for (auto* figure : {&out.data_parallel->one_gpu_joules, &out.data_parallel->one_gpu_seconds,
+                         &out.data_parallel->joules_overhead, &out.data_parallel->seconds_overhead})
+      *figure = {rounded(figure->mean), rounded(figure->std)};
+  }
   return out;
 }
 
@@ -117,7 +123,8 @@ bool DeviceEstimate::same_figures(const DeviceEstimate& other) const {
          model_joules_mean == other.model_joules_mean && model_joules_std == other.model_joules_std &&
          seconds_mean == other.seconds_mean && model_seconds_mean == other.model_seconds_mean &&
          baseline_joules == other.baseline_joules && flops_per_step == other.flops_per_step && steps == other.steps &&
-         epochs == other.epochs && warnings_digest == other.warnings_digest && settings == other.settings;
+         epochs == other.epochs && warnings_digest == other.warnings_digest && settings == other.settings &&
+         data_parallel == other.data_parallel;
 }
 
 std::size_t digest_of_warnings(const std::vector<std::string>& warnings) {
@@ -298,6 +305,18 @@ void write_stored_row(StoredRowText& text, const EstimateRow& row, bool with_lay
     text.number_field("sigma_scale", correction->sigma_scale);
     text.end_object();
   }
+  if (const auto& line = estimate.data_parallel) {
+    text.key("data_parallel");
+    text.begin_object();
+    text.text_field("basis", line->basis);
+    text.integer_field("gpus", line->gpus);
+    text.integer_field("jobs", static_cast<std::int64_t>(line->jobs));
+    text.uncertain("joules_overhead", line->joules_overhead);
+    text.uncertain("one_gpu_joules", line->one_gpu_joules);
+    text.uncertain("one_gpu_seconds", line->one_gpu_seconds);
+    text.uncertain("seconds_overhead", line->seconds_overhead);
+    text.end_object();
+  }
   text.text_field("device", row.device);  // an agent's model names its own device; here it is "node/device"
   if (!estimate.environment.empty()) {
     text.text_field("environment", estimate.environment);
@@ -354,6 +373,28 @@ void write_stored_row(StoredRowText& text, const EstimateRow& row, bool with_lay
     text.end_object();
   }
   text.uncertain("seconds", estimate.seconds);
+  // What each knob setting and thread count would do: placement and the finished job's feedback
+  // read them back (a job at a chosen setting or core count teaches at that setting's figures).
+  if (!estimate.settings.empty()) {
+    text.key("settings");
+    text.begin_array();
+    for (const auto& line : estimate.settings) {
+      text.begin_object();
+      text.text_field("basis", line.basis);
+      text.uncertain("joules", line.joules);
+      text.number_field("joules_log_std", line.joules_log_std);
+      text.number_field("joules_ratio", line.joules_ratio);
+      text.text_field("knob", line.setting.knob);
+      text.text_field("label", line.setting.label);
+      text.integer_field("samples", static_cast<std::int64_t>(line.samples));
+      text.uncertain("seconds", line.seconds);
+      text.number_field("seconds_log_std", line.seconds_log_std);
+      text.number_field("seconds_ratio", line.seconds_ratio);
+      text.number_field("value", line.setting.value);
+      text.end_object();
+    }
+    text.end_array();
+  }
   text.text_field("source", estimate.source);
   text.text_field("status", "ok");
   text.integer_field("steps", estimate.steps);
@@ -407,6 +448,24 @@ double flops_per_step(const json& row) {
     for (const auto& layer : *layers)
       if (layer.is_object()) flops += layer.value("flops_per_step", 0.0);
   return flops;
+}
+
+estimator::DataParallelLine data_parallel_line(const json& line) {
+  const auto uncertain = [&](const char* key) {
+    const auto value = figure(line, key).value_or(std::pair{0.0, 0.0});
+    return estimator::Uncertain{value.first, value.second};
+  };
+  estimator::DataParallelLine out;
+  if (const auto gpus = line.find("gpus"); gpus != line.end() && gpus->is_number_integer()) out.gpus = gpus->get<int>();
+  out.one_gpu_joules = uncertain("one_gpu_joules");
+  out.one_gpu_seconds = uncertain("one_gpu_seconds");
+  out.joules_overhead = uncertain("joules_overhead");
+  out.seconds_overhead = uncertain("seconds_overhead");
+  if (const auto jobs = line.find("jobs"); jobs != line.end() && jobs->is_number_unsigned())
+    out.jobs = jobs->get<std::size_t>();
+  if (const auto basis = line.find("basis"); basis != line.end() && basis->is_string())
+    out.basis = basis->get<std::string>();
+  return out;
 }
 
 std::optional<estimator::WorkMix> work_mix_of(const json& row) {
@@ -467,6 +526,8 @@ std::vector<DeviceEstimate> read_estimates(const json& rows) {
                                        line.value("seconds_ratio", 1.0), line.value("seconds_log_std", 0.0)});
         }
       }
+      if (const auto line = row.find("data_parallel"); line != row.end() && line->is_object())
+        estimate.data_parallel = data_parallel_line(*line);
     }
     out.push_back(std::move(estimate));
   }

@@ -203,9 +203,7 @@ std::vector<JobService::Feedback> JobService::archived_feedback() const {
       std::optional<double> seconds;
       if (row.started_ms)
         seconds = static_cast<double>(std::max<std::int64_t>(0, *row.finished_ms - *row.started_ms)) / 1000.0;
-      out.push_back(Feedback{row.device, *estimate, *row.energy_joules, energy_source_from_string(row.energy_source),
-                             row.energy_partial, row.id, *row.finished_ms, seconds,
-                             static_cast<int>(row.companions.size()) + 1});
+      out.push_back(feedback_of(row, *estimate, seconds));
     }
     if (rows->size() < kChunk) break;
   }

@@ -3,6 +3,7 @@
 // coordinator. Identity across nodes is (job id, placement epoch); see cluster/reconcile.hpp.
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "executors/agent_runner.hpp"
@@ -124,7 +125,9 @@ void JobService::take_assignment(const cluster::Assignment& assignment, std::fun
     refused =
         fmt::format("the coordinator's job does not parse here: {} at {}", spec.error().message, spec.error().where);
   } else {
+    // A job on several GPUs: on the GPUs the coordinator held for it, and no others.
     spec->constraints.devices = {assignment.device};
+    for (const auto& other : assignment.companions) spec->constraints.devices.push_back(other);
     if (auto runnable = check_runnable(*spec, local_->job_identity(next_sequence_, std::nullopt)); !runnable)
       refused = fmt::format("cannot run here: {} ({})", runnable.error().message, runnable.error().where);
     job->spec = std::move(spec).value();
@@ -132,9 +135,12 @@ void JobService::take_assignment(const cluster::Assignment& assignment, std::fun
   job->row.spec_json = spec ? schedulers::to_json(job->spec).dump() : assignment.spec.dump();
   if (refused.empty() && estimator_ && job->spec.model && job->spec.training)
     set_estimates(*job, estimator_->estimate_job(job->spec));
-  StoredEvent event{local_id, job->row.submitted_ms, "queued",
-                    fmt::format("assigned by the coordinator: job {} epoch {} on {}", assignment.id, assignment.epoch,
-                                assignment.device)};
+  StoredEvent event{
+      local_id, job->row.submitted_ms, "queued",
+      fmt::format("assigned by the coordinator: job {} epoch {} on {}{}", assignment.id, assignment.epoch,
+                  assignment.device,
+                  assignment.companions.empty() ? std::string()
+                                                : fmt::format(" (and {})", fmt::join(assignment.companions, ", ")))};
   job->events.push_back(event);
   std::shared_ptr<Job> pending = std::move(job);
   // Built before `pending` moves into the completion below.

@@ -255,6 +255,21 @@ std::optional<DeviceEstimate> JobService::estimate_as_run(const std::vector<Devi
   return at_chosen_cores(*found, row.cores, device ? device->threads : 0);
 }
 
+JobFeedback JobService::feedback_of(const adapters::StoredJob& row, const DeviceEstimate& estimate,
+                                    std::optional<double> seconds) const {
+  const Device* device = devices_.find(row.device);
+  return JobFeedback{row.device,
+                     estimate,
+                     row.energy_joules.value_or(0.0),
+                     energy_source_from_string(row.energy_source),
+                     row.energy_partial,
+                     row.id,
+                     row.finished_ms.value_or(0),
+                     seconds,
+                     static_cast<int>(row.companions.size()) + 1,
+                     device ? device->gpu_group : ""};
+}
+
 std::optional<schedulers::Estimate> JobService::estimate_for(const Job& job, const std::string& device) const {
   const Device* where = devices_.find(device);
   if (!where || !where->runs_jobs || !schedulers::device_allowed(job.spec.constraints, device)) return std::nullopt;
@@ -494,11 +509,7 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
       if (const auto ran_at = job.setting_ran_at(); estimate && ran_at && job.knobs_in_force)
         at_setting = estimate->at(*ran_at);
       if (at_setting) estimate = &*at_setting;
-      if (estimate)
-        listener_->finished(Feedback{device->name, *estimate, *job.row.energy_joules,
-                                     energy_source_from_string(job.row.energy_source), job.row.energy_partial,
-                                     job.row.id, job.row.finished_ms.value_or(0), job.run_seconds,
-                                     static_cast<int>(job.row.companions.size()) + 1});
+      if (estimate) listener_->finished(feedback_of(job.row, *estimate, job.run_seconds));
     }
   }
   // The budget ledger trades the job's reservation for what it was metered to use.
@@ -612,6 +623,11 @@ void JobService::sample_meters() {
       LocalExecutor& local;
       ~EndSample() { local.end_sample(); }
     } end_sample{*local_};
+    // A meter that shares its counter (a MIG device's) splits each interval among the devices
+    // with work: a job held there, or a probe.
+    for (auto& device : devices_)
+      if (auto* shared = device.meter->shared_gpu_counter())
+        shared->set_busy(!device.idle() || (listener_ && listener_->probing(device.name)));
     for (const auto& sample : devices_.sample(clock_.steady())) {
       // Several jobs on one device's cores: each is given its share of what the meter read.
       if (sample.device->shared_cores > 0 && !sample.device->on_agent() && !sample.device->idle())

@@ -113,10 +113,7 @@ std::vector<JobService::Feedback> JobService::finished_feedback() const {
   std::vector<Feedback> out;
   for (const Job* job : done)
     if (const auto estimate = estimate_as_run(job->estimates, job->row))
-      out.push_back(Feedback{job->row.device, *estimate, *job->row.energy_joules,
-                             energy_source_from_string(job->row.energy_source), job->row.energy_partial, job->row.id,
-                             *job->row.finished_ms, run_seconds(*job),
-                             static_cast<int>(job->row.companions.size()) + 1});
+      out.push_back(feedback_of(job->row, *estimate, run_seconds(*job)));
   return out;
 }
 
@@ -139,6 +136,8 @@ std::string JobService::energy_scope(const std::string& device_name, const std::
     if (device.name != device_name || !device.node.empty()) continue;
     if (const auto* model = device.meter->cpu_time_model(); model && source == device.meter->source())
       return model->describe();
+    if (const auto* shared = device.meter->shared_gpu_counter(); shared && source == device.meter->source())
+      return shared->share_rule();
   }
   return "device energy over the job's run";
 }

@@ -53,7 +53,8 @@ ProbeStep ProbeCycle::step(TimePoint now, const ProbeConditions& conditions) {
   if (environment_ == Environment::failed) return stop_here(ProbeState::unavailable, environment_failure_);
   if (conditions.device_busy) {
     idle_since_.reset();
-    return stop_here(ProbeState::busy, "a job runs on the device or waits for it");
+    return stop_here(ProbeState::busy, conditions.busy_reason.empty() ? "a job runs on the device or waits for it"
+                                                                      : conditions.busy_reason);
   }
   if (!idle_since_) idle_since_ = now;
   if (now < backoff_until_) return stop_here(ProbeState::backing_off, backoff_reason_);

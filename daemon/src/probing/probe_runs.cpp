@@ -66,8 +66,12 @@ void ProbeService::check_environment(Device& device) {
 
 Result<std::unique_ptr<ChildProcess>> ProbeService::launch_worker(Device& device, const adapters::LaunchSpec& spec,
                                                                   const std::string& what) {
+  // A MIG device is the one CUDA device its process sees (joule-worker trains on cuda:0 there).
+  adapters::LaunchSpec launch = spec;
+  if (const daemon::Device* entry = table_.find(device.name); entry && entry->mig_gpu)
+    launch.env.push_back("CUDA_VISIBLE_DEVICES=" + entry->cuda_visible);
   return ChildProcess::launch(
-      io_, spec, fmt::format("device {}: {}", device.name, what),
+      io_, launch, fmt::format("device {}: {}", device.name, what),
       [this, name = device.name](std::optional<adapters::ExitStatus> exit) { on_probe_exit(name, exit); });
 }
 
@@ -336,7 +340,20 @@ bool ProbeService::take_results(Device& device, Running& probe) {
   return taken_before != probe.taken;
 }
 
+bool ProbeService::probing(const std::string& device_name) const {
+  const auto it = devices_.find(device_name);
+  return it != devices_.end() && it->second->probe && !it->second->probe->environment_only;
+}
+
 void ProbeService::preempt(const std::string& device_name) {
+  // A probe on a MIG device reads its GPU's counter whole: a job on a sibling would be in it.
+  if (const daemon::Device* entry = table_.find(device_name); entry && entry->mig_gpu)
+    for (const auto& other : table_)
+      if (other.name != device_name && other.mig_gpu == entry->mig_gpu) preempt_here(other.name);
+  preempt_here(device_name);
+}
+
+void ProbeService::preempt_here(const std::string& device_name) {
   const auto it = devices_.find(device_name);
   if (it == devices_.end() || !it->second->probe || it->second->probe->environment_only) return;
   Device& device = *it->second;

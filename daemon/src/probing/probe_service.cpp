@@ -68,7 +68,8 @@ void ProbeService::start(StoredProbeState stored) {
     run_order_.push_back(row.id);
   }
   for (const auto& entry : table_) {
-    if (!entry.config || (entry.name != "cpu" && entry.name.rfind("cuda:", 0) != 0)) continue;
+    if (!entry.config || (entry.name != "cpu" && entry.name.rfind("cuda:", 0) != 0 && entry.name.rfind("mig:", 0) != 0))
+      continue;
     const auto& config = *entry.config;
     auto device = std::make_unique<Device>();
     device->name = entry.name;
@@ -263,6 +264,14 @@ bool ProbeService::probe_pays(Device& device, double error_reduction) {
   return false;
 }
 
+bool ProbeService::siblings_busy(const std::string& name) const {
+  const daemon::Device* entry = table_.find(name);
+  if (!entry || !entry->mig_gpu) return false;
+  for (const auto& other : table_)
+    if (other.name != name && other.mig_gpu == entry->mig_gpu && (!other.idle() || probing(other.name))) return true;
+  return false;
+}
+
 void ProbeService::consider(Device& device) {
   if (device.cycle.worker_running()) {
     // Its end is what moves the device on; meanwhile each plan it finishes is learnt from.
@@ -281,6 +290,10 @@ void ProbeService::consider(Device& device) {
   const daemon::Device* entry = table_.find(name);
   const bool idle = entry && entry->runs_jobs && entry->idle();
   conditions.device_busy = !idle || demand_.work_waiting_for(name);
+  if (!conditions.device_busy && siblings_busy(name)) {
+    conditions.device_busy = true;
+    conditions.busy_reason = "another MIG device of its GPU has work (a probe reads the GPU's counter whole)";
+  }
   conditions.refusal = probing_refusal(options_.probing, ProbeMoment{false, minute, device.joules_today});
   conditions.refusal_when_requested = probing_refusal(options_.probing, ProbeMoment{true, minute, device.joules_today});
   conditions.idle_seconds = options_.probing.idle_seconds;

@@ -68,6 +68,22 @@ class ReportedReadings {
   virtual void silence(std::string why) = 0;
 };
 
+/// A meter whose counter other devices share (a MIG device's: its GPU's counter, mig_meter.hpp):
+/// jouled says when its device has work, so each interval goes to the devices that had; probes,
+/// which read the counter whole, wait until the others have none.
+class SharedGpuCounter {
+ public:
+  virtual ~SharedGpuCounter() = default;
+  /// Its device has work (a job or a probe) from now on, or none.
+  virtual void set_busy(bool busy) = 0;
+  /// Whether a device sharing the counter has work.
+  virtual bool others_busy() const = 0;
+  /// What CUDA_VISIBLE_DEVICES names the device by ("MIG-...").
+  virtual const std::string& cuda_visible() const = 0;
+  /// How its joules are made from the shared counter, for a job's energy scope.
+  virtual std::string share_rule() const = 0;
+};
+
 /// A cumulative energy counter of one device (RAPL package, GPU, INA3221 rail, a model...).
 /// Readings are monotonic joules since the meter was opened; wraparound and resets of the
 /// underlying counter are handled inside. Not thread-safe: each meter is sampled from one
@@ -86,6 +102,8 @@ class EnergyMeter {
   virtual ModelledLoad* modelled_load() { return nullptr; }
   virtual const CpuTimeModel* cpu_time_model() const { return nullptr; }
   virtual ReportedReadings* reported_readings() { return nullptr; }
+  virtual SharedGpuCounter* shared_gpu_counter() { return nullptr; }
+  const SharedGpuCounter* shared_gpu_counter() const { return const_cast<EnergyMeter*>(this)->shared_gpu_counter(); }
 };
 
 }  // namespace joule::adapters

@@ -6,6 +6,8 @@
 // Preference (the most direct measurement first, the model last):
 //   cpu     rapl -> ina3221 (Jetson module input rail) -> battery -> modelled
 //   cuda:N  nvml -> ina3221 (GPU rail) -> none (an error that says what was tried)
+//   mig:G.I nvml: GPU G's counter, shared among its MIG devices (MigMeter) with scope "device";
+//           the whole counter with scope "process" (a probe, run while its siblings idle)
 // A forced meter ("rapl", "nvml", "ina3221", "hwmon", "battery", "modelled") is tried alone.
 // A candidate is taken only after it opened and gave a first reading; the meter returned has
 // had that read() (its readings count from there).
@@ -26,6 +28,8 @@
 
 namespace joule::adapters {
 
+class MigPartitions;
+
 /// Where the meters read from: the real roots by default, fixture trees and a fake NVML in tests.
 struct MeterRoots {
   std::filesystem::path sys = "/sys";
@@ -36,11 +40,14 @@ struct MeterRoots {
   /// The clocks of the integrating meters and of the process-scoped model.
   SecondsClock monotonic_seconds = joule::adapters::monotonic_seconds;
   SecondsClock process_cpu_seconds = joule::adapters::process_cpu_seconds;
+  /// The node's GPUs in MIG mode: the meters of one GPU's MIG devices share its partition, so
+  /// every device of a node is selected with the same roots.
+  std::shared_ptr<MigPartitions> mig_partitions;
 };
 
 /// What a device asks for.
 struct MeterRequest {
-  std::string device = "cpu";  ///< "cpu", "cuda:0", ...
+  std::string device = "cpu";  ///< "cpu", "cuda:0", "mig:0.1" ...
   std::string meter = "auto";  ///< "auto" or one source name to force
   ModelledCpuParams modelled;  ///< coefficients when the modelled meter is used
   /// "device" (the whole device; default) or "process": the modelled fallback of cpu counts

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "joule/common/result.hpp"
 
@@ -22,9 +23,33 @@ inline constexpr Return kErrorNotFound = 6;
 inline constexpr Return kErrorDriverNotLoaded = 9;
 inline constexpr Return kErrorGpuIsLost = 15;
 inline constexpr unsigned kDeviceNameBufferSize = 96;  ///< NVML_DEVICE_NAME_V2_BUFFER_SIZE
+inline constexpr unsigned kDeviceUuidBufferSize = 96;  ///< NVML_DEVICE_UUID_V2_BUFFER_SIZE
+inline constexpr unsigned kMigEnabled = 1;             ///< NVML_DEVICE_MIG_ENABLE
 struct Device_st;
 using Device = Device_st*;  ///< nvmlDevice_t
+/// nvmlDeviceAttributes_t (nvmlDeviceGetAttributes_v2): what a MIG device has of its GPU.
+struct DeviceAttributes {
+  unsigned multiprocessorCount = 0;
+  unsigned sharedCopyEngineCount = 0;
+  unsigned sharedDecoderCount = 0;
+  unsigned sharedEncoderCount = 0;
+  unsigned sharedJpegCount = 0;
+  unsigned sharedOfaCount = 0;
+  unsigned gpuInstanceSliceCount = 0;
+  unsigned computeInstanceSliceCount = 0;
+  unsigned long long memorySizeMB = 0;
+};
 }  // namespace nvml
+
+/// One MIG device (a compute instance of a GPU instance) of a GPU in MIG mode.
+struct MigDevice {
+  unsigned index = 0;  ///< nvmlDeviceGetMigDeviceHandleByIndex's index, as nvidia-smi -L numbers them
+  nvml::Device handle = nullptr;
+  std::string uuid;  ///< "MIG-..." what CUDA_VISIBLE_DEVICES names it by
+  std::string name;  ///< "NVIDIA A100-SXM4-40GB MIG 3g.20gb"
+  unsigned compute_slices = 0;
+  unsigned long long memory_mb = 0;
+};
 
 /// Allowed range of a GPU's power limit, in milliwatts as NVML gives it.
 struct PowerLimitConstraints {
@@ -55,6 +80,11 @@ class NvmlLibrary {
   /// nvmlDeviceGetTotalEnergyConsumption: mJ since the driver was last (re)loaded; Volta and
   /// newer (unavailable = not supported on Pascal and older and in many vGPU setups).
   Result<std::uint64_t> total_energy_mj(nvml::Device device) const;
+  /// nvmlDeviceGetMigMode's current mode: whether the GPU is partitioned into MIG devices
+  /// (false where the library or the GPU has no MIG).
+  Result<bool> mig_enabled(nvml::Device device) const;
+  /// The MIG devices of a GPU in MIG mode, in index order, with their UUIDs, names and slices.
+  Result<std::vector<MigDevice>> mig_devices(nvml::Device device) const;
   /// nvmlDeviceGetPowerUsage: mW (a 1 s average on Ampere except GA100 and newer).
   Result<std::uint32_t> power_usage_mw(nvml::Device device) const;
 

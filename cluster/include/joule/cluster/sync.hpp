@@ -31,6 +31,9 @@ struct ReportedDevice {
   /// Cores it shares among jobs that ask for cores (resources.cores), each on cores of its own;
   /// 0: one job at a time.
   int cores = 0;
+  /// The GPUs of one model on the agent it belongs to (the agent's Device::gpu_group): a job
+  /// asking for several GPUs runs on GPUs of one group; empty: not a GPU.
+  std::string gpu_group;
 };
 
 /// A job the agent executes for the coordinator, as it stands on the agent.
@@ -92,6 +95,9 @@ struct Assignment {
   std::string id;
   std::int64_t epoch = 0;
   std::string device;  ///< the agent's own device name
+  /// A job on several GPUs (resources.gpus): its other GPUs, by the agent's own names. Fixed for
+  /// an id and epoch, as the device is.
+  std::vector<std::string> companions;
   std::string name;
   int priority = 0;
   nlohmann::json spec;  ///< the job as submitted (canonical JobSpec JSON)

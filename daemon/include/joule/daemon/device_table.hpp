@@ -44,9 +44,15 @@ struct Device {
   /// this node's CPU when it has more than one usable CPU; 0: one job at a time.
   int shared_cores = 0;
   /// The GPUs a job asking for several (resources.gpus) may hold together with this one: this
-  /// node's GPUs of one model share it ("NVIDIA H200"); empty: not a GPU, or an agent's device
-  /// (jobs on several GPUs run on the node they are submitted to).
+  /// node's GPUs of one model share it ("NVIDIA H200"), an agent's "node/NVIDIA H200"; a MIG
+  /// device has one of its own (a process sees one MIG device); empty: not a GPU.
   std::string gpu_group;
+  /// What CUDA_VISIBLE_DEVICES names it by: "0" for cuda:0, "MIG-..." for a MIG device; empty:
+  /// not a GPU of this node.
+  std::string cuda_visible;
+  /// A MIG device's GPU: its siblings (other MIG devices of that GPU) share its meter's counter,
+  /// so none is probed while another has work.
+  std::optional<unsigned> mig_gpu;
   std::vector<DeviceHold> holds;   ///< the jobs placed or running on it, in the order they came
   double energy_joules = 0.0;      ///< metered since start
   double power_watts = 0.0;

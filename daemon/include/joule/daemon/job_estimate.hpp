@@ -94,6 +94,9 @@ struct DeviceEstimate {
     bool operator==(const Setting& other) const = default;
   };
   std::vector<Setting> settings;
+  /// Where the job runs on several GPUs: the one-GPU figures its estimate was made from (the
+  /// row's `data_parallel`).
+  std::optional<estimator::DataParallelLine> data_parallel;
 
   /// What placement weighs it by.
   schedulers::Estimate placement() const { return {joules_mean, joules_std, seconds_mean}; }

@@ -30,8 +30,10 @@ struct JobFeedback {
   std::int64_t finished_ms = 0;
   std::optional<double> seconds;  ///< how long the run lasted, where this daemon timed it
   /// Devices it ran on at once (resources.gpus): the joules of several GPUs teach a one-GPU
-  /// model nothing.
+  /// model nothing, only the overhead of running on several (DataParallelCalibration).
   int gpus = 1;
+  /// The GPU model those devices are (Device::gpu_group); empty on a CPU.
+  std::string gpu_group;
 };
 
 /// What the book asks of the estimator (EstimateService): a job's estimate on each device it
@@ -62,6 +64,9 @@ class JobListener {
   virtual void placing_on(const std::string& device) = 0;
   /// A job that ran to its end here and was metered.
   virtual void finished(const JobFeedback& feedback) = 0;
+  /// Whether a probe runs on `device` now (a device whose meter shares its counter counts it as
+  /// work).
+  virtual bool probing(const std::string& /*device*/) const { return false; }
 };
 
 /// What probing asks of the queue (the book answers).

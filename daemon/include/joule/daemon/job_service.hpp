@@ -262,6 +262,10 @@ class JobService final : public JobDemand {
   std::optional<DeviceEstimate> estimate_as_run(const std::vector<DeviceEstimate>& estimates,
                                                 const adapters::StoredJob& row) const;
   std::optional<schedulers::EnergyDistribution> estimate_on(const Job& job, const std::string& device) const;
+  /// What a finished, metered run teaches, against `estimate` (its estimate as it ran): on its
+  /// row's device, with its GPUs (its own and its companions) and their model.
+  Feedback feedback_of(const adapters::StoredJob& row, const DeviceEstimate& estimate,
+                       std::optional<double> seconds) const;
   void note_waiting(Job& job, schedulers::WaitReason reason);
   void track_running(schedulers::UnixMillis now);
   void apply(const schedulers::ThrottleAction& action);

@@ -7,6 +7,8 @@
 // threads: a change re-probes the device): what jobs taught about one environment's estimates
 // does not correct another's. Rows of estimates stored before estimates named their environment
 // count for every environment, as they did before.
+// A job on several GPUs teaches no device's model; it teaches the overhead of running on
+// several GPUs of its model (DataParallelCalibration), which estimates on several then apply.
 // No I/O and no clock: feedback in, corrected estimates and views out.
 
 #include <map>
@@ -17,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "joule/daemon/job_links.hpp"
+#include "joule/estimator/data_parallel.hpp"
 #include "joule/estimator/outcome_calibration.hpp"
 
 namespace joule::daemon {
@@ -42,10 +45,18 @@ class OutcomeService {
   /// The same figures for the metrics, of every device that has had rows (empty figures where its
   /// model's environment has none yet).
   std::map<std::string, estimator::CalibrationSummary> summaries() const;
+  /// The overhead of a job on `gpus` GPUs of the model `gpu_group`: what finished jobs on such
+  /// GPUs taught, else the prior.
+  estimator::DataParallelOverhead data_parallel_overhead(const std::string& gpu_group, int gpus) const;
+  /// GET /v1/devices' "calibration.data_parallel" of a GPU of that model: per GPU count, the jobs
+  /// and the overheads they taught.
+  nlohmann::json data_parallel_view(const std::string& gpu_group) const;
 
  private:
   /// The row a feedback makes, when it teaches anything.
   static std::optional<estimator::OutcomeRow> row_of(const JobFeedback& feedback);
+  /// A job on several GPUs, into its GPU model's overhead; whether it taught anything.
+  bool record_data_parallel(const JobFeedback& feedback);
 
   struct DeviceRows {
     /// By environment; "" holds the rows that name none (and a simulated device's).
@@ -62,6 +73,7 @@ class OutcomeService {
   static estimator::OutcomeCalibration& calibration_of(DeviceRows& rows, const std::string& environment);
 
   std::map<std::string, DeviceRows> devices_;
+  std::map<std::string, estimator::DataParallelCalibration> data_parallel_;  ///< by GPU model
 };
 
 }  // namespace joule::daemon

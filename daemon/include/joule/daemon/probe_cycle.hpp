@@ -37,6 +37,9 @@ enum class ProbeOutcome { completed, failed, preempted };
 /// What the machine is told at each step; the caller reads the clocks, the jobs and the policy.
 struct ProbeConditions {
   bool device_busy = false;  ///< a job runs on the device or waits for it
+  /// Why it is busy, where it is not the usual (a MIG device whose sibling has work); empty: the
+  /// usual.
+  std::string busy_reason;
   /// probing_refusal()'s sentence, if it refuses: for background probing, and for a requested
   /// run (which only the daily cap stops). Both, since a step may end a request.
   std::optional<std::string> refusal;

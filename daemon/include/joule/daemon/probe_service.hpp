@@ -110,8 +110,14 @@ class ProbeService {
   void stop();
   void set_config(const config::ProbingConfig& probing);
 
-  /// A job is about to be placed on `device`: a probe there is killed and discarded.
+  /// A job is about to be placed on `device`: a probe there, or on a MIG device sharing its
+  /// GPU's counter, is killed and discarded.
   void preempt(const std::string& device);
+  /// Whether a probe (not the environment check) runs on `device` now.
+  bool probing(const std::string& device) const;
+  /// Whether a device sharing `device`'s meter counter (a sibling MIG device) has a job or a
+  /// probe: a probe here would read their work as its own.
+  bool siblings_busy(const std::string& device) const;
   /// A finished job's metered energy beside its estimate: error metric and drift check.
   void feedback(const JobFeedback& feedback);
   /// The finished jobs of the stored history (at start): their energy is what probing's worth
@@ -135,6 +141,7 @@ class ProbeService {
                                             const estimator::TrainingConfig& training) const;
 
  private:
+  void preempt_here(const std::string& device);
   struct Device;
   struct Running;
 

@@ -104,6 +104,7 @@ std::vector<cluster::ReportedDevice> AgentRunner::reported_devices() const {
     report.battery_percent = device.battery_percent;
     report.meter_error = device.meter_error;
     report.cores = device.shared_cores;
+    report.gpu_group = device.gpu_group;
     out.push_back(std::move(report));
   }
   return out;

@@ -255,7 +255,7 @@ std::vector<std::string> LocalExecutor::job_environment(const JobRecord& job, co
   }
   env["JOULE_JOB_ID"] = job.row.id;
   env["JOULE_DEVICE"] = device.name;
-  if (device.name.rfind("cuda:", 0) == 0) env["CUDA_VISIBLE_DEVICES"] = device.name.substr(5);
+  if (!device.cuda_visible.empty()) env["CUDA_VISIBLE_DEVICES"] = device.cuda_visible;
   if (!job.row.companions.empty()) {
     // Its GPUs, its own device first: what `torchrun` and DDP need to start one process per GPU
     // on this node (torchrun reads its options from PET_*; a program that spawns its own
@@ -263,7 +263,8 @@ std::vector<std::string> LocalExecutor::job_environment(const JobRecord& job, co
     const int gpus = static_cast<int>(job.row.companions.size()) + 1;
     std::string visible = env["CUDA_VISIBLE_DEVICES"];
     for (const auto& name : job.row.companions)
-      if (name.rfind("cuda:", 0) == 0) visible += "," + name.substr(5);
+      if (const Device* other = host_.find_device(name); other && !other->cuda_visible.empty())
+        visible += "," + other->cuda_visible;
     env["CUDA_VISIBLE_DEVICES"] = visible;
     env["JOULE_DEVICES"] = fmt::format("{},{}", device.name, fmt::join(job.row.companions, ","));
     env["JOULE_GPUS"] = env["WORLD_SIZE"] = env["LOCAL_WORLD_SIZE"] = env["PET_NPROC_PER_NODE"] = std::to_string(gpus);
@@ -314,7 +315,7 @@ Result<std::vector<std::string>> LocalExecutor::builtin_command(
     return make_error(ErrorCode::io,
                       fmt::format("cannot hand {} to uid {}: {}", file.string(), identity->uid, std::strerror(saved)));
   // CUDA_VISIBLE_DEVICES leaves the job one GPU, its first; a simulated device's job runs on the CPU.
-  const std::string torch_device = device.name.rfind("cuda:", 0) == 0 ? "cuda:0" : "cpu";
+  const std::string torch_device = device.cuda_visible.empty() ? "cpu" : "cuda:0";
   std::vector<std::string> argv = {options_.worker.string(),
                                    "train",
                                    "--job",

@@ -44,6 +44,9 @@ void NodeExecutor::update_node(const std::string& node, const std::vector<cluste
     // Its cores shared among jobs as the agent shares them: the coordinator packs jobs that ask
     // for cores there, and the agent's own placement runs them side by side.
     device->shared_cores = report.cores;
+    // Its GPUs of one model, as a group of this node alone: a job on several GPUs runs on GPUs
+    // of one node (its processes meet on the node's loopback).
+    device->gpu_group = report.gpu_group.empty() ? "" : node + "/" + report.gpu_group;
     device->reported_power_watts = report.power_watts;
     device->battery_percent = report.battery_percent;
     // Busy with something this coordinator did not place there (a fenced run still stopping).
@@ -165,6 +168,8 @@ void NodeExecutor::release(JobRecord& job, bool ended) {
 
 void NodeExecutor::recover(JobRecord& job, Device* device) {
   if (device) device->hold(job.row.id, 0);  // an agent's device runs one job at a time
+  for (const auto& name : job.row.companions)  // and a job on several GPUs holds them all
+    if (Device* other = devices_.find(name)) other->hold(job.row.id, 0);
   Run& run = runs_[job.row.id];
   run.committed_epoch = job.row.epoch;
   run.seen = job.state != JobState::placed;
@@ -182,6 +187,8 @@ std::vector<cluster::Assignment> NodeExecutor::desired_for(const std::string& no
       JobRecord* found = host_.find_job(hold.job);
       if (!found) continue;
       const JobRecord& job = *found;
+      // A job on several GPUs is held by each; it is assigned once, on its own device.
+      if (job.row.device != device.name) continue;
       const auto run = runs_.find(job.row.id);
       if (schedulers::is_terminal(job.state) || run == runs_.end() || run->second.committed_epoch != job.row.epoch)
         continue;
@@ -189,6 +196,8 @@ std::vector<cluster::Assignment> NodeExecutor::desired_for(const std::string& no
       assignment.id = job.row.id;
       assignment.epoch = job.row.epoch;
       assignment.device = device.agent_device;
+      for (const auto& name : job.row.companions)
+        if (const Device* other = devices_.find(name)) assignment.companions.push_back(other->agent_device);
       assignment.name = job.row.name;
       assignment.priority = job.row.priority;
       assignment.spec = json::parse(job.row.spec_json, nullptr, false);

@@ -63,6 +63,7 @@ double layer_work(const LayerCost& cost);
 struct Uncertain {
   double mean = 0.0;
   double std = 0.0;
+  bool operator==(const Uncertain&) const = default;
 };
 
 /// One layer's share of a training step.
@@ -101,6 +102,19 @@ struct WholeNetworkLine {
   double seconds_ratio = 1.0;
   std::size_t samples = 0;       ///< networks the gap was learnt from (1 where measured)
   std::int64_t measured_ms = 0;  ///< when it was measured ("measured" only)
+};
+
+/// How a job on several GPUs was estimated from one GPU's estimate of it (data_parallel.hpp):
+/// kept with the estimate so that the job, once metered, teaches the overhead.
+struct DataParallelLine {
+  int gpus = 1;
+  Uncertain one_gpu_joules;  ///< the whole training on one GPU alone
+  Uncertain one_gpu_seconds;
+  Uncertain joules_overhead;  ///< the share added, as applied
+  Uncertain seconds_overhead;
+  std::size_t jobs = 0;  ///< finished jobs the overhead was learnt from (0: the prior)
+  std::string basis;
+  bool operator==(const DataParallelLine&) const = default;
 };
 
 /// What one of the device's knob settings would do to the job: ratios to its estimate at the
@@ -162,6 +176,8 @@ struct Estimate {
   /// The device's knob settings this network can be estimated at (measured there, or predicted
   /// by a setting's response); empty where none is.
   std::vector<SettingLine> settings;
+  /// Where the job runs on several GPUs: the one-GPU figures it was made from.
+  std::optional<DataParallelLine> data_parallel;
   std::vector<std::string> warnings;
 };
 
