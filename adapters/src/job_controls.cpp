@@ -20,6 +20,7 @@
 
 #include "control_files.hpp"
 #include "joule/adapters/control_journal.hpp"
+#include "joule/adapters/gpu_fence.hpp"
 #include "joule/adapters/job_process.hpp"
 #include "joule/adapters/sysfs.hpp"
 
@@ -426,6 +427,8 @@ Status JobCgroups::detect(pid_t daemon_pid) {
   cpuset_note_ = "cgroup v1: the cpuset hierarchy is not used";
   v1_cpu_.clear();
   v1_freezer_.clear();
+  v1_devices_.clear();
+  gpu_fence_note_.clear();
   const path list = proc_root_ / std::to_string(daemon_pid) / "cgroup";
   auto text = read_file(files_, list);
   if (!text) return unusable(text.error());
@@ -444,12 +447,14 @@ Status JobCgroups::detect(pid_t daemon_pid) {
     }
     std::istringstream names(controllers);
     for (std::string name; std::getline(names, name, ',');) {
-      if (name != "cpu" && name != "freezer") continue;
+      if (name != "cpu" && name != "freezer" && name != "devices") continue;
       // "cpu,cpuacct" is mounted at <root>/cpu,cpuacct on most distributions, at <root>/cpu alone.
       for (const std::string& mount : {controllers, name}) {
         std::error_code ec;
         if (std::filesystem::is_directory(cgroup_root_ / mount, ec)) {
-          (name == "cpu" ? v1_cpu_ : v1_freezer_) = under(cgroup_root_ / mount, relative);
+          (name == "cpu"       ? v1_cpu_
+           : name == "freezer" ? v1_freezer_
+                               : v1_devices_) = under(cgroup_root_ / mount, relative);
           break;
         }
       }
@@ -474,6 +479,15 @@ Status JobCgroups::detect(pid_t daemon_pid) {
       return unusable(why);
     }
     if (v1_cpu_.empty()) cpu_note_ = dropped.empty() ? "no v1 cpu hierarchy is mounted" : dropped.front().message;
+    // The devices hierarchy only fences GPUs: without it, jobs are made as before.
+    if (!v1_devices_.empty()) {
+      if (auto ok = probe(v1_devices_); !ok) {
+        gpu_fence_note_ = ok.error().message;
+        v1_devices_.clear();
+      }
+    } else {
+      gpu_fence_note_ = "cgroup v1: no devices hierarchy is mounted";
+    }
     usable_ = true;
     return {};
   }
@@ -511,9 +525,10 @@ std::string JobCgroups::describe() const {
   if (version_ == CgroupVersion::v1 && v1_freezer_.empty()) notes += " (no freezer: pauses use SIGSTOP)";
   if (version_ == CgroupVersion::v2) return fmt::format("cgroup v2: job cgroups under {}{}", v2_own_.string(), notes);
   std::vector<std::string> dirs;
-  for (const path& dir : {v1_cpu_, v1_freezer_})
+  for (const path& dir : {v1_cpu_, v1_freezer_, v1_devices_})
     if (!dir.empty()) dirs.push_back(dir.string());
-  return fmt::format("cgroup v1: job cgroups under {}{}", fmt::join(dirs, " and "), notes);
+  if (v1_devices_.empty() && !gpu_fence_note_.empty()) notes += fmt::format(" (GPUs not fenced: {})", gpu_fence_note_);
+  return fmt::format("cgroup v1: job cgroups under {}{}", fmt::join(dirs, ", "), notes);
 }
 
 Status JobCgroups::move_all_to_leaf() {
@@ -594,12 +609,13 @@ std::vector<path> JobCgroups::job_dirs(const std::string& job_id) const {
   const std::string name = "job-" + job_id;
   if (version_ == CgroupVersion::v2) return {v2_own_ / name};
   std::vector<path> dirs;
-  for (const path& parent : {v1_cpu_, v1_freezer_})
+  for (const path& parent : {v1_cpu_, v1_freezer_, v1_devices_})
     if (!parent.empty()) dirs.push_back(parent / name);
   return dirs;
 }
 
-Result<JobCgroup> JobCgroups::create_for(const std::string& job_id, pid_t pid, const std::vector<int>& cpus) {
+Result<JobCgroup> JobCgroups::create_for(const std::string& job_id, pid_t pid, const std::vector<int>& cpus,
+                                         const std::vector<unsigned>& denied_gpus) {
   if (!valid_job_id(job_id))
     return make_error(ErrorCode::invalid_argument, fmt::format("\"{}\" cannot name a cgroup", job_id));
   if (!usable_) return make_error(ErrorCode::unavailable, "no job cgroups: " + reason_);
@@ -611,7 +627,8 @@ Result<JobCgroup> JobCgroups::create_for(const std::string& job_id, pid_t pid, c
     for (const path& dir : made) (void)files_.remove_dir(dir);
     return error;
   };
-  std::string cpuset_cpus, cpuset_note;
+  std::string cpuset_cpus, cpuset_note, gpu_fence_note;
+  std::vector<unsigned> fenced_gpus;
   for (const path& dir : job_dirs(job_id)) {
     const int err = files_.make_dir(dir);
     if (err != 0 && err != EEXIST) return undo(file_error(err, "create", dir));
@@ -628,18 +645,32 @@ Result<JobCgroup> JobCgroups::create_for(const std::string& job_id, pid_t pid, c
     } else if (!cpus.empty()) {
       cpuset_note = "cgroup v1: the cpuset hierarchy is not used";
     }
+    // Before it moves in too: no process of the job opens a GPU it does not hold.
+    if (!denied_gpus.empty() && (version_ == CgroupVersion::v2 || dir.parent_path() == v1_devices_)) {
+      const Status fenced =
+          version_ == CgroupVersion::v2 ? fence_gpus_v2(dir, denied_gpus) : fence_gpus_v1(dir, denied_gpus, files_);
+      if (fenced)
+        fenced_gpus = denied_gpus;
+      else
+        gpu_fence_note = fenced.error().message;
+    }
     if (auto moved = move_job(pid, dir); !moved) return undo(moved.error());
   }
+  if (!denied_gpus.empty() && fenced_gpus.empty() && gpu_fence_note.empty()) gpu_fence_note = gpu_fence_note_;
   const auto dirs = job_dirs(job_id);
   if (version_ == CgroupVersion::v2) {
     JobCgroup cgroup{CgroupVersion::v2, v2_cpu_ ? dirs[0] : path(), dirs[0]};
     cgroup.cpuset_cpus = cpuset_cpus;
     cgroup.cpuset_note = cpuset_note;
+    cgroup.fenced_gpus = fenced_gpus;
+    cgroup.gpu_fence_note = gpu_fence_note;
     return cgroup;
   }
   JobCgroup cgroup{CgroupVersion::v1, v1_cpu_.empty() ? path() : v1_cpu_ / ("job-" + job_id),
                    v1_freezer_.empty() ? path() : v1_freezer_ / ("job-" + job_id)};
   cgroup.cpuset_note = cpuset_note;
+  cgroup.fenced_gpus = fenced_gpus;
+  cgroup.gpu_fence_note = gpu_fence_note;
   return cgroup;
 }
 

@@ -52,6 +52,11 @@ MigPartition::MigPartition(unsigned gpu, std::unique_ptr<NvmlMeter> gpu_meter, s
   for (const auto& device : devices_) joules_[device.index] = 0.0;
 }
 
+std::optional<unsigned> MigPartition::gpu_minor() const {
+  auto minor = gpu_meter_->library()->minor_number(gpu_meter_->device());
+  return minor ? std::optional(*minor) : std::nullopt;
+}
+
 const MigDevice* MigPartition::device(unsigned index) const {
   for (const auto& device : devices_)
     if (device.index == index) return &device;

@@ -25,6 +25,7 @@ struct NvmlLibrary::Api {
   nvml::Return (*mig_handle)(nvml::Device, unsigned, nvml::Device*) = nullptr;
   nvml::Return (*uuid)(nvml::Device, char*, unsigned) = nullptr;
   nvml::Return (*attributes)(nvml::Device, nvml::DeviceAttributes*) = nullptr;
+  nvml::Return (*minor_number)(nvml::Device, unsigned*) = nullptr;
 };
 
 namespace {
@@ -63,6 +64,7 @@ Result<std::shared_ptr<NvmlLibrary>> NvmlLibrary::open(const std::string& path) 
   resolve(handle, "nvmlDeviceGetMigDeviceHandleByIndex", api->mig_handle);
   resolve(handle, "nvmlDeviceGetUUID", api->uuid);
   resolve(handle, "nvmlDeviceGetAttributes_v2", api->attributes);
+  resolve(handle, "nvmlDeviceGetMinorNumber", api->minor_number);
   if (missing) {
     ::dlclose(handle);
     return make_error(ErrorCode::unavailable, fmt::format("{}: no symbol {}", path, missing));
@@ -126,6 +128,14 @@ Result<std::uint32_t> NvmlLibrary::power_usage_mw(nvml::Device device) const {
   if (const auto rc = api_->power_usage(device, &power_mw); rc != nvml::kSuccess)
     return error_of(rc, "nvmlDeviceGetPowerUsage");
   return static_cast<std::uint32_t>(power_mw);
+}
+
+Result<unsigned> NvmlLibrary::minor_number(nvml::Device device) const {
+  if (!api_->minor_number) return make_error(ErrorCode::unavailable, path_ + ": no symbol nvmlDeviceGetMinorNumber");
+  unsigned minor = 0;
+  if (const auto rc = api_->minor_number(device, &minor); rc != nvml::kSuccess)
+    return error_of(rc, "nvmlDeviceGetMinorNumber");
+  return minor;
 }
 
 Result<bool> NvmlLibrary::mig_enabled(nvml::Device device) const {

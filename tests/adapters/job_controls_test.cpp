@@ -3,19 +3,25 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "joule/adapters/control_journal.hpp"
+#include "joule/adapters/gpu_fence.hpp"
 #include "joule/adapters/sysfs.hpp"
 #include "temp_dir.hpp"
 
@@ -124,6 +130,8 @@ class FakeKernel {
     } else if (rel(d).starts_with("cpu")) {
       put(d / "cpu.cfs_quota_us", "-1\n");
       put(d / "cpu.cfs_period_us", "100000\n");
+    } else if (rel(d).starts_with("devices")) {
+      put(d / "devices.deny", "");
     } else {
       put(d / "freezer.state", "THAWED\n");
     }
@@ -207,9 +215,9 @@ TEST(CgroupTest, detects_v1_and_prefers_it_on_hybrid_hosts) {
                      "9:freezer:/\n4:cpu,cpuacct:/system.slice/jouled.service\n1:name=systemd:/x\n" + extra);
     JobCgroups cgroups = detected(kernel);
     EXPECT_EQ(cgroups.version(), CgroupVersion::v1);
-    EXPECT_EQ(cgroups.describe(), "cgroup v1: job cgroups under " +
-                                      kernel.cg("cpu,cpuacct/system.slice/jouled.service").string() + " and " +
-                                      kernel.cg("freezer").string());
+    EXPECT_EQ(cgroups.describe(),
+              "cgroup v1: job cgroups under " + kernel.cg("cpu,cpuacct/system.slice/jouled.service").string() + ", " +
+                  kernel.cg("freezer").string() + " (GPUs not fenced: cgroup v1: no devices hierarchy is mounted)");
   }
 }
 
@@ -317,6 +325,44 @@ TEST(CgroupTest, v1_creates_job_cgroups_in_both_hierarchies_and_removes_them) {
   EXPECT_FALSE(std::filesystem::exists(kernel.cg("cpu/job-a1-b2")));
   EXPECT_TRUE(cgroups.remove("a1-b2"));  // already gone
   EXPECT_EQ(cgroups.create_for("../x", 200).error().code, ErrorCode::invalid_argument);
+}
+
+// The GPUs a job does not hold are denied in its devices cgroup before it moves in; a host without
+// the devices hierarchy makes the job's cgroups all the same and says why its GPUs are not fenced.
+TEST(CgroupTest, v1_denies_the_gpus_a_job_does_not_hold_before_it_moves_in) {
+  FakeKernel kernel;
+  for (const std::string hierarchy : {"cpu", "freezer", "devices"})
+    kernel.write(hierarchy + "/cgroup.procs", "100\n200\n201\n300\n");
+  kernel.dir.write("proc/100/cgroup", "1:cpu:/\n6:freezer:/\n5:devices:/\n0::/\n");
+  write_job_group(kernel);
+  JobCgroups cgroups = detected(kernel);
+  auto job = cgroups.create_for("gpu-1", 200, {}, {0, 2});
+  ASSERT_TRUE(job) << job.error().message;
+  EXPECT_EQ(job->fenced_gpus, (std::vector<unsigned>{0, 2}));
+  const auto at = [&](const std::string& line) {
+    return std::find(kernel.log.begin(), kernel.log.end(), line) - kernel.log.begin();
+  };
+  const auto deny0 = at("write devices/job-gpu-1/devices.deny c 195:0 rwm");
+  const auto deny2 = at("write devices/job-gpu-1/devices.deny c 195:2 rwm");
+  const auto moved = at("write devices/job-gpu-1/cgroup.procs 200");
+  ASSERT_LT(moved, static_cast<long>(kernel.log.size())) << fmt::format("{}", fmt::join(kernel.log, "\n"));
+  EXPECT_LT(deny0, moved);
+  EXPECT_LT(deny2, moved);
+  kernel.write("cpu/job-gpu-1/cgroup.procs", "");
+  kernel.write("freezer/job-gpu-1/cgroup.procs", "");
+  kernel.write("devices/job-gpu-1/cgroup.procs", "");
+  EXPECT_TRUE(cgroups.remove("gpu-1"));
+  EXPECT_FALSE(std::filesystem::exists(kernel.cg("devices/job-gpu-1")));
+
+  FakeKernel plain;
+  plain.write("cpu/cgroup.procs", "100\n200\n201\n");
+  plain.dir.write("proc/100/cgroup", "1:cpu:/\n0::/\n");
+  write_job_group(plain);
+  JobCgroups without = detected(plain);
+  auto unfenced = without.create_for("gpu-2", 200, {}, {1});
+  ASSERT_TRUE(unfenced) << unfenced.error().message;
+  EXPECT_TRUE(unfenced->fenced_gpus.empty());
+  EXPECT_EQ(unfenced->gpu_fence_note, "cgroup v1: no devices hierarchy is mounted");
 }
 
 TEST(CgroupTest, unusable_cgroups_give_a_reason_to_log_and_sigstop_only) {
@@ -628,4 +674,85 @@ TEST(CgroupRealV1Test, freezes_and_caps_a_real_process_in_a_child_cgroup) {
   EXPECT_DOUBLE_EQ(quota.current()->value(), 0.5);
   ASSERT_TRUE(quota.restore());
   EXPECT_EQ(slurp(job->cpu_dir / "cpu.cfs_quota_us"), "-1\n");
+}
+
+// The kernel itself keeps a fenced job off a GPU node it does not hold: a character device of
+// NVIDIA's major made here (no driver behind it) opens with ENXIO, unless the job's cgroup denies
+// it (EPERM). v1 through JobCgroups on this host's devices hierarchy; v2 through the device filter
+// program on the unified hierarchy of a hybrid host (the program is checked at every open).
+namespace {
+
+struct GpuNodes {
+  joule::testing::TempDir dir;
+  bool made = ::mknod((dir / "nvidia1").c_str(), S_IFCHR | 0666, makedev(195, 1)) == 0 &&
+              ::mknod((dir / "nvidia2").c_str(), S_IFCHR | 0666, makedev(195, 2)) == 0;
+  // A process in its own group that waits `delay` seconds, then opens both nodes and writes the
+  // errno of each (0: opened) to `out`.
+  pid_t spawn_opener(double delay) const {
+    const std::string script = fmt::format(
+        "import os, sys, time\ntime.sleep({})\nout = []\nfor node in ('nvidia1', 'nvidia2'):\n"
+        "    try:\n        os.close(os.open(os.path.join(sys.argv[1], node), os.O_RDONLY))\n        out.append(0)\n"
+        "    except OSError as e:\n        out.append(e.errno)\nopen(sys.argv[2], 'w').write(' '.join(map(str, "
+        "out)))\n",
+        delay);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0);
+    pid_t pid = 0;
+    const std::string where = dir.path().string(), out = (dir / "errnos").string();
+    char* argv[] = {const_cast<char*>("python3"),     const_cast<char*>("-c"),        const_cast<char*>(script.c_str()),
+                    const_cast<char*>(where.c_str()), const_cast<char*>(out.c_str()), nullptr};
+    EXPECT_EQ(::posix_spawnp(&pid, "python3", nullptr, &attr, argv, environ), 0);
+    posix_spawnattr_destroy(&attr);
+    return pid;
+  }
+  std::string errnos_after(pid_t pid) const {
+    ::waitpid(pid, nullptr, 0);
+    return slurp(dir / "errnos");
+  }
+};
+
+}  // namespace
+
+TEST(CgroupRealV1Test, a_job_fenced_off_a_gpu_cannot_open_its_node) {
+  JobCgroups cgroups;
+  if (!cgroups.detect(::getpid()) || cgroups.version() != CgroupVersion::v1)
+    GTEST_SKIP() << "needs writable cgroup v1 hierarchies; here: " << cgroups.describe();
+  const GpuNodes nodes;
+  if (!nodes.made) GTEST_SKIP() << "cannot make device nodes here (needs root on a filesystem without nodev)";
+  const pid_t pid = nodes.spawn_opener(0.5);
+  ASSERT_GT(pid, 0);
+  const std::string id = "joule-fence-" + std::to_string(::getpid());
+  auto job = cgroups.create_for(id, pid, {}, {1});
+  ASSERT_TRUE(job) << job.error().message;
+  if (job->fenced_gpus.empty()) {
+    kill_and_reap(pid);
+    (void)cgroups.remove(id);
+    GTEST_SKIP() << "no devices hierarchy: " << job->gpu_fence_note;
+  }
+  const std::string errnos = nodes.errnos_after(pid);
+  (void)cgroups.remove(id);
+  EXPECT_EQ(errnos, fmt::format("{} {}", EPERM, ENXIO)) << "GPU 1 denied, GPU 2 (no driver) not";
+}
+
+TEST(CgroupRealV2Test, the_device_filter_program_keeps_a_process_off_the_gpus_it_lists) {
+  const std::filesystem::path unified =
+      std::filesystem::exists("/sys/fs/cgroup/cgroup.controllers") ? "/sys/fs/cgroup" : "/sys/fs/cgroup/unified";
+  const auto dir = unified / ("joule-fence-" + std::to_string(::getpid()));
+  if (::mkdir(dir.c_str(), 0755) != 0)
+    GTEST_SKIP() << "cannot make a cgroup under " << unified << ": " << std::strerror(errno);
+  struct Cleanup {
+    std::filesystem::path dir;
+    ~Cleanup() { ::rmdir(dir.c_str()); }
+  } cleanup{dir};
+  const GpuNodes nodes;
+  if (!nodes.made) GTEST_SKIP() << "cannot make device nodes here (needs root on a filesystem without nodev)";
+  const Status fenced = joule::adapters::fence_gpus_v2(dir, {1});
+  if (!fenced) GTEST_SKIP() << fenced.error().message;
+  const pid_t pid = nodes.spawn_opener(0.5);
+  ASSERT_GT(pid, 0);
+  std::ofstream(dir / "cgroup.procs") << pid << "\n";
+  const std::string errnos = nodes.errnos_after(pid);
+  EXPECT_EQ(errnos, fmt::format("{} {}", EPERM, ENXIO)) << "GPU 1 denied, GPU 2 (no driver) not";
 }

@@ -304,4 +304,12 @@ __attribute__((visibility("default"))) int nvmlDeviceGetAttributes_v2(void* hand
   return kSuccess;
 }
 
+__attribute__((visibility("default"))) int nvmlDeviceGetMinorNumber(void* handle, unsigned* minor) {
+  Device* device = device_of(handle);
+  if (!device) return kUninitialized;
+  if (device->parent >= 0 || minor == nullptr) return kInvalidArgument;
+  *minor = static_cast<unsigned>(device->index);  // /dev/nvidiaN for GPU N, as on most hosts
+  return kSuccess;
+}
+
 }  // extern "C"

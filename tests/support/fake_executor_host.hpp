@@ -50,6 +50,9 @@ class FakeExecutorHost final : public daemon::ExecutorHost {
     return it == jobs.end() ? nullptr : &it->second;
   }
   daemon::Device* find_device(const std::string& name) override { return devices.find(name); }
+  std::vector<unsigned> gpus_not_of(const std::vector<std::string>& own) const override {
+    return devices.gpus_not_of(own);
+  }
   std::string device_node(const std::string& device) const override {
     const auto slash = device.find('/');
     return slash == std::string::npos ? "here" : device.substr(0, slash);

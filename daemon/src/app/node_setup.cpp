@@ -367,6 +367,8 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
       const auto* nvml = dynamic_cast<const adapters::NvmlMeter*>(device.meter.get());
       device.gpu_group = nvml && !nvml->name().empty() ? nvml->name() : "GPU";
       device.cuda_visible = device.name.substr(5);
+      if (nvml)
+        if (auto minor = nvml->library()->minor_number(nvml->device())) device.gpu_minor = *minor;
     }
     if (const auto mig = adapters::parse_mig_name(device.name)) {
       // A MIG device: the one CUDA device its jobs see, metered by a share of its GPU's counter.
@@ -375,6 +377,7 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
       device.mig_gpu = mig->gpu;
       device.cuda_visible = device.meter->shared_gpu_counter()->cuda_visible();
       device.gpu_group = fmt::format("{} ({})", meter ? meter->name() : "MIG device", device.name);
+      if (meter) device.gpu_minor = meter->gpu_minor();
     }
     if (device.name.rfind("cuda:", 0) == 0 && !device_config.devfreq.empty()) {
       // A Jetson's integrated GPU: its clock limit is a knob. A discrete GPU has none here (its

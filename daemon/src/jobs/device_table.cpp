@@ -1,6 +1,7 @@
 #include "joule/daemon/device_table.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -121,6 +122,15 @@ const std::vector<std::size_t>& DeviceTable::of_node(const std::string& node) co
   static const std::vector<std::size_t> kNone;
   const auto it = by_node_.find(node);
   return it == by_node_.end() ? kNone : it->second;
+}
+
+std::vector<unsigned> DeviceTable::gpus_not_of(const std::vector<std::string>& own) const {
+  std::set<unsigned> held, others;
+  for (const auto& name : own)
+    if (const Device* device = find(name); device && device->gpu_minor) held.insert(*device->gpu_minor);
+  for (const auto& device : devices_)
+    if (!device.on_agent() && device.gpu_minor && !held.contains(*device.gpu_minor)) others.insert(*device.gpu_minor);
+  return {others.begin(), others.end()};
 }
 
 std::vector<std::string> DeviceTable::names() const {

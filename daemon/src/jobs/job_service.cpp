@@ -78,6 +78,9 @@ class JobService::Host final : public ExecutorHost, public AgentHost {
     return it == book_.jobs_.end() ? nullptr : it->second.get();
   }
   Device* find_device(const std::string& name) override { return book_.devices_.find(name); }
+  std::vector<unsigned> gpus_not_of(const std::vector<std::string>& own) const override {
+    return book_.devices_.gpus_not_of(own);
+  }
   std::string device_node(const std::string& device) const override { return book_.budgets_.device_ref(device).node; }
   void device_added(Device& device) override {
     device.ref = book_.budgets_.device_ref(device.name);

@@ -77,6 +77,10 @@ struct JobCgroup {
   /// where it asked for none, or `cpuset_note` says why there is no cpuset.
   std::string cpuset_cpus;
   std::string cpuset_note;
+  /// The GPUs (device minors) its device rules keep it off (create_for's `denied_gpus`), where
+  /// they were set; `gpu_fence_note` says why not otherwise (gpu_fence.hpp).
+  std::vector<unsigned> fenced_gpus;
+  std::string gpu_fence_note;
 };
 
 /// Pauses and resumes a whole job. With a freezer (`cgroup` given and its `freezer_dir` set):
@@ -216,7 +220,11 @@ class JobCgroups {
   /// in, so the kernel keeps the job on them whatever affinity it sets itself; where there is no
   /// cpuset, or the kernel refuses the list, the cgroup is made all the same and `cpuset_note`
   /// says why (the runner's affinity still holds the job to them).
-  Result<JobCgroup> create_for(const std::string& job_id, pid_t pid, const std::vector<int>& cpus = {});
+  /// `denied_gpus` (the NVIDIA GPUs' minors the job does not hold) are fenced off before it moves
+  /// in: v1 through its devices hierarchy, v2 with a device filter program (gpu_fence.hpp); where
+  /// that fails, the cgroup is made all the same and `gpu_fence_note` says why.
+  Result<JobCgroup> create_for(const std::string& job_id, pid_t pid, const std::vector<int>& cpus = {},
+                               const std::vector<unsigned>& denied_gpus = {});
   /// Removes the job's cgroup(s): conflict while a process is still in one, success when gone.
   Status remove(const std::string& job_id);
 
@@ -240,8 +248,10 @@ class JobCgroups {
   std::string cpu_note_;  ///< why there is no CPU quota, when there is none
   bool v2_cpuset_ = false;
   std::string cpuset_note_;  ///< why jobs' cores get no cpuset, when they get none
+  std::string gpu_fence_note_;  ///< why jobs' GPUs get no device rules, when they cannot
   std::filesystem::path v1_cpu_;
   std::filesystem::path v1_freezer_;
+  std::filesystem::path v1_devices_;  ///< empty: no v1 devices hierarchy (GPUs unfenced under v1)
 };
 
 /// What set_watts did: the limit asked for and the one applied, which differ when the request

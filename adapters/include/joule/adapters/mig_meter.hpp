@@ -45,6 +45,8 @@ class MigPartition {
 
   unsigned gpu() const { return gpu_; }
   const std::string& gpu_name() const { return gpu_meter_->name(); }
+  /// The GPU's /dev/nvidiaN minor, which every one of its MIG devices' jobs opens.
+  std::optional<unsigned> gpu_minor() const;
   const std::vector<MigDevice>& devices() const { return devices_; }
   const MigDevice* device(unsigned index) const;
   /// Whether MIG device `index` has work from now on: the GPU's counter is read first, so the
@@ -98,6 +100,7 @@ class MigMeter final : public EnergyMeter, public SharedGpuCounter {
   /// "MIG 3g.20gb (MIG-...) of GPU 0 NVIDIA A100-SXM4-40GB: <the rule>".
   std::string description() const;
   const std::string& name() const { return name_; }
+  std::optional<unsigned> gpu_minor() const { return partition_->gpu_minor(); }
 
  private:
   MigMeter(std::shared_ptr<MigPartition> partition, unsigned index, std::string uuid, std::string name)

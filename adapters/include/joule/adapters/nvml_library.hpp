@@ -80,6 +80,8 @@ class NvmlLibrary {
   /// nvmlDeviceGetTotalEnergyConsumption: mJ since the driver was last (re)loaded; Volta and
   /// newer (unavailable = not supported on Pascal and older and in many vGPU setups).
   Result<std::uint64_t> total_energy_mj(nvml::Device device) const;
+  /// nvmlDeviceGetMinorNumber: N of the GPU's /dev/nvidiaN (what its jobs' device rules name).
+  Result<unsigned> minor_number(nvml::Device device) const;
   /// nvmlDeviceGetMigMode's current mode: whether the GPU is partitioned into MIG devices
   /// (false where the library or the GPU has no MIG).
   Result<bool> mig_enabled(nvml::Device device) const;

@@ -53,6 +53,9 @@ struct Device {
   /// A MIG device's GPU: its siblings (other MIG devices of that GPU) share its meter's counter,
   /// so none is probed while another has work.
   std::optional<unsigned> mig_gpu;
+  /// The minor of the /dev/nvidiaN its jobs open (its GPU's, for a MIG device): jobs on other
+  /// devices are fenced off it by their cgroup's device rules (gpu_fence.hpp).
+  std::optional<unsigned> gpu_minor;
   std::vector<DeviceHold> holds;   ///< the jobs placed or running on it, in the order they came
   double energy_joules = 0.0;      ///< metered since start
   double power_watts = 0.0;
@@ -126,6 +129,9 @@ class DeviceTable {
 
   /// Adds a device (an agent's, as its coordinator hears of it); its index is size() - 1.
   Device& add(Device device);
+  /// The minors of this node's GPUs (Device::gpu_minor) that none of the devices named `own`
+  /// opens, in order: what a job on `own` is fenced off.
+  std::vector<unsigned> gpus_not_of(const std::vector<std::string>& own) const;
   /// An agent's device, known to the coordinator by "node/device": its meter reports what the
   /// agent read under `source` (empty while the agent is not heard from: readings fail meanwhile).
   Device& add_agent_device(const std::string& node, const std::string& agent_device, const std::string& source);

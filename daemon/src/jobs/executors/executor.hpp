@@ -51,6 +51,9 @@ class ExecutorHost {
   virtual JobRecord* find_job(const std::string& id) = 0;
   /// A device of the table by name (a job on several GPUs' others); nullptr: none such.
   virtual Device* find_device(const std::string& name) = 0;
+  /// The minors of this node's GPUs (gpu_minor) that none of `own` opens: what a job on those
+  /// devices is fenced off.
+  virtual std::vector<unsigned> gpus_not_of(const std::vector<std::string>& own) const = 0;
   /// The node a device belongs to, as budgets and cluster reports name it.
   virtual std::string device_node(const std::string& device) const = 0;
   /// A device another node reported for the first time: the book scopes it for budgets and

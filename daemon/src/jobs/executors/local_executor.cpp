@@ -408,8 +408,19 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
   job.started_steady = host_.clock().steady();
   job.row.energy_shared = false;
   if (options_.cgroups && options_.cgroups->usable()) {
-    if (auto cgroup = options_.cgroups->create_for(id, process.pid, run.cpus)) {
+    // Off the node's GPUs it does not hold (all of them for a job on the CPU).
+    std::vector<std::string> own = job.row.companions;
+    own.push_back(device.name);
+    const std::vector<unsigned> denied = host_.gpus_not_of(own);
+    if (auto cgroup = options_.cgroups->create_for(id, process.pid, run.cpus, denied)) {
       run.cgroup = *cgroup;
+      if (!cgroup->fenced_gpus.empty())
+        host_.note(job, fmt::format("its cgroup's device rules keep it off GPU node(s) /dev/nvidia{}",
+                                    fmt::join(cgroup->fenced_gpus, ", /dev/nvidia")));
+      else if (!denied.empty() && !cgroup->gpu_fence_note.empty())
+        host_.note(job, fmt::format("the node's other GPUs are hidden by CUDA_VISIBLE_DEVICES alone (no device rules: "
+                                    "{})",
+                                    cgroup->gpu_fence_note));
       if (!cgroup->cpuset_cpus.empty())
         host_.note(job, fmt::format("its cpuset cgroup keeps it on CPUs {}", cgroup->cpuset_cpus));
       else if (!run.cpus.empty() && !cgroup->cpuset_note.empty())
