@@ -88,8 +88,9 @@ Result<Opened> try_source(const std::string& source, const MeterRequest& request
                                              mig->gpu, mig->index);
       });
     }
-    if (!roots.mig_partitions) return make_error(ErrorCode::unavailable, "no MIG partitions for this meter's node");
-    auto partition = roots.mig_partitions->of(roots.nvml_library, mig->gpu, roots.monotonic_seconds);
+    // Roots without a node's partitions (a tool metering one MIG device): a partition of its own.
+    const auto partitions = roots.mig_partitions ? roots.mig_partitions : std::make_shared<MigPartitions>();
+    auto partition = partitions->of(roots.nvml_library, mig->gpu, roots.monotonic_seconds);
     if (!partition) return partition.error();
     return first_read(MigMeter::open(*partition, mig->index), [](const MigMeter& m) { return m.description(); });
   }

@@ -259,7 +259,9 @@ TEST(MultiGpuTest, a_coordinator_places_a_job_on_two_gpus_of_one_agent_and_the_a
       {{"name", "ddp"},
        {"resources", {{"gpus", 2}}},
        {"run",
-        {{"command", {"sh", "-c", "echo \"gpus $CUDA_VISIBLE_DEVICES world $WORLD_SIZE on $JOULE_DEVICES\""}}}}});
+        {{"command",
+          {"sh", "-c",
+           "echo \"gpus $CUDA_VISIBLE_DEVICES world $WORLD_SIZE on $JOULE_DEVICES; order $CUDA_DEVICE_ORDER\""}}}}});
   ASSERT_FALSE(id.empty()) << coordinator.log();
   const json done = coordinator.wait_state(id, {"succeeded", "failed"}, 30s);
   ASSERT_EQ(done["state"], "succeeded") << done.dump(2) << coordinator.log() << agent.log();
@@ -276,6 +278,7 @@ TEST(MultiGpuTest, a_coordinator_places_a_job_on_two_gpus_of_one_agent_and_the_a
   const bool swapped =
       log.find(fmt::format("gpus {},{} world 2 on {},{}", two.substr(5), one.substr(5), two, one)) != std::string::npos;
   EXPECT_TRUE(as_held || swapped) << log << agent.log();
+  EXPECT_NE(log.find("order PCI_BUS_ID"), std::string::npos) << "CUDA numbers the GPUs as NVML does: " << log;
 }
 
 // MIG (issue 36): a GPU in MIG mode, named by its MIG devices, gives a device each; a job there

@@ -68,8 +68,11 @@ Result<std::unique_ptr<ChildProcess>> ProbeService::launch_worker(Device& device
                                                                   const std::string& what) {
   // A MIG device is the one CUDA device its process sees (joule-worker trains on cuda:0 there).
   adapters::LaunchSpec launch = spec;
-  if (const daemon::Device* entry = table_.find(device.name); entry && entry->mig_gpu)
-    launch.env.push_back("CUDA_VISIBLE_DEVICES=" + entry->cuda_visible);
+  if (const daemon::Device* entry = table_.find(device.name); entry && !entry->cuda_visible.empty()) {
+    // cuda:N is NVML's GPU N, numbered by PCI bus; CUDA numbers fastest first unless told.
+    launch.env.push_back("CUDA_DEVICE_ORDER=PCI_BUS_ID");
+    if (entry->mig_gpu) launch.env.push_back("CUDA_VISIBLE_DEVICES=" + entry->cuda_visible);
+  }
   return ChildProcess::launch(
       io_, launch, fmt::format("device {}: {}", device.name, what),
       [this, name = device.name](std::optional<adapters::ExitStatus> exit) { on_probe_exit(name, exit); });

@@ -246,6 +246,9 @@ std::vector<std::string> LocalExecutor::job_environment(const JobRecord& job, co
   // The allocator the probes ran under, for the same reason; run.env may ask otherwise (a node
   // short of memory: a trim threshold of 1 GiB keeps up to that much freed memory in the job).
   set_allocator_variables(env);
+  // CUDA numbers GPUs fastest first unless told otherwise; NVML (and so jouled's cuda:N) by PCI
+  // bus: on a server with GPUs of two kinds "1" would be another GPU than the one held.
+  if (!device.cuda_visible.empty()) env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
   for (const auto& [name, value] : job.spec.run.env) env[name] = value;
   if (!options_.python_path.empty()) {
     // Before the job's own entries: the package that speaks this jouled's API comes first.
