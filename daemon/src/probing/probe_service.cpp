@@ -1,5 +1,7 @@
 #include "joule/daemon/probe_service.hpp"
 
+#include "joule/config/device_names.hpp"
+
 #include "probe_parts.hpp"
 
 #include "joule/common/energy_source.hpp"
@@ -68,8 +70,7 @@ void ProbeService::start(StoredProbeState stored) {
     run_order_.push_back(row.id);
   }
   for (const auto& entry : table_) {
-    if (!entry.config || (entry.name != "cpu" && entry.name.rfind("cuda:", 0) != 0 && entry.name.rfind("mig:", 0) != 0))
-      continue;
+    if (!entry.config || (entry.name != "cpu" && !config::is_gpu_device_name(entry.name))) continue;
     const auto& config = *entry.config;
     auto device = std::make_unique<Device>();
     device->name = entry.name;
