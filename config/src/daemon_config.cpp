@@ -380,9 +380,9 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
   std::set<std::string> names;
   for (const auto& element : *array) {
     const auto& table = *element.as_table();
-    check.warn_unknown(
-        table, "devices.",
-        {"name", "meter", "idle_watts", "watts_per_busy_core", "probes", "runs_jobs", "threads", "cpufreq", "devfreq"});
+    check.warn_unknown(table, "devices.",
+                       {"name", "meter", "idle_watts", "watts_per_busy_core", "probes", "runs_jobs", "threads",
+                        "cpufreq", "devfreq", "worker"});
     DeviceConfig device;
     if (auto name = check.get<std::string>(table, "name", "devices.name"))
       device.name = *name;
@@ -446,6 +446,15 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
         into = *value;
     };
     knob_directory("cpufreq", device.name == "cpu", "the CPU's knob; set it on \"cpu\"", device.cpufreq);
+    if (auto worker = check.get<std::string>(table, "worker", "devices.worker")) {
+      if (simulated)
+        check.problem(*table.get("worker"),
+                      fmt::format("device \"{}\": a simulated device runs no worker", device.name));
+      else if (worker->empty() || worker->front() != '/')
+        check.problem(*table.get("worker"), "devices.worker must be an absolute path to a joule-worker");
+      else
+        device.worker = *worker;
+    }
     knob_directory("devfreq", is_cuda_device_name(device.name), "a Jetson GPU's knob; set it on \"cuda:N\"",
                    device.devfreq);
     devices.push_back(device);
@@ -692,6 +701,7 @@ nlohmann::json to_json(const DaemonConfig& config) {
     if (d.name == "cpu") devices.back()["cpufreq"] = d.cpufreq.empty() ? std::string("off") : d.cpufreq.string();
     if (is_cuda_device_name(d.name))
       devices.back()["devfreq"] = d.devfreq.empty() ? std::string("off") : d.devfreq.string();
+    if (!d.worker.empty()) devices.back()["worker"] = d.worker.string();
   }
   return {
       {"source", config.source},

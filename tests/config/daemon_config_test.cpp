@@ -380,3 +380,18 @@ TEST(DaemonConfigTest, a_carbon_section_that_cannot_work_names_the_line) {
                 .find("must be a header name"),
             std::string::npos);
 }
+
+// A GPU's own joule-worker (one built against the node's PyTorch LibTorch with CUDA).
+TEST(DaemonConfigTest, a_device_names_its_own_worker_by_an_absolute_path) {
+  auto loaded =
+      parse_config("[[devices]]\nname = \"cuda:0\"\nworker = \"/opt/joule/joule-worker-cuda\"\n", "jouled.toml");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->config.devices[0].worker, "/opt/joule/joule-worker-cuda");
+  EXPECT_EQ(to_json(loaded->config)["devices"][0]["worker"], "/opt/joule/joule-worker-cuda");
+  auto relative = parse_config("[[devices]]\nname = \"cuda:0\"\nworker = \"joule-worker\"\n", "jouled.toml");
+  ASSERT_FALSE(relative);
+  EXPECT_NE(relative.error().message.find("jouled.toml:3:"), std::string::npos) << relative.error().message;
+  EXPECT_NE(relative.error().message.find("devices.worker must be an absolute path"), std::string::npos)
+      << relative.error().message;
+  EXPECT_FALSE(parse_config("[[devices]]\nname = \"sim:jetson-orin\"\nworker = \"/x\"\n", "jouled.toml"));
+}

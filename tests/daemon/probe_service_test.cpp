@@ -747,6 +747,26 @@ TEST_F(ProbeServiceTest, a_step_in_the_devices_speed_has_the_networks_measured_b
   EXPECT_GE(other_measured(), 2) << shown().dump();
 }
 
+// A device with a joule-worker of its own (a GPU's, built against the node's PyTorch with CUDA)
+// is checked and probed with that one, not the node's.
+TEST_F(ProbeServiceTest, a_device_with_its_own_worker_is_probed_with_it) {
+  const auto own = dir_.write("own-worker", fmt::format("#!/bin/sh\necho \"$1\" >> {}\nexec {} \"$@\"\n",
+                                                        (dir_ / "own.log").string(), (dir_ / "fake-worker").string()));
+  ::chmod(own.c_str(), 0755);
+  device_table_.find("cpu")->worker = own;
+  config::ProbingConfig probing;
+  probing.idle_seconds = 0.0;
+  start(probing);
+  ASSERT_TRUE(run_until([&] { return probes_started() >= 1; })) << shown().dump();
+  EXPECT_EQ(probes_->worker_for("cpu"), own);
+  std::ifstream log(dir_ / "own.log");
+  std::vector<std::string> commands;
+  for (std::string line; std::getline(log, line);) commands.push_back(line);
+  ASSERT_GE(commands.size(), 2u);
+  EXPECT_EQ(commands[0], "env") << "the environment check ran the device's worker";
+  EXPECT_NE(std::find(commands.begin(), commands.end(), "probe"), commands.end());
+}
+
 // A MIG device is probed only while its siblings have no work: a probe reads their GPU's counter
 // whole. (The fixture's device stands in for a MIG device of GPU 0, a second for its sibling.)
 TEST_F(ProbeServiceTest, a_mig_device_waits_to_probe_while_a_sibling_has_work) {

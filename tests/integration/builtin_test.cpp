@@ -7,12 +7,15 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "daemon_process.hpp"
@@ -209,6 +212,35 @@ TEST(BuiltinTest, a_worker_out_of_the_jobs_reach_is_given_to_them_as_a_copy_and_
   EXPECT_EQ(done["state"], "succeeded") << done.dump(2)
                                         << daemon.client().request("GET", "/v1/jobs/" + id + "/log")->body;
   std::filesystem::remove_all(private_dir);
+}
+
+// A device with a joule-worker of its own ([[devices]] worker: a GPU node's CUDA build) trains
+// its built-in jobs with that one.
+TEST(BuiltinTest, a_devices_own_worker_trains_its_builtin_jobs) {
+  if (!worker_built()) GTEST_SKIP() << "joule-worker is not built here";
+  DataDir data;
+  write_idx_pair(data / "images-idx3-ubyte", data / "labels-idx1-ubyte", 100);
+  const auto log = data / "own-worker.log";
+  std::ofstream(log).close();
+  ::chmod(log.c_str(), 0666);  // the job's account appends to it
+  const auto own = data / "own-worker";
+  std::ofstream(own) << "#!/bin/sh\necho \"$1\" >> " << log.string() << "\nexec " << worker_binary() << " \"$@\"\n";
+  ::chmod(own.c_str(), 0755);
+  DaemonProcess daemon(
+      {.config_toml = "[probing]\nenabled = false\n[[devices]]\nname = \"cpu\"\nworker = \"" + own.string() + "\"\n"});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  EXPECT_NE(daemon.log().find("device cpu: probes and built-in jobs run " + own.string()), std::string::npos)
+      << daemon.log();
+  const std::string id = daemon.submit(builtin_job(data, 90, 1));
+  ASSERT_FALSE(id.empty()) << daemon.log();
+  const json done = daemon.wait_state(id, {"succeeded", "failed"});
+  EXPECT_EQ(done["state"], "succeeded") << done.dump(2)
+                                        << daemon.client().request("GET", "/v1/jobs/" + id + "/log")->body;
+  std::ifstream written(log);
+  std::vector<std::string> commands;
+  for (std::string line; std::getline(written, line);) commands.push_back(line);
+  EXPECT_NE(std::find(commands.begin(), commands.end(), "train"), commands.end())
+      << "the device's worker trained it; it ran: " << fmt::format("{}", fmt::join(commands, ", "));
 }
 
 // The node goes down with the job (here: jouled and the job's process group killed with -9):

@@ -29,6 +29,7 @@
 #include "joule/adapters/modelled_cpu_meter.hpp"
 #include "joule/adapters/nvml_meter.hpp"
 #include "joule/adapters/simulated_meter.hpp"
+#include "joule/config/device_names.hpp"
 #include "joule/config/policy_config.hpp"
 #include "joule/daemon/budget_service.hpp"
 #include "joule/daemon/thread_settings.hpp"
@@ -302,6 +303,16 @@ AccessConfig access_config(const config::DaemonConfig& config) {
   return access;
 }
 
+// A GPU's own joule-worker: as configured, else a joule-worker-cuda beside jouled (one built
+// against the node's PyTorch LibTorch with CUDA); empty: the node's worker.
+std::filesystem::path device_worker(const config::DeviceConfig& device) {
+  if (!device.worker.empty()) return device.worker;
+  if (!config::is_gpu_device_name(device.name)) return {};
+  std::error_code ec;
+  const auto beside = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "joule-worker-cuda";
+  return !ec && is_executable(beside) ? beside : std::filesystem::path();
+}
+
 std::vector<Device> open_devices(const config::DaemonConfig& config) {
   std::vector<Device> devices;
   // One set of roots for every device: the MIG devices of a GPU share its partition.
@@ -331,6 +342,9 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
       continue;
     }
     device.threads = config::device_threads(device_config, config.probing);
+    device.worker = device_worker(device_config);
+    if (!device.worker.empty())
+      spdlog::info("device {}: probes and built-in jobs run {}", device.name, device.worker.string());
     adapters::MeterRequest request;
     request.device = device.name;
     request.meter = device_config.meter;

@@ -35,7 +35,7 @@ void ProbeService::check_environment(Device& device) {
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
   adapters::LaunchSpec spec;
-  spec.argv = {options_.worker.string(),
+  spec.argv = {worker_for(device.name).string(),
                "env",
                "--device",
                device.name,
@@ -51,7 +51,8 @@ void ProbeService::check_environment(Device& device) {
   std::filesystem::remove(spec.status_path, ec);
   auto worker = launch_worker(device, spec, "joule-worker env");
   if (!worker) {
-    spdlog::error("device {}: cannot start {}: {}", device.name, options_.worker.string(), worker.error().message);
+    spdlog::error("device {}: cannot start {}: {}", device.name, worker_for(device.name).string(),
+                  worker.error().message);
     device.cycle.environment_failed("joule-worker env failed: cannot start it: " + worker.error().message);
     return;
   }
@@ -119,7 +120,7 @@ void ProbeService::start_probe(Device& device) {
   const int threads = config::device_threads(*device.config, options_.probing);
   const auto directory = open_probe_directory(device, "");
   adapters::LaunchSpec spec;
-  spec.argv = {options_.worker.string(), "probe"};
+  spec.argv = {worker_for(device.name).string(), "probe"};
   for (std::size_t i = 0; i < plans.size(); ++i) {
     worker::ProbeRequest request =
         probe_request(options_.probing, *device.config, device.name, threads, plans[i].target.batch_size, next_run_++);
@@ -193,7 +194,7 @@ void ProbeService::start_runtime_probe(Device& device) {
   const int threads = config::device_threads(*device.config, options_.probing);
   const auto directory = open_probe_directory(device, "runtime");
   adapters::LaunchSpec spec;
-  spec.argv = {options_.worker.string(),
+  spec.argv = {worker_for(device.name).string(),
                "runtime",
                "--json",
                "--python",
@@ -341,6 +342,11 @@ bool ProbeService::take_results(Device& device, Running& probe) {
   }
   if (probe.taken > 0) probe.taken_at = clock_.steady();
   return taken_before != probe.taken;
+}
+
+const std::filesystem::path& ProbeService::worker_for(const std::string& device_name) const {
+  const daemon::Device* entry = table_.find(device_name);
+  return entry && !entry->worker.empty() ? entry->worker : options_.worker;
 }
 
 bool ProbeService::probing(const std::string& device_name) const {

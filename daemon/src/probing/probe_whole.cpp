@@ -178,7 +178,7 @@ void ProbeService::start_whole_probe(Device& device, const estimator::WorkloadIt
     }
   }
   adapters::LaunchSpec spec;
-  spec.argv = {options_.worker.string(), "probe", "--request", file.string()};
+  spec.argv = {worker_for(device.name).string(), "probe", "--request", file.string()};
   set_probe_launch(spec, directory, threads, "results.jsonl");
   Running running;
   running.directory = directory;

@@ -39,6 +39,11 @@ struct DeviceConfig {
   /// cuda:N only: where a Jetson GPU's devfreq device is looked for (jobs'
   /// `knobs.gpu_max_frequency_mhz`); none there (a discrete GPU): no knob. Empty ("off"): none.
   std::filesystem::path devfreq = "/sys/class/devfreq";
+  /// The joule-worker this device's probes and built-in jobs run (an absolute path): on a GPU
+  /// node, one built against the node's PyTorch LibTorch with CUDA (Debian's is CPU-only; see
+  /// bench/gpu/build_worker.sh). Empty: a `joule-worker-cuda` beside jouled for a GPU, else
+  /// [probing] worker's.
+  std::filesystem::path worker;
 };
 
 /// Background probing (THOR): when a real device is idle, joule-worker trains small networks

@@ -56,6 +56,9 @@ struct Device {
   /// The minor of the /dev/nvidiaN its jobs open (its GPU's, for a MIG device): jobs on other
   /// devices are fenced off it by their cgroup's device rules (gpu_fence.hpp).
   std::optional<unsigned> gpu_minor;
+  /// The joule-worker its probes and built-in jobs run, where it has one of its own (its
+  /// [[devices]] worker, or a joule-worker-cuda beside jouled for a GPU); empty: the node's.
+  std::filesystem::path worker;
   std::vector<DeviceHold> holds;   ///< the jobs placed or running on it, in the order they came
   double energy_joules = 0.0;      ///< metered since start
   double power_watts = 0.0;

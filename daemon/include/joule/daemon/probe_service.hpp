@@ -113,6 +113,8 @@ class ProbeService {
   /// A job is about to be placed on `device`: a probe there, or on a MIG device sharing its
   /// GPU's counter, is killed and discarded.
   void preempt(const std::string& device);
+  /// The joule-worker that probes `device`: its own (Device::worker), else the node's.
+  const std::filesystem::path& worker_for(const std::string& device) const;
   /// Whether a probe (not the environment check) runs on `device` now.
   bool probing(const std::string& device) const;
   /// Whether a device sharing `device`'s meter counter (a sibling MIG device) has a job or a

@@ -290,8 +290,14 @@ std::filesystem::path LocalExecutor::checkpoint_directory(const JobRecord& job) 
 
 Result<std::vector<std::string>> LocalExecutor::builtin_command(
     const JobRecord& job, const Device& device, const std::optional<adapters::JobIdentity>& identity) const {
-  if (options_.worker.empty())
+  // The device's own worker where it has one (a GPU's, built with CUDA), else the node's.
+  const std::filesystem::path& worker = device.worker.empty() ? options_.worker : device.worker;
+  if (worker.empty())
     return make_error(ErrorCode::unavailable, "run.builtin needs joule-worker, which this jouled did not find");
+  if (identity && !device.worker.empty())
+    if (const auto why = adapters::unreachable_by(worker, *identity, S_IXOTH))
+      return make_error(ErrorCode::permission_denied, fmt::format("{}'s worker {} is out of the job's reach: {}",
+                                                                  device.name, worker.string(), *why));
   // The stored spec (model, training, run.builtin.dataset): what the trainer reads. Rewritten at
   // each start, so a requeued job trains what was submitted whatever the job did to the file.
   const auto file = work_directory(job.row.id) / "builtin-job.json";
@@ -319,14 +325,11 @@ Result<std::vector<std::string>> LocalExecutor::builtin_command(
                       fmt::format("cannot hand {} to uid {}: {}", file.string(), identity->uid, std::strerror(saved)));
   // CUDA_VISIBLE_DEVICES leaves the job one GPU, its first; a simulated device's job runs on the CPU.
   const std::string torch_device = device.cuda_visible.empty() ? "cpu" : "cuda:0";
-  std::vector<std::string> argv = {options_.worker.string(),
-                                   "train",
-                                   "--job",
-                                   file.string(),
-                                   "--device",
-                                   torch_device,
-                                   "--threads",
-                                   std::to_string(std::max(1, job.run_cores() > 0 ? job.run_cores() : device.threads))};
+  std::vector<std::string> argv = {
+      worker.string(), "train",
+      "--job",         file.string(),
+      "--device",      torch_device,
+      "--threads",     std::to_string(std::max(1, job.run_cores() > 0 ? job.run_cores() : device.threads))};
   if (const auto checkpoints = checkpoint_directory(job); !checkpoints.empty())
     argv.insert(argv.end(), {"--checkpoint", checkpoints.string()});
   return argv;
