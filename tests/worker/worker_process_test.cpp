@@ -169,6 +169,11 @@ TEST_F(WorkerProcessTest, env_and_meters_print_json) {
   EXPECT_EQ(env["device"], "cpu");
   EXPECT_FALSE(env["blas"].get<std::string>().empty());
   EXPECT_FALSE(env["fingerprint"].get<std::string>().empty());
+  // Debian's LibTorch is CPU-only; a CUDA build names its runtime and the GPUs it sees.
+  const std::string cuda = env["cuda"];
+  EXPECT_TRUE(cuda.starts_with("none: this LibTorch was built without CUDA") || cuda.starts_with("CUDA Runtime"))
+      << cuda;
+  EXPECT_EQ(env["fingerprint"].get<std::string>().find("CUDA"), std::string::npos) << "not in the fingerprint";
 
   run = worker("meters --seconds 0.1");
   ASSERT_EQ(run.exit_code, 0) << run.err;

@@ -108,6 +108,20 @@ std::string cpu_model_name(const std::filesystem::path& cpuinfo) {
   return fallback.empty() ? "unknown CPU" : fallback;
 }
 
+// What at::show_config() says of CUDA ("CUDA Runtime 11.7", a line of a CUDA build's config) and
+// how many GPUs this process sees.
+std::string cuda_summary() {
+  std::istringstream config(at::show_config());
+  for (std::string line; std::getline(config, line);) {
+    const auto at = line.find("CUDA Runtime");
+    if (at == std::string::npos) continue;
+    const std::size_t gpus = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+    return fmt::format("{}; {} GPU{} visible", trim(line.substr(at)), gpus, gpus == 1 ? "" : "s");
+  }
+  return "none: this LibTorch was built without CUDA (a GPU needs a worker built against PyTorch's, "
+         "bench/gpu/build_worker.sh)";
+}
+
 WorkerEnvironment detect_environment(const std::string& device) {
   WorkerEnvironment environment;
   environment.torch_version = torch_version();
@@ -115,6 +129,7 @@ WorkerEnvironment detect_environment(const std::string& device) {
   environment.threads = at::get_num_threads();
   environment.device = device;
   environment.device_name = device == "cpu" ? cpu_model_name() : gpu_name(device);
+  environment.cuda = cuda_summary();
   return environment;
 }
 

@@ -160,6 +160,7 @@ Result<WorkerEnvironment> parse_environment(const json& value, const std::string
   if (auto e = reader.integer("threads", environment.threads, 1, 4096)) return *e;
   if (auto e = reader.string("device", environment.device)) return *e;
   if (auto e = reader.string("device_name", environment.device_name)) return *e;
+  if (auto e = reader.string("cuda", environment.cuda)) return *e;  // absent from older workers
   std::string fingerprint;
   if (auto e = reader.string("fingerprint", fingerprint)) return *e;  // derived; written for readers only
   if (auto e = reader.no_unknown_fields()) return *e;
@@ -253,6 +254,7 @@ json to_json(const WorkerEnvironment& environment) {
           {"threads", environment.threads},
           {"device", environment.device},
           {"device_name", environment.device_name},
+          {"cuda", environment.cuda},
           {"fingerprint", environment.fingerprint()}};
 }
 

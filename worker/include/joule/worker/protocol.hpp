@@ -54,7 +54,11 @@ struct WorkerEnvironment {
   int threads = 1;
   std::string device;       ///< "cpu", "cuda:0"
   std::string device_name;  ///< CPU model name or GPU name
-  /// One line identifying all of the above; equal fingerprints mean comparable measurements.
+  /// The CUDA this LibTorch was built with and the GPUs it sees ("CUDA Runtime 11.7; 1 GPU
+  /// visible"), or "none: ..." (Debian's LibTorch is CPU-only). Not in the fingerprint: the device
+  /// name already tells a GPU's measurements from a CPU's.
+  std::string cuda;
+  /// One line identifying all of the above but `cuda`; equal fingerprints mean comparable measurements.
   std::string fingerprint() const;
 };
 
