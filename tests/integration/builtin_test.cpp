@@ -107,6 +107,15 @@ std::string worker_binary() {
 
 bool worker_built() { return !worker_binary().empty(); }
 
+// A built-in job of 90 samples, one epoch: it trains to its end.
+void expect_a_small_builtin_job_trains(DaemonProcess& daemon, const DataDir& data) {
+  const std::string id = daemon.submit(builtin_job(data, 90, 1));
+  ASSERT_FALSE(id.empty()) << daemon.log();
+  const json done = daemon.wait_state(id, {"succeeded", "failed"});
+  EXPECT_EQ(done["state"], "succeeded") << done.dump(2)
+                                        << daemon.client().request("GET", "/v1/jobs/" + id + "/log")->body;
+}
+
 }  // namespace
 
 TEST(BuiltinTest, a_builtin_job_trains_its_spec_reports_its_epochs_and_keeps_its_weights) {
@@ -206,11 +215,7 @@ TEST(BuiltinTest, a_worker_out_of_the_jobs_reach_is_given_to_them_as_a_copy_and_
                               " is out of reach of the jobs' accounts (" + private_dir.string() + " is mode 0700"),
             std::string::npos)
       << daemon.log();
-  const std::string id = daemon.submit(builtin_job(data, 90, 1));
-  ASSERT_FALSE(id.empty()) << daemon.log();
-  const json done = daemon.wait_state(id, {"succeeded", "failed"});
-  EXPECT_EQ(done["state"], "succeeded") << done.dump(2)
-                                        << daemon.client().request("GET", "/v1/jobs/" + id + "/log")->body;
+  expect_a_small_builtin_job_trains(daemon, data);
   std::filesystem::remove_all(private_dir);
 }
 
@@ -231,11 +236,7 @@ TEST(BuiltinTest, a_devices_own_worker_trains_its_builtin_jobs) {
   ASSERT_TRUE(daemon.start()) << daemon.log();
   EXPECT_NE(daemon.log().find("device cpu: probes and built-in jobs run " + own.string()), std::string::npos)
       << daemon.log();
-  const std::string id = daemon.submit(builtin_job(data, 90, 1));
-  ASSERT_FALSE(id.empty()) << daemon.log();
-  const json done = daemon.wait_state(id, {"succeeded", "failed"});
-  EXPECT_EQ(done["state"], "succeeded") << done.dump(2)
-                                        << daemon.client().request("GET", "/v1/jobs/" + id + "/log")->body;
+  expect_a_small_builtin_job_trains(daemon, data);
   std::ifstream written(log);
   std::vector<std::string> commands;
   for (std::string line; std::getline(written, line);) commands.push_back(line);
