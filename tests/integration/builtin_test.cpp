@@ -236,6 +236,7 @@ TEST(BuiltinTest, a_devices_own_worker_trains_its_builtin_jobs) {
   ASSERT_TRUE(daemon.start()) << daemon.log();
   EXPECT_NE(daemon.log().find("device cpu: probes and built-in jobs run " + own.string()), std::string::npos)
       << daemon.log();
+  EXPECT_EQ(daemon.call("GET", "/v1/devices").second["devices"][0]["worker"], own.string());
   expect_a_small_builtin_job_trains(daemon, data);
   std::ifstream written(log);
   std::vector<std::string> commands;

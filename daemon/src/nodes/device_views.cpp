@@ -79,6 +79,7 @@ json devices_view(const DeviceTable& devices, const EstimateService* estimates) 
          {"threads", device.threads > 0 ? nlohmann::json(device.threads) : nlohmann::json(nullptr)},
          {"knobs", device_knobs(device)},
          {"model", model_view(estimates, device.name, json{{"state", "none"}, {"samples", 0}})}});
+    if (!device.worker.empty()) out.back()["worker"] = device.worker.string();
   }
   return json{{"devices", out}};
 }
