@@ -63,7 +63,7 @@ std::optional<Error> whole_gpu_in_mig_mode(const NvmlLibrary& library, unsigned 
 }
 
 std::string model_note(const ModelledCpuParams& params, bool process) {
-  return fmt::format("{} modelled as {} W idle + {} W per busy core: an estimate, not a measurement",
+  return fmt::format("{} modelled as {:.4g} W idle + {:.4g} W per busy core: an estimate, not a measurement",
                      process ? "this process's CPU time" : "CPU time of the whole node (/proc/stat)", params.idle_watts,
                      params.watts_per_busy_core);
 }

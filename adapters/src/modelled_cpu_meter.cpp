@@ -54,8 +54,9 @@ double ModelledCpuMeter::joules(double wall_seconds, double cpu_seconds) const {
 }
 
 std::string ModelledCpuMeter::describe() const {
-  return fmt::format("the job's own, modelled: {} W idle over its run time + {} W per CPU-second of its processes",
-                     params_.idle_watts, params_.watts_per_busy_core);
+  return fmt::format(
+      "the job's own, modelled: {:.4g} W idle over its run time + {:.4g} W per CPU-second of its processes",
+      params_.idle_watts, params_.watts_per_busy_core);
 }
 
 Result<Joules> ModelledCpuMeter::read() {

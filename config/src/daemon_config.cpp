@@ -382,7 +382,7 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
     const auto& table = *element.as_table();
     check.warn_unknown(table, "devices.",
                        {"name", "meter", "idle_watts", "watts_per_busy_core", "probes", "runs_jobs", "threads",
-                        "cpufreq", "devfreq", "worker"});
+                        "cpufreq", "devfreq", "worker", "board"});
     DeviceConfig device;
     if (auto name = check.get<std::string>(table, "name", "devices.name"))
       device.name = *name;
@@ -416,6 +416,7 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
       else
         device.meter = *meter;
     }
+    device.modelled_figures_set = table.contains("idle_watts") || table.contains("watts_per_busy_core");
     device.idle_watts = check.positive(table, "idle_watts", "devices.idle_watts", device.idle_watts, true);
     device.watts_per_busy_core =
         check.positive(table, "watts_per_busy_core", "devices.watts_per_busy_core", device.watts_per_busy_core, true);
@@ -454,6 +455,15 @@ void parse_devices(Checker& check, const toml::node& node, DaemonConfig& config)
         check.problem(*table.get("worker"), "devices.worker must be an absolute path to a joule-worker");
       else
         device.worker = *worker;
+    }
+    if (auto board = check.get<std::string>(table, "board", "devices.board")) {
+      if (device.name != "cpu")
+        check.problem(*table.get("board"),
+                      fmt::format("device \"{}\": board names the cpu's board; set it on \"cpu\"", device.name));
+      else if (board->empty())
+        check.problem(*table.get("board"), "devices.board is empty; leave it out to read the board's own name");
+      else
+        device.board = *board;
     }
     knob_directory("devfreq", is_cuda_device_name(device.name), "a Jetson GPU's knob; set it on \"cuda:N\"",
                    device.devfreq);
@@ -702,6 +712,7 @@ nlohmann::json to_json(const DaemonConfig& config) {
     if (is_cuda_device_name(d.name))
       devices.back()["devfreq"] = d.devfreq.empty() ? std::string("off") : d.devfreq.string();
     if (!d.worker.empty()) devices.back()["worker"] = d.worker.string();
+    if (!d.board.empty()) devices.back()["board"] = d.board;
   }
   return {
       {"source", config.source},

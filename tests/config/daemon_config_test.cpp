@@ -395,3 +395,21 @@ TEST(DaemonConfigTest, a_device_names_its_own_worker_by_an_absolute_path) {
       << relative.error().message;
   EXPECT_FALSE(parse_config("[[devices]]\nname = \"sim:jetson-orin\"\nworker = \"/x\"\n", "jouled.toml"));
 }
+
+TEST(DaemonConfigTest, the_cpu_names_its_board_and_the_file_may_set_its_own_modelled_figures) {
+  auto loaded = parse_config("[[devices]]\nname = \"cpu\"\nboard = \"Raspberry Pi 4 Model B\"\n", "jouled.toml");
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->config.devices[0].board, "Raspberry Pi 4 Model B");
+  EXPECT_FALSE(loaded->config.devices[0].modelled_figures_set);
+  EXPECT_EQ(to_json(loaded->config)["devices"][0]["board"], "Raspberry Pi 4 Model B");
+
+  auto own = parse_config("[[devices]]\nname = \"cpu\"\nwatts_per_busy_core = 2\n", "jouled.toml");
+  ASSERT_TRUE(own) << own.error().message;
+  EXPECT_TRUE(own->config.devices[0].modelled_figures_set);
+
+  auto gpu = parse_config("[[devices]]\nname = \"cuda:0\"\nboard = \"Raspberry Pi 5\"\n", "jouled.toml");
+  ASSERT_FALSE(gpu);
+  EXPECT_NE(gpu.error().message.find("jouled.toml:3:"), std::string::npos) << gpu.error().message;
+  EXPECT_NE(gpu.error().message.find("set it on \"cpu\""), std::string::npos) << gpu.error().message;
+  EXPECT_FALSE(parse_config("[[devices]]\nname = \"cpu\"\nboard = \"\"\n", "jouled.toml"));
+}

@@ -184,3 +184,30 @@ TEST(JobsTest, devices_report_their_meter_honestly) {
   EXPECT_EQ(cpu["meter"]["measured"], false);
   EXPECT_EQ(cpu["model"]["state"], "none");
 }
+
+TEST(JobsTest, a_boards_published_figures_drive_the_modelled_meter_unless_the_config_sets_its_own) {
+  DaemonProcess pi5({.config_toml = "[probing]\nenabled = false\n[[devices]]\nname = \"cpu\"\nmeter = \"modelled\"\n"
+                                    "board = \"Raspberry Pi 5 Model B Rev 1.0\"\n"});
+  ASSERT_TRUE(pi5.start()) << pi5.log();
+  auto [status, body] = pi5.call("GET", "/v1/devices");
+  ASSERT_EQ(status, 200u);
+  const auto& cpu = body["devices"][0];
+  EXPECT_EQ(cpu["board"]["model"], "Raspberry Pi 5 Model B Rev 1.0");
+  EXPECT_EQ(cpu["board"]["figures"], "published");
+  EXPECT_NE(cpu["board"]["note"].get<std::string>().find("sbc-reviews"), std::string::npos) << cpu["board"];
+  // The meter itself models the board's figures, and says it is a model.
+  const auto note = cpu["meter"]["note"].get<std::string>();
+  EXPECT_NE(note.find("modelled as 2.8 W idle + 1.725 W per busy core"), std::string::npos) << note;
+  EXPECT_EQ(cpu["meter"]["measured"], false);
+
+  // Figures in the config win, and no board is consulted.
+  DaemonProcess own({.config_toml = "[probing]\nenabled = false\n[[devices]]\nname = \"cpu\"\nmeter = \"modelled\"\n"
+                                    "board = \"Raspberry Pi 5 Model B Rev 1.0\"\nidle_watts = 4.0\n"});
+  ASSERT_TRUE(own.start()) << own.log();
+  auto [own_status, own_body] = own.call("GET", "/v1/devices");
+  ASSERT_EQ(own_status, 200u);
+  EXPECT_FALSE(own_body["devices"][0].contains("board")) << own_body["devices"][0];
+  EXPECT_NE(own_body["devices"][0]["meter"]["note"].get<std::string>().find("modelled as 4 W idle + 12 W"),
+            std::string::npos)
+      << own_body["devices"][0]["meter"]["note"];
+}

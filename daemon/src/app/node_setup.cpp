@@ -21,6 +21,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "joule/adapters/board_power.hpp"
 #include "joule/adapters/jetson_power_mode.hpp"
 #include "joule/adapters/job_controls.hpp"
 #include "joule/adapters/job_process.hpp"
@@ -348,7 +349,18 @@ std::vector<Device> open_devices(const config::DaemonConfig& config) {
     adapters::MeterRequest request;
     request.device = device.name;
     request.meter = device_config.meter;
-    request.modelled = adapters::ModelledCpuParams{device_config.idle_watts, device_config.watts_per_busy_core};
+    if (device.name == "cpu" && !device_config.modelled_figures_set) {
+      // The modelled meter's figures: the board's published ones where the table has them. The
+      // device's own copy of its config carries them, so its probes model the same power.
+      device.board_model = device_config.board.empty() ? adapters::read_board_model() : device_config.board;
+      const auto board = adapters::board_defaults(device.board_model);
+      device.board_figures_published = board.from_table;
+      device.board_note = board.note;
+      device.config->idle_watts = board.params.idle_watts;
+      device.config->watts_per_busy_core = board.params.watts_per_busy_core;
+      spdlog::info("device cpu: modelled meter's figures: {}", board.note);
+    }
+    request.modelled = adapters::ModelledCpuParams{device.config->idle_watts, device.config->watts_per_busy_core};
     auto selected = adapters::select_meter(request, roots);
     if (!selected) throw std::runtime_error(fmt::format("device {}: {}", device.name, selected.error().message));
     device.meter = std::move(selected->meter);

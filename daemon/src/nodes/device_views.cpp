@@ -80,6 +80,10 @@ json devices_view(const DeviceTable& devices, const EstimateService* estimates) 
          {"knobs", device_knobs(device)},
          {"model", model_view(estimates, device.name, json{{"state", "none"}, {"samples", 0}})}});
     if (!device.worker.empty()) out.back()["worker"] = device.worker.string();
+    if (!device.board_note.empty())
+      out.back()["board"] = {{"model", device.board_model},
+                             {"figures", device.board_figures_published ? "published" : "generic"},
+                             {"note", device.board_note}};
   }
   return json{{"devices", out}};
 }

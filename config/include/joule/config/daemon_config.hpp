@@ -24,6 +24,12 @@ struct DeviceConfig {
   std::string meter = "auto";
   double idle_watts = 10.0;           ///< modelled meter: power of the idle CPU
   double watts_per_busy_core = 12.0;  ///< modelled meter: added power per fully busy core
+  /// The file set idle_watts or watts_per_busy_core: otherwise the cpu's modelled meter takes the
+  /// board's published figures where the table has them (adapters/board_power.hpp).
+  bool modelled_figures_set = false;
+  /// cpu only: the board whose published figures the modelled meter takes, as its firmware would
+  /// name it ("Raspberry Pi 4 Model B"); empty: what /proc/device-tree/model or DMI says.
+  std::string board;
   std::size_t probes = 200;           ///< simulated devices: THOR probes of the first campaign
   /// Simulated devices only: run jobs (the real process runs on this host's CPU; the device's
   /// meter adds the job's simulated power, labelled "simulated"). For trying clusters.

@@ -59,6 +59,12 @@ struct Device {
   /// The joule-worker its probes and built-in jobs run, where it has one of its own (its
   /// [[devices]] worker, or a joule-worker-cuda beside jouled for a GPU); empty: the node's.
   std::filesystem::path worker;
+  /// cpu, where its [[devices]] table sets no modelled figures: the board they were chosen for
+  /// (as its firmware or `board` names it; empty when unreadable), whether they are the board's
+  /// published ones, and where they come from (adapters/board_power.hpp).
+  std::string board_model;
+  bool board_figures_published = false;
+  std::string board_note;
   std::vector<DeviceHold> holds;   ///< the jobs placed or running on it, in the order they came
   double energy_joules = 0.0;      ///< metered since start
   double power_watts = 0.0;
