@@ -39,6 +39,8 @@ struct FakeWorker {
   bool runtime = false;
   bool runtime_fails = false;  ///< `runtime` exits 1 as an interpreter without torch makes it
   bool env_fails = false;      ///< `env` exits 1 as a worker without LibTorch's libraries does
+  /// The node has this worker; false: none (only devices with a worker of their own probe).
+  bool node_worker = true;
   /// A cpufreq scaling_max_freq the stand-in reads as the device's clock cap: below its top
   /// (4.7 GHz) a step takes (4.7 GHz / cap)^0.5 as long and (cap / 4.7 GHz)^0.3 the energy.
   std::string clock_cap_file;
@@ -179,7 +181,7 @@ for n, path in enumerate(requests):
     ProbeServiceOptions options;
     options.probing = probing;
     options.state_directory = dir_.path();
-    options.worker = worker;
+    options.worker = fake.node_worker ? worker : std::filesystem::path();
     options.runner = JOULED_BINARY;
     options.tick_seconds = 0.005;
     probes_ = std::make_unique<ProbeService>(io_, writer_, metrics_, *models_, jobs_, jobs_.budgets(), device_table_,
@@ -765,6 +767,21 @@ TEST_F(ProbeServiceTest, a_device_with_its_own_worker_is_probed_with_it) {
   ASSERT_GE(commands.size(), 2u);
   EXPECT_EQ(commands[0], "env") << "the environment check ran the device's worker";
   EXPECT_NE(std::find(commands.begin(), commands.end(), "probe"), commands.end());
+}
+
+// A node without the packaged worker (a GPU node with only a joule-worker-cuda) still probes the
+// devices that have a worker of their own, and only those.
+TEST_F(ProbeServiceTest, without_a_node_worker_only_a_device_with_its_own_is_probed) {
+  config::ProbingConfig probing;
+  probing.idle_seconds = 0.0;
+  start(probing, FakeWorker{.node_worker = false});
+  idle_for(50ms);
+  EXPECT_EQ(probes_->info("cpu"), json::object()) << "no worker: not probed";
+
+  device_table_.find("cpu")->worker = dir_ / "fake-worker";
+  start(probing, FakeWorker{.node_worker = false});
+  ASSERT_TRUE(run_until([&] { return probes_started() >= 1; })) << shown().dump();
+  EXPECT_EQ(probes_->worker_for("cpu"), dir_ / "fake-worker");
 }
 
 // A MIG device is probed only while its siblings have no work: a probe reads their GPU's counter

@@ -1,5 +1,6 @@
 #include "daemon.hpp"
 
+#include <algorithm>
 #include <csignal>
 #include <stdexcept>
 #include <utility>
@@ -200,13 +201,17 @@ void Daemon::start() {
   jobs_.sample_meters();
   // The starter set for now; recent jobs' models join it once probing runs continuously.
   models_.start(std::exchange(state_.models, {}), simulated_devices(config_), {});
-  if (job_options_.worker.empty()) {
+  const bool a_device_has_its_own_worker =
+      std::any_of(devices_.begin(), devices_.end(), [](const Device& device) { return !device.worker.empty(); });
+  if (job_options_.worker.empty() && !a_device_has_its_own_worker) {
     spdlog::warn(
         "joule-worker not found (beside jouled, in the build tree or on PATH; set [probing] worker): real "
         "devices get no energy model");
   } else {
     spdlog::info(
-        "probing with {} ({})", job_options_.worker.string(),
+        "probing with {} ({})",
+        job_options_.worker.empty() ? std::string("the devices' own workers only: no joule-worker for the rest")
+                                    : job_options_.worker.string(),
         config_.probing.enabled ? "enabled when a device is idle" : "only on request: [probing] enabled = false");
     probes_.start(std::move(state_.probes));
     probes_.remember_jobs(history);

@@ -71,6 +71,14 @@ void ProbeService::start(StoredProbeState stored) {
   }
   for (const auto& entry : table_) {
     if (!entry.config || (entry.name != "cpu" && !config::is_gpu_device_name(entry.name))) continue;
+    if (worker_for(entry.name).empty()) {
+      // A node without the packaged worker may still have a GPU's own (joule-worker-cuda).
+      spdlog::warn(
+          "device {}: no joule-worker to probe it with ([probing] worker, or [[devices]] worker): it "
+          "gets no energy model",
+          entry.name);
+      continue;
+    }
     const auto& config = *entry.config;
     auto device = std::make_unique<Device>();
     device->name = entry.name;
