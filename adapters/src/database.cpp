@@ -12,7 +12,7 @@ namespace joule::adapters {
 namespace {
 
 // Each entry moves the schema from version i to i + 1. Never edit a released entry: add one.
-constexpr std::array<const char*, 13> kMigrations = {
+constexpr std::array<const char*, 14> kMigrations = {
     R"sql(
 CREATE TABLE jobs (
   id              TEXT PRIMARY KEY,
@@ -182,6 +182,12 @@ ALTER TABLE jobs ADD COLUMN energy_shared INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN companions TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN cores INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // The knob setting placement chose for a job, what it predicted there, what the job's check
+    // found and whether it was in force, as JSON ('' for none; issue 33): a restart and the
+    // finished job's record keep them.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN chosen_setting TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 constexpr const char* kInsertJob =
@@ -189,9 +195,8 @@ constexpr const char* kInsertJob =
     " finished_ms, exit_code, reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate,"
     " token_sha256, epoch, origin, owner, owner_uid, energy_partial, carbon_grams, carbon_intensity, carbon_signal,"
     " project, estimated_joules, cost, cost_price, cost_currency, cost_signal, energy_shared, companions,"
-    " cores) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, "
-    "?22,"
-    " ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36)";
+    " cores, chosen_setting) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
+    "?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37)";
 constexpr const char* kUpdateJob =
     "UPDATE jobs SET sequence = ?2, name = ?3, spec = ?4, state = ?5, priority = ?6, device = ?7,"
     " submitted_ms = ?8, started_ms = ?9, finished_ms = ?10, exit_code = ?11, reason = ?12,"
@@ -199,12 +204,12 @@ constexpr const char* kUpdateJob =
     " estimate = ?18, token_sha256 = ?19, epoch = ?20, origin = ?21, owner = ?22, owner_uid = ?23,"
     " energy_partial = ?24, carbon_grams = ?25, carbon_intensity = ?26, carbon_signal = ?27, project = ?28,"
     " estimated_joules = ?29, cost = ?30, cost_price = ?31, cost_currency = ?32, cost_signal = ?33,"
-    " energy_shared = ?34, companions = ?35, cores = ?36 WHERE id = ?1";
+    " energy_shared = ?34, companions = ?35, cores = ?36, chosen_setting = ?37 WHERE id = ?1";
 #define JOULE_JOB_COLUMNS                                                                                        \
   "SELECT id, sequence, name, spec, state, priority, device, submitted_ms, started_ms, finished_ms, exit_code,"  \
   " reason, energy_joules, energy_source, pid, pid_start_ticks, boot_id, estimate, token_sha256, epoch, origin," \
   " owner, owner_uid, energy_partial, carbon_grams, carbon_intensity, carbon_signal, project, estimated_joules," \
-  " cost, cost_price, cost_currency, cost_signal, energy_shared, companions, cores FROM jobs "
+  " cost, cost_price, cost_currency, cost_signal, energy_shared, companions, cores, chosen_setting FROM jobs "
 constexpr const char* kSelectJobs = JOULE_JOB_COLUMNS "ORDER BY sequence";
 // Every job not finished (by state, through the index: a scan of a million finished rows
 // would read them all), then the latest finished ones of each finished state, in submission
@@ -351,6 +356,7 @@ void bind_job(sqlite3_stmt* stmt, const StoredJob& job) {
   sqlite3_bind_int(stmt, 34, job.energy_shared ? 1 : 0);
   bind_text(stmt, 35, job.companions.empty() ? std::string() : nlohmann::json(job.companions).dump());
   sqlite3_bind_int(stmt, 36, job.cores);
+  bind_text(stmt, 37, job.chosen_setting);
 }
 
 std::string column_text(sqlite3_stmt* stmt, int column) {
@@ -565,6 +571,7 @@ StoredJob read_job(sqlite3_stmt* stmt) {
     for (const auto& name : companions)
       if (name.is_string()) job.companions.push_back(name.get<std::string>());
   job.cores = sqlite3_column_int(stmt, 35);
+  job.chosen_setting = column_text(stmt, 36);
   return job;
 }
 

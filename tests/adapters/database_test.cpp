@@ -216,7 +216,9 @@ TEST(DatabaseTest, an_energy_uses_owner_project_grams_and_cost_round_trip_and_ol
                          "ALTER TABLE energy_uses DROP COLUMN grams; ALTER TABLE energy_uses DROP COLUMN cost; "
                          "ALTER TABLE jobs DROP COLUMN cost; ALTER TABLE jobs DROP COLUMN cost_price; "
                          "ALTER TABLE jobs DROP COLUMN cost_currency; ALTER TABLE jobs DROP COLUMN cost_signal; "
-                         "ALTER TABLE jobs DROP COLUMN energy_shared; ALTER TABLE jobs DROP COLUMN companions; ALTER TABLE jobs DROP COLUMN cores; "
+                         "ALTER TABLE jobs DROP COLUMN energy_shared; ALTER TABLE jobs DROP COLUMN companions; ALTER "
+                         "TABLE jobs DROP COLUMN cores; "
+                         "ALTER TABLE jobs DROP COLUMN chosen_setting; "
                          "PRAGMA user_version = 10",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
@@ -263,8 +265,9 @@ TEST(DatabaseTest, a_partial_energy_flag_is_stored_and_older_files_get_it_from_t
   ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE jobs DROP COLUMN energy_partial", nullptr, nullptr, nullptr), SQLITE_OK);
   // Nor the columns of later schemas (9: carbon; 10: project and estimate; 11: energy uses' owner
   // and project).
-  for (const char* later : {"carbon_grams", "carbon_intensity", "carbon_signal", "project", "estimated_joules", "cost",
-                            "cost_price", "cost_currency", "cost_signal", "energy_shared", "companions", "cores"})
+  for (const char* later :
+       {"carbon_grams", "carbon_intensity", "carbon_signal", "project", "estimated_joules", "cost", "cost_price",
+        "cost_currency", "cost_signal", "energy_shared", "companions", "cores", "chosen_setting"})
     ASSERT_EQ(
         sqlite3_exec(raw, (std::string("ALTER TABLE jobs DROP COLUMN ") + later).c_str(), nullptr, nullptr, nullptr),
         SQLITE_OK);

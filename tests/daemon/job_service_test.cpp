@@ -825,6 +825,38 @@ TEST_F(JobServiceTest, a_chosen_setting_is_checked_in_the_jobs_first_epochs_and_
   cancelled.reset();
   jobs_.cancel(second, [&](joule::Result<joule::daemon::JobView> result) { cancelled = rendered(result); });
   ASSERT_TRUE(run_until([&] { return state_of(second) == "cancelled"; }));
+
+  // A restart keeps both: the first job's record shows its setting, prediction and check as
+  // before, and the next job of the network is still weighed by what the first measured.
+  auto [current, events] = stored_for_start(10);
+  DeviceTable restarted_devices(devices());
+  restarted_devices.find("cpu")->cpu_frequency = knob;
+  restarted_devices.find("cpu")->meter = std::make_unique<ScriptedMeter>(&metered);
+  JobService restarted(io_, writer_, metrics_, restarted_devices, options(),
+                       joule::daemon::JobServiceLinks{&estimator_}, clock_);
+  ASSERT_TRUE(restarted.recover(std::move(current), std::move(events)));
+  const json first = rendered(restarted.job(id)).value();
+  EXPECT_EQ(first["knobs"]["chosen"]["label"], "2800 MHz") << first.dump(2);
+  EXPECT_EQ(first["knobs"]["chosen"]["goal"], "min-energy");
+  EXPECT_TRUE(first["knobs"]["chosen"]["check"]["kept"].get<bool>()) << first.dump(2);
+  EXPECT_NEAR(first["knobs"]["chosen"]["check"]["energy_ratio"].get<double>(), 0.7, 1e-9);
+  EXPECT_NEAR(first["knobs"]["chosen"]["predicted"]["energy_saving"].get<double>(), 0.2, 1e-9);
+  joule::schedulers::Policy policy;
+  policy.knobs.goal = joule::schedulers::KnobGoal::min_energy;
+  policy.knobs.max_slowdown = 0.5;
+  restarted.set_policy(policy);
+  std::optional<joule::Result<json>> third;
+  restarted.submit(body, JobService::Submitter{"token:test", std::nullopt},
+                   [&](joule::Result<joule::daemon::JobView> result) { third = rendered(result); });
+  ASSERT_TRUE(run_until([&] { return third.has_value(); }));
+  ASSERT_TRUE(*third) << third->error().message;
+  const std::string third_id = (**third)["id"];
+  ASSERT_TRUE(run_until([&] {
+    return rendered(restarted.job(third_id)).value()["state"] == "running" && restarted.writes_in_flight() == 0;
+  }));
+  job = rendered(restarted.job(third_id)).value();
+  EXPECT_NEAR(job["knobs"]["chosen"]["predicted"]["energy_saving"].get<double>(), 0.3, 1e-9) << job.dump(2);
+  EXPECT_TRUE(cancel_on(restarted, third_id));
 }
 
 namespace {

@@ -97,6 +97,9 @@ struct JobRecord {
     chosen_setting.reset();
     setting_check.reset();
     setting_check_noted = false;
+    stored_check.reset();
+    setting_was_in_force = false;
+    row.chosen_setting.clear();
   }
   // Throttling in force (set by its executor, shown in GET /v1/jobs/{id}, offered to the controller):
   bool paused = false;
@@ -118,6 +121,15 @@ struct JobRecord {
   /// decided, is noted on the job and remembered for the next job of the same network.
   std::optional<schedulers::SettingCheck> setting_check;
   bool setting_check_noted = false;
+  /// Read back from its row (a restart, or a finished job from the database): the check's verdict
+  /// (the check itself is not resumed) and whether the setting was in force when it was stored.
+  std::optional<schedulers::SettingCheckResult> stored_check;
+  bool setting_was_in_force = false;
+  /// The check's verdict, live or read back; nullptr before it decided.
+  const schedulers::SettingCheckResult* check_result() const {
+    if (setting_check && setting_check->result()) return &*setting_check->result();
+    return stored_check ? &*stored_check : nullptr;
+  }
   /// The cores it runs on this run: the count placement chose where it let it choose, else its
   /// resources.cores; 0: none asked.
   int run_cores() const { return row.cores > 0 ? row.cores : spec.resources.cores.value_or(0); }
@@ -129,7 +141,7 @@ struct JobRecord {
   /// gave it up, else its own knobs where they are one setting (setting_of).
   std::optional<estimator::KnobSetting> setting_ran_at() const {
     if (chosen_setting) {
-      if (setting_check && setting_check->result() && !setting_check->result()->kept) return std::nullopt;
+      if (const auto* check = check_result(); check && !check->kept) return std::nullopt;
       return chosen_setting->setting;
     }
     return setting_of(spec.knobs);

@@ -1,5 +1,6 @@
 #include "joule/daemon/job_service.hpp"
 
+#include "chosen_setting.hpp"
 #include "executors/agent_runner.hpp"
 #include "executors/local_executor.hpp"
 #include "executors/node_executor.hpp"
@@ -676,6 +677,8 @@ Status JobService::recover(std::vector<StoredJob> rows, std::vector<StoredEvent>
     for (const auto& event : job->events)
       if (event.message.find(kSharedEnergyNote) != std::string::npos) job->row.energy_shared = true;
     job->estimates = read_estimates(job->row.estimate_json);
+    restore_chosen_setting(*job);
+    recall_checked_setting(*job);
     if (job->state == JobState::queued) enqueue(*job);
     if (!schedulers::is_terminal(job->state) && job->state != JobState::queued) to_reconcile.push_back(id);
     if (schedulers::is_terminal(job->state)) finished_order_.push_back(id);

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "chosen_setting.hpp"
 #include "executors/local_executor.hpp"
 #include "job_record.hpp"
 #include "joule/daemon/job_service.hpp"
@@ -133,6 +134,7 @@ std::unique_ptr<JobRecord> JobService::record_of(StoredJob row, std::vector<Stor
   job->events = std::move(events);
   job->events_shown = job->events.size();
   job->row = std::move(row);
+  restore_chosen_setting(*job);
   return job;
 }
 
@@ -198,7 +200,8 @@ std::vector<JobService::Feedback> JobService::archived_feedback() const {
     }
     for (const StoredJob& row : *rows) {
       if (!row.energy_joules || !row.finished_ms || row.estimate_json.empty()) continue;
-      const auto estimate = estimate_as_run(read_estimates(row.estimate_json), row);
+      auto estimate = estimate_as_run(read_estimates(row.estimate_json), row);
+      if (estimate) estimate = estimate_at_setting_ran(std::move(*estimate), row);
       if (!estimate) continue;
       std::optional<double> seconds;
       if (row.started_ms)

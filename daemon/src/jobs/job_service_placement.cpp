@@ -2,6 +2,7 @@
 // them, throttling them as the core says, and their progress reports.
 #include "joule/daemon/job_service.hpp"
 
+#include "chosen_setting.hpp"
 #include "executors/agent_runner.hpp"
 #include "executors/local_executor.hpp"
 #include "executors/node_executor.hpp"
@@ -454,6 +455,7 @@ void JobService::place(Job& job, Device& device, const schedulers::Placement& pl
         estimator::KnobSetting{placement.setting->knob, placement.setting->value, placement.setting->label},
         std::string(schedulers::to_string(core().policy().knobs.goal)), placement.setting->estimate,
         *placement.at_default};
+  store_setting(job);
   if (job.chosen_setting) {
     metrics_.count_knobs(device.name, "chosen");
     const auto& knobs = core().policy().knobs;
@@ -508,6 +510,7 @@ void JobService::finish(Job& job, JobState state, const std::string& reason, std
       std::optional<DeviceEstimate> at_setting;
       if (const auto ran_at = job.setting_ran_at(); estimate && ran_at && job.knobs_in_force)
         at_setting = estimate->at(*ran_at);
+      store_setting(job);  // whether it ran at it, before its controls are released
       if (at_setting) estimate = &*at_setting;
       if (estimate) listener_->finished(feedback_of(job.row, *estimate, job.run_seconds));
     }
@@ -746,6 +749,29 @@ void JobService::check_setting(Job& job, Device& device) {
                           result->default_epoch, result->why));
   if (const auto key = checked_key(job, device.name, setting); !key.empty() && result->setting_epoch > 0)
     checked_settings_[key] = *result;
+  // The verdict joins the row: a restart shows it, and remembers it for the next job.
+  store_setting(job);
+  persist([row = job.row](adapters::Database& db) { return db.update_job(row); });
+}
+
+void JobService::store_setting(Job& job) const {
+  if (!job.chosen_setting) {
+    job.row.chosen_setting.clear();
+    return;
+  }
+  StoredSetting stored{
+      *job.chosen_setting, std::nullopt, job.knobs_in_force.has_value() || job.setting_was_in_force, {}};
+  if (const auto* check = job.check_result()) {
+    stored.check = *check;
+    if (check->setting_epoch > 0) stored.checked_key = checked_key(job, job.row.device, job.chosen_setting->setting);
+  }
+  job.row.chosen_setting = write_stored_setting(stored);
+}
+
+void JobService::recall_checked_setting(const Job& job) {
+  const auto stored = read_stored_setting(job.row.chosen_setting);
+  if (stored && stored->check && stored->check->setting_epoch > 0 && !stored->checked_key.empty())
+    checked_settings_[stored->checked_key] = *stored->check;
 }
 
 Result<ProgressAnswer> JobService::report_progress(const std::string& id, const ProgressReport& report) {

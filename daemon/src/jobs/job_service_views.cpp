@@ -2,6 +2,7 @@
 // line, as records and views (routes render them).
 #include "joule/daemon/job_service.hpp"
 
+#include "chosen_setting.hpp"
 #include "executors/agent_runner.hpp"
 #include "executors/local_executor.hpp"
 #include "executors/node_executor.hpp"
@@ -111,9 +112,11 @@ std::vector<JobService::Feedback> JobService::finished_feedback() const {
   std::stable_sort(done.begin(), done.end(),
                    [](const Job* a, const Job* b) { return *a->row.finished_ms < *b->row.finished_ms; });
   std::vector<Feedback> out;
-  for (const Job* job : done)
-    if (const auto estimate = estimate_as_run(job->estimates, job->row))
-      out.push_back(feedback_of(job->row, *estimate, run_seconds(*job)));
+  for (const Job* job : done) {
+    auto estimate = estimate_as_run(job->estimates, job->row);
+    if (estimate) estimate = estimate_at_setting_ran(std::move(*estimate), job->row);
+    if (estimate) out.push_back(feedback_of(job->row, *estimate, run_seconds(*job)));
+  }
   return out;
 }
 

@@ -79,6 +79,9 @@ struct StoredJob {
   /// Its estimate on the device it was placed on (the figure placement weighed), for usage
   /// reports' estimate error; nullopt where it had none.
   std::optional<double> estimated_joules;
+  /// The knob setting placement chose for it, the estimates weighed, what its check found and
+  /// whether the setting was in force, as JSON (daemon/src/jobs/chosen_setting.hpp); "": none.
+  std::string chosen_setting;
 };
 
 /// A usage report's question: the finished jobs that ran and ended in [from_ms, to_ms).

@@ -335,7 +335,8 @@ class JobService final : public JobDemand {
   const Clock& clock_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   /// What jobs' first epochs measured of a setting chosen for them (setting_check.hpp), by
-  /// "device|network key": placement weighs the next job of that network by it. In memory.
+  /// "device|network key": placement weighs the next job of that network by it. Rebuilt at
+  /// start from the rows of the jobs loaded (recall_checked_setting).
   std::map<std::string, schedulers::SettingCheckResult> checked_settings_;
   /// That key for `job` on `device` at `setting`; `signature`: its network's, where the caller
   /// has it already (else it is computed).
@@ -344,6 +345,11 @@ class JobService final : public JobDemand {
   /// A progress report of a job at a chosen setting: the check's next step (switching its
   /// device's settings), and its result noted and remembered once decided.
   void check_setting(Job& job, Device& device);
+  /// The job's chosen setting, its check's verdict and whether it is in force, into its row
+  /// (StoredJob::chosen_setting; "" without one). The caller writes the row.
+  void store_setting(Job& job) const;
+  /// A stored row's decided check, remembered for the next job of its network.
+  void recall_checked_setting(const Job& job);
   std::map<std::int64_t, Job*> by_sequence_;  // the same jobs in submission order
   // The submission numbers of the jobs in each shown (committed) state, kept as commits land:
   // counting and listing by state cost a page, not a walk over every job.

@@ -261,8 +261,8 @@ json job_fields(const JobView& view, bool with_events, const SignalFeeds& signal
         shown["measured"] = {{"joules", *row.energy_joules},
                              {"source", row.energy_source},
                              {"ratio_to_predicted", *row.energy_joules / at.joules_mean}};
-      if (job.setting_check && job.setting_check->result()) {
-        const auto& check = *job.setting_check->result();
+      if (const auto* found = job.check_result()) {
+        const auto& check = *found;
         shown["check"] = {{"kept", check.kept}, {"why", check.why}};
         if (check.setting_epoch > 0) {
           shown["check"]["setting_epoch"] = check.setting_epoch;
