@@ -470,6 +470,26 @@ std::optional<double> parse_sacct_energy(std::string_view text, std::string_view
   return own ? own : batch;
 }
 
+std::map<std::string, double> parse_sstat_energy(std::string_view text) {
+  std::map<std::string, double> batch, largest;
+  for (const std::string_view line : trimmed_lines(text)) {
+    const auto bar = line.find('|');
+    if (bar == std::string_view::npos) continue;
+    const auto step = trim(line.substr(0, bar));
+    const auto value = trim(line.substr(bar + 1));
+    const auto dot = step.find('.');
+    if (dot == std::string_view::npos || dot == 0) continue;
+    double joules = 0.0;
+    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), joules);
+    if (ec != std::errc() || ptr != value.data() + value.size() || !(joules > 0.0) || !std::isfinite(joules)) continue;
+    const std::string job(step.substr(0, dot));
+    if (step.substr(dot + 1) == "batch") batch[job] = joules;
+    largest[job] = std::max(largest[job], joules);
+  }
+  for (const auto& [job, joules] : largest) batch.emplace(job, joules);  // where it had no batch line
+  return batch;
+}
+
 Result<std::vector<SlurmJob>> parse_sacct(std::string_view text) {
   constexpr std::size_t kFields = 9;  // JobIDRaw|User|State|Reason|NodeList|ExitCode|Start|End|Comment
   std::vector<SlurmJob> out;
@@ -622,6 +642,19 @@ Result<std::optional<double>> SlurmCli::consumed_energy(std::string_view slurm_i
   auto text = run("sacct", {"-n", "-P", "-j", std::string(slurm_id), "--format=JobIDRaw,ConsumedEnergyRaw"});
   if (!text) return text.error();
   return parse_sacct_energy(*text, slurm_id);
+}
+
+Result<std::map<std::string, double>> SlurmCli::running_energy(const std::vector<std::string>& slurm_ids) const {
+  std::string ids;
+  for (const auto& id : slurm_ids) {
+    if (!valid_slurm_id(id))
+      return make_error(ErrorCode::invalid_argument, fmt::format("'{}' is not a Slurm job id", id));
+    ids += (ids.empty() ? "" : ",") + id;
+  }
+  if (ids.empty()) return std::map<std::string, double>{};
+  auto text = run("sstat", {"-n", "-P", "-a", "-j", ids, "--format=JobID,ConsumedEnergyRaw"});
+  if (!text) return text.error();
+  return parse_sstat_energy(*text);
 }
 
 Status SlurmCli::control(const std::string& tool, std::vector<std::string> args, std::string_view slurm_id) const {

@@ -228,6 +228,18 @@ TEST(SlurmParsingTest, a_jobs_energy_is_its_own_lines_else_its_batch_steps_from_
   EXPECT_EQ(adapters::parse_sacct_energy("", "42"), std::nullopt);
 }
 
+TEST(SlurmParsingTest, running_jobs_energy_is_their_batch_steps_from_sstat_never_a_sum_of_steps) {
+  // sstat -n -P -a -j 42,43,44 --format=JobID,ConsumedEnergyRaw: each running job's steps.
+  const auto energy = adapters::parse_sstat_energy(
+      "42.extern|5100\n42.batch|5000\n42.0|2000\n43.0|700\n43.1|900\n44.batch|0\n45|12\nbad line\n46.batch|nan\n");
+  EXPECT_EQ(energy.at("42"), 5000.0);  // the batch step's: the extern step spans the node too
+  EXPECT_EQ(energy.at("43"), 900.0);   // no batch line: its largest step's, not 1600
+  EXPECT_FALSE(energy.contains("44")) << "0: no figure yet";
+  EXPECT_FALSE(energy.contains("45")) << "not a step's line";
+  EXPECT_FALSE(energy.contains("46"));
+  EXPECT_TRUE(adapters::parse_sstat_energy("").empty());
+}
+
 TEST(SlurmParsingTest, sbatch_parsable_answers) {
   EXPECT_EQ(*adapters::parse_sbatch_id("123\n"), "123");
   EXPECT_EQ(*adapters::parse_sbatch_id("123;joule\n"), "123");

@@ -58,6 +58,18 @@ case "$(basename "$0")" in
       [ $found = 1 ] || echo "No jobs in the system"
     fi
     exit 0 ;;
+  sstat)
+    # Running jobs' energy so far: what state/sstat holds, for each job asked about.
+    [ -e "$state/sstat" ] || exit 0
+    prev=""
+    for a in "$@"; do
+      if [ "$prev" = "-j" ]; then
+        for id in ${{a//,/ }}; do echo "$id.extern|1"; echo "$id.batch|$(cat "$state/sstat")"; done
+        exit 0
+      fi
+      prev=$a
+    done
+    exit 0 ;;
   sacct)
     prev=""
     for a in "$@"; do
@@ -105,7 +117,7 @@ FakeSlurm fake_slurm_tree() {
                                std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
                                    std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
                                    std::filesystem::perms::others_exec);
-  for (const char* tool : {"sbatch", "scontrol", "sacct", "scancel"})
+  for (const char* tool : {"sbatch", "scontrol", "sacct", "sstat", "scancel"})
     std::filesystem::create_symlink(bin / "fake-slurm", bin / tool);
   fake.config = fmt::format(
       "[node]\nname = \"head\"\n[probing]\nenabled = false\n"
@@ -183,5 +195,33 @@ TEST(SlurmEnergyTest, a_slurm_job_reports_its_progress_with_its_own_token_to_its
   std::ofstream{fake.state / "done"};
   const json done = jouled.wait_state(id, {"succeeded", "failed", "cancelled"});
   EXPECT_EQ(done["state"], "succeeded") << done.dump(2);
+  std::filesystem::remove_all(fake.dir);
+}
+
+// While it runs on a metered cluster, a Slurm job's energy so far is what sstat has for its batch
+// step (steps are not summed: a node-level plugin charges each with the node's energy), labelled
+// slurm: budgets, progress answers and GET /v1/jobs/{id} read it instead of the estimate.
+TEST(SlurmEnergyTest, a_running_slurm_job_has_its_energy_so_far_from_sstat_labelled_slurm) {
+  const FakeSlurm fake = fake_slurm_tree();
+  std::ofstream{fake.state / "hold"};
+  std::ofstream{fake.state / "sstat"} << "4200";
+  DaemonProcess jouled(DaemonOptions{.config_toml = fake.config});
+  ASSERT_TRUE(jouled.start()) << jouled.log();
+  const std::string id = jouled.submit(slurm_job(fake.dir));
+  ASSERT_FALSE(id.empty()) << jouled.log();
+  ASSERT_EQ(jouled.wait_state(id, {"running"})["state"], "running") << jouled.log();
+  const json running = joule::testing::wait_until(
+      [&] { return jouled.call("GET", "/v1/jobs/" + id).second; },
+      [](const json& job) { return job.contains("energy_so_far") && job["energy_so_far"]["source"] == "slurm"; });
+  ASSERT_TRUE(running.contains("energy_so_far")) << running.dump(2) << jouled.log();
+  EXPECT_DOUBLE_EQ(running["energy_so_far"]["joules"].get<double>(), 4200.0) << running.dump(2);
+  EXPECT_EQ(running["energy_so_far"]["source"], "slurm") << running.dump(2);
+  EXPECT_EQ(running["energy_so_far"]["measured"], true);
+  EXPECT_NE(jouled.log().find("running jobs' energy is read from sstat"), std::string::npos) << jouled.log();
+
+  std::ofstream{fake.state / "done"};
+  const json done = jouled.wait_state(id, {"succeeded", "failed", "cancelled"});
+  EXPECT_EQ(done["state"], "succeeded") << done.dump(2);
+  EXPECT_DOUBLE_EQ(done["energy"]["joules"].get<double>(), 15230.0) << "sacct's, once it ended";
   std::filesystem::remove_all(fake.dir);
 }

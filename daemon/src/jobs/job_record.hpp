@@ -75,6 +75,7 @@ struct JobRecord {
   std::optional<std::chrono::steady_clock::time_point> started_steady;
   std::optional<double> run_seconds;
   std::optional<double> used_joules;  // its energy so far while it runs, as of the last meter sample
+  std::string used_source;            // where that comes from (Executor::source_so_far)
   bool cancel_requested = false;
   // Scheduling (what the core decides with, its queue entry and its run's reports, is the core's):
   std::optional<schedulers::WaitReason> waiting;  // why it is not running, from the last pass

@@ -667,6 +667,7 @@ void JobService::track_running(schedulers::UnixMillis now) {
       Executor& executor = executor_for(device);
       const std::optional<double> metered = executor.energy_as_sampled(job, device);
       job.used_joules = metered;          // shown as energy_so_far
+      job.used_source = executor.source_so_far(job, device);
       if (!job.row.started_ms) continue;  // placed, not started: its reservation stands as it is
       schedulers::RunningSample sample;
       sample.id = job.row.id;
@@ -804,7 +805,7 @@ Result<ProgressAnswer> JobService::report_progress(const std::string& id, const 
   }
   job.projection = *projection;
   check_setting(job, *device);
-  const std::string source(device->meter->source());
+  const std::string source = executor_for(*device).source_so_far(job, *device);
   out.joules = *used;
   out.source = source;
   out.partial = job.row.energy_partial;

@@ -224,6 +224,9 @@ cluster::ReportedJob SlurmExecutor::report_of(const Handed& handed) const {
   if (handed.energy_joules) {
     report.energy_joules = handed.energy_joules;
     report.energy_source = std::string(to_string(EnergySource::slurm));
+  } else if (handed.running_joules && !schedulers::is_terminal(state)) {
+    report.energy_joules = handed.running_joules;  // so far, by sstat
+    report.energy_source = std::string(to_string(EnergySource::slurm));
   }
   if (handed.record.resubmissions > 0 && state == schedulers::JobState::failed && !job.exit_signal &&
       job.exit_code == adapters::kSecondCopyExit)
@@ -265,8 +268,8 @@ void SlurmExecutor::cycle() {
             "labelled modelled");
       else
         spdlog::info(
-            "slurm: energy accounting acct_gather_energy/{}: ended jobs' energy is read from sacct "
-            "(ConsumedEnergyRaw), labelled slurm",
+            "slurm: energy accounting acct_gather_energy/{}: running jobs' energy is read from sstat and "
+            "ended jobs' from sacct (ConsumedEnergyRaw), labelled slurm",
             *plugin);
     }
   }
@@ -424,6 +427,25 @@ void SlurmExecutor::cycle() {
     if (!wanted.contains(joule_id) && live && !handed.cancel_sent && !handed.record.slurm_id.empty()) {
       spdlog::info("slurm: cancelling Slurm job {} ({}): no longer placed there", handed.record.slurm_id, joule_id);
       if (cli_.cancel(handed.record.slurm_id)) handed.cancel_sent = true;
+    }
+  }
+
+  // 4b. Where the cluster meters energy: the running jobs' energy so far (one sstat for them all),
+  //     which budgets and progress projections read instead of the estimate pro rata.
+  if (energy_plugin_ && !energy_plugin_->empty()) {
+    std::vector<std::string> running;
+    for (const auto& [joule_id, handed] : handed_)
+      if (handed.last && !handed.record.slurm_id.empty() &&
+          adapters::slurm_phase(handed.last->state) == adapters::SlurmPhase::running)
+        running.push_back(handed.record.slurm_id);
+    if (!running.empty()) {
+      if (auto energy = cli_.running_energy(running)) {
+        for (auto& [joule_id, handed] : handed_)
+          if (const auto found = energy->find(handed.record.slurm_id); found != energy->end())
+            handed.running_joules = found->second;
+      } else {
+        spdlog::debug("slurm: running jobs' energy (sstat): {}", energy.error().message);
+      }
     }
   }
 

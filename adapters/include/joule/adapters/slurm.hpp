@@ -112,6 +112,9 @@ class SlurmCli {
   /// A finished job's energy as Slurm's accounting has it (sacct ConsumedEnergyRaw, joules; see
   /// parse_sacct_energy); nullopt while sacct has no figure for it yet, or has none at all.
   Result<std::optional<double>> consumed_energy(std::string_view slurm_id) const;
+  /// Running jobs' energy so far, as the energy plugin has it for their steps (one sstat for
+  /// them all; see parse_sstat_energy), by Slurm job id; a job without a figure yet is absent.
+  Result<std::map<std::string, double>> running_energy(const std::vector<std::string>& slurm_ids) const;
 
  private:
   /// `environment`: the command's whole environment; none: ours with options_.env on top.
@@ -200,6 +203,13 @@ std::string parse_energy_plugin(std::string_view show_config);
 /// a figure above 0, else its batch step's (the command Joule hands Slurm runs there); nullopt
 /// where neither has one (no energy plugin, or the figure not stored yet).
 std::optional<double> parse_sacct_energy(std::string_view text, std::string_view slurm_id);
+
+/// `sstat -n -P -a -j ID,ID... --format=JobID,ConsumedEnergyRaw`: each job's energy so far, by job
+/// id, from its batch step's line (the command Joule hands Slurm runs there), else its largest
+/// step's. Steps are not summed: a node-level plugin (rapl, ipmi) charges every step running at
+/// once with the node's energy over its life, so overlapping steps would count it twice. A job
+/// whose steps carry no figure above 0 is absent.
+std::map<std::string, double> parse_sstat_energy(std::string_view text);
 
 /// The error code for a failed Slurm command (`tool` is sbatch, scontrol...) from its stderr (see SlurmCli).
 ErrorCode classify_slurm_error(std::string_view tool, std::string_view stderr_text);

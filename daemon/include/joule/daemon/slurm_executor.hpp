@@ -61,6 +61,8 @@ class SlurmExecutor {
     std::optional<std::string> failure;  // Slurm refused it: reported failed with Slurm's message
     bool lost = false;
     int releases = 0;  // how often Joule released it from Slurm's launch-failure hold
+    // Running, where the cluster meters energy: what sstat says it has used so far.
+    std::optional<double> running_joules;
     // Ended, where the cluster meters energy: what sacct says it used, once read, and how often
     // it was asked (the figure reaches slurmdbd a little after the end).
     std::optional<double> energy_joules;

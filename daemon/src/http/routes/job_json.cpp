@@ -209,8 +209,13 @@ json job_fields(const JobView& view, bool with_events, const SignalFeeds& signal
         {"epoch", last.epoch}, {"epochs", last.epochs}, {"reported_at", schedulers::format_rfc3339(last.at)}};
     for (const auto& [key, value] : job.training_figures.items()) out["progress"][key] = value;
   }
-  // While it runs the job has no energy source of its own yet: its device's meter is it.
-  const auto running_source = [&] { return row.energy_source.empty() ? view.meter_source : row.energy_source; };
+  // While it runs the job has no energy source of its own yet: its device's meter is it, or what
+  // its node metered it with (Slurm's accounting).
+  const auto running_source = [&] {
+    return !row.energy_source.empty() ? row.energy_source
+           : !job.used_source.empty() ? job.used_source
+                                      : view.meter_source;
+  };
   if (job.projection && job.projection->step) out["projection"] = projection_json(*job.projection, running_source());
   if (shown_state == JobState::running || shown_state == JobState::throttled) {
     if (const std::string source = running_source(); job.used_joules && !source.empty())

@@ -97,6 +97,9 @@ class Executor {
   /// The same as of the device's last meter sample (what every sample's bookkeeping uses, so
   /// that a sample reads each meter once).
   virtual std::optional<double> energy_as_sampled(JobRecord& job, Device& device) = 0;
+  /// Where that figure comes from: the device's meter, unless the run's node says otherwise
+  /// (Slurm's energy accounting).
+  virtual std::string source_so_far(const JobRecord& job, const Device& device) const;
   /// The run ended: record its energy figure on the row where this executor meters it. Returns
   /// whether this node metered it (so its figure can teach this node's energy model).
   virtual bool settle_energy(JobRecord& job, Device* device, const adapters::ExitStatus* exit) = 0;

@@ -149,6 +149,13 @@ std::optional<double> NodeExecutor::energy_so_far(JobRecord& job, Device& device
   return estimate->joules_mean * std::min(1.0, elapsed / estimate->seconds_mean);
 }
 
+std::string NodeExecutor::source_so_far(const JobRecord& job, const Device& device) const {
+  const auto it = runs_.find(job.row.id);
+  if (it != runs_.end() && it->second.reported_used && !it->second.reported_source.empty())
+    return it->second.reported_source;
+  return Executor::source_so_far(job, device);
+}
+
 bool NodeExecutor::settle_energy(JobRecord&, Device*, const adapters::ExitStatus*) {
   // finish() has put the node's figure on the row; the node's own model learns from it there.
   return false;
@@ -238,12 +245,14 @@ std::vector<std::pair<std::string, std::int64_t>> NodeExecutor::apply_reports(
       case cluster::Verdict::started:
         run.seen = true;
         run.reported_used = report.energy_joules;
+        run.reported_source = report.energy_source;
         job.row.started_ms = report.started_ms.value_or(host_.clock().unix_ms());
         host_.running(job, fmt::format("started on {} (epoch {})", job.row.device, report.epoch));
         break;
       case cluster::Verdict::progress:
         run.seen = true;
         run.reported_used = report.energy_joules;
+        run.reported_source = report.energy_source;
         break;
       case cluster::Verdict::finished:
         finish(job, report);
@@ -274,6 +283,7 @@ std::vector<std::pair<std::string, std::int64_t>> NodeExecutor::apply_reports(
         if (Device* device = devices_.find(job.row.device); device && device->idle()) {
           run.seen = true;
           run.reported_used = report.energy_joules;
+          run.reported_source = report.energy_source;
           host_.adopt(job, *device,
                       fmt::format("adopted: {} came back still running it (epoch {})", device->node, report.epoch),
                       report.state, report.started_ms);

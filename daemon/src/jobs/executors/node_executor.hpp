@@ -29,6 +29,7 @@ class NodeExecutor final : public Executor, public NodeJobs {
   Status throttle(JobRecord& job, Device& device, const schedulers::ThrottleAction& action) override;
   bool can_limit_cpu(const JobRecord&) const override { return false; }
   std::optional<double> energy_so_far(JobRecord& job, Device& device, const adapters::ExitStatus* exit) override;
+  std::string source_so_far(const JobRecord& job, const Device& device) const override;
   std::optional<double> energy_as_sampled(JobRecord& job, Device& device) override {
     return energy_so_far(job, device, nullptr);
   }
@@ -56,6 +57,7 @@ class NodeExecutor final : public Executor, public NodeJobs {
     std::int64_t committed_epoch = 0;     // the placement epoch that is stored (only that one is published)
     bool seen = false;                    // the node reported this epoch
     std::optional<double> reported_used;  // joules so far, metered on the node
+    std::string reported_source;          // of those joules, where the node named one
   };
 
   void finish(JobRecord& job, const cluster::ReportedJob& report);
