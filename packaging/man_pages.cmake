@@ -5,9 +5,11 @@
 # programs' own directories, since a POST_BUILD step must be added where its target is defined.
 function(joule_man_page target)
   set(page ${PROJECT_BINARY_DIR}/man/${target}.1.gz)
+  # A cross build runs the program under its emulator (CMAKE_CROSSCOMPILING_EMULATOR: qemu-aarch64
+  # for cmake/arm64-linux-gnu.cmake); natively the emulator is empty.
   add_custom_command(TARGET ${target} POST_BUILD
-                     COMMAND bash -o pipefail -c "mkdir -p \"$(dirname \"$2\")\" && \"$1\" --man-page | gzip -9n >\"$2\""
-                             joule-man-page $<TARGET_FILE:${target}> ${page}
+                     COMMAND bash -o pipefail -c "mkdir -p \"$(dirname \"$1\")\" && \"\${@:2}\" --man-page | gzip -9n >\"$1\""
+                             joule-man-page ${page} ${CMAKE_CROSSCOMPILING_EMULATOR} $<TARGET_FILE:${target}>
                      VERBATIM)
   install(FILES ${page} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 endfunction()
