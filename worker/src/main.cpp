@@ -18,6 +18,7 @@
 
 #include "builtin_training.hpp"
 #include "environment.hpp"
+#include "joule/adapters/board_power.hpp"
 #include "joule/adapters/measurement_window.hpp"
 #include "joule/adapters/meter_selection.hpp"
 #if JOULE_WORKER_PROGRESS
@@ -341,9 +342,10 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"sgd", "adam"}));
   measure_cmd->add_option("--meter", measure.meter, "auto, rapl, nvml, ina3221, hwmon, battery or modelled")
       ->capture_default_str();
-  measure_cmd->add_option("--idle-watts", measure.idle_watts, "Modelled meter: idle power")->capture_default_str();
-  measure_cmd->add_option("--watts-per-busy-core", measure.watts_per_busy_core, "Modelled meter: per busy core")
-      ->capture_default_str();
+  measure_cmd->add_option("--idle-watts", measure.idle_watts,
+                         "Modelled meter: idle power (default: the board's published figure, else 10)");
+  measure_cmd->add_option("--watts-per-busy-core", measure.watts_per_busy_core,
+                         "Modelled meter: per busy core (default: the board's published figure, else 12)");
   measure_cmd->add_option("--seed", measure.seed, "Seed of weights and synthetic data")->capture_default_str();
   measure_cmd->add_flag("--json", measure.json_output, "Print the JSON result instead of a table");
 
@@ -416,9 +418,10 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(0.0, 3600.0));
   runtime_cmd->add_option("--meter", runtime.meter, "auto, rapl, nvml, ina3221, hwmon, battery or modelled")
       ->capture_default_str();
-  runtime_cmd->add_option("--idle-watts", runtime.idle_watts, "Modelled meter: idle power")->capture_default_str();
-  runtime_cmd->add_option("--watts-per-busy-core", runtime.watts_per_busy_core, "Modelled meter: per busy core")
-      ->capture_default_str();
+  runtime_cmd->add_option("--idle-watts", runtime.idle_watts,
+                         "Modelled meter: idle power (default: the board's published figure, else 10)");
+  runtime_cmd->add_option("--watts-per-busy-core", runtime.watts_per_busy_core,
+                         "Modelled meter: per busy core (default: the board's published figure, else 12)");
   runtime_cmd->add_flag("--json", runtime_json, "Print the JSON result instead of a table");
 
   try {
@@ -447,6 +450,17 @@ int run(int argc, char** argv) {
           fmt::format("unknown subcommand \"{}\": use probe, measure, train, runtime, meters or env", argv[1])};
     throw Failure{kExitBadInput, e.what()};
   }
+
+  // Run by hand, the modelled meter takes the board's published figures unless both are given
+  // (jouled passes its device's own with each probe request).
+  const auto board_figures = [](CLI::App* command, double& idle_watts, double& watts_per_busy_core) {
+    if (command->count("--idle-watts") > 0 || command->count("--watts-per-busy-core") > 0) return;
+    const auto board = adapters::board_defaults(adapters::read_board_model());
+    idle_watts = board.params.idle_watts;
+    watts_per_busy_core = board.params.watts_per_busy_core;
+  };
+  board_figures(measure_cmd, measure.idle_watts, measure.watts_per_busy_core);
+  board_figures(runtime_cmd, runtime.idle_watts, runtime.watts_per_busy_core);
 
   if (probe_cmd->parsed()) {
     // Every request is checked before the first runs: a bad one is bad input, not a failure
