@@ -760,8 +760,9 @@ void JobService::store_setting(Job& job) const {
     job.row.chosen_setting.clear();
     return;
   }
-  StoredSetting stored{
-      *job.chosen_setting, std::nullopt, job.knobs_in_force.has_value() || job.setting_was_in_force, {}};
+  // In force now: a job adopted after a restart is not (jouled put its device's settings back as
+  // it started), and its energy, partial, teaches nothing anyway.
+  StoredSetting stored{*job.chosen_setting, std::nullopt, job.knobs_in_force.has_value(), {}};
   if (const auto* check = job.check_result()) {
     stored.check = *check;
     if (check->setting_epoch > 0) stored.checked_key = checked_key(job, job.row.device, job.chosen_setting->setting);
