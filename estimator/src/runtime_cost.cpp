@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 
 #include <fmt/format.h>
@@ -59,6 +60,12 @@ Line fit_line(const std::vector<double>& x, const std::vector<double>& y) {
   return line;
 }
 
+// A reading's run (its measured_ms); 0 for readings saved before runs were pooled.
+std::int64_t stamp_of(const json& reading) {
+  const auto it = reading.find("measured_ms");
+  return it != reading.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
+}
+
 std::string base_name(const std::string& path) {
   const auto slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
@@ -76,6 +83,13 @@ bool is_python(const std::string& program) {
 }
 
 }  // namespace
+
+std::int64_t RuntimeCost::runs() const {
+  std::set<std::int64_t> stamps;
+  for (const auto& r : steps) stamps.insert(r.measured_ms);
+  for (const auto& s : starts) stamps.insert(s.measured_ms);
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(stamps.size()));
+}
 
 double RuntimeCost::step_joules(std::int64_t modules) const {
   return step_joules_base + step_joules_per_module * static_cast<double>(std::max<std::int64_t>(modules, 0));
@@ -147,6 +161,40 @@ Result<RuntimeCost> fit_runtime_cost(std::string runtime, std::vector<RuntimeSte
   return cost;
 }
 
+Result<RuntimeCost> pool_runtime_runs(const RuntimeCost& earlier, const RuntimeCost& latest, int runs) {
+  const bool same = earlier.runtime == latest.runtime && earlier.interpreter == latest.interpreter &&
+                    earlier.version == latest.version && earlier.source == latest.source;
+  std::vector<RuntimeStepReading> steps;
+  std::vector<RuntimeStartReading> starts;
+  if (same && runs > 1) {
+    // The earlier runs' stamps, newest first; readings of the runs - 1 newest (older than the
+    // latest run) are kept.
+    std::set<std::int64_t, std::greater<>> stamps;
+    for (const auto& r : earlier.steps)
+      if (r.measured_ms < latest.measured_ms || latest.measured_ms == 0) stamps.insert(r.measured_ms);
+    for (const auto& s : earlier.starts)
+      if (s.measured_ms < latest.measured_ms || latest.measured_ms == 0) stamps.insert(s.measured_ms);
+    std::set<std::int64_t> kept;
+    for (const std::int64_t stamp : stamps) {
+      if (static_cast<int>(kept.size()) >= runs - 1) break;
+      kept.insert(stamp);
+    }
+    for (const auto& r : earlier.steps)
+      if (kept.contains(r.measured_ms)) steps.push_back(r);
+    for (const auto& s : earlier.starts)
+      if (kept.contains(s.measured_ms)) starts.push_back(s);
+  }
+  steps.insert(steps.end(), latest.steps.begin(), latest.steps.end());
+  starts.insert(starts.end(), latest.starts.begin(), latest.starts.end());
+  auto pooled = fit_runtime_cost(latest.runtime, std::move(steps), std::move(starts));
+  if (!pooled) return pooled.error();
+  pooled->interpreter = latest.interpreter;
+  pooled->version = latest.version;
+  pooled->source = latest.source;
+  pooled->measured_ms = latest.measured_ms;
+  return pooled;
+}
+
 json to_json(const RuntimeCost& cost) {
   json steps = json::array();
   for (const auto& r : cost.steps)
@@ -157,14 +205,17 @@ json to_json(const RuntimeCost& cost) {
                      {"worker_seconds", r.worker_seconds},
                      {"spread", r.spread},
                      {"difference_joules", r.extra_joules()},
-                     {"difference_seconds", r.extra_seconds()}});
+                     {"difference_seconds", r.extra_seconds()},
+                     {"measured_ms", r.measured_ms}});
   json starts = json::array();
-  for (const auto& s : cost.starts) starts.push_back({{"joules", s.joules}, {"seconds", s.seconds}});
+  for (const auto& s : cost.starts)
+    starts.push_back({{"joules", s.joules}, {"seconds", s.seconds}, {"measured_ms", s.measured_ms}});
   return {{"runtime", cost.runtime},
           {"interpreter", cost.interpreter},
           {"version", cost.version},
           {"source", cost.source},
           {"measured_ms", cost.measured_ms},
+          {"runs", cost.runs()},
           {"start", {{"joules", cost.start_joules}, {"seconds", cost.start_seconds}, {"sigma", cost.start_sigma}}},
           {"step",
            {{"joules_base", cost.step_joules_base},
@@ -227,12 +278,13 @@ Result<RuntimeCost> runtime_cost_from_json(const json& j) {
         reading.difference_joules = r["difference_joules"].get<double>();
       if (r.contains("difference_seconds") && r["difference_seconds"].is_number())
         reading.difference_seconds = r["difference_seconds"].get<double>();
+      reading.measured_ms = stamp_of(r);
       cost.steps.push_back(reading);
     }
   }
   if (const auto it = j.find("start_readings"); it != j.end() && it->is_array())
     for (const auto& s : *it)
-      if (s.is_object()) cost.starts.push_back({s.value("joules", 0.0), s.value("seconds", 0.0)});
+      if (s.is_object()) cost.starts.push_back({s.value("joules", 0.0), s.value("seconds", 0.0), stamp_of(s)});
   return cost;
 }
 

@@ -460,12 +460,32 @@ TEST_F(ProbeServiceTest, the_runtime_probe_runs_first_and_its_cost_joins_the_ser
   EXPECT_DOUBLE_EQ(cost.start_joules, 30.5);
   EXPECT_EQ(cost.source, "modelled");
   EXPECT_EQ(cost.version, "Python 3.11.2, torch 1.13.0");
-  // Measured once per campaign: more probing does not repeat it.
+  // More probing straight after does not repeat it.
   const int started = probes_started();
   ASSERT_TRUE(run_until([&] { return probes_started() >= started + 2; })) << shown().dump();
   EXPECT_EQ(lines_of("runtime.log"), 1);
   // Its energy counts as probing's.
   EXPECT_GE(probes_->runs().front()["energy"]["joules"].get<double>(), 70.0);
+
+  // Read again minutes later, and pooled, until it holds kRuntimeRunsPooled runs.
+  for (int run = 2; run <= estimator::kRuntimeRunsPooled; ++run) {
+    idle_for(50ms);
+    EXPECT_EQ(lines_of("runtime.log"), run - 1);
+    clock_.advance(std::chrono::minutes(5));
+    ASSERT_TRUE(run_until([&] { return lines_of("runtime.log") == run && shown()["runtime"].value("runs", 0) == run; }))
+        << shown().dump();
+  }
+  ASSERT_TRUE(run_until([&] { return models_->models().at("cpu")->runtimes().at("python").runs() == 3; }));
+  const auto& pooled = models_->models().at("cpu")->runtimes().at("python");
+  EXPECT_EQ(pooled.steps.size(), 6u);
+  EXPECT_NEAR(pooled.step_seconds_base, 1e-4, 1e-9);  // the stand-in reads the same every time
+  // Then with the reference network, every [probing] reference_minutes (30).
+  clock_.advance(std::chrono::minutes(6));
+  idle_for(100ms);
+  EXPECT_EQ(lines_of("runtime.log"), 3);
+  clock_.advance(std::chrono::minutes(25));
+  ASSERT_TRUE(run_until([&] { return lines_of("runtime.log") == 4; })) << shown().dump();
+  EXPECT_EQ(shown()["runtime"]["runs"], 3);
 }
 
 TEST_F(ProbeServiceTest, a_failed_runtime_probe_stores_nothing_says_why_and_layer_probing_goes_on) {

@@ -209,3 +209,82 @@ TEST(RuntimeCostTest, paired_differences_are_what_the_line_is_fitted_to) {
   ASSERT_TRUE(again);
   EXPECT_DOUBLE_EQ(again->steps[1].difference_joules, 4e-4);
 }
+
+namespace {
+
+// One probe run of `python3` at `at_ms` whose loop costs `base` + `per_module` × modules.
+RuntimeCost run_at(std::int64_t at_ms, double base, double per_module, double start_joules = 21.0) {
+  auto readings = exact_readings(base, per_module);
+  for (auto& r : readings) r.measured_ms = at_ms;
+  std::vector<RuntimeStartReading> started;
+  for (auto s : starts()) {
+    s.joules += start_joules - 21.0;
+    s.measured_ms = at_ms;
+    started.push_back(s);
+  }
+  auto cost = fit_runtime_cost("python", readings, started);
+  EXPECT_TRUE(cost) << cost.error().message;
+  cost->interpreter = "/usr/bin/python3";
+  cost->version = "Python 3.11.2, torch 1.13.1";
+  cost->source = "modelled";
+  cost->measured_ms = at_ms;
+  return *cost;
+}
+
+}  // namespace
+
+TEST(RuntimeCostTest, runs_read_again_are_pooled_and_their_disagreement_widens_the_sigma) {
+  // Three runs of the same interpreter that disagree as this VM's did (15 against 150 µs).
+  const RuntimeCost first = run_at(1'000, 1.5e-4, 2e-5);
+  ASSERT_EQ(first.runs(), 1);
+  auto second = pool_runtime_runs(first, run_at(2'000, 1.5e-3, 2e-5));
+  ASSERT_TRUE(second) << second.error().message;
+  EXPECT_EQ(second->runs(), 2);
+  EXPECT_EQ(second->steps.size(), 6u);
+  EXPECT_EQ(second->measured_ms, 2'000);
+  EXPECT_EQ(second->interpreter, "/usr/bin/python3");
+  // The line runs between the two runs', and is as unsure as their disagreement: each run alone
+  // claims the floor.
+  EXPECT_NEAR(second->step_joules_base, (1.5e-4 + 1.5e-3) / 2.0, 1e-9);
+  EXPECT_NEAR(second->step_joules_per_module, 2e-5, 1e-9);
+  EXPECT_DOUBLE_EQ(first.step_sigma, kRuntimeStepSigmaFloor);
+  EXPECT_GT(second->step_sigma, 2.0 * kRuntimeStepSigmaFloor);
+
+  // A third run agreeing with the second; a fourth pushes the first out, and the line is theirs.
+  auto third = pool_runtime_runs(*second, run_at(3'000, 1.5e-3, 2e-5, 25.0));
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->runs(), 3);
+  EXPECT_DOUBLE_EQ(third->start_joules, 22.0);  // the median of all nine start-ups
+  auto fourth = pool_runtime_runs(*third, run_at(4'000, 1.5e-3, 2e-5));
+  ASSERT_TRUE(fourth);
+  EXPECT_EQ(fourth->runs(), kRuntimeRunsPooled);
+  for (const auto& r : fourth->steps) EXPECT_GE(r.measured_ms, 2'000);
+  for (const auto& s : fourth->starts) EXPECT_GE(s.measured_ms, 2'000);
+  EXPECT_NEAR(fourth->step_joules_base, 1.5e-3, 1e-9);
+  EXPECT_DOUBLE_EQ(fourth->step_sigma, kRuntimeStepSigmaFloor);
+
+  // Saved and loaded, the runs stay told apart.
+  auto loaded = runtime_cost_from_json(to_json(*fourth));
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->runs(), kRuntimeRunsPooled);
+  EXPECT_EQ(to_json(*fourth)["runs"], 3);
+}
+
+TEST(RuntimeCostTest, another_interpreter_or_meter_is_measured_afresh_not_pooled) {
+  const RuntimeCost first = run_at(1'000, 1.5e-4, 2e-5);
+  RuntimeCost upgraded = run_at(2'000, 1.5e-3, 2e-5);
+  upgraded.version = "Python 3.11.2, torch 2.1.0";
+  auto pooled = pool_runtime_runs(first, upgraded);
+  ASSERT_TRUE(pooled);
+  EXPECT_EQ(pooled->runs(), 1);
+  EXPECT_NEAR(pooled->step_joules_base, 1.5e-3, 1e-9);
+  RuntimeCost rapl = run_at(2'000, 1.5e-3, 2e-5);
+  rapl.source = "rapl";
+  EXPECT_EQ(pool_runtime_runs(first, rapl)->runs(), 1);
+  // Readings saved before runs were told apart count as one run, and pool with a new one.
+  RuntimeCost old = first;
+  for (auto& r : old.steps) r.measured_ms = 0;
+  for (auto& s : old.starts) s.measured_ms = 0;
+  EXPECT_EQ(old.runs(), 1);
+  EXPECT_EQ(pool_runtime_runs(old, run_at(2'000, 1.5e-4, 2e-5))->runs(), 2);
+}

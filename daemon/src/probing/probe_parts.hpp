@@ -33,6 +33,10 @@ using nlohmann::json;
 
 inline constexpr std::size_t kHeldOutWindow = 50;
 inline constexpr std::size_t kRunsKept = 200;
+// Until its cost pools estimator::kRuntimeRunsPooled runs, the runtime probe is read again this
+// often (at most [probing] reference_minutes), then every reference_minutes: runs minutes apart
+// see the machine in different states, as the jobs will.
+inline constexpr double kRuntimeRereadMinutes = 5.0;
 
 // The held-out error shown and exported: the upper median of the recent |relative errors|.
 inline std::optional<double> median_error(const std::deque<double>& errors) {
@@ -177,6 +181,7 @@ struct ProbeService::Device {
   std::deque<std::pair<std::int64_t, double>> job_joules;
   std::string not_paying;       // why background probing stopped before the model converged, if it did
   bool runtime_tried = false;   // the runtime probe ended (either way) since the campaign began
+  std::int64_t runtime_attempt_ms = 0;  // when it last ended (either way): read again from then on
   std::string runtime_problem;  // why it stored nothing, when it did not
   // Networks of the workload that may be measured whole (queued and recent jobs', a requested
   // run's), and those tried this campaign (whole_network_key) whether they measured or failed.

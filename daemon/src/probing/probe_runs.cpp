@@ -178,7 +178,18 @@ void ProbeService::set_probe_launch(adapters::LaunchSpec& spec, const std::files
 }
 
 bool ProbeService::runtime_due(const Device& device) const {
-  return !options_.probing.python.empty() && !device.runtime_tried && !device.learning->runtimes().contains("python");
+  if (options_.probing.python.empty()) return false;
+  const auto& runtimes = device.learning->runtimes();
+  const auto measured = runtimes.find("python");
+  if (measured == runtimes.end()) return !device.runtime_tried;
+  // Read again (estimator::kRuntimeRunsPooled says why): soon while it pools fewer runs than it
+  // keeps, then with the reference network; never with reference_minutes = 0.
+  const double every = options_.probing.reference_minutes;
+  if (!(every > 0.0)) return false;
+  const double minutes =
+      measured->second.runs() < estimator::kRuntimeRunsPooled ? std::min(every, kRuntimeRereadMinutes) : every;
+  const std::int64_t last = std::max(measured->second.measured_ms, device.runtime_attempt_ms);
+  return now_ms() >= last + static_cast<std::int64_t>(minutes * 60'000.0);
 }
 
 std::filesystem::path ProbeService::open_probe_directory(Device& device, const std::string& kind) {
@@ -233,6 +244,7 @@ void ProbeService::on_runtime_exit(Device& device, Running& probe, const std::op
     if (run != runs_.end()) ++run->second.preempted;
   } else {
     device.runtime_tried = true;
+    device.runtime_attempt_ms = now_ms();
     const auto parsed = json::parse(read_file(probe.directory / "result.json"), nullptr, false);
     auto result = worker::parse_runtime_probe_result(parsed);
     std::string problem;
@@ -267,6 +279,18 @@ void ProbeService::on_runtime_exit(Device& device, Running& probe, const std::op
         cost->version = result->version;
         cost->source = result->meter_source;
         cost->measured_ms = ended;
+        for (auto& reading : cost->steps) reading.measured_ms = ended;
+        for (auto& reading : cost->starts) reading.measured_ms = ended;
+        // Pooled with the runs before it: this campaign's, else the model it replaces.
+        for (const estimator::DeviceEnergyModel* model :
+             {static_cast<const estimator::DeviceEnergyModel*>(device.learning.get()), device.fitted.get(),
+              device.replacing.get()}) {
+          if (!model) continue;
+          const auto earlier = model->runtimes().find(cost->runtime);
+          if (earlier == model->runtimes().end()) continue;
+          if (auto pooled = estimator::pool_runtime_runs(earlier->second, *cost)) cost = std::move(pooled);
+          break;
+        }
         device.learning->set_runtime(*cost);
         if (device.fitted && !device.replacing) {
           auto updated = std::make_shared<estimator::DeviceEnergyModel>(*device.fitted);
@@ -277,10 +301,11 @@ void ProbeService::on_runtime_exit(Device& device, Running& probe, const std::op
         device.runtime_problem.clear();
         spdlog::info(
             "device {}: {} ({}) starts in {:.2f} s ({:.3g} J) and adds {:.0f} µs + {:.1f} µs per module to "
-            "each step ({}; {:.3g} + {:.3g} J)",
+            "each step ({}; {:.3g} + {:.3g} J; ±{:.0f} %, {} run{} pooled)",
             name, result->interpreter, result->version, cost->start_seconds, cost->start_joules,
             cost->step_seconds_base * 1e6, cost->step_seconds_per_module * 1e6, result->meter_source,
-            cost->step_joules_base, cost->step_joules_per_module);
+            cost->step_joules_base, cost->step_joules_per_module, 100.0 * cost->step_sigma, cost->runs(),
+            cost->runs() == 1 ? "" : "s");
       }
     }
     if (!problem.empty()) {

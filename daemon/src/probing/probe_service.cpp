@@ -560,6 +560,7 @@ json ProbeService::info(const std::string& name) const {
                               : device.probe && device.probe->runtime_only ? "measuring"
                                                                            : "pending"}};
     if (!device.runtime_problem.empty()) runtime["problem"] = device.runtime_problem;
+    if (measured) runtime["runs"] = device.learning->runtimes().at("python").runs();
     probing["runtime"] = std::move(runtime);
   }
   probing["whole_networks"] = whole_info(device);

@@ -46,6 +46,8 @@ struct RuntimeStepReading {
   /// difference of the medians.
   double difference_joules = std::numeric_limits<double>::quiet_NaN();
   double difference_seconds = std::numeric_limits<double>::quiet_NaN();
+  /// When the probe run that read it ended (ms since the epoch; 0: not said): which run it is.
+  std::int64_t measured_ms = 0;
 
   double extra_joules() const {
     return std::isnan(difference_joules) ? runtime_joules - worker_joules : difference_joules;
@@ -59,6 +61,7 @@ struct RuntimeStepReading {
 struct RuntimeStartReading {
   double joules = 0.0;
   double seconds = 0.0;
+  std::int64_t measured_ms = 0;  ///< the probe run's end, as RuntimeStepReading's
 };
 
 /// The least relative σ a runtime's per-step line claims on a job: the probe's tiny networks
@@ -88,6 +91,10 @@ struct RuntimeCost {
   std::vector<RuntimeStepReading> steps;
   std::vector<RuntimeStartReading> starts;
 
+  /// How many probe runs its readings come from (distinct measured_ms; readings without one
+  /// count as one run).
+  std::int64_t runs() const;
+
   double step_joules(std::int64_t modules) const;
   double step_seconds(std::int64_t modules) const;
 };
@@ -97,6 +104,21 @@ struct RuntimeCost {
 /// that is not positive and finite: nothing is learnt from a failed measurement.
 Result<RuntimeCost> fit_runtime_cost(std::string runtime, std::vector<RuntimeStepReading> steps,
                                      std::vector<RuntimeStartReading> starts);
+
+/// How many of a runtime's latest probe runs its cost pools. One run is a few seconds of
+/// readings, and what it reads moves between runs by more than within one: on the same kind of
+/// 2-vCPU VM one run read Python's per-step cost at 15 µs, others at 65-170 µs (bench/README.md,
+/// runs 13-16). Pooled, the line is fitted to every reading of these runs, and its σ includes
+/// how far they disagree; the oldest run leaves as a new one comes, so a device whose speed
+/// moves is followed.
+inline constexpr int kRuntimeRunsPooled = 3;
+
+/// `latest` (a run's fitted cost, its readings stamped with its measured_ms) refitted with the
+/// readings of the `runs` − 1 latest runs of `earlier`. Where they are not the same runtime,
+/// interpreter, version and meter source, `latest` stands alone: a changed interpreter is
+/// measured afresh. Fails as fit_runtime_cost does.
+Result<RuntimeCost> pool_runtime_runs(const RuntimeCost& earlier, const RuntimeCost& latest,
+                                      int runs = kRuntimeRunsPooled);
 
 nlohmann::json to_json(const RuntimeCost& cost);
 /// Reads to_json's output; refuses (never throws on) anything else, naming the field.
