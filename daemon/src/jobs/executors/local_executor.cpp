@@ -202,7 +202,8 @@ std::filesystem::path LocalExecutor::work_directory(const std::string& id) const
 Status LocalExecutor::prepare_work_directory(const std::string& id,
                                              const std::optional<adapters::JobIdentity>& identity) const {
   const auto dir = work_directory(id);
-  for (const auto& path : {dir, dir / "tmp"}) {
+  const std::filesystem::path paths[] = {dir, dir / "tmp"};
+  for (const auto& path : paths) {
     // mkdir, not create_directories: an existing entry (a job id's leftover, or a link
     // planted by someone) is checked below rather than followed.
     if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
@@ -210,10 +211,13 @@ Status LocalExecutor::prepare_work_directory(const std::string& id,
     struct stat info {};
     if (::lstat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
       return make_error(ErrorCode::io, fmt::format("{} is not a directory", path.string()));
-    if (identity && ::lchown(path.c_str(), identity->uid, identity->gid) != 0) {
-      return make_error(ErrorCode::io, fmt::format("cannot hand {} to uid {}: {}", path.string(), identity->uid,
+  }
+  // Handed over innermost first: under the unit jouled has no CAP_DAC_OVERRIDE, so once `dir` is
+  // the job account's (0700) jouled can no longer make or reach anything in it.
+  for (auto path = std::rbegin(paths); identity && path != std::rend(paths); ++path) {
+    if (::lchown(path->c_str(), identity->uid, identity->gid) != 0)
+      return make_error(ErrorCode::io, fmt::format("cannot hand {} to uid {}: {}", path->string(), identity->uid,
                                                    std::strerror(errno)));
-    }
   }
   return {};
 }
