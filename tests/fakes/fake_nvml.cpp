@@ -11,6 +11,11 @@
 //   limit_mw 250000                every GPU's power limit at start (each GPU then has its own)
 //   limit_constraints_mw 100000 300000
 //   set_limit_return 4             force SetPowerManagementLimit's return code
+//   set_limit_needs_cap_sys_admin  SetPowerManagementLimit returns NVML_ERROR_NO_PERMISSION unless
+//                                  the calling thread has CAP_SYS_ADMIN in its effective set, as
+//                                  the driver allows it (NV_IS_SUSER())
+//   device_node /dev/nvidiactl     nvmlInit_v2 returns NVML_ERROR_DRIVER_NOT_LOADED unless this
+//                                  path exists, as where a sandbox hides the driver's nodes
 //   log /tmp/x/nvml.log            append "init", "shutdown" and "set_limit N" lines there
 //                                  ("set_limit N gpu I" for GPU I > 0)
 //   mig 0 3g.20gb 3g.20gb 1g.5gb   GPU 0 in MIG mode with these MIG devices (profiles as nvidia-smi
@@ -19,6 +24,11 @@
 //                                  their own, and their GPU's counter keeps counting for all
 //
 // Without the variable every call behaves as on an idle GPU with an energy counter.
+
+#include <linux/capability.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -35,7 +45,9 @@ constexpr int kSuccess = 0;
 constexpr int kUninitialized = 1;
 constexpr int kInvalidArgument = 2;
 constexpr int kNotSupported = 3;
+constexpr int kNoPermission = 4;
 constexpr int kNotFound = 6;
+constexpr int kDriverNotLoaded = 9;
 constexpr int kMaxDevices = 8;
 constexpr int kMaxMigDevices = 7;  // an A100's or H100's most
 
@@ -64,6 +76,8 @@ struct State {
   unsigned min_limit_mw = 100000;
   unsigned max_limit_mw = 300000;
   int set_limit_return = kSuccess;
+  bool set_limit_needs_cap_sys_admin = false;
+  std::string device_node;  // "": none needed
   std::string log;
   Device device[kMaxDevices];
   Device mig[kMaxDevices][kMaxMigDevices];
@@ -113,6 +127,8 @@ void load_script() {
       if (key == "limit_mw") words >> fresh.limit_mw;
       if (key == "limit_constraints_mw") words >> fresh.min_limit_mw >> fresh.max_limit_mw;
       if (key == "set_limit_return") words >> fresh.set_limit_return;
+      if (key == "set_limit_needs_cap_sys_admin") fresh.set_limit_needs_cap_sys_admin = true;
+      if (key == "device_node") words >> fresh.device_node;
       if (key == "log") words >> fresh.log;
       if (key == "mig") {
         int index = -1;
@@ -139,6 +155,14 @@ Device* device_of(void* handle) {
   return device;
 }
 
+// Whether the calling thread may use CAP_SYS_ADMIN now (capget, not /proc: the caller's own thread).
+bool has_cap_sys_admin() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (::syscall(SYS_capget, &header, data) != 0) return false;
+  return (data[CAP_SYS_ADMIN / 32].effective & (1u << (CAP_SYS_ADMIN % 32))) != 0;
+}
+
 template <class T>
 T next(const std::vector<T>& values, std::size_t& cursor) {
   if (values.empty()) return T{};
@@ -155,6 +179,8 @@ __attribute__((visibility("default"))) int nvmlInit_v2() {
   load_script();
   log_line("init");
   if (state().init_return != kSuccess) return state().init_return;
+  struct stat node {};
+  if (!state().device_node.empty() && ::stat(state().device_node.c_str(), &node) != 0) return kDriverNotLoaded;
   state().initialised = true;
   return kSuccess;
 }
@@ -175,9 +201,9 @@ __attribute__((visibility("default"))) const char* nvmlErrorString(int result) {
       return "Invalid Argument";
     case kNotSupported:
       return "Not Supported";
-    case 4:
+    case kNoPermission:
       return "Insufficient Permissions";
-    case 9:
+    case kDriverNotLoaded:
       return "Driver Not Loaded";
     default:
       return "Unknown Error";
@@ -240,6 +266,7 @@ __attribute__((visibility("default"))) int nvmlDeviceGetPowerManagementLimitCons
 __attribute__((visibility("default"))) int nvmlDeviceSetPowerManagementLimit(void* handle, unsigned limit_mw) {
   if (!device_of(handle)) return kUninitialized;
   if (state().set_limit_return != kSuccess) return state().set_limit_return;
+  if (state().set_limit_needs_cap_sys_admin && !has_cap_sys_admin()) return kNoPermission;
   if (limit_mw < state().min_limit_mw || limit_mw > state().max_limit_mw) return kInvalidArgument;
   Device* device = device_of(handle);
   device->limit_mw = limit_mw;
