@@ -200,7 +200,8 @@ std::filesystem::path LocalExecutor::work_directory(const std::string& id) const
 }
 
 Status LocalExecutor::prepare_work_directory(const std::string& id,
-                                             const std::optional<adapters::JobIdentity>& identity) const {
+                                             const std::optional<adapters::JobIdentity>& identity,
+                                             const std::function<Status()>& fill) const {
   const auto dir = work_directory(id);
   const std::filesystem::path paths[] = {dir, dir / "tmp"};
   for (const auto& path : paths) {
@@ -211,9 +212,19 @@ Status LocalExecutor::prepare_work_directory(const std::string& id,
     struct stat info {};
     if (::lstat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
       return make_error(ErrorCode::io, fmt::format("{} is not a directory", path.string()));
+    // A run before (a requeued or restarted job) left it the job account's: under the unit jouled
+    // has no CAP_DAC_OVERRIDE, so it takes it back (CAP_CHOWN, as for handing it over) to make or
+    // write anything in it, and closes it to others again whatever mode the job gave it.
+    if (identity && info.st_uid != ::geteuid()) {
+      if (::lchown(path.c_str(), ::geteuid(), ::getegid()) != 0 || ::chmod(path.c_str(), 0700) != 0)
+        return make_error(ErrorCode::io, fmt::format("cannot take {} back from uid {}: {}", path.string(), info.st_uid,
+                                                     std::strerror(errno)));
+    }
   }
-  // Handed over innermost first: under the unit jouled has no CAP_DAC_OVERRIDE, so once `dir` is
-  // the job account's (0700) jouled can no longer make or reach anything in it.
+  if (fill)
+    if (auto filled = fill(); !filled) return filled;
+  // Handed over innermost first: once `dir` is the job account's (0700) jouled can no longer
+  // make or reach anything in it.
   for (auto path = std::rbegin(paths); identity && path != std::rend(paths); ++path) {
     if (::lchown(path->c_str(), identity->uid, identity->gid) != 0)
       return make_error(ErrorCode::io, fmt::format("cannot hand {} to uid {}: {}", path->string(), identity->uid,
@@ -302,10 +313,24 @@ Result<std::vector<std::string>> LocalExecutor::builtin_command(
     if (const auto why = adapters::unreachable_by(worker, *identity, S_IXOTH))
       return make_error(ErrorCode::permission_denied, fmt::format("{}'s worker {} is out of the job's reach: {}",
                                                                   device.name, worker.string(), *why));
+  // CUDA_VISIBLE_DEVICES leaves the job one GPU, its first; a simulated device's job runs on the CPU.
+  const std::string torch_device = device.cuda_visible.empty() ? "cpu" : "cuda:0";
+  std::vector<std::string> argv = {
+      worker.string(), "train",
+      "--job",         (work_directory(job.row.id) / "builtin-job.json").string(),
+      "--device",      torch_device,
+      "--threads",     std::to_string(std::max(1, job.run_cores() > 0 ? job.run_cores() : device.threads))};
+  if (const auto checkpoints = checkpoint_directory(job); !checkpoints.empty())
+    argv.insert(argv.end(), {"--checkpoint", checkpoints.string()});
+  return argv;
+}
+
+Status LocalExecutor::write_builtin_job(const JobRecord& job,
+                                        const std::optional<adapters::JobIdentity>& identity) const {
   // The stored spec (model, training, run.builtin.dataset): what the trainer reads. Rewritten at
   // each start, so a requeued job trains what was submitted whatever the job did to the file.
   const auto file = work_directory(job.row.id) / "builtin-job.json";
-  // The directory is the job account's: whatever a run left there (a link to a file of jouled's,
+  // The directory was the job account's: whatever a run left there (a link to a file of jouled's,
   // say) is removed, never followed, and the file is created anew.
   if (::unlink(file.c_str()) != 0 && errno != ENOENT)
     return make_error(ErrorCode::io, fmt::format("cannot replace {}: {}", file.string(), std::strerror(errno)));
@@ -327,16 +352,7 @@ Result<std::vector<std::string>> LocalExecutor::builtin_command(
   if (!handed)
     return make_error(ErrorCode::io,
                       fmt::format("cannot hand {} to uid {}: {}", file.string(), identity->uid, std::strerror(saved)));
-  // CUDA_VISIBLE_DEVICES leaves the job one GPU, its first; a simulated device's job runs on the CPU.
-  const std::string torch_device = device.cuda_visible.empty() ? "cpu" : "cuda:0";
-  std::vector<std::string> argv = {
-      worker.string(), "train",
-      "--job",         file.string(),
-      "--device",      torch_device,
-      "--threads",     std::to_string(std::max(1, job.run_cores() > 0 ? job.run_cores() : device.threads))};
-  if (const auto checkpoints = checkpoint_directory(job); !checkpoints.empty())
-    argv.insert(argv.end(), {"--checkpoint", checkpoints.string()});
-  return argv;
+  return {};
 }
 
 std::string LocalExecutor::prepare(JobRecord& job, Device&) {
@@ -355,9 +371,6 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
     return host_.ended(job, JobState::failed, fmt::format("cannot create {}: {}", dir.string(), ec.message()),
                        std::nullopt);
   const auto identity = job_identity(job.row.sequence, job.row.owner_uid);
-  if (auto prepared = prepare_work_directory(id, identity); !prepared)
-    return host_.ended(job, JobState::failed, prepared.error().message, std::nullopt);
-
   adapters::LaunchSpec spec;
   if (job.spec.run.builtin) {
     auto command = builtin_command(job, device, identity);
@@ -366,6 +379,14 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
   } else {
     spec.argv = job.spec.run.argv;
   }
+  // A built-in job's file is written before the directory is handed over: jouled cannot write
+  // into it afterwards under the unit.
+  const auto write_job = [&] { return write_builtin_job(job, identity); };
+  if (auto prepared =
+          prepare_work_directory(id, identity, job.spec.run.builtin ? std::function<Status()>(write_job) : nullptr);
+      !prepared)
+    return host_.ended(job, JobState::failed, prepared.error().message, std::nullopt);
+
   spec.identity = identity;
   spec.workdir = job.spec.run.workdir.empty() ? work_directory(id) : std::filesystem::path(job.spec.run.workdir);
   spec.env = job_environment(job, device);

@@ -126,12 +126,16 @@ class LocalExecutor final : public Executor {
   Run& run_of(const JobRecord& job);
   /// Its process group's CPU time into `run.cpu_seconds` (the exit's total where it has ended).
   void read_cpu_seconds(const JobRecord& job, Run& run, const adapters::ExitStatus* exit) const;
-  /// Creates the job's directory and its tmp/, owned by `identity` when there is one.
-  Status prepare_work_directory(const std::string& id, const std::optional<adapters::JobIdentity>& identity) const;
+  /// Creates the job's directory and its tmp/ (taking back one a run before left to the job's
+  /// account), lets `fill` write into it, then hands both to `identity` when there is one.
+  Status prepare_work_directory(const std::string& id, const std::optional<adapters::JobIdentity>& identity,
+                                const std::function<Status()>& fill = {}) const;
   std::vector<std::string> job_environment(const JobRecord& job, const Device& device) const;
-  /// `joule-worker train` for a `run.builtin` job, with its job file written to its work directory.
+  /// `joule-worker train` for a `run.builtin` job, reading its job file (write_builtin_job).
   Result<std::vector<std::string>> builtin_command(const JobRecord& job, const Device& device,
                                                    const std::optional<adapters::JobIdentity>& identity) const;
+  /// The job file of a `run.builtin` job in its work directory, the job account's to read.
+  Status write_builtin_job(const JobRecord& job, const std::optional<adapters::JobIdentity>& identity) const;
   /// Sets the job's knobs on `device` before it starts. A knob the hardware refuses, or that reads
   /// back different, is put back and noted on the job, which runs at the device's default.
   void apply_knobs(JobRecord& job, Device& device, Run& run);
