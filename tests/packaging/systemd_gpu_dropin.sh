@@ -23,13 +23,13 @@
 #    own, holds no capability at all (CapPrm, CapEff, CapAmb 0); it sees /dev/nvidia0 and gets past
 #    the device cgroup there (ENXIO: no driver behind it), and any other device (/dev/ttyS0) is
 #    closed to it (EPERM: DevicePolicy=closed).
-#    Reported, not required: whether the job is fenced off the GPU it does not hold (jouled's BPF
-#    device filter on the job's cgroup). Under the unit as shipped it is not: ProtectControlGroups=yes
-#    leaves jouled no writable cgroup for jobs, and bpf() is outside SystemCallFilter=@system-service.
+#    jouled has a cgroup for jobs (the delegated one), and the job is fenced off the GPU it does not
+#    hold (EPERM: jouled's BPF device filter on its cgroup, bpf() and CAP_SYS_ADMIN from gpu.conf).
 # 3. gpu.conf without its two CAP_SYS_ADMIN lines: NVML still meters, jouled lacks CAP_SYS_ADMIN,
 #    and the job's limit is refused with "needs root or CAP_SYS_ADMIN".
 # 4. Without gpu.conf (PrivateDevices=yes): the job's /dev has no nvidia nodes and the GPUs are not
-#    metered by nvml.
+#    metered by nvml. 5. A built-in job trains (its job file written before the directory is the
+#    job account's).
 # `systemd-analyze security jouled` is printed for each; `systemctl stop jouled` ends each.
 #
 # Exits 77 (skipped) with the reason where this cannot run: not root, a tool missing, no cgroup2
@@ -270,14 +270,14 @@ held=${device#cuda:} other=$((1 - ${device#cuda:}))
 grep -q "^dev: nvidia$held" /run/joule-test/job.log || fail "gpu.conf: the job does not see /dev/nvidia$held"
 grep -q "nvidia$held.*No such device or address" /run/joule-test/job.log ||
   fail "gpu.conf: the job's /dev/nvidia$held is not open to the device cgroup: $(grep nvidia "/run/joule-test/job.log")"
-# The fence (jouled's BPF device filter on the job's cgroup) is reported, not required: the shipped
-# unit gives jouled no writable cgroup (ProtectControlGroups=yes) and no bpf() (@privileged).
-if grep -q "nvidia$other.*Operation not permitted" /run/joule-test/job.log; then
-  fence="/dev/nvidia$other EPERM (fenced)"
-else
-  fence="/dev/nvidia$other $(grep -o "nvidia$other.*: \(.*\)" /run/joule-test/job.log | sed 's/.*: //') (NOT fenced: $(
-    { events | grep -i 'fence\|device rules\|CUDA_VISIBLE_DEVICES alone'; grep -o 'job cgroups: unavailable[^;]*' /run/joule-test/jouled.log | tail -n 1; } | head -n 1))"
-fi
+# The fence: jouled's BPF device filter on the job's cgroup (the delegated cgroup the base unit
+# leaves writable, bpf() and CAP_SYS_ADMIN from gpu.conf) keeps the job off the GPU it does not hold.
+grep -q "nvidia$other.*Operation not permitted" /run/joule-test/job.log ||
+  fail "gpu.conf: the job is not fenced off /dev/nvidia$other: $(grep "nvidia$other" /run/joule-test/job.log); $(
+    events | grep -i 'fence\|device rules\|CUDA_VISIBLE_DEVICES alone'; grep -o 'job cgroups: unavailable[^;]*' /run/joule-test/jouled.log | tail -n 1)"
+fence="/dev/nvidia$other EPERM (fenced)"
+! grep -q 'job cgroups: unavailable' /run/joule-test/jouled.log ||
+  fail "gpu.conf: jouled has no cgroup for jobs: $(grep -o 'job cgroups: unavailable[^;]*' /run/joule-test/jouled.log | tail -n 1)"
 grep -q "ttyS0.*Operation not permitted" /run/joule-test/job.log || fail "gpu.conf: /dev/ttyS0 is not closed to the job"
 grep -q "open null: ok" /run/joule-test/job.log || fail "gpu.conf: /dev/null is closed to the job"
 echo "ok: gpu.conf: jouled CapEff $jouled_caps (CAP_SYS_ADMIN); meters $(meters); job on $device at 180 W (NVML: $(paste -sd ',' /var/lib/jouled/nvml.log))"
@@ -304,6 +304,8 @@ echo "ok: no drop-in: jouled with cuda:0 and cuda:1 stops at start: $why"
 write_config cpu
 run_case "no drop-in, no GPU in the config" "" "$plain"
 ! grep -q '^dev: nvidia' /run/joule-test/job.log || fail "no drop-in: the job sees NVIDIA devices"
+! grep -q 'job cgroups: unavailable' /run/joule-test/jouled.log ||
+  fail "the base unit leaves jouled no cgroup for jobs: $(grep -o 'job cgroups: unavailable[^;]*' /run/joule-test/jouled.log | tail -n 1)"
 echo "ok: no drop-in: the job's /dev has no nvidia nodes ($(grep -m 1 nvidia0 /run/joule-test/job.log))"
 # A built-in job, trained by the installed joule-worker under its own account: jouled writes its
 # job file into the work directory before handing that to the account (it cannot after).
