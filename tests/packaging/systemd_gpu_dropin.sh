@@ -80,7 +80,7 @@ mkdir "$cgroup" 2>/dev/null || skip "cannot make a cgroup in $cgroup2"
 # ---- The namespaces' PID 1: builds the root, then becomes systemd --------------------------------
 cat >"$tmp/pid1.sh" <<'EOF'
 set -euo pipefail
-tmp=$1
+tmp=$1 build=$2 source=$3
 console=$(tty)
 mkdir -p "$tmp/ovl"
 mount -t tmpfs -o mode=0755 tmpfs "$tmp/ovl"
@@ -114,6 +114,13 @@ mknod -m 0666 "$root/dev/nvidia1" c 195 1
 mknod -m 0666 "$root/dev/ttyS0" c 4 64
 mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs "$root/run"
 mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$root/tmp"
+# The build and source trees, read-only, wherever they are: the overlay holds / alone (not what is
+# mounted below it), and a clone in /tmp would be under the tmpfs above.
+for tree in "$source" "$build"; do
+  mkdir -p "$root$tree"
+  mount --bind "$tree" "$root$tree"
+  mount -o remount,bind,ro "$root$tree"
+done
 # The driver's name for major 195, so that DeviceAllow=char-nvidia-frontend resolves as on a node.
 mkdir -p "$root/run/joule-test/units"
 sed '/^Character devices:/a 195 nvidia-frontend' /proc/devices >"$root/run/joule-test/devices"
@@ -133,7 +140,7 @@ exec env -i container=joule-test SYSTEMD_UNIT_PATH=/etc/systemd/system:/run/joul
 EOF
 (
   echo "$BASHPID" >"$cgroup/cgroup.procs"
-  exec script -qfec "unshare --cgroup --pid --fork --mount --uts --net --propagation private bash $tmp/pid1.sh $tmp" \
+  exec script -qfec "unshare --cgroup --pid --fork --mount --uts --net --propagation private bash $tmp/pid1.sh $tmp $build $source" \
     "$tmp/console.log" </dev/null >/dev/null 2>&1
 ) &
 launcher=$!
