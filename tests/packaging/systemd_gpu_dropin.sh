@@ -114,13 +114,14 @@ mknod -m 0666 "$root/dev/nvidia1" c 195 1
 mknod -m 0666 "$root/dev/ttyS0" c 4 64
 mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs "$root/run"
 mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$root/tmp"
-# The build and source trees, read-only, wherever they are: the overlay holds / alone (not what is
-# mounted below it), and a clone in /tmp would be under the tmpfs above.
-for tree in "$source" "$build"; do
-  mkdir -p "$root$tree"
-  mount --bind "$tree" "$root$tree"
-  mount -o remount,bind,ro "$root$tree"
-done
+# The source (read-only) and build trees, wherever they are: the overlay holds / alone (not what
+# is mounted below it), and a clone in /tmp would be under the tmpfs above. The build stays
+# writable: `cmake --install` writes the unit it fills in there first.
+mkdir -p "$root$source"
+mount --bind "$source" "$root$source"
+mount -o remount,bind,ro "$root$source"
+mkdir -p "$root$build"
+mount --bind "$build" "$root$build"
 # The driver's name for major 195, so that DeviceAllow=char-nvidia-frontend resolves as on a node.
 mkdir -p "$root/run/joule-test/units"
 sed '/^Character devices:/a 195 nvidia-frontend' /proc/devices >"$root/run/joule-test/devices"
