@@ -682,6 +682,7 @@ def analyse_row(row, modelled_watts):
     if runtime and raw_mean is not None:
         runtime_joules = runtime["start_joules"]["mean"] + (est.get("steps") or 0) * runtime["step_joules"]["mean"]
     row["runtime_joules"] = runtime_joules
+    row["runtime_kinds_read"] = (runtime or {}).get("kinds_read")
     layers_mean = raw_mean - runtime_joules if runtime_joules is not None else raw_mean
     row["error_raw_without_runtime"] = rel(layers_mean, metered)
     # A network measured whole on the device (or scaled by its family's whole-to-layers gap) is
@@ -940,7 +941,11 @@ def report(data):
         p(f"runtime probe ({python.get('interpreter')}, {python.get('version')}, {python.get('source')}): start-up "
           f"{num(start.get('seconds'), '{:.2f}')} s, {num(start.get('joules'), '{:.1f}')} J; per step beyond LibTorch "
           f"{num(1e6 * step.get('seconds_base', 0), '{:.0f}')} µs + {num(1e6 * step.get('seconds_per_module', 0), '{:.1f}')}"
-          f" µs per module, ±{apct(step.get('sigma'), 0)}")
+          f" µs per module, ±{apct(step.get('sigma'), 0)}, {python.get('runs')} run(s) pooled")
+        kinds = python.get("kinds") or {}
+        if kinds:
+            p("  layer kinds read on their own networks, per layer beyond the line: " + ", ".join(
+                f"{k} {num(1e6 * v.get('seconds_per_layer', 0), '{:.0f}')} µs" for k, v in sorted(kinds.items())))
     else:
         p("runtime probe: none in the model (" + str(((m.get("probing") or {}).get("runtime") or {})) + ")")
     whole = (m.get("probing") or {}).get("whole_networks") or {}

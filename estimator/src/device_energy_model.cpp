@@ -76,6 +76,7 @@ json to_json(const Estimate& estimate, bool with_layers) {
     const auto& r = *estimate.runtime;
     out["runtime"] = {{"runtime", r.runtime},
                       {"modules", r.modules},
+                      {"kinds_read", r.kinds_read},
                       {"start_joules", to_json(r.start_joules)},
                       {"start_seconds", to_json(r.start_seconds)},
                       {"step_joules", to_json(r.step_joules)},
@@ -735,9 +736,13 @@ Result<Estimate> DeviceEnergyModel::estimate_with(const PreparedNetwork& network
       const RuntimeCost& cost = it->second;
       RuntimeLines lines;
       lines.runtime = runtime;
-      for (const auto& layer : *layers) lines.modules += python_module_calls(layer.type);
-      const double step_joules = cost.step_joules(lines.modules);
-      const double step_seconds = cost.step_seconds(lines.modules);
+      std::vector<std::string> types;
+      for (const auto& layer : *layers) types.push_back(layer.type);
+      RuntimeStepCost step = cost.step_cost(types);
+      lines.modules = step.modules;
+      lines.kinds_read = std::move(step.kinds_read);
+      const double step_joules = step.joules;
+      const double step_seconds = step.seconds;
       lines.step_joules = {step_joules, cost.step_sigma * step_joules};
       lines.step_seconds = {step_seconds, cost.step_sigma * step_seconds};
       lines.start_joules = {cost.start_joules, cost.start_sigma * cost.start_joules};

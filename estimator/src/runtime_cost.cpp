@@ -99,6 +99,26 @@ double RuntimeCost::step_seconds(std::int64_t modules) const {
   return step_seconds_base + step_seconds_per_module * static_cast<double>(std::max<std::int64_t>(modules, 0));
 }
 
+RuntimeStepCost RuntimeCost::step_cost(const std::vector<std::string>& layer_types) const {
+  RuntimeStepCost out;
+  std::set<std::string> read;
+  for (const auto& type : layer_types) {
+    const std::int64_t calls = python_module_calls(type);
+    out.modules += calls;
+    if (const auto it = kinds.find(type); it != kinds.end()) {
+      out.joules += it->second.joules_per_layer;
+      out.seconds += it->second.seconds_per_layer;
+      read.insert(type);
+    } else {
+      out.modules_on_line += calls;
+    }
+  }
+  out.joules += step_joules(out.modules_on_line);
+  out.seconds += step_seconds(out.modules_on_line);
+  out.kinds_read.assign(read.begin(), read.end());
+  return out;
+}
+
 Result<RuntimeCost> fit_runtime_cost(std::string runtime, std::vector<RuntimeStepReading> steps,
                                      std::vector<RuntimeStartReading> starts) {
   if (starts.empty())
@@ -118,7 +138,12 @@ Result<RuntimeCost> fit_runtime_cost(std::string runtime, std::vector<RuntimeSte
           ErrorCode::invalid_argument,
           fmt::format("step reading {} ({} modules): every figure must be positive and finite", i, r.modules),
           fmt::format("steps/{}", i));
-    module_counts.insert(r.modules);
+    if (!r.kind.empty() && (r.kind_layers < 1 || r.kind_layers * python_module_calls(r.kind) > r.modules))
+      return make_error(ErrorCode::invalid_argument,
+                        fmt::format("step reading {} ({}): {} layers of its kind in a network of {} modules", i, r.kind,
+                                    r.kind_layers, r.modules),
+                        fmt::format("steps/{}", i));
+    if (r.kind.empty()) module_counts.insert(r.modules);
   }
   if (module_counts.size() < 2)
     return make_error(ErrorCode::invalid_argument,
@@ -130,6 +155,7 @@ Result<RuntimeCost> fit_runtime_cost(std::string runtime, std::vector<RuntimeSte
   cost.runtime = std::move(runtime);
   std::vector<double> x, joules, seconds;
   for (const auto& r : steps) {
+    if (!r.kind.empty()) continue;
     x.push_back(static_cast<double>(r.modules));
     joules.push_back(r.extra_joules());
     seconds.push_back(r.extra_seconds());
@@ -145,6 +171,20 @@ Result<RuntimeCost> fit_runtime_cost(std::string runtime, std::vector<RuntimeSte
   double spread = 0.0;
   for (const auto& r : steps) spread = std::max(spread, r.spread);
   cost.step_sigma = std::max({kRuntimeStepSigmaFloor, std::hypot(joule_line.relative_rms, spread)});
+
+  // Each kind: what its network costs beyond the line's price of its other modules, per layer.
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> per_layer;
+  for (const auto& r : steps) {
+    if (r.kind.empty()) continue;
+    const double layers = static_cast<double>(r.kind_layers);
+    const std::int64_t others = r.modules - r.kind_layers * python_module_calls(r.kind);
+    auto& [j, s] = per_layer[r.kind];
+    j.push_back((r.extra_joules() - cost.step_joules(others)) / layers);
+    s.push_back((r.extra_seconds() - cost.step_seconds(others)) / layers);
+  }
+  for (const auto& [kind, values] : per_layer)
+    cost.kinds[kind] = RuntimeKindCost{std::max(0.0, median(values.first)), std::max(0.0, median(values.second)),
+                                       static_cast<std::int64_t>(values.first.size())};
 
   std::vector<double> start_joules, start_seconds;
   for (const auto& s : starts) {
@@ -197,7 +237,7 @@ Result<RuntimeCost> pool_runtime_runs(const RuntimeCost& earlier, const RuntimeC
 
 json to_json(const RuntimeCost& cost) {
   json steps = json::array();
-  for (const auto& r : cost.steps)
+  for (const auto& r : cost.steps) {
     steps.push_back({{"modules", r.modules},
                      {"runtime_joules", r.runtime_joules},
                      {"runtime_seconds", r.runtime_seconds},
@@ -207,9 +247,18 @@ json to_json(const RuntimeCost& cost) {
                      {"difference_joules", r.extra_joules()},
                      {"difference_seconds", r.extra_seconds()},
                      {"measured_ms", r.measured_ms}});
+    if (!r.kind.empty()) {
+      steps.back()["kind"] = r.kind;
+      steps.back()["kind_layers"] = r.kind_layers;
+    }
+  }
   json starts = json::array();
   for (const auto& s : cost.starts)
     starts.push_back({{"joules", s.joules}, {"seconds", s.seconds}, {"measured_ms", s.measured_ms}});
+  json kinds = json::object();
+  for (const auto& [kind, k] : cost.kinds)
+    kinds[kind] = {
+        {"joules_per_layer", k.joules_per_layer}, {"seconds_per_layer", k.seconds_per_layer}, {"readings", k.readings}};
   return {{"runtime", cost.runtime},
           {"interpreter", cost.interpreter},
           {"version", cost.version},
@@ -223,6 +272,7 @@ json to_json(const RuntimeCost& cost) {
             {"seconds_base", cost.step_seconds_base},
             {"seconds_per_module", cost.step_seconds_per_module},
             {"sigma", cost.step_sigma}}},
+          {"kinds", kinds},
           {"step_readings", steps},
           {"start_readings", starts}};
 }
@@ -268,17 +318,40 @@ Result<RuntimeCost> runtime_cost_from_json(const json& j) {
     if (!value) return value.error();
     *target = *value;
   }
+  if (const auto it = j.find("kinds"); it != j.end()) {
+    if (!it->is_object()) return make_error(ErrorCode::invalid_argument, "kinds must be an object", "/kinds");
+    for (const auto& [kind, k] : it->items()) {
+      const std::string where = "/kinds/" + kind;
+      if (!k.is_object()) return make_error(ErrorCode::invalid_argument, "a kind's cost must be an object", where);
+      auto joules = number(k, "joules_per_layer", where);
+      if (!joules) return joules.error();
+      auto seconds = number(k, "seconds_per_layer", where);
+      if (!seconds) return seconds.error();
+      const auto readings = k.find("readings");
+      cost.kinds[kind] = RuntimeKindCost{
+          *joules, *seconds, readings != k.end() && readings->is_number_integer() ? readings->get<std::int64_t>() : 0};
+    }
+  }
   if (const auto it = j.find("step_readings"); it != j.end() && it->is_array()) {
     for (const auto& r : *it) {
       if (!r.is_object()) continue;
-      RuntimeStepReading reading{r.value("modules", std::int64_t{0}), r.value("runtime_joules", 0.0),
-                                 r.value("runtime_seconds", 0.0),     r.value("worker_joules", 0.0),
-                                 r.value("worker_seconds", 0.0),      r.value("spread", 0.0)};
+      RuntimeStepReading reading;
+      reading.modules = r.value("modules", std::int64_t{0});
+      reading.runtime_joules = r.value("runtime_joules", 0.0);
+      reading.runtime_seconds = r.value("runtime_seconds", 0.0);
+      reading.worker_joules = r.value("worker_joules", 0.0);
+      reading.worker_seconds = r.value("worker_seconds", 0.0);
+      reading.spread = r.value("spread", 0.0);
       if (r.contains("difference_joules") && r["difference_joules"].is_number())
         reading.difference_joules = r["difference_joules"].get<double>();
       if (r.contains("difference_seconds") && r["difference_seconds"].is_number())
         reading.difference_seconds = r["difference_seconds"].get<double>();
       reading.measured_ms = stamp_of(r);
+      if (r.contains("kind") && r["kind"].is_string() && r.contains("kind_layers") &&
+          r["kind_layers"].is_number_integer()) {
+        reading.kind = r["kind"].get<std::string>();
+        reading.kind_layers = r["kind_layers"].get<std::int64_t>();
+      }
       cost.steps.push_back(reading);
     }
   }
@@ -291,6 +364,48 @@ Result<RuntimeCost> runtime_cost_from_json(const json& j) {
 std::int64_t python_module_calls(const std::string& layer_type) {
   if (layer_type == "transformer_encoder_layer") return 9;
   return 1;
+}
+
+bool runtime_kind_readable(const std::string& layer_type) {
+  static const std::set<std::string> readable = {"conv1d",
+                                                 "conv2d",
+                                                 "batchnorm1d",
+                                                 "batchnorm2d",
+                                                 "maxpool2d",
+                                                 "avgpool2d",
+                                                 "adaptive_avgpool2d",
+                                                 "layernorm",
+                                                 "dropout",
+                                                 "gelu",
+                                                 "tanh",
+                                                 "sigmoid",
+                                                 "silu",
+                                                 "relu6",
+                                                 "hardswish",
+                                                 "softmax",
+                                                 "identity",
+                                                 "flatten",
+                                                 "lstm",
+                                                 "gru",
+                                                 "multihead_attention",
+                                                 "transformer_encoder_layer"};
+  return readable.contains(layer_type);
+}
+
+std::vector<std::string> runtime_kinds_to_read(const std::vector<std::string>& layer_types,
+                                               const std::map<std::string, RuntimeKindCost>& read_before,
+                                               std::size_t most) {
+  std::map<std::string, std::int64_t> counts;
+  for (const auto& type : layer_types)
+    if (runtime_kind_readable(type)) ++counts[type];
+  std::vector<std::pair<std::string, std::int64_t>> ranked(counts.begin(), counts.end());
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::vector<std::string> kinds;
+  for (const auto& [kind, count] : ranked)
+    if (kinds.size() < most) kinds.push_back(kind);
+  for (const auto& [kind, cost] : read_before)
+    if (kinds.size() < most && runtime_kind_readable(kind) && !counts.contains(kind)) kinds.push_back(kind);
+  return kinds;
 }
 
 std::string runtime_of_command(const std::vector<std::string>& argv) {

@@ -243,8 +243,8 @@ TEST(JobEstimateTest, the_stored_text_is_each_rows_json_rounded_with_its_summed_
       row.correction = correction;
     }
     if (d == 2) {
-      estimate.runtime =
-          estimator::RuntimeLines{"python", 11, {20.0, 2.0}, {1.0 / 3.0, 0.1}, {1e-3, 1e-4}, {2e-5, 0.0}};
+      estimate.runtime = estimator::RuntimeLines{
+          "python", 11, {"batchnorm2d", "conv2d"}, {20.0, 2.0}, {1.0 / 3.0, 0.1}, {1e-3, 1e-4}, {2e-5, 0.0}};
     }
     rows.push_back(std::move(row));
   }

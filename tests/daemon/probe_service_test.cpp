@@ -118,7 +118,19 @@ if args[0] == "runtime":
         sys.stderr.write("joule-worker: python3 (1 blocks): importing torch: it ended; it said: "
                          "ModuleNotFoundError: No module named 'torch'\n")
         sys.exit(1)
-    print({runtime_result})
+    out = json.loads({runtime_result})
+    # Each kind asked for costs 20 µs a layer beyond the line (8 layers, a flatten and a Linear
+    # beside them); gru's network does not build here, as a kind a worker cannot read.
+    kinds = args[args.index("--kinds") + 1].split(",") if "--kinds" in args else []
+    for kind in kinds:
+        if kind == "gru":
+            sys.stderr.write("joule-worker runtime: gru layers not read: it said: no GRU here\n")
+            continue
+        extra = 1e-4 + 1e-5 * 2 + 8 * 2e-5
+        out["steps"].append(dict(out["steps"][0], modules=10, kind=kind, kind_layers=8,
+                                 runtime_seconds_per_step=1e-4 + extra, difference_seconds_per_step=extra,
+                                 runtime_joules_per_step=1e-3 + 10 * extra, difference_joules_per_step=10 * extra))
+    print(json.dumps(out))
     sys.exit(0)
 template = json.loads({result})
 cap_file = "{cap_file}"
@@ -486,6 +498,45 @@ TEST_F(ProbeServiceTest, the_runtime_probe_runs_first_and_its_cost_joins_the_ser
   clock_.advance(std::chrono::minutes(25));
   ASSERT_TRUE(run_until([&] { return lines_of("runtime.log") == 4; })) << shown().dump();
   EXPECT_EQ(shown()["runtime"]["runs"], 3);
+}
+
+// The workload's own layer kinds are read on their own networks: a requested run naming a
+// network asks for its convolutions, batch norm and GRU, the model prices them so, and a kind the worker
+// could not read is said and not asked for again.
+TEST_F(ProbeServiceTest, the_runtime_probe_reads_the_workloads_layer_kinds) {
+  config::ProbingConfig probing;
+  probing.idle_seconds = 0.0;
+  start(probing, {.runtime = true});
+  const json cnn = json::parse(R"({"input": {"shape": [3, 16]}, "layers": [
+      {"type": "conv1d", "out_channels": 4, "kernel_size": 3}, {"type": "batchnorm1d"}, {"type": "relu"},
+      {"type": "conv1d", "out_channels": 4, "kernel_size": 3}, {"type": "gru", "hidden_size": 4},
+      {"type": "linear", "out_features": 10}]})");
+  ASSERT_TRUE(request_run_measuring(cnn, 600));
+  ASSERT_TRUE(within([&] { return lines_of("runtime.log") == 1 && shown()["runtime"]["state"] == "measured"; }, 30s))
+      << shown().dump();
+  std::string call;
+  {
+    std::ifstream in(dir_ / "runtime.log");
+    std::getline(in, call);
+  }
+  // The most layers first; linear and relu are the line's own.
+  EXPECT_NE(call.find("--kinds conv1d,batchnorm1d,gru"), std::string::npos) << call;
+  const json runtime = shown()["runtime"];
+  EXPECT_EQ(runtime["kinds_read"], (json{"conv1d", "batchnorm1d"})) << runtime.dump();
+  EXPECT_EQ(runtime["kinds_not_read"], (json{"gru"})) << runtime.dump();
+  ASSERT_TRUE(within([&] { return models_->models().contains("cpu"); }, 30s)) << shown().dump();
+  const auto& cost = models_->models().at("cpu")->runtimes().at("python");
+  ASSERT_TRUE(cost.kinds.contains("conv1d"));
+  EXPECT_NEAR(cost.kinds.at("conv1d").seconds_per_layer, 2e-5, 1e-9);
+  EXPECT_FALSE(cost.kinds.contains("gru"));
+  // Five minutes on, it is read again (it pools one run of three) and gru is not asked for.
+  clock_.advance(std::chrono::minutes(5));
+  ASSERT_TRUE(within([&] { return lines_of("runtime.log") == 2; }, 30s)) << shown().dump();
+  std::ifstream in(dir_ / "runtime.log");
+  std::getline(in, call);
+  std::getline(in, call);
+  EXPECT_NE(call.find("--kinds conv1d,batchnorm1d"), std::string::npos) << call;
+  EXPECT_EQ(call.find("gru"), std::string::npos) << call;
 }
 
 TEST_F(ProbeServiceTest, a_failed_runtime_probe_stores_nothing_says_why_and_layer_probing_goes_on) {

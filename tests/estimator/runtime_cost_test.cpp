@@ -288,3 +288,104 @@ TEST(RuntimeCostTest, another_interpreter_or_meter_is_measured_afresh_not_pooled
   EXPECT_EQ(old.runs(), 1);
   EXPECT_EQ(pool_runtime_runs(old, run_at(2'000, 1.5e-4, 2e-5))->runs(), 2);
 }
+
+namespace {
+
+// A reading of `layers` layers of `kind` (plus a flatten and a Linear on the line) whose runtime
+// costs `per_layer` joules per layer of the kind beyond the line's price of the rest.
+RuntimeStepReading kind_reading(const std::string& kind, std::int64_t layers, double base, double per_module,
+                                double per_layer) {
+  const std::int64_t others = 2;
+  const std::int64_t modules = others + layers * python_module_calls(kind);
+  const double extra = base + per_module * static_cast<double>(others) + per_layer * static_cast<double>(layers);
+  RuntimeStepReading reading{modules, 1e-3 + extra, (1e-3 + extra) / 10.0, 1e-3, 1e-4, 0.02};
+  reading.kind = kind;
+  reading.kind_layers = layers;
+  return reading;
+}
+
+}  // namespace
+
+TEST(RuntimeCostTest, a_kind_read_on_its_own_network_costs_its_own_figure_and_the_rest_stays_on_the_line) {
+  // The line's networks say 5 mJ + 1 mJ per module; a conv2d layer costs 9 mJ, a batch norm 6.
+  auto readings = exact_readings(5e-3, 1e-3);
+  readings.push_back(kind_reading("conv2d", 8, 5e-3, 1e-3, 9e-3));
+  readings.push_back(kind_reading("batchnorm2d", 8, 5e-3, 1e-3, 6e-3));
+  auto cost = fit_runtime_cost("python", readings, starts());
+  ASSERT_TRUE(cost) << cost.error().message;
+  // The kinds' readings do not move the line.
+  EXPECT_NEAR(cost->step_joules_base, 5e-3, 1e-12);
+  EXPECT_NEAR(cost->step_joules_per_module, 1e-3, 1e-12);
+  ASSERT_EQ(cost->kinds.size(), 2u);
+  EXPECT_NEAR(cost->kinds.at("conv2d").joules_per_layer, 9e-3, 1e-12);
+  EXPECT_NEAR(cost->kinds.at("conv2d").seconds_per_layer, 9e-4, 1e-12);
+  EXPECT_NEAR(cost->kinds.at("batchnorm2d").joules_per_layer, 6e-3, 1e-12);
+  EXPECT_EQ(cost->kinds.at("conv2d").readings, 1);
+
+  // conv2d ×2 and batchnorm2d at their own figures; relu ×2, flatten and linear on the line.
+  const auto priced = cost->step_cost({"conv2d", "batchnorm2d", "relu", "conv2d", "relu", "flatten", "linear"});
+  EXPECT_EQ(priced.modules, 7);
+  EXPECT_EQ(priced.modules_on_line, 4);
+  EXPECT_EQ(priced.kinds_read, (std::vector<std::string>{"batchnorm2d", "conv2d"}));
+  EXPECT_NEAR(priced.joules, 5e-3 + 4 * 1e-3 + 2 * 9e-3 + 6e-3, 1e-12);
+
+  // And so in an estimate: what it adds per step, and which kinds it priced so (a device that has
+  // layer models for Linear only, its one layer priced as a kind read).
+  DeviceEnergyModel model("cpu", "rapl");
+  ASSERT_TRUE(model.add_sample(linear_output_sample(256, 0.01)));
+  ASSERT_TRUE(model.fit());
+  RuntimeCost with_linear = *cost;
+  with_linear.kinds["linear"] = RuntimeKindCost{3e-3, 3e-4, 1};
+  model.set_runtime(with_linear);
+  auto estimate = model.estimate(classifier(), steps(10), "python");
+  ASSERT_TRUE(estimate) << estimate.error().message;
+  ASSERT_TRUE(estimate->runtime);
+  EXPECT_NEAR(estimate->runtime->step_joules.mean, 5e-3 + 3e-3, 1e-12);  // the base, and no module on the line
+  EXPECT_EQ(to_json(*estimate)["runtime"]["kinds_read"], (nlohmann::json{"linear"}));
+
+  // Saved and loaded, the kinds and their readings come back; pooled with a later run, they stay.
+  auto loaded = runtime_cost_from_json(to_json(*cost));
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_NEAR(loaded->kinds.at("conv2d").joules_per_layer, 9e-3, 1e-15);
+  EXPECT_EQ(loaded->steps.back().kind, "batchnorm2d");
+  EXPECT_EQ(loaded->steps.back().kind_layers, 8);
+  auto bad = to_json(*cost);
+  bad["kinds"]["conv2d"]["joules_per_layer"] = "a lot";
+  auto refused = runtime_cost_from_json(bad);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().where.find("/kinds/conv2d"), std::string::npos) << refused.error().where;
+}
+
+TEST(RuntimeCostTest, a_kind_cheaper_than_the_line_costs_nothing_less_than_zero_and_a_bad_kind_reading_is_refused) {
+  auto readings = exact_readings(5e-3, 1e-3);
+  // Its network read below the line's price of its other modules: noise, or a kind with no
+  // Python-side work; it never makes a step cheaper.
+  readings.push_back(kind_reading("relu6", 8, 5e-3, 1e-3, -1e-4));
+  auto cost = fit_runtime_cost("python", readings, starts());
+  ASSERT_TRUE(cost) << cost.error().message;
+  EXPECT_DOUBLE_EQ(cost->kinds.at("relu6").joules_per_layer, 0.0);
+
+  auto broken = exact_readings(5e-3, 1e-3);
+  broken.push_back(kind_reading("conv2d", 8, 5e-3, 1e-3, 9e-3));
+  broken.back().kind_layers = 0;
+  auto refused = fit_runtime_cost("python", broken, starts());
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().where, "steps/3");
+  // Kind readings alone do not make a line: two module counts of the line's own are needed.
+  auto kinds_only = std::vector<RuntimeStepReading>{kind_reading("conv2d", 8, 5e-3, 1e-3, 9e-3),
+                                                    kind_reading("lstm", 4, 5e-3, 1e-3, 9e-3)};
+  EXPECT_FALSE(fit_runtime_cost("python", kinds_only, starts()));
+}
+
+TEST(RuntimeCostTest, the_kinds_to_read_are_the_workloads_most_frequent_then_those_read_before) {
+  const std::vector<std::string> types = {"conv2d", "relu",        "conv2d", "batchnorm2d", "linear", "add",
+                                          "conv2d", "batchnorm2d", "lstm",   "embedding",   "flatten"};
+  // linear and relu are the line's, add a join, embedding needs tokens: none is read on its own.
+  EXPECT_EQ(runtime_kinds_to_read(types, {}), (std::vector<std::string>{"conv2d", "batchnorm2d", "flatten", "lstm"}));
+  const std::map<std::string, RuntimeKindCost> before = {{"gru", {}}, {"lstm", {}}, {"layernorm", {}}};
+  EXPECT_EQ(runtime_kinds_to_read(types, before, 5),
+            (std::vector<std::string>{"conv2d", "batchnorm2d", "flatten", "lstm", "gru"}));
+  EXPECT_FALSE(runtime_kind_readable("linear"));
+  EXPECT_FALSE(runtime_kind_readable("concat"));
+  EXPECT_TRUE(runtime_kind_readable("transformer_encoder_layer"));
+}

@@ -9,6 +9,8 @@
 
 #include "environment.hpp"
 #include "example_models.hpp"
+#include "joule/estimator/runtime_cost.hpp"
+#include "runtime_probe.hpp"
 #include "temp_dir.hpp"
 #include "trainer.hpp"
 
@@ -182,6 +184,30 @@ TEST_F(NetworkBuilderTest, every_layer_type_trains) {
       }
     }
   }
+}
+
+// The runtime probe reads each kind it admits on a network of its own (runtime_probe.hpp): every
+// one builds and trains here as it does in the interpreter.
+TEST_F(NetworkBuilderTest, every_kind_the_runtime_probe_reads_has_a_network_that_trains) {
+  int kinds = 0;
+  for (const auto& type : estimator::known_layer_types()) {
+    auto spec = runtime_probe_kind_network(type, kRuntimeKindLayers);
+    if (!estimator::runtime_kind_readable(type)) {
+      ASSERT_FALSE(spec) << type;
+      EXPECT_EQ(spec.error().where, "--kinds");
+      continue;
+    }
+    SCOPED_TRACE(type);
+    ++kinds;
+    ASSERT_TRUE(spec) << spec.error().message;
+    std::int64_t of_kind = 0;
+    for (const auto& layer : spec->layers) of_kind += layer.type == type;
+    EXPECT_GE(of_kind, kRuntimeKindLayers);
+    auto session = TrainingSession::create(*spec, {8, "sgd", torch::kCPU, 1});
+    ASSERT_TRUE(session) << session.error().message;
+    ASSERT_TRUE(std::isfinite(session->step().item<double>()));
+  }
+  EXPECT_GE(kinds, 20);
 }
 
 TEST_F(NetworkBuilderTest, mse_regresses_a_target_shaped_like_the_output) {

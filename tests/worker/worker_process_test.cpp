@@ -326,7 +326,8 @@ TEST_F(WorkerProcessTest, runtime_meters_python_against_the_same_loop_in_libtorc
   // Debian's interpreter with python3-torch: what jobs run.
   if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
   const WorkerRun run = worker(
-      "runtime --python /usr/bin/python3 --meter modelled --blocks 1,4 --readings 2 --reading-seconds 0.05 --json");
+      "runtime --python /usr/bin/python3 --meter modelled --blocks 1,4 --readings 2 --reading-seconds 0.05 --json "
+      "--kinds batchnorm2d,lstm");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   auto result = worker::parse_runtime_probe_result(json::parse(run.out));
   ASSERT_TRUE(result) << result.error().message << "\n" << run.out;
@@ -335,10 +336,15 @@ TEST_F(WorkerProcessTest, runtime_meters_python_against_the_same_loop_in_libtorc
   EXPECT_FALSE(result->measured);
   EXPECT_NE(result->version.find("Python 3."), std::string::npos) << result->version;
   EXPECT_NE(result->version.find("torch "), std::string::npos) << result->version;
-  ASSERT_EQ(result->starts.size(), 2u);  // one fresh interpreter per network
-  ASSERT_EQ(result->steps.size(), 2u);
+  ASSERT_EQ(result->starts.size(), 4u);  // one fresh interpreter per network
+  ASSERT_EQ(result->steps.size(), 4u);
   EXPECT_EQ(result->steps[0].modules, 3);
   EXPECT_EQ(result->steps[1].modules, 9);
+  // Each kind on its own network: 8 layers of it, a flatten and a Linear.
+  EXPECT_EQ(result->steps[2].kind, "batchnorm2d");
+  EXPECT_EQ(result->steps[2].kind_layers, 8);
+  EXPECT_EQ(result->steps[2].modules, 10);
+  EXPECT_EQ(result->steps[3].kind, "lstm");
   for (const auto& start : result->starts) {
     // Importing torch takes a while anywhere; the modelled meter charges idle watts for it.
     EXPECT_GT(start.seconds, 0.05);
@@ -354,6 +360,8 @@ TEST_F(WorkerProcessTest, runtime_meters_python_against_the_same_loop_in_libtorc
   auto cost = estimator::fit_runtime_cost(result->runtime, result->steps, result->starts);
   ASSERT_TRUE(cost) << cost.error().message;
   EXPECT_GT(cost->start_seconds, 0.05);
+  EXPECT_TRUE(cost->kinds.contains("batchnorm2d"));
+  EXPECT_TRUE(cost->kinds.contains("lstm"));
 }
 
 TEST_F(WorkerProcessTest, runtime_names_an_interpreter_that_cannot_run_the_probe) {
@@ -370,6 +378,10 @@ TEST_F(WorkerProcessTest, runtime_names_an_interpreter_that_cannot_run_the_probe
   EXPECT_EQ(run.exit_code, 1) << run.err;
   EXPECT_NE(run.err.find("importing torch"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("No module named 'torch'"), std::string::npos) << run.err;
+  // A kind it does not read on its own is refused before any interpreter starts.
+  run = worker("runtime --python /usr/bin/python3 --kinds conv2d,linear");
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("\"linear\""), std::string::npos) << run.err;
   // One network size cannot tell a per-module cost from a per-step one.
   run = worker("runtime --python /usr/bin/python3 --blocks 4");
   EXPECT_EQ(run.exit_code, 2) << run.err;

@@ -187,7 +187,10 @@ TEST(ProtocolTest, runtime_result_round_trips_and_its_errors_name_the_pointer) {
   result.version = "Python 3.11.2, torch 1.13.0";
   result.meter_source = "rapl";
   result.measured = true;
-  result.steps = {{3, 4e-3, 4e-4, 2e-3, 2e-4, 0.05}, {9, 9e-3, 9e-4, 5e-3, 5e-4, 0.04}};
+  result.steps = {
+      {3, 4e-3, 4e-4, 2e-3, 2e-4, 0.05}, {9, 9e-3, 9e-4, 5e-3, 5e-4, 0.04}, {10, 9e-3, 9e-4, 5e-3, 5e-4, 0.04}};
+  result.steps[2].kind = "conv2d";
+  result.steps[2].kind_layers = 8;
   result.starts = {{30.0, 1.5}};
   result.joules = 80.0;
   result.wall_seconds = 9.0;
@@ -206,6 +209,16 @@ TEST(ProtocolTest, runtime_result_round_trips_and_its_errors_name_the_pointer) {
   refused = parse_runtime_probe_result(bad);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().where, "/starts/0/seconds");
+  // A kind's reading says how many of its layers its network holds, no more than its modules.
+  bad = out;
+  bad["steps"][2].erase("kind_layers");
+  refused = parse_runtime_probe_result(bad);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().where, "/steps/2/kind_layers");
+  bad["steps"][2]["kind_layers"] = 11;
+  refused = parse_runtime_probe_result(bad);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().where, "/steps/2/kind_layers");
   // A modelled meter's joules are never a measurement.
   bad = out;
   bad["meter_source"] = "modelled";

@@ -405,6 +405,10 @@ int run(int argc, char** argv) {
   runtime_cmd->add_option("--blocks", runtime.blocks, "Networks of this many Linear + ReLU blocks (two or more)")
       ->capture_default_str()
       ->delimiter(',');
+  runtime_cmd
+      ->add_option("--kinds", runtime.kinds,
+                   "Layer kinds read each on its own network (conv2d, batchnorm1d, lstm...; not linear or relu)")
+      ->delimiter(',');
   runtime_cmd->add_option("--width", runtime.width, "Features of every Linear")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));

@@ -322,7 +322,7 @@ Result<ProbeResult> parse_probe_result(const json& value) {
 
 json to_json(const RuntimeProbeResult& result) {
   json steps = json::array();
-  for (const auto& r : result.steps)
+  for (const auto& r : result.steps) {
     steps.push_back({{"modules", r.modules},
                      {"runtime_joules_per_step", r.runtime_joules},
                      {"runtime_seconds_per_step", r.runtime_seconds},
@@ -331,6 +331,11 @@ json to_json(const RuntimeProbeResult& result) {
                      {"difference_joules_per_step", r.extra_joules()},
                      {"difference_seconds_per_step", r.extra_seconds()},
                      {"spread", r.spread}});
+    if (!r.kind.empty()) {
+      steps.back()["kind"] = r.kind;
+      steps.back()["kind_layers"] = r.kind_layers;
+    }
+  }
   json starts = json::array();
   for (const auto& s : result.starts) starts.push_back({{"joules", s.joules}, {"seconds", s.seconds}});
   return {{"environment", to_json(result.environment)},
@@ -384,6 +389,11 @@ Result<RuntimeProbeResult> parse_runtime_probe_result(const json& value) {
     // Signed: a runtime step may read a little faster than LibTorch's in noise.
     if (auto e = step.number("difference_joules_per_step", reading.difference_joules, -1.0)) return *e;
     if (auto e = step.number("difference_seconds_per_step", reading.difference_seconds, -1.0)) return *e;
+    if (auto e = step.string("kind", reading.kind)) return *e;
+    if (!reading.kind.empty()) {
+      if (auto e = step.required("kind_layers")) return *e;
+      if (auto e = step.integer("kind_layers", reading.kind_layers, 1, reading.modules)) return *e;
+    }
     if (auto e = step.no_unknown_fields()) return *e;
     result.steps.push_back(reading);
   }

@@ -213,6 +213,42 @@ estimator::ModelSpec runtime_probe_network(int blocks, int width) {
   return spec;
 }
 
+Result<estimator::ModelSpec> runtime_probe_kind_network(const std::string& kind, int layers) {
+  if (!estimator::runtime_kind_readable(kind))
+    return make_error(ErrorCode::invalid_argument,
+                      fmt::format("the runtime probe reads no \"{}\" layers on their own (readable: layer types but "
+                                  "linear, relu, joins and embedding)",
+                                  kind),
+                      "--kinds");
+  if (layers < 1 || layers > 64)
+    return make_error(ErrorCode::invalid_argument, "a kind's network holds 1 to 64 layers", "--kinds");
+  estimator::ModelSpec spec;
+  spec.name = fmt::format("runtime-{}x{}", kind, layers);
+  nlohmann::json args = nlohmann::json::object();
+  if (kind == "conv2d" || kind == "batchnorm2d" || kind == "maxpool2d" || kind == "avgpool2d" ||
+      kind == "adaptive_avgpool2d") {
+    spec.input_shape = {4, 4, 4};
+    if (kind == "conv2d") args = {{"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}};
+    if (kind == "maxpool2d" || kind == "avgpool2d") args = {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}};
+    if (kind == "adaptive_avgpool2d") args = {{"output_size", 4}};
+  } else if (kind == "conv1d") {
+    spec.input_shape = {4, 8};
+    args = {{"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}};
+  } else if (kind == "lstm" || kind == "gru" || kind == "multihead_attention" || kind == "transformer_encoder_layer") {
+    spec.input_shape = {4, 16};
+    if (kind == "lstm" || kind == "gru") args = {{"hidden_size", 16}, {"output", "sequence"}};
+    if (kind == "multihead_attention") args = {{"num_heads", 2}};
+    if (kind == "transformer_encoder_layer") args = {{"nhead", 2}, {"dim_feedforward", 16}};
+  } else {
+    spec.input_shape = {16};
+    if (kind == "dropout") args = {{"p", 0.1}};
+  }
+  for (int i = 0; i < layers; ++i) spec.layers.push_back({kind, args, "", {}});
+  if (spec.input_shape.size() > 1) spec.layers.push_back({"flatten", nlohmann::json::object(), "", {}});
+  spec.layers.push_back({"linear", {{"out_features", 10}}, "", {}});
+  return spec;
+}
+
 Result<RuntimeProbeResult> run_runtime_probe(const RuntimeProbeRequest& request) {
   const auto started = Clock::now();
   if (request.blocks.size() < 2)
@@ -220,6 +256,19 @@ Result<RuntimeProbeResult> run_runtime_probe(const RuntimeProbeRequest& request)
   for (int b : request.blocks)
     if (b < 1 || b > 256) return make_error(ErrorCode::invalid_argument, "blocks must be in [1, 256]", "--blocks");
   if (request.readings < 1) return make_error(ErrorCode::invalid_argument, "readings must be 1 or more", "--readings");
+  // Each network to read, and the kind it reads ("" for the line's).
+  struct ProbeNetwork {
+    estimator::ModelSpec spec;
+    std::string kind;
+    std::int64_t kind_layers = 0;
+  };
+  std::vector<ProbeNetwork> networks;
+  for (const int blocks : request.blocks) networks.push_back({runtime_probe_network(blocks, request.width), "", 0});
+  for (const auto& kind : request.kinds) {
+    auto spec = runtime_probe_kind_network(kind, kRuntimeKindLayers);
+    if (!spec) return spec.error();
+    networks.push_back({std::move(spec).value(), kind, kRuntimeKindLayers});
+  }
   if (auto status = check_device(request.device); !status) return status.error();
   if (request.device != "cpu")
     return make_error(ErrorCode::invalid_argument,
@@ -256,14 +305,25 @@ Result<RuntimeProbeResult> run_runtime_probe(const RuntimeProbeRequest& request)
   } cleanup{scratch};
   const auto env = child_environment(request.threads);
 
-  for (const int blocks : request.blocks) {
+  // One network read both ways: its step reading (its start-up reading and the joules it spent
+  // are the result's on the way).
+  auto read_network = [&](const ProbeNetwork& network) -> Result<estimator::RuntimeStepReading> {
+    // The spec as the interpreter builds it: each layer with its per-sample input shape.
+    auto analyzed = estimator::analyze_model(network.spec, request.batch_size, "");
+    if (!analyzed) return analyzed.error();
+    nlohmann::json layers = nlohmann::json::array();
+    for (const auto& layer : *analyzed) {
+      nlohmann::json entry = network.spec.layers.at(layer.index).args;
+      entry["type"] = network.spec.layers.at(layer.index).type;
+      entry["in"] = layer.input_shape;
+      layers.push_back(std::move(entry));
+    }
+    const std::string described = nlohmann::json{{"input", network.spec.input_shape}, {"layers", layers}}.dump();
     const std::vector<std::string> argv = {request.python,
                                            "-c",
                                            std::string(kRuntimeProbeScript),
-                                           "--layers",
-                                           std::to_string(blocks),
-                                           "--width",
-                                           std::to_string(request.width),
+                                           "--network",
+                                           described,
                                            "--batch",
                                            std::to_string(request.batch_size),
                                            "--threads",
@@ -277,7 +337,7 @@ Result<RuntimeProbeResult> run_runtime_probe(const RuntimeProbeRequest& request)
     auto broken = [&](const std::string& what, const Error& error) {
       const std::string said = last_line_of(stderr_path);
       return make_error(error.code == ErrorCode::internal ? ErrorCode::internal : ErrorCode::unavailable,
-                        fmt::format("{} ({} blocks): {}{}", request.python, blocks, what + ": " + error.message,
+                        fmt::format("{} ({}): {}{}", request.python, network.spec.name, what + ": " + error.message,
                                     said.empty() ? "" : "; it said: " + said));
     };
     current = nullptr;
@@ -303,7 +363,7 @@ Result<RuntimeProbeResult> run_runtime_probe(const RuntimeProbeRequest& request)
 
     // The same network in LibTorch, warmed up as the interpreter warms up its own.
     SessionOptions options{request.batch_size, "sgd", torch::kCPU, 1};
-    auto session = TrainingSession::create(runtime_probe_network(blocks, request.width), options);
+    auto session = TrainingSession::create(network.spec, options);
     if (!session) return session.error();
     // Warm for as long as a reading lasts (and 20 steps at least): first steps allocate, and
     // caches and clocks settle; the interpreter does the same on its side.
@@ -355,7 +415,9 @@ Result<RuntimeProbeResult> run_runtime_probe(const RuntimeProbeRequest& request)
     if (!child->finish()) return broken("ending", make_error(ErrorCode::internal, "it did not exit 0"));
 
     estimator::RuntimeStepReading reading;
-    reading.modules = 2 * blocks + 1;
+    for (const auto& layer : network.spec.layers) reading.modules += estimator::python_module_calls(layer.type);
+    reading.kind = network.kind;
+    reading.kind_layers = network.kind_layers;
     reading.runtime_joules = median_of(runtime_joules);
     reading.runtime_seconds = median_of(runtime_seconds);
     reading.worker_joules = median_of(worker_joules);
@@ -363,7 +425,18 @@ Result<RuntimeProbeResult> run_runtime_probe(const RuntimeProbeRequest& request)
     reading.spread = std::max(spread_of(runtime_joules), spread_of(worker_joules));
     reading.difference_joules = median_of(extra_joules);
     reading.difference_seconds = median_of(extra_seconds);
-    result.steps.push_back(reading);
+    return reading;
+  };
+  for (const auto& network : networks) {
+    auto reading = read_network(network);
+    if (reading) {
+      result.steps.push_back(*reading);
+      continue;
+    }
+    if (network.kind.empty()) return reading.error();
+    // A kind that does not build or train here costs the probe that kind alone; jouled reads
+    // its absence from the result and this line from stderr.
+    fmt::print(stderr, "joule-worker runtime: {} layers not read: {}\n", network.kind, reading.error().message);
   }
   result.environment = detect_environment(request.device);
   result.wall_seconds = seconds_between(started, Clock::now());

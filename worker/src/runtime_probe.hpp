@@ -14,6 +14,10 @@
 // interpreter's phases count the interpreter's CPU clock (clock_getcpuclockid) and this
 // process's phases its own. Each interpreter's time from spawn to `import torch` done is one
 // start-up reading.
+//
+// Each of `kinds` (estimator::runtime_kind_readable: conv2d, batchnorm1d, lstm...) is read the
+// same way on a network of kRuntimeKindLayers layers of it, at shapes where its arithmetic is
+// small: what a layer of it costs beyond the line (estimator::RuntimeKindCost).
 
 #include <cstdint>
 #include <string>
@@ -29,6 +33,7 @@ struct RuntimeProbeRequest {
   std::string device = "cpu";
   int threads = 1;
   std::vector<int> blocks = {1, 4, 16};  ///< one network per entry: this many Linear + ReLU blocks
+  std::vector<std::string> kinds;        ///< one network per layer kind, after the blocks
   int width = 16;
   std::int64_t batch_size = 8;
   int readings = 5;              ///< per network and side, in pairs; medians are kept
@@ -42,6 +47,16 @@ struct RuntimeProbeRequest {
 /// The network of `blocks` blocks, as the interpreter builds it: its module count is
 /// 2 × blocks + 1 (its spec's layers).
 estimator::ModelSpec runtime_probe_network(int blocks, int width);
+
+/// Layers of its kind in a kind's network: enough that the kind's cost stands out from the
+/// network's own base by several times on a 2-vCPU VM (a ReLU's ~1 µs stays in the noise).
+inline constexpr int kRuntimeKindLayers = 8;
+
+/// The network that reads one layer kind: `layers` layers of it at a small input (channels 4 of
+/// 4 × 4 for 2-d kinds, 4 × 8 for conv1d, a sequence of 4 × 16 for recurrent and attention kinds,
+/// 16 features for the rest), then flatten and Linear(…, 10). Fails (invalid_argument) for a kind
+/// estimator::runtime_kind_readable refuses.
+Result<estimator::ModelSpec> runtime_probe_kind_network(const std::string& kind, int layers);
 
 /// Runs the probe. Errors: invalid_argument for a request out of range, unavailable for an
 /// interpreter that cannot start or import torch (the message carries its last line of

@@ -364,6 +364,10 @@ void write_stored_row(StoredRowText& text, const EstimateRow& row, bool with_lay
   if (const auto& runtime = estimate.runtime) {
     text.key("runtime");
     text.begin_object();
+    text.key("kinds_read");
+    text.begin_array();
+    for (const auto& kind : runtime->kinds_read) text.string(kind);
+    text.end_array();
     text.integer_field("modules", runtime->modules);
     text.text_field("runtime", runtime->runtime);
     text.uncertain("start_joules", runtime->start_joules);

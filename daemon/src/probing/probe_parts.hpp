@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,7 @@ struct ProbeService::Running {
   bool preempted = false;
   bool environment_only = false;  // `joule-worker env`, not a probe
   bool runtime_only = false;      // `joule-worker runtime`: the interpreter's cost, not a layer
+  std::vector<std::string> runtime_kinds;        // the layer kinds it was asked to read (--kinds)
   std::optional<estimator::WorkloadItem> whole;  // a network of the workload measured whole
   // The knob setting `whole` is measured at (nullopt: the defaults), set on the device for the
   // worker's run and put back when it ends or is pre-empted (or, dropped, by the controls).
@@ -183,6 +185,10 @@ struct ProbeService::Device {
   bool runtime_tried = false;   // the runtime probe ended (either way) since the campaign began
   std::int64_t runtime_attempt_ms = 0;  // when it last ended (either way): read again from then on
   std::string runtime_problem;  // why it stored nothing, when it did not
+  // The workload's layer kinds the runtime probe reads on their own networks (most layers
+  // first), and those it was asked for and could not read (not asked again by runtime_due).
+  std::vector<std::string> runtime_kinds_wanted;
+  std::set<std::string> runtime_kinds_unread;
   // Networks of the workload that may be measured whole (queued and recent jobs', a requested
   // run's), and those tried this campaign (whole_network_key) whether they measured or failed.
   std::vector<estimator::WorkloadItem> whole_items;

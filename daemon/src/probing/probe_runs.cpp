@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
 
@@ -80,12 +81,12 @@ Result<std::unique_ptr<ChildProcess>> ProbeService::launch_worker(Device& device
 }
 
 void ProbeService::start_probe(Device& device) {
+  // Each stretch of probing learns for the jobs queued and finished since the last one.
+  if (!device.active_run) refresh_workload(device);
   if (runtime_due(device)) {
     start_runtime_probe(device);
     return;
   }
-  // Each stretch of probing learns for the jobs queued and finished since the last one.
-  if (!device.active_run) refresh_workload(device);
   if (reference_due(device)) {
     start_whole_probe(device, *device.reference);
     return;
@@ -182,13 +183,17 @@ bool ProbeService::runtime_due(const Device& device) const {
   const auto& runtimes = device.learning->runtimes();
   const auto measured = runtimes.find("python");
   if (measured == runtimes.end()) return !device.runtime_tried;
+  const std::int64_t last = std::max(measured->second.measured_ms, device.runtime_attempt_ms);
+  // A layer kind of the workload that no run has read yet: soon, as a run that pools too few.
+  for (const auto& kind : device.runtime_kinds_wanted)
+    if (!measured->second.kinds.contains(kind) && !device.runtime_kinds_unread.contains(kind))
+      return now_ms() >= last + static_cast<std::int64_t>(kRuntimeRereadMinutes * 60'000.0);
   // Read again (estimator::kRuntimeRunsPooled says why): soon while it pools fewer runs than it
   // keeps, then with the reference network; never with reference_minutes = 0.
   const double every = options_.probing.reference_minutes;
   if (!(every > 0.0)) return false;
   const double minutes =
       measured->second.runs() < estimator::kRuntimeRunsPooled ? std::min(every, kRuntimeRereadMinutes) : every;
-  const std::int64_t last = std::max(measured->second.measured_ms, device.runtime_attempt_ms);
   return now_ms() >= last + static_cast<std::int64_t>(minutes * 60'000.0);
 }
 
@@ -222,10 +227,20 @@ void ProbeService::start_runtime_probe(Device& device) {
                fmt::format("{}", device.config->watts_per_busy_core)};
   if (options_.probing.reading_seconds > 0.0)
     spec.argv.insert(spec.argv.end(), {"--reading-seconds", fmt::format("{}", options_.probing.reading_seconds)});
+  // The workload's own layer kinds, then those read before (so that the runs pooled keep them).
+  std::vector<std::string> kinds;
+  for (const auto& kind : device.runtime_kinds_wanted)
+    if (!device.runtime_kinds_unread.contains(kind)) kinds.push_back(kind);
+  if (const auto earlier = device.learning->runtimes().find("python"); earlier != device.learning->runtimes().end())
+    for (const auto& [kind, cost] : earlier->second.kinds)
+      if (kinds.size() < estimator::kRuntimeKindsPerRun && std::find(kinds.begin(), kinds.end(), kind) == kinds.end())
+        kinds.push_back(kind);
+  if (!kinds.empty()) spec.argv.insert(spec.argv.end(), {"--kinds", fmt::format("{}", fmt::join(kinds, ","))});
   set_probe_launch(spec, directory, threads, "result.json");
   Running running;
   running.directory = directory;
   running.runtime_only = true;
+  running.runtime_kinds = kinds;
   if (!launch_probe(device, spec, "runtime probe", std::move(running))) return;
   spdlog::info("device {}: measuring what {} costs (start-up, and its loop per step beyond LibTorch)", device.name,
                options_.probing.python);
@@ -299,6 +314,15 @@ void ProbeService::on_runtime_exit(Device& device, Running& probe, const std::op
           install_model(device, updated);
         }
         device.runtime_problem.clear();
+        // A kind asked for and not read (its network would not build or train there) is not asked
+        // again by runtime_due; the worker's stderr says why.
+        for (const auto& kind : probe.runtime_kinds)
+          if (std::none_of(result->steps.begin(), result->steps.end(),
+                           [&](const estimator::RuntimeStepReading& r) { return r.kind == kind; })) {
+            device.runtime_kinds_unread.insert(kind);
+            spdlog::warn("device {}: the runtime probe did not read {} layers on their own ({})", name, kind,
+                         last_line(read_file(probe.directory / "stderr.log", 8192)));
+          }
         spdlog::info(
             "device {}: {} ({}) starts in {:.2f} s ({:.3g} J) and adds {:.0f} µs + {:.1f} µs per module to "
             "each step ({}; {:.3g} + {:.3g} J; ±{:.0f} %, {} run{} pooled)",

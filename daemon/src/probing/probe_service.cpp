@@ -211,6 +211,10 @@ void ProbeService::refresh_workload(Device& device) {
   device.whole_items = workload;
   device.whole_items.insert(device.whole_items.end(), device.requested_models.begin(), device.requested_models.end());
   ++device.whole_items_revision;
+  std::vector<std::string> layer_types;
+  for (const auto& item : device.whole_items)
+    for (const auto& layer : item.model.layers) layer_types.push_back(layer.type);
+  device.runtime_kinds_wanted = estimator::runtime_kinds_to_read(layer_types, {});
   for (auto& item : ModelService::starter_workload()) workload.push_back(std::move(item));
   workload.insert(workload.end(), device.requested_models.begin(), device.requested_models.end());
   if (!device.planner) {
@@ -343,6 +347,7 @@ void ProbeService::begin_campaign(Device& device, const std::string& reason) {
   device.drift.reset();
   device.runtime_tried = false;  // the new model measures its runtime again
   device.runtime_problem.clear();
+  device.runtime_kinds_unread.clear();
   device.wholes_tried.clear();  // and its networks whole
   device.whole_answer.reset();
   // The device's speed moved as much before the new campaign as it does now.
@@ -561,6 +566,16 @@ json ProbeService::info(const std::string& name) const {
                                                                            : "pending"}};
     if (!device.runtime_problem.empty()) runtime["problem"] = device.runtime_problem;
     if (measured) runtime["runs"] = device.learning->runtimes().at("python").runs();
+    // The workload's layer kinds read on their own networks, and those still to read.
+    json kinds = json::array(), unread = json::array();
+    for (const auto& kind : device.runtime_kinds_wanted) {
+      if (measured && device.learning->runtimes().at("python").kinds.contains(kind))
+        kinds.push_back(kind);
+      else
+        unread.push_back(kind);
+    }
+    runtime["kinds_read"] = std::move(kinds);
+    runtime["kinds_not_read"] = std::move(unread);
     probing["runtime"] = std::move(runtime);
   }
   probing["whole_networks"] = whole_info(device);

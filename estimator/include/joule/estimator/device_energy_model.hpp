@@ -83,6 +83,8 @@ struct LayerEstimate {
 struct RuntimeLines {
   std::string runtime;  ///< "python"
   std::int64_t modules = 0;
+  /// The layer kinds priced by their own runtime readings (the others on the per-module line).
+  std::vector<std::string> kinds_read;
   Uncertain start_joules;
   Uncertain start_seconds;
   Uncertain step_joules;

@@ -14,6 +14,11 @@
 //   overhead(L) = step_runtime(L) − step_worker(L) ≈ base + per_module × modules(L)
 // (the median of paired differences, each pair read back to back),
 // and applied to a job as base + per_module × (its spec's module calls, python_module_calls).
+// What one call costs differs by kind by more than tenfold (a ReLU ~1 µs, a Linear ~14, a batch
+// norm ~20, a Conv2d ~28 on a 2-vCPU VM: forward logic in Python, and each parameter tensor in
+// the optimizer's and zero_grad's loops), so the probe also reads the workload's own layer kinds,
+// each on a network of several layers of that kind; a layer of a kind read costs its own figure,
+// any other its module calls on the line.
 // Start-up is the median
 // of the probe's fresh processes from spawn to `import torch` done.
 // Pure: readings in, the fitted cost and the lines it adds out.
@@ -21,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +54,11 @@ struct RuntimeStepReading {
   double difference_seconds = std::numeric_limits<double>::quiet_NaN();
   /// When the probe run that read it ended (ms since the epoch; 0: not said): which run it is.
   std::int64_t measured_ms = 0;
+  /// The layer kind its network was built to read ("": the line's Linear + ReLU blocks): it holds
+  /// `kind_layers` layers of that kind, and its other modules (modules − their calls) are priced
+  /// on the line.
+  std::string kind;
+  std::int64_t kind_layers = 0;
 
   double extra_joules() const {
     return std::isnan(difference_joules) ? runtime_joules - worker_joules : difference_joules;
@@ -71,6 +82,25 @@ inline constexpr double kRuntimeStepSigmaFloor = 0.25;
 /// The least relative σ of the start-up: imports are read from the page cache or from disk.
 inline constexpr double kRuntimeStartSigmaFloor = 0.15;
 
+/// What one layer of a kind costs the runtime per step beyond LibTorch: its forward's own work in
+/// the runtime's language, and its parameters in the optimizer's and zero_grad's loops. The
+/// median over its readings of (difference − the line's cost of the network's other modules) /
+/// its layers of the kind; at least 0.
+struct RuntimeKindCost {
+  double joules_per_layer = 0.0;
+  double seconds_per_layer = 0.0;
+  std::int64_t readings = 0;
+};
+
+/// A network's runtime cost per step, and how it was priced.
+struct RuntimeStepCost {
+  double joules = 0.0;
+  double seconds = 0.0;
+  std::int64_t modules = 0;             ///< module calls in all (python_module_calls)
+  std::vector<std::string> kinds_read;  ///< layer kinds priced by their own readings
+  std::int64_t modules_on_line = 0;     ///< module calls priced on the line instead
+};
+
 /// The fitted cost of one runtime on one device.
 struct RuntimeCost {
   std::string runtime;      ///< "python"
@@ -88,6 +118,8 @@ struct RuntimeCost {
   double step_seconds_base = 0.0;
   double step_seconds_per_module = 0.0;
   double step_sigma = kRuntimeStepSigmaFloor;  ///< relative, of the line at any module count
+  /// Layer kinds read on their own networks (by spec type: "conv2d", "batchnorm1d"...).
+  std::map<std::string, RuntimeKindCost> kinds;
   std::vector<RuntimeStepReading> steps;
   std::vector<RuntimeStartReading> starts;
 
@@ -95,13 +127,19 @@ struct RuntimeCost {
   /// count as one run).
   std::int64_t runs() const;
 
+  /// The line alone at a module count.
   double step_joules(std::int64_t modules) const;
   double step_seconds(std::int64_t modules) const;
+  /// A network of these layer types (its spec's, in any order): base, plus each layer at its
+  /// kind's own cost where read, else its module calls on the line.
+  RuntimeStepCost step_cost(const std::vector<std::string>& layer_types) const;
 };
 
-/// Fits a runtime's cost from its readings. Fails (invalid_argument, saying what is missing)
-/// without a start-up reading, without step readings at two module counts, or with a figure
-/// that is not positive and finite: nothing is learnt from a failed measurement.
+/// Fits a runtime's cost from its readings: the line from the readings without a kind, then each
+/// kind from its own. Fails (invalid_argument, saying what is missing) without a start-up
+/// reading, without line readings at two module counts, with a kind reading of no layers of its
+/// kind, or with a figure that is not positive and finite: nothing is learnt from a failed
+/// measurement.
 Result<RuntimeCost> fit_runtime_cost(std::string runtime, std::vector<RuntimeStepReading> steps,
                                      std::vector<RuntimeStartReading> starts);
 
@@ -130,6 +168,24 @@ Result<RuntimeCost> runtime_cost_from_json(const nlohmann::json& json);
 /// (transformer_encoder_layer: self_attn, dropout1, norm1, linear1, dropout, linear2, dropout2,
 /// norm2, 9 in all). Counted from PyTorch's source, not fitted.
 std::int64_t python_module_calls(const std::string& layer_type);
+
+/// Whether the runtime probe reads a layer kind on its own network (joule-worker builds it for
+/// the kinds this admits): every layer type but the line's own (linear, relu), joins (add,
+/// concat, multiply: tensor operations, not modules) and embedding (its network would need
+/// tokens).
+bool runtime_kind_readable(const std::string& layer_type);
+
+/// How many layer kinds one runtime probe reads: each is a fresh interpreter and ~5 s of
+/// readings at the modelled meter's 0.25 s (more at NVML's 2 s), beside the line's three networks.
+inline constexpr std::size_t kRuntimeKindsPerRun = 6;
+
+/// The kinds a runtime probe reads for a workload (`layer_types`: every layer of its networks,
+/// repeated as often as they occur): the readable ones, the most layers first (ties by name),
+/// then kinds `read_before` holds (so that their readings stay among the runs pooled), at most
+/// `most`.
+std::vector<std::string> runtime_kinds_to_read(const std::vector<std::string>& layer_types,
+                                               const std::map<std::string, RuntimeKindCost>& read_before,
+                                               std::size_t most = kRuntimeKindsPerRun);
 
 /// The runtime a job's command runs its training loop in: "python" when the program (its
 /// basename) is a Python interpreter (python, python3, python3.11...), else "" (unknown: a
