@@ -392,19 +392,31 @@ bool runtime_kind_readable(const std::string& layer_type) {
   return readable.contains(layer_type);
 }
 
-std::vector<std::string> runtime_kinds_to_read(const std::vector<std::string>& layer_types,
-                                               const std::map<std::string, RuntimeKindCost>& read_before,
-                                               std::size_t most) {
+std::vector<std::string> runtime_readable_kinds(const std::vector<std::string>& layer_types) {
   std::map<std::string, std::int64_t> counts;
   for (const auto& type : layer_types)
     if (runtime_kind_readable(type)) ++counts[type];
   std::vector<std::pair<std::string, std::int64_t>> ranked(counts.begin(), counts.end());
   std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   std::vector<std::string> kinds;
-  for (const auto& [kind, count] : ranked)
-    if (kinds.size() < most) kinds.push_back(kind);
-  for (const auto& [kind, cost] : read_before)
-    if (kinds.size() < most && runtime_kind_readable(kind) && !counts.contains(kind)) kinds.push_back(kind);
+  for (const auto& [kind, count] : ranked) kinds.push_back(kind);
+  return kinds;
+}
+
+std::vector<std::string> runtime_kinds_to_read(const std::vector<std::string>& wanted,
+                                               const std::map<std::string, RuntimeKindCost>& read_before,
+                                               std::size_t most) {
+  std::vector<std::string> kinds;
+  auto add = [&](const std::string& kind) {
+    if (kinds.size() < most && runtime_kind_readable(kind) &&
+        std::find(kinds.begin(), kinds.end(), kind) == kinds.end())
+      kinds.push_back(kind);
+  };
+  for (const auto& kind : wanted)
+    if (!read_before.contains(kind)) add(kind);
+  for (const auto& kind : wanted)
+    if (read_before.contains(kind)) add(kind);
+  for (const auto& [kind, cost] : read_before) add(kind);
   return kinds;
 }
 

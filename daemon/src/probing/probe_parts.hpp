@@ -185,8 +185,9 @@ struct ProbeService::Device {
   bool runtime_tried = false;   // the runtime probe ended (either way) since the campaign began
   std::int64_t runtime_attempt_ms = 0;  // when it last ended (either way): read again from then on
   std::string runtime_problem;  // why it stored nothing, when it did not
-  // The workload's layer kinds the runtime probe reads on their own networks (most layers
-  // first), and those it was asked for and could not read (not asked again by runtime_due).
+  // The workload's layer kinds the runtime probe reads on their own networks (all it can read,
+  // most layers first; a run reads kRuntimeKindsPerRun of them), and those it was asked for and
+  // could not read (not asked again by runtime_due).
   std::vector<std::string> runtime_kinds_wanted;
   std::set<std::string> runtime_kinds_unread;
   // Networks of the workload that may be measured whole (queued and recent jobs', a requested

@@ -227,14 +227,15 @@ void ProbeService::start_runtime_probe(Device& device) {
                fmt::format("{}", device.config->watts_per_busy_core)};
   if (options_.probing.reading_seconds > 0.0)
     spec.argv.insert(spec.argv.end(), {"--reading-seconds", fmt::format("{}", options_.probing.reading_seconds)});
-  // The workload's own layer kinds, then those read before (so that the runs pooled keep them).
-  std::vector<std::string> kinds;
+  // The workload's own layer kinds not read yet first, then those read before
+  // (estimator::runtime_kinds_to_read); none this campaign found unreadable.
+  std::vector<std::string> wanted;
   for (const auto& kind : device.runtime_kinds_wanted)
-    if (!device.runtime_kinds_unread.contains(kind)) kinds.push_back(kind);
-  if (const auto earlier = device.learning->runtimes().find("python"); earlier != device.learning->runtimes().end())
-    for (const auto& [kind, cost] : earlier->second.kinds)
-      if (kinds.size() < estimator::kRuntimeKindsPerRun && std::find(kinds.begin(), kinds.end(), kind) == kinds.end())
-        kinds.push_back(kind);
+    if (!device.runtime_kinds_unread.contains(kind)) wanted.push_back(kind);
+  const auto earlier = device.learning->runtimes().find("python");
+  const std::vector<std::string> kinds = estimator::runtime_kinds_to_read(
+      wanted, earlier != device.learning->runtimes().end() ? earlier->second.kinds
+                                                           : std::map<std::string, estimator::RuntimeKindCost>{});
   if (!kinds.empty()) spec.argv.insert(spec.argv.end(), {"--kinds", fmt::format("{}", fmt::join(kinds, ","))});
   set_probe_launch(spec, directory, threads, "result.json");
   Running running;
@@ -330,6 +331,13 @@ void ProbeService::on_runtime_exit(Device& device, Running& probe, const std::op
             cost->step_seconds_base * 1e6, cost->step_seconds_per_module * 1e6, result->meter_source,
             cost->step_joules_base, cost->step_joules_per_module, 100.0 * cost->step_sigma, cost->runs(),
             cost->runs() == 1 ? "" : "s");
+        if (!cost->kinds.empty()) {
+          std::vector<std::string> kinds;
+          for (const auto& [kind, k] : cost->kinds)
+            kinds.push_back(fmt::format("{} {:.1f}", kind, k.seconds_per_layer * 1e6));
+          spdlog::info("device {}: per layer of a kind read on its own network, µs a step: {}", name,
+                       fmt::join(kinds, ", "));
+        }
       }
     }
     if (!problem.empty()) {

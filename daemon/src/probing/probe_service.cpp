@@ -214,7 +214,7 @@ void ProbeService::refresh_workload(Device& device) {
   std::vector<std::string> layer_types;
   for (const auto& item : device.whole_items)
     for (const auto& layer : item.model.layers) layer_types.push_back(layer.type);
-  device.runtime_kinds_wanted = estimator::runtime_kinds_to_read(layer_types, {});
+  device.runtime_kinds_wanted = estimator::runtime_readable_kinds(layer_types);
   for (auto& item : ModelService::starter_workload()) workload.push_back(std::move(item));
   workload.insert(workload.end(), device.requested_models.begin(), device.requested_models.end());
   if (!device.planner) {

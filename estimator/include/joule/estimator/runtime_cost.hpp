@@ -179,11 +179,17 @@ bool runtime_kind_readable(const std::string& layer_type);
 /// readings at the modelled meter's 0.25 s (more at NVML's 2 s), beside the line's three networks.
 inline constexpr std::size_t kRuntimeKindsPerRun = 6;
 
-/// The kinds a runtime probe reads for a workload (`layer_types`: every layer of its networks,
-/// repeated as often as they occur): the readable ones, the most layers first (ties by name),
-/// then kinds `read_before` holds (so that their readings stay among the runs pooled), at most
-/// `most`.
-std::vector<std::string> runtime_kinds_to_read(const std::vector<std::string>& layer_types,
+/// A workload's layer kinds the runtime probe can read (`layer_types`: every layer of its
+/// networks, repeated as often as they occur): the readable ones, the most layers first (ties by
+/// name).
+std::vector<std::string> runtime_readable_kinds(const std::vector<std::string>& layer_types);
+
+/// The kinds one runtime probe run reads, at most `most`: the `wanted` ones (ranked, as
+/// runtime_readable_kinds gives them) that `read_before` lacks first, so that a workload of more
+/// kinds than one run reads has them all read over a few runs; then the wanted ones read before,
+/// read again; then kinds read before that the workload no longer holds (so that their readings
+/// stay among the runs pooled).
+std::vector<std::string> runtime_kinds_to_read(const std::vector<std::string>& wanted,
                                                const std::map<std::string, RuntimeKindCost>& read_before,
                                                std::size_t most = kRuntimeKindsPerRun);
 
