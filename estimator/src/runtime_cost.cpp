@@ -367,7 +367,8 @@ std::int64_t python_module_calls(const std::string& layer_type) {
 }
 
 bool runtime_kind_readable(const std::string& layer_type) {
-  static const std::set<std::string> readable = {"conv1d",
+  static const std::set<std::string> readable = {"linear",
+                                                 "conv1d",
                                                  "conv2d",
                                                  "batchnorm1d",
                                                  "batchnorm2d",

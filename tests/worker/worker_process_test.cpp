@@ -327,7 +327,7 @@ TEST_F(WorkerProcessTest, runtime_meters_python_against_the_same_loop_in_libtorc
   if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
   const WorkerRun run = worker(
       "runtime --python /usr/bin/python3 --meter modelled --blocks 1,4 --readings 2 --reading-seconds 0.05 --json "
-      "--kinds batchnorm2d,lstm");
+      "--kinds batchnorm2d,lstm,linear");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   auto result = worker::parse_runtime_probe_result(json::parse(run.out));
   ASSERT_TRUE(result) << result.error().message << "\n" << run.out;
@@ -336,8 +336,8 @@ TEST_F(WorkerProcessTest, runtime_meters_python_against_the_same_loop_in_libtorc
   EXPECT_FALSE(result->measured);
   EXPECT_NE(result->version.find("Python 3."), std::string::npos) << result->version;
   EXPECT_NE(result->version.find("torch "), std::string::npos) << result->version;
-  ASSERT_EQ(result->starts.size(), 4u);  // one fresh interpreter per network
-  ASSERT_EQ(result->steps.size(), 4u);
+  ASSERT_EQ(result->starts.size(), 5u);  // one fresh interpreter per network
+  ASSERT_EQ(result->steps.size(), 5u);
   EXPECT_EQ(result->steps[0].modules, 3);
   EXPECT_EQ(result->steps[1].modules, 9);
   // Each kind on its own network: 8 layers of it, a flatten and a Linear.
@@ -345,6 +345,8 @@ TEST_F(WorkerProcessTest, runtime_meters_python_against_the_same_loop_in_libtorc
   EXPECT_EQ(result->steps[2].kind_layers, 8);
   EXPECT_EQ(result->steps[2].modules, 10);
   EXPECT_EQ(result->steps[3].kind, "lstm");
+  EXPECT_EQ(result->steps[4].kind, "linear");
+  EXPECT_EQ(result->steps[4].modules, 9);  // 8 and the head, no flatten
   for (const auto& start : result->starts) {
     // Importing torch takes a while anywhere; the modelled meter charges idle watts for it.
     EXPECT_GT(start.seconds, 0.05);
@@ -362,6 +364,30 @@ TEST_F(WorkerProcessTest, runtime_meters_python_against_the_same_loop_in_libtorc
   EXPECT_GT(cost->start_seconds, 0.05);
   EXPECT_TRUE(cost->kinds.contains("batchnorm2d"));
   EXPECT_TRUE(cost->kinds.contains("lstm"));
+  EXPECT_TRUE(cost->kinds.contains("linear"));
+}
+
+// NetworkBuilderTest trains each kind's network in LibTorch; this builds and trains the same
+// specs in the interpreter (worker/runtime_probe.py), where a kind's arguments are read as a
+// user's script would pass them: one reading each, for that alone.
+TEST_F(WorkerProcessTest, every_kind_the_runtime_probe_reads_runs_in_the_interpreter) {
+  if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
+  std::vector<std::string> kinds;
+  for (const auto& type : estimator::known_layer_types())
+    if (estimator::runtime_kind_readable(type)) kinds.push_back(type);
+  ASSERT_GE(kinds.size(), 20u);
+  const WorkerRun run = worker(fmt::format(
+      "runtime --python /usr/bin/python3 --meter modelled --blocks 1,2 --readings 1 --reading-seconds 0.02 --json "
+      "--kinds {}",
+      fmt::join(kinds, ",")));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err.find("not read"), std::string::npos) << run.err;
+  auto result = worker::parse_runtime_probe_result(json::parse(run.out));
+  ASSERT_TRUE(result) << result.error().message;
+  std::vector<std::string> read;
+  for (const auto& step : result->steps)
+    if (!step.kind.empty()) read.push_back(step.kind);
+  EXPECT_EQ(read, kinds);
 }
 
 TEST_F(WorkerProcessTest, runtime_names_an_interpreter_that_cannot_run_the_probe) {
@@ -379,9 +405,9 @@ TEST_F(WorkerProcessTest, runtime_names_an_interpreter_that_cannot_run_the_probe
   EXPECT_NE(run.err.find("importing torch"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("No module named 'torch'"), std::string::npos) << run.err;
   // A kind it does not read on its own is refused before any interpreter starts.
-  run = worker("runtime --python /usr/bin/python3 --kinds conv2d,linear");
+  run = worker("runtime --python /usr/bin/python3 --kinds conv2d,relu");
   EXPECT_EQ(run.exit_code, 2) << run.err;
-  EXPECT_NE(run.err.find("\"linear\""), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("\"relu\""), std::string::npos) << run.err;
   // One network size cannot tell a per-module cost from a per-step one.
   run = worker("runtime --python /usr/bin/python3 --blocks 4");
   EXPECT_EQ(run.exit_code, 2) << run.err;

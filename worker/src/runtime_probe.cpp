@@ -217,7 +217,7 @@ Result<estimator::ModelSpec> runtime_probe_kind_network(const std::string& kind,
   if (!estimator::runtime_kind_readable(kind))
     return make_error(ErrorCode::invalid_argument,
                       fmt::format("the runtime probe reads no \"{}\" layers on their own (readable: layer types but "
-                                  "linear, relu, joins and embedding)",
+                                  "relu, joins and embedding)",
                                   kind),
                       "--kinds");
   if (layers < 1 || layers > 64)
@@ -241,6 +241,7 @@ Result<estimator::ModelSpec> runtime_probe_kind_network(const std::string& kind,
     if (kind == "transformer_encoder_layer") args = {{"nhead", 2}, {"dim_feedforward", 16}};
   } else {
     spec.input_shape = {16};
+    if (kind == "linear") args = {{"out_features", 16}};
     if (kind == "dropout") args = {{"p", 0.1}};
   }
   for (int i = 0; i < layers; ++i) spec.layers.push_back({kind, args, "", {}});

@@ -170,9 +170,12 @@ Result<RuntimeCost> runtime_cost_from_json(const nlohmann::json& json);
 std::int64_t python_module_calls(const std::string& layer_type);
 
 /// Whether the runtime probe reads a layer kind on its own network (joule-worker builds it for
-/// the kinds this admits): every layer type but the line's own (linear, relu), joins (add,
-/// concat, multiply: tensor operations, not modules) and embedding (its network would need
-/// tokens).
+/// the kinds this admits): every layer type but relu (the line's cheapest module, ~1 µs a call
+/// here, where the line's per-module slope already prices it), joins (add, concat, multiply:
+/// tensor operations, not modules) and embedding (its network would need tokens). Linear is read
+/// on its own although the line is built of it: the line's slope is the average of Linear and
+/// ReLU, and a Linear's call (and its two parameters in the optimizer's loop) costs more than
+/// that, most where steps are small.
 bool runtime_kind_readable(const std::string& layer_type);
 
 /// How many layer kinds one runtime probe reads: each is a fresh interpreter and ~5 s of
