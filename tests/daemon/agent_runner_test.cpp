@@ -44,6 +44,7 @@ class FakeBook final : public AgentHost {
         job.row.origin = assignment.id;
         job.row.epoch = assignment.epoch;
         job.row.state = "queued";
+        job.shown = joule::daemon::ShownRow::of(job.row);  // stored with it
         jobs.emplace(job.row.id, std::move(job));
       }
       done(stored);
@@ -150,6 +151,7 @@ TEST_F(AgentRunnerTest, reports_carry_energy_so_far_then_the_end_until_it_is_ack
   job.row.state = "running";
   job.row.device = "cpu";
   job.row.started_ms = book.time.unix_ms();
+  job.shown = joule::daemon::ShownRow::of(job.row);  // stored
   book.energy_so_far = 12.5;
   auto reports = runner.assignment_reports({});
   ASSERT_EQ(reports.size(), 1u);
@@ -164,8 +166,16 @@ TEST_F(AgentRunnerTest, reports_carry_energy_so_far_then_the_end_until_it_is_ack
   job.row.finished_ms = book.time.unix_ms();
   job.row.energy_joules = 20.0;
   job.row.energy_source = "rapl";
+  // Its end is reported once stored, not before: a kill -9 in between would lose it here while
+  // the coordinator had recorded it.
   reports = runner.assignment_reports({});
   ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].state, "running");
+  EXPECT_FALSE(reports[0].finished_ms);
+  job.shown = joule::daemon::ShownRow::of(job.row);
+  reports = runner.assignment_reports({});
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].state, "succeeded");
   EXPECT_EQ(reports[0].energy_joules, 20.0);
   EXPECT_EQ(reports[0].energy_source, "rapl");
   EXPECT_FALSE(reports[0].fenced);

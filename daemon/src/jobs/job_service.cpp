@@ -278,6 +278,9 @@ void JobService::show(const std::string& id, const std::optional<ShownRow>& row,
     refresh_state_metrics();
   }
   job.shown = *row;
+  // A coordinator's job is reported as stored (AgentRunner::assignment_reports): its new state
+  // goes out now rather than at the next heartbeat.
+  if (before != after && !job.row.origin.empty()) agent_->changed();
   if (ends) {
     finished_order_.push_back(id);
     evict_finished();

@@ -31,23 +31,27 @@ std::vector<cluster::ReportedJob> AgentRunner::assignment_reports(
   const auto now = host_.clock().unix_ms();
   host_.for_each_assigned([&](const JobRecord& job) {
     const auto& row = job.row;
-    const bool ended = schedulers::is_terminal(job.state);
+    // What is stored, not what is being stored: an end the coordinator records must be one this
+    // node keeps across a kill -9 (its own view of the job says the same as the coordinator's).
+    const ShownRow& stored = job.shown;
+    const auto stored_state = schedulers::job_state_from_string(stored.state);
+    const bool ended = stored_state && schedulers::is_terminal(*stored_state);
     if (ended &&
-        (acknowledged.contains({row.origin, row.epoch}) || now - row.finished_ms.value_or(now) > kReportEndsForMs))
+        (acknowledged.contains({row.origin, row.epoch}) || now - stored.finished_ms.value_or(now) > kReportEndsForMs))
       return;
     cluster::ReportedJob report;
     report.id = row.origin;
     report.epoch = row.epoch;
-    report.state = row.state;
-    report.reason = row.reason;
-    report.exit_code = row.exit_code;
-    report.started_ms = row.started_ms;
-    report.finished_ms = row.finished_ms;
-    report.energy_partial = row.energy_partial;
-    report.fenced = ended && job.state == JobState::cancelled && row.reason.rfind(kFencedReason, 0) == 0;
-    if (row.energy_joules) {
-      report.energy_joules = row.energy_joules;
-      report.energy_source = row.energy_source;
+    report.state = stored.state;
+    report.reason = stored.reason;
+    report.exit_code = stored.exit_code;
+    report.started_ms = stored.started_ms;
+    report.finished_ms = stored.finished_ms;
+    report.energy_partial = stored.energy_partial;
+    report.fenced = ended && *stored_state == JobState::cancelled && stored.reason.rfind(kFencedReason, 0) == 0;
+    if (stored.energy_joules) {
+      report.energy_joules = stored.energy_joules;
+      report.energy_source = stored.energy_source;
     } else if (const Device* device = devices_.find(row.device)) {
       // Still running: its energy so far, as of its device's last sample.
       if (const auto used = host_.sampled_energy(job, *device)) {
