@@ -603,6 +603,33 @@ TEST_F(ProbeServiceTest, a_named_network_is_measured_whole_once_and_served_from_
   EXPECT_EQ(shown()["whole_networks"]["measured"], 1);                           // the same network, measured afresh
 }
 
+// Every network of the workload counts the same when choosing what to measure whole, as every
+// job's estimate does: a small network beside one of 16 times its joules per step is measured
+// whole too (weighed by joules per step, it never was).
+TEST_F(ProbeServiceTest, a_small_network_beside_a_large_one_is_measured_whole_too) {
+  start_requested_only();
+  const json small = small_mlp();
+  json large = json::parse(R"({"input": {"shape": [32]}, "layers": []})");
+  for (int i = 0; i < 24; ++i) {
+    large["layers"].push_back({{"type", "linear"}, {"out_features", 64}});
+    large["layers"].push_back({{"type", "relu"}});
+  }
+  large["layers"].push_back({{"type", "linear"}, {"out_features", 10}});
+  auto requested = probes_->request({{"device", "cpu"},
+                                     {"seconds", 3600},
+                                     {"models",
+                                      {{{"model", small}, {"training", {{"batch_size", 8}}}},
+                                       {{"model", large}, {"training", {{"batch_size", 8}}}}}}});
+  ASSERT_TRUE(requested) << requested.error().message;
+  ASSERT_TRUE(within([&] { return shown()["whole_networks"]["measured"] == 2; }, 60s)) << shown().dump();
+  const auto spec = estimator::parse_model_spec(small, "/model");
+  ASSERT_TRUE(spec);
+  auto estimate = models_->models().at("cpu")->estimate(*spec, estimator::TrainingConfig{8, 1, 8, "sgd", std::nullopt});
+  ASSERT_TRUE(estimate) << estimate.error().message;
+  ASSERT_TRUE(estimate->whole);
+  EXPECT_EQ(estimate->whole->basis, "measured");
+}
+
 // A converged device still reads its reference network when it is due, in the background: the
 // device's speed may have moved while no probe ran.
 TEST_F(ProbeServiceTest, a_converged_device_reads_its_reference_network_when_it_is_due) {

@@ -57,8 +57,11 @@ std::optional<ProbeService::NextProbe> ProbeService::next_whole(Device& device) 
   if (!kept || kept->model_revision != model.revision() || kept->items_revision != device.whole_items_revision ||
       kept->tried != tried || kept->settings != settings) {
     kept = Device::WholeAnswer{model.revision(), device.whole_items_revision, tried, settings, std::nullopt};
-    // One candidate per network, batch size and optimizer; its share of the workload sums over
-    // the jobs that train it.
+    // One candidate per network, batch size and optimizer; its share of the workload is the
+    // share of the workload's items (jobs, a run's models) that train it. Every item counts the
+    // same, as in the layer planner (ProbePlanner::weights): an estimate's error matters per job,
+    // and a network of small steps is trained for as long as one of large ones (weighing items
+    // by their joules per step left small-step networks never measured whole).
     std::vector<estimator::WholeNetworkCandidate> candidates;
     std::vector<std::size_t> item_of;
     std::map<std::string, std::size_t> index_of;
@@ -70,9 +73,9 @@ std::optional<ProbeService::NextProbe> ProbeService::next_whole(Device& device) 
       const estimator::TrainingConfig one_step{item.batch_size, 1, item.batch_size, item.optimizer, std::nullopt};
       auto estimate = model.estimate(item.model, one_step);
       if (!estimate || !(estimate->joules_per_step.mean > 0.0)) continue;
-      total += estimate->joules_per_step.mean;
+      total += 1.0;
       if (const auto seen = index_of.find(key); seen != index_of.end()) {
-        candidates[seen->second].share += estimate->joules_per_step.mean;
+        candidates[seen->second].share += 1.0;
         continue;
       }
       estimator::WholeNetworkCandidate candidate;
@@ -84,7 +87,7 @@ std::optional<ProbeService::NextProbe> ProbeService::next_whole(Device& device) 
       candidate.relative_std = estimate->joules_per_step.std / estimate->joules_per_step.mean;
       candidate.seconds_per_step =
           estimate->seconds.mean / static_cast<double>(std::max<std::int64_t>(1, estimate->steps));
-      candidate.share = estimate->joules_per_step.mean;
+      candidate.share = 1.0;
       index_of.emplace(key, candidates.size());
       candidates.push_back(std::move(candidate));
       item_of.push_back(i);

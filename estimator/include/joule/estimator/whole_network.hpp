@@ -101,7 +101,7 @@ struct WholeNetworkCandidate {
   double flops_per_step = 0.0;
   double relative_std = 0.0;      ///< of its current estimate on the device (σ / mean)
   double seconds_per_step = 0.0;  ///< its current estimate's time per step
-  double share = 0.0;             ///< of the workload's estimated energy, 0..1
+  double share = 0.0;             ///< of the workload's items that train it, 0..1
   /// Measured at this knob setting (its ratios to the defaults are what is learnt); nullopt:
   /// at the defaults.
   std::optional<KnobSetting> setting;
