@@ -20,8 +20,10 @@ args...}]}`, each layer with its per-sample input shape): L blocks of Linear + R
 per-module line, or several layers of one kind (conv2d, batchnorm1d, lstm...) for that kind's own
 cost. It is built as a user writes one, torch.nn modules called in turn from the network's
 forward (an LSTM's output unpacked there, attention called on (x, x, x)), and trained with plain
-SGD and cross-entropy on one fixed synthetic batch, the loop a training script would write:
-zero_grad, forward, loss, backward, step, and loss.item() (which scripts call to log).
+SGD and cross-entropy, the loop a training script would write: each step's batch drawn by index
+from synthetic data in memory (eight batches, reshuffled each pass), zero_grad, forward, loss,
+backward, step, and loss.item() (which scripts call to log). A DataLoader's own per-batch work
+(workers, collation) is not in it.
 joule-worker trains the same network in LibTorch with the same readings; the difference per step
 is Python's.
 """
@@ -120,13 +122,21 @@ def main():
     network = Network(spec["layers"])
     optimizer = torch.optim.SGD(network.parameters(), lr=0.01)
     loss_function = nn.CrossEntropyLoss()
-    inputs = torch.randn(args.batch, *spec["input"])
-    labels = torch.randint(0, 10, (args.batch,))
+    # A script's data: each step gathers its batch by index from samples in memory (LibTorch's
+    # loop trains on one batch; the gather and its Python are part of what a step costs here).
+    samples = args.batch * 8
+    inputs = torch.randn(samples, *spec["input"])
+    labels = torch.randint(0, 10, (samples,))
+    drawn = {"order": torch.randperm(samples), "first": 0}
     network.train()
 
     def step():
+        if drawn["first"] >= samples:
+            drawn["order"], drawn["first"] = torch.randperm(samples), 0
+        index = drawn["order"][drawn["first"]:drawn["first"] + args.batch]
+        drawn["first"] += args.batch
         optimizer.zero_grad()
-        loss = loss_function(network(inputs), labels)
+        loss = loss_function(network(inputs[index]), labels[index])
         loss.backward()
         optimizer.step()
         return loss.item()
