@@ -279,7 +279,8 @@ void JobService::show(const std::string& id, const std::optional<ShownRow>& row,
   }
   job.shown = *row;
   // A coordinator's job is reported as stored (AgentRunner::assignment_reports): its new state
-  // goes out now rather than at the next heartbeat.
+  // goes out once stored (not at the transition, which would report the old one), rather than
+  // at the next heartbeat.
   if (before != after && !job.row.origin.empty()) agent_->changed();
   if (ends) {
     finished_order_.push_back(id);
@@ -306,7 +307,6 @@ void JobService::transition(Job& job, JobState to, const std::string& message, s
   // Names and messages (a program's words, Slurm's) are escaped: a newline must not forge a line.
   spdlog::info("job {} ({}): {}{}", job.row.id, printable(job.row.name), job.row.state,
                message.empty() ? "" : ": " + printable(message));
-  if (!job.row.origin.empty()) agent_->changed();
   persist_job(
       job, true,
       [row = job.row, event](adapters::Database& db) -> Status {
