@@ -950,6 +950,12 @@ def report(data):
         p("runtime probe: none in the model (" + str(((m.get("probing") or {}).get("runtime") or {})) + ")")
     whole = (m.get("probing") or {}).get("whole_networks") or {}
     measured_rows = [r for r in data["rows"] if r.get("whole_joules_ratio") and r.get("whole_basis") == "measured"]
+    campaign = (m.get("probing") or {}).get("campaign")
+    if campaign:
+        # A campaign re-learns the model from nothing (a drift: jobs' metered joules fell outside
+        # their estimates' 2σ band); the networks measured whole go with the model they belong to.
+        p(f"re-probing at the end: campaign '{campaign}', {(m.get('probing') or {}).get('samples_learning', 0)} "
+          f"samples learnt so far (the estimates still come from the model it replaces)")
     p(f"networks measured whole at the end: {whole.get('measured', 0)}; jobs estimated from a whole measurement at "
       f"submit: {len(measured_rows)}, from a family gap: "
       f"{sum(1 for r in data['rows'] if r.get('whole_basis') == 'family-gap')}; whole / layers' sum per job: "
