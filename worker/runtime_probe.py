@@ -74,12 +74,19 @@ def build_layer(layer):
     if kind == "flatten":
         return nn.Flatten(1), None
     plain = {"relu": nn.ReLU, "relu6": nn.ReLU6, "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid,
-             "silu": nn.SiLU, "hardswish": nn.Hardswish, "identity": nn.Identity}
+             "silu": nn.SiLU, "hardswish": nn.Hardswish, "mish": nn.Mish, "identity": nn.Identity}
     if kind in plain:
         return plain[kind](), None
+    if kind == "leaky_relu":
+        return nn.LeakyReLU(layer.get("negative_slope", 0.01)), None
+    if kind == "elu":
+        return nn.ELU(layer.get("alpha", 1.0)), None
+    if kind == "softplus":
+        return nn.Softplus(layer.get("beta", 1.0), layer.get("threshold", 20.0)), None
     if kind in ("lstm", "gru"):
         recurrent = nn.LSTM if kind == "lstm" else nn.GRU
-        module = recurrent(shape[-1], layer.get("hidden_size", 1), layer.get("num_layers", 1), batch_first=True)
+        module = recurrent(shape[-1], layer.get("hidden_size", 1), layer.get("num_layers", 1), batch_first=True,
+                           bidirectional=layer.get("bidirectional", False))
         if layer.get("output") == "sequence":
             return module, lambda m, x: m(x)[0]
         return module, lambda m, x: m(x)[0][:, -1]

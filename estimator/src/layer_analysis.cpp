@@ -68,7 +68,8 @@ Work attention(double seq, double embed, double heads, bool dropout_on_probs) {
 }
 
 // lstm (4 gates, states c and h) and gru (3 gates, state h): gate products of every step and layer.
-Work recurrent(double gates, double states, double seq, double input, double hidden, double layers) {
+Work recurrent(double gates, double states, double seq, double input, double hidden, double layers,
+               double upper_input) {
   const auto one_layer = [&](double in) {
     const double ih = 2 * seq * gates * hidden * in;
     const double hh = 2 * seq * gates * hidden * hidden;
@@ -76,7 +77,7 @@ Work recurrent(double gates, double states, double seq, double input, double hid
     return Work{ih + hh, ih + 2 * hh, ih, seq * (gates + states) * hidden};
   };
   Work work = one_layer(input);
-  const Work upper = inside(one_layer(hidden));
+  const Work upper = inside(one_layer(upper_input));
   work.forward += (layers - 1) * upper.forward;
   work.backward_inner += (layers - 1) * upper.backward_inner;
   work.stored += (layers - 1) * upper.stored;
@@ -382,17 +383,31 @@ Result<Step> rnn(const Layer& layer, double gates, double states) {
   const std::int64_t hidden = layer.arg("hidden_size", 1), layers = layer.arg("num_layers", 1);
   const auto output = layer.spec.args.find("output");
   const bool sequence = output != layer.spec.args.end() && *output == "sequence";
+  const auto bidirectional_arg = layer.spec.args.find("bidirectional");
+  const bool bidirectional = bidirectional_arg != layer.spec.args.end() && *bidirectional_arg == true;
+  const double directions = bidirectional ? 2 : 1;
   const double h = static_cast<double>(hidden);
-  // torch: weight_ih (G·h × in), weight_hh (G·h × h), bias_ih and bias_hh (G·h) per layer.
-  const double parameters = gates * (input * h + h * h + 2 * h) + (layers - 1) * gates * (2 * h * h + 2 * h);
-  return Step{sequence ? Shape{seq, hidden} : Shape{hidden},
-              recurrent(gates, states, seq, input, h, layers),
-              parameters,
-              {{"input_size", num(input)},
-               {"hidden_size", num(hidden)},
-               {"num_layers", num(layers)},
-               {"seq_len", num(seq)},
-               {"output_sequence", sequence ? 1.0 : 0.0}}};
+  // torch, per direction: weight_ih (G·h × in), weight_hh (G·h × h), bias_ih and bias_hh (G·h)
+  // per layer; a stacked layer's input is every direction's output of the layer below.
+  const double parameters =
+      directions * (gates * (input * h + h * h + 2 * h) + (layers - 1) * gates * (directions * h * h + h * h + 2 * h));
+  // Each direction runs the same recurrence over the sequence (the reverse one from its end).
+  Work work = recurrent(gates, states, seq, input, h, layers, directions * h);
+  work.forward *= directions;
+  work.backward_inner *= directions;
+  work.backward_input *= directions;
+  work.stored *= directions;
+  const std::int64_t width = bidirectional ? 2 * hidden : hidden;
+  Step step{sequence ? Shape{seq, width} : Shape{width},
+            work,
+            parameters,
+            {{"input_size", num(input)},
+             {"hidden_size", num(hidden)},
+             {"num_layers", num(layers)},
+             {"seq_len", num(seq)},
+             {"output_sequence", sequence ? 1.0 : 0.0}}};
+  if (bidirectional) step.features["bidirectional"] = 1.0;  // a model kind of its own (model_kind)
+  return step;
 }
 
 // Checks [seq, embed] with embed divisible by the heads; returns the error, if any.
@@ -452,6 +467,10 @@ const std::map<std::string, Analyser>& analysers() {
       {"relu6", pointwise(1, 1)},
       {"silu", pointwise(5, 6)},
       {"hardswish", pointwise(4, 3)},
+      {"leaky_relu", pointwise(2, 2)},
+      {"elu", pointwise(4, 3)},
+      {"softplus", pointwise(5, 4)},
+      {"mish", pointwise(9, 11)},
       {"softmax", softmax},
       {"identity", identity},
       {"adaptive_avgpool2d", adaptive_avgpool2d},
@@ -626,6 +645,8 @@ Result<std::vector<AnalyzedLayer>> analyze_model(const ModelSpec& spec, std::int
 std::string model_kind(const AnalyzedLayer& layer) {
   if ((layer.type == "conv2d" || layer.type == "conv1d") && layer.features.contains("groups"))
     return layer.type + "_grouped";
+  if ((layer.type == "lstm" || layer.type == "gru") && layer.features.contains("bidirectional"))
+    return layer.type + "_bidirectional";
   return layer.type;
 }
 

@@ -12,7 +12,16 @@ namespace {
 
 using nlohmann::json;
 
-enum class ArgKind { positive_int, non_negative_int, integer, boolean, probability, positive_number, output_mode };
+enum class ArgKind {
+  positive_int,
+  non_negative_int,
+  integer,
+  boolean,
+  probability,
+  number,
+  positive_number,
+  output_mode
+};
 
 struct ArgRule {
   ArgKind kind;
@@ -48,6 +57,10 @@ const std::map<std::string, std::map<std::string, ArgRule>>& layer_rules() {
       {"silu", {}},
       {"hardswish", {}},
       {"relu6", {}},
+      {"leaky_relu", {{"negative_slope", {ArgKind::number, false}}}},
+      {"elu", {{"alpha", {ArgKind::number, false}}}},
+      {"softplus", {{"beta", {ArgKind::positive_number, false}}, {"threshold", {ArgKind::number, false}}}},
+      {"mish", {}},
       {"identity", {}},
       {"softmax", {{"dim", {ArgKind::integer, false}}}},
       {"maxpool2d", pooling_rules()},
@@ -64,11 +77,13 @@ const std::map<std::string, std::map<std::string, ArgRule>>& layer_rules() {
       {"lstm",
        {{"hidden_size", {ArgKind::positive_int, true}},
         {"num_layers", {ArgKind::positive_int, false}},
-        {"output", {ArgKind::output_mode, false}}}},
+        {"output", {ArgKind::output_mode, false}},
+        {"bidirectional", {ArgKind::boolean, false}}}},
       {"gru",
        {{"hidden_size", {ArgKind::positive_int, true}},
         {"num_layers", {ArgKind::positive_int, false}},
-        {"output", {ArgKind::output_mode, false}}}},
+        {"output", {ArgKind::output_mode, false}},
+        {"bidirectional", {ArgKind::boolean, false}}}},
       {"multihead_attention", {{"num_heads", {ArgKind::positive_int, true}}}},
       {"transformer_encoder_layer",
        {{"nhead", {ArgKind::positive_int, true}}, {"dim_feedforward", {ArgKind::positive_int, true}}}},
@@ -110,6 +125,10 @@ std::optional<Error> check_arg(const json& value, ArgKind kind, const std::strin
     case ArgKind::probability:
       if (!value.is_number() || value.get<double>() < 0.0 || value.get<double>() >= 1.0)
         return invalid(fmt::format("{} must be a number in [0, 1)", what), where);
+      break;
+    case ArgKind::number:
+      if (!value.is_number() || !std::isfinite(value.get<double>()))
+        return invalid(fmt::format("{} must be a finite number", what), where);
       break;
     case ArgKind::positive_number:
       if (!value.is_number() || value.get<double>() <= 0.0)

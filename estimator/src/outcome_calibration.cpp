@@ -93,7 +93,7 @@ std::optional<WorkMix> work_mix(const std::vector<std::pair<std::string, double>
       mix.convolution += joules;
     else if (kind == "linear")
       mix.linear += joules;
-    else if (kind == "lstm" || kind == "gru")
+    else if (kind.rfind("lstm", 0) == 0 || kind.rfind("gru", 0) == 0)  // and their _bidirectional kinds
       mix.recurrent += joules;
     else if (kind == "multihead_attention" || kind == "transformer_encoder_layer")
       mix.attention += joules;

@@ -7,7 +7,7 @@ are not the previous layer, and `add`, `mul` and `concat` join branches.
 
 Every module and function of the traced graph maps to exactly one Joule layer kind, or the
 trace fails with a SpecError of one line that names the module path and the op. Nothing is
-approximated: an option Joule cannot express (a non-square kernel, a bidirectional LSTM, a
+approximated: an option Joule cannot express (a non-square kernel, an LSTM with dropout, a
 scalar multiplication...) is an error too, since a spec that differs from the model would give
 an estimate of another network.
 
@@ -357,6 +357,26 @@ def _gelu(converter, node, module, x):
     return converter.emit(node, "gelu", {}, [x])
 
 
+def _leaky_relu(converter, node, module, x):
+    return converter.emit(node, "leaky_relu", {"negative_slope": float(module.negative_slope)}, [x])
+
+
+def _elu(converter, node, module, x):
+    return converter.emit(node, "elu", {"alpha": float(module.alpha)}, [x])
+
+
+def _softplus(converter, node, module, x):
+    return converter.emit(node, "softplus", _softplus_args(module.beta, module.threshold,
+                                                           converter.module_where(node)), [x])
+
+
+def _softplus_args(beta, threshold, where):
+    if not isinstance(beta, (int, float)) or not isinstance(threshold, (int, float)) or beta <= 0:
+        raise SpecError(f"{where}: softplus takes a constant beta > 0 and threshold here, got beta={beta!r}, "
+                        f"threshold={threshold!r}")
+    return {"beta": float(beta), "threshold": float(threshold)}
+
+
 def _conv(converter, node, module, x):
     import torch.nn as nn
 
@@ -508,8 +528,8 @@ def _rnn(converter, node, module, x):
         raise SpecError(f"{where}: called with an initial state; Joule's {kind} starts from zeros")
     if not module.batch_first:
         raise SpecError(f"{where}: batch_first=False; Joule's specs put the batch first (batch_first=True)")
-    for key, value, only in (("bidirectional", module.bidirectional, False), ("bias", module.bias, True),
-                             ("proj_size", getattr(module, "proj_size", 0), 0), ("dropout", module.dropout, 0.0)):
+    for key, value, only in (("bias", module.bias, True), ("proj_size", getattr(module, "proj_size", 0), 0),
+                             ("dropout", module.dropout, 0.0)):
         if value != only:
             raise SpecError(f"{where}: {key}={value!r} has no Joule equivalent (Joule's {kind} has {key}={only!r})")
     converter.expect_rank(node, 3, where)
@@ -518,6 +538,8 @@ def _rnn(converter, node, module, x):
     if module.num_layers != 1:
         args["num_layers"] = module.num_layers
     args["output"] = mode
+    if module.bidirectional:
+        args["bidirectional"] = True
     name = converter.emit(node, kind, args, [x])
     for output in outputs:
         converter.values[output] = _Value("tensor", name)
@@ -608,6 +630,7 @@ def _leaf_kinds():
             (nn.ReLU, _simple("relu")), (nn.ReLU6, _simple("relu6")), (nn.Hardtanh, _hardtanh),
             (nn.GELU, _gelu), (nn.Tanh, _simple("tanh")), (nn.Sigmoid, _simple("sigmoid")),
             (nn.SiLU, _simple("silu")), (nn.Hardswish, _simple("hardswish")), (nn.Identity, _simple("identity")),
+            (nn.LeakyReLU, _leaky_relu), (nn.ELU, _elu), (nn.Softplus, _softplus), (nn.Mish, _simple("mish")),
             (nn.Softmax, _softmax_module), (nn.MaxPool2d, _pool_module), (nn.AvgPool2d, _pool_module),
             (nn.AdaptiveAvgPool2d, _adaptive_module), (nn.BatchNorm2d, _batchnorm), (nn.BatchNorm1d, _batchnorm),
             (nn.LayerNorm, _layernorm), (nn.Dropout, _dropout_module), (nn.Flatten, _flatten_module),
@@ -647,7 +670,9 @@ def _function_table():
             F.relu6: "relu6", F.hardtanh: "hardtanh", F.gelu: "gelu",
             torch.tanh: "tanh", "tanh": "tanh", F.tanh: "tanh",
             torch.sigmoid: "sigmoid", "sigmoid": "sigmoid", F.sigmoid: "sigmoid",
-            F.silu: "silu", F.hardswish: "hardswish",
+            F.silu: "silu", F.hardswish: "hardswish", F.mish: "mish",
+            F.leaky_relu: "leaky_relu", F.leaky_relu_: "leaky_relu", F.elu: "elu", F.elu_: "elu",
+            F.softplus: "softplus",
             F.softmax: "softmax", torch.softmax: "softmax", "softmax": "softmax",
             F.dropout: "dropout", F.adaptive_avg_pool2d: "adaptive_avgpool2d",
             F.max_pool2d: "maxpool2d", F.avg_pool2d: "avgpool2d",
@@ -834,6 +859,11 @@ class _Converter:
 
         def final_hidden(h_n):
             self.values[h_n] = _Value("structure")
+            if h_n.users and module.bidirectional:
+                # h_n[-1] is the reverse direction's state after the whole sequence (at step 0).
+                raise SpecError(f"{where}: uses the final hidden state h_n of a bidirectional {kind}, which Joule "
+                                "does not model; take the output's last step (out[:, -1]: both directions) or the "
+                                "whole output sequence")
             for user in h_n.users:
                 if _is_getitem(user, -1) or _is_getitem(user, module.num_layers - 1):
                     last.append(user)
@@ -1012,8 +1042,21 @@ class _Converter:
                 return self.layer(node, "flatten", {}, x)
             raise SpecError(f"{where}: reshapes {list(before)} to {list(after)}; Joule has a kind only for flattening "
                             "each sample (x.view(x.size(0), -1))")
-        if op in ("relu", "relu6", "tanh", "sigmoid", "silu", "hardswish"):
+        if op in ("relu", "relu6", "tanh", "sigmoid", "silu", "hardswish", "mish"):
             return self.layer(node, op, {}, x)
+        if op == "leaky_relu":
+            slope = _argument(node, 1, "negative_slope", 0.01)
+            if not isinstance(slope, (int, float)):
+                raise SpecError(f"{where}: negative_slope must be a constant number, got {slope!r}")
+            return self.layer(node, op, {"negative_slope": float(slope)}, x)
+        if op == "elu":
+            alpha = _argument(node, 1, "alpha", 1.0)
+            if not isinstance(alpha, (int, float)):
+                raise SpecError(f"{where}: alpha must be a constant number, got {alpha!r}")
+            return self.layer(node, op, {"alpha": float(alpha)}, x)
+        if op == "softplus":
+            return self.layer(node, op, _softplus_args(_argument(node, 1, "beta", 1), _argument(node, 2, "threshold", 20),
+                                                       where), x)
         if op == "hardtanh":
             bounds = (_argument(node, 1, "min_val", -1.0), _argument(node, 2, "max_val", 1.0))
             if bounds != (0.0, 6.0):

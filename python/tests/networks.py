@@ -223,6 +223,41 @@ def se_net():
     return SENet()
 
 
+class Activations(nn.Module):
+    """The activations beyond the ReLU family, as modules and as functions, with their arguments."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(24, 32)
+        self.leaky = nn.LeakyReLU(0.2)
+        self.fc2 = nn.Linear(32, 32)
+        self.elu = nn.ELU(alpha=0.5)
+        self.softplus = nn.Softplus(beta=2, threshold=10)
+        self.mish = nn.Mish()
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        x = self.mish(self.softplus(self.elu(self.fc2(self.leaky(self.fc1(x))))))
+        x = F.elu(F.leaky_relu(x, negative_slope=0.05), 2.0)
+        return self.head(F.mish(F.softplus(x, beta=3)))
+
+
+class BidirectionalTagger(nn.Module):
+    """A two-layer bidirectional LSTM's whole sequence into a bidirectional GRU's last step (out[:, -1])."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(300, 16)
+        self.tagger = nn.LSTM(16, 24, num_layers=2, batch_first=True, bidirectional=True)
+        self.summary = nn.GRU(48, 12, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(24, 5)
+
+    def forward(self, tokens):
+        tagged, _ = self.tagger(self.embed(tokens))
+        out, _ = self.summary(tagged)
+        return self.head(out[:, -1])
+
+
 class MeanOverTime(nn.Module):
     """A conv1d's output averaged over its time steps with torch.mean(x, 2)."""
 
@@ -271,5 +306,7 @@ NETWORKS = {
     "inception_net": (inception_net, lambda: float_batch(3, 16, 16)),
     "se_net": (se_net, lambda: float_batch(3, 16, 16)),
     "mean_over_time": (MeanOverTime, lambda: float_batch(4, 50)),
+    "activations": (Activations, lambda: float_batch(24)),
+    "bidirectional_tagger": (BidirectionalTagger, lambda: token_batch(10, 300)),
     "mean_over_tokens": (MeanOverTokens, lambda: token_batch(12, 100)),
 }

@@ -169,6 +169,19 @@ class SpecStructureTest(unittest.TestCase):
         self.assertEqual(mean, {"type": "adaptive_avgpool2d", "name": "se.mean", "output_size": 1})
         self.assertEqual(next(layer for layer in se["layers"] if layer["type"] == "mul")["inputs"],
                          ["conv", "se.sigmoid"])
+        # Activations with their arguments, from modules and from functions.
+        self.assertEqual([{key: value for key, value in layer.items() if key != "name"}
+                          for layer in self.spec_of("activations")["layers"] if not layer["type"] == "linear"],
+                         [{"type": "leaky_relu", "negative_slope": 0.2}, {"type": "elu", "alpha": 0.5},
+                          {"type": "softplus", "beta": 2.0, "threshold": 10.0}, {"type": "mish"},
+                          {"type": "leaky_relu", "negative_slope": 0.05}, {"type": "elu", "alpha": 2.0},
+                          {"type": "softplus", "beta": 3.0, "threshold": 20.0}, {"type": "mish"}])
+        # Bidirectional recurrences: the whole sequence, or both directions' outputs at its last step.
+        recurrent = [layer for layer in self.spec_of("bidirectional_tagger")["layers"] if layer["type"] in ("lstm", "gru")]
+        self.assertEqual(recurrent, [
+            {"type": "lstm", "name": "tagger", "hidden_size": 24, "num_layers": 2, "output": "sequence",
+             "bidirectional": True},
+            {"type": "gru", "name": "summary", "hidden_size": 12, "output": "last", "bidirectional": True}])
         # A mean over one dim of a sample (time steps, tokens) is Joule's mean, per-sample dim.
         self.assertEqual(self.spec_of("mean_over_time")["layers"][2], {"type": "mean", "name": "mean", "dim": 1})
         self.assertEqual(self.spec_of("mean_over_tokens")["layers"][2], {"type": "mean", "name": "mean", "dim": 0})
@@ -291,18 +304,32 @@ class BadModelsTest(unittest.TestCase):
         import torch
         import torch.nn as nn
 
-        class Bidirectional(nn.Module):
+        class Stacked(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.rnn = nn.LSTM(8, 16, batch_first=True, bidirectional=True)
+                self.rnn = nn.LSTM(8, 16, num_layers=2, dropout=0.2, batch_first=True)
 
             def forward(self, x):
                 out, _ = self.rnn(x)
                 return out
 
-        message = self.refusal(Bidirectional(), torch.randn(2, 5, 8))
-        self.assertEqual(message, "module rnn (LSTM): bidirectional=True has no Joule equivalent (Joule's lstm has "
-                                  "bidirectional=False)")
+        message = self.refusal(Stacked(), torch.randn(2, 5, 8))
+        self.assertEqual(message, "module rnn (LSTM): dropout=0.2 has no Joule equivalent (Joule's lstm has "
+                                  "dropout=0.0)")
+
+        class BidirectionalState(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = nn.GRU(8, 16, batch_first=True, bidirectional=True)
+
+            def forward(self, x):
+                _, h_n = self.rnn(x)
+                return h_n[-1]
+
+        message = self.refusal(BidirectionalState(), torch.randn(2, 5, 8))
+        self.assertEqual(message, "module rnn (GRU): uses the final hidden state h_n of a bidirectional gru, which "
+                                  "Joule does not model; take the output's last step (out[:, -1]: both directions) "
+                                  "or the whole output sequence")
         message = self.refusal(nn.Sequential(nn.Conv2d(3, 4, (3, 5))), torch.randn(2, 3, 8, 8))
         self.assertEqual(message, "module 0 (Conv2d): kernel_size (3, 5) is not square; Joule's layers take one int "
                                   "for every spatial dim")

@@ -207,6 +207,30 @@ TEST(GraphSpecTest, grouped_and_depthwise_convolutions_are_their_own_model_kind)
             std::string::npos);
 }
 
+// leaky_relu, elu, softplus and mish: shape-preserving, parameter-free, each a model kind of its
+// own, counted per element (layer_analysis.hpp's table); behind a linear, backward is counted.
+TEST(GraphSpecTest, the_further_activations_are_pointwise_kinds_of_their_own) {
+  auto layers = analyze(model({4, 6}, {{{"type", "linear"}, {"out_features", 5}},
+                                       {{"type", "leaky_relu"}, {"negative_slope", 0.2}},
+                                       {{"type", "elu"}},
+                                       {{"type", "softplus"}, {"beta", 2}},
+                                       {{"type", "mish"}}}),
+                        2);
+  ASSERT_TRUE(layers) << layers.error().message;
+  const std::vector<std::pair<std::string, std::pair<double, double>>> expected = {
+      {"leaky_relu", {2, 2}}, {"elu", {4, 3}}, {"softplus", {5, 4}}, {"mish", {9, 11}}};
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const auto& layer = (*layers)[i + 1];
+    SCOPED_TRACE(layer.type);
+    EXPECT_EQ(model_kind(layer), expected[i].first);
+    EXPECT_EQ(layer.output_shape, (Shape{4, 5}));
+    EXPECT_EQ(layer.cost.parameters, 0);
+    EXPECT_EQ(layer.features.at("elements"), 20.0);
+    EXPECT_DOUBLE_EQ(layer.cost.forward_flops, 2 * 20 * expected[i].second.first);
+    EXPECT_DOUBLE_EQ(layer.cost.backward_flops, 2 * 20 * expected[i].second.second);
+  }
+}
+
 TEST(GraphSpecTest, new_layer_kinds_have_torchs_shapes_and_parameters) {
   auto sequence = analyze(model({3, 20}, {{{"type", "conv1d"}, {"out_channels", 8}, {"kernel_size", 5}, {"stride", 2}},
                                           {{"type", "batchnorm1d"}},
@@ -306,6 +330,37 @@ TEST(GraphSpecTest, probes_learn_a_residual_network_well_enough_to_estimate_it) 
   // out); on the noise-free simulator the whole network is still within 25 %.
   EXPECT_NEAR(estimate->joules_per_step.mean / truth, 1.0, 0.25);
   EXPECT_EQ(estimate->steps, 100);
+}
+
+// A bidirectional GRU and the further activations are probed as kinds of their own (THOR's
+// networks built around them) and the network is estimated from what the probes taught.
+TEST(GraphSpecTest, probes_learn_a_bidirectional_recurrence_and_the_further_activations) {
+  SimulatedDevice device(*find_simulated_profile("laptop-cpu"), 4);
+  DeviceEnergyModel energy("sim:laptop-cpu", "simulated");
+  CampaignOptions options;
+  options.probes = 120;
+  options.gp.restarts = 1;
+  const ModelSpec network =
+      *parse(model({12, 8}, {{{"type", "linear"}, {"out_features", 16}},
+                             {{"type", "mish"}},
+                             {{"type", "gru"}, {"hidden_size", 16}, {"bidirectional", true}, {"output", "sequence"}},
+                             {{"type", "leaky_relu"}, {"negative_slope", 0.1}},
+                             {{"type", "flatten"}},
+                             {{"type", "linear"}, {"out_features", 4}}}));
+  auto report = run_campaign(energy, {WorkloadItem{network, 16}}, noise_free_meter(device), options);
+  ASSERT_TRUE(report) << report.error().message;
+  EXPECT_EQ(report->failed_measurements, 0u);
+  const auto counts = energy.sample_counts();
+  for (const char* key : {"mish@hidden", "gru_bidirectional@hidden", "leaky_relu@hidden"})
+    EXPECT_GE(counts.contains(key) ? counts.at(key) : 0, 1) << key;
+  TrainingConfig training;
+  training.batch_size = 16;
+  training.samples_per_epoch = 1600;
+  auto estimate = energy.estimate(network, training);
+  ASSERT_TRUE(estimate) << estimate.error().message;
+  auto layers = analyze_model(network, 16);
+  ASSERT_TRUE(layers);
+  EXPECT_NEAR(estimate->joules_per_step.mean / device.step_cost(*layers, "cross_entropy").joules, 1.0, 0.25);
 }
 
 TEST(GraphSpecTest, bundled_resnet18_and_mobilenetv2_count_what_torchvision_counts) {

@@ -9,6 +9,7 @@
 
 using joule::estimator::analyze_model;
 using joule::estimator::AnalyzedLayer;
+using joule::estimator::model_kind;
 using joule::estimator::ModelSpec;
 using joule::estimator::parse_model_spec;
 using nlohmann::json;
@@ -175,6 +176,23 @@ TEST(LayerAnalysisTest, stacked_recurrent_and_attention_parameters_match_torch) 
   EXPECT_EQ((*lstm)[0].cost.parameters, 5920);  // nn.LSTM(10, 20, 2): 4·(10·20 + 20·20 + 40) + 4·(20·20 + 20·20 + 40)
   EXPECT_EQ((*gru)[0].cost.parameters, 4440);  // nn.GRU(10, 20, 2): 3·(...) alike
   EXPECT_EQ((*gru)[0].output_shape, (Shape{20}));
+
+  // Bidirectional: each direction's recurrence, a stacked layer reading both directions' outputs.
+  auto both = analyze(model({{"shape", {7, 10}}},
+                            {{{"type", "lstm"}, {"hidden_size", 20}, {"num_layers", 2}, {"bidirectional", true}}}));
+  ASSERT_TRUE(both) << both.error().message;
+  // nn.LSTM(10, 20, 2, bidirectional=True): 2·(4·(10·20 + 20·20 + 40) + 4·(40·20 + 20·20 + 40)).
+  EXPECT_EQ((*both)[0].cost.parameters, 15040);
+  EXPECT_EQ((*both)[0].output_shape, (Shape{40}));
+  EXPECT_EQ(model_kind((*both)[0]), "lstm_bidirectional");
+  EXPECT_EQ(model_kind((*lstm)[0]), "lstm");
+  EXPECT_FALSE((*lstm)[0].features.contains("bidirectional"));  // a one-way recurrence keeps its features
+  // Twice a one-way stack's work where the upper layer reads as many features as the one-way one.
+  auto one_way_wide = analyze(model({{"shape", {7, 10}}}, {{{"type", "lstm"}, {"hidden_size", 20}}}));
+  auto both_single =
+      analyze(model({{"shape", {7, 10}}}, {{{"type", "lstm"}, {"hidden_size", 20}, {"bidirectional", true}}}));
+  ASSERT_TRUE(one_way_wide && both_single);
+  EXPECT_DOUBLE_EQ((*both_single)[0].cost.forward_flops, 2 * (*one_way_wide)[0].cost.forward_flops);
 
   auto attention = analyze(model({{"shape", {16, 64}}}, {{{"type", "multihead_attention"}, {"num_heads", 8}}}));
   ASSERT_TRUE(attention) << attention.error().message;

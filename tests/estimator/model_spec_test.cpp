@@ -107,3 +107,22 @@ TEST(TrainingConfigTest, rejects_zero_batch_and_unknown_optimizer) {
   EXPECT_EQ(parse_training_config(json::parse(R"({"epochs": 1})"), "/training").error().where,
             "/training/samples_per_epoch");
 }
+
+TEST(ModelSpecTest, the_parametrised_activations_take_their_torch_arguments_and_name_a_bad_one) {
+  auto spec = parse_model_spec(json::parse(R"({"input": {"shape": [8]}, "layers": [
+      {"type": "leaky_relu", "negative_slope": 0.2}, {"type": "elu", "alpha": -0.5},
+      {"type": "softplus", "beta": 2, "threshold": 10.5}, {"type": "mish"}, {"type": "leaky_relu"}]})"),
+                               "/model");
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->layers[0].args["negative_slope"], 0.2);
+  auto bad = [](const json& layer) {
+    json model = {{"input", {{"shape", {8}}}}, {"layers", json::array({layer})}};
+    auto parsed = parse_model_spec(model, "/model");
+    return parsed ? std::string("accepted") : parsed.error().where + ": " + parsed.error().message;
+  };
+  EXPECT_EQ(bad({{"type", "leaky_relu"}, {"negative_slope", "0.1"}}),
+            "/model/layers/0/negative_slope: layer 0 leaky_relu: negative_slope must be a finite number");
+  EXPECT_EQ(bad({{"type", "softplus"}, {"beta", 0}}),
+            "/model/layers/0/beta: layer 0 softplus: beta must be a number > 0");
+  EXPECT_EQ(bad({{"type", "mish"}, {"inplace", true}}).substr(0, 24), "/model/layers/0/inplace:");
+}

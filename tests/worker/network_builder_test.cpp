@@ -63,6 +63,13 @@ std::map<std::string, json> one_network_per_layer_type() {
              "cross_entropy", "token")},
       {"lstm", model({5, 6}, {{{"type", "lstm"}, {"hidden_size", 8}, {"num_layers", 2}}, linear3})},
       {"gru", model({5, 6}, {{{"type", "gru"}, {"hidden_size", 8}, {"output", "sequence"}}, linear3})},
+      // Model kinds of their own (model_kind): stacked, a layer reads both directions of the one below.
+      {"lstm_bidirectional",
+       model({5, 6}, {{{"type", "lstm"}, {"hidden_size", 8}, {"num_layers", 2}, {"bidirectional", true}}, linear3})},
+      {"gru_bidirectional",
+       model(
+           {5, 6},
+           {{{"type", "gru"}, {"hidden_size", 8}, {"output", "sequence"}, {"bidirectional", true}}, flatten, linear3})},
       {"multihead_attention", model({5, 8}, {{{"type", "multihead_attention"}, {"num_heads", 2}}, flatten, linear3})},
       {"transformer_encoder_layer",
        model({5, 8},
@@ -77,6 +84,10 @@ std::map<std::string, json> one_network_per_layer_type() {
       {"silu", around_linear({{"type", "silu"}})},
       {"hardswish", around_linear({{"type", "hardswish"}})},
       {"relu6", around_linear({{"type", "relu6"}})},
+      {"leaky_relu", around_linear({{"type", "leaky_relu"}, {"negative_slope", 0.1}})},
+      {"elu", around_linear({{"type", "elu"}, {"alpha", 0.5}})},
+      {"softplus", around_linear({{"type", "softplus"}, {"beta", 2.0}, {"threshold", 10.0}})},
+      {"mish", around_linear({{"type", "mish"}})},
       {"identity", around_linear({{"type", "identity"}})},
       {"softmax", around_linear({{"type", "softmax"}, {"dim", 0}})},
       {"mean", model({4, 6}, {{{"type", "linear"}, {"out_features", 5}}, {{"type", "mean"}, {"dim", 0}}, linear3})},
@@ -158,6 +169,23 @@ TEST_F(NetworkBuilderTest, every_layer_type_matches_the_estimator_shapes_and_par
       EXPECT_EQ(parameters, layer.cost.parameters) << "layer " << i << " " << layer.type;
     }
   }
+}
+
+// The activations with arguments compute what torch.nn's do with the same arguments (each is
+// what the spec's Python tracer read off the user's module).
+TEST_F(NetworkBuilderTest, the_activations_honour_their_arguments) {
+  const torch::Tensor x = torch::tensor({-2.0F, -0.5F, 0.0F, 1.5F, 30.0F}).reshape({1, 5});
+  auto apply = [&](const json& layer) {
+    auto network = build_network(spec_of(model({5}, {layer})), 1);
+    if (!network) throw std::runtime_error(network.error().message);
+    return network->module->forward_layer(0, {x});
+  };
+  EXPECT_TRUE(torch::allclose(apply({{"type", "leaky_relu"}, {"negative_slope", 0.2}}), torch::leaky_relu(x, 0.2)));
+  EXPECT_TRUE(torch::allclose(apply({{"type", "leaky_relu"}}), torch::leaky_relu(x, 0.01)));
+  EXPECT_TRUE(torch::allclose(apply({{"type", "elu"}, {"alpha", 0.5}}), torch::elu(x, 0.5)));
+  EXPECT_TRUE(torch::allclose(apply({{"type", "softplus"}, {"beta", 2.0}, {"threshold", 10.0}}),
+                              torch::softplus(x, 2.0, 10.0)));
+  EXPECT_TRUE(torch::allclose(apply({{"type", "mish"}}), x * torch::tanh(torch::softplus(x))));
 }
 
 TEST_F(NetworkBuilderTest, every_layer_type_trains) {

@@ -24,17 +24,23 @@ bool flag(const LayerSpec& layer, const char* key, bool fallback) {
   return it != layer.args.end() && it->is_boolean() ? it->get<bool>() : fallback;
 }
 
-// lstm / gru over a batch-first [B, seq, features] input; "last" keeps the final time step.
+// lstm / gru over a batch-first [B, seq, features] input; "last" keeps the final time step (both
+// directions' outputs there, where bidirectional).
 class RecurrentImpl : public nn::Module {
  public:
-  RecurrentImpl(bool lstm, std::int64_t input_size, std::int64_t hidden_size, std::int64_t num_layers, bool sequence)
+  RecurrentImpl(bool lstm, std::int64_t input_size, std::int64_t hidden_size, std::int64_t num_layers, bool sequence,
+                bool bidirectional)
       : sequence_(sequence) {
     if (lstm)
-      lstm_ = register_module(
-          "lstm", nn::LSTM(nn::LSTMOptions(input_size, hidden_size).num_layers(num_layers).batch_first(true)));
+      lstm_ = register_module("lstm", nn::LSTM(nn::LSTMOptions(input_size, hidden_size)
+                                                   .num_layers(num_layers)
+                                                   .batch_first(true)
+                                                   .bidirectional(bidirectional)));
     else
-      gru_ = register_module("gru",
-                             nn::GRU(nn::GRUOptions(input_size, hidden_size).num_layers(num_layers).batch_first(true)));
+      gru_ = register_module("gru", nn::GRU(nn::GRUOptions(input_size, hidden_size)
+                                                .num_layers(num_layers)
+                                                .batch_first(true)
+                                                .bidirectional(bidirectional)));
   }
 
   torch::Tensor forward(const torch::Tensor& input) {
@@ -108,6 +114,14 @@ nn::AnyModule make_layer(const LayerSpec& spec, const AnalyzedLayer& layer) {
   // LibTorch 1.13 has no Hardswish module; the function is the same kernel torch.nn's calls.
   if (type == "hardswish")
     return nn::AnyModule(nn::Functional([](const torch::Tensor& x) { return torch::hardswish(x); }));
+  if (type == "leaky_relu")
+    return nn::AnyModule(
+        nn::LeakyReLU(nn::LeakyReLUOptions().negative_slope(number_arg(spec, "negative_slope", 0.01))));
+  if (type == "elu") return nn::AnyModule(nn::ELU(nn::ELUOptions().alpha(number_arg(spec, "alpha", 1.0))));
+  if (type == "softplus")
+    return nn::AnyModule(nn::Softplus(
+        nn::SoftplusOptions().beta(number_arg(spec, "beta", 1.0)).threshold(number_arg(spec, "threshold", 20.0))));
+  if (type == "mish") return nn::AnyModule(nn::Mish());
   if (type == "identity") return nn::AnyModule(nn::Identity());
   if (type == "softmax") return nn::AnyModule(nn::Softmax(nn::SoftmaxOptions(batched_dim(spec, -1))));
   if (type == "adaptive_avgpool2d")
@@ -145,8 +159,8 @@ nn::AnyModule make_layer(const LayerSpec& spec, const AnalyzedLayer& layer) {
   if (type == "lstm" || type == "gru") {
     const auto output = spec.args.find("output");
     const bool sequence = output != spec.args.end() && *output == "sequence";
-    return nn::AnyModule(
-        Recurrent(type == "lstm", in.back(), arg(spec, "hidden_size", 1), arg(spec, "num_layers", 1), sequence));
+    return nn::AnyModule(Recurrent(type == "lstm", in.back(), arg(spec, "hidden_size", 1), arg(spec, "num_layers", 1),
+                                   sequence, flag(spec, "bidirectional", false)));
   }
   if (type == "multihead_attention") return nn::AnyModule(SelfAttention(in.back(), arg(spec, "num_heads", 1)));
   if (type == "transformer_encoder_layer")

@@ -8,9 +8,11 @@
 //   batchnorm2d(C), layernorm(last dim), dropout(p 0.5), flatten(all per-sample dims),
 //   conv1d(as conv2d), dilation and groups as torch, batchnorm1d(C), adaptive_avgpool2d(1),
 //   mean(over its per-sample dim; torch.mean(x, dim + 1)),
-//   silu, hardswish, relu6, identity, softmax(dim -1 per sample), add/mul/concat (torch's
+//   silu, hardswish, relu6, leaky_relu(negative_slope 0.01), elu(alpha 1), softplus(beta 1,
+//   threshold 20), mish, identity, softmax(dim -1 per sample), add/mul/concat (torch's
 //   broadcasting; concat along per-sample dim 0),
-//   embedding, lstm/gru(batch_first, num_layers 1, output "last"), multihead_attention
+//   embedding, lstm/gru(batch_first, num_layers 1, output "last", bidirectional false: "last"
+//   is out[:, -1], both directions' outputs at the last step), multihead_attention
 //   (self-attention, no dropout, weights not returned), transformer_encoder_layer (post-norm,
 //   relu, dropout 0.1). LibTorch 1.13's attention modules are sequence-first: the wrappers
 //   transpose batch-first [B, seq, E] around them.

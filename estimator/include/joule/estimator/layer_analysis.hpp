@@ -29,6 +29,10 @@
 //      silu                       5                          6
 //      hardswish                  4                          3
 //      relu6                      1                          1
+//      leaky_relu                 2 (compare, scale)         2
+//      elu                        4 (exp, −1, scale, select) 3
+//      softplus                   5 (scale, exp, log1p, ÷β)  4
+//      mish                       9 (softplus, tanh, ×x)     11 (recomputes softplus, tanh)
 //      softmax                    5                          4
 //      dropout                    2 (mask and scale)         2
 //      batchnorm1d/2d, layernorm  8 (stats, normalise, γβ)   3 (γ, β) + 5 (input)
@@ -49,7 +53,8 @@
 //    their gradients summed in backward; that sum is not counted (one add per element, where a
 //    residual block's join already costs more).
 //  * lstm / gru count their gate matrix products (4 gates for lstm, 3 for gru, input-to-hidden
-//    and hidden-to-hidden, every time step, every stacked layer); gate nonlinearities (O(h) per
+//    and hidden-to-hidden, every time step, every stacked layer, each direction where
+//    bidirectional: a stacked layer then reads 2h features); gate nonlinearities (O(h) per
 //    step against O(h²)) are neglected. multihead_attention counts its projections, QKᵀ,
 //    softmax (5 per score forward, 4 backward) and probs·V. transformer_encoder_layer is
 //    torch's default (post-norm, relu, dropout 0.1 also on attention probs) counted from the
@@ -108,11 +113,12 @@ struct AnalyzedLayer {
   ///   mean: elements (per sample, of the input), dim_size (the dim averaged away)
   ///   batchnorm2d: channels, height, width; batchnorm1d: channels, length (1 for a flat input)
   ///   layernorm: normalized_size (last dim), rows
-  ///   relu, gelu, tanh, sigmoid, silu, hardswish, relu6, flatten, identity: elements (per
-  ///     sample); dropout: elements, p; softmax: elements, dim_size
+  ///   relu, gelu, tanh, sigmoid, silu, hardswish, relu6, leaky_relu, elu, softplus, mish, flatten,
+  ///     identity: elements (per sample); dropout: elements, p; softmax: elements, dim_size
   ///   add, mul, concat: elements (of the output, per sample), inputs
   ///   embedding: num_embeddings, embedding_dim, seq_len (tokens per sample)
-  ///   lstm, gru: input_size, hidden_size, num_layers, seq_len, output_sequence (0 or 1)
+  ///   lstm, gru: input_size, hidden_size, num_layers, seq_len, output_sequence (0 or 1), and
+  ///     bidirectional (1) where it is (a model kind of its own, model_kind())
   ///   multihead_attention: embed_dim, num_heads, seq_len
   ///   transformer_encoder_layer: d_model, nhead, dim_feedforward, seq_len
   std::map<std::string, double> features;
@@ -144,7 +150,8 @@ Result<std::vector<AnalyzedLayer>> analyze_model(const ModelSpec& spec, std::int
 
 /// The energy-model kind of a layer: its type, except "conv2d_grouped" / "conv1d_grouped" for
 /// grouped and depthwise convolutions, whose cost per FLOP differs from a dense one's by an
-/// order of magnitude (they are memory-bound).
+/// order of magnitude (they are memory-bound), and "lstm_bidirectional" / "gru_bidirectional"
+/// (two recurrences whose outputs are concatenated: not one of twice the FLOPs).
 std::string model_kind(const AnalyzedLayer& layer);
 
 /// The sum of every layer's cost.

@@ -18,8 +18,8 @@
 // mul, concat) reads the tensor before it as every one of its inputs; in a network, positions
 // come from the graph (layer_analysis.hpp: "hidden" when an ancestor has parameters).
 //
-// The model of a layer is keyed by model_kind(), not the type: grouped convolutions have models
-// of their own.
+// The model of a layer is keyed by model_kind(), not the type: grouped convolutions and
+// bidirectional recurrences have models of their own.
 //
 // Optimizers: every probe trains with sgd, so a layer's samples include sgd's update of its
 // parameters. Another optimizer O costs its difference on top, a function of the parameter
