@@ -95,7 +95,8 @@ def build_layer(layer):
         return module, lambda m, x: m(x, x, x, need_weights=False)[0]
     if kind == "transformer_encoder_layer":
         return nn.TransformerEncoderLayer(shape[-1], layer.get("nhead", 1), layer.get("dim_feedforward", 1),
-                                          batch_first=True), None
+                                          activation=layer.get("activation", "relu"),
+                                          norm_first=layer.get("norm_first", False), batch_first=True), None
     raise ValueError(f"the runtime probe builds no {kind} layer")
 
 

@@ -438,12 +438,16 @@ Result<Step> transformer_encoder_layer(const Layer& layer) {
   const double feedforward = static_cast<double>(layer.arg("dim_feedforward", 1));
   const double tokens = seq * model, hidden = seq * feedforward;
   // torch defaults: x = norm1(x + dropout1(attn(x))); x = norm2(x + dropout2(linear2(dropout(relu(linear1(x)))))).
+  // norm_first moves each norm before its block (x = x + dropout1(attn(norm1(x))), ...): the same
+  // work in another order. activation "gelu" costs GELU's arithmetic on the feed-forward's hidden.
+  const auto activation = layer.spec.args.find("activation");
+  const bool gelu = activation != layer.spec.args.end() && *activation == "gelu";
   Work work = attention(seq, model, heads, true);
   work += inside(elementwise(tokens, 2, 2));  // dropout1
   work += elementwise(tokens, 1, 1);          // residual add; backward meets the input gradient
   work += inside(normalization(tokens));
   work += inside(matmul(seq, model, feedforward));
-  work += inside(elementwise(hidden, 1, 1));  // relu
+  work += inside(gelu ? elementwise(hidden, 8, 8) : elementwise(hidden, 1, 1));  // relu or gelu
   work += inside(elementwise(hidden, 2, 2));  // dropout
   work += inside(matmul(seq, feedforward, model));
   work += inside(elementwise(tokens, 2, 2));  // dropout2

@@ -20,7 +20,8 @@ enum class ArgKind {
   probability,
   number,
   positive_number,
-  output_mode
+  output_mode,
+  activation
 };
 
 struct ArgRule {
@@ -86,7 +87,10 @@ const std::map<std::string, std::map<std::string, ArgRule>>& layer_rules() {
         {"bidirectional", {ArgKind::boolean, false}}}},
       {"multihead_attention", {{"num_heads", {ArgKind::positive_int, true}}}},
       {"transformer_encoder_layer",
-       {{"nhead", {ArgKind::positive_int, true}}, {"dim_feedforward", {ArgKind::positive_int, true}}}},
+       {{"nhead", {ArgKind::positive_int, true}},
+        {"dim_feedforward", {ArgKind::positive_int, true}},
+        {"norm_first", {ArgKind::boolean, false}},
+        {"activation", {ArgKind::activation, false}}}},
       {"add", {}},
       {"mul", {}},
       {"concat", {{"dim", {ArgKind::integer, false}}}},
@@ -133,6 +137,10 @@ std::optional<Error> check_arg(const json& value, ArgKind kind, const std::strin
     case ArgKind::positive_number:
       if (!value.is_number() || value.get<double>() <= 0.0)
         return invalid(fmt::format("{} must be a number > 0", what), where);
+      break;
+    case ArgKind::activation:
+      if (!value.is_string() || (value != "relu" && value != "gelu"))
+        return invalid(fmt::format("{} must be \"relu\" or \"gelu\"", what), where);
       break;
     case ArgKind::output_mode:
       if (!value.is_string() || (value != "last" && value != "sequence"))

@@ -572,21 +572,32 @@ def _attention(converter, node, module, x):
 def _encoder_layer_args(where, layer):
     import torch.nn.functional as F
 
+    import torch.nn as nn
+
     problems = []
     if not layer.self_attn.batch_first:
         problems.append("batch_first=False")
-    if layer.norm_first:
-        problems.append("norm_first=True")
-    if not (layer.activation is F.relu or getattr(layer, "activation_relu_or_gelu", 0) == 1):
-        problems.append("an activation other than relu")
+    activation = layer.activation
+    if activation is F.relu or isinstance(activation, nn.ReLU):
+        gelu = False
+    elif activation is F.gelu or (isinstance(activation, nn.GELU) and activation.approximate == "none"):
+        gelu = True
+    else:
+        name = getattr(activation, "__name__", None) or repr(activation)
+        problems.append(f"activation {name} (only relu and the exact gelu)")
     if layer.dropout.p != 0.1:
         problems.append(f"dropout={layer.dropout.p}")
     if layer.linear1.bias is None or layer.self_attn.in_proj_bias is None:
         problems.append("bias=False")
     if problems:
-        raise SpecError(f"{where}: {', '.join(problems)}; Joule's transformer_encoder_layer is torch's default "
-                        "(batch_first=True, post-norm, relu, dropout 0.1)")
-    return {"nhead": layer.self_attn.num_heads, "dim_feedforward": layer.linear1.out_features}
+        raise SpecError(f"{where}: {', '.join(problems)}; Joule's transformer_encoder_layer is torch's "
+                        "(batch_first=True, dropout 0.1, relu or gelu, post-norm or norm_first)")
+    args = {"nhead": layer.self_attn.num_heads, "dim_feedforward": layer.linear1.out_features}
+    if layer.norm_first:
+        args["norm_first"] = True
+    if gelu:
+        args["activation"] = "gelu"
+    return args
 
 
 def _encoder_layer(converter, node, module, x):

@@ -258,6 +258,21 @@ class BidirectionalTagger(nn.Module):
         return self.head(out[:, -1])
 
 
+class PreNormEncoder(nn.Module):
+    """ViT-style: patches embedded by a linear, pre-norm GELU encoder layers, a final norm, the mean."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(48, 32)
+        layer = nn.TransformerEncoderLayer(32, nhead=4, dim_feedforward=64, activation="gelu", norm_first=True,
+                                           batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, num_layers=2, norm=nn.LayerNorm(32), enable_nested_tensor=False)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, patches):
+        return self.head(self.encoder(self.embed(patches)).mean(dim=1))
+
+
 class MeanOverTime(nn.Module):
     """A conv1d's output averaged over its time steps with torch.mean(x, 2)."""
 
@@ -308,5 +323,6 @@ NETWORKS = {
     "mean_over_time": (MeanOverTime, lambda: float_batch(4, 50)),
     "activations": (Activations, lambda: float_batch(24)),
     "bidirectional_tagger": (BidirectionalTagger, lambda: token_batch(10, 300)),
+    "prenorm_encoder": (PreNormEncoder, lambda: float_batch(16, 48)),
     "mean_over_tokens": (MeanOverTokens, lambda: token_batch(12, 100)),
 }

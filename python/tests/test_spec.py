@@ -182,6 +182,12 @@ class SpecStructureTest(unittest.TestCase):
             {"type": "lstm", "name": "tagger", "hidden_size": 24, "num_layers": 2, "output": "sequence",
              "bidirectional": True},
             {"type": "gru", "name": "summary", "hidden_size": 12, "output": "last", "bidirectional": True}])
+        # Pre-norm GELU encoder layers, as nn.TransformerEncoder's layers.
+        encoders = [layer for layer in self.spec_of("prenorm_encoder")["layers"]
+                    if layer["type"] == "transformer_encoder_layer"]
+        self.assertEqual(encoders, [{"type": "transformer_encoder_layer", "name": f"encoder.layers.{index}", "nhead": 4,
+                                     "dim_feedforward": 64, "norm_first": True, "activation": "gelu"}
+                                    for index in (0, 1)])
         # A mean over one dim of a sample (time steps, tokens) is Joule's mean, per-sample dim.
         self.assertEqual(self.spec_of("mean_over_time")["layers"][2], {"type": "mean", "name": "mean", "dim": 1})
         self.assertEqual(self.spec_of("mean_over_tokens")["layers"][2], {"type": "mean", "name": "mean", "dim": 0})
@@ -316,6 +322,12 @@ class BadModelsTest(unittest.TestCase):
         message = self.refusal(Stacked(), torch.randn(2, 5, 8))
         self.assertEqual(message, "module rnn (LSTM): dropout=0.2 has no Joule equivalent (Joule's lstm has "
                                   "dropout=0.0)")
+
+        approximate = nn.TransformerEncoderLayer(16, 2, 32, activation=nn.GELU(approximate="tanh"), batch_first=True)
+        message = self.refusal(nn.Sequential(approximate), torch.randn(2, 5, 16))
+        self.assertEqual(message, "module 0 (TransformerEncoderLayer): activation GELU(approximate='tanh') (only "
+                                  "relu and the exact gelu); Joule's transformer_encoder_layer is torch's "
+                                  "(batch_first=True, dropout 0.1, relu or gelu, post-norm or norm_first)")
 
         class BidirectionalState(nn.Module):
             def __init__(self):

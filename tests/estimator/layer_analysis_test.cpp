@@ -205,6 +205,18 @@ TEST(LayerAnalysisTest, stacked_recurrent_and_attention_parameters_match_torch) 
   ASSERT_TRUE(encoder) << encoder.error().message;
   EXPECT_EQ((*encoder)[0].cost.parameters, 3152384);
   EXPECT_EQ((*encoder)[0].features.at("d_model"), 512);
+  // norm_first: the same parts in another order; gelu: 8 and 8 per hidden element where relu has 1 and 1.
+  auto variant = [](json args) {
+    json layer = {{"type", "transformer_encoder_layer"}, {"nhead", 8}, {"dim_feedforward", 2048}};
+    layer.update(args);
+    return analyze(model({{"shape", {10, 512}}}, {{{"type", "linear"}, {"out_features", 512}}, layer}));
+  };
+  auto post = variant(json::object()), pre = variant({{"norm_first", true}}), gelu = variant({{"activation", "gelu"}});
+  ASSERT_TRUE(post && pre && gelu);
+  EXPECT_EQ((*pre)[1].cost.parameters, 3152384);
+  EXPECT_DOUBLE_EQ((*pre)[1].cost.forward_flops, (*post)[1].cost.forward_flops);
+  EXPECT_DOUBLE_EQ((*gelu)[1].cost.forward_flops - (*post)[1].cost.forward_flops, 7.0 * 10 * 2048);
+  EXPECT_DOUBLE_EQ((*gelu)[1].cost.backward_flops - (*post)[1].cost.backward_flops, 7.0 * 10 * 2048);
 }
 
 TEST(LayerAnalysisTest, first_layer_backward_skips_the_input_gradient) {

@@ -125,4 +125,8 @@ TEST(ModelSpecTest, the_parametrised_activations_take_their_torch_arguments_and_
   EXPECT_EQ(bad({{"type", "softplus"}, {"beta", 0}}),
             "/model/layers/0/beta: layer 0 softplus: beta must be a number > 0");
   EXPECT_EQ(bad({{"type", "mish"}, {"inplace", true}}).substr(0, 24), "/model/layers/0/inplace:");
+  EXPECT_EQ(bad({{"type", "transformer_encoder_layer"}, {"nhead", 2}, {"dim_feedforward", 8}, {"activation", "swish"}}),
+            "/model/layers/0/activation: layer 0 transformer_encoder_layer: activation must be \"relu\" or \"gelu\"");
+  EXPECT_EQ(bad({{"type", "transformer_encoder_layer"}, {"nhead", 2}, {"dim_feedforward", 8}, {"norm_first", 1}}),
+            "/model/layers/0/norm_first: layer 0 transformer_encoder_layer: norm_first must be true or false");
 }

@@ -73,12 +73,15 @@ class SelfAttentionImpl : public nn::Module {
 };
 TORCH_MODULE(SelfAttention);
 
+// torch's post-norm encoder layer (relu or gelu), over batch-first input.
 class EncoderLayerImpl : public nn::Module {
  public:
-  EncoderLayerImpl(std::int64_t d_model, std::int64_t nhead, std::int64_t dim_feedforward)
+  EncoderLayerImpl(std::int64_t d_model, std::int64_t nhead, std::int64_t dim_feedforward, bool gelu)
       : layer_(register_module(
             "layer", nn::TransformerEncoderLayer(
-                         nn::TransformerEncoderLayerOptions(d_model, nhead).dim_feedforward(dim_feedforward)))) {}
+                         nn::TransformerEncoderLayerOptions(d_model, nhead)
+                             .dim_feedforward(dim_feedforward)
+                             .activation(gelu ? nn::activation_t(torch::kGELU) : nn::activation_t(torch::kReLU))))) {}
 
   torch::Tensor forward(const torch::Tensor& input) { return layer_->forward(input.transpose(0, 1)).transpose(0, 1); }
 
@@ -86,6 +89,41 @@ class EncoderLayerImpl : public nn::Module {
   nn::TransformerEncoderLayer layer_;
 };
 TORCH_MODULE(EncoderLayer);
+
+// torch.nn.TransformerEncoderLayer(norm_first=True), which LibTorch 1.13 lacks, from the same
+// parts: x = x + dropout1(attn(norm1(x))); x = x + dropout2(linear2(dropout(act(linear1(norm2(x)))))),
+// dropout 0.1 everywhere, the attention's on its weights too.
+class PreNormEncoderLayerImpl : public nn::Module {
+ public:
+  PreNormEncoderLayerImpl(std::int64_t d_model, std::int64_t nhead, std::int64_t dim_feedforward, bool gelu)
+      : attention_(register_module("self_attn",
+                                   nn::MultiheadAttention(nn::MultiheadAttentionOptions(d_model, nhead).dropout(0.1)))),
+        linear1_(register_module("linear1", nn::Linear(d_model, dim_feedforward))),
+        linear2_(register_module("linear2", nn::Linear(dim_feedforward, d_model))),
+        norm1_(register_module("norm1", nn::LayerNorm(nn::LayerNormOptions({d_model})))),
+        norm2_(register_module("norm2", nn::LayerNorm(nn::LayerNormOptions({d_model})))),
+        dropout_(register_module("dropout", nn::Dropout(0.1))),
+        dropout1_(register_module("dropout1", nn::Dropout(0.1))),
+        dropout2_(register_module("dropout2", nn::Dropout(0.1))),
+        gelu_(gelu) {}
+
+  torch::Tensor forward(const torch::Tensor& input) {
+    torch::Tensor x = input.transpose(0, 1);  // the attention is sequence-first
+    const torch::Tensor normed = norm1_(x);
+    x = x + dropout1_(std::get<0>(attention_->forward(normed, normed, normed, {}, false)));
+    const torch::Tensor hidden = linear1_(norm2_(x));
+    x = x + dropout2_(linear2_(dropout_(gelu_ ? torch::gelu(hidden) : torch::relu(hidden))));
+    return x.transpose(0, 1);
+  }
+
+ private:
+  nn::MultiheadAttention attention_;
+  nn::Linear linear1_, linear2_;
+  nn::LayerNorm norm1_, norm2_;
+  nn::Dropout dropout_, dropout1_, dropout2_;
+  bool gelu_;
+};
+TORCH_MODULE(PreNormEncoderLayer);
 
 // A per-sample dim (negative counts from the end) as a dim of the batched tensor.
 std::int64_t batched_dim(const LayerSpec& spec, std::int64_t fallback) {
@@ -163,8 +201,14 @@ nn::AnyModule make_layer(const LayerSpec& spec, const AnalyzedLayer& layer) {
                                    sequence, flag(spec, "bidirectional", false)));
   }
   if (type == "multihead_attention") return nn::AnyModule(SelfAttention(in.back(), arg(spec, "num_heads", 1)));
-  if (type == "transformer_encoder_layer")
-    return nn::AnyModule(EncoderLayer(in.back(), arg(spec, "nhead", 1), arg(spec, "dim_feedforward", 1)));
+  if (type == "transformer_encoder_layer") {
+    const auto activation = spec.args.find("activation");
+    const bool gelu = activation != spec.args.end() && *activation == "gelu";
+    if (flag(spec, "norm_first", false))
+      return nn::AnyModule(
+          PreNormEncoderLayer(in.back(), arg(spec, "nhead", 1), arg(spec, "dim_feedforward", 1), gelu));
+    return nn::AnyModule(EncoderLayer(in.back(), arg(spec, "nhead", 1), arg(spec, "dim_feedforward", 1), gelu));
+  }
   // parse_model_spec admits only the types above; a new one must be added here too.
   throw std::logic_error(fmt::format("layer {}: no LibTorch module for type \"{}\"", layer.index, type));
 }

@@ -14,8 +14,9 @@
 //   embedding, lstm/gru(batch_first, num_layers 1, output "last", bidirectional false: "last"
 //   is out[:, -1], both directions' outputs at the last step), multihead_attention
 //   (self-attention, no dropout, weights not returned), transformer_encoder_layer (post-norm,
-//   relu, dropout 0.1). LibTorch 1.13's attention modules are sequence-first: the wrappers
-//   transpose batch-first [B, seq, E] around them.
+//   relu, dropout 0.1; norm_first and activation "gelu" as torch's, the pre-norm layer built
+//   from its parts since LibTorch 1.13 has none). LibTorch 1.13's attention modules are
+//   sequence-first: the wrappers transpose batch-first [B, seq, E] around them.
 //
 // Shapes come from estimator::analyze_model, never re-derived: a spec the estimator rejects
 // is rejected here with the same message.

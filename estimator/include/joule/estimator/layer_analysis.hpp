@@ -57,8 +57,10 @@
 //    bidirectional: a stacked layer then reads 2h features); gate nonlinearities (O(h) per
 //    step against O(h²)) are neglected. multihead_attention counts its projections, QKᵀ,
 //    softmax (5 per score forward, 4 backward) and probs·V. transformer_encoder_layer is
-//    torch's default (post-norm, relu, dropout 0.1 also on attention probs) counted from the
-//    same pieces.
+//    torch's (dropout 0.1 also on attention probs) counted from the same pieces: post-norm and
+//    relu by default; norm_first moves the norms (the same work), activation "gelu" counts
+//    gelu's 8 and 8 per hidden element. Both variants share the kind's model (the work carries
+//    the difference; a network measured whole carries the rest).
 //  * activation_bytes = 4 × B × the float32 elements the layer writes in the forward pass and
 //    that backward reads: its output; for lstm/gru/attention/transformer also the internal
 //    tensors (per-step gates and states; Q, K, V, scores, probs...). flatten is a view and writes
