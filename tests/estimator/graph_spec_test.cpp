@@ -1,6 +1,10 @@
 // Model specs as graphs: named inputs, joins (add, mul, concat), the layer kinds residual and
 // mobile networks need, and what the estimator and the probes make of them.
 
+#include <map>
+#include <stdexcept>
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "example_models.hpp"
@@ -308,59 +312,60 @@ TEST(GraphSpecTest, a_join_probe_reads_one_tensor_twice_and_decomposes) {
   EXPECT_GT(sample->joules_per_step, 0.0);
 }
 
-TEST(GraphSpecTest, probes_learn_a_residual_network_well_enough_to_estimate_it) {
+namespace {
+
+// What 120 probes of one network on the noise-free simulated laptop CPU teach: the samples per
+// layer key, and the network's estimate over the simulator's own cost of its step.
+struct ProbedOnTheSimulator {
+  std::map<std::string, std::size_t> samples;
+  double estimate_over_truth = 0.0;
+  std::int64_t steps = 0;
+};
+
+ProbedOnTheSimulator probe_on_the_simulator(const ModelSpec& network, std::int64_t batch) {
   SimulatedDevice device(*find_simulated_profile("laptop-cpu"), 4);
   DeviceEnergyModel model("sim:laptop-cpu", "simulated");
   CampaignOptions options;
   options.probes = 120;
   options.gp.restarts = 1;
-  const ModelSpec network = *parse(residual_block());
-  auto report = run_campaign(model, {WorkloadItem{network, 32}}, noise_free_meter(device), options);
-  ASSERT_TRUE(report) << report.error().message;
+  auto report = run_campaign(model, {WorkloadItem{network, batch}}, noise_free_meter(device), options);
+  if (!report) throw std::runtime_error(report.error().message);
   EXPECT_EQ(report->failed_measurements, 0u);
   TrainingConfig training;
-  training.batch_size = 32;
-  training.samples_per_epoch = 3200;
+  training.batch_size = batch;
+  training.samples_per_epoch = 100 * batch;
   auto estimate = model.estimate(network, training);
-  ASSERT_TRUE(estimate) << estimate.error().message;
-  auto layers = analyze_model(network, 32);
-  ASSERT_TRUE(layers);
-  const double truth = device.step_cost(*layers, "cross_entropy").joules;
+  if (!estimate) throw std::runtime_error(estimate.error().message);
+  auto layers = analyze_model(network, batch);
+  if (!layers) throw std::runtime_error(layers.error().message);
+  return {model.sample_counts(), estimate->joules_per_step.mean / device.step_cost(*layers, "cross_entropy").joules,
+          estimate->steps};
+}
+
+}  // namespace
+
+TEST(GraphSpecTest, probes_learn_a_residual_network_well_enough_to_estimate_it) {
+  const auto probed = probe_on_the_simulator(*parse(residual_block()), 32);
   // THOR's sum over layers misses what the graph adds (gradients summed where the input fans
   // out); on the noise-free simulator the whole network is still within 25 %.
-  EXPECT_NEAR(estimate->joules_per_step.mean / truth, 1.0, 0.25);
-  EXPECT_EQ(estimate->steps, 100);
+  EXPECT_NEAR(probed.estimate_over_truth, 1.0, 0.25);
+  EXPECT_EQ(probed.steps, 100);
 }
 
 // A bidirectional GRU and the further activations are probed as kinds of their own (THOR's
 // networks built around them) and the network is estimated from what the probes taught.
 TEST(GraphSpecTest, probes_learn_a_bidirectional_recurrence_and_the_further_activations) {
-  SimulatedDevice device(*find_simulated_profile("laptop-cpu"), 4);
-  DeviceEnergyModel energy("sim:laptop-cpu", "simulated");
-  CampaignOptions options;
-  options.probes = 120;
-  options.gp.restarts = 1;
-  const ModelSpec network =
+  const auto probed = probe_on_the_simulator(
       *parse(model({12, 8}, {{{"type", "linear"}, {"out_features", 16}},
                              {{"type", "mish"}},
                              {{"type", "gru"}, {"hidden_size", 16}, {"bidirectional", true}, {"output", "sequence"}},
                              {{"type", "leaky_relu"}, {"negative_slope", 0.1}},
                              {{"type", "flatten"}},
-                             {{"type", "linear"}, {"out_features", 4}}}));
-  auto report = run_campaign(energy, {WorkloadItem{network, 16}}, noise_free_meter(device), options);
-  ASSERT_TRUE(report) << report.error().message;
-  EXPECT_EQ(report->failed_measurements, 0u);
-  const auto counts = energy.sample_counts();
+                             {{"type", "linear"}, {"out_features", 4}}})),
+      16);
   for (const char* key : {"mish@hidden", "gru_bidirectional@hidden", "leaky_relu@hidden"})
-    EXPECT_GE(counts.contains(key) ? counts.at(key) : 0, 1) << key;
-  TrainingConfig training;
-  training.batch_size = 16;
-  training.samples_per_epoch = 1600;
-  auto estimate = energy.estimate(network, training);
-  ASSERT_TRUE(estimate) << estimate.error().message;
-  auto layers = analyze_model(network, 16);
-  ASSERT_TRUE(layers);
-  EXPECT_NEAR(estimate->joules_per_step.mean / device.step_cost(*layers, "cross_entropy").joules, 1.0, 0.25);
+    EXPECT_GE(probed.samples.contains(key) ? probed.samples.at(key) : 0, 1u) << key;
+  EXPECT_NEAR(probed.estimate_over_truth, 1.0, 0.25);
 }
 
 TEST(GraphSpecTest, bundled_resnet18_and_mobilenetv2_count_what_torchvision_counts) {
