@@ -570,9 +570,8 @@ def _attention(converter, node, module, x):
 
 
 def _encoder_layer_args(where, layer):
-    import torch.nn.functional as F
-
     import torch.nn as nn
+    import torch.nn.functional as F
 
     problems = []
     if not layer.self_attn.batch_first:
