@@ -109,6 +109,10 @@ struct Layer {
     const auto it = spec.args.find(key);
     return it != spec.args.end() && it->is_boolean() ? it->get<bool>() : fallback;
   }
+  std::string text(const char* key, const std::string& fallback) const {
+    const auto it = spec.args.find(key);
+    return it != spec.args.end() && it->is_string() ? it->get<std::string>() : fallback;
+  }
   Error fail(const std::string& reason) const {
     return make_error(ErrorCode::invalid_argument, fmt::format("{}: {}", layer_label(index, spec), reason), where);
   }
@@ -381,10 +385,8 @@ Result<Step> rnn(const Layer& layer, double gates, double states) {
   if (layer.in.size() != 2) return needs_sequence(layer);
   const std::int64_t seq = layer.in[0], input = layer.in[1];
   const std::int64_t hidden = layer.arg("hidden_size", 1), layers = layer.arg("num_layers", 1);
-  const auto output = layer.spec.args.find("output");
-  const bool sequence = output != layer.spec.args.end() && *output == "sequence";
-  const auto bidirectional_arg = layer.spec.args.find("bidirectional");
-  const bool bidirectional = bidirectional_arg != layer.spec.args.end() && *bidirectional_arg == true;
+  const bool sequence = layer.text("output", "last") == "sequence";
+  const bool bidirectional = layer.flag("bidirectional", false);
   const double directions = bidirectional ? 2 : 1;
   const double h = static_cast<double>(hidden);
   // torch, per direction: weight_ih (G·h × in), weight_hh (G·h × h), bias_ih and bias_hh (G·h)
@@ -440,8 +442,7 @@ Result<Step> transformer_encoder_layer(const Layer& layer) {
   // torch defaults: x = norm1(x + dropout1(attn(x))); x = norm2(x + dropout2(linear2(dropout(relu(linear1(x)))))).
   // norm_first moves each norm before its block (x = x + dropout1(attn(norm1(x))), ...): the same
   // work in another order. activation "gelu" costs GELU's arithmetic on the feed-forward's hidden.
-  const auto activation = layer.spec.args.find("activation");
-  const bool gelu = activation != layer.spec.args.end() && *activation == "gelu";
+  const bool gelu = layer.text("activation", "relu") == "gelu";
   Work work = attention(seq, model, heads, true);
   work += inside(elementwise(tokens, 2, 2));  // dropout1
   work += elementwise(tokens, 1, 1);          // residual add; backward meets the input gradient

@@ -24,6 +24,11 @@ bool flag(const LayerSpec& layer, const char* key, bool fallback) {
   return it != layer.args.end() && it->is_boolean() ? it->get<bool>() : fallback;
 }
 
+std::string text(const LayerSpec& layer, const char* key, const std::string& fallback) {
+  const auto it = layer.args.find(key);
+  return it != layer.args.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
 // lstm / gru over a batch-first [B, seq, features] input; "last" keeps the final time step (both
 // directions' outputs there, where bidirectional).
 class RecurrentImpl : public nn::Module {
@@ -195,15 +200,12 @@ nn::AnyModule make_layer(const LayerSpec& spec, const AnalyzedLayer& layer) {
     return nn::AnyModule(
         nn::Embedding(nn::EmbeddingOptions(arg(spec, "num_embeddings", 1), arg(spec, "embedding_dim", 1))));
   if (type == "lstm" || type == "gru") {
-    const auto output = spec.args.find("output");
-    const bool sequence = output != spec.args.end() && *output == "sequence";
     return nn::AnyModule(Recurrent(type == "lstm", in.back(), arg(spec, "hidden_size", 1), arg(spec, "num_layers", 1),
-                                   sequence, flag(spec, "bidirectional", false)));
+                                   text(spec, "output", "last") == "sequence", flag(spec, "bidirectional", false)));
   }
   if (type == "multihead_attention") return nn::AnyModule(SelfAttention(in.back(), arg(spec, "num_heads", 1)));
   if (type == "transformer_encoder_layer") {
-    const auto activation = spec.args.find("activation");
-    const bool gelu = activation != spec.args.end() && *activation == "gelu";
+    const bool gelu = text(spec, "activation", "relu") == "gelu";
     if (flag(spec, "norm_first", false))
       return nn::AnyModule(
           PreNormEncoderLayer(in.back(), arg(spec, "nhead", 1), arg(spec, "dim_feedforward", 1), gelu));
