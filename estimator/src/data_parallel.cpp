@@ -32,8 +32,14 @@ Estimate across_gpus(Estimate one, int gpus, std::int64_t batch_size, const Data
   const double seconds_factor = 1.0 + overhead.seconds.mean;
   one.joules = scaled(one.joules, joules_factor, overhead.joules.std / joules_factor);
   one.seconds = scaled(one.seconds, seconds_factor / gpus, overhead.seconds.std / seconds_factor);
-  // A setting is one device's: a job on several is run at their defaults.
-  one.settings.clear();
+  // A setting runs on every GPU the job holds (each at the same power limit: they run in step,
+  // so one GPU left faster only waits). Its ratios are one GPU's measured or predicted ones,
+  // applied to the whole, all-reduce included: that part is link-bound and a limit saves little
+  // of it, so the saving is a little overstated, by the overhead's share at most.
+  for (auto& line : one.settings) {
+    line.joules = scaled(line.joules, joules_factor, overhead.joules.std / joules_factor);
+    line.seconds = scaled(line.seconds, seconds_factor / gpus, overhead.seconds.std / seconds_factor);
+  }
   one.warnings.push_back(fmt::format(
       "on {} GPUs: one GPU's estimate of the whole training split {} ways (each trains 1/{} of every epoch at "
       "batch size {}, as DDP's DistributedSampler does), plus {:.0f}% ± {:.0f}% energy and {:.0f}% ± {:.0f}% time "

@@ -382,8 +382,6 @@ Result<JobSpec> parse_job_spec(const json& body, const JobLimits& limits) {
   if (spec.device_count() > 1 && spec.run.builtin)
     return invalid("run.builtin trains on one device; a job on several GPUs runs a command of its own (torchrun ...)",
                    "/resources/gpus");
-  if (spec.device_count() > 1 && !spec.knobs.empty())
-    return invalid("knobs are set on one device; a job on several GPUs cannot set them yet", "/knobs");
   if (spec.model) {
     // Shapes must fit layer by layer (the error names the layer, its pointer and a fix).
     auto analyzed = estimator::analyze_model(*spec.model, spec.training ? spec.training->batch_size : 1, "/model");

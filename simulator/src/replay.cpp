@@ -279,10 +279,21 @@ class Replay {
         continue;
       }
       if (run_.policy.knobs.goal != schedulers::KnobGoal::off && run_.knowledge != Knowledge::none) {
+        // A job on several GPUs given one: its settings' figures on that GPU alone.
+        const bool alone = run_.one_job_per_device && cost.alone_truth;
         for (const auto& setting : cost.settings) {
           std::optional<schedulers::Estimate> estimate = setting.estimate;
-          if (run_.knowledge == Knowledge::truth)
-            estimate = schedulers::Estimate{setting.truth.joules, 0.0, setting.truth.seconds};
+          if (estimate && alone && cost.alone_estimate && cost.estimate && cost.estimate->joules_mean > 0 &&
+              cost.estimate->seconds_mean > 0) {
+            const double joules = cost.alone_estimate->joules_mean / cost.estimate->joules_mean;
+            estimate->joules_mean *= joules;
+            estimate->joules_std *= joules;
+            estimate->seconds_mean *= cost.alone_estimate->seconds_mean / cost.estimate->seconds_mean;
+          }
+          if (run_.knowledge == Knowledge::truth) {
+            const TrueCost& truth = alone && setting.alone_truth ? *setting.alone_truth : setting.truth;
+            estimate = schedulers::Estimate{truth.joules, 0.0, truth.seconds};
+          }
           if (estimate)
             candidate.settings.push_back(
                 schedulers::SettingOption{setting.knob, setting.value, setting.label, *estimate,
@@ -617,12 +628,13 @@ class Replay {
         if (option.cores == placement.cores && !run_.one_job_per_device) job.truth = option.truth;
       if (placement.setting) {
         for (const auto& setting : job.cost->settings)
-          if (setting.label == placement.setting->label) job.truth = setting.truth;
+          if (setting.label == placement.setting->label)
+            job.truth = run_.one_job_per_device && setting.alone_truth ? *setting.alone_truth : setting.truth;
         ++jobs_at_settings_;
         // The slowdown it was allowed, against the one it really had (estimates can be wrong).
         const auto& allowed = job.pending.max_slowdown ? job.pending.max_slowdown : run_.policy.knobs.max_slowdown;
-        if (allowed && job.cost->truth.seconds > 0 &&
-            job.truth.seconds / job.cost->truth.seconds - 1.0 > *allowed + 1e-9)
+        const double default_seconds = truth_of(*job.cost).seconds;
+        if (allowed && default_seconds > 0 && job.truth.seconds / default_seconds - 1.0 > *allowed + 1e-9)
           ++slowdown_exceeded_;
       } else if (run_.jit_power_limit) {
         if (auto tuned = jit_power_limit(*job.cost)) {

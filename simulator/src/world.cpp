@@ -373,11 +373,28 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
                               (step.seconds + comm) * per_gpu_steps * factor};
       }
       const estimator::SimulatedKnob& knob = truths[d].profile().knob;
-      for (std::size_t s = 1; !on_slice && !data_parallel && s < knob.settings.size(); ++s) {
+      for (std::size_t s = 1; !on_slice && s < knob.settings.size(); ++s) {
         const auto& setting = knob.settings[s];
         const estimator::StepCost at = truths[d].step_cost(layers, job.model.loss, job.training.optimizer, setting);
-        cost.settings.push_back(SettingCost{knob.name, setting.value, setting.label, std::nullopt, 0.0, 0.0,
-                                            TrueCost{at.joules * steps * factor, at.seconds * steps * factor}});
+        SettingCost at_setting{knob.name,
+                               setting.value,
+                               setting.label,
+                               std::nullopt,
+                               0.0,
+                               0.0,
+                               TrueCost{at.joules * steps * factor, at.seconds * steps * factor}};
+        if (data_parallel) {
+          // Every GPU of the job at the setting. The all-reduce is the link's: a GPU waiting on
+          // it draws its static power as at the defaults (a power limit does not bind there),
+          // so the setting saves nothing on that part.
+          at_setting.alone_truth = at_setting.truth;
+          const double comm = all_reduce_seconds(layers, job.gpus);
+          const double per_gpu_steps = steps / job.gpus;
+          const double static_watts = truths[d].profile().static_watts;
+          at_setting.truth = TrueCost{job.gpus * (at.joules + static_watts * comm) * per_gpu_steps * factor,
+                                      (at.seconds + comm) * per_gpu_steps * factor};
+        }
+        cost.settings.push_back(std::move(at_setting));
       }
       if (models[d]) {
         auto estimate = models[d]->estimate(layers, job.training);
@@ -404,7 +421,9 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
             } else {
               if (s + 1 >= responses[d].size() || !responses[d][s + 1]) continue;
               estimator::NetworkFeatures at_default = features;
-              at_default.watts = base.seconds_mean > 0 ? base.joules_mean / base.seconds_mean : 0.0;
+              // One GPU's draw (a job on several draws it on each): how far over a limit it goes.
+              const schedulers::Estimate& one = cost.alone_estimate ? *cost.alone_estimate : base;
+              at_default.watts = one.seconds_mean > 0 ? one.joules_mean / one.seconds_mean : 0.0;
               ratio = responses[d][s + 1]->predict(at_default);
             }
             const double relative = base.joules_mean > 0 ? base.joules_std / base.joules_mean : 0.0;

@@ -905,3 +905,55 @@ TEST_F(GpuPairBookTest, a_job_on_two_gpus_is_sampled_once_with_both_gpus_energy)
   EXPECT_TRUE(device_table_.find("cuda:0")->holds.empty());
   EXPECT_TRUE(device_table_.find("cuda:1")->holds.empty());
 }
+
+// A job on both GPUs may be given a setting too: placement weighs it at the power limit the
+// GPUs offer, and it is to run at it on each (here no NVML takes it: it runs at the defaults,
+// said so, and nothing is left set).
+TEST_F(GpuPairBookTest, a_job_on_two_gpus_is_given_a_power_limit_for_both) {
+  for (const char* name : {"cuda:0", "cuda:1"}) {
+    joule::daemon::Device& gpu = *device_table_.find(name);
+    gpu.can_limit_gpu = true;
+    gpu.gpu_min_watts = 100.0;
+    gpu.gpu_max_watts = 300.0;
+  }
+  joule::schedulers::Policy policy;
+  policy.knobs.goal = joule::schedulers::KnobGoal::min_energy;
+  jobs_.set_policy(policy);
+  // 1000 J in 60 s at the defaults; at 210 W (70 % of 300 W) 20 % fewer joules, 5 % more time.
+  estimate_with([](const joule::schedulers::JobSpec&) {
+    std::vector<joule::daemon::EstimateRow> rows;
+    for (const char* name : {"cuda:0", "cuda:1"}) {
+      auto row = joule::testing::estimate_row(name, "nvml", 1000.0, 20.0, 60.0);
+      row.estimate->settings.push_back({{"gpu_power_limit_watts", 210.0, "210 W"},
+                                        "measured",
+                                        0.8,
+                                        0.02,
+                                        1.05,
+                                        0.02,
+                                        1,
+                                        {800.0, 16.0},
+                                        {63.0, 1.0}});
+      rows.push_back(std::move(row));
+    }
+    return rows;
+  });
+  auto submitted =
+      submit({{"run", {{"command", {"/bin/sleep", "30"}}}},
+              {"model", {{"input", {{"shape", {1, 8}}}}, {"layers", {{{"type", "linear"}, {"out_features", 2}}}}}},
+              {"training", {{"batch_size", 8}, {"epochs", 1}, {"samples_per_epoch", 64}}},
+              {"resources", {{"gpus", 2}}}});
+  ASSERT_TRUE(submitted) << submitted.error().message;
+  const std::string id = (*submitted)["id"];
+  ASSERT_TRUE(run_until([&] { return shown(id).value()["state"] == "running"; }));
+  const json job = shown(id).value();
+  EXPECT_EQ(job["knobs"]["chosen"]["label"], "210 W") << job.dump(2);
+  EXPECT_NEAR(job["knobs"]["chosen"]["predicted"]["energy_saving"].get<double>(), 0.2, 1e-9) << job.dump(2);
+  EXPECT_EQ(job["knobs"]["in_force"], nullptr) << job.dump(2);
+  EXPECT_TRUE(std::any_of(job["events"].begin(), job["events"].end(), [](const json& event) {
+    return event["message"].get<std::string>().find("knobs refused, it runs at the device's defaults") !=
+           std::string::npos;
+  })) << job.dump(2);
+  std::optional<joule::Result<json>> cancelled;
+  jobs_.cancel(id, [&](joule::Result<joule::daemon::JobView> result) { cancelled = rendered(result); });
+  ASSERT_TRUE(run_until([&] { return shown(id).value()["state"] == "cancelled"; }));
+}

@@ -12,7 +12,13 @@ Estimate one_gpu() {
   one.device = "cuda:0";
   one.joules = {1000.0, 100.0};
   one.seconds = {400.0, 40.0};
-  one.settings.push_back(SettingLine{});
+  SettingLine limit;
+  limit.setting = {"gpu_power_limit_watts", 200, "200 W"};
+  limit.joules_ratio = 0.8;
+  limit.seconds_ratio = 1.1;
+  limit.joules = {800.0, 80.0};
+  limit.seconds = {440.0, 44.0};
+  one.settings.push_back(limit);
   return one;
 }
 
@@ -27,7 +33,12 @@ TEST(DataParallelTest, n_gpus_take_the_same_joules_and_a_nth_of_the_time_plus_th
   EXPECT_EQ(four.data_parallel->gpus, 4);
   EXPECT_DOUBLE_EQ(four.data_parallel->one_gpu_joules.mean, 1000.0) << "kept, for the job to teach from";
   EXPECT_DOUBLE_EQ(four.data_parallel->one_gpu_seconds.mean, 400.0);
-  EXPECT_TRUE(four.settings.empty()) << "a setting is one device's";
+  // A setting holds on every GPU: its ratios stay one GPU's, its figures are split the same way.
+  ASSERT_EQ(four.settings.size(), 1u);
+  EXPECT_DOUBLE_EQ(four.settings[0].joules_ratio, 0.8);
+  EXPECT_DOUBLE_EQ(four.settings[0].seconds_ratio, 1.1);
+  EXPECT_DOUBLE_EQ(four.settings[0].joules.mean, 960.0);   // 800 J × 1.2
+  EXPECT_DOUBLE_EQ(four.settings[0].seconds.mean, 143.0);  // 440 s × 1.3 / 4
   ASSERT_EQ(four.warnings.size(), 1u);
   EXPECT_NE(four.warnings[0].find("on 4 GPUs"), std::string::npos) << four.warnings[0];
   EXPECT_NE(four.warnings[0].find("batch size 32"), std::string::npos) << four.warnings[0];

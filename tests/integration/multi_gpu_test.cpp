@@ -85,6 +85,26 @@ json ddp_job(const FakeGpus& gpus, int count) {
             {"env", {{"GLOO_SOCKET_IFNAME", "lo"}}}}}};
 }
 
+// Each GPU's power limits in the order the fake libnvidia-ml was asked to set them ("0", "1" ->
+// milliwatts), from its log.
+std::map<std::string, std::vector<std::string>> limits_set(const std::filesystem::path& log_file) {
+  std::map<std::string, std::vector<std::string>> limits;
+  std::ifstream log(log_file);
+  for (std::string line; std::getline(log, line);) {
+    if (line.rfind("set_limit ", 0) != 0) continue;
+    const auto gpu = line.find(" gpu ");
+    limits[gpu == std::string::npos ? "0" : line.substr(gpu + 5)].push_back(line.substr(10, line.find(' ', 10) - 10));
+  }
+  return limits;
+}
+
+// A job on `count` GPUs that runs until the file `go` exists.
+json waiting_job(const std::filesystem::path& go, int count) {
+  return {{"name", "ddp"},
+          {"resources", {{"gpus", count}}},
+          {"run", {{"command", {"sh", "-c", "while [ ! -e " + go.string() + " ]; do sleep 0.05; done"}}}}};
+}
+
 // The devices holding job `id`, by name.
 std::vector<std::string> holding(const DaemonProcess& daemon, const std::string& id) {
   std::vector<std::string> out;
@@ -191,11 +211,8 @@ TEST(MultiGpuTest, a_capped_job_on_two_gpus_gets_the_lower_limit_on_both_and_bot
       << "limit_mw 250000\nlimit_constraints_mw 100000 300000\nlog " << (gpus.dir / "nvml.log").string() << "\n";
   DaemonProcess daemon(options);
   ASSERT_TRUE(daemon.start()) << daemon.log();
-  const std::string go = (gpus.dir / "go").string();
-  const std::string id =
-      daemon.submit({{"name", "ddp"},
-                     {"resources", {{"gpus", 2}}},
-                     {"run", {{"command", {"sh", "-c", "while [ ! -e " + go + " ]; do sleep 0.05; done"}}}}});
+  const auto go = gpus.dir / "go";
+  const std::string id = daemon.submit(waiting_job(go, 2));
   const json running = daemon.wait_state(id, {"running"});
   ASSERT_EQ(running["state"], "running") << daemon.log();
   std::ofstream(policies / "10-cap.toml")
@@ -212,18 +229,65 @@ TEST(MultiGpuTest, a_capped_job_on_two_gpus_gets_the_lower_limit_on_both_and_bot
   ASSERT_EQ(daemon.wait_state(id, {"succeeded", "failed"})["state"], "succeeded");
 
   // Each GPU's limits in order: lowered by the cap, then its original (250 W) again.
-  std::map<std::string, std::vector<std::string>> limits;  // "0", "1" -> limits set
-  std::ifstream log(gpus.dir / "nvml.log");
-  for (std::string line; std::getline(log, line);) {
-    if (line.rfind("set_limit ", 0) != 0) continue;
-    const auto gpu = line.find(" gpu ");
-    limits[gpu == std::string::npos ? "0" : line.substr(gpu + 5)].push_back(line.substr(10, line.find(' ', 10) - 10));
-  }
+  const auto limits = limits_set(gpus.dir / "nvml.log");
   ASSERT_EQ(limits.size(), 2u) << daemon.log();
   for (const auto& [gpu, set] : limits) {
     ASSERT_GE(set.size(), 2u) << gpu;
     EXPECT_LT(std::stoi(set.front()), 250000) << gpu;
     EXPECT_EQ(set.back(), "250000") << gpu;
+  }
+}
+
+// A job on two GPUs with a power limit knob runs with it on both (they run in step), and both
+// originals come back when it ends, and after a kill -9 of jouled at its next start.
+TEST(MultiGpuTest, a_job_on_two_gpus_runs_at_its_power_limit_on_both_and_both_come_back_after_a_kill_9_too) {
+  const FakeGpus gpus(2);
+  std::ofstream(gpus.dir / "script", std::ios::app)
+      << "limit_mw 250000\nlimit_constraints_mw 100000 300000\nlog " << (gpus.dir / "nvml.log").string() << "\n";
+  const auto state = gpus.dir / "state";
+  const auto options = gpus.options(2);
+  std::string id;
+  {
+    DaemonProcess daemon(options, state);
+    ASSERT_TRUE(daemon.start()) << daemon.log();
+    const auto go = gpus.dir / "go";
+    json job = waiting_job(go, 2);
+    job["knobs"] = {{"gpu_power_limit_watts", 180}};
+    const std::string ended = daemon.submit(job);
+    const json running = daemon.wait_state(ended, {"running", "failed"});
+    ASSERT_EQ(running["state"], "running") << running.dump(2) << daemon.log();
+    const std::string in_force = running["knobs"]["in_force"];
+    EXPECT_NE(in_force.find("gpu_power_limit_watts 180 (set 180 W)"), std::string::npos) << in_force;
+    EXPECT_NE(in_force.find("gpu_power_limit_watts 180 on cuda:"), std::string::npos) << in_force;
+    auto limits = limits_set(gpus.dir / "nvml.log");
+    ASSERT_EQ(limits.size(), 2u) << daemon.log();
+    for (const auto& [gpu, set] : limits) EXPECT_EQ(set, std::vector<std::string>{"180000"}) << gpu;
+    std::ofstream(go) << "go\n";
+    ASSERT_EQ(daemon.wait_state(ended, {"succeeded", "failed"})["state"], "succeeded");
+    limits = limits_set(gpus.dir / "nvml.log");
+    for (const auto& [gpu, set] : limits) EXPECT_EQ(set, (std::vector<std::string>{"180000", "250000"})) << gpu;
+    std::filesystem::remove(go);
+
+    std::filesystem::remove(gpus.dir / "nvml.log");
+    id = daemon.submit(job);
+    ASSERT_EQ(daemon.wait_state(id, {"running", "failed"})["state"], "running") << daemon.log();
+    daemon.signal(SIGKILL);
+    EXPECT_EQ(daemon.wait_exit(), 128 + SIGKILL);
+  }
+  // Nobody put them back: each GPU was last set to the job's limit.
+  for (const auto& [gpu, set] : limits_set(gpus.dir / "nvml.log"))
+    EXPECT_EQ(set, std::vector<std::string>{"180000"}) << gpu;
+  {
+    DaemonProcess restarted(options, state);
+    ASSERT_TRUE(restarted.start()) << restarted.log();
+    const json adopted = restarted.wait_event(id, "its knobs were put back when jouled restarted");
+    EXPECT_EQ(adopted["state"], "running") << adopted.dump(2) << restarted.log();
+    const auto limits = limits_set(gpus.dir / "nvml.log");
+    ASSERT_EQ(limits.size(), 2u) << restarted.log();
+    for (const auto& [gpu, set] : limits)
+      EXPECT_EQ(set, (std::vector<std::string>{"180000", "250000"})) << gpu << restarted.log();
+    EXPECT_EQ(restarted.call("DELETE", "/v1/jobs/" + id).first, 202u);
+    EXPECT_EQ(restarted.wait_state(id, {"cancelled"})["state"], "cancelled");
   }
 }
 

@@ -114,6 +114,13 @@ std::optional<DeviceEstimate> DeviceEstimate::at(const estimator::KnobSetting& s
   out.seconds_mean *= line->seconds_ratio;
   out.model_seconds_mean *= line->seconds_ratio;
   if (out.baseline_joules) *out.baseline_joules *= line->joules_ratio;
+  if (out.data_parallel) {
+    // On several GPUs, each at the setting: what a job teaches of the overhead is against one
+    // GPU's run at it, not at the defaults.
+    scale(out.data_parallel->one_gpu_joules.mean, out.data_parallel->one_gpu_joules.std);
+    out.data_parallel->one_gpu_seconds.mean *= line->seconds_ratio;
+    out.data_parallel->one_gpu_seconds.std *= line->seconds_ratio;
+  }
   return out;
 }
 

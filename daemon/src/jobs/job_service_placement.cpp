@@ -158,10 +158,11 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
   pending.max_slowdown = spec.constraints.max_slowdown;
   pending.cores = spec.shared_cores();
   pending.gpus = spec.resources.gpus.value_or(0);
-  // Settings are chosen for jobs that ask for none and hold their device whole (a setting is the
-  // device's, not a job's: it would reach the jobs beside one on shared cores), and only one.
-  const bool choose_settings = core().policy().knobs.goal != schedulers::KnobGoal::off && spec.knobs.empty() &&
-                               pending.cores == 0 && spec.device_count() == 1;
+  // Settings are chosen for jobs that ask for none and hold their devices whole (a setting is the
+  // device's, not a job's: it would reach the jobs beside one on shared cores); a job on several
+  // GPUs runs at it on each.
+  const bool choose_settings =
+      core().policy().knobs.goal != schedulers::KnobGoal::off && spec.knobs.empty() && pending.cores == 0;
   const auto own_setting = setting_of(spec.knobs);
   std::string signature;  // of its network, once a remembered check needs it
   // Indexed once: with a thousand agents' devices a search per device made this quadratic.

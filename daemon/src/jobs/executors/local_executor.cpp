@@ -417,6 +417,7 @@ void LocalExecutor::start(JobRecord& job, Device& device) {
                                       adapters::cpu_list_text(run.cpus), cores, *resources.cores, *resources.cores_max)
                         : fmt::format("on CPUs {} (resources.cores = {})", adapters::cpu_list_text(run.cpus), cores));
   }
+  attach_companions(job, run);  // before the knobs: a power limit is set on each of its GPUs
   apply_knobs(job, device, run);
   run.window = open_window(device, /*partial=*/false);
   open_companion_windows(job, run, /*partial=*/false);
@@ -475,6 +476,17 @@ void LocalExecutor::apply_knobs(JobRecord& job, Device& device, Run& run) {
   // Under a power cap the cap's limit stands (a job resumed while capped).
   auto applied = run.knobs->apply(
       knobs, device, [&] { return gpu_limit_of(run, device); }, job.gpu_limit_watts.has_value());
+  if (applied && knobs.gpu_power_limit_watts && !job.gpu_limit_watts && !run.companions.empty()) {
+    // A job on several GPUs: the same limit on each (they run in step), or on none.
+    if (auto others = limit_companions_to_knob(run, *knobs.gpu_power_limit_watts)) {
+      applied->insert(applied->end(), others->begin(), others->end());
+    } else {
+      for (const auto& failure : run.knobs->restore(run.gpu_limit.get()))
+        spdlog::warn("job {}: {}", job.row.id, failure);
+      limit_companions(job, run, std::nullopt);
+      applied = others.error();
+    }
+  }
   if (!applied) {
     // Nothing stays half set (apply put back what it wrote): the job runs as the device is.
     run.knobs.reset();
@@ -489,9 +501,26 @@ void LocalExecutor::apply_knobs(JobRecord& job, Device& device, Run& run) {
 }
 
 void LocalExecutor::restore_knobs(JobRecord& job, Run& run) {
-  // The GPU's limit is also the power cap's: while a cap holds it, it stays.
+  // The GPU's limit is also the power cap's: while a cap holds it, it stays (on every GPU).
   put_back(job, run, job.gpu_limit_watts ? nullptr : run.gpu_limit.get());
+  if (!job.gpu_limit_watts) limit_companions(job, run, std::nullopt);
   job.knobs_in_force.reset();
+}
+
+Result<std::vector<std::string>> LocalExecutor::limit_companions_to_knob(Run& run, double watts) {
+  std::vector<std::string> set;
+  for (auto& companion : run.companions) {
+    if (!companion.limit) companion.limit = gpu_power_limit_of(*companion.device, options_.control_journal);
+    if (!companion.limit)
+      return make_error(ErrorCode::unavailable,
+                        fmt::format("{} (one of the job's GPUs) has no NVML power limit", companion.device->name));
+    auto applied = companion.limit->set_watts(watts);
+    if (!applied)
+      return make_error(applied.error().code, fmt::format("{}: {}", companion.device->name, applied.error().message));
+    set.push_back(
+        fmt::format("gpu_power_limit_watts {:g} on {} ({})", watts, companion.device->name, applied->describe()));
+  }
+  return set;
 }
 
 void LocalExecutor::put_back(const JobRecord& job, Run& run, adapters::RestorableControl* gpu) {
@@ -624,19 +653,22 @@ Status LocalExecutor::throttle(JobRecord& job, Device& device, const schedulers:
       limit_companions(job, run, set->applied_watts);
       break;
     }
-    case Kind::clear_gpu_power_limit:
-      // Back to the job's own knob where it asked for one, else to the GPU's original limit.
-      if (run.gpu_limit && job.spec.knobs.gpu_power_limit_watts && job.knobs_in_force) {
-        auto set = run.gpu_limit->set_watts(*job.spec.knobs.gpu_power_limit_watts);
+    case Kind::clear_gpu_power_limit: {
+      // Back to the job's own limit (its knob, or the setting chosen for it) where it runs at
+      // one, on each of its GPUs, else to the GPUs' original limits.
+      const auto own = job.knobs_in_force ? job.effective_knobs().gpu_power_limit_watts : std::nullopt;
+      if (run.gpu_limit && own) {
+        auto set = run.gpu_limit->set_watts(*own);
         done = set ? Status{} : Status{set.error()};
       } else {
         done = run.gpu_limit ? run.gpu_limit->restore() : Status{};
       }
       if (done) {
         job.gpu_limit_watts.reset();
-        limit_companions(job, run, std::nullopt);
+        limit_companions(job, run, own);
       }
       break;
+    }
   }
   return done;
 }
@@ -700,13 +732,18 @@ std::optional<double> LocalExecutor::energy_so_far(JobRecord& job, Device& devic
   return std::max(0.0, measured->joules - run.joules_to_others) + *others;
 }
 
-void LocalExecutor::open_companion_windows(const JobRecord& job, Run& run, bool partial) {
-  run.companions.clear();
+void LocalExecutor::attach_companions(const JobRecord& job, Run& run) {
+  if (!run.companions.empty()) return;
   for (const auto& name : job.row.companions) {
     Device* other = host_.find_device(name);
     if (!other) continue;  // gone from the configuration since: its joules are not counted
-    run.companions.push_back(Run::Companion{other, open_window(*other, partial), nullptr});
+    run.companions.push_back(Run::Companion{other, std::nullopt, nullptr});
   }
+}
+
+void LocalExecutor::open_companion_windows(const JobRecord& job, Run& run, bool partial) {
+  attach_companions(job, run);
+  for (auto& companion : run.companions) companion.window = open_window(*companion.device, partial);
 }
 
 std::optional<double> LocalExecutor::companions_energy(const Run& run, bool sampled) const {

@@ -108,8 +108,13 @@ class LocalExecutor final : public Executor {
     };
     std::vector<Companion> companions;
   };
+  /// The job's other GPUs (row.companions) as `run`'s companions, once, without windows yet.
+  void attach_companions(const JobRecord& job, Run& run);
   /// Opens a window on each of the job's other GPUs (row.companions) for `run`.
   void open_companion_windows(const JobRecord& job, Run& run, bool partial);
+  /// The job's GPU power limit knob on its other GPUs (journalled first); the first refusal is
+  /// the error (the caller puts back what was set). Returns a line per GPU for knobs_in_force.
+  Result<std::vector<std::string>> limit_companions_to_knob(Run& run, double watts);
   /// Its other GPUs' joules since its start: read from their meters now, or as of their last
   /// sample (`sampled`); nullopt where one cannot be read.
   std::optional<double> companions_energy(const Run& run, bool sampled) const;

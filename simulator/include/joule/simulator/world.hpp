@@ -65,6 +65,9 @@ struct SettingCost {
   double slowdown_log_std = 0.0;  ///< the response's spread of the time ratio (log space)
   double saving_log_std = 0.0;    ///< ... and of the energy ratio
   TrueCost truth;
+  /// A job on several GPUs: the same job on this GPU alone at the setting (a run with one job
+  /// per device), as JobCost::alone_truth.
+  std::optional<TrueCost> alone_truth;
 };
 
 /// A job that lets placement choose its cores, at one count of a device that shares them.
