@@ -57,7 +57,8 @@ def wait_for(what, predicate, timeout=30.0, interval=0.05):
 class Jouled:
     """jouled as a child process; stop() (or the with block) kills it and removes its files."""
 
-    def __init__(self, config=CONFIG, host="127.0.0.1"):
+    def __init__(self, config=CONFIG, host="127.0.0.1", state_dir=None):
+        """`state_dir`: one of the caller's, kept when it stops (for a restart on the same state)."""
         binary = jouled_binary()
         if binary is None:
             raise unittest.SkipTest("no jouled binary: build it (cmake --build build) or set JOULED_BINARY")
@@ -65,7 +66,7 @@ class Jouled:
         # directories beside the state directory.
         self.work_dir = tempfile.mkdtemp(prefix="joule-py-")
         os.chmod(self.work_dir, 0o755)
-        self.state_dir = os.path.join(self.work_dir, "state")
+        self.state_dir = state_dir or os.path.join(self.work_dir, "state")
         config_path = os.path.join(self.work_dir, "jouled.toml")
         with open(config_path, "w", encoding="utf-8") as file:
             file.write(config)

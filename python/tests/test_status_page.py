@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import socket
+import sqlite3
 import sys
 import tempfile
 import unittest
@@ -103,7 +104,7 @@ class StatusPageTest(unittest.TestCase):
         for directory in self.directories:
             shutil.rmtree(directory, ignore_errors=True)
 
-    def start(self, config, policies=None, host="127.0.0.1"):
+    def start(self, config, policies=None, host="127.0.0.1", state_dir=None):
         if policies:
             directory = tempfile.mkdtemp(prefix="joule-page-policies-")
             self.directories.append(directory)
@@ -111,7 +112,7 @@ class StatusPageTest(unittest.TestCase):
                 with open(os.path.join(directory, name), "w", encoding="utf-8") as file:
                     file.write(text)
             config += f'[policy]\ndirectory = "{directory}"\n'
-        daemon = Jouled(config, host=host)
+        daemon = Jouled(config, host=host, state_dir=state_dir)
         self.daemons.append(daemon)
         return daemon
 
@@ -239,6 +240,50 @@ class StatusPageTest(unittest.TestCase):
         order = chromium.evaluate("[...document.querySelectorAll('#recent tbody tr')].map((r) => r.cells[0].textContent)")
         # (the knobbed job, submitted between them and still running, may stand between them)
         self.assertEqual([job_id for job_id in order if job_id in (first, second)], [second, first], "newest first")
+        self.assert_clean(chromium)
+
+    # ------------------------------------------------------------------ a setting the policy chose
+
+    def test_a_finished_job_shows_the_setting_chosen_for_it_what_was_predicted_and_its_check(self):
+        # A setting is chosen only on hardware whose knobs change a job's cost, which this machine
+        # lacks (its simulated devices have no knobs): the job's row is given the record a jouled
+        # that chose one writes (jobs.chosen_setting, as chosen_setting.cpp stores it), and from
+        # there the path is the real one: the database read at start, the API, the page.
+        state = tempfile.mkdtemp(prefix="joule-page-state-")
+        os.chmod(state, 0o755)  # jobs run under accounts of their own: their directories are beside it
+        self.addCleanup(shutil.rmtree, state, True)
+        config = CONFIG + f'[[devices]]\nname = "{SIM}"\nprobes = 40\nruns_jobs = true\n'
+        first = self.start(config, state_dir=os.path.join(state, "state"))
+        self.sim_ready(first)
+        job_id = api(first, "POST", "/v1/jobs", {"name": "page-setting", "model": MODEL, "training": TRAINING,
+                                                  "run": {"command": ["true"]}, "constraints": {"devices": [SIM]}},
+                     status=201)["id"]
+        wait_for(f"job {job_id} to end", lambda: api(first, "GET", f"/v1/jobs/{job_id}")["state"] == "succeeded")
+        first.stop()
+        why = "checked in epochs 2 and 3: 0.80x the joules and 1.10x the time of the defaults"
+        record = {"knob": "cpu_max_frequency_mhz", "value": 2800, "label": "2800 MHz", "goal": "min-energy",
+                  "at_setting": {"joules": 800.0, "joules_std": 40.0, "seconds": 66.0},
+                  "at_default": {"joules": 1000.0, "joules_std": 50.0, "seconds": 60.0}, "in_force": True,
+                  "check": {"setting_epoch": 2, "default_epoch": 3, "energy_ratio": 0.8, "time_ratio": 1.1,
+                            "kept": True, "why": why}}
+        with sqlite3.connect(os.path.join(state, "state", "jouled.db")) as database:
+            changed = database.execute("UPDATE jobs SET chosen_setting = ? WHERE id = ?",
+                                       (json.dumps(record), job_id)).rowcount
+        self.assertEqual(changed, 1)
+
+        restarted = self.start(config, state_dir=os.path.join(state, "state"))
+        chosen = api(restarted, "GET", f"/v1/jobs/{job_id}")["knobs"]["chosen"]
+        self.assertEqual(chosen["label"], "2800 MHz")
+        chromium = self.browser()
+        chromium.navigate(restarted.url + "/")
+        recent = chromium.wait_until("the job among the recent ones", row_of("recent", job_id))
+        self.assertIn(SIM, recent[3])
+        self.assertIn("at 2800 MHz (min-energy): 20 % less energy, 10 % more time predicted; its check kept it",
+                      recent[3])
+        title = chromium.evaluate(f"(() => {{ const row = [...document.querySelectorAll('#recent tbody tr')]"
+                                  f".find((r) => r.cells[0].textContent === {json.dumps(job_id)});"
+                                  f" return row.cells[3].querySelector('.knobs').title; }})()")
+        self.assertEqual(title, why)
         self.assert_clean(chromium)
 
     # ------------------------------------------------------------------ tokens
