@@ -18,6 +18,7 @@
 #include "counting_meter.hpp"
 #include "job_book.hpp"
 #include "reported_job.hpp"
+#include "text_file.hpp"
 
 using joule::daemon::DeviceTable;
 using joule::daemon::JobService;
@@ -857,6 +858,62 @@ TEST_F(JobServiceTest, a_chosen_setting_is_checked_in_the_jobs_first_epochs_and_
   job = rendered(restarted.job(third_id)).value();
   EXPECT_NEAR(job["knobs"]["chosen"]["predicted"]["energy_saving"].get<double>(), 0.3, 1e-9) << job.dump(2);
   EXPECT_TRUE(cancel_on(restarted, third_id));
+}
+
+// A job on cores of its own may be given a clock cap too, where each CPU has a cpufreq policy of
+// its own: the cap reaches the job's core alone, and comes back when it ends.
+TEST_F(JobServiceTest, a_job_on_a_core_of_its_own_is_given_a_cap_on_that_core_alone) {
+  if (joule::adapters::usable_cpus().size() < 2) GTEST_SKIP() << "needs a node with 2 CPUs";
+  joule::testing::TempDir tree;
+  for (int cpu = 0; cpu < 2; ++cpu)
+    joule::testing::write_cpufreq_policy(tree, joule::testing::intel_pstate_policy(cpu));
+  joule::daemon::Device& cpu = *device_table_.find("cpu");
+  cpu.shared_cores = 2;
+  cpu.threads = 1;
+  cpu.cpu_frequency = joule::adapters::CpuFrequencyKnob::discover(tree / "sys/devices/system/cpu/cpufreq").value();
+  choose_settings_within(0.5);
+  estimate_with([](const joule::schedulers::JobSpec&) {
+    auto rows = rapl_estimate("cpu", 1000.0);
+    rows[0].estimate->settings.push_back({{"cpu_max_frequency_mhz", 2800.0, "2800 MHz"},
+                                          "measured",
+                                          0.8,
+                                          0.02,
+                                          1.25,
+                                          0.02,
+                                          1,
+                                          {800.0, 40.0},
+                                          {75.0, 1.0}});
+    return rows;
+  });
+  auto submitted =
+      submit({{"run", {{"command", {"/bin/sleep", "30"}}}},
+              {"model", {{"input", {{"shape", {1, 8}}}}, {"layers", {{{"type", "linear"}, {"out_features", 2}}}}}},
+              {"training", {{"batch_size", 8}, {"epochs", 1}, {"samples_per_epoch", 64}}},
+              {"resources", {{"cores", 1}}},
+              {"constraints", {{"devices", {"cpu"}}}}});
+  ASSERT_TRUE(submitted) << submitted.error().message;
+  const std::string id = (*submitted)["id"];
+  ASSERT_TRUE(run_until([&] { return state_of(id) == "running"; }));
+  const json job = shown(id).value();
+  EXPECT_EQ(job["knobs"]["chosen"]["label"], "2800 MHz") << job.dump(2);
+  EXPECT_EQ(cpu.cores_held(), 1) << "it holds its core, not the CPU";
+  int own = -1;
+  for (const auto& event : job["events"]) {
+    const std::string message = event["message"];
+    if (message.rfind("on CPUs ", 0) == 0) own = std::stoi(message.substr(8));
+  }
+  ASSERT_TRUE(own == 0 || own == 1) << job.dump(2);
+  auto max_of = [&](int policy) {
+    return joule::testing::read_text(
+        tree / ("sys/devices/system/cpu/cpufreq/policy" + std::to_string(policy) + "/scaling_max_freq"));
+  };
+  EXPECT_EQ(job["knobs"]["in_force"], fmt::format("cpu_max_frequency_mhz 2800 (policy{} 2800 MHz)", own));
+  EXPECT_EQ(max_of(own), "2800000\n");
+  EXPECT_EQ(max_of(1 - own), "4700000\n") << "the other core, free for another job, keeps its clock";
+  std::optional<joule::Result<json>> cancelled;
+  jobs_.cancel(id, [&](joule::Result<joule::daemon::JobView> result) { cancelled = rendered(result); });
+  ASSERT_TRUE(run_until([&] { return state_of(id) == "cancelled"; }));
+  EXPECT_EQ(max_of(own), "4700000\n");
 }
 
 namespace {

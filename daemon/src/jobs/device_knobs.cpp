@@ -1,9 +1,13 @@
 #include "joule/daemon/device_knobs.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <sstream>
 
 #include <fmt/format.h>
+
+#include "joule/adapters/job_process.hpp"
 
 namespace joule::daemon {
 
@@ -33,7 +37,55 @@ void add_unique(std::vector<estimator::KnobSetting>& out, estimator::KnobSetting
   if (std::find(out.begin(), out.end(), setting) == out.end()) out.push_back(std::move(setting));
 }
 
+// The CPUs a policy clocks (its affected_cpus, "0 1 2"); empty where they cannot be read.
+std::vector<int> cpus_of(const adapters::CpuFrequencyPolicy& policy) {
+  std::vector<int> out;
+  std::istringstream words(policy.cpus);
+  for (std::string word; words >> word;) {
+    int cpu = -1;
+    const auto [end, error] = std::from_chars(word.data(), word.data() + word.size(), cpu);
+    if (error != std::errc{} || end != word.data() + word.size() || cpu < 0) return {};
+    out.push_back(cpu);
+  }
+  return out;
+}
+
 }  // namespace
+
+bool clocks_per_cpu(const adapters::CpuFrequencyKnob& knob) {
+  return !knob.policies.empty() && std::all_of(knob.policies.begin(), knob.policies.end(),
+                                               [](const auto& policy) { return cpus_of(policy).size() == 1; });
+}
+
+Result<adapters::CpuFrequencyKnob> clocks_of_cpus(const adapters::CpuFrequencyKnob& knob,
+                                                  const std::vector<int>& cpus) {
+  adapters::CpuFrequencyKnob narrowed = knob;
+  narrowed.policies.clear();
+  std::vector<int> covered;
+  for (const auto& policy : knob.policies) {
+    const std::vector<int> clocked = cpus_of(policy);
+    const auto mine = [&](int cpu) { return std::find(cpus.begin(), cpus.end(), cpu) != cpus.end(); };
+    const bool any = std::any_of(clocked.begin(), clocked.end(), mine);
+    if (!any) continue;
+    if (!std::all_of(clocked.begin(), clocked.end(), mine))
+      return make_error(ErrorCode::conflict,
+                        fmt::format("{} clocks CPUs {} together, and the job holds only {} of them: a cap would reach "
+                                    "the jobs beside it",
+                                    policy.directory.filename().string(), policy.cpus, adapters::cpu_list_text(cpus)));
+    covered.insert(covered.end(), clocked.begin(), clocked.end());
+    narrowed.policies.push_back(policy);
+  }
+  for (const int cpu : cpus)
+    if (std::find(covered.begin(), covered.end(), cpu) == covered.end())
+      return make_error(ErrorCode::unavailable, fmt::format("CPU {} has no cpufreq policy to cap", cpu));
+  narrowed.min_mhz = narrowed.policies.front().min_mhz;
+  narrowed.max_mhz = narrowed.policies.front().max_mhz;
+  for (const auto& policy : narrowed.policies) {
+    narrowed.min_mhz = std::min(narrowed.min_mhz, policy.min_mhz);
+    narrowed.max_mhz = std::max(narrowed.max_mhz, policy.max_mhz);
+  }
+  return narrowed;
+}
 
 std::vector<estimator::KnobSetting> knob_choices(const Device& device) {
   std::vector<estimator::KnobSetting> out;
@@ -98,7 +150,7 @@ DeviceKnobs::DeviceKnobs(adapters::ControlJournal* journal, adapters::CommandRun
 
 Result<std::vector<std::string>> DeviceKnobs::apply(const schedulers::Knobs& knobs, const Device& device,
                                                     const std::function<adapters::GpuPowerLimit*()>& gpu_limit,
-                                                    bool skip_gpu_limit) {
+                                                    bool skip_gpu_limit, const std::vector<int>& cpus) {
   std::vector<std::string> set;
   std::optional<Error> refused;
   adapters::GpuPowerLimit* limit = nullptr;
@@ -116,10 +168,15 @@ Result<std::vector<std::string>> DeviceKnobs::apply(const schedulers::Knobs& kno
     }
   }
   if (!refused && knobs.wants_cpu()) {
-    if (!device.cpu_frequency) {
-      refused = make_error(ErrorCode::unavailable, fmt::format("{} has no CPU frequency knob", device.name));
+    auto knob = device.cpu_frequency
+                    ? Result<adapters::CpuFrequencyKnob>(*device.cpu_frequency)
+                    : Result<adapters::CpuFrequencyKnob>(
+                          make_error(ErrorCode::unavailable, fmt::format("{} has no CPU frequency knob", device.name)));
+    if (knob && !cpus.empty()) knob = clocks_of_cpus(*knob, cpus);
+    if (!knob) {
+      refused = knob.error();
     } else {
-      cpu_frequency_ = std::make_unique<adapters::CpuFrequencyLimit>(*device.cpu_frequency, journal_);
+      cpu_frequency_ = std::make_unique<adapters::CpuFrequencyLimit>(std::move(*knob), journal_);
       if (knobs.cpu_max_frequency_mhz) {
         if (auto applied = cpu_frequency_->set_max_mhz(*knobs.cpu_max_frequency_mhz))
           set.push_back(fmt::format("cpu_max_frequency_mhz {:g} ({})", *knobs.cpu_max_frequency_mhz, *applied));

@@ -158,11 +158,12 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
   pending.max_slowdown = spec.constraints.max_slowdown;
   pending.cores = spec.shared_cores();
   pending.gpus = spec.resources.gpus.value_or(0);
-  // Settings are chosen for jobs that ask for none and hold their devices whole (a setting is the
-  // device's, not a job's: it would reach the jobs beside one on shared cores); a job on several
-  // GPUs runs at it on each.
-  const bool choose_settings =
-      core().policy().knobs.goal != schedulers::KnobGoal::off && spec.knobs.empty() && pending.cores == 0;
+  // Settings are chosen for jobs that ask for none: for those that hold their devices whole (a
+  // job on several GPUs runs at it on each), and for a job on a number of cores of its own where
+  // each CPU has a clock of its own (clocks_per_cpu: the cap reaches its cores alone; elsewhere
+  // it would reach the jobs beside it). Not for a range of cores: placement chooses the count.
+  const bool choose_settings = core().policy().knobs.goal != schedulers::KnobGoal::off && spec.knobs.empty() &&
+                               !(pending.cores > 0 && spec.chooses_cores());
   const auto own_setting = setting_of(spec.knobs);
   std::string signature;  // of its network, once a remembered check needs it
   // Indexed once: with a thousand agents' devices a search per device made this quadratic.
@@ -180,7 +181,9 @@ schedulers::PendingJob JobService::pending_job(const Job& job) const {
       if (own_setting)
         if (const auto at = it->second->at(*own_setting)) candidate.estimate = at->placement();
       candidate.flops_joules = it->second->baseline_joules;
-      if (choose_settings && !it->second->settings.empty()) {
+      const bool on_own_cores = pending.cores > 0 && device.shared_cores > 0;
+      if (choose_settings && !it->second->settings.empty() &&
+          (!on_own_cores || (device.cpu_frequency && clocks_per_cpu(*device.cpu_frequency)))) {
         // Only what the device offers now (its knobs can change with a restart).
         const auto offered = knob_choices(device);
         for (auto& option : it->second->setting_options()) {

@@ -36,6 +36,14 @@ schedulers::Knobs knobs_of(const estimator::KnobSetting& setting);
 /// clock cap, nothing else); nothing for other combinations.
 std::optional<estimator::KnobSetting> setting_of(const schedulers::Knobs& knobs);
 
+/// Whether each CPU has a cpufreq policy of its own (affected_cpus names one CPU), as
+/// intel_pstate and amd-pstate lay them out: a cap on a job's own cores then reaches no other
+/// job's. A table driver's policy for a whole cluster (cpufreq-dt on a Pi) does not.
+bool clocks_per_cpu(const adapters::CpuFrequencyKnob& knob);
+/// `knob` narrowed to the policies that clock `cpus` (a job's own cores), its range theirs. An
+/// error names the policy where one also clocks a CPU not among them, or a CPU that has none.
+Result<adapters::CpuFrequencyKnob> clocks_of_cpus(const adapters::CpuFrequencyKnob& knob, const std::vector<int>& cpus);
+
 /// A control of `device`'s GPU power limit (its meter is NVML on a cuda:N device), noting its
 /// original in `journal` before the first write; null where the device has none.
 std::unique_ptr<adapters::GpuPowerLimit> gpu_power_limit_of(const Device& device, adapters::ControlJournal* journal);
@@ -49,11 +57,13 @@ class DeviceKnobs {
 
   /// Sets `knobs` on `device`. The GPU power limit goes through `gpu_limit()` (the caller's
   /// control, shared with a power cap; null: the device has none) unless `skip_gpu_limit` (a cap
-  /// holds it). A refusal puts back what was set and is the error. Returns what is in force, a
-  /// line per knob ("cpu_max_frequency_mhz 1600 (policy0 1600 MHz)").
+  /// holds it). CPU knobs go to the policies of `cpus` alone where given (a job on cores of its
+  /// own; clocks_of_cpus), to every policy otherwise. A refusal puts back what was set and is the
+  /// error. Returns what is in force, a line per knob ("cpu_max_frequency_mhz 1600 (policy0 1600
+  /// MHz)").
   Result<std::vector<std::string>> apply(const schedulers::Knobs& knobs, const Device& device,
                                          const std::function<adapters::GpuPowerLimit*()>& gpu_limit,
-                                         bool skip_gpu_limit = false);
+                                         bool skip_gpu_limit = false, const std::vector<int>& cpus = {});
   /// Puts back what apply set (and `gpu_limit`, where given), the power mode last. Returns a
   /// message per control that could not be (it stays journalled for the next start).
   std::vector<std::string> restore(adapters::RestorableControl* gpu_limit = nullptr);

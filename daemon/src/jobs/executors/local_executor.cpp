@@ -473,9 +473,12 @@ void LocalExecutor::apply_knobs(JobRecord& job, Device& device, Run& run) {
   const schedulers::Knobs knobs = job.effective_knobs();
   if (knobs.empty()) return;
   run.knobs = std::make_unique<DeviceKnobs>(options_.control_journal, options_.run_tool);
+  // A job on cores of its own (a setting chosen for it) caps those cores' clocks alone; one
+  // holding the device whole, every core's.
+  const std::vector<int> own_cpus = device.shared_cores > 0 && job.held_cores() > 0 ? run.cpus : std::vector<int>{};
   // Under a power cap the cap's limit stands (a job resumed while capped).
   auto applied = run.knobs->apply(
-      knobs, device, [&] { return gpu_limit_of(run, device); }, job.gpu_limit_watts.has_value());
+      knobs, device, [&] { return gpu_limit_of(run, device); }, job.gpu_limit_watts.has_value(), own_cpus);
   if (applied && knobs.gpu_power_limit_watts && !job.gpu_limit_watts && !run.companions.empty()) {
     // A job on several GPUs: the same limit on each (they run in step), or on none.
     if (auto others = limit_companions_to_knob(run, *knobs.gpu_power_limit_watts)) {
