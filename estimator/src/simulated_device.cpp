@@ -161,6 +161,7 @@ const std::vector<SimulatedProfile>& simulated_profiles() {
     laptop.knob.voltage_floor = 0.55;
     laptop.knob.clocked_static_share = 0.6;
     laptop.knob.source = "range: intel_pstate scaling limits of a 4.7 GHz laptop part";
+    laptop.knob.per_core = true;  // intel_pstate: a policy per CPU
     out.push_back(laptop);
 
     // A one-socket 64-core server CPU, sized on the spec sheet of an AMD EPYC 7763 (64 cores,
@@ -189,6 +190,7 @@ const std::vector<SimulatedProfile>& simulated_profiles() {
     server_cpu.knob.voltage_floor = 0.75;
     server_cpu.knob.clocked_static_share = 0.3;
     server_cpu.knob.source = "range: AMD EPYC 7763 P-states (1.5-2.45 GHz base)";
+    server_cpu.knob.per_core = true;  // amd-pstate or acpi-cpufreq: a policy per CPU, per-core P-states
     out.push_back(server_cpu);
     return out;
   }();

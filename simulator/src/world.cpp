@@ -373,7 +373,8 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
                               (step.seconds + comm) * per_gpu_steps * factor};
       }
       const estimator::SimulatedKnob& knob = truths[d].profile().knob;
-      for (std::size_t s = 1; !on_slice && s < knob.settings.size(); ++s) {
+      // A job on a slice of the cores runs at a setting only where each core is clocked alone.
+      for (std::size_t s = 1; (!on_slice || knob.per_core) && s < knob.settings.size(); ++s) {
         const auto& setting = knob.settings[s];
         const estimator::StepCost at = truths[d].step_cost(layers, job.model.loss, job.training.optimizer, setting);
         SettingCost at_setting{knob.name,
@@ -383,6 +384,17 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
                                0.0,
                                0.0,
                                TrueCost{at.joules * steps * factor, at.seconds * steps * factor}};
+        if (on_slice) {
+          // Its own cores at the setting (their share of the static power at its clock too), the
+          // rest of the device's static power as at the defaults: truth_at's rule, capped.
+          const estimator::SimulatedProfile& whole = truths[d].profile();
+          const estimator::SimulatedProfile slice = estimator::cores_slice(whole, job.cores, shared);
+          const estimator::StepCost capped =
+              estimator::SimulatedDevice(slice, 0).step_cost(layers, job.model.loss, job.training.optimizer, setting);
+          at_setting.truth =
+              TrueCost{(capped.joules + (whole.static_watts - slice.static_watts) * capped.seconds) * steps * factor,
+                       capped.seconds * steps * factor};
+        }
         if (data_parallel) {
           // Every GPU of the job at the setting. The all-reduce is the link's: a GPU waiting on
           // it draws its static power as at the defaults (a power limit does not bind there),

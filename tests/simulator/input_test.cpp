@@ -280,8 +280,26 @@ TEST(TraceTest, a_job_on_some_of_a_shared_devices_cores_costs_its_slice_and_the_
   EXPECT_GT(eight.truth.seconds, whole.truth.seconds) << "fewer cores, longer";
   EXPECT_LT(eight.truth.seconds, 8.0 * whole.truth.seconds) << "the step's serial part does not slow down";
   EXPECT_GT(eight.truth.joules, static_watts * eight.truth.seconds) << "the whole static power, and its own";
-  EXPECT_TRUE(eight.settings.empty()) << "a knob would reach the jobs beside it";
-  EXPECT_FALSE(whole.settings.empty());
+  // Each core of this profile is clocked alone (a cpufreq policy per CPU), so the slice has the
+  // settings too: its own cores at the setting, the rest of the static power as at the defaults.
+  ASSERT_FALSE(whole.settings.empty());
+  ASSERT_EQ(eight.settings.size(), whole.settings.size());
+  for (const auto& setting : eight.settings) {
+    EXPECT_GT(setting.truth.seconds, eight.truth.seconds) << setting.label;
+    EXPECT_GT(setting.truth.joules, static_watts * (56.0 / 64.0) * setting.truth.seconds) << setting.label;
+  }
+
+  // A Pi's cores share one clock (cpufreq-dt's one policy): a cap for a job on two of them would
+  // reach the jobs beside it, so it gets none.
+  auto pi = parse_cluster(
+      "[[nodes]]\nname = \"p\"\ndevices = [{name = \"cpu\", profile = \"raspberry-pi-4\", cores = 4}]\n", "c.toml");
+  ASSERT_TRUE(pi) << pi.error().message;
+  auto two = parse_trace("{\"at\": 0, \"model\": \"lenet.json\", " + kTraining + ", \"resources\": {\"cores\": 2}}\n",
+                         "t.jsonl", files({{"lenet.json", testing::example_model("lenet5")}}));
+  ASSERT_TRUE(two) << two.error().message;
+  auto pi_world = build_world(*pi, *two, schedulers::Policy{}, few_probes());
+  ASSERT_TRUE(pi_world) << pi_world.error().message;
+  EXPECT_TRUE(pi_world->jobs[0].costs[0].settings.empty());
 }
 
 TEST(TraceTest, files_are_read_relative_to_the_trace) {

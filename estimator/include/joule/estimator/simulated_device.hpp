@@ -57,6 +57,9 @@ struct SimulatedKnob {
   double clocked_static_share = 0.0;
   double gated_static_share = 0.0;  ///< share of the static power that gated compute units stop drawing
   std::string source;               ///< where the settings and the curve come from
+  /// Each core clocked alone (x86 cpufreq: a policy per CPU), so a job on a slice of the cores
+  /// may run at a setting without reaching the jobs beside it.
+  bool per_core = false;
 };
 
 /// The hidden parameters of one kind of simulated hardware.
