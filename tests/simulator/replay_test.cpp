@@ -361,6 +361,17 @@ devices = [{name = "cuda:0", profile = "server-gpu", probes = 60}, {name = "cpu"
     if (probes == WorldOptions::KnobProbes::networks) {
       EXPECT_LT(worst, 0.08);
     }
+    // Each job as run against an exhaustive sweep of its device by true costs: with true costs
+    // the choice is the sweep's best; with estimates, the jobs within 5 % of it are counted.
+    const auto runs = standard_runs(schedulers::Policy{});
+    const PolicyMetrics oracle = replay(world, runs.back());
+    ASSERT_EQ(runs.back().name, "oracle+knobs");
+    EXPECT_EQ(oracle.jobs_swept, 4u);
+    EXPECT_EQ(oracle.jobs_within_5pct_of_best, 4u);
+    EXPECT_NEAR(oracle.setting_regret, 0.0, 1e-9);
+    const PolicyMetrics estimated_run = replay(world, runs[1]);
+    EXPECT_EQ(estimated_run.jobs_swept, 4u);
+    EXPECT_EQ(replay(world, runs[0]).jobs_swept, 0u) << "placement alone chooses no setting";
   }
 }
 

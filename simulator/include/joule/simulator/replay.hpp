@@ -156,6 +156,14 @@ struct PolicyMetrics {
   double joules_outside_price_signal = 0.0;
   std::size_t jobs_at_settings = 0;   ///< jobs that ran at a knob setting other than their device's default
   std::size_t slowdown_exceeded = 0;  ///< of those, jobs truly slowed beyond their allowed max_slowdown
+  /// Under the min-energy goal and objective, against an exhaustive sweep of each job's device (what Zeus's
+  /// per-job profiling would find with perfect meters): the jobs whose device had settings, and
+  /// those whose energy as run was within 5 % of the least any setting (or the defaults) within
+  /// their allowed slowdown truly costs there, without running slower than allowed;
+  /// `setting_regret` sums max(0, chosen / best - 1).
+  std::size_t jobs_swept = 0;
+  std::size_t jobs_within_5pct_of_best = 0;
+  double setting_regret = 0.0;
   std::map<std::string, DeviceUsage> devices;           ///< by qualified device name
   std::map<std::string, double> battery_min_percent;    ///< by node
   std::map<std::string, double> battery_empty_seconds;  ///< by node: time with the battery at 0
