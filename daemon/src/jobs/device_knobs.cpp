@@ -78,12 +78,7 @@ Result<adapters::CpuFrequencyKnob> clocks_of_cpus(const adapters::CpuFrequencyKn
   for (const int cpu : cpus)
     if (std::find(covered.begin(), covered.end(), cpu) == covered.end())
       return make_error(ErrorCode::unavailable, fmt::format("CPU {} has no cpufreq policy to cap", cpu));
-  narrowed.min_mhz = narrowed.policies.front().min_mhz;
-  narrowed.max_mhz = narrowed.policies.front().max_mhz;
-  for (const auto& policy : narrowed.policies) {
-    narrowed.min_mhz = std::min(narrowed.min_mhz, policy.min_mhz);
-    narrowed.max_mhz = std::max(narrowed.max_mhz, policy.max_mhz);
-  }
+  // The device's range stays: a job's cap was checked against it, and each policy clamps it.
   return narrowed;
 }
 

@@ -40,7 +40,7 @@ std::optional<estimator::KnobSetting> setting_of(const schedulers::Knobs& knobs)
 /// intel_pstate and amd-pstate lay them out: a cap on a job's own cores then reaches no other
 /// job's. A table driver's policy for a whole cluster (cpufreq-dt on a Pi) does not.
 bool clocks_per_cpu(const adapters::CpuFrequencyKnob& knob);
-/// `knob` narrowed to the policies that clock `cpus` (a job's own cores), its range theirs. An
+/// `knob` narrowed to the policies that clock `cpus` (a job's own cores), its range the device's. An
 /// error names the policy where one also clocks a CPU not among them, or a CPU that has none.
 Result<adapters::CpuFrequencyKnob> clocks_of_cpus(const adapters::CpuFrequencyKnob& knob, const std::vector<int>& cpus);
 
