@@ -100,94 +100,26 @@ class ProbeServiceTest : public ::testing::Test, protected joule::testing::JobBo
     runtime.starts = {{30.0, 1.5}, {31.0, 1.6}};
     runtime.joules = 70.0;
     if (!fake.runtime) probing.python = "";
-    const auto worker = dir_.write(
-        "fake-worker",
-        fmt::format(R"(#!/usr/bin/env python3
-import json, sys, time
-args = sys.argv[1:]
-if args[0] == "env":
-    if {env_fails}:
-        sys.stderr.write("joule-worker: error while loading shared libraries: libtorch.so\n")
-        sys.exit(1)
-    print({env})
-    sys.exit(0)
-if args[0] == "runtime":
-    with open("{runtime_calls}", "a") as calls:
-        calls.write(" ".join(args) + "\n")
-    if {runtime_fails}:
-        sys.stderr.write("joule-worker: python3 (1 blocks): importing torch: it ended; it said: "
-                         "ModuleNotFoundError: No module named 'torch'\n")
-        sys.exit(1)
-    out = json.loads({runtime_result})
-    # Each kind asked for costs 20 µs a layer beyond the line (8 layers, a flatten and a Linear
-    # beside them); gru's network does not build here, as a kind a worker cannot read.
-    kinds = args[args.index("--kinds") + 1].split(",") if "--kinds" in args else []
-    for kind in kinds:
-        if kind == "gru":
-            sys.stderr.write("joule-worker runtime: gru layers not read: it said: no GRU here\n")
-            continue
-        extra = 1e-4 + 1e-5 * 2 + 8 * 2e-5
-        out["steps"].append(dict(out["steps"][0], modules=10, kind=kind, kind_layers=8,
-                                 runtime_seconds_per_step=1e-4 + extra, difference_seconds_per_step=extra,
-                                 runtime_joules_per_step=1e-3 + 10 * extra, difference_joules_per_step=10 * extra))
-    print(json.dumps(out))
-    sys.exit(0)
-template = json.loads({result})
-cap_file = "{cap_file}"
-cap = 4700000.0
-if cap_file:
-    with open(cap_file) as f:
-        cap = float(f.read())
-    with open("{caps}", "a") as log:
-        log.write("%d\n" % cap)
-time_factor = (4700000.0 / cap) ** 0.5
-energy_factor = (cap / 4700000.0) ** 0.3
-requests = [args[i + 1] for i, arg in enumerate(args) if arg == "--request"]
-with open("{calls}", "a") as calls:
-    calls.write(" ".join(args) + "\n")
-for n, path in enumerate(requests):
-    with open(path) as f:
-        request = json.load(f)
-    line = json.dumps([request["batch_size"], request["networks"]], sort_keys=True)
-    try:
-        with open("{requests}") as log:
-            read_before = sum(1 for earlier in log if earlier.rstrip("\n") == line)
-    except FileNotFoundError:
-        read_before = 0
-    drifted = 1.0 + {drift} * read_before
-    with open("{requests}", "a") as log:
-        log.write(line + "\n")
-    time.sleep({seconds})
-    if n == {fail_at}:
-        sys.stderr.write("no LibTorch here\n")
-        sys.exit(1)
-    out = dict(template, batch_size=request["batch_size"])
-    threads = request.get("threads", 1)
-    out["environment"] = dict(template["environment"], threads=threads)
-    with open("{threads_log}", "a") as log:
-        log.write("%d\n" % threads)
-    net = template["networks"][0]
-    # Each layer costs in proportion to the size of its spec: networks cost the sum of their
-    # layers, as THOR's subtraction assumes, so every probe decomposes into a positive layer.
-    size = lambda network: sum(len(json.dumps(layer)) for layer in network["layers"]) / 100.0
-    out["networks"] = [dict(net, joules_per_step=net["joules_per_step"] * size(spec) * energy_factor * drifted
-                                                 * threads ** 0.25,
-                            seconds_per_step=net["seconds_per_step"] * size(spec) * time_factor * threads ** -0.7)
-                       for spec in request["networks"]]
-    print(json.dumps(out), flush=True)
-    with open("{done}", "a") as done:
-        done.write(path + "\n")
-)",
-                    fmt::arg("env", json(worker::to_json(environment).dump()).dump()),
-                    fmt::arg("result", json(worker::to_json(result).dump()).dump()),
-                    fmt::arg("calls", (dir_ / "calls.log").string()), fmt::arg("done", (dir_ / "done.log").string()),
-                    fmt::arg("requests", (dir_ / "requests.log").string()), fmt::arg("seconds", fake.seconds_per_plan),
-                    fmt::arg("fail_at", fake.fail_at), fmt::arg("runtime_calls", (dir_ / "runtime.log").string()),
-                    fmt::arg("runtime_fails", fake.runtime_fails ? "True" : "False"),
-                    fmt::arg("env_fails", fake.env_fails ? "True" : "False"),
-                    fmt::arg("runtime_result", json(worker::to_json(runtime).dump()).dump()),
-                    fmt::arg("cap_file", fake.clock_cap_file), fmt::arg("caps", (dir_ / "caps.log").string()),
-                    fmt::arg("drift", fake.drift), fmt::arg("threads_log", (dir_ / "threads.log").string())));
+    // The stand-in (tests/fakes/fake_joule_worker.py) reads how to behave from the file beside it.
+    const auto worker = dir_ / "fake-worker";
+    std::filesystem::copy_file(JOULE_SOURCE_DIR "/tests/fakes/fake_joule_worker.py", worker,
+                               std::filesystem::copy_options::overwrite_existing);
+    dir_.write("fake-worker.json", json{{"env", worker::to_json(environment)},
+                                        {"result", worker::to_json(result)},
+                                        {"runtime_result", worker::to_json(runtime)},
+                                        {"env_fails", fake.env_fails},
+                                        {"runtime_fails", fake.runtime_fails},
+                                        {"fail_at", fake.fail_at},
+                                        {"seconds", fake.seconds_per_plan},
+                                        {"cap_file", fake.clock_cap_file},
+                                        {"drift", fake.drift},
+                                        {"calls", (dir_ / "calls.log").string()},
+                                        {"done", (dir_ / "done.log").string()},
+                                        {"requests", (dir_ / "requests.log").string()},
+                                        {"runtime_calls", (dir_ / "runtime.log").string()},
+                                        {"caps", (dir_ / "caps.log").string()},
+                                        {"threads_log", (dir_ / "threads.log").string()}}
+                                       .dump());
     ::chmod(worker.c_str(), 0755);
     models_ = std::make_unique<ModelService>(io_, writer_, metrics_, [] {});
     ProbeServiceOptions options;

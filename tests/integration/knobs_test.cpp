@@ -414,3 +414,86 @@ TEST(KnobsTest, with_a_knob_goal_networks_are_measured_at_the_cpu_settings_and_a
   std::filesystem::remove_all(state);
   std::filesystem::remove_all(state.string() + "-jobs");
 }
+
+// A setting placement chose, through a real jouled: a stand-in joule-worker
+// (tests/fakes/fake_joule_worker.py) reads the fixture's cap as its clock, so the network
+// measured at each setting costs what a real CPU's would, and placement chooses one. It is set
+// while the job runs, and put back after a kill -9 of jouled at the next start.
+TEST(KnobsTest, a_setting_placement_chose_is_set_while_the_job_runs_and_put_back_after_a_kill_9) {
+  TempDir tree;
+  joule::testing::write_cpufreq_policy(tree, joule::testing::intel_pstate_policy(0));
+  const auto limit = tree / kCpufreq / "policy0/scaling_max_freq";
+  TempDir worker;
+  // jouled runs a copy of its worker in a clean environment: the stand-in carries its settings.
+  std::string source = read_text(JOULE_SOURCE_DIR "/tests/fakes/fake_joule_worker.py");
+  const std::string blank = "EMBEDDED_CONFIG = \"\"";
+  ASSERT_NE(source.find(blank), std::string::npos);
+  source.replace(source.find(blank), blank.size(),
+                 "EMBEDDED_CONFIG = " + json(json{{"cap_file", limit.string()}}.dump()).dump());
+  const auto program = worker.write("fake-worker", source);
+  std::filesystem::permissions(program, std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                                            std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
+                                            std::filesystem::perms::others_exec);
+  TempDir policies;
+  policies.write("10-knobs.toml", "[knobs]\ngoal = \"min-energy\"\nmax_slowdown = 0.5\n");
+  const auto state = std::filesystem::temp_directory_path() / ("joule-knob-chosen-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");
+  const DaemonOptions options{
+      .config_toml = "[[devices]]\nname = \"cpu\"\nmeter = \"modelled\"\ncpufreq = \"" + (tree / kCpufreq).string() +
+                     "\"\n[probing]\nenabled = false\npython = \"\"\nworker = \"" + program.string() +
+                     "\"\n[policy]\ndirectory = \"" + policies.path().string() + "\"\n"};
+  const json mlp = json::parse(R"({"input": {"shape": [48]}, "layers": [
+      {"type": "linear", "out_features": 24}, {"type": "relu"}, {"type": "linear", "out_features": 10}]})");
+  const json request = {
+      {"device", "cpu"}, {"seconds", 120}, {"models", {{{"model", mlp}, {"training", {{"batch_size", 16}}}}}}};
+  std::string id;
+  {
+    DaemonProcess daemon(options, state);
+    ASSERT_TRUE(daemon.start()) << daemon.log();
+    ASSERT_EQ(daemon.call("POST", "/v1/probes", request.dump()).first, 202u);
+    json settings;
+    for (auto until = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < until;) {
+      const json devices = daemon.call("GET", "/v1/devices").second;
+      settings = devices["devices"][0]["model"]["probing"]
+                     .value("whole_networks", json::object())
+                     .value("settings", json::array());
+      if (settings.size() == 3 &&
+          std::all_of(settings.begin(), settings.end(), [](const json& s) { return s["networks"] == 1; }))
+        break;
+      std::this_thread::sleep_for(100ms);
+    }
+    ASSERT_EQ(settings.size(), 3u) << daemon.log();
+    EXPECT_EQ(read_text(limit), "4700000\n");
+
+    // At 2800 MHz the network takes 1.30x the time for 0.86x the energy, within 50 % at the
+    // policy's risk; at 2100 MHz (1.50x) it is not.
+    const auto submitted = daemon.submit({{"model", mlp},
+                                          {"training", {{"batch_size", 16}, {"samples_per_epoch", 160}}},
+                                          {"run", {{"command", {"/bin/sleep", "60"}}}}});
+    id = submitted;
+    const json running = daemon.wait_state(id, {"running", "failed"});
+    ASSERT_EQ(running["state"], "running") << running.dump(2);
+    EXPECT_EQ(running["knobs"]["chosen"]["label"], "2800 MHz") << running.dump(2);
+    EXPECT_EQ(running["knobs"]["in_force"], "cpu_max_frequency_mhz 2800 (policy0 2800 MHz)") << running.dump(2);
+    EXPECT_EQ(read_text(limit), "2800000\n");
+    daemon.signal(SIGKILL);
+    EXPECT_EQ(daemon.wait_exit(), 128 + SIGKILL);
+  }
+  EXPECT_EQ(read_text(limit), "2800000\n");  // nobody put it back
+  {
+    DaemonProcess restarted(options, state);
+    ASSERT_TRUE(restarted.start()) << restarted.log();
+    EXPECT_EQ(read_text(limit), "4700000\n") << restarted.log();
+    EXPECT_NE(restarted.log().find("knobs left by the last jouled: restored"), std::string::npos) << restarted.log();
+    EXPECT_EQ(journal_entries(restarted), 0u);
+    const json adopted = restarted.wait_event(id, "its knobs were put back when jouled restarted");
+    EXPECT_EQ(adopted["state"], "running") << adopted.dump(2);
+    EXPECT_EQ(adopted["knobs"]["chosen"]["label"], "2800 MHz") << adopted.dump(2);
+    EXPECT_EQ(restarted.call("DELETE", "/v1/jobs/" + id).first, 202u);
+    EXPECT_EQ(restarted.wait_state(id, {"cancelled"})["state"], "cancelled");
+    EXPECT_EQ(read_text(limit), "4700000\n");
+  }
+  std::filesystem::remove_all(state);
+  std::filesystem::remove_all(state.string() + "-jobs");
+}

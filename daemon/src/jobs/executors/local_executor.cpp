@@ -933,7 +933,8 @@ void LocalExecutor::recover(JobRecord& job, Device* device) {
     }
     // Its reservation again, from its estimate there (the energy it used before is unknown).
     host_.reserve_again(job);
-    if (!job.spec.knobs.empty())
+    // Its own knobs, or a setting chosen for it that was in force: jouled put them back at start.
+    if (!job.spec.knobs.empty() || (job.chosen_setting && job.setting_was_in_force))
       host_.note(job, "its knobs were put back when jouled restarted: it runs at the device's defaults from now on");
     if (job.state == JobState::throttled) {
       // The last daemon released its controls when it stopped: it runs freely now.
