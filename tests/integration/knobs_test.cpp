@@ -45,6 +45,14 @@ std::size_t journal_entries(const DaemonProcess& daemon) {
   return journal.is_object() ? journal["entries"].size() : 999;
 }
 
+// A jouled started after a kill -9 of the last one: the knob's file back at `original`, said in
+// its log, and nothing left in its journal.
+void expect_knobs_restored_at_start(const DaemonProcess& daemon, const path& file, const std::string& original) {
+  EXPECT_EQ(read_text(file), original) << daemon.log();
+  EXPECT_NE(daemon.log().find("knobs left by the last jouled: restored"), std::string::npos) << daemon.log();
+  EXPECT_EQ(journal_entries(daemon), 0u);
+}
+
 }  // namespace
 
 TEST(KnobsTest, a_job_runs_at_its_cpu_frequency_and_energy_preference_and_the_originals_come_back) {
@@ -180,9 +188,7 @@ TEST(KnobsTest, a_jouled_killed_with_9_puts_the_cpu_frequency_back_at_its_next_s
   {
     DaemonProcess restarted(options, state);
     ASSERT_TRUE(restarted.start()) << restarted.log();
-    EXPECT_EQ(read_text(tree / kCpufreq / "policy0/scaling_max_freq"), "4700000\n") << restarted.log();
-    EXPECT_NE(restarted.log().find("knobs left by the last jouled: restored"), std::string::npos) << restarted.log();
-    EXPECT_EQ(journal_entries(restarted), 0u);
+    expect_knobs_restored_at_start(restarted, tree / kCpufreq / "policy0/scaling_max_freq", "4700000\n");
     const json adopted = restarted.wait_event(id, "its knobs were put back when jouled restarted");
     EXPECT_EQ(adopted["state"], "running") << adopted.dump(2);
     EXPECT_TRUE(has_event(adopted, "its knobs were put back when jouled restarted")) << adopted.dump(2);
@@ -350,9 +356,7 @@ TEST(KnobsTest, with_a_knob_goal_networks_are_measured_at_the_cpu_settings_and_a
   EXPECT_NE(read_text(limit), "4700000\n");  // nobody put it back
   DaemonProcess daemon(options, state);
   ASSERT_TRUE(daemon.start()) << daemon.log();
-  EXPECT_EQ(read_text(limit), "4700000\n") << daemon.log();
-  EXPECT_NE(daemon.log().find("knobs left by the last jouled: restored"), std::string::npos) << daemon.log();
-  EXPECT_EQ(journal_entries(daemon), 0u);
+  expect_knobs_restored_at_start(daemon, limit, "4700000\n");
 
   // Measured at every setting; the defaults back between and after.
   ASSERT_EQ(daemon.call("POST", "/v1/probes", request.dump()).first, 202u);
@@ -484,9 +488,7 @@ TEST(KnobsTest, a_setting_placement_chose_is_set_while_the_job_runs_and_put_back
   {
     DaemonProcess restarted(options, state);
     ASSERT_TRUE(restarted.start()) << restarted.log();
-    EXPECT_EQ(read_text(limit), "4700000\n") << restarted.log();
-    EXPECT_NE(restarted.log().find("knobs left by the last jouled: restored"), std::string::npos) << restarted.log();
-    EXPECT_EQ(journal_entries(restarted), 0u);
+    expect_knobs_restored_at_start(restarted, limit, "4700000\n");
     const json adopted = restarted.wait_event(id, "its knobs were put back when jouled restarted");
     EXPECT_EQ(adopted["state"], "running") << adopted.dump(2);
     EXPECT_EQ(adopted["knobs"]["chosen"]["label"], "2800 MHz") << adopted.dump(2);
