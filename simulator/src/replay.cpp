@@ -290,10 +290,8 @@ class Replay {
             estimate->joules_std *= joules;
             estimate->seconds_mean *= cost.alone_estimate->seconds_mean / cost.estimate->seconds_mean;
           }
-          if (run_.knowledge == Knowledge::truth) {
-            const TrueCost& truth = alone && setting.alone_truth ? *setting.alone_truth : setting.truth;
-            estimate = schedulers::Estimate{truth.joules, 0.0, truth.seconds};
-          }
+          if (run_.knowledge == Knowledge::truth)
+            estimate = schedulers::Estimate{truth_of(setting).joules, 0.0, truth_of(setting).seconds};
           if (estimate)
             candidate.settings.push_back(
                 schedulers::SettingOption{setting.knob, setting.value, setting.label, *estimate,
@@ -310,6 +308,19 @@ class Replay {
   // where the run gives each job one device, else as it asked.
   const TrueCost& truth_of(const JobCost& cost) const {
     return run_.one_job_per_device && cost.alone_truth ? *cost.alone_truth : cost.truth;
+  }
+  // The same at one of its device's settings.
+  const TrueCost& truth_of(const SettingCost& setting) const {
+    return run_.one_job_per_device && setting.alone_truth ? *setting.alone_truth : setting.truth;
+  }
+  // The slowdown a job allows (its own, else the policy's), and whether `ran` exceeds it.
+  const std::optional<double>& allowed_slowdown(const JobState& job) const {
+    return job.pending.max_slowdown ? job.pending.max_slowdown : run_.policy.knobs.max_slowdown;
+  }
+  bool slower_than_allowed(const JobState& job, const TrueCost& ran) const {
+    const auto& allowed = allowed_slowdown(job);
+    const double default_seconds = truth_of(*job.cost).seconds;
+    return allowed && default_seconds > 0 && ran.seconds / default_seconds - 1.0 > *allowed + 1e-9;
   }
 
   // Whether a job on several GPUs that holds `device` beside its own is progressing (its
@@ -628,14 +639,10 @@ class Replay {
         if (option.cores == placement.cores && !run_.one_job_per_device) job.truth = option.truth;
       if (placement.setting) {
         for (const auto& setting : job.cost->settings)
-          if (setting.label == placement.setting->label)
-            job.truth = run_.one_job_per_device && setting.alone_truth ? *setting.alone_truth : setting.truth;
+          if (setting.label == placement.setting->label) job.truth = truth_of(setting);
         ++jobs_at_settings_;
         // The slowdown it was allowed, against the one it really had (estimates can be wrong).
-        const auto& allowed = job.pending.max_slowdown ? job.pending.max_slowdown : run_.policy.knobs.max_slowdown;
-        const double default_seconds = truth_of(*job.cost).seconds;
-        if (allowed && default_seconds > 0 && job.truth.seconds / default_seconds - 1.0 > *allowed + 1e-9)
-          ++slowdown_exceeded_;
+        if (slower_than_allowed(job, job.truth)) ++slowdown_exceeded_;
       } else if (run_.jit_power_limit) {
         if (auto tuned = jit_power_limit(*job.cost)) {
           job.truth = *tuned;
@@ -669,23 +676,16 @@ class Replay {
   // The job as run against the least energy any setting of its device (or the defaults) truly
   // costs within its allowed slowdown: the exhaustive sweep the chosen setting is judged by.
   void sweep(const JobState& job) {
-    const TrueCost& at_default = truth_of(*job.cost);
-    const auto& allowed = job.pending.max_slowdown ? job.pending.max_slowdown : run_.policy.knobs.max_slowdown;
-    double best = at_default.joules;
-    for (const auto& setting : job.cost->settings) {
-      const TrueCost& truth = run_.one_job_per_device && setting.alone_truth ? *setting.alone_truth : setting.truth;
-      if (allowed && at_default.seconds > 0 && truth.seconds / at_default.seconds - 1.0 > *allowed + 1e-9) continue;
-      best = std::min(best, truth.joules);
-    }
+    double best = truth_of(*job.cost).joules;
+    for (const auto& setting : job.cost->settings)
+      if (!slower_than_allowed(job, truth_of(setting))) best = std::min(best, truth_of(setting).joules);
     if (!(best > 0.0)) return;
     // A job run slower than it allowed may have used less than the best allowed: that is a broken
     // promise, not a find (jobs_slowed_beyond_max_slowdown counts it), so it counts as no regret
     // and not as within.
-    const bool beyond =
-        allowed && at_default.seconds > 0 && job.truth.seconds / at_default.seconds - 1.0 > *allowed + 1e-9;
     const double regret = std::max(0.0, job.truth.joules / best - 1.0);
     ++jobs_swept_;
-    if (regret <= 0.05 && !beyond) ++jobs_within_5pct_;
+    if (regret <= 0.05 && !slower_than_allowed(job, job.truth)) ++jobs_within_5pct_;
     setting_regret_ += regret;
   }
 

@@ -328,15 +328,18 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
       const bool on_slice = shared > 0 && job.cores > 0 && job.cores < shared;
       // The job on `cores` of this device: its cores' slice (dynamic energy and time there, the
       // whole device's static power over its run, as a meter would read it alone), or the whole.
+      // A step on a slice of the cores, as the whole run: the slice's dynamic energy and time,
+      // the whole device's static power over it.
+      auto on_cores = [&](const estimator::StepCost& step, const estimator::SimulatedProfile& slice) {
+        const double dynamic = std::max(0.0, step.joules - slice.static_watts * step.seconds);
+        return TrueCost{(dynamic + truths[d].profile().static_watts * step.seconds) * steps * factor,
+                        step.seconds * steps * factor};
+      };
       auto truth_at = [&](int cores) {
         if (shared > 0 && cores > 0 && cores < shared) {
-          const estimator::SimulatedProfile& whole = truths[d].profile();
-          const estimator::SimulatedProfile slice = estimator::cores_slice(whole, cores, shared);
-          const estimator::StepCost step =
-              estimator::SimulatedDevice(slice, 0).step_cost(layers, job.model.loss, job.training.optimizer);
-          const double dynamic = std::max(0.0, step.joules - slice.static_watts * step.seconds);
-          return TrueCost{(dynamic + whole.static_watts * step.seconds) * steps * factor,
-                          step.seconds * steps * factor};
+          const estimator::SimulatedProfile slice = estimator::cores_slice(truths[d].profile(), cores, shared);
+          return on_cores(
+              estimator::SimulatedDevice(slice, 0).step_cost(layers, job.model.loss, job.training.optimizer), slice);
         }
         const estimator::StepCost step = truths[d].step_cost(layers, job.model.loss, job.training.optimizer);
         return TrueCost{step.joules * steps * factor, step.seconds * steps * factor};
@@ -363,14 +366,18 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
           cost.cores_options.push_back(CoresOption{cores, truth_at(cores), std::nullopt});
       if (shared > 0) cost.static_watts = truths[d].profile().static_watts;
       const bool data_parallel = job.gpus > 1;
-      if (data_parallel) {
-        cost.alone_truth = cost.truth;
-        const estimator::StepCost step = truths[d].step_cost(layers, job.model.loss, job.training.optimizer);
+      // A step on each of its GPUs, as the whole run on all of them: 1/N of the steps each, every
+      // step followed by the all-reduce, link-bound, at the GPU's static power (a setting does
+      // not bind there).
+      auto across_gpus = [&](const estimator::StepCost& step) {
         const double comm = all_reduce_seconds(layers, job.gpus);
         const double per_gpu_steps = steps / job.gpus;
-        const double static_watts = truths[d].profile().static_watts;
-        cost.truth = TrueCost{job.gpus * (step.joules + static_watts * comm) * per_gpu_steps * factor,
-                              (step.seconds + comm) * per_gpu_steps * factor};
+        return TrueCost{job.gpus * (step.joules + truths[d].profile().static_watts * comm) * per_gpu_steps * factor,
+                        (step.seconds + comm) * per_gpu_steps * factor};
+      };
+      if (data_parallel) {
+        cost.alone_truth = cost.truth;
+        cost.truth = across_gpus(truths[d].step_cost(layers, job.model.loss, job.training.optimizer));
       }
       const estimator::SimulatedKnob& knob = truths[d].profile().knob;
       // A job on a slice of the cores runs at a setting only where each core is clocked alone.
@@ -386,25 +393,16 @@ Result<World> build_world(const ClusterSpec& cluster, const Trace& trace, const 
                                TrueCost{at.joules * steps * factor, at.seconds * steps * factor}};
         if (on_slice) {
           // Its own cores at the setting (their share of the static power at its clock too), the
-          // rest of the device's static power as at the defaults: truth_at's rule, capped.
-          const estimator::SimulatedProfile& whole = truths[d].profile();
-          const estimator::SimulatedProfile slice = estimator::cores_slice(whole, job.cores, shared);
-          const estimator::StepCost capped =
-              estimator::SimulatedDevice(slice, 0).step_cost(layers, job.model.loss, job.training.optimizer, setting);
-          at_setting.truth =
-              TrueCost{(capped.joules + (whole.static_watts - slice.static_watts) * capped.seconds) * steps * factor,
-                       capped.seconds * steps * factor};
+          // rest of the device's static power as at the defaults.
+          const estimator::SimulatedProfile slice = estimator::cores_slice(truths[d].profile(), job.cores, shared);
+          at_setting.truth = on_cores(
+              estimator::SimulatedDevice(slice, 0).step_cost(layers, job.model.loss, job.training.optimizer, setting),
+              slice);
         }
         if (data_parallel) {
-          // Every GPU of the job at the setting. The all-reduce is the link's: a GPU waiting on
-          // it draws its static power as at the defaults (a power limit does not bind there),
-          // so the setting saves nothing on that part.
+          // Every GPU of the job at the setting; the all-reduce saves nothing.
           at_setting.alone_truth = at_setting.truth;
-          const double comm = all_reduce_seconds(layers, job.gpus);
-          const double per_gpu_steps = steps / job.gpus;
-          const double static_watts = truths[d].profile().static_watts;
-          at_setting.truth = TrueCost{job.gpus * (at.joules + static_watts * comm) * per_gpu_steps * factor,
-                                      (at.seconds + comm) * per_gpu_steps * factor};
+          at_setting.truth = across_gpus(at);
         }
         cost.settings.push_back(std::move(at_setting));
       }
